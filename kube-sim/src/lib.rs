@@ -1,0 +1,1 @@
+//! kube-sim: a simulated Kubernetes API server, with controllers and pods, for tests and demos.

@@ -1,0 +1,1 @@
+//! rollguard: deploy Kubernetes manifests to many clusters at once, fail fast, roll back by itself.
