@@ -1,1 +1,3 @@
 //! kube-sim: a simulated Kubernetes API server, with controllers and pods, for tests and demos.
+
+pub mod clock;
