@@ -1,0 +1,10 @@
+pub mod crd;
+pub mod daemonset;
+pub mod deployment;
+pub mod events;
+pub mod job;
+pub mod meta;
+pub mod nodes;
+pub mod pods;
+pub mod replicaset;
+pub mod statefulset;
