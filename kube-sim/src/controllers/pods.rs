@@ -671,118 +671,6 @@ pub fn missing_config(
     None
 }
 
-/// Fills the pod spec fields the API server's admission adds (service account, its token
-/// volume, default tolerations, priority...), leaving fields already present alone.
-pub fn admit_pod_spec(spec: &mut Value) {
-    let Some(obj) = spec.as_object_mut() else {
-        return;
-    };
-    let automount = obj
-        .get("automountServiceAccountToken")
-        .and_then(Value::as_bool)
-        .unwrap_or(true);
-    let sa = obj
-        .get("serviceAccountName")
-        .and_then(Value::as_str)
-        .unwrap_or("default")
-        .to_string();
-    let has_token_volume = obj
-        .get("volumes")
-        .and_then(Value::as_array)
-        .is_some_and(|v| {
-            v.iter().any(|vol| {
-                vol["name"]
-                    .as_str()
-                    .is_some_and(|n| n.starts_with("kube-api-access-"))
-            })
-        });
-    if automount && !has_token_volume {
-        let volume_name = format!("kube-api-access-{}", meta::random_suffix(5));
-        let volume = json!({
-            "name": volume_name,
-            "projected": {
-                "sources": [
-                    {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
-                    {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-                    {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}
-                ],
-                "defaultMode": 420
-            }
-        });
-        let volumes = obj.entry("volumes").or_insert_with(|| json!([]));
-        if let Some(list) = volumes.as_array_mut() {
-            list.push(volume);
-        }
-        let mount = json!({"name": volume_name, "readOnly": true, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"});
-        for key in ["initContainers", "containers"] {
-            for c in obj
-                .get_mut(key)
-                .and_then(Value::as_array_mut)
-                .into_iter()
-                .flatten()
-            {
-                let mounts = c
-                    .as_object_mut()
-                    .map(|c| c.entry("volumeMounts").or_insert_with(|| json!([])));
-                if let Some(list) = mounts.and_then(Value::as_array_mut) {
-                    list.push(mount.clone());
-                }
-            }
-        }
-    }
-    let defaults = [
-        ("restartPolicy", json!("Always")),
-        ("terminationGracePeriodSeconds", json!(30)),
-        ("dnsPolicy", json!("ClusterFirst")),
-        ("serviceAccountName", json!(sa)),
-        ("serviceAccount", json!(sa)),
-        ("securityContext", json!({})),
-        ("schedulerName", json!("default-scheduler")),
-        (
-            "tolerations",
-            json!([
-                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
-                {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
-            ]),
-        ),
-        ("priority", json!(0)),
-        ("enableServiceLinks", json!(true)),
-        ("preemptionPolicy", json!("PreemptLowerPriority")),
-    ];
-    for (key, value) in defaults {
-        obj.entry(key).or_insert(value);
-    }
-    for key in ["initContainers", "containers"] {
-        for c in obj
-            .get_mut(key)
-            .and_then(Value::as_array_mut)
-            .into_iter()
-            .flatten()
-        {
-            let Some(c) = c.as_object_mut() else { continue };
-            let image = c
-                .get("image")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string();
-            c.entry("resources").or_insert_with(|| json!({}));
-            c.entry("terminationMessagePath")
-                .or_insert_with(|| json!("/dev/termination-log"));
-            c.entry("terminationMessagePolicy")
-                .or_insert_with(|| json!("File"));
-            let latest =
-                image.ends_with(":latest") || !image.rsplit('/').next().unwrap_or("").contains(':');
-            c.entry("imagePullPolicy").or_insert_with(|| {
-                json!(if latest && !image.contains('@') {
-                    "Always"
-                } else {
-                    "IfNotPresent"
-                })
-            });
-        }
-    }
-}
-
 /// Is the pod counted by its controller: not being deleted and not finished?
 pub fn is_active(pod: &Value) -> bool {
     !meta::is_deleting(pod)
@@ -858,11 +746,12 @@ pub fn pod_from_template(
         "ownerReferences".into(),
         json!([meta::controller_ref(owner, api_version, kind)]),
     );
+    // Admission defaults (service account token volume, tolerations...) are the API
+    // server's job, done when the pod is created.
     let mut spec = template["spec"].clone();
     if !spec.is_object() {
         spec = json!({});
     }
-    admit_pod_spec(&mut spec);
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec})
 }
 
@@ -1166,29 +1055,5 @@ mod tests {
                 "{container}"
             );
         }
-    }
-
-    #[test]
-    fn admission_defaults_fill_missing_fields_only() {
-        let mut spec =
-            json!({"containers": [{"name": "web", "image": "nginx"}], "dnsPolicy": "Default"});
-        admit_pod_spec(&mut spec);
-        assert_eq!(spec["dnsPolicy"], "Default");
-        assert_eq!(spec["serviceAccountName"], "default");
-        assert_eq!(
-            spec["volumes"][0]["projected"]["sources"]
-                .as_array()
-                .unwrap()
-                .len(),
-            3
-        );
-        assert_eq!(spec["containers"][0]["imagePullPolicy"], "Always");
-        assert_eq!(
-            spec["containers"][0]["volumeMounts"][0]["mountPath"],
-            "/var/run/secrets/kubernetes.io/serviceaccount"
-        );
-        let once = spec.clone();
-        admit_pod_spec(&mut spec);
-        assert_eq!(spec, once, "admission is idempotent");
     }
 }

@@ -142,7 +142,7 @@ mod tests {
             "ReplicaSet"
         );
         assert_eq!(created["metadata"]["ownerReferences"][0]["uid"], "rs1");
-        assert_eq!(created["spec"]["serviceAccountName"], "default");
+        assert_eq!(created["spec"]["containers"][0]["image"], "x");
         assert_eq!(
             out.status,
             json!({"replicas": 1, "fullyLabeledReplicas": 1, "terminatingReplicas": 0, "observedGeneration": 2})
