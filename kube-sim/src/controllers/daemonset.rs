@@ -127,7 +127,7 @@ pub fn reconcile(
         .max(1);
         let mut unavailable = wanted
             .iter()
-            .filter(|n| !on_node(&n.name).into_iter().any(|p| is_available(p)))
+            .filter(|n| !on_node(&n.name).into_iter().any(&is_available))
             .count() as i64;
         // Unavailable old pods go first, then available ones within the budget.
         let mut old: Vec<&Value> = owned_pods

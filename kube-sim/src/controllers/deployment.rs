@@ -553,19 +553,17 @@ pub fn reconcile(dep: &Value, owned: &[Value], now: jiff::Timestamp) -> Deployme
                 conditions.retain(|c| c["type"] != "Progressing");
             }
             set_condition(&mut conditions, cond);
-        } else if let Some(remaining) = deadline_remaining(dep, &conditions, now) {
-            if remaining.is_zero() {
-                set_condition(
-                    &mut conditions,
-                    condition(
-                        "Progressing",
-                        "False",
-                        "ProgressDeadlineExceeded",
-                        format!("{target} has timed out progressing."),
-                        &now_text,
-                    ),
-                );
-            }
+        } else if deadline_remaining(dep, &conditions, now).is_some_and(|r| r.is_zero()) {
+            set_condition(
+                &mut conditions,
+                condition(
+                    "Progressing",
+                    "False",
+                    "ProgressDeadlineExceeded",
+                    format!("{target} has timed out progressing."),
+                    &now_text,
+                ),
+            );
         }
         if !complete
             && let Some(remaining) = deadline_remaining(dep, &conditions, now)

@@ -293,7 +293,7 @@ mod tests {
         );
         assert_eq!(revision["revision"], 1);
         // db-0 not ready yet: no db-1.
-        let out = reconcile(&set, &[pod.clone()], &[revision], now());
+        let out = reconcile(&set, std::slice::from_ref(pod), &[revision], now());
         assert!(out.create.is_empty());
 
         let (mut set, mut pods, mut revisions, mut order) = (set, vec![], vec![], vec![]);
