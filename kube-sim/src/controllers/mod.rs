@@ -830,18 +830,26 @@ impl Runner {
         } else {
             waiting.remove(meta::name(&pod));
         }
-        let behaviours: Vec<rules::Behaviour> = containers
-            .iter()
-            .map(|c| {
-                rules::behaviour_for(
-                    &self.ctx.rules,
-                    &self.ctx.cluster_name,
-                    c["image"].as_str().unwrap_or_default(),
-                )
-            })
-            .collect();
+        let behaviour_of = |list: &[Value]| -> Vec<rules::Behaviour> {
+            list.iter()
+                .map(|c| {
+                    rules::behaviour_for(
+                        &self.ctx.rules,
+                        &self.ctx.cluster_name,
+                        c["image"].as_str().unwrap_or_default(),
+                    )
+                })
+                .collect()
+        };
+        let behaviours = behaviour_of(&containers);
+        let init_behaviours = behaviour_of(
+            pod["spec"]["initContainers"]
+                .as_array()
+                .map_or(&[], Vec::as_slice),
+        );
         let view = pods::pod_status_at(
             &pod,
+            &init_behaviours,
             &behaviours,
             &blocked,
             &state.placement,
