@@ -300,14 +300,16 @@ async fn progress_deadline_passes_in_simulated_time() {
     let (events, _) = store.list(&rt("", "events"), Some("default"));
     let failed = events
         .iter()
-        .find(|e| e["reason"] == "Failed" && e["type"] == "Warning")
-        .expect("a Failed event");
-    assert!(
-        failed["message"]
-            .as_str()
-            .unwrap()
-            .starts_with("Failed to pull image \"example/doesnotexist:v1\"")
-    );
+        .find(|e| {
+            e["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("Failed to pull image \"example/doesnotexist:v1\"")
+        })
+        .expect("a Failed to pull event");
+    assert_eq!(failed["type"], "Warning");
+    assert_eq!(failed["reason"], "Failed");
+    assert!(events.iter().any(|e| e["message"] == "Error: ErrImagePull"));
 }
 
 fn bare_pod(name: &str, image: &str) -> Value {

@@ -1146,10 +1146,7 @@ mod tests {
             early["containerStatuses"][0]["state"]["waiting"]["reason"],
             "PodInitializing"
         );
-        assert_eq!(
-            early["initContainerStatuses"][0]["state"]["running"].is_object(),
-            true
-        );
+        assert!(early["initContainerStatuses"][0]["state"]["running"].is_object());
         let later = status_at(Behaviour::Ready, 10);
         assert_eq!(later["phase"], "Running");
         assert_eq!(later["conditions"][1]["status"], "True");
