@@ -2,12 +2,14 @@
 
 pub mod apply;
 pub mod clock;
+pub mod controllers;
 pub mod defaults;
 pub mod error;
 pub mod faults;
 pub mod handlers;
 pub mod managed_fields;
 pub mod registry;
+pub mod rules;
 pub mod selectors;
 pub mod server;
 pub mod store;
