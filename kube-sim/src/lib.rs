@@ -5,11 +5,26 @@ pub mod clock;
 pub mod controllers;
 pub mod defaults;
 pub mod error;
+pub mod faults;
+pub mod handlers;
 pub mod managed_fields;
 pub mod registry;
 pub mod rules;
+pub mod selectors;
+pub mod server;
 pub mod store;
+pub mod table;
+pub mod tls;
 
 pub use clock::Clock;
 pub use error::ApiError;
 pub use store::{EventKind, ResourceType, Store, WatchEvent};
+
+/// The `shared/` folder (recordings and manifest corpus) beside the repository: the first
+/// ancestor of this crate's directory that has one. Used by tests.
+pub fn shared_dir() -> Option<std::path::PathBuf> {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .map(|dir| dir.join("shared"))
+        .find(|dir| dir.join("apiserver-recordings").is_dir())
+}

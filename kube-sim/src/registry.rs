@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Map, Value, json};
 
 use crate::store::ResourceType;
 
@@ -358,6 +358,219 @@ fn storage_version_hash(group: &str, version: &str, resource: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(&digest[..8])
 }
 
+/// `GET /version`, as the recorded v1.36 server answers (build fields are the recorded
+/// build's).
+pub fn version_document() -> Value {
+    json!({
+        "major": "1",
+        "minor": "36",
+        "emulationMajor": "1",
+        "emulationMinor": "36",
+        "minCompatibilityMajor": "1",
+        "minCompatibilityMinor": "35",
+        "gitVersion": "v1.36.2",
+        "gitCommit": "98b35193b2ac7a23a673325f5e9b830ecd5ba406",
+        "gitTreeState": "clean",
+        "buildDate": "2026-11-30T00:00:00Z",
+        "goVersion": "go1.26.4",
+        "compiler": "gc",
+        "platform": "linux/amd64"
+    })
+}
+
+/// `GET /api` (legacy).
+pub fn api_versions_document(server_address: &str) -> Value {
+    json!({
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}]
+    })
+}
+
+fn group_entry(g: &GroupVersions) -> Value {
+    let versions: Vec<Value> = g
+        .versions
+        .iter()
+        .map(|v| json!({"groupVersion": format!("{}/{}", g.name, v), "version": v}))
+        .collect();
+    let preferred = versions.first().cloned().unwrap_or(Value::Null);
+    json!({"name": g.name, "versions": versions, "preferredVersion": preferred})
+}
+
+impl Registry {
+    /// `GET /apis` (legacy APIGroupList).
+    pub fn api_group_list(&self) -> Value {
+        let groups: Vec<Value> = self
+            .groups()
+            .iter()
+            .filter(|g| !g.name.is_empty())
+            .map(group_entry)
+            .collect();
+        json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+    }
+
+    /// `GET /apis/{group}`.
+    pub fn api_group(&self, name: &str) -> Option<Value> {
+        let g = self.group(name).filter(|g| !g.name.is_empty())?;
+        let mut doc = json!({"kind": "APIGroup", "apiVersion": "v1"});
+        if let (Some(map), Value::Object(entry)) = (doc.as_object_mut(), group_entry(&g)) {
+            map.extend(entry);
+        }
+        Some(doc)
+    }
+
+    /// `GET /api/v1` or `GET /apis/{group}/{version}` (APIResourceList).
+    pub fn api_resource_list(&self, group: &str, version: &str) -> Option<Value> {
+        let mut infos: Vec<Arc<ResourceInfo>> = self
+            .resources()
+            .into_iter()
+            .filter(|i| i.group == group && i.version == version)
+            .collect();
+        if infos.is_empty() {
+            return None;
+        }
+        infos.sort_by(|a, b| a.resource.cmp(&b.resource));
+        let mut resources = Vec::new();
+        for info in infos {
+            let mut entry = Map::new();
+            entry.insert("name".into(), json!(info.resource));
+            entry.insert("singularName".into(), json!(info.singular));
+            entry.insert("namespaced".into(), json!(info.namespaced));
+            entry.insert("kind".into(), json!(info.kind));
+            entry.insert("verbs".into(), json!(info.verbs));
+            if !info.short_names.is_empty() {
+                entry.insert("shortNames".into(), json!(info.short_names));
+            }
+            if !info.categories.is_empty() {
+                entry.insert("categories".into(), json!(info.categories));
+            }
+            if let Some(h) = &info.storage_version_hash {
+                entry.insert("storageVersionHash".into(), json!(h));
+            }
+            resources.push(Value::Object(entry));
+            let mut subs = info.subresources.clone();
+            subs.sort_by(|a, b| a.name.cmp(&b.name));
+            for sub in subs {
+                let mut entry = Map::new();
+                entry.insert(
+                    "name".into(),
+                    json!(format!("{}/{}", info.resource, sub.name)),
+                );
+                entry.insert("singularName".into(), json!(""));
+                entry.insert("namespaced".into(), json!(info.namespaced));
+                // Group and version only when the response kind is from another group.
+                if !sub.group.is_empty() && sub.group != info.group {
+                    entry.insert("group".into(), json!(sub.group));
+                    entry.insert("version".into(), json!(sub.version));
+                }
+                entry.insert("kind".into(), json!(sub.kind));
+                entry.insert("verbs".into(), json!(sub.verbs));
+                resources.push(Value::Object(entry));
+            }
+        }
+        let group_version = if group.is_empty() {
+            version.to_string()
+        } else {
+            format!("{group}/{version}")
+        };
+        let mut doc = json!({
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": group_version,
+            "resources": resources
+        });
+        if group.is_empty()
+            && let Some(map) = doc.as_object_mut()
+        {
+            // The real server leaves apiVersion out of the core list.
+            map.remove("apiVersion");
+        }
+        Some(doc)
+    }
+
+    /// Aggregated discovery (apidiscovery.k8s.io/v2 APIGroupDiscoveryList) for `/api`
+    /// (`core = true`) or `/apis`.
+    pub fn aggregated_discovery(&self, core: bool) -> Value {
+        let resources = self.resources();
+        let mut items = Vec::new();
+        for g in self.groups() {
+            if g.name.is_empty() != core {
+                continue;
+            }
+            let mut versions = Vec::new();
+            for v in &g.versions {
+                let mut infos: Vec<&Arc<ResourceInfo>> = resources
+                    .iter()
+                    .filter(|i| i.group == g.name && &i.version == v)
+                    .collect();
+                infos.sort_by(|a, b| a.resource.cmp(&b.resource));
+                let entries: Vec<Value> = infos.iter().map(|i| aggregated_resource(i)).collect();
+                versions.push(json!({"version": v, "resources": entries, "freshness": "Current"}));
+            }
+            let metadata = if g.name.is_empty() {
+                json!({})
+            } else {
+                json!({"name": g.name})
+            };
+            items.push(json!({"metadata": metadata, "versions": versions}));
+        }
+        json!({
+            "kind": "APIGroupDiscoveryList",
+            "apiVersion": "apidiscovery.k8s.io/v2",
+            "metadata": {},
+            "items": items
+        })
+    }
+}
+
+fn aggregated_resource(info: &ResourceInfo) -> Value {
+    // Built-ins leave responseKind group/version empty; custom resources name them.
+    let (kind_group, kind_version) = if info.crd.is_some() {
+        (info.group.clone(), info.version.clone())
+    } else {
+        (String::new(), String::new())
+    };
+    let mut entry = Map::new();
+    entry.insert("resource".into(), json!(info.resource));
+    entry.insert(
+        "responseKind".into(),
+        json!({"group": kind_group, "version": kind_version, "kind": info.kind}),
+    );
+    entry.insert(
+        "scope".into(),
+        json!(if info.namespaced {
+            "Namespaced"
+        } else {
+            "Cluster"
+        }),
+    );
+    entry.insert("singularResource".into(), json!(info.singular));
+    entry.insert("verbs".into(), json!(info.verbs));
+    if !info.short_names.is_empty() {
+        entry.insert("shortNames".into(), json!(info.short_names));
+    }
+    if !info.categories.is_empty() {
+        entry.insert("categories".into(), json!(info.categories));
+    }
+    if !info.subresources.is_empty() {
+        let mut subs = info.subresources.clone();
+        subs.sort_by(|a, b| a.name.cmp(&b.name));
+        let subs: Vec<Value> = subs
+            .iter()
+            .map(|s| {
+                let (g, v) = if s.group == info.group && info.crd.is_none() {
+                    (String::new(), String::new())
+                } else {
+                    (s.group.clone(), s.version.clone())
+                };
+                json!({"subresource": s.name, "responseKind": {"group": g, "version": v, "kind": s.kind}, "verbs": s.verbs})
+            })
+            .collect();
+        entry.insert("subresources".into(), Value::Array(subs));
+    }
+    Value::Object(entry)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -380,6 +593,49 @@ mod tests {
                 .is_some()
         );
         assert!(registry.lookup("apps", "v1", "nothings").is_none());
+    }
+
+    /// Compares our discovery documents with the recorded ones for the groups we serve.
+    fn recording(name: &str) -> Option<Value> {
+        let dir = crate::shared_dir()?.join("apiserver-recordings");
+        let text = std::fs::read_to_string(dir.join(name)).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+
+    #[test]
+    fn legacy_group_version_documents_match_recordings() {
+        let registry = Registry::new();
+        for (file, group) in [
+            ("01-discovery-apis-apps-v1.json", "apps"),
+            ("01-discovery-apis-batch-v1.json", "batch"),
+            (
+                "01-discovery-apis-coordination-v1.json",
+                "coordination.k8s.io",
+            ),
+            (
+                "01-discovery-apis-apiextensions-v1.json",
+                "apiextensions.k8s.io",
+            ),
+            ("01-discovery-api-v1.json", ""),
+        ] {
+            let Some(recorded) = recording(file) else {
+                eprintln!("recordings not found; skipping {file}");
+                continue;
+            };
+            let ours = registry.api_resource_list(group, "v1").unwrap();
+            assert_eq!(ours, recorded, "{file}");
+        }
+        if let Some(recorded) = recording("01-discovery-apis-apps.json") {
+            assert_eq!(registry.api_group("apps").unwrap(), recorded);
+        }
+    }
+
+    #[test]
+    fn aggregated_core_matches_recording() {
+        let Some(recorded) = recording("01-discovery-api-aggregated.json") else {
+            return;
+        };
+        assert_eq!(Registry::new().aggregated_discovery(true), recorded);
     }
 
     #[test]
