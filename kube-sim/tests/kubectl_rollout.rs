@@ -1,0 +1,241 @@
+//! The judges of the controllers: the real `kubectl rollout status` and a kube-rs watcher,
+//! against a kube-sim cluster served over HTTP. These fail when kubectl is missing.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use kube_sim::clock::Clock;
+use kube_sim::controllers::{self, ControllerContext};
+use kube_sim::faults::{CounterSet, Faults};
+use kube_sim::server::{self, ClusterState};
+use kube_sim::store::Store;
+
+/// One cluster on 127.0.0.1 with its controllers, and a kubeconfig for it.
+struct TestCluster {
+    state: Arc<ClusterState>,
+    _dir: tempfile::TempDir,
+    kubeconfig: PathBuf,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        self.state.shutdown.send_replace(true);
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+async fn start(scale: f64) -> TestCluster {
+    let clock = Clock::new(scale);
+    let store = Store::shared(clock.clone());
+    let listener = server::bind_ephemeral().unwrap();
+    let address = listener.local_addr().unwrap();
+    let state = Arc::new(ClusterState {
+        name: "sim-1".into(),
+        store: store.clone(),
+        token: "test-token".into(),
+        faults: RwLock::new(Faults::default()),
+        counters: CounterSet::default(),
+        down: tokio::sync::watch::channel(false).0,
+        shutdown: tokio::sync::watch::channel(false).0,
+        address,
+        tls: None,
+    });
+    let serve = tokio::spawn(server::run_listener(state.clone(), listener));
+    let controllers = controllers::spawn(
+        store,
+        ControllerContext {
+            cluster_name: "sim-1".into(),
+            clock,
+            rules: Arc::new(Vec::new()),
+        },
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: sim-1\n  cluster:\n    server: http://{address}\n\
+             contexts:\n- name: sim-1\n  context:\n    cluster: sim-1\n    user: sim-1\n    namespace: default\n\
+             current-context: sim-1\nusers:\n- name: sim-1\n  user:\n    token: test-token\n"
+        ),
+    )
+    .unwrap();
+    TestCluster {
+        state,
+        _dir: dir,
+        kubeconfig,
+        tasks: vec![serve, controllers],
+    }
+}
+
+/// Runs the real kubectl (it must be on the PATH) against the cluster.
+async fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<String>) -> Output {
+    let mut command = tokio::process::Command::new("kubectl");
+    command
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = command
+        .spawn()
+        .expect("kubectl must be on the PATH for this test");
+    if let Some(input) = stdin {
+        use tokio::io::AsyncWriteExt;
+        let mut pipe = child.stdin.take().unwrap();
+        pipe.write_all(input.as_bytes()).await.unwrap();
+    }
+    drop(child.stdin.take());
+    tokio::time::timeout(Duration::from_secs(90), child.wait_with_output())
+        .await
+        .expect("kubectl finished in time")
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn deployment_yaml(name: &str, image: &str, deadline: u32) -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\nspec:\n  replicas: 3\n  \
+         progressDeadlineSeconds: {deadline}\n  selector:\n    matchLabels:\n      app: {name}\n  \
+         template:\n    metadata:\n      labels:\n        app: {name}\n    spec:\n      containers:\n      \
+         - name: main\n        image: {image}\n"
+    )
+}
+
+async fn apply(cluster: &TestCluster, yaml: String) {
+    let out = kubectl(
+        &cluster.kubeconfig,
+        &["apply", "--server-side", "--validate=false", "-f", "-"],
+        Some(yaml),
+    )
+    .await;
+    assert!(
+        out.status.success(),
+        "kubectl apply failed: {}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_rollout_status_succeeds_for_a_good_image() {
+    let cluster = start(10.0).await;
+    apply(&cluster, deployment_yaml("web", "example/web:v1", 600)).await;
+    let out = kubectl(
+        &cluster.kubeconfig,
+        &["rollout", "status", "deployment/web", "--timeout=60s"],
+        None,
+    )
+    .await;
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains("deployment \"web\" successfully rolled out"),
+        "{stdout}"
+    );
+
+    // A new image rolls out again, through the old and new ReplicaSets.
+    apply(&cluster, deployment_yaml("web", "example/web:v2", 600)).await;
+    let out = kubectl(
+        &cluster.kubeconfig,
+        &["rollout", "status", "deployment/web", "--timeout=60s"],
+        None,
+    )
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = kubectl(
+        &cluster.kubeconfig,
+        &["get", "replicasets", "-o", "name"],
+        None,
+    )
+    .await;
+    assert_eq!(text(&out.stdout).lines().count(), 2, "{}", text(&out.stdout));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_rollout_status_fails_at_the_progress_deadline() {
+    let cluster = start(10.0).await;
+    apply(&cluster, deployment_yaml("stuck", "example/doesnotexist:v1", 30)).await;
+    let started = std::time::Instant::now();
+    let out = kubectl(
+        &cluster.kubeconfig,
+        &["rollout", "status", "deployment/stuck", "--timeout=60s"],
+        None,
+    )
+    .await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{}{stderr}", text(&out.stdout));
+    assert!(
+        stderr.contains("error: deployment \"stuck\" exceeded its progress deadline"),
+        "{stderr}"
+    );
+    // 30 simulated seconds at scale 10: about 3 s of real time, not 30.
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_rs_watches_a_deployment_to_completion() {
+    use futures::StreamExt;
+    use k8s_openapi::api::apps::v1::Deployment;
+    use kube::api::{Api, PostParams};
+    use kube::runtime::{WatchStreamExt, watcher};
+
+    let cluster = start(10.0).await;
+    let options = kube::config::KubeConfigOptions::default();
+    let kubeconfig = kube::config::Kubeconfig::read_from(&cluster.kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+        .await
+        .unwrap();
+    let client = kube::Client::try_from(config).unwrap();
+    let api: Api<Deployment> = Api::namespaced(client, "default");
+    let deployment: Deployment =
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "rs-watch"},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "rs-watch"}},
+                     "template": {"metadata": {"labels": {"app": "rs-watch"}},
+                                  "spec": {"containers": [{"name": "main", "image": "example/web:v1"}]}}}
+        }))
+        .unwrap();
+    api.create(&PostParams::default(), &deployment).await.unwrap();
+
+    let config = watcher::Config::default().fields("metadata.name=rs-watch");
+    let mut stream = watcher(api.clone(), config).applied_objects().boxed();
+    let complete = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Some(event) = stream.next().await {
+            let dep = event.expect("watch event");
+            let generation = dep.metadata.generation.unwrap_or_default();
+            let Some(status) = dep.status else { continue };
+            let progressing = status
+                .conditions
+                .unwrap_or_default()
+                .into_iter()
+                .find(|c| c.type_ == "Progressing");
+            if status.observed_generation.unwrap_or_default() >= generation
+                && status.updated_replicas == Some(2)
+                && status.available_replicas == Some(2)
+                && progressing.is_some_and(|c| c.reason.as_deref() == Some("NewReplicaSetAvailable"))
+            {
+                return true;
+            }
+        }
+        false
+    })
+    .await
+    .expect("the Deployment completed in time");
+    assert!(complete);
+}
