@@ -34,6 +34,12 @@ async fn start(scale: f64) -> TestCluster {
     let store = Store::shared(clock.clone());
     let listener = server::bind_ephemeral().unwrap();
     let address = listener.local_addr().unwrap();
+    // kubectl sends a bearer token only over HTTPS.
+    let identity = kube_sim::tls::generate().unwrap();
+    let ca_data = {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(identity.ca_pem.as_bytes())
+    };
     let state = Arc::new(ClusterState {
         name: "sim-1".into(),
         store: store.clone(),
@@ -43,7 +49,7 @@ async fn start(scale: f64) -> TestCluster {
         down: tokio::sync::watch::channel(false).0,
         shutdown: tokio::sync::watch::channel(false).0,
         address,
-        tls: None,
+        tls: Some(identity.config),
     });
     let serve = tokio::spawn(server::run_listener(state.clone(), listener));
     let controllers = controllers::spawn(
@@ -59,7 +65,7 @@ async fn start(scale: f64) -> TestCluster {
     std::fs::write(
         &kubeconfig,
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: sim-1\n  cluster:\n    server: http://{address}\n\
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: sim-1\n  cluster:\n    server: https://{address}\n    certificate-authority-data: {ca_data}\n\
              contexts:\n- name: sim-1\n  context:\n    cluster: sim-1\n    user: sim-1\n    namespace: default\n\
              current-context: sim-1\nusers:\n- name: sim-1\n  user:\n    token: test-token\n"
         ),
@@ -159,13 +165,22 @@ async fn kubectl_rollout_status_succeeds_for_a_good_image() {
         None,
     )
     .await;
-    assert_eq!(text(&out.stdout).lines().count(), 2, "{}", text(&out.stdout));
+    assert_eq!(
+        text(&out.stdout).lines().count(),
+        2,
+        "{}",
+        text(&out.stdout)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_rollout_status_fails_at_the_progress_deadline() {
     let cluster = start(10.0).await;
-    apply(&cluster, deployment_yaml("stuck", "example/doesnotexist:v1", 30)).await;
+    apply(
+        &cluster,
+        deployment_yaml("stuck", "example/doesnotexist:v1", 30),
+    )
+    .await;
     let started = std::time::Instant::now();
     let out = kubectl(
         &cluster.kubeconfig,
@@ -211,7 +226,9 @@ async fn kube_rs_watches_a_deployment_to_completion() {
                                   "spec": {"containers": [{"name": "main", "image": "example/web:v1"}]}}}
         }))
         .unwrap();
-    api.create(&PostParams::default(), &deployment).await.unwrap();
+    api.create(&PostParams::default(), &deployment)
+        .await
+        .unwrap();
 
     let config = watcher::Config::default().fields("metadata.name=rs-watch");
     let mut stream = watcher(api.clone(), config).applied_objects().boxed();
@@ -228,7 +245,8 @@ async fn kube_rs_watches_a_deployment_to_completion() {
             if status.observed_generation.unwrap_or_default() >= generation
                 && status.updated_replicas == Some(2)
                 && status.available_replicas == Some(2)
-                && progressing.is_some_and(|c| c.reason.as_deref() == Some("NewReplicaSetAvailable"))
+                && progressing
+                    .is_some_and(|c| c.reason.as_deref() == Some("NewReplicaSetAvailable"))
             {
                 return true;
             }
