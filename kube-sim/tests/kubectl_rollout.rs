@@ -257,3 +257,77 @@ async fn kube_rs_watches_a_deployment_to_completion() {
     .expect("the Deployment completed in time");
     assert!(complete);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_microservices_demo_deployment_rolls_out() {
+    let manifests = kube_sim::shared_dir()
+        .expect("the shared corpus beside the repository")
+        .join("corpus/microservices-demo/release/kubernetes-manifests.yaml");
+    let yaml = std::fs::read_to_string(&manifests).unwrap();
+    // Readiness probes wait up to 20 simulated seconds; scale 20 makes that one second.
+    let cluster = start(20.0).await;
+    apply(&cluster, yaml).await;
+    let out = kubectl(
+        &cluster.kubeconfig,
+        &["get", "deployments", "-o", "name"],
+        None,
+    )
+    .await;
+    let names: Vec<String> = text(&out.stdout).lines().map(str::to_string).collect();
+    assert!(names.len() >= 10, "{names:?}");
+    for name in &names {
+        let out = kubectl(
+            &cluster.kubeconfig,
+            &["rollout", "status", name, "--timeout=60s"],
+            None,
+        )
+        .await;
+        assert!(
+            out.status.success(),
+            "{name}: {}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        assert!(
+            text(&out.stdout).contains("successfully rolled out"),
+            "{name}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_rollout_status_follows_statefulsets_and_daemonsets() {
+    let cluster = start(10.0).await;
+    let yaml = "apiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: db\nspec:\n  replicas: 3\n  \
+        serviceName: db\n  selector:\n    matchLabels:\n      app: db\n  template:\n    metadata:\n      \
+        labels:\n        app: db\n    spec:\n      containers:\n      - name: db\n        image: example/db:v1\n\
+        ---\napiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: agent\nspec:\n  selector:\n    \
+        matchLabels:\n      app: agent\n  template:\n    metadata:\n      labels:\n        app: agent\n    \
+        spec:\n      containers:\n      - name: agent\n        image: example/agent:v1\n";
+    apply(&cluster, yaml.to_string()).await;
+    for (target, expected) in [
+        // The API server defaults partition to 0, so kubectl reports a partitioned roll out.
+        (
+            "statefulset/db",
+            "partitioned roll out complete: 3 new pods have been updated",
+        ),
+        (
+            "daemonset/agent",
+            "daemon set \"agent\" successfully rolled out",
+        ),
+    ] {
+        let out = kubectl(
+            &cluster.kubeconfig,
+            &["rollout", "status", target, "--timeout=60s"],
+            None,
+        )
+        .await;
+        let stdout = text(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{target}: {stdout}{}",
+            text(&out.stderr)
+        );
+        assert!(stdout.contains(expected), "{target}: {stdout}");
+    }
+}
