@@ -2,12 +2,15 @@
 
 pub mod apply;
 pub mod clock;
+pub mod cluster;
 pub mod controllers;
 pub mod defaults;
 pub mod error;
 pub mod faults;
 pub mod handlers;
+pub mod kubeconfig;
 pub mod managed_fields;
+pub mod openapi;
 pub mod registry;
 pub mod rules;
 pub mod selectors;
@@ -17,7 +20,9 @@ pub mod table;
 pub mod tls;
 
 pub use clock::Clock;
+pub use cluster::{Cluster, Sim, SimError, SimOptions};
 pub use error::ApiError;
+pub use faults::{Counters, Faults};
 pub use store::{EventKind, ResourceType, Store, WatchEvent};
 
 /// The `shared/` folder (recordings and manifest corpus) beside the repository: the first

@@ -251,7 +251,9 @@ enum Route {
     ApiGroup(String),
     ApiResourceList(String, String),
     Resource(ResourcePath),
-    OpenApi,
+    OpenApiIndex,
+    OpenApiV3(String),
+    OpenApiOther,
     Control(Vec<String>),
     NotFound,
 }
@@ -270,7 +272,9 @@ fn parse_route(path: &str) -> Route {
         ["version"] => Route::Version,
         ["healthz" | "livez" | "readyz", ..] => Route::Health,
         ["_sim", rest @ ..] => Route::Control(rest.iter().map(|x| x.to_string()).collect()),
-        ["openapi", ..] => Route::OpenApi,
+        ["openapi", "v3"] => Route::OpenApiIndex,
+        ["openapi", "v3", rest @ ..] => Route::OpenApiV3(rest.join("/")),
+        ["openapi", ..] => Route::OpenApiOther,
         ["api"] => Route::Api,
         ["api", "v1"] => Route::ApiResourceList(String::new(), "v1".into()),
         ["api", "v1", rest @ ..] => resource_route("", "v1", rest),
@@ -315,7 +319,7 @@ fn resource_route(group: &str, version: &str, rest: &[&str]) -> Route {
     }
 }
 
-fn header_str<'a>(req: &'a Request<Incoming>, name: header::HeaderName) -> &'a str {
+fn header_str(req: &Request<Incoming>, name: header::HeaderName) -> &str {
     req.headers()
         .get(name)
         .and_then(|v| v.to_str().ok())
@@ -476,7 +480,14 @@ pub async fn handle(state: Arc<ClusterState>, req: Request<Incoming>) -> Respons
             Some(doc) => json_response(200, &doc, pretty),
             None => not_found_page(),
         },
-        Route::OpenApi | Route::NotFound => not_found_page(),
+        Route::OpenApiIndex => {
+            let doc = crate::openapi::index(state.store.registry());
+            let bytes = serde_json::to_vec(&doc).unwrap_or_default();
+            // The real server labels the index text/plain.
+            response(200, "text/plain; charset=utf-8", Bytes::from(bytes))
+        }
+        Route::OpenApiV3(gv) => openapi_document(&state, &gv),
+        Route::OpenApiOther | Route::NotFound => not_found_page(),
         Route::Control(_) => not_found_page(),
         Route::Resource(p) => {
             let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
@@ -516,6 +527,32 @@ pub async fn handle(state: Arc<ClusterState>, req: Request<Incoming>) -> Respons
             }
         }
     }
+}
+
+fn openapi_document(state: &ClusterState, gv: &str) -> Response<ApiBody> {
+    let parts: Vec<&str> = gv.split('/').collect();
+    let (group, version) = match parts.as_slice() {
+        ["api", v] => ("", *v),
+        ["apis", g, v] => (*g, *v),
+        _ => return not_found_page(),
+    };
+    let Some(doc) = crate::openapi::group_version_document(state.store.registry(), group, version)
+    else {
+        return not_found_page();
+    };
+    let bytes = serde_json::to_vec(&doc).unwrap_or_default();
+    let etag = format!("\"{}\"", crate::openapi::hash(&bytes));
+    let mut resp = response(200, "application/json", Bytes::from(bytes));
+    let headers = resp.headers_mut();
+    headers.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, immutable"),
+    );
+    headers.insert(header::VARY, HeaderValue::from_static("Accept"));
+    if let Ok(v) = HeaderValue::from_str(&etag) {
+        headers.insert(header::ETAG, v);
+    }
+    resp
 }
 
 /// The plain 404 the real server gives for paths it does not serve.

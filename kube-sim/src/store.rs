@@ -573,6 +573,13 @@ impl Store {
             {
                 metadata_mut(&mut new).insert("managedFields".into(), mf.clone());
             }
+            // The apps status strategies keep annotation changes made with a status write
+            // (the deployment controller sets its revision annotation that way).
+            if info.group == "apps"
+                && let Some(annotations) = obj.pointer("/metadata/annotations")
+            {
+                metadata_mut(&mut new).insert("annotations".into(), annotations.clone());
+            }
             new
         } else {
             if info.has_status() {
@@ -1269,6 +1276,25 @@ mod tests {
         // A spec update keeps the status.
         let after = s.update(&deployments(), deployment("a:2"), "test").unwrap();
         assert_eq!(after["status"]["replicas"], 2);
+    }
+
+    #[test]
+    fn deployment_status_writes_keep_annotations_without_new_generation() {
+        let s = store();
+        let mut d = s.create(&deployments(), deployment("a:1"), "test").unwrap();
+        d["metadata"]["annotations"] = json!({"deployment.kubernetes.io/revision": "1"});
+        d["status"] = json!({"observedGeneration": 1});
+        let updated = s
+            .update_status_with(&deployments(), d, &WriteOptions::manager("ctrl"))
+            .unwrap();
+        assert_eq!(
+            updated["metadata"]["annotations"]["deployment.kubernetes.io/revision"],
+            "1"
+        );
+        assert_eq!(updated["metadata"]["generation"], 1);
+        let entries = updated["metadata"]["managedFields"].as_array().unwrap();
+        let ctrl = entries.iter().find(|e| e["manager"] == "ctrl").unwrap();
+        assert!(ctrl["fieldsV1"]["f:metadata"]["f:annotations"].is_object());
     }
 
     #[test]

@@ -13,6 +13,9 @@ pub fn wants_table(accept: &str) -> bool {
         .any(|part| part.contains("as=Table") && part.contains("g=meta.k8s.io"))
 }
 
+/// Computes the cells of one row.
+type CellsFn<'a> = Box<dyn Fn(&Value) -> Vec<Value> + 'a>;
+
 struct Column {
     name: &'static str,
     kind: &'static str,
@@ -169,7 +172,7 @@ pub fn table_for(
     list_meta: Value,
     clock: &Clock,
 ) -> Value {
-    let (columns, cells): (Vec<Column>, Box<dyn Fn(&Value) -> Vec<Value>>) =
+    let (columns, cells): (Vec<Column>, CellsFn<'_>) =
         match (info.group.as_str(), info.resource.as_str()) {
             ("apps", "deployments") => (
                 vec![
