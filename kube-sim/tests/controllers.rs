@@ -119,6 +119,8 @@ async fn deployment_rolls_out_to_ready_with_real_status() {
     .await;
     let status = &dep["status"];
     assert_eq!(status["observedGeneration"], dep["metadata"]["generation"]);
+    // The revision annotation goes through the status subresource: no new generation.
+    assert_eq!(dep["metadata"]["generation"], 1);
     assert_eq!(status["replicas"], 3);
     assert_eq!(status["updatedReplicas"], 3);
     assert_eq!(status["readyReplicas"], 3);

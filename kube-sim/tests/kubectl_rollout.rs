@@ -3,79 +3,31 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
-use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use kube_sim::clock::Clock;
-use kube_sim::controllers::{self, ControllerContext};
-use kube_sim::faults::{CounterSet, Faults};
-use kube_sim::server::{self, ClusterState};
-use kube_sim::store::Store;
+use kube_sim::cluster::{Sim, SimOptions};
 
-/// One cluster on 127.0.0.1 with its controllers, and a kubeconfig for it.
+/// One simulated cluster (HTTPS, its controllers) and a kubeconfig for it.
 struct TestCluster {
-    state: Arc<ClusterState>,
+    _sim: Sim,
     _dir: tempfile::TempDir,
     kubeconfig: PathBuf,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-}
-
-impl Drop for TestCluster {
-    fn drop(&mut self) {
-        self.state.shutdown.send_replace(true);
-        for task in &self.tasks {
-            task.abort();
-        }
-    }
 }
 
 async fn start(scale: f64) -> TestCluster {
-    let clock = Clock::new(scale);
-    let store = Store::shared(clock.clone());
-    let listener = server::bind_ephemeral().unwrap();
-    let address = listener.local_addr().unwrap();
-    // kubectl sends a bearer token only over HTTPS.
-    let identity = kube_sim::tls::generate().unwrap();
-    let ca_data = {
-        use base64::Engine;
-        base64::engine::general_purpose::STANDARD.encode(identity.ca_pem.as_bytes())
-    };
-    let state = Arc::new(ClusterState {
-        name: "sim-1".into(),
-        store: store.clone(),
-        token: "test-token".into(),
-        faults: RwLock::new(Faults::default()),
-        counters: CounterSet::default(),
-        down: tokio::sync::watch::channel(false).0,
-        shutdown: tokio::sync::watch::channel(false).0,
-        address,
-        tls: Some(identity.config),
-    });
-    let serve = tokio::spawn(server::run_listener(state.clone(), listener));
-    let controllers = controllers::spawn(
-        store,
-        ControllerContext {
-            cluster_name: "sim-1".into(),
-            clock,
-            rules: Arc::new(Vec::new()),
-        },
-    );
+    let sim = Sim::start(SimOptions {
+        time_scale: scale,
+        ..SimOptions::default()
+    })
+    .await
+    .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: sim-1\n  cluster:\n    server: https://{address}\n    certificate-authority-data: {ca_data}\n\
-             contexts:\n- name: sim-1\n  context:\n    cluster: sim-1\n    user: sim-1\n    namespace: default\n\
-             current-context: sim-1\nusers:\n- name: sim-1\n  user:\n    token: test-token\n"
-        ),
-    )
-    .unwrap();
+    sim.write_kubeconfig(&kubeconfig).unwrap();
     TestCluster {
-        state,
+        _sim: sim,
         _dir: dir,
         kubeconfig,
-        tasks: vec![serve, controllers],
     }
 }
 

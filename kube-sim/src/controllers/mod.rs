@@ -583,9 +583,8 @@ impl Runner {
     }
 
     /// Sets the Deployment's revision annotation. The real controller writes it through the
-    /// status subresource, which for Deployments keeps annotation changes and does not
-    /// bump the generation. When the store's status write drops annotations, fall back to
-    /// a plain update (which then counts as a change of the Deployment).
+    /// status subresource, whose strategy for Deployments keeps annotation changes without
+    /// a new generation. Should a store drop them, fall back to a plain update.
     fn write_revision(
         &mut self,
         dep: &Value,
