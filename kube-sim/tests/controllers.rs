@@ -494,6 +494,8 @@ fn statefulset(replicas: i64, image: &str, partition: i64) -> Value {
            "spec": {"replicas": replicas, "serviceName": "db",
                     "selector": {"matchLabels": {"app": "db"}},
                     "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": partition}},
+                    "volumeClaimTemplates": [{"metadata": {"name": "data"},
+                        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}],
                     "template": {"metadata": {"labels": {"app": "db"}},
                                  "spec": {"containers": [{"name": "db", "image": image}]}}}})
 }
@@ -529,6 +531,18 @@ async fn statefulset_pods_come_in_order_and_respect_the_partition() {
         }
     }
     assert_eq!(added, ["db-0", "db-1", "db-2"]);
+    let claim = store
+        .get(&rt("", "persistentvolumeclaims"), "default", "data-db-2")
+        .expect("a claim per pod");
+    assert_eq!(claim["status"]["phase"], "Bound");
+    let db0 = store.get(&pods(), "default", "db-0").unwrap();
+    assert!(
+        db0["spec"]["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["persistentVolumeClaim"]["claimName"] == "data-db-0")
+    );
     let first_revision = sts["status"]["currentRevision"]
         .as_str()
         .unwrap()

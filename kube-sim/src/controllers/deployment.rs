@@ -292,6 +292,15 @@ pub fn reconcile(dep: &Value, owned: &[Value], now: jiff::Timestamp) -> Deployme
             replicas,
             surge,
         );
+        // minReadySeconds follows the Deployment without a new ReplicaSet.
+        let min_ready = dep["spec"]["minReadySeconds"].as_i64().unwrap_or(0);
+        if rs["spec"]["minReadySeconds"].as_i64().unwrap_or(0) != min_ready {
+            if min_ready > 0 {
+                rs["spec"]["minReadySeconds"] = json!(min_ready);
+            } else if let Some(spec) = rs["spec"].as_object_mut() {
+                spec.remove("minReadySeconds");
+            }
+        }
         if annotation(dep, REVISION) != Some(revision.to_string().as_str()) {
             out.revision = Some(revision.to_string());
         }
