@@ -787,3 +787,46 @@ async fn rolling_update_writes_the_recorded_status_sequence() {
     .unwrap_or_else(|_| panic!("rollout did not finish: {seen:#?}"));
     assert_eq!(seen, recorded);
 }
+
+#[tokio::test]
+async fn progress_deadline_writes_the_recorded_status_sequence() {
+    let recording = kube_sim::shared_dir()
+        .expect("shared recordings")
+        .join("apiserver-recordings/03-progress-deadline-watch-deployment.txt");
+    let recorded: Vec<String> = std::fs::read_to_string(recording)
+        .unwrap()
+        .lines()
+        .map(|line| status_shape(&serde_json::from_str::<Value>(line).unwrap()["object"]))
+        .collect();
+
+    let cluster = start("sim-1", 5.0, vec![]);
+    let store = &cluster.store;
+    let mut rx = store.subscribe();
+    let body: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            kube_sim::shared_dir()
+                .unwrap()
+                .join("apiserver-recordings/03-progress-deadline-request-body.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let mut dep = body.clone();
+    dep["metadata"]["namespace"] = json!("default");
+    store.create(&deployments(), dep, "test").unwrap();
+    let mut seen = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let event = rx.recv().await.unwrap();
+            if event.resource == deployments() {
+                seen.push(status_shape(&event.object));
+                if seen.last().unwrap().contains("ProgressDeadlineExceeded") {
+                    return;
+                }
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no deadline: {seen:#?}"));
+    assert_eq!(seen, recorded);
+}
