@@ -43,6 +43,9 @@ pub struct ControllerContext {
 
 const CONTROLLER_MANAGER: &str = "kube-controller-manager";
 const KUBELET: &str = "kubelet";
+/// How long (real time) an owner waits after a change of one of its children before it
+/// syncs, so that a burst of pod changes costs one ReplicaSet sync.
+const OWNER_COALESCE: Duration = Duration::from_millis(10);
 
 /// Starts the controllers and kubelet of one cluster. The task runs until aborted.
 pub fn spawn(store: Arc<Store>, ctx: ControllerContext) -> tokio::task::JoinHandle<()> {
@@ -337,7 +340,8 @@ impl Runner {
             }
         }
         if let Some(owner) = Self::owner_key(obj) {
-            self.queue.insert(owner);
+            // Children change in bursts (a ReplicaSet's pods); one owner sync per burst.
+            self.schedule_at(owner, Instant::now() + OWNER_COALESCE);
         }
     }
 
@@ -371,6 +375,12 @@ impl Runner {
     fn schedule(&mut self, key: Key, after: Duration) {
         // A little real-time slack so the simulated clock is past the transition on wake-up.
         let at = Instant::now() + self.ctx.clock.real(after) + Duration::from_millis(5);
+        self.schedule_at(key, at);
+    }
+
+    /// Keeps the earliest wake-up per key. Replacing a later one is safe: every sync sets
+    /// its own next wake-up again.
+    fn schedule_at(&mut self, key: Key, at: Instant) {
         if let Some(existing) = self.timer_of.get(&key) {
             if *existing <= at {
                 return;
