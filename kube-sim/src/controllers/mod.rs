@@ -217,7 +217,7 @@ impl Runner {
         self.create_nodes();
         self.rescan();
         loop {
-            self.process_queue();
+            self.process_queue().await;
             let next_timer = self.timers.keys().next().copied();
             let event = match next_timer {
                 Some(at) => tokio::select! {
@@ -412,9 +412,15 @@ impl Runner {
         }
     }
 
-    fn process_queue(&mut self) {
+    async fn process_queue(&mut self) {
         self.fire_due_timers();
+        let mut done = 0u32;
         while let Some(key) = self.queue.pop_first() {
+            // Stay cooperative: a big batch must not stall the API server on this runtime.
+            done += 1;
+            if done.is_multiple_of(32) {
+                tokio::task::yield_now().await;
+            }
             let (kind, namespace, name) = &key;
             let Some(obj) = self.store.get(&kind.rt(), namespace, name) else {
                 continue;
