@@ -124,6 +124,11 @@ pub fn on_write(rt: &ResourceType, obj: &mut Value) {
                 labels.insert("kubernetes.io/metadata.name".into(), json!(name));
             }
         }
+        ("", "secrets") => {
+            if let Some(map) = obj.as_object_mut() {
+                default(map, "type", json!("Opaque"));
+            }
+        }
         ("", "services") => {
             if let Some(spec) = object_at(obj, "spec") {
                 default(spec, "type", json!("ClusterIP"));

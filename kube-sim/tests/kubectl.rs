@@ -196,6 +196,55 @@ async fn kubectl_sees_errors_and_discovery() {
     for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
         assert!(out.contains(ns), "{out}");
     }
+    // Imperative creates send protobuf bodies (Namespace, ConfigMap, Secret).
+    kubectl.ok(&["create", "namespace", "demo"]).await;
+    kubectl
+        .ok(&[
+            "-n",
+            "demo",
+            "create",
+            "configmap",
+            "c",
+            "--from-literal=a=b",
+        ])
+        .await;
+    kubectl
+        .ok(&[
+            "-n",
+            "demo",
+            "create",
+            "secret",
+            "generic",
+            "s",
+            "--from-literal=p=q",
+        ])
+        .await;
+    let data = kubectl
+        .ok(&[
+            "-n",
+            "demo",
+            "get",
+            "configmap",
+            "c",
+            "-o",
+            "jsonpath={.data.a}",
+        ])
+        .await;
+    assert_eq!(data, "b");
+    let secret = kubectl
+        .ok(&[
+            "-n",
+            "demo",
+            "get",
+            "secret",
+            "s",
+            "-o",
+            "jsonpath={.type} {.data.p}",
+        ])
+        .await;
+    assert_eq!(secret, "Opaque cQ==");
+    kubectl.ok(&["delete", "namespace", "demo"]).await;
+
     // A wrong token is refused.
     let broken = std::fs::read_to_string(&kubectl.kubeconfig)
         .unwrap()
