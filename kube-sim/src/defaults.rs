@@ -125,8 +125,10 @@ pub fn on_write(rt: &ResourceType, obj: &mut Value) {
             }
         }
         ("", "secrets") => {
-            if let Some(map) = obj.as_object_mut() {
-                default(map, "type", json!("Opaque"));
+            if let Some(map) = obj.as_object_mut()
+                && map.get("type").and_then(Value::as_str).unwrap_or("").is_empty()
+            {
+                map.insert("type".into(), json!("Opaque"));
             }
         }
         ("", "services") => {
