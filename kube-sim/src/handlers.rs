@@ -91,6 +91,29 @@ impl WatchSpec {
         }
         self.labels.matches(obj) && self.fields.matches(obj)
     }
+
+    /// Whether objects can enter or leave this watch's view when they change.
+    pub fn has_selectors(&self) -> bool {
+        !self.labels.is_empty() || !self.fields.is_empty()
+    }
+}
+
+/// For a watch with selectors: the event type to send for a committed change (None: none)
+/// and whether the object is in the client's view afterwards. An object that starts to
+/// match arrives as ADDED and one that stops matching leaves as DELETED, as on a real server.
+pub fn selector_transition(
+    kind: crate::store::EventKind,
+    matches_now: bool,
+    in_view: bool,
+) -> (Option<&'static str>, bool) {
+    use crate::store::EventKind;
+    match (kind, matches_now, in_view) {
+        (EventKind::Deleted, now, before) => ((now || before).then_some("DELETED"), false),
+        (_, true, false) => (Some("ADDED"), true),
+        (kind, true, true) => (Some(kind.as_str()), true),
+        (_, false, true) => (Some("DELETED"), false),
+        (_, false, false) => (None, false),
+    }
 }
 
 /// The outcome of a resource request.
@@ -970,6 +993,28 @@ pub fn event_line(kind: &str, object: &Value) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn selector_transitions_table() {
+        use crate::store::EventKind::*;
+        let cases = [
+            (Added, true, false, Some("ADDED"), true),
+            (Modified, true, true, Some("MODIFIED"), true),
+            (Modified, true, false, Some("ADDED"), true),
+            (Modified, false, true, Some("DELETED"), false),
+            (Modified, false, false, None, false),
+            (Deleted, false, true, Some("DELETED"), false),
+            (Deleted, true, false, Some("DELETED"), false),
+            (Deleted, false, false, None, false),
+        ];
+        for (kind, now, before, send, after) in cases {
+            assert_eq!(
+                selector_transition(kind, now, before),
+                (send, after),
+                "{kind:?} {now} {before}"
+            );
+        }
+    }
 
     #[test]
     fn continue_tokens_round_trip() {
