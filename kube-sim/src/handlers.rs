@@ -91,6 +91,29 @@ impl WatchSpec {
         }
         self.labels.matches(obj) && self.fields.matches(obj)
     }
+
+    /// Whether objects can enter or leave this watch's view when they change.
+    pub fn has_selectors(&self) -> bool {
+        !self.labels.is_empty() || !self.fields.is_empty()
+    }
+}
+
+/// For a watch with selectors: the event type to send for a committed change (None: none)
+/// and whether the object is in the client's view afterwards. An object that starts to
+/// match arrives as ADDED and one that stops matching leaves as DELETED, as on a real server.
+pub fn selector_transition(
+    kind: crate::store::EventKind,
+    matches_now: bool,
+    in_view: bool,
+) -> (Option<&'static str>, bool) {
+    use crate::store::EventKind;
+    match (kind, matches_now, in_view) {
+        (EventKind::Deleted, now, before) => ((now || before).then_some("DELETED"), false),
+        (_, true, false) => (Some("ADDED"), true),
+        (kind, true, true) => (Some(kind.as_str()), true),
+        (_, false, true) => (Some("DELETED"), false),
+        (_, false, false) => (None, false),
+    }
 }
 
 /// The outcome of a resource request.
@@ -102,6 +125,8 @@ pub enum Reply {
         content_type: &'static str,
     },
     Watch(Box<WatchSpec>),
+    /// A plain-text body (pod logs).
+    Text(String),
 }
 
 impl Reply {
@@ -176,12 +201,20 @@ pub fn handle(store: &Store, req: &ApiRequest<'_>, path: &ResourcePath) -> Resul
     {
         return Err(resource_path_error());
     }
+    let namespace = path.namespace.clone().unwrap_or_default();
+    if path.subresource.as_deref() == Some("log") && req.method == "GET" {
+        return pod_log(
+            store,
+            &rt,
+            &namespace,
+            path.name.as_deref().unwrap_or_default(),
+        );
+    }
     if let Some(sub) = &path.subresource
         && !matches!(sub.as_str(), "status" | "scale")
     {
         return Err(ApiError::method_not_allowed());
     }
-    let namespace = path.namespace.clone().unwrap_or_default();
     let verb = verb_of(req.method, path, req.query, req.content_type);
     match (verb, path.name.as_deref()) {
         ("watch", name) => watch_spec(req, &info, path, name).map(|w| Reply::Watch(Box::new(w))),
@@ -235,6 +268,19 @@ pub fn handle(store: &Store, req: &ApiRequest<'_>, path: &ResourcePath) -> Resul
         }
         _ => Err(ApiError::method_not_allowed()),
     }
+}
+
+/// Simulated containers write nothing: the log of an existing pod is empty.
+fn pod_log(
+    store: &Store,
+    rt: &ResourceType,
+    namespace: &str,
+    name: &str,
+) -> Result<Reply, ApiError> {
+    if store.get(rt, namespace, name).is_none() {
+        return Err(ApiError::not_found(rt, name));
+    }
+    Ok(Reply::Text(String::new()))
 }
 
 fn get(
@@ -421,6 +467,11 @@ fn parse_body(req: &ApiRequest<'_>, info: &ResourceInfo) -> Result<Value, ApiErr
         }
         "application/yaml" | "application/x-yaml" | "text/yaml" => {
             apply::parse_yaml_or_json(req.body)
+        }
+        crate::protobuf::MEDIA_TYPE => {
+            return crate::protobuf::decode(req.body, &info.kind).map_err(|e| {
+                ApiError::new(415, "UnsupportedMediaType", format!("protobuf body: {e}"))
+            });
         }
         _ => return Err(ApiError::unsupported_body_type()),
     };
@@ -942,6 +993,28 @@ pub fn event_line(kind: &str, object: &Value) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn selector_transitions_table() {
+        use crate::store::EventKind::*;
+        let cases = [
+            (Added, true, false, Some("ADDED"), true),
+            (Modified, true, true, Some("MODIFIED"), true),
+            (Modified, true, false, Some("ADDED"), true),
+            (Modified, false, true, Some("DELETED"), false),
+            (Modified, false, false, None, false),
+            (Deleted, false, true, Some("DELETED"), false),
+            (Deleted, true, false, Some("DELETED"), false),
+            (Deleted, false, false, None, false),
+        ];
+        for (kind, now, before, send, after) in cases {
+            assert_eq!(
+                selector_transition(kind, now, before),
+                (send, after),
+                "{kind:?} {now} {before}"
+            );
+        }
+    }
 
     #[test]
     fn continue_tokens_round_trip() {
