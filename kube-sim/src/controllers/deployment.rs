@@ -258,6 +258,15 @@ fn counts(all: &[&Value], new_rs: Option<&Value>) -> Counts {
 /// One sync of a Deployment against the ReplicaSets it controls.
 pub fn reconcile(dep: &Value, owned: &[Value], now: jiff::Timestamp) -> DeploymentSync {
     let mut out = DeploymentSync::default();
+    if !meta::well_formed(dep) {
+        return out;
+    }
+    let owned: Vec<Value> = owned
+        .iter()
+        .filter(|rs| meta::well_formed(rs))
+        .cloned()
+        .collect();
+    let owned = owned.as_slice();
     let now_text = crate::clock::format_time(now);
     let replicas = meta::spec_replicas(dep);
     let (surge, _) = fenceposts(dep);

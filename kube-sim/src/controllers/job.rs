@@ -31,6 +31,9 @@ fn job_condition(kind: &str, reason: &str, message: &str, now: &str) -> Value {
 /// One sync of a Job against its pods.
 pub fn reconcile(job: &Value, owned: &[Value], now: jiff::Timestamp) -> JobSync {
     let mut out = JobSync::default();
+    if !meta::well_formed(job) {
+        return out;
+    }
     let now_text = crate::clock::format_time(now);
     let name = meta::name(job);
     let completions = job["spec"]["completions"].as_i64().unwrap_or(1).max(0);

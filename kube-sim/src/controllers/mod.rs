@@ -435,7 +435,14 @@ impl Runner {
             let Some(obj) = self.store.get(&kind.rt(), namespace, name) else {
                 continue;
             };
-            match kind {
+            if !meta::well_formed(&obj) {
+                tracing::warn!(kind = ?kind, namespace = %namespace, name = %name, "malformed object; controllers leave it alone");
+                continue;
+            }
+            // An object shaped in a way no real API server would accept must not stop the
+            // controllers of the whole cluster: report it and go on.
+            let kind = *kind;
+            let synced = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match kind {
                 Kind::Crd => self.sync_crd(&obj),
                 Kind::Deployment => self.sync_deployment(&obj),
                 Kind::ReplicaSet => self.sync_replicaset(&obj),
@@ -445,6 +452,9 @@ impl Runner {
                 Kind::Pod => self.sync_pod(&obj),
                 Kind::Claim => self.sync_claim(&obj),
                 Kind::ControllerRevision => {}
+            }));
+            if synced.is_err() {
+                tracing::error!(kind = ?kind, namespace = %key.1, name = %key.2, "controller failed on this object; skipped");
             }
         }
     }
@@ -946,4 +956,70 @@ impl Runner {
 
 fn meta_component(spec: &EventSpec) -> &'static str {
     spec.component
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Objects shaped as no API server would accept them: the pure controllers must cope.
+    fn odd_objects() -> Vec<Value> {
+        let shapes = [
+            json!(null),
+            json!("text"),
+            json!([1, 2]),
+            json!({}),
+            json!({"metadata": "x", "spec": "y", "status": 3}),
+            json!({"metadata": {"name": 5, "annotations": "a", "labels": []},
+                   "spec": {"replicas": "many", "template": "t", "selector": 1,
+                            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "x%", "maxUnavailable": [1]}}}}),
+            json!({"metadata": {"name": "w"}, "spec": {"replicas": -5, "template": {"metadata": "m", "spec": {"containers": "c"}}}}),
+            json!({"metadata": {"name": "w"}, "spec": {"replicas": 2, "template": {"spec": {"containers": [null, 1, {"name": 2, "image": []}],
+                   "initContainers": {"a": 1}}}, "volumeClaimTemplates": [null, {"metadata": 1, "spec": 2}],
+                   "progressDeadlineSeconds": -1, "minReadySeconds": i64::MAX, "revisionHistoryLimit": -3}}),
+            json!({"metadata": {"name": "w"}, "spec": {"replicas": 9_000_000_000i64, "completions": i64::MAX, "parallelism": i64::MAX,
+                   "updateStrategy": {"rollingUpdate": {"partition": i64::MIN}}, "template": null}}),
+        ];
+        shapes.to_vec()
+    }
+
+    #[test]
+    fn odd_objects_do_not_panic_the_controllers() {
+        let now: jiff::Timestamp = "2026-11-30T08:00:00Z".parse().unwrap();
+        let nodes = nodes::node_infos("sim-1");
+        let placement = pods::Placement {
+            node: "n".into(),
+            host_ip: "1.2.3.4".into(),
+            pod_ip: "10.0.0.1".into(),
+        };
+        for obj in odd_objects() {
+            let others = odd_objects();
+            let _ = deployment::reconcile(&obj, &others, now);
+            let _ = replicaset::reconcile(&obj, &others, now);
+            let _ = statefulset::reconcile(&obj, &others, &others, now);
+            let _ = daemonset::reconcile(&obj, &others, &others, &nodes, now);
+            let _ = job::reconcile(&obj, &others, now);
+            let _ = crd::established_status(&obj, now);
+            let _ = statefulset::claims_for(&obj, 0);
+            let behaviours = [
+                rules::Behaviour::CrashLoopBackOff,
+                rules::Behaviour::ImagePullBackOff,
+            ];
+            for age in [0, 1, 100, 100_000] {
+                let later = meta::add(now, Duration::from_secs(age));
+                let _ = pods::pod_status_at(
+                    &obj,
+                    &behaviours,
+                    &behaviours,
+                    &[None],
+                    &placement,
+                    now,
+                    later,
+                );
+            }
+            for old in odd_objects() {
+                let _ = events::kubelet_events(&obj, &old, &obj, "n");
+            }
+        }
+    }
 }

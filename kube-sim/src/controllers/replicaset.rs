@@ -27,6 +27,9 @@ pub struct ReplicaSetSync {
 /// One sync of a ReplicaSet against the pods it controls.
 pub fn reconcile(rs: &Value, owned: &[Value], now: jiff::Timestamp) -> ReplicaSetSync {
     let mut out = ReplicaSetSync::default();
+    if !meta::well_formed(rs) {
+        return out;
+    }
     let want = meta::spec_replicas(rs);
     let min_ready = rs["spec"]["minReadySeconds"].as_i64().unwrap_or(0);
     let mut active: Vec<&Value> = owned.iter().filter(|p| pods::is_active(p)).collect();

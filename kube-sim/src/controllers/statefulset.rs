@@ -116,6 +116,9 @@ pub fn reconcile(
     now: jiff::Timestamp,
 ) -> StatefulSetSync {
     let mut out = StatefulSetSync::default();
+    if !meta::well_formed(sts) {
+        return out;
+    }
     let name = meta::name(sts);
     let replicas = meta::spec_replicas(sts);
     let (update_rev, hash) = update_revision(sts);
