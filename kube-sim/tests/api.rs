@@ -1059,6 +1059,20 @@ async fn crd_is_served_after_create() {
         recorded["metadata"]["managedFields"][0]["fieldsV1"]
     );
     assert!(w.get("status").is_none());
+    let table = api
+        .send_as("GET", "/apis/example.com/v1/namespaces/rec-crd/widgets", None, Bytes::new(), Some(&api.token),
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json")
+        .await
+        .json();
+    let recorded_table = recording("06-cr-get-as-table.json");
+    assert_eq!(
+        table["columnDefinitions"],
+        recorded_table["columnDefinitions"]
+    );
+    assert_eq!(
+        table["rows"][0]["cells"],
+        recorded_table["rows"][0]["cells"]
+    );
     let status = api
         .send("PATCH", "/apis/example.com/v1/namespaces/rec-crd/widgets/w1/status?fieldManager=widget-controller", Some(APPLY), recording("06-cr-ssa-status-request-body.json").to_string())
         .await;
