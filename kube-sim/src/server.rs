@@ -743,10 +743,12 @@ impl WatchStream {
         if self.dropped() {
             return Err(Stop);
         }
-        self.tx
-            .send(handlers::event_line(kind, object))
-            .await
-            .map_err(|_| Stop)?;
+        let line = if self.spec.metadata_only && kind != "ERROR" {
+            handlers::event_line(kind, &handlers::partial_metadata(object))
+        } else {
+            handlers::event_line(kind, object)
+        };
+        self.tx.send(line).await.map_err(|_| Stop)?;
         if kind != "BOOKMARK" {
             self.sent_events += 1;
         }
