@@ -148,7 +148,10 @@ async fn serve_connection(state: Arc<ClusterState>, stream: TcpStream) {
         let state = service_state.clone();
         async move { Ok::<_, Infallible>(handle(state, req).await) }
     });
-    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    // Clients multiplex many watches over one HTTP/2 connection (the real server allows
+    // hundreds of streams per connection).
+    builder.http2().max_concurrent_streams(1000);
     match &state.tls {
         Some(config) => {
             let acceptor = tokio_rustls::TlsAcceptor::from(config.clone());
