@@ -80,6 +80,8 @@ pub struct WatchSpec {
     pub send_initial_events: bool,
     pub bookmarks: bool,
     pub timeout_seconds: Option<u64>,
+    /// Send objects as PartialObjectMetadata.
+    pub metadata_only: bool,
 }
 
 impl WatchSpec {
@@ -218,14 +220,27 @@ pub fn handle(store: &Store, req: &ApiRequest<'_>, path: &ResourcePath) -> Resul
     let verb = verb_of(req.method, path, req.query, req.content_type);
     match (verb, path.name.as_deref()) {
         ("watch", name) => watch_spec(req, &info, path, name).map(|w| Reply::Watch(Box::new(w))),
-        ("get", Some(name)) => get(
-            store,
-            &rt,
-            &info,
-            &namespace,
-            name,
-            path.subresource.as_deref(),
-        ),
+        ("get", Some(name)) => {
+            let reply = get(
+                store,
+                &rt,
+                &info,
+                &namespace,
+                name,
+                path.subresource.as_deref(),
+            )?;
+            if path.subresource.is_none()
+                && wants_partial_metadata(req.accept)
+                && let Reply::Json { body, .. } = &reply
+            {
+                return Ok(Reply::Json {
+                    status: 200,
+                    body: partial_metadata(body),
+                    content_type: "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+                });
+            }
+            Ok(reply)
+        }
         ("list", None) => list(store, req, &rt, &info, path.namespace.as_deref()),
         ("create", None) => {
             if info.namespaced && path.namespace.is_none() {
@@ -298,6 +313,19 @@ fn get(
         return Ok(Reply::ok(scale_of(&obj, info)));
     }
     Ok(Reply::ok(obj))
+}
+
+/// Whether the client asks for metadata only (kube's `get_metadata`, metadata watchers).
+pub fn wants_partial_metadata(accept: &str) -> bool {
+    accept.split(',').next().is_some_and(|first| {
+        first.contains("as=PartialObjectMetadata") && first.contains("g=meta.k8s.io")
+    })
+}
+
+/// An object reduced to its metadata, as `meta.k8s.io/v1` PartialObjectMetadata.
+pub fn partial_metadata(obj: &Value) -> Value {
+    json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+        "metadata": obj.get("metadata").cloned().unwrap_or(json!({}))})
 }
 
 /// The autoscaling/v1 Scale of a workload.
@@ -398,6 +426,15 @@ fn list(
         list_meta.insert("remainingItemCount".into(), json!(remaining));
     } else if info.crd.is_some() {
         list_meta.insert("continue".into(), json!(""));
+    }
+    if wants_partial_metadata(req.accept) {
+        let items: Vec<Value> = selected.iter().map(|o| partial_metadata(o)).collect();
+        return Ok(Reply::Json {
+            status: 200,
+            body: json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
+                "metadata": list_meta, "items": items}),
+            content_type: "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
+        });
     }
     if table::wants_table(req.accept) {
         let body = table::table_for(info, &selected, Value::Object(list_meta), store.clock());
@@ -950,6 +987,7 @@ fn watch_spec(
         send_initial_events,
         bookmarks: req.flag("allowWatchBookmarks"),
         timeout_seconds,
+        metadata_only: wants_partial_metadata(req.accept),
     })
 }
 

@@ -610,7 +610,7 @@ impl Store {
         obj: Value,
         opts: &WriteOptions,
     ) -> Result<Value, ApiError> {
-        self.replace(rt, obj, opts, false)
+        self.replace(rt, obj, opts, false, None)
     }
 
     /// Replaces only `.status` (and nothing else) of the stored object.
@@ -620,7 +620,21 @@ impl Store {
         obj: Value,
         opts: &WriteOptions,
     ) -> Result<Value, ApiError> {
-        self.replace(rt, obj, opts, true)
+        self.replace(rt, obj, opts, true, None)
+    }
+
+    /// `update_with` / `update_status_with` for a caller that already read the stored
+    /// object (`current`: its resourceVersion and value), saving a second read. A write in
+    /// between is still detected.
+    pub(crate) fn update_known(
+        &self,
+        rt: &ResourceType,
+        obj: Value,
+        opts: &WriteOptions,
+        status_only: bool,
+        current: (u64, Value),
+    ) -> Result<Value, ApiError> {
+        self.replace(rt, obj, opts, status_only, Some(current))
     }
 
     fn replace(
@@ -629,6 +643,7 @@ impl Store {
         mut obj: Value,
         opts: &WriteOptions,
         status_only: bool,
+        current: Option<(u64, Value)>,
     ) -> Result<Value, ApiError> {
         let info = self.info(rt)?;
         if !obj.is_object() {
@@ -664,9 +679,12 @@ impl Store {
             return Err(ApiError::resource_version_required(rt, &name));
         }
         let key = (namespace.clone(), name.clone());
-        let (old_rv, old_value) = self
-            .get_stored(rt, &key)
-            .ok_or_else(|| ApiError::not_found(rt, &name))?;
+        let (old_rv, old_value) = match current {
+            Some(known) => known,
+            None => self
+                .get_stored(rt, &key)
+                .ok_or_else(|| ApiError::not_found(rt, &name))?,
+        };
         let old_obj = &old_value;
         if let Some(expected) = &expected_rv
             && *expected != old_rv.to_string()
@@ -779,7 +797,7 @@ impl Store {
                     if let Some(m) = retry.get_mut("metadata").and_then(Value::as_object_mut) {
                         m.remove("resourceVersion");
                     }
-                    return self.replace(rt, retry, opts, status_only);
+                    return self.replace(rt, retry, opts, status_only, None);
                 }
             };
         }
@@ -874,7 +892,8 @@ impl Store {
         let is_crd = rt.group == "apiextensions.k8s.io";
         let meta = metadata_mut(obj);
         meta.insert("deletionTimestamp".into(), json!(now));
-        if is_namespace {
+        if !is_namespace && !is_crd {
+            // As recorded for foreground deletion; namespaces and CRDs carry none.
             meta.insert("deletionGracePeriodSeconds".into(), json!(0));
         }
         let finalizer = if is_crd {
@@ -1327,6 +1346,8 @@ mod tests {
         assert!(fields["f:spec"].get("f:tolerations").is_none());
         assert!(fields["f:spec"].get("f:serviceAccountName").is_none());
         assert_eq!(fields["f:spec"]["f:dnsPolicy"], json!({}));
+        assert_eq!(fields["f:spec"]["f:enableServiceLinks"], json!({}));
+        assert!(fields["f:spec"].get("f:priority").is_none());
         let container = &fields["f:spec"]["f:containers"]["k:{\"name\":\"web\"}"];
         assert_eq!(container["f:ports"]["."], json!({}));
         assert!(container.get("f:volumeMounts").is_none());
