@@ -5,6 +5,27 @@
 //! touches (the object, its controlling owner, pods waiting for a ConfigMap), and writes
 //! through the store as `kube-controller-manager` (workloads) or `kubelet` (pod status).
 //! The decisions themselves are pure functions in the submodules.
+//!
+//! What runs: Deployments (rolling update and Recreate, revisions, rollback by template,
+//! progress deadline), ReplicaSets, StatefulSets (OrderedReady or Parallel, partition,
+//! ControllerRevisions, volume claims), DaemonSets (one pod per simulated node), Jobs,
+//! CRD establishment, PersistentVolumeClaim binding, garbage collection by owner, Events,
+//! and three Nodes per cluster. All times are simulated (see [`crate::clock::Clock`]).
+//!
+//! Pods follow the behaviour of their image (see [`crate::rules`]), in simulated time from
+//! when the kubelet takes the pod:
+//!
+//! | image contains | what the pod does |
+//! |---|---|
+//! | (anything else) | ContainerCreating for 0.5 s, Running, Ready 0.5 s later (or after `readinessProbe.initialDelaySeconds`) |
+//! | `doesnotexist` | ErrImagePull for 2 s, then ImagePullBackOff for 10, 20, 40 ... 300 s, alternating |
+//! | `crashloop` | runs 1 s, exits 1, restarts after 1 s, then CrashLoopBackOff 10, 20 ... 300 s; restartCount 2 at ~13.5 s |
+//! | `neverready` | Running, never Ready |
+//! | `slowstart` | Running, Ready at 20 s |
+//!
+//! A container whose env/envFrom names a missing ConfigMap or Secret (or key) waits in
+//! CreateContainerConfigError until it exists. Pods with restartPolicy Never/OnFailure run
+//! 2 s to completion (Succeeded) or fail (Failed). Init containers run first, in order.
 
 pub mod crd;
 pub mod daemonset;
