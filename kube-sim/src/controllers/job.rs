@@ -108,11 +108,12 @@ pub fn reconcile(job: &Value, owned: &[Value], now: jiff::Timestamp) -> JobSync 
                 message,
                 &now_text,
             ));
-            conditions.push(job_condition("Complete", "True", "", &now_text));
-            if let Some(last) = conditions.last_mut() {
-                last["reason"] = json!("CompletionsReached");
-                last["message"] = json!(message);
-            }
+            conditions.push(job_condition(
+                "Complete",
+                "CompletionsReached",
+                message,
+                &now_text,
+            ));
             completion_time = json!(now_text);
             out.events.push(Note {
                 kind: "Normal",
