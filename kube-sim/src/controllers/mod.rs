@@ -36,6 +36,7 @@ pub mod meta;
 pub mod nodes;
 pub mod pods;
 pub mod replicaset;
+pub mod scheduler;
 pub mod statefulset;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -822,14 +823,14 @@ impl Runner {
     }
 
     /// Picks the least loaded node (the scheduler's part) for pods without one.
-    fn place(&mut self, node_name: Option<&str>) -> (usize, pods::Placement) {
-        let index = node_name
-            .and_then(|n| self.nodes.iter().position(|node| node.name == n))
-            .unwrap_or_else(|| {
-                (0..self.node_load.len())
-                    .min_by_key(|&i| (self.node_load[i], i))
-                    .unwrap_or(0)
-            });
+    /// The node for a pod (its own, or the least loaded one it fits), None if none fits.
+    fn place(&mut self, pod: &Value) -> Option<(usize, pods::Placement)> {
+        let index = match pod["spec"]["nodeName"].as_str() {
+            Some(name) => self.nodes.iter().position(|node| node.name == name)?,
+            None => (0..self.nodes.len())
+                .filter(|&i| scheduler::fits(pod, &self.nodes[i]))
+                .min_by_key(|&i| (self.node_load.get(i).copied().unwrap_or(0), i))?,
+        };
         if let Some(load) = self.node_load.get_mut(index) {
             *load += 1;
         }
@@ -839,23 +840,42 @@ impl Runner {
             .get(index)
             .map(|n| n.name.clone())
             .unwrap_or_default();
-        (
+        Some((
             index,
             pods::Placement {
                 node: name,
                 host_ip: nodes::node_ip(index),
                 pod_ip: nodes::pod_ip(index, self.pods_placed),
             },
-        )
+        ))
     }
 
     fn create_pod(&mut self, mut pod: Value) -> Option<Value> {
-        // Spread controller pods over the nodes in turn (the scheduler's part).
+        // Spread controller pods over the nodes they fit, in turn (the scheduler's part).
+        // A pod that fits none stays unbound; the kubelet side reports it Unschedulable.
         if pod["spec"]["nodeName"].is_null() && !self.nodes.is_empty() {
-            self.next_node = (self.next_node + 1) % self.nodes.len();
-            pod["spec"]["nodeName"] = json!(self.nodes[self.next_node].name);
+            for _ in 0..self.nodes.len() {
+                self.next_node = (self.next_node + 1) % self.nodes.len();
+                if scheduler::fits(&pod, &self.nodes[self.next_node]) {
+                    pod["spec"]["nodeName"] = json!(self.nodes[self.next_node].name);
+                    break;
+                }
+            }
         }
         self.create(Kind::Pod, pod)
+    }
+
+    fn report_unschedulable(&mut self, pod: &Value) {
+        let status = scheduler::unschedulable_status(pod, self.nodes.len(), self.now());
+        if let Some(updated) = self.write_status(Kind::Pod, pod, status, "kube-scheduler") {
+            let spec = EventSpec::new(
+                "Warning",
+                "FailedScheduling",
+                scheduler::unschedulable_message(self.nodes.len()),
+                "default-scheduler",
+            );
+            self.record(&updated, spec);
+        }
     }
 
     /// The kubelet: advance the pod along its behaviour's timeline.
@@ -869,7 +889,12 @@ impl Runner {
         if !self.kubelet.contains_key(&uid) {
             // Bind unscheduled pods to a node, as the scheduler would.
             let node_name = pod["spec"]["nodeName"].as_str().map(str::to_string);
-            let (node_index, placement) = self.place(node_name.as_deref());
+            let Some((node_index, placement)) = self.place(&pod) else {
+                if node_name.is_none() {
+                    self.report_unschedulable(&pod);
+                }
+                return;
+            };
             if node_name.is_none() {
                 pod["spec"]["nodeName"] = json!(placement.node);
                 match self
