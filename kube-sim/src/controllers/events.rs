@@ -241,6 +241,65 @@ pub fn kubelet_events(pod: &Value, old: &Value, new: &Value, node: &str) -> Vec<
     out
 }
 
+/// The kubelet's readiness-probe failure for containers that never pass it (`never_ready`
+/// per container), recorded when such a container starts running. Containers without a
+/// readiness probe have nothing to fail.
+pub fn readiness_failures(
+    pod: &Value,
+    old: &Value,
+    new: &Value,
+    node: &str,
+    never_ready: &[bool],
+) -> Vec<EventSpec> {
+    let empty = Vec::new();
+    let old_statuses = old["containerStatuses"].as_array().unwrap_or(&empty);
+    let mut out = Vec::new();
+    for (i, now) in new["containerStatuses"]
+        .as_array()
+        .unwrap_or(&empty)
+        .iter()
+        .enumerate()
+    {
+        let container = &pod["spec"]["containers"][i];
+        let probe = &container["readinessProbe"];
+        if !never_ready.get(i).copied().unwrap_or(false) || !probe.is_object() {
+            continue;
+        }
+        let before = old_statuses.iter().find(|c| c["name"] == now["name"]);
+        let was_running = before.is_some_and(|c| c["state"]["running"].is_object());
+        if !now["state"]["running"].is_object() || was_running {
+            continue;
+        }
+        let detail = if probe["httpGet"].is_object() {
+            "HTTP probe failed with statuscode: 503".to_string()
+        } else if probe["tcpSocket"].is_object() {
+            let port = &probe["tcpSocket"]["port"];
+            let port = port
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| port.to_string());
+            format!(
+                "dial tcp {}:{port}: connect: connection refused",
+                new["podIP"].as_str().unwrap_or_default()
+            )
+        } else if probe["grpc"].is_object() {
+            "timeout: failed to connect service within 1s".to_string()
+        } else {
+            String::new()
+        };
+        let name = now["name"].as_str().unwrap_or_default();
+        out.push(EventSpec {
+            kind: "Warning",
+            reason: "Unhealthy".to_string(),
+            message: format!("Readiness probe failed: {detail}"),
+            field_path: Some(format!("spec.containers{{{name}}}")),
+            component: "kubelet",
+            host: Some(node.to_string()),
+        });
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -318,6 +377,32 @@ mod tests {
             events[0].message,
             "Back-off restarting failed container web in pod web-1_ns(u1)"
         );
+    }
+
+    #[test]
+    fn never_ready_containers_with_a_probe_fail_it() {
+        let mut p = pod();
+        p["spec"]["containers"][0]["readinessProbe"] =
+            json!({"httpGet": {"path": "/", "port": 8080}});
+        let running = json!({"podIP": "10.0.0.1", "containerStatuses": [{"name": "web", "state": {"running": {}}}]});
+        let events =
+            readiness_failures(&p, &status("ContainerCreating", 0), &running, "n1", &[true]);
+        assert_eq!(
+            events[0].message,
+            "Readiness probe failed: HTTP probe failed with statuscode: 503"
+        );
+        assert_eq!(events[0].reason, "Unhealthy");
+        assert!(
+            readiness_failures(
+                &p,
+                &status("ContainerCreating", 0),
+                &running,
+                "n1",
+                &[false]
+            )
+            .is_empty()
+        );
+        assert!(readiness_failures(&p, &running, &running, "n1", &[true]).is_empty());
     }
 
     #[test]

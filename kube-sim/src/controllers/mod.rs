@@ -993,6 +993,19 @@ impl Runner {
             {
                 self.record(&updated, spec);
             }
+            let never_ready: Vec<bool> = behaviours
+                .iter()
+                .map(|b| *b == rules::Behaviour::NeverReady)
+                .collect();
+            for spec in events::readiness_failures(
+                &updated,
+                &old_status,
+                &view.status,
+                &state.placement.node,
+                &never_ready,
+            ) {
+                self.record(&updated, spec);
+            }
         }
         if let Some(after) = view.next_change {
             self.schedule(key_of(Kind::Pod, &pod), after);
