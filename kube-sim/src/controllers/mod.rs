@@ -557,7 +557,7 @@ impl Runner {
                     for field in ["count", "lastTimestamp", "message"] {
                         stored[field] = event[field].clone();
                     }
-                    let _ = self.store.update(&rt, stored, meta_component(&spec));
+                    let _ = self.store.update(&rt, stored, spec.component);
                 }
                 self.event_records
                     .entry(uid)
@@ -567,7 +567,7 @@ impl Runner {
             None => {
                 let first = crate::clock::format_time(now);
                 let event = events::event_object(involved, &spec, now, 1, &first);
-                if let Ok(created) = self.store.create(&rt, event, meta_component(&spec)) {
+                if let Ok(created) = self.store.create(&rt, event, spec.component) {
                     let record = EventRecord {
                         name: meta::name(&created).to_string(),
                         namespace: meta::namespace(&created).to_string(),
@@ -1011,10 +1011,6 @@ impl Runner {
             self.schedule(key_of(Kind::Pod, &pod), after);
         }
     }
-}
-
-fn meta_component(spec: &EventSpec) -> &'static str {
-    spec.component
 }
 
 #[cfg(test)]
