@@ -2,6 +2,7 @@
 
 pub mod git;
 pub mod lock;
+pub mod manage;
 pub mod redact;
 pub mod release;
 pub mod rollback;
