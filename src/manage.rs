@@ -177,7 +177,7 @@ pub fn is_good(record: &ReleaseRecord) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::release::{RecordCommit, ReleaseKind, RunInfo};
+    use crate::release::{RecordCommit, ReleaseKind, ReleaseStatus, RunInfo};
     use serde_json::json;
 
     fn rec(revision: u64, status: ReleaseStatus) -> ReleaseRecord {
