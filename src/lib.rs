@@ -1,1 +1,13 @@
 //! rollguard: deploy Kubernetes manifests to many clusters at once, fail fast, roll back by itself.
+
+pub mod apply;
+pub mod cli;
+pub mod demo;
+pub mod error;
+pub mod fleet;
+pub mod pipeline;
+pub mod progress;
+pub mod retry;
+pub mod shim;
+pub mod target;
+pub mod wait;
