@@ -198,6 +198,7 @@ mod tests {
             finished_at: Some("2026-11-30T09:01:05Z".parse().unwrap()),
             run: RunInfo::default(),
             digest: None,
+            default_namespace: None,
             objects: vec![],
             manifests: Some(vec![
                 json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db", "namespace": "shop"},

@@ -237,6 +237,9 @@ pub struct ReleaseRecord {
     /// Digest of the manifest set as applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
+    /// The namespace given to namespaced objects without one when they were applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_namespace: Option<String>,
     /// Every object the revision applied, in apply order.
     #[serde(default)]
     pub objects: Vec<ObjectRef>,
@@ -287,6 +290,7 @@ pub struct ReleaseDraft {
     pub commit: Option<RecordCommit>,
     pub target: Option<String>,
     pub digest: Option<String>,
+    pub default_namespace: Option<String>,
     pub objects: Vec<ObjectRef>,
     /// Bodies exactly as applied (None: keep the commit only, e.g. a record that was itself
     /// rebuilt from git).
@@ -295,11 +299,12 @@ pub struct ReleaseDraft {
 }
 
 impl ReleaseDraft {
-    /// A draft from object bodies as they will be applied; the object list is derived.
-    pub fn from_bodies(bodies: Vec<serde_json::Value>, digest: Option<String>) -> ReleaseDraft {
+    /// A draft from object bodies as they will be applied; the object list and digest are
+    /// derived (the list is replaced by what was really applied when the record finishes).
+    pub fn from_bodies(bodies: Vec<serde_json::Value>) -> ReleaseDraft {
         let objects = bodies.iter().filter_map(ObjectRef::from_body).collect();
         ReleaseDraft {
-            digest,
+            digest: Some(digest_bodies(&bodies)),
             objects,
             manifests: Some(bodies),
             ..ReleaseDraft::default()
@@ -336,11 +341,33 @@ pub enum ReleaseError {
     Encode(String),
 }
 
+impl ReleaseError {
+    /// The API or transport error underneath, if any (to describe it like other target errors).
+    pub fn kube_error(&self) -> Option<&kube::Error> {
+        match self {
+            ReleaseError::Kube { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
 pub type Result<T, E = ReleaseError> = std::result::Result<T, E>;
 
 // ---------------------------------------------------------------------------------------
 // Pure decisions
 // ---------------------------------------------------------------------------------------
+
+/// `sha256:<hex>` of the bodies in order: equal manifests give equal digests, so a rollback
+/// record and the revision it re-applied share one.
+pub fn digest_bodies(bodies: &[serde_json::Value]) -> String {
+    use sha2::Digest;
+    let mut hasher = sha2::Sha256::new();
+    for body in bodies {
+        hasher.update(body.to_string().as_bytes());
+        hasher.update(b"\n");
+    }
+    format!("sha256:{}", hex::encode(hasher.finalize()))
+}
 
 /// Secret name of a revision: `rollguard.<app>.v<revision>`.
 pub fn secret_name(app: &str, revision: u64) -> String {
@@ -613,6 +640,7 @@ impl ReleaseStore {
             finished_at: None,
             run: draft.run,
             digest: draft.digest,
+            default_namespace: draft.default_namespace,
             objects: draft.objects,
             manifests: draft.manifests,
             manifests_omitted: false,
@@ -710,11 +738,26 @@ impl ReleaseStore {
         status: ReleaseStatus,
         reason: Option<String>,
     ) -> Result<ReleaseRecord> {
+        self.finish_with_objects(revision, status, reason, None)
+            .await
+    }
+
+    /// [`ReleaseStore::finish`], replacing the object list with what was really applied.
+    pub async fn finish_with_objects(
+        &self,
+        revision: u64,
+        status: ReleaseStatus,
+        reason: Option<String>,
+        objects: Option<Vec<ObjectRef>>,
+    ) -> Result<ReleaseRecord> {
         let record = self
             .update(revision, |r| {
                 r.status = status;
                 r.reason = reason.clone();
                 r.finished_at = Some(Timestamp::now());
+                if let Some(objects) = &objects {
+                    r.objects = objects.clone();
+                }
             })
             .await?;
         let statuses = self.statuses().await?;
@@ -895,6 +938,7 @@ mod tests {
             finished_at: None,
             run: RunInfo::default(),
             digest: Some("d".into()),
+            default_namespace: None,
             objects: vec![],
             manifests: Some(vec![serde_json::json!({"kind": "ConfigMap"})]),
             manifests_omitted: false,

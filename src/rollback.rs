@@ -5,8 +5,24 @@
 //! not have stay, and are listed so that a human can decide.
 
 use std::collections::HashSet;
+use std::time::Duration;
 
-use crate::release::{ObjectRef, ReleaseRecord, ReleaseStatus};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::apply::{AppliedObject, ApplyOptions, apply_set};
+use crate::lock::{Lock, LockError, LockGuard, LockOptions};
+use crate::pipeline::{MAX_IN_FLIGHT, Plan, TargetRun, apply_failures};
+use crate::progress::{Progress, Stage};
+use crate::release::{
+    ObjectRef, RecordCommit, ReleaseDraft, ReleaseError, ReleaseOrigin, ReleaseRecord,
+    ReleaseStatus, ReleaseStore, RunInfo,
+};
+use crate::shim::config::{Config, FailurePolicy, TargetConfig};
+use crate::shim::manifest::{ManifestObject, ManifestSet, Origin};
+use crate::shim::report::{CommitInfo, Failure, RollbackReport, TargetOutcome};
+use crate::target::{ClusterAccess, describe_error};
+use crate::wait::{WaitFailure, WaitOptions, wait_for_rollout};
 
 /// Across targets, after a failure: which targets roll back (`on_failure`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,6 +168,524 @@ pub fn choose_manual_target(
         .ok_or(RollbackChoiceError::NoEarlierGood)
 }
 
+// ---------------------------------------------------------------------------------------
+// The deploy flow: the lock and the record around one target's deploy (`prepare`), then the
+// failure policy and the rollbacks across targets (`conclude`).
+// ---------------------------------------------------------------------------------------
+
+/// How long the rollbacks may take after a cancel signal: GitHub sends SIGKILL 10 s after
+/// SIGINT, and the records and the report must be written before that.
+pub const CANCEL_ROLLBACK_BUDGET: Duration = Duration::from_secs(4);
+
+/// The release settings of the config, read in one place.
+#[derive(Debug, Clone)]
+pub struct ReleaseSettings {
+    /// history.namespace (None: the target's default namespace).
+    pub history_namespace: Option<String>,
+    pub keep: usize,
+    pub lock_timeout: Duration,
+    pub rollback_timeout: Duration,
+    pub on_failure: Policy,
+    /// on_cancel: rollback (true) or leave.
+    pub on_cancel_rollback: bool,
+}
+
+impl ReleaseSettings {
+    pub fn from_config(config: &Config) -> ReleaseSettings {
+        ReleaseSettings {
+            history_namespace: None,
+            keep: 10,
+            lock_timeout: Duration::from_secs(120),
+            rollback_timeout: config.wait.timeout,
+            on_failure: match config.on_failure {
+                FailurePolicy::RollbackAll => Policy::RollbackAll,
+                FailurePolicy::RollbackFailed => Policy::RollbackFailed,
+                FailurePolicy::RollbackIfAllFail => Policy::RollbackIfAllFail,
+                FailurePolicy::None => Policy::None,
+            },
+            on_cancel_rollback: true,
+        }
+    }
+}
+
+/// The release side of one target's deploy: the held lock, the last good record, and this
+/// run's record (pending until [`conclude`]).
+pub struct TargetRelease {
+    pub store: ReleaseStore,
+    lock: Option<LockGuard>,
+    pub last_good: Option<ReleaseRecord>,
+    pub record: ReleaseRecord,
+    /// The namespace for namespaced objects without one on this target.
+    pub default_namespace: String,
+}
+
+impl TargetRelease {
+    /// Release the lock (a failure only delays the next run until the lease lapses).
+    pub async fn unlock(&mut self) -> Option<String> {
+        let lock = self.lock.take()?;
+        match lock.release().await {
+            Ok(()) => None,
+            Err(e) => Some(format!(
+                "could not release the lock ({e}); it lapses by itself after its lease duration"
+            )),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    #[error("release history: {0}")]
+    History(#[from] ReleaseError),
+    #[error("cancelled while waiting for the lock")]
+    Cancelled,
+}
+
+impl PrepareError {
+    /// As a report failure; transport errors are described like other target errors.
+    pub fn failure(&self, server: &str) -> Failure {
+        let kube = match self {
+            PrepareError::Lock(LockError::Kube { source, .. }) => Some(&**source),
+            PrepareError::History(e) => e.kube_error(),
+            _ => None,
+        };
+        let (object, reason) = match self {
+            PrepareError::Lock(LockError::Timeout { .. }) => ("lock", "LockTimeout".to_string()),
+            PrepareError::Lock(_) => ("lock", "LockError".to_string()),
+            PrepareError::History(_) => ("release history", "HistoryError".to_string()),
+            PrepareError::Cancelled => ("lock", "Cancelled".to_string()),
+        };
+        let reason = kube
+            .map(|e| describe_error(e, server).reason)
+            .unwrap_or(reason);
+        Failure {
+            object: object.to_string(),
+            reason,
+            message: self.to_string(),
+            ..Failure::default()
+        }
+    }
+}
+
+/// The record's commit from the report's.
+pub fn record_commit(commit: &CommitInfo) -> RecordCommit {
+    RecordCommit {
+        sha: commit.sha.clone(),
+        r#ref: commit.r#ref.clone(),
+        message: commit.message.clone(),
+    }
+}
+
+/// An applied object as the record lists it.
+pub fn applied_ref(applied: &AppliedObject) -> ObjectRef {
+    ObjectRef {
+        api_version: applied.resource.api_version.clone(),
+        kind: applied.resource.kind.clone(),
+        namespace: applied.namespace.clone(),
+        name: applied.name.clone(),
+    }
+}
+
+/// Before applying to a target: take the lock (waiting up to lock.timeout), mark records a
+/// dead run left pending as abandoned, read the last good record and begin this run's
+/// record. Returns notes for the report (a lock taken over, abandoned records).
+pub async fn prepare(
+    plan: &Plan,
+    target: &TargetConfig,
+    access: &ClusterAccess,
+    default_namespace: &str,
+    cancel: &CancellationToken,
+) -> Result<(TargetRelease, Vec<String>), PrepareError> {
+    let settings = ReleaseSettings::from_config(&plan.config);
+    let env = |k: &str| plan.env(k);
+    let namespace = settings
+        .history_namespace
+        .clone()
+        .unwrap_or_else(|| default_namespace.to_string());
+    let holder = crate::lock::holder_identity(&env);
+    let options = LockOptions::from_env(settings.lock_timeout, &env);
+    let app = &plan.config.app;
+    let lock = tokio::select! {
+        lock = Lock::acquire(access.client.clone(), app, &namespace, &holder, &options) => lock?,
+        _ = cancel.cancelled() => return Err(PrepareError::Cancelled),
+    };
+    let mut notes = Vec::new();
+    if let Some(previous) = lock.took_over_from() {
+        notes.push(format!(
+            "took over the lock from {previous}, whose lease had expired"
+        ));
+    }
+    let store = ReleaseStore::new(access.client.clone(), app, &namespace, settings.keep);
+    let begun = async {
+        for revision in store.mark_abandoned().await? {
+            notes.push(format!(
+                "release v{revision} was left pending by a run that died: marked failed (abandoned)"
+            ));
+        }
+        let last_good = store.last_good().await?;
+        let bodies = plan
+            .manifests
+            .objects
+            .iter()
+            .map(|o| o.body.clone())
+            .collect();
+        let mut draft = ReleaseDraft::from_bodies(bodies);
+        draft.commit = plan.commit.as_ref().map(record_commit);
+        draft.target = Some(target.name.clone());
+        draft.default_namespace = Some(default_namespace.to_string());
+        draft.run = RunInfo::from_env(&env);
+        let record = store.begin(draft, ReleaseOrigin::Deploy).await?;
+        Ok::<_, ReleaseError>((last_good, record))
+    }
+    .await;
+    match begun {
+        Ok((last_good, record)) => Ok((
+            TargetRelease {
+                store,
+                lock: Some(lock),
+                last_good,
+                record,
+                default_namespace: default_namespace.to_string(),
+            },
+            notes,
+        )),
+        Err(e) => {
+            let _ = lock.release().await;
+            Err(e.into())
+        }
+    }
+}
+
+/// After every target finished its deploy: write each target's record, decide with the
+/// failure policy (or `on_cancel`) which targets roll back, run those rollbacks all at once
+/// (one failing never stops the others), release the locks. Returns the rollback summary
+/// ("rolled back 2 of 3; eu: connection refused"), empty when nothing rolled back.
+pub async fn conclude(
+    plan: &Plan,
+    runs: &mut [TargetRun],
+    cancelled: bool,
+    progress: &Progress,
+) -> String {
+    let settings = ReleaseSettings::from_config(&plan.config);
+    let states: Vec<TargetState> = runs
+        .iter()
+        .map(|r| TargetState {
+            received: r.received_new_revision && r.release.is_some(),
+            failed: r.report.outcome != TargetOutcome::Deployed,
+        })
+        .collect();
+    let decisions = if cancelled {
+        targets_to_roll_back_on_cancel(settings.on_cancel_rollback, &states)
+    } else {
+        targets_to_roll_back(settings.on_failure, &states)
+    };
+    let budget = if cancelled {
+        settings.rollback_timeout.min(CANCEL_ROLLBACK_BUDGET)
+    } else {
+        settings.rollback_timeout
+    };
+    let deadline = Instant::now() + budget;
+    let settle = runs.iter_mut().zip(decisions).map(|(run, roll_back)| {
+        settle_target(
+            plan, &settings, run, roll_back, cancelled, deadline, progress,
+        )
+    });
+    let results: Vec<RollbackResult> = futures::future::join_all(settle)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    summary(&results)
+}
+
+/// One target's part of [`conclude`].
+async fn settle_target(
+    plan: &Plan,
+    settings: &ReleaseSettings,
+    run: &mut TargetRun,
+    roll_back: bool,
+    cancelled: bool,
+    deadline: Instant,
+    progress: &Progress,
+) -> Option<RollbackResult> {
+    let release = run.release.as_mut()?;
+    let (status, reason) = match run.report.outcome {
+        TargetOutcome::Deployed => (ReleaseStatus::Deployed, None),
+        TargetOutcome::Cancelled => (ReleaseStatus::Failed, Some("cancelled".to_string())),
+        _ => (
+            ReleaseStatus::Failed,
+            Some(
+                run.report
+                    .failures
+                    .first()
+                    .map(Failure::headline)
+                    .or_else(|| run.report.message.clone())
+                    .unwrap_or_else(|| "failed".to_string()),
+            ),
+        ),
+    };
+    let applied: Vec<ObjectRef> = run.applied.iter().map(applied_ref).collect();
+    match release
+        .store
+        .finish_with_objects(
+            release.record.revision,
+            status,
+            reason,
+            Some(applied.clone()),
+        )
+        .await
+    {
+        Ok(record) => release.record = record,
+        Err(e) => run.report.warnings.push(format!(
+            "could not write release record v{}: {e}",
+            release.record.revision
+        )),
+    }
+    let result = if roll_back {
+        roll_back_target(plan, settings, run, cancelled, deadline, progress).await
+    } else {
+        None
+    };
+    if let Some(release) = run.release.as_mut()
+        && let Some(warning) = release.unlock().await
+    {
+        run.report.warnings.push(warning);
+    }
+    result
+}
+
+/// Re-apply the last good record of one target and wait for it; updates the target's report.
+/// None when there was nothing to roll back to (a first deploy: nothing is deleted either).
+async fn roll_back_target(
+    plan: &Plan,
+    settings: &ReleaseSettings,
+    run: &mut TargetRun,
+    cancelled: bool,
+    deadline: Instant,
+    progress: &Progress,
+) -> Option<RollbackResult> {
+    let name = run.report.name.clone();
+    let release = run.release.as_mut()?;
+    let failed_objects = release.record.objects.clone();
+    let Some(good) = release.last_good.clone() else {
+        run.report.rollback = Some(RollbackReport {
+            to_revision: None,
+            outcome: run.report.outcome,
+            left_in_place: failed_objects.iter().map(ToString::to_string).collect(),
+            message: Some(
+                "nothing to roll back to: no earlier release was deployed here (first deploy); nothing was deleted"
+                    .to_string(),
+            ),
+        });
+        return None;
+    };
+    let left: Vec<String> = left_in_place(&failed_objects, &good.objects)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    progress.update(&name, Stage::RollingBack(format!("to v{}", good.revision)));
+    let attempt = match run.access.as_ref() {
+        Some(access) => re_apply(plan, settings, access, release, &good, cancelled, deadline).await,
+        None => Err(("no connection to the cluster".to_string(), false)),
+    };
+    let (outcome, ok, message) = match attempt {
+        Ok(revision) => (
+            TargetOutcome::RolledBack,
+            true,
+            format!("rolled back to v{} (as v{revision})", good.revision),
+        ),
+        // Cancelled while the rollback was still rolling out: it was sent, not verified.
+        Err((why, true)) => (TargetOutcome::Cancelled, false, why),
+        Err((why, false)) => (TargetOutcome::RollbackFailed, false, why),
+    };
+    run.report.rollback = Some(RollbackReport {
+        to_revision: Some(good.revision),
+        outcome,
+        left_in_place: left,
+        message: Some(message.clone()),
+    });
+    if !cancelled {
+        run.report.outcome = outcome;
+    }
+    run.report.finished_at = jiff::Timestamp::now();
+    progress.update(
+        &name,
+        Stage::Finished {
+            outcome: run.report.outcome,
+            message: Some(message.clone()),
+        },
+    );
+    Some(RollbackResult {
+        target: name,
+        ok,
+        message: (!ok).then_some(message),
+    })
+}
+
+/// The manifests of a record: as stored, else rebuilt from git at its commit.
+pub fn record_manifests(
+    config: &Config,
+    record: &ReleaseRecord,
+) -> Result<Vec<serde_json::Value>, String> {
+    if let Some(bodies) = &record.manifests {
+        return Ok(bodies.clone());
+    }
+    let commit = record.commit.as_ref().ok_or_else(|| {
+        format!(
+            "release v{} holds neither manifests nor a commit to rebuild them from",
+            record.revision
+        )
+    })?;
+    manifests_from_git(config, &commit.sha)
+}
+
+/// The manifests of the config's manifest source at commit `sha`, from a temporary checkout.
+pub fn manifests_from_git(config: &Config, sha: &str) -> Result<Vec<serde_json::Value>, String> {
+    let checkout = crate::git::Checkout::at(&config.base_dir, sha).map_err(|e| e.to_string())?;
+    let mut at_commit = config.clone();
+    at_commit.base_dir = checkout.map_path(&config.base_dir);
+    let set = crate::shim::manifest::load(&at_commit)
+        .map_err(|e| format!("manifests at commit {sha}: {e}"))?;
+    Ok(set.objects.into_iter().map(|o| o.body).collect())
+}
+
+/// A manifest set from stored bodies (in their stored, already sorted, order).
+pub fn manifest_set_from_bodies(bodies: &[serde_json::Value], revision: u64) -> ManifestSet {
+    let objects = bodies
+        .iter()
+        .enumerate()
+        .filter_map(|(i, body)| {
+            let r = ObjectRef::from_body(body)?;
+            Some(ManifestObject {
+                api_version: r.api_version,
+                kind: r.kind,
+                name: r.name,
+                namespace: r.namespace,
+                origin: Origin {
+                    file: std::path::PathBuf::from(format!("release v{revision}")),
+                    line: i + 1,
+                },
+                body: body.clone(),
+            })
+        })
+        .collect();
+    ManifestSet { objects }
+}
+
+/// Apply a good record's manifests as a new revision and wait for them. Ok(new revision);
+/// Err((why, sent_but_unverified_on_cancel)).
+async fn re_apply(
+    plan: &Plan,
+    settings: &ReleaseSettings,
+    access: &ClusterAccess,
+    release: &mut TargetRelease,
+    good: &ReleaseRecord,
+    cancelled: bool,
+    deadline: Instant,
+) -> Result<u64, (String, bool)> {
+    let describe = |e: &ReleaseError| match e.kube_error() {
+        Some(k) => describe_error(k, &access.server).message,
+        None => e.to_string(),
+    };
+    let bodies = record_manifests(&plan.config, good).map_err(|e| (e, false))?;
+    let mut draft = ReleaseDraft::from_bodies(bodies.clone());
+    draft.commit = good.commit.clone();
+    draft.target = release.record.target.clone();
+    draft.default_namespace = good
+        .default_namespace
+        .clone()
+        .or_else(|| Some(release.default_namespace.clone()));
+    draft.run = RunInfo::from_env(&|k| plan.env(k));
+    let record = release
+        .store
+        .begin(draft, ReleaseOrigin::Rollback { to: good.revision })
+        .await
+        .map_err(|e| (describe(&e), false))?;
+    let revision = record.revision;
+    let set = manifest_set_from_bodies(&bodies, good.revision);
+    let options = ApplyOptions {
+        force: plan.options.force_conflicts,
+        dry_run: false,
+        default_namespace: record
+            .default_namespace
+            .clone()
+            .unwrap_or_else(|| release.default_namespace.clone()),
+        max_in_flight: MAX_IN_FLIGHT,
+        deadline,
+    };
+    // The first signal cancelled the deploy; the rollback itself runs to its deadline (a
+    // second signal ends the process).
+    let keep_going = CancellationToken::new();
+    let applied = apply_set(&access.client, &set, &options, &keep_going, &|_, _| {}).await;
+    let failure = match &applied.result {
+        Ok(()) => None,
+        Err(e) => Some(
+            apply_failures(e, &access.server)
+                .first()
+                .map(Failure::headline)
+                .unwrap_or_else(|| e.to_string()),
+        ),
+    };
+    let outcome = match failure {
+        Some(why) => Err((format!("rollback to v{}: {why}", good.revision), false)),
+        None => {
+            let wait = WaitOptions {
+                deadline,
+                timeout: settings.rollback_timeout,
+                fail_fast: plan.config.wait.fail_fast.clone(),
+            };
+            let waited = wait_for_rollout(
+                &access.client,
+                &applied.applied,
+                &wait,
+                &keep_going,
+                &|_| {},
+            )
+            .await;
+            match waited.result {
+                Ok(()) => Ok(()),
+                Err(WaitFailure::Timeout(_)) if cancelled => Err((
+                    format!(
+                        "rollback to v{} sent; not yet healthy when rollguard had to exit",
+                        good.revision
+                    ),
+                    true,
+                )),
+                Err(WaitFailure::Failed(f)) | Err(WaitFailure::Timeout(f)) => Err((
+                    format!(
+                        "rollback to v{}: {}",
+                        good.revision,
+                        f.first().map(Failure::headline).unwrap_or_default()
+                    ),
+                    false,
+                )),
+                Err(WaitFailure::Cancelled) => {
+                    Err((format!("rollback to v{} cancelled", good.revision), true))
+                }
+            }
+        }
+    };
+    let objects = Some(applied.applied.iter().map(applied_ref).collect());
+    let (status, reason) = match &outcome {
+        Ok(()) => (ReleaseStatus::Deployed, None),
+        Err((why, _)) => (ReleaseStatus::Failed, Some(why.clone())),
+    };
+    if let Err(e) = release
+        .store
+        .finish_with_objects(revision, status, reason, objects)
+        .await
+    {
+        // The cluster got the rollback, but its record could not be written.
+        let why = format!(
+            "rollback applied, but its record v{revision} could not be written: {}",
+            describe(&e)
+        );
+        return Err((why, false));
+    }
+    outcome.map(|()| revision)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -295,6 +829,7 @@ mod tests {
             finished_at: None,
             run: RunInfo::default(),
             digest: Some(digest.into()),
+            default_namespace: None,
             objects: vec![],
             manifests: None,
             manifests_omitted: false,
