@@ -89,14 +89,9 @@ pub async fn deploy(plan: Arc<Plan>, cancel: CancellationToken, progress: Progre
     let started_at = Timestamp::now();
     let mut runs = run_targets(plan.clone(), cancel.clone(), progress.clone()).await;
     // rg-release: records, the failure policy (or on_cancel) and the rollbacks, all at once.
-    let rollback_summary =
-        crate::rollback::conclude(&plan, &mut runs, cancel.is_cancelled(), &progress).await;
+    crate::rollback::conclude(&plan, &mut runs, cancel.is_cancelled(), &progress).await;
     let targets: Vec<TargetReport> = runs.into_iter().map(|r| r.report).collect();
-    let mut report = build_report(&plan, targets, started_at);
-    if !rollback_summary.is_empty() {
-        report.summary = format!("{}; {rollback_summary}", report.summary);
-    }
-    report
+    build_report(&plan, targets, started_at)
 }
 
 /// The report of a run.

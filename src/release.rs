@@ -93,13 +93,15 @@ impl ReleaseOrigin {
         match self {
             ReleaseOrigin::Deploy => ReleaseKind::Deploy,
             ReleaseOrigin::Rollback { .. } => ReleaseKind::Rollback,
-            ReleaseOrigin::ManualRollback { .. } => ReleaseKind::ManualRollback,
+            ReleaseOrigin::ManualRollback { .. } | ReleaseOrigin::ManualFromGit => {
+                ReleaseKind::ManualRollback
+            }
         }
     }
 
     fn rollback_of(self) -> Option<u64> {
         match self {
-            ReleaseOrigin::Deploy => None,
+            ReleaseOrigin::Deploy | ReleaseOrigin::ManualFromGit => None,
             ReleaseOrigin::Rollback { to } | ReleaseOrigin::ManualRollback { to } => Some(to),
         }
     }
@@ -271,6 +273,9 @@ impl ReleaseRecord {
             (ReleaseKind::Rollback, Some(to)) => parts.push(format!("rollback to v{to}")),
             (ReleaseKind::ManualRollback, Some(to)) => {
                 parts.push(format!("manual rollback to v{to}"))
+            }
+            (ReleaseKind::ManualRollback, None) => {
+                parts.push("manual rollback from git".to_string())
             }
             _ => {}
         }

@@ -359,8 +359,8 @@ pub async fn prepare(
 
 /// After every target finished its deploy: write each target's record, decide with the
 /// failure policy (or `on_cancel`) which targets roll back, run those rollbacks all at once
-/// (one failing never stops the others), release the locks. Returns the rollback summary
-/// ("rolled back 2 of 3; eu: connection refused"), empty when nothing rolled back.
+/// (one failing never stops the others), release the locks. The rollback summary
+/// ("rolled back 2 of 3; eu: connection refused") is logged and returned.
 pub async fn conclude(
     plan: &Plan,
     runs: &mut [TargetRun],
@@ -396,7 +396,11 @@ pub async fn conclude(
         .into_iter()
         .flatten()
         .collect();
-    summary(&results)
+    let text = summary(&results);
+    if !text.is_empty() {
+        tracing::info!("{text}");
+    }
+    text
 }
 
 /// One target's part of [`conclude`].
@@ -485,9 +489,30 @@ async fn roll_back_target(
         .map(ToString::to_string)
         .collect();
     progress.update(&name, Stage::RollingBack(format!("to v{}", good.revision)));
-    let attempt = match run.access.as_ref() {
-        Some(access) => re_apply(plan, settings, access, release, &good, cancelled, deadline).await,
-        None => Err(("no connection to the cluster".to_string(), false)),
+    let attempt = match (run.access.as_ref(), record_manifests(&plan.config, &good)) {
+        (None, _) => Err(("no connection to the cluster".to_string(), false)),
+        (_, Err(why)) => Err((why, false)),
+        (Some(access), Ok(bodies)) => {
+            ReApply {
+                plan,
+                access,
+                store: &release.store,
+                target: &name,
+                default_namespace: good
+                    .default_namespace
+                    .clone()
+                    .unwrap_or_else(|| release.default_namespace.clone()),
+                bodies,
+                commit: good.commit.clone(),
+                origin: ReleaseOrigin::Rollback { to: good.revision },
+                destination: format!("v{}", good.revision),
+                timeout: settings.rollback_timeout,
+                deadline,
+                cancelled,
+            }
+            .run()
+            .await
+        }
     };
     let (outcome, ok, message) = match attempt {
         Ok(revision) => (
@@ -551,7 +576,7 @@ pub fn manifests_from_git(config: &Config, sha: &str) -> Result<Vec<serde_json::
 }
 
 /// A manifest set from stored bodies (in their stored, already sorted, order).
-pub fn manifest_set_from_bodies(bodies: &[serde_json::Value], revision: u64) -> ManifestSet {
+pub fn manifest_set_from_bodies(bodies: &[serde_json::Value], source: &str) -> ManifestSet {
     let objects = bodies
         .iter()
         .enumerate()
@@ -563,7 +588,7 @@ pub fn manifest_set_from_bodies(bodies: &[serde_json::Value], revision: u64) -> 
                 name: r.name,
                 namespace: r.namespace,
                 origin: Origin {
-                    file: std::path::PathBuf::from(format!("release v{revision}")),
+                    file: std::path::PathBuf::from(format!("release {source}")),
                     line: i + 1,
                 },
                 body: body.clone(),
@@ -573,117 +598,124 @@ pub fn manifest_set_from_bodies(bodies: &[serde_json::Value], revision: u64) -> 
     ManifestSet { objects }
 }
 
-/// Apply a good record's manifests as a new revision and wait for them. Ok(new revision);
-/// Err((why, sent_but_unverified_on_cancel)).
-async fn re_apply(
-    plan: &Plan,
-    settings: &ReleaseSettings,
-    access: &ClusterAccess,
-    release: &mut TargetRelease,
-    good: &ReleaseRecord,
-    cancelled: bool,
-    deadline: Instant,
-) -> Result<u64, (String, bool)> {
-    let describe = |e: &ReleaseError| match e.kube_error() {
-        Some(k) => describe_error(k, &access.server).message,
-        None => e.to_string(),
-    };
-    let bodies = record_manifests(&plan.config, good).map_err(|e| (e, false))?;
-    let mut draft = ReleaseDraft::from_bodies(bodies.clone());
-    draft.commit = good.commit.clone();
-    draft.target = release.record.target.clone();
-    draft.default_namespace = good
-        .default_namespace
-        .clone()
-        .or_else(|| Some(release.default_namespace.clone()));
-    draft.run = RunInfo::from_env(&|k| plan.env(k));
-    let record = release
-        .store
-        .begin(draft, ReleaseOrigin::Rollback { to: good.revision })
-        .await
-        .map_err(|e| (describe(&e), false))?;
-    let revision = record.revision;
-    let set = manifest_set_from_bodies(&bodies, good.revision);
-    let options = ApplyOptions {
-        force: plan.options.force_conflicts,
-        dry_run: false,
-        default_namespace: record
-            .default_namespace
-            .clone()
-            .unwrap_or_else(|| release.default_namespace.clone()),
-        max_in_flight: MAX_IN_FLIGHT,
-        deadline,
-    };
-    // The first signal cancelled the deploy; the rollback itself runs to its deadline (a
-    // second signal ends the process).
-    let keep_going = CancellationToken::new();
-    let applied = apply_set(&access.client, &set, &options, &keep_going, &|_, _| {}).await;
-    let failure = match &applied.result {
-        Ok(()) => None,
-        Err(e) => Some(
-            apply_failures(e, &access.server)
-                .first()
-                .map(Failure::headline)
-                .unwrap_or_else(|| e.to_string()),
-        ),
-    };
-    let outcome = match failure {
-        Some(why) => Err((format!("rollback to v{}: {why}", good.revision), false)),
-        None => {
-            let wait = WaitOptions {
-                deadline,
-                timeout: settings.rollback_timeout,
-                fail_fast: plan.config.wait.fail_fast.clone(),
-            };
-            let waited = wait_for_rollout(
-                &access.client,
-                &applied.applied,
-                &wait,
-                &keep_going,
-                &|_| {},
-            )
-            .await;
-            match waited.result {
-                Ok(()) => Ok(()),
-                Err(WaitFailure::Timeout(_)) if cancelled => Err((
-                    format!(
-                        "rollback to v{} sent; not yet healthy when rollguard had to exit",
-                        good.revision
-                    ),
-                    true,
-                )),
-                Err(WaitFailure::Failed(f)) | Err(WaitFailure::Timeout(f)) => Err((
-                    format!(
-                        "rollback to v{}: {}",
-                        good.revision,
-                        f.first().map(Failure::headline).unwrap_or_default()
-                    ),
-                    false,
-                )),
-                Err(WaitFailure::Cancelled) => {
-                    Err((format!("rollback to v{} cancelled", good.revision), true))
+/// One re-apply of stored (or rebuilt) manifests as a new revision on one target.
+pub struct ReApply<'a> {
+    pub plan: &'a Plan,
+    pub access: &'a ClusterAccess,
+    pub store: &'a ReleaseStore,
+    pub target: &'a str,
+    /// The namespace for namespaced objects without one.
+    pub default_namespace: String,
+    pub bodies: Vec<serde_json::Value>,
+    pub commit: Option<RecordCommit>,
+    pub origin: ReleaseOrigin,
+    /// For messages: "v3" or "commit abc1234".
+    pub destination: String,
+    pub timeout: Duration,
+    pub deadline: Instant,
+    /// The run was cancelled: an unfinished rollout at the deadline is "sent, not verified".
+    pub cancelled: bool,
+}
+
+impl ReApply<'_> {
+    /// Record, apply (server-side, never pruning) and wait. Ok(new revision);
+    /// Err((why, sent_but_unverified_because_cancelled)).
+    pub async fn run(self) -> Result<u64, (String, bool)> {
+        let access = self.access;
+        let describe = |e: &ReleaseError| match e.kube_error() {
+            Some(k) => describe_error(k, &access.server).message,
+            None => e.to_string(),
+        };
+        let to = &self.destination;
+        let mut draft = ReleaseDraft::from_bodies(self.bodies.clone());
+        draft.commit = self.commit.clone();
+        draft.target = Some(self.target.to_string());
+        draft.default_namespace = Some(self.default_namespace.clone());
+        draft.run = RunInfo::from_env(&|k| self.plan.env(k));
+        let record = self
+            .store
+            .begin(draft, self.origin)
+            .await
+            .map_err(|e| (format!("rollback to {to}: {}", describe(&e)), false))?;
+        let revision = record.revision;
+        let set = manifest_set_from_bodies(&self.bodies, to);
+        let options = ApplyOptions {
+            force: self.plan.options.force_conflicts,
+            dry_run: false,
+            default_namespace: self.default_namespace.clone(),
+            max_in_flight: MAX_IN_FLIGHT,
+            deadline: self.deadline,
+        };
+        // The first signal cancelled the deploy; the rollback itself runs to its deadline (a
+        // second signal ends the process).
+        let keep_going = CancellationToken::new();
+        let applied = apply_set(&access.client, &set, &options, &keep_going, &|_, _| {}).await;
+        let outcome = match &applied.result {
+            Err(e) => Err((
+                format!(
+                    "rollback to {to}: {}",
+                    apply_failures(e, &access.server)
+                        .first()
+                        .map(Failure::headline)
+                        .unwrap_or_else(|| e.to_string())
+                ),
+                false,
+            )),
+            Ok(()) => {
+                let wait = WaitOptions {
+                    deadline: self.deadline,
+                    timeout: self.timeout,
+                    fail_fast: self.plan.config.wait.fail_fast.clone(),
+                };
+                let waited = wait_for_rollout(
+                    &access.client,
+                    &applied.applied,
+                    &wait,
+                    &keep_going,
+                    &|_| {},
+                )
+                .await;
+                match waited.result {
+                    Ok(()) => Ok(()),
+                    Err(WaitFailure::Timeout(_)) if self.cancelled => Err((
+                        format!(
+                            "rollback to {to} sent; not yet healthy when rollguard had to exit"
+                        ),
+                        true,
+                    )),
+                    Err(WaitFailure::Failed(f)) | Err(WaitFailure::Timeout(f)) => Err((
+                        format!(
+                            "rollback to {to}: {}",
+                            f.first().map(Failure::headline).unwrap_or_default()
+                        ),
+                        false,
+                    )),
+                    Err(WaitFailure::Cancelled) => {
+                        Err((format!("rollback to {to} cancelled"), true))
+                    }
                 }
             }
+        };
+        let objects = Some(applied.applied.iter().map(applied_ref).collect());
+        let (status, reason) = match &outcome {
+            Ok(()) => (ReleaseStatus::Deployed, None),
+            Err((why, _)) => (ReleaseStatus::Failed, Some(why.clone())),
+        };
+        if let Err(e) = self
+            .store
+            .finish_with_objects(revision, status, reason, objects)
+            .await
+        {
+            return Err((
+                format!(
+                    "rollback to {to} applied, but its record v{revision} could not be written: {}",
+                    describe(&e)
+                ),
+                false,
+            ));
         }
-    };
-    let objects = Some(applied.applied.iter().map(applied_ref).collect());
-    let (status, reason) = match &outcome {
-        Ok(()) => (ReleaseStatus::Deployed, None),
-        Err((why, _)) => (ReleaseStatus::Failed, Some(why.clone())),
-    };
-    if let Err(e) = release
-        .store
-        .finish_with_objects(revision, status, reason, objects)
-        .await
-    {
-        // The cluster got the rollback, but its record could not be written.
-        let why = format!(
-            "rollback applied, but its record v{revision} could not be written: {}",
-            describe(&e)
-        );
-        return Err((why, false));
+        outcome.map(|()| revision)
     }
-    outcome.map(|()| revision)
 }
 
 #[cfg(test)]
