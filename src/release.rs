@@ -86,6 +86,8 @@ pub enum ReleaseOrigin {
     ManualRollback {
         to: u64,
     },
+    /// `rollguard rollback --from-git SHA`: manifests rebuilt from a commit, no revision.
+    ManualFromGit,
 }
 
 impl ReleaseOrigin {
