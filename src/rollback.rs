@@ -208,6 +208,16 @@ impl ReleaseSettings {
     }
 }
 
+/// The namespace of a target's records and lock: history.namespace, else the target's default
+/// namespace (the target's, the config's, else the kubeconfig context's).
+pub fn history_namespace(config: &Config, target: &TargetConfig, access: &ClusterAccess) -> String {
+    ReleaseSettings::from_config(config)
+        .history_namespace
+        .unwrap_or_else(|| {
+            crate::pipeline::default_namespace(config, target, &access.context_namespace)
+        })
+}
+
 /// The release side of one target's deploy: the held lock, the last good record, and this
 /// run's record (pending until [`conclude`]).
 pub struct TargetRelease {
@@ -299,10 +309,7 @@ pub async fn prepare(
 ) -> Result<(TargetRelease, Vec<String>), PrepareError> {
     let settings = ReleaseSettings::from_config(&plan.config);
     let env = |k: &str| plan.env(k);
-    let namespace = settings
-        .history_namespace
-        .clone()
-        .unwrap_or_else(|| default_namespace.to_string());
+    let namespace = history_namespace(&plan.config, target, access);
     let holder = crate::lock::holder_identity(&env);
     let options = LockOptions::from_env(settings.lock_timeout, &env);
     let app = &plan.config.app;
