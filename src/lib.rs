@@ -4,6 +4,8 @@ pub mod apply;
 pub mod cli;
 pub mod demo;
 pub mod error;
+#[cfg(test)]
+mod fake_api;
 pub mod fleet;
 pub mod git;
 pub mod lock;

@@ -617,3 +617,147 @@ mod tests {
         assert!(!holder_identity(&|_| None).contains('#'));
     }
 }
+
+#[cfg(test)]
+mod lease_tests {
+    use super::*;
+    use crate::fake_api::FakeApi;
+    use serde_json::json;
+
+    const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/shop/leases";
+
+    fn quick(timeout_ms: u64, lease_secs: u64) -> LockOptions {
+        let mut o = LockOptions::with_lease(
+            Duration::from_millis(timeout_ms),
+            Duration::from_secs(lease_secs),
+        );
+        o.poll = Duration::from_millis(50);
+        o
+    }
+
+    #[tokio::test]
+    async fn acquire_release_and_timeout_naming_the_holder() {
+        let fake = FakeApi::default();
+        let a = Lock::acquire(fake.client(), "shop", "shop", "run-a", &quick(1000, 30))
+            .await
+            .unwrap();
+        assert!(
+            fake.has_namespace("shop"),
+            "namespace created for the lease"
+        );
+        let lease = fake.get(LEASES, "rollguard-shop").unwrap();
+        assert_eq!(lease["spec"]["holderIdentity"], "run-a");
+        assert_eq!(lease["spec"]["leaseDurationSeconds"], 30);
+        assert_eq!(lease["spec"]["leaseTransitions"], 0);
+        assert!(a.took_over_from().is_none());
+
+        let err = Lock::acquire(fake.client(), "shop", "shop", "run-b", &quick(300, 30))
+            .await
+            .err()
+            .expect("times out");
+        let text = err.to_string();
+        assert!(matches!(err, LockError::Timeout { .. }), "{text}");
+        assert!(text.contains("held by run-a since "), "{text}");
+        assert!(text.contains("rollguard unlock"), "{text}");
+
+        a.release().await.unwrap();
+        assert!(fake.get(LEASES, "rollguard-shop").is_none());
+        let b = Lock::acquire(fake.client(), "shop", "shop", "run-b", &quick(300, 30))
+            .await
+            .unwrap();
+        b.release().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn expired_lease_is_taken_over() {
+        let fake = FakeApi::default();
+        fake.add_namespace("shop");
+        fake.put_raw(
+            LEASES,
+            "rollguard-shop",
+            json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                   "metadata": {"name": "rollguard-shop", "namespace": "shop"},
+                   "spec": {"holderIdentity": "dead-run", "leaseDurationSeconds": 30,
+                            "acquireTime": "2020-01-01T00:00:00.000000Z",
+                            "renewTime": "2020-01-01T00:00:10.000000Z", "leaseTransitions": 4}}),
+        );
+        let guard = Lock::acquire(fake.client(), "shop", "shop", "run-b", &quick(500, 30))
+            .await
+            .unwrap();
+        assert_eq!(guard.took_over_from(), Some("dead-run"));
+        let lease = fake.get(LEASES, "rollguard-shop").unwrap();
+        assert_eq!(lease["spec"]["holderIdentity"], "run-b");
+        assert_eq!(lease["spec"]["leaseTransitions"], 5);
+        guard.release().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn renewals_keep_it_and_a_waiter_gets_it_after_release() {
+        let fake = FakeApi::default();
+        // 1 s lease, renewed every ~333 ms: a waiter never sees it expire.
+        let a = Lock::acquire(fake.client(), "shop", "shop", "run-a", &quick(1000, 1))
+            .await
+            .unwrap();
+        let first = fake.get(LEASES, "rollguard-shop").unwrap()["spec"]["renewTime"].clone();
+        let waiter = tokio::spawn({
+            let client = fake.client();
+            async move { Lock::acquire(client, "shop", "shop", "run-b", &quick(5000, 1)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(1800)).await;
+        assert!(
+            !waiter.is_finished(),
+            "run-a renews, so run-b keeps waiting"
+        );
+        let later = fake.get(LEASES, "rollguard-shop").unwrap()["spec"]["renewTime"].clone();
+        assert_ne!(first, later, "renewTime moved");
+        assert!(!a.is_lost());
+        a.release().await.unwrap();
+        let b = waiter.await.unwrap().unwrap();
+        assert_eq!(b.took_over_from(), None, "released, not expired");
+        b.release().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_dropped_guard_lapses_and_is_taken_over() {
+        let fake = FakeApi::default();
+        let a = Lock::acquire(fake.client(), "shop", "shop", "run-a", &quick(1000, 1))
+            .await
+            .unwrap();
+        // Like a killed process: renewals stop, the Lease stays.
+        drop(a);
+        let started = std::time::Instant::now();
+        let b = Lock::acquire(fake.client(), "shop", "shop", "run-b", &quick(5000, 1))
+            .await
+            .unwrap();
+        assert_eq!(b.took_over_from(), Some("run-a"));
+        assert!(started.elapsed() < Duration::from_secs(3));
+        b.release().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn losing_the_lease_is_noticed_and_unlock_forces() {
+        let fake = FakeApi::default();
+        let a = Lock::acquire(fake.client(), "shop", "shop", "run-a", &quick(1000, 1))
+            .await
+            .unwrap();
+        let mut lease = fake.get(LEASES, "rollguard-shop").unwrap();
+        lease["spec"]["holderIdentity"] = json!("intruder");
+        fake.put_raw(LEASES, "rollguard-shop", lease);
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        assert!(a.is_lost());
+        // Release leaves the intruder's lease alone.
+        a.release().await.unwrap();
+        assert!(fake.get(LEASES, "rollguard-shop").is_some());
+        let state = inspect(fake.client(), "shop", "shop")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(state.holder.as_deref(), Some("intruder"));
+        let unlocked = force_unlock(fake.client(), "shop", "shop").await.unwrap();
+        assert_eq!(
+            unlocked.previous.and_then(|p| p.holder).as_deref(),
+            Some("intruder")
+        );
+        assert!(fake.get(LEASES, "rollguard-shop").is_none());
+    }
+}

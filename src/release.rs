@@ -1033,3 +1033,177 @@ mod tests {
         assert!(ObjectRef::from_body(&serde_json::json!({"kind": "X"})).is_none());
     }
 }
+
+#[cfg(test)]
+mod store_tests {
+    use super::*;
+    use crate::fake_api::FakeApi;
+    use ReleaseStatus::*;
+    use serde_json::json;
+
+    const SECRETS: &str = "/api/v1/namespaces/shop/secrets";
+
+    fn draft(image: &str) -> ReleaseDraft {
+        let mut d = ReleaseDraft::from_bodies(vec![json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"template": {"spec": {"containers": [{"name": "web", "image": image}]}}}
+        })]);
+        d.commit = Some(RecordCommit {
+            sha: format!("sha-{image}"),
+            r#ref: None,
+            message: Some(format!("deploy {image}")),
+        });
+        d
+    }
+
+    async fn statuses(store: &ReleaseStore) -> Vec<(u64, ReleaseStatus)> {
+        store
+            .list()
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.revision, r.status))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn lifecycle_supersede_prune_and_labels() {
+        let fake = FakeApi::default();
+        let store = ReleaseStore::new(fake.client(), "shop", "shop", 3);
+        assert!(
+            store.list().await.unwrap().is_empty(),
+            "no namespace: no history"
+        );
+
+        let r1 = store
+            .begin(draft("v1"), ReleaseOrigin::Deploy)
+            .await
+            .unwrap();
+        assert_eq!(r1.revision, 1);
+        assert!(fake.has_namespace("shop"), "history namespace created");
+        store.finish(1, Deployed, None).await.unwrap();
+
+        let r2 = store
+            .begin(draft("v2"), ReleaseOrigin::Deploy)
+            .await
+            .unwrap();
+        assert_eq!(r2.revision, 2);
+        assert_eq!(store.last_good().await.unwrap().unwrap().revision, 1);
+        store.finish(2, Deployed, None).await.unwrap();
+        assert_eq!(statuses(&store).await, vec![(1, Superseded), (2, Deployed)]);
+
+        // A failure, then its rollback to v2 as v4.
+        store
+            .begin(draft("bad"), ReleaseOrigin::Deploy)
+            .await
+            .unwrap();
+        store
+            .finish(3, Failed, Some("ImagePullBackOff".into()))
+            .await
+            .unwrap();
+        let rb = store
+            .begin(draft("v2"), ReleaseOrigin::Rollback { to: 2 })
+            .await
+            .unwrap();
+        assert_eq!(
+            (rb.revision, rb.rollback_of, rb.kind),
+            (4, Some(2), ReleaseKind::Rollback)
+        );
+        store.finish(4, Deployed, None).await.unwrap();
+        // keep 3: v1 pruned.
+        assert_eq!(
+            statuses(&store).await,
+            vec![(2, Superseded), (3, Failed), (4, Deployed)]
+        );
+        assert_eq!(fake.names(SECRETS).len(), 3);
+
+        let secret = fake.get(SECRETS, "rollguard.shop.v3").unwrap();
+        assert_eq!(secret["type"], RECORD_TYPE);
+        let labels = &secret["metadata"]["labels"];
+        assert_eq!(labels[LABEL_STATUS], "failed");
+        assert_eq!(labels[LABEL_REVISION], "3");
+        assert_eq!(labels[LABEL_APP], "shop");
+        assert_eq!(labels[LABEL_MANAGED_BY], "rollguard");
+
+        let v3 = store.get(3).await.unwrap();
+        assert_eq!(v3.reason.as_deref(), Some("ImagePullBackOff"));
+        assert!(v3.finished_at.is_some());
+        assert_eq!(v3.objects[0].to_string(), "Deployment shop/web");
+        assert!(matches!(
+            store.get(1).await,
+            Err(ReleaseError::NotFound { revision: 1, .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn abandoned_records_are_marked_failed() {
+        let fake = FakeApi::default();
+        let store = ReleaseStore::new(fake.client(), "shop", "shop", 10);
+        store
+            .begin(draft("v1"), ReleaseOrigin::Deploy)
+            .await
+            .unwrap();
+        store.finish(1, Deployed, None).await.unwrap();
+        store
+            .begin(draft("v2"), ReleaseOrigin::Deploy)
+            .await
+            .unwrap();
+        // The run died here. The next one:
+        assert_eq!(store.mark_abandoned().await.unwrap(), vec![2]);
+        let v2 = store.get(2).await.unwrap();
+        assert_eq!((v2.status, v2.reason.as_deref()), (Failed, Some(ABANDONED)));
+        assert_eq!(store.mark_abandoned().await.unwrap(), Vec::<u64>::new());
+        assert_eq!(store.last_good().await.unwrap().unwrap().revision, 1);
+    }
+
+    #[tokio::test]
+    async fn other_apps_and_corrupt_records_are_ignored() {
+        let fake = FakeApi::default();
+        let shop = ReleaseStore::new(fake.client(), "shop", "shop", 10);
+        let blog = ReleaseStore::new(fake.client(), "blog", "shop", 10);
+        shop.begin(draft("v1"), ReleaseOrigin::Deploy)
+            .await
+            .unwrap();
+        blog.begin(draft("v1"), ReleaseOrigin::Deploy)
+            .await
+            .unwrap();
+        fake.put_raw(
+            SECRETS,
+            "rollguard.shop.v7",
+            json!({"apiVersion": "v1", "kind": "Secret",
+                   "metadata": {"name": "rollguard.shop.v7", "namespace": "shop",
+                                "labels": {LABEL_MANAGED_BY: "rollguard", LABEL_APP: "shop"}},
+                   "data": {"release": "bm90IGd6aXA="}}),
+        );
+        let records = shop.list().await.unwrap();
+        assert_eq!(
+            records.len(),
+            1,
+            "blog's record and the corrupt one are not listed"
+        );
+        // The unreadable v7 is not counted (a collision with it would move on by one).
+        let next = shop
+            .begin(draft("v2"), ReleaseOrigin::Deploy)
+            .await
+            .unwrap();
+        assert_eq!(next.revision, 2);
+    }
+
+    #[tokio::test]
+    async fn taken_name_moves_to_the_next_revision() {
+        let fake = FakeApi::default();
+        fake.add_namespace("shop");
+        fake.put_raw(
+            SECRETS,
+            "rollguard.shop.v1",
+            json!({"metadata": {"name": "rollguard.shop.v1"}}),
+        );
+        let store = ReleaseStore::new(fake.client(), "shop", "shop", 10);
+        let r = store
+            .begin(draft("v1"), ReleaseOrigin::Deploy)
+            .await
+            .unwrap();
+        assert_eq!(r.revision, 2);
+    }
+}
