@@ -280,9 +280,34 @@ pub async fn discover(
 ) -> Result<Discovery, RetryError> {
     let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
     with_retry("discovery", budget, cancel, || {
-        Discovery::new(client.clone()).filter(&groups).run()
+        discover_once(client, &groups)
     })
     .await
+}
+
+/// Aggregated discovery (2 requests), falling back to per-group discovery for servers
+/// without it. Transient errors are returned as they are, for the retry.
+async fn discover_once(client: &Client, groups: &[&str]) -> Result<Discovery, kube::Error> {
+    match Discovery::new(client.clone())
+        .filter(groups)
+        .run_aggregated()
+        .await
+    {
+        Ok(discovery) => Ok(discovery),
+        Err(e)
+            if matches!(
+                crate::retry::classify(&e),
+                crate::retry::ErrorClass::Transient { .. }
+            ) =>
+        {
+            Err(e)
+        }
+        Err(kube::Error::Api(s)) if s.code == 401 || s.code == 403 => Err(kube::Error::Api(s)),
+        Err(e) => {
+            tracing::debug!(error = %e, "aggregated discovery unavailable, using per-group discovery");
+            Discovery::new(client.clone()).filter(groups).run().await
+        }
+    }
 }
 
 fn dynamic_api(
