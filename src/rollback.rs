@@ -379,7 +379,10 @@ pub async fn conclude(
         .iter()
         .map(|r| TargetState {
             received: r.received_new_revision && r.release.is_some(),
-            failed: r.report.outcome != TargetOutcome::Deployed,
+            failed: matches!(
+                r.report.outcome,
+                TargetOutcome::Failed | TargetOutcome::RollbackFailed | TargetOutcome::Cancelled
+            ),
         })
         .collect();
     let decisions = if cancelled {
@@ -482,7 +485,7 @@ async fn roll_back_target(
     let Some(good) = release.last_good.clone() else {
         run.report.rollback = Some(RollbackReport {
             to_revision: None,
-            outcome: run.report.outcome,
+            outcome: TargetOutcome::Failed,
             left_in_place: failed_objects.iter().map(ToString::to_string).collect(),
             message: Some(
                 "nothing to roll back to: no earlier release was deployed here (first deploy); nothing was deleted"
