@@ -725,6 +725,15 @@ impl Ctx {
         }
 
         config.targets = self.targets(get("targets"));
+        // A target's kubeconfig file is relative to the config file, like the manifests.
+        for t in &mut config.targets {
+            if let Some(k) = &t.kubeconfig
+                && k.is_relative()
+                && config.base_dir != Path::new(".")
+            {
+                t.kubeconfig = Some(config.base_dir.join(k));
+            }
+        }
 
         if let Some(wait) = get("wait")
             && self.mapping(wait, "wait", WAIT_KEYS).is_some()
@@ -1747,6 +1756,20 @@ stages:
         assert_eq!(c.kubeconfig, Some(PathBuf::from("/tmp/kc")));
         assert_eq!(c.namespace.as_deref(), Some("web"));
         assert_eq!(c.base_dir, PathBuf::from("x"));
+
+        let with_kc = "app: shop\nmanifests: [k8s]\ntargets: [{name: eu, kubeconfig: kc/eu.yaml}, {name: us, kubeconfig: /abs/us.yaml}]\n";
+        let c = parse(
+            with_kc,
+            Path::new("deploy/rollguard.yaml"),
+            &Overrides::default(),
+            &no_env,
+        )
+        .unwrap();
+        assert_eq!(
+            c.targets[0].kubeconfig,
+            Some(PathBuf::from("deploy/kc/eu.yaml"))
+        );
+        assert_eq!(c.targets[1].kubeconfig, Some(PathBuf::from("/abs/us.yaml")));
 
         let bad = env_of(&[("INPUT_TIMEOUT", "soon"), ("ROLLGUARD_CONCURRENCY", "0")]);
         let err = parse(

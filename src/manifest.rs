@@ -1081,4 +1081,169 @@ mod tests {
             ]
         );
     }
+
+    #[test]
+    fn load_skips_the_config_file_and_reports_bad_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("cm.yaml"),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cfg}\n",
+        )
+        .unwrap();
+        let c = config_for(
+            dir.path(),
+            "app: shop\nmanifests: [.]\ntargets: [{name: eu, context: c}]\n",
+        );
+        let set = load(&c).unwrap();
+        assert_eq!(set.len(), 1);
+
+        let c = config_for(
+            dir.path(),
+            "app: shop\nmanifests: [nope/, \"*.json\", cm.yaml]\ntargets: [{name: eu, context: c}]\n",
+        );
+        let err = load(&c).unwrap_err().to_string();
+        assert!(
+            err.contains("manifests entry \"nope/\": no such file or folder"),
+            "{err}"
+        );
+        assert!(
+            err.contains("manifests entry \"*.json\" matches no files"),
+            "{err}"
+        );
+
+        let empty = dir.path().join("empty");
+        std::fs::create_dir(&empty).unwrap();
+        std::fs::write(empty.join("blank.yaml"), "# nothing here\n---\n").unwrap();
+        let c = config_for(
+            dir.path(),
+            "app: shop\nmanifests: [empty/]\ntargets: [{name: eu, context: c}]\n",
+        );
+        let err = load(&c).unwrap_err();
+        assert!(matches!(err, ManifestError::Empty(_)), "{err}");
+        assert_eq!(
+            err.to_string(),
+            "no Kubernetes objects found in manifests empty/"
+        );
+    }
+
+    #[test]
+    fn load_collects_problems_of_every_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let k8s = dir.path().join("k8s");
+        std::fs::create_dir(&k8s).unwrap();
+        std::fs::write(
+            k8s.join("a.yaml"),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: dup}\n",
+        )
+        .unwrap();
+        std::fs::write(
+            k8s.join("b.yaml"),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {generateName: x-}\n",
+        )
+        .unwrap();
+        std::fs::write(
+            k8s.join("c.yaml"),
+            "\n\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: dup}\n",
+        )
+        .unwrap();
+        let c = config_for(
+            dir.path(),
+            "app: shop\nmanifests: [k8s]\ntargets: [{name: eu, context: c}]\n",
+        );
+        let err = load(&c).unwrap_err().to_string();
+        // Per-file problems are reported first; duplicates need every file to parse.
+        assert!(
+            err.contains("b.yaml:1: ConfigMap with generateName"),
+            "{err}"
+        );
+        std::fs::remove_file(k8s.join("b.yaml")).unwrap();
+        let err = load(&c).unwrap_err().to_string();
+        let a = k8s.join("a.yaml");
+        assert!(
+            err.ends_with(&format!(
+                "c.yaml:3: duplicate object ConfigMap dup: also defined at {}:1",
+                a.display()
+            )),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn render_command_output_and_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("in.yaml"),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: from-render}\n",
+        )
+        .unwrap();
+        let c = config_for(
+            dir.path(),
+            "app: shop\nrender: \"cat in.yaml; echo '---'; echo 'apiVersion: v1'\"\ntargets: [{name: eu, context: c}]\n",
+        );
+        let err = load(&c).unwrap_err().to_string();
+        assert!(
+            err.starts_with("<render>:5: object is missing kind, metadata.name"),
+            "{err}"
+        );
+
+        let c = config_for(
+            dir.path(),
+            "app: shop\nrender: cat in.yaml\ntargets: [{name: eu, context: c}]\n",
+        );
+        let set = load(&c).unwrap();
+        assert_eq!(set.objects[0].name, "from-render");
+        assert_eq!(set.objects[0].origin.to_string(), "<render>:1");
+
+        let c = config_for(
+            dir.path(),
+            "app: shop\nrender: \"echo building >&2; echo 'kustomize: no such dir' >&2; exit 3\"\ntargets: [{name: eu, context: c}]\n",
+        );
+        let err = load(&c).unwrap_err().to_string();
+        assert!(err.starts_with("render command `echo building >&2; echo 'kustomize: no such dir' >&2; exit 3` failed (exit status: 3):\nbuilding\nkustomize: no such dir"), "{err}");
+    }
+
+    #[test]
+    fn hostile_yaml_is_refused_quickly() {
+        let mut bomb = String::from(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\na0: &a0 [x, x, x, x, x, x, x, x, x, x]\n",
+        );
+        for i in 1..15 {
+            bomb.push_str(&format!(
+                "a{i}: &a{i} [{}]\n",
+                vec![format!("*a{}", i - 1); 10].join(", ")
+            ));
+        }
+        let deep = format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: x}}\ndata: {}{}\n",
+            "[".repeat(5000),
+            "]".repeat(5000)
+        );
+        for text in [bomb, deep] {
+            let started = std::time::Instant::now();
+            let err = parse(&text, Path::new("evil.yaml"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.starts_with("evil.yaml:"), "{err}");
+            assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        }
+    }
+
+    #[test]
+    fn large_sets_parse_fast() {
+        let mut text = String::new();
+        for i in 0..500 {
+            text.push_str(&format!("---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: app-{i}\n  labels: {{app: app-{i}}}\nspec:\n  replicas: 2\n  selector: {{matchLabels: {{app: app-{i}}}}}\n  template:\n    metadata: {{labels: {{app: app-{i}}}}}\n    spec:\n      containers:\n        - name: c\n          image: nginx:1.27\n          ports: [{{containerPort: 80}}]\n"));
+        }
+        let started = std::time::Instant::now();
+        let objs = parse(&text, Path::new("big.yaml")).unwrap();
+        assert_eq!(objs.len(), 500);
+        assert_eq!(objs[499].origin.line, 499 * 16 + 2);
+        let set = ManifestSet::new(objs, Some("shop")).unwrap();
+        let _ = set.digest();
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
+    }
 }

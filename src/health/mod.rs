@@ -12,6 +12,7 @@ pub use pods::{
     pod_problems,
 };
 
+use crate::report::Failure;
 use serde_json::Value;
 
 /// Where an object stands.
@@ -78,6 +79,63 @@ impl Assessment {
     pub fn not_found(kind: &str, name: &str) -> Self {
         Assessment::new(Status::NotFound, format!("{kind} {name:?} not found"))
     }
+
+    /// The report entry for an object that ends (failed, or at the deadline) with this
+    /// verdict: reason from the verdict, else the status ("InProgress" at a timeout).
+    pub fn to_failure(&self, object: &str) -> Failure {
+        Failure {
+            object: object.to_string(),
+            pod: None,
+            container: None,
+            reason: self
+                .reason
+                .clone()
+                .unwrap_or_else(|| self.status.as_str().to_string()),
+            message: self.message.clone(),
+            events: Vec::new(),
+        }
+    }
+}
+
+/// One line for a Warning event (core/v1 `Event` or `events.k8s.io/v1`), as shown under a
+/// failure: `pod web-7d9f-x: Failed: Failed to pull image "x": not found (x3)`.
+/// None for events that are not warnings.
+pub fn warning_event_line(event: &Value) -> Option<String> {
+    if str_at(event, &["type"]) != Some("Warning") {
+        return None;
+    }
+    let regarding = at(event, &["involvedObject"]).or_else(|| at(event, &["regarding"]));
+    let subject = regarding.map(|r| {
+        let kind = str_at(r, &["kind"])
+            .unwrap_or("object")
+            .to_ascii_lowercase();
+        let name = str_at(r, &["name"]).unwrap_or("");
+        format!("{kind} {name}")
+    });
+    let reason = str_at(event, &["reason"]).unwrap_or("");
+    let message = str_at(event, &["message"])
+        .or_else(|| str_at(event, &["note"]))
+        .unwrap_or("")
+        .trim();
+    let count = int_at(event, &["count"])
+        .or_else(|| int_at(event, &["series", "count"]))
+        .unwrap_or(1);
+    let mut line = String::new();
+    if let Some(s) = subject {
+        line.push_str(&s);
+        line.push_str(": ");
+    }
+    line.push_str(reason);
+    if !message.is_empty() {
+        if !reason.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(message);
+    }
+    if count > 1 {
+        line.push_str(&format!(" (x{count})"));
+    }
+    Some(line)
 }
 
 /// `a.b.c` lookups on JSON without panics.
@@ -114,4 +172,53 @@ pub(crate) fn condition_is(obj: &Value, kind: &str, status: &str) -> bool {
 
 pub(crate) fn cond_field<'a>(cond: &'a Value, field: &str) -> &'a str {
     cond.get(field).and_then(Value::as_str).unwrap_or("")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn warning_event_lines() {
+        let cases = vec![
+            (
+                json!({"type": "Warning", "reason": "Failed", "message": "Failed to pull image \"nginx:doesnotexist\": not found",
+                    "count": 3, "involvedObject": {"kind": "Pod", "name": "web-7d9f-x"}}),
+                Some(
+                    "pod web-7d9f-x: Failed: Failed to pull image \"nginx:doesnotexist\": not found (x3)",
+                ),
+            ),
+            (
+                json!({"type": "Warning", "reason": "BackOff", "note": "Back-off restarting failed container",
+                    "series": {"count": 5}, "regarding": {"kind": "Pod", "name": "p"}}),
+                Some("pod p: BackOff: Back-off restarting failed container (x5)"),
+            ),
+            (
+                json!({"type": "Warning", "reason": "ProgressDeadlineExceeded"}),
+                Some("ProgressDeadlineExceeded"),
+            ),
+            (json!({"type": "Normal", "reason": "Pulled"}), None),
+        ];
+        for (event, want) in cases {
+            assert_eq!(warning_event_line(&event).as_deref(), want);
+        }
+    }
+
+    #[test]
+    fn assessment_to_failure() {
+        let a = Assessment::new(
+            Status::InProgress,
+            "Waiting for deployment \"web\" rollout to finish: 1 of 3 updated replicas are available...",
+        );
+        let f = a.to_failure("Deployment shop/web");
+        assert_eq!(f.reason, "InProgress");
+        let f = a
+            .with_reason("ProgressDeadlineExceeded")
+            .to_failure("Deployment shop/web");
+        assert_eq!(
+            f.headline(),
+            "Deployment shop/web: ProgressDeadlineExceeded: Waiting for deployment \"web\" rollout to finish: 1 of 3 updated replicas are available..."
+        );
+    }
 }

@@ -48,7 +48,11 @@ pub fn to_markdown(report: &Report, limit: usize) -> String {
             }
             out.push_str(line);
         }
-        let note = note(details.len() + 1);
+        let note = format!(
+            "\n_Report truncated to stay under {limit} characters: the table is cut short and {} detail section(s) left out. \
+             The JSON report (`--report`) and the job log have everything._\n",
+            details.len()
+        );
         if out.len() + note.len() <= limit {
             out.push_str(&note);
         }
