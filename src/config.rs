@@ -105,6 +105,21 @@ impl Config {
             .unwrap_or("default")
     }
 
+    /// The default namespace on `target`: its own `namespace`, else the app's.
+    pub fn namespace_for<'a>(&'a self, target: &'a TargetConfig) -> Option<&'a str> {
+        target.namespace.as_deref().or(self.namespace.as_deref())
+    }
+
+    /// The history namespace on `target`: `history.namespace`, else the target's default
+    /// namespace, else "default".
+    pub fn history_namespace_for<'a>(&'a self, target: &'a TargetConfig) -> &'a str {
+        self.history
+            .namespace
+            .as_deref()
+            .or(self.namespace_for(target))
+            .unwrap_or("default")
+    }
+
     /// The rollback's own timeout (default: the wait timeout).
     pub fn rollback_timeout(&self) -> Duration {
         self.rollback.timeout.unwrap_or(self.wait.timeout)
@@ -1456,6 +1471,7 @@ wait:
         assert_eq!(c.lock.timeout, Duration::from_secs(120));
         assert_eq!(c.rollback_timeout(), Duration::from_secs(300));
         assert_eq!(c.history_namespace(), "shop");
+        assert_eq!(c.history_namespace_for(&c.targets[1]), "shop");
         assert_eq!(c.wait.fail_fast, FailFastConfig::default());
         assert_eq!(c.base_dir, PathBuf::from("."));
         assert!(c.stages.is_empty());
@@ -1516,6 +1532,9 @@ stages:
         assert_eq!(ff.unschedulable_grace, Duration::from_secs(120));
         assert_eq!(c.concurrency, 4);
         assert_eq!(c.history_namespace(), "rollguard-system");
+        assert_eq!(c.namespace_for(&c.targets[0]), Some("shop-eu"));
+        assert_eq!(c.namespace_for(&c.targets[1]), None);
+        assert_eq!(c.history_namespace_for(&c.targets[0]), "rollguard-system");
         assert_eq!(c.history.keep, 5);
         assert_eq!(c.on_failure, FailurePolicy::RollbackIfAllFail);
         assert_eq!(c.on_cancel, CancelPolicy::Leave);

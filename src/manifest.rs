@@ -74,6 +74,19 @@ impl ManifestObject {
         }
     }
 
+    /// A copy placed in `namespace` when it names none (call it for namespaced kinds only;
+    /// discovery says which those are). An explicit namespace is kept.
+    pub fn in_namespace(&self, namespace: &str) -> ManifestObject {
+        let mut obj = self.clone();
+        if obj.namespace.is_none() {
+            obj.namespace = Some(namespace.to_string());
+            if let Some(meta) = obj.body.get_mut("metadata").and_then(Value::as_object_mut) {
+                meta.insert("namespace".into(), Value::String(namespace.to_string()));
+            }
+        }
+        obj
+    }
+
     /// Where this object goes in the apply order (see `ApplyPhase`).
     pub fn apply_rank(&self) -> usize {
         apply_rank(self.group(), &self.kind)
@@ -834,6 +847,17 @@ mod tests {
             "{errs:#?}"
         );
         assert!(errs[2].starts_with("k8s/app.yaml:10:"), "{errs:#?}");
+    }
+
+    #[test]
+    fn in_namespace_fills_only_missing() {
+        let objs = parse_str("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: b, namespace: x}\n").unwrap();
+        let a = objs[0].in_namespace("shop");
+        assert_eq!(a.display_name(), "ConfigMap shop/a");
+        assert_eq!(a.body["metadata"]["namespace"], "shop");
+        let b = objs[1].in_namespace("shop");
+        assert_eq!(b.display_name(), "ConfigMap x/b");
+        assert_eq!(b.body["metadata"]["namespace"], "x");
     }
 
     #[test]
