@@ -271,6 +271,11 @@ impl FromStr for FailurePolicy {
     }
 }
 
+/// `FailurePolicy::from_str` without the message (for flag parsers that report their own).
+pub fn parse_failure_policy(s: &str) -> Option<FailurePolicy> {
+    s.parse().ok()
+}
+
 /// What happens on SIGINT/SIGTERM to targets that received the new revision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CancelPolicy {
@@ -1932,6 +1937,11 @@ stages:
             "https://json-schema.org/draft/2020-12/schema"
         );
         let policies: Vec<&str> = FailurePolicy::ALL.iter().map(|p| p.as_str()).collect();
+        assert_eq!(
+            parse_failure_policy("rollback_failed"),
+            Some(FailurePolicy::RollbackFailed)
+        );
+        assert_eq!(parse_failure_policy("sometimes"), None);
         assert_eq!(p["on_failure"]["enum"], json!(policies));
     }
 

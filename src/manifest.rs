@@ -97,7 +97,7 @@ impl ManifestObject {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApplyPhase {
     /// "namespaces-and-crds", "config-storage-rbac", "bindings", "services", "workloads", "other".
-    pub name: &'static str,
+    pub name: String,
     pub objects: Vec<ManifestObject>,
     /// The phase holds CRDs: wait until they are Established and rediscover before the next.
     pub wait_for_crds: bool,
@@ -193,7 +193,7 @@ impl ManifestSet {
             match phases.last_mut() {
                 Some(phase) if phase.name == name => phase.objects.push(obj.clone()),
                 _ => phases.push(ApplyPhase {
-                    name,
+                    name: name.to_string(),
                     objects: vec![obj.clone()],
                     wait_for_crds: false,
                 }),
@@ -955,7 +955,7 @@ mod tests {
         let phases = set.phases();
         let summary: Vec<(&str, usize, bool)> = phases
             .iter()
-            .map(|p| (p.name, p.objects.len(), p.wait_for_crds))
+            .map(|p| (p.name.as_str(), p.objects.len(), p.wait_for_crds))
             .collect();
         assert_eq!(
             summary,

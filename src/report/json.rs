@@ -7,7 +7,7 @@
 //!   `skipped` | `cancelled`), `revision` (number or null), `started_at`, `finished_at`,
 //!   `phases[]` {`name`, `seconds`}, `failures[]` {`object`, `pod`, `container`, `reason`,
 //!   `message`, `events`?}, `warnings[]`, `message`, `rollback` (null or {`to_revision`,
-//!   `recorded_as`?, `outcome`, `left_in_place[]`, `message`, `failures`?}),
+//!   `outcome`, `left_in_place[]`, `message`}),
 //!   `abandoned_revisions`? (revisions a dead run left pending, now marked failed).
 
 use super::Report;
@@ -70,11 +70,9 @@ pub fn report_schema() -> Value {
                 "required": ["to_revision", "outcome", "left_in_place"],
                 "properties": {
                     "to_revision": {"type": ["integer", "null"]},
-                    "recorded_as": {"type": "integer"},
                     "outcome": outcome,
                     "left_in_place": {"type": "array", "items": {"type": "string"}},
-                    "message": opt_string,
-                    "failures": {"type": "array", "items": failure}
+                    "message": opt_string
                 }
             },
             "abandoned_revisions": {"type": "array", "items": {"type": "integer"}}
@@ -130,11 +128,9 @@ mod tests {
         us.abandoned_revisions = vec![4];
         us.rollback = Some(RollbackReport {
             to_revision: Some(3),
-            recorded_as: Some(6),
             outcome: TargetOutcome::RolledBack,
             left_in_place: vec!["ConfigMap shop/new".into()],
             message: Some("ok".into()),
-            failures: vec![failure],
         });
         let mut r = report(vec![target("eu", TargetOutcome::Deployed), us]);
         r.run_url = Some("https://ci/run/1".into());

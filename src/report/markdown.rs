@@ -170,11 +170,6 @@ fn details(t: &TargetReport) -> String {
             out.push_str(&format!(": {}", text(m)));
         }
         out.push_str("\n\n");
-        if !rb.failures.is_empty() {
-            out.push_str("Rollback failures:\n");
-            failure_list(&mut out, &rb.failures);
-            out.push('\n');
-        }
         if !rb.left_in_place.is_empty() {
             out.push_str("Left in place (rollback never prunes; delete by hand if unwanted):\n");
             for obj in &rb.left_in_place {
@@ -250,32 +245,26 @@ mod tests {
         eu.failures.push(image_failure());
         eu.rollback = Some(RollbackReport {
             to_revision: Some(3),
-            recorded_as: None,
             outcome: TargetOutcome::RollbackFailed,
             left_in_place: vec![],
             message: Some("connection refused".into()),
-            failures: vec![],
         });
         let mut us = target("us", TargetOutcome::RolledBack);
         us.revision = Some(7);
         us.message = Some("rolled back because eu failed (on_failure: rollback-all)".into());
         us.rollback = Some(RollbackReport {
             to_revision: Some(6),
-            recorded_as: Some(8),
             outcome: TargetOutcome::RolledBack,
             left_in_place: vec!["ConfigMap shop/new-config".into()],
             message: None,
-            failures: vec![],
         });
         let mut ap = target("ap", TargetOutcome::RolledBack);
         ap.revision = Some(2);
         ap.rollback = Some(RollbackReport {
             to_revision: Some(1),
-            recorded_as: Some(3),
             outcome: TargetOutcome::RolledBack,
             left_in_place: vec![],
             message: None,
-            failures: vec![],
         });
         report(vec![eu, us, ap])
     }

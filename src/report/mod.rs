@@ -149,19 +149,14 @@ impl Failure {
 pub struct RollbackReport {
     /// The last good revision whose manifests were re-applied; None when there was none.
     pub to_revision: Option<u64>,
-    /// The revision number the rollback itself was recorded as.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub recorded_as: Option<u64>,
     /// RolledBack, RollbackFailed, or Failed when there was nothing to roll back to.
     pub outcome: TargetOutcome,
     /// Objects the failed revision created that the last good one lacks; rollback never prunes.
     #[serde(default)]
     pub left_in_place: Vec<String>,
+    /// What happened, e.g. "connection refused" or why the rollback's rollout failed.
     #[serde(default)]
     pub message: Option<String>,
-    /// Why the rollback's own rollout failed, if it did.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub failures: Vec<Failure>,
 }
 
 /// One target's part of the run.
@@ -222,13 +217,11 @@ impl TargetReport {
         };
         match self.outcome {
             TargetOutcome::Deployed | TargetOutcome::Skipped => self.message.clone(),
-            TargetOutcome::RollbackFailed => {
-                let rollback = self.rollback.as_ref();
-                rollback
-                    .and_then(|r| r.failures.first().map(Failure::headline))
-                    .or_else(|| rollback.and_then(|r| r.message.clone()))
-                    .or_else(own)
-            }
+            TargetOutcome::RollbackFailed => self
+                .rollback
+                .as_ref()
+                .and_then(|r| r.message.clone())
+                .or_else(own),
             TargetOutcome::Failed | TargetOutcome::RolledBack | TargetOutcome::Cancelled => own(),
         }
     }
@@ -497,11 +490,9 @@ pub(crate) mod tests {
         let mut eu = target("eu", RollbackFailed);
         eu.rollback = Some(RollbackReport {
             to_revision: Some(3),
-            recorded_as: None,
             outcome: RollbackFailed,
             left_in_place: vec![],
             message: Some("connection refused".into()),
-            failures: vec![],
         });
         let mut us_failed = target("us", Failed);
         us_failed.failures.push(image_failure());
