@@ -324,6 +324,9 @@ pub fn load(config: &Config) -> Result<ManifestSet, ManifestError> {
             (objects, issues, format!("the output of `{command}`"))
         }
     };
+    // Duplicates among what did parse are reported together with the per-file problems.
+    let mut issues = issues;
+    issues.extend(duplicates(&objects, config.namespace.as_deref()));
     if !issues.is_empty() {
         return Err(ManifestError::Invalid(issues));
     }
@@ -1175,13 +1178,10 @@ mod tests {
             "app: shop\nmanifests: [k8s]\ntargets: [{name: eu, context: c}]\n",
         );
         let err = load(&c).unwrap_err().to_string();
-        // Per-file problems are reported first; duplicates need every file to parse.
         assert!(
             err.contains("b.yaml:1: ConfigMap with generateName"),
             "{err}"
         );
-        std::fs::remove_file(k8s.join("b.yaml")).unwrap();
-        let err = load(&c).unwrap_err().to_string();
         let a = k8s.join("a.yaml");
         assert!(
             err.ends_with(&format!(
@@ -1249,6 +1249,27 @@ mod tests {
                 .to_string();
             assert!(err.starts_with("evil.yaml:"), "{err}");
             assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        }
+    }
+
+    #[test]
+    fn truncated_and_mangled_files_never_panic() {
+        for rel in [
+            "corpus/microservices-demo/release/kubernetes-manifests.yaml",
+            "corpus/podinfo/deploy/webapp/common/reconciler-rbac.yaml",
+            "apiserver-recordings/02-deployment-final-get.json",
+        ] {
+            let path = shared_path(rel);
+            let text = std::fs::read_to_string(&path).unwrap();
+            let mut cut = 0;
+            while cut < text.len() {
+                if text.is_char_boundary(cut) {
+                    let _ = parse(&text[..cut], &path);
+                    let mangled = format!("{}\t: - [{}", &text[..cut], &text[cut..]);
+                    let _ = parse(&mangled, &path);
+                }
+                cut += 211;
+            }
         }
     }
 
