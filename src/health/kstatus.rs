@@ -6,11 +6,67 @@ use super::{Assessment, Status, at, cond_field, condition, condition_is, int_at,
 use serde_json::Value;
 
 /// The status of `obj` (any kind) as the cluster returned it.
+///
+/// Items of a LIST response carry no `apiVersion`/`kind` (a watcher's initial list included);
+/// for those the type is inferred from fields the API server always defaults (see
+/// `infer_type`). Prefer `assess_as` when the caller knows the type.
 pub fn assess(obj: &Value) -> Assessment {
-    let kind = str_at(obj, &["kind"]).unwrap_or("");
-    let group = str_at(obj, &["apiVersion"])
-        .and_then(|v| v.rsplit_once('/').map(|(g, _)| g))
-        .unwrap_or("");
+    match (str_at(obj, &["apiVersion"]), str_at(obj, &["kind"])) {
+        (Some(api_version), Some(kind)) if !kind.is_empty() => assess_as(obj, api_version, kind),
+        _ => match infer_type(obj) {
+            Some((api_version, kind)) => assess_as(obj, api_version, kind),
+            None => assess_as(obj, "", ""),
+        },
+    }
+}
+
+/// Guesses the type of a kindless object from its shape: the workload kinds (whose status
+/// rules matter most) are told apart by fields the API server defaults on every object.
+pub fn infer_type(obj: &Value) -> Option<(&'static str, &'static str)> {
+    let spec = obj.get("spec")?;
+    let has = |v: &Value, key: &str| v.get(key).is_some();
+    let status = obj.get("status").unwrap_or(&Value::Null);
+    if has(spec, "names") && has(spec, "group") && has(spec, "versions") {
+        return Some(("apiextensions.k8s.io/v1", "CustomResourceDefinition"));
+    }
+    if has(spec, "containers") {
+        return Some(("v1", "Pod"));
+    }
+    if has(spec, "jobTemplate") {
+        return Some(("batch/v1", "CronJob"));
+    }
+    if has(spec, "template") {
+        if has(spec, "podManagementPolicy")
+            || has(spec, "serviceName")
+            || has(spec, "volumeClaimTemplates")
+            || has(status, "updateRevision")
+        {
+            return Some(("apps/v1", "StatefulSet"));
+        }
+        if has(spec, "strategy") || has(spec, "progressDeadlineSeconds") {
+            return Some(("apps/v1", "Deployment"));
+        }
+        if has(spec, "updateStrategy") || has(status, "desiredNumberScheduled") {
+            return Some(("apps/v1", "DaemonSet"));
+        }
+        if has(spec, "backoffLimit")
+            || has(spec, "completions")
+            || has(spec, "completionMode")
+            || has(status, "startTime")
+        {
+            return Some(("batch/v1", "Job"));
+        }
+        return Some(("apps/v1", "ReplicaSet"));
+    }
+    if has(spec, "accessModes") && !has(spec, "capacity") {
+        return Some(("v1", "PersistentVolumeClaim"));
+    }
+    None
+}
+
+/// The status of `obj`, whose type the caller knows (e.g. from the resource it watched).
+pub fn assess_as(obj: &Value, api_version: &str, kind: &str) -> Assessment {
+    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
     let name = str_at(obj, &["metadata", "name"]).unwrap_or("");
 
     if str_at(obj, &["metadata", "deletionTimestamp"]).is_some_and(|t| !t.is_empty()) {
@@ -572,6 +628,65 @@ mod tests {
             ),
             "{}",
             a.message
+        );
+    }
+
+    /// List items have no apiVersion/kind: the verdicts must not change without them.
+    #[test]
+    fn kindless_objects_from_lists() {
+        let strip = |mut v: Value| {
+            let m = v.as_object_mut().unwrap();
+            m.remove("kind");
+            m.remove("apiVersion");
+            v
+        };
+        for file in [
+            "02-ssa-apply1-get-immediately.json",
+            "02-ssa-apply2-get-after-1.5s.json",
+            "02-ssa-apply2-get-after-7.5s.json",
+            "03-progress-deadline-status-at-15s.json",
+            "06-crd-get-established.json",
+            "02-pod-created-by-replicaset.json",
+        ] {
+            let full = recording(file);
+            let want = assess(&full);
+            let kindless = strip(full.clone());
+            assert_eq!(
+                infer_type(&kindless).map(|t| t.1),
+                full["kind"].as_str(),
+                "{file}"
+            );
+            assert_eq!(assess(&kindless), want, "{file}");
+        }
+        for rs in recording("02-replicasets-list.json")["items"]
+            .as_array()
+            .unwrap()
+        {
+            assert_eq!(infer_type(rs), Some(("apps/v1", "ReplicaSet")));
+        }
+        let shapes = [
+            (
+                json!({"spec": {"template": {}, "podManagementPolicy": "OrderedReady", "updateStrategy": {}}}),
+                "StatefulSet",
+            ),
+            (
+                json!({"spec": {"template": {}, "updateStrategy": {"type": "RollingUpdate"}}}),
+                "DaemonSet",
+            ),
+            (json!({"spec": {"template": {}, "backoffLimit": 6}}), "Job"),
+            (json!({"spec": {"jobTemplate": {}}}), "CronJob"),
+            (
+                json!({"spec": {"accessModes": ["ReadWriteOnce"], "resources": {}}}),
+                "PersistentVolumeClaim",
+            ),
+        ];
+        for (obj, kind) in shapes {
+            assert_eq!(infer_type(&obj).map(|t| t.1), Some(kind), "{obj}");
+        }
+        assert_eq!(infer_type(&json!({"data": {"a": "b"}})), None);
+        assert_eq!(
+            assess_as(&json!({"metadata": {"name": "x"}}), "v1", "ConfigMap").status,
+            Status::Current
         );
     }
 

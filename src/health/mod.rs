@@ -6,7 +6,7 @@
 mod kstatus;
 mod pods;
 
-pub use kstatus::assess;
+pub use kstatus::{assess, assess_as, infer_type};
 pub use pods::{
     PodProblem, RevisionSelector, Severity, label_selector, new_revision_selector, pod_matches,
     pod_problems,

@@ -36,7 +36,11 @@ const REVISION_ANNOTATION: &str = "deployment.kubernetes.io/revision";
 /// `owned`: for a Deployment its ReplicaSets; for a DaemonSet its ControllerRevisions
 /// (may be empty); ignored for StatefulSets. Objects not owned by `workload` are skipped.
 pub fn new_revision_selector(workload: &Value, owned: &[Value]) -> Option<RevisionSelector> {
-    let kind = str_at(workload, &["kind"])?;
+    // A workload from a LIST has no kind; its shape tells.
+    let kind = match str_at(workload, &["kind"]) {
+        Some(kind) => kind,
+        None => super::infer_type(workload)?.1,
+    };
     let generation = int_at(workload, &["metadata", "generation"]);
     let observed = int_at(workload, &["status", "observedGeneration"]);
     if let (Some(g), Some(o)) = (generation, observed)
@@ -69,7 +73,11 @@ pub fn new_revision_selector(workload: &Value, owned: &[Value]) -> Option<Revisi
         "DaemonSet" => {
             let newest = mine
                 .iter()
-                .filter(|r| str_at(r, &["kind"]) == Some("ControllerRevision"))
+                // Kindless list items count when shaped like a ControllerRevision.
+                .filter(|r| match str_at(r, &["kind"]) {
+                    Some(kind) => kind == "ControllerRevision",
+                    None => r.get("revision").is_some(),
+                })
                 .max_by_key(|r| int_at(r, &["revision"]).unwrap_or(0));
             match newest {
                 Some(rev) => {
@@ -483,6 +491,23 @@ mod tests {
                 ds,
                 vec![],
                 Some(PodTemplateGeneration(4)),
+            ),
+            (
+                "kindless deployment and ReplicaSets from lists",
+                {
+                    let mut d = deployment(2, 2, Some("2"));
+                    d["spec"]["strategy"] = json!({});
+                    d.as_object_mut().unwrap().remove("kind");
+                    d
+                },
+                rss.iter()
+                    .map(|r| {
+                        let mut r = r.clone();
+                        r.as_object_mut().unwrap().remove("kind");
+                        r
+                    })
+                    .collect(),
+                Some(PodTemplateHash("bbb".into())),
             ),
         ];
         for (what, workload, owned, want) in cases {
