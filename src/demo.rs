@@ -13,7 +13,7 @@ use crate::cli::{
 };
 use crate::error::{Error, exit};
 use crate::progress::format_duration;
-use crate::shim::report::{Report, TargetOutcome};
+use crate::report::{Report, TargetOutcome};
 
 /// The demo's config: three targets on the three simulated clusters.
 pub const DEMO_CONFIG: &str = "\

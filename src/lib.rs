@@ -2,12 +2,17 @@
 
 pub mod apply;
 pub mod cli;
+pub mod config;
 pub mod demo;
+pub mod duration;
 pub mod error;
 pub mod fleet;
+pub mod health;
+pub mod manifest;
 pub mod pipeline;
 pub mod progress;
+pub mod report;
 pub mod retry;
-pub mod shim;
 pub mod target;
 pub mod wait;
+pub mod yaml;
