@@ -17,8 +17,8 @@ use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::manifest::{ManifestObject, ManifestSet};
 use crate::retry::{RetryBudget, RetryError, with_retry};
-use crate::shim::manifest::{ManifestObject, ManifestSet};
 
 /// The field manager of every apply rollguard makes.
 pub const FIELD_MANAGER: &str = "rollguard";
@@ -525,7 +525,7 @@ async fn apply_phases(
             for crd in phase
                 .objects
                 .iter()
-                .filter(|o| o.kind == "CustomResourceDefinition")
+                .filter(|o| phase.wait_for_crds && o.kind == "CustomResourceDefinition")
             {
                 await_crd_established(client, &crd.name, options.deadline, cancel).await?;
             }
@@ -584,7 +584,7 @@ async fn apply_one(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shim::manifest::Origin;
+    use crate::manifest::Origin;
     use serde_json::json;
 
     fn object(

@@ -9,12 +9,12 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
+use crate::config::{self, Overrides};
 use crate::error::{Error, exit};
+use crate::manifest;
 use crate::pipeline::{DeployOptions, Plan};
 use crate::progress;
-use crate::shim::config::{self, Overrides};
-use crate::shim::manifest;
-use crate::shim::report::{self, CommitInfo, Report};
+use crate::report::{self, Report};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -71,6 +71,9 @@ pub struct DeployArgs {
     /// How many targets run at once.
     #[arg(long, value_name = "N")]
     pub concurrency: Option<usize>,
+    /// How long to wait for another run's deploy lock, e.g. 2m (lock.timeout).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration_arg)]
+    pub lock_timeout: Option<Duration>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -84,41 +87,7 @@ pub struct DemoArgs {
 }
 
 fn parse_duration_arg(text: &str) -> Result<Duration, String> {
-    parse_duration(text)
-        .ok_or_else(|| format!("{text:?} is not a duration (use e.g. 90s, 5m, 1h30m)"))
-}
-
-/// "90s", "5m", "1h30m", "500ms" -> Duration.
-pub fn parse_duration(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    if text.is_empty() {
-        return None;
-    }
-    let mut total = Duration::ZERO;
-    let mut rest = text;
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit() && c != '.')
-            .unwrap_or(rest.len());
-        if digits == 0 {
-            return None;
-        }
-        let value: f64 = rest[..digits].parse().ok()?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let seconds = match &rest[..unit_len] {
-            "ms" => value / 1000.0,
-            "s" | "" => value,
-            "m" => value * 60.0,
-            "h" => value * 3600.0,
-            _ => return None,
-        };
-        total += Duration::from_secs_f64(seconds);
-        rest = &rest[unit_len..];
-    }
-    Some(total)
+    crate::duration::parse_duration(text).map_err(|e| e.to_string())
 }
 
 /// The process environment as a map (one snapshot, so a run sees one consistent view).
@@ -144,40 +113,15 @@ pub async fn run(cli: Cli) -> Result<i32, Error> {
     }
 }
 
-/// The commit: --commit, else GITHUB_SHA (with GITHUB_REF_NAME), else unknown.
-fn commit_info(args: &DeployArgs, env: &HashMap<String, String>) -> Option<CommitInfo> {
-    let sha = args
-        .commit
-        .clone()
-        .or_else(|| env.get("GITHUB_SHA").cloned())
-        .filter(|s| !s.trim().is_empty())?;
-    // HOOK(rg-release): git.rs adds `git rev-parse HEAD` in the config's folder and the
-    // commit message's first line.
-    Some(CommitInfo {
-        sha,
-        r#ref: env.get("GITHUB_REF_NAME").cloned(),
-        message: None,
-    })
-}
-
 /// Loads and validates everything; no cluster is touched here.
 pub fn plan(args: &DeployArgs, env: HashMap<String, String>) -> Result<Plan, Error> {
-    let path = args
-        .config
-        .clone()
-        .or_else(|| env.get("ROLLGUARD_CONFIG").map(PathBuf::from))
-        .or_else(|| {
-            env.get("INPUT_CONFIG")
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-        })
-        .unwrap_or_else(|| PathBuf::from("rollguard.yaml"));
+    let lookup = |k: &str| env.get(k).cloned();
+    let path = config::config_path(args.config.as_deref(), &lookup);
     let on_failure = match &args.on_failure {
-        Some(text) => Some(config::parse_failure_policy(text).ok_or_else(|| {
-            Error::Usage(format!(
-                "--on-failure {text:?}: use rollback-all, rollback-failed, rollback-if-all-fail or none"
-            ))
-        })?),
+        Some(text) => Some(
+            text.parse::<config::FailurePolicy>()
+                .map_err(|why| Error::Usage(format!("--on-failure: {why}")))?,
+        ),
         None => None,
     };
     if args.concurrency == Some(0) {
@@ -189,20 +133,21 @@ pub fn plan(args: &DeployArgs, env: HashMap<String, String>) -> Result<Plan, Err
         timeout: args.timeout,
         on_failure,
         concurrency: args.concurrency,
+        lock_timeout: args.lock_timeout,
+        ..Default::default()
     };
-    let lookup = |k: &str| env.get(k).cloned();
     let config = config::load(&path, &overrides, &lookup)?;
     let manifests = manifest::load(&config)?;
-    let commit = commit_info(args, &env);
+    let commit = config::detect_commit(args.commit.as_deref(), &lookup, &config.base_dir);
     Ok(Plan {
-        config,
         manifests,
         commit,
         options: DeployOptions {
             force_conflicts: args.force_conflicts,
             dry_run: args.dry_run,
-            cli_kubeconfig: args.kubeconfig.clone(),
+            cli_kubeconfig: config.kubeconfig.clone(),
         },
+        config,
         env,
     })
 }
@@ -294,23 +239,6 @@ pub fn finish_report(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_parse() {
-        let table = [
-            ("90s", Some(Duration::from_secs(90))),
-            ("5m", Some(Duration::from_secs(300))),
-            ("1h30m", Some(Duration::from_secs(5400))),
-            ("500ms", Some(Duration::from_millis(500))),
-            ("2", Some(Duration::from_secs(2))),
-            ("", None),
-            ("m", None),
-            ("5x", None),
-        ];
-        for (text, want) in table {
-            assert_eq!(parse_duration(text), want, "{text}");
-        }
-    }
 
     #[test]
     fn deploy_flags_parse() {

@@ -13,7 +13,7 @@ use crate::cli::{
 };
 use crate::error::{Error, exit};
 use crate::progress::format_duration;
-use crate::shim::report::{Report, TargetOutcome};
+use crate::report::{Report, TargetOutcome};
 
 /// The demo's config: three targets on the three simulated clusters.
 pub const DEMO_CONFIG: &str = "\
@@ -107,6 +107,7 @@ fn step_args(dir: &Path, kubeconfig: &Path, report: Option<&Path>) -> DeployArgs
         dry_run: false,
         on_failure: None,
         concurrency: None,
+        lock_timeout: None,
     }
 }
 

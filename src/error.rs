@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
-use crate::shim::config::ConfigError;
-use crate::shim::manifest::ManifestError;
+use crate::config::ConfigError;
+use crate::manifest::ManifestError;
 
 /// Process exit codes (documented in the README).
 pub mod exit {

@@ -11,7 +11,7 @@ use tracing::Instrument;
 
 use crate::pipeline::{Plan, TargetRun, run_target};
 use crate::progress::{Progress, Stage};
-use crate::shim::report::{Failure, Report, TargetOutcome, TargetReport};
+use crate::report::{Failure, Report, TargetOutcome, TargetReport};
 
 /// Runs every target of the plan and returns their runs in config order.
 pub async fn run_targets(

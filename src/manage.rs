@@ -11,15 +11,15 @@ use clap::Args;
 use serde_json::Value;
 use tokio::time::Instant;
 
+use crate::config::{self, Config, ConfigError, Overrides, TargetConfig};
 use crate::error::exit;
 use crate::git;
 use crate::lock::{self, Lock, LockGuard, LockOptions};
+use crate::manifest::ManifestSet;
 use crate::pipeline::{DeployOptions, Plan};
 use crate::redact;
 use crate::release::{self, RecordCommit, ReleaseOrigin, ReleaseRecord, ReleaseStore};
 use crate::rollback::{self, ReApply, ReleaseSettings};
-use crate::shim::config::{self, Config, ConfigError, Overrides, TargetConfig};
-use crate::shim::manifest::ManifestSet;
 use crate::target::{ClusterAccess, connect};
 
 /// Output format of `show`.
@@ -304,21 +304,12 @@ impl ManageError {
 type Env = HashMap<String, String>;
 
 fn load_config(selection: &Selection, env: &Env) -> Result<Config, ManageError> {
-    let path = selection
-        .config
-        .clone()
-        .or_else(|| env.get("ROLLGUARD_CONFIG").map(PathBuf::from))
-        .or_else(|| {
-            env.get("INPUT_CONFIG")
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-        })
-        .unwrap_or_else(|| PathBuf::from("rollguard.yaml"));
+    let lookup = |k: &str| env.get(k).cloned();
+    let path = config::config_path(selection.config.as_deref(), &lookup);
     let overrides = Overrides {
         kubeconfig: selection.kubeconfig.clone(),
         ..Overrides::default()
     };
-    let lookup = |k: &str| env.get(k).cloned();
     Ok(config::load(&path, &overrides, &lookup)?)
 }
 
@@ -390,14 +381,7 @@ pub async fn history(args: HistoryArgs, env: Env) -> Result<i32, ManageError> {
     let config = load_config(&args.selection, &env)?;
     let targets = select_targets(&config, &args.selection.targets)?;
     let mut code = exit::OK;
-    for connected in connect_all(
-        &config,
-        &targets,
-        args.selection.kubeconfig.as_deref(),
-        &env,
-    )
-    .await
-    {
+    for connected in connect_all(&config, &targets, config.kubeconfig.as_deref(), &env).await {
         match connected {
             Ok(c) => match c.store.list().await {
                 Ok(records) => print!("{}", history_table(&c.target.name, &records)),
@@ -421,14 +405,7 @@ pub async fn show(args: ShowArgs, env: Env) -> Result<i32, ManageError> {
     let targets = select_targets(&config, &args.selection.targets)?;
     let several = targets.len() > 1;
     let mut code = exit::OK;
-    for connected in connect_all(
-        &config,
-        &targets,
-        args.selection.kubeconfig.as_deref(),
-        &env,
-    )
-    .await
-    {
+    for connected in connect_all(&config, &targets, config.kubeconfig.as_deref(), &env).await {
         let c = match connected {
             Ok(c) => c,
             Err(e) => {
@@ -467,14 +444,7 @@ pub async fn unlock(args: UnlockArgs, env: Env) -> Result<i32, ManageError> {
     let config = load_config(&args.selection, &env)?;
     let targets = select_targets(&config, &args.selection.targets)?;
     let mut code = exit::OK;
-    for connected in connect_all(
-        &config,
-        &targets,
-        args.selection.kubeconfig.as_deref(),
-        &env,
-    )
-    .await
-    {
+    for connected in connect_all(&config, &targets, config.kubeconfig.as_deref(), &env).await {
         let c = match connected {
             Ok(c) => c,
             Err(e) => {
@@ -542,13 +512,7 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
 
     let holder = lock::holder_identity(&lookup);
     let lock_options = LockOptions::from_env(settings.lock_timeout, &lookup);
-    let connected = connect_all(
-        &config,
-        &targets,
-        args.selection.kubeconfig.as_deref(),
-        &env,
-    )
-    .await;
+    let connected = connect_all(&config, &targets, config.kubeconfig.as_deref(), &env).await;
     let plans = futures::future::join_all(connected.into_iter().map(|c| {
         let (config, holder, lock_options, from_git, args) =
             (&config, &holder, &lock_options, &from_git, &args);
@@ -634,7 +598,7 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
         options: DeployOptions {
             force_conflicts: args.force_conflicts,
             dry_run: false,
-            cli_kubeconfig: args.selection.kubeconfig.clone(),
+            cli_kubeconfig: config.kubeconfig.clone(),
         },
         env: env.clone(),
     };

@@ -11,10 +11,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::apply::{AppliedObject, ApplyError, ApplyOptions, apply_set};
+use crate::config::{Config, TargetConfig};
+use crate::manifest::ManifestSet;
 use crate::progress::{Progress, Stage};
-use crate::shim::config::{Config, TargetConfig};
-use crate::shim::manifest::ManifestSet;
-use crate::shim::report::{CommitInfo, Failure, PhaseTiming, TargetOutcome, TargetReport};
+use crate::report::{CommitInfo, Failure, PhaseTiming, TargetOutcome, TargetReport};
 use crate::target::{ClusterAccess, TargetError, connect, describe_error};
 use crate::wait::{WaitFailure, WaitOptions, wait_for_rollout};
 
@@ -99,11 +99,10 @@ pub fn default_namespace(
     target: &TargetConfig,
     context_namespace: &str,
 ) -> String {
-    target
-        .namespace
-        .clone()
-        .or_else(|| config.namespace.clone())
-        .unwrap_or_else(|| context_namespace.to_string())
+    config
+        .namespace_for(target)
+        .unwrap_or(context_namespace)
+        .to_string()
 }
 
 fn target_failure(object: &str, e: &TargetError) -> Failure {

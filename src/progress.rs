@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::shim::report::TargetOutcome;
+use crate::report::TargetOutcome;
 use crate::wait::WaitProgress;
 
 /// Where a target is.

@@ -13,8 +13,8 @@ use std::time::Duration;
 use base64::Engine as _;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
+use crate::config::TargetConfig;
 use crate::retry::{error_chain_text, io_error_kind, is_tls_problem};
-use crate::shim::config::TargetConfig;
 
 /// A connected target.
 #[derive(Clone)]

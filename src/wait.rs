@@ -22,10 +22,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::apply::AppliedObject;
+use crate::config::FailFastConfig;
+use crate::health::{self, RevisionSelector, Severity, Status};
+use crate::report::Failure;
 use crate::retry::{RetryBudget, with_retry};
-use crate::shim::config::{FailFastConfig, UnschedulablePolicy};
-use crate::shim::health::{self, RevisionSelector, Severity, Status};
-use crate::shim::report::Failure;
 
 /// What waiting needs besides the objects.
 #[derive(Debug, Clone)]
@@ -111,11 +111,7 @@ pub fn pod_matches(pod: &Value, workload: &Value, revision: Option<&RevisionSele
     {
         return false;
     }
-    match revision {
-        None => true,
-        Some(RevisionSelector::PodTemplateHash(h)) => has("pod-template-hash", h),
-        Some(RevisionSelector::ControllerRevisionHash(h)) => has("controller-revision-hash", h),
-    }
+    revision.is_none_or(|r| health::pod_matches(pod, r))
 }
 
 /// The revision whose pods count for fail-fast, or None when it is not known yet (then no
@@ -129,18 +125,6 @@ pub fn revision_for_pods(
     match kind {
         "Job" | "ReplicaSet" => Some(None),
         _ => health::new_revision_selector(workload, owned).map(Some),
-    }
-}
-
-/// Which grace a transient problem gets.
-fn grace_for(reason: &str, policy: &FailFastConfig) -> Option<Duration> {
-    if reason == "Unschedulable" {
-        match policy.unschedulable {
-            UnschedulablePolicy::Fail => Some(policy.unschedulable_grace),
-            UnschedulablePolicy::Warn => None,
-        }
-    } else {
-        Some(policy.err_image_pull_grace)
     }
 }
 
@@ -179,8 +163,24 @@ fn key_of(v: &Value) -> (String, String) {
 }
 
 impl Store {
-    fn apply(&mut self, source: usize, event: watcher::Event<DynamicObject>) {
-        let to_value = |o: DynamicObject| serde_json::to_value(o).unwrap_or(Value::Null);
+    /// Applies a watch event. Items of a LIST (the watcher's initial list) carry no
+    /// apiVersion/kind: they are set from the watched resource, for the health rules.
+    fn apply(
+        &mut self,
+        source: usize,
+        resource: &ApiResource,
+        event: watcher::Event<DynamicObject>,
+    ) {
+        let to_value = |o: DynamicObject| {
+            let mut v = serde_json::to_value(o).unwrap_or(Value::Null);
+            if let Some(obj) = v.as_object_mut() {
+                obj.entry("apiVersion")
+                    .or_insert_with(|| Value::String(resource.api_version.clone()));
+                obj.entry("kind")
+                    .or_insert_with(|| Value::String(resource.kind.clone()));
+            }
+            v
+        };
         match event {
             watcher::Event::Apply(o) => {
                 let v = to_value(o);
@@ -240,7 +240,7 @@ pub async fn wait_for_rollout(
     let mut sources: Vec<Source> = Vec::new();
     let mut tracked: Vec<Tracked> = Vec::new();
     for a in applied {
-        let assessment = health::assess(&a.response);
+        let assessment = health::assess_as(&a.response, &a.resource.api_version, &a.resource.kind);
         let done = assessment.status == Status::Current;
         let source = if done {
             None
@@ -331,7 +331,7 @@ pub async fn wait_for_rollout(
                 .source
                 .and_then(|s| store.get(s, &ns, &a.name))
                 .unwrap_or(&a.response);
-            let assessment = health::assess(current);
+            let assessment = health::assess_as(current, &a.resource.api_version, &a.resource.kind);
             t.last_message = assessment.message.clone();
             match assessment.status {
                 Status::Current => {
@@ -386,12 +386,11 @@ pub async fn wait_for_rollout(
                         Severity::Warning => {
                             warnings.insert(failure.headline());
                         }
-                        Severity::Transient => match grace_for(&problem.reason, &options.fail_fast)
-                        {
-                            None => {
-                                warnings.insert(failure.headline());
-                            }
-                            Some(grace) => {
+                        // Transient: fails once it has lasted its grace; a transient
+                        // problem without a grace (CrashLoopBackOff below the restart
+                        // threshold) is decided by later pod states, not by time.
+                        Severity::Transient => {
+                            if let Some(grace) = problem.grace(&options.fail_fast) {
                                 let key = (
                                     problem.pod.clone(),
                                     problem.container.clone(),
@@ -402,9 +401,9 @@ pub async fn wait_for_rollout(
                                 if due <= now {
                                     let mut failure = failure;
                                     failure.message = format!(
-                                        "{} (for more than {}s)",
+                                        "{} (for more than {})",
                                         failure.message,
-                                        grace.as_secs_f64().round()
+                                        crate::progress::format_duration(grace)
                                     );
                                     failures.push(failure);
                                 } else {
@@ -412,7 +411,7 @@ pub async fn wait_for_rollout(
                                         Some(next_escalation.map_or(due, |n: Instant| n.min(due)));
                                 }
                             }
-                        },
+                        }
                     }
                 }
             }
@@ -478,11 +477,11 @@ pub async fn wait_for_rollout(
             _ = escalation => {}
             next = events.next() => match next {
                 Some((source, Ok(event))) => {
-                    store.apply(source, event);
+                    store.apply(source, &sources[source].resource, event);
                     // Take every event already queued before deciding again.
                     while let Some(Some((source, item))) = events.now_or_never_ready() {
                         match item {
-                            Ok(event) => store.apply(source, event),
+                            Ok(event) => store.apply(source, &sources[source].resource, event),
                             Err(e) => last_watch_error = Some(e.to_string()),
                         }
                     }
@@ -598,18 +597,7 @@ pub fn warning_events(events: &[Value], name: &str, limit: usize) -> Vec<String>
                 .or_else(|| str_at(e, &["eventTime"]))
                 .or_else(|| str_at(e, &["metadata", "creationTimestamp"]))
                 .unwrap_or("");
-            let reason = e.get("reason").and_then(Value::as_str).unwrap_or("");
-            let message = e
-                .get("message")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .trim();
-            let count = e.get("count").and_then(Value::as_i64).unwrap_or(1);
-            let text = if count > 1 {
-                format!("{reason}: {message} (x{count})")
-            } else {
-                format!("{reason}: {message}")
-            };
+            let text = health::warning_event_line(e).unwrap_or_default();
             (when, text)
         })
         .collect();
@@ -653,40 +641,19 @@ mod tests {
     }
 
     #[test]
-    fn graces() {
-        let mut policy = FailFastConfig {
-            reasons: vec![],
-            err_image_pull_grace: Duration::from_secs(10),
-            crash_loop_restarts: 2,
-            unschedulable: UnschedulablePolicy::Warn,
-            unschedulable_grace: Duration::from_secs(60),
-        };
-        assert_eq!(
-            grace_for("ErrImagePull", &policy),
-            Some(Duration::from_secs(10))
-        );
-        assert_eq!(grace_for("Unschedulable", &policy), None);
-        policy.unschedulable = UnschedulablePolicy::Fail;
-        assert_eq!(
-            grace_for("Unschedulable", &policy),
-            Some(Duration::from_secs(60))
-        );
-    }
-
-    #[test]
     fn warning_events_newest_last_and_limited() {
         let events = vec![
-            json!({"type": "Warning", "reason": "Failed", "message": "pull a", "involvedObject": {"name": "p"}, "lastTimestamp": "2026-01-01T00:00:02Z", "count": 3}),
-            json!({"type": "Normal", "reason": "Pulling", "message": "x", "involvedObject": {"name": "p"}, "lastTimestamp": "2026-01-01T00:00:03Z"}),
-            json!({"type": "Warning", "reason": "BackOff", "message": "back-off", "involvedObject": {"name": "p"}, "lastTimestamp": "2026-01-01T00:00:04Z"}),
+            json!({"type": "Warning", "reason": "Failed", "message": "pull a", "involvedObject": {"kind": "Pod", "name": "p"}, "lastTimestamp": "2026-01-01T00:00:02Z", "count": 3}),
+            json!({"type": "Normal", "reason": "Pulling", "message": "x", "involvedObject": {"kind": "Pod", "name": "p"}, "lastTimestamp": "2026-01-01T00:00:03Z"}),
+            json!({"type": "Warning", "reason": "BackOff", "message": "back-off", "involvedObject": {"kind": "Pod", "name": "p"}, "lastTimestamp": "2026-01-01T00:00:04Z"}),
             json!({"type": "Warning", "reason": "Other", "message": "y", "involvedObject": {"name": "q"}, "lastTimestamp": "2026-01-01T00:00:05Z"}),
-            json!({"type": "Warning", "reason": "Old", "message": "z", "involvedObject": {"name": "p"}, "lastTimestamp": "2026-01-01T00:00:01Z"}),
+            json!({"type": "Warning", "reason": "Old", "message": "z", "involvedObject": {"kind": "Pod", "name": "p"}, "lastTimestamp": "2026-01-01T00:00:01Z"}),
         ];
         assert_eq!(
             warning_events(&events, "p", 2),
             vec![
-                "Failed: pull a (x3)".to_string(),
-                "BackOff: back-off".to_string()
+                "pod p: Failed: pull a (x3)".to_string(),
+                "pod p: BackOff: back-off".to_string()
             ]
         );
     }
