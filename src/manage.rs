@@ -517,7 +517,7 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
         let (config, holder, lock_options, from_git, args) =
             (&config, &holder, &lock_options, &from_git, &args);
         async move {
-            let c = c?;
+            let c = c.map_err(|e| (e, exit::FAILED))?;
             let name = c.target.name.clone();
             let lock = if args.dry_run {
                 None
@@ -531,7 +531,7 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
                         lock_options,
                     )
                     .await
-                    .map_err(|e| format!("target {name}: {e}"))?,
+                    .map_err(|e| (format!("target {name}: {e}"), exit::FAILED))?,
                 )
             };
             let planned = plan_one(config, c, args, from_git).await;
@@ -544,7 +544,7 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
                     if let Some(lock) = lock {
                         let _ = lock.release().await;
                     }
-                    Err(format!("target {name}: {e}"))
+                    Err((format!("target {name}: {}", e.0), e.1))
                 }
             }
         }
@@ -565,7 +565,7 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
             println!("{line}");
         }
     }
-    for e in &problems {
+    for (e, _) in &problems {
         eprintln!("{e}");
     }
     let release_all = |ready: Vec<Planned>| async move {
@@ -577,7 +577,13 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
     };
     if !problems.is_empty() {
         release_all(ready).await;
-        return Ok(exit::BAD_INPUT);
+        // Unreachable targets fail (1); a refused choice is bad input (2).
+        let code = problems
+            .iter()
+            .map(|(_, c)| *c)
+            .min()
+            .unwrap_or(exit::FAILED);
+        return Ok(code);
     }
     if args.dry_run {
         println!("dry run: nothing changed");
@@ -652,10 +658,11 @@ async fn plan_one(
     connected: Connected,
     args: &RollbackArgs,
     from_git: &Option<(Vec<Value>, Option<RecordCommit>)>,
-) -> Result<Planned, String> {
+) -> Result<Planned, (String, i32)> {
     let store = &connected.store;
-    let abandoned = store.mark_abandoned().await.map_err(|e| e.to_string())?;
-    let records = store.list().await.map_err(|e| e.to_string())?;
+    let unreachable = |e: release::ReleaseError| (e.to_string(), exit::FAILED);
+    let abandoned = store.mark_abandoned().await.map_err(unreachable)?;
+    let records = store.list().await.map_err(unreachable)?;
     let current = release::last_good(&records)
         .or_else(|| records.iter().max_by_key(|r| r.revision))
         .cloned();
@@ -690,13 +697,14 @@ async fn plan_one(
         }
         None => {
             let revision = rollback::choose_manual_target(&records, args.revision, args.force)
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| (e.to_string(), exit::BAD_INPUT))?;
             let to = records
                 .iter()
                 .find(|r| r.revision == revision)
                 .cloned()
-                .ok_or_else(|| format!("revision {revision} vanished"))?;
-            let bodies = rollback::record_manifests(config, &to)?;
+                .ok_or_else(|| (format!("revision {revision} vanished"), exit::FAILED))?;
+            let bodies =
+                rollback::record_manifests(config, &to).map_err(|e| (e, exit::BAD_INPUT))?;
             let mut with_bodies = to.clone();
             with_bodies.manifests = Some(bodies.clone());
             Planned {
