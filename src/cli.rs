@@ -35,6 +35,8 @@ pub enum Command {
     Schema,
     /// Start three simulated clusters and show a deploy, a fast failure and the report.
     Demo(DemoArgs),
+    #[command(flatten)]
+    Release(crate::manage::ReleaseCommand),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -104,6 +106,7 @@ pub async fn run(cli: Cli) -> Result<i32, Error> {
             Ok(exit::OK)
         }
         Command::Demo(args) => crate::demo::run(args).await,
+        Command::Release(command) => Ok(crate::manage::run(command, env).await),
     }
 }
 

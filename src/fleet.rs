@@ -80,16 +80,16 @@ fn skipped(name: &str, outcome: TargetOutcome, message: &str) -> TargetRun {
         access: None,
         applied: Vec::new(),
         received_new_revision: false,
+        release: None,
     }
 }
 
 /// Deploys the plan to every target and builds the report.
 pub async fn deploy(plan: Arc<Plan>, cancel: CancellationToken, progress: Progress) -> Report {
     let started_at = Timestamp::now();
-    let runs = run_targets(plan.clone(), cancel.clone(), progress).await;
-    // HOOK(rg-release): the failure policy across targets (plan.config.on_failure) decides
-    // here which targets roll back (those with received_new_revision), and the rollbacks run
-    // here, all at once; on cancel, `on_cancel` decides.
+    let mut runs = run_targets(plan.clone(), cancel.clone(), progress.clone()).await;
+    // rg-release: records, the failure policy (or on_cancel) and the rollbacks, all at once.
+    crate::rollback::conclude(&plan, &mut runs, cancel.is_cancelled(), &progress).await;
     let targets: Vec<TargetReport> = runs.into_iter().map(|r| r.report).collect();
     build_report(&plan, targets, started_at)
 }

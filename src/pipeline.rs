@@ -56,6 +56,9 @@ pub struct TargetRun {
     pub applied: Vec<AppliedObject>,
     /// True once any object of the new revision was written to this target.
     pub received_new_revision: bool,
+    /// The lock and release record of this run (rg-release; None in a dry run or before
+    /// the lock was taken).
+    pub release: Option<crate::rollback::TargetRelease>,
 }
 
 /// Phase timings, in order.
@@ -178,6 +181,7 @@ pub async fn run_target(
         access: None,
         applied: Vec::new(),
         received_new_revision: false,
+        release: None,
     };
     let name = target.name.clone();
 
@@ -201,9 +205,26 @@ pub async fn run_target(
     };
     run.access = Some(access.clone());
 
-    // HOOK(rg-release): acquire the Lease lock for (app, target) here, mark abandoned
-    // records, read the last good release, and begin the pending record (its revision goes
-    // into run.report.revision).
+    // rg-release: lock, abandoned records, last good, this run's pending record.
+    if !plan.options.dry_run {
+        clock.start("lock");
+        let namespace = default_namespace(&plan.config, target, &access.context_namespace);
+        match crate::rollback::prepare(plan, target, &access, &namespace, cancel).await {
+            Ok((release, notes)) => {
+                run.report.revision = Some(release.record.revision);
+                run.report.warnings.extend(notes);
+                run.release = Some(release);
+            }
+            Err(crate::rollback::PrepareError::Cancelled) => {
+                return finish(run, clock, progress, TargetOutcome::Cancelled);
+            }
+            Err(e) => {
+                tracing::warn!("{e}");
+                run.report.failures.push(e.failure(&access.server));
+                return finish(run, clock, progress, TargetOutcome::Failed);
+            }
+        }
+    }
     // HOOK(script stages): `before` scripts run here.
 
     clock.start("apply");
