@@ -11,15 +11,15 @@ use clap::Args;
 use serde_json::Value;
 use tokio::time::Instant;
 
+use crate::config::{self, Config, ConfigError, Overrides, TargetConfig};
 use crate::error::exit;
 use crate::git;
 use crate::lock::{self, Lock, LockGuard, LockOptions};
+use crate::manifest::ManifestSet;
 use crate::pipeline::{DeployOptions, Plan};
 use crate::redact;
 use crate::release::{self, RecordCommit, ReleaseOrigin, ReleaseRecord, ReleaseStore};
 use crate::rollback::{self, ReApply, ReleaseSettings};
-use crate::config::{self, Config, ConfigError, Overrides, TargetConfig};
-use crate::manifest::ManifestSet;
 use crate::target::{ClusterAccess, connect};
 
 /// Output format of `show`.

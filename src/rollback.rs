@@ -11,15 +11,15 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::apply::{AppliedObject, ApplyOptions, apply_set};
+use crate::config::{Config, FailurePolicy, TargetConfig};
 use crate::lock::{Lock, LockError, LockGuard, LockOptions};
+use crate::manifest::{ManifestObject, ManifestSet, Origin};
 use crate::pipeline::{MAX_IN_FLIGHT, Plan, TargetRun, apply_failures};
 use crate::progress::{Progress, Stage};
 use crate::release::{
     ObjectRef, RecordCommit, ReleaseDraft, ReleaseError, ReleaseOrigin, ReleaseRecord,
     ReleaseStatus, ReleaseStore, RunInfo,
 };
-use crate::config::{Config, FailurePolicy, TargetConfig};
-use crate::manifest::{ManifestObject, ManifestSet, Origin};
 use crate::report::{CommitInfo, Failure, RollbackReport, TargetOutcome};
 use crate::target::{ClusterAccess, describe_error};
 use crate::wait::{WaitFailure, WaitOptions, wait_for_rollout};
@@ -580,8 +580,8 @@ pub fn manifests_from_git(config: &Config, sha: &str) -> Result<Vec<serde_json::
     let checkout = crate::git::Checkout::at(&config.base_dir, sha).map_err(|e| e.to_string())?;
     let mut at_commit = config.clone();
     at_commit.base_dir = checkout.map_path(&config.base_dir);
-    let set = crate::manifest::load(&at_commit)
-        .map_err(|e| format!("manifests at commit {sha}: {e}"))?;
+    let set =
+        crate::manifest::load(&at_commit).map_err(|e| format!("manifests at commit {sha}: {e}"))?;
     Ok(set.objects.into_iter().map(|o| o.body).collect())
 }
 
