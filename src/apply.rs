@@ -389,34 +389,39 @@ async fn await_crd_established(
     }
 }
 
-/// Applies the set, phase by phase. `on_progress(done, total)` is called after each object.
-pub async fn apply_set(
-    client: &Client,
-    set: &ManifestSet,
-    options: &ApplyOptions,
-    cancel: &CancellationToken,
-    on_progress: &(dyn Fn(usize, usize) + Sync),
-) -> ApplyOutcome {
-    let mut applied = Vec::new();
-    let result = apply_phases(client, set, options, cancel, on_progress, &mut applied).await;
-    ApplyOutcome { applied, result }
+/// The kinds of a set as one target serves them, resolved before anything is written.
+#[derive(Debug, Clone)]
+pub struct Resolution {
+    kinds: HashMap<(String, String), Resolved>,
+    groups: Vec<String>,
 }
 
-async fn apply_phases(
+impl Resolution {
+    /// How many distinct kinds were resolved (CRD-provided kinds come later).
+    pub fn len(&self) -> usize {
+        self.kinds.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.kinds.is_empty()
+    }
+}
+
+/// Discovers the groups the set uses and resolves every kind: the first contact with the
+/// cluster (a few quick attempts, so an unreachable target fails in seconds) and the check
+/// that the target serves every kind, with no write.
+pub async fn resolve_set(
     client: &Client,
     set: &ManifestSet,
-    options: &ApplyOptions,
+    deadline: Instant,
     cancel: &CancellationToken,
-    on_progress: &(dyn Fn(usize, usize) + Sync),
-    applied: &mut Vec<AppliedObject>,
-) -> Result<(), ApplyError> {
-    let budget = RetryBudget::until(options.deadline);
+) -> Result<Resolution, ApplyError> {
     let groups = needed_groups(&set.objects);
     let later = crd_provided_kinds(&set.objects);
     let discovery = discover(
         client,
         &groups,
-        &RetryBudget::first_contact(options.deadline),
+        &RetryBudget::first_contact(deadline),
         cancel,
     )
     .await
@@ -425,8 +430,65 @@ async fn apply_phases(
             .map(ApplyError::Discovery)
             .unwrap_or(ApplyError::Cancelled)
     })?;
-    let mut kinds =
+    let kinds =
         resolve_kinds(&discovery, &set.objects, &later).map_err(ApplyError::UnservedKinds)?;
+    Ok(Resolution { kinds, groups })
+}
+
+/// Resolves and applies the set (`resolve_set` then `apply_resolved`).
+pub async fn apply_set(
+    client: &Client,
+    set: &ManifestSet,
+    options: &ApplyOptions,
+    cancel: &CancellationToken,
+    on_progress: &(dyn Fn(usize, usize) + Sync),
+) -> ApplyOutcome {
+    match resolve_set(client, set, options.deadline, cancel).await {
+        Ok(resolution) => {
+            apply_resolved(client, set, resolution, options, cancel, on_progress).await
+        }
+        Err(e) => ApplyOutcome {
+            applied: Vec::new(),
+            result: Err(e),
+        },
+    }
+}
+
+/// Applies the set, phase by phase, with kinds resolved beforehand. `on_progress(done,
+/// total)` is called after each object.
+pub async fn apply_resolved(
+    client: &Client,
+    set: &ManifestSet,
+    resolution: Resolution,
+    options: &ApplyOptions,
+    cancel: &CancellationToken,
+    on_progress: &(dyn Fn(usize, usize) + Sync),
+) -> ApplyOutcome {
+    let mut applied = Vec::new();
+    let result = apply_phases(
+        client,
+        set,
+        resolution,
+        options,
+        cancel,
+        on_progress,
+        &mut applied,
+    )
+    .await;
+    ApplyOutcome { applied, result }
+}
+
+async fn apply_phases(
+    client: &Client,
+    set: &ManifestSet,
+    resolution: Resolution,
+    options: &ApplyOptions,
+    cancel: &CancellationToken,
+    on_progress: &(dyn Fn(usize, usize) + Sync),
+    applied: &mut Vec<AppliedObject>,
+) -> Result<(), ApplyError> {
+    let budget = RetryBudget::until(options.deadline);
+    let Resolution { mut kinds, groups } = resolution;
 
     // Namespaces the objects go to but the set does not create.
     let declared: HashSet<&str> = set

@@ -10,7 +10,7 @@ use jiff::Timestamp;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::apply::{AppliedObject, ApplyError, ApplyOptions, apply_set};
+use crate::apply::{AppliedObject, ApplyError, ApplyOptions, apply_resolved, resolve_set};
 use crate::config::{Config, TargetConfig};
 use crate::manifest::ManifestSet;
 use crate::progress::{Progress, Stage};
@@ -205,6 +205,21 @@ pub async fn run_target(
     };
     run.access = Some(access.clone());
 
+    // Discovery: the first request (an unreachable target fails here, in seconds) and the
+    // check that the target serves every kind, before anything is written to it.
+    clock.start("discover");
+    let resolution = match resolve_set(&access.client, &plan.manifests, deadline, cancel).await {
+        Ok(resolution) => resolution,
+        Err(ApplyError::Cancelled) => {
+            return finish(run, clock, progress, TargetOutcome::Cancelled);
+        }
+        Err(e) => {
+            tracing::warn!("{e}");
+            run.report.failures = apply_failures(&e, &access.server);
+            return finish(run, clock, progress, TargetOutcome::Failed);
+        }
+    };
+
     // rg-release: lock, abandoned records, last good, this run's pending record.
     if !plan.options.dry_run {
         clock.start("lock");
@@ -250,9 +265,10 @@ pub async fn run_target(
     };
     let report_progress =
         |done: usize, total: usize| progress.update(&name, Stage::Applying { done, total });
-    let outcome = apply_set(
+    let outcome = apply_resolved(
         &access.client,
         &plan.manifests,
+        resolution,
         &options,
         cancel,
         &report_progress,
