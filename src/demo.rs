@@ -167,7 +167,7 @@ pub async fn run(args: DemoArgs) -> Result<i32, Error> {
     if let Some(path) = &args.report {
         eprintln!("JSON report written to {}", path.display());
     }
-    drop(sim);
+    sim.shutdown();
 
     let as_expected = first
         .targets
@@ -180,14 +180,24 @@ pub async fn run(args: DemoArgs) -> Result<i32, Error> {
     Ok(if as_expected { exit::OK } else { exit::FAILED })
 }
 
-/// Starts the simulated clusters and writes their kubeconfig (contexts sim-1..sim-N).
+/// Starts the simulated clusters (contexts sim-1..sim-N) and writes their kubeconfig.
 async fn start_sim(
-    _clusters: usize,
-    _time_scale: f64,
-    _rules: &str,
-    _kubeconfig: &Path,
-) -> Result<(), Error> {
-    Err(Error::Demo(
-        "the demo needs kube-sim's server, which is not merged yet".into(),
-    ))
+    clusters: usize,
+    time_scale: f64,
+    rules: &str,
+    kubeconfig: &Path,
+) -> Result<kube_sim::cluster::Sim, Error> {
+    let rules = kube_sim::rules::parse(rules).map_err(|e| Error::Demo(e.to_string()))?;
+    let options = kube_sim::cluster::SimOptions {
+        clusters,
+        time_scale,
+        rules,
+        ..Default::default()
+    };
+    let sim = kube_sim::cluster::Sim::start(options)
+        .await
+        .map_err(|e| Error::Demo(format!("cannot start kube-sim: {e}")))?;
+    sim.write_kubeconfig(kubeconfig)
+        .map_err(|e| Error::Demo(e.to_string()))?;
+    Ok(sim)
 }
