@@ -376,6 +376,30 @@ pub fn digest_bodies(bodies: &[serde_json::Value]) -> String {
     format!("sha256:{}", hex::encode(hasher.finalize()))
 }
 
+/// Give stored bodies without a namespace the one they were applied in (from the applied
+/// objects), so the record holds the manifests as applied and names them fully.
+pub fn fill_namespaces(bodies: &mut [serde_json::Value], applied: &[ObjectRef]) {
+    for body in bodies.iter_mut() {
+        let Some(r) = ObjectRef::from_body(body) else {
+            continue;
+        };
+        if r.namespace.is_some() {
+            continue;
+        }
+        let found = applied.iter().find(|a| {
+            a.namespace.is_some() && a.group() == r.group() && a.kind == r.kind && a.name == r.name
+        });
+        if let Some(namespace) = found.and_then(|a| a.namespace.clone())
+            && let Some(metadata) = body.get_mut("metadata").and_then(|m| m.as_object_mut())
+        {
+            metadata.insert(
+                "namespace".to_string(),
+                serde_json::Value::String(namespace),
+            );
+        }
+    }
+}
+
 /// Secret name of a revision: `rollguard.<app>.v<revision>`.
 pub fn secret_name(app: &str, revision: u64) -> String {
     format!("rollguard.{app}.v{revision}")
@@ -764,6 +788,11 @@ impl ReleaseStore {
                 r.finished_at = Some(Timestamp::now());
                 if let Some(objects) = &objects {
                     r.objects = objects.clone();
+                    if let Some(bodies) = r.manifests.as_mut() {
+                        fill_namespaces(bodies, objects);
+                        // Same bodies, same digest: a rollback record matches its origin.
+                        r.digest = Some(digest_bodies(bodies));
+                    }
                 }
             })
             .await?;
@@ -1016,6 +1045,42 @@ mod tests {
         r.rollback_of = Some(2);
         r.reason = Some("abandoned".into());
         assert_eq!(r.note(), "rollback to v2; abandoned");
+    }
+
+    #[test]
+    fn namespaces_filled_from_what_was_applied() {
+        let mut bodies = vec![
+            serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}}),
+            serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}}),
+            serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "other"}}),
+        ];
+        let applied = vec![
+            ObjectRef {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                namespace: Some("shop".into()),
+                name: "web".into(),
+            },
+            ObjectRef {
+                api_version: "v1".into(),
+                kind: "Namespace".into(),
+                namespace: None,
+                name: "shop".into(),
+            },
+            ObjectRef {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                namespace: Some("shop".into()),
+                name: "c".into(),
+            },
+        ];
+        fill_namespaces(&mut bodies, &applied);
+        assert_eq!(bodies[0]["metadata"]["namespace"], "shop");
+        assert!(bodies[1]["metadata"].get("namespace").is_none());
+        assert_eq!(
+            bodies[2]["metadata"]["namespace"], "other",
+            "an explicit namespace stays"
+        );
     }
 
     #[test]
