@@ -480,8 +480,15 @@ async fn roll_back_target(
     progress: &Progress,
 ) -> Option<RollbackResult> {
     let name = run.report.name.clone();
+    // What this run applied, as the server named it (the record may not have been updated
+    // when the cluster stopped answering).
+    let applied: Vec<ObjectRef> = run.applied.iter().map(applied_ref).collect();
     let release = run.release.as_mut()?;
-    let failed_objects = release.record.objects.clone();
+    let failed_objects = if applied.is_empty() {
+        release.record.objects.clone()
+    } else {
+        applied
+    };
     let Some(good) = release.last_good.clone() else {
         run.report.rollback = Some(RollbackReport {
             to_revision: None,

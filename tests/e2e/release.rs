@@ -248,16 +248,17 @@ async fn first_deploy_failing_deletes_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_down_fails_its_rollback_but_not_the_others() {
-    let env = fleet_with_bad_us().await;
-    first_good_deploy(&env).await;
-    // ap gets the new revision, but its pods are slow to become ready: while rollguard waits,
-    // ap goes down. us fails fast; eu and us roll back, ap's rollback cannot reach it.
-    let slow = small_app(BAD).replace(
-        "          image: ",
-        "          readinessProbe:\n            initialDelaySeconds: 3000\n            exec: {command: [\"true\"]}\n          image: ",
+    // us cannot pull the new image; ap's new pods never become ready, and while rollguard
+    // waits for them, ap goes down. eu and us roll back; ap's rollback cannot reach it.
+    let rules = format!(
+        "- {{cluster: sim-2, image: \"{BAD}\", behaviour: ImagePullBackOff}}\n\
+         - {{cluster: sim-3, image: \"{BAD}\", behaviour: NeverReady}}\n\
+         - {{image: \"*\", behaviour: Ready}}\n"
     );
-    env.write("k8s/app.yaml", &slow);
-    env.write("rollguard.yaml", &config(3, "15s"));
+    let env = TestEnv::start(3, &rules).await;
+    env.write("rollguard.yaml", &config(3, "10s"));
+    first_good_deploy(&env).await;
+    env.write("k8s/app.yaml", &small_app(BAD));
     let deploy = env.deploy(&[]);
     let take_down = async {
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -279,6 +280,13 @@ async fn a_cluster_down_fails_its_rollback_but_not_the_others() {
     assert_eq!(run.outcome("eu"), "rolled-back", "{}", run.output());
     assert_eq!(run.outcome("us"), "rolled-back", "{}", run.output());
     assert_eq!(run.outcome("ap"), "rollback-failed", "{}", run.output());
+    // v2 added nothing that v1 lacks.
+    assert_eq!(
+        rollback_of(&run, "ap")["left_in_place"],
+        serde_json::json!([]),
+        "{}",
+        run.output()
+    );
     let summary = run.report.as_ref().expect("report")["summary"]
         .as_str()
         .unwrap_or_default()
