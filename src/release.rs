@@ -796,14 +796,18 @@ impl ReleaseStore {
                 }
             })
             .await?;
-        let statuses = self.statuses().await?;
+        let mut statuses = self.statuses().await?;
         if status == ReleaseStatus::Deployed {
             for older in supersede_choice(&statuses, revision) {
                 self.update(older, |r| r.status = ReleaseStatus::Superseded)
                     .await?;
+                for entry in statuses.iter_mut().filter(|(r, _)| *r == older) {
+                    entry.1 = ReleaseStatus::Superseded;
+                }
             }
         }
-        self.prune().await?;
+        self.delete_revisions(&prune_choice(&statuses, self.keep))
+            .await?;
         Ok(record)
     }
 
@@ -819,7 +823,12 @@ impl ReleaseStore {
     /// Delete the records beyond `keep` (see [`prune_choice`]). Returns what was deleted.
     pub async fn prune(&self) -> Result<Vec<u64>> {
         let doomed = prune_choice(&self.statuses().await?, self.keep);
-        for revision in &doomed {
+        self.delete_revisions(&doomed).await?;
+        Ok(doomed)
+    }
+
+    async fn delete_revisions(&self, doomed: &[u64]) -> Result<()> {
+        for revision in doomed {
             let name = secret_name(&self.app, *revision);
             match self.api().delete(&name, &DeleteParams::default()).await {
                 Ok(_) => {}
@@ -827,7 +836,7 @@ impl ReleaseStore {
                 Err(e) => return Err(self.kube_err(format!("pruning release record {name}"), e)),
             }
         }
-        Ok(doomed)
+        Ok(())
     }
 
     /// Mark records left `pending` by a run that died as `failed` (reason `abandoned`).
