@@ -383,6 +383,25 @@ mod tests {
     }
 
     #[test]
+    fn anchors_and_merge_keys() {
+        let node = parse_single(
+            "base: &base {image: web, port: 80}\nweb:\n  <<: *base\n  port: 8080\nlist: [*base]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            node.to_json()["web"],
+            serde_json::json!({"image": "web", "port": 8080})
+        );
+        assert_eq!(node.to_json()["list"][0]["image"], "web");
+    }
+
+    #[test]
+    fn duplicate_keys_are_errors() {
+        let err = parse_single("a: 1\nb: 2\na: 3\n").unwrap_err();
+        assert_eq!(err.line, 3, "{err:?}");
+    }
+
+    #[test]
     fn several_documents_refused_for_single() {
         let err = parse_single("a: 1\n---\nb: 2\n").unwrap_err();
         assert_eq!(err.line, 2);
