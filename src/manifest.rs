@@ -1057,6 +1057,72 @@ mod tests {
         }
     }
 
+    /// The corpus INDEX.md lists, per file, each document's `apiVersion / kind`: the objects
+    /// parsed from every file must be exactly those, in order.
+    #[test]
+    fn corpus_matches_its_index() {
+        let index = std::fs::read_to_string(corpus().join("INDEX.md")).unwrap();
+        let mut expected: Vec<(String, Vec<String>)> = Vec::new();
+        for line in index.lines() {
+            if let Some(rest) = line.strip_prefix("- `") {
+                let path = rest.split('`').next().unwrap().to_string();
+                expected.push((path, Vec::new()));
+            } else if let Some(doc) = line.strip_prefix("  - ") {
+                let last = expected.last_mut().expect("document before file");
+                if doc != "(empty document)" {
+                    last.1.push(doc.to_string());
+                }
+            }
+        }
+        assert_eq!(expected.len(), 23);
+        for (rel, docs) in expected {
+            let path = corpus().join(&rel);
+            let text = std::fs::read_to_string(&path).unwrap();
+            match parse(&text, &path) {
+                Ok(objs) => {
+                    let got: Vec<String> = objs
+                        .iter()
+                        .map(|o| format!("{} / {}", o.api_version, o.kind))
+                        .collect();
+                    assert_eq!(got, docs, "{rel}");
+                }
+                Err(e) => {
+                    assert_eq!(
+                        docs,
+                        vec!["kustomize.config.k8s.io/v1beta1 / Kustomization"],
+                        "{rel}: {e}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn microservices_demo_loads_in_phases() {
+        let dir = tempfile::tempdir().unwrap();
+        let demo = corpus().join("microservices-demo/release");
+        let body = format!(
+            "app: shop\nnamespace: shop\nmanifests: [{}]\ntargets: [{{name: eu, context: c}}]\n",
+            demo.display()
+        );
+        let set = load(&config_for(dir.path(), &body)).unwrap();
+        assert_eq!(set.len(), 35);
+        let phases: Vec<(String, usize)> = set
+            .phases()
+            .into_iter()
+            .map(|p| (p.name, p.objects.len()))
+            .collect();
+        assert_eq!(
+            phases,
+            vec![
+                ("config-storage-rbac".to_string(), 11),
+                ("services".to_string(), 12),
+                ("workloads".to_string(), 12),
+            ]
+        );
+        assert!(set.objects.iter().all(|o| o.origin.line > 0));
+    }
+
     fn config_for(dir: &Path, body: &str) -> config::Config {
         let path = dir.join("rollguard.yaml");
         std::fs::write(&path, body).unwrap();
