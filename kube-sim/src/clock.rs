@@ -18,7 +18,11 @@ impl Clock {
     /// A clock running `scale` times faster than real time. Scales at or below zero, or not
     /// finite, are treated as 1.
     pub fn new(scale: f64) -> Self {
-        let scale = if scale.is_finite() && scale > 0.0 { scale } else { 1.0 };
+        let scale = if scale.is_finite() && scale > 0.0 {
+            scale
+        } else {
+            1.0
+        };
         Self {
             scale,
             started_real: Instant::now(),
@@ -77,7 +81,10 @@ mod tests {
     #[test]
     fn scale_speeds_up_simulated_time() {
         let clock = Clock::new(10.0);
-        assert_eq!(clock.real(Duration::from_secs(600)), Duration::from_secs(60));
+        assert_eq!(
+            clock.real(Duration::from_secs(600)),
+            Duration::from_secs(60)
+        );
     }
 
     #[test]
