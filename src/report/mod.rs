@@ -276,6 +276,16 @@ impl Report {
     pub fn duration(&self) -> Duration {
         elapsed(self.started_at, self.finished_at)
     }
+
+    /// Recomputes `outcome` and `summary` after targets or `dry_run` changed. An outcome set
+    /// by hand that is more serious than the targets' (a cancelled run) is kept.
+    pub fn refresh(&mut self) {
+        let from_targets = overall_outcome(&self.targets);
+        if from_targets.severity() >= self.outcome.severity() {
+            self.outcome = from_targets;
+        }
+        self.summary = summary_line(self);
+    }
 }
 
 fn elapsed(from: Timestamp, to: Timestamp) -> Duration {
@@ -608,6 +618,22 @@ pub(crate) mod tests {
         let mut r = report(vec![target("eu", Deployed)]);
         r.dry_run = true;
         assert_eq!(summary_line(&r), "dry run: would deploy to 1 of 1");
+        r.refresh();
+        assert_eq!(r.summary, "dry run: would deploy to 1 of 1");
+    }
+
+    #[test]
+    fn refresh_recomputes_and_keeps_cancel() {
+        let mut r = report(vec![target("eu", Deployed)]);
+        r.targets[0].outcome = RolledBack;
+        r.refresh();
+        assert_eq!(
+            (r.outcome, r.summary.as_str()),
+            (RolledBack, "rolled back 1 of 1")
+        );
+        r.outcome = Cancelled;
+        r.refresh();
+        assert_eq!(r.outcome, Cancelled);
     }
 
     #[test]
