@@ -387,7 +387,8 @@ fn resolve_paths(
         if canonical.is_some() && canonical == config_file {
             return;
         }
-        if seen.insert(path.clone()) {
+        // One file reached by several paths (symlinks, overlapping entries) counts once.
+        if seen.insert(canonical.unwrap_or_else(|| path.clone())) {
             files.push(path);
         }
     };
@@ -401,7 +402,13 @@ fn resolve_paths(
             message,
         };
         if entry.contains(['*', '?', '[']) {
-            let pattern = joined.to_string_lossy().into_owned();
+            // Only the entry is a pattern: the config's folder may contain `[` or `*`.
+            let pattern = if Path::new(entry).is_absolute() {
+                entry.clone()
+            } else {
+                let base = glob::Pattern::escape(&base_dir.to_string_lossy());
+                format!("{}/{entry}", base.trim_end_matches('/'))
+            };
             match glob::glob(&pattern) {
                 Ok(paths) => {
                     let mut matched: Vec<PathBuf> = paths.filter_map(Result::ok).collect();
@@ -447,7 +454,18 @@ fn resolve_paths(
 }
 
 fn walk_dir(dir: &Path) -> Vec<PathBuf> {
+    walk_dir_depth(dir, 0)
+}
+
+/// Symlinked folders are followed (shared manifests often are), to a depth that a symlink
+/// loop cannot exceed for long.
+const MAX_FOLDER_DEPTH: usize = 32;
+
+fn walk_dir_depth(dir: &Path, depth: usize) -> Vec<PathBuf> {
     let mut out = Vec::new();
+    if depth > MAX_FOLDER_DEPTH {
+        return out;
+    }
     let Ok(read) = std::fs::read_dir(dir) else {
         return out;
     };
@@ -461,7 +479,7 @@ fn walk_dir(dir: &Path) -> Vec<PathBuf> {
             continue;
         }
         if path.is_dir() {
-            out.extend(walk_dir(&path));
+            out.extend(walk_dir_depth(&path, depth + 1));
         } else if path
             .extension()
             .is_some_and(|e| matches!(e.to_str(), Some("yaml" | "yml" | "json")))
@@ -1256,6 +1274,31 @@ mod tests {
             )),
             "{err}"
         );
+    }
+
+    #[test]
+    fn globs_under_a_folder_with_pattern_characters_and_symlink_loops() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("team [a]*");
+        std::fs::create_dir_all(base.join("k8s")).unwrap();
+        std::fs::write(
+            base.join("k8s/cm.yaml"),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cfg}\n",
+        )
+        .unwrap();
+        #[cfg(unix)]
+        std::os::unix::fs::symlink(base.join("k8s"), base.join("k8s/loop")).unwrap();
+        let c = config_for(
+            &base,
+            "app: shop\nmanifests: [\"k8s/*.yaml\"]\ntargets: [{name: eu, context: c}]\n",
+        );
+        assert_eq!(load(&c).unwrap().len(), 1);
+        // The folder walk follows the loop only so far, and the file counts once.
+        let c = config_for(
+            &base,
+            "app: shop\nmanifests: [k8s, k8s/cm.yaml]\ntargets: [{name: eu, context: c}]\n",
+        );
+        assert_eq!(load(&c).unwrap().len(), 1);
     }
 
     #[test]
