@@ -1377,7 +1377,7 @@ mod tests {
                     let mangled = format!("{}\t: - [{}", &text[..cut], &text[cut..]);
                     let _ = parse(&mangled, &path);
                 }
-                cut += 211;
+                cut += 613;
             }
         }
     }
