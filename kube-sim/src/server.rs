@@ -523,6 +523,7 @@ pub async fn handle(state: Arc<ClusterState>, req: Request<Incoming>) -> Respons
                     response(status, content_type, Bytes::from(bytes))
                 }
                 Ok(Reply::Watch(spec)) => start_watch(state.clone(), *spec),
+                Ok(Reply::Text(text)) => response(200, "text/plain", Bytes::from(text)),
                 Err(e) => error_response(&e, pretty),
             }
         }

@@ -435,7 +435,8 @@ impl Store {
             }
         }
         let now = self.now();
-        defaults::on_create(rt, &mut obj, &now);
+        // Order as in the real server: defaulting, then field ownership, then what
+        // admission and the create strategy add (which nobody owns).
         defaults::on_write(rt, &mut obj);
         if opts.ownership == Ownership::Update {
             managed_fields::record_update(
@@ -450,6 +451,7 @@ impl Store {
                 },
             );
         }
+        defaults::on_create(rt, &mut obj, &now);
 
         let mut inner = self.lock();
         if info.namespaced {
@@ -1192,6 +1194,26 @@ mod tests {
             .unwrap_err();
         assert_eq!(again.code, 409);
         assert_eq!(again.reason, "AlreadyExists");
+    }
+
+    #[test]
+    fn admission_fields_of_pods_are_not_owned() {
+        let s = store();
+        let pods = ResourceType::new("", "v1", "pods");
+        let pod = json!({"metadata": {"name": "p", "namespace": "default", "labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "web", "image": "example/web:v1",
+                "ports": [{"containerPort": 8080}]}]}});
+        let created = s.create(&pods, pod, "kube-controller-manager").unwrap();
+        let fields = &created["metadata"]["managedFields"][0]["fieldsV1"];
+        assert!(fields["f:spec"].get("f:volumes").is_none());
+        assert!(fields["f:spec"].get("f:tolerations").is_none());
+        assert!(fields["f:spec"].get("f:serviceAccountName").is_none());
+        assert_eq!(fields["f:spec"]["f:dnsPolicy"], json!({}));
+        let container = &fields["f:spec"]["f:containers"]["k:{\"name\":\"web\"}"];
+        assert_eq!(container["f:ports"]["."], json!({}));
+        assert!(container.get("f:volumeMounts").is_none());
+        assert!(created["spec"]["volumes"].is_array());
+        assert_eq!(created["status"]["phase"], "Pending");
     }
 
     #[test]

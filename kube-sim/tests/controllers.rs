@@ -706,3 +706,127 @@ async fn new_crd_becomes_established() {
     assert_eq!(condition(&crd, "NamesAccepted")["reason"], "NoConflicts");
     assert_eq!(crd["status"]["acceptedNames"]["kind"], "Widget");
 }
+
+/// A Deployment status reduced to what does not depend on the moment it was recorded:
+/// counts, whether the generation was observed, the revision, and the conditions in order.
+fn status_shape(dep: &Value) -> String {
+    let mut status = dep["status"].as_object().cloned().unwrap_or_default();
+    let conditions: Vec<String> = status
+        .remove("conditions")
+        .and_then(|c| c.as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .map(|c| {
+            format!(
+                "{}={}({})",
+                c["type"].as_str().unwrap(),
+                c["status"].as_str().unwrap(),
+                c["reason"].as_str().unwrap()
+            )
+        })
+        .collect();
+    let observed =
+        status.remove("observedGeneration") == Some(dep["metadata"]["generation"].clone());
+    let counts: std::collections::BTreeMap<String, Value> = status.into_iter().collect();
+    format!(
+        "observed={observed} {} {conditions:?}",
+        serde_json::to_string(&counts).unwrap()
+    )
+}
+
+#[tokio::test]
+async fn rolling_update_writes_the_recorded_status_sequence() {
+    let recording = kube_sim::shared_dir()
+        .expect("shared recordings")
+        .join("apiserver-recordings/04-watch-deployments-from-list-rv.txt");
+    let recorded: Vec<String> = std::fs::read_to_string(recording)
+        .unwrap()
+        .lines()
+        .map(|line| status_shape(&serde_json::from_str::<Value>(line).unwrap()["object"]))
+        .collect();
+
+    // The recording's pods became Ready about 1 s after creation, like ours at scale 1.
+    let cluster = start("sim-1", 1.0, vec![]);
+    let store = &cluster.store;
+    store
+        .create(
+            &deployments(),
+            deployment("web", 2, "example/web:v1"),
+            "test",
+        )
+        .unwrap();
+    wait_until("web available", Duration::from_secs(10), || {
+        let dep = store.get(&deployments(), "default", "web").unwrap();
+        (
+            (condition(&dep, "Progressing")["reason"] == "NewReplicaSetAvailable").then_some(()),
+            dep.to_string(),
+        )
+    })
+    .await;
+    let mut rx = store.subscribe();
+    let mut dep = store.get(&deployments(), "default", "web").unwrap();
+    dep["spec"]["template"]["spec"]["containers"][0]["image"] = json!("example/web:v2");
+    dep["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resourceVersion");
+    store.update(&deployments(), dep, "test").unwrap();
+    let mut seen = Vec::new();
+    tokio::time::timeout(Duration::from_secs(15), async {
+        loop {
+            let event = rx.recv().await.unwrap();
+            if event.resource == deployments() {
+                seen.push(status_shape(&event.object));
+                if seen.last().unwrap().contains("NewReplicaSetAvailable") && seen.len() > 2 {
+                    return;
+                }
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("rollout did not finish: {seen:#?}"));
+    assert_eq!(seen, recorded);
+}
+
+#[tokio::test]
+async fn progress_deadline_writes_the_recorded_status_sequence() {
+    let recording = kube_sim::shared_dir()
+        .expect("shared recordings")
+        .join("apiserver-recordings/03-progress-deadline-watch-deployment.txt");
+    let recorded: Vec<String> = std::fs::read_to_string(recording)
+        .unwrap()
+        .lines()
+        .map(|line| status_shape(&serde_json::from_str::<Value>(line).unwrap()["object"]))
+        .collect();
+
+    let cluster = start("sim-1", 5.0, vec![]);
+    let store = &cluster.store;
+    let mut rx = store.subscribe();
+    let body: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            kube_sim::shared_dir()
+                .unwrap()
+                .join("apiserver-recordings/03-progress-deadline-request-body.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let mut dep = body.clone();
+    dep["metadata"]["namespace"] = json!("default");
+    store.create(&deployments(), dep, "test").unwrap();
+    let mut seen = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let event = rx.recv().await.unwrap();
+            if event.resource == deployments() {
+                seen.push(status_shape(&event.object));
+                if seen.last().unwrap().contains("ProgressDeadlineExceeded") {
+                    return;
+                }
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no deadline: {seen:#?}"));
+    assert_eq!(seen, recorded);
+}

@@ -229,6 +229,9 @@ fn new_replica_set(dep: &Value, hash: &str, replicas: i64, annotations: Value) -
 }
 
 struct Counts {
+    /// Sum of the ReplicaSets' `spec.replicas` as read at the start of the sync (what
+    /// Kubernetes counts unavailable replicas against).
+    desired: i64,
     replicas: i64,
     updated: i64,
     ready: i64,
@@ -243,6 +246,7 @@ fn counts(all: &[&Value], new_rs: Option<&Value>) -> Counts {
             .sum::<i64>()
     };
     Counts {
+        desired: all.iter().map(|rs| meta::spec_replicas(rs)).sum(),
         replicas: sum("replicas"),
         updated: new_rs.map_or(0, |rs| meta::status_i64(rs, "replicas")),
         ready: sum("readyReplicas"),
@@ -493,7 +497,7 @@ pub fn reconcile(dep: &Value, owned: &[Value], now: jiff::Timestamp) -> Deployme
     put_nonzero(
         &mut status,
         "unavailableReplicas",
-        (replicas - c.available).max(0),
+        (c.desired - c.available).max(0),
     );
     status.insert("terminatingReplicas".into(), json!(c.terminating));
 
