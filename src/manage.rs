@@ -623,6 +623,7 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
             timeout: settings.rollback_timeout,
             deadline,
             cancelled: false,
+            stop: tokio_util::sync::CancellationToken::new(),
         }
         .run()
     }))

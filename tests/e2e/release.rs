@@ -696,3 +696,28 @@ async fn rollback_from_git_in_a_shallow_clone() {
         missing.output()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_cancel_leave_keeps_the_new_revision() {
+    let env = TestEnv::start(1, "").await;
+    env.write(
+        "rollguard.yaml",
+        &format!("{}on_cancel: leave\n", config(1, "60s")),
+    );
+    first_good_deploy(&env).await;
+    env.write("k8s/app.yaml", &small_app("example.com/web:neverready"));
+    let child = spawn_deploy(&env, &[]);
+    wait_for_pending(&env, 1, 2).await;
+    signal(&child, "-INT");
+    let out = child.wait_with_output().await.expect("exits");
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert_eq!(image(&web(&env, 1).await), "example.com/web:neverready");
+    let recs = records(&env, 1).await;
+    assert_eq!(
+        statuses(&recs),
+        vec![(1, ReleaseStatus::Deployed), (2, ReleaseStatus::Failed)],
+        "no rollback revision; v1 is still the last good one"
+    );
+    assert_eq!(recs[1].reason.as_deref(), Some("cancelled"));
+}
