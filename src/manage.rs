@@ -664,9 +664,7 @@ async fn plan_one(
     let unreachable = |e: release::ReleaseError| (e.to_string(), exit::FAILED);
     let abandoned = store.mark_abandoned().await.map_err(unreachable)?;
     let records = store.list().await.map_err(unreachable)?;
-    let current = release::last_good(&records)
-        .or_else(|| records.iter().max_by_key(|r| r.revision))
-        .cloned();
+    let current = records.iter().max_by_key(|r| r.revision).cloned();
     let default_namespace = crate::pipeline::default_namespace(
         config,
         &connected.target,

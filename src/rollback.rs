@@ -131,8 +131,8 @@ pub enum RollbackChoiceError {
 }
 
 /// The revision a manual rollback goes to. `requested`: `--revision N`; default the newest good
-/// revision (deployed or superseded) older than the current one (the newest `deployed`, else
-/// the newest record) whose manifests differ from the current ones.
+/// revision (deployed or superseded) older than the current (newest) one whose manifests
+/// differ from the current ones.
 pub fn choose_manual_target(
     records: &[ReleaseRecord],
     requested: Option<u64>,
@@ -154,8 +154,11 @@ pub fn choose_manual_target(
         }
         return Ok(revision);
     }
-    let current = crate::release::last_good(records)
-        .or_else(|| records.iter().max_by_key(|r| r.revision))
+    // The current revision is the newest one, whatever its status: after a failure that was
+    // left in place, going back means the last good one before it.
+    let current = records
+        .iter()
+        .max_by_key(|r| r.revision)
         .ok_or(RollbackChoiceError::NoHistory)?;
     records
         .iter()
@@ -957,6 +960,9 @@ mod tests {
             choose_manual_target(&[rec(1, Deployed, "a")], None, false),
             Err(RollbackChoiceError::NoEarlierGood)
         );
+        // A failure left in place: back to the last good one.
+        let left = vec![rec(1, Deployed, "a"), rec(2, Failed, "b")];
+        assert_eq!(choose_manual_target(&left, None, false), Ok(1));
         // Plain history: back to the previous one.
         let plain = vec![rec(1, Superseded, "a"), rec(2, Deployed, "b")];
         assert_eq!(choose_manual_target(&plain, None, false), Ok(1));
