@@ -22,6 +22,9 @@ pub const DEFAULT_LEASE_SECONDS: u64 = 30;
 /// Environment knob for a shorter lease (tests, demos): whole seconds, at least 1.
 pub const LEASE_SECONDS_ENV: &str = "ROLLGUARD_LEASE_SECONDS";
 
+/// Pause after losing a race for the Lease, before looking at it again.
+const RACE_PAUSE: Duration = Duration::from_millis(50);
+
 /// The Lease name of an app.
 pub fn lease_name(app: &str) -> String {
     format!("rollguard-{app}")
@@ -214,7 +217,11 @@ impl Lock {
                         Ok(created) => {
                             return Ok(LockGuard::start(api, created, holder, options, None));
                         }
-                        Err(kube::Error::Api(s)) if s.is_already_exists() => continue,
+                        // Another run created it first: look again (not in a hot loop).
+                        Err(kube::Error::Api(s)) if s.is_already_exists() => {
+                            tokio::time::sleep(RACE_PAUSE).await;
+                            continue;
+                        }
                         Err(kube::Error::Api(s)) if s.is_not_found() => {
                             crate::release::ensure_namespace(&client, namespace).await?;
                             continue;
@@ -248,6 +255,7 @@ impl Lock {
                         }
                         // Someone else moved first: look again.
                         Err(kube::Error::Api(s)) if s.is_conflict() || s.is_not_found() => {
+                            tokio::time::sleep(RACE_PAUSE).await;
                             continue;
                         }
                         Err(e) => return Err(err("taking over the lock", e)),

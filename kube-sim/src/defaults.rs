@@ -126,7 +126,11 @@ pub fn on_write(rt: &ResourceType, obj: &mut Value) {
         }
         ("", "secrets") => {
             if let Some(map) = obj.as_object_mut()
-                && map.get("type").and_then(Value::as_str).unwrap_or("").is_empty()
+                && map
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .is_empty()
             {
                 map.insert("type".into(), json!("Opaque"));
             }
