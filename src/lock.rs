@@ -682,6 +682,22 @@ mod lease_tests {
     }
 
     #[tokio::test]
+    async fn two_runs_racing_for_a_new_lease_get_one_holder() {
+        let fake = FakeApi::default();
+        fake.add_namespace("shop");
+        let options = quick(400, 30);
+        let (a, b) = tokio::join!(
+            Lock::acquire(fake.client(), "shop", "shop", "run-a", &options),
+            Lock::acquire(fake.client(), "shop", "shop", "run-b", &options),
+        );
+        assert!(a.is_ok() != b.is_ok(), "exactly one holds the lock");
+        let winner = a.or(b).unwrap();
+        let lease = fake.get(LEASES, "rollguard-shop").unwrap();
+        assert_eq!(lease["spec"]["holderIdentity"], winner.holder());
+        winner.release().await.unwrap();
+    }
+
+    #[tokio::test]
     async fn expired_lease_is_taken_over() {
         let fake = FakeApi::default();
         fake.add_namespace("shop");
