@@ -71,6 +71,9 @@ pub struct DeployArgs {
     /// How many targets run at once.
     #[arg(long, value_name = "N")]
     pub concurrency: Option<usize>,
+    /// How long to wait for another run's deploy lock, e.g. 2m (lock.timeout).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration_arg)]
+    pub lock_timeout: Option<Duration>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -130,6 +133,7 @@ pub fn plan(args: &DeployArgs, env: HashMap<String, String>) -> Result<Plan, Err
         timeout: args.timeout,
         on_failure,
         concurrency: args.concurrency,
+        lock_timeout: args.lock_timeout,
         ..Default::default()
     };
     let config = config::load(&path, &overrides, &lookup)?;

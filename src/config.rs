@@ -1316,7 +1316,7 @@ pub fn json_schema() -> Value {
     });
     json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": "https://github.com/rollguard/rollguard/rollguard.schema.json",
+        "$id": "urn:rollguard:config:v1",
         "title": "rollguard.yaml",
         "description": "Deploy Kubernetes manifests to many clusters at once, fail fast, roll back by itself.",
         "type": "object",
@@ -1943,6 +1943,26 @@ stages:
         );
         assert_eq!(parse_failure_policy("sometimes"), None);
         assert_eq!(p["on_failure"]["enum"], json!(policies));
+    }
+
+    /// docs/config-schema.json is `json_schema()`; regenerate with UPDATE_SCHEMAS=1.
+    #[test]
+    fn docs_schema_is_current() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/config-schema.json");
+        let text = format!(
+            "{}\n",
+            serde_json::to_string_pretty(&json_schema()).unwrap()
+        );
+        if std::env::var_os("UPDATE_SCHEMAS").is_some() {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, &text).unwrap();
+        }
+        let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            on_disk == text,
+            "{} is stale: run UPDATE_SCHEMAS=1 cargo test --lib schema",
+            path.display()
+        );
     }
 
     #[test]

@@ -107,6 +107,7 @@ fn step_args(dir: &Path, kubeconfig: &Path, report: Option<&Path>) -> DeployArgs
         dry_run: false,
         on_failure: None,
         concurrency: None,
+        lock_timeout: None,
     }
 }
 

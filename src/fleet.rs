@@ -90,7 +90,7 @@ pub async fn deploy(plan: Arc<Plan>, cancel: CancellationToken, progress: Progre
     let started_at = Timestamp::now();
     let mut runs = run_targets(plan.clone(), cancel.clone(), progress.clone()).await;
     // rg-release: records, the failure policy (or on_cancel) and the rollbacks, all at once.
-    crate::rollback::conclude(&plan, &mut runs, cancel.is_cancelled(), &progress).await;
+    crate::rollback::conclude(&plan, &mut runs, &cancel, &progress).await;
     let targets: Vec<TargetReport> = runs.into_iter().map(|r| r.report).collect();
     build_report(&plan, targets, started_at)
 }

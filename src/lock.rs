@@ -15,6 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{DeleteParams, ObjectMeta, PostParams, Preconditions};
 use kube::{Api, Client};
 use tokio::sync::{Mutex, watch};
+use tracing::Instrument;
 
 /// Default `leaseDurationSeconds`.
 pub const DEFAULT_LEASE_SECONDS: u64 = 30;
@@ -344,14 +345,18 @@ impl LockGuard {
         let name = lease.metadata.name.clone().unwrap_or_default();
         let shared = Arc::new(Mutex::new(lease));
         let (lost_tx, lost) = watch::channel(false);
-        let renewer = tokio::spawn(renew_loop(
-            api.clone(),
-            name.clone(),
-            holder.to_string(),
-            shared.clone(),
-            options.renew_every,
-            lost_tx,
-        ));
+        // Renewal logs carry the caller's span (the target's name).
+        let renewer = tokio::spawn(
+            renew_loop(
+                api.clone(),
+                name.clone(),
+                holder.to_string(),
+                shared.clone(),
+                options.renew_every,
+                lost_tx,
+            )
+            .instrument(tracing::Span::current()),
+        );
         LockGuard {
             api,
             name,

@@ -304,21 +304,12 @@ impl ManageError {
 type Env = HashMap<String, String>;
 
 fn load_config(selection: &Selection, env: &Env) -> Result<Config, ManageError> {
-    let path = selection
-        .config
-        .clone()
-        .or_else(|| env.get("ROLLGUARD_CONFIG").map(PathBuf::from))
-        .or_else(|| {
-            env.get("INPUT_CONFIG")
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-        })
-        .unwrap_or_else(|| PathBuf::from("rollguard.yaml"));
+    let lookup = |k: &str| env.get(k).cloned();
+    let path = config::config_path(selection.config.as_deref(), &lookup);
     let overrides = Overrides {
         kubeconfig: selection.kubeconfig.clone(),
         ..Overrides::default()
     };
-    let lookup = |k: &str| env.get(k).cloned();
     Ok(config::load(&path, &overrides, &lookup)?)
 }
 
@@ -390,14 +381,7 @@ pub async fn history(args: HistoryArgs, env: Env) -> Result<i32, ManageError> {
     let config = load_config(&args.selection, &env)?;
     let targets = select_targets(&config, &args.selection.targets)?;
     let mut code = exit::OK;
-    for connected in connect_all(
-        &config,
-        &targets,
-        args.selection.kubeconfig.as_deref(),
-        &env,
-    )
-    .await
-    {
+    for connected in connect_all(&config, &targets, config.kubeconfig.as_deref(), &env).await {
         match connected {
             Ok(c) => match c.store.list().await {
                 Ok(records) => print!("{}", history_table(&c.target.name, &records)),
@@ -421,14 +405,7 @@ pub async fn show(args: ShowArgs, env: Env) -> Result<i32, ManageError> {
     let targets = select_targets(&config, &args.selection.targets)?;
     let several = targets.len() > 1;
     let mut code = exit::OK;
-    for connected in connect_all(
-        &config,
-        &targets,
-        args.selection.kubeconfig.as_deref(),
-        &env,
-    )
-    .await
-    {
+    for connected in connect_all(&config, &targets, config.kubeconfig.as_deref(), &env).await {
         let c = match connected {
             Ok(c) => c,
             Err(e) => {
@@ -467,14 +444,7 @@ pub async fn unlock(args: UnlockArgs, env: Env) -> Result<i32, ManageError> {
     let config = load_config(&args.selection, &env)?;
     let targets = select_targets(&config, &args.selection.targets)?;
     let mut code = exit::OK;
-    for connected in connect_all(
-        &config,
-        &targets,
-        args.selection.kubeconfig.as_deref(),
-        &env,
-    )
-    .await
-    {
+    for connected in connect_all(&config, &targets, config.kubeconfig.as_deref(), &env).await {
         let c = match connected {
             Ok(c) => c,
             Err(e) => {
@@ -542,18 +512,12 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
 
     let holder = lock::holder_identity(&lookup);
     let lock_options = LockOptions::from_env(settings.lock_timeout, &lookup);
-    let connected = connect_all(
-        &config,
-        &targets,
-        args.selection.kubeconfig.as_deref(),
-        &env,
-    )
-    .await;
+    let connected = connect_all(&config, &targets, config.kubeconfig.as_deref(), &env).await;
     let plans = futures::future::join_all(connected.into_iter().map(|c| {
         let (config, holder, lock_options, from_git, args) =
             (&config, &holder, &lock_options, &from_git, &args);
         async move {
-            let c = c?;
+            let c = c.map_err(|e| (e, exit::FAILED))?;
             let name = c.target.name.clone();
             let lock = if args.dry_run {
                 None
@@ -567,7 +531,7 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
                         lock_options,
                     )
                     .await
-                    .map_err(|e| format!("target {name}: {e}"))?,
+                    .map_err(|e| (format!("target {name}: {e}"), exit::FAILED))?,
                 )
             };
             let planned = plan_one(config, c, args, from_git).await;
@@ -580,7 +544,7 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
                     if let Some(lock) = lock {
                         let _ = lock.release().await;
                     }
-                    Err(format!("target {name}: {e}"))
+                    Err((format!("target {name}: {}", e.0), e.1))
                 }
             }
         }
@@ -601,7 +565,7 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
             println!("{line}");
         }
     }
-    for e in &problems {
+    for (e, _) in &problems {
         eprintln!("{e}");
     }
     let release_all = |ready: Vec<Planned>| async move {
@@ -613,7 +577,13 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
     };
     if !problems.is_empty() {
         release_all(ready).await;
-        return Ok(exit::BAD_INPUT);
+        // Unreachable targets fail (1); a refused choice is bad input (2).
+        let code = problems
+            .iter()
+            .map(|(_, c)| *c)
+            .min()
+            .unwrap_or(exit::FAILED);
+        return Ok(code);
     }
     if args.dry_run {
         println!("dry run: nothing changed");
@@ -634,7 +604,7 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
         options: DeployOptions {
             force_conflicts: args.force_conflicts,
             dry_run: false,
-            cli_kubeconfig: args.selection.kubeconfig.clone(),
+            cli_kubeconfig: config.kubeconfig.clone(),
         },
         env: env.clone(),
     };
@@ -653,6 +623,7 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
             timeout: settings.rollback_timeout,
             deadline,
             cancelled: false,
+            stop: tokio_util::sync::CancellationToken::new(),
         }
         .run()
     }))
@@ -688,10 +659,11 @@ async fn plan_one(
     connected: Connected,
     args: &RollbackArgs,
     from_git: &Option<(Vec<Value>, Option<RecordCommit>)>,
-) -> Result<Planned, String> {
+) -> Result<Planned, (String, i32)> {
     let store = &connected.store;
-    let abandoned = store.mark_abandoned().await.map_err(|e| e.to_string())?;
-    let records = store.list().await.map_err(|e| e.to_string())?;
+    let unreachable = |e: release::ReleaseError| (e.to_string(), exit::FAILED);
+    let abandoned = store.mark_abandoned().await.map_err(unreachable)?;
+    let records = store.list().await.map_err(unreachable)?;
     let current = release::last_good(&records)
         .or_else(|| records.iter().max_by_key(|r| r.revision))
         .cloned();
@@ -726,13 +698,14 @@ async fn plan_one(
         }
         None => {
             let revision = rollback::choose_manual_target(&records, args.revision, args.force)
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| (e.to_string(), exit::BAD_INPUT))?;
             let to = records
                 .iter()
                 .find(|r| r.revision == revision)
                 .cloned()
-                .ok_or_else(|| format!("revision {revision} vanished"))?;
-            let bodies = rollback::record_manifests(config, &to)?;
+                .ok_or_else(|| (format!("revision {revision} vanished"), exit::FAILED))?;
+            let bodies =
+                rollback::record_manifests(config, &to).map_err(|e| (e, exit::BAD_INPUT))?;
             let mut with_bodies = to.clone();
             with_bodies.manifests = Some(bodies.clone());
             Planned {

@@ -10,6 +10,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// Where an object came from: file (or `<render>`) and line.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -339,35 +340,101 @@ pub fn load(config: &Config) -> Result<ManifestSet, ManifestError> {
 /// The origin file name of objects read from a render command's output.
 pub const RENDER_ORIGIN: &str = "<render>";
 
+/// How long a render command may run (kustomize and helm template finish in seconds).
+pub const RENDER_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// Runs `command` with `sh -c` in `dir`; its stdout is the manifests.
 pub fn render(command: &str, dir: &Path) -> Result<String, ManifestError> {
-    let output = Command::new("sh")
-        .arg("-c")
+    render_with_timeout(command, dir, RENDER_TIMEOUT)
+}
+
+/// `render` with a deadline: past it the command's whole process group is killed.
+pub fn render_with_timeout(
+    command: &str,
+    dir: &Path,
+    timeout: Duration,
+) -> Result<String, ManifestError> {
+    let fail = |status: String, stderr: String| ManifestError::Render {
+        command: command.to_string(),
+        status,
+        stderr,
+    };
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
         .arg(command)
         .current_dir(dir)
         .stdin(Stdio::null())
-        .output()
-        .map_err(|e| ManifestError::Render {
-            command: command.to_string(),
-            status: format!("could not start sh: {e}"),
-            stderr: String::new(),
-        })?;
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    if !output.status.success() {
-        // The end of stderr is where the reason usually is.
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // Its own process group, so a timeout also stops what the shell started.
+    #[cfg(unix)]
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| fail(format!("could not start sh: {e}"), String::new()))?;
+    // Pipes are drained on threads so a chatty command never blocks on a full pipe.
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let stdout = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
+    );
+    let stderr = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
+    );
+    let started = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Ok(status),
+            Ok(None) if started.elapsed() >= timeout => {
+                kill_group(&mut child);
+                let _ = child.wait();
+                break Err(format!(
+                    "did not finish within {}",
+                    crate::duration::format_duration(timeout)
+                ));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => break Err(format!("could not wait for it: {e}")),
+        }
+    };
+    let stdout = stdout.join().unwrap_or_default();
+    let stderr = String::from_utf8_lossy(&stderr.join().unwrap_or_default()).into_owned();
+    // The end of stderr is where the reason usually is.
+    let tail = {
         let lines: Vec<&str> = stderr.lines().collect();
-        let tail = lines[lines.len().saturating_sub(20)..].join("\n");
-        return Err(ManifestError::Render {
-            command: command.to_string(),
-            status: output.status.to_string(),
-            stderr: tail,
-        });
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    };
+    let status = status.map_err(|why| fail(why, tail.clone()))?;
+    if !status.success() {
+        return Err(fail(status.to_string(), tail));
     }
-    String::from_utf8(output.stdout).map_err(|_| ManifestError::Render {
-        command: command.to_string(),
-        status: "its output is not UTF-8".to_string(),
-        stderr: String::new(),
-    })
+    String::from_utf8(stdout)
+        .map_err(|_| fail("its output is not UTF-8".to_string(), String::new()))
+}
+
+fn kill_group(child: &mut std::process::Child) {
+    #[cfg(unix)]
+    {
+        // The group id is the child's pid (process_group(0) above).
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", child.id())])
+            .stderr(Stdio::null())
+            .status();
+    }
+    let _ = child.kill();
 }
 
 /// Files named by the `manifests` entries: files as given, folders recursively (*.yaml,
@@ -387,7 +454,8 @@ fn resolve_paths(
         if canonical.is_some() && canonical == config_file {
             return;
         }
-        if seen.insert(path.clone()) {
+        // One file reached by several paths (symlinks, overlapping entries) counts once.
+        if seen.insert(canonical.unwrap_or_else(|| path.clone())) {
             files.push(path);
         }
     };
@@ -401,7 +469,13 @@ fn resolve_paths(
             message,
         };
         if entry.contains(['*', '?', '[']) {
-            let pattern = joined.to_string_lossy().into_owned();
+            // Only the entry is a pattern: the config's folder may contain `[` or `*`.
+            let pattern = if Path::new(entry).is_absolute() {
+                entry.clone()
+            } else {
+                let base = glob::Pattern::escape(&base_dir.to_string_lossy());
+                format!("{}/{entry}", base.trim_end_matches('/'))
+            };
             match glob::glob(&pattern) {
                 Ok(paths) => {
                     let mut matched: Vec<PathBuf> = paths.filter_map(Result::ok).collect();
@@ -447,7 +521,18 @@ fn resolve_paths(
 }
 
 fn walk_dir(dir: &Path) -> Vec<PathBuf> {
+    walk_dir_depth(dir, 0)
+}
+
+/// Symlinked folders are followed (shared manifests often are), to a depth that a symlink
+/// loop cannot exceed for long.
+const MAX_FOLDER_DEPTH: usize = 32;
+
+fn walk_dir_depth(dir: &Path, depth: usize) -> Vec<PathBuf> {
     let mut out = Vec::new();
+    if depth > MAX_FOLDER_DEPTH {
+        return out;
+    }
     let Ok(read) = std::fs::read_dir(dir) else {
         return out;
     };
@@ -461,7 +546,7 @@ fn walk_dir(dir: &Path) -> Vec<PathBuf> {
             continue;
         }
         if path.is_dir() {
-            out.extend(walk_dir(&path));
+            out.extend(walk_dir_depth(&path, depth + 1));
         } else if path
             .extension()
             .is_some_and(|e| matches!(e.to_str(), Some("yaml" | "yml" | "json")))
@@ -1057,6 +1142,72 @@ mod tests {
         }
     }
 
+    /// The corpus INDEX.md lists, per file, each document's `apiVersion / kind`: the objects
+    /// parsed from every file must be exactly those, in order.
+    #[test]
+    fn corpus_matches_its_index() {
+        let index = std::fs::read_to_string(corpus().join("INDEX.md")).unwrap();
+        let mut expected: Vec<(String, Vec<String>)> = Vec::new();
+        for line in index.lines() {
+            if let Some(rest) = line.strip_prefix("- `") {
+                let path = rest.split('`').next().unwrap().to_string();
+                expected.push((path, Vec::new()));
+            } else if let Some(doc) = line.strip_prefix("  - ") {
+                let last = expected.last_mut().expect("document before file");
+                if doc != "(empty document)" {
+                    last.1.push(doc.to_string());
+                }
+            }
+        }
+        assert_eq!(expected.len(), 23);
+        for (rel, docs) in expected {
+            let path = corpus().join(&rel);
+            let text = std::fs::read_to_string(&path).unwrap();
+            match parse(&text, &path) {
+                Ok(objs) => {
+                    let got: Vec<String> = objs
+                        .iter()
+                        .map(|o| format!("{} / {}", o.api_version, o.kind))
+                        .collect();
+                    assert_eq!(got, docs, "{rel}");
+                }
+                Err(e) => {
+                    assert_eq!(
+                        docs,
+                        vec!["kustomize.config.k8s.io/v1beta1 / Kustomization"],
+                        "{rel}: {e}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn microservices_demo_loads_in_phases() {
+        let dir = tempfile::tempdir().unwrap();
+        let demo = corpus().join("microservices-demo/release");
+        let body = format!(
+            "app: shop\nnamespace: shop\nmanifests: [{}]\ntargets: [{{name: eu, context: c}}]\n",
+            demo.display()
+        );
+        let set = load(&config_for(dir.path(), &body)).unwrap();
+        assert_eq!(set.len(), 35);
+        let phases: Vec<(String, usize)> = set
+            .phases()
+            .into_iter()
+            .map(|p| (p.name, p.objects.len()))
+            .collect();
+        assert_eq!(
+            phases,
+            vec![
+                ("config-storage-rbac".to_string(), 11),
+                ("services".to_string(), 12),
+                ("workloads".to_string(), 12),
+            ]
+        );
+        assert!(set.objects.iter().all(|o| o.origin.line > 0));
+    }
+
     fn config_for(dir: &Path, body: &str) -> config::Config {
         let path = dir.join("rollguard.yaml");
         std::fs::write(&path, body).unwrap();
@@ -1193,6 +1344,31 @@ mod tests {
     }
 
     #[test]
+    fn globs_under_a_folder_with_pattern_characters_and_symlink_loops() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("team [a]*");
+        std::fs::create_dir_all(base.join("k8s")).unwrap();
+        std::fs::write(
+            base.join("k8s/cm.yaml"),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cfg}\n",
+        )
+        .unwrap();
+        #[cfg(unix)]
+        std::os::unix::fs::symlink(base.join("k8s"), base.join("k8s/loop")).unwrap();
+        let c = config_for(
+            &base,
+            "app: shop\nmanifests: [\"k8s/*.yaml\"]\ntargets: [{name: eu, context: c}]\n",
+        );
+        assert_eq!(load(&c).unwrap().len(), 1);
+        // The folder walk follows the loop only so far, and the file counts once.
+        let c = config_for(
+            &base,
+            "app: shop\nmanifests: [k8s, k8s/cm.yaml]\ntargets: [{name: eu, context: c}]\n",
+        );
+        assert_eq!(load(&c).unwrap().len(), 1);
+    }
+
+    #[test]
     fn render_command_output_and_errors() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(
@@ -1224,6 +1400,29 @@ mod tests {
         );
         let err = load(&c).unwrap_err().to_string();
         assert!(err.starts_with("render command `echo building >&2; echo 'kustomize: no such dir' >&2; exit 3` failed (exit status: 3):\nbuilding\nkustomize: no such dir"), "{err}");
+    }
+
+    #[test]
+    fn render_timeout_kills_the_command_and_its_children() {
+        let dir = tempfile::tempdir().unwrap();
+        let started = Instant::now();
+        let err = render_with_timeout(
+            "echo starting >&2; sleep 30 & sleep 30",
+            dir.path(),
+            Duration::from_millis(300),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(err.contains("did not finish within 300ms"), "{err}");
+        assert!(err.contains("starting"), "{err}");
+        // Large output does not deadlock on a full pipe.
+        let out = render("yes 'a: b' | head -c 2000000", dir.path()).unwrap();
+        assert_eq!(out.len(), 2_000_000);
     }
 
     #[test]
@@ -1268,7 +1467,7 @@ mod tests {
                     let mangled = format!("{}\t: - [{}", &text[..cut], &text[cut..]);
                     let _ = parse(&mangled, &path);
                 }
-                cut += 211;
+                cut += 613;
             }
         }
     }

@@ -240,6 +240,12 @@ pub async fn run_target(
             }
         }
     }
+    // The deadline is for apply and rollout: time spent waiting for the lock does not count.
+    let deadline = if plan.options.dry_run {
+        deadline
+    } else {
+        Instant::now() + plan.config.wait.timeout
+    };
     // HOOK(script stages): `before` scripts run here.
 
     clock.start("apply");

@@ -376,6 +376,30 @@ pub fn digest_bodies(bodies: &[serde_json::Value]) -> String {
     format!("sha256:{}", hex::encode(hasher.finalize()))
 }
 
+/// Give stored bodies without a namespace the one they were applied in (from the applied
+/// objects), so the record holds the manifests as applied and names them fully.
+pub fn fill_namespaces(bodies: &mut [serde_json::Value], applied: &[ObjectRef]) {
+    for body in bodies.iter_mut() {
+        let Some(r) = ObjectRef::from_body(body) else {
+            continue;
+        };
+        if r.namespace.is_some() {
+            continue;
+        }
+        let found = applied.iter().find(|a| {
+            a.namespace.is_some() && a.group() == r.group() && a.kind == r.kind && a.name == r.name
+        });
+        if let Some(namespace) = found.and_then(|a| a.namespace.clone())
+            && let Some(metadata) = body.get_mut("metadata").and_then(|m| m.as_object_mut())
+        {
+            metadata.insert(
+                "namespace".to_string(),
+                serde_json::Value::String(namespace),
+            );
+        }
+    }
+}
+
 /// Secret name of a revision: `rollguard.<app>.v<revision>`.
 pub fn secret_name(app: &str, revision: u64) -> String {
     format!("rollguard.{app}.v{revision}")
@@ -764,17 +788,26 @@ impl ReleaseStore {
                 r.finished_at = Some(Timestamp::now());
                 if let Some(objects) = &objects {
                     r.objects = objects.clone();
+                    if let Some(bodies) = r.manifests.as_mut() {
+                        fill_namespaces(bodies, objects);
+                        // Same bodies, same digest: a rollback record matches its origin.
+                        r.digest = Some(digest_bodies(bodies));
+                    }
                 }
             })
             .await?;
-        let statuses = self.statuses().await?;
+        let mut statuses = self.statuses().await?;
         if status == ReleaseStatus::Deployed {
             for older in supersede_choice(&statuses, revision) {
                 self.update(older, |r| r.status = ReleaseStatus::Superseded)
                     .await?;
+                for entry in statuses.iter_mut().filter(|(r, _)| *r == older) {
+                    entry.1 = ReleaseStatus::Superseded;
+                }
             }
         }
-        self.prune().await?;
+        self.delete_revisions(&prune_choice(&statuses, self.keep))
+            .await?;
         Ok(record)
     }
 
@@ -790,7 +823,12 @@ impl ReleaseStore {
     /// Delete the records beyond `keep` (see [`prune_choice`]). Returns what was deleted.
     pub async fn prune(&self) -> Result<Vec<u64>> {
         let doomed = prune_choice(&self.statuses().await?, self.keep);
-        for revision in &doomed {
+        self.delete_revisions(&doomed).await?;
+        Ok(doomed)
+    }
+
+    async fn delete_revisions(&self, doomed: &[u64]) -> Result<()> {
+        for revision in doomed {
             let name = secret_name(&self.app, *revision);
             match self.api().delete(&name, &DeleteParams::default()).await {
                 Ok(_) => {}
@@ -798,7 +836,7 @@ impl ReleaseStore {
                 Err(e) => return Err(self.kube_err(format!("pruning release record {name}"), e)),
             }
         }
-        Ok(doomed)
+        Ok(())
     }
 
     /// Mark records left `pending` by a run that died as `failed` (reason `abandoned`).
@@ -1016,6 +1054,42 @@ mod tests {
         r.rollback_of = Some(2);
         r.reason = Some("abandoned".into());
         assert_eq!(r.note(), "rollback to v2; abandoned");
+    }
+
+    #[test]
+    fn namespaces_filled_from_what_was_applied() {
+        let mut bodies = vec![
+            serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}}),
+            serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}}),
+            serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "other"}}),
+        ];
+        let applied = vec![
+            ObjectRef {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                namespace: Some("shop".into()),
+                name: "web".into(),
+            },
+            ObjectRef {
+                api_version: "v1".into(),
+                kind: "Namespace".into(),
+                namespace: None,
+                name: "shop".into(),
+            },
+            ObjectRef {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                namespace: Some("shop".into()),
+                name: "c".into(),
+            },
+        ];
+        fill_namespaces(&mut bodies, &applied);
+        assert_eq!(bodies[0]["metadata"]["namespace"], "shop");
+        assert!(bodies[1]["metadata"].get("namespace").is_none());
+        assert_eq!(
+            bodies[2]["metadata"]["namespace"], "other",
+            "an explicit namespace stays"
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::apply::{AppliedObject, ApplyOptions, apply_set};
-use crate::config::{Config, FailurePolicy, TargetConfig};
+use crate::config::{CancelPolicy, Config, FailurePolicy, TargetConfig};
 use crate::lock::{Lock, LockError, LockGuard, LockOptions};
 use crate::manifest::{ManifestObject, ManifestSet, Origin};
 use crate::pipeline::{MAX_IN_FLIGHT, Plan, TargetRun, apply_failures};
@@ -193,17 +193,17 @@ pub struct ReleaseSettings {
 impl ReleaseSettings {
     pub fn from_config(config: &Config) -> ReleaseSettings {
         ReleaseSettings {
-            history_namespace: None,
-            keep: 10,
-            lock_timeout: Duration::from_secs(120),
-            rollback_timeout: config.wait.timeout,
+            history_namespace: config.history.namespace.clone(),
+            keep: config.history.keep,
+            lock_timeout: config.lock.timeout,
+            rollback_timeout: config.rollback_timeout(),
             on_failure: match config.on_failure {
                 FailurePolicy::RollbackAll => Policy::RollbackAll,
                 FailurePolicy::RollbackFailed => Policy::RollbackFailed,
                 FailurePolicy::RollbackIfAllFail => Policy::RollbackIfAllFail,
                 FailurePolicy::None => Policy::None,
             },
-            on_cancel_rollback: true,
+            on_cancel_rollback: config.on_cancel == CancelPolicy::Rollback,
         }
     }
 }
@@ -371,9 +371,21 @@ pub async fn prepare(
 pub async fn conclude(
     plan: &Plan,
     runs: &mut [TargetRun],
-    cancelled: bool,
+    cancel: &CancellationToken,
     progress: &Progress,
 ) -> String {
+    let cancelled = cancel.is_cancelled();
+    // A signal that arrives while the rollbacks run leaves them CANCEL_ROLLBACK_BUDGET to
+    // finish, so that the records and the report are still written before a SIGKILL.
+    let stop = CancellationToken::new();
+    let stopper = tokio::spawn({
+        let (cancel, stop) = (cancel.clone(), stop.clone());
+        async move {
+            cancel.cancelled().await;
+            tokio::time::sleep(CANCEL_ROLLBACK_BUDGET).await;
+            stop.cancel();
+        }
+    });
     let settings = ReleaseSettings::from_config(&plan.config);
     let states: Vec<TargetState> = runs
         .iter()
@@ -395,17 +407,24 @@ pub async fn conclude(
     } else {
         settings.rollback_timeout
     };
-    let deadline = Instant::now() + budget;
-    let settle = runs.iter_mut().zip(decisions).map(|(run, roll_back)| {
-        settle_target(
-            plan, &settings, run, roll_back, cancelled, deadline, progress,
-        )
-    });
+    let context = Conclusion {
+        plan,
+        settings,
+        cancelled,
+        deadline: Instant::now() + budget,
+        stop,
+        progress,
+    };
+    let settle = runs
+        .iter_mut()
+        .zip(decisions)
+        .map(|(run, roll_back)| settle_target(&context, run, roll_back));
     let results: Vec<RollbackResult> = futures::future::join_all(settle)
         .await
         .into_iter()
         .flatten()
         .collect();
+    stopper.abort();
     let text = summary(&results);
     if !text.is_empty() {
         tracing::info!("{text}");
@@ -413,15 +432,21 @@ pub async fn conclude(
     text
 }
 
-/// One target's part of [`conclude`].
-async fn settle_target(
-    plan: &Plan,
-    settings: &ReleaseSettings,
-    run: &mut TargetRun,
-    roll_back: bool,
+/// What every target's part of [`conclude`] shares.
+struct Conclusion<'a> {
+    plan: &'a Plan,
+    settings: ReleaseSettings,
     cancelled: bool,
     deadline: Instant,
-    progress: &Progress,
+    stop: CancellationToken,
+    progress: &'a Progress,
+}
+
+/// One target's part of [`conclude`].
+async fn settle_target(
+    context: &Conclusion<'_>,
+    run: &mut TargetRun,
+    roll_back: bool,
 ) -> Option<RollbackResult> {
     let release = run.release.as_mut()?;
     let (status, reason) = match run.report.outcome {
@@ -457,7 +482,7 @@ async fn settle_target(
         )),
     }
     let result = if roll_back {
-        roll_back_target(plan, settings, run, cancelled, deadline, progress).await
+        roll_back_target(context, run).await
     } else {
         None
     };
@@ -471,17 +496,26 @@ async fn settle_target(
 
 /// Re-apply the last good record of one target and wait for it; updates the target's report.
 /// None when there was nothing to roll back to (a first deploy: nothing is deleted either).
-async fn roll_back_target(
-    plan: &Plan,
-    settings: &ReleaseSettings,
-    run: &mut TargetRun,
-    cancelled: bool,
-    deadline: Instant,
-    progress: &Progress,
-) -> Option<RollbackResult> {
+async fn roll_back_target(context: &Conclusion<'_>, run: &mut TargetRun) -> Option<RollbackResult> {
+    let Conclusion {
+        plan,
+        settings,
+        cancelled,
+        deadline,
+        stop,
+        progress,
+    } = context;
+    let (plan, cancelled, deadline) = (*plan, *cancelled, *deadline);
     let name = run.report.name.clone();
+    // What this run applied, as the server named it (the record may not have been updated
+    // when the cluster stopped answering).
+    let applied: Vec<ObjectRef> = run.applied.iter().map(applied_ref).collect();
     let release = run.release.as_mut()?;
-    let failed_objects = release.record.objects.clone();
+    let failed_objects = if applied.is_empty() {
+        release.record.objects.clone()
+    } else {
+        applied
+    };
     let Some(good) = release.last_good.clone() else {
         run.report.rollback = Some(RollbackReport {
             to_revision: None,
@@ -519,6 +553,7 @@ async fn roll_back_target(
                 timeout: settings.rollback_timeout,
                 deadline,
                 cancelled,
+                stop: stop.clone(),
             }
             .run()
             .await
@@ -625,6 +660,8 @@ pub struct ReApply<'a> {
     pub deadline: Instant,
     /// The run was cancelled: an unfinished rollout at the deadline is "sent, not verified".
     pub cancelled: bool,
+    /// Stops the apply and the wait early (a late signal); the rollback then counts as sent.
+    pub stop: CancellationToken,
 }
 
 impl ReApply<'_> {
@@ -656,9 +693,9 @@ impl ReApply<'_> {
             max_in_flight: MAX_IN_FLIGHT,
             deadline: self.deadline,
         };
-        // The first signal cancelled the deploy; the rollback itself runs to its deadline (a
-        // second signal ends the process).
-        let keep_going = CancellationToken::new();
+        // The first signal cancelled the deploy; the rollback itself runs to its deadline or
+        // until `stop` (a second signal ends the process).
+        let keep_going = self.stop.clone();
         let applied = apply_set(&access.client, &set, &options, &keep_going, &|_, _| {}).await;
         let outcome = match &applied.result {
             Err(e) => Err((

@@ -308,13 +308,25 @@ pub fn parse_single(text: &str) -> Result<Node, ParseError> {
     }
 }
 
-/// serde-saphyr messages end with " at line X column Y"; we print file:line ourselves.
+/// serde-saphyr messages end with " at line X column Y"; we print file:line ourselves, drop
+/// advice meant for programmers, and add a hint for the classic indentation mistakes.
 fn clean_message(message: &str) -> String {
     let first = message.lines().next().unwrap_or(message).trim();
-    match first.rfind(" at line ") {
-        Some(pos) => first[..pos].to_string(),
-        None => first.to_string(),
+    let mut text = match first.rfind(" at line ") {
+        Some(pos) => &first[..pos],
+        None => first,
+    };
+    if let Some(pos) = text.find(", set DuplicateKeyPolicy") {
+        text = &text[..pos];
     }
+    let hint = if text.contains("mapping values are not allowed")
+        || text.contains("illegal placement of ':'")
+    {
+        " (check the indentation, or quote a value that contains \": \")"
+    } else {
+        ""
+    };
+    format!("{text}{hint}")
 }
 
 #[cfg(test)]
@@ -380,6 +392,41 @@ mod tests {
             ));
         }
         assert!(parse_single(&text).is_err());
+    }
+
+    #[test]
+    fn anchors_and_merge_keys() {
+        let node = parse_single(
+            "base: &base {image: web, port: 80}\nweb:\n  <<: *base\n  port: 8080\nlist: [*base]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            node.to_json()["web"],
+            serde_json::json!({"image": "web", "port": 8080})
+        );
+        assert_eq!(node.to_json()["list"][0]["image"], "web");
+    }
+
+    #[test]
+    fn duplicate_keys_are_errors() {
+        let err = parse_single("a: 1\nb: 2\na: 3\n").unwrap_err();
+        assert_eq!(err.line, 3, "{err:?}");
+        assert_eq!(err.message, "duplicate mapping key: a");
+    }
+
+    #[test]
+    fn syntax_messages_are_for_users() {
+        let cases = [
+            ("app: shop\n  bad: [\n", 2, "check the indentation"),
+            ("key: value: other\n", 1, "quote a value that contains"),
+            ("a: \"unterminated\nb: 2\n", 1, "unclosed quote"),
+            ("a: *nope\n", 1, "unknown anchor"),
+        ];
+        for (text, line, part) in cases {
+            let err = parse_single(text).unwrap_err();
+            assert_eq!(err.line, line, "{text:?}: {err:?}");
+            assert!(err.message.contains(part), "{text:?}: {err:?}");
+        }
     }
 
     #[test]

@@ -124,6 +124,17 @@ pub fn on_write(rt: &ResourceType, obj: &mut Value) {
                 labels.insert("kubernetes.io/metadata.name".into(), json!(name));
             }
         }
+        ("", "secrets") => {
+            if let Some(map) = obj.as_object_mut()
+                && map
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .is_empty()
+            {
+                map.insert("type".into(), json!("Opaque"));
+            }
+        }
         ("", "services") => {
             if let Some(spec) = object_at(obj, "spec") {
                 default(spec, "type", json!("ClusterIP"));

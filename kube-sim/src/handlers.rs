@@ -102,6 +102,8 @@ pub enum Reply {
         content_type: &'static str,
     },
     Watch(Box<WatchSpec>),
+    /// A plain-text body (pod logs).
+    Text(String),
 }
 
 impl Reply {
@@ -176,12 +178,20 @@ pub fn handle(store: &Store, req: &ApiRequest<'_>, path: &ResourcePath) -> Resul
     {
         return Err(resource_path_error());
     }
+    let namespace = path.namespace.clone().unwrap_or_default();
+    if path.subresource.as_deref() == Some("log") && req.method == "GET" {
+        return pod_log(
+            store,
+            &rt,
+            &namespace,
+            path.name.as_deref().unwrap_or_default(),
+        );
+    }
     if let Some(sub) = &path.subresource
         && !matches!(sub.as_str(), "status" | "scale")
     {
         return Err(ApiError::method_not_allowed());
     }
-    let namespace = path.namespace.clone().unwrap_or_default();
     let verb = verb_of(req.method, path, req.query, req.content_type);
     match (verb, path.name.as_deref()) {
         ("watch", name) => watch_spec(req, &info, path, name).map(|w| Reply::Watch(Box::new(w))),
@@ -235,6 +245,19 @@ pub fn handle(store: &Store, req: &ApiRequest<'_>, path: &ResourcePath) -> Resul
         }
         _ => Err(ApiError::method_not_allowed()),
     }
+}
+
+/// Simulated containers write nothing: the log of an existing pod is empty.
+fn pod_log(
+    store: &Store,
+    rt: &ResourceType,
+    namespace: &str,
+    name: &str,
+) -> Result<Reply, ApiError> {
+    if store.get(rt, namespace, name).is_none() {
+        return Err(ApiError::not_found(rt, name));
+    }
+    Ok(Reply::Text(String::new()))
 }
 
 fn get(
@@ -421,6 +444,11 @@ fn parse_body(req: &ApiRequest<'_>, info: &ResourceInfo) -> Result<Value, ApiErr
         }
         "application/yaml" | "application/x-yaml" | "text/yaml" => {
             apply::parse_yaml_or_json(req.body)
+        }
+        crate::protobuf::MEDIA_TYPE => {
+            return crate::protobuf::decode(req.body, &info.kind).map_err(|e| {
+                ApiError::new(415, "UnsupportedMediaType", format!("protobuf body: {e}"))
+            });
         }
         _ => return Err(ApiError::unsupported_body_type()),
     };

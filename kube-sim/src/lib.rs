@@ -11,6 +11,7 @@ pub mod handlers;
 pub mod kubeconfig;
 pub mod managed_fields;
 pub mod openapi;
+pub mod protobuf;
 pub mod registry;
 pub mod rules;
 pub mod selectors;

@@ -32,6 +32,13 @@ const fn col(name: &'static str, kind: &'static str, priority: u8) -> Column {
     }
 }
 
+fn name_column_priority(priority: u8) -> Column {
+    Column {
+        priority,
+        ..name_column()
+    }
+}
+
 fn name_column() -> Column {
     Column {
         name: "Name",
@@ -344,6 +351,41 @@ pub fn table_for(
                         json!(text(o, "/metadata/name")),
                         json!(text(o, "/status/phase")),
                         json!(age(o, clock)),
+                    ]
+                }),
+            ),
+            ("", "events") | ("events.k8s.io", "events") => (
+                vec![
+                    col("Last Seen", "string", 0),
+                    col("Type", "string", 0),
+                    col("Reason", "string", 0),
+                    col("Object", "string", 0),
+                    col("Message", "string", 0),
+                    name_column_priority(1),
+                ],
+                Box::new(|o: &Value| {
+                    let last = [
+                        "/lastTimestamp",
+                        "/eventTime",
+                        "/metadata/creationTimestamp",
+                    ]
+                    .iter()
+                    .find_map(|p| o.pointer(p).and_then(Value::as_str))
+                    .and_then(|s| s.parse::<jiff::Timestamp>().ok())
+                    .map(|t| human_duration(clock.now().as_second() - t.as_second()))
+                    .unwrap_or_else(|| "<unknown>".into());
+                    let object = format!(
+                        "{}/{}",
+                        text(o, "/involvedObject/kind").to_lowercase(),
+                        text(o, "/involvedObject/name")
+                    );
+                    vec![
+                        json!(last),
+                        json!(text(o, "/type")),
+                        json!(text(o, "/reason")),
+                        json!(object),
+                        json!(text(o, "/message")),
+                        json!(text(o, "/metadata/name")),
                     ]
                 }),
             ),

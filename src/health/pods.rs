@@ -251,6 +251,10 @@ impl PodProblem {
 pub fn pod_problems(pod: &Value, policy: &FailFastConfig) -> Vec<PodProblem> {
     let pod_name = str_at(pod, &["metadata", "name"]).unwrap_or("").to_string();
     let mut problems = Vec::new();
+    // A pod on its way out is replaced by its controller; what it suffers no longer matters.
+    if str_at(pod, &["metadata", "deletionTimestamp"]).is_some_and(|t| !t.is_empty()) {
+        return problems;
+    }
     for field in ["initContainerStatuses", "containerStatuses"] {
         for cs in at(pod, &["status", field])
             .and_then(Value::as_array)
@@ -682,6 +686,12 @@ mod tests {
                 vec![],
             ),
             (json!({"metadata": {"name": "p"}}), policy.clone(), vec![]),
+            (
+                json!({"metadata": {"name": "p", "deletionTimestamp": "2026-11-30T10:00:00Z"},
+                       "status": {"containerStatuses": [waiting("web", "ImagePullBackOff", "", 0)]}}),
+                policy.clone(),
+                vec![],
+            ),
         ];
         for (pod, policy, want) in cases {
             let got: Vec<_> = pod_problems(&pod, &policy)

@@ -80,7 +80,7 @@ pub fn report_schema() -> Value {
     });
     json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": "https://github.com/rollguard/rollguard/report-v1.json",
+        "$id": "urn:rollguard:report:v1",
         "title": "rollguard report",
         "type": "object",
         "required": ["version", "app", "commit", "outcome", "summary", "started_at", "finished_at", "targets"],
@@ -166,6 +166,26 @@ mod tests {
         assert_eq!(value["commit"]["ref"], "main");
         assert_eq!(value["targets"][1]["failures"][0]["pod"], "web-7d9f-x");
         assert_eq!(value["started_at"], "2027-01-15T08:00:00Z");
+    }
+
+    /// docs/report-schema.json is `report_schema()`; regenerate with UPDATE_SCHEMAS=1.
+    #[test]
+    fn docs_schema_is_current() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/report-schema.json");
+        let text = format!(
+            "{}\n",
+            serde_json::to_string_pretty(&report_schema()).unwrap()
+        );
+        if std::env::var_os("UPDATE_SCHEMAS").is_some() {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, &text).unwrap();
+        }
+        let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            on_disk == text,
+            "{} is stale: run UPDATE_SCHEMAS=1 cargo test --lib schema",
+            path.display()
+        );
     }
 
     #[test]

@@ -159,15 +159,20 @@ fn details(t: &TargetReport) -> String {
         ));
     }
     if let Some(rb) = &t.rollback {
-        match rb.to_revision {
-            Some(rev) => out.push_str(&format!("Rollback to revision {rev}: {}", rb.outcome)),
-            None => out.push_str(&format!(
-                "Rollback: {} (there was no earlier good release to roll back to; nothing was deleted)",
+        match (rb.to_revision, &rb.message) {
+            (Some(rev), Some(m)) => out.push_str(&format!(
+                "Rollback to revision {rev}: {}: {}",
+                rb.outcome,
+                text(m)
+            )),
+            (Some(rev), None) => {
+                out.push_str(&format!("Rollback to revision {rev}: {}", rb.outcome))
+            }
+            (None, Some(m)) => out.push_str(&format!("Rollback: {}: {}", rb.outcome, text(m))),
+            (None, None) => out.push_str(&format!(
+                "Rollback: {}: there was no earlier good release to roll back to; nothing was deleted",
                 rb.outcome
             )),
-        }
-        if let Some(m) = &rb.message {
-            out.push_str(&format!(": {}", text(m)));
         }
         out.push_str("\n\n");
         if !rb.left_in_place.is_empty() {
@@ -331,6 +336,21 @@ commit `0123456` on `main`: Bump web to v2 Â· finished 2027-01-15 08:00:20 UTC Â
 | us | deployed |  | 12.0s |  |
 "#;
         assert_eq!(md, want);
+    }
+
+    #[test]
+    fn first_deploy_failure_says_nothing_was_deleted() {
+        let mut t = target("eu", TargetOutcome::Failed);
+        t.failures.push(image_failure());
+        t.rollback = Some(RollbackReport {
+            to_revision: None,
+            outcome: TargetOutcome::Failed,
+            left_in_place: vec!["Deployment shop/web".into()],
+            message: None,
+        });
+        let md = to_markdown(&report(vec![t]), COMMENT_LIMIT);
+        assert!(md.contains("Rollback: failed: there was no earlier good release to roll back to; nothing was deleted\n"), "{md}");
+        assert!(md.contains("Left in place (rollback never prunes; delete by hand if unwanted):\n- `Deployment shop/web`\n"), "{md}");
     }
 
     #[test]

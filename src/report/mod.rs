@@ -276,6 +276,16 @@ impl Report {
     pub fn duration(&self) -> Duration {
         elapsed(self.started_at, self.finished_at)
     }
+
+    /// Recomputes `outcome` and `summary` after targets or `dry_run` changed. An outcome set
+    /// by hand that is more serious than the targets' (a cancelled run) is kept.
+    pub fn refresh(&mut self) {
+        let from_targets = overall_outcome(&self.targets);
+        if from_targets.severity() >= self.outcome.severity() {
+            self.outcome = from_targets;
+        }
+        self.summary = summary_line(self);
+    }
 }
 
 fn elapsed(from: Timestamp, to: Timestamp) -> Duration {
@@ -384,6 +394,37 @@ pub fn summary_line(report: &Report) -> String {
         line.push_str(&format!("; and {} more", reasons.len() - SUMMARY_REASONS));
     }
     line
+}
+
+/// Step outputs for `$GITHUB_OUTPUT`: `outcome`, `summary`, `exit_code`, and per outcome the
+/// comma-separated target names (`deployed`, `failed`, `rolled_back`, `rollback_failed`,
+/// `skipped`, `cancelled`). Values never span lines, so plain `name=value` lines suffice.
+pub fn github_outputs(report: &Report) -> String {
+    let one_line = |s: &str| s.replace(['\r', '\n'], " ");
+    let names = |o: TargetOutcome| {
+        report
+            .targets
+            .iter()
+            .filter(|t| t.outcome == o)
+            .map(|t| one_line(&t.name))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let mut out = String::new();
+    out.push_str(&format!("outcome={}\n", report.outcome));
+    out.push_str(&format!("summary={}\n", one_line(&report.summary)));
+    out.push_str(&format!("exit_code={}\n", exit_code(report)));
+    for (key, outcome) in [
+        ("deployed", TargetOutcome::Deployed),
+        ("failed", TargetOutcome::Failed),
+        ("rolled_back", TargetOutcome::RolledBack),
+        ("rollback_failed", TargetOutcome::RollbackFailed),
+        ("skipped", TargetOutcome::Skipped),
+        ("cancelled", TargetOutcome::Cancelled),
+    ] {
+        out.push_str(&format!("{key}={}\n", names(outcome)));
+    }
+    out
 }
 
 fn first_line(text: &str) -> String {
@@ -561,10 +602,38 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn github_outputs_lines() {
+        let mut us = target("us", Failed);
+        us.message = Some("line one\nline two".into());
+        let r = report(vec![target("eu", Deployed), us, target("ap", Deployed)]);
+        assert_eq!(
+            github_outputs(&r),
+            "outcome=failed\nsummary=deployed to 2 of 3, 1 failed; us: line one\nexit_code=1\n\
+             deployed=eu,ap\nfailed=us\nrolled_back=\nrollback_failed=\nskipped=\ncancelled=\n"
+        );
+    }
+
+    #[test]
     fn dry_run_summary() {
         let mut r = report(vec![target("eu", Deployed)]);
         r.dry_run = true;
         assert_eq!(summary_line(&r), "dry run: would deploy to 1 of 1");
+        r.refresh();
+        assert_eq!(r.summary, "dry run: would deploy to 1 of 1");
+    }
+
+    #[test]
+    fn refresh_recomputes_and_keeps_cancel() {
+        let mut r = report(vec![target("eu", Deployed)]);
+        r.targets[0].outcome = RolledBack;
+        r.refresh();
+        assert_eq!(
+            (r.outcome, r.summary.as_str()),
+            (RolledBack, "rolled back 1 of 1")
+        );
+        r.outcome = Cancelled;
+        r.refresh();
+        assert_eq!(r.outcome, Cancelled);
     }
 
     #[test]

@@ -229,6 +229,9 @@ fn new_replica_set(dep: &Value, hash: &str, replicas: i64, annotations: Value) -
 }
 
 struct Counts {
+    /// Sum of the ReplicaSets' `spec.replicas` as read at the start of the sync (what
+    /// Kubernetes counts unavailable replicas against).
+    desired: i64,
     replicas: i64,
     updated: i64,
     ready: i64,
@@ -243,6 +246,7 @@ fn counts(all: &[&Value], new_rs: Option<&Value>) -> Counts {
             .sum::<i64>()
     };
     Counts {
+        desired: all.iter().map(|rs| meta::spec_replicas(rs)).sum(),
         replicas: sum("replicas"),
         updated: new_rs.map_or(0, |rs| meta::status_i64(rs, "replicas")),
         ready: sum("readyReplicas"),
@@ -292,6 +296,15 @@ pub fn reconcile(dep: &Value, owned: &[Value], now: jiff::Timestamp) -> Deployme
             replicas,
             surge,
         );
+        // minReadySeconds follows the Deployment without a new ReplicaSet.
+        let min_ready = dep["spec"]["minReadySeconds"].as_i64().unwrap_or(0);
+        if rs["spec"]["minReadySeconds"].as_i64().unwrap_or(0) != min_ready {
+            if min_ready > 0 {
+                rs["spec"]["minReadySeconds"] = json!(min_ready);
+            } else if let Some(spec) = rs["spec"].as_object_mut() {
+                spec.remove("minReadySeconds");
+            }
+        }
         if annotation(dep, REVISION) != Some(revision.to_string().as_str()) {
             out.revision = Some(revision.to_string());
         }
@@ -484,7 +497,7 @@ pub fn reconcile(dep: &Value, owned: &[Value], now: jiff::Timestamp) -> Deployme
     put_nonzero(
         &mut status,
         "unavailableReplicas",
-        (replicas - c.available).max(0),
+        (c.desired - c.available).max(0),
     );
     status.insert("terminatingReplicas".into(), json!(c.terminating));
 
@@ -553,19 +566,17 @@ pub fn reconcile(dep: &Value, owned: &[Value], now: jiff::Timestamp) -> Deployme
                 conditions.retain(|c| c["type"] != "Progressing");
             }
             set_condition(&mut conditions, cond);
-        } else if let Some(remaining) = deadline_remaining(dep, &conditions, now) {
-            if remaining.is_zero() {
-                set_condition(
-                    &mut conditions,
-                    condition(
-                        "Progressing",
-                        "False",
-                        "ProgressDeadlineExceeded",
-                        format!("{target} has timed out progressing."),
-                        &now_text,
-                    ),
-                );
-            }
+        } else if deadline_remaining(dep, &conditions, now).is_some_and(|r| r.is_zero()) {
+            set_condition(
+                &mut conditions,
+                condition(
+                    "Progressing",
+                    "False",
+                    "ProgressDeadlineExceeded",
+                    format!("{target} has timed out progressing."),
+                    &now_text,
+                ),
+            );
         }
         if !complete
             && let Some(remaining) = deadline_remaining(dep, &conditions, now)

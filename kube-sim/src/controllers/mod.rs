@@ -583,9 +583,8 @@ impl Runner {
     }
 
     /// Sets the Deployment's revision annotation. The real controller writes it through the
-    /// status subresource, which for Deployments keeps annotation changes and does not
-    /// bump the generation. When the store's status write drops annotations, fall back to
-    /// a plain update (which then counts as a change of the Deployment).
+    /// status subresource, whose strategy for Deployments keeps annotation changes without
+    /// a new generation. Should a store drop them, fall back to a plain update.
     fn write_revision(
         &mut self,
         dep: &Value,
@@ -658,11 +657,49 @@ impl Runner {
         for name in &sync.delete {
             self.delete(Kind::Pod, meta::namespace(sts), name);
         }
+        let mut notes = sync.events;
         for pod in sync.create {
+            let ordinal = meta::name(&pod)
+                .rsplit('-')
+                .next()
+                .and_then(|o| o.parse().ok())
+                .unwrap_or(0);
+            notes.extend(self.ensure_claims(sts, ordinal, meta::name(&pod)));
             self.create_pod(pod);
         }
         self.write_status(Kind::StatefulSet, sts, sync.status, CONTROLLER_MANAGER);
-        self.record_notes(Kind::StatefulSet, sts, sync.events);
+        self.record_notes(Kind::StatefulSet, sts, notes);
+    }
+
+    /// Creates (and binds) the claims of a StatefulSet pod that do not exist yet.
+    fn ensure_claims(&mut self, sts: &Value, ordinal: i64, pod_name: &str) -> Vec<Note> {
+        let rt = ResourceType::new("", "v1", "persistentvolumeclaims");
+        let mut notes = Vec::new();
+        for claim in statefulset::claims_for(sts, ordinal) {
+            let name = meta::name(&claim).to_string();
+            if self.store.get(&rt, meta::namespace(sts), &name).is_some() {
+                continue;
+            }
+            let status = statefulset::bound_claim_status(&claim);
+            if let Ok(created) = self.store.create(&rt, claim, CONTROLLER_MANAGER) {
+                let _ = self.store.update_status(
+                    &rt,
+                    meta::namespace(&created),
+                    &name,
+                    status,
+                    "kube-controller-manager",
+                );
+                notes.push(Note {
+                    kind: "Normal",
+                    reason: "SuccessfulCreate",
+                    message: format!(
+                        "create Claim {name} Pod {pod_name} in StatefulSet {} success",
+                        meta::name(sts)
+                    ),
+                });
+            }
+        }
+        notes
     }
 
     fn sync_daemonset(&mut self, ds: &Value) {
@@ -830,18 +867,26 @@ impl Runner {
         } else {
             waiting.remove(meta::name(&pod));
         }
-        let behaviours: Vec<rules::Behaviour> = containers
-            .iter()
-            .map(|c| {
-                rules::behaviour_for(
-                    &self.ctx.rules,
-                    &self.ctx.cluster_name,
-                    c["image"].as_str().unwrap_or_default(),
-                )
-            })
-            .collect();
+        let behaviour_of = |list: &[Value]| -> Vec<rules::Behaviour> {
+            list.iter()
+                .map(|c| {
+                    rules::behaviour_for(
+                        &self.ctx.rules,
+                        &self.ctx.cluster_name,
+                        c["image"].as_str().unwrap_or_default(),
+                    )
+                })
+                .collect()
+        };
+        let behaviours = behaviour_of(&containers);
+        let init_behaviours = behaviour_of(
+            pod["spec"]["initContainers"]
+                .as_array()
+                .map_or(&[], Vec::as_slice),
+        );
         let view = pods::pod_status_at(
             &pod,
+            &init_behaviours,
             &behaviours,
             &blocked,
             &state.placement,
