@@ -6,3 +6,4 @@ mod deploy;
 mod failures;
 mod harness;
 mod input;
+mod release;
