@@ -2,6 +2,7 @@
 //! process, over real HTTPS. Each test starts its own clusters on ephemeral ports, so the
 //! tests run in parallel. Cluster access goes through `harness` only.
 
+mod apply;
 mod deploy;
 mod failures;
 mod harness;
