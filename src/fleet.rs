@@ -26,7 +26,8 @@ pub async fn run_targets(
             let plan = plan.clone();
             let cancel = cancel.clone();
             let task_progress = progress.clone();
-            let span = tracing::info_span!("target", target = %target.name);
+            // error level: the span (and so the target name) is on every line that is logged at all.
+            let span = tracing::error_span!("target", target = %target.name);
             let name = target.name.clone();
             let task = tokio::spawn(
                 async move {

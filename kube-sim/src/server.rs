@@ -823,7 +823,7 @@ async fn stream_events(w: &mut WatchStream) -> Result<(), Stop> {
             }
             rx
         }
-        Some(from) => match store.watch_from(from) {
+        Some(from) => match store.watch_from_filtered(from, Some(&w.spec.resource)) {
             Err(oldest) => {
                 let status = ApiError::expired(from, oldest).to_status();
                 w.emit("ERROR", &status).await?;

@@ -4,7 +4,7 @@
 //! All methods are synchronous and hold a std mutex only for the duration of the call, so
 //! they may be called from async code but never hold the lock across an await.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::{Map, Value, json};
@@ -19,7 +19,7 @@ use crate::registry::{Registry, ResourceInfo};
 /// Events kept for watches that start from an older resourceVersion.
 const HISTORY_LIMIT: usize = 10_000;
 /// Capacity of the live event channel; a watcher that falls this far behind is dropped.
-const CHANNEL_CAPACITY: usize = 16_384;
+const CHANNEL_CAPACITY: usize = 2_048;
 /// The first resourceVersion handed out. Watches from below it are "too old", as on a real
 /// server whose history has been compacted.
 const FIRST_RESOURCE_VERSION: u64 = 100;
@@ -146,13 +146,63 @@ type ObjectKey = (String, String);
 /// The kept events after a resourceVersion, and a receiver for everything later.
 pub type WatchStart = (Vec<Arc<WatchEvent>>, broadcast::Receiver<Arc<WatchEvent>>);
 
+/// An object as kept: compact JSON (a fraction of the memory of a parsed value), shared
+/// with the history entry that wrote it.
+#[derive(Clone, Debug)]
+struct Stored {
+    resource_version: u64,
+    kind: EventKind,
+    bytes: Arc<[u8]>,
+    /// The uids its ownerReferences name (for garbage collection).
+    owners: Box<[String]>,
+}
+
+/// A committed change kept for watches that start from an older resourceVersion.
+struct HistoryEntry {
+    resource: ResourceType,
+    kind: EventKind,
+    resource_version: u64,
+    bytes: Arc<[u8]>,
+}
+
 struct Inner {
     resource_version: u64,
-    /// The newest object of each key, as the event that last wrote it (shared with history).
-    objects: HashMap<ResourceType, BTreeMap<ObjectKey, Arc<WatchEvent>>>,
-    history: VecDeque<Arc<WatchEvent>>,
+    objects: HashMap<ResourceType, BTreeMap<ObjectKey, Stored>>,
+    history: VecDeque<HistoryEntry>,
     /// Watches must start at or after this resourceVersion.
     oldest_watchable: u64,
+    /// Owner uid -> objects whose ownerReferences name it.
+    dependents: HashMap<String, BTreeSet<(ResourceType, ObjectKey)>>,
+}
+
+fn decode(bytes: &[u8]) -> Value {
+    serde_json::from_slice(bytes).unwrap_or(Value::Null)
+}
+
+fn event_of(
+    resource: &ResourceType,
+    kind: EventKind,
+    resource_version: u64,
+    bytes: &[u8],
+) -> Arc<WatchEvent> {
+    Arc::new(WatchEvent {
+        resource: resource.clone(),
+        kind,
+        object: decode(bytes),
+        resource_version,
+    })
+}
+
+fn owner_uids(obj: &Value) -> Box<[String]> {
+    obj.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .map(|refs| {
+            refs.iter()
+                .filter_map(|r| r.get("uid").and_then(Value::as_str))
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// How long (real time) namespaces, CRDs and foreground deletions stay terminating.
@@ -193,6 +243,7 @@ impl Store {
                 objects: HashMap::new(),
                 history: VecDeque::new(),
                 oldest_watchable: FIRST_RESOURCE_VERSION,
+                dependents: HashMap::new(),
             }),
             events,
         };
@@ -233,12 +284,34 @@ impl Store {
     }
 
     pub fn get(&self, rt: &ResourceType, namespace: &str, name: &str) -> Option<Value> {
+        self.get_stored(rt, &(namespace.to_string(), name.to_string()))
+            .map(|(_, v)| v)
+    }
+
+    /// The stored object and its resourceVersion (parsed outside the lock).
+    fn get_stored(&self, rt: &ResourceType, key: &ObjectKey) -> Option<(u64, Value)> {
+        let (rv, bytes) = {
+            let inner = self.lock();
+            let stored = inner.objects.get(rt)?.get(key)?;
+            (stored.resource_version, stored.bytes.clone())
+        };
+        Some((rv, decode(&bytes)))
+    }
+
+    /// Names (namespace, name) of the stored objects of a type in one namespace or all.
+    fn keys(&self, rt: &ResourceType, namespace: Option<&str>) -> Vec<ObjectKey> {
         let inner = self.lock();
-        inner
-            .objects
-            .get(rt)?
-            .get(&(namespace.to_string(), name.to_string()))
-            .map(|e| e.object.clone())
+        let Some(objects) = inner.objects.get(rt) else {
+            return Vec::new();
+        };
+        match namespace {
+            Some(ns) => objects
+                .range((ns.to_string(), String::new())..)
+                .take_while(|((n, _), _)| n == ns)
+                .map(|(k, _)| k.clone())
+                .collect(),
+            None => objects.keys().cloned().collect(),
+        }
     }
 
     /// Objects of a type, in one namespace or all (`None`), ordered by namespace and name,
@@ -254,19 +327,26 @@ impl Store {
         rt: &ResourceType,
         namespace: Option<&str>,
     ) -> (Vec<Arc<WatchEvent>>, u64) {
-        let inner = self.lock();
-        let rv = inner.resource_version;
-        let Some(objects) = inner.objects.get(rt) else {
-            return (Vec::new(), rv);
+        let (raw, rv): (Vec<Stored>, u64) = {
+            let inner = self.lock();
+            let rv = inner.resource_version;
+            let Some(objects) = inner.objects.get(rt) else {
+                return (Vec::new(), rv);
+            };
+            let items = match namespace {
+                Some(ns) => objects
+                    .range((ns.to_string(), String::new())..)
+                    .take_while(|((n, _), _)| n == ns)
+                    .map(|(_, e)| e.clone())
+                    .collect(),
+                None => objects.values().cloned().collect(),
+            };
+            (items, rv)
         };
-        let items = match namespace {
-            Some(ns) => objects
-                .range((ns.to_string(), String::new())..)
-                .take_while(|((n, _), _)| n == ns)
-                .map(|(_, e)| e.clone())
-                .collect(),
-            None => objects.values().cloned().collect(),
-        };
+        let items = raw
+            .iter()
+            .map(|s| event_of(rt, s.kind, s.resource_version, &s.bytes))
+            .collect();
         (items, rv)
     }
 
@@ -282,15 +362,44 @@ impl Store {
     /// For a watch from `resource_version`: the kept events after it and a receiver for
     /// everything later, with no gap and no overlap. Err(oldest) when it is too old.
     pub fn watch_from(&self, resource_version: u64) -> Result<WatchStart, u64> {
-        let inner = self.lock();
-        if resource_version < inner.oldest_watchable {
-            return Err(inner.oldest_watchable);
-        }
-        let start = inner
-            .history
-            .partition_point(|e| e.resource_version <= resource_version);
-        let replay = inner.history.iter().skip(start).cloned().collect();
-        Ok((replay, self.events.subscribe()))
+        self.watch_from_filtered(resource_version, None)
+    }
+
+    /// `watch_from`, replaying only events of one resource type when given.
+    pub fn watch_from_filtered(
+        &self,
+        resource_version: u64,
+        only: Option<&ResourceType>,
+    ) -> Result<WatchStart, u64> {
+        let (raw, rx) = {
+            let inner = self.lock();
+            if resource_version < inner.oldest_watchable {
+                return Err(inner.oldest_watchable);
+            }
+            let start = inner
+                .history
+                .partition_point(|e| e.resource_version <= resource_version);
+            let raw: Vec<(ResourceType, EventKind, u64, Arc<[u8]>)> = inner
+                .history
+                .iter()
+                .skip(start)
+                .filter(|e| only.is_none_or(|rt| *rt == e.resource))
+                .map(|e| {
+                    (
+                        e.resource.clone(),
+                        e.kind,
+                        e.resource_version,
+                        e.bytes.clone(),
+                    )
+                })
+                .collect();
+            (raw, self.events.subscribe())
+        };
+        let replay = raw
+            .iter()
+            .map(|(rt, kind, rv, bytes)| event_of(rt, *kind, *rv, bytes))
+            .collect();
+        Ok((replay, rx))
     }
 
     /// A snapshot of a type's objects plus a receiver for every later event, atomically.
@@ -303,20 +412,27 @@ impl Store {
         u64,
         broadcast::Receiver<Arc<WatchEvent>>,
     ) {
-        let inner = self.lock();
-        let rx = self.events.subscribe();
-        let rv = inner.resource_version;
-        let items = inner
-            .objects
-            .get(rt)
-            .map(|objects| {
-                objects
-                    .iter()
-                    .filter(|((ns, _), _)| namespace.is_none_or(|want| want == ns))
-                    .map(|(_, e)| e.clone())
-                    .collect()
-            })
-            .unwrap_or_default();
+        let (raw, rv, rx) = {
+            let inner = self.lock();
+            let rx = self.events.subscribe();
+            let rv = inner.resource_version;
+            let raw: Vec<Stored> = inner
+                .objects
+                .get(rt)
+                .map(|objects| {
+                    objects
+                        .iter()
+                        .filter(|((ns, _), _)| namespace.is_none_or(|want| want == ns))
+                        .map(|(_, e)| e.clone())
+                        .collect()
+                })
+                .unwrap_or_default();
+            (raw, rv, rx)
+        };
+        let items = raw
+            .iter()
+            .map(|s| event_of(rt, s.kind, s.resource_version, &s.bytes))
+            .collect();
         (items, rv, rx)
     }
 
@@ -548,18 +664,12 @@ impl Store {
             return Err(ApiError::resource_version_required(rt, &name));
         }
         let key = (namespace.clone(), name.clone());
-        let old = {
-            let inner = self.lock();
-            inner
-                .objects
-                .get(rt)
-                .and_then(|o| o.get(&key))
-                .cloned()
-                .ok_or_else(|| ApiError::not_found(rt, &name))?
-        };
-        let old_obj = &old.object;
+        let (old_rv, old_value) = self
+            .get_stored(rt, &key)
+            .ok_or_else(|| ApiError::not_found(rt, &name))?;
+        let old_obj = &old_value;
         if let Some(expected) = &expected_rv
-            && *expected != old.resource_version.to_string()
+            && *expected != old_rv.to_string()
         {
             return Err(ApiError::conflict(rt, &name));
         }
@@ -621,7 +731,7 @@ impl Store {
             defaults::on_write(rt, &mut obj);
             obj
         };
-        set_resource_version(&mut new, old.resource_version);
+        set_resource_version(&mut new, old_rv);
 
         if !status_only && info.has_generation() && spec_changed(rt, old_obj, &new) {
             let generation = old_obj
@@ -657,7 +767,7 @@ impl Store {
             .get(rt)
             .and_then(|o| o.get(&key))
             .map(|e| e.resource_version);
-        if current_rv != Some(old.resource_version) {
+        if current_rv != Some(old_rv) {
             // Someone wrote in between: the caller's view is stale.
             return match current_rv {
                 None => Err(ApiError::not_found(rt, &name)),
@@ -694,23 +804,17 @@ impl Store {
         let info = self.info(rt)?;
         let namespace = if info.namespaced { namespace } else { "" };
         let key = (namespace.to_string(), name.to_string());
-        let existing = {
-            let inner = self.lock();
-            inner
-                .objects
-                .get(rt)
-                .and_then(|o| o.get(&key))
-                .cloned()
-                .ok_or_else(|| ApiError::not_found(rt, name))?
-        };
-        let obj = &existing.object;
+        let (existing_rv, existing) = self
+            .get_stored(rt, &key)
+            .ok_or_else(|| ApiError::not_found(rt, name))?;
+        let obj = &existing;
         if let Some(uid) = &opts.expected_uid
             && obj.pointer("/metadata/uid").and_then(Value::as_str) != Some(uid.as_str())
         {
             return Err(ApiError::conflict(rt, name));
         }
         if let Some(rv) = &opts.expected_resource_version
-            && *rv != existing.resource_version.to_string()
+            && *rv != existing_rv.to_string()
         {
             return Err(ApiError::conflict(rt, name));
         }
@@ -839,30 +943,17 @@ impl Store {
                 if !self.registry.is_namespaced(&t) {
                     continue;
                 }
-                let (items, _) = self.list_shared(&t, Some(ns));
-                for item in items {
-                    let name = item
-                        .object
-                        .pointer("/metadata/name")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_string();
-                    self.remove(&t, &(ns.clone(), name));
+                for key in self.keys(&t, Some(ns)) {
+                    self.remove(&t, &key);
                 }
             }
         }
         if is_crd {
-            let stored = self.get(rt, &key.0, &key.1);
             for served in self.registry.unregister_crd(&key.1) {
-                let (items, _) = self.list_shared(&served, None);
-                for item in items {
-                    let meta = &item.object["metadata"];
-                    let ns = meta["namespace"].as_str().unwrap_or_default().to_string();
-                    let name = meta["name"].as_str().unwrap_or_default().to_string();
-                    self.remove(&served, &(ns, name));
+                for key in self.keys(&served, None) {
+                    self.remove(&served, &key);
                 }
             }
-            drop(stored);
         }
         if let Some(removed) = self.remove(rt, key)
             && propagation != Propagation::Orphan
@@ -876,35 +967,13 @@ impl Store {
         let Some(uid) = owner.pointer("/metadata/uid").and_then(Value::as_str) else {
             return;
         };
-        let namespace = owner.pointer("/metadata/namespace").and_then(Value::as_str);
         let dependents: Vec<(ResourceType, ObjectKey)> = {
             let inner = self.lock();
-            let mut found = Vec::new();
-            for (rt, objects) in &inner.objects {
-                let iter: Box<dyn Iterator<Item = (&ObjectKey, &Arc<WatchEvent>)>> = match namespace
-                {
-                    Some(ns) => Box::new(
-                        objects
-                            .range((ns.to_string(), String::new())..)
-                            .take_while(move |((n, _), _)| n == ns),
-                    ),
-                    None => Box::new(objects.iter()),
-                };
-                for (key, event) in iter {
-                    let owned = event
-                        .object
-                        .pointer("/metadata/ownerReferences")
-                        .and_then(Value::as_array)
-                        .is_some_and(|refs| {
-                            refs.iter()
-                                .any(|r| r.get("uid").and_then(Value::as_str) == Some(uid))
-                        });
-                    if owned {
-                        found.push((rt.clone(), key.clone()));
-                    }
-                }
-            }
-            found
+            inner
+                .dependents
+                .get(uid)
+                .map(|d| d.iter().cloned().collect())
+                .unwrap_or_default()
         };
         for (rt, key) in dependents {
             if let Some(removed) = self.remove(&rt, &key) {
@@ -916,19 +985,26 @@ impl Store {
     /// Removes an object and publishes DELETED. Returns the object as deleted.
     fn remove(&self, rt: &ResourceType, key: &ObjectKey) -> Option<Value> {
         let mut inner = self.lock();
-        let objects = inner.objects.get_mut(rt)?;
-        let old = objects.remove(key)?;
+        let old = inner.objects.get_mut(rt)?.remove(key)?;
+        unlink_owners(&mut inner, rt, key, &old.owners);
         let rv = inner.resource_version + 1;
-        let mut obj = old.object.clone();
-        set_resource_version(&mut obj, rv);
         inner.resource_version = rv;
+        let mut obj = decode(&old.bytes);
+        set_resource_version(&mut obj, rv);
+        let bytes: Arc<[u8]> = serde_json::to_vec(&obj).unwrap_or_default().into();
+        let entry = HistoryEntry {
+            resource: rt.clone(),
+            kind: EventKind::Deleted,
+            resource_version: rv,
+            bytes,
+        };
         let event = Arc::new(WatchEvent {
             resource: rt.clone(),
             kind: EventKind::Deleted,
             object: obj,
             resource_version: rv,
         });
-        self.publish(&mut inner, event.clone());
+        self.publish(&mut inner, entry, event.clone());
         drop(inner);
         Some(event.object.clone())
     }
@@ -945,28 +1021,59 @@ impl Store {
     ) -> Arc<WatchEvent> {
         let rv = inner.resource_version + 1;
         inner.resource_version = rv;
+        let bytes: Arc<[u8]> = serde_json::to_vec(&obj).unwrap_or_default().into();
+        let owners = owner_uids(&obj);
+        for uid in owners.iter() {
+            inner
+                .dependents
+                .entry(uid.clone())
+                .or_default()
+                .insert((rt.clone(), key.clone()));
+        }
+        let stored = Stored {
+            resource_version: rv,
+            kind,
+            bytes: bytes.clone(),
+            owners,
+        };
+        let previous = inner
+            .objects
+            .entry(rt.clone())
+            .or_default()
+            .insert(key.clone(), stored);
+        if let Some(previous) = previous {
+            let still: Vec<String> = owner_uids(&obj).into_vec();
+            let gone: Vec<String> = previous
+                .owners
+                .iter()
+                .filter(|u| !still.contains(u))
+                .cloned()
+                .collect();
+            unlink_owners(inner, rt, &key, &gone);
+        }
+        let entry = HistoryEntry {
+            resource: rt.clone(),
+            kind,
+            resource_version: rv,
+            bytes,
+        };
         let event = Arc::new(WatchEvent {
             resource: rt.clone(),
             kind,
             object: obj,
             resource_version: rv,
         });
-        inner
-            .objects
-            .entry(rt.clone())
-            .or_default()
-            .insert(key, event.clone());
-        self.publish(inner, event.clone());
+        self.publish(inner, entry, event.clone());
         event
     }
 
-    fn publish(&self, inner: &mut Inner, event: Arc<WatchEvent>) {
+    fn publish(&self, inner: &mut Inner, entry: HistoryEntry, event: Arc<WatchEvent>) {
         if inner.history.len() >= HISTORY_LIMIT
             && let Some(dropped) = inner.history.pop_front()
         {
             inner.oldest_watchable = dropped.resource_version;
         }
-        inner.history.push_back(event.clone());
+        inner.history.push_back(entry);
         // No receivers is fine.
         let _ = self.events.send(event);
     }
@@ -1056,6 +1163,17 @@ fn same_content(old: &Value, new: &Value) -> bool {
     true
 }
 
+fn unlink_owners(inner: &mut Inner, rt: &ResourceType, key: &ObjectKey, owners: &[String]) {
+    for uid in owners {
+        if let Some(set) = inner.dependents.get_mut(uid) {
+            set.remove(&(rt.clone(), key.clone()));
+            if set.is_empty() {
+                inner.dependents.remove(uid);
+            }
+        }
+    }
+}
+
 fn check_namespace_writable(
     inner: &Inner,
     rt: &ResourceType,
@@ -1066,9 +1184,9 @@ fn check_namespace_writable(
         .objects
         .get(&ResourceType::new("", "v1", "namespaces"))
         .and_then(|o| o.get(&(String::new(), namespace.to_string())));
-    match ns {
+    match ns.map(|stored| decode(&stored.bytes)) {
         None => Err(ApiError::namespace_not_found(namespace)),
-        Some(ns) if ns.object.pointer("/metadata/deletionTimestamp").is_some() => {
+        Some(ns) if ns.pointer("/metadata/deletionTimestamp").is_some() => {
             Err(ApiError::namespace_terminating(rt, name, namespace))
         }
         Some(_) => Ok(()),

@@ -1,0 +1,107 @@
+//! Deploys that must succeed.
+
+use crate::harness::{TestEnv, assert_no_ansi, config, deployment_available, list, small_app};
+
+fn corpus_file(rel: &str) -> String {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    // The corpus sits beside the repository (../shared), or beside the worktree folder.
+    for base in [
+        root.join("../shared/corpus"),
+        root.join("../../shared/corpus"),
+    ] {
+        if let Ok(text) = std::fs::read_to_string(base.join(rel)) {
+            return text;
+        }
+    }
+    panic!("corpus file {rel} not found next to {}", root.display());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn microservices_demo_deploys_to_three_clusters() {
+    let env = TestEnv::start(3, "").await;
+    env.write("rollguard.yaml", &config(3, "90s"));
+    env.write(
+        "k8s/kubernetes-manifests.yaml",
+        &corpus_file("microservices-demo/release/kubernetes-manifests.yaml"),
+    );
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    for name in ["eu", "us", "ap"] {
+        assert_eq!(run.outcome(name), "deployed", "{}", run.output());
+        let phases = run.target(name)["phases"]
+            .as_array()
+            .expect("phases")
+            .clone();
+        assert!(
+            phases.iter().any(|p| p["name"] == "wait"),
+            "phases: {phases:?}"
+        );
+    }
+    let report = run.report.as_ref().expect("report");
+    assert_eq!(report["version"], 1);
+    assert_eq!(report["app"], "shop");
+    assert_eq!(report["outcome"], "deployed");
+    for cluster in 1..=3 {
+        let client = env.client(cluster).await;
+        let deployments = list(&client, "apps/v1", "Deployment", "deployments", "shop").await;
+        assert_eq!(
+            deployments.len(),
+            12,
+            "every Deployment of the demo is in sim-{cluster}"
+        );
+        for d in &deployments {
+            assert!(
+                deployment_available(d),
+                "sim-{cluster}: {} not available: {:#}",
+                d["metadata"]["name"],
+                d["status"]
+            );
+        }
+    }
+    assert_no_ansi(&run);
+    // Every log line of a target names it.
+    for line in run.stderr.lines().filter(|l| l.contains("applied")) {
+        assert!(
+            line.contains("target"),
+            "log line without its target: {line}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_percent_503_still_deploys() {
+    let env = TestEnv::start(3, "").await;
+    for i in 0..3usize {
+        env.cluster(i + 1).set_faults(kube_sim::faults::Faults {
+            error_rate: 0.3,
+            error_status: 503,
+            ..Default::default()
+        });
+    }
+    env.write("rollguard.yaml", &config(3, "60s"));
+    env.write("k8s/app.yaml", &small_app("example.com/web:v1"));
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    for name in ["eu", "us", "ap"] {
+        assert_eq!(run.outcome(name), "deployed", "{}", run.output());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_writes_nothing() {
+    let env = TestEnv::start(1, "").await;
+    env.write("rollguard.yaml", &config(1, "30s"));
+    // The namespace exists, so the dry run can check every object.
+    env.write(
+        "k8s/app.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: shop\n---\n{}",
+            small_app("example.com/web:v1")
+        ),
+    );
+    let before = env.writes(1);
+    let run = env.deploy(&["--dry-run"]).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    assert_eq!(run.report.as_ref().expect("report")["dry_run"], true);
+    assert_eq!(env.writes(1), before, "a dry run stores nothing");
+}
