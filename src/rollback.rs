@@ -313,7 +313,12 @@ pub async fn prepare(
     let settings = ReleaseSettings::from_config(&plan.config);
     let env = |k: &str| plan.env(k);
     let namespace = history_namespace(&plan.config, target, access);
-    let holder = crate::lock::holder_identity(&env);
+    // Per target, so two targets that share a cluster and namespace never share the lock.
+    let holder = format!(
+        "{} target {}",
+        crate::lock::holder_identity(&env),
+        target.name
+    );
     let options = LockOptions::from_env(settings.lock_timeout, &env);
     let app = &plan.config.app;
     let lock = tokio::select! {
