@@ -183,11 +183,6 @@ pub fn change_summary(current: Option<&ReleaseRecord>, to: &ReleaseRecord) -> Ve
     lines
 }
 
-/// Whether a record can be a rollback destination without `--force`.
-pub fn is_good(record: &ReleaseRecord) -> bool {
-    record.status.was_good()
-}
-
 // ---------------------------------------------------------------------------------------
 // The commands
 // ---------------------------------------------------------------------------------------
