@@ -651,13 +651,20 @@ impl ReleaseStore {
     /// if missing). Call with the lock held.
     pub async fn begin(&self, draft: ReleaseDraft, origin: ReleaseOrigin) -> Result<ReleaseRecord> {
         ensure_namespace(&self.client, &self.namespace).await?;
-        let existing: Vec<u64> = self
-            .list_secrets()
-            .await?
-            .iter()
-            .map(|(_, r)| r.revision)
-            .collect();
-        let mut revision = next_revision(&existing);
+        let existing = self.list().await?;
+        self.begin_after(draft, origin, &existing).await
+    }
+
+    /// [`ReleaseStore::begin`] for a caller that just listed the records (and holds the lock,
+    /// so the namespace exists): saves two requests.
+    pub async fn begin_after(
+        &self,
+        draft: ReleaseDraft,
+        origin: ReleaseOrigin,
+        existing: &[ReleaseRecord],
+    ) -> Result<ReleaseRecord> {
+        let revisions: Vec<u64> = existing.iter().map(|r| r.revision).collect();
+        let mut revision = next_revision(&revisions);
         let mut record = ReleaseRecord {
             app: self.app.clone(),
             target: draft.target,

@@ -330,7 +330,8 @@ pub async fn prepare(
                 "release v{revision} was left pending by a run that died: marked failed (abandoned)"
             ));
         }
-        let last_good = store.last_good().await?;
+        let records = store.list().await?;
+        let last_good = crate::release::last_good(&records).cloned();
         let bodies = plan
             .manifests
             .objects
@@ -342,7 +343,9 @@ pub async fn prepare(
         draft.target = Some(target.name.clone());
         draft.default_namespace = Some(default_namespace.to_string());
         draft.run = RunInfo::from_env(&env);
-        let record = store.begin(draft, ReleaseOrigin::Deploy).await?;
+        let record = store
+            .begin_after(draft, ReleaseOrigin::Deploy, &records)
+            .await?;
         Ok::<_, ReleaseError>((last_good, record))
     }
     .await;
