@@ -80,6 +80,8 @@ pub struct WatchSpec {
     pub send_initial_events: bool,
     pub bookmarks: bool,
     pub timeout_seconds: Option<u64>,
+    /// Send objects as PartialObjectMetadata.
+    pub metadata_only: bool,
 }
 
 impl WatchSpec {
@@ -90,6 +92,29 @@ impl WatchSpec {
             return false;
         }
         self.labels.matches(obj) && self.fields.matches(obj)
+    }
+
+    /// Whether objects can enter or leave this watch's view when they change.
+    pub fn has_selectors(&self) -> bool {
+        !self.labels.is_empty() || !self.fields.is_empty()
+    }
+}
+
+/// For a watch with selectors: the event type to send for a committed change (None: none)
+/// and whether the object is in the client's view afterwards. An object that starts to
+/// match arrives as ADDED and one that stops matching leaves as DELETED, as on a real server.
+pub fn selector_transition(
+    kind: crate::store::EventKind,
+    matches_now: bool,
+    in_view: bool,
+) -> (Option<&'static str>, bool) {
+    use crate::store::EventKind;
+    match (kind, matches_now, in_view) {
+        (EventKind::Deleted, now, before) => ((now || before).then_some("DELETED"), false),
+        (_, true, false) => (Some("ADDED"), true),
+        (kind, true, true) => (Some(kind.as_str()), true),
+        (_, false, true) => (Some("DELETED"), false),
+        (_, false, false) => (None, false),
     }
 }
 
@@ -195,14 +220,27 @@ pub fn handle(store: &Store, req: &ApiRequest<'_>, path: &ResourcePath) -> Resul
     let verb = verb_of(req.method, path, req.query, req.content_type);
     match (verb, path.name.as_deref()) {
         ("watch", name) => watch_spec(req, &info, path, name).map(|w| Reply::Watch(Box::new(w))),
-        ("get", Some(name)) => get(
-            store,
-            &rt,
-            &info,
-            &namespace,
-            name,
-            path.subresource.as_deref(),
-        ),
+        ("get", Some(name)) => {
+            let reply = get(
+                store,
+                &rt,
+                &info,
+                &namespace,
+                name,
+                path.subresource.as_deref(),
+            )?;
+            if path.subresource.is_none()
+                && wants_partial_metadata(req.accept)
+                && let Reply::Json { body, .. } = &reply
+            {
+                return Ok(Reply::Json {
+                    status: 200,
+                    body: partial_metadata(body),
+                    content_type: "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+                });
+            }
+            Ok(reply)
+        }
         ("list", None) => list(store, req, &rt, &info, path.namespace.as_deref()),
         ("create", None) => {
             if info.namespaced && path.namespace.is_none() {
@@ -275,6 +313,19 @@ fn get(
         return Ok(Reply::ok(scale_of(&obj, info)));
     }
     Ok(Reply::ok(obj))
+}
+
+/// Whether the client asks for metadata only (kube's `get_metadata`, metadata watchers).
+pub fn wants_partial_metadata(accept: &str) -> bool {
+    accept.split(',').next().is_some_and(|first| {
+        first.contains("as=PartialObjectMetadata") && first.contains("g=meta.k8s.io")
+    })
+}
+
+/// An object reduced to its metadata, as `meta.k8s.io/v1` PartialObjectMetadata.
+pub fn partial_metadata(obj: &Value) -> Value {
+    json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+        "metadata": obj.get("metadata").cloned().unwrap_or(json!({}))})
 }
 
 /// The autoscaling/v1 Scale of a workload.
@@ -375,6 +426,15 @@ fn list(
         list_meta.insert("remainingItemCount".into(), json!(remaining));
     } else if info.crd.is_some() {
         list_meta.insert("continue".into(), json!(""));
+    }
+    if wants_partial_metadata(req.accept) {
+        let items: Vec<Value> = selected.iter().map(|o| partial_metadata(o)).collect();
+        return Ok(Reply::Json {
+            status: 200,
+            body: json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
+                "metadata": list_meta, "items": items}),
+            content_type: "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
+        });
     }
     if table::wants_table(req.accept) {
         let body = table::table_for(info, &selected, Value::Object(list_meta), store.clock());
@@ -927,6 +987,7 @@ fn watch_spec(
         send_initial_events,
         bookmarks: req.flag("allowWatchBookmarks"),
         timeout_seconds,
+        metadata_only: wants_partial_metadata(req.accept),
     })
 }
 
@@ -970,6 +1031,28 @@ pub fn event_line(kind: &str, object: &Value) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn selector_transitions_table() {
+        use crate::store::EventKind::*;
+        let cases = [
+            (Added, true, false, Some("ADDED"), true),
+            (Modified, true, true, Some("MODIFIED"), true),
+            (Modified, true, false, Some("ADDED"), true),
+            (Modified, false, true, Some("DELETED"), false),
+            (Modified, false, false, None, false),
+            (Deleted, false, true, Some("DELETED"), false),
+            (Deleted, true, false, Some("DELETED"), false),
+            (Deleted, false, false, None, false),
+        ];
+        for (kind, now, before, send, after) in cases {
+            assert_eq!(
+                selector_transition(kind, now, before),
+                (send, after),
+                "{kind:?} {now} {before}"
+            );
+        }
+    }
 
     #[test]
     fn continue_tokens_round_trip() {

@@ -719,6 +719,19 @@ struct WatchStream {
     /// Whether any event of the watched resource happened since the watch started (the
     /// watch cache of an active resource follows the global resourceVersion).
     resource_active: bool,
+    /// For watches with selectors: the objects the client currently sees.
+    view: Option<std::collections::HashSet<(String, String)>>,
+}
+
+fn object_key(obj: &Value) -> (String, String) {
+    let meta = obj.get("metadata");
+    let field = |f: &str| {
+        meta.and_then(|m| m.get(f))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    (field("namespace"), field("name"))
 }
 
 /// Why a watch stream stops.
@@ -730,10 +743,12 @@ impl WatchStream {
         if self.dropped() {
             return Err(Stop);
         }
-        self.tx
-            .send(handlers::event_line(kind, object))
-            .await
-            .map_err(|_| Stop)?;
+        let line = if self.spec.metadata_only && kind != "ERROR" {
+            handlers::event_line(kind, &handlers::partial_metadata(object))
+        } else {
+            handlers::event_line(kind, object)
+        };
+        self.tx.send(line).await.map_err(|_| Stop)?;
         if kind != "BOOKMARK" {
             self.sent_events += 1;
         }
@@ -756,8 +771,23 @@ impl WatchStream {
             return Ok(());
         }
         self.resource_active = true;
-        if self.spec.matches(&event.object) {
-            self.emit(event.kind.as_str(), &event.object).await?;
+        let matches = self.spec.matches(&event.object);
+        let send = match &mut self.view {
+            None => matches.then_some(event.kind.as_str()),
+            Some(view) => {
+                let key = object_key(&event.object);
+                let (send, in_view) =
+                    handlers::selector_transition(event.kind, matches, view.contains(&key));
+                if in_view {
+                    view.insert(key);
+                } else {
+                    view.remove(&key);
+                }
+                send
+            }
+        };
+        if let Some(kind) = send {
+            self.emit(kind, &event.object).await?;
             self.delivered_rv = event.resource_version;
         }
         Ok(())
@@ -801,6 +831,7 @@ async fn run_watch(state: Arc<ClusterState>, spec: WatchSpec, tx: mpsc::Sender<B
         sent_events: 0,
         delivered_rv: 0,
         resource_active: false,
+        view: None,
     };
     let _ = stream_events(&mut stream).await;
 }
@@ -811,8 +842,14 @@ async fn stream_events(w: &mut WatchStream) -> Result<(), Stop> {
         None => {
             let (items, rv, rx) =
                 store.list_and_subscribe(&w.spec.resource, w.spec.namespace.as_deref());
+            if w.spec.has_selectors() {
+                w.view = Some(std::collections::HashSet::new());
+            }
             for event in &items {
                 if w.spec.matches(&event.object) {
+                    if let Some(view) = &mut w.view {
+                        view.insert(object_key(&event.object));
+                    }
                     w.emit("ADDED", &event.object).await?;
                 }
             }
@@ -831,6 +868,19 @@ async fn stream_events(w: &mut WatchStream) -> Result<(), Stop> {
             }
             Ok((replay, rx)) => {
                 w.delivered_rv = from;
+                if w.spec.has_selectors() {
+                    // What the client saw at `from` is unknown here; the current matches
+                    // are the closest view.
+                    let (current, _) =
+                        store.list_shared(&w.spec.resource, w.spec.namespace.as_deref());
+                    w.view = Some(
+                        current
+                            .iter()
+                            .filter(|e| w.spec.matches(&e.object))
+                            .map(|e| object_key(&e.object))
+                            .collect(),
+                    );
+                }
                 for event in replay {
                     w.deliver(&event).await?;
                 }

@@ -1327,6 +1327,8 @@ mod tests {
         assert!(fields["f:spec"].get("f:tolerations").is_none());
         assert!(fields["f:spec"].get("f:serviceAccountName").is_none());
         assert_eq!(fields["f:spec"]["f:dnsPolicy"], json!({}));
+        assert_eq!(fields["f:spec"]["f:enableServiceLinks"], json!({}));
+        assert!(fields["f:spec"].get("f:priority").is_none());
         let container = &fields["f:spec"]["f:containers"]["k:{\"name\":\"web\"}"];
         assert_eq!(container["f:ports"]["."], json!({}));
         assert!(container.get("f:volumeMounts").is_none());

@@ -822,6 +822,40 @@ async fn watch_from_resource_version_and_too_old() {
 }
 
 #[tokio::test]
+async fn selector_watches_see_objects_enter_and_leave() {
+    let sim = plain_sim().await;
+    let api = Api::new(&sim, 0);
+    let rv = api
+        .get("/api/v1/namespaces/default/configmaps")
+        .await
+        .json()["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut watch = api
+        .watch(&format!("/api/v1/namespaces/default/configmaps?watch=1&labelSelector=tier%3Dfrontend&resourceVersion={rv}"))
+        .await;
+    let path = "/api/v1/namespaces/default/configmaps/sel?fieldManager=t";
+    let cm = |tier: &str, data: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "sel", "labels": {"tier": tier}}, "data": {"d": data}})
+    };
+    for (tier, data) in [
+        ("backend", "1"),
+        ("frontend", "1"),
+        ("frontend", "2"),
+        ("backend", "2"),
+    ] {
+        assert!(api.apply(path, &cm(tier, data)).await.status < 300);
+    }
+    let mut seen = Vec::new();
+    while let Some(event) = watch.next(Duration::from_millis(500)).await {
+        seen.push(event["type"].as_str().unwrap().to_string());
+    }
+    assert_eq!(seen, ["ADDED", "MODIFIED", "DELETED"]);
+}
+
+#[tokio::test]
 async fn watch_initial_events_and_bookmarks() {
     let sim = plain_sim().await;
     let api = Api::new(&sim, 0);
@@ -1025,6 +1059,20 @@ async fn crd_is_served_after_create() {
         recorded["metadata"]["managedFields"][0]["fieldsV1"]
     );
     assert!(w.get("status").is_none());
+    let table = api
+        .send_as("GET", "/apis/example.com/v1/namespaces/rec-crd/widgets", None, Bytes::new(), Some(&api.token),
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json")
+        .await
+        .json();
+    let recorded_table = recording("06-cr-get-as-table.json");
+    assert_eq!(
+        table["columnDefinitions"],
+        recorded_table["columnDefinitions"]
+    );
+    assert_eq!(
+        table["rows"][0]["cells"],
+        recorded_table["rows"][0]["cells"]
+    );
     let status = api
         .send("PATCH", "/apis/example.com/v1/namespaces/rec-crd/widgets/w1/status?fieldManager=widget-controller", Some(APPLY), recording("06-cr-ssa-status-request-body.json").to_string())
         .await;

@@ -105,3 +105,22 @@ async fn dry_run_writes_nothing() {
     assert_eq!(run.report.as_ref().expect("report")["dry_run"], true);
     assert_eq!(env.writes(1), before, "a dry run stores nothing");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_catches_the_bad_image_and_rolls_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = crate::harness::rollguard(&["demo".to_string()], dir.path(), &[]).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    assert!(
+        run.stderr.contains("us: ImagePullBackOff caught"),
+        "{}",
+        run.output()
+    );
+    assert!(run.stdout.contains("rolled-back"), "{}", run.output());
+    assert!(
+        run.elapsed < std::time::Duration::from_secs(60),
+        "took {:?}",
+        run.elapsed
+    );
+    assert_no_ansi(&run);
+}

@@ -43,6 +43,9 @@ pub struct ControllerContext {
 
 const CONTROLLER_MANAGER: &str = "kube-controller-manager";
 const KUBELET: &str = "kubelet";
+/// How long (real time) an owner waits after a change of one of its children before it
+/// syncs, so that a burst of pod changes costs one ReplicaSet sync.
+const OWNER_COALESCE: Duration = Duration::from_millis(10);
 
 /// Starts the controllers and kubelet of one cluster. The task runs until aborted.
 pub fn spawn(store: Arc<Store>, ctx: ControllerContext) -> tokio::task::JoinHandle<()> {
@@ -214,7 +217,7 @@ impl Runner {
         self.create_nodes();
         self.rescan();
         loop {
-            self.process_queue();
+            self.process_queue().await;
             let next_timer = self.timers.keys().next().copied();
             let event = match next_timer {
                 Some(at) => tokio::select! {
@@ -337,7 +340,8 @@ impl Runner {
             }
         }
         if let Some(owner) = Self::owner_key(obj) {
-            self.queue.insert(owner);
+            // Children change in bursts (a ReplicaSet's pods); one owner sync per burst.
+            self.schedule_at(owner, Instant::now() + OWNER_COALESCE);
         }
     }
 
@@ -371,6 +375,12 @@ impl Runner {
     fn schedule(&mut self, key: Key, after: Duration) {
         // A little real-time slack so the simulated clock is past the transition on wake-up.
         let at = Instant::now() + self.ctx.clock.real(after) + Duration::from_millis(5);
+        self.schedule_at(key, at);
+    }
+
+    /// Keeps the earliest wake-up per key. Replacing a later one is safe: every sync sets
+    /// its own next wake-up again.
+    fn schedule_at(&mut self, key: Key, at: Instant) {
         if let Some(existing) = self.timer_of.get(&key) {
             if *existing <= at {
                 return;
@@ -402,9 +412,15 @@ impl Runner {
         }
     }
 
-    fn process_queue(&mut self) {
+    async fn process_queue(&mut self) {
         self.fire_due_timers();
+        let mut done = 0u32;
         while let Some(key) = self.queue.pop_first() {
+            // Stay cooperative: a big batch must not stall the API server on this runtime.
+            done += 1;
+            if done.is_multiple_of(32) {
+                tokio::task::yield_now().await;
+            }
             let (kind, namespace, name) = &key;
             let Some(obj) = self.store.get(&kind.rt(), namespace, name) else {
                 continue;
