@@ -754,12 +754,10 @@ mod lease_tests {
             .unwrap();
         // Like a killed process: renewals stop, the Lease stays.
         drop(a);
-        let started = std::time::Instant::now();
         let b = Lock::acquire(fake.client(), "shop", "shop", "run-b", &quick(5000, 1))
             .await
             .unwrap();
         assert_eq!(b.took_over_from(), Some("run-a"));
-        assert!(started.elapsed() < Duration::from_secs(3));
         b.release().await.unwrap();
     }
 
