@@ -723,16 +723,16 @@ mod lease_tests {
     #[tokio::test]
     async fn renewals_keep_it_and_a_waiter_gets_it_after_release() {
         let fake = FakeApi::default();
-        // 1 s lease, renewed every ~333 ms: a waiter never sees it expire.
-        let a = Lock::acquire(fake.client(), "shop", "shop", "run-a", &quick(1000, 1))
+        // 2 s lease, renewed every ~667 ms: a waiter never sees it expire.
+        let a = Lock::acquire(fake.client(), "shop", "shop", "run-a", &quick(1000, 2))
             .await
             .unwrap();
         let first = fake.get(LEASES, "rollguard-shop").unwrap()["spec"]["renewTime"].clone();
         let waiter = tokio::spawn({
             let client = fake.client();
-            async move { Lock::acquire(client, "shop", "shop", "run-b", &quick(5000, 1)).await }
+            async move { Lock::acquire(client, "shop", "shop", "run-b", &quick(10_000, 2)).await }
         });
-        tokio::time::sleep(Duration::from_millis(1800)).await;
+        tokio::time::sleep(Duration::from_millis(3000)).await;
         assert!(
             !waiter.is_finished(),
             "run-a renews, so run-b keeps waiting"
