@@ -799,6 +799,37 @@ mod tests {
         }
     }
 
+    fn config_with(yaml: &str) -> Config {
+        config::parse(
+            yaml,
+            Path::new("/x/rollguard.yaml"),
+            &Overrides::default(),
+            &|_| None,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn targets_selected_by_name_or_context() {
+        let config = config_with(
+            "app: shop\nnamespace: shop\nmanifests: [k8s/]\ntargets:\n  - {name: eu, context: sim-1}\n  - {name: us, context: sim-2}\n",
+        );
+        let names = |wanted: &[&str]| -> Result<Vec<String>, String> {
+            let wanted: Vec<String> = wanted.iter().map(|s| s.to_string()).collect();
+            select_targets(&config, &wanted)
+                .map(|ts| ts.into_iter().map(|t| t.name).collect())
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(names(&[]), Ok(vec!["eu".into(), "us".into()]));
+        assert_eq!(names(&["us"]), Ok(vec!["us".into()]));
+        assert_eq!(names(&["sim-1"]), Ok(vec!["eu".into()]));
+        let err = names(&["ap"]).unwrap_err();
+        assert!(
+            err.contains("--target ap") && err.contains("eu, us"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn durations() {
         use std::time::Duration;
