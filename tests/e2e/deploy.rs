@@ -163,3 +163,17 @@ async fn context_flag_picks_targets_and_kubeconfig_env_holds_a_whole_kubeconfig(
     assert_eq!(run.outcome("us"), "deployed");
     assert_eq!(env.writes(1), 0, "sim-1 was not picked");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_watch_streams_are_resumed() {
+    let env = TestEnv::start(1, "").await;
+    env.cluster(1).set_faults(kube_sim::faults::Faults {
+        drop_watch_after_events: Some(2),
+        ..Default::default()
+    });
+    env.write("rollguard.yaml", &config(1, "60s"));
+    env.write("k8s/app.yaml", &small_app("example.com/web:v1"));
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    assert_eq!(run.outcome("eu"), "deployed");
+}
