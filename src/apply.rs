@@ -273,6 +273,15 @@ pub fn describe_apply_error(obj: &ManifestObject, err: &kube::Error) -> ObjectFa
     }
 }
 
+/// The server's answer without `metadata.managedFields`: nothing downstream reads them, and
+/// with many objects on many targets they are most of the memory.
+fn without_managed_fields(mut obj: Value) -> Value {
+    if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("managedFields");
+    }
+    obj
+}
+
 /// True for the 404 an object in a namespace that does not exist gets.
 fn is_missing_namespace(f: &ObjectFailure) -> bool {
     f.reason == "NotFound" && f.message.contains("namespaces \"")
@@ -647,7 +656,9 @@ async fn apply_one(
             resource: resolved.resource,
             name: obj.name.clone(),
             namespace,
-            response: serde_json::to_value(&returned).unwrap_or(Value::Null),
+            response: without_managed_fields(
+                serde_json::to_value(&returned).unwrap_or(Value::Null),
+            ),
         }),
         Err(RetryError::Cancelled) => Err(ObjectFailure {
             object: display,

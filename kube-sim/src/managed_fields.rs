@@ -79,7 +79,17 @@ fn is_atomic_map(field: &str) -> bool {
 fn is_always_present_struct(field: &str) -> bool {
     matches!(
         field,
-        "metadata" | "spec" | "status" | "template" | "strategy" | "names" | "updateStrategy"
+        "metadata"
+            | "spec"
+            | "status"
+            | "template"
+            | "strategy"
+            | "names"
+            | "updateStrategy"
+            | "resources"
+            | "jobTemplate"
+            | "acceptedNames"
+            | "loadBalancer"
     )
 }
 

@@ -148,7 +148,10 @@ async fn serve_connection(state: Arc<ClusterState>, stream: TcpStream) {
         let state = service_state.clone();
         async move { Ok::<_, Infallible>(handle(state, req).await) }
     });
-    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    // Clients multiplex many watches over one HTTP/2 connection (the real server allows
+    // hundreds of streams per connection).
+    builder.http2().max_concurrent_streams(1000);
     match &state.tls {
         Some(config) => {
             let acceptor = tokio_rustls::TlsAcceptor::from(config.clone());
@@ -359,8 +362,16 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Answers one HTTP request.
+/// Answers one HTTP request (and logs it at debug level).
 pub async fn handle(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<ApiBody> {
+    let method = req.method().clone();
+    let uri = req.uri().clone();
+    let resp = answer(state.clone(), req).await;
+    tracing::debug!(cluster = %state.name, "{method} {uri} -> {}", resp.status().as_u16());
+    resp
+}
+
+async fn answer(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<ApiBody> {
     let path = req.uri().path().to_string();
     let query: HashMap<String, String> = req
         .uri()

@@ -874,7 +874,8 @@ impl Store {
         let is_crd = rt.group == "apiextensions.k8s.io";
         let meta = metadata_mut(obj);
         meta.insert("deletionTimestamp".into(), json!(now));
-        if is_namespace {
+        if !is_namespace && !is_crd {
+            // As recorded for foreground deletion; namespaces and CRDs carry none.
             meta.insert("deletionGracePeriodSeconds".into(), json!(0));
         }
         let finalizer = if is_crd {

@@ -633,6 +633,7 @@ async fn deletes_answer_as_recorded() {
     assert_eq!(ns["kind"], "Namespace");
     assert_eq!(ns["status"]["phase"], "Terminating");
     assert!(ns["metadata"]["deletionTimestamp"].is_string());
+    assert!(ns["metadata"].get("deletionGracePeriodSeconds").is_none());
     let terminating = api
         .send(
             "POST",
@@ -655,6 +656,54 @@ async fn deletes_answer_as_recorded() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(gone, "namespace still there");
+
+    // Foreground deletion answers with the object (finalizer foregroundDeletion), then
+    // the Deployment and what it owns go away.
+    let path = format!(
+        "{}?fieldManager=rollguard",
+        deployment_path("rec-x", "to-delete")
+    );
+    let mut body = recording("02-ssa-apply1-request-body.json");
+    body["metadata"]["name"] = json!("to-delete");
+    assert_eq!(api.apply(&path, &body).await.status, 201);
+    let resp = api
+        .send(
+            "DELETE",
+            &deployment_path("rec-x", "to-delete"),
+            Some(JSON),
+            recording("09-delete-deployment-foreground-request-body.json").to_string(),
+        )
+        .await;
+    assert_eq!(resp.status, 200);
+    let deleted = resp.json();
+    let recorded = recording("09-delete-deployment-foreground-response.json");
+    assert_eq!(deleted["kind"], "Deployment");
+    assert_eq!(
+        deleted["metadata"]["finalizers"],
+        recorded["metadata"]["finalizers"]
+    );
+    assert_eq!(
+        deleted["metadata"]["deletionGracePeriodSeconds"],
+        recorded["metadata"]["deletionGracePeriodSeconds"]
+    );
+    let mut gone = false;
+    for _ in 0..50 {
+        if api.get(&deployment_path("rec-x", "to-delete")).await.status == 404 {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(gone, "deployment still there");
+    let rs = api
+        .get("/apis/apps/v1/namespaces/rec-x/replicasets")
+        .await
+        .json();
+    assert_eq!(
+        rs["items"].as_array().unwrap().len(),
+        0,
+        "owned ReplicaSets are collected"
+    );
 }
 
 #[tokio::test]

@@ -124,3 +124,56 @@ async fn the_demo_catches_the_bad_image_and_rolls_back() {
     );
     assert_no_ansi(&run);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn context_flag_picks_targets_and_kubeconfig_env_holds_a_whole_kubeconfig() {
+    use base64::Engine as _;
+    let env = TestEnv::start(2, "").await;
+    // Target `us` reads its kubeconfig from an environment variable, base64 as CI secrets hold it.
+    env.write(
+        "rollguard.yaml",
+        "app: shop\nnamespace: shop\nmanifests: [k8s/]\ntargets:\n  - name: eu\n    context: sim-1\n  - name: us\n    context: sim-2\n    kubeconfig_env: KC_US\n",
+    );
+    env.write("k8s/app.yaml", &small_app("example.com/web:v1"));
+    let kubeconfig = std::fs::read_to_string(&env.kubeconfig).expect("kubeconfig");
+    let encoded = base64::engine::general_purpose::STANDARD.encode(kubeconfig);
+    let args: Vec<String> = [
+        "deploy",
+        "--config",
+        &env.path("rollguard.yaml").display().to_string(),
+        "--report",
+        &env.path("report.json").display().to_string(),
+        "--context",
+        "sim-2",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    // No --kubeconfig and no KUBECONFIG: only the env variable can reach sim-2.
+    let mut run = crate::harness::rollguard(&args, env.dir.path(), &[("KC_US", &encoded)]).await;
+    run.report = std::fs::read_to_string(env.path("report.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok());
+    assert_eq!(run.code, 0, "{}", run.output());
+    let targets = run.report.as_ref().expect("report")["targets"]
+        .as_array()
+        .expect("targets")
+        .clone();
+    assert_eq!(targets.len(), 1, "only the picked target runs: {targets:?}");
+    assert_eq!(run.outcome("us"), "deployed");
+    assert_eq!(env.writes(1), 0, "sim-1 was not picked");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_watch_streams_are_resumed() {
+    let env = TestEnv::start(1, "").await;
+    env.cluster(1).set_faults(kube_sim::faults::Faults {
+        drop_watch_after_events: Some(2),
+        ..Default::default()
+    });
+    env.write("rollguard.yaml", &config(1, "60s"));
+    env.write("k8s/app.yaml", &small_app("example.com/web:v1"));
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    assert_eq!(run.outcome("eu"), "deployed");
+}

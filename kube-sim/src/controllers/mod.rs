@@ -57,7 +57,9 @@ pub fn spawn(store: Arc<Store>, ctx: ControllerContext) -> tokio::task::JoinHand
     })
 }
 
-/// The kinds the controllers act on.
+/// The kinds the controllers act on. The order is the order of work within a batch:
+/// Deployments react to their ReplicaSets before the ReplicaSet controller has acted on
+/// its pods, as in a real controller-manager (one API call against two).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum Kind {
     Crd,
@@ -340,8 +342,12 @@ impl Runner {
             }
         }
         if let Some(owner) = Self::owner_key(obj) {
-            // Children change in bursts (a ReplicaSet's pods); one owner sync per burst.
-            self.schedule_at(owner, Instant::now() + OWNER_COALESCE);
+            if kind == Kind::Pod {
+                // Pods change in bursts; one owner sync per burst.
+                self.schedule_at(owner, Instant::now() + OWNER_COALESCE);
+            } else {
+                self.queue.insert(owner);
+            }
         }
     }
 
