@@ -324,6 +324,126 @@ pub fn table_for(
                     ]
                 }),
             ),
+            ("apps", "daemonsets") => (
+                vec![
+                    name_column(),
+                    col("Desired", "integer", 0),
+                    col("Current", "integer", 0),
+                    col("Ready", "integer", 0),
+                    col("Up-to-date", "integer", 0),
+                    col("Available", "integer", 0),
+                    col("Node Selector", "string", 0),
+                    col("Age", "date", 0),
+                ],
+                Box::new(|o: &Value| {
+                    let selector = o
+                        .pointer("/spec/template/spec/nodeSelector")
+                        .and_then(Value::as_object)
+                        .map(|m| {
+                            m.iter()
+                                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                                .collect::<Vec<_>>()
+                                .join(",")
+                        })
+                        .filter(|s| !s.is_empty())
+                        .unwrap_or_else(|| "<none>".into());
+                    vec![
+                        json!(text(o, "/metadata/name")),
+                        json!(int(o, "/status/desiredNumberScheduled")),
+                        json!(int(o, "/status/currentNumberScheduled")),
+                        json!(int(o, "/status/numberReady")),
+                        json!(int(o, "/status/updatedNumberScheduled")),
+                        json!(int(o, "/status/numberAvailable")),
+                        json!(selector),
+                        json!(age(o, clock)),
+                    ]
+                }),
+            ),
+            ("batch", "jobs") => (
+                vec![
+                    name_column(),
+                    col("Status", "string", 0),
+                    col("Completions", "string", 0),
+                    col("Duration", "string", 0),
+                    col("Age", "date", 0),
+                ],
+                Box::new(|o: &Value| {
+                    let conditions = o
+                        .pointer("/status/conditions")
+                        .and_then(Value::as_array)
+                        .cloned()
+                        .unwrap_or_default();
+                    let has = |t: &str| {
+                        conditions
+                            .iter()
+                            .any(|c| c["type"] == t && c["status"] == "True")
+                    };
+                    let status = if has("Complete") {
+                        "Complete"
+                    } else if has("Failed") {
+                        "Failed"
+                    } else if has("Suspended") {
+                        "Suspended"
+                    } else {
+                        "Running"
+                    };
+                    let duration = ["/status/startTime", "/status/completionTime"]
+                        .iter()
+                        .map(|p| {
+                            o.pointer(p)
+                                .and_then(Value::as_str)
+                                .and_then(|s| s.parse::<jiff::Timestamp>().ok())
+                        })
+                        .collect::<Vec<_>>();
+                    let duration = match (duration[0], duration[1]) {
+                        (Some(start), Some(end)) => {
+                            human_duration(end.as_second() - start.as_second())
+                        }
+                        (Some(start), None) => {
+                            human_duration(clock.now().as_second() - start.as_second())
+                        }
+                        _ => String::new(),
+                    };
+                    vec![
+                        json!(text(o, "/metadata/name")),
+                        json!(status),
+                        json!(format!(
+                            "{}/{}",
+                            int(o, "/status/succeeded"),
+                            o.pointer("/spec/completions")
+                                .and_then(Value::as_i64)
+                                .unwrap_or(1)
+                        )),
+                        json!(duration),
+                        json!(age(o, clock)),
+                    ]
+                }),
+            ),
+            ("", "nodes") => (
+                vec![
+                    name_column(),
+                    col("Status", "string", 0),
+                    col("Roles", "string", 0),
+                    col("Age", "date", 0),
+                    col("Version", "string", 0),
+                ],
+                Box::new(|o: &Value| {
+                    let ready = o
+                        .pointer("/status/conditions")
+                        .and_then(Value::as_array)
+                        .is_some_and(|cs| {
+                            cs.iter()
+                                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                        });
+                    vec![
+                        json!(text(o, "/metadata/name")),
+                        json!(if ready { "Ready" } else { "NotReady" }),
+                        json!("<none>"),
+                        json!(age(o, clock)),
+                        json!(text(o, "/status/nodeInfo/kubeletVersion")),
+                    ]
+                }),
+            ),
             ("", "pods") => (
                 vec![
                     name_column(),

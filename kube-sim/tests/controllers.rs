@@ -830,3 +830,25 @@ async fn progress_deadline_writes_the_recorded_status_sequence() {
     .unwrap_or_else(|_| panic!("no deadline: {seen:#?}"));
     assert_eq!(seen, recorded);
 }
+
+#[tokio::test]
+async fn claims_are_bound() {
+    let cluster = start("sim-1", 1.0, vec![]);
+    let store = &cluster.store;
+    let claims = rt("", "persistentvolumeclaims");
+    store
+        .create(&claims, json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data", "namespace": "default"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "5Gi"}}}}), "test")
+        .unwrap();
+    let claim = wait_until("bound", Duration::from_secs(2), || {
+        let claim = store.get(&claims, "default", "data").unwrap();
+        (
+            (claim["status"]["phase"] == "Bound").then(|| claim.clone()),
+            claim["status"].to_string(),
+        )
+    })
+    .await;
+    assert_eq!(claim["status"]["capacity"]["storage"], "5Gi");
+    assert_eq!(claim["status"]["accessModes"], json!(["ReadWriteOnce"]));
+}

@@ -118,6 +118,7 @@ pub fn reconcile(job: &Value, owned: &[Value], now: jiff::Timestamp) -> JobSync 
             });
         } else if job["spec"]["suspend"].as_bool() != Some(true) {
             let wanted = parallelism.min(completions - succeeded);
+            let wanted = wanted.min(active_count + super::replicaset::BURST_REPLICAS);
             for _ in active_count..wanted {
                 let uid = meta::uid(job).to_string();
                 out.create.push(pods::pod_from_template(

@@ -100,9 +100,9 @@ pub fn int_or_percent(value: &Value, total: i64, round_up: bool, default: &str) 
     match text.strip_suffix('%') {
         Some(pct) => {
             let pct: i64 = pct.trim().parse().unwrap_or(0);
-            let scaled = pct * total;
+            let scaled = pct.saturating_mul(total);
             if round_up {
-                (scaled + 99).div_euclid(100).max(0)
+                scaled.saturating_add(99).div_euclid(100).max(0)
             } else {
                 scaled.div_euclid(100).max(0)
             }

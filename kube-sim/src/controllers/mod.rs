@@ -70,10 +70,11 @@ enum Kind {
     Job,
     ControllerRevision,
     Pod,
+    Claim,
 }
 
 impl Kind {
-    const ALL: [Kind; 8] = [
+    const ALL: [Kind; 9] = [
         Kind::Crd,
         Kind::Deployment,
         Kind::ReplicaSet,
@@ -82,6 +83,7 @@ impl Kind {
         Kind::Job,
         Kind::ControllerRevision,
         Kind::Pod,
+        Kind::Claim,
     ];
 
     fn rt(self) -> ResourceType {
@@ -96,6 +98,7 @@ impl Kind {
             Kind::Job => ResourceType::new("batch", "v1", "jobs"),
             Kind::ControllerRevision => ResourceType::new("apps", "v1", "controllerrevisions"),
             Kind::Pod => ResourceType::new("", "v1", "pods"),
+            Kind::Claim => ResourceType::new("", "v1", "persistentvolumeclaims"),
         }
     }
 
@@ -109,6 +112,7 @@ impl Kind {
             ("batch", "jobs") => Kind::Job,
             ("apps", "controllerrevisions") => Kind::ControllerRevision,
             ("", "pods") => Kind::Pod,
+            ("", "persistentvolumeclaims") => Kind::Claim,
             _ => return None,
         })
     }
@@ -439,6 +443,7 @@ impl Runner {
                 Kind::DaemonSet => self.sync_daemonset(&obj),
                 Kind::Job => self.sync_job(&obj),
                 Kind::Pod => self.sync_pod(&obj),
+                Kind::Claim => self.sync_claim(&obj),
                 Kind::ControllerRevision => {}
             }
         }
@@ -560,6 +565,16 @@ impl Runner {
         if let Some(status) = crd::established_status(crd, self.now()) {
             self.write_status(Kind::Crd, crd, status, "kube-apiserver");
         }
+    }
+
+    /// The volume binder: every claim is bound at once, as with a default StorageClass
+    /// that provisions immediately.
+    fn sync_claim(&mut self, claim: &Value) {
+        if meta::is_deleting(claim) || claim["status"]["phase"] == "Bound" {
+            return;
+        }
+        let status = statefulset::bound_claim_status(claim);
+        self.write_status(Kind::Claim, claim, status, "kube-controller-manager");
     }
 
     fn sync_deployment(&mut self, dep: &Value) {

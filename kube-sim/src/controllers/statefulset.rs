@@ -196,6 +196,7 @@ pub fn reconcile(
     let mut blocked = false;
     for i in 0..replicas {
         match by_ordinal.get(&i) {
+            None if out.create.len() as i64 >= super::replicaset::BURST_REPLICAS => break,
             None => {
                 out.create.push(new_pod(i));
                 out.events.push(Note {
