@@ -820,6 +820,9 @@ impl Runner {
         notes.extend(sync.events);
         self.write_status(Kind::Job, job, sync.status, CONTROLLER_MANAGER);
         self.record_notes(Kind::Job, job, notes);
+        if let Some(after) = sync.requeue_after {
+            self.schedule(key_of(Kind::Job, job), after);
+        }
     }
 
     /// Picks the least loaded node (the scheduler's part) for pods without one.
