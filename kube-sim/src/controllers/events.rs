@@ -84,14 +84,6 @@ fn waiting_reason(container: &Value) -> Option<&str> {
 /// Pulled, Created, Started, Failed (ErrImagePull, CreateContainerConfigError), BackOff.
 pub fn kubelet_events(pod: &Value, old: &Value, new: &Value, node: &str) -> Vec<EventSpec> {
     let mut out = Vec::new();
-    let kubelet = |kind: &'static str, reason: &str, message: String, container: &str| EventSpec {
-        kind,
-        reason: reason.to_string(),
-        message,
-        field_path: Some(format!("spec.containers{{{container}}}")),
-        component: "kubelet",
-        host: Some(node.to_string()),
-    };
     if old["startTime"].is_null() && !new["startTime"].is_null() {
         out.push(EventSpec::new(
             "Normal",
@@ -104,18 +96,44 @@ pub fn kubelet_events(pod: &Value, old: &Value, new: &Value, node: &str) -> Vec<
             "default-scheduler",
         ));
     }
+    // Init containers first (their events come first on a real node), then the containers.
+    for (statuses, specs) in [
+        ("initContainerStatuses", "initContainers"),
+        ("containerStatuses", "containers"),
+    ] {
+        container_events(pod, old, new, node, statuses, specs, &mut out);
+    }
+    out
+}
+
+/// The kubelet's events for one list of containers (`containers` or `initContainers`).
+fn container_events(
+    pod: &Value,
+    old: &Value,
+    new: &Value,
+    node: &str,
+    statuses: &str,
+    specs: &str,
+    out: &mut Vec<EventSpec>,
+) {
+    let kubelet = |kind: &'static str, reason: &str, message: String, container: &str| EventSpec {
+        kind,
+        reason: reason.to_string(),
+        message,
+        field_path: Some(format!("spec.{specs}{{{container}}}")),
+        component: "kubelet",
+        host: Some(node.to_string()),
+    };
     let empty = Vec::new();
-    let old_statuses = old["containerStatuses"].as_array().unwrap_or(&empty);
-    for (i, now) in new["containerStatuses"]
+    let old_statuses = old[statuses].as_array().unwrap_or(&empty);
+    for (i, now) in new[statuses]
         .as_array()
         .unwrap_or(&empty)
         .iter()
         .enumerate()
     {
         let name = now["name"].as_str().unwrap_or_default();
-        let image = pod["spec"]["containers"][i]["image"]
-            .as_str()
-            .unwrap_or_default();
+        let image = pod["spec"][specs][i]["image"].as_str().unwrap_or_default();
         let before = old_statuses
             .iter()
             .find(|c| c["name"] == now["name"])
@@ -123,9 +141,13 @@ pub fn kubelet_events(pod: &Value, old: &Value, new: &Value, node: &str) -> Vec<
             .unwrap_or(Value::Null);
         let reason_now = waiting_reason(now);
         let reason_before = waiting_reason(&before);
+        if reason_now == Some("PodInitializing") {
+            // Not started yet: the kubelet has not looked at this container.
+            continue;
+        }
         let started_now = now["state"]["running"].is_object();
         let restarted = now["restartCount"].as_i64() > before["restartCount"].as_i64();
-        let first_seen = before.is_null();
+        let first_seen = before.is_null() || reason_before == Some("PodInitializing");
         if first_seen {
             out.push(kubelet(
                 "Normal",
@@ -238,7 +260,6 @@ pub fn kubelet_events(pod: &Value, old: &Value, new: &Value, node: &str) -> Vec<
             }
         }
     }
-    out
 }
 
 /// The kubelet's readiness-probe failure for containers that never pass it (`never_ready`
@@ -377,6 +398,31 @@ mod tests {
             events[0].message,
             "Back-off restarting failed container web in pod web-1_ns(u1)"
         );
+    }
+
+    #[test]
+    fn init_containers_come_first_and_waiting_containers_are_quiet() {
+        let mut p = pod();
+        p["spec"]["initContainers"] = json!([{"name": "setup", "image": "busybox"}]);
+        let new = json!({"startTime": "2026-11-30T08:00:00Z",
+            "initContainerStatuses": [{"name": "setup", "restartCount": 0, "state": {"running": {}}}],
+            "containerStatuses": [{"name": "web", "restartCount": 0, "state": {"waiting": {"reason": "PodInitializing"}}}]});
+        let events = kubelet_events(&p, &json!({}), &new, "n1");
+        assert_eq!(
+            reasons(&events),
+            [
+                "Normal Scheduled",
+                "Normal Pulling",
+                "Normal Pulled",
+                "Normal Created",
+                "Normal Started"
+            ]
+        );
+        assert_eq!(
+            events[1].field_path.as_deref(),
+            Some("spec.initContainers{setup}")
+        );
+        assert_eq!(events[1].message, "Pulling image \"busybox\"");
     }
 
     #[test]
