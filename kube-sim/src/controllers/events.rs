@@ -262,6 +262,27 @@ fn container_events(
     }
 }
 
+/// The kubelet's `Killing` events for the running containers of a pod being deleted.
+pub fn killing_events(pod: &Value, node: &str) -> Vec<EventSpec> {
+    pod["status"]["containerStatuses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["state"]["running"].is_object())
+        .map(|c| {
+            let name = c["name"].as_str().unwrap_or_default();
+            EventSpec {
+                kind: "Normal",
+                reason: "Killing".to_string(),
+                message: format!("Stopping container {name}"),
+                field_path: Some(format!("spec.containers{{{name}}}")),
+                component: "kubelet",
+                host: Some(node.to_string()),
+            }
+        })
+        .collect()
+}
+
 /// The kubelet's readiness-probe failure for containers that never pass it (`never_ready`
 /// per container), recorded when such a container starts running. Containers without a
 /// readiness probe have nothing to fail.
@@ -449,6 +470,16 @@ mod tests {
             .is_empty()
         );
         assert!(readiness_failures(&p, &running, &running, "n1", &[true]).is_empty());
+    }
+
+    #[test]
+    fn deleting_a_running_pod_stops_its_containers() {
+        let running = json!({"status": {"containerStatuses": [
+            {"name": "web", "state": {"running": {}}},
+            {"name": "side", "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}});
+        let events = killing_events(&running, "n1");
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].message, "Stopping container web");
     }
 
     #[test]

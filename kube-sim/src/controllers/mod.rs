@@ -510,10 +510,19 @@ impl Runner {
     }
 
     fn delete(&mut self, kind: Kind, namespace: &str, name: &str) {
-        if let Some(obj) = self.store.get(&kind.rt(), namespace, name) {
-            self.unindex(kind, &obj);
+        let Some(obj) = self.store.get(&kind.rt(), namespace, name) else {
+            return;
+        };
+        self.unindex(kind, &obj);
+        if self.store.delete(&kind.rt(), namespace, name).is_ok() && kind == Kind::Pod {
+            let node = obj["spec"]["nodeName"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            for spec in events::killing_events(&obj, &node) {
+                self.record(&obj, spec);
+            }
         }
-        let _ = self.store.delete(&kind.rt(), namespace, name);
     }
 
     fn write_status(&self, kind: Kind, obj: &Value, status: Value, manager: &str) -> Option<Value> {
