@@ -43,6 +43,36 @@ pub struct ClusterState {
     pub shutdown: watch::Sender<bool>,
     pub address: SocketAddr,
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Encoded watch lines of the latest events, shared by all watchers of a cluster.
+    pub event_lines: EventLineCache,
+}
+
+/// The encoded lines of the most recent events: a hundred watchers of one resource
+/// encode each event once, not a hundred times.
+#[derive(Default)]
+pub struct EventLineCache {
+    recent: std::sync::Mutex<std::collections::VecDeque<(u64, &'static str, Bytes)>>,
+}
+
+impl EventLineCache {
+    const KEEP: usize = 32;
+
+    fn line(&self, resource_version: u64, kind: &'static str, object: &Value) -> Bytes {
+        let lock = || self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, _, line)) = lock()
+            .iter()
+            .find(|(rv, k, _)| *rv == resource_version && *k == kind)
+        {
+            return line.clone();
+        }
+        let line = handlers::event_line(kind, object);
+        let mut recent = lock();
+        recent.push_back((resource_version, kind, line.clone()));
+        if recent.len() > Self::KEEP {
+            recent.pop_front();
+        }
+        line
+    }
 }
 
 impl ClusterState {
@@ -759,6 +789,13 @@ impl WatchStream {
         } else {
             handlers::event_line(kind, object)
         };
+        self.send_line(line, kind).await
+    }
+
+    async fn send_line(&mut self, line: Bytes, kind: &str) -> Result<(), Stop> {
+        if self.dropped() {
+            return Err(Stop);
+        }
         self.tx.send(line).await.map_err(|_| Stop)?;
         if kind != "BOOKMARK" {
             self.sent_events += 1;
@@ -798,7 +835,15 @@ impl WatchStream {
             }
         };
         if let Some(kind) = send {
-            self.emit(kind, &event.object).await?;
+            if self.spec.metadata_only {
+                self.emit(kind, &event.object).await?;
+            } else {
+                let line = self
+                    .state
+                    .event_lines
+                    .line(event.resource_version, kind, &event.object);
+                self.send_line(line, kind).await?;
+            }
             self.delivered_rv = event.resource_version;
         }
         Ok(())
