@@ -7,4 +7,5 @@ mod deploy;
 mod failures;
 mod harness;
 mod input;
+mod real;
 mod release;

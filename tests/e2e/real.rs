@@ -1,0 +1,376 @@
+//! The suite against real clusters (kind on GitHub's runners, or any clusters you can
+//! throw away a namespace in). Set `ROLLGUARD_E2E_KUBECONFIG` to a kubeconfig with two or
+//! more contexts and, optionally, `ROLLGUARD_E2E_CONTEXTS` (comma-separated; default: every
+//! context in the file). Without it every test here returns at once, so `cargo test` stays
+//! local and quick. Run only these with `cargo test --test e2e real::`.
+//!
+//! Each test works in its own namespace and app (random suffix) and deletes the namespace at
+//! the end, pass or fail. Images are real and public so that they start on any cluster.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DeleteParams};
+use kube::config::Kubeconfig;
+use rollguard::release::{ReleaseKind, ReleaseStatus, ReleaseStore};
+use serde_json::Value;
+use tempfile::TempDir;
+
+use crate::harness::{Run, client_for, deployment_available, list, rollguard, small_app};
+
+const KUBECONFIG_VAR: &str = "ROLLGUARD_E2E_KUBECONFIG";
+const CONTEXTS_VAR: &str = "ROLLGUARD_E2E_CONTEXTS";
+/// Starts on every node: kind and most distributions already hold it as the sandbox image.
+const GOOD_IMAGE: &str = "registry.k8s.io/pause:3.10";
+/// Below the harness's 120 s limit on one run, so a hang shows up as rollguard's own timeout.
+const WAIT_TIMEOUT: &str = "90s";
+
+/// A scratch folder with config and manifests, aimed at the real contexts.
+struct RealEnv {
+    dir: TempDir,
+    kubeconfig: PathBuf,
+    contexts: Vec<String>,
+    app: String,
+    namespace: String,
+}
+
+impl RealEnv {
+    /// None (and a note on stderr) when no real clusters are configured.
+    fn from_env(test: &str) -> Option<RealEnv> {
+        let Some(kubeconfig) = std::env::var_os(KUBECONFIG_VAR) else {
+            eprintln!("skipped: {KUBECONFIG_VAR} not set");
+            return None;
+        };
+        let kubeconfig = PathBuf::from(kubeconfig);
+        let contexts = match std::env::var(CONTEXTS_VAR) {
+            Ok(list) if !list.trim().is_empty() => list
+                .split(',')
+                .map(|c| c.trim().to_string())
+                .filter(|c| !c.is_empty())
+                .collect(),
+            _ => Kubeconfig::read_from(&kubeconfig)
+                .unwrap_or_else(|e| panic!("{KUBECONFIG_VAR}={}: {e}", kubeconfig.display()))
+                .contexts
+                .into_iter()
+                .map(|c| c.name)
+                .collect::<Vec<_>>(),
+        };
+        assert!(
+            contexts.len() >= 2,
+            "{KUBECONFIG_VAR} must give two or more contexts (set {CONTEXTS_VAR} to pick them); got {contexts:?}"
+        );
+        let suffix = format!("{:08x}", rand::random::<u32>());
+        let name = format!("rg-e2e-{test}-{suffix}");
+        Some(RealEnv {
+            dir: tempfile::tempdir().expect("tempdir"),
+            kubeconfig,
+            contexts,
+            app: name.clone(),
+            namespace: name,
+        })
+    }
+
+    /// Target names: the context names made into DNS labels (`kind-a`, `sim-1`).
+    fn targets(&self) -> Vec<(String, String)> {
+        self.contexts
+            .iter()
+            .enumerate()
+            .map(|(i, context)| {
+                let label: String = context
+                    .to_ascii_lowercase()
+                    .chars()
+                    .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+                    .collect();
+                let label = label.trim_matches('-');
+                let label = if label.is_empty() || label.len() > 40 {
+                    format!("target-{}", i + 1)
+                } else {
+                    label.to_string()
+                };
+                (label, context.clone())
+            })
+            .collect()
+    }
+
+    fn write_config(&self) {
+        let mut text = format!(
+            "app: {}\nnamespace: {}\nmanifests: [k8s/]\nwait:\n  timeout: {WAIT_TIMEOUT}\ntargets:\n",
+            self.app, self.namespace
+        );
+        for (name, context) in self.targets() {
+            text.push_str(&format!("  - name: {name}\n    context: \"{context}\"\n"));
+        }
+        self.write("rollguard.yaml", &text);
+    }
+
+    fn write(&self, rel: &str, text: &str) {
+        let path = self.dir.path().join(rel);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(path, text).expect("write");
+    }
+
+    /// `rollguard <command> --config … --kubeconfig …` plus `extra`.
+    async fn run(&self, command: &str, extra: &[&str]) -> Run {
+        let mut args: Vec<String> = vec![
+            command.into(),
+            "--config".into(),
+            self.dir.path().join("rollguard.yaml").display().to_string(),
+            "--kubeconfig".into(),
+            self.kubeconfig.display().to_string(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        rollguard(&args, self.dir.path(), &[]).await
+    }
+
+    /// `rollguard deploy` with a JSON report, read back into `Run::report`.
+    async fn deploy(&self) -> Run {
+        let report = self.dir.path().join("report.json");
+        let _ = std::fs::remove_file(&report);
+        let mut run = self
+            .run("deploy", &["--report", &report.display().to_string()])
+            .await;
+        run.report = std::fs::read_to_string(&report)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok());
+        run
+    }
+
+    async fn client(&self, context: &str) -> kube::Client {
+        client_for(&self.kubeconfig, context).await
+    }
+
+    /// The Deployment `web` of the small app on `context`.
+    async fn web(&self, context: &str) -> Option<Value> {
+        list(
+            &self.client(context).await,
+            "apps/v1",
+            "Deployment",
+            "deployments",
+            &self.namespace,
+        )
+        .await
+        .into_iter()
+        .find(|d| d["metadata"]["name"] == "web")
+    }
+
+    /// Deletes the test's namespace everywhere; a namespace that never appeared is fine.
+    async fn delete_namespace(&self) {
+        for context in &self.contexts {
+            let api: Api<Namespace> = Api::all(self.client(context).await);
+            match api
+                .delete(&self.namespace, &DeleteParams::background())
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(e) => eprintln!("{context}: deleting namespace {}: {e}", self.namespace),
+            }
+        }
+    }
+}
+
+/// Runs `body`, then deletes the namespace whatever happened, then passes a panic on.
+async fn run_then_clean<F, Fut>(env: RealEnv, body: F)
+where
+    F: FnOnce(Arc<RealEnv>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let env = Arc::new(env);
+    let outcome = tokio::spawn(body(env.clone())).await;
+    env.delete_namespace().await;
+    if let Err(e) = outcome {
+        match e.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(e) => panic!("test task ended: {e}"),
+        }
+    }
+}
+
+fn image(d: &Value) -> &str {
+    d["spec"]["template"]["spec"]["containers"][0]["image"]
+        .as_str()
+        .unwrap_or_default()
+}
+
+/// Deploys the small app with `GOOD_IMAGE`; every target must end `deployed`.
+async fn deploy_good(env: &RealEnv) {
+    env.write("k8s/app.yaml", &small_app(GOOD_IMAGE));
+    let run = env.deploy().await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    for (target, context) in env.targets() {
+        assert_eq!(run.outcome(&target), "deployed", "{}", run.output());
+        let web = env
+            .web(&context)
+            .await
+            .unwrap_or_else(|| panic!("{context}: no Deployment web"));
+        assert_eq!(image(&web), GOOD_IMAGE, "{context}");
+        assert!(
+            deployment_available(&web),
+            "{context}: web not available: {:#}",
+            web["status"]
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_app_deploys_to_every_context() {
+    let Some(env) = RealEnv::from_env("deploy") else {
+        return;
+    };
+    env.write_config();
+    run_then_clean(env, |env| async move {
+        deploy_good(&env).await;
+        let run = env.run("history", &[]).await;
+        assert_eq!(run.code, 0, "{}", run.output());
+        assert_eq!(
+            run.stdout.matches("deployed").count(),
+            env.contexts.len(),
+            "one deployed revision per target:\n{}",
+            run.output()
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_image_fails_fast_and_rolls_back_everywhere() {
+    let Some(env) = RealEnv::from_env("pull") else {
+        return;
+    };
+    env.write_config();
+    run_then_clean(env, |env| async move {
+        deploy_good(&env).await;
+        let bad = format!(
+            "registry.k8s.io/pause:doesnotexist-{:08x}",
+            rand::random::<u32>()
+        );
+        env.write("k8s/app.yaml", &small_app(&bad));
+        let run = env.deploy().await;
+        assert_eq!(run.code, 1, "{}", run.output());
+        let targets = env.targets();
+        for (target, context) in &targets {
+            assert_eq!(run.outcome(target), "rolled-back", "{}", run.output());
+            let entry = run.target(target);
+            assert_eq!(entry["rollback"]["to_revision"], 1, "{}", run.output());
+            let failure = &entry["failures"][0];
+            let reason = failure["reason"].as_str().unwrap_or_default();
+            assert!(
+                ["ErrImagePull", "ImagePullBackOff"].contains(&reason),
+                "{target}: failed for {reason:?}, not a pull error: {failure:#}"
+            );
+            assert_eq!(
+                failure["object"],
+                format!("Deployment {}/web", env.namespace)
+            );
+            assert!(
+                failure["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains(&bad)),
+                "{target}: the message names the image: {failure:#}"
+            );
+
+            // The cluster runs the good release again, and its records say how it got there.
+            let web = env.web(context).await.expect("Deployment web");
+            assert_eq!(image(&web), GOOD_IMAGE, "{context}: not rolled back");
+            assert!(
+                deployment_available(&web),
+                "{context}: web not available after the rollback: {:#}",
+                web["status"]
+            );
+            let records =
+                ReleaseStore::new(env.client(context).await, &env.app, &env.namespace, 10)
+                    .list()
+                    .await
+                    .expect("release records readable");
+            let statuses: Vec<_> = records.iter().map(|r| (r.revision, r.status)).collect();
+            assert_eq!(
+                statuses,
+                vec![
+                    (1, ReleaseStatus::Superseded),
+                    (2, ReleaseStatus::Failed),
+                    (3, ReleaseStatus::Deployed)
+                ],
+                "{context}"
+            );
+            assert_eq!(records[2].kind, ReleaseKind::Rollback, "{context}");
+            assert_eq!(records[2].rollback_of, Some(1), "{context}");
+        }
+        // Fail fast: the verdict came from the pods, not from the wait timeout running out.
+        let timeout = std::time::Duration::from_secs(90);
+        assert!(
+            run.elapsed < timeout,
+            "took {:?}, as long as the wait timeout",
+            run.elapsed
+        );
+        let summary = run.report.as_ref().expect("report")["summary"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let n = targets.len();
+        assert!(
+            summary.contains(&format!("rolled back {n} of {n}")),
+            "{summary}"
+        );
+
+        let history = env.run("history", &[]).await;
+        assert_eq!(history.code, 0, "{}", history.output());
+        assert_eq!(
+            history.stdout.matches("rollback to v1").count(),
+            n,
+            "every target's history shows the rollback:\n{}",
+            history.output()
+        );
+        assert!(
+            history.stdout.matches(&bad).count() >= n && history.stdout.contains("failed"),
+            "every target's history shows the failed revision and why:\n{}",
+            history.output()
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_manifest_writes_nothing() {
+    let Some(env) = RealEnv::from_env("invalid") else {
+        return;
+    };
+    env.write_config();
+    env.write("k8s/a-good.yaml", &small_app(GOOD_IMAGE));
+    // No metadata.name: refused before any cluster is touched.
+    env.write(
+        "k8s/b-bad.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  generateName: x-\n",
+    );
+    run_then_clean(env, |env| async move {
+        let run = env.deploy().await;
+        assert_eq!(run.code, 2, "{}", run.output());
+        assert!(
+            run.stderr.contains("b-bad.yaml"),
+            "the message names the file: {}",
+            run.output()
+        );
+        for context in &env.contexts {
+            let client = env.client(context).await;
+            let namespaces: Api<Namespace> = Api::all(client.clone());
+            let found = namespaces
+                .get_opt(&env.namespace)
+                .await
+                .expect("namespace lookup");
+            assert!(
+                found.is_none(),
+                "{context}: namespace {} was created",
+                env.namespace
+            );
+            for (api_version, kind, plural) in [
+                ("v1", "ConfigMap", "configmaps"),
+                ("apps/v1", "Deployment", "deployments"),
+            ] {
+                let objects = list(&client, api_version, kind, plural, &env.namespace).await;
+                assert!(objects.is_empty(), "{context}: {kind} written: {objects:?}");
+            }
+        }
+    })
+    .await;
+}
