@@ -565,6 +565,18 @@ async fn answer(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<Ap
                 }
                 Ok(Reply::Watch(spec)) => start_watch(state.clone(), *spec),
                 Ok(Reply::Text(text)) => response(200, "text/plain", Bytes::from(text)),
+                Ok(Reply::Raw {
+                    status,
+                    body,
+                    content_type,
+                }) => {
+                    if pretty {
+                        let value: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                        json_response(status, &value, true)
+                    } else {
+                        response(status, content_type, body)
+                    }
+                }
                 Err(e) => error_response(&e, pretty),
             }
         }
@@ -901,7 +913,7 @@ async fn stream_events(w: &mut WatchStream) -> Result<(), Stop> {
             if w.spec.has_selectors() {
                 w.view = Some(std::collections::HashSet::new());
             }
-            for event in &items {
+            for event in items {
                 if w.spec.matches(&event.object) {
                     if let Some(view) = &mut w.view {
                         view.insert(object_key(&event.object));
