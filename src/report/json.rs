@@ -1,0 +1,197 @@
+//! The `--report` JSON file.
+//!
+//! Fields (schema version 1; `report_schema()` is the machine-readable form):
+//! - `version` (1), `app`, `commit` ({`sha`, `ref`?, `message`?} or null), `outcome`, `summary`,
+//!   `started_at`, `finished_at` (RFC 3339), `dry_run`, `run_url`?
+//! - `targets[]`: `name`, `outcome` (`deployed` | `failed` | `rolled-back` | `rollback-failed` |
+//!   `skipped` | `cancelled`), `revision` (number or null), `started_at`, `finished_at`,
+//!   `phases[]` {`name`, `seconds`}, `failures[]` {`object`, `pod`, `container`, `reason`,
+//!   `message`, `events`?}, `warnings[]`, `message`, `rollback` (null or {`to_revision`,
+//!   `outcome`, `left_in_place[]`, `message`}),
+//!   `abandoned_revisions`? (revisions a dead run left pending, now marked failed).
+
+use super::Report;
+use serde_json::{Value, json};
+
+/// The report as pretty-printed JSON.
+pub fn to_json(report: &Report) -> String {
+    // Serializing plain data with string keys cannot fail; fall back to a minimal document anyway.
+    serde_json::to_string_pretty(report).unwrap_or_else(|e| {
+        format!(
+            "{{\"version\":1,\"app\":{},\"error\":{}}}",
+            Value::String(report.app.clone()),
+            Value::String(e.to_string())
+        )
+    })
+}
+
+/// JSON Schema (draft 2020-12) of the report file.
+pub fn report_schema() -> Value {
+    let outcome = json!({
+        "type": "string",
+        "enum": ["deployed", "failed", "rolled-back", "rollback-failed", "skipped", "cancelled"]
+    });
+    let time = json!({"type": "string", "format": "date-time"});
+    let opt_string = json!({"type": ["string", "null"]});
+    let failure = json!({
+        "type": "object",
+        "required": ["object", "pod", "container", "reason", "message"],
+        "properties": {
+            "object": {"type": "string", "description": "Kind namespace/name, e.g. \"Deployment shop/web\""},
+            "pod": opt_string,
+            "container": opt_string,
+            "reason": {"type": "string", "description": "e.g. ImagePullBackOff, ProgressDeadlineExceeded, Timeout"},
+            "message": {"type": "string"},
+            "events": {"type": "array", "items": {"type": "string"}, "description": "recent Warning events"}
+        }
+    });
+    let target = json!({
+        "type": "object",
+        "required": ["name", "outcome", "revision", "started_at", "finished_at", "phases", "failures"],
+        "properties": {
+            "name": {"type": "string"},
+            "outcome": outcome,
+            "revision": {"type": ["integer", "null"], "minimum": 1},
+            "started_at": time,
+            "finished_at": time,
+            "phases": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["name", "seconds"],
+                    "properties": {"name": {"type": "string"}, "seconds": {"type": "number"}}
+                }
+            },
+            "failures": {"type": "array", "items": failure},
+            "warnings": {"type": "array", "items": {"type": "string"}},
+            "message": opt_string,
+            "rollback": {
+                "type": ["object", "null"],
+                "required": ["to_revision", "outcome", "left_in_place"],
+                "properties": {
+                    "to_revision": {"type": ["integer", "null"]},
+                    "outcome": outcome,
+                    "left_in_place": {"type": "array", "items": {"type": "string"}},
+                    "message": opt_string
+                }
+            },
+            "abandoned_revisions": {"type": "array", "items": {"type": "integer"}}
+        }
+    });
+    json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "urn:rollguard:report:v1",
+        "title": "rollguard report",
+        "type": "object",
+        "required": ["version", "app", "commit", "outcome", "summary", "started_at", "finished_at", "targets"],
+        "properties": {
+            "version": {"const": 1},
+            "app": {"type": "string"},
+            "commit": {
+                "type": ["object", "null"],
+                "required": ["sha"],
+                "properties": {
+                    "sha": {"type": "string"},
+                    "ref": {"type": "string"},
+                    "message": {"type": "string", "description": "first line of the commit message"}
+                }
+            },
+            "outcome": outcome,
+            "summary": {"type": "string"},
+            "started_at": time,
+            "finished_at": time,
+            "dry_run": {"type": "boolean"},
+            "run_url": {"type": "string"},
+            "targets": {"type": "array", "items": target}
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{image_failure, report, target};
+    use super::super::*;
+    use super::*;
+
+    fn full_report() -> Report {
+        let mut us = target("us", TargetOutcome::RolledBack);
+        us.revision = Some(5);
+        let mut failure = image_failure();
+        failure.events = vec!["Failed: pull failed".into()];
+        us.failures.push(failure.clone());
+        us.phases.push(PhaseTiming {
+            name: "apply".into(),
+            seconds: 1.5,
+        });
+        us.warnings.push("pod unschedulable".into());
+        us.message = Some("m".into());
+        us.abandoned_revisions = vec![4];
+        us.rollback = Some(RollbackReport {
+            to_revision: Some(3),
+            outcome: TargetOutcome::RolledBack,
+            left_in_place: vec!["ConfigMap shop/new".into()],
+            message: Some("ok".into()),
+        });
+        let mut r = report(vec![target("eu", TargetOutcome::Deployed), us]);
+        r.run_url = Some("https://ci/run/1".into());
+        r
+    }
+
+    /// Every key the serializer writes is declared in the schema, and required keys are written.
+    fn check(value: &Value, schema: &Value, path: &str) {
+        if let Some(obj) = value.as_object() {
+            let props = schema["properties"].as_object().expect(path);
+            for (key, child) in obj {
+                let sub = props
+                    .get(key)
+                    .unwrap_or_else(|| panic!("{path}.{key} not in schema"));
+                check(child, sub, &format!("{path}.{key}"));
+            }
+            for req in schema["required"].as_array().into_iter().flatten() {
+                let key = req.as_str().unwrap();
+                assert!(obj.contains_key(key), "{path}.{key} required but missing");
+            }
+        } else if let Some(items) = value.as_array() {
+            for item in items {
+                check(item, &schema["items"], &format!("{path}[]"));
+            }
+        }
+    }
+
+    #[test]
+    fn serialized_report_matches_schema() {
+        let value: Value = serde_json::from_str(&to_json(&full_report())).unwrap();
+        check(&value, &report_schema(), "$");
+        assert_eq!(value["targets"][1]["outcome"], "rolled-back");
+        assert_eq!(value["commit"]["ref"], "main");
+        assert_eq!(value["targets"][1]["failures"][0]["pod"], "web-7d9f-x");
+        assert_eq!(value["started_at"], "2027-01-15T08:00:00Z");
+    }
+
+    /// docs/report-schema.json is `report_schema()`; regenerate with UPDATE_SCHEMAS=1.
+    #[test]
+    fn docs_schema_is_current() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/report-schema.json");
+        let text = format!(
+            "{}\n",
+            serde_json::to_string_pretty(&report_schema()).unwrap()
+        );
+        if std::env::var_os("UPDATE_SCHEMAS").is_some() {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, &text).unwrap();
+        }
+        let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            on_disk == text,
+            "{} is stale: run UPDATE_SCHEMAS=1 cargo test --lib schema",
+            path.display()
+        );
+    }
+
+    #[test]
+    fn round_trips() {
+        let r = full_report();
+        let back: Report = serde_json::from_str(&to_json(&r)).unwrap();
+        assert_eq!(back, r);
+    }
+}

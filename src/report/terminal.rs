@@ -1,0 +1,128 @@
+//! The final table printed at the end of a run.
+
+use super::{Report, TargetOutcome, clip};
+use crate::duration::format_duration;
+
+const REASON_CHARS: usize = 160;
+
+/// A plain-text table, one row per target, then the summary line. With `color`, outcomes are
+/// colored with ANSI SGR codes; without, the output has no escape codes at all (not a TTY, or
+/// NO_COLOR set).
+pub fn to_table(report: &Report, color: bool) -> String {
+    let headers = ["TARGET", "OUTCOME", "REVISION", "DURATION", "REASON"];
+    let rows: Vec<[String; 5]> = report
+        .targets
+        .iter()
+        .map(|t| {
+            [
+                t.name.clone(),
+                t.outcome.to_string(),
+                t.revision
+                    .map(|r| r.to_string())
+                    .unwrap_or_else(|| "-".into()),
+                format_duration(t.duration()),
+                t.reason()
+                    .map(|r| clip(&r.replace(['\r', '\n'], " "), REASON_CHARS))
+                    .unwrap_or_default(),
+            ]
+        })
+        .collect();
+    let mut widths = headers.map(|h| h.chars().count());
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+
+    let mut out = String::new();
+    let header: Vec<String> = headers.iter().zip(widths).map(|(h, w)| pad(h, w)).collect();
+    push_line(&mut out, &header, color.then_some("1"));
+    for (row, target) in rows.iter().zip(&report.targets) {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(widths)
+            .enumerate()
+            .map(|(i, (cell, w))| {
+                let padded = pad(cell, w);
+                match (i, color) {
+                    (1, true) => paint(&padded, outcome_color(target.outcome)),
+                    _ => padded,
+                }
+            })
+            .collect();
+        push_line(&mut out, &cells, None);
+    }
+    out.push('\n');
+    let summary = format!("{}: {}", report.app, report.summary);
+    if color {
+        out.push_str(&paint(&summary, outcome_color(report.outcome)));
+    } else {
+        out.push_str(&summary);
+    }
+    out.push('\n');
+    out
+}
+
+fn push_line(out: &mut String, cells: &[String], sgr: Option<&str>) {
+    let line = cells.join("  ");
+    let line = line.trim_end();
+    match sgr {
+        Some(code) => out.push_str(&paint(line, code)),
+        None => out.push_str(line),
+    }
+    out.push('\n');
+}
+
+fn pad(text: &str, width: usize) -> String {
+    let len = text.chars().count();
+    format!("{text}{}", " ".repeat(width.saturating_sub(len)))
+}
+
+fn paint(text: &str, sgr: &str) -> String {
+    format!("\x1b[{sgr}m{text}\x1b[0m")
+}
+
+fn outcome_color(outcome: TargetOutcome) -> &'static str {
+    match outcome {
+        TargetOutcome::Deployed => "32",
+        TargetOutcome::Failed | TargetOutcome::RollbackFailed => "31",
+        TargetOutcome::RolledBack | TargetOutcome::Cancelled => "33",
+        TargetOutcome::Skipped => "2",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{image_failure, report, target};
+    use super::super::*;
+    use super::*;
+
+    fn sample() -> Report {
+        let mut us = target("us-east", TargetOutcome::Failed);
+        us.revision = Some(12);
+        us.failures.push(image_failure());
+        let mut eu = target("eu", TargetOutcome::Deployed);
+        eu.revision = Some(3);
+        report(vec![eu, us])
+    }
+
+    #[test]
+    fn golden_plain_table() {
+        let want = "\
+TARGET   OUTCOME   REVISION  DURATION  REASON
+eu       deployed  3         12.0s
+us-east  failed    12        12.0s     Deployment shop/web: pod web-7d9f-x container web: ImagePullBackOff: Back-off pulling image \"nginx:doesnotexist\"
+
+shop: deployed to 1 of 2, 1 failed; us-east: Deployment shop/web: pod web-7d9f-x container web: ImagePullBackOff: Back-off pulling image \"nginx:doesnotexist\"
+";
+        assert_eq!(to_table(&sample(), false), want);
+    }
+
+    #[test]
+    fn color_only_when_asked() {
+        assert!(!to_table(&sample(), false).contains('\x1b'));
+        let colored = to_table(&sample(), true);
+        assert!(colored.contains("\x1b[31mfailed  \x1b[0m"), "{colored:?}");
+        assert!(colored.contains("\x1b[32mdeployed\x1b[0m"), "{colored:?}");
+    }
+}

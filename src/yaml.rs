@@ -1,0 +1,437 @@
+//! YAML reading shared by config.rs and manifest.rs: a value tree that remembers the line of
+//! every node, multi-document splitting that keeps going past a broken document, and the
+//! parser limits used against hostile input.
+
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Number, Value};
+use serde_saphyr::Spanned;
+use std::fmt;
+
+/// A YAML node with the 1-based line it starts on (0 when unknown).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    pub line: usize,
+    pub value: Tree,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Tree {
+    Null,
+    Bool(bool),
+    Int(i64),
+    UInt(u64),
+    Float(f64),
+    Str(String),
+    Seq(Vec<Node>),
+    /// Keys in source order, each with its own line.
+    Map(Vec<(Node, Node)>),
+}
+
+impl Tree {
+    /// A word for messages: "a string", "a list", ...
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Tree::Null => "null",
+            Tree::Bool(_) => "a boolean",
+            Tree::Int(_) | Tree::UInt(_) => "an integer",
+            Tree::Float(_) => "a number",
+            Tree::Str(_) => "a string",
+            Tree::Seq(_) => "a list",
+            Tree::Map(_) => "a mapping",
+        }
+    }
+}
+
+impl Node {
+    /// The key as text (YAML keys may be numbers or booleans: `80: x`).
+    pub fn key_text(&self) -> String {
+        match &self.value {
+            Tree::Str(s) => s.clone(),
+            Tree::Int(i) => i.to_string(),
+            Tree::UInt(u) => u.to_string(),
+            Tree::Float(f) => f.to_string(),
+            Tree::Bool(b) => b.to_string(),
+            Tree::Null => "null".to_string(),
+            Tree::Seq(_) | Tree::Map(_) => String::new(),
+        }
+    }
+
+    /// Converts to JSON, dropping line information.
+    pub fn to_json(&self) -> Value {
+        match &self.value {
+            Tree::Null => Value::Null,
+            Tree::Bool(b) => Value::Bool(*b),
+            Tree::Int(i) => Value::Number((*i).into()),
+            Tree::UInt(u) => Value::Number((*u).into()),
+            Tree::Float(f) => Number::from_f64(*f).map_or(Value::Null, Value::Number),
+            Tree::Str(s) => Value::String(s.clone()),
+            Tree::Seq(items) => Value::Array(items.iter().map(Node::to_json).collect()),
+            Tree::Map(entries) => {
+                let mut map = Map::new();
+                for (k, v) in entries {
+                    map.insert(k.key_text(), v.to_json());
+                }
+                Value::Object(map)
+            }
+        }
+    }
+
+    /// The entry for `key` in a mapping.
+    pub fn get(&self, key: &str) -> Option<&Node> {
+        match &self.value {
+            Tree::Map(entries) => entries
+                .iter()
+                .find(|(k, _)| k.key_text() == key)
+                .map(|(_, v)| v),
+            _ => None,
+        }
+    }
+}
+
+/// Deserialized through serde-saphyr's `Spanned` so each child gets its location.
+struct Raw(Tree);
+
+impl<'de> de::Deserialize<'de> for Raw {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(RawVisitor)
+    }
+}
+
+fn located(s: Spanned<Raw>) -> Node {
+    Node {
+        line: usize::try_from(s.referenced.line()).unwrap_or(0),
+        value: s.value.0,
+    }
+}
+
+struct RawVisitor;
+
+impl<'de> Visitor<'de> for RawVisitor {
+    type Value = Raw;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any YAML value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Raw, E> {
+        Ok(Raw(Tree::Bool(v)))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Raw, E> {
+        Ok(Raw(Tree::Int(v)))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Raw, E> {
+        Ok(Raw(Tree::UInt(v)))
+    }
+    fn visit_i128<E: de::Error>(self, v: i128) -> Result<Raw, E> {
+        i64::try_from(v)
+            .map(|i| Raw(Tree::Int(i)))
+            .map_err(|_| E::custom("integer out of range"))
+    }
+    fn visit_u128<E: de::Error>(self, v: u128) -> Result<Raw, E> {
+        u64::try_from(v)
+            .map(|u| Raw(Tree::UInt(u)))
+            .map_err(|_| E::custom("integer out of range"))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Raw, E> {
+        Ok(Raw(Tree::Float(v)))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Raw, E> {
+        Ok(Raw(Tree::Str(v.to_string())))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Raw, E> {
+        Ok(Raw(Tree::Str(v)))
+    }
+    fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Raw, E> {
+        String::from_utf8(v.to_vec())
+            .map(|s| Raw(Tree::Str(s)))
+            .map_err(|_| E::custom("binary value is not UTF-8"))
+    }
+    fn visit_none<E>(self) -> Result<Raw, E> {
+        Ok(Raw(Tree::Null))
+    }
+    fn visit_unit<E>(self) -> Result<Raw, E> {
+        Ok(Raw(Tree::Null))
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Raw, D::Error> {
+        d.deserialize_any(RawVisitor)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Raw, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element::<Spanned<Raw>>()? {
+            items.push(located(item));
+        }
+        Ok(Raw(Tree::Seq(items)))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Raw, A::Error> {
+        let mut entries = Vec::new();
+        while let Some(key) = map.next_key::<Spanned<Raw>>()? {
+            let value = map.next_value::<Spanned<Raw>>()?;
+            entries.push((located(key), located(value)));
+        }
+        Ok(Raw(Tree::Map(entries)))
+    }
+}
+
+/// Parser options with explicit limits, so a hostile file (alias bombs, deep nesting,
+/// document storms) fails with a message instead of eating memory.
+pub fn options() -> serde_saphyr::Options {
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_depth = 100;
+    budget.max_documents = 10_000;
+    budget.max_aliases = 10_000;
+    budget.max_nodes = 2_000_000;
+    budget.max_events = 4_000_000;
+    let mut opts = serde_saphyr::Options::default();
+    opts.budget = Some(budget);
+    opts.alias_limits.max_total_replayed_events = 200_000;
+    opts.with_snippet = false;
+    // YAML 1.2 booleans: `n`, `y`, `on`, `no` stay strings (keys and values alike).
+    opts.strict_booleans = true;
+    // `defaultMode: 0644` means octal to kubectl (YAML 1.1); file modes are the common case.
+    opts.legacy_octal_numbers = true;
+    opts
+}
+
+/// One document of a multi-document stream, with the 1-based line its text starts on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DocText {
+    pub first_line: usize,
+    pub text: String,
+}
+
+/// Splits a YAML stream on `---` / `...` markers at column 0 (YAML forbids those lines inside
+/// a document, so this is exact), so that every document is parsed on its own: one broken
+/// document does not hide the errors or objects of the others. Marker lines become blank so
+/// line numbers inside each document stay those of the file.
+pub fn split_documents(text: &str) -> Vec<DocText> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut docs = Vec::new();
+    let mut current = String::new();
+    let mut first_line = 1;
+    for (index, raw_line) in text.split('\n').enumerate() {
+        let line = raw_line.strip_suffix('\r').unwrap_or(raw_line);
+        let is_start = line == "---" || line.starts_with("--- ") || line.starts_with("---\t");
+        let is_end = line == "..." || line.starts_with("... ") || line.starts_with("...\t");
+        if is_start || is_end {
+            docs.push(DocText {
+                first_line,
+                text: std::mem::take(&mut current),
+            });
+            first_line = index + 1;
+            // Content after `--- ` (e.g. `--- {a: 1}`) belongs to the new document.
+            let rest = if is_start { &line[3..] } else { "" };
+            current.push_str(&" ".repeat(3));
+            current.push_str(rest);
+            current.push('\n');
+            continue;
+        }
+        current.push_str(line);
+        current.push('\n');
+    }
+    docs.push(DocText {
+        first_line,
+        text: current,
+    });
+    docs.retain(|d| !is_blank_yaml(&d.text));
+    docs
+}
+
+/// True when a document holds only whitespace, comments or directives.
+fn is_blank_yaml(text: &str) -> bool {
+    text.lines().all(|l| {
+        let t = l.trim();
+        t.is_empty() || t.starts_with('#') || l.starts_with('%')
+    })
+}
+
+/// A parse failure with its absolute line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseError {
+    pub line: usize,
+    pub message: String,
+}
+
+/// Parses one document (as cut by `split_documents`) into a located tree. An empty document
+/// gives `Tree::Null`. Lines are absolute within the file.
+pub fn parse_document(doc: &DocText) -> Result<Node, ParseError> {
+    let offset = doc.first_line.saturating_sub(1);
+    match serde_saphyr::from_str_with_options::<Option<Spanned<Raw>>>(&doc.text, options()) {
+        Ok(Some(node)) => {
+            let mut node = located(node);
+            shift_lines(&mut node, offset);
+            Ok(node)
+        }
+        Ok(None) => Ok(Node {
+            line: doc.first_line,
+            value: Tree::Null,
+        }),
+        Err(e) => {
+            let line = e
+                .location()
+                .and_then(|l| usize::try_from(l.line()).ok())
+                .filter(|l| *l > 0)
+                .map_or(doc.first_line, |l| l + offset);
+            Err(ParseError {
+                line,
+                message: clean_message(&e.to_string()),
+            })
+        }
+    }
+}
+
+/// Makes lines relative to a document absolute within its file.
+fn shift_lines(node: &mut Node, offset: usize) {
+    if node.line > 0 {
+        node.line += offset;
+    }
+    match &mut node.value {
+        Tree::Seq(items) => items.iter_mut().for_each(|n| shift_lines(n, offset)),
+        Tree::Map(entries) => entries.iter_mut().for_each(|(k, v)| {
+            shift_lines(k, offset);
+            shift_lines(v, offset);
+        }),
+        _ => {}
+    }
+}
+
+/// Parses a whole single-document text (a config file).
+pub fn parse_single(text: &str) -> Result<Node, ParseError> {
+    let docs = split_documents(text);
+    match docs.len() {
+        0 => Ok(Node {
+            line: 1,
+            value: Tree::Null,
+        }),
+        1 => parse_document(&docs[0]),
+        _ => Err(ParseError {
+            line: docs[1].first_line,
+            message: "expected one YAML document, found several (remove the `---` line)".into(),
+        }),
+    }
+}
+
+/// serde-saphyr messages end with " at line X column Y"; we print file:line ourselves, drop
+/// advice meant for programmers, and add a hint for the classic indentation mistakes.
+fn clean_message(message: &str) -> String {
+    let first = message.lines().next().unwrap_or(message).trim();
+    let mut text = match first.rfind(" at line ") {
+        Some(pos) => &first[..pos],
+        None => first,
+    };
+    if let Some(pos) = text.find(", set DuplicateKeyPolicy") {
+        text = &text[..pos];
+    }
+    let hint = if text.contains("mapping values are not allowed")
+        || text.contains("illegal placement of ':'")
+    {
+        " (check the indentation, or quote a value that contains \": \")"
+    } else {
+        ""
+    };
+    format!("{text}{hint}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_documents_with_lines() {
+        let text = "a: 1\n---\n# only a comment\n---\nb: 2\r\n\r\nc: 3\n--- {d: 4}\n...\n";
+        let docs = split_documents(text);
+        let firsts: Vec<usize> = docs.iter().map(|d| d.first_line).collect();
+        assert_eq!(firsts, vec![1, 4, 8]);
+        let node = parse_document(&docs[1]).unwrap();
+        assert_eq!(node.line, 5);
+        assert_eq!(node.get("c").unwrap().line, 7);
+        assert_eq!(node.to_json(), serde_json::json!({"b": 2, "c": 3}));
+        let node = parse_document(&docs[2]).unwrap();
+        assert_eq!(node.to_json(), serde_json::json!({"d": 4}));
+    }
+
+    #[test]
+    fn lines_of_nested_nodes() {
+        let docs = split_documents("kind: List\nitems:\n  - a: 1\n  - b:\n      c: [1, 2]\n");
+        let node = parse_document(&docs[0]).unwrap();
+        let Tree::Seq(items) = &node.get("items").unwrap().value else {
+            panic!()
+        };
+        assert_eq!(items[0].line, 3);
+        assert_eq!(items[1].line, 4);
+        assert_eq!(items[1].get("b").unwrap().get("c").unwrap().line, 5);
+    }
+
+    #[test]
+    fn scalar_types() {
+        let node = parse_single(
+            "s: \"5\"\ni: 5\nf: 1.5\nb: true\nn: ~\nbig: 18446744073709551615\nneg: -3\nmode: 0644\ny: yes\n",
+        )
+        .unwrap();
+        assert_eq!(
+            node.to_json(),
+            serde_json::json!({"s": "5", "i": 5, "f": 1.5, "b": true, "n": null,
+                "big": 18446744073709551615u64, "neg": -3, "mode": 420, "y": "yes"})
+        );
+    }
+
+    #[test]
+    fn errors_carry_file_lines() {
+        let docs = split_documents("a: 1\n---\nb: 2\nc: [1, 2\nd: 3\n");
+        assert!(parse_document(&docs[0]).is_ok());
+        let err = parse_document(&docs[1]).unwrap_err();
+        assert!(err.line >= 4, "{err:?}");
+        assert!(!err.message.contains(" at line "), "{err:?}");
+    }
+
+    #[test]
+    fn alias_bomb_is_refused() {
+        let mut text = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..12 {
+            let prev = format!("*a{}", i - 1);
+            text.push_str(&format!(
+                "a{i}: &a{i} [{}]\n",
+                [prev.as_str(); 10].join(", ")
+            ));
+        }
+        assert!(parse_single(&text).is_err());
+    }
+
+    #[test]
+    fn anchors_and_merge_keys() {
+        let node = parse_single(
+            "base: &base {image: web, port: 80}\nweb:\n  <<: *base\n  port: 8080\nlist: [*base]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            node.to_json()["web"],
+            serde_json::json!({"image": "web", "port": 8080})
+        );
+        assert_eq!(node.to_json()["list"][0]["image"], "web");
+    }
+
+    #[test]
+    fn duplicate_keys_are_errors() {
+        let err = parse_single("a: 1\nb: 2\na: 3\n").unwrap_err();
+        assert_eq!(err.line, 3, "{err:?}");
+        assert_eq!(err.message, "duplicate mapping key: a");
+    }
+
+    #[test]
+    fn syntax_messages_are_for_users() {
+        let cases = [
+            ("app: shop\n  bad: [\n", 2, "check the indentation"),
+            ("key: value: other\n", 1, "quote a value that contains"),
+            ("a: \"unterminated\nb: 2\n", 1, "unclosed quote"),
+            ("a: *nope\n", 1, "unknown anchor"),
+        ];
+        for (text, line, part) in cases {
+            let err = parse_single(text).unwrap_err();
+            assert_eq!(err.line, line, "{text:?}: {err:?}");
+            assert!(err.message.contains(part), "{text:?}: {err:?}");
+        }
+    }
+
+    #[test]
+    fn several_documents_refused_for_single() {
+        let err = parse_single("a: 1\n---\nb: 2\n").unwrap_err();
+        assert_eq!(err.line, 2);
+    }
+}
