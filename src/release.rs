@@ -344,6 +344,15 @@ pub enum ReleaseError {
         "release record {name} in namespace {namespace} kept changing under us; is another rollguard run writing it without the lock?"
     )]
     Conflict { name: String, namespace: String },
+    #[error(
+        "release record {name} in namespace {namespace} is {from} and cannot become {to}; did another run take the lock over?"
+    )]
+    Transition {
+        name: String,
+        namespace: String,
+        from: ReleaseStatus,
+        to: ReleaseStatus,
+    },
     #[error("could not encode release record: {0}")]
     Encode(String),
 }
@@ -651,13 +660,20 @@ impl ReleaseStore {
     /// if missing). Call with the lock held.
     pub async fn begin(&self, draft: ReleaseDraft, origin: ReleaseOrigin) -> Result<ReleaseRecord> {
         ensure_namespace(&self.client, &self.namespace).await?;
-        let existing: Vec<u64> = self
-            .list_secrets()
-            .await?
-            .iter()
-            .map(|(_, r)| r.revision)
-            .collect();
-        let mut revision = next_revision(&existing);
+        let existing = self.list().await?;
+        self.begin_after(draft, origin, &existing).await
+    }
+
+    /// [`ReleaseStore::begin`] for a caller that just listed the records (and holds the lock,
+    /// so the namespace exists): saves two requests.
+    pub async fn begin_after(
+        &self,
+        draft: ReleaseDraft,
+        origin: ReleaseOrigin,
+        existing: &[ReleaseRecord],
+    ) -> Result<ReleaseRecord> {
+        let revisions: Vec<u64> = existing.iter().map(|r| r.revision).collect();
+        let mut revision = next_revision(&revisions);
         let mut record = ReleaseRecord {
             app: self.app.clone(),
             target: draft.target,
@@ -730,15 +746,26 @@ impl ReleaseStore {
         })
     }
 
-    /// Change a record (status, reason, finish time) with a conditional PUT, retrying on a
-    /// conflict with a fresh read.
+    /// Change a record's status (and reason, finish time...) with a conditional PUT, retrying
+    /// on a conflict with a fresh read. Statuses only move forward ([`transition_allowed`]):
+    /// e.g. a record another run marked abandoned is not turned into `deployed`.
     async fn update(
         &self,
         revision: u64,
+        status: ReleaseStatus,
         change: impl Fn(&mut ReleaseRecord),
     ) -> Result<ReleaseRecord> {
         for _ in 0..5 {
             let (secret, mut record) = self.get_secret(revision).await?;
+            if !transition_allowed(record.status, status) {
+                return Err(ReleaseError::Transition {
+                    name: record.secret_name(),
+                    namespace: self.namespace.clone(),
+                    from: record.status,
+                    to: status,
+                });
+            }
+            record.status = status;
             change(&mut record);
             let updated = self.to_secret(&mut record, Some(&secret))?;
             let name = record.secret_name();
@@ -782,8 +809,7 @@ impl ReleaseStore {
         objects: Option<Vec<ObjectRef>>,
     ) -> Result<ReleaseRecord> {
         let record = self
-            .update(revision, |r| {
-                r.status = status;
+            .update(revision, status, |r| {
                 r.reason = reason.clone();
                 r.finished_at = Some(Timestamp::now());
                 if let Some(objects) = &objects {
@@ -799,7 +825,7 @@ impl ReleaseStore {
         let mut statuses = self.statuses().await?;
         if status == ReleaseStatus::Deployed {
             for older in supersede_choice(&statuses, revision) {
-                self.update(older, |r| r.status = ReleaseStatus::Superseded)
+                self.update(older, ReleaseStatus::Superseded, |_| {})
                     .await?;
                 for entry in statuses.iter_mut().filter(|(r, _)| *r == older) {
                     entry.1 = ReleaseStatus::Superseded;
@@ -844,8 +870,7 @@ impl ReleaseStore {
     pub async fn mark_abandoned(&self) -> Result<Vec<u64>> {
         let pending = abandoned_choice(&self.statuses().await?);
         for revision in &pending {
-            self.update(*revision, |r| {
-                r.status = ReleaseStatus::Failed;
+            self.update(*revision, ReleaseStatus::Failed, |r| {
                 r.reason = Some(ABANDONED.to_string());
                 if r.finished_at.is_none() {
                     r.finished_at = Some(Timestamp::now());
@@ -1229,6 +1254,21 @@ mod store_tests {
         assert_eq!((v2.status, v2.reason.as_deref()), (Failed, Some(ABANDONED)));
         assert_eq!(store.mark_abandoned().await.unwrap(), Vec::<u64>::new());
         assert_eq!(store.last_good().await.unwrap().unwrap().revision, 1);
+    }
+
+    #[tokio::test]
+    async fn statuses_only_move_forward() {
+        let fake = FakeApi::default();
+        let store = ReleaseStore::new(fake.client(), "shop", "shop", 10);
+        store
+            .begin(draft("v1"), ReleaseOrigin::Deploy)
+            .await
+            .unwrap();
+        // Another run marked it abandoned (our lease lapsed); we must not call it deployed.
+        store.mark_abandoned().await.unwrap();
+        let err = store.finish(1, Deployed, None).await.unwrap_err();
+        assert!(matches!(err, ReleaseError::Transition { .. }), "{err}");
+        assert_eq!(store.get(1).await.unwrap().status, Failed);
     }
 
     #[tokio::test]

@@ -131,8 +131,8 @@ pub enum RollbackChoiceError {
 }
 
 /// The revision a manual rollback goes to. `requested`: `--revision N`; default the newest good
-/// revision (deployed or superseded) older than the current one (the newest `deployed`, else
-/// the newest record) whose manifests differ from the current ones.
+/// revision (deployed or superseded) older than the current (newest) one whose manifests
+/// differ from the current ones.
 pub fn choose_manual_target(
     records: &[ReleaseRecord],
     requested: Option<u64>,
@@ -154,8 +154,11 @@ pub fn choose_manual_target(
         }
         return Ok(revision);
     }
-    let current = crate::release::last_good(records)
-        .or_else(|| records.iter().max_by_key(|r| r.revision))
+    // The current revision is the newest one, whatever its status: after a failure that was
+    // left in place, going back means the last good one before it.
+    let current = records
+        .iter()
+        .max_by_key(|r| r.revision)
         .ok_or(RollbackChoiceError::NoHistory)?;
     records
         .iter()
@@ -310,7 +313,12 @@ pub async fn prepare(
     let settings = ReleaseSettings::from_config(&plan.config);
     let env = |k: &str| plan.env(k);
     let namespace = history_namespace(&plan.config, target, access);
-    let holder = crate::lock::holder_identity(&env);
+    // Per target, so two targets that share a cluster and namespace never share the lock.
+    let holder = format!(
+        "{} target {}",
+        crate::lock::holder_identity(&env),
+        target.name
+    );
     let options = LockOptions::from_env(settings.lock_timeout, &env);
     let app = &plan.config.app;
     let lock = tokio::select! {
@@ -330,7 +338,8 @@ pub async fn prepare(
                 "release v{revision} was left pending by a run that died: marked failed (abandoned)"
             ));
         }
-        let last_good = store.last_good().await?;
+        let records = store.list().await?;
+        let last_good = crate::release::last_good(&records).cloned();
         let bodies = plan
             .manifests
             .objects
@@ -342,7 +351,9 @@ pub async fn prepare(
         draft.target = Some(target.name.clone());
         draft.default_namespace = Some(default_namespace.to_string());
         draft.run = RunInfo::from_env(&env);
-        let record = store.begin(draft, ReleaseOrigin::Deploy).await?;
+        let record = store
+            .begin_after(draft, ReleaseOrigin::Deploy, &records)
+            .await?;
         Ok::<_, ReleaseError>((last_good, record))
     }
     .await;
@@ -954,6 +965,9 @@ mod tests {
             choose_manual_target(&[rec(1, Deployed, "a")], None, false),
             Err(RollbackChoiceError::NoEarlierGood)
         );
+        // A failure left in place: back to the last good one.
+        let left = vec![rec(1, Deployed, "a"), rec(2, Failed, "b")];
+        assert_eq!(choose_manual_target(&left, None, false), Ok(1));
         // Plain history: back to the previous one.
         let plain = vec![rec(1, Superseded, "a"), rec(2, Deployed, "b")];
         assert_eq!(choose_manual_target(&plain, None, false), Ok(1));

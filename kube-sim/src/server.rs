@@ -43,6 +43,36 @@ pub struct ClusterState {
     pub shutdown: watch::Sender<bool>,
     pub address: SocketAddr,
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Encoded watch lines of the latest events, shared by all watchers of a cluster.
+    pub event_lines: EventLineCache,
+}
+
+/// The encoded lines of the most recent events: a hundred watchers of one resource
+/// encode each event once, not a hundred times.
+#[derive(Default)]
+pub struct EventLineCache {
+    recent: std::sync::Mutex<std::collections::VecDeque<(u64, &'static str, Bytes)>>,
+}
+
+impl EventLineCache {
+    const KEEP: usize = 32;
+
+    fn line(&self, resource_version: u64, kind: &'static str, object: &Value) -> Bytes {
+        let lock = || self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, _, line)) = lock()
+            .iter()
+            .find(|(rv, k, _)| *rv == resource_version && *k == kind)
+        {
+            return line.clone();
+        }
+        let line = handlers::event_line(kind, object);
+        let mut recent = lock();
+        recent.push_back((resource_version, kind, line.clone()));
+        if recent.len() > Self::KEEP {
+            recent.pop_front();
+        }
+        line
+    }
 }
 
 impl ClusterState {
@@ -148,7 +178,10 @@ async fn serve_connection(state: Arc<ClusterState>, stream: TcpStream) {
         let state = service_state.clone();
         async move { Ok::<_, Infallible>(handle(state, req).await) }
     });
-    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    // Clients multiplex many watches over one HTTP/2 connection (the real server allows
+    // hundreds of streams per connection).
+    builder.http2().max_concurrent_streams(1000);
     match &state.tls {
         Some(config) => {
             let acceptor = tokio_rustls::TlsAcceptor::from(config.clone());
@@ -359,8 +392,16 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Answers one HTTP request.
+/// Answers one HTTP request (and logs it at debug level).
 pub async fn handle(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<ApiBody> {
+    let method = req.method().clone();
+    let uri = req.uri().clone();
+    let resp = answer(state.clone(), req).await;
+    tracing::debug!(cluster = %state.name, "{method} {uri} -> {}", resp.status().as_u16());
+    resp
+}
+
+async fn answer(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<ApiBody> {
     let path = req.uri().path().to_string();
     let query: HashMap<String, String> = req
         .uri()
@@ -524,6 +565,18 @@ pub async fn handle(state: Arc<ClusterState>, req: Request<Incoming>) -> Respons
                 }
                 Ok(Reply::Watch(spec)) => start_watch(state.clone(), *spec),
                 Ok(Reply::Text(text)) => response(200, "text/plain", Bytes::from(text)),
+                Ok(Reply::Raw {
+                    status,
+                    body,
+                    content_type,
+                }) => {
+                    if pretty {
+                        let value: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                        json_response(status, &value, true)
+                    } else {
+                        response(status, content_type, body)
+                    }
+                }
                 Err(e) => error_response(&e, pretty),
             }
         }
@@ -719,6 +772,19 @@ struct WatchStream {
     /// Whether any event of the watched resource happened since the watch started (the
     /// watch cache of an active resource follows the global resourceVersion).
     resource_active: bool,
+    /// For watches with selectors: the objects the client currently sees.
+    view: Option<std::collections::HashSet<(String, String)>>,
+}
+
+fn object_key(obj: &Value) -> (String, String) {
+    let meta = obj.get("metadata");
+    let field = |f: &str| {
+        meta.and_then(|m| m.get(f))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    (field("namespace"), field("name"))
 }
 
 /// Why a watch stream stops.
@@ -730,10 +796,33 @@ impl WatchStream {
         if self.dropped() {
             return Err(Stop);
         }
-        self.tx
-            .send(handlers::event_line(kind, object))
-            .await
-            .map_err(|_| Stop)?;
+        let line = if kind == "ERROR" || kind == "BOOKMARK" {
+            handlers::event_line(kind, object)
+        } else if self.spec.metadata_only {
+            handlers::event_line(kind, &handlers::partial_metadata(object))
+        } else if self.spec.as_table {
+            let rv = object
+                .pointer("/metadata/resourceVersion")
+                .cloned()
+                .unwrap_or(Value::Null);
+            let table = crate::table::table_for(
+                &self.spec.info,
+                &[object],
+                json!({ "resourceVersion": rv }),
+                self.state.store.clock(),
+            );
+            handlers::event_line(kind, &table)
+        } else {
+            handlers::event_line(kind, object)
+        };
+        self.send_line(line, kind).await
+    }
+
+    async fn send_line(&mut self, line: Bytes, kind: &str) -> Result<(), Stop> {
+        if self.dropped() {
+            return Err(Stop);
+        }
+        self.tx.send(line).await.map_err(|_| Stop)?;
         if kind != "BOOKMARK" {
             self.sent_events += 1;
         }
@@ -756,8 +845,31 @@ impl WatchStream {
             return Ok(());
         }
         self.resource_active = true;
-        if self.spec.matches(&event.object) {
-            self.emit(event.kind.as_str(), &event.object).await?;
+        let matches = self.spec.matches(&event.object);
+        let send = match &mut self.view {
+            None => matches.then_some(event.kind.as_str()),
+            Some(view) => {
+                let key = object_key(&event.object);
+                let (send, in_view) =
+                    handlers::selector_transition(event.kind, matches, view.contains(&key));
+                if in_view {
+                    view.insert(key);
+                } else {
+                    view.remove(&key);
+                }
+                send
+            }
+        };
+        if let Some(kind) = send {
+            if self.spec.metadata_only || self.spec.as_table {
+                self.emit(kind, &event.object).await?;
+            } else {
+                let line = self
+                    .state
+                    .event_lines
+                    .line(event.resource_version, kind, &event.object);
+                self.send_line(line, kind).await?;
+            }
             self.delivered_rv = event.resource_version;
         }
         Ok(())
@@ -801,6 +913,7 @@ async fn run_watch(state: Arc<ClusterState>, spec: WatchSpec, tx: mpsc::Sender<B
         sent_events: 0,
         delivered_rv: 0,
         resource_active: false,
+        view: None,
     };
     let _ = stream_events(&mut stream).await;
 }
@@ -811,8 +924,14 @@ async fn stream_events(w: &mut WatchStream) -> Result<(), Stop> {
         None => {
             let (items, rv, rx) =
                 store.list_and_subscribe(&w.spec.resource, w.spec.namespace.as_deref());
-            for event in &items {
+            if w.spec.has_selectors() {
+                w.view = Some(std::collections::HashSet::new());
+            }
+            for event in items {
                 if w.spec.matches(&event.object) {
+                    if let Some(view) = &mut w.view {
+                        view.insert(object_key(&event.object));
+                    }
                     w.emit("ADDED", &event.object).await?;
                 }
             }
@@ -831,6 +950,19 @@ async fn stream_events(w: &mut WatchStream) -> Result<(), Stop> {
             }
             Ok((replay, rx)) => {
                 w.delivered_rv = from;
+                if w.spec.has_selectors() {
+                    // What the client saw at `from` is unknown here; the current matches
+                    // are the closest view.
+                    let (current, _) =
+                        store.list_shared(&w.spec.resource, w.spec.namespace.as_deref());
+                    w.view = Some(
+                        current
+                            .iter()
+                            .filter(|e| w.spec.matches(&e.object))
+                            .map(|e| object_key(&e.object))
+                            .collect(),
+                    );
+                }
                 for event in replay {
                     w.deliver(&event).await?;
                 }

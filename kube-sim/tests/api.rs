@@ -633,6 +633,7 @@ async fn deletes_answer_as_recorded() {
     assert_eq!(ns["kind"], "Namespace");
     assert_eq!(ns["status"]["phase"], "Terminating");
     assert!(ns["metadata"]["deletionTimestamp"].is_string());
+    assert!(ns["metadata"].get("deletionGracePeriodSeconds").is_none());
     let terminating = api
         .send(
             "POST",
@@ -647,7 +648,7 @@ async fn deletes_answer_as_recorded() {
         "NamespaceTerminating"
     );
     let mut gone = false;
-    for _ in 0..50 {
+    for _ in 0..200 {
         if api.get("/api/v1/namespaces/rec-lease").await.status == 404 {
             gone = true;
             break;
@@ -655,6 +656,54 @@ async fn deletes_answer_as_recorded() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(gone, "namespace still there");
+
+    // Foreground deletion answers with the object (finalizer foregroundDeletion), then
+    // the Deployment and what it owns go away.
+    let path = format!(
+        "{}?fieldManager=rollguard",
+        deployment_path("rec-x", "to-delete")
+    );
+    let mut body = recording("02-ssa-apply1-request-body.json");
+    body["metadata"]["name"] = json!("to-delete");
+    assert_eq!(api.apply(&path, &body).await.status, 201);
+    let resp = api
+        .send(
+            "DELETE",
+            &deployment_path("rec-x", "to-delete"),
+            Some(JSON),
+            recording("09-delete-deployment-foreground-request-body.json").to_string(),
+        )
+        .await;
+    assert_eq!(resp.status, 200);
+    let deleted = resp.json();
+    let recorded = recording("09-delete-deployment-foreground-response.json");
+    assert_eq!(deleted["kind"], "Deployment");
+    assert_eq!(
+        deleted["metadata"]["finalizers"],
+        recorded["metadata"]["finalizers"]
+    );
+    assert_eq!(
+        deleted["metadata"]["deletionGracePeriodSeconds"],
+        recorded["metadata"]["deletionGracePeriodSeconds"]
+    );
+    let mut gone = false;
+    for _ in 0..200 {
+        if api.get(&deployment_path("rec-x", "to-delete")).await.status == 404 {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(gone, "deployment still there");
+    let rs = api
+        .get("/apis/apps/v1/namespaces/rec-x/replicasets")
+        .await
+        .json();
+    assert_eq!(
+        rs["items"].as_array().unwrap().len(),
+        0,
+        "owned ReplicaSets are collected"
+    );
 }
 
 #[tokio::test]
@@ -819,6 +868,40 @@ async fn watch_from_resource_version_and_too_old() {
         old.ended(Duration::from_secs(5)).await,
         "stream closes after the ERROR"
     );
+}
+
+#[tokio::test]
+async fn selector_watches_see_objects_enter_and_leave() {
+    let sim = plain_sim().await;
+    let api = Api::new(&sim, 0);
+    let rv = api
+        .get("/api/v1/namespaces/default/configmaps")
+        .await
+        .json()["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut watch = api
+        .watch(&format!("/api/v1/namespaces/default/configmaps?watch=1&labelSelector=tier%3Dfrontend&resourceVersion={rv}"))
+        .await;
+    let path = "/api/v1/namespaces/default/configmaps/sel?fieldManager=t";
+    let cm = |tier: &str, data: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "sel", "labels": {"tier": tier}}, "data": {"d": data}})
+    };
+    for (tier, data) in [
+        ("backend", "1"),
+        ("frontend", "1"),
+        ("frontend", "2"),
+        ("backend", "2"),
+    ] {
+        assert!(api.apply(path, &cm(tier, data)).await.status < 300);
+    }
+    let mut seen = Vec::new();
+    while let Some(event) = watch.next(Duration::from_secs(2)).await {
+        seen.push(event["type"].as_str().unwrap().to_string());
+    }
+    assert_eq!(seen, ["ADDED", "MODIFIED", "DELETED"]);
 }
 
 #[tokio::test]
@@ -1025,6 +1108,20 @@ async fn crd_is_served_after_create() {
         recorded["metadata"]["managedFields"][0]["fieldsV1"]
     );
     assert!(w.get("status").is_none());
+    let table = api
+        .send_as("GET", "/apis/example.com/v1/namespaces/rec-crd/widgets", None, Bytes::new(), Some(&api.token),
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json")
+        .await
+        .json();
+    let recorded_table = recording("06-cr-get-as-table.json");
+    assert_eq!(
+        table["columnDefinitions"],
+        recorded_table["columnDefinitions"]
+    );
+    assert_eq!(
+        table["rows"][0]["cells"],
+        recorded_table["rows"][0]["cells"]
+    );
     let status = api
         .send("PATCH", "/apis/example.com/v1/namespaces/rec-crd/widgets/w1/status?fieldManager=widget-controller", Some(APPLY), recording("06-cr-ssa-status-request-body.json").to_string())
         .await;
@@ -1041,7 +1138,7 @@ async fn crd_is_served_after_create() {
 
     // Established soon after (the CRD controller).
     let mut established = false;
-    for _ in 0..50 {
+    for _ in 0..200 {
         let crd = api.get(&format!("{crds}/widgets.example.com")).await.json();
         if crd["status"]["conditions"].as_array().is_some_and(|c| {
             c.iter()
@@ -1066,7 +1163,7 @@ async fn crd_is_served_after_create() {
     assert_eq!(deleted.status, 200);
     assert_eq!(deleted.json()["kind"], "CustomResourceDefinition");
     let mut unserved = false;
-    for _ in 0..50 {
+    for _ in 0..200 {
         if api
             .get("/apis/example.com/v1/namespaces/rec-crd/widgets")
             .await
@@ -1177,47 +1274,57 @@ async fn faults_and_counters() {
     assert_eq!(r.status, 401);
 }
 
+/// Polls until connecting to `addr` succeeds (`up`) or is refused, within `limit`.
+async fn wait_for_port(addr: &str, up: bool, limit: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < deadline {
+        if tokio::net::TcpStream::connect(addr).await.is_ok() == up {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
+
 #[tokio::test]
 async fn down_and_up_on_the_same_port() {
     let sim = plain_sim().await;
     let api = Api::new(&sim, 0);
     let cluster = &sim.clusters()[0];
     assert_eq!(api.get("/version").await.status, 200);
-    cluster.set_down(true);
-    tokio::time::sleep(Duration::from_millis(50)).await;
     let addr = cluster.url().trim_start_matches("http://").to_string();
+    cluster.set_down(true);
     assert!(
-        tokio::net::TcpStream::connect(&addr).await.is_err(),
+        wait_for_port(&addr, false, Duration::from_secs(3)).await,
         "connections refused while down"
     );
     cluster.set_down(false);
-    let mut up = false;
-    for _ in 0..40 {
-        if tokio::net::TcpStream::connect(&addr).await.is_ok() {
-            up = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert!(up);
+    assert!(
+        wait_for_port(&addr, true, Duration::from_secs(3)).await,
+        "up again on the same port"
+    );
     // A fresh client, since pooled connections were cut.
     let fresh = Api::new(&sim, 0);
     assert_eq!(fresh.get("/version").await.status, 200);
 
-    // Down for a while through the control endpoint.
+    // Down for a while through the control endpoint, then back by itself.
     let r = fresh
         .send(
             "POST",
             "/_sim/faults",
             Some(JSON),
-            r#"{"down_for_ms": 300}"#,
+            r#"{"down_for_ms": 1000}"#,
         )
         .await;
     assert_eq!(r.status, 200);
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(tokio::net::TcpStream::connect(&addr).await.is_err());
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    assert!(tokio::net::TcpStream::connect(&addr).await.is_ok());
+    assert!(
+        wait_for_port(&addr, false, Duration::from_millis(900)).await,
+        "down after the request"
+    );
+    assert!(
+        wait_for_port(&addr, true, Duration::from_secs(5)).await,
+        "back after down_for_ms"
+    );
 }
 
 #[tokio::test]

@@ -830,3 +830,71 @@ async fn progress_deadline_writes_the_recorded_status_sequence() {
     .unwrap_or_else(|_| panic!("no deadline: {seen:#?}"));
     assert_eq!(seen, recorded);
 }
+
+#[tokio::test]
+async fn claims_are_bound() {
+    let cluster = start("sim-1", 1.0, vec![]);
+    let store = &cluster.store;
+    let claims = rt("", "persistentvolumeclaims");
+    store
+        .create(&claims, json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data", "namespace": "default"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "5Gi"}}}}), "test")
+        .unwrap();
+    let claim = wait_until("bound", Duration::from_secs(2), || {
+        let claim = store.get(&claims, "default", "data").unwrap();
+        (
+            (claim["status"]["phase"] == "Bound").then(|| claim.clone()),
+            claim["status"].to_string(),
+        )
+    })
+    .await;
+    assert_eq!(claim["status"]["capacity"]["storage"], "5Gi");
+    assert_eq!(claim["status"]["accessModes"], json!(["ReadWriteOnce"]));
+}
+
+#[tokio::test]
+async fn pods_that_fit_no_node_stay_pending_unschedulable() {
+    let cluster = start("sim-1", 10.0, vec![]);
+    let store = &cluster.store;
+    let mut dep = deployment("win", 2, "example/win:v1");
+    dep["spec"]["template"]["spec"]["nodeSelector"] = json!({"kubernetes.io/os": "windows"});
+    store.create(&deployments(), dep, "test").unwrap();
+    let pod = wait_until("unschedulable pod", Duration::from_secs(3), || {
+        let pods = pods_of(store, "win");
+        let found = pods
+            .iter()
+            .find(|p| condition(p, "PodScheduled")["reason"] == "Unschedulable")
+            .cloned();
+        (found, format!("{pods:?}"))
+    })
+    .await;
+    assert_eq!(pod["status"]["phase"], "Pending");
+    assert!(pod["spec"]["nodeName"].is_null());
+    assert!(
+        condition(&pod, "PodScheduled")["message"]
+            .as_str()
+            .unwrap()
+            .starts_with(
+                "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
+            )
+    );
+    let (events, _) = store.list(&rt("", "events"), Some("default"));
+    assert!(
+        events
+            .iter()
+            .any(|e| e["reason"] == "FailedScheduling" && e["type"] == "Warning")
+    );
+    // A selector that matches runs as usual.
+    let mut linux = deployment("linux", 1, "example/linux:v1");
+    linux["spec"]["template"]["spec"]["nodeSelector"] = json!({"kubernetes.io/os": "linux"});
+    store.create(&deployments(), linux, "test").unwrap();
+    wait_until("linux ready", Duration::from_secs(3), || {
+        let pods = pods_of(store, "linux");
+        (
+            (pods.len() == 1 && pod_ready(&pods[0])).then_some(()),
+            format!("{pods:?}"),
+        )
+    })
+    .await;
+}

@@ -180,3 +180,44 @@ async fn kube_rs_watcher_recovers_from_a_dropped_stream() {
         ["one", "three", "two"]
     );
 }
+
+#[tokio::test]
+async fn a_hundred_watchers_on_one_client() {
+    let sim = Sim::start(SimOptions::default()).await.unwrap();
+    let client = client(&sim, "sim-1").await;
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    let rv = cms
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let mut streams = Vec::new();
+    for _ in 0..100 {
+        let stream = cms
+            .watch(&kube::api::WatchParams::default().timeout(30), &rv)
+            .await
+            .unwrap()
+            .boxed();
+        streams.push(stream);
+    }
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fanout"}});
+    cms.patch("fanout", &PatchParams::apply("t"), &Patch::Apply(cm))
+        .await
+        .unwrap();
+    let mut delivered = 0;
+    for mut stream in streams {
+        let event = tokio::time::timeout(Duration::from_secs(10), stream.next())
+            .await
+            .expect("event within 10 s")
+            .expect("stream open")
+            .unwrap();
+        if let kube::api::WatchEvent::Added(cm) = event {
+            assert_eq!(cm.metadata.name.as_deref(), Some("fanout"));
+            delivered += 1;
+        }
+    }
+    assert_eq!(delivered, 100);
+    assert_eq!(sim.clusters()[0].counters().verb("watch"), 100);
+}

@@ -283,3 +283,58 @@ async fn kubectl_rollout_status_follows_statefulsets_and_daemonsets() {
         assert!(stdout.contains(expected), "{target}: {stdout}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reapplying_the_last_good_manifest_rolls_back_to_its_replica_set() {
+    let cluster = start(10.0).await;
+    let status = |name: &'static str| {
+        let kubeconfig = cluster.kubeconfig.clone();
+        async move {
+            kubectl(
+                &kubeconfig,
+                &["rollout", "status", name, "--timeout=60s"],
+                None,
+            )
+            .await
+        }
+    };
+    apply(&cluster, deployment_yaml("app", "example/app:v1", 30)).await;
+    assert!(status("deployment/app").await.status.success());
+    apply(
+        &cluster,
+        deployment_yaml("app", "example/doesnotexist:v2", 30),
+    )
+    .await;
+    let failed = status("deployment/app").await;
+    assert!(
+        text(&failed.stderr).contains("exceeded its progress deadline"),
+        "{}",
+        text(&failed.stderr)
+    );
+    // What rollguard does on failure: apply the last good manifest again.
+    apply(&cluster, deployment_yaml("app", "example/app:v1", 30)).await;
+    let out = status("deployment/app").await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = kubectl(
+        &cluster.kubeconfig,
+        &["get", "replicasets", "-o", "jsonpath={range .items[*]}{.metadata.annotations.deployment\\.kubernetes\\.io/revision} {.spec.template.spec.containers[0].image} {.spec.replicas}{\"\\n\"}{end}"],
+        None,
+    )
+    .await;
+    let mut lines: Vec<String> = text(&out.stdout).lines().map(str::to_string).collect();
+    lines.sort();
+    assert_eq!(lines, ["2 example/doesnotexist:v2 0", "3 example/app:v1 3"]);
+    let out = kubectl(
+        &cluster.kubeconfig,
+        &[
+            "get",
+            "deployment",
+            "app",
+            "-o",
+            "jsonpath={.metadata.annotations.deployment\\.kubernetes\\.io/revision}",
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(text(&out.stdout), "3");
+}

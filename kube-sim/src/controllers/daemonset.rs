@@ -53,6 +53,9 @@ pub fn reconcile(
     now: jiff::Timestamp,
 ) -> DaemonSetSync {
     let mut out = DaemonSetSync::default();
+    if !meta::well_formed(ds) {
+        return out;
+    }
     let name = meta::name(ds);
     let hash = meta::pod_template_hash(
         &ds["spec"]["template"],

@@ -258,6 +258,15 @@ fn counts(all: &[&Value], new_rs: Option<&Value>) -> Counts {
 /// One sync of a Deployment against the ReplicaSets it controls.
 pub fn reconcile(dep: &Value, owned: &[Value], now: jiff::Timestamp) -> DeploymentSync {
     let mut out = DeploymentSync::default();
+    if !meta::well_formed(dep) {
+        return out;
+    }
+    let owned: Vec<Value> = owned
+        .iter()
+        .filter(|rs| meta::well_formed(rs))
+        .cloned()
+        .collect();
+    let owned = owned.as_slice();
     let now_text = crate::clock::format_time(now);
     let replicas = meta::spec_replicas(dep);
     let (surge, _) = fenceposts(dep);
@@ -348,15 +357,7 @@ pub fn reconcile(dep: &Value, owned: &[Value], now: jiff::Timestamp) -> Deployme
             let annotations = rs_annotations(dep, &Value::Null, revision, replicas, surge);
             let rs = new_replica_set(dep, &hash, initial, annotations);
             desired.insert(meta::name(&rs).to_string(), initial);
-            created(
-                &mut out,
-                &mut conditions,
-                dep,
-                &rs,
-                revision,
-                initial,
-                &now_text,
-            );
+            created(&mut out, &mut conditions, dep, &rs, revision, &now_text);
             new_rs = Some(rs);
         }
         let new_name = new_rs
@@ -398,15 +399,7 @@ pub fn reconcile(dep: &Value, owned: &[Value], now: jiff::Timestamp) -> Deployme
                     let annotations = rs_annotations(dep, &Value::Null, revision, replicas, surge);
                     let rs = new_replica_set(dep, &hash, replicas, annotations);
                     desired.insert(meta::name(&rs).to_string(), replicas);
-                    created(
-                        &mut out,
-                        &mut conditions,
-                        dep,
-                        &rs,
-                        revision,
-                        replicas,
-                        &now_text,
-                    );
+                    created(&mut out, &mut conditions, dep, &rs, revision, &now_text);
                     new_rs = Some(rs);
                 }
                 Some(rs) => {
@@ -615,14 +608,14 @@ fn deadline_remaining(dep: &Value, conditions: &[Value], now: jiff::Timestamp) -
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Records a ReplicaSet created in this sync: the revision, and the NewReplicaSetCreated
+/// condition written at once (before the full status), as the real controller does.
 fn created(
     out: &mut DeploymentSync,
     conditions: &mut Vec<Value>,
     dep: &Value,
     rs: &Value,
     revision: i64,
-    _initial: i64,
     now: &str,
 ) {
     out.create = Some(rs.clone());

@@ -81,9 +81,10 @@ pub struct ContainerSpec {
 impl ContainerSpec {
     pub fn from_pod(pod: &Value, container: &Value) -> Self {
         let policy = pod["spec"]["restartPolicy"].as_str().unwrap_or("Always");
+        // Capped (ten years) so that offsets cannot overflow.
         let delay = container["readinessProbe"]["initialDelaySeconds"]
             .as_u64()
-            .map(Duration::from_secs)
+            .map(|s| Duration::from_secs(s.min(315_360_000)))
             .unwrap_or(DEFAULT_READY_DELAY);
         Self {
             ready_delay: delay,

@@ -116,6 +116,9 @@ pub fn reconcile(
     now: jiff::Timestamp,
 ) -> StatefulSetSync {
     let mut out = StatefulSetSync::default();
+    if !meta::well_formed(sts) {
+        return out;
+    }
     let name = meta::name(sts);
     let replicas = meta::spec_replicas(sts);
     let (update_rev, hash) = update_revision(sts);
@@ -196,6 +199,7 @@ pub fn reconcile(
     let mut blocked = false;
     for i in 0..replicas {
         match by_ordinal.get(&i) {
+            None if out.create.len() as i64 >= super::replicaset::BURST_REPLICAS => break,
             None => {
                 out.create.push(new_pod(i));
                 out.events.push(Note {
