@@ -82,6 +82,8 @@ pub struct WatchSpec {
     pub timeout_seconds: Option<u64>,
     /// Send objects as PartialObjectMetadata.
     pub metadata_only: bool,
+    /// Send objects as one-row Tables (`kubectl get -w`).
+    pub as_table: bool,
 }
 
 impl WatchSpec {
@@ -1032,6 +1034,7 @@ fn watch_spec(
         bookmarks: req.flag("allowWatchBookmarks"),
         timeout_seconds,
         metadata_only: wants_partial_metadata(req.accept),
+        as_table: table::wants_table(req.accept),
     })
 }
 

@@ -796,8 +796,22 @@ impl WatchStream {
         if self.dropped() {
             return Err(Stop);
         }
-        let line = if self.spec.metadata_only && kind != "ERROR" {
+        let line = if kind == "ERROR" || kind == "BOOKMARK" {
+            handlers::event_line(kind, object)
+        } else if self.spec.metadata_only {
             handlers::event_line(kind, &handlers::partial_metadata(object))
+        } else if self.spec.as_table {
+            let rv = object
+                .pointer("/metadata/resourceVersion")
+                .cloned()
+                .unwrap_or(Value::Null);
+            let table = crate::table::table_for(
+                &self.spec.info,
+                &[object],
+                json!({ "resourceVersion": rv }),
+                self.state.store.clock(),
+            );
+            handlers::event_line(kind, &table)
         } else {
             handlers::event_line(kind, object)
         };
@@ -847,7 +861,7 @@ impl WatchStream {
             }
         };
         if let Some(kind) = send {
-            if self.spec.metadata_only {
+            if self.spec.metadata_only || self.spec.as_table {
                 self.emit(kind, &event.object).await?;
             } else {
                 let line = self

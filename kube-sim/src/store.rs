@@ -18,8 +18,11 @@ use crate::registry::{Registry, ResourceInfo};
 
 /// Events kept for watches that start from an older resourceVersion.
 const HISTORY_LIMIT: usize = 10_000;
-/// Capacity of the live event channel; a watcher that falls this far behind is dropped.
-const CHANNEL_CAPACITY: usize = 2_048;
+/// Capacity of the live event channel. Every event a slow subscriber has not read yet
+/// stays in memory as a parsed object, so this stays small: a watcher that falls this far
+/// behind is ended (clients watch again from their last resourceVersion) and the
+/// controllers rescan.
+const CHANNEL_CAPACITY: usize = 1_024;
 /// The first resourceVersion handed out. Watches from below it are "too old", as on a real
 /// server whose history has been compacted.
 const FIRST_RESOURCE_VERSION: u64 = 100;
