@@ -678,7 +678,7 @@ impl Ctx {
             manifests: ManifestSource::Paths(Vec::new()),
             targets: Vec::new(),
             wait: WaitConfig::default(),
-            concurrency: 16,
+            concurrency: 64,
             history: HistoryConfig::default(),
             on_failure: FailurePolicy::default(),
             on_cancel: CancelPolicy::default(),
@@ -1370,7 +1370,7 @@ pub fn json_schema() -> Value {
                     }
                 }
             },
-            "concurrency": {"type": "integer", "minimum": 1, "default": 16, "description": "targets at once"},
+            "concurrency": {"type": "integer", "minimum": 1, "default": 64, "description": "targets at once"},
             "history": {
                 "type": "object",
                 "additionalProperties": false,
@@ -1469,7 +1469,7 @@ wait:
             Some("KUBECONFIG_US")
         );
         assert_eq!(c.wait.timeout, Duration::from_secs(300));
-        assert_eq!(c.concurrency, 16);
+        assert_eq!(c.concurrency, 64);
         assert_eq!(c.history.keep, 10);
         assert_eq!(c.on_failure, FailurePolicy::RollbackAll);
         assert_eq!(c.on_cancel, CancelPolicy::Rollback);
