@@ -9,6 +9,8 @@ pub mod error;
 #[cfg(test)]
 mod fake_api;
 pub mod fleet;
+#[cfg(test)]
+mod generated_docs;
 pub mod git;
 pub mod health;
 pub mod lock;

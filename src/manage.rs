@@ -766,18 +766,12 @@ fn confirm(targets: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::release::{RecordCommit, ReleaseKind, ReleaseStatus, RunInfo};
+    use crate::release::{RecordCommit, ReleaseStatus};
     use serde_json::json;
 
     fn rec(revision: u64, status: ReleaseStatus) -> ReleaseRecord {
         ReleaseRecord {
-            app: "shop".into(),
             target: Some("eu".into()),
-            revision,
-            status,
-            reason: None,
-            kind: ReleaseKind::Deploy,
-            rollback_of: None,
             commit: Some(RecordCommit {
                 sha: "0123456789abcdef".into(),
                 r#ref: None,
@@ -785,17 +779,13 @@ mod tests {
             }),
             started_at: "2026-11-30T09:00:00Z".parse().unwrap(),
             finished_at: Some("2026-11-30T09:01:05Z".parse().unwrap()),
-            run: RunInfo::default(),
-            digest: None,
-            default_namespace: None,
-            objects: vec![],
             manifests: Some(vec![
                 json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db", "namespace": "shop"},
                        "stringData": {"password": "hunter2"}}),
                 json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg", "namespace": "shop"},
                        "data": {"a": "1"}}),
             ]),
-            manifests_omitted: false,
+            ..ReleaseRecord::for_test(revision, status)
         }
     }
 

@@ -114,6 +114,10 @@ fn target_failure(object: &str, e: &TargetError) -> Failure {
     }
 }
 
+/// The headline already names the object, so the message says only what to do.
+const UNSERVED_KIND_HINT: &str =
+    "the cluster does not serve this kind; install its CRD or fix the apiVersion/kind";
+
 /// Apply errors as report failures.
 pub fn apply_failures(err: &ApplyError, server: &str) -> Vec<Failure> {
     let plain = |object: &str, reason: &str, message: String| Failure {
@@ -125,15 +129,7 @@ pub fn apply_failures(err: &ApplyError, server: &str) -> Vec<Failure> {
     match err {
         ApplyError::UnservedKinds(kinds) => kinds
             .iter()
-            .map(|k| {
-                plain(
-                    k,
-                    "KindNotServed",
-                    format!(
-                        "the cluster does not serve {k}; install its CRD or fix the apiVersion/kind"
-                    ),
-                )
-            })
+            .map(|k| plain(k, "KindNotServed", UNSERVED_KIND_HINT.to_string()))
             .collect(),
         ApplyError::Objects(failures) => failures
             .iter()

@@ -256,6 +256,31 @@ pub struct ReleaseRecord {
     pub manifests_omitted: bool,
 }
 
+#[cfg(test)]
+impl ReleaseRecord {
+    /// A record of app `shop` with nothing but a revision and a status, for tests to adjust.
+    pub(crate) fn for_test(revision: u64, status: ReleaseStatus) -> Self {
+        ReleaseRecord {
+            app: "shop".into(),
+            target: None,
+            revision,
+            status,
+            reason: None,
+            kind: ReleaseKind::Deploy,
+            rollback_of: None,
+            commit: None,
+            started_at: Timestamp::UNIX_EPOCH,
+            finished_at: None,
+            run: RunInfo::default(),
+            digest: None,
+            default_namespace: None,
+            objects: vec![],
+            manifests: None,
+            manifests_omitted: false,
+        }
+    }
+}
+
 impl ReleaseRecord {
     pub fn secret_name(&self) -> String {
         secret_name(&self.app, self.revision)
@@ -992,26 +1017,14 @@ mod tests {
 
     fn record(revision: u64, status: ReleaseStatus) -> ReleaseRecord {
         ReleaseRecord {
-            app: "shop".into(),
-            target: None,
-            revision,
-            status,
-            reason: None,
-            kind: ReleaseKind::Deploy,
-            rollback_of: None,
             commit: Some(RecordCommit {
                 sha: "abc".into(),
                 r#ref: Some("refs/heads/main".into()),
                 message: Some("fix".into()),
             }),
-            started_at: Timestamp::UNIX_EPOCH,
-            finished_at: None,
-            run: RunInfo::default(),
             digest: Some("d".into()),
-            default_namespace: None,
-            objects: vec![],
             manifests: Some(vec![serde_json::json!({"kind": "ConfigMap"})]),
-            manifests_omitted: false,
+            ..ReleaseRecord::for_test(revision, status)
         }
     }
 

@@ -78,6 +78,15 @@ pub fn error_chain_text(err: &(dyn std::error::Error + 'static)) -> String {
     parts.join(": ")
 }
 
+/// The innermost error of a chain, for wrappers whose own text repeats what the caller says.
+pub fn root_cause_text(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut current = err;
+    while let Some(source) = current.source() {
+        current = source;
+    }
+    current.to_string()
+}
+
 /// The first `std::io::Error` kind in an error's source chain.
 pub fn io_error_kind(err: &(dyn std::error::Error + 'static)) -> Option<std::io::ErrorKind> {
     let mut current: Option<&(dyn std::error::Error + 'static)> = Some(err);

@@ -779,7 +779,6 @@ impl ReApply<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::release::{ReleaseKind, RunInfo};
 
     const F: TargetState = TargetState {
         received: true,
@@ -907,22 +906,8 @@ mod tests {
 
     fn rec(revision: u64, status: ReleaseStatus, digest: &str) -> ReleaseRecord {
         ReleaseRecord {
-            app: "shop".into(),
-            target: None,
-            revision,
-            status,
-            reason: None,
-            kind: ReleaseKind::Deploy,
-            rollback_of: None,
-            commit: None,
-            started_at: jiff::Timestamp::UNIX_EPOCH,
-            finished_at: None,
-            run: RunInfo::default(),
             digest: Some(digest.into()),
-            default_namespace: None,
-            objects: vec![],
-            manifests: None,
-            manifests_omitted: false,
+            ..ReleaseRecord::for_test(revision, status)
         }
     }
 

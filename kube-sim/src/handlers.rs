@@ -82,6 +82,8 @@ pub struct WatchSpec {
     pub timeout_seconds: Option<u64>,
     /// Send objects as PartialObjectMetadata.
     pub metadata_only: bool,
+    /// Send objects as one-row Tables (`kubectl get -w`).
+    pub as_table: bool,
 }
 
 impl WatchSpec {
@@ -129,6 +131,12 @@ pub enum Reply {
     Watch(Box<WatchSpec>),
     /// A plain-text body (pod logs).
     Text(String),
+    /// An already encoded body (large lists).
+    Raw {
+        status: u16,
+        body: Bytes,
+        content_type: &'static str,
+    },
 }
 
 impl Reply {
@@ -385,7 +393,6 @@ fn list(
     namespace: Option<&str>,
 ) -> Result<Reply, ApiError> {
     let (labels, fields) = selectors(req, info)?;
-    let (items, rv) = store.list_shared(rt, namespace);
     let limit: usize = req
         .param("limit")
         .and_then(|l| l.parse::<u64>().ok())
@@ -396,10 +403,23 @@ fn list(
         Some(token) => Some(decode_continue(token)?),
         None => None,
     };
-    let mut selected = Vec::new();
+    let (items, rv) = store.list_shared(rt, namespace);
+    let shape = if wants_partial_metadata(req.accept) {
+        ListShape::Metadata
+    } else if table::wants_table(req.accept) {
+        ListShape::Table
+    } else {
+        ListShape::Full
+    };
+    // Each selected item is encoded (or reduced) as soon as it is decoded, so a large
+    // list never holds all its objects parsed at once.
+    let mut encoded: Vec<u8> = Vec::new();
+    let mut reduced: Vec<Value> = Vec::new();
+    let mut count = 0usize;
     let mut remaining = 0usize;
     let mut last_key = None;
-    for event in &items {
+    let strip_type = info.crd.is_none();
+    for event in items {
         let obj = &event.object;
         let key = object_key(obj);
         if let Some(after) = &start_after
@@ -410,12 +430,35 @@ fn list(
         if !labels.matches(obj) || !fields.matches(obj) {
             continue;
         }
-        if selected.len() >= limit {
+        if count >= limit {
             remaining += 1;
             continue;
         }
+        count += 1;
         last_key = Some(key);
-        selected.push(obj);
+        match shape {
+            ListShape::Metadata => reduced.push(partial_metadata(obj)),
+            ListShape::Table => {
+                let one = table::table_for(info, &[obj], Value::Null, store.clock());
+                if let Some(row) = one.get("rows").and_then(|r| r.get(0)) {
+                    reduced.push(row.clone());
+                }
+            }
+            ListShape::Full => {
+                if !encoded.is_empty() {
+                    encoded.push(b',');
+                }
+                let mut item = obj.clone();
+                if strip_type && let Some(m) = item.as_object_mut() {
+                    // Built-in list items carry no kind/apiVersion, as the real server sends them.
+                    m.remove("kind");
+                    m.remove("apiVersion");
+                }
+                if serde_json::to_writer(&mut encoded, &item).is_err() {
+                    return Err(ApiError::internal("encoding a list item"));
+                }
+            }
+        }
     }
     let mut list_meta = Map::new();
     list_meta.insert("resourceVersion".into(), json!(rv.to_string()));
@@ -427,42 +470,45 @@ fn list(
     } else if info.crd.is_some() {
         list_meta.insert("continue".into(), json!(""));
     }
-    if wants_partial_metadata(req.accept) {
-        let items: Vec<Value> = selected.iter().map(|o| partial_metadata(o)).collect();
-        return Ok(Reply::Json {
+    match shape {
+        ListShape::Metadata => Ok(Reply::Json {
             status: 200,
             body: json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
-                "metadata": list_meta, "items": items}),
+                "metadata": list_meta, "items": reduced}),
             content_type: "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
-        });
+        }),
+        ListShape::Table => {
+            let mut body = table::table_for(info, &[], Value::Object(list_meta), store.clock());
+            body["rows"] = Value::Array(reduced);
+            Ok(Reply::Json {
+                status: 200,
+                body,
+                content_type: "application/json;as=Table;v=v1;g=meta.k8s.io",
+            })
+        }
+        ListShape::Full => {
+            let head = json!({"kind": format!("{}List", info.kind), "apiVersion": info.api_version(),
+                "metadata": list_meta});
+            let mut body = serde_json::to_vec(&head).unwrap_or_default();
+            // Replace the closing brace with the items.
+            body.pop();
+            body.extend_from_slice(b",\"items\":[");
+            body.extend_from_slice(&encoded);
+            body.extend_from_slice(b"]}");
+            Ok(Reply::Raw {
+                status: 200,
+                body: Bytes::from(body),
+                content_type: "application/json",
+            })
+        }
     }
-    if table::wants_table(req.accept) {
-        let body = table::table_for(info, &selected, Value::Object(list_meta), store.clock());
-        return Ok(Reply::Json {
-            status: 200,
-            body,
-            content_type: "application/json;as=Table;v=v1;g=meta.k8s.io",
-        });
-    }
-    let is_builtin = info.crd.is_none();
-    let items: Vec<Value> = selected
-        .into_iter()
-        .map(|o| {
-            let mut o = o.clone();
-            if is_builtin && let Some(m) = o.as_object_mut() {
-                // Built-in list items carry no kind/apiVersion, as the real server sends them.
-                m.remove("kind");
-                m.remove("apiVersion");
-            }
-            o
-        })
-        .collect();
-    Ok(Reply::ok(json!({
-        "kind": format!("{}List", info.kind),
-        "apiVersion": info.api_version(),
-        "metadata": list_meta,
-        "items": items
-    })))
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ListShape {
+    Full,
+    Metadata,
+    Table,
 }
 
 fn object_key(obj: &Value) -> String {
@@ -988,6 +1034,7 @@ fn watch_spec(
         bookmarks: req.flag("allowWatchBookmarks"),
         timeout_seconds,
         metadata_only: wants_partial_metadata(req.accept),
+        as_table: table::wants_table(req.accept),
     })
 }
 

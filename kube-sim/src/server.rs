@@ -565,6 +565,18 @@ async fn answer(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<Ap
                 }
                 Ok(Reply::Watch(spec)) => start_watch(state.clone(), *spec),
                 Ok(Reply::Text(text)) => response(200, "text/plain", Bytes::from(text)),
+                Ok(Reply::Raw {
+                    status,
+                    body,
+                    content_type,
+                }) => {
+                    if pretty {
+                        let value: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                        json_response(status, &value, true)
+                    } else {
+                        response(status, content_type, body)
+                    }
+                }
                 Err(e) => error_response(&e, pretty),
             }
         }
@@ -784,8 +796,22 @@ impl WatchStream {
         if self.dropped() {
             return Err(Stop);
         }
-        let line = if self.spec.metadata_only && kind != "ERROR" {
+        let line = if kind == "ERROR" || kind == "BOOKMARK" {
+            handlers::event_line(kind, object)
+        } else if self.spec.metadata_only {
             handlers::event_line(kind, &handlers::partial_metadata(object))
+        } else if self.spec.as_table {
+            let rv = object
+                .pointer("/metadata/resourceVersion")
+                .cloned()
+                .unwrap_or(Value::Null);
+            let table = crate::table::table_for(
+                &self.spec.info,
+                &[object],
+                json!({ "resourceVersion": rv }),
+                self.state.store.clock(),
+            );
+            handlers::event_line(kind, &table)
         } else {
             handlers::event_line(kind, object)
         };
@@ -835,7 +861,7 @@ impl WatchStream {
             }
         };
         if let Some(kind) = send {
-            if self.spec.metadata_only {
+            if self.spec.metadata_only || self.spec.as_table {
                 self.emit(kind, &event.object).await?;
             } else {
                 let line = self
@@ -901,7 +927,7 @@ async fn stream_events(w: &mut WatchStream) -> Result<(), Stop> {
             if w.spec.has_selectors() {
                 w.view = Some(std::collections::HashSet::new());
             }
-            for event in &items {
+            for event in items {
                 if w.spec.matches(&event.object) {
                     if let Some(view) = &mut w.view {
                         view.insert(object_key(&event.object));

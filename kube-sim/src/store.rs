@@ -18,8 +18,11 @@ use crate::registry::{Registry, ResourceInfo};
 
 /// Events kept for watches that start from an older resourceVersion.
 const HISTORY_LIMIT: usize = 10_000;
-/// Capacity of the live event channel; a watcher that falls this far behind is dropped.
-const CHANNEL_CAPACITY: usize = 2_048;
+/// Capacity of the live event channel. Every event a slow subscriber has not read yet
+/// stays in memory as a parsed object, so this stays small: a watcher that falls this far
+/// behind is ended (clients watch again from their last resourceVersion) and the
+/// controllers rescan.
+const CHANNEL_CAPACITY: usize = 1_024;
 /// The first resourceVersion handed out. Watches from below it are "too old", as on a real
 /// server whose history has been compacted.
 const FIRST_RESOURCE_VERSION: u64 = 100;
@@ -144,7 +147,76 @@ pub struct Deleted {
 type ObjectKey = (String, String);
 
 /// The kept events after a resourceVersion, and a receiver for everything later.
-pub type WatchStart = (Vec<Arc<WatchEvent>>, broadcast::Receiver<Arc<WatchEvent>>);
+pub type WatchStart = (EventList, broadcast::Receiver<Arc<WatchEvent>>);
+
+/// Stored objects or kept events, decoded one at a time as they are iterated, so that
+/// walking ten thousand objects never holds ten thousand parsed values at once.
+#[derive(Clone, Debug, Default)]
+pub struct EventList {
+    items: Vec<RawEvent>,
+}
+
+#[derive(Clone, Debug)]
+struct RawEvent {
+    resource: Arc<ResourceType>,
+    kind: EventKind,
+    resource_version: u64,
+    bytes: Arc<[u8]>,
+}
+
+impl RawEvent {
+    fn decode(&self) -> Arc<WatchEvent> {
+        event_of(
+            &self.resource,
+            self.kind,
+            self.resource_version,
+            &self.bytes,
+        )
+    }
+}
+
+impl EventList {
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Decodes the events one by one.
+    pub fn iter(&self) -> impl Iterator<Item = Arc<WatchEvent>> + '_ {
+        self.items.iter().map(RawEvent::decode)
+    }
+}
+
+impl IntoIterator for EventList {
+    type Item = Arc<WatchEvent>;
+    type IntoIter = EventListIter;
+
+    fn into_iter(self) -> EventListIter {
+        EventListIter {
+            inner: self.items.into_iter(),
+        }
+    }
+}
+
+/// Iterator over an [`EventList`], decoding as it goes.
+pub struct EventListIter {
+    inner: std::vec::IntoIter<RawEvent>,
+}
+
+impl Iterator for EventListIter {
+    type Item = Arc<WatchEvent>;
+
+    fn next(&mut self) -> Option<Arc<WatchEvent>> {
+        self.inner.next().map(|raw| raw.decode())
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.inner.size_hint()
+    }
+}
 
 /// An object as kept: compact JSON (a fraction of the memory of a parsed value), shared
 /// with the history entry that wrote it.
@@ -159,7 +231,7 @@ struct Stored {
 
 /// A committed change kept for watches that start from an older resourceVersion.
 struct HistoryEntry {
-    resource: ResourceType,
+    resource: Arc<ResourceType>,
     kind: EventKind,
     resource_version: u64,
     bytes: Arc<[u8]>,
@@ -318,36 +390,13 @@ impl Store {
     /// with the resourceVersion of the list.
     pub fn list(&self, rt: &ResourceType, namespace: Option<&str>) -> (Vec<Value>, u64) {
         let (events, rv) = self.list_shared(rt, namespace);
-        (events.iter().map(|e| e.object.clone()).collect(), rv)
+        (events.into_iter().map(|e| e.object.clone()).collect(), rv)
     }
 
-    /// Like `list`, but without copying the objects.
-    pub fn list_shared(
-        &self,
-        rt: &ResourceType,
-        namespace: Option<&str>,
-    ) -> (Vec<Arc<WatchEvent>>, u64) {
-        let (raw, rv): (Vec<Stored>, u64) = {
-            let inner = self.lock();
-            let rv = inner.resource_version;
-            let Some(objects) = inner.objects.get(rt) else {
-                return (Vec::new(), rv);
-            };
-            let items = match namespace {
-                Some(ns) => objects
-                    .range((ns.to_string(), String::new())..)
-                    .take_while(|((n, _), _)| n == ns)
-                    .map(|(_, e)| e.clone())
-                    .collect(),
-                None => objects.values().cloned().collect(),
-            };
-            (items, rv)
-        };
-        let items = raw
-            .iter()
-            .map(|s| event_of(rt, s.kind, s.resource_version, &s.bytes))
-            .collect();
-        (items, rv)
+    /// Like `list`, but decoding each object only when the list is iterated.
+    pub fn list_shared(&self, rt: &ResourceType, namespace: Option<&str>) -> (EventList, u64) {
+        let inner = self.lock();
+        (list_raw(&inner, rt, namespace), inner.resource_version)
     }
 
     /// Number of stored objects of all types.
@@ -371,35 +420,26 @@ impl Store {
         resource_version: u64,
         only: Option<&ResourceType>,
     ) -> Result<WatchStart, u64> {
-        let (raw, rx) = {
-            let inner = self.lock();
-            if resource_version < inner.oldest_watchable {
-                return Err(inner.oldest_watchable);
-            }
-            let start = inner
-                .history
-                .partition_point(|e| e.resource_version <= resource_version);
-            let raw: Vec<(ResourceType, EventKind, u64, Arc<[u8]>)> = inner
-                .history
-                .iter()
-                .skip(start)
-                .filter(|e| only.is_none_or(|rt| *rt == e.resource))
-                .map(|e| {
-                    (
-                        e.resource.clone(),
-                        e.kind,
-                        e.resource_version,
-                        e.bytes.clone(),
-                    )
-                })
-                .collect();
-            (raw, self.events.subscribe())
-        };
-        let replay = raw
+        let inner = self.lock();
+        if resource_version < inner.oldest_watchable {
+            return Err(inner.oldest_watchable);
+        }
+        let start = inner
+            .history
+            .partition_point(|e| e.resource_version <= resource_version);
+        let items = inner
+            .history
             .iter()
-            .map(|(rt, kind, rv, bytes)| event_of(rt, *kind, *rv, bytes))
+            .skip(start)
+            .filter(|e| only.is_none_or(|rt| *rt == *e.resource))
+            .map(|e| RawEvent {
+                resource: e.resource.clone(),
+                kind: e.kind,
+                resource_version: e.resource_version,
+                bytes: e.bytes.clone(),
+            })
             .collect();
-        Ok((replay, rx))
+        Ok((EventList { items }, self.events.subscribe()))
     }
 
     /// A snapshot of a type's objects plus a receiver for every later event, atomically.
@@ -407,33 +447,10 @@ impl Store {
         &self,
         rt: &ResourceType,
         namespace: Option<&str>,
-    ) -> (
-        Vec<Arc<WatchEvent>>,
-        u64,
-        broadcast::Receiver<Arc<WatchEvent>>,
-    ) {
-        let (raw, rv, rx) = {
-            let inner = self.lock();
-            let rx = self.events.subscribe();
-            let rv = inner.resource_version;
-            let raw: Vec<Stored> = inner
-                .objects
-                .get(rt)
-                .map(|objects| {
-                    objects
-                        .iter()
-                        .filter(|((ns, _), _)| namespace.is_none_or(|want| want == ns))
-                        .map(|(_, e)| e.clone())
-                        .collect()
-                })
-                .unwrap_or_default();
-            (raw, rv, rx)
-        };
-        let items = raw
-            .iter()
-            .map(|s| event_of(rt, s.kind, s.resource_version, &s.bytes))
-            .collect();
-        (items, rv, rx)
+    ) -> (EventList, u64, broadcast::Receiver<Arc<WatchEvent>>) {
+        let inner = self.lock();
+        let rx = self.events.subscribe();
+        (list_raw(&inner, rt, namespace), inner.resource_version, rx)
     }
 
     fn info(&self, rt: &ResourceType) -> Result<Arc<ResourceInfo>, ApiError> {
@@ -1012,7 +1029,7 @@ impl Store {
         set_resource_version(&mut obj, rv);
         let bytes: Arc<[u8]> = serde_json::to_vec(&obj).unwrap_or_default().into();
         let entry = HistoryEntry {
-            resource: rt.clone(),
+            resource: Arc::new(rt.clone()),
             kind: EventKind::Deleted,
             resource_version: rv,
             bytes,
@@ -1071,7 +1088,7 @@ impl Store {
             unlink_owners(inner, rt, &key, &gone);
         }
         let entry = HistoryEntry {
-            resource: rt.clone(),
+            resource: Arc::new(rt.clone()),
             kind,
             resource_version: rv,
             bytes,
@@ -1180,6 +1197,29 @@ fn same_content(old: &Value, new: &Value) -> bool {
         }
     }
     true
+}
+
+/// The stored objects of a type (one namespace or all), not yet decoded.
+fn list_raw(inner: &Inner, rt: &ResourceType, namespace: Option<&str>) -> EventList {
+    let Some(objects) = inner.objects.get(rt) else {
+        return EventList::default();
+    };
+    let resource = Arc::new(rt.clone());
+    let raw = |s: &Stored| RawEvent {
+        resource: resource.clone(),
+        kind: s.kind,
+        resource_version: s.resource_version,
+        bytes: s.bytes.clone(),
+    };
+    let items = match namespace {
+        Some(ns) => objects
+            .range((ns.to_string(), String::new())..)
+            .take_while(|((n, _), _)| n == ns)
+            .map(|(_, s)| raw(s))
+            .collect(),
+        None => objects.values().map(raw).collect(),
+    };
+    EventList { items }
 }
 
 fn unlink_owners(inner: &mut Inner, rt: &ResourceType, key: &ObjectKey, owners: &[String]) {

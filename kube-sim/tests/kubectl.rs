@@ -245,6 +245,33 @@ async fn kubectl_sees_errors_and_discovery() {
     assert_eq!(secret, "Opaque cQ==");
     kubectl.ok(&["delete", "namespace", "demo"]).await;
 
+    // `kubectl get -w` asks for Tables in the watch too: rows with the kind's columns.
+    let mut watch = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kubectl.kubeconfig)
+        .env("HOME", kubectl._dir.path())
+        .args(["get", "configmaps", "-w"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    kubectl
+        .ok(&["create", "configmap", "watched", "--from-literal=a=b"])
+        .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    watch.start_kill().unwrap();
+    let out = watch.wait_with_output().await.unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout);
+    let row = printed
+        .lines()
+        .find(|l| l.starts_with("watched"))
+        .unwrap_or_else(|| panic!("no row for the new ConfigMap in:\n{printed}"));
+    assert_eq!(
+        row.split_whitespace().nth(1),
+        Some("1"),
+        "DATA column: {row}"
+    );
+
     // A wrong token is refused.
     let broken = std::fs::read_to_string(&kubectl.kubeconfig)
         .unwrap()

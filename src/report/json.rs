@@ -171,21 +171,7 @@ mod tests {
     /// docs/report-schema.json is `report_schema()`; regenerate with UPDATE_SCHEMAS=1.
     #[test]
     fn docs_schema_is_current() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/report-schema.json");
-        let text = format!(
-            "{}\n",
-            serde_json::to_string_pretty(&report_schema()).unwrap()
-        );
-        if std::env::var_os("UPDATE_SCHEMAS").is_some() {
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(&path, &text).unwrap();
-        }
-        let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
-        assert!(
-            on_disk == text,
-            "{} is stale: run UPDATE_SCHEMAS=1 cargo test --lib schema",
-            path.display()
-        );
+        crate::generated_docs::assert_current("report-schema.json", &report_schema());
     }
 
     #[test]
