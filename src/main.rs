@@ -1,1 +1,36 @@
-fn main() {}
+//! The rollguard binary: parse, set up logging, run, map the result to an exit code.
+
+use clap::Parser;
+use rollguard::cli::{Cli, run};
+use tracing_subscriber::EnvFilter;
+
+fn main() {
+    let cli = Cli::parse();
+    // Logs go to stderr (stdout carries the final table); RUST_LOG overrides the level.
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(
+            std::io::IsTerminal::is_terminal(&std::io::stderr())
+                && std::env::var_os("NO_COLOR").is_none(),
+        )
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("rollguard: cannot start the async runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    let code = runtime.block_on(run(cli)).unwrap_or_else(|e| {
+        eprintln!("rollguard: {e}");
+        e.exit_code()
+    });
+    // Watches and renewals may still hold tasks: do not wait for them.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+    std::process::exit(code);
+}

@@ -1,1 +1,107 @@
-fn main() {}
+//! `kube-sim serve`: runs simulated clusters until SIGTERM/SIGINT.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use kube_sim::{Sim, SimOptions};
+
+#[derive(Parser)]
+#[command(
+    name = "kube-sim",
+    version,
+    about = "A simulated Kubernetes API server with controllers and pods"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start clusters sim-1..sim-N, write their kubeconfig, print `ready`, run until stopped.
+    Serve {
+        /// Number of clusters.
+        #[arg(long, default_value_t = 1)]
+        clusters: usize,
+        /// Where to write the kubeconfig (contexts sim-1..sim-N).
+        #[arg(long)]
+        kubeconfig: PathBuf,
+        /// YAML rules making images fail in chosen clusters.
+        #[arg(long)]
+        rules: Option<PathBuf>,
+        /// Simulated time runs this many times faster.
+        #[arg(long, default_value_t = 1.0)]
+        time_scale: f64,
+        /// Serve plain HTTP instead of HTTPS.
+        #[arg(long)]
+        plain_http: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("kube-sim: starting the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match cli.command {
+        Command::Serve {
+            clusters,
+            kubeconfig,
+            rules,
+            time_scale,
+            plain_http,
+        } => {
+            let opts = SimOptions {
+                clusters,
+                time_scale,
+                rules_path: rules,
+                rules: Vec::new(),
+                tls: !plain_http,
+            };
+            match runtime.block_on(serve(opts, kubeconfig)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("kube-sim: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+async fn serve(opts: SimOptions, kubeconfig: PathBuf) -> Result<(), Box<dyn std::error::Error>> {
+    let sim = Sim::start(opts).await?;
+    sim.write_kubeconfig(&kubeconfig)?;
+    {
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, "ready")?;
+        stdout.flush()?;
+    }
+    wait_for_signal().await?;
+    sim.shutdown();
+    Ok(())
+}
+
+async fn wait_for_signal() -> std::io::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    Ok(())
+}

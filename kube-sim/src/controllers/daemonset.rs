@@ -1,0 +1,270 @@
+//! The DaemonSet controller as a pure function: one pod per (matching) simulated node,
+//! rolling update limited by maxUnavailable.
+
+use serde_json::{Map, Value, json};
+
+use super::deployment::Note;
+use super::meta;
+use super::pods;
+
+pub const REVISION_LABEL: &str = "controller-revision-hash";
+pub const TEMPLATE_GENERATION_LABEL: &str = "pod-template-generation";
+
+/// A simulated node as the controllers see it.
+#[derive(Debug, Clone)]
+pub struct NodeInfo {
+    pub name: String,
+    pub labels: Value,
+}
+
+#[derive(Debug, Default)]
+pub struct DaemonSetSync {
+    pub create: Vec<Value>,
+    pub delete: Vec<String>,
+    pub create_revision: Option<Value>,
+    pub status: Value,
+    pub events: Vec<Note>,
+}
+
+fn node_selected(ds: &Value, node: &NodeInfo) -> bool {
+    ds["spec"]["template"]["spec"]["nodeSelector"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .all(|(k, v)| node.labels[k] == *v)
+}
+
+/// One sync of a DaemonSet against its pods and the nodes.
+pub fn reconcile(
+    ds: &Value,
+    owned_pods: &[Value],
+    revisions: &[Value],
+    nodes: &[NodeInfo],
+    now: jiff::Timestamp,
+) -> DaemonSetSync {
+    let mut out = DaemonSetSync::default();
+    let name = meta::name(ds);
+    let hash = meta::pod_template_hash(
+        &ds["spec"]["template"],
+        ds["status"]["collisionCount"].as_i64(),
+    );
+    let revision_name = format!("{name}-{hash}");
+    let min_ready = ds["spec"]["minReadySeconds"].as_i64().unwrap_or(0);
+    if !revisions.iter().any(|r| meta::name(r) == revision_name) {
+        let number = revisions
+            .iter()
+            .filter_map(|r| r["revision"].as_i64())
+            .max()
+            .unwrap_or(0)
+            + 1;
+        let mut labels = ds["spec"]["template"]["metadata"]["labels"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        labels.insert(REVISION_LABEL.into(), json!(hash));
+        let mut template = ds["spec"]["template"].clone();
+        template["$patch"] = json!("replace");
+        out.create_revision = Some(json!({
+            "apiVersion": "apps/v1",
+            "kind": "ControllerRevision",
+            "metadata": {
+                "name": revision_name,
+                "namespace": meta::namespace(ds),
+                "labels": labels,
+                "ownerReferences": [meta::controller_ref(ds, "apps/v1", "DaemonSet")],
+            },
+            "data": {"spec": {"template": template}},
+            "revision": number,
+        }));
+    }
+
+    let wanted: Vec<&NodeInfo> = nodes.iter().filter(|n| node_selected(ds, n)).collect();
+    let on_node = |node: &str| -> Vec<&Value> {
+        owned_pods
+            .iter()
+            .filter(|p| pods::is_active(p) && p["spec"]["nodeName"].as_str() == Some(node))
+            .collect()
+    };
+    let is_updated = |p: &Value| meta::label(p, REVISION_LABEL) == Some(hash.as_str());
+    let is_available = |p: &Value| pods::availability(p, min_ready, now).is_ok();
+
+    for node in &wanted {
+        if on_node(&node.name).is_empty() {
+            let mut pod = pods::pod_from_template(
+                ds,
+                "apps/v1",
+                "DaemonSet",
+                &ds["spec"]["template"],
+                Err(format!("{name}-")),
+                &[
+                    (REVISION_LABEL, hash.clone()),
+                    (TEMPLATE_GENERATION_LABEL, meta::generation(ds).to_string()),
+                ],
+            );
+            pod["spec"]["nodeName"] = json!(node.name);
+            out.create.push(pod);
+        }
+    }
+    // Pods on nodes that no longer match.
+    for pod in owned_pods.iter().filter(|p| pods::is_active(p)) {
+        let node = pod["spec"]["nodeName"].as_str().unwrap_or_default();
+        if !wanted.iter().any(|n| n.name == node) {
+            out.delete.push(meta::name(pod).to_string());
+        }
+    }
+    // Rolling update: replace old pods while at most maxUnavailable are unavailable.
+    let rolling = ds["spec"]["updateStrategy"]["type"]
+        .as_str()
+        .unwrap_or("RollingUpdate")
+        == "RollingUpdate";
+    if rolling {
+        let max_unavailable = meta::int_or_percent(
+            &ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"],
+            wanted.len() as i64,
+            true,
+            "1",
+        )
+        .max(1);
+        let mut unavailable = wanted
+            .iter()
+            .filter(|n| !on_node(&n.name).into_iter().any(|p| is_available(p)))
+            .count() as i64;
+        // Unavailable old pods go first, then available ones within the budget.
+        let mut old: Vec<&Value> = owned_pods
+            .iter()
+            .filter(|p| {
+                pods::is_active(p)
+                    && !is_updated(p)
+                    && !out.delete.iter().any(|d| d == meta::name(p))
+            })
+            .collect();
+        old.sort_by_key(|p| is_available(p));
+        for pod in old {
+            if !is_available(pod) {
+                out.delete.push(meta::name(pod).to_string());
+            } else if unavailable < max_unavailable {
+                out.delete.push(meta::name(pod).to_string());
+                unavailable += 1;
+            }
+        }
+    }
+    for pod_name in &out.delete {
+        out.events.push(Note {
+            kind: "Normal",
+            reason: "SuccessfulDelete",
+            message: format!("Deleted pod: {pod_name}"),
+        });
+    }
+
+    let live: Vec<&Value> = owned_pods
+        .iter()
+        .filter(|p| pods::is_active(p) && !out.delete.iter().any(|d| d == meta::name(p)))
+        .collect();
+    let scheduled = wanted
+        .iter()
+        .filter(|n| {
+            live.iter()
+                .any(|p| p["spec"]["nodeName"].as_str() == Some(n.name.as_str()))
+        })
+        .count() as i64;
+    let ready = live
+        .iter()
+        .filter(|p| pods::ready_since(p).is_some())
+        .count() as i64;
+    let available = live.iter().filter(|p| is_available(p)).count() as i64;
+    let updated = live.iter().filter(|p| is_updated(p)).count() as i64;
+    let desired = wanted.len() as i64;
+    let mut status = Map::new();
+    status.insert("currentNumberScheduled".into(), json!(scheduled));
+    status.insert("numberMisscheduled".into(), json!(0));
+    status.insert("desiredNumberScheduled".into(), json!(desired));
+    status.insert("numberReady".into(), json!(ready));
+    meta::put_nonzero(&mut status, "observedGeneration", meta::generation(ds));
+    meta::put_nonzero(&mut status, "updatedNumberScheduled", updated);
+    meta::put_nonzero(&mut status, "numberAvailable", available);
+    meta::put_nonzero(
+        &mut status,
+        "numberUnavailable",
+        (desired - available).max(0),
+    );
+    out.status = Value::Object(status);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nodes() -> Vec<NodeInfo> {
+        (1..=3)
+            .map(|i| NodeInfo {
+                name: format!("n{i}"),
+                labels: json!({"kubernetes.io/hostname": format!("n{i}")}),
+            })
+            .collect()
+    }
+
+    fn ds(image: &str) -> Value {
+        json!({"metadata": {"name": "agent", "namespace": "ns", "uid": "d1", "generation": 1},
+               "spec": {"selector": {"matchLabels": {"app": "agent"}},
+                        "template": {"metadata": {"labels": {"app": "agent"}}, "spec": {"containers": [{"name": "a", "image": image}]}}},
+               "status": {}})
+    }
+
+    fn now() -> jiff::Timestamp {
+        "2026-11-30T08:05:00Z".parse().unwrap()
+    }
+
+    fn ready(mut pod: Value, i: usize) -> Value {
+        pod["metadata"]["name"] = json!(format!("agent-{i}"));
+        pod["status"] = json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-30T08:00:00Z"}]});
+        pod
+    }
+
+    #[test]
+    fn one_pod_per_node_and_counts() {
+        let set = ds("agent:1");
+        let out = reconcile(&set, &[], &[], &nodes(), now());
+        assert_eq!(out.create.len(), 3);
+        let placed: Vec<&str> = out
+            .create
+            .iter()
+            .map(|p| p["spec"]["nodeName"].as_str().unwrap())
+            .collect();
+        assert_eq!(placed, ["n1", "n2", "n3"]);
+        assert!(meta::label(&out.create[0], REVISION_LABEL).is_some());
+        assert_eq!(out.status["desiredNumberScheduled"], 3);
+        assert_eq!(out.status["currentNumberScheduled"], 0);
+        assert_eq!(out.status["numberUnavailable"], 3);
+        let pods: Vec<Value> = out
+            .create
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| ready(p, i))
+            .collect();
+        let revisions = vec![out.create_revision.unwrap()];
+        let out = reconcile(&set, &pods, &revisions, &nodes(), now());
+        assert!(out.create.is_empty() && out.delete.is_empty());
+        assert_eq!(
+            out.status,
+            json!({"currentNumberScheduled": 3, "numberMisscheduled": 0, "desiredNumberScheduled": 3,
+            "numberReady": 3, "observedGeneration": 1, "updatedNumberScheduled": 3, "numberAvailable": 3})
+        );
+    }
+
+    #[test]
+    fn rolling_update_replaces_one_node_at_a_time() {
+        let set = ds("agent:1");
+        let out = reconcile(&set, &[], &[], &nodes(), now());
+        let pods: Vec<Value> = out
+            .create
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| ready(p, i))
+            .collect();
+        let updated = ds("agent:2");
+        let out = reconcile(&updated, &pods, &[], &nodes(), now());
+        assert_eq!(out.delete.len(), 1, "maxUnavailable 1");
+        assert_eq!(out.status["updatedNumberScheduled"], Value::Null);
+    }
+}

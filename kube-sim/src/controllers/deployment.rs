@@ -1,0 +1,704 @@
+//! The deployment controller as a pure function: Deployment + its ReplicaSets -> what to
+//! create, scale and delete, and the Deployment's new status, as kube-controller-manager
+//! computes them (rolling update with maxSurge/maxUnavailable, Recreate, progress deadline,
+//! revisions and rollback by template).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+
+use super::meta::{self, annotation, find_condition, int_or_percent, put_nonzero};
+
+pub const REVISION: &str = "deployment.kubernetes.io/revision";
+pub const DESIRED_REPLICAS: &str = "deployment.kubernetes.io/desired-replicas";
+pub const MAX_REPLICAS: &str = "deployment.kubernetes.io/max-replicas";
+pub const HASH_LABEL: &str = "pod-template-hash";
+
+/// Annotations of a Deployment that are not copied to its ReplicaSets.
+const NOT_COPIED: [&str; 5] = [
+    "kubectl.kubernetes.io/last-applied-configuration",
+    REVISION,
+    "deployment.kubernetes.io/revision-history",
+    DESIRED_REPLICAS,
+    MAX_REPLICAS,
+];
+
+/// An event the controller records about the Deployment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Note {
+    pub kind: &'static str,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// What one sync of a Deployment decides.
+#[derive(Debug, Default)]
+pub struct DeploymentSync {
+    /// The Deployment's `deployment.kubernetes.io/revision` annotation, when it must change.
+    pub revision: Option<String>,
+    /// A new ReplicaSet to create.
+    pub create: Option<Value>,
+    /// The status written right after creating a ReplicaSet (condition NewReplicaSetCreated),
+    /// before the full status, as the real controller does.
+    pub early_status: Option<Value>,
+    /// Existing ReplicaSets with a new `spec.replicas` and/or annotations.
+    pub update: Vec<Value>,
+    /// Old ReplicaSets beyond `revisionHistoryLimit`, to delete.
+    pub delete: Vec<String>,
+    pub status: Value,
+    pub events: Vec<Note>,
+    /// Sync again after this long (progress deadline check), if nothing else happens first.
+    pub requeue_after: Option<Duration>,
+}
+
+fn revision_of(rs: &Value) -> i64 {
+    annotation(rs, REVISION)
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(0)
+}
+
+fn is_rolling(dep: &Value) -> bool {
+    dep["spec"]["strategy"]["type"]
+        .as_str()
+        .unwrap_or("RollingUpdate")
+        != "Recreate"
+}
+
+/// maxSurge and maxUnavailable resolved against `replicas` (surge rounds up, unavailable
+/// down; both zero means one unavailable), as Kubernetes' `ResolveFenceposts`.
+pub fn fenceposts(dep: &Value) -> (i64, i64) {
+    if !is_rolling(dep) {
+        return (0, 0);
+    }
+    let replicas = meta::spec_replicas(dep);
+    let rolling = &dep["spec"]["strategy"]["rollingUpdate"];
+    let surge = int_or_percent(&rolling["maxSurge"], replicas, true, "25%");
+    let unavailable = int_or_percent(&rolling["maxUnavailable"], replicas, false, "25%");
+    if surge == 0 && unavailable == 0 {
+        (0, 1)
+    } else {
+        (surge, unavailable)
+    }
+}
+
+fn max_unavailable(dep: &Value) -> i64 {
+    let replicas = meta::spec_replicas(dep);
+    if !is_rolling(dep) || replicas == 0 {
+        return 0;
+    }
+    fenceposts(dep).1.min(replicas)
+}
+
+fn condition(kind: &str, status: &str, reason: &str, message: String, now: &str) -> Value {
+    json!({
+        "type": kind,
+        "status": status,
+        "lastUpdateTime": now,
+        "lastTransitionTime": now,
+        "reason": reason,
+        "message": message,
+    })
+}
+
+/// Kubernetes' `SetDeploymentCondition`: no change if status and reason are equal; keeps the
+/// transition time when only the reason changes; moves the condition to the end.
+fn set_condition(conditions: &mut Vec<Value>, mut cond: Value) {
+    let kind = cond["type"].as_str().unwrap_or_default().to_string();
+    if let Some(current) = find_condition(conditions, &kind) {
+        if current["status"] == cond["status"] && current["reason"] == cond["reason"] {
+            return;
+        }
+        if current["status"] == cond["status"] {
+            cond["lastTransitionTime"] = current["lastTransitionTime"].clone();
+        }
+    }
+    conditions.retain(|c| c["type"] != kind.as_str());
+    conditions.push(cond);
+}
+
+/// The pod template of a ReplicaSet without the hash label, for comparing with the
+/// Deployment's template.
+fn template_without_hash(rs: &Value) -> Value {
+    let mut template = rs["spec"]["template"].clone();
+    if let Some(labels) = template["metadata"]["labels"].as_object_mut() {
+        labels.remove(HASH_LABEL);
+    }
+    template
+}
+
+fn labels_without_hash_equal(a: &Value, b: &Value) -> bool {
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(m) = v.as_object_mut() {
+            m.remove(HASH_LABEL);
+            if m.is_empty() {
+                return Value::Null;
+            }
+        }
+        v
+    };
+    strip(a) == strip(b)
+}
+
+/// Is `rs` running the Deployment's current template?
+fn is_new_rs(dep: &Value, rs: &Value, hash: &str) -> bool {
+    if meta::label(rs, HASH_LABEL) == Some(hash) {
+        return true;
+    }
+    let mut ours = dep["spec"]["template"].clone();
+    let mut theirs = template_without_hash(rs);
+    let ours_labels = ours["metadata"]["labels"].take();
+    let theirs_labels = theirs["metadata"]["labels"].take();
+    ours == theirs && labels_without_hash_equal(&ours_labels, &theirs_labels)
+}
+
+/// Deployment annotations copied to ReplicaSets, plus the replica annotations.
+fn rs_annotations(
+    dep: &Value,
+    existing: &Value,
+    revision: i64,
+    replicas: i64,
+    surge: i64,
+) -> Value {
+    let mut out: BTreeMap<String, Value> = existing
+        .as_object()
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+        .unwrap_or_default();
+    if let Some(theirs) = dep["metadata"]["annotations"].as_object() {
+        for (k, v) in theirs {
+            if !NOT_COPIED.contains(&k.as_str()) {
+                out.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    out.insert(DESIRED_REPLICAS.into(), json!(replicas.to_string()));
+    out.insert(MAX_REPLICAS.into(), json!((replicas + surge).to_string()));
+    out.insert(REVISION.into(), json!(revision.to_string()));
+    Value::Object(out.into_iter().collect())
+}
+
+fn set_replica_annotations(rs: &mut Value, replicas: i64, surge: i64) {
+    if !rs["metadata"]["annotations"].is_object() {
+        rs["metadata"]["annotations"] = json!({});
+    }
+    let annotations = &mut rs["metadata"]["annotations"];
+    annotations[DESIRED_REPLICAS] = json!(replicas.to_string());
+    annotations[MAX_REPLICAS] = json!((replicas + surge).to_string());
+    // Keep Go's sorted map order.
+    if let Some(map) = annotations.as_object() {
+        let sorted: BTreeMap<String, Value> =
+            map.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        *annotations = Value::Object(sorted.into_iter().collect());
+    }
+}
+
+fn new_replica_set(dep: &Value, hash: &str, replicas: i64, annotations: Value) -> Value {
+    let mut template = dep["spec"]["template"].clone();
+    if !template["metadata"].is_object() {
+        template["metadata"] = json!({});
+    }
+    if !template["metadata"]["labels"].is_object() {
+        template["metadata"]["labels"] = json!({});
+    }
+    template["metadata"]["labels"][HASH_LABEL] = json!(hash);
+    let mut selector = dep["spec"]["selector"].clone();
+    if !selector["matchLabels"].is_object() {
+        selector["matchLabels"] = json!({});
+    }
+    selector["matchLabels"][HASH_LABEL] = json!(hash);
+    let mut spec = Map::new();
+    spec.insert("replicas".into(), json!(replicas));
+    if let Some(min_ready) = dep["spec"]["minReadySeconds"].as_i64().filter(|&m| m > 0) {
+        spec.insert("minReadySeconds".into(), json!(min_ready));
+    }
+    spec.insert("selector".into(), selector);
+    spec.insert("template".into(), template.clone());
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {
+            "name": format!("{}-{hash}", meta::name(dep)),
+            "namespace": meta::namespace(dep),
+            "labels": template["metadata"]["labels"],
+            "annotations": annotations,
+            "ownerReferences": [meta::controller_ref(dep, "apps/v1", "Deployment")],
+        },
+        "spec": spec,
+    })
+}
+
+struct Counts {
+    replicas: i64,
+    updated: i64,
+    ready: i64,
+    available: i64,
+    terminating: i64,
+}
+
+fn counts(all: &[&Value], new_rs: Option<&Value>) -> Counts {
+    let sum = |field: &str| {
+        all.iter()
+            .map(|rs| meta::status_i64(rs, field))
+            .sum::<i64>()
+    };
+    Counts {
+        replicas: sum("replicas"),
+        updated: new_rs.map_or(0, |rs| meta::status_i64(rs, "replicas")),
+        ready: sum("readyReplicas"),
+        available: sum("availableReplicas"),
+        terminating: sum("terminatingReplicas"),
+    }
+}
+
+/// One sync of a Deployment against the ReplicaSets it controls.
+pub fn reconcile(dep: &Value, owned: &[Value], now: jiff::Timestamp) -> DeploymentSync {
+    let mut out = DeploymentSync::default();
+    let now_text = crate::clock::format_time(now);
+    let replicas = meta::spec_replicas(dep);
+    let (surge, _) = fenceposts(dep);
+    let collision = dep["status"]["collisionCount"].as_i64();
+    let hash = meta::pod_template_hash(&dep["spec"]["template"], collision);
+    let live: Vec<&Value> = owned.iter().filter(|rs| !meta::is_deleting(rs)).collect();
+    let new_existing = live.iter().copied().find(|rs| is_new_rs(dep, rs, &hash));
+    let mut olds: Vec<Value> = live
+        .iter()
+        .filter(|rs| new_existing.is_none_or(|n| meta::uid(n) != meta::uid(rs)))
+        .map(|rs| (*rs).clone())
+        .collect();
+    olds.sort_by_key(|rs| (meta::creation_time(rs), meta::name(rs).to_string()));
+    let max_old_revision = olds.iter().map(revision_of).max().unwrap_or(0);
+    let paused = dep["spec"]["paused"].as_bool() == Some(true);
+
+    let mut conditions: Vec<Value> = dep["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let has_deadline = dep["spec"]["progressDeadlineSeconds"].as_i64().is_some();
+
+    // The new ReplicaSet: existing (annotations synced, revision bumped on rollback) or
+    // created now.
+    let mut new_rs: Option<Value> = None;
+    if let Some(existing) = new_existing {
+        let mut rs = existing.clone();
+        let mut revision = revision_of(&rs);
+        if revision <= max_old_revision {
+            revision = max_old_revision + 1;
+        }
+        rs["metadata"]["annotations"] = rs_annotations(
+            dep,
+            &rs["metadata"]["annotations"],
+            revision,
+            replicas,
+            surge,
+        );
+        if annotation(dep, REVISION) != Some(revision.to_string().as_str()) {
+            out.revision = Some(revision.to_string());
+        }
+        if has_deadline && find_condition(&conditions, "Progressing").is_none() && !paused {
+            set_condition(
+                &mut conditions,
+                condition(
+                    "Progressing",
+                    "True",
+                    "FoundNewReplicaSet",
+                    format!("Found new replica set \"{}\"", meta::name(&rs)),
+                    &now_text,
+                ),
+            );
+        }
+        new_rs = Some(rs);
+    }
+
+    let mut desired: BTreeMap<String, i64> = live
+        .iter()
+        .map(|rs| (meta::name(rs).to_string(), meta::spec_replicas(rs)))
+        .collect();
+    let total_desired = |desired: &BTreeMap<String, i64>| desired.values().sum::<i64>();
+
+    if paused {
+        set_condition(
+            &mut conditions,
+            condition(
+                "Progressing",
+                "Unknown",
+                "DeploymentPaused",
+                "Deployment is paused".into(),
+                &now_text,
+            ),
+        );
+    } else if is_rolling(dep) {
+        if new_rs.is_none() {
+            let current = total_desired(&desired);
+            let initial = (replicas + surge - current).clamp(0, replicas);
+            let revision = max_old_revision + 1;
+            let annotations = rs_annotations(dep, &Value::Null, revision, replicas, surge);
+            let rs = new_replica_set(dep, &hash, initial, annotations);
+            desired.insert(meta::name(&rs).to_string(), initial);
+            created(
+                &mut out,
+                &mut conditions,
+                dep,
+                &rs,
+                revision,
+                initial,
+                &now_text,
+            );
+            new_rs = Some(rs);
+        }
+        let new_name = new_rs
+            .as_ref()
+            .map(|rs| meta::name(rs).to_string())
+            .unwrap_or_default();
+        let new_current = desired.get(&new_name).copied().unwrap_or(0);
+        // reconcileNewReplicaSet
+        let mut scaled_up = false;
+        if new_current > replicas {
+            desired.insert(new_name.clone(), replicas);
+        } else if new_current < replicas {
+            let max_total = replicas + surge;
+            let current = total_desired(&desired);
+            if current < max_total {
+                let up = (max_total - current).min(replicas - new_current);
+                desired.insert(new_name.clone(), new_current + up);
+                scaled_up = out.create.is_none();
+            }
+        }
+        // reconcileOldReplicaSets (only when the new one was not scaled up in this sync)
+        if !scaled_up {
+            scale_down_old(dep, &olds, new_rs.as_ref(), &mut desired, replicas);
+        }
+    } else {
+        // Recreate: old ReplicaSets to zero, wait for their pods to go, then the new one up.
+        let mut scaled_down = false;
+        for rs in &olds {
+            if desired.get(meta::name(rs)).copied().unwrap_or(0) > 0 {
+                desired.insert(meta::name(rs).to_string(), 0);
+                scaled_down = true;
+            }
+        }
+        let old_pods_running = olds.iter().any(|rs| meta::status_i64(rs, "replicas") > 0);
+        if !scaled_down && !old_pods_running {
+            match &new_rs {
+                None => {
+                    let revision = max_old_revision + 1;
+                    let annotations = rs_annotations(dep, &Value::Null, revision, replicas, surge);
+                    let rs = new_replica_set(dep, &hash, replicas, annotations);
+                    desired.insert(meta::name(&rs).to_string(), replicas);
+                    created(
+                        &mut out,
+                        &mut conditions,
+                        dep,
+                        &rs,
+                        revision,
+                        replicas,
+                        &now_text,
+                    );
+                    new_rs = Some(rs);
+                }
+                Some(rs) => {
+                    desired.insert(meta::name(rs).to_string(), replicas);
+                }
+            }
+        }
+    }
+
+    // Emit updates for every existing ReplicaSet whose replicas or annotations change.
+    let mut all_for_status: Vec<&Value> = Vec::new();
+    for rs in live.iter().copied() {
+        let name = meta::name(rs);
+        let is_new = new_rs.as_ref().is_some_and(|n| meta::name(n) == name);
+        let mut updated = if is_new {
+            new_rs.clone().unwrap_or_else(|| rs.clone())
+        } else {
+            rs.clone()
+        };
+        let before = meta::spec_replicas(rs);
+        let after = desired.get(name).copied().unwrap_or(before);
+        if before != after {
+            updated["spec"]["replicas"] = json!(after);
+            set_replica_annotations(&mut updated, replicas, surge);
+            let direction = if after > before {
+                "Scaled up"
+            } else {
+                "Scaled down"
+            };
+            out.events.push(Note {
+                kind: "Normal",
+                reason: "ScalingReplicaSet",
+                message: format!("{direction} replica set {name} from {before} to {after}"),
+            });
+        }
+        if updated != *rs {
+            out.update.push(updated);
+        }
+        all_for_status.push(rs);
+    }
+    if let Some(created) = out.create.as_mut() {
+        let name = meta::name(created).to_string();
+        let initial = meta::spec_replicas(created);
+        let wanted = desired.get(&name).copied().unwrap_or(initial);
+        created["spec"]["replicas"] = json!(wanted);
+        if wanted > 0 {
+            out.events.push(Note {
+                kind: "Normal",
+                reason: "ScalingReplicaSet",
+                message: format!("Scaled up replica set {name} from 0 to {wanted}"),
+            });
+        }
+    }
+    let new_for_status = out.create.as_ref().or(new_existing);
+    if let Some(created) = out.create.as_ref() {
+        all_for_status.push(created);
+    }
+
+    // Revision history: delete the oldest idle ReplicaSets beyond the limit.
+    let limit = dep["spec"]["revisionHistoryLimit"]
+        .as_i64()
+        .unwrap_or(10)
+        .max(0) as usize;
+    let mut idle: Vec<&Value> = olds
+        .iter()
+        .filter(|rs| {
+            desired.get(meta::name(rs)).copied().unwrap_or(0) == 0
+                && meta::status_i64(rs, "replicas") == 0
+        })
+        .collect();
+    if idle.len() > limit && !paused {
+        idle.sort_by_key(|rs| revision_of(rs));
+        let excess = idle.len() - limit;
+        out.delete = idle[..excess]
+            .iter()
+            .map(|rs| meta::name(rs).to_string())
+            .collect();
+    }
+
+    // Status (calculateStatus + syncRolloutStatus).
+    let c = counts(&all_for_status, new_for_status);
+    let mut status = Map::new();
+    put_nonzero(&mut status, "observedGeneration", meta::generation(dep));
+    put_nonzero(&mut status, "replicas", c.replicas);
+    put_nonzero(&mut status, "updatedReplicas", c.updated);
+    put_nonzero(&mut status, "readyReplicas", c.ready);
+    put_nonzero(&mut status, "availableReplicas", c.available);
+    put_nonzero(
+        &mut status,
+        "unavailableReplicas",
+        (replicas - c.available).max(0),
+    );
+    status.insert("terminatingReplicas".into(), json!(c.terminating));
+
+    if c.available >= replicas - max_unavailable(dep) {
+        set_condition(
+            &mut conditions,
+            condition(
+                "Available",
+                "True",
+                "MinimumReplicasAvailable",
+                "Deployment has minimum availability.".into(),
+                &now_text,
+            ),
+        );
+    } else {
+        set_condition(
+            &mut conditions,
+            condition(
+                "Available",
+                "False",
+                "MinimumReplicasUnavailable",
+                "Deployment does not have minimum availability.".into(),
+                &now_text,
+            ),
+        );
+    }
+
+    let target = match new_for_status {
+        Some(rs) => format!("ReplicaSet \"{}\"", meta::name(rs)),
+        None => format!("Deployment \"{}\"", meta::name(dep)),
+    };
+    let complete = c.updated == replicas && c.replicas == replicas && c.available == replicas;
+    if !has_deadline {
+        conditions.retain(|c| c["type"] != "Progressing");
+    } else if !paused {
+        let current = find_condition(&conditions, "Progressing").cloned();
+        let old = &dep["status"];
+        let old_old = meta::status_i64(dep, "replicas") - meta::status_i64(dep, "updatedReplicas");
+        let progressing = c.updated > old["updatedReplicas"].as_i64().unwrap_or(0)
+            || c.replicas - c.updated < old_old
+            || c.ready > old["readyReplicas"].as_i64().unwrap_or(0)
+            || c.available > old["availableReplicas"].as_i64().unwrap_or(0);
+        if complete {
+            set_condition(
+                &mut conditions,
+                condition(
+                    "Progressing",
+                    "True",
+                    "NewReplicaSetAvailable",
+                    format!("{target} has successfully progressed."),
+                    &now_text,
+                ),
+            );
+        } else if progressing {
+            let mut cond = condition(
+                "Progressing",
+                "True",
+                "ReplicaSetUpdated",
+                format!("{target} is progressing."),
+                &now_text,
+            );
+            if let Some(cur) = &current {
+                if cur["status"] == "True" {
+                    cond["lastTransitionTime"] = cur["lastTransitionTime"].clone();
+                }
+                conditions.retain(|c| c["type"] != "Progressing");
+            }
+            set_condition(&mut conditions, cond);
+        } else if let Some(remaining) = deadline_remaining(dep, &conditions, now) {
+            if remaining.is_zero() {
+                set_condition(
+                    &mut conditions,
+                    condition(
+                        "Progressing",
+                        "False",
+                        "ProgressDeadlineExceeded",
+                        format!("{target} has timed out progressing."),
+                        &now_text,
+                    ),
+                );
+            }
+        }
+        if !complete
+            && let Some(remaining) = deadline_remaining(dep, &conditions, now)
+            && !remaining.is_zero()
+        {
+            out.requeue_after = Some(remaining + Duration::from_secs(1));
+        }
+    }
+    status.insert("conditions".into(), Value::Array(conditions));
+    if let Some(collision) = collision {
+        status.insert("collisionCount".into(), json!(collision));
+    }
+    out.status = Value::Object(status);
+    out
+}
+
+/// Time left before the progress deadline passes (zero once passed), or None when no
+/// deadline applies (no condition, complete, or already timed out).
+fn deadline_remaining(dep: &Value, conditions: &[Value], now: jiff::Timestamp) -> Option<Duration> {
+    let deadline = dep["spec"]["progressDeadlineSeconds"].as_i64()?;
+    let cond = find_condition(conditions, "Progressing")?;
+    match cond["reason"].as_str() {
+        Some("NewReplicaSetAvailable")
+        | Some("ProgressDeadlineExceeded")
+        | Some("DeploymentPaused") => None,
+        _ => {
+            let from = meta::parse_time(&cond["lastUpdateTime"])?;
+            let until = meta::add(from, Duration::from_secs(deadline.max(0) as u64));
+            // Timed out strictly after the deadline, as Kubernetes' `Before`.
+            if until < now {
+                Some(Duration::ZERO)
+            } else {
+                Some(meta::since(until, now).max(Duration::from_millis(1)))
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn created(
+    out: &mut DeploymentSync,
+    conditions: &mut Vec<Value>,
+    dep: &Value,
+    rs: &Value,
+    revision: i64,
+    _initial: i64,
+    now: &str,
+) {
+    out.create = Some(rs.clone());
+    if annotation(dep, REVISION) != Some(revision.to_string().as_str()) {
+        out.revision = Some(revision.to_string());
+    }
+    if dep["spec"]["progressDeadlineSeconds"].as_i64().is_some() {
+        set_condition(
+            conditions,
+            condition(
+                "Progressing",
+                "True",
+                "NewReplicaSetCreated",
+                format!("Created new replica set \"{}\"", meta::name(rs)),
+                now,
+            ),
+        );
+        let mut early = dep["status"].as_object().cloned().unwrap_or_default();
+        early.insert("conditions".into(), Value::Array(conditions.clone()));
+        out.early_status = Some(Value::Object(early));
+    }
+}
+
+/// reconcileOldReplicaSets: scale old ReplicaSets down without going below
+/// `replicas - maxUnavailable` available pods (unhealthy ones first).
+fn scale_down_old(
+    dep: &Value,
+    olds: &[Value],
+    new_rs: Option<&Value>,
+    desired: &mut BTreeMap<String, i64>,
+    replicas: i64,
+) {
+    let old_total: i64 = olds
+        .iter()
+        .map(|rs| desired.get(meta::name(rs)).copied().unwrap_or(0))
+        .sum();
+    if old_total == 0 {
+        return;
+    }
+    let all_total: i64 = desired.values().sum();
+    let min_available = replicas - max_unavailable(dep);
+    let new_unavailable = new_rs.map_or(0, |rs| {
+        let name = meta::name(rs);
+        (desired.get(name).copied().unwrap_or(0) - meta::status_i64(rs, "availableReplicas")).max(0)
+    });
+    let max_scaled_down = all_total - min_available - new_unavailable;
+    if max_scaled_down <= 0 {
+        return;
+    }
+    // cleanupUnhealthyReplicas: oldest first.
+    let mut budget = max_scaled_down;
+    for rs in olds {
+        if budget == 0 {
+            break;
+        }
+        let name = meta::name(rs);
+        let current = desired.get(name).copied().unwrap_or(0);
+        let unhealthy = (current - meta::status_i64(rs, "availableReplicas")).max(0);
+        let down = unhealthy.min(budget);
+        if down > 0 {
+            desired.insert(name.to_string(), current - down);
+            budget -= down;
+        }
+    }
+    // scaleDownOldReplicaSetsForRollingUpdate: keep at least min_available available.
+    let mut available: i64 = olds
+        .iter()
+        .map(|rs| meta::status_i64(rs, "availableReplicas"))
+        .sum();
+    available += new_rs.map_or(0, |rs| meta::status_i64(rs, "availableReplicas"));
+    if available <= min_available {
+        return;
+    }
+    let mut remaining = available - min_available;
+    for rs in olds {
+        if remaining == 0 {
+            break;
+        }
+        let name = meta::name(rs);
+        let current = desired.get(name).copied().unwrap_or(0);
+        let down = current.min(remaining);
+        if down > 0 {
+            desired.insert(name.to_string(), current - down);
+            remaining -= down;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

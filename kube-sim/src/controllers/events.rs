@@ -1,0 +1,344 @@
+//! core/v1 Events as the kubelet and the controllers record them.
+
+use serde_json::{Value, json};
+
+use super::meta;
+
+/// An event to record: who reports it, about what, and what happened.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventSpec {
+    pub kind: &'static str,
+    pub reason: String,
+    pub message: String,
+    /// `spec.containers{name}` for container events.
+    pub field_path: Option<String>,
+    /// `kubelet`, `deployment-controller`, ...
+    pub component: &'static str,
+    /// The node, for kubelet events.
+    pub host: Option<String>,
+}
+
+impl EventSpec {
+    pub fn new(kind: &'static str, reason: &str, message: String, component: &'static str) -> Self {
+        Self {
+            kind,
+            reason: reason.to_string(),
+            message,
+            field_path: None,
+            component,
+            host: None,
+        }
+    }
+}
+
+/// The Event object for `spec` about `involved` (an object with apiVersion/kind/metadata).
+pub fn event_object(
+    involved: &Value,
+    spec: &EventSpec,
+    now: jiff::Timestamp,
+    count: i64,
+    first: &str,
+) -> Value {
+    let mut involved_ref = json!({
+        "kind": involved["kind"],
+        "namespace": meta::namespace(involved),
+        "name": meta::name(involved),
+        "uid": meta::uid(involved),
+        "apiVersion": involved["apiVersion"],
+        "resourceVersion": involved["metadata"]["resourceVersion"],
+    });
+    if let Some(path) = &spec.field_path {
+        involved_ref["fieldPath"] = json!(path);
+    }
+    let mut source = json!({"component": spec.component});
+    if let Some(host) = &spec.host {
+        source["host"] = json!(host);
+    }
+    let now_text = crate::clock::format_time(now);
+    json!({
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {
+            "name": format!("{}.{:x}", meta::name(involved), now.as_nanosecond() as u64 ^ u64::from(meta::fnv32a(spec.message.as_bytes()))),
+            "namespace": meta::namespace(involved),
+        },
+        "involvedObject": involved_ref,
+        "reason": spec.reason,
+        "message": spec.message,
+        "source": source,
+        "firstTimestamp": first,
+        "lastTimestamp": now_text,
+        "count": count,
+        "type": spec.kind,
+        "eventTime": null,
+        "reportingComponent": spec.component,
+        "reportingInstance": spec.host.clone().unwrap_or_default(),
+    })
+}
+
+fn waiting_reason(container: &Value) -> Option<&str> {
+    container["state"]["waiting"]["reason"].as_str()
+}
+
+/// The kubelet's events for a pod whose status went from `old` to `new`: Scheduled, Pulling,
+/// Pulled, Created, Started, Failed (ErrImagePull, CreateContainerConfigError), BackOff.
+pub fn kubelet_events(pod: &Value, old: &Value, new: &Value, node: &str) -> Vec<EventSpec> {
+    let mut out = Vec::new();
+    let kubelet = |kind: &'static str, reason: &str, message: String, container: &str| EventSpec {
+        kind,
+        reason: reason.to_string(),
+        message,
+        field_path: Some(format!("spec.containers{{{container}}}")),
+        component: "kubelet",
+        host: Some(node.to_string()),
+    };
+    if old["startTime"].is_null() && !new["startTime"].is_null() {
+        out.push(EventSpec::new(
+            "Normal",
+            "Scheduled",
+            format!(
+                "Successfully assigned {}/{} to {node}",
+                meta::namespace(pod),
+                meta::name(pod)
+            ),
+            "default-scheduler",
+        ));
+    }
+    let empty = Vec::new();
+    let old_statuses = old["containerStatuses"].as_array().unwrap_or(&empty);
+    for (i, now) in new["containerStatuses"]
+        .as_array()
+        .unwrap_or(&empty)
+        .iter()
+        .enumerate()
+    {
+        let name = now["name"].as_str().unwrap_or_default();
+        let image = pod["spec"]["containers"][i]["image"]
+            .as_str()
+            .unwrap_or_default();
+        let before = old_statuses
+            .iter()
+            .find(|c| c["name"] == now["name"])
+            .cloned()
+            .unwrap_or(Value::Null);
+        let reason_now = waiting_reason(now);
+        let reason_before = waiting_reason(&before);
+        let started_now = now["state"]["running"].is_object();
+        let restarted = now["restartCount"].as_i64() > before["restartCount"].as_i64();
+        let first_seen = before.is_null();
+        if first_seen {
+            out.push(kubelet(
+                "Normal",
+                "Pulling",
+                format!("Pulling image \"{image}\""),
+                name,
+            ));
+        }
+        if started_now && (!before["state"]["running"].is_object() || restarted) {
+            if before["containerID"].is_null() {
+                out.push(kubelet(
+                    "Normal",
+                    "Pulled",
+                    format!("Successfully pulled image \"{image}\" in 412ms (412ms including waiting). Image size: 12345678 bytes."),
+                    name,
+                ));
+            } else {
+                out.push(kubelet(
+                    "Normal",
+                    "Pulled",
+                    format!("Container image \"{image}\" already present on machine"),
+                    name,
+                ));
+            }
+            out.push(kubelet(
+                "Normal",
+                "Created",
+                format!("Created container: {name}"),
+                name,
+            ));
+            out.push(kubelet(
+                "Normal",
+                "Started",
+                format!("Started container {name}"),
+                name,
+            ));
+        }
+        if reason_now != reason_before {
+            let message = now["state"]["waiting"]["message"]
+                .as_str()
+                .unwrap_or_default();
+            match reason_now {
+                Some("ErrImagePull") => {
+                    if !first_seen {
+                        out.push(kubelet(
+                            "Normal",
+                            "Pulling",
+                            format!("Pulling image \"{image}\""),
+                            name,
+                        ));
+                    }
+                    out.push(kubelet(
+                        "Warning",
+                        "Failed",
+                        format!("Failed to pull image \"{image}\": {message}"),
+                        name,
+                    ));
+                    out.push(kubelet(
+                        "Warning",
+                        "Failed",
+                        "Error: ErrImagePull".into(),
+                        name,
+                    ));
+                }
+                Some("ImagePullBackOff") => {
+                    out.push(kubelet(
+                        "Normal",
+                        "BackOff",
+                        format!("Back-off pulling image \"{image}\""),
+                        name,
+                    ));
+                    out.push(kubelet(
+                        "Warning",
+                        "Failed",
+                        "Error: ImagePullBackOff".into(),
+                        name,
+                    ));
+                }
+                Some("CrashLoopBackOff") => {
+                    out.push(kubelet(
+                        "Warning",
+                        "BackOff",
+                        format!(
+                            "Back-off restarting failed container {name} in pod {}_{}({})",
+                            meta::name(pod),
+                            meta::namespace(pod),
+                            meta::uid(pod)
+                        ),
+                        name,
+                    ));
+                }
+                Some(
+                    reason @ ("CreateContainerConfigError"
+                    | "CreateContainerError"
+                    | "InvalidImageName"),
+                ) => {
+                    let text = if reason == "InvalidImageName" {
+                        format!("Error: {reason}")
+                    } else {
+                        format!("Error: {message}")
+                    };
+                    let event_reason = if reason == "InvalidImageName" {
+                        "InspectFailed"
+                    } else {
+                        "Failed"
+                    };
+                    out.push(kubelet("Warning", event_reason, text, name));
+                }
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod() -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-1", "namespace": "ns", "uid": "u1", "resourceVersion": "7"},
+               "spec": {"containers": [{"name": "web", "image": "example/doesnotexist:v1"}]}})
+    }
+
+    fn status(waiting: &str, restarts: i64) -> Value {
+        json!({"startTime": "2026-11-30T08:00:00Z", "containerStatuses": [{"name": "web", "restartCount": restarts, "state": {"waiting": {"reason": waiting, "message": "boom"}}}]})
+    }
+
+    fn reasons(events: &[EventSpec]) -> Vec<String> {
+        events
+            .iter()
+            .map(|e| format!("{} {}", e.kind, e.reason))
+            .collect()
+    }
+
+    #[test]
+    fn image_pull_failure_events() {
+        let events = kubelet_events(&pod(), &json!({}), &status("ErrImagePull", 0), "n1");
+        assert_eq!(
+            reasons(&events),
+            [
+                "Normal Scheduled",
+                "Normal Pulling",
+                "Warning Failed",
+                "Warning Failed"
+            ]
+        );
+        assert_eq!(
+            events[2].message,
+            "Failed to pull image \"example/doesnotexist:v1\": boom"
+        );
+        assert_eq!(events[3].message, "Error: ErrImagePull");
+        assert_eq!(
+            events[2].field_path.as_deref(),
+            Some("spec.containers{web}")
+        );
+        let events = kubelet_events(
+            &pod(),
+            &status("ErrImagePull", 0),
+            &status("ImagePullBackOff", 0),
+            "n1",
+        );
+        assert_eq!(reasons(&events), ["Normal BackOff", "Warning Failed"]);
+        assert_eq!(
+            events[0].message,
+            "Back-off pulling image \"example/doesnotexist:v1\""
+        );
+        // Nothing new, nothing recorded.
+        assert!(
+            kubelet_events(
+                &pod(),
+                &status("ImagePullBackOff", 0),
+                &status("ImagePullBackOff", 0),
+                "n1"
+            )
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn crash_loop_events() {
+        let events = kubelet_events(
+            &pod(),
+            &status("ContainerCreating", 1),
+            &status("CrashLoopBackOff", 1),
+            "n1",
+        );
+        assert_eq!(reasons(&events), ["Warning BackOff"]);
+        assert_eq!(
+            events[0].message,
+            "Back-off restarting failed container web in pod web-1_ns(u1)"
+        );
+    }
+
+    #[test]
+    fn event_object_shape() {
+        let spec = EventSpec::new(
+            "Normal",
+            "ScalingReplicaSet",
+            "Scaled up replica set web-abc from 0 to 2".into(),
+            "deployment-controller",
+        );
+        let now: jiff::Timestamp = "2026-11-30T08:00:00Z".parse().unwrap();
+        let event = event_object(&pod(), &spec, now, 1, "2026-11-30T08:00:00Z");
+        assert_eq!(event["involvedObject"]["kind"], "Pod");
+        assert_eq!(event["involvedObject"]["uid"], "u1");
+        assert_eq!(event["source"]["component"], "deployment-controller");
+        assert_eq!(event["type"], "Normal");
+        assert!(
+            event["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .starts_with("web-1.")
+        );
+    }
+}

@@ -1,0 +1,237 @@
+//! The Job controller as a pure function: run pods to `completions`, fail after
+//! `backoffLimit` failures, with the conditions v1.36 writes (SuccessCriteriaMet + Complete,
+//! FailureTarget + Failed).
+
+use serde_json::{Map, Value, json};
+
+use super::deployment::Note;
+use super::meta;
+use super::pods;
+
+#[derive(Debug, Default)]
+pub struct JobSync {
+    pub create: Vec<Value>,
+    pub delete: Vec<String>,
+    pub status: Value,
+    pub events: Vec<Note>,
+}
+
+fn finished(job: &Value) -> bool {
+    job["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| (c["type"] == "Complete" || c["type"] == "Failed") && c["status"] == "True")
+}
+
+fn job_condition(kind: &str, reason: &str, message: &str, now: &str) -> Value {
+    json!({"type": kind, "status": "True", "lastProbeTime": now, "lastTransitionTime": now, "reason": reason, "message": message})
+}
+
+/// One sync of a Job against its pods.
+pub fn reconcile(job: &Value, owned: &[Value], now: jiff::Timestamp) -> JobSync {
+    let mut out = JobSync::default();
+    let now_text = crate::clock::format_time(now);
+    let name = meta::name(job);
+    let completions = job["spec"]["completions"].as_i64().unwrap_or(1).max(0);
+    let parallelism = job["spec"]["parallelism"].as_i64().unwrap_or(1).max(0);
+    let backoff_limit = job["spec"]["backoffLimit"].as_i64().unwrap_or(6);
+    let on_failure = job["spec"]["template"]["spec"]["restartPolicy"].as_str() == Some("OnFailure");
+
+    let phase = |p: &Value| {
+        p["status"]["phase"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let succeeded = owned.iter().filter(|p| phase(p) == "Succeeded").count() as i64;
+    let failed_pods = owned.iter().filter(|p| phase(p) == "Failed").count() as i64;
+    // With restartPolicy OnFailure, container restarts count against the back-off limit.
+    let restarts: i64 = if on_failure {
+        owned
+            .iter()
+            .flat_map(|p| {
+                p["status"]["containerStatuses"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .map(|c| c["restartCount"].as_i64().unwrap_or(0))
+            .sum()
+    } else {
+        0
+    };
+    let failed = failed_pods + restarts;
+    let active: Vec<&Value> = owned.iter().filter(|p| pods::is_active(p)).collect();
+    let ready = active
+        .iter()
+        .filter(|p| pods::ready_since(p).is_some())
+        .count() as i64;
+
+    let mut conditions: Vec<Value> = job["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut completion_time = job["status"]["completionTime"].clone();
+    let was_finished = finished(job);
+    let mut active_count = active.len() as i64;
+    if !was_finished {
+        if failed > backoff_limit {
+            let message = "Job has reached the specified backoff limit";
+            conditions.push(job_condition(
+                "FailureTarget",
+                "BackoffLimitExceeded",
+                message,
+                &now_text,
+            ));
+            conditions.push(job_condition(
+                "Failed",
+                "BackoffLimitExceeded",
+                message,
+                &now_text,
+            ));
+            out.delete = active.iter().map(|p| meta::name(p).to_string()).collect();
+            active_count = 0;
+            out.events.push(Note {
+                kind: "Warning",
+                reason: "BackoffLimitExceeded",
+                message: message.into(),
+            });
+        } else if succeeded >= completions {
+            let message = "Reached expected number of succeeded pods";
+            conditions.push(job_condition(
+                "SuccessCriteriaMet",
+                "CompletionsReached",
+                message,
+                &now_text,
+            ));
+            conditions.push(job_condition("Complete", "True", "", &now_text));
+            if let Some(last) = conditions.last_mut() {
+                last["reason"] = json!("CompletionsReached");
+                last["message"] = json!(message);
+            }
+            completion_time = json!(now_text);
+            out.events.push(Note {
+                kind: "Normal",
+                reason: "Completed",
+                message: "Job completed".into(),
+            });
+        } else if job["spec"]["suspend"].as_bool() != Some(true) {
+            let wanted = parallelism.min(completions - succeeded);
+            for _ in active_count..wanted {
+                let uid = meta::uid(job).to_string();
+                out.create.push(pods::pod_from_template(
+                    job,
+                    "batch/v1",
+                    "Job",
+                    &job["spec"]["template"],
+                    Err(format!("{name}-")),
+                    &[
+                        ("batch.kubernetes.io/controller-uid", uid.clone()),
+                        ("batch.kubernetes.io/job-name", name.to_string()),
+                        ("controller-uid", uid),
+                        ("job-name", name.to_string()),
+                    ],
+                ));
+            }
+        }
+    }
+
+    let mut status = Map::new();
+    if !conditions.is_empty() {
+        status.insert("conditions".into(), Value::Array(conditions));
+    }
+    let start = if job["status"]["startTime"].is_string() {
+        job["status"]["startTime"].clone()
+    } else {
+        json!(now_text)
+    };
+    status.insert("startTime".into(), start);
+    if completion_time.is_string() {
+        status.insert("completionTime".into(), completion_time);
+    }
+    meta::put_nonzero(&mut status, "active", active_count);
+    meta::put_nonzero(&mut status, "succeeded", succeeded);
+    meta::put_nonzero(&mut status, "failed", failed);
+    status.insert("terminating".into(), json!(0));
+    status.insert("uncountedTerminatedPods".into(), json!({}));
+    status.insert(
+        "ready".into(),
+        json!(if active_count == 0 { 0 } else { ready }),
+    );
+    out.status = Value::Object(status);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(completions: i64, backoff: i64) -> Value {
+        json!({"metadata": {"name": "migrate", "namespace": "ns", "uid": "j1"},
+               "spec": {"completions": completions, "parallelism": 1, "backoffLimit": backoff,
+                        "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "m", "image": "x"}]}}},
+               "status": {}})
+    }
+
+    fn pod(phase: &str) -> Value {
+        json!({"metadata": {"name": format!("migrate-{phase}")}, "status": {"phase": phase}})
+    }
+
+    fn now() -> jiff::Timestamp {
+        "2026-11-30T08:05:00Z".parse().unwrap()
+    }
+
+    #[test]
+    fn starts_pods_then_completes() {
+        let j = job(2, 6);
+        let out = reconcile(&j, &[], now());
+        assert_eq!(out.create.len(), 1);
+        assert_eq!(out.create[0]["metadata"]["labels"]["job-name"], "migrate");
+        assert_eq!(out.create[0]["spec"]["restartPolicy"], "Never");
+        let out = reconcile(&j, &[pod("Succeeded")], now());
+        assert_eq!(out.create.len(), 1, "one more for the second completion");
+        let out = reconcile(&j, &[pod("Succeeded"), pod("Succeeded")], now());
+        let types: Vec<&str> = out.status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(types, ["SuccessCriteriaMet", "Complete"]);
+        assert_eq!(out.status["succeeded"], 2);
+        assert_eq!(out.status["completionTime"], "2026-11-30T08:05:00Z");
+        assert_eq!(out.events[0].reason, "Completed");
+    }
+
+    #[test]
+    fn fails_after_backoff_limit() {
+        let j = job(1, 2);
+        let out = reconcile(&j, &[pod("Failed"), pod("Failed")], now());
+        assert_eq!(
+            out.create.len(),
+            1,
+            "two failures are within backoffLimit 2"
+        );
+        let out = reconcile(&j, &[pod("Failed"), pod("Failed"), pod("Failed")], now());
+        assert!(out.create.is_empty());
+        let conditions = out.status["conditions"].as_array().unwrap();
+        assert_eq!(conditions[1]["type"], "Failed");
+        assert_eq!(conditions[1]["reason"], "BackoffLimitExceeded");
+        assert_eq!(
+            conditions[1]["message"],
+            "Job has reached the specified backoff limit"
+        );
+        assert_eq!(out.status["failed"], 3);
+    }
+
+    #[test]
+    fn finished_jobs_stay_finished() {
+        let mut j = job(1, 6);
+        let done = reconcile(&j, &[pod("Succeeded")], now());
+        j["status"] = done.status.clone();
+        let again = reconcile(&j, &[pod("Succeeded")], now());
+        assert_eq!(again.status, done.status);
+        assert!(again.create.is_empty() && again.events.is_empty());
+    }
+}

@@ -1,0 +1,1059 @@
+//! The kubelet stand-in: what a pod's status looks like at a given moment of its life.
+//!
+//! A pod's status is a pure function of its spec, the behaviour of each container's image,
+//! and the simulated time since the kubelet started it (`base`). The controller loop
+//! re-evaluates it when `next_change` comes due, so no state is kept beyond `base`.
+
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+
+use super::meta::{self, add};
+use crate::rules::Behaviour;
+
+/// Time from the kubelet taking a pod to its containers starting (sandbox + image present).
+pub const CREATE_DELAY: Duration = Duration::from_millis(500);
+/// Time from container start to Ready when no readiness probe says otherwise.
+pub const DEFAULT_READY_DELAY: Duration = Duration::from_millis(500);
+/// `slowstart` images are Ready this long after the kubelet takes the pod.
+pub const SLOW_START: Duration = Duration::from_secs(20);
+/// How long a crashing container runs before it exits.
+pub const RUN_BEFORE_CRASH: Duration = Duration::from_secs(1);
+/// How long a run-to-completion container (restartPolicy Never/OnFailure) runs.
+pub const RUN_TO_COMPLETION: Duration = Duration::from_secs(2);
+/// How long ErrImagePull shows before the kubelet backs off.
+pub const PULL_ATTEMPT: Duration = Duration::from_secs(2);
+/// The kubelet's back-off cap.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// The kubelet's back-off after the `n`-th failure (0-based): 10 s doubling to 300 s.
+pub fn backoff(n: u32) -> Duration {
+    let secs = 10u64.saturating_mul(1u64 << n.min(10));
+    Duration::from_secs(secs).min(MAX_BACKOFF)
+}
+
+/// What one container is doing at a moment.
+#[derive(Debug, Clone, PartialEq)]
+pub enum State {
+    Waiting {
+        reason: String,
+        message: Option<String>,
+    },
+    Running {
+        started: Duration,
+    },
+    Terminated {
+        exit_code: i64,
+        reason: String,
+        started: Duration,
+        finished: Duration,
+    },
+}
+
+/// One container's simulated status, with offsets relative to the pod's `base`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContainerView {
+    pub state: State,
+    /// The previous run's termination (exit code, reason, started, finished).
+    pub last_terminated: Option<(i64, String, Duration, Duration)>,
+    pub restart_count: u32,
+    pub ready: bool,
+    /// When readiness last changed (offset), for the pod's Ready condition.
+    pub ready_changed: Duration,
+    /// Has this container finished for good (will not be restarted)?
+    pub done: bool,
+    /// When this container's status changes next, if ever.
+    pub next_change: Option<Duration>,
+}
+
+/// What the kubelet needs to know about a container, besides its image behaviour.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ContainerSpec {
+    /// Delay from start to Ready (readinessProbe.initialDelaySeconds, or a short default).
+    pub ready_delay: Duration,
+    /// restartPolicy Always (a serving container) rather than Never/OnFailure.
+    pub restart_always: bool,
+    /// restartPolicy OnFailure: failed runs are restarted, successful ones are not.
+    pub restart_on_failure: bool,
+}
+
+impl ContainerSpec {
+    pub fn from_pod(pod: &Value, container: &Value) -> Self {
+        let policy = pod["spec"]["restartPolicy"].as_str().unwrap_or("Always");
+        let delay = container["readinessProbe"]["initialDelaySeconds"]
+            .as_u64()
+            .map(Duration::from_secs)
+            .unwrap_or(DEFAULT_READY_DELAY);
+        Self {
+            ready_delay: delay,
+            restart_always: policy == "Always",
+            restart_on_failure: policy == "OnFailure",
+        }
+    }
+}
+
+fn waiting(reason: &str, message: Option<String>) -> State {
+    State::Waiting {
+        reason: reason.to_string(),
+        message,
+    }
+}
+
+/// The kubelet's view of one container `elapsed` after it took the pod.
+pub fn container_at(
+    behaviour: Behaviour,
+    spec: ContainerSpec,
+    image: &str,
+    labels: &CrashLabels<'_>,
+    elapsed: Duration,
+) -> ContainerView {
+    let mut view = ContainerView {
+        state: waiting("ContainerCreating", None),
+        last_terminated: None,
+        restart_count: 0,
+        ready: false,
+        ready_changed: Duration::ZERO,
+        done: false,
+        next_change: None,
+    };
+    if elapsed < CREATE_DELAY {
+        view.next_change = Some(CREATE_DELAY);
+        return view;
+    }
+    match behaviour {
+        Behaviour::Ready | Behaviour::NeverReady | Behaviour::SlowStart => {
+            let start = CREATE_DELAY;
+            let ready_at = match behaviour {
+                Behaviour::Ready => Some(start + spec.ready_delay),
+                Behaviour::SlowStart => Some(SLOW_START.max(start + spec.ready_delay)),
+                _ => None,
+            };
+            let finish_at = (!spec.restart_always).then(|| {
+                (start + RUN_TO_COMPLETION).max(ready_at.unwrap_or_default() + RUN_TO_COMPLETION)
+            });
+            // A never-ready container in a Job still runs to completion.
+            if let Some(finish) = finish_at.filter(|&f| elapsed >= f) {
+                view.state = State::Terminated {
+                    exit_code: 0,
+                    reason: "Completed".into(),
+                    started: start,
+                    finished: finish,
+                };
+                view.ready_changed = finish;
+                view.done = true;
+                return view;
+            }
+            view.state = State::Running { started: start };
+            match ready_at {
+                Some(at) if elapsed >= at => {
+                    view.ready = true;
+                    view.ready_changed = at;
+                    view.next_change = finish_at;
+                }
+                Some(at) => view.next_change = Some(at),
+                None => view.next_change = finish_at,
+            }
+        }
+        Behaviour::CrashLoopBackOff | Behaviour::OomKilled => {
+            let (exit_code, reason) = if behaviour == Behaviour::OomKilled {
+                (137, "OOMKilled")
+            } else {
+                (1, "Error")
+            };
+            crash_loop(&mut view, spec, exit_code, reason, labels, elapsed);
+        }
+        Behaviour::ImagePullBackOff => {
+            // ErrImagePull for one pull attempt, then ImagePullBackOff for a growing back-off.
+            let mut t = CREATE_DELAY;
+            let mut n = 0u32;
+            loop {
+                if elapsed < t + PULL_ATTEMPT {
+                    view.state = waiting("ErrImagePull", Some(pull_error(image)));
+                    view.next_change = Some(t + PULL_ATTEMPT);
+                    break;
+                }
+                t += PULL_ATTEMPT;
+                let wait = backoff(n);
+                if elapsed < t + wait {
+                    view.state = waiting(
+                        "ImagePullBackOff",
+                        Some(format!(
+                            "Back-off pulling image \"{image}\": ErrImagePull: {}",
+                            pull_error(image)
+                        )),
+                    );
+                    view.next_change = Some(t + wait);
+                    break;
+                }
+                t += wait;
+                n += 1;
+            }
+        }
+        Behaviour::CreateContainerConfigError => {
+            view.state = waiting(
+                "CreateContainerConfigError",
+                Some("secret \"sim-missing-config\" not found".into()),
+            );
+        }
+        Behaviour::CreateContainerError => {
+            view.state = waiting(
+                "CreateContainerError",
+                Some("failed to generate container spec: context deadline exceeded".to_string()),
+            );
+        }
+        Behaviour::InvalidImageName => {
+            view.state = waiting(
+                "InvalidImageName",
+                Some(format!(
+                    "Failed to apply default image tag \"{image}\": couldn't parse image name \
+                     \"{image}\": invalid reference format"
+                )),
+            );
+        }
+    }
+    view
+}
+
+/// Names used in the CrashLoopBackOff message: container, pod, namespace, uid.
+pub struct CrashLabels<'a> {
+    pub container: &'a str,
+    pub pod: &'a str,
+    pub namespace: &'a str,
+    pub uid: &'a str,
+}
+
+fn crash_loop(
+    view: &mut ContainerView,
+    spec: ContainerSpec,
+    exit_code: i64,
+    reason: &str,
+    labels: &CrashLabels<'_>,
+    elapsed: Duration,
+) {
+    let restarts = spec.restart_always || spec.restart_on_failure;
+    let mut start = CREATE_DELAY;
+    let mut run = 0u32;
+    loop {
+        let finish = start + RUN_BEFORE_CRASH;
+        view.restart_count = run;
+        if elapsed < finish {
+            view.state = State::Running { started: start };
+            view.ready_changed = if run == 0 { Duration::ZERO } else { start };
+            view.next_change = Some(finish);
+            return;
+        }
+        view.ready_changed = finish;
+        if !restarts {
+            view.state = State::Terminated {
+                exit_code,
+                reason: reason.to_string(),
+                started: start,
+                finished: finish,
+            };
+            view.done = true;
+            return;
+        }
+        // The first restart is immediate (a short gap showing the termination); later
+        // ones wait out the kubelet's doubling back-off.
+        let (gap, shows_backoff) = if run == 0 {
+            (Duration::from_secs(1), false)
+        } else {
+            (backoff(run - 1), true)
+        };
+        if elapsed < finish + gap {
+            let terminated = (exit_code, reason.to_string(), start, finish);
+            if shows_backoff {
+                view.state = waiting(
+                    "CrashLoopBackOff",
+                    Some(format!(
+                        "back-off {}s restarting failed container={} pod={}_{}({})",
+                        gap.as_secs(),
+                        labels.container,
+                        labels.pod,
+                        labels.namespace,
+                        labels.uid
+                    )),
+                );
+                view.last_terminated = Some(terminated);
+            } else {
+                view.state = State::Terminated {
+                    exit_code,
+                    reason: reason.to_string(),
+                    started: start,
+                    finished: finish,
+                };
+            }
+            view.next_change = Some(finish + gap);
+            return;
+        }
+        view.last_terminated = Some((exit_code, reason.to_string(), start, finish));
+        start = finish + gap;
+        run += 1;
+    }
+}
+
+/// The kubelet's ErrImagePull message for an image that does not exist (containerd).
+pub fn pull_error(image: &str) -> String {
+    let full = normalize_image(image);
+    format!(
+        "rpc error: code = NotFound desc = failed to pull and unpack image \"{full}\": failed to \
+         resolve reference \"{full}\": {full}: not found"
+    )
+}
+
+/// The image reference as containerd reports it: registry and tag made explicit.
+pub fn normalize_image(image: &str) -> String {
+    let (name, suffix) = match image.split_once('@') {
+        Some((name, digest)) => (name.to_string(), format!("@{digest}")),
+        None => {
+            let last = image.rsplit('/').next().unwrap_or(image);
+            if last.contains(':') {
+                (image.to_string(), String::new())
+            } else {
+                (image.to_string(), ":latest".to_string())
+            }
+        }
+    };
+    let first = name.split('/').next().unwrap_or_default();
+    let has_registry =
+        name.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost");
+    let full = if has_registry {
+        name
+    } else if name.contains('/') {
+        format!("docker.io/{name}")
+    } else {
+        format!("docker.io/library/{name}")
+    };
+    format!("{full}{suffix}")
+}
+
+fn sha_hex(text: &str) -> String {
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
+
+/// Where the kubelet placed a pod: node name, node IP and pod IP.
+#[derive(Debug, Clone)]
+pub struct Placement {
+    pub node: String,
+    pub host_ip: String,
+    pub pod_ip: String,
+}
+
+/// The pod's status after the kubelet has run it for `now - base`, plus when it changes next.
+pub struct PodView {
+    pub status: Value,
+    pub next_change: Option<Duration>,
+}
+
+/// Computes a pod's status at `now`.
+///
+/// `behaviours[i]` is the behaviour of container `i`; `blocked[i]` is `Some(message)` when the
+/// container references a ConfigMap/Secret (or key) that does not exist.
+pub fn pod_status_at(
+    pod: &Value,
+    behaviours: &[Behaviour],
+    blocked: &[Option<String>],
+    placement: &Placement,
+    base: jiff::Timestamp,
+    now: jiff::Timestamp,
+) -> PodView {
+    let elapsed = meta::since(now, base);
+    let containers = pod["spec"]["containers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let pod_name = meta::name(pod);
+    let namespace = meta::namespace(pod);
+    let pod_uid = meta::uid(pod);
+    let at = |offset: Duration| meta::time_string(add(base, offset));
+
+    let mut statuses = Vec::new();
+    let mut next_change: Option<Duration> = None;
+    let mut all_ready = !containers.is_empty();
+    let mut unready = Vec::new();
+    let mut ready_changed = Duration::ZERO;
+    let mut any_started = false;
+    let mut all_done = !containers.is_empty();
+    let mut any_failed = false;
+
+    for (i, container) in containers.iter().enumerate() {
+        let cname = container["name"].as_str().unwrap_or_default();
+        let image = container["image"].as_str().unwrap_or_default();
+        let behaviour = behaviours.get(i).copied().unwrap_or(Behaviour::Ready);
+        let spec = ContainerSpec::from_pod(pod, container);
+        let labels = CrashLabels {
+            container: cname,
+            pod: pod_name,
+            namespace,
+            uid: pod_uid,
+        };
+        let view = match blocked.get(i).cloned().flatten() {
+            Some(message) if elapsed >= CREATE_DELAY => ContainerView {
+                state: waiting("CreateContainerConfigError", Some(message)),
+                last_terminated: None,
+                restart_count: 0,
+                ready: false,
+                ready_changed: Duration::ZERO,
+                done: false,
+                next_change: None,
+            },
+            _ => container_at(behaviour, spec, image, &labels, elapsed),
+        };
+        if let Some(change) = view.next_change {
+            next_change = Some(next_change.map_or(change, |n: Duration| n.min(change)));
+        }
+        if !view.ready {
+            all_ready = false;
+            unready.push(cname.to_string());
+        }
+        ready_changed = ready_changed.max(view.ready_changed);
+        let ever_ran = view.restart_count > 0
+            || !matches!(view.state, State::Waiting { .. })
+            || view.last_terminated.is_some();
+        any_started |= ever_ran;
+        all_done &= view.done;
+        if let State::Terminated { exit_code, .. } = view.state {
+            any_failed |= view.done && exit_code != 0;
+        }
+        let container_id = |run: u32| {
+            format!(
+                "containerd://{}",
+                sha_hex(&format!("{pod_uid}/{cname}/{run}"))
+            )
+        };
+        let state = match &view.state {
+            State::Waiting { reason, message } => {
+                let mut w = Map::new();
+                w.insert("reason".into(), json!(reason));
+                if let Some(m) = message {
+                    w.insert("message".into(), json!(m));
+                }
+                json!({ "waiting": w })
+            }
+            State::Running { started } => json!({"running": {"startedAt": at(*started)}}),
+            State::Terminated {
+                exit_code,
+                reason,
+                started,
+                finished,
+            } => json!({"terminated": {
+                "exitCode": exit_code,
+                "reason": reason,
+                "startedAt": at(*started),
+                "finishedAt": at(*finished),
+                "containerID": container_id(view.restart_count),
+            }}),
+        };
+        let last_state = match &view.last_terminated {
+            Some((exit_code, reason, started, finished)) => json!({"terminated": {
+                "exitCode": exit_code,
+                "reason": reason,
+                "startedAt": at(*started),
+                "finishedAt": at(*finished),
+                "containerID": container_id(view.restart_count.saturating_sub(1)),
+            }}),
+            None => json!({}),
+        };
+        let pulled = ever_ran
+            || matches!(view.state, State::Waiting { ref reason, .. } if reason == "CreateContainerConfigError" || reason == "CreateContainerError");
+        let mut status = Map::new();
+        status.insert("name".into(), json!(cname));
+        status.insert("state".into(), state);
+        status.insert("lastState".into(), last_state);
+        status.insert("ready".into(), json!(view.ready));
+        status.insert("restartCount".into(), json!(view.restart_count));
+        status.insert(
+            "image".into(),
+            json!(if pulled {
+                normalize_image(image)
+            } else {
+                image.to_string()
+            }),
+        );
+        let repo = normalize_image(image)
+            .split(['@'])
+            .next()
+            .map(|s| {
+                // Strip the tag (after the last ':' of the last path segment).
+                match s.rfind(':') {
+                    Some(i) if i > s.rfind('/').unwrap_or(0) => s[..i].to_string(),
+                    _ => s.to_string(),
+                }
+            })
+            .unwrap_or_default();
+        status.insert(
+            "imageID".into(),
+            json!(if pulled {
+                format!("{repo}@sha256:{}", sha_hex(image))
+            } else {
+                String::new()
+            }),
+        );
+        if ever_ran {
+            status.insert(
+                "containerID".into(),
+                json!(container_id(view.restart_count)),
+            );
+        }
+        status.insert(
+            "started".into(),
+            json!(matches!(view.state, State::Running { .. })),
+        );
+        if let Some(mounts) = container["volumeMounts"].as_array() {
+            let mounts: Vec<Value> = mounts
+                .iter()
+                .map(|m| {
+                    let mut out = json!({"name": m["name"], "mountPath": m["mountPath"]});
+                    if m["readOnly"].as_bool() == Some(true) {
+                        out["readOnly"] = json!(true);
+                        out["recursiveReadOnly"] = json!("Disabled");
+                    }
+                    out
+                })
+                .collect();
+            status.insert("volumeMounts".into(), json!(mounts));
+        }
+        statuses.push(Value::Object(status));
+    }
+
+    let phase = if all_done {
+        if any_failed { "Failed" } else { "Succeeded" }
+    } else if any_started {
+        "Running"
+    } else {
+        "Pending"
+    };
+    let condition = |kind: &str, ok: bool, when: Duration| json!({"type": kind, "status": if ok { "True" } else { "False" }, "lastProbeTime": null, "lastTransitionTime": at(when)});
+    let not_ready = |kind: &str| {
+        let mut c = condition(kind, false, ready_changed);
+        if all_done {
+            c["reason"] = json!("PodCompleted");
+        } else {
+            c["reason"] = json!("ContainersNotReady");
+            c["message"] = json!(format!(
+                "containers with unready status: [{}]",
+                unready.join(" ")
+            ));
+        }
+        c
+    };
+    let ready_cond = |kind: &str| {
+        if all_ready {
+            condition(kind, true, ready_changed)
+        } else {
+            not_ready(kind)
+        }
+    };
+    let sandbox_ready = !all_done;
+    let conditions = vec![
+        condition(
+            "PodReadyToStartContainers",
+            sandbox_ready,
+            if sandbox_ready {
+                Duration::ZERO
+            } else {
+                ready_changed
+            },
+        ),
+        condition("Initialized", true, Duration::ZERO),
+        ready_cond("Ready"),
+        ready_cond("ContainersReady"),
+        condition("PodScheduled", true, Duration::ZERO),
+    ];
+    let qos = pod["status"]["qosClass"]
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| qos_class(pod).to_string());
+    let status = json!({
+        "phase": phase,
+        "conditions": conditions,
+        "hostIP": placement.host_ip,
+        "hostIPs": [{"ip": placement.host_ip}],
+        "podIP": placement.pod_ip,
+        "podIPs": [{"ip": placement.pod_ip}],
+        "startTime": at(Duration::ZERO),
+        "containerStatuses": statuses,
+        "qosClass": qos,
+    });
+    PodView {
+        status,
+        next_change: next_change.map(|offset| offset.saturating_sub(elapsed)),
+    }
+}
+
+/// The pod's QoS class from its containers' resources.
+pub fn qos_class(pod: &Value) -> &'static str {
+    let containers = pod["spec"]["containers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let has_any = containers.iter().any(|c| {
+        c["resources"]["requests"]
+            .as_object()
+            .is_some_and(|m| !m.is_empty())
+            || c["resources"]["limits"]
+                .as_object()
+                .is_some_and(|m| !m.is_empty())
+    });
+    if !has_any {
+        return "BestEffort";
+    }
+    let guaranteed = containers.iter().all(|c| {
+        let limits = &c["resources"]["limits"];
+        let requests = &c["resources"]["requests"];
+        ["cpu", "memory"]
+            .iter()
+            .all(|r| limits[r].is_string() && (requests[r].is_null() || requests[r] == limits[r]))
+    });
+    if guaranteed {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
+}
+
+/// Missing ConfigMap/Secret references of a container (env valueFrom and envFrom), as the
+/// kubelet reports them: `configmap "x" not found`, `couldn't find key k in Secret ns/x`.
+/// `lookup(kind, name)` returns the object's `data` keys when it exists.
+pub fn missing_config(
+    container: &Value,
+    namespace: &str,
+    lookup: &dyn Fn(&str, &str) -> Option<Vec<String>>,
+) -> Option<String> {
+    let check = |kind: &str, reference: &Value, key: Option<&str>| -> Option<String> {
+        if reference["optional"].as_bool() == Some(true) {
+            return None;
+        }
+        let name = reference["name"].as_str().unwrap_or_default();
+        let (lower, title) = if kind == "ConfigMap" {
+            ("configmap", "ConfigMap")
+        } else {
+            ("secret", "Secret")
+        };
+        match lookup(kind, name) {
+            None => Some(format!("{lower} \"{name}\" not found")),
+            Some(keys) => match key {
+                Some(k) if !keys.iter().any(|have| have == k) => Some(format!(
+                    "couldn't find key {k} in {title} {namespace}/{name}"
+                )),
+                _ => None,
+            },
+        }
+    };
+    for from in container["envFrom"].as_array().into_iter().flatten() {
+        if from["configMapRef"].is_object()
+            && let Some(m) = check("ConfigMap", &from["configMapRef"], None)
+        {
+            return Some(m);
+        }
+        if from["secretRef"].is_object()
+            && let Some(m) = check("Secret", &from["secretRef"], None)
+        {
+            return Some(m);
+        }
+    }
+    for env in container["env"].as_array().into_iter().flatten() {
+        let from = &env["valueFrom"];
+        if from["configMapKeyRef"].is_object() {
+            let r = &from["configMapKeyRef"];
+            if let Some(m) = check("ConfigMap", r, r["key"].as_str()) {
+                return Some(m);
+            }
+        }
+        if from["secretKeyRef"].is_object() {
+            let r = &from["secretKeyRef"];
+            if let Some(m) = check("Secret", r, r["key"].as_str()) {
+                return Some(m);
+            }
+        }
+    }
+    None
+}
+
+/// Is the pod counted by its controller: not being deleted and not finished?
+pub fn is_active(pod: &Value) -> bool {
+    !meta::is_deleting(pod)
+        && !matches!(
+            pod["status"]["phase"].as_str(),
+            Some("Succeeded") | Some("Failed")
+        )
+}
+
+/// When the pod became Ready, if it is Ready.
+pub fn ready_since(pod: &Value) -> Option<jiff::Timestamp> {
+    let conditions = pod["status"]["conditions"].as_array()?;
+    let ready = meta::find_condition(conditions, "Ready")?;
+    if ready["status"] != "True" {
+        return None;
+    }
+    meta::parse_time(&ready["lastTransitionTime"]).or(Some(jiff::Timestamp::UNIX_EPOCH))
+}
+
+/// Availability after `min_ready` seconds of readiness: `Ok(())` when available, `Err(Some(wait))`
+/// when Ready but not yet for long enough, `Err(None)` when not Ready.
+pub fn availability(
+    pod: &Value,
+    min_ready: i64,
+    now: jiff::Timestamp,
+) -> Result<(), Option<Duration>> {
+    let since = ready_since(pod).ok_or(None)?;
+    if min_ready <= 0 {
+        return Ok(());
+    }
+    let at = add(since, Duration::from_secs(min_ready as u64));
+    if at <= now {
+        Ok(())
+    } else {
+        Err(Some(meta::since(at, now)))
+    }
+}
+
+/// A pod for `owner` from its pod template, as a workload controller creates it.
+/// `name` is `Ok(name)` for a fixed name or `Err(prefix)` for a generated one.
+pub fn pod_from_template(
+    owner: &Value,
+    api_version: &str,
+    kind: &str,
+    template: &Value,
+    name: Result<String, String>,
+    extra_labels: &[(&str, String)],
+) -> Value {
+    let mut metadata = Map::new();
+    match name {
+        Ok(name) => {
+            metadata.insert("name".into(), json!(name));
+        }
+        Err(prefix) => {
+            metadata.insert("generateName".into(), json!(prefix));
+        }
+    }
+    metadata.insert("namespace".into(), json!(meta::namespace(owner)));
+    let mut labels = template["metadata"]["labels"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    for (k, v) in extra_labels {
+        labels.insert((*k).to_string(), json!(v));
+    }
+    if !labels.is_empty() {
+        metadata.insert("labels".into(), Value::Object(labels));
+    }
+    if let Some(annotations) = template["metadata"]["annotations"].as_object() {
+        metadata.insert("annotations".into(), Value::Object(annotations.clone()));
+    }
+    metadata.insert(
+        "ownerReferences".into(),
+        json!([meta::controller_ref(owner, api_version, kind)]),
+    );
+    // Admission defaults (service account token volume, tolerations...) are the API
+    // server's job, done when the pod is created.
+    let mut spec = template["spec"].clone();
+    if !spec.is_object() {
+        spec = json!({});
+    }
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALWAYS: ContainerSpec = ContainerSpec {
+        ready_delay: DEFAULT_READY_DELAY,
+        restart_always: true,
+        restart_on_failure: false,
+    };
+    const NEVER: ContainerSpec = ContainerSpec {
+        ready_delay: DEFAULT_READY_DELAY,
+        restart_always: false,
+        restart_on_failure: false,
+    };
+    const LABELS: CrashLabels<'static> = CrashLabels {
+        container: "web",
+        pod: "web-abc",
+        namespace: "ns",
+        uid: "u1",
+    };
+
+    fn at(behaviour: Behaviour, spec: ContainerSpec, secs: f64) -> ContainerView {
+        container_at(
+            behaviour,
+            spec,
+            "example/web:v1",
+            &LABELS,
+            Duration::from_secs_f64(secs),
+        )
+    }
+
+    fn reason(view: &ContainerView) -> String {
+        match &view.state {
+            State::Waiting { reason, .. } => reason.clone(),
+            State::Running { .. } => "Running".into(),
+            State::Terminated { reason, .. } => format!("Terminated:{reason}"),
+        }
+    }
+
+    #[test]
+    fn timelines() {
+        use Behaviour::*;
+        // (behaviour, spec, seconds, state, ready, restarts)
+        let cases = [
+            (Ready, ALWAYS, 0.1, "ContainerCreating", false, 0),
+            (Ready, ALWAYS, 0.7, "Running", false, 0),
+            (Ready, ALWAYS, 1.0, "Running", true, 0),
+            (Ready, ALWAYS, 5000.0, "Running", true, 0),
+            (NeverReady, ALWAYS, 5000.0, "Running", false, 0),
+            (SlowStart, ALWAYS, 19.0, "Running", false, 0),
+            (SlowStart, ALWAYS, 20.0, "Running", true, 0),
+            (ImagePullBackOff, ALWAYS, 1.0, "ErrImagePull", false, 0),
+            (ImagePullBackOff, ALWAYS, 3.0, "ImagePullBackOff", false, 0),
+            (ImagePullBackOff, ALWAYS, 13.0, "ErrImagePull", false, 0),
+            (ImagePullBackOff, ALWAYS, 16.0, "ImagePullBackOff", false, 0),
+            (CrashLoopBackOff, ALWAYS, 1.0, "Running", false, 0),
+            (CrashLoopBackOff, ALWAYS, 2.0, "Terminated:Error", false, 0),
+            (CrashLoopBackOff, ALWAYS, 3.0, "Running", false, 1),
+            (CrashLoopBackOff, ALWAYS, 4.0, "CrashLoopBackOff", false, 1),
+            (CrashLoopBackOff, ALWAYS, 14.0, "Running", false, 2),
+            (CrashLoopBackOff, ALWAYS, 20.0, "CrashLoopBackOff", false, 2),
+            (OomKilled, ALWAYS, 2.0, "Terminated:OOMKilled", false, 0),
+            (Ready, NEVER, 1.0, "Running", true, 0),
+            (Ready, NEVER, 3.0, "Terminated:Completed", false, 0),
+            (CrashLoopBackOff, NEVER, 3.0, "Terminated:Error", false, 0),
+            (
+                CreateContainerError,
+                ALWAYS,
+                3.0,
+                "CreateContainerError",
+                false,
+                0,
+            ),
+        ];
+        for (behaviour, spec, secs, state, ready, restarts) in cases {
+            let view = at(behaviour, spec, secs);
+            assert_eq!(reason(&view), state, "{behaviour:?} at {secs}s");
+            assert_eq!(view.ready, ready, "{behaviour:?} at {secs}s ready");
+            assert_eq!(
+                view.restart_count, restarts,
+                "{behaviour:?} at {secs}s restarts"
+            );
+        }
+    }
+
+    #[test]
+    fn crash_loop_reports_backoff_and_last_state() {
+        let view = at(Behaviour::CrashLoopBackOff, ALWAYS, 4.0);
+        let State::Waiting { message, .. } = &view.state else {
+            panic!("{view:?}")
+        };
+        assert_eq!(
+            message.as_deref(),
+            Some("back-off 10s restarting failed container=web pod=web-abc_ns(u1)")
+        );
+        let (code, reason, ..) = view.last_terminated.clone().unwrap();
+        assert_eq!((code, reason.as_str()), (1, "Error"));
+        // The back-off doubles and is capped.
+        assert_eq!(backoff(0), Duration::from_secs(10));
+        assert_eq!(backoff(1), Duration::from_secs(20));
+        assert_eq!(backoff(9), MAX_BACKOFF);
+        // The restart count keeps growing over a long time.
+        assert!(at(Behaviour::CrashLoopBackOff, ALWAYS, 1000.0).restart_count >= 6);
+    }
+
+    #[test]
+    fn next_change_is_always_in_the_future() {
+        for behaviour in [
+            Behaviour::Ready,
+            Behaviour::CrashLoopBackOff,
+            Behaviour::ImagePullBackOff,
+            Behaviour::SlowStart,
+        ] {
+            for tenth in 0..400 {
+                let secs = f64::from(tenth) / 10.0;
+                let view = at(behaviour, ALWAYS, secs);
+                if let Some(next) = view.next_change {
+                    assert!(next > Duration::from_secs_f64(secs), "{behaviour:?} {secs}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn images_are_normalized_like_containerd() {
+        let cases = [
+            ("nginx", "docker.io/library/nginx:latest"),
+            ("nginx:1.27", "docker.io/library/nginx:1.27"),
+            ("example/web:v1", "docker.io/example/web:v1"),
+            ("gcr.io/x/y:1", "gcr.io/x/y:1"),
+            ("localhost:5000/x", "localhost:5000/x:latest"),
+            ("x@sha256:ab", "docker.io/library/x@sha256:ab"),
+        ];
+        for (image, want) in cases {
+            assert_eq!(normalize_image(image), want);
+        }
+        assert!(
+            pull_error("example/doesnotexist:v1")
+                .contains("failed to pull and unpack image \"docker.io/example/doesnotexist:v1\"")
+        );
+    }
+
+    fn pod(containers: Value) -> Value {
+        json!({"metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+               "spec": {"restartPolicy": "Always", "containers": containers}})
+    }
+
+    fn placement() -> Placement {
+        Placement {
+            node: "n1".into(),
+            host_ip: "172.18.0.2".into(),
+            pod_ip: "10.244.0.5".into(),
+        }
+    }
+
+    #[test]
+    fn pod_status_has_conditions_and_phase() {
+        let base: jiff::Timestamp = "2026-11-30T08:00:00Z".parse().unwrap();
+        let p = pod(json!([{"name": "web", "image": "nginx:1"}]));
+        let view = pod_status_at(
+            &p,
+            &[Behaviour::Ready],
+            &[None],
+            &placement(),
+            base,
+            add(base, Duration::from_secs(5)),
+        );
+        let s = &view.status;
+        assert_eq!(s["phase"], "Running");
+        let types: Vec<&str> = s["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            types,
+            [
+                "PodReadyToStartContainers",
+                "Initialized",
+                "Ready",
+                "ContainersReady",
+                "PodScheduled"
+            ]
+        );
+        assert_eq!(s["conditions"][2]["status"], "True");
+        assert_eq!(
+            s["conditions"][2]["lastTransitionTime"],
+            "2026-11-30T08:00:01Z"
+        );
+        assert_eq!(
+            s["containerStatuses"][0]["state"]["running"]["startedAt"],
+            "2026-11-30T08:00:00Z"
+        );
+        assert_eq!(
+            s["containerStatuses"][0]["image"],
+            "docker.io/library/nginx:1"
+        );
+        assert_eq!(s["qosClass"], "BestEffort");
+        assert_eq!(view.next_change, None);
+
+        let pending = pod_status_at(
+            &p,
+            &[Behaviour::ImagePullBackOff],
+            &[None],
+            &placement(),
+            base,
+            add(base, Duration::from_secs(1)),
+        );
+        assert_eq!(pending.status["phase"], "Pending");
+        assert_eq!(
+            pending.status["conditions"][2]["reason"],
+            "ContainersNotReady"
+        );
+        assert_eq!(
+            pending.status["conditions"][2]["message"],
+            "containers with unready status: [web]"
+        );
+        assert_eq!(
+            pending.status["containerStatuses"][0]["state"]["waiting"]["reason"],
+            "ErrImagePull"
+        );
+
+        let blocked = pod_status_at(
+            &p,
+            &[Behaviour::Ready],
+            &[Some("configmap \"x\" not found".into())],
+            &placement(),
+            base,
+            add(base, Duration::from_secs(9)),
+        );
+        assert_eq!(
+            blocked.status["containerStatuses"][0]["state"]["waiting"]["reason"],
+            "CreateContainerConfigError"
+        );
+        assert_eq!(
+            blocked.status["containerStatuses"][0]["state"]["waiting"]["message"],
+            "configmap \"x\" not found"
+        );
+    }
+
+    #[test]
+    fn job_pods_succeed_or_fail() {
+        let base: jiff::Timestamp = "2026-11-30T08:00:00Z".parse().unwrap();
+        let mut p = pod(json!([{"name": "job", "image": "busybox"}]));
+        p["spec"]["restartPolicy"] = json!("Never");
+        let later = add(base, Duration::from_secs(30));
+        let ok = pod_status_at(&p, &[Behaviour::Ready], &[None], &placement(), base, later);
+        assert_eq!(ok.status["phase"], "Succeeded");
+        assert_eq!(ok.status["conditions"][2]["reason"], "PodCompleted");
+        let bad = pod_status_at(
+            &p,
+            &[Behaviour::CrashLoopBackOff],
+            &[None],
+            &placement(),
+            base,
+            later,
+        );
+        assert_eq!(bad.status["phase"], "Failed");
+        assert_eq!(
+            bad.status["containerStatuses"][0]["state"]["terminated"]["exitCode"],
+            1
+        );
+    }
+
+    #[test]
+    fn missing_config_messages() {
+        let lookup = |kind: &str, name: &str| -> Option<Vec<String>> {
+            (kind == "ConfigMap" && name == "have").then(|| vec!["k".to_string()])
+        };
+        let cases = [
+            (
+                json!({"envFrom": [{"configMapRef": {"name": "nope"}}]}),
+                Some("configmap \"nope\" not found"),
+            ),
+            (
+                json!({"envFrom": [{"configMapRef": {"name": "nope", "optional": true}}]}),
+                None,
+            ),
+            (
+                json!({"envFrom": [{"secretRef": {"name": "s"}}]}),
+                Some("secret \"s\" not found"),
+            ),
+            (
+                json!({"env": [{"name": "A", "valueFrom": {"configMapKeyRef": {"name": "have", "key": "k"}}}]}),
+                None,
+            ),
+            (
+                json!({"env": [{"name": "A", "valueFrom": {"configMapKeyRef": {"name": "have", "key": "z"}}}]}),
+                Some("couldn't find key z in ConfigMap ns/have"),
+            ),
+            (json!({"env": [{"name": "A", "value": "x"}]}), None),
+        ];
+        for (container, want) in cases {
+            assert_eq!(
+                missing_config(&container, "ns", &lookup).as_deref(),
+                want,
+                "{container}"
+            );
+        }
+    }
+}

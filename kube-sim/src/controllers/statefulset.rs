@@ -1,0 +1,351 @@
+//! The StatefulSet controller as a pure function: ordered pods `<name>-<ordinal>`,
+//! ControllerRevisions, OrderedReady creation, rolling update from the highest ordinal down
+//! to `partition`.
+
+use serde_json::{Map, Value, json};
+
+use super::deployment::Note;
+use super::meta;
+use super::pods;
+
+pub const REVISION_LABEL: &str = "controller-revision-hash";
+pub const POD_NAME_LABEL: &str = "statefulset.kubernetes.io/pod-name";
+pub const POD_INDEX_LABEL: &str = "apps.kubernetes.io/pod-index";
+
+#[derive(Debug, Default)]
+pub struct StatefulSetSync {
+    pub create: Vec<Value>,
+    pub delete: Vec<String>,
+    /// A ControllerRevision for the current template, when none exists yet.
+    pub create_revision: Option<Value>,
+    pub status: Value,
+    pub events: Vec<Note>,
+}
+
+/// The revision name `<sts>-<hash>` of the StatefulSet's current template.
+pub fn update_revision(sts: &Value) -> (String, String) {
+    // Always hashed with the count (0 when absent) so the first status write, which sets
+    // collisionCount: 0, does not change the revision.
+    let collision = sts["status"]["collisionCount"].as_i64().unwrap_or(0);
+    let hash = meta::pod_template_hash(&sts["spec"]["template"], Some(collision));
+    (format!("{}-{hash}", meta::name(sts)), hash)
+}
+
+fn ordinal(sts: &Value, pod: &Value) -> Option<i64> {
+    meta::name(pod)
+        .strip_prefix(meta::name(sts))?
+        .strip_prefix('-')?
+        .parse()
+        .ok()
+}
+
+fn is_ready(pod: &Value) -> bool {
+    pods::is_active(pod) && pods::ready_since(pod).is_some()
+}
+
+/// One sync of a StatefulSet against its pods and ControllerRevisions.
+pub fn reconcile(
+    sts: &Value,
+    owned_pods: &[Value],
+    revisions: &[Value],
+    now: jiff::Timestamp,
+) -> StatefulSetSync {
+    let mut out = StatefulSetSync::default();
+    let name = meta::name(sts);
+    let replicas = meta::spec_replicas(sts);
+    let (update_rev, hash) = update_revision(sts);
+    let parallel = sts["spec"]["podManagementPolicy"].as_str() == Some("Parallel");
+    let on_delete = sts["spec"]["updateStrategy"]["type"].as_str() == Some("OnDelete");
+    let partition = sts["spec"]["updateStrategy"]["rollingUpdate"]["partition"]
+        .as_i64()
+        .unwrap_or(0);
+    let min_ready = sts["spec"]["minReadySeconds"].as_i64().unwrap_or(0);
+
+    if !revisions.iter().any(|r| meta::name(r) == update_rev) {
+        let number = revisions
+            .iter()
+            .filter_map(|r| r["revision"].as_i64())
+            .max()
+            .unwrap_or(0)
+            + 1;
+        let mut labels = sts["spec"]["template"]["metadata"]["labels"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        labels.insert("controller.kubernetes.io/hash".into(), json!(hash));
+        let mut template = sts["spec"]["template"].clone();
+        template["$patch"] = json!("replace");
+        out.create_revision = Some(json!({
+            "apiVersion": "apps/v1",
+            "kind": "ControllerRevision",
+            "metadata": {
+                "name": update_rev,
+                "namespace": meta::namespace(sts),
+                "labels": labels,
+                "ownerReferences": [meta::controller_ref(sts, "apps/v1", "StatefulSet")],
+            },
+            "data": {"spec": {"template": template}},
+            "revision": number,
+        }));
+    }
+    let current_rev = sts["status"]["currentRevision"]
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| update_rev.clone());
+
+    let mut by_ordinal: std::collections::BTreeMap<i64, &Value> = Default::default();
+    for pod in owned_pods {
+        if let Some(i) = ordinal(sts, pod) {
+            by_ordinal.insert(i, pod);
+        }
+    }
+    let new_pod = |i: i64| {
+        let pod_name = format!("{name}-{i}");
+        let mut pod = pods::pod_from_template(
+            sts,
+            "apps/v1",
+            "StatefulSet",
+            &sts["spec"]["template"],
+            Ok(pod_name.clone()),
+            &[
+                (REVISION_LABEL, update_rev.clone()),
+                (POD_NAME_LABEL, pod_name.clone()),
+                (POD_INDEX_LABEL, i.to_string()),
+            ],
+        );
+        pod["spec"]["hostname"] = json!(pod_name);
+        if let Some(service) = sts["spec"]["serviceName"].as_str() {
+            pod["spec"]["subdomain"] = json!(service);
+        }
+        pod
+    };
+
+    // Create missing pods in order; OrderedReady waits for each to be Ready.
+    let mut blocked = false;
+    for i in 0..replicas {
+        match by_ordinal.get(&i) {
+            None => {
+                out.create.push(new_pod(i));
+                out.events.push(Note {
+                    kind: "Normal",
+                    reason: "SuccessfulCreate",
+                    message: format!("create Pod {name}-{i} in StatefulSet {name} successful"),
+                });
+                if !parallel {
+                    blocked = true;
+                    break;
+                }
+            }
+            Some(pod) if !parallel && !is_ready(pod) => {
+                blocked = true;
+                break;
+            }
+            Some(_) => {}
+        }
+    }
+    // Scale down from the highest ordinal, one at a time unless Parallel.
+    if !blocked {
+        let mut extra: Vec<(&i64, &&Value)> = by_ordinal
+            .iter()
+            .filter(|(i, p)| **i >= replicas && !meta::is_deleting(p))
+            .collect();
+        extra.reverse();
+        let take = if parallel { extra.len() } else { 1 };
+        for (i, pod) in extra.into_iter().take(take) {
+            out.delete.push(meta::name(pod).to_string());
+            out.events.push(Note {
+                kind: "Normal",
+                reason: "SuccessfulDelete",
+                message: format!("delete Pod {name}-{i} in StatefulSet {name} successful"),
+            });
+            blocked = true;
+        }
+    }
+    // Rolling update: highest ordinal first, down to the partition, one pod at a time, only
+    // when every pod is Ready.
+    let all_ready = (0..replicas).all(|i| by_ordinal.get(&i).is_some_and(|p| is_ready(p)));
+    if !blocked && !on_delete && all_ready {
+        for i in (partition.max(0)..replicas).rev() {
+            if let Some(pod) = by_ordinal.get(&i)
+                && meta::label(pod, REVISION_LABEL) != Some(update_rev.as_str())
+            {
+                out.delete.push(meta::name(pod).to_string());
+                out.events.push(Note {
+                    kind: "Normal",
+                    reason: "SuccessfulDelete",
+                    message: format!("delete Pod {name}-{i} in StatefulSet {name} successful"),
+                });
+                break;
+            }
+        }
+    }
+
+    // Status.
+    let live: Vec<&Value> = by_ordinal
+        .values()
+        .copied()
+        .filter(|p| pods::is_active(p) && !out.delete.iter().any(|d| d == meta::name(p)))
+        .collect();
+    let count = |rev: &str| {
+        live.iter()
+            .filter(|p| meta::label(p, REVISION_LABEL) == Some(rev))
+            .count() as i64
+    };
+    let ready = live.iter().filter(|p| is_ready(p)).count() as i64;
+    let available = live
+        .iter()
+        .filter(|p| pods::availability(p, min_ready, now).is_ok())
+        .count() as i64;
+    let updated = count(&update_rev);
+    let mut current = count(&current_rev);
+    let mut current_rev = current_rev;
+    let replicas_now = live.len() as i64;
+    if updated == replicas && ready == replicas && replicas_now == replicas {
+        current_rev = update_rev.clone();
+        current = updated;
+    }
+    let mut status = Map::new();
+    meta::put_nonzero(&mut status, "observedGeneration", meta::generation(sts));
+    status.insert("replicas".into(), json!(replicas_now));
+    meta::put_nonzero(&mut status, "readyReplicas", ready);
+    meta::put_nonzero(&mut status, "currentReplicas", current);
+    meta::put_nonzero(&mut status, "updatedReplicas", updated);
+    status.insert("currentRevision".into(), json!(current_rev));
+    status.insert("updateRevision".into(), json!(update_rev));
+    status.insert(
+        "collisionCount".into(),
+        json!(sts["status"]["collisionCount"].as_i64().unwrap_or(0)),
+    );
+    status.insert("availableReplicas".into(), json!(available));
+    out.status = Value::Object(status);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sts(replicas: i64, image: &str, partition: i64) -> Value {
+        json!({
+            "metadata": {"name": "db", "namespace": "ns", "uid": "s1", "generation": 1},
+            "spec": {"replicas": replicas, "serviceName": "db",
+                     "selector": {"matchLabels": {"app": "db"}},
+                     "template": {"metadata": {"labels": {"app": "db"}},
+                                  "spec": {"containers": [{"name": "db", "image": image}]}},
+                     "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": partition}}},
+            "status": {}
+        })
+    }
+
+    fn ready(mut pod: Value) -> Value {
+        pod["status"] = json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-30T08:00:00Z"}]});
+        pod
+    }
+
+    fn now() -> jiff::Timestamp {
+        "2026-11-30T08:05:00Z".parse().unwrap()
+    }
+
+    /// Runs syncs, making every pod ready right away, until nothing changes.
+    fn converge(
+        set: &mut Value,
+        pods: &mut Vec<Value>,
+        revisions: &mut Vec<Value>,
+        order: &mut Vec<String>,
+    ) {
+        for _ in 0..50 {
+            let out = reconcile(set, pods, revisions, now());
+            if let Some(r) = out.create_revision.clone() {
+                revisions.push(r);
+            }
+            let quiet = out.create.is_empty() && out.delete.is_empty();
+            pods.retain(|p| !out.delete.iter().any(|d| d == meta::name(p)));
+            for p in out.create {
+                order.push(meta::name(&p).to_string());
+                pods.push(ready(p));
+            }
+            set["status"] = out.status;
+            if quiet {
+                return;
+            }
+        }
+        panic!("did not converge");
+    }
+
+    #[test]
+    fn pods_are_created_one_by_one_in_order() {
+        let set = sts(3, "db:1", 0);
+        let out = reconcile(&set, &[], &[], now());
+        assert_eq!(
+            out.create.len(),
+            1,
+            "OrderedReady creates one pod at a time"
+        );
+        let pod = &out.create[0];
+        assert_eq!(meta::name(pod), "db-0");
+        assert_eq!(pod["spec"]["hostname"], "db-0");
+        assert_eq!(pod["spec"]["subdomain"], "db");
+        assert_eq!(meta::label(pod, POD_INDEX_LABEL), Some("0"));
+        let revision = out.create_revision.expect("a ControllerRevision");
+        assert_eq!(
+            meta::label(pod, REVISION_LABEL),
+            Some(meta::name(&revision))
+        );
+        assert_eq!(revision["revision"], 1);
+        // db-0 not ready yet: no db-1.
+        let out = reconcile(&set, &[pod.clone()], &[revision], now());
+        assert!(out.create.is_empty());
+
+        let (mut set, mut pods, mut revisions, mut order) = (set, vec![], vec![], vec![]);
+        converge(&mut set, &mut pods, &mut revisions, &mut order);
+        assert_eq!(order, ["db-0", "db-1", "db-2"]);
+        assert_eq!(set["status"]["readyReplicas"], 3);
+        assert_eq!(
+            set["status"]["currentRevision"],
+            set["status"]["updateRevision"]
+        );
+    }
+
+    #[test]
+    fn rolling_update_goes_down_to_the_partition() {
+        let (mut set, mut pods, mut revisions, mut order) =
+            (sts(4, "db:1", 0), vec![], vec![], vec![]);
+        converge(&mut set, &mut pods, &mut revisions, &mut order);
+        let first_rev = set["status"]["currentRevision"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        set["spec"]["template"]["spec"]["containers"][0]["image"] = json!("db:2");
+        set["spec"]["updateStrategy"]["rollingUpdate"]["partition"] = json!(2);
+        order.clear();
+        converge(&mut set, &mut pods, &mut revisions, &mut order);
+        assert_eq!(
+            order,
+            ["db-3", "db-2"],
+            "highest ordinal first, stop at the partition"
+        );
+        assert_eq!(set["status"]["updatedReplicas"], 2);
+        assert_eq!(set["status"]["currentReplicas"], 2);
+        assert_eq!(set["status"]["currentRevision"], first_rev.as_str());
+        assert_ne!(set["status"]["updateRevision"], first_rev.as_str());
+        set["spec"]["updateStrategy"]["rollingUpdate"]["partition"] = json!(0);
+        order.clear();
+        converge(&mut set, &mut pods, &mut revisions, &mut order);
+        assert_eq!(order, ["db-1", "db-0"]);
+        assert_eq!(
+            set["status"]["currentRevision"],
+            set["status"]["updateRevision"]
+        );
+        assert_eq!(set["status"]["currentReplicas"], 4);
+    }
+
+    #[test]
+    fn scale_down_removes_the_highest_ordinal_first() {
+        let (mut set, mut pods, mut revisions, mut order) =
+            (sts(3, "db:1", 0), vec![], vec![], vec![]);
+        converge(&mut set, &mut pods, &mut revisions, &mut order);
+        set["spec"]["replicas"] = json!(1);
+        let out = reconcile(&set, &pods, &revisions, now());
+        assert_eq!(out.delete, ["db-2"]);
+    }
+}

@@ -1,0 +1,211 @@
+//! Faults a test can switch on per cluster, and request counters per verb and resource.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+
+/// Faults that apply to requests under /api and /apis (never to /_sim).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Faults {
+    /// Added to every request before it is answered.
+    pub latency_ms: u64,
+    /// Share of requests (0.0 to 1.0) answered with `error_status` instead.
+    pub error_rate: f64,
+    /// 500, 503 or 429 (any 4xx/5xx is accepted); 0 means 503.
+    pub error_status: u16,
+    /// Retry-After seconds sent with 429 (and 503) errors.
+    pub retry_after_seconds: u64,
+    /// Watch streams end after this many events.
+    pub drop_watch_after_events: Option<u64>,
+    /// Watch streams end after this many milliseconds.
+    pub drop_watch_after_ms: Option<u64>,
+}
+
+impl Faults {
+    /// The status used for injected errors.
+    pub fn status(&self) -> u16 {
+        match self.error_status {
+            400..=599 => self.error_status,
+            _ => 503,
+        }
+    }
+
+    /// Whether this request should fail (drawing a random number).
+    pub fn roll_error(&self) -> bool {
+        self.error_rate > 0.0 && rand::random::<f64>() < self.error_rate
+    }
+}
+
+/// One counter: a verb on a resource (`deployments.apps`, `pods/status`), dry-run or not.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct CounterKey {
+    pub verb: String,
+    pub resource: String,
+    pub dry_run: bool,
+}
+
+/// Verbs that change stored state.
+pub const WRITE_VERBS: [&str; 7] = [
+    "create",
+    "update",
+    "patch",
+    "apply",
+    "delete",
+    "deletecollection",
+    "update-status",
+];
+
+/// A snapshot of request counts.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Counters {
+    pub counts: BTreeMap<CounterKey, u64>,
+}
+
+impl Counters {
+    /// Requests of one verb on one resource (dry runs not included).
+    pub fn get(&self, verb: &str, resource: &str) -> u64 {
+        self.counts
+            .iter()
+            .filter(|(k, _)| k.verb == verb && k.resource == resource && !k.dry_run)
+            .map(|(_, v)| v)
+            .sum()
+    }
+
+    /// Requests of one verb on any resource (dry runs not included).
+    pub fn verb(&self, verb: &str) -> u64 {
+        self.counts
+            .iter()
+            .filter(|(k, _)| k.verb == verb && !k.dry_run)
+            .map(|(_, v)| v)
+            .sum()
+    }
+
+    /// Write requests that could have changed something (dry runs not included).
+    pub fn writes(&self) -> u64 {
+        self.counts
+            .iter()
+            .filter(|(k, _)| !k.dry_run && WRITE_VERBS.contains(&k.verb.as_str()))
+            .map(|(_, v)| v)
+            .sum()
+    }
+
+    /// Dry-run write requests.
+    pub fn dry_run_writes(&self) -> u64 {
+        self.counts
+            .iter()
+            .filter(|(k, _)| k.dry_run)
+            .map(|(_, v)| v)
+            .sum()
+    }
+
+    /// All counted requests.
+    pub fn total(&self) -> u64 {
+        self.counts.values().sum()
+    }
+
+    /// The JSON served at `GET /_sim/counters`.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut by_verb: BTreeMap<String, u64> = BTreeMap::new();
+        for (k, v) in &self.counts {
+            let verb = if k.dry_run {
+                format!("{}:dry-run", k.verb)
+            } else {
+                k.verb.clone()
+            };
+            *by_verb.entry(verb).or_default() += v;
+        }
+        let requests: Vec<serde_json::Value> = self
+            .counts
+            .iter()
+            .map(|(k, v)| {
+                serde_json::json!({"verb": k.verb, "resource": k.resource, "dry_run": k.dry_run, "count": v})
+            })
+            .collect();
+        serde_json::json!({
+            "total": self.total(),
+            "writes": self.writes(),
+            "dry_run_writes": self.dry_run_writes(),
+            "by_verb": by_verb,
+            "requests": requests,
+        })
+    }
+}
+
+/// Thread-safe request counting.
+#[derive(Debug, Default)]
+pub struct CounterSet {
+    counts: Mutex<BTreeMap<CounterKey, u64>>,
+}
+
+impl CounterSet {
+    pub fn record(&self, verb: &str, resource: &str, dry_run: bool) {
+        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        // Look up without allocating on the hot path.
+        if let Some(n) = counts.iter_mut().find_map(|(k, n)| {
+            (k.verb == verb && k.resource == resource && k.dry_run == dry_run).then_some(n)
+        }) {
+            *n += 1;
+            return;
+        }
+        counts.insert(
+            CounterKey {
+                verb: verb.to_string(),
+                resource: resource.to_string(),
+                dry_run,
+            },
+            1,
+        );
+    }
+
+    pub fn snapshot(&self) -> Counters {
+        Counters {
+            counts: self
+                .counts
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+        }
+    }
+
+    pub fn reset(&self) {
+        self.counts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_writes_and_dry_runs_apart() {
+        let set = CounterSet::default();
+        set.record("get", "deployments.apps", false);
+        set.record("apply", "deployments.apps", false);
+        set.record("apply", "deployments.apps", true);
+        set.record("apply", "deployments.apps", false);
+        let c = set.snapshot();
+        assert_eq!(c.get("apply", "deployments.apps"), 2);
+        assert_eq!(c.writes(), 2);
+        assert_eq!(c.dry_run_writes(), 1);
+        assert_eq!(c.total(), 4);
+        assert_eq!(c.to_json()["by_verb"]["apply:dry-run"], 1);
+        set.reset();
+        assert_eq!(set.snapshot().total(), 0);
+    }
+
+    #[test]
+    fn error_status_defaults_to_503() {
+        assert_eq!(Faults::default().status(), 503);
+        let f = Faults {
+            error_status: 429,
+            ..Faults::default()
+        };
+        assert_eq!(f.status(), 429);
+        assert!(!Faults::default().roll_error());
+    }
+}

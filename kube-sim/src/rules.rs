@@ -1,0 +1,224 @@
+//! Scripted pod behaviour: which image does what, per cluster.
+//!
+//! A rules file (`--rules FILE`) is a YAML list such as
+//! `[{cluster: sim-2, image: "*:v2", behaviour: ImagePullBackOff}]`. The first rule whose
+//! cluster (absent = every cluster) and image glob match wins; when none matches, the built-in
+//! image words decide (`doesnotexist`, `crashloop`, `neverready`, `slowstart`).
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// What the simulated kubelet does with a container whose image matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum Behaviour {
+    /// Starts and is Ready after a short delay (or the readiness probe's initial delay).
+    Ready,
+    /// ErrImagePull, then ImagePullBackOff, alternating with a growing back-off.
+    #[serde(alias = "ErrImagePull")]
+    ImagePullBackOff,
+    /// Runs, exits 1, and is restarted with a growing back-off.
+    CrashLoopBackOff,
+    /// Runs but never passes readiness.
+    NeverReady,
+    /// Ready only after 20 simulated seconds.
+    SlowStart,
+    /// The container cannot be created because its configuration is invalid.
+    CreateContainerConfigError,
+    /// The runtime fails to create the container.
+    CreateContainerError,
+    /// The image reference is invalid.
+    InvalidImageName,
+    /// Runs, then is killed for using too much memory (exit 137), restarted with back-off.
+    #[serde(alias = "OOMKilled")]
+    OomKilled,
+}
+
+/// One line of a rules file.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rule {
+    /// The cluster (context name, e.g. `sim-2`) this rule applies to; absent = every cluster.
+    #[serde(default)]
+    pub cluster: Option<String>,
+    /// Glob over the image reference: `*` matches any run of characters, `?` one character.
+    pub image: String,
+    pub behaviour: Behaviour,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RulesError {
+    #[error("cannot read rules file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "invalid rules file {where_}: {message}\n  expected a YAML list like \
+         `- {{cluster: sim-2, image: \"*:v2\", behaviour: ImagePullBackOff}}` with behaviour one of \
+         Ready, ImagePullBackOff, CrashLoopBackOff, NeverReady, SlowStart, \
+         CreateContainerConfigError, CreateContainerError, InvalidImageName, OomKilled"
+    )]
+    Parse { where_: String, message: String },
+    #[error("invalid rules file {where_}: rule {index} has an empty image pattern")]
+    EmptyImage { where_: String, index: usize },
+}
+
+/// Reads and parses a rules file.
+pub fn load(path: &Path) -> Result<Vec<Rule>, RulesError> {
+    let text = std::fs::read_to_string(path).map_err(|source| RulesError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse_named(&text, &path.display().to_string())
+}
+
+/// Parses the YAML text of a rules file. An empty document is an empty list.
+pub fn parse(yaml: &str) -> Result<Vec<Rule>, RulesError> {
+    parse_named(yaml, "<inline>")
+}
+
+fn parse_named(yaml: &str, where_: &str) -> Result<Vec<Rule>, RulesError> {
+    if yaml.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    let rules: Option<Vec<Rule>> =
+        serde_saphyr::from_str(yaml).map_err(|err| RulesError::Parse {
+            where_: where_.to_string(),
+            message: err.to_string(),
+        })?;
+    let rules = rules.unwrap_or_default();
+    if let Some(index) = rules.iter().position(|rule| rule.image.is_empty()) {
+        return Err(RulesError::EmptyImage {
+            where_: where_.to_string(),
+            index: index + 1,
+        });
+    }
+    Ok(rules)
+}
+
+/// The behaviour of `image` in `cluster`: the first matching rule, else the built-in words.
+pub fn behaviour_for(rules: &[Rule], cluster: &str, image: &str) -> Behaviour {
+    rules
+        .iter()
+        .find(|rule| {
+            rule.cluster.as_deref().is_none_or(|c| c == cluster) && glob_match(&rule.image, image)
+        })
+        .map(|rule| rule.behaviour)
+        .unwrap_or_else(|| builtin_behaviour(image))
+}
+
+/// The built-in image words, valid in every cluster.
+pub fn builtin_behaviour(image: &str) -> Behaviour {
+    if image.contains("doesnotexist") {
+        Behaviour::ImagePullBackOff
+    } else if image.contains("crashloop") {
+        Behaviour::CrashLoopBackOff
+    } else if image.contains("neverready") {
+        Behaviour::NeverReady
+    } else if image.contains("slowstart") {
+        Behaviour::SlowStart
+    } else {
+        Behaviour::Ready
+    }
+}
+
+/// Glob match with `*` (any run, possibly empty) and `?` (exactly one character).
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let pattern: Vec<char> = pattern.chars().collect();
+    let text: Vec<char> = text.chars().collect();
+    // Iterative matcher with backtracking to the last star: linear in practice, no recursion.
+    let (mut p, mut t) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        if p < pattern.len() && (pattern[p] == '?' || pattern[p] == text[t]) {
+            p += 1;
+            t += 1;
+        } else if p < pattern.len() && pattern[p] == '*' {
+            star = Some((p, t));
+            p += 1;
+        } else if let Some((star_p, star_t)) = star {
+            p = star_p + 1;
+            t = star_t + 1;
+            star = Some((star_p, star_t + 1));
+        } else {
+            return false;
+        }
+    }
+    pattern[p..].iter().all(|&c| c == '*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs() {
+        let cases = [
+            ("*:v2", "example/web:v2", true),
+            ("*:v2", "example/web:v21", false),
+            ("example/*", "example/web:v1", true),
+            ("ex?mple/web:v1", "example/web:v1", true),
+            ("ex?mple/web:v1", "exmple/web:v1", false),
+            ("*", "", true),
+            ("", "", true),
+            ("a*b*c", "aXXbYYc", true),
+            ("a*b*c", "aXXbYY", false),
+            ("web", "example/web", false),
+        ];
+        for (pattern, text, want) in cases {
+            assert_eq!(glob_match(pattern, text), want, "{pattern} vs {text}");
+        }
+    }
+
+    #[test]
+    fn builtin_words() {
+        let cases = [
+            ("example/doesnotexist:v1", Behaviour::ImagePullBackOff),
+            ("registry.local/crashloop", Behaviour::CrashLoopBackOff),
+            ("neverready:1", Behaviour::NeverReady),
+            ("x/slowstart:2", Behaviour::SlowStart),
+            ("nginx:1.27", Behaviour::Ready),
+        ];
+        for (image, want) in cases {
+            assert_eq!(behaviour_for(&[], "sim-1", image), want, "{image}");
+        }
+    }
+
+    #[test]
+    fn rules_override_words_per_cluster() {
+        let rules = parse(
+            "- {cluster: sim-2, image: \"*:v2\", behaviour: ImagePullBackOff}\n\
+             - image: \"*crashloop*\"\n  behaviour: Ready\n",
+        )
+        .unwrap();
+        assert_eq!(rules.len(), 2);
+        assert_eq!(
+            behaviour_for(&rules, "sim-2", "web:v2"),
+            Behaviour::ImagePullBackOff
+        );
+        assert_eq!(behaviour_for(&rules, "sim-1", "web:v2"), Behaviour::Ready);
+        assert_eq!(
+            behaviour_for(&rules, "sim-1", "x/crashloop:1"),
+            Behaviour::Ready
+        );
+    }
+
+    #[test]
+    fn bad_rules_are_reported_clearly() {
+        let err = parse("- {image: x, behaviour: Explode}").unwrap_err();
+        assert!(err.to_string().contains("Explode"), "{err}");
+        assert!(err.to_string().contains("behaviour one of"), "{err}");
+        let err = parse("- {image: x, behaviour: Ready, colour: red}").unwrap_err();
+        assert!(err.to_string().contains("colour"), "{err}");
+        let err = parse("- {image: '', behaviour: Ready}").unwrap_err();
+        assert!(
+            matches!(err, RulesError::EmptyImage { index: 1, .. }),
+            "{err}"
+        );
+        assert!(parse("").unwrap().is_empty());
+        let err = load(Path::new("/nonexistent/rules.yaml")).unwrap_err();
+        assert!(err.to_string().contains("/nonexistent/rules.yaml"), "{err}");
+    }
+}

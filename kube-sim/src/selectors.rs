@@ -1,0 +1,280 @@
+//! Label selectors (`a=b`, `a==b`, `a!=b`, `a in (x,y)`, `a notin (x)`, `a`, `!a`) and
+//! field selectors (`metadata.name=x`, `metadata.namespace!=y`, a few pod fields).
+
+use serde_json::Value;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum LabelRequirement {
+    Equals(String, String),
+    NotEquals(String, String),
+    In(String, Vec<String>),
+    NotIn(String, Vec<String>),
+    Exists(String),
+    NotExists(String),
+}
+
+/// A parsed label selector; empty matches everything.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LabelSelector {
+    requirements: Vec<LabelRequirement>,
+}
+
+/// Splits at commas that are not inside parentheses.
+fn split_top_level(s: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let mut depth = 0i32;
+    let mut start = 0;
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&s[start..]);
+    parts
+}
+
+fn valid_key(key: &str) -> bool {
+    !key.is_empty()
+        && key.len() <= 317
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'))
+}
+
+fn valid_value(value: &str) -> bool {
+    value.len() <= 63
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+fn parse_set(rest: &str, requirement: &str) -> Result<Vec<String>, String> {
+    let rest = rest.trim();
+    let inner = rest
+        .strip_prefix('(')
+        .and_then(|r| r.strip_suffix(')'))
+        .ok_or_else(|| format!("unable to parse requirement: found '{rest}', expected: '('"))?;
+    let values: Vec<String> = inner
+        .split(',')
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+        .collect();
+    if values.iter().any(|v| !valid_value(v)) {
+        return Err(format!(
+            "unable to parse requirement: invalid label value in {requirement:?}"
+        ));
+    }
+    Ok(values)
+}
+
+impl LabelSelector {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let mut requirements = Vec::new();
+        if s.trim().is_empty() {
+            return Ok(Self::default());
+        }
+        for part in split_top_level(s) {
+            let part = part.trim();
+            if part.is_empty() {
+                return Err(format!(
+                    "unable to parse requirement: empty requirement in {s:?}"
+                ));
+            }
+            let req = if let Some(key) = part.strip_prefix('!') {
+                LabelRequirement::NotExists(key.trim().to_string())
+            } else if let Some((k, v)) = part.split_once("!=") {
+                LabelRequirement::NotEquals(k.trim().to_string(), v.trim().to_string())
+            } else if let Some((k, v)) = part.split_once("==") {
+                LabelRequirement::Equals(k.trim().to_string(), v.trim().to_string())
+            } else if let Some((k, v)) = part.split_once('=') {
+                LabelRequirement::Equals(k.trim().to_string(), v.trim().to_string())
+            } else if let Some((k, rest)) = part.split_once(" notin ") {
+                LabelRequirement::NotIn(k.trim().to_string(), parse_set(rest, part)?)
+            } else if let Some((k, rest)) = part.split_once(" in ") {
+                LabelRequirement::In(k.trim().to_string(), parse_set(rest, part)?)
+            } else {
+                LabelRequirement::Exists(part.to_string())
+            };
+            let (key, value) = match &req {
+                LabelRequirement::Equals(k, v) | LabelRequirement::NotEquals(k, v) => (k, Some(v)),
+                LabelRequirement::In(k, _)
+                | LabelRequirement::NotIn(k, _)
+                | LabelRequirement::Exists(k)
+                | LabelRequirement::NotExists(k) => (k, None),
+            };
+            if !valid_key(key) {
+                return Err(format!(
+                    "unable to parse requirement: invalid label key {key:?}: name part must consist of alphanumeric characters, '-', '_' or '.'"
+                ));
+            }
+            if let Some(v) = value
+                && !valid_value(v)
+            {
+                return Err(format!(
+                    "unable to parse requirement: invalid label value: {v:?}"
+                ));
+            }
+            requirements.push(req);
+        }
+        Ok(Self { requirements })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.requirements.is_empty()
+    }
+
+    /// Whether an object's `metadata.labels` satisfy every requirement.
+    pub fn matches(&self, obj: &Value) -> bool {
+        let labels = obj.pointer("/metadata/labels");
+        let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
+        self.requirements.iter().all(|r| match r {
+            LabelRequirement::Equals(k, v) => get(k) == Some(v.as_str()),
+            LabelRequirement::NotEquals(k, v) => get(k) != Some(v.as_str()),
+            LabelRequirement::In(k, vs) => get(k).is_some_and(|x| vs.iter().any(|v| v == x)),
+            LabelRequirement::NotIn(k, vs) => get(k).is_none_or(|x| !vs.iter().any(|v| v == x)),
+            LabelRequirement::Exists(k) => get(k).is_some(),
+            LabelRequirement::NotExists(k) => get(k).is_none(),
+        })
+    }
+}
+
+/// A parsed field selector; empty matches everything.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FieldSelector {
+    /// (JSON pointer, value, equal?)
+    requirements: Vec<(String, String, bool)>,
+}
+
+/// The JSON pointer of a field a selector may use on a resource.
+fn field_pointer(resource: &str, field: &str) -> Option<&'static str> {
+    match field {
+        "metadata.name" => Some("/metadata/name"),
+        "metadata.namespace" => Some("/metadata/namespace"),
+        _ => match (resource, field) {
+            ("pods", "status.phase") => Some("/status/phase"),
+            ("pods", "spec.nodeName") => Some("/spec/nodeName"),
+            ("pods", "spec.restartPolicy") => Some("/spec/restartPolicy"),
+            ("pods", "spec.schedulerName") => Some("/spec/schedulerName"),
+            ("pods", "spec.serviceAccountName") => Some("/spec/serviceAccountName"),
+            ("pods", "status.podIP") => Some("/status/podIP"),
+            ("events", "involvedObject.name") => Some("/involvedObject/name"),
+            ("events", "involvedObject.kind") => Some("/involvedObject/kind"),
+            ("events", "involvedObject.uid") => Some("/involvedObject/uid"),
+            ("events", "involvedObject.namespace") => Some("/involvedObject/namespace"),
+            ("secrets", "type") => Some("/type"),
+            _ => None,
+        },
+    }
+}
+
+impl FieldSelector {
+    pub fn parse(resource: &str, s: &str) -> Result<Self, String> {
+        let mut requirements = Vec::new();
+        if s.trim().is_empty() {
+            return Ok(Self::default());
+        }
+        for part in s.split(',') {
+            let part = part.trim();
+            let (field, value, equal) = if let Some((f, v)) = part.split_once("!=") {
+                (f, v, false)
+            } else if let Some((f, v)) = part.split_once("==") {
+                (f, v, true)
+            } else if let Some((f, v)) = part.split_once('=') {
+                (f, v, true)
+            } else {
+                return Err(format!(
+                    "invalid selector: '{s}'; can't understand '{part}'"
+                ));
+            };
+            let field = field.trim();
+            let pointer = field_pointer(resource, field)
+                .ok_or_else(|| format!("field label not supported: {field}"))?;
+            requirements.push((pointer.to_string(), value.trim().to_string(), equal));
+        }
+        Ok(Self { requirements })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.requirements.is_empty()
+    }
+
+    pub fn matches(&self, obj: &Value) -> bool {
+        self.requirements.iter().all(|(pointer, value, equal)| {
+            let actual = obj.pointer(pointer).and_then(Value::as_str).unwrap_or("");
+            (actual == value) == *equal
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj() -> Value {
+        json!({"metadata": {"name": "web", "namespace": "prod",
+            "labels": {"app": "web", "tier": "frontend"}}, "status": {"phase": "Running"}})
+    }
+
+    #[test]
+    fn label_selector_table() {
+        let cases = [
+            ("", true),
+            ("app=web", true),
+            ("app==web", true),
+            ("app!=web", false),
+            ("app=db", false),
+            ("app in (web,db)", true),
+            ("app in (db)", false),
+            ("app notin (db)", true),
+            ("app notin (web, db)", false),
+            ("tier", true),
+            ("!tier", false),
+            ("!missing", true),
+            ("missing notin (x)", true),
+            ("app=web,tier in (frontend,backend)", true),
+            ("app=web,tier=backend", false),
+        ];
+        for (selector, expected) in cases {
+            let parsed = LabelSelector::parse(selector).unwrap();
+            assert_eq!(parsed.matches(&obj()), expected, "{selector}");
+        }
+    }
+
+    #[test]
+    fn bad_label_selectors_are_errors() {
+        for bad in [
+            "app=web,",
+            "a b c=d",
+            "app in web",
+            "=x",
+            "app in (bad value)",
+        ] {
+            assert!(LabelSelector::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn field_selector_table() {
+        let cases = [
+            ("metadata.name=web", true),
+            ("metadata.name==web", true),
+            ("metadata.name!=web", false),
+            ("metadata.namespace=prod,metadata.name=web", true),
+            ("metadata.namespace=dev", false),
+            ("status.phase=Running", true),
+        ];
+        for (selector, expected) in cases {
+            let parsed = FieldSelector::parse("pods", selector).unwrap();
+            assert_eq!(parsed.matches(&obj()), expected, "{selector}");
+        }
+        assert!(FieldSelector::parse("deployments", "spec.replicas=1").is_err());
+        assert!(FieldSelector::parse("pods", "nonsense").is_err());
+    }
+}

@@ -1,0 +1,61 @@
+//! The top-level error of a rollguard run and the process exit codes.
+
+use std::path::PathBuf;
+
+use crate::config::ConfigError;
+use crate::manifest::ManifestError;
+
+/// Process exit codes (documented in the README).
+pub mod exit {
+    /// Every target deployed.
+    pub const OK: i32 = 0;
+    /// A target failed (and, with rollback, got back).
+    pub const FAILED: i32 = 1;
+    /// Bad input or configuration: nothing was applied anywhere.
+    pub const BAD_INPUT: i32 = 2;
+    /// A rollback failed.
+    pub const ROLLBACK_FAILED: i32 = 3;
+    /// Cancelled by SIGINT or SIGTERM.
+    pub const CANCELLED: i32 = 130;
+}
+
+/// Errors that end a run before or outside the per-target work (per-target failures go into
+/// the report instead).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    /// A flag or flag combination that cannot work.
+    #[error("{0}")]
+    Usage(String),
+    #[error("cannot write the report to {}: {source}", path.display())]
+    WriteReport {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("demo: {0}")]
+    Demo(String),
+}
+
+impl Error {
+    /// The exit code for this error: input problems are 2 (nothing was applied).
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Config(_) | Error::Manifest(_) | Error::Usage(_) => exit::BAD_INPUT,
+            Error::WriteReport { .. } | Error::Demo(_) => exit::FAILED,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn input_errors_exit_2() {
+        assert_eq!(Error::Usage("x".into()).exit_code(), 2);
+        assert_eq!(Error::Demo("x".into()).exit_code(), 1);
+    }
+}

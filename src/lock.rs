@@ -1,0 +1,763 @@
+//! The deploy lock of one app on one target: a `coordination.k8s.io/v1` Lease.
+//!
+//! The Lease `rollguard-<app>` in the history namespace names its holder (CI run, host, pid)
+//! and expires `leaseDurationSeconds` (30) after its last renewal, so a killed CI job never
+//! wedges later runs: they take it over once it expired. While held it is renewed in the
+//! background with a conditional PUT (the resourceVersion makes a stale writer fail with 409).
+//! The decision (create, take over, wait) is a pure function of the Lease and the clock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{DeleteParams, ObjectMeta, PostParams, Preconditions};
+use kube::{Api, Client};
+use tokio::sync::{Mutex, watch};
+
+/// Default `leaseDurationSeconds`.
+pub const DEFAULT_LEASE_SECONDS: u64 = 30;
+/// Environment knob for a shorter lease (tests, demos): whole seconds, at least 1.
+pub const LEASE_SECONDS_ENV: &str = "ROLLGUARD_LEASE_SECONDS";
+
+/// The Lease name of an app.
+pub fn lease_name(app: &str) -> String {
+    format!("rollguard-{app}")
+}
+
+/// Who holds the lock: the CI run when there is one, always host and pid (matrix jobs of one
+/// run share the run id, so the pid keeps holders apart).
+pub fn holder_identity(env: &dyn Fn(&str) -> Option<String>) -> String {
+    let host = crate::release::host_name(env);
+    let pid = std::process::id();
+    match env("GITHUB_RUN_ID").filter(|s| !s.is_empty()) {
+        Some(run) => {
+            let attempt = env("GITHUB_RUN_ATTEMPT").unwrap_or_else(|| "1".to_string());
+            let repo = env("GITHUB_REPOSITORY").unwrap_or_default();
+            format!("{repo}#{run}.{attempt}@{host}:{pid}")
+        }
+        None => format!("{host}:{pid}"),
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct LockOptions {
+    pub lease_duration: Duration,
+    pub renew_every: Duration,
+    /// How long to wait for another holder (lock.timeout, `--lock-timeout`).
+    pub timeout: Duration,
+    /// How often to look at a held Lease while waiting.
+    pub poll: Duration,
+}
+
+impl LockOptions {
+    pub fn new(timeout: Duration) -> LockOptions {
+        LockOptions::with_lease(timeout, Duration::from_secs(DEFAULT_LEASE_SECONDS))
+    }
+
+    pub fn with_lease(timeout: Duration, lease_duration: Duration) -> LockOptions {
+        let lease_duration = lease_duration.max(Duration::from_secs(1));
+        LockOptions {
+            lease_duration,
+            // Three renewals per lease period tolerate two lost ones.
+            renew_every: (lease_duration / 3).max(Duration::from_millis(300)),
+            timeout,
+            poll: Duration::from_millis(500),
+        }
+    }
+
+    /// Like [`LockOptions::new`], with `ROLLGUARD_LEASE_SECONDS` honoured.
+    pub fn from_env(timeout: Duration, env: &dyn Fn(&str) -> Option<String>) -> LockOptions {
+        let seconds = env(LEASE_SECONDS_ENV)
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .filter(|s| *s >= 1)
+            .unwrap_or(DEFAULT_LEASE_SECONDS);
+        LockOptions::with_lease(timeout, Duration::from_secs(seconds))
+    }
+}
+
+/// What the Lease says, in plain types.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseState {
+    pub holder: Option<String>,
+    pub acquired_at: Option<Timestamp>,
+    pub renewed_at: Option<Timestamp>,
+    pub duration_seconds: i64,
+    pub transitions: i32,
+}
+
+impl LeaseState {
+    pub fn from_lease(lease: &Lease) -> LeaseState {
+        let spec = lease.spec.clone().unwrap_or_default();
+        LeaseState {
+            holder: spec.holder_identity.filter(|h| !h.is_empty()),
+            acquired_at: spec.acquire_time.map(|t| t.0),
+            renewed_at: spec.renew_time.map(|t| t.0),
+            duration_seconds: i64::from(spec.lease_duration_seconds.unwrap_or(0)),
+            transitions: spec.lease_transitions.unwrap_or(0),
+        }
+    }
+
+    /// When the Lease lapses without another renewal (None: no renew time, i.e. free).
+    pub fn expires_at(&self) -> Option<Timestamp> {
+        let renewed = self.renewed_at.or(self.acquired_at)?;
+        renewed
+            .checked_add(jiff::SignedDuration::from_secs(self.duration_seconds))
+            .ok()
+    }
+}
+
+/// What to do with the Lease as it is now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// There is no Lease: create it.
+    Create,
+    /// Free (released or expired): take it over (`previous` = the lapsed holder, if any).
+    TakeOver { previous: Option<String> },
+    /// Ours already (e.g. a retried request): refresh it.
+    Renew,
+    /// Someone else holds it and it is alive.
+    Wait {
+        holder: String,
+        since: Option<Timestamp>,
+        expires_at: Timestamp,
+    },
+}
+
+/// The pure core of acquiring: given the Lease (if any), who we are and the time.
+pub fn decide(lease: Option<&LeaseState>, me: &str, now: Timestamp) -> Decision {
+    let Some(lease) = lease else {
+        return Decision::Create;
+    };
+    let Some(holder) = lease.holder.clone() else {
+        return Decision::TakeOver { previous: None };
+    };
+    if holder == me {
+        return Decision::Renew;
+    }
+    match lease.expires_at() {
+        Some(expires_at) if expires_at > now => Decision::Wait {
+            holder,
+            since: lease.acquired_at,
+            expires_at,
+        },
+        _ => Decision::TakeOver {
+            previous: Some(holder),
+        },
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error(
+        "lock {lease} in namespace {namespace} is held by {holder}{since}; gave up after waiting {waited}s. \
+         If that run is gone, the lock lapses {lease_seconds}s after its last renewal; `rollguard unlock` releases it by force"
+    )]
+    Timeout {
+        lease: String,
+        namespace: String,
+        holder: String,
+        /// " since 2026-11-30T09:00:00Z" or empty.
+        since: String,
+        waited: u64,
+        lease_seconds: i64,
+    },
+    #[error("{action} (Lease {lease} in namespace {namespace}): {source}")]
+    Kube {
+        action: String,
+        lease: String,
+        namespace: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+    #[error(transparent)]
+    Namespace(#[from] crate::release::ReleaseError),
+}
+
+/// Acquiring the lock.
+pub struct Lock;
+
+impl Lock {
+    /// Take the lock of `app` in `namespace`, waiting up to `options.timeout` for another
+    /// holder. Creates the namespace if missing. The guard renews the Lease until released.
+    pub async fn acquire(
+        client: Client,
+        app: &str,
+        namespace: &str,
+        holder: &str,
+        options: &LockOptions,
+    ) -> Result<LockGuard, LockError> {
+        let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
+        let name = lease_name(app);
+        let err = |action: &str, e: kube::Error| LockError::Kube {
+            action: action.to_string(),
+            lease: name.clone(),
+            namespace: namespace.to_string(),
+            source: Box::new(e),
+        };
+        let started = tokio::time::Instant::now();
+        let mut announced = false;
+        loop {
+            let current = match api.get_opt(&name).await {
+                Ok(lease) => lease,
+                Err(kube::Error::Api(s)) if s.is_not_found() => None,
+                Err(e) => return Err(err("reading the lock", e)),
+            };
+            let now = Timestamp::now();
+            let state = current.as_ref().map(LeaseState::from_lease);
+            match decide(state.as_ref(), holder, now) {
+                Decision::Create => {
+                    let lease = new_lease(&name, namespace, holder, options, now, 0, None);
+                    match api.create(&PostParams::default(), &lease).await {
+                        Ok(created) => {
+                            return Ok(LockGuard::start(api, created, holder, options, None));
+                        }
+                        Err(kube::Error::Api(s)) if s.is_already_exists() => continue,
+                        Err(kube::Error::Api(s)) if s.is_not_found() => {
+                            crate::release::ensure_namespace(&client, namespace).await?;
+                            continue;
+                        }
+                        Err(e) => return Err(err("creating the lock", e)),
+                    }
+                }
+                Decision::TakeOver { .. } | Decision::Renew => {
+                    let Some(current) = current else { continue };
+                    let previous = state.as_ref().and_then(|s| s.holder.clone());
+                    let transitions = state.as_ref().map(|s| s.transitions).unwrap_or(0)
+                        + i32::from(previous.as_deref() != Some(holder));
+                    let lease = new_lease(
+                        &name,
+                        namespace,
+                        holder,
+                        options,
+                        now,
+                        transitions,
+                        Some(&current.metadata),
+                    );
+                    match api.replace(&name, &PostParams::default(), &lease).await {
+                        Ok(taken) => {
+                            let lapsed = previous.filter(|p| p != holder);
+                            if let Some(p) = &lapsed {
+                                tracing::warn!(
+                                    "lock {name} in {namespace}: took over the expired lease of {p}"
+                                );
+                            }
+                            return Ok(LockGuard::start(api, taken, holder, options, lapsed));
+                        }
+                        // Someone else moved first: look again.
+                        Err(kube::Error::Api(s)) if s.is_conflict() || s.is_not_found() => {
+                            continue;
+                        }
+                        Err(e) => return Err(err("taking over the lock", e)),
+                    }
+                }
+                Decision::Wait {
+                    holder: other,
+                    since,
+                    expires_at,
+                } => {
+                    let waited = started.elapsed();
+                    if waited >= options.timeout {
+                        return Err(LockError::Timeout {
+                            lease: name.clone(),
+                            namespace: namespace.to_string(),
+                            holder: other,
+                            since: since.map(|t| format!(" since {t:.0}")).unwrap_or_default(),
+                            waited: waited.as_secs(),
+                            lease_seconds: state.map(|s| s.duration_seconds).unwrap_or(0),
+                        });
+                    }
+                    if !announced {
+                        announced = true;
+                        tracing::info!(
+                            "lock {name} in {namespace} is held by {other}; waiting up to {}s",
+                            options.timeout.as_secs()
+                        );
+                    }
+                    // Wake at the earliest of: next poll, the lease's expiry, our deadline.
+                    let until_expiry = Duration::try_from(expires_at.duration_since(now))
+                        .unwrap_or_default()
+                        + Duration::from_millis(50);
+                    let until_deadline = options.timeout.saturating_sub(waited);
+                    tokio::time::sleep(options.poll.min(until_expiry).min(until_deadline)).await;
+                }
+            }
+        }
+    }
+}
+
+fn new_lease(
+    name: &str,
+    namespace: &str,
+    holder: &str,
+    options: &LockOptions,
+    now: Timestamp,
+    transitions: i32,
+    base: Option<&ObjectMeta>,
+) -> Lease {
+    let mut metadata = base.cloned().unwrap_or_default();
+    metadata.name = Some(name.to_string());
+    metadata.namespace = Some(namespace.to_string());
+    metadata.managed_fields = None;
+    let mut labels = metadata.labels.take().unwrap_or_default();
+    labels.insert(
+        crate::release::LABEL_MANAGED_BY.to_string(),
+        "rollguard".to_string(),
+    );
+    metadata.labels = Some(labels);
+    Lease {
+        metadata,
+        spec: Some(LeaseSpec {
+            holder_identity: Some(holder.to_string()),
+            lease_duration_seconds: Some(
+                i32::try_from(options.lease_duration.as_secs()).unwrap_or(i32::MAX),
+            ),
+            acquire_time: Some(MicroTime(now)),
+            renew_time: Some(MicroTime(now)),
+            lease_transitions: Some(transitions),
+            ..LeaseSpec::default()
+        }),
+    }
+}
+
+/// A held lock. Renews in the background; call [`LockGuard::release`] when done. Dropping it
+/// without release stops the renewals, so the Lease lapses after its duration.
+pub struct LockGuard {
+    api: Api<Lease>,
+    name: String,
+    holder: String,
+    lease: Arc<Mutex<Lease>>,
+    renewer: Option<tokio::task::JoinHandle<()>>,
+    lost: watch::Receiver<bool>,
+    took_over_from: Option<String>,
+}
+
+impl LockGuard {
+    fn start(
+        api: Api<Lease>,
+        lease: Lease,
+        holder: &str,
+        options: &LockOptions,
+        took_over_from: Option<String>,
+    ) -> LockGuard {
+        let name = lease.metadata.name.clone().unwrap_or_default();
+        let shared = Arc::new(Mutex::new(lease));
+        let (lost_tx, lost) = watch::channel(false);
+        let renewer = tokio::spawn(renew_loop(
+            api.clone(),
+            name.clone(),
+            holder.to_string(),
+            shared.clone(),
+            options.renew_every,
+            lost_tx,
+        ));
+        LockGuard {
+            api,
+            name,
+            holder: holder.to_string(),
+            lease: shared,
+            renewer: Some(renewer),
+            lost,
+            took_over_from,
+        }
+    }
+
+    /// The holder whose expired lease was taken over, if this acquisition did that.
+    pub fn took_over_from(&self) -> Option<&str> {
+        self.took_over_from.as_deref()
+    }
+
+    pub fn holder(&self) -> &str {
+        &self.holder
+    }
+
+    /// True once another holder took the Lease (our renewals had stopped for too long).
+    pub fn is_lost(&self) -> bool {
+        *self.lost.borrow()
+    }
+
+    /// Stop renewing and delete the Lease (only if it is still ours).
+    pub async fn release(mut self) -> Result<(), LockError> {
+        if let Some(renewer) = self.renewer.take() {
+            renewer.abort();
+            let _ = renewer.await;
+        }
+        let lease = self.lease.lock().await.clone();
+        let err = |action: &str, e: kube::Error| LockError::Kube {
+            action: action.to_string(),
+            lease: self.name.clone(),
+            namespace: lease.metadata.namespace.clone().unwrap_or_default(),
+            source: Box::new(e),
+        };
+        let current = match self.api.get_opt(&self.name).await {
+            Ok(Some(current)) => current,
+            Ok(None) => return Ok(()),
+            Err(kube::Error::Api(s)) if s.is_not_found() => return Ok(()),
+            Err(e) => return Err(err("reading the lock to release it", e)),
+        };
+        if LeaseState::from_lease(&current).holder.as_deref() != Some(self.holder.as_str()) {
+            return Ok(());
+        }
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                resource_version: current.metadata.resource_version.clone(),
+                uid: current.metadata.uid.clone(),
+            }),
+            ..DeleteParams::default()
+        };
+        match self.api.delete(&self.name, &dp).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.is_not_found() || s.is_conflict() => Ok(()),
+            Err(e) => Err(err("releasing the lock", e)),
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if let Some(renewer) = self.renewer.take() {
+            renewer.abort();
+        }
+    }
+}
+
+async fn renew_loop(
+    api: Api<Lease>,
+    name: String,
+    holder: String,
+    lease: Arc<Mutex<Lease>>,
+    every: Duration,
+    lost: watch::Sender<bool>,
+) {
+    loop {
+        tokio::time::sleep(every).await;
+        let mut next = lease.lock().await.clone();
+        if let Some(spec) = next.spec.as_mut() {
+            spec.renew_time = Some(MicroTime(Timestamp::now()));
+        }
+        next.metadata.managed_fields = None;
+        match api.replace(&name, &PostParams::default(), &next).await {
+            Ok(renewed) => *lease.lock().await = renewed,
+            Err(kube::Error::Api(s)) if s.is_conflict() || s.is_not_found() => {
+                // Our copy is stale: if the Lease is still ours, continue from the fresh one.
+                match api.get_opt(&name).await {
+                    Ok(Some(fresh))
+                        if LeaseState::from_lease(&fresh).holder.as_deref()
+                            == Some(holder.as_str()) =>
+                    {
+                        *lease.lock().await = fresh;
+                    }
+                    Ok(_) => {
+                        tracing::error!("lock {name}: lost to another holder; stopping renewals");
+                        let _ = lost.send(true);
+                        return;
+                    }
+                    Err(e) => tracing::warn!("lock {name}: could not re-read the lease: {e}"),
+                }
+            }
+            // Transient trouble: the lease has room for two missed renewals.
+            Err(e) => tracing::warn!("lock {name}: renewal failed, will retry: {e}"),
+        }
+    }
+}
+
+/// What `rollguard unlock` found and removed.
+#[derive(Debug, Clone)]
+pub struct Unlocked {
+    pub namespace: String,
+    pub lease: String,
+    pub previous: Option<LeaseState>,
+}
+
+/// Delete the Lease whoever holds it (for humans: `rollguard unlock`).
+pub async fn force_unlock(
+    client: Client,
+    app: &str,
+    namespace: &str,
+) -> Result<Unlocked, LockError> {
+    let api: Api<Lease> = Api::namespaced(client, namespace);
+    let name = lease_name(app);
+    let err = |action: &str, e: kube::Error| LockError::Kube {
+        action: action.to_string(),
+        lease: name.clone(),
+        namespace: namespace.to_string(),
+        source: Box::new(e),
+    };
+    let previous = match api.get_opt(&name).await {
+        Ok(lease) => lease.as_ref().map(LeaseState::from_lease),
+        Err(kube::Error::Api(s)) if s.is_not_found() => None,
+        Err(e) => return Err(err("reading the lock", e)),
+    };
+    if previous.is_some() {
+        match api.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.is_not_found() => {}
+            Err(e) => return Err(err("deleting the lock", e)),
+        }
+    }
+    Ok(Unlocked {
+        namespace: namespace.to_string(),
+        lease: name,
+        previous,
+    })
+}
+
+/// Read the Lease without touching it.
+pub async fn inspect(
+    client: Client,
+    app: &str,
+    namespace: &str,
+) -> Result<Option<LeaseState>, LockError> {
+    let api: Api<Lease> = Api::namespaced(client, namespace);
+    let name = lease_name(app);
+    match api.get_opt(&name).await {
+        Ok(lease) => Ok(lease.as_ref().map(LeaseState::from_lease)),
+        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(None),
+        Err(e) => Err(LockError::Kube {
+            action: "reading the lock".to_string(),
+            lease: name,
+            namespace: namespace.to_string(),
+            source: Box::new(e),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ts(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    fn state(holder: Option<&str>, renewed: Option<&str>, secs: i64) -> LeaseState {
+        LeaseState {
+            holder: holder.map(str::to_string),
+            acquired_at: Some(ts("2026-11-30T09:00:00Z")),
+            renewed_at: renewed.map(ts),
+            duration_seconds: secs,
+            transitions: 0,
+        }
+    }
+
+    #[test]
+    fn decide_table() {
+        let now = ts("2026-11-30T09:01:00Z");
+        let cases: Vec<(Option<LeaseState>, Decision)> = vec![
+            (None, Decision::Create),
+            (
+                Some(state(None, Some("2026-11-30T09:00:59Z"), 30)),
+                Decision::TakeOver { previous: None },
+            ),
+            (
+                Some(state(Some("me"), Some("2026-11-30T09:00:59Z"), 30)),
+                Decision::Renew,
+            ),
+            // Alive: renewed 10 s ago with 30 s duration.
+            (
+                Some(state(Some("other"), Some("2026-11-30T09:00:50Z"), 30)),
+                Decision::Wait {
+                    holder: "other".into(),
+                    since: Some(ts("2026-11-30T09:00:00Z")),
+                    expires_at: ts("2026-11-30T09:01:20Z"),
+                },
+            ),
+            // Expired: renewed 31 s ago.
+            (
+                Some(state(Some("other"), Some("2026-11-30T09:00:29Z"), 30)),
+                Decision::TakeOver {
+                    previous: Some("other".into()),
+                },
+            ),
+            // Exactly at expiry counts as expired.
+            (
+                Some(state(Some("other"), Some("2026-11-30T09:00:30Z"), 30)),
+                Decision::TakeOver {
+                    previous: Some("other".into()),
+                },
+            ),
+        ];
+        for (lease, want) in cases {
+            assert_eq!(decide(lease.as_ref(), "me", now), want, "{lease:?}");
+        }
+    }
+
+    #[test]
+    fn expiry_falls_back_to_acquire_time() {
+        let s = state(Some("x"), None, 30);
+        assert_eq!(s.expires_at(), Some(ts("2026-11-30T09:00:30Z")));
+    }
+
+    #[test]
+    fn options_from_env() {
+        let t = Duration::from_secs(120);
+        let o = LockOptions::from_env(t, &|_| None);
+        assert_eq!(o.lease_duration, Duration::from_secs(30));
+        assert_eq!(o.renew_every, Duration::from_secs(10));
+        let o = LockOptions::from_env(t, &|k| (k == LEASE_SECONDS_ENV).then(|| "3".into()));
+        assert_eq!(o.lease_duration, Duration::from_secs(3));
+        assert_eq!(o.renew_every, Duration::from_secs(1));
+        let o = LockOptions::from_env(t, &|k| (k == LEASE_SECONDS_ENV).then(|| "zero".into()));
+        assert_eq!(o.lease_duration, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn holder_names_run_and_pid() {
+        let env = |k: &str| match k {
+            "GITHUB_RUN_ID" => Some("77".to_string()),
+            "GITHUB_RUN_ATTEMPT" => Some("2".to_string()),
+            "GITHUB_REPOSITORY" => Some("acme/shop".to_string()),
+            "HOSTNAME" => Some("runner".to_string()),
+            _ => None,
+        };
+        let h = holder_identity(&env);
+        assert!(h.starts_with("acme/shop#77.2@"), "{h}");
+        assert!(h.ends_with(&format!(":{}", std::process::id())), "{h}");
+        assert!(!holder_identity(&|_| None).contains('#'));
+    }
+}
+
+#[cfg(test)]
+mod lease_tests {
+    use super::*;
+    use crate::fake_api::FakeApi;
+    use serde_json::json;
+
+    const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/shop/leases";
+
+    fn quick(timeout_ms: u64, lease_secs: u64) -> LockOptions {
+        let mut o = LockOptions::with_lease(
+            Duration::from_millis(timeout_ms),
+            Duration::from_secs(lease_secs),
+        );
+        o.poll = Duration::from_millis(50);
+        o
+    }
+
+    #[tokio::test]
+    async fn acquire_release_and_timeout_naming_the_holder() {
+        let fake = FakeApi::default();
+        let a = Lock::acquire(fake.client(), "shop", "shop", "run-a", &quick(1000, 30))
+            .await
+            .unwrap();
+        assert!(
+            fake.has_namespace("shop"),
+            "namespace created for the lease"
+        );
+        let lease = fake.get(LEASES, "rollguard-shop").unwrap();
+        assert_eq!(lease["spec"]["holderIdentity"], "run-a");
+        assert_eq!(lease["spec"]["leaseDurationSeconds"], 30);
+        assert_eq!(lease["spec"]["leaseTransitions"], 0);
+        assert!(a.took_over_from().is_none());
+
+        let err = Lock::acquire(fake.client(), "shop", "shop", "run-b", &quick(300, 30))
+            .await
+            .err()
+            .expect("times out");
+        let text = err.to_string();
+        assert!(matches!(err, LockError::Timeout { .. }), "{text}");
+        assert!(text.contains("held by run-a since "), "{text}");
+        assert!(text.contains("rollguard unlock"), "{text}");
+
+        a.release().await.unwrap();
+        assert!(fake.get(LEASES, "rollguard-shop").is_none());
+        let b = Lock::acquire(fake.client(), "shop", "shop", "run-b", &quick(300, 30))
+            .await
+            .unwrap();
+        b.release().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn expired_lease_is_taken_over() {
+        let fake = FakeApi::default();
+        fake.add_namespace("shop");
+        fake.put_raw(
+            LEASES,
+            "rollguard-shop",
+            json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                   "metadata": {"name": "rollguard-shop", "namespace": "shop"},
+                   "spec": {"holderIdentity": "dead-run", "leaseDurationSeconds": 30,
+                            "acquireTime": "2020-01-01T00:00:00.000000Z",
+                            "renewTime": "2020-01-01T00:00:10.000000Z", "leaseTransitions": 4}}),
+        );
+        let guard = Lock::acquire(fake.client(), "shop", "shop", "run-b", &quick(500, 30))
+            .await
+            .unwrap();
+        assert_eq!(guard.took_over_from(), Some("dead-run"));
+        let lease = fake.get(LEASES, "rollguard-shop").unwrap();
+        assert_eq!(lease["spec"]["holderIdentity"], "run-b");
+        assert_eq!(lease["spec"]["leaseTransitions"], 5);
+        guard.release().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn renewals_keep_it_and_a_waiter_gets_it_after_release() {
+        let fake = FakeApi::default();
+        // 1 s lease, renewed every ~333 ms: a waiter never sees it expire.
+        let a = Lock::acquire(fake.client(), "shop", "shop", "run-a", &quick(1000, 1))
+            .await
+            .unwrap();
+        let first = fake.get(LEASES, "rollguard-shop").unwrap()["spec"]["renewTime"].clone();
+        let waiter = tokio::spawn({
+            let client = fake.client();
+            async move { Lock::acquire(client, "shop", "shop", "run-b", &quick(5000, 1)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(1800)).await;
+        assert!(
+            !waiter.is_finished(),
+            "run-a renews, so run-b keeps waiting"
+        );
+        let later = fake.get(LEASES, "rollguard-shop").unwrap()["spec"]["renewTime"].clone();
+        assert_ne!(first, later, "renewTime moved");
+        assert!(!a.is_lost());
+        a.release().await.unwrap();
+        let b = waiter.await.unwrap().unwrap();
+        assert_eq!(b.took_over_from(), None, "released, not expired");
+        b.release().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_dropped_guard_lapses_and_is_taken_over() {
+        let fake = FakeApi::default();
+        let a = Lock::acquire(fake.client(), "shop", "shop", "run-a", &quick(1000, 1))
+            .await
+            .unwrap();
+        // Like a killed process: renewals stop, the Lease stays.
+        drop(a);
+        let started = std::time::Instant::now();
+        let b = Lock::acquire(fake.client(), "shop", "shop", "run-b", &quick(5000, 1))
+            .await
+            .unwrap();
+        assert_eq!(b.took_over_from(), Some("run-a"));
+        assert!(started.elapsed() < Duration::from_secs(3));
+        b.release().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn losing_the_lease_is_noticed_and_unlock_forces() {
+        let fake = FakeApi::default();
+        let a = Lock::acquire(fake.client(), "shop", "shop", "run-a", &quick(1000, 1))
+            .await
+            .unwrap();
+        let mut lease = fake.get(LEASES, "rollguard-shop").unwrap();
+        lease["spec"]["holderIdentity"] = json!("intruder");
+        fake.put_raw(LEASES, "rollguard-shop", lease);
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        assert!(a.is_lost());
+        // Release leaves the intruder's lease alone.
+        a.release().await.unwrap();
+        assert!(fake.get(LEASES, "rollguard-shop").is_some());
+        let state = inspect(fake.client(), "shop", "shop")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(state.holder.as_deref(), Some("intruder"));
+        let unlocked = force_unlock(fake.client(), "shop", "shop").await.unwrap();
+        assert_eq!(
+            unlocked.previous.and_then(|p| p.holder).as_deref(),
+            Some("intruder")
+        );
+        assert!(fake.get(LEASES, "rollguard-shop").is_none());
+    }
+}

@@ -1,0 +1,369 @@
+//! Retries of transient Kubernetes API errors with exponential backoff and jitter, bounded by
+//! the target's deadline.
+//!
+//! kube's own retry layer is switched off for rollguard clients (see `target.rs`): it retries
+//! up to 15 times with delays of up to 1000 s, which ignores our per-target deadline, and it
+//! does not retry dropped connections. Here every attempt and every sleep stays inside the
+//! deadline, and 4xx answers other than 429 are never retried.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// How an API error should be treated by a caller that may retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// Worth another attempt; `retry_after` is the server's hint when it gave one.
+    Transient { retry_after: Option<Duration> },
+    /// Retrying cannot help (bad request, forbidden, conflict, TLS, ...).
+    Permanent,
+}
+
+/// Classifies a kube error. Pure; table-tested below.
+pub fn classify(err: &kube::Error) -> ErrorClass {
+    match err {
+        kube::Error::Api(status) => classify_status(
+            status.code,
+            &status.message,
+            status
+                .details
+                .as_ref()
+                .map(|d| d.retry_after_seconds)
+                .unwrap_or(0),
+        ),
+        kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => {
+            if is_tls_problem(err) {
+                ErrorClass::Permanent
+            } else {
+                ErrorClass::Transient { retry_after: None }
+            }
+        }
+        _ => ErrorClass::Permanent,
+    }
+}
+
+/// The decision for an HTTP status answered by the API server.
+pub fn classify_status(code: u16, message: &str, retry_after_seconds: u32) -> ErrorClass {
+    let retry_after =
+        (retry_after_seconds > 0).then(|| Duration::from_secs(u64::from(retry_after_seconds)));
+    match code {
+        429 => ErrorClass::Transient { retry_after },
+        // A server-side apply with a field unknown to the schema answers 500 on some
+        // releases (see the apiserver recordings): that is the manifest's fault, not transient.
+        500 if message.contains("field not declared in schema") => ErrorClass::Permanent,
+        500 | 502 | 503 | 504 => ErrorClass::Transient { retry_after },
+        _ => ErrorClass::Permanent,
+    }
+}
+
+/// True when the error chain says the TLS handshake or certificate check failed.
+pub fn is_tls_problem(err: &(dyn std::error::Error + 'static)) -> bool {
+    let text = error_chain_text(err).to_ascii_lowercase();
+    text.contains("certificate") || text.contains("tls") || text.contains("handshake")
+}
+
+/// All messages of an error's source chain, joined by ": ", without repeats.
+pub fn error_chain_text(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = current {
+        let text = e.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        current = e.source();
+    }
+    parts.join(": ")
+}
+
+/// The first `std::io::Error` kind in an error's source chain.
+pub fn io_error_kind(err: &(dyn std::error::Error + 'static)) -> Option<std::io::ErrorKind> {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = current {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return Some(io.kind());
+        }
+        current = e.source();
+    }
+    None
+}
+
+/// Exponential backoff with jitter: `base * 2^attempt`, capped, then scaled into
+/// `[0.5, 1.0]` of itself by `jitter` (0..=1) so that many targets do not retry in lockstep.
+pub fn backoff_delay(attempt: u32, base: Duration, cap: Duration, jitter: f64) -> Duration {
+    let factor = 2u32.saturating_pow(attempt.min(20));
+    let raw = base.saturating_mul(factor).min(cap);
+    raw.mul_f64(0.5 + 0.5 * jitter.clamp(0.0, 1.0))
+}
+
+/// Bounds of a retried operation.
+#[derive(Debug, Clone)]
+pub struct RetryBudget {
+    /// Nothing is attempted or slept past this instant.
+    pub deadline: Instant,
+    /// At most this many attempts (None: until the deadline).
+    pub max_attempts: Option<u32>,
+    /// One attempt may take at most this long.
+    pub attempt_timeout: Duration,
+    pub base_delay: Duration,
+    pub max_delay: Duration,
+}
+
+impl RetryBudget {
+    /// Retries until the deadline.
+    pub fn until(deadline: Instant) -> Self {
+        RetryBudget {
+            deadline,
+            max_attempts: None,
+            attempt_timeout: Duration::from_secs(30),
+            base_delay: Duration::from_millis(100),
+            max_delay: Duration::from_secs(5),
+        }
+    }
+
+    /// A few quick attempts, for the first contact with a cluster: a target that is down
+    /// should fail in seconds, not at the end of its deadline.
+    pub fn first_contact(deadline: Instant) -> Self {
+        RetryBudget {
+            max_attempts: Some(3),
+            attempt_timeout: Duration::from_secs(10),
+            ..RetryBudget::until(deadline)
+        }
+    }
+}
+
+/// Why a retried operation gave up.
+#[derive(Debug, thiserror::Error)]
+pub enum RetryError {
+    #[error("{0}")]
+    Api(kube::Error),
+    #[error("cancelled")]
+    Cancelled,
+}
+
+impl RetryError {
+    pub fn into_kube(self) -> Option<kube::Error> {
+        match self {
+            RetryError::Api(e) => Some(e),
+            RetryError::Cancelled => None,
+        }
+    }
+}
+
+/// A timeout of one attempt, as a kube error so that callers see one error type.
+pub fn timeout_error(what: &str, after: Duration) -> kube::Error {
+    kube::Error::Service(Box::new(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("{what}: no answer within {}s", after.as_secs_f64()),
+    )))
+}
+
+/// Runs `op` until it succeeds, fails permanently, the budget runs out or `cancel` fires.
+pub async fn with_retry<T, F, Fut>(
+    what: &str,
+    budget: &RetryBudget,
+    cancel: &CancellationToken,
+    mut op: F,
+) -> Result<T, RetryError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, kube::Error>>,
+{
+    let mut attempt: u32 = 0;
+    loop {
+        let remaining = budget.deadline.saturating_duration_since(Instant::now());
+        let attempt_timeout = budget
+            .attempt_timeout
+            .min(remaining.max(Duration::from_millis(50)));
+        let result = tokio::select! {
+            _ = cancel.cancelled() => return Err(RetryError::Cancelled),
+            r = tokio::time::timeout(attempt_timeout, op()) => r,
+        };
+        let err = match result {
+            Ok(Ok(value)) => return Ok(value),
+            Ok(Err(err)) => err,
+            Err(_) => timeout_error(what, attempt_timeout),
+        };
+        attempt += 1;
+        let retry_after = match classify(&err) {
+            ErrorClass::Permanent => return Err(RetryError::Api(err)),
+            ErrorClass::Transient { retry_after } => retry_after,
+        };
+        if budget.max_attempts.is_some_and(|max| attempt >= max) {
+            return Err(RetryError::Api(err));
+        }
+        let delay = retry_after.unwrap_or_else(|| {
+            backoff_delay(
+                attempt - 1,
+                budget.base_delay,
+                budget.max_delay,
+                rand::random::<f64>(),
+            )
+        });
+        if Instant::now() + delay >= budget.deadline {
+            return Err(RetryError::Api(err));
+        }
+        tracing::debug!(what, attempt, delay_ms = delay.as_millis() as u64, error = %err, "transient API error, retrying");
+        tokio::select! {
+            _ = cancel.cancelled() => return Err(RetryError::Cancelled),
+            _ = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    fn api_error(code: u16, message: &str) -> kube::Error {
+        kube::Error::Api(Box::new(kube::core::Status {
+            code,
+            message: message.to_string(),
+            ..Default::default()
+        }))
+    }
+
+    #[test]
+    fn status_classes() {
+        let table: &[(u16, &str, u32, ErrorClass)] = &[
+            (
+                429,
+                "slow down",
+                2,
+                ErrorClass::Transient {
+                    retry_after: Some(Duration::from_secs(2)),
+                },
+            ),
+            (
+                429,
+                "slow down",
+                0,
+                ErrorClass::Transient { retry_after: None },
+            ),
+            (
+                503,
+                "unavailable",
+                0,
+                ErrorClass::Transient { retry_after: None },
+            ),
+            (502, "", 0, ErrorClass::Transient { retry_after: None }),
+            (504, "", 0, ErrorClass::Transient { retry_after: None }),
+            (
+                500,
+                "etcd leader changed",
+                0,
+                ErrorClass::Transient { retry_after: None },
+            ),
+            (
+                500,
+                ".spec.foo: field not declared in schema",
+                0,
+                ErrorClass::Permanent,
+            ),
+            (400, "bad", 0, ErrorClass::Permanent),
+            (401, "Unauthorized", 0, ErrorClass::Permanent),
+            (403, "forbidden", 0, ErrorClass::Permanent),
+            (404, "not found", 0, ErrorClass::Permanent),
+            (409, "conflict", 0, ErrorClass::Permanent),
+            (422, "invalid", 0, ErrorClass::Permanent),
+        ];
+        for (code, message, retry_after, want) in table {
+            assert_eq!(
+                classify_status(*code, message, *retry_after),
+                *want,
+                "code {code} {message}"
+            );
+        }
+    }
+
+    #[test]
+    fn transport_errors_are_transient_except_tls() {
+        let refused = kube::Error::Service(Box::new(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "tcp connect error",
+        )));
+        assert_eq!(
+            classify(&refused),
+            ErrorClass::Transient { retry_after: None }
+        );
+        let tls = kube::Error::Service(Box::new(std::io::Error::other(
+            "invalid peer certificate: UnknownIssuer",
+        )));
+        assert_eq!(classify(&tls), ErrorClass::Permanent);
+        assert_eq!(
+            io_error_kind(&refused),
+            Some(std::io::ErrorKind::ConnectionRefused)
+        );
+    }
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        let base = Duration::from_millis(100);
+        let cap = Duration::from_secs(5);
+        assert_eq!(backoff_delay(0, base, cap, 1.0), Duration::from_millis(100));
+        assert_eq!(backoff_delay(3, base, cap, 1.0), Duration::from_millis(800));
+        assert_eq!(backoff_delay(3, base, cap, 0.0), Duration::from_millis(400));
+        assert_eq!(backoff_delay(30, base, cap, 1.0), cap);
+    }
+
+    #[tokio::test]
+    async fn retries_transient_then_succeeds() {
+        let calls = Arc::new(AtomicU32::new(0));
+        let budget = RetryBudget {
+            base_delay: Duration::from_millis(1),
+            ..RetryBudget::until(Instant::now() + Duration::from_secs(5))
+        };
+        let c = calls.clone();
+        let result = with_retry("test", &budget, &CancellationToken::new(), move || {
+            let c = c.clone();
+            async move {
+                if c.fetch_add(1, Ordering::SeqCst) < 3 {
+                    Err(api_error(503, "busy"))
+                } else {
+                    Ok(7)
+                }
+            }
+        })
+        .await;
+        assert_eq!(result.ok(), Some(7));
+        assert_eq!(calls.load(Ordering::SeqCst), 4);
+    }
+
+    #[tokio::test]
+    async fn permanent_errors_are_not_retried() {
+        let calls = Arc::new(AtomicU32::new(0));
+        let budget = RetryBudget::until(Instant::now() + Duration::from_secs(5));
+        let c = calls.clone();
+        let result: Result<(), _> =
+            with_retry("test", &budget, &CancellationToken::new(), move || {
+                let c = c.clone();
+                async move {
+                    c.fetch_add(1, Ordering::SeqCst);
+                    Err(api_error(403, "forbidden"))
+                }
+            })
+            .await;
+        assert!(matches!(result, Err(RetryError::Api(_))));
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn gives_up_at_the_deadline() {
+        let budget = RetryBudget {
+            base_delay: Duration::from_millis(20),
+            ..RetryBudget::until(Instant::now() + Duration::from_millis(200))
+        };
+        let started = Instant::now();
+        let result: Result<(), _> =
+            with_retry("test", &budget, &CancellationToken::new(), || async {
+                Err(api_error(503, "busy"))
+            })
+            .await;
+        assert!(matches!(result, Err(RetryError::Api(_))));
+        assert!(started.elapsed() < Duration::from_secs(1));
+    }
+}

@@ -1,0 +1,620 @@
+//! Release history, the lock and automatic rollback (issue 4), end to end: the real binary
+//! against kube-sim clusters.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use rollguard::release::{ReleaseKind, ReleaseRecord, ReleaseStatus, ReleaseStore};
+use serde_json::Value;
+
+use crate::harness::{Run, TestEnv, config, deployment_available, list, rollguard, small_app};
+
+const GOOD: &str = "example.com/web:v1";
+const BAD: &str = "example.com/web:v2";
+
+/// Three clusters where `BAD` cannot be pulled on sim-2 (target `us`) and runs everywhere else.
+async fn fleet_with_bad_us() -> TestEnv {
+    let rules = format!(
+        "- {{cluster: sim-2, image: \"{BAD}\", behaviour: ImagePullBackOff}}\n- {{image: \"*\", behaviour: Ready}}\n"
+    );
+    let env = TestEnv::start(3, &rules).await;
+    env.write("rollguard.yaml", &config(3, "60s"));
+    env
+}
+
+/// The release records of app `shop` on cluster `sim-N`, oldest first.
+async fn records(env: &TestEnv, cluster: usize) -> Vec<ReleaseRecord> {
+    ReleaseStore::new(env.client(cluster).await, "shop", "shop", 10)
+        .list()
+        .await
+        .expect("records readable")
+}
+
+fn statuses(records: &[ReleaseRecord]) -> Vec<(u64, ReleaseStatus)> {
+    records.iter().map(|r| (r.revision, r.status)).collect()
+}
+
+async fn web(env: &TestEnv, cluster: usize) -> Value {
+    let client = env.client(cluster).await;
+    list(&client, "apps/v1", "Deployment", "deployments", "shop")
+        .await
+        .into_iter()
+        .find(|d| d["metadata"]["name"] == "web")
+        .expect("Deployment web exists")
+}
+
+fn image(d: &Value) -> String {
+    d["spec"]["template"]["spec"]["containers"][0]["image"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The Deployment runs `want` and all its pods are ready.
+async fn assert_runs(env: &TestEnv, cluster: usize, want: &str) {
+    let d = web(env, cluster).await;
+    assert_eq!(image(&d), want, "sim-{cluster}");
+    assert!(
+        deployment_available(&d),
+        "sim-{cluster} web not available: {:#}",
+        d["status"]
+    );
+}
+
+/// Deploys `GOOD` everywhere (revision 1), which must succeed.
+async fn first_good_deploy(env: &TestEnv) {
+    env.write("k8s/app.yaml", &small_app(GOOD));
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+}
+
+fn rollback_of(run: &Run, target: &str) -> Value {
+    run.target(target)["rollback"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollback_all_brings_every_target_back() {
+    let env = fleet_with_bad_us().await;
+    first_good_deploy(&env).await;
+    env.write("k8s/app.yaml", &small_app(BAD));
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 1, "{}", run.output());
+    for (target, cluster) in [("eu", 1), ("us", 2), ("ap", 3)] {
+        assert_eq!(run.outcome(target), "rolled-back", "{}", run.output());
+        assert_eq!(rollback_of(&run, target)["to_revision"], 1, "{}", run.output());
+        assert_runs(&env, cluster, GOOD).await;
+        let recs = records(&env, cluster).await;
+        // v1 good, v2 the new one (failed on us, healthy then rolled back elsewhere), v3 the
+        // rollback to v1.
+        let v2 = if cluster == 2 {
+            ReleaseStatus::Failed
+        } else {
+            ReleaseStatus::Superseded
+        };
+        assert_eq!(
+            statuses(&recs),
+            vec![
+                (1, ReleaseStatus::Superseded),
+                (2, v2),
+                (3, ReleaseStatus::Deployed)
+            ],
+            "sim-{cluster}"
+        );
+        assert_eq!(recs[2].kind, ReleaseKind::Rollback);
+        assert_eq!(recs[2].rollback_of, Some(1));
+    }
+    let summary = run.report.as_ref().expect("report")["summary"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(summary.contains("rolled back 3 of 3"), "{summary}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollback_failed_only_touches_the_failed_target_and_prunes_nothing() {
+    let env = fleet_with_bad_us().await;
+    first_good_deploy(&env).await;
+    // The new revision also adds a ConfigMap that v1 does not have.
+    let extra = "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: only-in-v2\ndata:\n  a: b\n";
+    env.write("k8s/app.yaml", &format!("{}{extra}", small_app(BAD)));
+    let run = env.deploy(&["--on-failure", "rollback-failed"]).await;
+    assert_eq!(run.code, 1, "{}", run.output());
+    assert_eq!(run.outcome("eu"), "deployed", "{}", run.output());
+    assert_eq!(run.outcome("ap"), "deployed", "{}", run.output());
+    assert_eq!(run.outcome("us"), "rolled-back", "{}", run.output());
+    assert_runs(&env, 1, BAD).await;
+    assert_runs(&env, 3, BAD).await;
+    assert_runs(&env, 2, GOOD).await;
+
+    // Not pruned: still there, and named in the report.
+    let client = env.client(2).await;
+    let configmaps = list(&client, "v1", "ConfigMap", "configmaps", "shop").await;
+    assert!(
+        configmaps
+            .iter()
+            .any(|c| c["metadata"]["name"] == "only-in-v2"),
+        "the ConfigMap only v2 had must stay"
+    );
+    let left = rollback_of(&run, "us")["left_in_place"].clone();
+    assert!(
+        left.as_array()
+            .is_some_and(|l| l.iter().any(|o| o == "ConfigMap shop/only-in-v2")),
+        "left_in_place: {left}"
+    );
+
+    let us = records(&env, 2).await;
+    assert_eq!(
+        statuses(&us),
+        vec![
+            (1, ReleaseStatus::Superseded),
+            (2, ReleaseStatus::Failed),
+            (3, ReleaseStatus::Deployed)
+        ]
+    );
+    assert!(
+        us[1]
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.contains("ImagePullBackOff")),
+        "{:?}",
+        us[1].reason
+    );
+    let eu = records(&env, 1).await;
+    assert_eq!(
+        statuses(&eu),
+        vec![(1, ReleaseStatus::Superseded), (2, ReleaseStatus::Deployed)]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollback_if_all_fail_and_none_leave_a_partial_failure() {
+    for policy in ["rollback-if-all-fail", "none"] {
+        let env = fleet_with_bad_us().await;
+        first_good_deploy(&env).await;
+        env.write("k8s/app.yaml", &small_app(BAD));
+        let run = env.deploy(&["--on-failure", policy]).await;
+        assert_eq!(run.code, 1, "{policy}: {}", run.output());
+        assert_eq!(run.outcome("eu"), "deployed", "{policy}: {}", run.output());
+        assert_eq!(run.outcome("ap"), "deployed", "{policy}: {}", run.output());
+        assert_eq!(run.outcome("us"), "failed", "{policy}: {}", run.output());
+        assert!(rollback_of(&run, "us").is_null(), "{policy}: {}", run.output());
+        // us keeps the broken revision; its last good is still v1.
+        assert_eq!(image(&web(&env, 2).await), BAD, "{policy}");
+        assert_eq!(
+            statuses(&records(&env, 2).await),
+            vec![(1, ReleaseStatus::Deployed), (2, ReleaseStatus::Failed)],
+            "{policy}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollback_if_all_fail_rolls_back_when_all_fail() {
+    let env = TestEnv::start(2, &format!("- {{image: \"{BAD}\", behaviour: ImagePullBackOff}}\n"))
+        .await;
+    env.write("rollguard.yaml", &config(2, "60s"));
+    first_good_deploy(&env).await;
+    env.write("k8s/app.yaml", &small_app(BAD));
+    let run = env.deploy(&["--on-failure", "rollback-if-all-fail"]).await;
+    assert_eq!(run.code, 1, "{}", run.output());
+    for (target, cluster) in [("eu", 1), ("us", 2)] {
+        assert_eq!(run.outcome(target), "rolled-back", "{}", run.output());
+        assert_runs(&env, cluster, GOOD).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_deploy_failing_deletes_nothing() {
+    let env = fleet_with_bad_us().await;
+    env.write("k8s/app.yaml", &small_app(BAD));
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 1, "{}", run.output());
+    assert_eq!(run.outcome("us"), "failed", "{}", run.output());
+    let rollback = rollback_of(&run, "us");
+    assert!(
+        rollback["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("nothing to roll back to")),
+        "{}",
+        run.output()
+    );
+    // Everything applied is still there.
+    assert_eq!(image(&web(&env, 2).await), BAD);
+    let client = env.client(2).await;
+    let configmaps = list(&client, "v1", "ConfigMap", "configmaps", "shop").await;
+    assert!(configmaps.iter().any(|c| c["metadata"]["name"] == "web-config"));
+    assert_eq!(
+        statuses(&records(&env, 2).await),
+        vec![(1, ReleaseStatus::Failed)]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_down_fails_its_rollback_but_not_the_others() {
+    let env = fleet_with_bad_us().await;
+    first_good_deploy(&env).await;
+    // ap gets the new revision, but its pods are slow to become ready: while rollguard waits,
+    // ap goes down. us fails fast; eu and us roll back, ap's rollback cannot reach it.
+    let slow = small_app(BAD).replace(
+        "          image: ",
+        "          readinessProbe:\n            initialDelaySeconds: 3000\n            exec: {command: [\"true\"]}\n          image: ",
+    );
+    env.write("k8s/app.yaml", &slow);
+    env.write("rollguard.yaml", &config(3, "15s"));
+    let deploy = env.deploy(&[]);
+    let take_down = async {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let applied = env
+                .sim
+                .cluster(2)
+                .store()
+                .get("apps/v1", "deployments", Some("shop"), "web")
+                .is_some_and(|d| image(&d) == BAD);
+            if applied || Instant::now() > deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        env.sim.cluster(2).set_down(true);
+    };
+    let (run, ()) = tokio::join!(deploy, take_down);
+    assert_eq!(run.code, 3, "{}", run.output());
+    assert_eq!(run.outcome("eu"), "rolled-back", "{}", run.output());
+    assert_eq!(run.outcome("us"), "rolled-back", "{}", run.output());
+    assert_eq!(run.outcome("ap"), "rollback-failed", "{}", run.output());
+    let summary = run.report.as_ref().expect("report")["summary"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(summary.contains("rolled back 2 of 3"), "{summary}");
+    assert!(summary.contains("ap: "), "{summary}");
+    assert_runs(&env, 1, GOOD).await;
+    assert_runs(&env, 2, GOOD).await;
+}
+
+/// Starts `rollguard deploy` in the background with extra environment variables.
+fn spawn_deploy(env: &TestEnv, envs: &[(&str, &str)]) -> tokio::process::Child {
+    let report = env.path("report.json");
+    let _ = std::fs::remove_file(&report);
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_rollguard"));
+    cmd.arg("deploy")
+        .arg("--config")
+        .arg(env.path("rollguard.yaml"))
+        .arg("--kubeconfig")
+        .arg(&env.kubeconfig)
+        .arg("--report")
+        .arg(&report)
+        .current_dir(env.dir.path())
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    for key in ["PATH", "HOME", "TMPDIR"] {
+        if let Some(v) = std::env::var_os(key) {
+            cmd.env(key, v);
+        }
+    }
+    cmd.env("RUST_LOG", "rollguard=info");
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    cmd.spawn().expect("rollguard starts")
+}
+
+/// Waits until revision `revision` exists on `sim-N` with status pending.
+async fn wait_for_pending(env: &TestEnv, cluster: usize, revision: u64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let recs = records(env, cluster).await;
+        if recs
+            .iter()
+            .any(|r| r.revision == revision && r.status == ReleaseStatus::Pending)
+            && image(&web(env, cluster).await) != GOOD
+        {
+            return;
+        }
+        assert!(Instant::now() < deadline, "revision {revision} never started");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn signal(child: &tokio::process::Child, sig: &str) {
+    let pid = child.id().expect("running").to_string();
+    let ok = std::process::Command::new("kill")
+        .args([sig, &pid])
+        .status()
+        .expect("kill runs")
+        .success();
+    assert!(ok, "kill {sig} {pid}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_run_never_wedges_the_next_one() {
+    let env = TestEnv::start(1, "").await;
+    env.write("rollguard.yaml", &config(1, "60s"));
+    first_good_deploy(&env).await;
+    env.write("k8s/app.yaml", &small_app("example.com/web:neverready"));
+    let lease = [("ROLLGUARD_LEASE_SECONDS", "2")];
+    let mut child = spawn_deploy(&env, &lease);
+    wait_for_pending(&env, 1, 2).await;
+    signal(&child, "-KILL");
+    let _ = child.wait().await;
+
+    // The next run: the lease lapses 2 s after the last renewal and is taken over.
+    env.write("k8s/app.yaml", &small_app("example.com/web:v3"));
+    let started = Instant::now();
+    let args: Vec<String> = [
+        "deploy",
+        "--config",
+        &env.path("rollguard.yaml").display().to_string(),
+        "--kubeconfig",
+        &env.kubeconfig.display().to_string(),
+        "--report",
+        &env.path("report2.json").display().to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let run = rollguard(&args, env.dir.path(), &lease).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    assert!(started.elapsed() < Duration::from_secs(30));
+    let report: Value = serde_json::from_str(
+        &std::fs::read_to_string(env.path("report2.json")).expect("report written"),
+    )
+    .expect("report json");
+    let warnings = report["targets"][0]["warnings"].to_string();
+    assert!(warnings.contains("abandoned"), "{warnings}");
+    assert!(warnings.contains("took over the lock"), "{warnings}");
+    let recs = records(&env, 1).await;
+    assert_eq!(
+        statuses(&recs),
+        vec![
+            (1, ReleaseStatus::Superseded),
+            (2, ReleaseStatus::Failed),
+            (3, ReleaseStatus::Deployed)
+        ]
+    );
+    assert_eq!(recs[1].reason.as_deref(), Some("abandoned"));
+    assert_runs(&env, 1, "example.com/web:v3").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_rolls_back_writes_records_and_exits_130_in_time() {
+    let env = TestEnv::start(2, "").await;
+    env.write("rollguard.yaml", &config(2, "60s"));
+    first_good_deploy(&env).await;
+    env.write("k8s/app.yaml", &small_app("example.com/web:neverready"));
+    let child = spawn_deploy(&env, &[]);
+    wait_for_pending(&env, 1, 2).await;
+    wait_for_pending(&env, 2, 2).await;
+    let signalled = Instant::now();
+    signal(&child, "-TERM");
+    let out = child.wait_with_output().await.expect("exits");
+    let took = signalled.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(took < Duration::from_secs(7), "took {took:?}\n{stderr}");
+    let report: Value = serde_json::from_str(
+        &std::fs::read_to_string(env.path("report.json")).expect("report written"),
+    )
+    .expect("report json");
+    for (i, cluster) in [1, 2].iter().enumerate() {
+        let target = &report["targets"][i];
+        assert_eq!(target["outcome"], "cancelled", "{report:#}");
+        assert_eq!(target["rollback"]["to_revision"], 1, "{report:#}");
+        // The rollback was sent: the Deployment spec is v1 again.
+        assert_eq!(image(&web(&env, *cluster).await), GOOD);
+        let recs = records(&env, *cluster).await;
+        assert_eq!(recs[1].status, ReleaseStatus::Failed);
+        assert_eq!(recs[1].reason.as_deref(), Some("cancelled"));
+        assert_eq!(recs[2].rollback_of, Some(1));
+        assert_ne!(recs[2].status, ReleaseStatus::Pending, "rollback record written");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_run_waits_for_the_lock_then_proceeds_or_fails_clearly() {
+    let env = TestEnv::start(1, "").await;
+    env.write("rollguard.yaml", &config(1, "60s"));
+    first_good_deploy(&env).await;
+    // Run A holds the lock for ~5 s: its pods pass readiness late.
+    let slow = small_app("example.com/web:v2").replace(
+        "          image: ",
+        "          readinessProbe:\n            initialDelaySeconds: 100\n            exec: {command: [\"true\"]}\n          image: ",
+    );
+    env.write("k8s/app.yaml", &slow);
+    let a = spawn_deploy(&env, &[]);
+    wait_for_pending(&env, 1, 2).await;
+
+    let args = |report: &str| -> Vec<String> {
+        [
+            "deploy",
+            "--config",
+            &env.path("rollguard.yaml").display().to_string(),
+            "--kubeconfig",
+            &env.kubeconfig.display().to_string(),
+            "--report",
+            &env.path(report).display().to_string(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    // B gives up after 1 s, naming the holder.
+    let b = rollguard(&args("b.json"), env.dir.path(), &[("ROLLGUARD_LOCK_TIMEOUT", "1s")]).await;
+    assert_eq!(b.code, 1, "{}", b.output());
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(env.path("b.json")).expect("b report"))
+            .expect("json");
+    let failure = &report["targets"][0]["failures"][0];
+    assert_eq!(failure["reason"], "LockTimeout", "{report:#}");
+    assert!(
+        failure["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("held by") && m.contains(" since ")),
+        "{failure:#}"
+    );
+    // C waits for A and then deploys.
+    let c = rollguard(&args("c.json"), env.dir.path(), &[]).await;
+    assert_eq!(c.code, 0, "{}", c.output());
+    let a = a.wait_with_output().await.expect("A exits");
+    assert_eq!(a.status.code(), Some(0));
+    let recs = records(&env, 1).await;
+    // v1, A's v2, C's v3 (B never got a revision).
+    assert_eq!(recs.iter().map(|r| r.revision).collect::<Vec<_>>(), vec![1, 2, 3]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_show_and_manual_rollback() {
+    let env = TestEnv::start(1, "").await;
+    env.write("rollguard.yaml", &config(1, "60s"));
+    let secret = "---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: db\nstringData:\n  password: hunter2\n";
+    env.write("k8s/app.yaml", &format!("{}{secret}", small_app(GOOD)));
+    assert_eq!(env.deploy(&[]).await.code, 0);
+    env.write("k8s/app.yaml", &format!("{}{secret}", small_app("example.com/web:v3")));
+    assert_eq!(env.deploy(&[]).await.code, 0);
+
+    let base = |command: &str| -> Vec<String> {
+        vec![
+            command.to_string(),
+            "--config".into(),
+            env.path("rollguard.yaml").display().to_string(),
+            "--kubeconfig".into(),
+            env.kubeconfig.display().to_string(),
+        ]
+    };
+    let history = rollguard(&base("history"), env.dir.path(), &[]).await;
+    assert_eq!(history.code, 0, "{}", history.output());
+    assert!(history.stdout.contains("REVISION"), "{}", history.output());
+    assert!(history.stdout.contains("superseded"), "{}", history.output());
+    assert!(history.stdout.contains("deployed"), "{}", history.output());
+
+    let mut show = base("show");
+    show.extend(["--revision".into(), "1".into(), "-o".into(), "json".into()]);
+    let shown = rollguard(&show, env.dir.path(), &[]).await;
+    assert_eq!(shown.code, 0, "{}", shown.output());
+    assert!(!shown.stdout.contains("hunter2"), "Secret value leaked");
+    assert!(shown.stdout.contains("<redacted 7 bytes>"), "{}", shown.output());
+    let record: Value = serde_json::from_str(&shown.stdout).expect("show -o json is JSON");
+    assert_eq!(record["revision"], 1);
+
+    // A failed revision is refused without --force.
+    let mut refused = base("rollback");
+    refused.extend(["--revision".into(), "9".into(), "--yes".into()]);
+    assert_eq!(rollguard(&refused, env.dir.path(), &[]).await.code, 2);
+
+    let mut dry = base("rollback");
+    dry.extend(["--revision".into(), "1".into(), "--dry-run".into()]);
+    let dry = rollguard(&dry, env.dir.path(), &[]).await;
+    assert_eq!(dry.code, 0, "{}", dry.output());
+    assert!(dry.stdout.contains("Deployment shop/web (changed)"), "{}", dry.output());
+    assert_eq!(image(&web(&env, 1).await), "example.com/web:v3", "dry run changes nothing");
+
+    let mut back = base("rollback");
+    back.extend(["--revision".into(), "1".into(), "--yes".into()]);
+    let back = rollguard(&back, env.dir.path(), &[]).await;
+    assert_eq!(back.code, 0, "{}", back.output());
+    assert_runs(&env, 1, GOOD).await;
+    let recs = records(&env, 1).await;
+    assert_eq!(recs.len(), 3);
+    assert_eq!(recs[2].kind, ReleaseKind::ManualRollback);
+    assert_eq!(recs[2].rollback_of, Some(1));
+    assert_eq!(recs[2].status, ReleaseStatus::Deployed);
+
+    // unlock with nothing held says so.
+    let unlock = rollguard(&base("unlock"), env.dir.path(), &[]).await;
+    assert_eq!(unlock.code, 0, "{}", unlock.output());
+    assert!(unlock.stdout.contains("no lock"), "{}", unlock.output());
+}
+
+/// git with a fixed identity, in `dir`.
+fn git(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+        .args(["-c", "init.defaultBranch=main", "-c", "protocol.file.allow=always"])
+        .args(args)
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollback_from_git_in_a_shallow_clone() {
+    let env = TestEnv::start(1, "").await;
+    // The app's repository, with v1 then v3, as a bare "origin".
+    let work = env.path("work");
+    std::fs::create_dir_all(work.join("k8s")).expect("mkdir");
+    git(&work, &["init", "-q"]);
+    std::fs::write(work.join("rollguard.yaml"), config(1, "60s")).expect("write");
+    std::fs::write(work.join("k8s/app.yaml"), small_app(GOOD)).expect("write");
+    git(&work, &["add", "."]);
+    git(&work, &["commit", "-q", "-m", "v1"]);
+    let v1 = git(&work, &["rev-parse", "HEAD"]);
+    std::fs::write(work.join("k8s/app.yaml"), small_app("example.com/web:v3")).expect("write");
+    git(&work, &["commit", "-qam", "v3"]);
+    let origin = env.path("origin.git");
+    git(
+        env.dir.path(),
+        &["clone", "-q", "--bare", &work.display().to_string(), &origin.display().to_string()],
+    );
+    // CI's checkout: shallow, without v1.
+    let ci = env.path("ci");
+    git(
+        env.dir.path(),
+        &[
+            "clone",
+            "-q",
+            "--depth",
+            "1",
+            &format!("file://{}", origin.display()),
+            &ci.display().to_string(),
+        ],
+    );
+    let args = |command: &str, extra: &[&str]| -> Vec<String> {
+        let mut v = vec![
+            command.to_string(),
+            "--config".into(),
+            ci.join("rollguard.yaml").display().to_string(),
+            "--kubeconfig".into(),
+            env.kubeconfig.display().to_string(),
+        ];
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v
+    };
+    let deployed = rollguard(&args("deploy", &[]), &ci, &[]).await;
+    assert_eq!(deployed.code, 0, "{}", deployed.output());
+    assert_runs(&env, 1, "example.com/web:v3").await;
+
+    let back = rollguard(&args("rollback", &["--from-git", &v1, "--yes"]), &ci, &[]).await;
+    assert_eq!(back.code, 0, "{}", back.output());
+    assert_runs(&env, 1, GOOD).await;
+    let recs = records(&env, 1).await;
+    let last = recs.last().expect("a record");
+    assert_eq!(last.kind, ReleaseKind::ManualRollback);
+    assert_eq!(last.commit.as_ref().map(|c| c.sha.as_str()), Some(v1.as_str()));
+
+    let missing = rollguard(
+        &args(
+            "rollback",
+            &["--from-git", "0123456789abcdef0123456789abcdef01234567", "--yes"],
+        ),
+        &ci,
+        &[],
+    )
+    .await;
+    assert_eq!(missing.code, 2, "{}", missing.output());
+    assert!(
+        missing.stderr.contains("0123456789abcdef0123456789abcdef01234567"),
+        "{}",
+        missing.output()
+    );
+}
