@@ -9,7 +9,7 @@
 mod sections;
 mod support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use support::procs;
@@ -17,12 +17,36 @@ use support::table::{self, Row, Verdict};
 
 /// Every section: (name, title, budget).
 const SECTIONS: [(&str, &str, u64); 6] = [
-    ("sim", "kube-sim: applies/s, 100 watchers, RSS with 10,000 objects (issue 2)", 150),
-    ("detect", "detection: ImagePullBackOff -> verdict, vs kubectl rollout status (issue 3)", 120),
-    ("fleet", "fleet: 1, 10, 50 clusters with 20 ms latency (issue 3)", 150),
-    ("apply", "apply: 500 objects, 5 ms latency, rollguard vs kubectl --server-side (issue 3)", 120),
-    ("memory", "memory: rollguard peak RSS, 50 clusters x 100 objects (issue 3)", 120),
-    ("rollback", "rollback: bad deploy to 3 clusters -> all rolled back and healthy (issue 4)", 120),
+    (
+        "sim",
+        "kube-sim: applies/s, 100 watchers, RSS with 10,000 objects (issue 2)",
+        150,
+    ),
+    (
+        "detect",
+        "detection: ImagePullBackOff -> verdict, vs kubectl rollout status (issue 3)",
+        120,
+    ),
+    (
+        "fleet",
+        "fleet: 1, 10, 50 clusters with 20 ms latency (issue 3)",
+        150,
+    ),
+    (
+        "apply",
+        "apply: 500 objects, 5 ms latency, rollguard vs kubectl --server-side (issue 3)",
+        120,
+    ),
+    (
+        "memory",
+        "memory: rollguard peak RSS, 50 clusters x 100 objects (issue 3)",
+        120,
+    ),
+    (
+        "rollback",
+        "rollback: bad deploy to 3 clusters -> all rolled back and healthy (issue 4)",
+        120,
+    ),
 ];
 
 /// The whole run stops starting sections after this long.
@@ -46,9 +70,9 @@ fn help() -> String {
     out
 }
 
-async fn run_section(name: &str, scratch: &Path) -> Vec<Row> {
+async fn run_section(name: &str, scratch: &Path, kube_sim: &Result<PathBuf, String>) -> Vec<Row> {
     match name {
-        "sim" => sections::sim::run(scratch).await,
+        "sim" => sections::sim::run(scratch, kube_sim.clone()).await,
         "detect" => sections::detect::run(scratch).await,
         "fleet" => sections::fleet::run(scratch).await,
         "apply" => sections::apply::run(scratch).await,
@@ -95,7 +119,6 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let started = Instant::now();
     println!(
         "rollguard benchmarks: {} UTC; {} CPUs; load average {} at start; rollguard {}",
         jiff::Timestamp::now().strftime("%Y-%m-%d %H:%M:%S"),
@@ -103,7 +126,23 @@ fn main() {
         procs::loadavg(),
         procs::rollguard_bin().display()
     );
-    println!("sections: {}\n", chosen.join(" "));
+    println!("sections: {}", chosen.join(" "));
+    // Built before any section's clock starts.
+    let kube_sim: Result<PathBuf, String> = if chosen.iter().any(|c| c == "sim") {
+        let build = Instant::now();
+        let bin = procs::build_kube_sim();
+        println!(
+            "kube-sim: {} (cargo build --release -p kube-sim: {:.1} s)",
+            bin.as_ref()
+                .map_or_else(|e| e.clone(), |b| b.display().to_string()),
+            build.elapsed().as_secs_f64()
+        );
+        bin
+    } else {
+        Err("not built".into())
+    };
+    println!();
+    let started = Instant::now();
     let mut summary: Vec<(String, Row)> = Vec::new();
     for name in &chosen {
         let (_, title, budget) = SECTIONS
@@ -116,12 +155,15 @@ fn main() {
         let rows = if let Err(e) = std::fs::create_dir_all(&dir) {
             vec![Row::skipped(name.as_str(), format!("scratch folder: {e}"))]
         } else if started.elapsed() >= TOTAL_BUDGET {
-            vec![Row::skipped(name.as_str(), "the run's 9-minute budget is spent")]
+            vec![Row::skipped(
+                name.as_str(),
+                "the run's 9-minute budget is spent",
+            )]
         } else {
             let section_started = Instant::now();
             let limit = Duration::from_secs(budget).min(TOTAL_BUDGET - started.elapsed());
             let rows = runtime.block_on(async {
-                match tokio::time::timeout(limit, run_section(name, &dir)).await {
+                match tokio::time::timeout(limit, run_section(name, &dir, &kube_sim)).await {
                     Ok(rows) => rows,
                     Err(_) => vec![Row::skipped(
                         name.as_str(),

@@ -75,7 +75,9 @@ async fn measure(scratch: &Path) -> Result<Vec<Row>, String> {
     if run.count("deployed") != 1 {
         return Err(format!("rollguard did not deploy: {}", run.problem()));
     }
-    let apply = run.phase_max("apply").ok_or("no apply phase in the report")?;
+    let apply = run
+        .phase_max("apply")
+        .ok_or("no apply phase in the report")?;
     let before_apply: f64 = ["connect", "discover", "lock"]
         .iter()
         .filter_map(|p| run.phase_max(p))
@@ -99,7 +101,10 @@ async fn measure(scratch: &Path) -> Result<Vec<Row>, String> {
     let ratio = kwall / apply;
     let rows = vec![
         Row::info(
-            format!("kubectl apply --server-side, {} objects + Namespace", MIX.total()),
+            format!(
+                "kubectl apply --server-side, {} objects + Namespace",
+                MIX.total()
+            ),
             format!("{} wall; {}", secs(kwall), requests(&kc_counters)),
         ),
         Row::goal(

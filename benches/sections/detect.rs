@@ -114,12 +114,8 @@ async fn measure(scratch: &Path) -> Result<Vec<Row>, String> {
                             kubectl_run = Some((
                                 at,
                                 tokio::spawn(async move {
-                                    procs::run_measured_async(
-                                        cmd,
-                                        Duration::from_secs(120),
-                                        &kdir,
-                                    )
-                                    .await
+                                    procs::run_measured_async(cmd, Duration::from_secs(120), &kdir)
+                                        .await
                                 }),
                             ));
                         }
@@ -133,8 +129,13 @@ async fn measure(scratch: &Path) -> Result<Vec<Row>, String> {
             (seen, kubectl_run)
         });
 
-        let run = fixtures::deploy(&dir, &kubeconfig, &["--on-failure", "none"], Duration::from_secs(90))
-            .await?;
+        let run = fixtures::deploy(
+            &dir,
+            &kubeconfig,
+            &["--on-failure", "none"],
+            Duration::from_secs(90),
+        )
+        .await?;
         let (seen, kubectl_run) = watcher.await.map_err(|e| e.to_string())?;
         if let Some(k) = kubectl_run {
             kubectl_runs.push((seen.backoff.map(|b| b.0), k));
@@ -163,14 +164,22 @@ async fn measure(scratch: &Path) -> Result<Vec<Row>, String> {
             ));
             continue;
         }
-        let (Some((backoff_at, backoff_ts)), Some(created)) = (seen.backoff, seen.deployment_created)
+        let (Some((backoff_at, backoff_ts)), Some(created)) =
+            (seen.backoff, seen.deployment_created)
         else {
-            problems.push(format!("run {i}: the bench did not see the ImagePullBackOff"));
+            problems.push(format!(
+                "run {i}: the bench did not see the ImagePullBackOff"
+            ));
             continue;
         };
         let verdict_ns = target.finished_at.as_nanosecond() - backoff_ts.as_nanosecond();
         verdicts.push(verdict_ns as f64 / 1e9);
-        exits.push(run.finished.ended.saturating_duration_since(backoff_at).as_secs_f64());
+        exits.push(
+            run.finished
+                .ended
+                .saturating_duration_since(backoff_at)
+                .as_secs_f64(),
+        );
         let verdict_after_start = (backoff_at - created).as_secs_f64() + verdict_ns as f64 / 1e9;
         from_start.push(verdict_after_start);
     }
@@ -188,7 +197,10 @@ async fn measure(scratch: &Path) -> Result<Vec<Row>, String> {
             verdicts.len()
         ),
         "<= 1 s",
-        format!("{med:.3} s (min {lo:.3}, max {hi:.3}) = {:.2} sim-s", med * TIME_SCALE),
+        format!(
+            "{med:.3} s (min {lo:.3}, max {hi:.3}) = {:.2} sim-s",
+            med * TIME_SCALE
+        ),
         med <= 1.0,
     ));
     rows.push(Row::info(
@@ -202,7 +214,10 @@ async fn measure(scratch: &Path) -> Result<Vec<Row>, String> {
     ));
 
     if kubectl_runs.is_empty() {
-        rows.push(Row::skipped("kubectl rollout status", "kubectl is not on the PATH"));
+        rows.push(Row::skipped(
+            "kubectl rollout status",
+            "kubectl is not on the PATH",
+        ));
     } else {
         let mut k_start = Vec::new();
         let mut k_backoff = Vec::new();
@@ -221,16 +236,28 @@ async fn measure(scratch: &Path) -> Result<Vec<Row>, String> {
             };
             let text = format!("{}{}", finished.stdout, finished.stderr);
             if finished.code != Some(1) || !text.contains("progress deadline") {
-                k_problems.push(format!("kubectl ended {:?}: {}", finished.code, finished.tail()));
+                k_problems.push(format!(
+                    "kubectl ended {:?}: {}",
+                    finished.code,
+                    finished.tail()
+                ));
                 continue;
             }
-            k_start.push(finished.ended.saturating_duration_since(started).as_secs_f64());
+            k_start.push(
+                finished
+                    .ended
+                    .saturating_duration_since(started)
+                    .as_secs_f64(),
+            );
             if let Some(b) = backoff_at {
                 k_backoff.push(finished.ended.saturating_duration_since(b).as_secs_f64());
             }
         }
         if k_start.is_empty() {
-            rows.push(Row::skipped("kubectl rollout status", k_problems.join("; ")));
+            rows.push(Row::skipped(
+                "kubectl rollout status",
+                k_problems.join("; "),
+            ));
         } else {
             let k = median(&k_start);
             rows.push(Row::info(

@@ -12,7 +12,11 @@ use crate::support::table::{Row, mib, secs};
 const SIZES: [usize; 3] = [1, 10, 50];
 const LATENCY_MS: u64 = 20;
 
-async fn start(clusters: usize, time_scale: f64, scratch: &Path) -> Result<(Sim, std::path::PathBuf), String> {
+async fn start(
+    clusters: usize,
+    time_scale: f64,
+    scratch: &Path,
+) -> Result<(Sim, std::path::PathBuf), String> {
     let sim = Sim::start(SimOptions {
         clusters,
         time_scale,
@@ -64,7 +68,11 @@ async fn fleet(scratch: &Path) -> Result<Vec<Row>, String> {
             rows.push(Row::goal(
                 format!("{n} cluster(s): wall time of rollguard deploy"),
                 format!("{n} deployed"),
-                format!("{deployed} of {n} deployed after {}; {}", secs(wall), run.problem()),
+                format!(
+                    "{deployed} of {n} deployed after {}; {}",
+                    secs(wall),
+                    run.problem()
+                ),
                 false,
             ));
             continue;
@@ -97,10 +105,16 @@ async fn fleet(scratch: &Path) -> Result<Vec<Row>, String> {
                         ratio <= 1.5,
                     ));
                 } else {
-                    rows.push(Row::info(format!("{n} clusters: wall time / time(1)"), measured));
+                    rows.push(Row::info(
+                        format!("{n} clusters: wall time / time(1)"),
+                        measured,
+                    ));
                 }
             }
-            _ => rows.push(Row::skipped(format!("{n} clusters"), "no time(1) to compare with")),
+            _ => rows.push(Row::skipped(
+                format!("{n} clusters"),
+                "no time(1) to compare with",
+            )),
         }
     }
     rows.push(Row::info(
@@ -130,7 +144,13 @@ async fn memory_inner(scratch: &Path) -> Result<Vec<Row>, String> {
         services: 20,
         deployments: 19,
     };
-    fixtures::write_app(&dir.join("k8s"), Some("mem"), mix, "example.com/bench/app:v1", 1)?;
+    fixtures::write_app(
+        &dir.join("k8s"),
+        Some("mem"),
+        mix,
+        "example.com/bench/app:v1",
+        1,
+    )?;
     std::fs::write(
         dir.join("rollguard.yaml"),
         fixtures::config("mem", "mem", "k8s/", &fixtures::contexts(50), 50, "3m"),
@@ -140,7 +160,10 @@ async fn memory_inner(scratch: &Path) -> Result<Vec<Row>, String> {
     let deployed = run.count("deployed");
     let peak = run.finished.max_rss_kib;
     let mut rows = vec![Row::goal(
-        format!("rollguard peak RSS, 50 clusters x {} objects", mix.total() + 1),
+        format!(
+            "rollguard peak RSS, 50 clusters x {} objects",
+            mix.total() + 1
+        ),
         "< 100 MiB",
         format!(
             "{} (wait4 ru_maxrss; {deployed} of 50 deployed in {})",

@@ -26,19 +26,28 @@ fn sum(counters: &[Counters]) -> Counters {
 }
 
 fn describe(c: &Counters) -> String {
-    let mut verbs: Vec<String> = ["get", "list", "watch", "apply", "create", "update", "patch", "delete"]
-        .iter()
-        .filter(|v| c.verb(v) > 0)
-        .map(|v| format!("{v} {}", c.verb(v)))
-        .collect();
-    let known: u64 = ["get", "list", "watch", "apply", "create", "update", "patch", "delete"]
-        .iter()
-        .map(|v| c.verb(v))
-        .sum();
+    let mut verbs: Vec<String> = [
+        "get", "list", "watch", "apply", "create", "update", "patch", "delete",
+    ]
+    .iter()
+    .filter(|v| c.verb(v) > 0)
+    .map(|v| format!("{v} {}", c.verb(v)))
+    .collect();
+    let known: u64 = [
+        "get", "list", "watch", "apply", "create", "update", "patch", "delete",
+    ]
+    .iter()
+    .map(|v| c.verb(v))
+    .sum();
     if c.total() > known {
         verbs.push(format!("other {}", c.total() - known));
     }
-    format!("{} ({}; writes {})", c.total(), verbs.join(", "), c.writes())
+    format!(
+        "{} ({}; writes {})",
+        c.total(),
+        verbs.join(", "),
+        c.writes()
+    )
 }
 
 pub async fn run(scratch: &Path) -> Vec<Row> {
@@ -72,24 +81,41 @@ async fn measure(scratch: &Path) -> Result<Vec<Row>, String> {
     )
     .map_err(|e| e.to_string())?;
 
-    std::fs::write(dir.join("k8s/app.yaml"), fixtures::small_app("shop", GOOD, REPLICAS))
-        .map_err(|e| e.to_string())?;
+    std::fs::write(
+        dir.join("k8s/app.yaml"),
+        fixtures::small_app("shop", GOOD, REPLICAS),
+    )
+    .map_err(|e| e.to_string())?;
     for c in sim.clusters() {
         c.reset_counters();
     }
     let good = fixtures::deploy(&dir, &kubeconfig, &[], Duration::from_secs(120)).await?;
     if good.count("deployed") != 3 {
-        return Err(format!("the first (good) deploy did not succeed: {}", good.problem()));
+        return Err(format!(
+            "the first (good) deploy did not succeed: {}",
+            good.problem()
+        ));
     }
-    let good_counters = sum(&sim.clusters().iter().map(|c| c.counters()).collect::<Vec<_>>());
+    let good_counters = sum(&sim
+        .clusters()
+        .iter()
+        .map(|c| c.counters())
+        .collect::<Vec<_>>());
 
-    std::fs::write(dir.join("k8s/app.yaml"), fixtures::small_app("shop", BAD, REPLICAS))
-        .map_err(|e| e.to_string())?;
+    std::fs::write(
+        dir.join("k8s/app.yaml"),
+        fixtures::small_app("shop", BAD, REPLICAS),
+    )
+    .map_err(|e| e.to_string())?;
     for c in sim.clusters() {
         c.reset_counters();
     }
     let bad = fixtures::deploy(&dir, &kubeconfig, &[], Duration::from_secs(150)).await?;
-    let bad_counters = sum(&sim.clusters().iter().map(|c| c.counters()).collect::<Vec<_>>());
+    let bad_counters = sum(&sim
+        .clusters()
+        .iter()
+        .map(|c| c.counters())
+        .collect::<Vec<_>>());
 
     // Healthy means: the Deployment runs the good image again and all its replicas are
     // updated, ready and available, as the cluster itself says after rollguard exits.
@@ -126,8 +152,8 @@ async fn measure(scratch: &Path) -> Result<Vec<Row>, String> {
             "bad deploy -> every target rolled back and healthy",
             "3 of 3",
             format!(
-                "{rolled_back} rolled-back, {healthy} healthy on {}; exit {:?}",
-                GOOD, bad.finished.code
+                "{rolled_back} rolled-back, {healthy} healthy on {GOOD}; exit {}",
+                bad.finished.code.map_or("signal".into(), |c| c.to_string())
             ),
             rolled_back == 3 && healthy == 3,
         ),
@@ -135,14 +161,23 @@ async fn measure(scratch: &Path) -> Result<Vec<Row>, String> {
             "  time from the bad deploy's start to the end (process wall)",
             secs(bad.finished.wall.as_secs_f64()),
         ),
-        Row::info("  API requests of the bad deploy + rollback, 3 clusters", describe(&bad_counters)),
+        Row::info(
+            "  API requests of the bad deploy + rollback, 3 clusters",
+            describe(&bad_counters),
+        ),
         Row::info(
             "  for comparison: the good deploy before it",
-            format!("{} wall; {} requests", secs(good.finished.wall.as_secs_f64()), good_counters.total()),
+            format!(
+                "{} wall; {} requests",
+                secs(good.finished.wall.as_secs_f64()),
+                good_counters.total()
+            ),
         ),
         Row::info(
             "  setup",
-            format!("small app, Deployment of {REPLICAS} replicas; {BAD} cannot be pulled on sim-2; on_failure rollback-all (default); time scale 1"),
+            format!(
+                "small app, Deployment of {REPLICAS} replicas; {BAD} cannot be pulled on sim-2; on_failure rollback-all (default); time scale 1"
+            ),
         ),
     ];
     if rolled_back != 3 || healthy != 3 {

@@ -18,22 +18,37 @@ pub fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Builds `kube-sim` in release mode (cargo does not build other packages' binaries for a
-/// bench) and returns its path.
+/// Builds `kube-sim` in release mode and returns its path. Cargo does not build other
+/// packages' binaries for a bench, and building it into the bench's own target/release
+/// makes cargo rebuild shared dependencies back and forth (different feature sets, same
+/// profile directory), so it has a target directory of its own: target/bench-kube-sim.
 pub fn build_kube_sim() -> Result<PathBuf, String> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"))
+        .join("bench-kube-sim");
     let status = Command::new(cargo)
         .current_dir(workspace_root())
-        .args(["build", "--release", "--quiet", "-p", "kube-sim", "--bin", "kube-sim"])
+        .args([
+            "build",
+            "--release",
+            "--quiet",
+            "-p",
+            "kube-sim",
+            "--bin",
+            "kube-sim",
+        ])
+        .arg("--target-dir")
+        .arg(&target)
         .stdin(Stdio::null())
         .status()
         .map_err(|e| format!("running cargo build -p kube-sim: {e}"))?;
     if !status.success() {
-        return Err(format!("cargo build --release -p kube-sim failed: {status}"));
+        return Err(format!(
+            "cargo build --release -p kube-sim failed: {status}"
+        ));
     }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target"));
     let bin = target.join("release").join("kube-sim");
     if bin.is_file() {
         Ok(bin)
@@ -188,7 +203,6 @@ pub fn nproc() -> usize {
 
 /// Whether a program is on the PATH.
 pub fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|paths| {
-        std::env::split_paths(&paths).any(|dir| dir.join(program).is_file())
-    })
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
 }

@@ -73,9 +73,8 @@ impl Row {
 
 /// A section's table: metric | goal | measured | result.
 pub fn render(rows: &[Row]) -> String {
-    let width = |f: &dyn Fn(&Row) -> usize, title: usize| {
-        rows.iter().map(f).max().unwrap_or(0).max(title)
-    };
+    let width =
+        |f: &dyn Fn(&Row) -> usize, title: usize| rows.iter().map(f).max().unwrap_or(0).max(title);
     let w_metric = width(&|r| r.metric.chars().count(), 6);
     let w_goal = width(&|r| r.goal.chars().count(), 4);
     let w_measured = width(&|r| r.measured.chars().count(), 8);
