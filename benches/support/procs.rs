@@ -1,11 +1,12 @@
-//! Child processes: the release binaries, runs measured with wait4 (wall time and peak RSS),
+//! Child processes: the release binaries, runs measured with wait4 and /proc (wall time,
+//! peak RSS),
 //! and /proc readings (RSS, CPU time, load).
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// The rollguard binary cargo built for this bench (bench profile = release settings).
@@ -63,7 +64,9 @@ pub struct Finished {
     /// Exit code; None when killed by a signal (or by the deadline).
     pub code: Option<i32>,
     pub wall: Duration,
-    /// ru_maxrss of the child: its peak resident set, KiB.
+    /// The child's peak resident set (VmHWM), KiB: sampled from /proc every 5 ms while it
+    /// runs. Not wait4's ru_maxrss: Linux carries the parent's high-water mark across
+    /// fork/exec into it, so it would report the bench process (which hosts the clusters).
     pub max_rss_kib: u64,
     pub timed_out: bool,
     pub stdout: String,
@@ -96,16 +99,21 @@ pub fn run_measured(mut cmd: Command, limit: Duration, scratch: &Path) -> Result
     let pid = child.id() as libc::pid_t;
     let done = Arc::new(AtomicBool::new(false));
     let killed = Arc::new(AtomicBool::new(false));
-    {
+    let peak = Arc::new(AtomicU64::new(0));
+    let watchdog = {
         let done = done.clone();
         let killed = killed.clone();
+        let peak = peak.clone();
         std::thread::spawn(move || {
             let until = started + limit;
             while Instant::now() < until {
                 if done.load(Ordering::Acquire) {
                     return;
                 }
-                std::thread::sleep(Duration::from_millis(20));
+                if let Some((_, hwm)) = rss_kib(pid as u32) {
+                    peak.fetch_max(hwm, Ordering::AcqRel);
+                }
+                std::thread::sleep(Duration::from_millis(5));
             }
             if !done.load(Ordering::Acquire) {
                 killed.store(true, Ordering::Release);
@@ -115,8 +123,8 @@ pub fn run_measured(mut cmd: Command, limit: Duration, scratch: &Path) -> Result
                     libc::kill(pid, libc::SIGKILL);
                 }
             }
-        });
-    }
+        })
+    };
     let mut status: libc::c_int = 0;
     // SAFETY: rusage is plain old data; wait4 fills it.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
@@ -130,6 +138,7 @@ pub fn run_measured(mut cmd: Command, limit: Duration, scratch: &Path) -> Result
     };
     let ended = Instant::now();
     done.store(true, Ordering::Release);
+    let _ = watchdog.join();
     drop(child);
     if r != pid {
         return Err(format!("wait4: {}", std::io::Error::last_os_error()));
@@ -142,7 +151,7 @@ pub fn run_measured(mut cmd: Command, limit: Duration, scratch: &Path) -> Result
     Ok(Finished {
         code,
         wall: ended - started,
-        max_rss_kib: usage.ru_maxrss.max(0) as u64,
+        max_rss_kib: peak.load(Ordering::Acquire),
         timed_out: killed.load(Ordering::Acquire),
         stdout: std::fs::read_to_string(&out_path).unwrap_or_default(),
         stderr: std::fs::read_to_string(&err_path).unwrap_or_default(),
