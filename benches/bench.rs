@@ -60,7 +60,7 @@ fn help() -> String {
          a table with each goal beside the measured value and PASS/MISS, then a summary.\n\
          The whole run is bounded: each section has a time budget (below), every child\n\
          process is killed at its own limit, and no section starts after 9 minutes; a full\n\
-         run takes about 3 to 5 minutes on 2 cores. Cargo builds the release rollguard binary\n\
+         run takes about 1 minute on 2 cores once built. Cargo builds the release rollguard binary\n\
          first; the sim section also builds kube-sim with `cargo build --release -p kube-sim`.\n\
          kubectl on the PATH is needed by the detect and apply sections.\n\nsections:\n",
     );
