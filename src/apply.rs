@@ -82,6 +82,8 @@ pub enum ApplyError {
 pub struct ApplyOutcome {
     pub applied: Vec<AppliedObject>,
     pub result: Result<(), ApplyError>,
+    /// What a dry run could not check (objects in namespaces that do not exist yet).
+    pub warnings: Vec<String>,
 }
 
 /// A kind resolved by discovery.
@@ -271,6 +273,20 @@ pub fn describe_apply_error(obj: &ManifestObject, err: &kube::Error) -> ObjectFa
     }
 }
 
+/// The server's answer without `metadata.managedFields`: nothing downstream reads them, and
+/// with many objects on many targets they are most of the memory.
+fn without_managed_fields(mut obj: Value) -> Value {
+    if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("managedFields");
+    }
+    obj
+}
+
+/// True for the 404 an object in a namespace that does not exist gets.
+fn is_missing_namespace(f: &ObjectFailure) -> bool {
+    f.reason == "NotFound" && f.message.contains("namespaces \"")
+}
+
 /// Discovery of the given groups, retried within the budget.
 pub async fn discover(
     client: &Client,
@@ -450,6 +466,7 @@ pub async fn apply_set(
         Err(e) => ApplyOutcome {
             applied: Vec::new(),
             result: Err(e),
+            warnings: Vec::new(),
         },
     }
 }
@@ -464,18 +481,22 @@ pub async fn apply_resolved(
     cancel: &CancellationToken,
     on_progress: &(dyn Fn(usize, usize) + Sync),
 ) -> ApplyOutcome {
-    let mut applied = Vec::new();
-    let result = apply_phases(
+    let mut outcome = ApplyOutcome {
+        applied: Vec::new(),
+        result: Ok(()),
+        warnings: Vec::new(),
+    };
+    outcome.result = apply_phases(
         client,
         set,
         resolution,
         options,
         cancel,
         on_progress,
-        &mut applied,
+        &mut outcome,
     )
     .await;
-    ApplyOutcome { applied, result }
+    outcome
 }
 
 async fn apply_phases(
@@ -485,8 +506,11 @@ async fn apply_phases(
     options: &ApplyOptions,
     cancel: &CancellationToken,
     on_progress: &(dyn Fn(usize, usize) + Sync),
-    applied: &mut Vec<AppliedObject>,
+    collected: &mut ApplyOutcome,
 ) -> Result<(), ApplyError> {
+    let ApplyOutcome {
+        applied, warnings, ..
+    } = collected;
     let budget = RetryBudget::until(options.deadline);
     let Resolution { mut kinds, groups } = resolution;
 
@@ -577,6 +601,11 @@ async fn apply_phases(
         for r in results {
             match r {
                 Ok(a) => applied.push(a),
+                // A dry run creates no namespace, so objects in a namespace of this set
+                // (or one rollguard would create) cannot be checked: the server says 404.
+                Err(f) if options.dry_run && is_missing_namespace(&f) => {
+                    warnings.push(format!("dry run: {} not checked: {}", f.object, f.message))
+                }
                 Err(f) => failures.push(f),
             }
         }
@@ -627,7 +656,9 @@ async fn apply_one(
             resource: resolved.resource,
             name: obj.name.clone(),
             namespace,
-            response: serde_json::to_value(&returned).unwrap_or(Value::Null),
+            response: without_managed_fields(
+                serde_json::to_value(&returned).unwrap_or(Value::Null),
+            ),
         }),
         Err(RetryError::Cancelled) => Err(ObjectFailure {
             object: display,

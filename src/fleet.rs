@@ -26,7 +26,8 @@ pub async fn run_targets(
             let plan = plan.clone();
             let cancel = cancel.clone();
             let task_progress = progress.clone();
-            let span = tracing::info_span!("target", target = %target.name);
+            // error level: the span (and so the target name) is on every line that is logged at all.
+            let span = tracing::error_span!("target", target = %target.name);
             let name = target.name.clone();
             let task = tokio::spawn(
                 async move {
@@ -89,7 +90,7 @@ pub async fn deploy(plan: Arc<Plan>, cancel: CancellationToken, progress: Progre
     let started_at = Timestamp::now();
     let mut runs = run_targets(plan.clone(), cancel.clone(), progress.clone()).await;
     // rg-release: records, the failure policy (or on_cancel) and the rollbacks, all at once.
-    crate::rollback::conclude(&plan, &mut runs, cancel.is_cancelled(), &progress).await;
+    crate::rollback::conclude(&plan, &mut runs, &cancel, &progress).await;
     let targets: Vec<TargetReport> = runs.into_iter().map(|r| r.report).collect();
     build_report(&plan, targets, started_at)
 }

@@ -7,7 +7,12 @@ use tracing_subscriber::EnvFilter;
 fn main() {
     let cli = Cli::parse();
     // Logs go to stderr (stdout carries the final table); RUST_LOG overrides the level.
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    // On a terminal the live progress and the final table say what went wrong; log lines
+    // would only break the redrawn lines there, so the default is quieter.
+    let stderr_is_terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let default_level = if stderr_is_terminal { "error" } else { "warn" };
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -183,11 +183,6 @@ pub fn change_summary(current: Option<&ReleaseRecord>, to: &ReleaseRecord) -> Ve
     lines
 }
 
-/// Whether a record can be a rollback destination without `--force`.
-pub fn is_good(record: &ReleaseRecord) -> bool {
-    record.status.was_good()
-}
-
 // ---------------------------------------------------------------------------------------
 // The commands
 // ---------------------------------------------------------------------------------------
@@ -623,6 +618,7 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
             timeout: settings.rollback_timeout,
             deadline,
             cancelled: false,
+            stop: tokio_util::sync::CancellationToken::new(),
         }
         .run()
     }))
@@ -663,9 +659,7 @@ async fn plan_one(
     let unreachable = |e: release::ReleaseError| (e.to_string(), exit::FAILED);
     let abandoned = store.mark_abandoned().await.map_err(unreachable)?;
     let records = store.list().await.map_err(unreachable)?;
-    let current = release::last_good(&records)
-        .or_else(|| records.iter().max_by_key(|r| r.revision))
-        .cloned();
+    let current = records.iter().max_by_key(|r| r.revision).cloned();
     let default_namespace = crate::pipeline::default_namespace(
         config,
         &connected.target,
@@ -803,6 +797,37 @@ mod tests {
             ]),
             manifests_omitted: false,
         }
+    }
+
+    fn config_with(yaml: &str) -> Config {
+        config::parse(
+            yaml,
+            Path::new("/x/rollguard.yaml"),
+            &Overrides::default(),
+            &|_| None,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn targets_selected_by_name_or_context() {
+        let config = config_with(
+            "app: shop\nnamespace: shop\nmanifests: [k8s/]\ntargets:\n  - {name: eu, context: sim-1}\n  - {name: us, context: sim-2}\n",
+        );
+        let names = |wanted: &[&str]| -> Result<Vec<String>, String> {
+            let wanted: Vec<String> = wanted.iter().map(|s| s.to_string()).collect();
+            select_targets(&config, &wanted)
+                .map(|ts| ts.into_iter().map(|t| t.name).collect())
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(names(&[]), Ok(vec!["eu".into(), "us".into()]));
+        assert_eq!(names(&["us"]), Ok(vec!["us".into()]));
+        assert_eq!(names(&["sim-1"]), Ok(vec!["eu".into()]));
+        let err = names(&["ap"]).unwrap_err();
+        assert!(
+            err.contains("--target ap") && err.contains("eu, us"),
+            "{err}"
+        );
     }
 
     #[test]

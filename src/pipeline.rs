@@ -275,6 +275,7 @@ pub async fn run_target(
     )
     .await;
     run.received_new_revision = !plan.options.dry_run && !outcome.applied.is_empty();
+    run.report.warnings.extend(outcome.warnings);
     run.applied = outcome.applied;
     if let Err(e) = outcome.result {
         if matches!(e, ApplyError::Cancelled) {

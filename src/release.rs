@@ -344,6 +344,15 @@ pub enum ReleaseError {
         "release record {name} in namespace {namespace} kept changing under us; is another rollguard run writing it without the lock?"
     )]
     Conflict { name: String, namespace: String },
+    #[error(
+        "release record {name} in namespace {namespace} is {from} and cannot become {to}; did another run take the lock over?"
+    )]
+    Transition {
+        name: String,
+        namespace: String,
+        from: ReleaseStatus,
+        to: ReleaseStatus,
+    },
     #[error("could not encode release record: {0}")]
     Encode(String),
 }
@@ -374,6 +383,30 @@ pub fn digest_bodies(bodies: &[serde_json::Value]) -> String {
         hasher.update(b"\n");
     }
     format!("sha256:{}", hex::encode(hasher.finalize()))
+}
+
+/// Give stored bodies without a namespace the one they were applied in (from the applied
+/// objects), so the record holds the manifests as applied and names them fully.
+pub fn fill_namespaces(bodies: &mut [serde_json::Value], applied: &[ObjectRef]) {
+    for body in bodies.iter_mut() {
+        let Some(r) = ObjectRef::from_body(body) else {
+            continue;
+        };
+        if r.namespace.is_some() {
+            continue;
+        }
+        let found = applied.iter().find(|a| {
+            a.namespace.is_some() && a.group() == r.group() && a.kind == r.kind && a.name == r.name
+        });
+        if let Some(namespace) = found.and_then(|a| a.namespace.clone())
+            && let Some(metadata) = body.get_mut("metadata").and_then(|m| m.as_object_mut())
+        {
+            metadata.insert(
+                "namespace".to_string(),
+                serde_json::Value::String(namespace),
+            );
+        }
+    }
 }
 
 /// Secret name of a revision: `rollguard.<app>.v<revision>`.
@@ -627,13 +660,20 @@ impl ReleaseStore {
     /// if missing). Call with the lock held.
     pub async fn begin(&self, draft: ReleaseDraft, origin: ReleaseOrigin) -> Result<ReleaseRecord> {
         ensure_namespace(&self.client, &self.namespace).await?;
-        let existing: Vec<u64> = self
-            .list_secrets()
-            .await?
-            .iter()
-            .map(|(_, r)| r.revision)
-            .collect();
-        let mut revision = next_revision(&existing);
+        let existing = self.list().await?;
+        self.begin_after(draft, origin, &existing).await
+    }
+
+    /// [`ReleaseStore::begin`] for a caller that just listed the records (and holds the lock,
+    /// so the namespace exists): saves two requests.
+    pub async fn begin_after(
+        &self,
+        draft: ReleaseDraft,
+        origin: ReleaseOrigin,
+        existing: &[ReleaseRecord],
+    ) -> Result<ReleaseRecord> {
+        let revisions: Vec<u64> = existing.iter().map(|r| r.revision).collect();
+        let mut revision = next_revision(&revisions);
         let mut record = ReleaseRecord {
             app: self.app.clone(),
             target: draft.target,
@@ -706,15 +746,26 @@ impl ReleaseStore {
         })
     }
 
-    /// Change a record (status, reason, finish time) with a conditional PUT, retrying on a
-    /// conflict with a fresh read.
+    /// Change a record's status (and reason, finish time...) with a conditional PUT, retrying
+    /// on a conflict with a fresh read. Statuses only move forward ([`transition_allowed`]):
+    /// e.g. a record another run marked abandoned is not turned into `deployed`.
     async fn update(
         &self,
         revision: u64,
+        status: ReleaseStatus,
         change: impl Fn(&mut ReleaseRecord),
     ) -> Result<ReleaseRecord> {
         for _ in 0..5 {
             let (secret, mut record) = self.get_secret(revision).await?;
+            if !transition_allowed(record.status, status) {
+                return Err(ReleaseError::Transition {
+                    name: record.secret_name(),
+                    namespace: self.namespace.clone(),
+                    from: record.status,
+                    to: status,
+                });
+            }
+            record.status = status;
             change(&mut record);
             let updated = self.to_secret(&mut record, Some(&secret))?;
             let name = record.secret_name();
@@ -758,23 +809,31 @@ impl ReleaseStore {
         objects: Option<Vec<ObjectRef>>,
     ) -> Result<ReleaseRecord> {
         let record = self
-            .update(revision, |r| {
-                r.status = status;
+            .update(revision, status, |r| {
                 r.reason = reason.clone();
                 r.finished_at = Some(Timestamp::now());
                 if let Some(objects) = &objects {
                     r.objects = objects.clone();
+                    if let Some(bodies) = r.manifests.as_mut() {
+                        fill_namespaces(bodies, objects);
+                        // Same bodies, same digest: a rollback record matches its origin.
+                        r.digest = Some(digest_bodies(bodies));
+                    }
                 }
             })
             .await?;
-        let statuses = self.statuses().await?;
+        let mut statuses = self.statuses().await?;
         if status == ReleaseStatus::Deployed {
             for older in supersede_choice(&statuses, revision) {
-                self.update(older, |r| r.status = ReleaseStatus::Superseded)
+                self.update(older, ReleaseStatus::Superseded, |_| {})
                     .await?;
+                for entry in statuses.iter_mut().filter(|(r, _)| *r == older) {
+                    entry.1 = ReleaseStatus::Superseded;
+                }
             }
         }
-        self.prune().await?;
+        self.delete_revisions(&prune_choice(&statuses, self.keep))
+            .await?;
         Ok(record)
     }
 
@@ -790,7 +849,12 @@ impl ReleaseStore {
     /// Delete the records beyond `keep` (see [`prune_choice`]). Returns what was deleted.
     pub async fn prune(&self) -> Result<Vec<u64>> {
         let doomed = prune_choice(&self.statuses().await?, self.keep);
-        for revision in &doomed {
+        self.delete_revisions(&doomed).await?;
+        Ok(doomed)
+    }
+
+    async fn delete_revisions(&self, doomed: &[u64]) -> Result<()> {
+        for revision in doomed {
             let name = secret_name(&self.app, *revision);
             match self.api().delete(&name, &DeleteParams::default()).await {
                 Ok(_) => {}
@@ -798,7 +862,7 @@ impl ReleaseStore {
                 Err(e) => return Err(self.kube_err(format!("pruning release record {name}"), e)),
             }
         }
-        Ok(doomed)
+        Ok(())
     }
 
     /// Mark records left `pending` by a run that died as `failed` (reason `abandoned`).
@@ -806,8 +870,7 @@ impl ReleaseStore {
     pub async fn mark_abandoned(&self) -> Result<Vec<u64>> {
         let pending = abandoned_choice(&self.statuses().await?);
         for revision in &pending {
-            self.update(*revision, |r| {
-                r.status = ReleaseStatus::Failed;
+            self.update(*revision, ReleaseStatus::Failed, |r| {
                 r.reason = Some(ABANDONED.to_string());
                 if r.finished_at.is_none() {
                     r.finished_at = Some(Timestamp::now());
@@ -1019,6 +1082,42 @@ mod tests {
     }
 
     #[test]
+    fn namespaces_filled_from_what_was_applied() {
+        let mut bodies = vec![
+            serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}}),
+            serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}}),
+            serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "other"}}),
+        ];
+        let applied = vec![
+            ObjectRef {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                namespace: Some("shop".into()),
+                name: "web".into(),
+            },
+            ObjectRef {
+                api_version: "v1".into(),
+                kind: "Namespace".into(),
+                namespace: None,
+                name: "shop".into(),
+            },
+            ObjectRef {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                namespace: Some("shop".into()),
+                name: "c".into(),
+            },
+        ];
+        fill_namespaces(&mut bodies, &applied);
+        assert_eq!(bodies[0]["metadata"]["namespace"], "shop");
+        assert!(bodies[1]["metadata"].get("namespace").is_none());
+        assert_eq!(
+            bodies[2]["metadata"]["namespace"], "other",
+            "an explicit namespace stays"
+        );
+    }
+
+    #[test]
     fn object_ref_from_body_and_display() {
         let body = serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": "web", "namespace": "shop"}});
@@ -1155,6 +1254,21 @@ mod store_tests {
         assert_eq!((v2.status, v2.reason.as_deref()), (Failed, Some(ABANDONED)));
         assert_eq!(store.mark_abandoned().await.unwrap(), Vec::<u64>::new());
         assert_eq!(store.last_good().await.unwrap().unwrap().revision, 1);
+    }
+
+    #[tokio::test]
+    async fn statuses_only_move_forward() {
+        let fake = FakeApi::default();
+        let store = ReleaseStore::new(fake.client(), "shop", "shop", 10);
+        store
+            .begin(draft("v1"), ReleaseOrigin::Deploy)
+            .await
+            .unwrap();
+        // Another run marked it abandoned (our lease lapsed); we must not call it deployed.
+        store.mark_abandoned().await.unwrap();
+        let err = store.finish(1, Deployed, None).await.unwrap_err();
+        assert!(matches!(err, ReleaseError::Transition { .. }), "{err}");
+        assert_eq!(store.get(1).await.unwrap().status, Failed);
     }
 
     #[tokio::test]

@@ -364,6 +364,7 @@ mod tests {
             })
             .await;
         assert!(matches!(result, Err(RetryError::Api(_))));
-        assert!(started.elapsed() < Duration::from_secs(1));
+        // Far below an unbounded retry loop; wide enough for a loaded CI machine.
+        assert!(started.elapsed() < Duration::from_secs(5));
     }
 }

@@ -131,8 +131,8 @@ pub enum RollbackChoiceError {
 }
 
 /// The revision a manual rollback goes to. `requested`: `--revision N`; default the newest good
-/// revision (deployed or superseded) older than the current one (the newest `deployed`, else
-/// the newest record) whose manifests differ from the current ones.
+/// revision (deployed or superseded) older than the current (newest) one whose manifests
+/// differ from the current ones.
 pub fn choose_manual_target(
     records: &[ReleaseRecord],
     requested: Option<u64>,
@@ -154,8 +154,11 @@ pub fn choose_manual_target(
         }
         return Ok(revision);
     }
-    let current = crate::release::last_good(records)
-        .or_else(|| records.iter().max_by_key(|r| r.revision))
+    // The current revision is the newest one, whatever its status: after a failure that was
+    // left in place, going back means the last good one before it.
+    let current = records
+        .iter()
+        .max_by_key(|r| r.revision)
         .ok_or(RollbackChoiceError::NoHistory)?;
     records
         .iter()
@@ -310,7 +313,12 @@ pub async fn prepare(
     let settings = ReleaseSettings::from_config(&plan.config);
     let env = |k: &str| plan.env(k);
     let namespace = history_namespace(&plan.config, target, access);
-    let holder = crate::lock::holder_identity(&env);
+    // Per target, so two targets that share a cluster and namespace never share the lock.
+    let holder = format!(
+        "{} target {}",
+        crate::lock::holder_identity(&env),
+        target.name
+    );
     let options = LockOptions::from_env(settings.lock_timeout, &env);
     let app = &plan.config.app;
     let lock = tokio::select! {
@@ -330,7 +338,8 @@ pub async fn prepare(
                 "release v{revision} was left pending by a run that died: marked failed (abandoned)"
             ));
         }
-        let last_good = store.last_good().await?;
+        let records = store.list().await?;
+        let last_good = crate::release::last_good(&records).cloned();
         let bodies = plan
             .manifests
             .objects
@@ -342,7 +351,9 @@ pub async fn prepare(
         draft.target = Some(target.name.clone());
         draft.default_namespace = Some(default_namespace.to_string());
         draft.run = RunInfo::from_env(&env);
-        let record = store.begin(draft, ReleaseOrigin::Deploy).await?;
+        let record = store
+            .begin_after(draft, ReleaseOrigin::Deploy, &records)
+            .await?;
         Ok::<_, ReleaseError>((last_good, record))
     }
     .await;
@@ -371,9 +382,21 @@ pub async fn prepare(
 pub async fn conclude(
     plan: &Plan,
     runs: &mut [TargetRun],
-    cancelled: bool,
+    cancel: &CancellationToken,
     progress: &Progress,
 ) -> String {
+    let cancelled = cancel.is_cancelled();
+    // A signal that arrives while the rollbacks run leaves them CANCEL_ROLLBACK_BUDGET to
+    // finish, so that the records and the report are still written before a SIGKILL.
+    let stop = CancellationToken::new();
+    let stopper = tokio::spawn({
+        let (cancel, stop) = (cancel.clone(), stop.clone());
+        async move {
+            cancel.cancelled().await;
+            tokio::time::sleep(CANCEL_ROLLBACK_BUDGET).await;
+            stop.cancel();
+        }
+    });
     let settings = ReleaseSettings::from_config(&plan.config);
     let states: Vec<TargetState> = runs
         .iter()
@@ -395,17 +418,24 @@ pub async fn conclude(
     } else {
         settings.rollback_timeout
     };
-    let deadline = Instant::now() + budget;
-    let settle = runs.iter_mut().zip(decisions).map(|(run, roll_back)| {
-        settle_target(
-            plan, &settings, run, roll_back, cancelled, deadline, progress,
-        )
-    });
+    let context = Conclusion {
+        plan,
+        settings,
+        cancelled,
+        deadline: Instant::now() + budget,
+        stop,
+        progress,
+    };
+    let settle = runs
+        .iter_mut()
+        .zip(decisions)
+        .map(|(run, roll_back)| settle_target(&context, run, roll_back));
     let results: Vec<RollbackResult> = futures::future::join_all(settle)
         .await
         .into_iter()
         .flatten()
         .collect();
+    stopper.abort();
     let text = summary(&results);
     if !text.is_empty() {
         tracing::info!("{text}");
@@ -413,15 +443,21 @@ pub async fn conclude(
     text
 }
 
-/// One target's part of [`conclude`].
-async fn settle_target(
-    plan: &Plan,
-    settings: &ReleaseSettings,
-    run: &mut TargetRun,
-    roll_back: bool,
+/// What every target's part of [`conclude`] shares.
+struct Conclusion<'a> {
+    plan: &'a Plan,
+    settings: ReleaseSettings,
     cancelled: bool,
     deadline: Instant,
-    progress: &Progress,
+    stop: CancellationToken,
+    progress: &'a Progress,
+}
+
+/// One target's part of [`conclude`].
+async fn settle_target(
+    context: &Conclusion<'_>,
+    run: &mut TargetRun,
+    roll_back: bool,
 ) -> Option<RollbackResult> {
     let release = run.release.as_mut()?;
     let (status, reason) = match run.report.outcome {
@@ -457,7 +493,7 @@ async fn settle_target(
         )),
     }
     let result = if roll_back {
-        roll_back_target(plan, settings, run, cancelled, deadline, progress).await
+        roll_back_target(context, run).await
     } else {
         None
     };
@@ -471,17 +507,26 @@ async fn settle_target(
 
 /// Re-apply the last good record of one target and wait for it; updates the target's report.
 /// None when there was nothing to roll back to (a first deploy: nothing is deleted either).
-async fn roll_back_target(
-    plan: &Plan,
-    settings: &ReleaseSettings,
-    run: &mut TargetRun,
-    cancelled: bool,
-    deadline: Instant,
-    progress: &Progress,
-) -> Option<RollbackResult> {
+async fn roll_back_target(context: &Conclusion<'_>, run: &mut TargetRun) -> Option<RollbackResult> {
+    let Conclusion {
+        plan,
+        settings,
+        cancelled,
+        deadline,
+        stop,
+        progress,
+    } = context;
+    let (plan, cancelled, deadline) = (*plan, *cancelled, *deadline);
     let name = run.report.name.clone();
+    // What this run applied, as the server named it (the record may not have been updated
+    // when the cluster stopped answering).
+    let applied: Vec<ObjectRef> = run.applied.iter().map(applied_ref).collect();
     let release = run.release.as_mut()?;
-    let failed_objects = release.record.objects.clone();
+    let failed_objects = if applied.is_empty() {
+        release.record.objects.clone()
+    } else {
+        applied
+    };
     let Some(good) = release.last_good.clone() else {
         run.report.rollback = Some(RollbackReport {
             to_revision: None,
@@ -519,6 +564,7 @@ async fn roll_back_target(
                 timeout: settings.rollback_timeout,
                 deadline,
                 cancelled,
+                stop: stop.clone(),
             }
             .run()
             .await
@@ -625,6 +671,8 @@ pub struct ReApply<'a> {
     pub deadline: Instant,
     /// The run was cancelled: an unfinished rollout at the deadline is "sent, not verified".
     pub cancelled: bool,
+    /// Stops the apply and the wait early (a late signal); the rollback then counts as sent.
+    pub stop: CancellationToken,
 }
 
 impl ReApply<'_> {
@@ -656,9 +704,9 @@ impl ReApply<'_> {
             max_in_flight: MAX_IN_FLIGHT,
             deadline: self.deadline,
         };
-        // The first signal cancelled the deploy; the rollback itself runs to its deadline (a
-        // second signal ends the process).
-        let keep_going = CancellationToken::new();
+        // The first signal cancelled the deploy; the rollback itself runs to its deadline or
+        // until `stop` (a second signal ends the process).
+        let keep_going = self.stop.clone();
         let applied = apply_set(&access.client, &set, &options, &keep_going, &|_, _| {}).await;
         let outcome = match &applied.result {
             Err(e) => Err((
@@ -917,6 +965,9 @@ mod tests {
             choose_manual_target(&[rec(1, Deployed, "a")], None, false),
             Err(RollbackChoiceError::NoEarlierGood)
         );
+        // A failure left in place: back to the last good one.
+        let left = vec![rec(1, Deployed, "a"), rec(2, Failed, "b")];
+        assert_eq!(choose_manual_target(&left, None, false), Ok(1));
         // Plain history: back to the previous one.
         let plain = vec![rec(1, Superseded, "a"), rec(2, Deployed, "b")];
         assert_eq!(choose_manual_target(&plain, None, false), Ok(1));

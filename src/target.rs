@@ -210,7 +210,7 @@ pub async fn connect(
     config.read_timeout = None;
     let server = config.cluster_url.to_string();
     let context_namespace = config.default_namespace.clone();
-    let client = kube::Client::try_from(config).map_err(|e| {
+    let client = build_client(config).map_err(|e| {
         let reason = if is_tls_problem(&e) {
             "TLS"
         } else {
@@ -229,6 +229,23 @@ pub async fn connect(
         context_namespace,
         server,
     })
+}
+
+/// A client whose every request (ours, and the release records' and lock's) retries 429, 503
+/// and 504 answers a few times with jittered exponential backoff (honouring Retry-After).
+/// Bounded (8 retries, at most 2 s apart), unlike kube's default policy (15 retries, up to
+/// 1000 s), so it stays well inside a target's deadline; the engine's own `retry.rs` adds
+/// dropped connections and other 5xx on top, up to the deadline.
+fn build_client(config: kube::Config) -> Result<kube::Client, kube::Error> {
+    use kube::client::retry::RetryPolicy;
+    let policy = RetryPolicy::new(Duration::from_millis(50), Duration::from_secs(2), 8, true)
+        .map_err(|e| kube::Error::Service(Box::new(e)))?;
+    let builder = kube::client::ClientBuilder::try_from(config)?;
+    // The retry layer needs a cloneable service: a buffer in front of kube's stack.
+    Ok(builder
+        .with_layer(&tower::buffer::BufferLayer::new(1024))
+        .with_layer(&tower::retry::RetryLayer::new(policy))
+        .build())
 }
 
 /// Turns an API or transport error into the report's reason and a message saying what to do.

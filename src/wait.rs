@@ -171,7 +171,9 @@ impl Store {
         resource: &ApiResource,
         event: watcher::Event<DynamicObject>,
     ) {
-        let to_value = |o: DynamicObject| {
+        let to_value = |mut o: DynamicObject| {
+            // Never read here, and most of an object's size.
+            o.metadata.managed_fields = None;
             let mut v = serde_json::to_value(o).unwrap_or(Value::Null);
             if let Some(obj) = v.as_object_mut() {
                 obj.entry("apiVersion")

@@ -212,11 +212,14 @@ pub fn apply(store: &Store, req: ApplyRequest<'_>) -> Result<Applied, ApiError> 
             ownership: Ownership::AsGiven,
             expected_resource_version: Some(current_rv.clone()),
         };
-        let result = if status_only {
-            store.update_status_with(req.resource, merged, &opts)
-        } else {
-            store.update_with(req.resource, merged, &opts)
-        };
+        let known_rv = current_rv.parse::<u64>().unwrap_or(0);
+        let result = store.update_known(
+            req.resource,
+            merged,
+            &opts,
+            status_only,
+            (known_rv, current),
+        );
         match result {
             Ok(object) => {
                 return Ok(Applied {

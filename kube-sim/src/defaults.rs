@@ -114,6 +114,8 @@ pub fn on_write(rt: &ResourceType, obj: &mut Value) {
         ("", "pods") => {
             if let Some(spec) = object_at(obj, "spec") {
                 pod_spec_defaults(spec);
+                // Pod-level defaulting (not templates): decoded before field ownership.
+                default(spec, "enableServiceLinks", json!(true));
             }
         }
         ("", "namespaces") => {
@@ -122,6 +124,17 @@ pub fn on_write(rt: &ResourceType, obj: &mut Value) {
             let labels = meta.entry("labels").or_insert_with(|| json!({}));
             if let Some(labels) = labels.as_object_mut() {
                 labels.insert("kubernetes.io/metadata.name".into(), json!(name));
+            }
+        }
+        ("", "secrets") => {
+            if let Some(map) = obj.as_object_mut()
+                && map
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .is_empty()
+            {
+                map.insert("type".into(), json!("Opaque"));
             }
         }
         ("", "services") => {
@@ -361,7 +374,6 @@ fn pod_on_create(obj: &mut Value) {
         .unwrap_or(json!("default"));
     default(spec, "serviceAccount", sa);
     default(spec, "priority", json!(0));
-    default(spec, "enableServiceLinks", json!(true));
     default(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
     let tolerations = spec.entry("tolerations").or_insert_with(|| json!([]));
     if let Some(t) = tolerations.as_array_mut() {

@@ -80,6 +80,10 @@ pub struct WatchSpec {
     pub send_initial_events: bool,
     pub bookmarks: bool,
     pub timeout_seconds: Option<u64>,
+    /// Send objects as PartialObjectMetadata.
+    pub metadata_only: bool,
+    /// Send objects as one-row Tables (`kubectl get -w`).
+    pub as_table: bool,
 }
 
 impl WatchSpec {
@@ -90,6 +94,29 @@ impl WatchSpec {
             return false;
         }
         self.labels.matches(obj) && self.fields.matches(obj)
+    }
+
+    /// Whether objects can enter or leave this watch's view when they change.
+    pub fn has_selectors(&self) -> bool {
+        !self.labels.is_empty() || !self.fields.is_empty()
+    }
+}
+
+/// For a watch with selectors: the event type to send for a committed change (None: none)
+/// and whether the object is in the client's view afterwards. An object that starts to
+/// match arrives as ADDED and one that stops matching leaves as DELETED, as on a real server.
+pub fn selector_transition(
+    kind: crate::store::EventKind,
+    matches_now: bool,
+    in_view: bool,
+) -> (Option<&'static str>, bool) {
+    use crate::store::EventKind;
+    match (kind, matches_now, in_view) {
+        (EventKind::Deleted, now, before) => ((now || before).then_some("DELETED"), false),
+        (_, true, false) => (Some("ADDED"), true),
+        (kind, true, true) => (Some(kind.as_str()), true),
+        (_, false, true) => (Some("DELETED"), false),
+        (_, false, false) => (None, false),
     }
 }
 
@@ -102,6 +129,14 @@ pub enum Reply {
         content_type: &'static str,
     },
     Watch(Box<WatchSpec>),
+    /// A plain-text body (pod logs).
+    Text(String),
+    /// An already encoded body (large lists).
+    Raw {
+        status: u16,
+        body: Bytes,
+        content_type: &'static str,
+    },
 }
 
 impl Reply {
@@ -176,23 +211,44 @@ pub fn handle(store: &Store, req: &ApiRequest<'_>, path: &ResourcePath) -> Resul
     {
         return Err(resource_path_error());
     }
+    let namespace = path.namespace.clone().unwrap_or_default();
+    if path.subresource.as_deref() == Some("log") && req.method == "GET" {
+        return pod_log(
+            store,
+            &rt,
+            &namespace,
+            path.name.as_deref().unwrap_or_default(),
+        );
+    }
     if let Some(sub) = &path.subresource
         && !matches!(sub.as_str(), "status" | "scale")
     {
         return Err(ApiError::method_not_allowed());
     }
-    let namespace = path.namespace.clone().unwrap_or_default();
     let verb = verb_of(req.method, path, req.query, req.content_type);
     match (verb, path.name.as_deref()) {
         ("watch", name) => watch_spec(req, &info, path, name).map(|w| Reply::Watch(Box::new(w))),
-        ("get", Some(name)) => get(
-            store,
-            &rt,
-            &info,
-            &namespace,
-            name,
-            path.subresource.as_deref(),
-        ),
+        ("get", Some(name)) => {
+            let reply = get(
+                store,
+                &rt,
+                &info,
+                &namespace,
+                name,
+                path.subresource.as_deref(),
+            )?;
+            if path.subresource.is_none()
+                && wants_partial_metadata(req.accept)
+                && let Reply::Json { body, .. } = &reply
+            {
+                return Ok(Reply::Json {
+                    status: 200,
+                    body: partial_metadata(body),
+                    content_type: "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+                });
+            }
+            Ok(reply)
+        }
         ("list", None) => list(store, req, &rt, &info, path.namespace.as_deref()),
         ("create", None) => {
             if info.namespaced && path.namespace.is_none() {
@@ -237,6 +293,19 @@ pub fn handle(store: &Store, req: &ApiRequest<'_>, path: &ResourcePath) -> Resul
     }
 }
 
+/// Simulated containers write nothing: the log of an existing pod is empty.
+fn pod_log(
+    store: &Store,
+    rt: &ResourceType,
+    namespace: &str,
+    name: &str,
+) -> Result<Reply, ApiError> {
+    if store.get(rt, namespace, name).is_none() {
+        return Err(ApiError::not_found(rt, name));
+    }
+    Ok(Reply::Text(String::new()))
+}
+
 fn get(
     store: &Store,
     rt: &ResourceType,
@@ -252,6 +321,19 @@ fn get(
         return Ok(Reply::ok(scale_of(&obj, info)));
     }
     Ok(Reply::ok(obj))
+}
+
+/// Whether the client asks for metadata only (kube's `get_metadata`, metadata watchers).
+pub fn wants_partial_metadata(accept: &str) -> bool {
+    accept.split(',').next().is_some_and(|first| {
+        first.contains("as=PartialObjectMetadata") && first.contains("g=meta.k8s.io")
+    })
+}
+
+/// An object reduced to its metadata, as `meta.k8s.io/v1` PartialObjectMetadata.
+pub fn partial_metadata(obj: &Value) -> Value {
+    json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+        "metadata": obj.get("metadata").cloned().unwrap_or(json!({}))})
 }
 
 /// The autoscaling/v1 Scale of a workload.
@@ -311,7 +393,6 @@ fn list(
     namespace: Option<&str>,
 ) -> Result<Reply, ApiError> {
     let (labels, fields) = selectors(req, info)?;
-    let (items, rv) = store.list_shared(rt, namespace);
     let limit: usize = req
         .param("limit")
         .and_then(|l| l.parse::<u64>().ok())
@@ -322,10 +403,23 @@ fn list(
         Some(token) => Some(decode_continue(token)?),
         None => None,
     };
-    let mut selected = Vec::new();
+    let (items, rv) = store.list_shared(rt, namespace);
+    let shape = if wants_partial_metadata(req.accept) {
+        ListShape::Metadata
+    } else if table::wants_table(req.accept) {
+        ListShape::Table
+    } else {
+        ListShape::Full
+    };
+    // Each selected item is encoded (or reduced) as soon as it is decoded, so a large
+    // list never holds all its objects parsed at once.
+    let mut encoded: Vec<u8> = Vec::new();
+    let mut reduced: Vec<Value> = Vec::new();
+    let mut count = 0usize;
     let mut remaining = 0usize;
     let mut last_key = None;
-    for event in &items {
+    let strip_type = info.crd.is_none();
+    for event in items {
         let obj = &event.object;
         let key = object_key(obj);
         if let Some(after) = &start_after
@@ -336,12 +430,35 @@ fn list(
         if !labels.matches(obj) || !fields.matches(obj) {
             continue;
         }
-        if selected.len() >= limit {
+        if count >= limit {
             remaining += 1;
             continue;
         }
+        count += 1;
         last_key = Some(key);
-        selected.push(obj);
+        match shape {
+            ListShape::Metadata => reduced.push(partial_metadata(obj)),
+            ListShape::Table => {
+                let one = table::table_for(info, &[obj], Value::Null, store.clock());
+                if let Some(row) = one.get("rows").and_then(|r| r.get(0)) {
+                    reduced.push(row.clone());
+                }
+            }
+            ListShape::Full => {
+                if !encoded.is_empty() {
+                    encoded.push(b',');
+                }
+                let mut item = obj.clone();
+                if strip_type && let Some(m) = item.as_object_mut() {
+                    // Built-in list items carry no kind/apiVersion, as the real server sends them.
+                    m.remove("kind");
+                    m.remove("apiVersion");
+                }
+                if serde_json::to_writer(&mut encoded, &item).is_err() {
+                    return Err(ApiError::internal("encoding a list item"));
+                }
+            }
+        }
     }
     let mut list_meta = Map::new();
     list_meta.insert("resourceVersion".into(), json!(rv.to_string()));
@@ -353,33 +470,45 @@ fn list(
     } else if info.crd.is_some() {
         list_meta.insert("continue".into(), json!(""));
     }
-    if table::wants_table(req.accept) {
-        let body = table::table_for(info, &selected, Value::Object(list_meta), store.clock());
-        return Ok(Reply::Json {
+    match shape {
+        ListShape::Metadata => Ok(Reply::Json {
             status: 200,
-            body,
-            content_type: "application/json;as=Table;v=v1;g=meta.k8s.io",
-        });
+            body: json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
+                "metadata": list_meta, "items": reduced}),
+            content_type: "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
+        }),
+        ListShape::Table => {
+            let mut body = table::table_for(info, &[], Value::Object(list_meta), store.clock());
+            body["rows"] = Value::Array(reduced);
+            Ok(Reply::Json {
+                status: 200,
+                body,
+                content_type: "application/json;as=Table;v=v1;g=meta.k8s.io",
+            })
+        }
+        ListShape::Full => {
+            let head = json!({"kind": format!("{}List", info.kind), "apiVersion": info.api_version(),
+                "metadata": list_meta});
+            let mut body = serde_json::to_vec(&head).unwrap_or_default();
+            // Replace the closing brace with the items.
+            body.pop();
+            body.extend_from_slice(b",\"items\":[");
+            body.extend_from_slice(&encoded);
+            body.extend_from_slice(b"]}");
+            Ok(Reply::Raw {
+                status: 200,
+                body: Bytes::from(body),
+                content_type: "application/json",
+            })
+        }
     }
-    let is_builtin = info.crd.is_none();
-    let items: Vec<Value> = selected
-        .into_iter()
-        .map(|o| {
-            let mut o = o.clone();
-            if is_builtin && let Some(m) = o.as_object_mut() {
-                // Built-in list items carry no kind/apiVersion, as the real server sends them.
-                m.remove("kind");
-                m.remove("apiVersion");
-            }
-            o
-        })
-        .collect();
-    Ok(Reply::ok(json!({
-        "kind": format!("{}List", info.kind),
-        "apiVersion": info.api_version(),
-        "metadata": list_meta,
-        "items": items
-    })))
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ListShape {
+    Full,
+    Metadata,
+    Table,
 }
 
 fn object_key(obj: &Value) -> String {
@@ -421,6 +550,11 @@ fn parse_body(req: &ApiRequest<'_>, info: &ResourceInfo) -> Result<Value, ApiErr
         }
         "application/yaml" | "application/x-yaml" | "text/yaml" => {
             apply::parse_yaml_or_json(req.body)
+        }
+        crate::protobuf::MEDIA_TYPE => {
+            return crate::protobuf::decode(req.body, &info.kind).map_err(|e| {
+                ApiError::new(415, "UnsupportedMediaType", format!("protobuf body: {e}"))
+            });
         }
         _ => return Err(ApiError::unsupported_body_type()),
     };
@@ -899,6 +1033,8 @@ fn watch_spec(
         send_initial_events,
         bookmarks: req.flag("allowWatchBookmarks"),
         timeout_seconds,
+        metadata_only: wants_partial_metadata(req.accept),
+        as_table: table::wants_table(req.accept),
     })
 }
 
@@ -942,6 +1078,28 @@ pub fn event_line(kind: &str, object: &Value) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn selector_transitions_table() {
+        use crate::store::EventKind::*;
+        let cases = [
+            (Added, true, false, Some("ADDED"), true),
+            (Modified, true, true, Some("MODIFIED"), true),
+            (Modified, true, false, Some("ADDED"), true),
+            (Modified, false, true, Some("DELETED"), false),
+            (Modified, false, false, None, false),
+            (Deleted, false, true, Some("DELETED"), false),
+            (Deleted, true, false, Some("DELETED"), false),
+            (Deleted, false, false, None, false),
+        ];
+        for (kind, now, before, send, after) in cases {
+            assert_eq!(
+                selector_transition(kind, now, before),
+                (send, after),
+                "{kind:?} {now} {before}"
+            );
+        }
+    }
 
     #[test]
     fn continue_tokens_round_trip() {

@@ -1,4 +1,20 @@
 //! kube-sim: a simulated Kubernetes API server, with controllers and pods, for tests and demos.
+//!
+//! Each cluster is an in-memory [`Store`] (objects, one global resourceVersion, a bounded
+//! event history), the controllers and kubelet stand-in that act on it, and an HTTPS (or
+//! plain HTTP) server on 127.0.0.1 that answers like kube-apiserver v1.36: discovery,
+//! CRUD, patches, server-side apply with managedFields, watches, `kind: Status` errors.
+//! Tests switch on faults and read request counters per cluster.
+//!
+//! ```ignore
+//! let sim = kube_sim::Sim::start(kube_sim::SimOptions { clusters: 2, ..Default::default() }).await?;
+//! sim.write_kubeconfig(&path)?;                 // contexts sim-1, sim-2
+//! sim.clusters()[1].set_faults(kube_sim::Faults { error_rate: 0.5, error_status: 503, ..Default::default() });
+//! assert_eq!(sim.clusters()[0].counters().writes(), 0);
+//! ```
+//!
+//! The same over the wire: `GET/POST /_sim/faults`, `GET /_sim/counters`,
+//! `POST /_sim/counters/reset` (bearer token required; never faulted).
 
 pub mod apply;
 pub mod clock;
@@ -11,6 +27,7 @@ pub mod handlers;
 pub mod kubeconfig;
 pub mod managed_fields;
 pub mod openapi;
+pub mod protobuf;
 pub mod registry;
 pub mod rules;
 pub mod selectors;

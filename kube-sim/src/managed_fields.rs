@@ -79,7 +79,17 @@ fn is_atomic_map(field: &str) -> bool {
 fn is_always_present_struct(field: &str) -> bool {
     matches!(
         field,
-        "metadata" | "spec" | "status" | "template" | "strategy" | "names" | "updateStrategy"
+        "metadata"
+            | "spec"
+            | "status"
+            | "template"
+            | "strategy"
+            | "names"
+            | "updateStrategy"
+            | "resources"
+            | "jobTemplate"
+            | "acceptedNames"
+            | "loadBalancer"
     )
 }
 
@@ -212,7 +222,12 @@ impl FieldSet {
                         let Some(key) = item_key(&keys, item) else {
                             continue;
                         };
-                        let mut item_set = Self::of_value("", item, mode);
+                        // Owner references are atomic structs: the item is one field.
+                        let mut item_set = if field == "ownerReferences" {
+                            Self::leaf()
+                        } else {
+                            Self::of_value("", item, mode)
+                        };
                         item_set.member = true;
                         set.children.insert(key, item_set);
                     }
@@ -605,6 +620,18 @@ mod tests {
         let v1 = set.to_fields_v1();
         assert_eq!(v1["f:metadata"]["f:labels"]["."], json!({}));
         assert!(v1["f:metadata"].get(".").is_none());
+    }
+
+    #[test]
+    fn owner_references_are_atomic_items() {
+        let rs = json!({"metadata": {"name": "web-1", "labels": {"app": "web"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
+                "uid": "u1", "controller": true, "blockOwnerDeletion": true}]}});
+        let set = changed_fields(&json!({}), &rs, false, false).to_fields_v1();
+        assert_eq!(
+            set["f:metadata"]["f:ownerReferences"],
+            json!({".": {}, "k:{\"uid\":\"u1\"}": {}})
+        );
     }
 
     #[test]

@@ -46,6 +46,20 @@ pub struct ResourceInfo {
     /// Name of the CRD that serves this resource; None for built-ins.
     #[serde(skip)]
     pub crd: Option<String>,
+    /// A CRD version's additionalPrinterColumns (for Table responses).
+    #[serde(skip)]
+    pub printer_columns: Vec<PrinterColumn>,
+}
+
+/// One `additionalPrinterColumns` entry of a CRD version.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PrinterColumn {
+    pub name: String,
+    pub kind: String,
+    pub format: String,
+    pub description: String,
+    pub priority: i64,
+    pub json_path: String,
 }
 
 impl ResourceInfo {
@@ -298,6 +312,33 @@ pub fn crd_resources(crd: &Value) -> Option<Vec<ResourceInfo>> {
         let Some(v) = version.get("name").and_then(Value::as_str) else {
             continue;
         };
+        let printer_columns = version
+            .get("additionalPrinterColumns")
+            .and_then(Value::as_array)
+            .map(|cols| {
+                cols.iter()
+                    .filter_map(|c| {
+                        let text = |k: &str| c.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+                        let json_path = text("jsonPath");
+                        (!text("name").is_empty() && !json_path.is_empty()).then(|| PrinterColumn {
+                            name: text("name"),
+                            kind: text("type"),
+                            format: text("format"),
+                            description: {
+                                let d = text("description");
+                                if d.is_empty() {
+                                    format!("Custom resource definition column (in JSONPath format): {json_path}")
+                                } else {
+                                    d
+                                }
+                            },
+                            priority: c.get("priority").and_then(Value::as_i64).unwrap_or(0),
+                            json_path,
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         let mut subresources = Vec::new();
         let subs = version.get("subresources");
         let sub_verbs = vec!["get".to_string(), "patch".into(), "update".into()];
@@ -345,6 +386,7 @@ pub fn crd_resources(crd: &Value) -> Option<Vec<ResourceInfo>> {
             subresources,
             storage_version_hash: Some(storage_version_hash(&group, v, &plural)),
             crd: Some(name.clone()),
+            printer_columns,
         });
     }
     if out.is_empty() { None } else { Some(out) }

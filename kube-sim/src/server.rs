@@ -43,6 +43,36 @@ pub struct ClusterState {
     pub shutdown: watch::Sender<bool>,
     pub address: SocketAddr,
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Encoded watch lines of the latest events, shared by all watchers of a cluster.
+    pub event_lines: EventLineCache,
+}
+
+/// The encoded lines of the most recent events: a hundred watchers of one resource
+/// encode each event once, not a hundred times.
+#[derive(Default)]
+pub struct EventLineCache {
+    recent: std::sync::Mutex<std::collections::VecDeque<(u64, &'static str, Bytes)>>,
+}
+
+impl EventLineCache {
+    const KEEP: usize = 32;
+
+    fn line(&self, resource_version: u64, kind: &'static str, object: &Value) -> Bytes {
+        let lock = || self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, _, line)) = lock()
+            .iter()
+            .find(|(rv, k, _)| *rv == resource_version && *k == kind)
+        {
+            return line.clone();
+        }
+        let line = handlers::event_line(kind, object);
+        let mut recent = lock();
+        recent.push_back((resource_version, kind, line.clone()));
+        if recent.len() > Self::KEEP {
+            recent.pop_front();
+        }
+        line
+    }
 }
 
 impl ClusterState {
@@ -148,7 +178,10 @@ async fn serve_connection(state: Arc<ClusterState>, stream: TcpStream) {
         let state = service_state.clone();
         async move { Ok::<_, Infallible>(handle(state, req).await) }
     });
-    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    // Clients multiplex many watches over one HTTP/2 connection (the real server allows
+    // hundreds of streams per connection).
+    builder.http2().max_concurrent_streams(1000);
     match &state.tls {
         Some(config) => {
             let acceptor = tokio_rustls::TlsAcceptor::from(config.clone());
@@ -359,8 +392,16 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Answers one HTTP request.
+/// Answers one HTTP request (and logs it at debug level).
 pub async fn handle(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<ApiBody> {
+    let method = req.method().clone();
+    let uri = req.uri().clone();
+    let resp = answer(state.clone(), req).await;
+    tracing::debug!(cluster = %state.name, "{method} {uri} -> {}", resp.status().as_u16());
+    resp
+}
+
+async fn answer(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<ApiBody> {
     let path = req.uri().path().to_string();
     let query: HashMap<String, String> = req
         .uri()
@@ -523,6 +564,19 @@ pub async fn handle(state: Arc<ClusterState>, req: Request<Incoming>) -> Respons
                     response(status, content_type, Bytes::from(bytes))
                 }
                 Ok(Reply::Watch(spec)) => start_watch(state.clone(), *spec),
+                Ok(Reply::Text(text)) => response(200, "text/plain", Bytes::from(text)),
+                Ok(Reply::Raw {
+                    status,
+                    body,
+                    content_type,
+                }) => {
+                    if pretty {
+                        let value: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                        json_response(status, &value, true)
+                    } else {
+                        response(status, content_type, body)
+                    }
+                }
                 Err(e) => error_response(&e, pretty),
             }
         }
@@ -705,136 +759,262 @@ fn start_watch(state: Arc<ClusterState>, spec: WatchSpec) -> Response<ApiBody> {
     resp
 }
 
-async fn run_watch(state: Arc<ClusterState>, spec: WatchSpec, tx: mpsc::Sender<Bytes>) {
-    let store = state.store.clone();
-    let started = tokio::time::Instant::now();
-    let faults_at_start = state.faults();
-    let mut sent_events: u64 = 0;
-    // Newest resourceVersion delivered, and newest seen for this resource type.
-    let mut delivered_rv: u64;
-    let mut type_rv: u64;
+/// One watch stream: what it delivered so far, and where it ends.
+struct WatchStream {
+    spec: WatchSpec,
+    tx: mpsc::Sender<Bytes>,
+    state: Arc<ClusterState>,
+    started: tokio::time::Instant,
+    faults: Faults,
+    sent_events: u64,
+    /// Newest resourceVersion delivered to the client.
+    delivered_rv: u64,
+    /// Whether any event of the watched resource happened since the watch started (the
+    /// watch cache of an active resource follows the global resourceVersion).
+    resource_active: bool,
+    /// For watches with selectors: the objects the client currently sees.
+    view: Option<std::collections::HashSet<(String, String)>>,
+}
 
-    let mut rx = match spec.resource_version {
+fn object_key(obj: &Value) -> (String, String) {
+    let meta = obj.get("metadata");
+    let field = |f: &str| {
+        meta.and_then(|m| m.get(f))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    (field("namespace"), field("name"))
+}
+
+/// Why a watch stream stops.
+struct Stop;
+
+impl WatchStream {
+    /// Sends one event line, honouring the drop-after faults.
+    async fn emit(&mut self, kind: &str, object: &Value) -> Result<(), Stop> {
+        if self.dropped() {
+            return Err(Stop);
+        }
+        let line = if kind == "ERROR" || kind == "BOOKMARK" {
+            handlers::event_line(kind, object)
+        } else if self.spec.metadata_only {
+            handlers::event_line(kind, &handlers::partial_metadata(object))
+        } else if self.spec.as_table {
+            let rv = object
+                .pointer("/metadata/resourceVersion")
+                .cloned()
+                .unwrap_or(Value::Null);
+            let table = crate::table::table_for(
+                &self.spec.info,
+                &[object],
+                json!({ "resourceVersion": rv }),
+                self.state.store.clock(),
+            );
+            handlers::event_line(kind, &table)
+        } else {
+            handlers::event_line(kind, object)
+        };
+        self.send_line(line, kind).await
+    }
+
+    async fn send_line(&mut self, line: Bytes, kind: &str) -> Result<(), Stop> {
+        if self.dropped() {
+            return Err(Stop);
+        }
+        self.tx.send(line).await.map_err(|_| Stop)?;
+        if kind != "BOOKMARK" {
+            self.sent_events += 1;
+        }
+        Ok(())
+    }
+
+    fn dropped(&self) -> bool {
+        self.faults
+            .drop_watch_after_events
+            .is_some_and(|max| self.sent_events >= max)
+            || self
+                .faults
+                .drop_watch_after_ms
+                .is_some_and(|ms| self.started.elapsed() >= Duration::from_millis(ms))
+    }
+
+    /// Delivers a committed event if it is of the watched resource and matches.
+    async fn deliver(&mut self, event: &crate::store::WatchEvent) -> Result<(), Stop> {
+        if event.resource != self.spec.resource {
+            return Ok(());
+        }
+        self.resource_active = true;
+        let matches = self.spec.matches(&event.object);
+        let send = match &mut self.view {
+            None => matches.then_some(event.kind.as_str()),
+            Some(view) => {
+                let key = object_key(&event.object);
+                let (send, in_view) =
+                    handlers::selector_transition(event.kind, matches, view.contains(&key));
+                if in_view {
+                    view.insert(key);
+                } else {
+                    view.remove(&key);
+                }
+                send
+            }
+        };
+        if let Some(kind) = send {
+            if self.spec.metadata_only || self.spec.as_table {
+                self.emit(kind, &event.object).await?;
+            } else {
+                let line = self
+                    .state
+                    .event_lines
+                    .line(event.resource_version, kind, &event.object);
+                self.send_line(line, kind).await?;
+            }
+            self.delivered_rv = event.resource_version;
+        }
+        Ok(())
+    }
+
+    /// A BOOKMARK at the current resourceVersion, after delivering every event up to it,
+    /// when that is newer than what the client already has.
+    async fn bookmark(
+        &mut self,
+        rx: &mut tokio::sync::broadcast::Receiver<Arc<crate::store::WatchEvent>>,
+    ) -> Result<(), Stop> {
+        if !self.spec.bookmarks || !self.resource_active {
+            return Ok(());
+        }
+        let now_rv = self.state.store.resource_version();
+        loop {
+            match rx.try_recv() {
+                Ok(event) => self.deliver(&event).await?,
+                Err(tokio::sync::broadcast::error::TryRecvError::Empty) => break,
+                Err(_) => return Err(Stop),
+            }
+        }
+        let rv = now_rv.max(self.delivered_rv);
+        if rv > self.delivered_rv {
+            let bookmark = handlers::bookmark_object(&self.spec.info, rv, false);
+            self.emit("BOOKMARK", &bookmark).await?;
+            self.delivered_rv = rv;
+        }
+        Ok(())
+    }
+}
+
+async fn run_watch(state: Arc<ClusterState>, spec: WatchSpec, tx: mpsc::Sender<Bytes>) {
+    let faults = state.faults();
+    let mut stream = WatchStream {
+        spec,
+        tx,
+        state,
+        started: tokio::time::Instant::now(),
+        faults,
+        sent_events: 0,
+        delivered_rv: 0,
+        resource_active: false,
+        view: None,
+    };
+    let _ = stream_events(&mut stream).await;
+}
+
+async fn stream_events(w: &mut WatchStream) -> Result<(), Stop> {
+    let store = w.state.store.clone();
+    let mut rx = match w.spec.resource_version {
         None => {
             let (items, rv, rx) =
-                store.list_and_subscribe(&spec.resource, spec.namespace.as_deref());
-            for event in &items {
-                if spec.matches(&event.object)
-                    && tx
-                        .send(handlers::event_line("ADDED", &event.object))
-                        .await
-                        .is_err()
-                {
-                    return;
+                store.list_and_subscribe(&w.spec.resource, w.spec.namespace.as_deref());
+            if w.spec.has_selectors() {
+                w.view = Some(std::collections::HashSet::new());
+            }
+            for event in items {
+                if w.spec.matches(&event.object) {
+                    if let Some(view) = &mut w.view {
+                        view.insert(object_key(&event.object));
+                    }
+                    w.emit("ADDED", &event.object).await?;
                 }
             }
-            sent_events += items.len() as u64;
-            delivered_rv = rv;
-            type_rv = rv;
-            if spec.send_initial_events && spec.bookmarks {
-                let bookmark = handlers::bookmark_object(&spec.info, rv, true);
-                if tx
-                    .send(handlers::event_line("BOOKMARK", &bookmark))
-                    .await
-                    .is_err()
-                {
-                    return;
-                }
+            w.delivered_rv = rv;
+            if w.spec.send_initial_events && w.spec.bookmarks {
+                let bookmark = handlers::bookmark_object(&w.spec.info, rv, true);
+                w.emit("BOOKMARK", &bookmark).await?;
             }
             rx
         }
-        Some(from) => match store.watch_from(from) {
+        Some(from) => match store.watch_from_filtered(from, Some(&w.spec.resource)) {
             Err(oldest) => {
                 let status = ApiError::expired(from, oldest).to_status();
-                let _ = tx.send(handlers::event_line("ERROR", &status)).await;
-                return;
+                w.emit("ERROR", &status).await?;
+                return Ok(());
             }
             Ok((replay, rx)) => {
-                delivered_rv = from;
-                type_rv = from;
+                w.delivered_rv = from;
+                if w.spec.has_selectors() {
+                    // What the client saw at `from` is unknown here; the current matches
+                    // are the closest view.
+                    let (current, _) =
+                        store.list_shared(&w.spec.resource, w.spec.namespace.as_deref());
+                    w.view = Some(
+                        current
+                            .iter()
+                            .filter(|e| w.spec.matches(&e.object))
+                            .map(|e| object_key(&e.object))
+                            .collect(),
+                    );
+                }
                 for event in replay {
-                    if event.resource != spec.resource {
-                        continue;
-                    }
-                    type_rv = event.resource_version;
-                    if spec.matches(&event.object) {
-                        if tx
-                            .send(handlers::event_line(event.kind.as_str(), &event.object))
-                            .await
-                            .is_err()
-                        {
-                            return;
-                        }
-                        delivered_rv = event.resource_version;
-                        sent_events += 1;
-                    }
+                    w.deliver(&event).await?;
                 }
                 rx
             }
         },
     };
 
-    let timeout = spec.timeout_seconds.map(Duration::from_secs);
-    let deadline = timeout.map(|t| started + t);
+    let started = w.started;
+    let timeout = w.spec.timeout_seconds.map(Duration::from_secs);
+    let deadline = timeout.and_then(|t| started.checked_add(t));
     // Like the watch cache: a bookmark about 2 s before the deadline, else every minute.
     let mut next_bookmark = match timeout {
-        Some(t) if t > Duration::from_secs(2) => started + t - Duration::from_secs(2),
-        Some(_) => started + Duration::from_secs(3600 * 24),
-        None => started + BOOKMARK_INTERVAL,
+        Some(t) if t > Duration::from_secs(2) => started.checked_add(t - Duration::from_secs(2)),
+        Some(_) => None,
+        None => started.checked_add(BOOKMARK_INTERVAL),
     };
+    let far = started + Duration::from_secs(365 * 24 * 3600);
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut faults = faults_at_start;
     loop {
-        if let Some(max) = faults.drop_watch_after_events
-            && sent_events >= max
-        {
-            return;
+        if w.dropped() {
+            return Ok(());
         }
-        if let Some(ms) = faults.drop_watch_after_ms
-            && started.elapsed() >= Duration::from_millis(ms)
-        {
-            return;
-        }
-        let sleep_until = deadline.map_or(next_bookmark, |d| d.min(next_bookmark));
+        let wake = match (deadline, next_bookmark) {
+            (Some(d), Some(b)) => d.min(b),
+            (Some(d), None) => d,
+            (None, Some(b)) => b,
+            (None, None) => far,
+        };
         tokio::select! {
             received = rx.recv() => match received {
-                Ok(event) => {
-                    // The receiver only carries events newer than the start point.
-                    if event.resource != spec.resource {
-                        continue;
-                    }
-                    type_rv = event.resource_version;
-                    if !spec.matches(&event.object) {
-                        continue;
-                    }
-                    if tx.send(handlers::event_line(event.kind.as_str(), &event.object)).await.is_err() {
-                        return;
-                    }
-                    delivered_rv = event.resource_version;
-                    sent_events += 1;
-                }
+                Ok(event) => w.deliver(&event).await?,
                 // Fell too far behind or the store went away: end the stream; clients
                 // watch again from the last resourceVersion they saw.
-                Err(_) => return,
+                Err(_) => return Ok(()),
             },
-            _ = tokio::time::sleep_until(sleep_until) => {
+            _ = tokio::time::sleep_until(wake) => {
                 if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
-                    return;
+                    return Ok(());
                 }
-                if spec.bookmarks && type_rv > delivered_rv {
-                    let bookmark = handlers::bookmark_object(&spec.info, type_rv, false);
-                    if tx.send(handlers::event_line("BOOKMARK", &bookmark)).await.is_err() {
-                        return;
-                    }
-                    delivered_rv = type_rv;
-                }
-                next_bookmark = tokio::time::Instant::now() + BOOKMARK_INTERVAL;
+                w.bookmark(&mut rx).await?;
+                next_bookmark = if timeout.is_some() {
+                    None
+                } else {
+                    tokio::time::Instant::now().checked_add(BOOKMARK_INTERVAL)
+                };
             }
             _ = tick.tick() => {
-                faults = state.faults();
+                w.faults = w.state.faults();
             }
-            _ = tx.closed() => return,
+            _ = w.tx.closed() => return Ok(()),
         }
     }
 }

@@ -4,7 +4,7 @@
 //! All methods are synchronous and hold a std mutex only for the duration of the call, so
 //! they may be called from async code but never hold the lock across an await.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::{Map, Value, json};
@@ -18,8 +18,11 @@ use crate::registry::{Registry, ResourceInfo};
 
 /// Events kept for watches that start from an older resourceVersion.
 const HISTORY_LIMIT: usize = 10_000;
-/// Capacity of the live event channel; a watcher that falls this far behind is dropped.
-const CHANNEL_CAPACITY: usize = 16_384;
+/// Capacity of the live event channel. Every event a slow subscriber has not read yet
+/// stays in memory as a parsed object, so this stays small: a watcher that falls this far
+/// behind is ended (clients watch again from their last resourceVersion) and the
+/// controllers rescan.
+const CHANNEL_CAPACITY: usize = 1_024;
 /// The first resourceVersion handed out. Watches from below it are "too old", as on a real
 /// server whose history has been compacted.
 const FIRST_RESOURCE_VERSION: u64 = 100;
@@ -144,15 +147,134 @@ pub struct Deleted {
 type ObjectKey = (String, String);
 
 /// The kept events after a resourceVersion, and a receiver for everything later.
-pub type WatchStart = (Vec<Arc<WatchEvent>>, broadcast::Receiver<Arc<WatchEvent>>);
+pub type WatchStart = (EventList, broadcast::Receiver<Arc<WatchEvent>>);
+
+/// Stored objects or kept events, decoded one at a time as they are iterated, so that
+/// walking ten thousand objects never holds ten thousand parsed values at once.
+#[derive(Clone, Debug, Default)]
+pub struct EventList {
+    items: Vec<RawEvent>,
+}
+
+#[derive(Clone, Debug)]
+struct RawEvent {
+    resource: Arc<ResourceType>,
+    kind: EventKind,
+    resource_version: u64,
+    bytes: Arc<[u8]>,
+}
+
+impl RawEvent {
+    fn decode(&self) -> Arc<WatchEvent> {
+        event_of(
+            &self.resource,
+            self.kind,
+            self.resource_version,
+            &self.bytes,
+        )
+    }
+}
+
+impl EventList {
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Decodes the events one by one.
+    pub fn iter(&self) -> impl Iterator<Item = Arc<WatchEvent>> + '_ {
+        self.items.iter().map(RawEvent::decode)
+    }
+}
+
+impl IntoIterator for EventList {
+    type Item = Arc<WatchEvent>;
+    type IntoIter = EventListIter;
+
+    fn into_iter(self) -> EventListIter {
+        EventListIter {
+            inner: self.items.into_iter(),
+        }
+    }
+}
+
+/// Iterator over an [`EventList`], decoding as it goes.
+pub struct EventListIter {
+    inner: std::vec::IntoIter<RawEvent>,
+}
+
+impl Iterator for EventListIter {
+    type Item = Arc<WatchEvent>;
+
+    fn next(&mut self) -> Option<Arc<WatchEvent>> {
+        self.inner.next().map(|raw| raw.decode())
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.inner.size_hint()
+    }
+}
+
+/// An object as kept: compact JSON (a fraction of the memory of a parsed value), shared
+/// with the history entry that wrote it.
+#[derive(Clone, Debug)]
+struct Stored {
+    resource_version: u64,
+    kind: EventKind,
+    bytes: Arc<[u8]>,
+    /// The uids its ownerReferences name (for garbage collection).
+    owners: Box<[String]>,
+}
+
+/// A committed change kept for watches that start from an older resourceVersion.
+struct HistoryEntry {
+    resource: Arc<ResourceType>,
+    kind: EventKind,
+    resource_version: u64,
+    bytes: Arc<[u8]>,
+}
 
 struct Inner {
     resource_version: u64,
-    /// The newest object of each key, as the event that last wrote it (shared with history).
-    objects: HashMap<ResourceType, BTreeMap<ObjectKey, Arc<WatchEvent>>>,
-    history: VecDeque<Arc<WatchEvent>>,
+    objects: HashMap<ResourceType, BTreeMap<ObjectKey, Stored>>,
+    history: VecDeque<HistoryEntry>,
     /// Watches must start at or after this resourceVersion.
     oldest_watchable: u64,
+    /// Owner uid -> objects whose ownerReferences name it.
+    dependents: HashMap<String, BTreeSet<(ResourceType, ObjectKey)>>,
+}
+
+fn decode(bytes: &[u8]) -> Value {
+    serde_json::from_slice(bytes).unwrap_or(Value::Null)
+}
+
+fn event_of(
+    resource: &ResourceType,
+    kind: EventKind,
+    resource_version: u64,
+    bytes: &[u8],
+) -> Arc<WatchEvent> {
+    Arc::new(WatchEvent {
+        resource: resource.clone(),
+        kind,
+        object: decode(bytes),
+        resource_version,
+    })
+}
+
+fn owner_uids(obj: &Value) -> Box<[String]> {
+    obj.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .map(|refs| {
+            refs.iter()
+                .filter_map(|r| r.get("uid").and_then(Value::as_str))
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// How long (real time) namespaces, CRDs and foreground deletions stay terminating.
@@ -193,6 +315,7 @@ impl Store {
                 objects: HashMap::new(),
                 history: VecDeque::new(),
                 oldest_watchable: FIRST_RESOURCE_VERSION,
+                dependents: HashMap::new(),
             }),
             events,
         };
@@ -233,41 +356,47 @@ impl Store {
     }
 
     pub fn get(&self, rt: &ResourceType, namespace: &str, name: &str) -> Option<Value> {
+        self.get_stored(rt, &(namespace.to_string(), name.to_string()))
+            .map(|(_, v)| v)
+    }
+
+    /// The stored object and its resourceVersion (parsed outside the lock).
+    fn get_stored(&self, rt: &ResourceType, key: &ObjectKey) -> Option<(u64, Value)> {
+        let (rv, bytes) = {
+            let inner = self.lock();
+            let stored = inner.objects.get(rt)?.get(key)?;
+            (stored.resource_version, stored.bytes.clone())
+        };
+        Some((rv, decode(&bytes)))
+    }
+
+    /// Names (namespace, name) of the stored objects of a type in one namespace or all.
+    fn keys(&self, rt: &ResourceType, namespace: Option<&str>) -> Vec<ObjectKey> {
         let inner = self.lock();
-        inner
-            .objects
-            .get(rt)?
-            .get(&(namespace.to_string(), name.to_string()))
-            .map(|e| e.object.clone())
+        let Some(objects) = inner.objects.get(rt) else {
+            return Vec::new();
+        };
+        match namespace {
+            Some(ns) => objects
+                .range((ns.to_string(), String::new())..)
+                .take_while(|((n, _), _)| n == ns)
+                .map(|(k, _)| k.clone())
+                .collect(),
+            None => objects.keys().cloned().collect(),
+        }
     }
 
     /// Objects of a type, in one namespace or all (`None`), ordered by namespace and name,
     /// with the resourceVersion of the list.
     pub fn list(&self, rt: &ResourceType, namespace: Option<&str>) -> (Vec<Value>, u64) {
         let (events, rv) = self.list_shared(rt, namespace);
-        (events.iter().map(|e| e.object.clone()).collect(), rv)
+        (events.into_iter().map(|e| e.object.clone()).collect(), rv)
     }
 
-    /// Like `list`, but without copying the objects.
-    pub fn list_shared(
-        &self,
-        rt: &ResourceType,
-        namespace: Option<&str>,
-    ) -> (Vec<Arc<WatchEvent>>, u64) {
+    /// Like `list`, but decoding each object only when the list is iterated.
+    pub fn list_shared(&self, rt: &ResourceType, namespace: Option<&str>) -> (EventList, u64) {
         let inner = self.lock();
-        let rv = inner.resource_version;
-        let Some(objects) = inner.objects.get(rt) else {
-            return (Vec::new(), rv);
-        };
-        let items = match namespace {
-            Some(ns) => objects
-                .range((ns.to_string(), String::new())..)
-                .take_while(|((n, _), _)| n == ns)
-                .map(|(_, e)| e.clone())
-                .collect(),
-            None => objects.values().cloned().collect(),
-        };
-        (items, rv)
+        (list_raw(&inner, rt, namespace), inner.resource_version)
     }
 
     /// Number of stored objects of all types.
@@ -282,6 +411,15 @@ impl Store {
     /// For a watch from `resource_version`: the kept events after it and a receiver for
     /// everything later, with no gap and no overlap. Err(oldest) when it is too old.
     pub fn watch_from(&self, resource_version: u64) -> Result<WatchStart, u64> {
+        self.watch_from_filtered(resource_version, None)
+    }
+
+    /// `watch_from`, replaying only events of one resource type when given.
+    pub fn watch_from_filtered(
+        &self,
+        resource_version: u64,
+        only: Option<&ResourceType>,
+    ) -> Result<WatchStart, u64> {
         let inner = self.lock();
         if resource_version < inner.oldest_watchable {
             return Err(inner.oldest_watchable);
@@ -289,8 +427,19 @@ impl Store {
         let start = inner
             .history
             .partition_point(|e| e.resource_version <= resource_version);
-        let replay = inner.history.iter().skip(start).cloned().collect();
-        Ok((replay, self.events.subscribe()))
+        let items = inner
+            .history
+            .iter()
+            .skip(start)
+            .filter(|e| only.is_none_or(|rt| *rt == *e.resource))
+            .map(|e| RawEvent {
+                resource: e.resource.clone(),
+                kind: e.kind,
+                resource_version: e.resource_version,
+                bytes: e.bytes.clone(),
+            })
+            .collect();
+        Ok((EventList { items }, self.events.subscribe()))
     }
 
     /// A snapshot of a type's objects plus a receiver for every later event, atomically.
@@ -298,26 +447,10 @@ impl Store {
         &self,
         rt: &ResourceType,
         namespace: Option<&str>,
-    ) -> (
-        Vec<Arc<WatchEvent>>,
-        u64,
-        broadcast::Receiver<Arc<WatchEvent>>,
-    ) {
+    ) -> (EventList, u64, broadcast::Receiver<Arc<WatchEvent>>) {
         let inner = self.lock();
         let rx = self.events.subscribe();
-        let rv = inner.resource_version;
-        let items = inner
-            .objects
-            .get(rt)
-            .map(|objects| {
-                objects
-                    .iter()
-                    .filter(|((ns, _), _)| namespace.is_none_or(|want| want == ns))
-                    .map(|(_, e)| e.clone())
-                    .collect()
-            })
-            .unwrap_or_default();
-        (items, rv, rx)
+        (list_raw(&inner, rt, namespace), inner.resource_version, rx)
     }
 
     fn info(&self, rt: &ResourceType) -> Result<Arc<ResourceInfo>, ApiError> {
@@ -435,7 +568,8 @@ impl Store {
             }
         }
         let now = self.now();
-        defaults::on_create(rt, &mut obj, &now);
+        // Order as in the real server: defaulting, then field ownership, then what
+        // admission and the create strategy add (which nobody owns).
         defaults::on_write(rt, &mut obj);
         if opts.ownership == Ownership::Update {
             managed_fields::record_update(
@@ -450,6 +584,7 @@ impl Store {
                 },
             );
         }
+        defaults::on_create(rt, &mut obj, &now);
 
         let mut inner = self.lock();
         if info.namespaced {
@@ -492,7 +627,7 @@ impl Store {
         obj: Value,
         opts: &WriteOptions,
     ) -> Result<Value, ApiError> {
-        self.replace(rt, obj, opts, false)
+        self.replace(rt, obj, opts, false, None)
     }
 
     /// Replaces only `.status` (and nothing else) of the stored object.
@@ -502,7 +637,21 @@ impl Store {
         obj: Value,
         opts: &WriteOptions,
     ) -> Result<Value, ApiError> {
-        self.replace(rt, obj, opts, true)
+        self.replace(rt, obj, opts, true, None)
+    }
+
+    /// `update_with` / `update_status_with` for a caller that already read the stored
+    /// object (`current`: its resourceVersion and value), saving a second read. A write in
+    /// between is still detected.
+    pub(crate) fn update_known(
+        &self,
+        rt: &ResourceType,
+        obj: Value,
+        opts: &WriteOptions,
+        status_only: bool,
+        current: (u64, Value),
+    ) -> Result<Value, ApiError> {
+        self.replace(rt, obj, opts, status_only, Some(current))
     }
 
     fn replace(
@@ -511,6 +660,7 @@ impl Store {
         mut obj: Value,
         opts: &WriteOptions,
         status_only: bool,
+        current: Option<(u64, Value)>,
     ) -> Result<Value, ApiError> {
         let info = self.info(rt)?;
         if !obj.is_object() {
@@ -546,18 +696,15 @@ impl Store {
             return Err(ApiError::resource_version_required(rt, &name));
         }
         let key = (namespace.clone(), name.clone());
-        let old = {
-            let inner = self.lock();
-            inner
-                .objects
-                .get(rt)
-                .and_then(|o| o.get(&key))
-                .cloned()
-                .ok_or_else(|| ApiError::not_found(rt, &name))?
+        let (old_rv, old_value) = match current {
+            Some(known) => known,
+            None => self
+                .get_stored(rt, &key)
+                .ok_or_else(|| ApiError::not_found(rt, &name))?,
         };
-        let old_obj = &old.object;
+        let old_obj = &old_value;
         if let Some(expected) = &expected_rv
-            && *expected != old.resource_version.to_string()
+            && *expected != old_rv.to_string()
         {
             return Err(ApiError::conflict(rt, &name));
         }
@@ -619,7 +766,7 @@ impl Store {
             defaults::on_write(rt, &mut obj);
             obj
         };
-        set_resource_version(&mut new, old.resource_version);
+        set_resource_version(&mut new, old_rv);
 
         if !status_only && info.has_generation() && spec_changed(rt, old_obj, &new) {
             let generation = old_obj
@@ -655,7 +802,7 @@ impl Store {
             .get(rt)
             .and_then(|o| o.get(&key))
             .map(|e| e.resource_version);
-        if current_rv != Some(old.resource_version) {
+        if current_rv != Some(old_rv) {
             // Someone wrote in between: the caller's view is stale.
             return match current_rv {
                 None => Err(ApiError::not_found(rt, &name)),
@@ -667,7 +814,7 @@ impl Store {
                     if let Some(m) = retry.get_mut("metadata").and_then(Value::as_object_mut) {
                         m.remove("resourceVersion");
                     }
-                    return self.replace(rt, retry, opts, status_only);
+                    return self.replace(rt, retry, opts, status_only, None);
                 }
             };
         }
@@ -692,23 +839,17 @@ impl Store {
         let info = self.info(rt)?;
         let namespace = if info.namespaced { namespace } else { "" };
         let key = (namespace.to_string(), name.to_string());
-        let existing = {
-            let inner = self.lock();
-            inner
-                .objects
-                .get(rt)
-                .and_then(|o| o.get(&key))
-                .cloned()
-                .ok_or_else(|| ApiError::not_found(rt, name))?
-        };
-        let obj = &existing.object;
+        let (existing_rv, existing) = self
+            .get_stored(rt, &key)
+            .ok_or_else(|| ApiError::not_found(rt, name))?;
+        let obj = &existing;
         if let Some(uid) = &opts.expected_uid
             && obj.pointer("/metadata/uid").and_then(Value::as_str) != Some(uid.as_str())
         {
             return Err(ApiError::conflict(rt, name));
         }
         if let Some(rv) = &opts.expected_resource_version
-            && *rv != existing.resource_version.to_string()
+            && *rv != existing_rv.to_string()
         {
             return Err(ApiError::conflict(rt, name));
         }
@@ -768,7 +909,8 @@ impl Store {
         let is_crd = rt.group == "apiextensions.k8s.io";
         let meta = metadata_mut(obj);
         meta.insert("deletionTimestamp".into(), json!(now));
-        if is_namespace {
+        if !is_namespace && !is_crd {
+            // As recorded for foreground deletion; namespaces and CRDs carry none.
             meta.insert("deletionGracePeriodSeconds".into(), json!(0));
         }
         let finalizer = if is_crd {
@@ -837,30 +979,17 @@ impl Store {
                 if !self.registry.is_namespaced(&t) {
                     continue;
                 }
-                let (items, _) = self.list_shared(&t, Some(ns));
-                for item in items {
-                    let name = item
-                        .object
-                        .pointer("/metadata/name")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_string();
-                    self.remove(&t, &(ns.clone(), name));
+                for key in self.keys(&t, Some(ns)) {
+                    self.remove(&t, &key);
                 }
             }
         }
         if is_crd {
-            let stored = self.get(rt, &key.0, &key.1);
             for served in self.registry.unregister_crd(&key.1) {
-                let (items, _) = self.list_shared(&served, None);
-                for item in items {
-                    let meta = &item.object["metadata"];
-                    let ns = meta["namespace"].as_str().unwrap_or_default().to_string();
-                    let name = meta["name"].as_str().unwrap_or_default().to_string();
-                    self.remove(&served, &(ns, name));
+                for key in self.keys(&served, None) {
+                    self.remove(&served, &key);
                 }
             }
-            drop(stored);
         }
         if let Some(removed) = self.remove(rt, key)
             && propagation != Propagation::Orphan
@@ -874,35 +1003,13 @@ impl Store {
         let Some(uid) = owner.pointer("/metadata/uid").and_then(Value::as_str) else {
             return;
         };
-        let namespace = owner.pointer("/metadata/namespace").and_then(Value::as_str);
         let dependents: Vec<(ResourceType, ObjectKey)> = {
             let inner = self.lock();
-            let mut found = Vec::new();
-            for (rt, objects) in &inner.objects {
-                let iter: Box<dyn Iterator<Item = (&ObjectKey, &Arc<WatchEvent>)>> = match namespace
-                {
-                    Some(ns) => Box::new(
-                        objects
-                            .range((ns.to_string(), String::new())..)
-                            .take_while(move |((n, _), _)| n == ns),
-                    ),
-                    None => Box::new(objects.iter()),
-                };
-                for (key, event) in iter {
-                    let owned = event
-                        .object
-                        .pointer("/metadata/ownerReferences")
-                        .and_then(Value::as_array)
-                        .is_some_and(|refs| {
-                            refs.iter()
-                                .any(|r| r.get("uid").and_then(Value::as_str) == Some(uid))
-                        });
-                    if owned {
-                        found.push((rt.clone(), key.clone()));
-                    }
-                }
-            }
-            found
+            inner
+                .dependents
+                .get(uid)
+                .map(|d| d.iter().cloned().collect())
+                .unwrap_or_default()
         };
         for (rt, key) in dependents {
             if let Some(removed) = self.remove(&rt, &key) {
@@ -914,19 +1021,26 @@ impl Store {
     /// Removes an object and publishes DELETED. Returns the object as deleted.
     fn remove(&self, rt: &ResourceType, key: &ObjectKey) -> Option<Value> {
         let mut inner = self.lock();
-        let objects = inner.objects.get_mut(rt)?;
-        let old = objects.remove(key)?;
+        let old = inner.objects.get_mut(rt)?.remove(key)?;
+        unlink_owners(&mut inner, rt, key, &old.owners);
         let rv = inner.resource_version + 1;
-        let mut obj = old.object.clone();
-        set_resource_version(&mut obj, rv);
         inner.resource_version = rv;
+        let mut obj = decode(&old.bytes);
+        set_resource_version(&mut obj, rv);
+        let bytes: Arc<[u8]> = serde_json::to_vec(&obj).unwrap_or_default().into();
+        let entry = HistoryEntry {
+            resource: Arc::new(rt.clone()),
+            kind: EventKind::Deleted,
+            resource_version: rv,
+            bytes,
+        };
         let event = Arc::new(WatchEvent {
             resource: rt.clone(),
             kind: EventKind::Deleted,
             object: obj,
             resource_version: rv,
         });
-        self.publish(&mut inner, event.clone());
+        self.publish(&mut inner, entry, event.clone());
         drop(inner);
         Some(event.object.clone())
     }
@@ -943,28 +1057,59 @@ impl Store {
     ) -> Arc<WatchEvent> {
         let rv = inner.resource_version + 1;
         inner.resource_version = rv;
+        let bytes: Arc<[u8]> = serde_json::to_vec(&obj).unwrap_or_default().into();
+        let owners = owner_uids(&obj);
+        for uid in owners.iter() {
+            inner
+                .dependents
+                .entry(uid.clone())
+                .or_default()
+                .insert((rt.clone(), key.clone()));
+        }
+        let stored = Stored {
+            resource_version: rv,
+            kind,
+            bytes: bytes.clone(),
+            owners,
+        };
+        let previous = inner
+            .objects
+            .entry(rt.clone())
+            .or_default()
+            .insert(key.clone(), stored);
+        if let Some(previous) = previous {
+            let still: Vec<String> = owner_uids(&obj).into_vec();
+            let gone: Vec<String> = previous
+                .owners
+                .iter()
+                .filter(|u| !still.contains(u))
+                .cloned()
+                .collect();
+            unlink_owners(inner, rt, &key, &gone);
+        }
+        let entry = HistoryEntry {
+            resource: Arc::new(rt.clone()),
+            kind,
+            resource_version: rv,
+            bytes,
+        };
         let event = Arc::new(WatchEvent {
             resource: rt.clone(),
             kind,
             object: obj,
             resource_version: rv,
         });
-        inner
-            .objects
-            .entry(rt.clone())
-            .or_default()
-            .insert(key, event.clone());
-        self.publish(inner, event.clone());
+        self.publish(inner, entry, event.clone());
         event
     }
 
-    fn publish(&self, inner: &mut Inner, event: Arc<WatchEvent>) {
+    fn publish(&self, inner: &mut Inner, entry: HistoryEntry, event: Arc<WatchEvent>) {
         if inner.history.len() >= HISTORY_LIMIT
             && let Some(dropped) = inner.history.pop_front()
         {
             inner.oldest_watchable = dropped.resource_version;
         }
-        inner.history.push_back(event.clone());
+        inner.history.push_back(entry);
         // No receivers is fine.
         let _ = self.events.send(event);
     }
@@ -1054,6 +1199,40 @@ fn same_content(old: &Value, new: &Value) -> bool {
     true
 }
 
+/// The stored objects of a type (one namespace or all), not yet decoded.
+fn list_raw(inner: &Inner, rt: &ResourceType, namespace: Option<&str>) -> EventList {
+    let Some(objects) = inner.objects.get(rt) else {
+        return EventList::default();
+    };
+    let resource = Arc::new(rt.clone());
+    let raw = |s: &Stored| RawEvent {
+        resource: resource.clone(),
+        kind: s.kind,
+        resource_version: s.resource_version,
+        bytes: s.bytes.clone(),
+    };
+    let items = match namespace {
+        Some(ns) => objects
+            .range((ns.to_string(), String::new())..)
+            .take_while(|((n, _), _)| n == ns)
+            .map(|(_, s)| raw(s))
+            .collect(),
+        None => objects.values().map(raw).collect(),
+    };
+    EventList { items }
+}
+
+fn unlink_owners(inner: &mut Inner, rt: &ResourceType, key: &ObjectKey, owners: &[String]) {
+    for uid in owners {
+        if let Some(set) = inner.dependents.get_mut(uid) {
+            set.remove(&(rt.clone(), key.clone()));
+            if set.is_empty() {
+                inner.dependents.remove(uid);
+            }
+        }
+    }
+}
+
 fn check_namespace_writable(
     inner: &Inner,
     rt: &ResourceType,
@@ -1064,9 +1243,9 @@ fn check_namespace_writable(
         .objects
         .get(&ResourceType::new("", "v1", "namespaces"))
         .and_then(|o| o.get(&(String::new(), namespace.to_string())));
-    match ns {
+    match ns.map(|stored| decode(&stored.bytes)) {
         None => Err(ApiError::namespace_not_found(namespace)),
-        Some(ns) if ns.object.pointer("/metadata/deletionTimestamp").is_some() => {
+        Some(ns) if ns.pointer("/metadata/deletionTimestamp").is_some() => {
             Err(ApiError::namespace_terminating(rt, name, namespace))
         }
         Some(_) => Ok(()),
@@ -1192,6 +1371,28 @@ mod tests {
             .unwrap_err();
         assert_eq!(again.code, 409);
         assert_eq!(again.reason, "AlreadyExists");
+    }
+
+    #[test]
+    fn admission_fields_of_pods_are_not_owned() {
+        let s = store();
+        let pods = ResourceType::new("", "v1", "pods");
+        let pod = json!({"metadata": {"name": "p", "namespace": "default", "labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "web", "image": "example/web:v1",
+                "ports": [{"containerPort": 8080}]}]}});
+        let created = s.create(&pods, pod, "kube-controller-manager").unwrap();
+        let fields = &created["metadata"]["managedFields"][0]["fieldsV1"];
+        assert!(fields["f:spec"].get("f:volumes").is_none());
+        assert!(fields["f:spec"].get("f:tolerations").is_none());
+        assert!(fields["f:spec"].get("f:serviceAccountName").is_none());
+        assert_eq!(fields["f:spec"]["f:dnsPolicy"], json!({}));
+        assert_eq!(fields["f:spec"]["f:enableServiceLinks"], json!({}));
+        assert!(fields["f:spec"].get("f:priority").is_none());
+        let container = &fields["f:spec"]["f:containers"]["k:{\"name\":\"web\"}"];
+        assert_eq!(container["f:ports"]["."], json!({}));
+        assert!(container.get("f:volumeMounts").is_none());
+        assert!(created["spec"]["volumes"].is_array());
+        assert_eq!(created["status"]["phase"], "Pending");
     }
 
     #[test]

@@ -32,6 +32,15 @@ const fn col(name: &'static str, kind: &'static str, priority: u8) -> Column {
     }
 }
 
+fn name_column_priority(priority: u8) -> Column {
+    Column {
+        priority,
+        ..name_column()
+    }
+}
+
+const NAME_DESCRIPTION: &str = "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names";
+
 fn name_column() -> Column {
     Column {
         name: "Name",
@@ -39,6 +48,67 @@ fn name_column() -> Column {
         format: "name",
         priority: 0,
     }
+}
+
+/// Evaluates the simple JSONPath forms CRD printer columns use: `.a.b`, `.a[0].b`.
+pub fn simple_json_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
+    let mut v = obj;
+    for part in path.trim_start_matches('.').split('.') {
+        if part.is_empty() {
+            continue;
+        }
+        let (field, index) = match part.split_once('[') {
+            Some((f, rest)) => (
+                f,
+                rest.strip_suffix(']').and_then(|i| i.parse::<usize>().ok()),
+            ),
+            None => (part, None),
+        };
+        if !field.is_empty() {
+            v = v.get(field)?;
+        }
+        if part.contains('[') {
+            v = v.get(index?)?;
+        }
+    }
+    Some(v)
+}
+
+/// The Table of a custom resource: Name plus the CRD's printer columns (or Age).
+fn custom_table(info: &ResourceInfo, objects: &[&Value], list_meta: Value, clock: &Clock) -> Value {
+    let mut defs = vec![json!({"name": "Name", "type": "string", "format": "name",
+        "description": NAME_DESCRIPTION, "priority": 0})];
+    let age_only = info.printer_columns.is_empty();
+    if age_only {
+        defs.push(
+            json!({"name": "Age", "type": "date", "format": "", "description": "", "priority": 0}),
+        );
+    }
+    for c in &info.printer_columns {
+        defs.push(json!({"name": c.name, "type": c.kind, "format": c.format,
+            "description": c.description, "priority": c.priority}));
+    }
+    let rows: Vec<Value> = objects
+        .iter()
+        .map(|o| {
+            let mut cells = vec![json!(text(o, "/metadata/name"))];
+            if age_only {
+                cells.push(json!(age(o, clock)));
+            }
+            for c in &info.printer_columns {
+                cells.push(
+                    simple_json_path(o, &c.json_path)
+                        .cloned()
+                        .unwrap_or(Value::Null),
+                );
+            }
+            json!({"cells": cells, "object": {"kind": "PartialObjectMetadata",
+                "apiVersion": "meta.k8s.io/v1",
+                "metadata": o.get("metadata").cloned().unwrap_or(json!({}))}})
+        })
+        .collect();
+    json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": list_meta,
+        "columnDefinitions": defs, "rows": rows})
 }
 
 /// Formats an age as kubectl does (`45s`, `5m25s`, `3h10m`, `2d4h`).
@@ -172,6 +242,9 @@ pub fn table_for(
     list_meta: Value,
     clock: &Clock,
 ) -> Value {
+    if info.crd.is_some() {
+        return custom_table(info, objects, list_meta, clock);
+    }
     let (columns, cells): (Vec<Column>, CellsFn<'_>) =
         match (info.group.as_str(), info.resource.as_str()) {
             ("apps", "deployments") => (
@@ -248,6 +321,126 @@ pub fn table_for(
                         json!(age(o, clock)),
                         json!(names),
                         json!(images),
+                    ]
+                }),
+            ),
+            ("apps", "daemonsets") => (
+                vec![
+                    name_column(),
+                    col("Desired", "integer", 0),
+                    col("Current", "integer", 0),
+                    col("Ready", "integer", 0),
+                    col("Up-to-date", "integer", 0),
+                    col("Available", "integer", 0),
+                    col("Node Selector", "string", 0),
+                    col("Age", "date", 0),
+                ],
+                Box::new(|o: &Value| {
+                    let selector = o
+                        .pointer("/spec/template/spec/nodeSelector")
+                        .and_then(Value::as_object)
+                        .map(|m| {
+                            m.iter()
+                                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                                .collect::<Vec<_>>()
+                                .join(",")
+                        })
+                        .filter(|s| !s.is_empty())
+                        .unwrap_or_else(|| "<none>".into());
+                    vec![
+                        json!(text(o, "/metadata/name")),
+                        json!(int(o, "/status/desiredNumberScheduled")),
+                        json!(int(o, "/status/currentNumberScheduled")),
+                        json!(int(o, "/status/numberReady")),
+                        json!(int(o, "/status/updatedNumberScheduled")),
+                        json!(int(o, "/status/numberAvailable")),
+                        json!(selector),
+                        json!(age(o, clock)),
+                    ]
+                }),
+            ),
+            ("batch", "jobs") => (
+                vec![
+                    name_column(),
+                    col("Status", "string", 0),
+                    col("Completions", "string", 0),
+                    col("Duration", "string", 0),
+                    col("Age", "date", 0),
+                ],
+                Box::new(|o: &Value| {
+                    let conditions = o
+                        .pointer("/status/conditions")
+                        .and_then(Value::as_array)
+                        .cloned()
+                        .unwrap_or_default();
+                    let has = |t: &str| {
+                        conditions
+                            .iter()
+                            .any(|c| c["type"] == t && c["status"] == "True")
+                    };
+                    let status = if has("Complete") {
+                        "Complete"
+                    } else if has("Failed") {
+                        "Failed"
+                    } else if has("Suspended") {
+                        "Suspended"
+                    } else {
+                        "Running"
+                    };
+                    let duration = ["/status/startTime", "/status/completionTime"]
+                        .iter()
+                        .map(|p| {
+                            o.pointer(p)
+                                .and_then(Value::as_str)
+                                .and_then(|s| s.parse::<jiff::Timestamp>().ok())
+                        })
+                        .collect::<Vec<_>>();
+                    let duration = match (duration[0], duration[1]) {
+                        (Some(start), Some(end)) => {
+                            human_duration(end.as_second() - start.as_second())
+                        }
+                        (Some(start), None) => {
+                            human_duration(clock.now().as_second() - start.as_second())
+                        }
+                        _ => String::new(),
+                    };
+                    vec![
+                        json!(text(o, "/metadata/name")),
+                        json!(status),
+                        json!(format!(
+                            "{}/{}",
+                            int(o, "/status/succeeded"),
+                            o.pointer("/spec/completions")
+                                .and_then(Value::as_i64)
+                                .unwrap_or(1)
+                        )),
+                        json!(duration),
+                        json!(age(o, clock)),
+                    ]
+                }),
+            ),
+            ("", "nodes") => (
+                vec![
+                    name_column(),
+                    col("Status", "string", 0),
+                    col("Roles", "string", 0),
+                    col("Age", "date", 0),
+                    col("Version", "string", 0),
+                ],
+                Box::new(|o: &Value| {
+                    let ready = o
+                        .pointer("/status/conditions")
+                        .and_then(Value::as_array)
+                        .is_some_and(|cs| {
+                            cs.iter()
+                                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                        });
+                    vec![
+                        json!(text(o, "/metadata/name")),
+                        json!(if ready { "Ready" } else { "NotReady" }),
+                        json!("<none>"),
+                        json!(age(o, clock)),
+                        json!(text(o, "/status/nodeInfo/kubeletVersion")),
                     ]
                 }),
             ),
@@ -347,6 +540,41 @@ pub fn table_for(
                     ]
                 }),
             ),
+            ("", "events") | ("events.k8s.io", "events") => (
+                vec![
+                    col("Last Seen", "string", 0),
+                    col("Type", "string", 0),
+                    col("Reason", "string", 0),
+                    col("Object", "string", 0),
+                    col("Message", "string", 0),
+                    name_column_priority(1),
+                ],
+                Box::new(|o: &Value| {
+                    let last = [
+                        "/lastTimestamp",
+                        "/eventTime",
+                        "/metadata/creationTimestamp",
+                    ]
+                    .iter()
+                    .find_map(|p| o.pointer(p).and_then(Value::as_str))
+                    .and_then(|s| s.parse::<jiff::Timestamp>().ok())
+                    .map(|t| human_duration(clock.now().as_second() - t.as_second()))
+                    .unwrap_or_else(|| "<unknown>".into());
+                    let object = format!(
+                        "{}/{}",
+                        text(o, "/involvedObject/kind").to_lowercase(),
+                        text(o, "/involvedObject/name")
+                    );
+                    vec![
+                        json!(last),
+                        json!(text(o, "/type")),
+                        json!(text(o, "/reason")),
+                        json!(object),
+                        json!(text(o, "/message")),
+                        json!(text(o, "/metadata/name")),
+                    ]
+                }),
+            ),
             ("", "configmaps") => (
                 vec![
                     name_column(),
@@ -373,7 +601,8 @@ pub fn table_for(
     let column_defs: Vec<Value> = columns
         .iter()
         .map(|c| {
-            json!({"name": c.name, "type": c.kind, "format": c.format, "description": "", "priority": c.priority})
+            let description = if c.format == "name" { NAME_DESCRIPTION } else { "" };
+            json!({"name": c.name, "type": c.kind, "format": c.format, "description": description, "priority": c.priority})
         })
         .collect();
     let rows: Vec<Value> = objects
@@ -416,6 +645,15 @@ mod tests {
         ] {
             assert_eq!(human_duration(secs), want, "{secs}");
         }
+    }
+
+    #[test]
+    fn printer_column_paths() {
+        let o = json!({"spec": {"size": 3, "items": [{"n": "a"}]}});
+        assert_eq!(simple_json_path(&o, ".spec.size"), Some(&json!(3)));
+        assert_eq!(simple_json_path(&o, ".spec.items[0].n"), Some(&json!("a")));
+        assert_eq!(simple_json_path(&o, ".spec.missing"), None);
+        assert_eq!(simple_json_path(&o, ".spec.items[x]"), None);
     }
 
     #[test]

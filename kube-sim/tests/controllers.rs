@@ -119,6 +119,8 @@ async fn deployment_rolls_out_to_ready_with_real_status() {
     .await;
     let status = &dep["status"];
     assert_eq!(status["observedGeneration"], dep["metadata"]["generation"]);
+    // The revision annotation goes through the status subresource: no new generation.
+    assert_eq!(dep["metadata"]["generation"], 1);
     assert_eq!(status["replicas"], 3);
     assert_eq!(status["updatedReplicas"], 3);
     assert_eq!(status["readyReplicas"], 3);
@@ -300,14 +302,16 @@ async fn progress_deadline_passes_in_simulated_time() {
     let (events, _) = store.list(&rt("", "events"), Some("default"));
     let failed = events
         .iter()
-        .find(|e| e["reason"] == "Failed" && e["type"] == "Warning")
-        .expect("a Failed event");
-    assert!(
-        failed["message"]
-            .as_str()
-            .unwrap()
-            .starts_with("Failed to pull image \"example/doesnotexist:v1\"")
-    );
+        .find(|e| {
+            e["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("Failed to pull image \"example/doesnotexist:v1\"")
+        })
+        .expect("a Failed to pull event");
+    assert_eq!(failed["type"], "Warning");
+    assert_eq!(failed["reason"], "Failed");
+    assert!(events.iter().any(|e| e["message"] == "Error: ErrImagePull"));
 }
 
 fn bare_pod(name: &str, image: &str) -> Value {
@@ -490,6 +494,8 @@ fn statefulset(replicas: i64, image: &str, partition: i64) -> Value {
            "spec": {"replicas": replicas, "serviceName": "db",
                     "selector": {"matchLabels": {"app": "db"}},
                     "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": partition}},
+                    "volumeClaimTemplates": [{"metadata": {"name": "data"},
+                        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}],
                     "template": {"metadata": {"labels": {"app": "db"}},
                                  "spec": {"containers": [{"name": "db", "image": image}]}}}})
 }
@@ -525,6 +531,18 @@ async fn statefulset_pods_come_in_order_and_respect_the_partition() {
         }
     }
     assert_eq!(added, ["db-0", "db-1", "db-2"]);
+    let claim = store
+        .get(&rt("", "persistentvolumeclaims"), "default", "data-db-2")
+        .expect("a claim per pod");
+    assert_eq!(claim["status"]["phase"], "Bound");
+    let db0 = store.get(&pods(), "default", "db-0").unwrap();
+    assert!(
+        db0["spec"]["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["persistentVolumeClaim"]["claimName"] == "data-db-0")
+    );
     let first_revision = sts["status"]["currentRevision"]
         .as_str()
         .unwrap()
@@ -687,4 +705,196 @@ async fn new_crd_becomes_established() {
     .await;
     assert_eq!(condition(&crd, "NamesAccepted")["reason"], "NoConflicts");
     assert_eq!(crd["status"]["acceptedNames"]["kind"], "Widget");
+}
+
+/// A Deployment status reduced to what does not depend on the moment it was recorded:
+/// counts, whether the generation was observed, the revision, and the conditions in order.
+fn status_shape(dep: &Value) -> String {
+    let mut status = dep["status"].as_object().cloned().unwrap_or_default();
+    let conditions: Vec<String> = status
+        .remove("conditions")
+        .and_then(|c| c.as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .map(|c| {
+            format!(
+                "{}={}({})",
+                c["type"].as_str().unwrap(),
+                c["status"].as_str().unwrap(),
+                c["reason"].as_str().unwrap()
+            )
+        })
+        .collect();
+    let observed =
+        status.remove("observedGeneration") == Some(dep["metadata"]["generation"].clone());
+    let counts: std::collections::BTreeMap<String, Value> = status.into_iter().collect();
+    format!(
+        "observed={observed} {} {conditions:?}",
+        serde_json::to_string(&counts).unwrap()
+    )
+}
+
+#[tokio::test]
+async fn rolling_update_writes_the_recorded_status_sequence() {
+    let recording = kube_sim::shared_dir()
+        .expect("shared recordings")
+        .join("apiserver-recordings/04-watch-deployments-from-list-rv.txt");
+    let recorded: Vec<String> = std::fs::read_to_string(recording)
+        .unwrap()
+        .lines()
+        .map(|line| status_shape(&serde_json::from_str::<Value>(line).unwrap()["object"]))
+        .collect();
+
+    // The recording's pods became Ready about 1 s after creation, like ours at scale 1.
+    let cluster = start("sim-1", 1.0, vec![]);
+    let store = &cluster.store;
+    store
+        .create(
+            &deployments(),
+            deployment("web", 2, "example/web:v1"),
+            "test",
+        )
+        .unwrap();
+    wait_until("web available", Duration::from_secs(10), || {
+        let dep = store.get(&deployments(), "default", "web").unwrap();
+        (
+            (condition(&dep, "Progressing")["reason"] == "NewReplicaSetAvailable").then_some(()),
+            dep.to_string(),
+        )
+    })
+    .await;
+    let mut rx = store.subscribe();
+    let mut dep = store.get(&deployments(), "default", "web").unwrap();
+    dep["spec"]["template"]["spec"]["containers"][0]["image"] = json!("example/web:v2");
+    dep["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resourceVersion");
+    store.update(&deployments(), dep, "test").unwrap();
+    let mut seen = Vec::new();
+    tokio::time::timeout(Duration::from_secs(15), async {
+        loop {
+            let event = rx.recv().await.unwrap();
+            if event.resource == deployments() {
+                seen.push(status_shape(&event.object));
+                if seen.last().unwrap().contains("NewReplicaSetAvailable") && seen.len() > 2 {
+                    return;
+                }
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("rollout did not finish: {seen:#?}"));
+    assert_eq!(seen, recorded);
+}
+
+#[tokio::test]
+async fn progress_deadline_writes_the_recorded_status_sequence() {
+    let recording = kube_sim::shared_dir()
+        .expect("shared recordings")
+        .join("apiserver-recordings/03-progress-deadline-watch-deployment.txt");
+    let recorded: Vec<String> = std::fs::read_to_string(recording)
+        .unwrap()
+        .lines()
+        .map(|line| status_shape(&serde_json::from_str::<Value>(line).unwrap()["object"]))
+        .collect();
+
+    let cluster = start("sim-1", 5.0, vec![]);
+    let store = &cluster.store;
+    let mut rx = store.subscribe();
+    let body: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            kube_sim::shared_dir()
+                .unwrap()
+                .join("apiserver-recordings/03-progress-deadline-request-body.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let mut dep = body.clone();
+    dep["metadata"]["namespace"] = json!("default");
+    store.create(&deployments(), dep, "test").unwrap();
+    let mut seen = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let event = rx.recv().await.unwrap();
+            if event.resource == deployments() {
+                seen.push(status_shape(&event.object));
+                if seen.last().unwrap().contains("ProgressDeadlineExceeded") {
+                    return;
+                }
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no deadline: {seen:#?}"));
+    assert_eq!(seen, recorded);
+}
+
+#[tokio::test]
+async fn claims_are_bound() {
+    let cluster = start("sim-1", 1.0, vec![]);
+    let store = &cluster.store;
+    let claims = rt("", "persistentvolumeclaims");
+    store
+        .create(&claims, json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data", "namespace": "default"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "5Gi"}}}}), "test")
+        .unwrap();
+    let claim = wait_until("bound", Duration::from_secs(2), || {
+        let claim = store.get(&claims, "default", "data").unwrap();
+        (
+            (claim["status"]["phase"] == "Bound").then(|| claim.clone()),
+            claim["status"].to_string(),
+        )
+    })
+    .await;
+    assert_eq!(claim["status"]["capacity"]["storage"], "5Gi");
+    assert_eq!(claim["status"]["accessModes"], json!(["ReadWriteOnce"]));
+}
+
+#[tokio::test]
+async fn pods_that_fit_no_node_stay_pending_unschedulable() {
+    let cluster = start("sim-1", 10.0, vec![]);
+    let store = &cluster.store;
+    let mut dep = deployment("win", 2, "example/win:v1");
+    dep["spec"]["template"]["spec"]["nodeSelector"] = json!({"kubernetes.io/os": "windows"});
+    store.create(&deployments(), dep, "test").unwrap();
+    let pod = wait_until("unschedulable pod", Duration::from_secs(3), || {
+        let pods = pods_of(store, "win");
+        let found = pods
+            .iter()
+            .find(|p| condition(p, "PodScheduled")["reason"] == "Unschedulable")
+            .cloned();
+        (found, format!("{pods:?}"))
+    })
+    .await;
+    assert_eq!(pod["status"]["phase"], "Pending");
+    assert!(pod["spec"]["nodeName"].is_null());
+    assert!(
+        condition(&pod, "PodScheduled")["message"]
+            .as_str()
+            .unwrap()
+            .starts_with(
+                "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
+            )
+    );
+    let (events, _) = store.list(&rt("", "events"), Some("default"));
+    assert!(
+        events
+            .iter()
+            .any(|e| e["reason"] == "FailedScheduling" && e["type"] == "Warning")
+    );
+    // A selector that matches runs as usual.
+    let mut linux = deployment("linux", 1, "example/linux:v1");
+    linux["spec"]["template"]["spec"]["nodeSelector"] = json!({"kubernetes.io/os": "linux"});
+    store.create(&deployments(), linux, "test").unwrap();
+    wait_until("linux ready", Duration::from_secs(3), || {
+        let pods = pods_of(store, "linux");
+        (
+            (pods.len() == 1 && pod_ready(&pods[0])).then_some(()),
+            format!("{pods:?}"),
+        )
+    })
+    .await;
 }

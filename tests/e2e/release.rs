@@ -81,7 +81,12 @@ async fn rollback_all_brings_every_target_back() {
     assert_eq!(run.code, 1, "{}", run.output());
     for (target, cluster) in [("eu", 1), ("us", 2), ("ap", 3)] {
         assert_eq!(run.outcome(target), "rolled-back", "{}", run.output());
-        assert_eq!(rollback_of(&run, target)["to_revision"], 1, "{}", run.output());
+        assert_eq!(
+            rollback_of(&run, target)["to_revision"],
+            1,
+            "{}",
+            run.output()
+        );
         assert_runs(&env, cluster, GOOD).await;
         let recs = records(&env, cluster).await;
         // v1 good, v2 the new one (failed on us, healthy then rolled back elsewhere), v3 the
@@ -115,7 +120,8 @@ async fn rollback_failed_only_touches_the_failed_target_and_prunes_nothing() {
     let env = fleet_with_bad_us().await;
     first_good_deploy(&env).await;
     // The new revision also adds a ConfigMap that v1 does not have.
-    let extra = "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: only-in-v2\ndata:\n  a: b\n";
+    let extra =
+        "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: only-in-v2\ndata:\n  a: b\n";
     env.write("k8s/app.yaml", &format!("{}{extra}", small_app(BAD)));
     let run = env.deploy(&["--on-failure", "rollback-failed"]).await;
     assert_eq!(run.code, 1, "{}", run.output());
@@ -177,7 +183,11 @@ async fn rollback_if_all_fail_and_none_leave_a_partial_failure() {
         assert_eq!(run.outcome("eu"), "deployed", "{policy}: {}", run.output());
         assert_eq!(run.outcome("ap"), "deployed", "{policy}: {}", run.output());
         assert_eq!(run.outcome("us"), "failed", "{policy}: {}", run.output());
-        assert!(rollback_of(&run, "us").is_null(), "{policy}: {}", run.output());
+        assert!(
+            rollback_of(&run, "us").is_null(),
+            "{policy}: {}",
+            run.output()
+        );
         // us keeps the broken revision; its last good is still v1.
         assert_eq!(image(&web(&env, 2).await), BAD, "{policy}");
         assert_eq!(
@@ -190,8 +200,11 @@ async fn rollback_if_all_fail_and_none_leave_a_partial_failure() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollback_if_all_fail_rolls_back_when_all_fail() {
-    let env = TestEnv::start(2, &format!("- {{image: \"{BAD}\", behaviour: ImagePullBackOff}}\n"))
-        .await;
+    let env = TestEnv::start(
+        2,
+        &format!("- {{image: \"{BAD}\", behaviour: ImagePullBackOff}}\n"),
+    )
+    .await;
     env.write("rollguard.yaml", &config(2, "60s"));
     first_good_deploy(&env).await;
     env.write("k8s/app.yaml", &small_app(BAD));
@@ -222,7 +235,11 @@ async fn first_deploy_failing_deletes_nothing() {
     assert_eq!(image(&web(&env, 2).await), BAD);
     let client = env.client(2).await;
     let configmaps = list(&client, "v1", "ConfigMap", "configmaps", "shop").await;
-    assert!(configmaps.iter().any(|c| c["metadata"]["name"] == "web-config"));
+    assert!(
+        configmaps
+            .iter()
+            .any(|c| c["metadata"]["name"] == "web-config")
+    );
     assert_eq!(
         statuses(&records(&env, 2).await),
         vec![(1, ReleaseStatus::Failed)]
@@ -231,38 +248,45 @@ async fn first_deploy_failing_deletes_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_down_fails_its_rollback_but_not_the_others() {
-    let env = fleet_with_bad_us().await;
-    first_good_deploy(&env).await;
-    // ap gets the new revision, but its pods are slow to become ready: while rollguard waits,
-    // ap goes down. us fails fast; eu and us roll back, ap's rollback cannot reach it.
-    let slow = small_app(BAD).replace(
-        "          image: ",
-        "          readinessProbe:\n            initialDelaySeconds: 3000\n            exec: {command: [\"true\"]}\n          image: ",
+    // us cannot pull the new image; ap's new pods never become ready, and while rollguard
+    // waits for them, ap goes down. eu and us roll back; ap's rollback cannot reach it.
+    let rules = format!(
+        "- {{cluster: sim-2, image: \"{BAD}\", behaviour: ImagePullBackOff}}\n\
+         - {{cluster: sim-3, image: \"{BAD}\", behaviour: NeverReady}}\n\
+         - {{image: \"*\", behaviour: Ready}}\n"
     );
-    env.write("k8s/app.yaml", &slow);
-    env.write("rollguard.yaml", &config(3, "15s"));
+    let env = TestEnv::start(3, &rules).await;
+    env.write("rollguard.yaml", &config(3, "10s"));
+    first_good_deploy(&env).await;
+    env.write("k8s/app.yaml", &small_app(BAD));
     let deploy = env.deploy(&[]);
     let take_down = async {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let applied = env
-                .sim
-                .cluster(2)
-                .store()
-                .get("apps/v1", "deployments", Some("shop"), "web")
-                .is_some_and(|d| image(&d) == BAD);
+            let client = env.client(3).await;
+            let applied = list(&client, "apps/v1", "Deployment", "deployments", "shop")
+                .await
+                .iter()
+                .any(|d| d["metadata"]["name"] == "web" && image(d) == BAD);
             if applied || Instant::now() > deadline {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        env.sim.cluster(2).set_down(true);
+        env.cluster(3).set_down(true);
     };
     let (run, ()) = tokio::join!(deploy, take_down);
     assert_eq!(run.code, 3, "{}", run.output());
     assert_eq!(run.outcome("eu"), "rolled-back", "{}", run.output());
     assert_eq!(run.outcome("us"), "rolled-back", "{}", run.output());
     assert_eq!(run.outcome("ap"), "rollback-failed", "{}", run.output());
+    // v2 added nothing that v1 lacks.
+    assert_eq!(
+        rollback_of(&run, "ap")["left_in_place"],
+        serde_json::json!([]),
+        "{}",
+        run.output()
+    );
     let summary = run.report.as_ref().expect("report")["summary"]
         .as_str()
         .unwrap_or_default()
@@ -315,7 +339,10 @@ async fn wait_for_pending(env: &TestEnv, cluster: usize, revision: u64) {
         {
             return;
         }
-        assert!(Instant::now() < deadline, "revision {revision} never started");
+        assert!(
+            Instant::now() < deadline,
+            "revision {revision} never started"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -344,7 +371,6 @@ async fn a_killed_run_never_wedges_the_next_one() {
 
     // The next run: the lease lapses 2 s after the last renewal and is taken over.
     env.write("k8s/app.yaml", &small_app("example.com/web:v3"));
-    let started = Instant::now();
     let args: Vec<String> = [
         "deploy",
         "--config",
@@ -359,7 +385,6 @@ async fn a_killed_run_never_wedges_the_next_one() {
     .collect();
     let run = rollguard(&args, env.dir.path(), &lease).await;
     assert_eq!(run.code, 0, "{}", run.output());
-    assert!(started.elapsed() < Duration::from_secs(30));
     let report: Value = serde_json::from_str(
         &std::fs::read_to_string(env.path("report2.json")).expect("report written"),
     )
@@ -410,7 +435,11 @@ async fn sigterm_rolls_back_writes_records_and_exits_130_in_time() {
         assert_eq!(recs[1].status, ReleaseStatus::Failed);
         assert_eq!(recs[1].reason.as_deref(), Some("cancelled"));
         assert_eq!(recs[2].rollback_of, Some(1));
-        assert_ne!(recs[2].status, ReleaseStatus::Pending, "rollback record written");
+        assert_ne!(
+            recs[2].status,
+            ReleaseStatus::Pending,
+            "rollback record written"
+        );
     }
 }
 
@@ -443,7 +472,12 @@ async fn a_second_run_waits_for_the_lock_then_proceeds_or_fails_clearly() {
         .collect()
     };
     // B gives up after 1 s, naming the holder.
-    let b = rollguard(&args("b.json"), env.dir.path(), &[("ROLLGUARD_LOCK_TIMEOUT", "1s")]).await;
+    let b = rollguard(
+        &args("b.json"),
+        env.dir.path(),
+        &[("ROLLGUARD_LOCK_TIMEOUT", "1s")],
+    )
+    .await;
     assert_eq!(b.code, 1, "{}", b.output());
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(env.path("b.json")).expect("b report"))
@@ -463,7 +497,10 @@ async fn a_second_run_waits_for_the_lock_then_proceeds_or_fails_clearly() {
     assert_eq!(a.status.code(), Some(0));
     let recs = records(&env, 1).await;
     // v1, A's v2, C's v3 (B never got a revision).
-    assert_eq!(recs.iter().map(|r| r.revision).collect::<Vec<_>>(), vec![1, 2, 3]);
+    assert_eq!(
+        recs.iter().map(|r| r.revision).collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -473,7 +510,10 @@ async fn history_show_and_manual_rollback() {
     let secret = "---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: db\nstringData:\n  password: hunter2\n";
     env.write("k8s/app.yaml", &format!("{}{secret}", small_app(GOOD)));
     assert_eq!(env.deploy(&[]).await.code, 0);
-    env.write("k8s/app.yaml", &format!("{}{secret}", small_app("example.com/web:v3")));
+    env.write(
+        "k8s/app.yaml",
+        &format!("{}{secret}", small_app("example.com/web:v3")),
+    );
     assert_eq!(env.deploy(&[]).await.code, 0);
 
     let base = |command: &str| -> Vec<String> {
@@ -488,7 +528,11 @@ async fn history_show_and_manual_rollback() {
     let history = rollguard(&base("history"), env.dir.path(), &[]).await;
     assert_eq!(history.code, 0, "{}", history.output());
     assert!(history.stdout.contains("REVISION"), "{}", history.output());
-    assert!(history.stdout.contains("superseded"), "{}", history.output());
+    assert!(
+        history.stdout.contains("superseded"),
+        "{}",
+        history.output()
+    );
     assert!(history.stdout.contains("deployed"), "{}", history.output());
 
     let mut show = base("show");
@@ -496,7 +540,11 @@ async fn history_show_and_manual_rollback() {
     let shown = rollguard(&show, env.dir.path(), &[]).await;
     assert_eq!(shown.code, 0, "{}", shown.output());
     assert!(!shown.stdout.contains("hunter2"), "Secret value leaked");
-    assert!(shown.stdout.contains("<redacted 7 bytes>"), "{}", shown.output());
+    assert!(
+        shown.stdout.contains("<redacted 7 bytes>"),
+        "{}",
+        shown.output()
+    );
     let record: Value = serde_json::from_str(&shown.stdout).expect("show -o json is JSON");
     assert_eq!(record["revision"], 1);
 
@@ -509,8 +557,16 @@ async fn history_show_and_manual_rollback() {
     dry.extend(["--revision".into(), "1".into(), "--dry-run".into()]);
     let dry = rollguard(&dry, env.dir.path(), &[]).await;
     assert_eq!(dry.code, 0, "{}", dry.output());
-    assert!(dry.stdout.contains("Deployment shop/web (changed)"), "{}", dry.output());
-    assert_eq!(image(&web(&env, 1).await), "example.com/web:v3", "dry run changes nothing");
+    assert!(
+        dry.stdout.contains("Deployment shop/web (changed)"),
+        "{}",
+        dry.output()
+    );
+    assert_eq!(
+        image(&web(&env, 1).await),
+        "example.com/web:v3",
+        "dry run changes nothing"
+    );
 
     let mut back = base("rollback");
     back.extend(["--revision".into(), "1".into(), "--yes".into()]);
@@ -535,7 +591,12 @@ fn git(dir: &std::path::Path, args: &[&str]) -> String {
         .arg("-C")
         .arg(dir)
         .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
-        .args(["-c", "init.defaultBranch=main", "-c", "protocol.file.allow=always"])
+        .args([
+            "-c",
+            "init.defaultBranch=main",
+            "-c",
+            "protocol.file.allow=always",
+        ])
         .args(args)
         .output()
         .expect("git runs");
@@ -564,7 +625,13 @@ async fn rollback_from_git_in_a_shallow_clone() {
     let origin = env.path("origin.git");
     git(
         env.dir.path(),
-        &["clone", "-q", "--bare", &work.display().to_string(), &origin.display().to_string()],
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            &work.display().to_string(),
+            &origin.display().to_string(),
+        ],
     );
     // CI's checkout: shallow, without v1.
     let ci = env.path("ci");
@@ -600,12 +667,19 @@ async fn rollback_from_git_in_a_shallow_clone() {
     let recs = records(&env, 1).await;
     let last = recs.last().expect("a record");
     assert_eq!(last.kind, ReleaseKind::ManualRollback);
-    assert_eq!(last.commit.as_ref().map(|c| c.sha.as_str()), Some(v1.as_str()));
+    assert_eq!(
+        last.commit.as_ref().map(|c| c.sha.as_str()),
+        Some(v1.as_str())
+    );
 
     let missing = rollguard(
         &args(
             "rollback",
-            &["--from-git", "0123456789abcdef0123456789abcdef01234567", "--yes"],
+            &[
+                "--from-git",
+                "0123456789abcdef0123456789abcdef01234567",
+                "--yes",
+            ],
         ),
         &ci,
         &[],
@@ -613,8 +687,118 @@ async fn rollback_from_git_in_a_shallow_clone() {
     .await;
     assert_eq!(missing.code, 2, "{}", missing.output());
     assert!(
-        missing.stderr.contains("0123456789abcdef0123456789abcdef01234567"),
+        missing
+            .stderr
+            .contains("0123456789abcdef0123456789abcdef01234567"),
         "{}",
         missing.output()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_cancel_leave_keeps_the_new_revision() {
+    let env = TestEnv::start(1, "").await;
+    env.write(
+        "rollguard.yaml",
+        &format!("{}on_cancel: leave\n", config(1, "60s")),
+    );
+    first_good_deploy(&env).await;
+    env.write("k8s/app.yaml", &small_app("example.com/web:neverready"));
+    let child = spawn_deploy(&env, &[]);
+    wait_for_pending(&env, 1, 2).await;
+    signal(&child, "-INT");
+    let out = child.wait_with_output().await.expect("exits");
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert_eq!(image(&web(&env, 1).await), "example.com/web:neverready");
+    let recs = records(&env, 1).await;
+    assert_eq!(
+        statuses(&recs),
+        vec![(1, ReleaseStatus::Deployed), (2, ReleaseStatus::Failed)],
+        "no rollback revision; v1 is still the last good one"
+    );
+    assert_eq!(recs[1].reason.as_deref(), Some("cancelled"));
+}
+
+/// A ConfigMap of about `bytes` characters that gzip cannot shrink much.
+fn noisy_configmap(name: &str, bytes: usize, seed: u64) -> String {
+    let mut state = seed;
+    let noise: String = (0..bytes)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            char::from(b'a' + ((state >> 33) % 26) as u8)
+        })
+        .collect();
+    format!(
+        "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  noise: {noise}\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_too_large_for_a_secret_rolls_back_from_git() {
+    let env = TestEnv::start(
+        1,
+        &format!("- {{image: \"{BAD}\", behaviour: ImagePullBackOff}}\n"),
+    )
+    .await;
+    let work = env.path("work");
+    std::fs::create_dir_all(work.join("k8s")).expect("mkdir");
+    git(&work, &["init", "-q"]);
+    std::fs::write(work.join("rollguard.yaml"), config(1, "60s")).expect("write");
+    let big: String = (0..4)
+        .map(|i| noisy_configmap(&format!("big-{i}"), 500_000, i + 1))
+        .collect();
+    std::fs::write(
+        work.join("k8s/app.yaml"),
+        format!("{}{big}", small_app(GOOD)),
+    )
+    .expect("write");
+    git(&work, &["add", "."]);
+    git(&work, &["commit", "-q", "-m", "v1"]);
+    let v1 = git(&work, &["rev-parse", "HEAD"]);
+    let args: Vec<String> = vec![
+        "deploy".into(),
+        "--config".into(),
+        work.join("rollguard.yaml").display().to_string(),
+        "--kubeconfig".into(),
+        env.kubeconfig.display().to_string(),
+    ];
+    let first = rollguard(&args, &work, &[]).await;
+    assert_eq!(first.code, 0, "{}", first.output());
+    let recs = records(&env, 1).await;
+    assert!(
+        recs[0].manifests_omitted && recs[0].manifests.is_none(),
+        "v1 keeps the commit only"
+    );
+    assert_eq!(
+        recs[0].commit.as_ref().map(|c| c.sha.as_str()),
+        Some(v1.as_str())
+    );
+
+    std::fs::write(
+        work.join("k8s/app.yaml"),
+        format!("{}{big}", small_app(BAD)),
+    )
+    .expect("write");
+    git(&work, &["commit", "-qam", "v2"]);
+    let second = rollguard(&args, &work, &[]).await;
+    assert_eq!(second.code, 1, "{}", second.output());
+    assert!(second.stdout.contains("rolled-back"), "{}", second.output());
+    assert_runs(&env, 1, GOOD).await;
+    let recs = records(&env, 1).await;
+    assert_eq!(
+        statuses(&recs),
+        vec![
+            (1, ReleaseStatus::Superseded),
+            (2, ReleaseStatus::Failed),
+            (3, ReleaseStatus::Deployed)
+        ]
+    );
+    assert_eq!(recs[2].rollback_of, Some(1));
+    assert_eq!(
+        recs[2].commit.as_ref().map(|c| c.sha.as_str()),
+        Some(v1.as_str())
     );
 }

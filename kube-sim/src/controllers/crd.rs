@@ -3,8 +3,9 @@
 
 use serde_json::{Value, json};
 
-/// The status a CRD gets once its names are accepted and it is established, or None when
-/// it already has it.
+/// The CRD's next status on the way to Established, or None when it is established.
+/// As the real apiextensions controllers: first the names are accepted (Established False,
+/// reason Installing), then the CRD is established.
 pub fn established_status(crd: &Value, now: jiff::Timestamp) -> Option<Value> {
     let names = &crd["spec"]["names"];
     let conditions = crd["status"]["conditions"].as_array();
@@ -14,10 +15,8 @@ pub fn established_status(crd: &Value, now: jiff::Timestamp) -> Option<Value> {
             .flatten()
             .any(|c| c["type"] == kind && c["status"] == "True")
     };
-    if is_true("NamesAccepted")
-        && is_true("Established")
-        && crd["status"]["acceptedNames"] == *names
-    {
+    let accepted = is_true("NamesAccepted") && crd["status"]["acceptedNames"] == *names;
+    if accepted && is_true("Established") {
         return None;
     }
     let now = crate::clock::format_time(now);
@@ -32,11 +31,22 @@ pub fn established_status(crd: &Value, now: jiff::Timestamp) -> Option<Value> {
         Some(existing) if !existing.is_empty() => Value::Array(existing.clone()),
         _ => Value::Array(stored),
     };
+    let names_accepted = json!({"type": "NamesAccepted", "status": "True", "lastTransitionTime": now, "reason": "NoConflicts", "message": "no conflicts found"});
+    let established = if accepted {
+        json!({"type": "Established", "status": "True", "lastTransitionTime": now, "reason": "InitialNamesAccepted", "message": "the initial names have been accepted"})
+    } else {
+        json!({"type": "Established", "status": "False", "lastTransitionTime": now, "reason": "Installing", "message": "the initial names have been accepted"})
+    };
+    let names_accepted = match conditions
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "NamesAccepted" && c["status"] == "True")
+    {
+        Some(existing) if accepted => existing.clone(),
+        _ => names_accepted,
+    };
     Some(json!({
-        "conditions": [
-            {"type": "NamesAccepted", "status": "True", "lastTransitionTime": now, "reason": "NoConflicts", "message": "no conflicts found"},
-            {"type": "Established", "status": "True", "lastTransitionTime": now, "reason": "InitialNamesAccepted", "message": "the initial names have been accepted"}
-        ],
+        "conditions": [names_accepted, established],
         "acceptedNames": names,
         "storedVersions": stored_versions,
     }))
@@ -54,7 +64,12 @@ mod tests {
             "status": {"conditions": null, "acceptedNames": {"plural": "", "kind": ""}, "storedVersions": ["v1"]}
         });
         let now: jiff::Timestamp = "2026-11-30T08:55:15Z".parse().unwrap();
+        let status = established_status(&crd, now).expect("needs its names accepted");
+        assert_eq!(status["conditions"][1]["status"], "False");
+        assert_eq!(status["conditions"][1]["reason"], "Installing");
+        crd["status"] = status;
         let status = established_status(&crd, now).expect("needs establishing");
+        assert_eq!(status["conditions"][1]["status"], "True");
         assert_eq!(status["conditions"][1]["reason"], "InitialNamesAccepted");
         assert_eq!(status["conditions"][0]["message"], "no conflicts found");
         assert_eq!(status["acceptedNames"]["kind"], "Widget");

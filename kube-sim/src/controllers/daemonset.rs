@@ -10,6 +10,16 @@ use super::pods;
 pub const REVISION_LABEL: &str = "controller-revision-hash";
 pub const TEMPLATE_GENERATION_LABEL: &str = "pod-template-generation";
 
+/// Tolerations the DaemonSet controller adds to its pods.
+const DAEMON_TOLERATIONS: [(&str, &str); 6] = [
+    ("node.kubernetes.io/not-ready", "NoExecute"),
+    ("node.kubernetes.io/unreachable", "NoExecute"),
+    ("node.kubernetes.io/disk-pressure", "NoSchedule"),
+    ("node.kubernetes.io/memory-pressure", "NoSchedule"),
+    ("node.kubernetes.io/pid-pressure", "NoSchedule"),
+    ("node.kubernetes.io/unschedulable", "NoSchedule"),
+];
+
 /// A simulated node as the controllers see it.
 #[derive(Debug, Clone)]
 pub struct NodeInfo {
@@ -43,6 +53,9 @@ pub fn reconcile(
     now: jiff::Timestamp,
 ) -> DaemonSetSync {
     let mut out = DaemonSetSync::default();
+    if !meta::well_formed(ds) {
+        return out;
+    }
     let name = meta::name(ds);
     let hash = meta::pod_template_hash(
         &ds["spec"]["template"],
@@ -101,6 +114,20 @@ pub fn reconcile(
                     (TEMPLATE_GENERATION_LABEL, meta::generation(ds).to_string()),
                 ],
             );
+            // As the real controller: pinned to its node by affinity, tolerating the node
+            // conditions a daemon must survive; the node is bound right away.
+            pod["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node.name]}]}]}}});
+            let mut tolerations = pod["spec"]["tolerations"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            for (key, effect) in DAEMON_TOLERATIONS {
+                if !tolerations.iter().any(|t| t["key"] == key) {
+                    tolerations.push(json!({"key": key, "operator": "Exists", "effect": effect}));
+                }
+            }
+            pod["spec"]["tolerations"] = Value::Array(tolerations);
             pod["spec"]["nodeName"] = json!(node.name);
             out.create.push(pod);
         }
@@ -127,7 +154,7 @@ pub fn reconcile(
         .max(1);
         let mut unavailable = wanted
             .iter()
-            .filter(|n| !on_node(&n.name).into_iter().any(|p| is_available(p)))
+            .filter(|n| !on_node(&n.name).into_iter().any(&is_available))
             .count() as i64;
         // Unavailable old pods go first, then available ones within the budget.
         let mut old: Vec<&Value> = owned_pods

@@ -229,6 +229,9 @@ fn new_replica_set(dep: &Value, hash: &str, replicas: i64, annotations: Value) -
 }
 
 struct Counts {
+    /// Sum of the ReplicaSets' `spec.replicas` as read at the start of the sync (what
+    /// Kubernetes counts unavailable replicas against).
+    desired: i64,
     replicas: i64,
     updated: i64,
     ready: i64,
@@ -243,6 +246,7 @@ fn counts(all: &[&Value], new_rs: Option<&Value>) -> Counts {
             .sum::<i64>()
     };
     Counts {
+        desired: all.iter().map(|rs| meta::spec_replicas(rs)).sum(),
         replicas: sum("replicas"),
         updated: new_rs.map_or(0, |rs| meta::status_i64(rs, "replicas")),
         ready: sum("readyReplicas"),
@@ -254,6 +258,15 @@ fn counts(all: &[&Value], new_rs: Option<&Value>) -> Counts {
 /// One sync of a Deployment against the ReplicaSets it controls.
 pub fn reconcile(dep: &Value, owned: &[Value], now: jiff::Timestamp) -> DeploymentSync {
     let mut out = DeploymentSync::default();
+    if !meta::well_formed(dep) {
+        return out;
+    }
+    let owned: Vec<Value> = owned
+        .iter()
+        .filter(|rs| meta::well_formed(rs))
+        .cloned()
+        .collect();
+    let owned = owned.as_slice();
     let now_text = crate::clock::format_time(now);
     let replicas = meta::spec_replicas(dep);
     let (surge, _) = fenceposts(dep);
@@ -292,6 +305,15 @@ pub fn reconcile(dep: &Value, owned: &[Value], now: jiff::Timestamp) -> Deployme
             replicas,
             surge,
         );
+        // minReadySeconds follows the Deployment without a new ReplicaSet.
+        let min_ready = dep["spec"]["minReadySeconds"].as_i64().unwrap_or(0);
+        if rs["spec"]["minReadySeconds"].as_i64().unwrap_or(0) != min_ready {
+            if min_ready > 0 {
+                rs["spec"]["minReadySeconds"] = json!(min_ready);
+            } else if let Some(spec) = rs["spec"].as_object_mut() {
+                spec.remove("minReadySeconds");
+            }
+        }
         if annotation(dep, REVISION) != Some(revision.to_string().as_str()) {
             out.revision = Some(revision.to_string());
         }
@@ -335,15 +357,7 @@ pub fn reconcile(dep: &Value, owned: &[Value], now: jiff::Timestamp) -> Deployme
             let annotations = rs_annotations(dep, &Value::Null, revision, replicas, surge);
             let rs = new_replica_set(dep, &hash, initial, annotations);
             desired.insert(meta::name(&rs).to_string(), initial);
-            created(
-                &mut out,
-                &mut conditions,
-                dep,
-                &rs,
-                revision,
-                initial,
-                &now_text,
-            );
+            created(&mut out, &mut conditions, dep, &rs, revision, &now_text);
             new_rs = Some(rs);
         }
         let new_name = new_rs
@@ -385,15 +399,7 @@ pub fn reconcile(dep: &Value, owned: &[Value], now: jiff::Timestamp) -> Deployme
                     let annotations = rs_annotations(dep, &Value::Null, revision, replicas, surge);
                     let rs = new_replica_set(dep, &hash, replicas, annotations);
                     desired.insert(meta::name(&rs).to_string(), replicas);
-                    created(
-                        &mut out,
-                        &mut conditions,
-                        dep,
-                        &rs,
-                        revision,
-                        replicas,
-                        &now_text,
-                    );
+                    created(&mut out, &mut conditions, dep, &rs, revision, &now_text);
                     new_rs = Some(rs);
                 }
                 Some(rs) => {
@@ -484,7 +490,7 @@ pub fn reconcile(dep: &Value, owned: &[Value], now: jiff::Timestamp) -> Deployme
     put_nonzero(
         &mut status,
         "unavailableReplicas",
-        (replicas - c.available).max(0),
+        (c.desired - c.available).max(0),
     );
     status.insert("terminatingReplicas".into(), json!(c.terminating));
 
@@ -553,19 +559,17 @@ pub fn reconcile(dep: &Value, owned: &[Value], now: jiff::Timestamp) -> Deployme
                 conditions.retain(|c| c["type"] != "Progressing");
             }
             set_condition(&mut conditions, cond);
-        } else if let Some(remaining) = deadline_remaining(dep, &conditions, now) {
-            if remaining.is_zero() {
-                set_condition(
-                    &mut conditions,
-                    condition(
-                        "Progressing",
-                        "False",
-                        "ProgressDeadlineExceeded",
-                        format!("{target} has timed out progressing."),
-                        &now_text,
-                    ),
-                );
-            }
+        } else if deadline_remaining(dep, &conditions, now).is_some_and(|r| r.is_zero()) {
+            set_condition(
+                &mut conditions,
+                condition(
+                    "Progressing",
+                    "False",
+                    "ProgressDeadlineExceeded",
+                    format!("{target} has timed out progressing."),
+                    &now_text,
+                ),
+            );
         }
         if !complete
             && let Some(remaining) = deadline_remaining(dep, &conditions, now)
@@ -604,14 +608,14 @@ fn deadline_remaining(dep: &Value, conditions: &[Value], now: jiff::Timestamp) -
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Records a ReplicaSet created in this sync: the revision, and the NewReplicaSetCreated
+/// condition written at once (before the full status), as the real controller does.
 fn created(
     out: &mut DeploymentSync,
     conditions: &mut Vec<Value>,
     dep: &Value,
     rs: &Value,
     revision: i64,
-    _initial: i64,
     now: &str,
 ) {
     out.create = Some(rs.clone());

@@ -84,14 +84,6 @@ fn waiting_reason(container: &Value) -> Option<&str> {
 /// Pulled, Created, Started, Failed (ErrImagePull, CreateContainerConfigError), BackOff.
 pub fn kubelet_events(pod: &Value, old: &Value, new: &Value, node: &str) -> Vec<EventSpec> {
     let mut out = Vec::new();
-    let kubelet = |kind: &'static str, reason: &str, message: String, container: &str| EventSpec {
-        kind,
-        reason: reason.to_string(),
-        message,
-        field_path: Some(format!("spec.containers{{{container}}}")),
-        component: "kubelet",
-        host: Some(node.to_string()),
-    };
     if old["startTime"].is_null() && !new["startTime"].is_null() {
         out.push(EventSpec::new(
             "Normal",
@@ -104,18 +96,44 @@ pub fn kubelet_events(pod: &Value, old: &Value, new: &Value, node: &str) -> Vec<
             "default-scheduler",
         ));
     }
+    // Init containers first (their events come first on a real node), then the containers.
+    for (statuses, specs) in [
+        ("initContainerStatuses", "initContainers"),
+        ("containerStatuses", "containers"),
+    ] {
+        container_events(pod, old, new, node, statuses, specs, &mut out);
+    }
+    out
+}
+
+/// The kubelet's events for one list of containers (`containers` or `initContainers`).
+fn container_events(
+    pod: &Value,
+    old: &Value,
+    new: &Value,
+    node: &str,
+    statuses: &str,
+    specs: &str,
+    out: &mut Vec<EventSpec>,
+) {
+    let kubelet = |kind: &'static str, reason: &str, message: String, container: &str| EventSpec {
+        kind,
+        reason: reason.to_string(),
+        message,
+        field_path: Some(format!("spec.{specs}{{{container}}}")),
+        component: "kubelet",
+        host: Some(node.to_string()),
+    };
     let empty = Vec::new();
-    let old_statuses = old["containerStatuses"].as_array().unwrap_or(&empty);
-    for (i, now) in new["containerStatuses"]
+    let old_statuses = old[statuses].as_array().unwrap_or(&empty);
+    for (i, now) in new[statuses]
         .as_array()
         .unwrap_or(&empty)
         .iter()
         .enumerate()
     {
         let name = now["name"].as_str().unwrap_or_default();
-        let image = pod["spec"]["containers"][i]["image"]
-            .as_str()
-            .unwrap_or_default();
+        let image = pod["spec"][specs][i]["image"].as_str().unwrap_or_default();
         let before = old_statuses
             .iter()
             .find(|c| c["name"] == now["name"])
@@ -123,9 +141,13 @@ pub fn kubelet_events(pod: &Value, old: &Value, new: &Value, node: &str) -> Vec<
             .unwrap_or(Value::Null);
         let reason_now = waiting_reason(now);
         let reason_before = waiting_reason(&before);
+        if reason_now == Some("PodInitializing") {
+            // Not started yet: the kubelet has not looked at this container.
+            continue;
+        }
         let started_now = now["state"]["running"].is_object();
         let restarted = now["restartCount"].as_i64() > before["restartCount"].as_i64();
-        let first_seen = before.is_null();
+        let first_seen = before.is_null() || reason_before == Some("PodInitializing");
         if first_seen {
             out.push(kubelet(
                 "Normal",
@@ -238,6 +260,85 @@ pub fn kubelet_events(pod: &Value, old: &Value, new: &Value, node: &str) -> Vec<
             }
         }
     }
+}
+
+/// The kubelet's `Killing` events for the running containers of a pod being deleted.
+pub fn killing_events(pod: &Value, node: &str) -> Vec<EventSpec> {
+    pod["status"]["containerStatuses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["state"]["running"].is_object())
+        .map(|c| {
+            let name = c["name"].as_str().unwrap_or_default();
+            EventSpec {
+                kind: "Normal",
+                reason: "Killing".to_string(),
+                message: format!("Stopping container {name}"),
+                field_path: Some(format!("spec.containers{{{name}}}")),
+                component: "kubelet",
+                host: Some(node.to_string()),
+            }
+        })
+        .collect()
+}
+
+/// The kubelet's readiness-probe failure for containers that never pass it (`never_ready`
+/// per container), recorded when such a container starts running. Containers without a
+/// readiness probe have nothing to fail.
+pub fn readiness_failures(
+    pod: &Value,
+    old: &Value,
+    new: &Value,
+    node: &str,
+    never_ready: &[bool],
+) -> Vec<EventSpec> {
+    let empty = Vec::new();
+    let old_statuses = old["containerStatuses"].as_array().unwrap_or(&empty);
+    let mut out = Vec::new();
+    for (i, now) in new["containerStatuses"]
+        .as_array()
+        .unwrap_or(&empty)
+        .iter()
+        .enumerate()
+    {
+        let container = &pod["spec"]["containers"][i];
+        let probe = &container["readinessProbe"];
+        if !never_ready.get(i).copied().unwrap_or(false) || !probe.is_object() {
+            continue;
+        }
+        let before = old_statuses.iter().find(|c| c["name"] == now["name"]);
+        let was_running = before.is_some_and(|c| c["state"]["running"].is_object());
+        if !now["state"]["running"].is_object() || was_running {
+            continue;
+        }
+        let detail = if probe["httpGet"].is_object() {
+            "HTTP probe failed with statuscode: 503".to_string()
+        } else if probe["tcpSocket"].is_object() {
+            let port = &probe["tcpSocket"]["port"];
+            let port = port
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| port.to_string());
+            format!(
+                "dial tcp {}:{port}: connect: connection refused",
+                new["podIP"].as_str().unwrap_or_default()
+            )
+        } else if probe["grpc"].is_object() {
+            "timeout: failed to connect service within 1s".to_string()
+        } else {
+            String::new()
+        };
+        let name = now["name"].as_str().unwrap_or_default();
+        out.push(EventSpec {
+            kind: "Warning",
+            reason: "Unhealthy".to_string(),
+            message: format!("Readiness probe failed: {detail}"),
+            field_path: Some(format!("spec.containers{{{name}}}")),
+            component: "kubelet",
+            host: Some(node.to_string()),
+        });
+    }
     out
 }
 
@@ -318,6 +419,67 @@ mod tests {
             events[0].message,
             "Back-off restarting failed container web in pod web-1_ns(u1)"
         );
+    }
+
+    #[test]
+    fn init_containers_come_first_and_waiting_containers_are_quiet() {
+        let mut p = pod();
+        p["spec"]["initContainers"] = json!([{"name": "setup", "image": "busybox"}]);
+        let new = json!({"startTime": "2026-11-30T08:00:00Z",
+            "initContainerStatuses": [{"name": "setup", "restartCount": 0, "state": {"running": {}}}],
+            "containerStatuses": [{"name": "web", "restartCount": 0, "state": {"waiting": {"reason": "PodInitializing"}}}]});
+        let events = kubelet_events(&p, &json!({}), &new, "n1");
+        assert_eq!(
+            reasons(&events),
+            [
+                "Normal Scheduled",
+                "Normal Pulling",
+                "Normal Pulled",
+                "Normal Created",
+                "Normal Started"
+            ]
+        );
+        assert_eq!(
+            events[1].field_path.as_deref(),
+            Some("spec.initContainers{setup}")
+        );
+        assert_eq!(events[1].message, "Pulling image \"busybox\"");
+    }
+
+    #[test]
+    fn never_ready_containers_with_a_probe_fail_it() {
+        let mut p = pod();
+        p["spec"]["containers"][0]["readinessProbe"] =
+            json!({"httpGet": {"path": "/", "port": 8080}});
+        let running = json!({"podIP": "10.0.0.1", "containerStatuses": [{"name": "web", "state": {"running": {}}}]});
+        let events =
+            readiness_failures(&p, &status("ContainerCreating", 0), &running, "n1", &[true]);
+        assert_eq!(
+            events[0].message,
+            "Readiness probe failed: HTTP probe failed with statuscode: 503"
+        );
+        assert_eq!(events[0].reason, "Unhealthy");
+        assert!(
+            readiness_failures(
+                &p,
+                &status("ContainerCreating", 0),
+                &running,
+                "n1",
+                &[false]
+            )
+            .is_empty()
+        );
+        assert!(readiness_failures(&p, &running, &running, "n1", &[true]).is_empty());
+    }
+
+    #[test]
+    fn deleting_a_running_pod_stops_its_containers() {
+        let running = json!({"status": {"containerStatuses": [
+            {"name": "web", "state": {"running": {}}},
+            {"name": "side", "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}});
+        let events = killing_events(&running, "n1");
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].message, "Stopping container web");
     }
 
     #[test]

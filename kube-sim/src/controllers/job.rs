@@ -2,6 +2,8 @@
 //! `backoffLimit` failures, with the conditions v1.36 writes (SuccessCriteriaMet + Complete,
 //! FailureTarget + Failed).
 
+use std::time::Duration;
+
 use serde_json::{Map, Value, json};
 
 use super::deployment::Note;
@@ -14,6 +16,39 @@ pub struct JobSync {
     pub delete: Vec<String>,
     pub status: Value,
     pub events: Vec<Note>,
+    /// Sync again after this long (the back-off before replacing a failed pod).
+    pub requeue_after: Option<Duration>,
+}
+
+/// The Job controller's back-off after `failures` failed pods: 10 s doubling, capped at 6 min.
+pub fn failure_backoff(failures: i64) -> Duration {
+    if failures <= 0 {
+        return Duration::ZERO;
+    }
+    let shift = (failures - 1).min(6) as u32;
+    Duration::from_secs(10u64 << shift).min(Duration::from_secs(360))
+}
+
+/// Time left before a failed pod may be replaced, if any.
+fn backoff_remaining(owned: &[Value], failed: i64, now: jiff::Timestamp) -> Option<Duration> {
+    if failed == 0 {
+        return None;
+    }
+    let last_failure = owned
+        .iter()
+        .filter(|p| p["status"]["phase"] == "Failed")
+        .filter_map(|p| {
+            let finished = p["status"]["containerStatuses"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| meta::parse_time(&c["state"]["terminated"]["finishedAt"]))
+                .max();
+            finished.or_else(|| meta::creation_time(p))
+        })
+        .max()?;
+    let until = meta::add(last_failure, failure_backoff(failed));
+    (until > now).then(|| meta::since(until, now))
 }
 
 fn finished(job: &Value) -> bool {
@@ -31,6 +66,9 @@ fn job_condition(kind: &str, reason: &str, message: &str, now: &str) -> Value {
 /// One sync of a Job against its pods.
 pub fn reconcile(job: &Value, owned: &[Value], now: jiff::Timestamp) -> JobSync {
     let mut out = JobSync::default();
+    if !meta::well_formed(job) {
+        return out;
+    }
     let now_text = crate::clock::format_time(now);
     let name = meta::name(job);
     let completions = job["spec"]["completions"].as_i64().unwrap_or(1).max(0);
@@ -105,19 +143,24 @@ pub fn reconcile(job: &Value, owned: &[Value], now: jiff::Timestamp) -> JobSync 
                 message,
                 &now_text,
             ));
-            conditions.push(job_condition("Complete", "True", "", &now_text));
-            if let Some(last) = conditions.last_mut() {
-                last["reason"] = json!("CompletionsReached");
-                last["message"] = json!(message);
-            }
+            conditions.push(job_condition(
+                "Complete",
+                "CompletionsReached",
+                message,
+                &now_text,
+            ));
             completion_time = json!(now_text);
             out.events.push(Note {
                 kind: "Normal",
                 reason: "Completed",
                 message: "Job completed".into(),
             });
+        } else if let Some(wait) = backoff_remaining(owned, failed_pods, now) {
+            // Failed pods are replaced only after the back-off (10 s doubling, 6 min cap).
+            out.requeue_after = Some(wait);
         } else if job["spec"]["suspend"].as_bool() != Some(true) {
             let wanted = parallelism.min(completions - succeeded);
+            let wanted = wanted.min(active_count + super::replicaset::BURST_REPLICAS);
             for _ in active_count..wanted {
                 let uid = meta::uid(job).to_string();
                 out.create.push(pods::pod_from_template(
@@ -223,6 +266,25 @@ mod tests {
             "Job has reached the specified backoff limit"
         );
         assert_eq!(out.status["failed"], 3);
+    }
+
+    #[test]
+    fn failed_pods_are_replaced_after_a_backoff() {
+        let j = job(1, 6);
+        let mut failed = pod("Failed");
+        failed["status"]["containerStatuses"] =
+            json!([{"state": {"terminated": {"finishedAt": "2026-11-30T08:04:55Z"}}}]);
+        let out = reconcile(&j, std::slice::from_ref(&failed), now());
+        assert!(
+            out.create.is_empty(),
+            "10 s back-off after the first failure"
+        );
+        assert_eq!(out.requeue_after, Some(Duration::from_secs(5)));
+        let later: jiff::Timestamp = "2026-11-30T08:05:06Z".parse().unwrap();
+        assert_eq!(reconcile(&j, &[failed], later).create.len(), 1);
+        assert_eq!(failure_backoff(1), Duration::from_secs(10));
+        assert_eq!(failure_backoff(3), Duration::from_secs(40));
+        assert_eq!(failure_backoff(30), Duration::from_secs(360));
     }
 
     #[test]

@@ -47,6 +47,38 @@ pub fn parse_time(value: &Value) -> Option<jiff::Timestamp> {
     value.as_str().and_then(|s| s.parse().ok())
 }
 
+/// Are the fields the controllers write into shaped as the API server guarantees (objects
+/// where objects belong)? Objects that are not are left alone rather than half-handled.
+pub fn well_formed(obj: &Value) -> bool {
+    let object_or_null = |v: &Value| v.is_object() || v.is_null();
+    let meta = &obj["metadata"];
+    let spec = &obj["spec"];
+    let template = &spec["template"];
+    obj.is_object()
+        && meta.is_object()
+        && object_or_null(&meta["labels"])
+        && object_or_null(&meta["annotations"])
+        && object_or_null(spec)
+        && object_or_null(&obj["status"])
+        && object_or_null(template)
+        && object_or_null(&template["metadata"])
+        && object_or_null(&template["metadata"]["labels"])
+        && object_or_null(&template["metadata"]["annotations"])
+        && object_or_null(&template["spec"])
+        && object_or_null(&spec["selector"])
+        && object_or_null(&spec["selector"]["matchLabels"])
+        && (spec["volumeClaimTemplates"].is_null()
+            || spec["volumeClaimTemplates"]
+                .as_array()
+                .is_some_and(|claims| {
+                    claims.iter().all(|c| {
+                        c.is_object()
+                            && object_or_null(&c["metadata"])
+                            && object_or_null(&c["spec"])
+                    })
+                }))
+}
+
 /// `spec.replicas`, defaulting to 1 as the API server does.
 pub fn spec_replicas(obj: &Value) -> i64 {
     obj["spec"]["replicas"].as_i64().unwrap_or(1).max(0)
@@ -100,9 +132,9 @@ pub fn int_or_percent(value: &Value, total: i64, round_up: bool, default: &str) 
     match text.strip_suffix('%') {
         Some(pct) => {
             let pct: i64 = pct.trim().parse().unwrap_or(0);
-            let scaled = pct * total;
+            let scaled = pct.saturating_mul(total);
             if round_up {
-                (scaled + 99).div_euclid(100).max(0)
+                scaled.saturating_add(99).div_euclid(100).max(0)
             } else {
                 scaled.div_euclid(100).max(0)
             }

@@ -5,6 +5,27 @@
 //! touches (the object, its controlling owner, pods waiting for a ConfigMap), and writes
 //! through the store as `kube-controller-manager` (workloads) or `kubelet` (pod status).
 //! The decisions themselves are pure functions in the submodules.
+//!
+//! What runs: Deployments (rolling update and Recreate, revisions, rollback by template,
+//! progress deadline), ReplicaSets, StatefulSets (OrderedReady or Parallel, partition,
+//! ControllerRevisions, volume claims), DaemonSets (one pod per simulated node), Jobs,
+//! CRD establishment, PersistentVolumeClaim binding, garbage collection by owner, Events,
+//! and three Nodes per cluster. All times are simulated (see [`crate::clock::Clock`]).
+//!
+//! Pods follow the behaviour of their image (see [`crate::rules`]), in simulated time from
+//! when the kubelet takes the pod:
+//!
+//! | image contains | what the pod does |
+//! |---|---|
+//! | (anything else) | ContainerCreating for 0.5 s, Running, Ready 0.5 s later (or after `readinessProbe.initialDelaySeconds`) |
+//! | `doesnotexist` | ErrImagePull for 2 s, then ImagePullBackOff for 10, 20, 40 ... 300 s, alternating |
+//! | `crashloop` | runs 1 s, exits 1, restarts after 1 s, then CrashLoopBackOff 10, 20 ... 300 s; restartCount 2 at ~13.5 s |
+//! | `neverready` | Running, never Ready |
+//! | `slowstart` | Running, Ready at 20 s |
+//!
+//! A container whose env/envFrom names a missing ConfigMap or Secret (or key) waits in
+//! CreateContainerConfigError until it exists. Pods with restartPolicy Never/OnFailure run
+//! 2 s to completion (Succeeded) or fail (Failed). Init containers run first, in order.
 
 pub mod crd;
 pub mod daemonset;
@@ -15,6 +36,7 @@ pub mod meta;
 pub mod nodes;
 pub mod pods;
 pub mod replicaset;
+pub mod scheduler;
 pub mod statefulset;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -43,6 +65,9 @@ pub struct ControllerContext {
 
 const CONTROLLER_MANAGER: &str = "kube-controller-manager";
 const KUBELET: &str = "kubelet";
+/// How long (real time) an owner waits after a change of one of its children before it
+/// syncs, so that a burst of pod changes costs one ReplicaSet sync.
+const OWNER_COALESCE: Duration = Duration::from_millis(10);
 
 /// Starts the controllers and kubelet of one cluster. The task runs until aborted.
 pub fn spawn(store: Arc<Store>, ctx: ControllerContext) -> tokio::task::JoinHandle<()> {
@@ -54,7 +79,9 @@ pub fn spawn(store: Arc<Store>, ctx: ControllerContext) -> tokio::task::JoinHand
     })
 }
 
-/// The kinds the controllers act on.
+/// The kinds the controllers act on. The order is the order of work within a batch:
+/// Deployments react to their ReplicaSets before the ReplicaSet controller has acted on
+/// its pods, as in a real controller-manager (one API call against two).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum Kind {
     Crd,
@@ -65,10 +92,11 @@ enum Kind {
     Job,
     ControllerRevision,
     Pod,
+    Claim,
 }
 
 impl Kind {
-    const ALL: [Kind; 8] = [
+    const ALL: [Kind; 9] = [
         Kind::Crd,
         Kind::Deployment,
         Kind::ReplicaSet,
@@ -77,6 +105,7 @@ impl Kind {
         Kind::Job,
         Kind::ControllerRevision,
         Kind::Pod,
+        Kind::Claim,
     ];
 
     fn rt(self) -> ResourceType {
@@ -91,6 +120,7 @@ impl Kind {
             Kind::Job => ResourceType::new("batch", "v1", "jobs"),
             Kind::ControllerRevision => ResourceType::new("apps", "v1", "controllerrevisions"),
             Kind::Pod => ResourceType::new("", "v1", "pods"),
+            Kind::Claim => ResourceType::new("", "v1", "persistentvolumeclaims"),
         }
     }
 
@@ -104,6 +134,7 @@ impl Kind {
             ("batch", "jobs") => Kind::Job,
             ("apps", "controllerrevisions") => Kind::ControllerRevision,
             ("", "pods") => Kind::Pod,
+            ("", "persistentvolumeclaims") => Kind::Claim,
             _ => return None,
         })
     }
@@ -214,7 +245,7 @@ impl Runner {
         self.create_nodes();
         self.rescan();
         loop {
-            self.process_queue();
+            self.process_queue().await;
             let next_timer = self.timers.keys().next().copied();
             let event = match next_timer {
                 Some(at) => tokio::select! {
@@ -337,7 +368,12 @@ impl Runner {
             }
         }
         if let Some(owner) = Self::owner_key(obj) {
-            self.queue.insert(owner);
+            if kind == Kind::Pod {
+                // Pods change in bursts; one owner sync per burst.
+                self.schedule_at(owner, Instant::now() + OWNER_COALESCE);
+            } else {
+                self.queue.insert(owner);
+            }
         }
     }
 
@@ -371,6 +407,12 @@ impl Runner {
     fn schedule(&mut self, key: Key, after: Duration) {
         // A little real-time slack so the simulated clock is past the transition on wake-up.
         let at = Instant::now() + self.ctx.clock.real(after) + Duration::from_millis(5);
+        self.schedule_at(key, at);
+    }
+
+    /// Keeps the earliest wake-up per key. Replacing a later one is safe: every sync sets
+    /// its own next wake-up again.
+    fn schedule_at(&mut self, key: Key, at: Instant) {
         if let Some(existing) = self.timer_of.get(&key) {
             if *existing <= at {
                 return;
@@ -402,14 +444,27 @@ impl Runner {
         }
     }
 
-    fn process_queue(&mut self) {
+    async fn process_queue(&mut self) {
         self.fire_due_timers();
+        let mut done = 0u32;
         while let Some(key) = self.queue.pop_first() {
+            // Stay cooperative: a big batch must not stall the API server on this runtime.
+            done += 1;
+            if done.is_multiple_of(32) {
+                tokio::task::yield_now().await;
+            }
             let (kind, namespace, name) = &key;
             let Some(obj) = self.store.get(&kind.rt(), namespace, name) else {
                 continue;
             };
-            match kind {
+            if !meta::well_formed(&obj) {
+                tracing::warn!(kind = ?kind, namespace = %namespace, name = %name, "malformed object; controllers leave it alone");
+                continue;
+            }
+            // An object shaped in a way no real API server would accept must not stop the
+            // controllers of the whole cluster: report it and go on.
+            let kind = *kind;
+            let synced = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match kind {
                 Kind::Crd => self.sync_crd(&obj),
                 Kind::Deployment => self.sync_deployment(&obj),
                 Kind::ReplicaSet => self.sync_replicaset(&obj),
@@ -417,7 +472,11 @@ impl Runner {
                 Kind::DaemonSet => self.sync_daemonset(&obj),
                 Kind::Job => self.sync_job(&obj),
                 Kind::Pod => self.sync_pod(&obj),
+                Kind::Claim => self.sync_claim(&obj),
                 Kind::ControllerRevision => {}
+            }));
+            if synced.is_err() {
+                tracing::error!(kind = ?kind, namespace = %key.1, name = %key.2, "controller failed on this object; skipped");
             }
         }
     }
@@ -451,10 +510,19 @@ impl Runner {
     }
 
     fn delete(&mut self, kind: Kind, namespace: &str, name: &str) {
-        if let Some(obj) = self.store.get(&kind.rt(), namespace, name) {
-            self.unindex(kind, &obj);
+        let Some(obj) = self.store.get(&kind.rt(), namespace, name) else {
+            return;
+        };
+        self.unindex(kind, &obj);
+        if self.store.delete(&kind.rt(), namespace, name).is_ok() && kind == Kind::Pod {
+            let node = obj["spec"]["nodeName"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            for spec in events::killing_events(&obj, &node) {
+                self.record(&obj, spec);
+            }
         }
-        let _ = self.store.delete(&kind.rt(), namespace, name);
     }
 
     fn write_status(&self, kind: Kind, obj: &Value, status: Value, manager: &str) -> Option<Value> {
@@ -498,7 +566,7 @@ impl Runner {
                     for field in ["count", "lastTimestamp", "message"] {
                         stored[field] = event[field].clone();
                     }
-                    let _ = self.store.update(&rt, stored, meta_component(&spec));
+                    let _ = self.store.update(&rt, stored, spec.component);
                 }
                 self.event_records
                     .entry(uid)
@@ -508,7 +576,7 @@ impl Runner {
             None => {
                 let first = crate::clock::format_time(now);
                 let event = events::event_object(involved, &spec, now, 1, &first);
-                if let Ok(created) = self.store.create(&rt, event, meta_component(&spec)) {
+                if let Ok(created) = self.store.create(&rt, event, spec.component) {
                     let record = EventRecord {
                         name: meta::name(&created).to_string(),
                         namespace: meta::namespace(&created).to_string(),
@@ -538,6 +606,16 @@ impl Runner {
         if let Some(status) = crd::established_status(crd, self.now()) {
             self.write_status(Kind::Crd, crd, status, "kube-apiserver");
         }
+    }
+
+    /// The volume binder: every claim is bound at once, as with a default StorageClass
+    /// that provisions immediately.
+    fn sync_claim(&mut self, claim: &Value) {
+        if meta::is_deleting(claim) || claim["status"]["phase"] == "Bound" {
+            return;
+        }
+        let status = statefulset::bound_claim_status(claim);
+        self.write_status(Kind::Claim, claim, status, "kube-controller-manager");
     }
 
     fn sync_deployment(&mut self, dep: &Value) {
@@ -583,9 +661,8 @@ impl Runner {
     }
 
     /// Sets the Deployment's revision annotation. The real controller writes it through the
-    /// status subresource, which for Deployments keeps annotation changes and does not
-    /// bump the generation. When the store's status write drops annotations, fall back to
-    /// a plain update (which then counts as a change of the Deployment).
+    /// status subresource, whose strategy for Deployments keeps annotation changes without
+    /// a new generation. Should a store drop them, fall back to a plain update.
     fn write_revision(
         &mut self,
         dep: &Value,
@@ -658,11 +735,49 @@ impl Runner {
         for name in &sync.delete {
             self.delete(Kind::Pod, meta::namespace(sts), name);
         }
+        let mut notes = sync.events;
         for pod in sync.create {
+            let ordinal = meta::name(&pod)
+                .rsplit('-')
+                .next()
+                .and_then(|o| o.parse().ok())
+                .unwrap_or(0);
+            notes.extend(self.ensure_claims(sts, ordinal, meta::name(&pod)));
             self.create_pod(pod);
         }
         self.write_status(Kind::StatefulSet, sts, sync.status, CONTROLLER_MANAGER);
-        self.record_notes(Kind::StatefulSet, sts, sync.events);
+        self.record_notes(Kind::StatefulSet, sts, notes);
+    }
+
+    /// Creates (and binds) the claims of a StatefulSet pod that do not exist yet.
+    fn ensure_claims(&mut self, sts: &Value, ordinal: i64, pod_name: &str) -> Vec<Note> {
+        let rt = ResourceType::new("", "v1", "persistentvolumeclaims");
+        let mut notes = Vec::new();
+        for claim in statefulset::claims_for(sts, ordinal) {
+            let name = meta::name(&claim).to_string();
+            if self.store.get(&rt, meta::namespace(sts), &name).is_some() {
+                continue;
+            }
+            let status = statefulset::bound_claim_status(&claim);
+            if let Ok(created) = self.store.create(&rt, claim, CONTROLLER_MANAGER) {
+                let _ = self.store.update_status(
+                    &rt,
+                    meta::namespace(&created),
+                    &name,
+                    status,
+                    "kube-controller-manager",
+                );
+                notes.push(Note {
+                    kind: "Normal",
+                    reason: "SuccessfulCreate",
+                    message: format!(
+                        "create Claim {name} Pod {pod_name} in StatefulSet {} success",
+                        meta::name(sts)
+                    ),
+                });
+            }
+        }
+        notes
     }
 
     fn sync_daemonset(&mut self, ds: &Value) {
@@ -714,17 +829,20 @@ impl Runner {
         notes.extend(sync.events);
         self.write_status(Kind::Job, job, sync.status, CONTROLLER_MANAGER);
         self.record_notes(Kind::Job, job, notes);
+        if let Some(after) = sync.requeue_after {
+            self.schedule(key_of(Kind::Job, job), after);
+        }
     }
 
     /// Picks the least loaded node (the scheduler's part) for pods without one.
-    fn place(&mut self, node_name: Option<&str>) -> (usize, pods::Placement) {
-        let index = node_name
-            .and_then(|n| self.nodes.iter().position(|node| node.name == n))
-            .unwrap_or_else(|| {
-                (0..self.node_load.len())
-                    .min_by_key(|&i| (self.node_load[i], i))
-                    .unwrap_or(0)
-            });
+    /// The node for a pod (its own, or the least loaded one it fits), None if none fits.
+    fn place(&mut self, pod: &Value) -> Option<(usize, pods::Placement)> {
+        let index = match pod["spec"]["nodeName"].as_str() {
+            Some(name) => self.nodes.iter().position(|node| node.name == name)?,
+            None => (0..self.nodes.len())
+                .filter(|&i| scheduler::fits(pod, &self.nodes[i]))
+                .min_by_key(|&i| (self.node_load.get(i).copied().unwrap_or(0), i))?,
+        };
         if let Some(load) = self.node_load.get_mut(index) {
             *load += 1;
         }
@@ -734,23 +852,42 @@ impl Runner {
             .get(index)
             .map(|n| n.name.clone())
             .unwrap_or_default();
-        (
+        Some((
             index,
             pods::Placement {
                 node: name,
                 host_ip: nodes::node_ip(index),
                 pod_ip: nodes::pod_ip(index, self.pods_placed),
             },
-        )
+        ))
     }
 
     fn create_pod(&mut self, mut pod: Value) -> Option<Value> {
-        // Spread controller pods over the nodes in turn (the scheduler's part).
+        // Spread controller pods over the nodes they fit, in turn (the scheduler's part).
+        // A pod that fits none stays unbound; the kubelet side reports it Unschedulable.
         if pod["spec"]["nodeName"].is_null() && !self.nodes.is_empty() {
-            self.next_node = (self.next_node + 1) % self.nodes.len();
-            pod["spec"]["nodeName"] = json!(self.nodes[self.next_node].name);
+            for _ in 0..self.nodes.len() {
+                self.next_node = (self.next_node + 1) % self.nodes.len();
+                if scheduler::fits(&pod, &self.nodes[self.next_node]) {
+                    pod["spec"]["nodeName"] = json!(self.nodes[self.next_node].name);
+                    break;
+                }
+            }
         }
         self.create(Kind::Pod, pod)
+    }
+
+    fn report_unschedulable(&mut self, pod: &Value) {
+        let status = scheduler::unschedulable_status(pod, self.nodes.len(), self.now());
+        if let Some(updated) = self.write_status(Kind::Pod, pod, status, "kube-scheduler") {
+            let spec = EventSpec::new(
+                "Warning",
+                "FailedScheduling",
+                scheduler::unschedulable_message(self.nodes.len()),
+                "default-scheduler",
+            );
+            self.record(&updated, spec);
+        }
     }
 
     /// The kubelet: advance the pod along its behaviour's timeline.
@@ -764,7 +901,12 @@ impl Runner {
         if !self.kubelet.contains_key(&uid) {
             // Bind unscheduled pods to a node, as the scheduler would.
             let node_name = pod["spec"]["nodeName"].as_str().map(str::to_string);
-            let (node_index, placement) = self.place(node_name.as_deref());
+            let Some((node_index, placement)) = self.place(&pod) else {
+                if node_name.is_none() {
+                    self.report_unschedulable(&pod);
+                }
+                return;
+            };
             if node_name.is_none() {
                 pod["spec"]["nodeName"] = json!(placement.node);
                 match self
@@ -830,18 +972,26 @@ impl Runner {
         } else {
             waiting.remove(meta::name(&pod));
         }
-        let behaviours: Vec<rules::Behaviour> = containers
-            .iter()
-            .map(|c| {
-                rules::behaviour_for(
-                    &self.ctx.rules,
-                    &self.ctx.cluster_name,
-                    c["image"].as_str().unwrap_or_default(),
-                )
-            })
-            .collect();
+        let behaviour_of = |list: &[Value]| -> Vec<rules::Behaviour> {
+            list.iter()
+                .map(|c| {
+                    rules::behaviour_for(
+                        &self.ctx.rules,
+                        &self.ctx.cluster_name,
+                        c["image"].as_str().unwrap_or_default(),
+                    )
+                })
+                .collect()
+        };
+        let behaviours = behaviour_of(&containers);
+        let init_behaviours = behaviour_of(
+            pod["spec"]["initContainers"]
+                .as_array()
+                .map_or(&[], Vec::as_slice),
+        );
         let view = pods::pod_status_at(
             &pod,
+            &init_behaviours,
             &behaviours,
             &blocked,
             &state.placement,
@@ -855,6 +1005,19 @@ impl Runner {
             {
                 self.record(&updated, spec);
             }
+            let never_ready: Vec<bool> = behaviours
+                .iter()
+                .map(|b| *b == rules::Behaviour::NeverReady)
+                .collect();
+            for spec in events::readiness_failures(
+                &updated,
+                &old_status,
+                &view.status,
+                &state.placement.node,
+                &never_ready,
+            ) {
+                self.record(&updated, spec);
+            }
         }
         if let Some(after) = view.next_change {
             self.schedule(key_of(Kind::Pod, &pod), after);
@@ -862,6 +1025,68 @@ impl Runner {
     }
 }
 
-fn meta_component(spec: &EventSpec) -> &'static str {
-    spec.component
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Objects shaped as no API server would accept them: the pure controllers must cope.
+    fn odd_objects() -> Vec<Value> {
+        let shapes = [
+            json!(null),
+            json!("text"),
+            json!([1, 2]),
+            json!({}),
+            json!({"metadata": "x", "spec": "y", "status": 3}),
+            json!({"metadata": {"name": 5, "annotations": "a", "labels": []},
+                   "spec": {"replicas": "many", "template": "t", "selector": 1,
+                            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "x%", "maxUnavailable": [1]}}}}),
+            json!({"metadata": {"name": "w"}, "spec": {"replicas": -5, "template": {"metadata": "m", "spec": {"containers": "c"}}}}),
+            json!({"metadata": {"name": "w"}, "spec": {"replicas": 2, "template": {"spec": {"containers": [null, 1, {"name": 2, "image": []}],
+                   "initContainers": {"a": 1}}}, "volumeClaimTemplates": [null, {"metadata": 1, "spec": 2}],
+                   "progressDeadlineSeconds": -1, "minReadySeconds": i64::MAX, "revisionHistoryLimit": -3}}),
+            json!({"metadata": {"name": "w"}, "spec": {"replicas": 9_000_000_000i64, "completions": i64::MAX, "parallelism": i64::MAX,
+                   "updateStrategy": {"rollingUpdate": {"partition": i64::MIN}}, "template": null}}),
+        ];
+        shapes.to_vec()
+    }
+
+    #[test]
+    fn odd_objects_do_not_panic_the_controllers() {
+        let now: jiff::Timestamp = "2026-11-30T08:00:00Z".parse().unwrap();
+        let nodes = nodes::node_infos("sim-1");
+        let placement = pods::Placement {
+            node: "n".into(),
+            host_ip: "1.2.3.4".into(),
+            pod_ip: "10.0.0.1".into(),
+        };
+        for obj in odd_objects() {
+            let others = odd_objects();
+            let _ = deployment::reconcile(&obj, &others, now);
+            let _ = replicaset::reconcile(&obj, &others, now);
+            let _ = statefulset::reconcile(&obj, &others, &others, now);
+            let _ = daemonset::reconcile(&obj, &others, &others, &nodes, now);
+            let _ = job::reconcile(&obj, &others, now);
+            let _ = crd::established_status(&obj, now);
+            let _ = statefulset::claims_for(&obj, 0);
+            let behaviours = [
+                rules::Behaviour::CrashLoopBackOff,
+                rules::Behaviour::ImagePullBackOff,
+            ];
+            for age in [0, 1, 100, 100_000] {
+                let later = meta::add(now, Duration::from_secs(age));
+                let _ = pods::pod_status_at(
+                    &obj,
+                    &behaviours,
+                    &behaviours,
+                    &[None],
+                    &placement,
+                    now,
+                    later,
+                );
+            }
+            for old in odd_objects() {
+                let _ = events::kubelet_events(&obj, &old, &obj, "n");
+            }
+        }
+    }
 }

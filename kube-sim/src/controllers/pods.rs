@@ -81,9 +81,10 @@ pub struct ContainerSpec {
 impl ContainerSpec {
     pub fn from_pod(pod: &Value, container: &Value) -> Self {
         let policy = pod["spec"]["restartPolicy"].as_str().unwrap_or("Always");
+        // Capped (ten years) so that offsets cannot overflow.
         let delay = container["readinessProbe"]["initialDelaySeconds"]
             .as_u64()
-            .map(Duration::from_secs)
+            .map(|s| Duration::from_secs(s.min(315_360_000)))
             .unwrap_or(DEFAULT_READY_DELAY);
         Self {
             ready_delay: delay,
@@ -348,10 +349,13 @@ pub struct PodView {
 
 /// Computes a pod's status at `now`.
 ///
-/// `behaviours[i]` is the behaviour of container `i`; `blocked[i]` is `Some(message)` when the
-/// container references a ConfigMap/Secret (or key) that does not exist.
+/// `behaviours[i]` is the behaviour of container `i` (`init_behaviours` of init container
+/// `i`); `blocked[i]` is `Some(message)` when container `i` references a ConfigMap/Secret (or
+/// key) that does not exist. Init containers run one after the other to completion before
+/// the containers start.
 pub fn pod_status_at(
     pod: &Value,
+    init_behaviours: &[Behaviour],
     behaviours: &[Behaviour],
     blocked: &[Option<String>],
     placement: &Placement,
@@ -359,24 +363,87 @@ pub fn pod_status_at(
     now: jiff::Timestamp,
 ) -> PodView {
     let elapsed = meta::since(now, base);
-    let containers = pod["spec"]["containers"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
+    let list = |key: &str| pod["spec"][key].as_array().cloned().unwrap_or_default();
+    let containers = list("containers");
+    let init_containers = list("initContainers");
     let pod_name = meta::name(pod);
     let namespace = meta::namespace(pod);
     let pod_uid = meta::uid(pod);
     let at = |offset: Duration| meta::time_string(add(base, offset));
+    let policy = pod["spec"]["restartPolicy"].as_str().unwrap_or("Always");
+    let mut next_change: Option<Duration> = None;
+    let mut note_change = |change: Option<Duration>| {
+        if let Some(change) = change {
+            next_change = Some(next_change.map_or(change, |n: Duration| n.min(change)));
+        }
+    };
+
+    // Init containers, in order; `main_start` is when the containers proper start.
+    let mut init_statuses = Vec::new();
+    let mut main_start = Some(Duration::ZERO);
+    let mut init_failed = false;
+    let mut incomplete = Vec::new();
+    for (i, container) in init_containers.iter().enumerate() {
+        let cname = container["name"].as_str().unwrap_or_default();
+        let Some(offset) = main_start else {
+            init_statuses.push(render(
+                container,
+                &waiting_view("PodInitializing"),
+                Duration::ZERO,
+                pod_uid,
+                &at,
+            ));
+            incomplete.push(cname.to_string());
+            continue;
+        };
+        let spec = ContainerSpec {
+            ready_delay: DEFAULT_READY_DELAY,
+            restart_always: false,
+            restart_on_failure: policy != "Never",
+        };
+        let labels = CrashLabels {
+            container: cname,
+            pod: pod_name,
+            namespace,
+            uid: pod_uid,
+        };
+        let behaviour = init_behaviours.get(i).copied().unwrap_or(Behaviour::Ready);
+        let image = container["image"].as_str().unwrap_or_default();
+        let mut view = container_at(
+            behaviour,
+            spec,
+            image,
+            &labels,
+            elapsed.saturating_sub(offset),
+        );
+        view.ready = false;
+        note_change(view.next_change.map(|c| c + offset));
+        match &view.state {
+            State::Terminated {
+                exit_code: 0,
+                finished,
+                ..
+            } => main_start = Some(offset + *finished),
+            State::Terminated { .. } if view.done => {
+                init_failed = true;
+                main_start = None;
+                incomplete.push(cname.to_string());
+            }
+            _ => {
+                main_start = None;
+                incomplete.push(cname.to_string());
+            }
+        }
+        init_statuses.push(render(container, &view, offset, pod_uid, &at));
+    }
 
     let mut statuses = Vec::new();
-    let mut next_change: Option<Duration> = None;
     let mut all_ready = !containers.is_empty();
     let mut unready = Vec::new();
-    let mut ready_changed = Duration::ZERO;
+    let mut ready_changed = main_start.unwrap_or_default();
     let mut any_started = false;
     let mut all_done = !containers.is_empty();
-    let mut any_failed = false;
-
+    let mut any_failed = init_failed;
     for (i, container) in containers.iter().enumerate() {
         let cname = container["name"].as_str().unwrap_or_default();
         let image = container["image"].as_str().unwrap_or_default();
@@ -388,133 +455,42 @@ pub fn pod_status_at(
             namespace,
             uid: pod_uid,
         };
-        let view = match blocked.get(i).cloned().flatten() {
-            Some(message) if elapsed >= CREATE_DELAY => ContainerView {
-                state: waiting("CreateContainerConfigError", Some(message)),
-                last_terminated: None,
-                restart_count: 0,
-                ready: false,
-                ready_changed: Duration::ZERO,
-                done: false,
-                next_change: None,
-            },
-            _ => container_at(behaviour, spec, image, &labels, elapsed),
+        let Some(offset) = main_start else {
+            statuses.push(render(
+                container,
+                &waiting_view("PodInitializing"),
+                Duration::ZERO,
+                pod_uid,
+                &at,
+            ));
+            all_ready = false;
+            all_done = false;
+            unready.push(cname.to_string());
+            continue;
         };
-        if let Some(change) = view.next_change {
-            next_change = Some(next_change.map_or(change, |n: Duration| n.min(change)));
-        }
+        let local = elapsed.saturating_sub(offset);
+        let view = match blocked.get(i).cloned().flatten() {
+            Some(message) if local >= CREATE_DELAY => ContainerView {
+                state: waiting("CreateContainerConfigError", Some(message)),
+                ..waiting_view("")
+            },
+            _ => container_at(behaviour, spec, image, &labels, local),
+        };
+        note_change(view.next_change.map(|c| c + offset));
         if !view.ready {
             all_ready = false;
             unready.push(cname.to_string());
         }
-        ready_changed = ready_changed.max(view.ready_changed);
-        let ever_ran = view.restart_count > 0
-            || !matches!(view.state, State::Waiting { .. })
-            || view.last_terminated.is_some();
-        any_started |= ever_ran;
+        ready_changed = ready_changed.max(offset + view.ready_changed);
+        any_started |= ever_ran(&view);
         all_done &= view.done;
         if let State::Terminated { exit_code, .. } = view.state {
             any_failed |= view.done && exit_code != 0;
         }
-        let container_id = |run: u32| {
-            format!(
-                "containerd://{}",
-                sha_hex(&format!("{pod_uid}/{cname}/{run}"))
-            )
-        };
-        let state = match &view.state {
-            State::Waiting { reason, message } => {
-                let mut w = Map::new();
-                w.insert("reason".into(), json!(reason));
-                if let Some(m) = message {
-                    w.insert("message".into(), json!(m));
-                }
-                json!({ "waiting": w })
-            }
-            State::Running { started } => json!({"running": {"startedAt": at(*started)}}),
-            State::Terminated {
-                exit_code,
-                reason,
-                started,
-                finished,
-            } => json!({"terminated": {
-                "exitCode": exit_code,
-                "reason": reason,
-                "startedAt": at(*started),
-                "finishedAt": at(*finished),
-                "containerID": container_id(view.restart_count),
-            }}),
-        };
-        let last_state = match &view.last_terminated {
-            Some((exit_code, reason, started, finished)) => json!({"terminated": {
-                "exitCode": exit_code,
-                "reason": reason,
-                "startedAt": at(*started),
-                "finishedAt": at(*finished),
-                "containerID": container_id(view.restart_count.saturating_sub(1)),
-            }}),
-            None => json!({}),
-        };
-        let pulled = ever_ran
-            || matches!(view.state, State::Waiting { ref reason, .. } if reason == "CreateContainerConfigError" || reason == "CreateContainerError");
-        let mut status = Map::new();
-        status.insert("name".into(), json!(cname));
-        status.insert("state".into(), state);
-        status.insert("lastState".into(), last_state);
-        status.insert("ready".into(), json!(view.ready));
-        status.insert("restartCount".into(), json!(view.restart_count));
-        status.insert(
-            "image".into(),
-            json!(if pulled {
-                normalize_image(image)
-            } else {
-                image.to_string()
-            }),
-        );
-        let repo = normalize_image(image)
-            .split(['@'])
-            .next()
-            .map(|s| {
-                // Strip the tag (after the last ':' of the last path segment).
-                match s.rfind(':') {
-                    Some(i) if i > s.rfind('/').unwrap_or(0) => s[..i].to_string(),
-                    _ => s.to_string(),
-                }
-            })
-            .unwrap_or_default();
-        status.insert(
-            "imageID".into(),
-            json!(if pulled {
-                format!("{repo}@sha256:{}", sha_hex(image))
-            } else {
-                String::new()
-            }),
-        );
-        if ever_ran {
-            status.insert(
-                "containerID".into(),
-                json!(container_id(view.restart_count)),
-            );
-        }
-        status.insert(
-            "started".into(),
-            json!(matches!(view.state, State::Running { .. })),
-        );
-        if let Some(mounts) = container["volumeMounts"].as_array() {
-            let mounts: Vec<Value> = mounts
-                .iter()
-                .map(|m| {
-                    let mut out = json!({"name": m["name"], "mountPath": m["mountPath"]});
-                    if m["readOnly"].as_bool() == Some(true) {
-                        out["readOnly"] = json!(true);
-                        out["recursiveReadOnly"] = json!("Disabled");
-                    }
-                    out
-                })
-                .collect();
-            status.insert("volumeMounts".into(), json!(mounts));
-        }
-        statuses.push(Value::Object(status));
+        statuses.push(render(container, &view, offset, pod_uid, &at));
+    }
+    if init_failed {
+        all_done = true;
     }
 
     let phase = if all_done {
@@ -545,6 +521,17 @@ pub fn pod_status_at(
             not_ready(kind)
         }
     };
+    let initialized = if main_start.is_some() || init_failed && all_done {
+        condition("Initialized", true, main_start.unwrap_or_default())
+    } else {
+        let mut c = condition("Initialized", false, Duration::ZERO);
+        c["reason"] = json!("ContainersNotInitialized");
+        c["message"] = json!(format!(
+            "containers with incomplete status: [{}]",
+            incomplete.join(" ")
+        ));
+        c
+    };
     let sandbox_ready = !all_done;
     let conditions = vec![
         condition(
@@ -556,7 +543,7 @@ pub fn pod_status_at(
                 ready_changed
             },
         ),
-        condition("Initialized", true, Duration::ZERO),
+        initialized,
         ready_cond("Ready"),
         ready_cond("ContainersReady"),
         condition("PodScheduled", true, Duration::ZERO),
@@ -565,7 +552,7 @@ pub fn pod_status_at(
         .as_str()
         .map(str::to_string)
         .unwrap_or_else(|| qos_class(pod).to_string());
-    let status = json!({
+    let mut status = json!({
         "phase": phase,
         "conditions": conditions,
         "hostIP": placement.host_ip,
@@ -573,13 +560,149 @@ pub fn pod_status_at(
         "podIP": placement.pod_ip,
         "podIPs": [{"ip": placement.pod_ip}],
         "startTime": at(Duration::ZERO),
-        "containerStatuses": statuses,
-        "qosClass": qos,
     });
+    if !init_statuses.is_empty() {
+        status["initContainerStatuses"] = Value::Array(init_statuses);
+    }
+    status["containerStatuses"] = Value::Array(statuses);
+    status["qosClass"] = json!(qos);
     PodView {
         status,
         next_change: next_change.map(|offset| offset.saturating_sub(elapsed)),
     }
+}
+
+fn waiting_view(reason: &str) -> ContainerView {
+    ContainerView {
+        state: waiting(reason, None),
+        last_terminated: None,
+        restart_count: 0,
+        ready: false,
+        ready_changed: Duration::ZERO,
+        done: false,
+        next_change: None,
+    }
+}
+
+fn ever_ran(view: &ContainerView) -> bool {
+    view.restart_count > 0
+        || !matches!(view.state, State::Waiting { .. })
+        || view.last_terminated.is_some()
+}
+
+/// One entry of `containerStatuses` (or `initContainerStatuses`), with the view's offsets
+/// shifted by `offset` from the pod's base time.
+fn render(
+    container: &Value,
+    view: &ContainerView,
+    offset: Duration,
+    pod_uid: &str,
+    at: &dyn Fn(Duration) -> Value,
+) -> Value {
+    let at = |d: Duration| at(offset + d);
+    let cname = container["name"].as_str().unwrap_or_default();
+    let image = container["image"].as_str().unwrap_or_default();
+    let ran = ever_ran(view);
+    let container_id = |run: u32| {
+        format!(
+            "containerd://{}",
+            sha_hex(&format!("{pod_uid}/{cname}/{run}"))
+        )
+    };
+    let terminated =
+        |exit_code: i64, reason: &str, started: Duration, finished: Duration, run: u32| {
+            json!({"terminated": {
+                "exitCode": exit_code,
+                "reason": reason,
+                "startedAt": at(started),
+                "finishedAt": at(finished),
+                "containerID": container_id(run),
+            }})
+        };
+    let state = match &view.state {
+        State::Waiting { reason, message } => {
+            let mut w = Map::new();
+            w.insert("reason".into(), json!(reason));
+            if let Some(m) = message {
+                w.insert("message".into(), json!(m));
+            }
+            json!({ "waiting": w })
+        }
+        State::Running { started } => json!({"running": {"startedAt": at(*started)}}),
+        State::Terminated {
+            exit_code,
+            reason,
+            started,
+            finished,
+        } => terminated(*exit_code, reason, *started, *finished, view.restart_count),
+    };
+    let last_state = match &view.last_terminated {
+        Some((exit_code, reason, started, finished)) => terminated(
+            *exit_code,
+            reason,
+            *started,
+            *finished,
+            view.restart_count.saturating_sub(1),
+        ),
+        None => json!({}),
+    };
+    let pulled = ran
+        || matches!(&view.state, State::Waiting { reason, .. } if reason == "CreateContainerConfigError" || reason == "CreateContainerError");
+    let normalized = normalize_image(image);
+    let repo = {
+        let name = normalized.split('@').next().unwrap_or_default();
+        match name.rfind(':') {
+            Some(i) if i > name.rfind('/').unwrap_or(0) => name[..i].to_string(),
+            _ => name.to_string(),
+        }
+    };
+    let mut status = Map::new();
+    status.insert("name".into(), json!(cname));
+    status.insert("state".into(), state);
+    status.insert("lastState".into(), last_state);
+    status.insert("ready".into(), json!(view.ready));
+    status.insert("restartCount".into(), json!(view.restart_count));
+    status.insert(
+        "image".into(),
+        json!(if pulled {
+            normalized.clone()
+        } else {
+            image.to_string()
+        }),
+    );
+    status.insert(
+        "imageID".into(),
+        json!(if pulled {
+            format!("{repo}@sha256:{}", sha_hex(image))
+        } else {
+            String::new()
+        }),
+    );
+    if ran {
+        status.insert(
+            "containerID".into(),
+            json!(container_id(view.restart_count)),
+        );
+    }
+    status.insert(
+        "started".into(),
+        json!(matches!(view.state, State::Running { .. })),
+    );
+    if let Some(mounts) = container["volumeMounts"].as_array() {
+        let mounts: Vec<Value> = mounts
+            .iter()
+            .map(|m| {
+                let mut out = json!({"name": m["name"], "mountPath": m["mountPath"]});
+                if m["readOnly"].as_bool() == Some(true) {
+                    out["readOnly"] = json!(true);
+                    out["recursiveReadOnly"] = json!("Disabled");
+                }
+                out
+            })
+            .collect();
+        status.insert("volumeMounts".into(), json!(mounts));
+    }
+    Value::Object(status)
 }
 
 /// The pod's QoS class from its containers' resources.
@@ -916,6 +1039,7 @@ mod tests {
         let p = pod(json!([{"name": "web", "image": "nginx:1"}]));
         let view = pod_status_at(
             &p,
+            &[],
             &[Behaviour::Ready],
             &[None],
             &placement(),
@@ -958,6 +1082,7 @@ mod tests {
 
         let pending = pod_status_at(
             &p,
+            &[],
             &[Behaviour::ImagePullBackOff],
             &[None],
             &placement(),
@@ -980,6 +1105,7 @@ mod tests {
 
         let blocked = pod_status_at(
             &p,
+            &[],
             &[Behaviour::Ready],
             &[Some("configmap \"x\" not found".into())],
             &placement(),
@@ -997,16 +1123,67 @@ mod tests {
     }
 
     #[test]
+    fn init_containers_run_first() {
+        let base: jiff::Timestamp = "2026-11-30T08:00:00Z".parse().unwrap();
+        let mut p = pod(json!([{"name": "web", "image": "nginx:1"}]));
+        p["spec"]["initContainers"] = json!([{"name": "setup", "image": "busybox"}]);
+        let status_at = |init: Behaviour, secs: u64| {
+            pod_status_at(
+                &p,
+                &[init],
+                &[Behaviour::Ready],
+                &[None],
+                &placement(),
+                base,
+                add(base, Duration::from_secs(secs)),
+            )
+            .status
+        };
+        let early = status_at(Behaviour::Ready, 1);
+        assert_eq!(early["phase"], "Pending");
+        assert_eq!(early["conditions"][1]["status"], "False");
+        assert_eq!(early["conditions"][1]["reason"], "ContainersNotInitialized");
+        assert_eq!(
+            early["containerStatuses"][0]["state"]["waiting"]["reason"],
+            "PodInitializing"
+        );
+        assert!(early["initContainerStatuses"][0]["state"]["running"].is_object());
+        let later = status_at(Behaviour::Ready, 10);
+        assert_eq!(later["phase"], "Running");
+        assert_eq!(later["conditions"][1]["status"], "True");
+        assert_eq!(
+            later["initContainerStatuses"][0]["state"]["terminated"]["reason"],
+            "Completed"
+        );
+        assert_eq!(later["conditions"][2]["status"], "True");
+        let crashing = status_at(Behaviour::CrashLoopBackOff, 20);
+        assert_eq!(crashing["phase"], "Pending");
+        assert_eq!(
+            crashing["initContainerStatuses"][0]["state"]["waiting"]["reason"],
+            "CrashLoopBackOff"
+        );
+    }
+
+    #[test]
     fn job_pods_succeed_or_fail() {
         let base: jiff::Timestamp = "2026-11-30T08:00:00Z".parse().unwrap();
         let mut p = pod(json!([{"name": "job", "image": "busybox"}]));
         p["spec"]["restartPolicy"] = json!("Never");
         let later = add(base, Duration::from_secs(30));
-        let ok = pod_status_at(&p, &[Behaviour::Ready], &[None], &placement(), base, later);
+        let ok = pod_status_at(
+            &p,
+            &[],
+            &[Behaviour::Ready],
+            &[None],
+            &placement(),
+            base,
+            later,
+        );
         assert_eq!(ok.status["phase"], "Succeeded");
         assert_eq!(ok.status["conditions"][2]["reason"], "PodCompleted");
         let bad = pod_status_at(
             &p,
+            &[],
             &[Behaviour::CrashLoopBackOff],
             &[None],
             &placement(),

@@ -9,6 +9,9 @@ use super::deployment::Note;
 use super::meta::{self, put_nonzero};
 use super::pods;
 
+/// Most pods created or deleted in one sync (Kubernetes' `burstReplicas`).
+pub const BURST_REPLICAS: i64 = 500;
+
 #[derive(Debug, Default)]
 pub struct ReplicaSetSync {
     /// Pods to create (generateName `<rs>-`, no nodeName yet).
@@ -24,6 +27,9 @@ pub struct ReplicaSetSync {
 /// One sync of a ReplicaSet against the pods it controls.
 pub fn reconcile(rs: &Value, owned: &[Value], now: jiff::Timestamp) -> ReplicaSetSync {
     let mut out = ReplicaSetSync::default();
+    if !meta::well_formed(rs) {
+        return out;
+    }
     let want = meta::spec_replicas(rs);
     let min_ready = rs["spec"]["minReadySeconds"].as_i64().unwrap_or(0);
     let mut active: Vec<&Value> = owned.iter().filter(|p| pods::is_active(p)).collect();
@@ -31,7 +37,9 @@ pub fn reconcile(rs: &Value, owned: &[Value], now: jiff::Timestamp) -> ReplicaSe
     let have = active.len() as i64;
 
     if have < want && !meta::is_deleting(rs) {
-        for _ in have..want {
+        // At most BURST_REPLICAS per sync, as the real controller; the pods' events bring
+        // the next sync.
+        for _ in have..want.min(have + BURST_REPLICAS) {
             out.create.push(pods::pod_from_template(
                 rs,
                 "apps/v1",
@@ -51,7 +59,10 @@ pub fn reconcile(rs: &Value, owned: &[Value], now: jiff::Timestamp) -> ReplicaSe
                 .then_with(|| meta::creation_time(b).cmp(&meta::creation_time(a)))
                 .then_with(|| meta::name(b).cmp(meta::name(a)))
         });
-        for pod in active.iter().take((have - want) as usize) {
+        for pod in active
+            .iter()
+            .take((have - want).min(BURST_REPLICAS) as usize)
+        {
             out.delete.push(meta::name(pod).to_string());
             out.events.push(Note {
                 kind: "Normal",
@@ -147,6 +158,12 @@ mod tests {
             out.status,
             json!({"replicas": 1, "fullyLabeledReplicas": 1, "terminatingReplicas": 0, "observedGeneration": 2})
         );
+    }
+
+    #[test]
+    fn creates_at_most_a_burst_per_sync() {
+        let out = reconcile(&rs(100_000), &[], now());
+        assert_eq!(out.create.len() as i64, BURST_REPLICAS);
     }
 
     #[test]

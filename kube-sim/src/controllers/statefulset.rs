@@ -22,6 +22,71 @@ pub struct StatefulSetSync {
     pub events: Vec<Note>,
 }
 
+/// Marks which volumeClaimTemplate a claim came from (kube-sim's own label, to find the
+/// pod volume it backs).
+const CLAIM_TEMPLATE_LABEL: &str = "kube-sim.io/claim-template";
+
+/// The PersistentVolumeClaims pod `ordinal` needs (`<template>-<sts>-<ordinal>`), as the
+/// StatefulSet controller creates them before the pod.
+pub fn claims_for(sts: &Value, ordinal: i64) -> Vec<Value> {
+    let name = meta::name(sts);
+    sts["spec"]["volumeClaimTemplates"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|template| {
+            let template_name = template["metadata"]["name"].as_str().unwrap_or_default();
+            let mut labels = sts["spec"]["selector"]["matchLabels"]
+                .as_object()
+                .cloned()
+                .unwrap_or_default();
+            if let Some(own) = template["metadata"]["labels"].as_object() {
+                labels.extend(own.clone());
+            }
+            labels.insert(CLAIM_TEMPLATE_LABEL.into(), json!(template_name));
+            let mut spec = template["spec"].clone();
+            if !spec.is_object() {
+                spec = json!({});
+            }
+            if spec["volumeMode"].is_null() {
+                spec["volumeMode"] = json!("Filesystem");
+            }
+            json!({
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {
+                    "name": format!("{template_name}-{name}-{ordinal}"),
+                    "namespace": meta::namespace(sts),
+                    "labels": labels,
+                },
+                "spec": spec,
+            })
+        })
+        .collect()
+}
+
+/// The status of a claim once a volume is bound to it.
+pub fn bound_claim_status(claim: &Value) -> Value {
+    let storage = claim["spec"]["resources"]["requests"]["storage"].clone();
+    json!({
+        "phase": "Bound",
+        "accessModes": claim["spec"]["accessModes"],
+        "capacity": {"storage": storage},
+    })
+}
+
+fn add_claim_volume(pod: &mut Value, template_name: &Value, claim_name: &str) {
+    if !pod["spec"]["volumes"].is_array() {
+        pod["spec"]["volumes"] = json!([]);
+    }
+    if let Some(volumes) = pod["spec"]["volumes"].as_array_mut() {
+        volumes.retain(|v| v["name"] != *template_name);
+        volumes.push(
+            json!({"name": template_name, "persistentVolumeClaim": {"claimName": claim_name}}),
+        );
+    }
+}
+
 /// The revision name `<sts>-<hash>` of the StatefulSet's current template.
 pub fn update_revision(sts: &Value) -> (String, String) {
     // Always hashed with the count (0 when absent) so the first status write, which sets
@@ -51,6 +116,9 @@ pub fn reconcile(
     now: jiff::Timestamp,
 ) -> StatefulSetSync {
     let mut out = StatefulSetSync::default();
+    if !meta::well_formed(sts) {
+        return out;
+    }
     let name = meta::name(sts);
     let replicas = meta::spec_replicas(sts);
     let (update_rev, hash) = update_revision(sts);
@@ -113,6 +181,13 @@ pub fn reconcile(
                 (POD_INDEX_LABEL, i.to_string()),
             ],
         );
+        for claim in claims_for(sts, i) {
+            let template_name = claim["metadata"]["labels"]
+                .get(CLAIM_TEMPLATE_LABEL)
+                .cloned()
+                .unwrap_or(Value::Null);
+            add_claim_volume(&mut pod, &template_name, meta::name(&claim));
+        }
         pod["spec"]["hostname"] = json!(pod_name);
         if let Some(service) = sts["spec"]["serviceName"].as_str() {
             pod["spec"]["subdomain"] = json!(service);
@@ -124,6 +199,7 @@ pub fn reconcile(
     let mut blocked = false;
     for i in 0..replicas {
         match by_ordinal.get(&i) {
+            None if out.create.len() as i64 >= super::replicaset::BURST_REPLICAS => break,
             None => {
                 out.create.push(new_pod(i));
                 out.events.push(Note {
@@ -293,7 +369,7 @@ mod tests {
         );
         assert_eq!(revision["revision"], 1);
         // db-0 not ready yet: no db-1.
-        let out = reconcile(&set, &[pod.clone()], &[revision], now());
+        let out = reconcile(&set, std::slice::from_ref(pod), &[revision], now());
         assert!(out.create.is_empty());
 
         let (mut set, mut pods, mut revisions, mut order) = (set, vec![], vec![], vec![]);
@@ -337,6 +413,23 @@ mod tests {
             set["status"]["updateRevision"]
         );
         assert_eq!(set["status"]["currentReplicas"], 4);
+    }
+
+    #[test]
+    fn volume_claim_templates_give_each_pod_its_claim() {
+        let mut set = sts(2, "db:1", 0);
+        set["spec"]["volumeClaimTemplates"] = json!([{"metadata": {"name": "data"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]);
+        let claims = claims_for(&set, 1);
+        assert_eq!(meta::name(&claims[0]), "data-db-1");
+        assert_eq!(claims[0]["metadata"]["labels"]["app"], "db");
+        assert_eq!(bound_claim_status(&claims[0])["capacity"]["storage"], "1Gi");
+        let out = reconcile(&set, &[], &[], now());
+        let volumes = out.create[0]["spec"]["volumes"].as_array().unwrap();
+        assert_eq!(
+            volumes[0],
+            json!({"name": "data", "persistentVolumeClaim": {"claimName": "data-db-0"}})
+        );
     }
 
     #[test]

@@ -1,0 +1,108 @@
+//! The command-line contract: `kube-sim serve` writes the kubeconfig, prints exactly one
+//! line `ready` once every cluster listens, serves, and stops on SIGTERM.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+#[test]
+fn serve_prints_ready_serves_and_stops_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kube-sim"))
+        .args([
+            "serve",
+            "--clusters",
+            "3",
+            "--plain-http",
+            "--time-scale",
+            "10",
+            "--kubeconfig",
+        ])
+        .arg(&kubeconfig)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+
+    let config: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(&kubeconfig).unwrap()).unwrap();
+    assert_eq!(config["current-context"], "sim-1");
+    let names: Vec<&str> = config["contexts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["sim-1", "sim-2", "sim-3"]);
+    // Each cluster answers on its own port with its own token.
+    for (cluster, user) in config["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(config["users"].as_array().unwrap())
+    {
+        let server = cluster["cluster"]["server"].as_str().unwrap();
+        let token = user["user"]["token"].as_str().unwrap();
+        let address = server.trim_start_matches("http://");
+        let mut stream = std::net::TcpStream::connect(address).unwrap();
+        use std::io::Write;
+        write!(
+            stream,
+            "GET /api/v1/namespaces/default HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        assert!(response.contains("\"name\":\"default\""), "{response}");
+    }
+
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(status.success(), "{status}");
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "kube-sim did not stop on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).unwrap();
+    assert_eq!(rest, "", "only one line on stdout");
+}
+
+#[test]
+fn serve_reports_a_bad_rules_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules.yaml");
+    std::fs::write(&rules, "this: [is not a rules list").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_kube-sim"))
+        .args(["serve", "--kubeconfig"])
+        .arg(dir.path().join("kc"))
+        .arg("--rules")
+        .arg(&rules)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).is_empty());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("rules"), "{stderr}");
+}

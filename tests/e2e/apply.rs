@@ -1,0 +1,185 @@
+//! Apply behaviour: CRDs before their objects, kinds a cluster does not serve, conflicts
+//! with another field manager, and the report's schema.
+
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+
+use crate::harness::{TestEnv, config, list, small_app};
+
+const CRD: &str = "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.example.com
+spec:
+  group: example.com
+  scope: Namespaced
+  names:
+    plural: widgets
+    singular: widget
+    kind: Widget
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          x-kubernetes-preserve-unknown-fields: true
+";
+
+const WIDGET: &str = "apiVersion: example.com/v1
+kind: Widget
+metadata:
+  name: blue
+spec:
+  size: 3
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crd_is_established_before_its_objects_are_applied() {
+    let env = TestEnv::start(1, "").await;
+    env.write("rollguard.yaml", &config(1, "60s"));
+    // The Widget comes first in the files: ordering puts the CRD before it.
+    env.write("k8s/a-widget.yaml", WIDGET);
+    env.write("k8s/b-crd.yaml", CRD);
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    let client = env.client(1).await;
+    let widgets = list(&client, "example.com/v1", "Widget", "widgets", "shop").await;
+    assert_eq!(widgets.len(), 1, "{widgets:?}");
+    assert_eq!(widgets[0]["spec"]["size"], 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kind_the_cluster_does_not_serve_fails_that_target_with_no_write() {
+    let env = TestEnv::start(1, "").await;
+    env.write("rollguard.yaml", &config(1, "60s"));
+    env.write(
+        "k8s/app.yaml",
+        &format!("{}---\n{WIDGET}", small_app("example.com/web:v1")),
+    );
+    let run = env.deploy(&["--on-failure", "none"]).await;
+    assert_eq!(run.code, 1, "{}", run.output());
+    let failure = run.target("eu")["failures"][0].clone();
+    assert_eq!(failure["reason"], "KindNotServed", "{failure:#}");
+    assert!(
+        failure["object"]
+            .as_str()
+            .is_some_and(|o| o.contains("Widget")),
+        "{failure:#}"
+    );
+    assert_eq!(
+        env.writes(1),
+        0,
+        "nothing is written before every kind is resolved"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conflicts_are_reported_per_field_and_force_takes_ownership() {
+    let env = TestEnv::start(1, "").await;
+    env.write("rollguard.yaml", &config(1, "60s"));
+    env.write("k8s/app.yaml", &small_app("example.com/web:v1"));
+    // Another field manager owns .spec.replicas with a different value.
+    let client = env.client(1).await;
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let ns =
+        serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}});
+    namespaces
+        .patch("shop", &PatchParams::apply("kubectl"), &Patch::Apply(&ns))
+        .await
+        .expect("namespace");
+    let gvk = kube::core::GroupVersionKind::gvk("apps", "v1", "Deployment");
+    let resource = kube::discovery::ApiResource::from_gvk_with_plural(&gvk, "deployments");
+    let deployments: Api<DynamicObject> = Api::namespaced_with(client.clone(), "shop", &resource);
+    let theirs: serde_json::Value = serde_saphyr::from_str(
+        &small_app("example.com/web:v1")
+            .split("---\n")
+            .nth(1)
+            .expect("deployment")
+            .replace("replicas: 2", "replicas: 5"),
+    )
+    .expect("yaml");
+    deployments
+        .patch(
+            "web",
+            &PatchParams::apply("kubectl"),
+            &Patch::Apply(&theirs),
+        )
+        .await
+        .expect("kubectl's apply");
+
+    let run = env.deploy(&["--on-failure", "none"]).await;
+    assert_eq!(run.code, 1, "{}", run.output());
+    let failure = run.target("eu")["failures"][0].clone();
+    assert_eq!(failure["reason"], "Conflict", "{failure:#}");
+    let message = failure["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains(".spec.replicas") && message.contains("kubectl"),
+        "{message}"
+    );
+    assert!(message.contains("--force-conflicts"), "{message}");
+
+    let run = env.deploy(&["--force-conflicts"]).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    let web = deployments.get("web").await.expect("web");
+    assert_eq!(web.data["spec"]["replicas"], 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_report_has_the_documented_fields() {
+    let rules = "- {cluster: sim-2, image: \"*:bad\", behaviour: ImagePullBackOff}\n";
+    let env = TestEnv::start(2, rules).await;
+    env.write("rollguard.yaml", &config(2, "60s"));
+    env.write("k8s/app.yaml", &small_app("example.com/web:bad"));
+    let run = env
+        .deploy(&["--on-failure", "none", "--commit", "0123456789abcdef"])
+        .await;
+    assert_eq!(run.code, 1, "{}", run.output());
+    let report = run.report.as_ref().expect("report");
+    for key in [
+        "version",
+        "app",
+        "commit",
+        "outcome",
+        "summary",
+        "started_at",
+        "finished_at",
+        "targets",
+        "dry_run",
+    ] {
+        assert!(report.get(key).is_some(), "report lacks {key}: {report:#}");
+    }
+    assert_eq!(report["commit"]["sha"], "0123456789abcdef");
+    assert_eq!(report["outcome"], "failed");
+    for target in report["targets"].as_array().expect("targets") {
+        for key in [
+            "name",
+            "outcome",
+            "revision",
+            "started_at",
+            "finished_at",
+            "phases",
+            "failures",
+        ] {
+            assert!(target.get(key).is_some(), "target lacks {key}: {target:#}");
+        }
+        for phase in target["phases"].as_array().expect("phases") {
+            assert!(
+                phase["name"].is_string() && phase["seconds"].is_number(),
+                "{phase:#}"
+            );
+        }
+    }
+    let failure = &run.target("us")["failures"][0];
+    for key in ["object", "pod", "container", "reason", "message"] {
+        assert!(
+            failure.get(key).is_some(),
+            "failure lacks {key}: {failure:#}"
+        );
+    }
+    assert!(
+        failure["events"].as_array().is_some_and(|e| !e.is_empty()),
+        "Warning events attached: {failure:#}"
+    );
+    assert_eq!(run.outcome("eu"), "deployed");
+}

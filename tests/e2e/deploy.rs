@@ -1,0 +1,179 @@
+//! Deploys that must succeed.
+
+use crate::harness::{TestEnv, assert_no_ansi, config, deployment_available, list, small_app};
+
+fn corpus_file(rel: &str) -> String {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    // The corpus sits beside the repository (../shared), or beside the worktree folder.
+    for base in [
+        root.join("../shared/corpus"),
+        root.join("../../shared/corpus"),
+    ] {
+        if let Ok(text) = std::fs::read_to_string(base.join(rel)) {
+            return text;
+        }
+    }
+    panic!("corpus file {rel} not found next to {}", root.display());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn microservices_demo_deploys_to_three_clusters() {
+    let env = TestEnv::start(3, "").await;
+    env.write("rollguard.yaml", &config(3, "90s"));
+    env.write(
+        "k8s/kubernetes-manifests.yaml",
+        &corpus_file("microservices-demo/release/kubernetes-manifests.yaml"),
+    );
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    for name in ["eu", "us", "ap"] {
+        assert_eq!(run.outcome(name), "deployed", "{}", run.output());
+        let phases = run.target(name)["phases"]
+            .as_array()
+            .expect("phases")
+            .clone();
+        assert!(
+            phases.iter().any(|p| p["name"] == "wait"),
+            "phases: {phases:?}"
+        );
+    }
+    let report = run.report.as_ref().expect("report");
+    assert_eq!(report["version"], 1);
+    assert_eq!(report["app"], "shop");
+    assert_eq!(report["outcome"], "deployed");
+    for cluster in 1..=3 {
+        let client = env.client(cluster).await;
+        let deployments = list(&client, "apps/v1", "Deployment", "deployments", "shop").await;
+        assert_eq!(
+            deployments.len(),
+            12,
+            "every Deployment of the demo is in sim-{cluster}"
+        );
+        for d in &deployments {
+            assert!(
+                deployment_available(d),
+                "sim-{cluster}: {} not available: {:#}",
+                d["metadata"]["name"],
+                d["status"]
+            );
+        }
+    }
+    assert_no_ansi(&run);
+    // Every log line of a target names it.
+    for line in run.stderr.lines().filter(|l| l.contains("applied")) {
+        assert!(
+            line.contains("target"),
+            "log line without its target: {line}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_percent_503_still_deploys() {
+    let env = TestEnv::start(3, "").await;
+    for i in 0..3usize {
+        env.cluster(i + 1).set_faults(kube_sim::faults::Faults {
+            error_rate: 0.3,
+            error_status: 503,
+            ..Default::default()
+        });
+    }
+    env.write("rollguard.yaml", &config(3, "60s"));
+    env.write("k8s/app.yaml", &small_app("example.com/web:v1"));
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    for name in ["eu", "us", "ap"] {
+        assert_eq!(run.outcome(name), "deployed", "{}", run.output());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_writes_nothing() {
+    let env = TestEnv::start(1, "").await;
+    env.write("rollguard.yaml", &config(1, "30s"));
+    // The namespace exists, so the dry run can check every object.
+    env.write(
+        "k8s/app.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: shop\n---\n{}",
+            small_app("example.com/web:v1")
+        ),
+    );
+    let before = env.writes(1);
+    let run = env.deploy(&["--dry-run"]).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    assert_eq!(run.report.as_ref().expect("report")["dry_run"], true);
+    assert_eq!(env.writes(1), before, "a dry run stores nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_catches_the_bad_image_and_rolls_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = crate::harness::rollguard(&["demo".to_string()], dir.path(), &[]).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    assert!(
+        run.stderr.contains("us: ImagePullBackOff caught"),
+        "{}",
+        run.output()
+    );
+    assert!(run.stdout.contains("rolled-back"), "{}", run.output());
+    assert!(
+        run.elapsed < std::time::Duration::from_secs(60),
+        "took {:?}",
+        run.elapsed
+    );
+    assert_no_ansi(&run);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn context_flag_picks_targets_and_kubeconfig_env_holds_a_whole_kubeconfig() {
+    use base64::Engine as _;
+    let env = TestEnv::start(2, "").await;
+    // Target `us` reads its kubeconfig from an environment variable, base64 as CI secrets hold it.
+    env.write(
+        "rollguard.yaml",
+        "app: shop\nnamespace: shop\nmanifests: [k8s/]\ntargets:\n  - name: eu\n    context: sim-1\n  - name: us\n    context: sim-2\n    kubeconfig_env: KC_US\n",
+    );
+    env.write("k8s/app.yaml", &small_app("example.com/web:v1"));
+    let kubeconfig = std::fs::read_to_string(&env.kubeconfig).expect("kubeconfig");
+    let encoded = base64::engine::general_purpose::STANDARD.encode(kubeconfig);
+    let args: Vec<String> = [
+        "deploy",
+        "--config",
+        &env.path("rollguard.yaml").display().to_string(),
+        "--report",
+        &env.path("report.json").display().to_string(),
+        "--context",
+        "sim-2",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    // No --kubeconfig and no KUBECONFIG: only the env variable can reach sim-2.
+    let mut run = crate::harness::rollguard(&args, env.dir.path(), &[("KC_US", &encoded)]).await;
+    run.report = std::fs::read_to_string(env.path("report.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok());
+    assert_eq!(run.code, 0, "{}", run.output());
+    let targets = run.report.as_ref().expect("report")["targets"]
+        .as_array()
+        .expect("targets")
+        .clone();
+    assert_eq!(targets.len(), 1, "only the picked target runs: {targets:?}");
+    assert_eq!(run.outcome("us"), "deployed");
+    assert_eq!(env.writes(1), 0, "sim-1 was not picked");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_watch_streams_are_resumed() {
+    let env = TestEnv::start(1, "").await;
+    env.cluster(1).set_faults(kube_sim::faults::Faults {
+        drop_watch_after_events: Some(2),
+        ..Default::default()
+    });
+    env.write("rollguard.yaml", &config(1, "60s"));
+    env.write("k8s/app.yaml", &small_app("example.com/web:v1"));
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    assert_eq!(run.outcome("eu"), "deployed");
+}

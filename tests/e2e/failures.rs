@@ -1,0 +1,139 @@
+//! Targets that must fail, fast and with the reason, while the others deploy.
+
+use std::time::Duration;
+
+use crate::harness::{TestEnv, assert_no_ansi, config, small_app};
+
+/// Runs the small app with `image` on three clusters where `rules` make it fail on sim-2
+/// only; returns the run.
+async fn one_bad_cluster(
+    image: &str,
+    behaviour: &str,
+    extra_manifest: &str,
+) -> crate::harness::Run {
+    let rules = format!(
+        "- {{cluster: sim-2, image: \"{image}\", behaviour: {behaviour}}}\n- {{image: \"{image}\", behaviour: Ready}}\n"
+    );
+    let env = TestEnv::start(3, &rules).await;
+    env.write("rollguard.yaml", &config(3, "5m"));
+    env.write(
+        "k8s/app.yaml",
+        &format!("{}{extra_manifest}", small_app(image)),
+    );
+    let run = env.deploy(&["--on-failure", "none"]).await;
+    assert_eq!(run.code, 1, "{}", run.output());
+    assert_eq!(run.outcome("eu"), "deployed", "{}", run.output());
+    assert_eq!(run.outcome("ap"), "deployed", "{}", run.output());
+    assert_eq!(run.outcome("us"), "failed", "{}", run.output());
+    assert_no_ansi(&run);
+    run
+}
+
+fn first_failure(run: &crate::harness::Run, target: &str) -> serde_json::Value {
+    run.target(target)["failures"][0].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_pull_backoff_fails_one_target_fast() {
+    let run = one_bad_cluster("nginx:doesnotexist", "ImagePullBackOff", "").await;
+    let failure = first_failure(&run, "us");
+    assert_eq!(failure["reason"], "ImagePullBackOff", "{failure:#}");
+    assert_eq!(failure["object"], "Deployment shop/web");
+    assert_eq!(failure["container"], "web");
+    assert!(
+        failure["pod"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("web-")),
+        "{failure:#}"
+    );
+    assert!(
+        failure["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("nginx:doesnotexist")),
+        "{failure:#}"
+    );
+    // The progress deadline is 600 s (30 s real at this time scale); the verdict comes long before.
+    assert!(
+        run.elapsed < Duration::from_secs(20),
+        "took {:?}",
+        run.elapsed
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_loop_fails_one_target() {
+    let run = one_bad_cluster("example.com/web:crashy", "CrashLoopBackOff", "").await;
+    let failure = first_failure(&run, "us");
+    assert_eq!(failure["reason"], "CrashLoopBackOff", "{failure:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_container_config_error_fails_one_target() {
+    let run = one_bad_cluster("example.com/web:cfg", "CreateContainerConfigError", "").await;
+    let failure = first_failure(&run, "us");
+    assert_eq!(
+        failure["reason"], "CreateContainerConfigError",
+        "{failure:#}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn never_ready_times_out_with_what_was_pending() {
+    let env = TestEnv::start(1, "").await;
+    env.write("rollguard.yaml", &config(1, "5m"));
+    env.write("k8s/app.yaml", &small_app("example.com/web:neverready"));
+    let run = env
+        .deploy(&["--timeout", "3s", "--on-failure", "none"])
+        .await;
+    assert_eq!(run.code, 1, "{}", run.output());
+    let failure = run.target("eu")["failures"][0].clone();
+    assert_eq!(failure["reason"], "Timeout", "{failure:#}");
+    assert_eq!(failure["object"], "Deployment shop/web", "{failure:#}");
+    assert!(
+        run.elapsed < Duration::from_secs(15),
+        "took {:?}",
+        run.elapsed
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_that_is_down_fails_and_the_others_deploy() {
+    let env = TestEnv::start(3, "").await;
+    env.cluster(3).set_down(true);
+    env.write("rollguard.yaml", &config(3, "60s"));
+    env.write("k8s/app.yaml", &small_app("example.com/web:v1"));
+    let run = env.deploy(&["--on-failure", "none"]).await;
+    assert_eq!(run.code, 1, "{}", run.output());
+    assert_eq!(run.outcome("eu"), "deployed", "{}", run.output());
+    assert_eq!(run.outcome("us"), "deployed", "{}", run.output());
+    assert_eq!(run.outcome("ap"), "failed", "{}", run.output());
+    let failure = run.target("ap")["failures"][0].clone();
+    assert_eq!(failure["reason"], "ConnectionRefused", "{failure:#}");
+    assert!(
+        run.elapsed < Duration::from_secs(30),
+        "took {:?}",
+        run.elapsed
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_token_is_reported_as_unauthorized() {
+    let env = TestEnv::start(2, "").await;
+    // Replace sim-2's token in the kubeconfig.
+    let text = std::fs::read_to_string(&env.kubeconfig).expect("kubeconfig");
+    let mut kc: serde_json::Value = serde_saphyr::from_str(&text).expect("kubeconfig yaml");
+    let users = kc["users"].as_array_mut().expect("users");
+    let user = users
+        .iter_mut()
+        .find(|u| u["name"].as_str().is_some_and(|n| n.contains('2')))
+        .expect("user of sim-2");
+    user["user"]["token"] = serde_json::Value::String("wrong-token".into());
+    std::fs::write(&env.kubeconfig, serde_json::to_string(&kc).expect("json")).expect("write");
+    env.write("rollguard.yaml", &config(2, "60s"));
+    env.write("k8s/app.yaml", &small_app("example.com/web:v1"));
+    let run = env.deploy(&["--on-failure", "none"]).await;
+    assert_eq!(run.code, 1, "{}", run.output());
+    assert_eq!(run.outcome("eu"), "deployed", "{}", run.output());
+    let failure = run.target("us")["failures"][0].clone();
+    assert_eq!(failure["reason"], "Unauthorized", "{failure:#}");
+}

@@ -1,0 +1,267 @@
+//! Everything the tests need from clusters and the binary, in one place, so that the suite
+//! can later point at real clusters (e.g. kind, via ROLLGUARD_E2E_KUBECONFIG) by changing
+//! only this module.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use serde_json::Value;
+use tempfile::TempDir;
+
+/// Simulated seconds per real second: a 10 s readiness delay takes half a second.
+pub const TIME_SCALE: f64 = 20.0;
+
+/// A small app: a ConfigMap and a Deployment `web` with two replicas of `image`.
+pub fn small_app(image: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: web-config
+data:
+  greeting: hello
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+spec:
+  replicas: 2
+  selector:
+    matchLabels:
+      app: web
+  template:
+    metadata:
+      labels:
+        app: web
+    spec:
+      containers:
+        - name: web
+          image: {image}
+"
+    )
+}
+
+/// A config for `app: shop` in namespace `shop` with targets eu/us/ap on sim-1/2/3 (as many
+/// as clusters), manifests in `k8s/`.
+pub fn config(targets: usize, timeout: &str) -> String {
+    let names = ["eu", "us", "ap", "sa", "af"];
+    let mut text = format!(
+        "app: shop\nnamespace: shop\nmanifests: [k8s/]\nwait:\n  timeout: {timeout}\ntargets:\n"
+    );
+    for (i, name) in names.iter().take(targets).enumerate() {
+        text.push_str(&format!("  - name: {name}\n    context: sim-{}\n", i + 1));
+    }
+    text
+}
+
+/// Clusters plus a scratch folder with the kubeconfig, config and manifests.
+pub struct TestEnv {
+    pub dir: TempDir,
+    pub kubeconfig: PathBuf,
+    pub sim: kube_sim::cluster::Sim,
+}
+
+/// The result of one run of the binary.
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+    pub report: Option<Value>,
+    pub elapsed: Duration,
+}
+
+impl Run {
+    /// The report's entry for a target.
+    pub fn target(&self, name: &str) -> &Value {
+        let report = self
+            .report
+            .as_ref()
+            .unwrap_or_else(|| panic!("no report; stderr:\n{}", self.stderr));
+        report["targets"]
+            .as_array()
+            .and_then(|ts| ts.iter().find(|t| t["name"] == name))
+            .unwrap_or_else(|| panic!("target {name} not in report: {report:#}"))
+    }
+
+    pub fn outcome(&self, name: &str) -> String {
+        self.target(name)["outcome"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    }
+
+    /// Everything printed, for assertion messages.
+    pub fn output(&self) -> String {
+        format!(
+            "exit {}\n--- stdout\n{}\n--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+impl TestEnv {
+    /// Starts `clusters` simulated clusters (contexts sim-1..) with these kube-sim rules.
+    pub async fn start(clusters: usize, rules: &str) -> TestEnv {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let rules = kube_sim::rules::parse(rules).expect("rules parse");
+        let sim = kube_sim::cluster::Sim::start(kube_sim::cluster::SimOptions {
+            clusters,
+            time_scale: TIME_SCALE,
+            rules,
+            ..Default::default()
+        })
+        .await
+        .expect("kube-sim starts");
+        let kubeconfig = dir.path().join("kubeconfig");
+        sim.write_kubeconfig(&kubeconfig)
+            .expect("kubeconfig written");
+        TestEnv {
+            dir,
+            kubeconfig,
+            sim,
+        }
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    pub fn write(&self, rel: &str, text: &str) {
+        let path = self.path(rel);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(path, text).expect("write");
+    }
+
+    /// Runs `rollguard deploy --config <dir>/rollguard.yaml --kubeconfig <kc> --report <r>`
+    /// plus `extra`, with a clean environment (no KUBECONFIG, no GITHUB_*, no TTY).
+    pub async fn deploy(&self, extra: &[&str]) -> Run {
+        let report = self.path("report.json");
+        let _ = std::fs::remove_file(&report);
+        let mut args: Vec<String> = vec![
+            "deploy".into(),
+            "--config".into(),
+            self.path("rollguard.yaml").display().to_string(),
+            "--kubeconfig".into(),
+            self.kubeconfig.display().to_string(),
+            "--report".into(),
+            report.display().to_string(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut run = rollguard(&args, self.dir.path(), &[]).await;
+        run.report = std::fs::read_to_string(&report)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok());
+        run
+    }
+
+    /// Cluster `sim-N` (1-based, as the contexts are named).
+    pub fn cluster(&self, n: usize) -> &kube_sim::cluster::Cluster {
+        &self.sim.clusters()[n - 1]
+    }
+
+    /// A kube client for context `sim-N`.
+    pub async fn client(&self, cluster: usize) -> kube::Client {
+        client_for(&self.kubeconfig, &format!("sim-{cluster}")).await
+    }
+
+    /// Writes to cluster `sim-N` counted by kube-sim (create, update, patch, apply, delete).
+    pub fn writes(&self, cluster: usize) -> u64 {
+        self.cluster(cluster).counters().writes()
+    }
+}
+
+pub async fn client_for(kubeconfig: &Path, context: &str) -> kube::Client {
+    let kc = Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
+    let options = KubeConfigOptions {
+        context: Some(context.to_string()),
+        ..Default::default()
+    };
+    let config = kube::Config::from_custom_kubeconfig(kc, &options)
+        .await
+        .expect("config");
+    kube::Client::try_from(config).expect("client")
+}
+
+/// Runs the real binary with a clean environment plus `env`.
+pub async fn rollguard(args: &[String], cwd: &Path, env: &[(&str, &str)]) -> Run {
+    let started = Instant::now();
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_rollguard"));
+    cmd.args(args)
+        .current_dir(cwd)
+        .env_clear()
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    for key in ["PATH", "HOME", "TMPDIR"] {
+        if let Some(v) = std::env::var_os(key) {
+            cmd.env(key, v);
+        }
+    }
+    cmd.env("RUST_LOG", "rollguard=info");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(120), cmd.output())
+        .await
+        .expect("rollguard finished within 120 s")
+        .expect("rollguard runs");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        report: None,
+        elapsed: started.elapsed(),
+    }
+}
+
+/// All objects of a kind in a namespace, as JSON.
+pub async fn list(
+    client: &kube::Client,
+    api_version: &str,
+    kind: &str,
+    plural: &str,
+    ns: &str,
+) -> Vec<Value> {
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let gvk = kube::core::GroupVersionKind::gvk(group, version, kind);
+    let resource = kube::discovery::ApiResource::from_gvk_with_plural(&gvk, plural);
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
+    api.list(&ListParams::default())
+        .await
+        .expect("list")
+        .items
+        .into_iter()
+        .map(|o| serde_json::to_value(o).expect("json"))
+        .collect()
+}
+
+/// True when a Deployment has all replicas updated, ready and available for its generation.
+pub fn deployment_available(d: &Value) -> bool {
+    let want = d["spec"]["replicas"].as_i64().unwrap_or(1);
+    let status = &d["status"];
+    status["observedGeneration"] == d["metadata"]["generation"]
+        && status["availableReplicas"].as_i64() == Some(want)
+        && status["updatedReplicas"].as_i64() == Some(want)
+        && status["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Available" && c["status"] == "True")
+        })
+}
+
+/// No ANSI escape in anything the binary printed (stdout and stderr are not terminals).
+pub fn assert_no_ansi(run: &Run) {
+    assert!(
+        !run.stdout.contains('\u{1b}'),
+        "ANSI escape in stdout:\n{}",
+        run.output()
+    );
+    assert!(
+        !run.stderr.contains('\u{1b}'),
+        "ANSI escape in stderr:\n{}",
+        run.output()
+    );
+}

@@ -1,0 +1,65 @@
+//! Bad input: exit 2 and nothing written anywhere.
+
+use crate::harness::{TestEnv, config, rollguard, small_app};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_manifest_anywhere_writes_nothing() {
+    let env = TestEnv::start(3, "").await;
+    env.write("rollguard.yaml", &config(3, "60s"));
+    env.write("k8s/a-good.yaml", &small_app("example.com/web:v1"));
+    // No metadata.name: refused before any cluster is touched.
+    env.write(
+        "k8s/b-bad.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  generateName: x-\n",
+    );
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 2, "{}", run.output());
+    assert!(
+        run.stderr.contains("b-bad.yaml"),
+        "the message names the file: {}",
+        run.output()
+    );
+    for cluster in 1..=3 {
+        assert_eq!(env.writes(cluster), 0, "sim-{cluster} got a write");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unparseable_document_writes_nothing() {
+    let env = TestEnv::start(2, "").await;
+    env.write("rollguard.yaml", &config(2, "60s"));
+    env.write(
+        "k8s/app.yaml",
+        &format!("{}---\nkind: [unclosed\n", small_app("example.com/web:v1")),
+    );
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 2, "{}", run.output());
+    for cluster in 1..=2 {
+        assert_eq!(env.writes(cluster), 0, "sim-{cluster} got a write");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_config_and_flags_exit_2() {
+    let env = TestEnv::start(1, "").await;
+    env.write(
+        "rollguard.yaml",
+        &format!("{}unknown_key: 1\n", config(1, "60s")),
+    );
+    env.write("k8s/app.yaml", &small_app("example.com/web:v1"));
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 2, "{}", run.output());
+    env.write("rollguard.yaml", &config(1, "60s"));
+    let run = env.deploy(&["--on-failure", "sometimes"]).await;
+    assert_eq!(run.code, 2, "{}", run.output());
+    assert_eq!(env.writes(1), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schema_prints_json() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = rollguard(&["schema".to_string()], dir.path(), &[]).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    let schema: serde_json::Value = serde_json::from_str(&run.stdout).expect("schema is JSON");
+    assert!(schema.is_object());
+}

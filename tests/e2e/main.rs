@@ -1,0 +1,10 @@
+//! End-to-end tests: the real `rollguard` binary against kube-sim clusters started in this
+//! process, over real HTTPS. Each test starts its own clusters on ephemeral ports, so the
+//! tests run in parallel. Cluster access goes through `harness` only.
+
+mod apply;
+mod deploy;
+mod failures;
+mod harness;
+mod input;
+mod release;
