@@ -1,0 +1,209 @@
+//! rollguard's benchmark program: `cargo bench --bench bench [-- SECTION...]`.
+//!
+//! One run prints, per section, a table with each goal beside the measured value and
+//! PASS/MISS, then a summary. It uses the release-built `rollguard` binary that cargo builds
+//! for this bench (CARGO_BIN_EXE_rollguard), the `kube-sim` binary (built here with
+//! `cargo build --release -p kube-sim`) for the kube-sim figures, and in-process kube-sim
+//! clusters (`kube_sim::Sim`) for the rest. BENCHMARKS.md keeps the latest output.
+
+mod sections;
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use support::procs;
+use support::table::{self, Row, Verdict};
+
+/// Every section: (name, title, budget).
+const SECTIONS: [(&str, &str, u64); 6] = [
+    (
+        "sim",
+        "kube-sim: applies/s, 100 watchers, RSS with 10,000 objects (issue 2)",
+        150,
+    ),
+    (
+        "detect",
+        "detection: ImagePullBackOff -> verdict, vs kubectl rollout status (issue 3)",
+        120,
+    ),
+    (
+        "fleet",
+        "fleet: 1, 10, 50 clusters with 20 ms latency (issue 3)",
+        150,
+    ),
+    (
+        "apply",
+        "apply: 500 objects, 5 ms latency, rollguard vs kubectl --server-side (issue 3)",
+        120,
+    ),
+    (
+        "memory",
+        "memory: rollguard peak RSS, 50 clusters x 100 objects (issue 3)",
+        120,
+    ),
+    (
+        "rollback",
+        "rollback: bad deploy to 3 clusters -> all rolled back and healthy (issue 4)",
+        120,
+    ),
+];
+
+/// The whole run stops starting sections after this long.
+const TOTAL_BUDGET: Duration = Duration::from_secs(9 * 60);
+
+fn help() -> String {
+    let mut out = String::from(
+        "rollguard benchmarks\n\n\
+         usage: cargo bench --bench bench [-- SECTION...]\n\n\
+         Runs the chosen sections (all by default) in one process and prints, per section,\n\
+         a table with each goal beside the measured value and PASS/MISS, then a summary.\n\
+         The whole run is bounded: each section has a time budget (below), every child\n\
+         process is killed at its own limit, and no section starts after 9 minutes; a full\n\
+         run takes about 1 minute on 2 cores once built. Cargo builds the release rollguard binary\n\
+         first; the sim section also builds kube-sim with `cargo build --release -p kube-sim`.\n\
+         kubectl on the PATH is needed by the detect and apply sections.\n\nsections:\n",
+    );
+    for (name, title, budget) in SECTIONS {
+        out.push_str(&format!("  {name:<9} {title} (budget {budget} s)\n"));
+    }
+    out
+}
+
+async fn run_section(name: &str, scratch: &Path, kube_sim: &Result<PathBuf, String>) -> Vec<Row> {
+    match name {
+        "sim" => sections::sim::run(scratch, kube_sim.clone()).await,
+        "detect" => sections::detect::run(scratch).await,
+        "fleet" => sections::fleet::run(scratch).await,
+        "apply" => sections::apply::run(scratch).await,
+        "memory" => sections::fleet::memory(scratch).await,
+        "rollback" => sections::rollback::run(scratch).await,
+        _ => vec![Row::skipped(name, "unknown section")],
+    }
+}
+
+fn main() {
+    let mut chosen: Vec<String> = Vec::new();
+    for arg in std::env::args().skip(1) {
+        match arg.as_str() {
+            // cargo passes --bench to harness-less benches.
+            "--bench" => {}
+            "-h" | "--help" => {
+                print!("{}", help());
+                return;
+            }
+            a if SECTIONS.iter().any(|s| s.0 == a) => chosen.push(a.to_string()),
+            a => {
+                eprintln!("unknown argument {a:?}\n\n{}", help());
+                std::process::exit(2);
+            }
+        }
+    }
+    if chosen.is_empty() {
+        chosen = SECTIONS.iter().map(|s| s.0.to_string()).collect();
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the async runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    let scratch = match tempfile::tempdir() {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("cannot create a temporary folder: {e}");
+            std::process::exit(1);
+        }
+    };
+    println!(
+        "rollguard benchmarks: {} UTC; {} CPUs; load average {} at start; rollguard {}",
+        jiff::Timestamp::now().strftime("%Y-%m-%d %H:%M:%S"),
+        procs::nproc(),
+        procs::loadavg(),
+        procs::rollguard_bin().display()
+    );
+    println!("sections: {}", chosen.join(" "));
+    // Built before any section's clock starts.
+    let kube_sim: Result<PathBuf, String> = if chosen.iter().any(|c| c == "sim") {
+        let build = Instant::now();
+        let bin = procs::build_kube_sim();
+        println!(
+            "kube-sim: {} (cargo build --release -p kube-sim: {:.1} s)",
+            bin.as_ref()
+                .map_or_else(|e| e.clone(), |b| b.display().to_string()),
+            build.elapsed().as_secs_f64()
+        );
+        bin
+    } else {
+        Err("not built".into())
+    };
+    println!();
+    let started = Instant::now();
+    let mut summary: Vec<(String, Row)> = Vec::new();
+    for name in &chosen {
+        let (_, title, budget) = SECTIONS
+            .iter()
+            .find(|s| s.0 == name)
+            .copied()
+            .unwrap_or((name, "", 60));
+        println!("== {name}: {title}");
+        let dir = scratch.path().join(name);
+        let rows = if let Err(e) = std::fs::create_dir_all(&dir) {
+            vec![Row::skipped(name.as_str(), format!("scratch folder: {e}"))]
+        } else if started.elapsed() >= TOTAL_BUDGET {
+            vec![Row::skipped(
+                name.as_str(),
+                "the run's 9-minute budget is spent",
+            )]
+        } else {
+            let section_started = Instant::now();
+            let limit = Duration::from_secs(budget).min(TOTAL_BUDGET - started.elapsed());
+            let rows = runtime.block_on(async {
+                match tokio::time::timeout(limit, run_section(name, &dir, &kube_sim)).await {
+                    Ok(rows) => rows,
+                    Err(_) => vec![Row::skipped(
+                        name.as_str(),
+                        format!("did not finish within its {} s budget", limit.as_secs()),
+                    )],
+                }
+            });
+            println!(
+                "  ({:.1} s, load average {})",
+                section_started.elapsed().as_secs_f64(),
+                procs::loadavg()
+            );
+            rows
+        };
+        print!("{}", table::render(&rows));
+        println!();
+        for r in rows {
+            if r.verdict != Verdict::Info {
+                summary.push((name.clone(), r));
+            }
+        }
+    }
+    println!("== summary");
+    let rows: Vec<Row> = summary
+        .iter()
+        .map(|(section, r)| Row {
+            metric: format!("{section}: {}", r.metric.trim()),
+            ..r.clone()
+        })
+        .collect();
+    print!("{}", table::render(&rows));
+    let count = |v: Verdict| rows.iter().filter(|r| r.verdict == v).count();
+    println!(
+        "\n{} PASS, {} MISS, {} SKIPPED in {:.1} s; load average {} at the end",
+        count(Verdict::Pass),
+        count(Verdict::Miss),
+        count(Verdict::Skipped),
+        started.elapsed().as_secs_f64(),
+        procs::loadavg()
+    );
+    // Leftover watch tasks must not hold the exit.
+    runtime.shutdown_timeout(Duration::from_millis(500));
+}

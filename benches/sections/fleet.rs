@@ -1,0 +1,190 @@
+//! Fleet (issue 3): `rollguard deploy` of a small app to 1, 10 and 50 clusters, each with
+//! 20 ms of added latency; and peak memory for 50 clusters x 100 objects.
+
+use std::path::Path;
+use std::time::Duration;
+
+use kube_sim::{Faults, Sim, SimOptions};
+
+use crate::support::fixtures::{self, Mix};
+use crate::support::table::{Row, mib, secs};
+
+const SIZES: [usize; 3] = [1, 10, 50];
+const LATENCY_MS: u64 = 20;
+
+async fn start(
+    clusters: usize,
+    time_scale: f64,
+    scratch: &Path,
+) -> Result<(Sim, std::path::PathBuf), String> {
+    let sim = Sim::start(SimOptions {
+        clusters,
+        time_scale,
+        ..SimOptions::default()
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    let kubeconfig = scratch.join("kubeconfig");
+    sim.write_kubeconfig(&kubeconfig)
+        .map_err(|e| e.to_string())?;
+    Ok((sim, kubeconfig))
+}
+
+pub async fn run(scratch: &Path) -> Vec<Row> {
+    match fleet(scratch).await {
+        Ok(rows) => rows,
+        Err(e) => vec![Row::skipped("fleet", e)],
+    }
+}
+
+async fn fleet(scratch: &Path) -> Result<Vec<Row>, String> {
+    let (sim, kubeconfig) = start(50, 1.0, scratch).await?;
+    for c in sim.clusters() {
+        c.set_faults(Faults {
+            latency_ms: LATENCY_MS,
+            ..Faults::default()
+        });
+    }
+    let mut rows = Vec::new();
+    let mut time_one = None;
+    for n in SIZES {
+        let name = format!("fleet-{n}");
+        let dir = scratch.join(&name);
+        std::fs::create_dir_all(dir.join("k8s")).map_err(|e| e.to_string())?;
+        std::fs::write(
+            dir.join("k8s/app.yaml"),
+            fixtures::small_app(&name, "example.com/shop/web:v1", 2),
+        )
+        .map_err(|e| e.to_string())?;
+        std::fs::write(
+            dir.join("rollguard.yaml"),
+            fixtures::config(&name, &name, "k8s/", &fixtures::contexts(n), n, "2m"),
+        )
+        .map_err(|e| e.to_string())?;
+        let run = fixtures::deploy(&dir, &kubeconfig, &[], Duration::from_secs(120)).await?;
+        let deployed = run.count("deployed");
+        let wall = run.finished.wall.as_secs_f64();
+        if deployed != n {
+            rows.push(Row::goal(
+                format!("{n} cluster(s): wall time of rollguard deploy"),
+                format!("{n} deployed"),
+                format!(
+                    "{deployed} of {n} deployed after {}; {}",
+                    secs(wall),
+                    run.problem()
+                ),
+                false,
+            ));
+            continue;
+        }
+        let phases = ["connect", "discover", "lock", "apply", "wait"]
+            .iter()
+            .filter_map(|p| run.phase_max(p).map(|s| format!("{p} {s:.2}")))
+            .collect::<Vec<_>>()
+            .join(", ");
+        match (n, time_one) {
+            (1, _) => {
+                time_one = Some(wall);
+                rows.push(Row::info(
+                    "1 cluster: wall time of rollguard deploy",
+                    format!("{} (slowest target's phases, s: {phases})", secs(wall)),
+                ));
+            }
+            (_, Some(one)) => {
+                let ratio = wall / one;
+                let measured = format!(
+                    "{} = {ratio:.2} x time(1); peak RSS {}; phases max: {phases}",
+                    secs(wall),
+                    mib(run.finished.max_rss_kib)
+                );
+                if n == 50 {
+                    rows.push(Row::goal(
+                        "50 clusters: wall time / time(1)",
+                        "<= 1.5 x",
+                        measured,
+                        ratio <= 1.5,
+                    ));
+                } else {
+                    rows.push(Row::info(
+                        format!("{n} clusters: wall time / time(1)"),
+                        measured,
+                    ));
+                }
+            }
+            _ => rows.push(Row::skipped(
+                format!("{n} clusters"),
+                "no time(1) to compare with",
+            )),
+        }
+    }
+    rows.push(Row::info(
+        "  setup",
+        format!(
+            "app: Namespace, ConfigMap, Service, Deployment (2 replicas); {LATENCY_MS} ms latency per request; time scale 1; concurrency = number of clusters"
+        ),
+    ));
+    drop(sim);
+    Ok(rows)
+}
+
+/// Peak memory of rollguard for 50 clusters x 100 objects.
+pub async fn memory(scratch: &Path) -> Vec<Row> {
+    match memory_inner(scratch).await {
+        Ok(rows) => rows,
+        Err(e) => vec![Row::skipped("peak memory", e)],
+    }
+}
+
+async fn memory_inner(scratch: &Path) -> Result<Vec<Row>, String> {
+    let (sim, kubeconfig) = start(50, 10.0, scratch).await?;
+    let dir = scratch.join("memory");
+    // 1 Namespace + 99 objects = 100 per cluster.
+    let mix = Mix {
+        config_maps: 60,
+        services: 20,
+        deployments: 19,
+    };
+    fixtures::write_app(
+        &dir.join("k8s"),
+        Some("mem"),
+        mix,
+        "example.com/bench/app:v1",
+        1,
+    )?;
+    std::fs::write(
+        dir.join("rollguard.yaml"),
+        fixtures::config("mem", "mem", "k8s/", &fixtures::contexts(50), 50, "3m"),
+    )
+    .map_err(|e| e.to_string())?;
+    let run = fixtures::deploy(&dir, &kubeconfig, &[], Duration::from_secs(150)).await?;
+    let deployed = run.count("deployed");
+    let peak = run.finished.max_rss_kib;
+    let mut rows = vec![Row::goal(
+        format!(
+            "rollguard peak RSS, 50 clusters x {} objects",
+            mix.total() + 1
+        ),
+        "< 100 MiB",
+        format!(
+            "{} (VmHWM, /proc every 5 ms; {deployed} of 50 deployed in {})",
+            mib(peak),
+            secs(run.finished.wall.as_secs_f64())
+        ),
+        peak < 100 * 1024 && deployed == 50,
+    )];
+    if deployed != 50 {
+        rows.push(Row::info("  problem", run.problem()));
+    }
+    // Where the memory goes: the same deploy with dryRun=All (no records, no wait).
+    let dry = fixtures::deploy(&dir, &kubeconfig, &["--dry-run"], Duration::from_secs(120)).await?;
+    rows.push(Row::info(
+        "  same with --dry-run (apply only: no records, no wait)",
+        format!(
+            "{} ({} of 50 deployed)",
+            mib(dry.finished.max_rss_kib),
+            dry.count("deployed")
+        ),
+    ));
+    drop(sim);
+    Ok(rows)
+}

@@ -1,0 +1,7 @@
+//! One module per benchmark section.
+
+pub mod apply;
+pub mod detect;
+pub mod fleet;
+pub mod rollback;
+pub mod sim;

@@ -1,0 +1,205 @@
+//! Apps, configs and rollguard runs shared by the sections.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use rollguard::report::Report;
+
+use super::procs::{self, Finished};
+
+/// Mix of kinds in a generated app.
+#[derive(Clone, Copy, Debug)]
+pub struct Mix {
+    pub config_maps: usize,
+    pub services: usize,
+    pub deployments: usize,
+}
+
+impl Mix {
+    pub fn total(&self) -> usize {
+        self.config_maps + self.services + self.deployments
+    }
+}
+
+/// One YAML document per object, without namespaces (the config or `-n` gives it).
+/// Files: 00-namespace.yaml (only when `namespace` is given), configmaps.yaml,
+/// services.yaml, deployments.yaml.
+pub fn write_app(
+    dir: &Path,
+    namespace: Option<&str>,
+    mix: Mix,
+    image: &str,
+    replicas: u32,
+) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let put = |name: &str, text: &str| {
+        std::fs::write(dir.join(name), text).map_err(|e| format!("{name}: {e}"))
+    };
+    if let Some(ns) = namespace {
+        put(
+            "00-namespace.yaml",
+            &format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n"),
+        )?;
+    }
+    let mut cms = String::new();
+    for i in 0..mix.config_maps {
+        let _ = write!(
+            cms,
+            "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: config-{i}\n  labels:\n    app: bench\ndata:\n  index: \"{i}\"\n  greeting: hello\n  feature-flags: \"a=1,b=0,c=1\"\n"
+        );
+    }
+    put("configmaps.yaml", &cms)?;
+    let mut svcs = String::new();
+    for i in 0..mix.services {
+        let _ = write!(
+            svcs,
+            "---\napiVersion: v1\nkind: Service\nmetadata:\n  name: svc-{i}\nspec:\n  selector:\n    app: app-{i}\n  ports:\n    - port: 80\n      targetPort: 8080\n"
+        );
+    }
+    put("services.yaml", &svcs)?;
+    let mut deps = String::new();
+    for i in 0..mix.deployments {
+        let _ = write!(
+            deps,
+            "---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: app-{i}\n  labels:\n    app: app-{i}\nspec:\n  replicas: {replicas}\n  selector:\n    matchLabels:\n      app: app-{i}\n  template:\n    metadata:\n      labels:\n        app: app-{i}\n    spec:\n      containers:\n        - name: app\n          image: {image}\n          ports:\n            - containerPort: 8080\n"
+        );
+    }
+    put("deployments.yaml", &deps)?;
+    Ok(())
+}
+
+/// The small app of the fleet and rollback sections: Namespace, ConfigMap, Service and a
+/// Deployment `web` with `replicas` pods of `image`.
+pub fn small_app(namespace: &str, image: &str, replicas: u32) -> String {
+    format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {namespace}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web-config\ndata:\n  greeting: hello\n---\napiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  selector:\n    app: web\n  ports:\n    - port: 80\n      targetPort: 8080\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  labels:\n    app: web\nspec:\n  replicas: {replicas}\n  selector:\n    matchLabels:\n      app: web\n  template:\n    metadata:\n      labels:\n        app: web\n    spec:\n      containers:\n        - name: web\n          image: {image}\n          ports:\n            - containerPort: 8080\n"
+    )
+}
+
+/// A rollguard.yaml deploying `manifests` (relative to the config) to contexts `contexts`.
+pub fn config(
+    app: &str,
+    namespace: &str,
+    manifests: &str,
+    contexts: &[String],
+    concurrency: usize,
+    timeout: &str,
+) -> String {
+    let mut out = format!(
+        "app: {app}\nnamespace: {namespace}\nmanifests: [{manifests}]\nconcurrency: {concurrency}\nwait:\n  timeout: {timeout}\ntargets:\n"
+    );
+    for (i, c) in contexts.iter().enumerate() {
+        let _ = writeln!(out, "  - name: t{}\n    context: {c}", i + 1);
+    }
+    out
+}
+
+/// Contexts sim-1 .. sim-n.
+pub fn contexts(n: usize) -> Vec<String> {
+    (1..=n).map(|i| format!("sim-{i}")).collect()
+}
+
+/// One `rollguard deploy` run and its parsed report.
+pub struct DeployRun {
+    pub finished: Finished,
+    pub report: Option<Report>,
+    pub report_error: Option<String>,
+}
+
+impl DeployRun {
+    /// How many targets ended with this outcome word (`deployed`, `rolled-back`, ...).
+    pub fn count(&self, outcome: &str) -> usize {
+        self.report.as_ref().map_or(0, |r| {
+            r.targets
+                .iter()
+                .filter(|t| outcome_word(&t.outcome) == outcome)
+                .count()
+        })
+    }
+
+    /// Why the run is not usable, for a SKIPPED/MISS line.
+    pub fn problem(&self) -> String {
+        match &self.report_error {
+            Some(e) => format!(
+                "exit {:?}{}: {e}; {}",
+                self.finished.code,
+                if self.finished.timed_out {
+                    " (killed at the bench's limit)"
+                } else {
+                    ""
+                },
+                self.finished.tail()
+            ),
+            None => format!("exit {:?}: {}", self.finished.code, self.finished.tail()),
+        }
+    }
+
+    /// Seconds of a named phase, summed over targets, and the max over targets.
+    pub fn phase_max(&self, name: &str) -> Option<f64> {
+        let r = self.report.as_ref()?;
+        r.targets
+            .iter()
+            .filter_map(|t| {
+                t.phases
+                    .iter()
+                    .filter(|p| p.name == name)
+                    .map(|p| p.seconds)
+                    .reduce(f64::max)
+            })
+            .reduce(f64::max)
+    }
+}
+
+pub fn outcome_word(o: &rollguard::report::TargetOutcome) -> String {
+    serde_json::to_value(o)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// Runs `rollguard deploy --config DIR/rollguard.yaml --kubeconfig KC --report ...` plus
+/// `extra` arguments, killed after `limit`.
+pub async fn deploy(
+    dir: &Path,
+    kubeconfig: &Path,
+    extra: &[&str],
+    limit: Duration,
+) -> Result<DeployRun, String> {
+    let report_path: PathBuf = dir.join(format!(
+        "report-{}.json",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    ));
+    let mut cmd = Command::new(procs::rollguard_bin());
+    cmd.arg("deploy")
+        .arg("--config")
+        .arg(dir.join("rollguard.yaml"))
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--report")
+        .arg(&report_path)
+        .args(["--commit", "0123456789abcdef0123456789abcdef01234567"])
+        .args(extra)
+        .current_dir(dir)
+        .env("NO_COLOR", "1")
+        .env_remove("KUBECONFIG")
+        .env_remove("GITHUB_SHA")
+        .env_remove("ROLLGUARD_CONFIG");
+    let finished = procs::run_measured_async(cmd, limit, dir).await?;
+    let (report, report_error) = match std::fs::read_to_string(&report_path) {
+        Ok(text) => match serde_json::from_str::<Report>(&text) {
+            Ok(r) => (Some(r), None),
+            Err(e) => (None, Some(format!("report unreadable: {e}"))),
+        },
+        Err(e) => (None, Some(format!("no report ({e})"))),
+    };
+    Ok(DeployRun {
+        finished,
+        report,
+        report_error,
+    })
+}

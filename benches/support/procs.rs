@@ -1,0 +1,217 @@
+//! Child processes: the release binaries, runs measured with wait4 and /proc (wall time,
+//! peak RSS),
+//! and /proc readings (RSS, CPU time, load).
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// The rollguard binary cargo built for this bench (bench profile = release settings).
+pub fn rollguard_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_rollguard"))
+}
+
+/// The workspace root (this bench belongs to the root package).
+pub fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Builds `kube-sim` in release mode and returns its path. Cargo does not build other
+/// packages' binaries for a bench, and building it into the bench's own target/release
+/// makes cargo rebuild shared dependencies back and forth (different feature sets, same
+/// profile directory), so it has a target directory of its own: target/bench-kube-sim.
+pub fn build_kube_sim() -> Result<PathBuf, String> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"))
+        .join("bench-kube-sim");
+    let status = Command::new(cargo)
+        .current_dir(workspace_root())
+        .args([
+            "build",
+            "--release",
+            "--quiet",
+            "-p",
+            "kube-sim",
+            "--bin",
+            "kube-sim",
+        ])
+        .arg("--target-dir")
+        .arg(&target)
+        .stdin(Stdio::null())
+        .status()
+        .map_err(|e| format!("running cargo build -p kube-sim: {e}"))?;
+    if !status.success() {
+        return Err(format!(
+            "cargo build --release -p kube-sim failed: {status}"
+        ));
+    }
+    let bin = target.join("release").join("kube-sim");
+    if bin.is_file() {
+        Ok(bin)
+    } else {
+        Err(format!("{} missing after the build", bin.display()))
+    }
+}
+
+/// What a finished child did.
+#[derive(Debug)]
+pub struct Finished {
+    /// Exit code; None when killed by a signal (or by the deadline).
+    pub code: Option<i32>,
+    pub wall: Duration,
+    /// The child's peak resident set (VmHWM), KiB: sampled from /proc every 5 ms while it
+    /// runs. Not wait4's ru_maxrss: Linux carries the parent's high-water mark across
+    /// fork/exec into it, so it would report the bench process (which hosts the clusters).
+    pub max_rss_kib: u64,
+    pub timed_out: bool,
+    pub stdout: String,
+    pub stderr: String,
+    /// When it ended.
+    pub ended: Instant,
+}
+
+impl Finished {
+    /// The tail of its output, for a SKIPPED/MISS explanation.
+    pub fn tail(&self) -> String {
+        let text = format!("{}{}", self.stdout, self.stderr);
+        let lines: Vec<&str> = text.lines().rev().take(6).collect();
+        lines.into_iter().rev().collect::<Vec<_>>().join(" | ")
+    }
+}
+
+/// Runs `cmd` to its end (killed after `limit`), measuring wall time and peak RSS with
+/// wait4(2). Blocking: call from a blocking thread when a runtime must go on meanwhile.
+pub fn run_measured(mut cmd: Command, limit: Duration, scratch: &Path) -> Result<Finished, String> {
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = SEQ.fetch_add(1, Ordering::Relaxed);
+    let out_path = scratch.join(format!("child-{n}.out"));
+    let err_path = scratch.join(format!("child-{n}.err"));
+    let out = File::create(&out_path).map_err(|e| format!("{}: {e}", out_path.display()))?;
+    let err = File::create(&err_path).map_err(|e| format!("{}: {e}", err_path.display()))?;
+    cmd.stdin(Stdio::null()).stdout(out).stderr(err);
+    let started = Instant::now();
+    let child = cmd.spawn().map_err(|e| format!("spawning {cmd:?}: {e}"))?;
+    let pid = child.id() as libc::pid_t;
+    let done = Arc::new(AtomicBool::new(false));
+    let killed = Arc::new(AtomicBool::new(false));
+    let peak = Arc::new(AtomicU64::new(0));
+    let watchdog = {
+        let done = done.clone();
+        let killed = killed.clone();
+        let peak = peak.clone();
+        std::thread::spawn(move || {
+            let until = started + limit;
+            while Instant::now() < until {
+                if done.load(Ordering::Acquire) {
+                    return;
+                }
+                if let Some((_, hwm)) = rss_kib(pid as u32) {
+                    peak.fetch_max(hwm, Ordering::AcqRel);
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if !done.load(Ordering::Acquire) {
+                killed.store(true, Ordering::Release);
+                // SAFETY: plain syscall on our own child's pid, which is not reaped yet
+                // (`done` is set only after wait4 returned).
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
+        })
+    };
+    let mut status: libc::c_int = 0;
+    // SAFETY: rusage is plain old data; wait4 fills it.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let r = loop {
+        // SAFETY: waiting for our own child with valid out-pointers.
+        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        if r == -1 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
+        break r;
+    };
+    let ended = Instant::now();
+    done.store(true, Ordering::Release);
+    let _ = watchdog.join();
+    drop(child);
+    if r != pid {
+        return Err(format!("wait4: {}", std::io::Error::last_os_error()));
+    }
+    let code = if libc::WIFEXITED(status) {
+        Some(libc::WEXITSTATUS(status))
+    } else {
+        None
+    };
+    Ok(Finished {
+        code,
+        wall: ended - started,
+        max_rss_kib: peak.load(Ordering::Acquire),
+        timed_out: killed.load(Ordering::Acquire),
+        stdout: std::fs::read_to_string(&out_path).unwrap_or_default(),
+        stderr: std::fs::read_to_string(&err_path).unwrap_or_default(),
+        ended,
+    })
+}
+
+/// `run_measured` on a blocking thread, for async callers.
+pub async fn run_measured_async(
+    cmd: Command,
+    limit: Duration,
+    scratch: &Path,
+) -> Result<Finished, String> {
+    let scratch = scratch.to_path_buf();
+    tokio::task::spawn_blocking(move || run_measured(cmd, limit, &scratch))
+        .await
+        .map_err(|e| format!("joining the runner thread: {e}"))?
+}
+
+/// VmRSS and VmHWM of a live process, KiB.
+pub fn rss_kib(pid: u32) -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+/// User + system CPU time a live process has used.
+pub fn cpu_time(pid: u32) -> Option<Duration> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let rest = &text[text.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of stat, i.e. 11 and 12 after the name.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Some(Duration::from_secs_f64((utime + stime) as f64 / ticks))
+}
+
+/// The 1, 5 and 15 minute load averages.
+pub fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|t| t.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
+}
+
+pub fn nproc() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0)
+}
+
+/// Whether a program is on the PATH.
+pub fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
+}
