@@ -282,6 +282,37 @@ fn without_managed_fields(mut obj: Value) -> Value {
     obj
 }
 
+/// What is kept of the server's answer. The wait reads it only to see whether the object is
+/// already healthy, so an object that is (a ConfigMap, a Service...) keeps just its identity:
+/// with many objects on many targets the bodies are most of the memory. A dry run keeps the
+/// whole would-be object, which is what it is for.
+fn slim_response(obj: Value, resource: &ApiResource, dry_run: bool) -> Value {
+    let obj = without_managed_fields(obj);
+    if dry_run {
+        return obj;
+    }
+    let assessment = crate::health::assess_as(&obj, &resource.api_version, &resource.kind);
+    if assessment.status != crate::health::Status::Current {
+        return obj;
+    }
+    let mut identity = serde_json::Map::new();
+    for key in ["apiVersion", "kind"] {
+        if let Some(v) = obj.get(key) {
+            identity.insert(key.to_string(), v.clone());
+        }
+    }
+    let mut meta = serde_json::Map::new();
+    if let Some(m) = obj.get("metadata").and_then(Value::as_object) {
+        for key in ["name", "namespace", "uid", "resourceVersion", "generation"] {
+            if let Some(v) = m.get(key) {
+                meta.insert(key.to_string(), v.clone());
+            }
+        }
+    }
+    identity.insert("metadata".to_string(), Value::Object(meta));
+    Value::Object(identity)
+}
+
 /// True for the 404 an object in a namespace that does not exist gets.
 fn is_missing_namespace(f: &ObjectFailure) -> bool {
     f.reason == "NotFound" && f.message.contains("namespaces \"")
@@ -653,12 +684,14 @@ async fn apply_one(
     match result {
         Ok(returned) => Ok(AppliedObject {
             display,
+            response: slim_response(
+                serde_json::to_value(&returned).unwrap_or(Value::Null),
+                &resolved.resource,
+                options.dry_run,
+            ),
             resource: resolved.resource,
             name: obj.name.clone(),
             namespace,
-            response: without_managed_fields(
-                serde_json::to_value(&returned).unwrap_or(Value::Null),
-            ),
         }),
         Err(RetryError::Cancelled) => Err(ObjectFailure {
             object: display,
@@ -697,6 +730,48 @@ mod tests {
                 line: 3,
             },
             body,
+        }
+    }
+
+    #[test]
+    fn slim_response_keeps_only_the_identity_of_healthy_objects() {
+        let cm = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+        let deploy = ApiResource::erase::<k8s_openapi::api::apps::v1::Deployment>(&());
+        let config_map = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "namespace": "shop", "uid": "u", "managedFields": [{}]},
+            "data": {"big": "x".repeat(1000)}});
+        let rolling = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "shop", "generation": 2, "managedFields": [{}]},
+            "spec": {"replicas": 2}, "status": {"observedGeneration": 1}});
+        let cases = [
+            (
+                config_map.clone(),
+                &cm,
+                false,
+                json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "c", "namespace": "shop", "uid": "u"}}),
+            ),
+            // A dry run keeps the would-be object (minus managedFields).
+            (
+                config_map,
+                &cm,
+                true,
+                json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "c", "namespace": "shop", "uid": "u"},
+                "data": {"big": "x".repeat(1000)}}),
+            ),
+            // Not healthy yet: the wait needs all of it.
+            (
+                rolling,
+                &deploy,
+                false,
+                json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "web", "namespace": "shop", "generation": 2},
+                "spec": {"replicas": 2}, "status": {"observedGeneration": 1}}),
+            ),
+        ];
+        for (input, resource, dry_run, want) in cases {
+            assert_eq!(slim_response(input, resource, dry_run), want);
         }
     }
 

@@ -176,6 +176,11 @@ impl Store {
             o.metadata.managed_fields = None;
             let mut v = serde_json::to_value(o).unwrap_or(Value::Null);
             if let Some(obj) = v.as_object_mut() {
+                // Pod problems are read from metadata and status; the spec (containers,
+                // volumes, tolerations) is most of a pod and never read here.
+                if resource.kind == "Pod" {
+                    obj.remove("spec");
+                }
                 obj.entry("apiVersion")
                     .or_insert_with(|| Value::String(resource.api_version.clone()));
                 obj.entry("kind")
