@@ -63,32 +63,15 @@ pub fn reconcile(
     );
     let revision_name = format!("{name}-{hash}");
     let min_ready = ds["spec"]["minReadySeconds"].as_i64().unwrap_or(0);
-    if !revisions.iter().any(|r| meta::name(r) == revision_name) {
-        let number = revisions
-            .iter()
-            .filter_map(|r| r["revision"].as_i64())
-            .max()
-            .unwrap_or(0)
-            + 1;
-        let mut labels = ds["spec"]["template"]["metadata"]["labels"]
-            .as_object()
-            .cloned()
-            .unwrap_or_default();
-        labels.insert(REVISION_LABEL.into(), json!(hash));
-        let mut template = ds["spec"]["template"].clone();
-        template["$patch"] = json!("replace");
-        out.create_revision = Some(json!({
-            "apiVersion": "apps/v1",
-            "kind": "ControllerRevision",
-            "metadata": {
-                "name": revision_name,
-                "namespace": meta::namespace(ds),
-                "labels": labels,
-                "ownerReferences": [meta::controller_ref(ds, "apps/v1", "DaemonSet")],
-            },
-            "data": {"spec": {"template": template}},
-            "revision": number,
-        }));
+    if let Some(revision) = meta::new_controller_revision(
+        ds,
+        "DaemonSet",
+        &revision_name,
+        REVISION_LABEL,
+        &hash,
+        revisions,
+    ) {
+        out.create_revision = Some(revision);
     }
 
     let wanted: Vec<&NodeInfo> = nodes.iter().filter(|n| node_selected(ds, n)).collect();

@@ -272,6 +272,46 @@ pub fn put_nonzero(map: &mut Map<String, Value>, key: &str, value: i64) {
     }
 }
 
+/// The ControllerRevision a StatefulSet or DaemonSet records for its pod template, numbered
+/// after the newest of `existing`; None when `revision_name` is recorded already.
+pub fn new_controller_revision(
+    owner: &Value,
+    kind: &str,
+    revision_name: &str,
+    hash_label: &str,
+    hash: &str,
+    existing: &[Value],
+) -> Option<Value> {
+    if existing.iter().any(|r| name(r) == revision_name) {
+        return None;
+    }
+    let number = existing
+        .iter()
+        .filter_map(|r| r["revision"].as_i64())
+        .max()
+        .unwrap_or(0)
+        + 1;
+    let mut labels = owner["spec"]["template"]["metadata"]["labels"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    labels.insert(hash_label.into(), json!(hash));
+    let mut template = owner["spec"]["template"].clone();
+    template["$patch"] = json!("replace");
+    Some(json!({
+        "apiVersion": "apps/v1",
+        "kind": "ControllerRevision",
+        "metadata": {
+            "name": revision_name,
+            "namespace": namespace(owner),
+            "labels": labels,
+            "ownerReferences": [controller_ref(owner, "apps/v1", kind)],
+        },
+        "data": {"spec": {"template": template}},
+        "revision": number,
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

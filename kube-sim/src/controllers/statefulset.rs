@@ -129,32 +129,15 @@ pub fn reconcile(
         .unwrap_or(0);
     let min_ready = sts["spec"]["minReadySeconds"].as_i64().unwrap_or(0);
 
-    if !revisions.iter().any(|r| meta::name(r) == update_rev) {
-        let number = revisions
-            .iter()
-            .filter_map(|r| r["revision"].as_i64())
-            .max()
-            .unwrap_or(0)
-            + 1;
-        let mut labels = sts["spec"]["template"]["metadata"]["labels"]
-            .as_object()
-            .cloned()
-            .unwrap_or_default();
-        labels.insert("controller.kubernetes.io/hash".into(), json!(hash));
-        let mut template = sts["spec"]["template"].clone();
-        template["$patch"] = json!("replace");
-        out.create_revision = Some(json!({
-            "apiVersion": "apps/v1",
-            "kind": "ControllerRevision",
-            "metadata": {
-                "name": update_rev,
-                "namespace": meta::namespace(sts),
-                "labels": labels,
-                "ownerReferences": [meta::controller_ref(sts, "apps/v1", "StatefulSet")],
-            },
-            "data": {"spec": {"template": template}},
-            "revision": number,
-        }));
+    if let Some(revision) = meta::new_controller_revision(
+        sts,
+        "StatefulSet",
+        &update_rev,
+        "controller.kubernetes.io/hash",
+        &hash,
+        revisions,
+    ) {
+        out.create_revision = Some(revision);
     }
     let current_rev = sts["status"]["currentRevision"]
         .as_str()
