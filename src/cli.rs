@@ -139,17 +139,12 @@ pub fn plan(args: &DeployArgs, env: HashMap<String, String>) -> Result<Plan, Err
     let config = config::load(&path, &overrides, &lookup)?;
     let manifests = manifest::load(&config)?;
     let commit = config::detect_commit(args.commit.as_deref(), &lookup, &config.base_dir);
-    Ok(Plan {
-        manifests,
-        commit,
-        options: DeployOptions {
-            force_conflicts: args.force_conflicts,
-            dry_run: args.dry_run,
-            cli_kubeconfig: config.kubeconfig.clone(),
-        },
-        config,
-        env,
-    })
+    let options = DeployOptions {
+        force_conflicts: args.force_conflicts,
+        dry_run: args.dry_run,
+        cli_kubeconfig: config.kubeconfig.clone(),
+    };
+    Ok(Plan::new(config, manifests, commit, options, env))
 }
 
 /// Cancels on the first SIGINT/SIGTERM; a second signal exits at once with 130.

@@ -117,11 +117,13 @@ pub fn history_table(target: &str, records: &[ReleaseRecord]) -> String {
     out
 }
 
-/// A record as shown to humans: Secret values redacted.
+/// A record as shown to humans: manifests named as applied, Secret values redacted.
 pub fn redacted_record(record: &ReleaseRecord) -> ReleaseRecord {
     let mut out = record.clone();
     if let Some(manifests) = &out.manifests {
-        out.manifests = Some(redact::redact_objects(manifests));
+        let mut shown = redact::redact_objects(manifests);
+        crate::release::fill_namespaces(&mut shown, &record.objects);
+        out.manifests = Some(shown);
     }
     out
 }
@@ -154,8 +156,10 @@ pub fn render_show(record: &ReleaseRecord, format: ShowFormat) -> Result<String,
 /// the text, only named.
 pub fn change_summary(current: Option<&ReleaseRecord>, to: &ReleaseRecord) -> Vec<String> {
     let body_map = |r: Option<&ReleaseRecord>| -> Vec<(String, Value)> {
-        r.and_then(|r| r.manifests.clone())
-            .unwrap_or_default()
+        let Some(r) = r else { return Vec::new() };
+        let mut bodies = r.manifests.clone().unwrap_or_default();
+        crate::release::fill_namespaces(&mut bodies, &r.objects);
+        bodies
             .into_iter()
             .filter_map(|b| crate::release::ObjectRef::from_body(&b).map(|o| (o.to_string(), b)))
             .collect()
@@ -590,19 +594,20 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
         return Ok(exit::OK);
     }
 
-    let plan = Plan {
-        config: config.clone(),
-        manifests: ManifestSet {
+    let options = DeployOptions {
+        force_conflicts: args.force_conflicts,
+        dry_run: false,
+        cli_kubeconfig: config.kubeconfig.clone(),
+    };
+    let plan = Plan::new(
+        config.clone(),
+        ManifestSet {
             objects: Vec::new(),
         },
-        commit: None,
-        options: DeployOptions {
-            force_conflicts: args.force_conflicts,
-            dry_run: false,
-            cli_kubeconfig: config.kubeconfig.clone(),
-        },
-        env: env.clone(),
-    };
+        None,
+        options,
+        env.clone(),
+    );
     let deadline = Instant::now() + settings.rollback_timeout;
     let results = futures::future::join_all(ready.iter().map(|p| {
         ReApply {
@@ -659,7 +664,11 @@ async fn plan_one(
     let unreachable = |e: release::ReleaseError| (e.to_string(), exit::FAILED);
     let abandoned = store.mark_abandoned().await.map_err(unreachable)?;
     let records = store.list().await.map_err(unreachable)?;
-    let current = records.iter().max_by_key(|r| r.revision).cloned();
+    // A list holds no manifests; the change summary compares the current ones.
+    let current = match records.iter().map(|r| r.revision).max() {
+        Some(revision) => Some(store.get(revision).await.map_err(unreachable)?),
+        None => None,
+    };
     let default_namespace = crate::pipeline::default_namespace(
         config,
         &connected.target,
@@ -692,11 +701,7 @@ async fn plan_one(
         None => {
             let revision = rollback::choose_manual_target(&records, args.revision, args.force)
                 .map_err(|e| (e.to_string(), exit::BAD_INPUT))?;
-            let to = records
-                .iter()
-                .find(|r| r.revision == revision)
-                .cloned()
-                .ok_or_else(|| (format!("revision {revision} vanished"), exit::FAILED))?;
+            let to = store.get(revision).await.map_err(unreachable)?;
             let bodies =
                 rollback::record_manifests(config, &to).map_err(|e| (e, exit::BAD_INPUT))?;
             let mut with_bodies = to.clone();

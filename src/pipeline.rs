@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -14,6 +15,7 @@ use crate::apply::{AppliedObject, ApplyError, ApplyOptions, apply_resolved, reso
 use crate::config::{Config, TargetConfig};
 use crate::manifest::ManifestSet;
 use crate::progress::{Progress, Stage};
+use crate::release::{EncodedManifests, ReleaseError};
 use crate::report::{CommitInfo, Failure, PhaseTiming, TargetOutcome, TargetReport};
 use crate::target::{ClusterAccess, TargetError, connect, describe_error};
 use crate::wait::{WaitFailure, WaitOptions, wait_for_rollout};
@@ -39,9 +41,40 @@ pub struct Plan {
     pub options: DeployOptions,
     /// A snapshot of the environment (kubeconfig_env variables, KUBECONFIG, HOME).
     pub env: HashMap<String, String>,
+    /// The manifests as release records store them: encoded once, shared by every target.
+    recorded: OnceLock<Result<EncodedManifests, String>>,
 }
 
 impl Plan {
+    pub fn new(
+        config: Config,
+        manifests: ManifestSet,
+        commit: Option<CommitInfo>,
+        options: DeployOptions,
+        env: HashMap<String, String>,
+    ) -> Plan {
+        Plan {
+            config,
+            manifests,
+            commit,
+            options,
+            env,
+            recorded: OnceLock::new(),
+        }
+    }
+
+    /// The manifests encoded for the release records (the first target to ask encodes them).
+    pub fn recorded_manifests(&self) -> Result<&EncodedManifests, ReleaseError> {
+        self.recorded
+            .get_or_init(|| {
+                let bodies: Vec<&serde_json::Value> =
+                    self.manifests.objects.iter().map(|o| &o.body).collect();
+                EncodedManifests::encode(&bodies).map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(|e| ReleaseError::Encode(e.clone()))
+    }
+
     pub fn env(&self, key: &str) -> Option<String> {
         self.env.get(key).cloned()
     }

@@ -1,26 +1,33 @@
 //! Release records: one Secret per revision of an app, stored in the target cluster.
 //!
-//! A record is a gzip-compressed JSON document in the Secret's `release` key (Secrets, not
-//! ConfigMaps, because manifests may contain Secrets). The labels carry the app, revision and
+//! A record is a gzip-compressed JSON document in the Secret's `release` key, and the
+//! manifests it applied a gzip-compressed JSON array in its `manifests` key (Secrets, not
+//! ConfigMaps, because manifests may contain Secrets). Two keys, so that a status change
+//! reads and rewrites a few hundred bytes instead of the manifests, and so that every target
+//! of a run shares one encoding of the manifests. The labels carry the app, revision and
 //! status so that `kubectl get secrets -l rollguard.dev/app=shop` shows the history. The
 //! decisions (next revision, what to prune, what to supersede, which record is last good) are
 //! pure functions of the records; [`ReleaseStore`] does the I/O.
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::io::{Read, Write};
+use std::io::Read;
+use std::sync::Arc;
 
 use jiff::Timestamp;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
 use kube::{Api, Client};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 /// Secret `type` of a release record.
 pub const RECORD_TYPE: &str = "rollguard.dev/release.v1";
-/// Key of the Secret's data that holds the gzip'd JSON record.
+/// Key of the Secret's data that holds the gzip'd JSON record (without its manifests).
 pub const DATA_KEY: &str = "release";
+/// Key of the Secret's data that holds the gzip'd JSON array of the manifests.
+pub const MANIFESTS_KEY: &str = "manifests";
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 pub const LABEL_APP: &str = "rollguard.dev/app";
 pub const LABEL_REVISION: &str = "rollguard.dev/revision";
@@ -247,8 +254,10 @@ pub struct ReleaseRecord {
     /// Every object the revision applied, in apply order.
     #[serde(default)]
     pub objects: Vec<ObjectRef>,
-    /// The object bodies exactly as applied, in apply order. `None` when they did not fit in
-    /// a Secret: then they are rebuilt from git at `commit`.
+    /// The object bodies as applied (namespaced objects without a namespace went to
+    /// `default_namespace`), in apply order. Filled only by [`ReleaseStore::get`]: lists
+    /// leave it `None`. Stored under [`MANIFESTS_KEY`], not in the record's own JSON; when
+    /// they did not fit in a Secret they are rebuilt from git at `commit`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub manifests: Option<Vec<serde_json::Value>>,
     /// True when `manifests` were left out because of the Secret size limit.
@@ -316,30 +325,51 @@ impl ReleaseRecord {
     }
 }
 
+/// The manifests of a revision, encoded once and shared by the records of every target.
+#[derive(Debug, Clone)]
+pub struct EncodedManifests {
+    /// gzip'd JSON array of the bodies.
+    gz: Arc<[u8]>,
+    pub digest: String,
+    pub objects: Vec<ObjectRef>,
+}
+
+impl EncodedManifests {
+    /// From object bodies as they will be applied; the object list and digest are derived
+    /// (the list is replaced by what was really applied when the record finishes).
+    pub fn encode<B>(bodies: &[B]) -> Result<EncodedManifests>
+    where
+        B: std::borrow::Borrow<serde_json::Value> + Serialize,
+    {
+        Ok(EncodedManifests {
+            gz: gzip_json(bodies)?.into(),
+            digest: digest_bodies(bodies),
+            objects: bodies
+                .iter()
+                .filter_map(|b| ObjectRef::from_body(b.borrow()))
+                .collect(),
+        })
+    }
+}
+
 /// What a new revision holds, given to [`ReleaseStore::begin`].
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ReleaseDraft {
+    pub manifests: EncodedManifests,
     pub commit: Option<RecordCommit>,
     pub target: Option<String>,
-    pub digest: Option<String>,
     pub default_namespace: Option<String>,
-    pub objects: Vec<ObjectRef>,
-    /// Bodies exactly as applied (None: keep the commit only, e.g. a record that was itself
-    /// rebuilt from git).
-    pub manifests: Option<Vec<serde_json::Value>>,
     pub run: RunInfo,
 }
 
 impl ReleaseDraft {
-    /// A draft from object bodies as they will be applied; the object list and digest are
-    /// derived (the list is replaced by what was really applied when the record finishes).
-    pub fn from_bodies(bodies: Vec<serde_json::Value>) -> ReleaseDraft {
-        let objects = bodies.iter().filter_map(ObjectRef::from_body).collect();
+    pub fn new(manifests: EncodedManifests) -> ReleaseDraft {
         ReleaseDraft {
-            digest: Some(digest_bodies(&bodies)),
-            objects,
-            manifests: Some(bodies),
-            ..ReleaseDraft::default()
+            manifests,
+            commit: None,
+            target: None,
+            default_namespace: None,
+            run: RunInfo::default(),
         }
     }
 }
@@ -400,18 +430,19 @@ pub type Result<T, E = ReleaseError> = std::result::Result<T, E>;
 
 /// `sha256:<hex>` of the bodies in order: equal manifests give equal digests, so a rollback
 /// record and the revision it re-applied share one.
-pub fn digest_bodies(bodies: &[serde_json::Value]) -> String {
+pub fn digest_bodies<B: std::borrow::Borrow<serde_json::Value>>(bodies: &[B]) -> String {
     use sha2::Digest;
     let mut hasher = sha2::Sha256::new();
     for body in bodies {
-        hasher.update(body.to_string().as_bytes());
+        hasher.update(body.borrow().to_string().as_bytes());
         hasher.update(b"\n");
     }
     format!("sha256:{}", hex::encode(hasher.finalize()))
 }
 
 /// Give stored bodies without a namespace the one they were applied in (from the applied
-/// objects), so the record holds the manifests as applied and names them fully.
+/// objects), to show them as applied and name them fully. Records store them as given (with
+/// their default namespace), so that equal manifests keep equal digests.
 pub fn fill_namespaces(bodies: &mut [serde_json::Value], applied: &[ObjectRef]) {
     for body in bodies.iter_mut() {
         let Some(r) = ObjectRef::from_body(body) else {
@@ -520,32 +551,64 @@ pub fn transition_allowed(from: ReleaseStatus, to: ReleaseStatus) -> bool {
         )
 }
 
-/// Encode a record for a Secret: gzip'd JSON. A record over [`MAX_RECORD_BYTES`] drops its
-/// manifests (the commit stays, so they can be rebuilt from git).
-pub fn encode_record(record: &ReleaseRecord) -> Result<(Vec<u8>, bool)> {
-    let bytes = gzip_json(record)?;
-    if bytes.len() <= MAX_RECORD_BYTES || record.manifests.is_none() {
-        return Ok((bytes, false));
+/// The data of a record's Secret: the record under [`DATA_KEY`] and, when given, the
+/// encoded manifests under [`MANIFESTS_KEY`]. When both together are over
+/// [`MAX_RECORD_BYTES`] the manifests are left out and the record says so (its commit
+/// stays, so they can be rebuilt from git). The record's own `manifests` field is never
+/// written. Returns the data and whether the manifests were left out.
+pub fn secret_data(
+    record: &ReleaseRecord,
+    manifests: Option<Vec<u8>>,
+) -> Result<(BTreeMap<String, ByteString>, bool)> {
+    let head = |omitted: bool| {
+        gzip_json(&ReleaseRecord {
+            manifests: None,
+            manifests_omitted: record.manifests_omitted || omitted,
+            ..record.clone()
+        })
+    };
+    let mut data = BTreeMap::new();
+    let mut omitted = false;
+    let mut record_bytes = head(false)?;
+    if let Some(manifests) = manifests {
+        if record_bytes.len() + manifests.len() <= MAX_RECORD_BYTES {
+            data.insert(MANIFESTS_KEY.to_string(), ByteString(manifests));
+        } else {
+            omitted = true;
+            record_bytes = head(true)?;
+        }
     }
-    let mut slim = record.clone();
-    slim.manifests = None;
-    slim.manifests_omitted = true;
-    Ok((gzip_json(&slim)?, true))
+    data.insert(DATA_KEY.to_string(), ByteString(record_bytes));
+    Ok((data, omitted))
 }
 
-fn gzip_json(record: &ReleaseRecord) -> Result<Vec<u8>> {
-    let json = serde_json::to_vec(record).map_err(|e| ReleaseError::Encode(e.to_string()))?;
+/// Read a record from its Secret's data, with its manifests when `with_manifests`.
+pub fn record_from_data(
+    data: &BTreeMap<String, ByteString>,
+    with_manifests: bool,
+) -> std::result::Result<ReleaseRecord, String> {
+    let bytes = data
+        .get(DATA_KEY)
+        .ok_or_else(|| format!("no `{DATA_KEY}` key"))?;
+    let mut record: ReleaseRecord = gunzip_json(&bytes.0)?;
+    match data.get(MANIFESTS_KEY) {
+        Some(bytes) if with_manifests => {
+            record.manifests =
+                Some(gunzip_json(&bytes.0).map_err(|e| format!("`{MANIFESTS_KEY}` key: {e}"))?);
+        }
+        _ => record.manifests = None,
+    }
+    Ok(record)
+}
+
+fn gzip_json<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>> {
+    let encode = |e: &dyn fmt::Display| ReleaseError::Encode(e.to_string());
     let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    encoder
-        .write_all(&json)
-        .map_err(|e| ReleaseError::Encode(e.to_string()))?;
-    encoder
-        .finish()
-        .map_err(|e| ReleaseError::Encode(e.to_string()))
+    serde_json::to_writer(&mut encoder, value).map_err(|e| encode(&e))?;
+    encoder.finish().map_err(|e| encode(&e))
 }
 
-/// Decode the gzip'd JSON of a record.
-pub fn decode_record(bytes: &[u8]) -> std::result::Result<ReleaseRecord, String> {
+fn gunzip_json<T: DeserializeOwned>(bytes: &[u8]) -> std::result::Result<T, String> {
     let mut json = Vec::new();
     // A bound on the inflated size guards against a hostile or corrupt record.
     flate2::read::GzDecoder::new(bytes)
@@ -603,18 +666,10 @@ impl ReleaseStore {
         format!("{LABEL_MANAGED_BY}=rollguard,{LABEL_APP}={}", self.app)
     }
 
-    /// Every readable record, oldest first. Unreadable ones are skipped with a warning
-    /// (a corrupt record must not block deploys).
+    /// Every readable record, oldest first, without its manifests (read one with
+    /// [`ReleaseStore::get`]). Unreadable ones are skipped with a warning (a corrupt record
+    /// must not block deploys).
     pub async fn list(&self) -> Result<Vec<ReleaseRecord>> {
-        Ok(self
-            .list_secrets()
-            .await?
-            .into_iter()
-            .map(|(_, r)| r)
-            .collect())
-    }
-
-    async fn list_secrets(&self) -> Result<Vec<(Secret, ReleaseRecord)>> {
         let lp = ListParams::default().labels(&self.selector());
         let list = match self.api().list(&lp).await {
             Ok(list) => list,
@@ -624,61 +679,54 @@ impl ReleaseStore {
         };
         let mut out = Vec::new();
         for secret in list.items {
-            match self.decode_secret(&secret) {
-                Ok(record) => out.push((secret, record)),
+            match self.decode_secret(&secret, false) {
+                Ok(record) => out.push(record),
                 Err(e) => tracing::warn!("{e}; skipping it"),
             }
         }
-        out.sort_by_key(|(_, r)| r.revision);
+        out.sort_by_key(|r| r.revision);
         Ok(out)
     }
 
-    fn decode_secret(&self, secret: &Secret) -> Result<ReleaseRecord> {
-        let name = secret.metadata.name.clone().unwrap_or_default();
-        let corrupt = |reason: String| ReleaseError::Corrupt {
-            name: name.clone(),
-            namespace: self.namespace.clone(),
-            reason,
-        };
-        let bytes = secret
-            .data
-            .as_ref()
-            .and_then(|d| d.get(DATA_KEY))
-            .ok_or_else(|| corrupt(format!("no `{DATA_KEY}` key")))?;
-        decode_record(&bytes.0).map_err(corrupt)
-    }
-
-    /// The record of one revision.
-    pub async fn get(&self, revision: u64) -> Result<ReleaseRecord> {
-        let (_, record) = self.get_secret(revision).await?;
-        Ok(record)
-    }
-
-    async fn get_secret(&self, revision: u64) -> Result<(Secret, ReleaseRecord)> {
-        let name = secret_name(&self.app, revision);
-        match self.api().get_opt(&name).await {
-            Ok(Some(secret)) => {
-                let record = self.decode_secret(&secret)?;
-                Ok((secret, record))
+    fn decode_secret(&self, secret: &Secret, with_manifests: bool) -> Result<ReleaseRecord> {
+        let empty = BTreeMap::new();
+        record_from_data(secret.data.as_ref().unwrap_or(&empty), with_manifests).map_err(|reason| {
+            ReleaseError::Corrupt {
+                name: secret.metadata.name.clone().unwrap_or_default(),
+                namespace: self.namespace.clone(),
+                reason,
             }
-            Ok(None) => Err(ReleaseError::NotFound {
-                app: self.app.clone(),
-                namespace: self.namespace.clone(),
-                revision,
-            }),
-            Err(kube::Error::Api(status)) if status.is_not_found() => Err(ReleaseError::NotFound {
-                app: self.app.clone(),
-                namespace: self.namespace.clone(),
-                revision,
-            }),
+        })
+    }
+
+    /// The record of one revision, with its manifests.
+    pub async fn get(&self, revision: u64) -> Result<ReleaseRecord> {
+        let secret = self.get_secret(revision).await?;
+        self.decode_secret(&secret, true)
+    }
+
+    async fn get_secret(&self, revision: u64) -> Result<Secret> {
+        let name = secret_name(&self.app, revision);
+        let not_found = || ReleaseError::NotFound {
+            app: self.app.clone(),
+            namespace: self.namespace.clone(),
+            revision,
+        };
+        match self.api().get_opt(&name).await {
+            Ok(Some(secret)) => Ok(secret),
+            Ok(None) => Err(not_found()),
+            Err(kube::Error::Api(status)) if status.is_not_found() => Err(not_found()),
             Err(e) => Err(self.kube_err(format!("reading release record {name}"), e)),
         }
     }
 
-    /// The newest `deployed` record.
+    /// The newest `deployed` record, with its manifests.
     pub async fn last_good(&self) -> Result<Option<ReleaseRecord>> {
         let records = self.list().await?;
-        Ok(last_good(&records).cloned())
+        match last_good(&records) {
+            Some(good) => self.get(good.revision).await.map(Some),
+            None => Ok(None),
+        }
     }
 
     /// Write a new `pending` record at the next revision (creating the history namespace
@@ -690,7 +738,7 @@ impl ReleaseStore {
     }
 
     /// [`ReleaseStore::begin`] for a caller that just listed the records (and holds the lock,
-    /// so the namespace exists): saves two requests.
+    /// so the namespace exists): saves two requests. The record returned has no manifests.
     pub async fn begin_after(
         &self,
         draft: ReleaseDraft,
@@ -699,28 +747,35 @@ impl ReleaseStore {
     ) -> Result<ReleaseRecord> {
         let revisions: Vec<u64> = existing.iter().map(|r| r.revision).collect();
         let mut revision = next_revision(&revisions);
+        let ReleaseDraft {
+            manifests,
+            commit,
+            target,
+            default_namespace,
+            run,
+        } = draft;
         let mut record = ReleaseRecord {
             app: self.app.clone(),
-            target: draft.target,
+            target,
             revision,
             status: ReleaseStatus::Pending,
             reason: None,
             kind: origin.kind(),
             rollback_of: origin.rollback_of(),
-            commit: draft.commit,
+            commit,
             started_at: Timestamp::now(),
             finished_at: None,
-            run: draft.run,
-            digest: draft.digest,
-            default_namespace: draft.default_namespace,
-            objects: draft.objects,
-            manifests: draft.manifests,
+            run,
+            digest: Some(manifests.digest),
+            default_namespace,
+            objects: manifests.objects,
+            manifests: None,
             manifests_omitted: false,
         };
         // A name taken despite the lock (e.g. an unreadable record) moves to the next number.
         for _ in 0..5 {
             record.revision = revision;
-            let secret = self.to_secret(&mut record, None)?;
+            let secret = self.to_secret(&mut record, None, Some(manifests.gz.to_vec()))?;
             match self.api().create(&PostParams::default(), &secret).await {
                 Ok(_) => return Ok(record),
                 Err(kube::Error::Api(status)) if status.is_already_exists() => revision += 1,
@@ -738,16 +793,26 @@ impl ReleaseStore {
         )))
     }
 
-    /// Build the Secret for a record; sets `manifests_omitted` when they had to be dropped.
-    fn to_secret(&self, record: &mut ReleaseRecord, base: Option<&Secret>) -> Result<Secret> {
-        let (bytes, omitted) = encode_record(record)?;
+    /// Build the Secret for a record, on top of `base` (whose manifests it keeps unless new
+    /// ones are given); sets `manifests_omitted` when they had to be left out.
+    fn to_secret(
+        &self,
+        record: &mut ReleaseRecord,
+        base: Option<&Secret>,
+        manifests: Option<Vec<u8>>,
+    ) -> Result<Secret> {
+        let manifests = manifests.or_else(|| {
+            base.and_then(|s| s.data.as_ref())
+                .and_then(|d| d.get(MANIFESTS_KEY))
+                .map(|b| b.0.clone())
+        });
+        let (data, omitted) = secret_data(record, manifests)?;
         if omitted {
             tracing::warn!(
                 "release record v{} of {} is over the Secret size limit: keeping the commit only",
                 record.revision,
                 self.app
             );
-            record.manifests = None;
             record.manifests_omitted = true;
         }
         let labels = BTreeMap::from([
@@ -764,16 +829,17 @@ impl ReleaseStore {
         all_labels.extend(labels);
         metadata.labels = Some(all_labels);
         Ok(Secret {
-            metadata: ObjectMeta { ..metadata },
+            metadata,
             type_: Some(RECORD_TYPE.to_string()),
-            data: Some(BTreeMap::from([(DATA_KEY.to_string(), ByteString(bytes))])),
+            data: Some(data),
             ..Secret::default()
         })
     }
 
     /// Change a record's status (and reason, finish time...) with a conditional PUT, retrying
     /// on a conflict with a fresh read. Statuses only move forward ([`transition_allowed`]):
-    /// e.g. a record another run marked abandoned is not turned into `deployed`.
+    /// e.g. a record another run marked abandoned is not turned into `deployed`. The
+    /// manifests are carried over as stored, never decoded.
     async fn update(
         &self,
         revision: u64,
@@ -781,7 +847,8 @@ impl ReleaseStore {
         change: impl Fn(&mut ReleaseRecord),
     ) -> Result<ReleaseRecord> {
         for _ in 0..5 {
-            let (secret, mut record) = self.get_secret(revision).await?;
+            let secret = self.get_secret(revision).await?;
+            let mut record = self.decode_secret(&secret, false)?;
             if !transition_allowed(record.status, status) {
                 return Err(ReleaseError::Transition {
                     name: record.secret_name(),
@@ -792,7 +859,8 @@ impl ReleaseStore {
             }
             record.status = status;
             change(&mut record);
-            let updated = self.to_secret(&mut record, Some(&secret))?;
+            let updated = self.to_secret(&mut record, Some(&secret), None)?;
+            drop(secret);
             let name = record.secret_name();
             match self
                 .api()
@@ -839,11 +907,6 @@ impl ReleaseStore {
                 r.finished_at = Some(Timestamp::now());
                 if let Some(objects) = &objects {
                     r.objects = objects.clone();
-                    if let Some(bodies) = r.manifests.as_mut() {
-                        fill_namespaces(bodies, objects);
-                        // Same bodies, same digest: a rollback record matches its origin.
-                        r.digest = Some(digest_bodies(bodies));
-                    }
                 }
             })
             .await?;
@@ -1040,15 +1103,28 @@ mod tests {
         assert!(last_good(&[record(1, Failed)]).is_none());
     }
 
-    #[test]
-    fn encode_roundtrip_and_size_limit() {
-        let small = record(1, Deployed);
-        let (bytes, omitted) = encode_record(&small).unwrap();
-        assert!(!omitted);
-        assert_eq!(decode_record(&bytes).unwrap(), small);
+    fn bodies_of(record: &ReleaseRecord) -> Vec<serde_json::Value> {
+        record.manifests.clone().unwrap_or_default()
+    }
 
+    #[test]
+    fn secret_data_roundtrip_keeps_manifests_apart() {
+        let full = record(1, Deployed);
+        let manifests = EncodedManifests::encode(&bodies_of(&full)).unwrap();
+        let (data, omitted) = secret_data(&full, Some(manifests.gz.to_vec())).unwrap();
+        assert!(!omitted);
+        assert_eq!(record_from_data(&data, true).unwrap(), full);
+        // A list reads the record alone; its JSON never holds the manifests.
+        let head = record_from_data(&data, false).unwrap();
+        assert_eq!(head.manifests, None);
+        assert_eq!(head.commit, full.commit);
+        let record_json: serde_json::Value = gunzip_json(&data[DATA_KEY].0).unwrap();
+        assert!(record_json.get("manifests").is_none());
+    }
+
+    #[test]
+    fn manifests_over_the_size_limit_are_left_out() {
         // Random-ish text that gzip cannot shrink below the limit.
-        let mut big = record(2, Pending);
         let mut seed: u64 = 42;
         let noise: String = (0..2_000_000)
             .map(|_| {
@@ -1058,20 +1134,30 @@ mod tests {
                 char::from(b'!' + ((seed >> 33) % 90) as u8)
             })
             .collect();
-        big.manifests = Some(vec![
-            serde_json::json!({"kind": "ConfigMap", "data": {"x": noise}}),
-        ]);
-        let (bytes, omitted) = encode_record(&big).unwrap();
+        let big = [serde_json::json!({"kind": "ConfigMap", "data": {"x": noise}})];
+        let manifests = EncodedManifests::encode(&big).unwrap();
+        let record = record(2, Pending);
+        let (data, omitted) = secret_data(&record, Some(manifests.gz.to_vec())).unwrap();
         assert!(omitted);
-        assert!(bytes.len() <= MAX_RECORD_BYTES);
-        let back = decode_record(&bytes).unwrap();
+        assert!(!data.contains_key(MANIFESTS_KEY));
+        assert!(data[DATA_KEY].0.len() <= MAX_RECORD_BYTES);
+        let back = record_from_data(&data, true).unwrap();
         assert!(back.manifests.is_none() && back.manifests_omitted);
-        assert_eq!(back.commit, big.commit);
+        assert_eq!(back.commit, record.commit);
     }
 
     #[test]
-    fn decode_rejects_garbage() {
-        assert!(decode_record(b"not gzip").is_err());
+    fn unreadable_data_is_an_error() {
+        let garbage = |key: &str| BTreeMap::from([(key.to_string(), ByteString(b"x".to_vec()))]);
+        assert!(record_from_data(&garbage(DATA_KEY), false).is_err());
+        assert!(record_from_data(&garbage("other"), false).is_err());
+        let (mut data, _) = secret_data(&record(1, Deployed), None).unwrap();
+        data.insert(MANIFESTS_KEY.to_string(), ByteString(b"x".to_vec()));
+        assert!(
+            record_from_data(&data, false).is_ok(),
+            "a list skips the manifests"
+        );
+        assert!(record_from_data(&data, true).is_err());
     }
 
     #[test]
@@ -1156,11 +1242,12 @@ mod store_tests {
     const SECRETS: &str = "/api/v1/namespaces/shop/secrets";
 
     fn draft(image: &str) -> ReleaseDraft {
-        let mut d = ReleaseDraft::from_bodies(vec![json!({
+        let bodies = [json!({
             "apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": "web", "namespace": "shop"},
             "spec": {"template": {"spec": {"containers": [{"name": "web", "image": image}]}}}
-        })]);
+        })];
+        let mut d = ReleaseDraft::new(EncodedManifests::encode(&bodies).unwrap());
         d.commit = Some(RecordCommit {
             sha: format!("sha-{image}"),
             r#ref: None,
@@ -1202,6 +1289,20 @@ mod store_tests {
             .unwrap();
         assert_eq!(r2.revision, 2);
         assert_eq!(store.last_good().await.unwrap().unwrap().revision, 1);
+        // Lists carry no manifests; a status change kept v1's, which get() reads.
+        assert!(
+            store
+                .list()
+                .await
+                .unwrap()
+                .iter()
+                .all(|r| r.manifests.is_none())
+        );
+        let v1 = store.get(1).await.unwrap().manifests.unwrap();
+        assert_eq!(
+            v1[0].pointer("/spec/template/spec/containers/0/image"),
+            Some(&json!("v1"))
+        );
         store.finish(2, Deployed, None).await.unwrap();
         assert_eq!(statuses(&store).await, vec![(1, Superseded), (2, Deployed)]);
 

@@ -17,8 +17,8 @@ use crate::manifest::{ManifestObject, ManifestSet, Origin};
 use crate::pipeline::{MAX_IN_FLIGHT, Plan, TargetRun, apply_failures};
 use crate::progress::{Progress, Stage};
 use crate::release::{
-    ObjectRef, RecordCommit, ReleaseDraft, ReleaseError, ReleaseOrigin, ReleaseRecord,
-    ReleaseStatus, ReleaseStore, RunInfo,
+    EncodedManifests, ObjectRef, RecordCommit, ReleaseDraft, ReleaseError, ReleaseOrigin,
+    ReleaseRecord, ReleaseStatus, ReleaseStore, RunInfo,
 };
 use crate::report::{CommitInfo, Failure, RollbackReport, TargetOutcome};
 use crate::target::{ClusterAccess, describe_error};
@@ -222,7 +222,8 @@ pub fn history_namespace(config: &Config, target: &TargetConfig, access: &Cluste
 }
 
 /// The release side of one target's deploy: the held lock, the last good record, and this
-/// run's record (pending until [`conclude`]).
+/// run's record (pending until [`conclude`]). Neither record holds its manifests: a rollback
+/// reads them when it needs them.
 pub struct TargetRelease {
     pub store: ReleaseStore,
     lock: Option<LockGuard>,
@@ -340,13 +341,7 @@ pub async fn prepare(
         }
         let records = store.list().await?;
         let last_good = crate::release::last_good(&records).cloned();
-        let bodies = plan
-            .manifests
-            .objects
-            .iter()
-            .map(|o| o.body.clone())
-            .collect();
-        let mut draft = ReleaseDraft::from_bodies(bodies);
+        let mut draft = ReleaseDraft::new(plan.recorded_manifests()?.clone());
         draft.commit = plan.commit.as_ref().map(record_commit);
         draft.target = Some(target.name.clone());
         draft.default_namespace = Some(default_namespace.to_string());
@@ -544,31 +539,33 @@ async fn roll_back_target(context: &Conclusion<'_>, run: &mut TargetRun) -> Opti
         .map(ToString::to_string)
         .collect();
     progress.update(&name, Stage::RollingBack(format!("to v{}", good.revision)));
-    let attempt = match (run.access.as_ref(), record_manifests(&plan.config, &good)) {
-        (None, _) => Err(("no connection to the cluster".to_string(), false)),
-        (_, Err(why)) => Err((why, false)),
-        (Some(access), Ok(bodies)) => {
-            ReApply {
-                plan,
-                access,
-                store: &release.store,
-                target: &name,
-                default_namespace: good
-                    .default_namespace
-                    .clone()
-                    .unwrap_or_else(|| release.default_namespace.clone()),
-                bodies,
-                commit: good.commit.clone(),
-                origin: ReleaseOrigin::Rollback { to: good.revision },
-                destination: format!("v{}", good.revision),
-                timeout: settings.rollback_timeout,
-                deadline,
-                cancelled,
-                stop: stop.clone(),
+    let attempt = match run.access.as_ref() {
+        None => Err(("no connection to the cluster".to_string(), false)),
+        Some(access) => match stored_manifests(&release.store, &plan.config, &good, access).await {
+            Err(why) => Err((why, false)),
+            Ok(bodies) => {
+                ReApply {
+                    plan,
+                    access,
+                    store: &release.store,
+                    target: &name,
+                    default_namespace: good
+                        .default_namespace
+                        .clone()
+                        .unwrap_or_else(|| release.default_namespace.clone()),
+                    bodies,
+                    commit: good.commit.clone(),
+                    origin: ReleaseOrigin::Rollback { to: good.revision },
+                    destination: format!("v{}", good.revision),
+                    timeout: settings.rollback_timeout,
+                    deadline,
+                    cancelled,
+                    stop: stop.clone(),
+                }
+                .run()
+                .await
             }
-            .run()
-            .await
-        }
+        },
     };
     let (outcome, ok, message) = match attempt {
         Ok(revision) => (
@@ -602,6 +599,24 @@ async fn roll_back_target(context: &Conclusion<'_>, run: &mut TargetRun) -> Opti
         ok,
         message: (!ok).then_some(message),
     })
+}
+
+/// The manifests of the revision `record` names, read from the cluster only now: a deploy
+/// that succeeds never needs them.
+async fn stored_manifests(
+    store: &ReleaseStore,
+    config: &Config,
+    record: &ReleaseRecord,
+    access: &ClusterAccess,
+) -> Result<Vec<serde_json::Value>, String> {
+    let full = store.get(record.revision).await.map_err(|e| {
+        let why = match e.kube_error() {
+            Some(k) => describe_error(k, &access.server).message,
+            None => e.to_string(),
+        };
+        format!("reading release v{}: {why}", record.revision)
+    })?;
+    record_manifests(config, &full)
 }
 
 /// The manifests of a record: as stored, else rebuilt from git at its commit.
@@ -685,7 +700,9 @@ impl ReApply<'_> {
             None => e.to_string(),
         };
         let to = &self.destination;
-        let mut draft = ReleaseDraft::from_bodies(self.bodies.clone());
+        let manifests = EncodedManifests::encode(&self.bodies)
+            .map_err(|e| (format!("rollback to {to}: {e}"), false))?;
+        let mut draft = ReleaseDraft::new(manifests);
         draft.commit = self.commit.clone();
         draft.target = Some(self.target.to_string());
         draft.default_namespace = Some(self.default_namespace.clone());
