@@ -46,8 +46,10 @@ pub struct AppliedObject {
     pub resource: ApiResource,
     pub name: String,
     pub namespace: Option<String>,
-    /// The object as the server returned it (the would-be object in a dry run).
-    pub response: Value,
+    /// The object as the server returned it, for the wait (the would-be object in a dry
+    /// run). `None` when it was already healthy: nothing is left to watch, and with many
+    /// objects on many targets the bodies are most of the memory.
+    pub response: Option<Value>,
 }
 
 /// Why one object could not be applied.
@@ -282,35 +284,16 @@ fn without_managed_fields(mut obj: Value) -> Value {
     obj
 }
 
-/// What is kept of the server's answer. The wait reads it only to see whether the object is
-/// already healthy, so an object that is (a ConfigMap, a Service...) keeps just its identity:
-/// with many objects on many targets the bodies are most of the memory. A dry run keeps the
-/// whole would-be object, which is what it is for.
-fn slim_response(obj: Value, resource: &ApiResource, dry_run: bool) -> Value {
+/// What is kept of the server's answer (see [`AppliedObject::response`]): nothing for an
+/// object that is already healthy (a ConfigMap, a Service...), else the object without its
+/// managedFields. A dry run keeps the whole would-be object, which is what it is for.
+fn kept_response(obj: Value, resource: &ApiResource, dry_run: bool) -> Option<Value> {
     let obj = without_managed_fields(obj);
     if dry_run {
-        return obj;
+        return Some(obj);
     }
     let assessment = crate::health::assess_as(&obj, &resource.api_version, &resource.kind);
-    if assessment.status != crate::health::Status::Current {
-        return obj;
-    }
-    let mut identity = serde_json::Map::new();
-    for key in ["apiVersion", "kind"] {
-        if let Some(v) = obj.get(key) {
-            identity.insert(key.to_string(), v.clone());
-        }
-    }
-    let mut meta = serde_json::Map::new();
-    if let Some(m) = obj.get("metadata").and_then(Value::as_object) {
-        for key in ["name", "namespace", "uid", "resourceVersion", "generation"] {
-            if let Some(v) = m.get(key) {
-                meta.insert(key.to_string(), v.clone());
-            }
-        }
-    }
-    identity.insert("metadata".to_string(), Value::Object(meta));
-    Value::Object(identity)
+    (assessment.status != crate::health::Status::Current).then_some(obj)
 }
 
 /// True for the 404 an object in a namespace that does not exist gets.
@@ -684,7 +667,7 @@ async fn apply_one(
     match result {
         Ok(returned) => Ok(AppliedObject {
             display,
-            response: slim_response(
+            response: kept_response(
                 serde_json::to_value(&returned).unwrap_or(Value::Null),
                 &resolved.resource,
                 options.dry_run,
@@ -734,7 +717,7 @@ mod tests {
     }
 
     #[test]
-    fn slim_response_keeps_only_the_identity_of_healthy_objects() {
+    fn kept_response_drops_healthy_objects() {
         let cm = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
         let deploy = ApiResource::erase::<k8s_openapi::api::apps::v1::Deployment>(&());
         let config_map = json!({"apiVersion": "v1", "kind": "ConfigMap",
@@ -744,34 +727,29 @@ mod tests {
             "metadata": {"name": "web", "namespace": "shop", "generation": 2, "managedFields": [{}]},
             "spec": {"replicas": 2}, "status": {"observedGeneration": 1}});
         let cases = [
-            (
-                config_map.clone(),
-                &cm,
-                false,
-                json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "c", "namespace": "shop", "uid": "u"}}),
-            ),
+            // Healthy: nothing to watch, nothing kept.
+            (config_map.clone(), &cm, false, None),
             // A dry run keeps the would-be object (minus managedFields).
             (
                 config_map,
                 &cm,
                 true,
-                json!({"apiVersion": "v1", "kind": "ConfigMap",
+                Some(json!({"apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": "c", "namespace": "shop", "uid": "u"},
-                "data": {"big": "x".repeat(1000)}}),
+                "data": {"big": "x".repeat(1000)}})),
             ),
             // Not healthy yet: the wait needs all of it.
             (
                 rolling,
                 &deploy,
                 false,
-                json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                Some(json!({"apiVersion": "apps/v1", "kind": "Deployment",
                 "metadata": {"name": "web", "namespace": "shop", "generation": 2},
-                "spec": {"replicas": 2}, "status": {"observedGeneration": 1}}),
+                "spec": {"replicas": 2}, "status": {"observedGeneration": 1}})),
             ),
         ];
         for (input, resource, dry_run, want) in cases {
-            assert_eq!(slim_response(input, resource, dry_run), want);
+            assert_eq!(kept_response(input, resource, dry_run), want);
         }
     }
 

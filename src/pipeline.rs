@@ -227,7 +227,8 @@ pub async fn run_target(
     {
         Ok(access) => access,
         Err(e) => {
-            tracing::warn!(reason = %e.reason, "{}", e.message);
+            // Target failures are logged at info: the progress line and the final table say them.
+            tracing::info!(reason = %e.reason, "{}", e.message);
             run.report.failures.push(target_failure("cluster", &e));
             return finish(run, clock, progress, TargetOutcome::Failed);
         }
@@ -243,7 +244,7 @@ pub async fn run_target(
             return finish(run, clock, progress, TargetOutcome::Cancelled);
         }
         Err(e) => {
-            tracing::warn!("{e}");
+            tracing::info!("{e}");
             run.report.failures = apply_failures(&e, &access.server);
             return finish(run, clock, progress, TargetOutcome::Failed);
         }
@@ -263,7 +264,7 @@ pub async fn run_target(
                 return finish(run, clock, progress, TargetOutcome::Cancelled);
             }
             Err(e) => {
-                tracing::warn!("{e}");
+                tracing::info!("{e}");
                 run.report.failures.push(e.failure(&access.server));
                 return finish(run, clock, progress, TargetOutcome::Failed);
             }
@@ -310,7 +311,7 @@ pub async fn run_target(
         if matches!(e, ApplyError::Cancelled) {
             return finish(run, clock, progress, TargetOutcome::Cancelled);
         }
-        tracing::warn!("apply failed: {e}");
+        tracing::info!("apply failed: {e}");
         run.report.failures = apply_failures(&e, &access.server);
         // HOOK(rg-release): rollback decision for this target (policy across targets is in fleet.rs).
         return finish(run, clock, progress, TargetOutcome::Failed);
@@ -342,7 +343,7 @@ pub async fn run_target(
         Err(WaitFailure::Cancelled) => TargetOutcome::Cancelled,
         Err(WaitFailure::Failed(failures)) | Err(WaitFailure::Timeout(failures)) => {
             for f in &failures {
-                tracing::warn!("{}", f.headline());
+                tracing::info!("{}", f.headline());
             }
             run.report.failures = failures;
             TargetOutcome::Failed

@@ -247,7 +247,12 @@ pub async fn wait_for_rollout(
     let mut sources: Vec<Source> = Vec::new();
     let mut tracked: Vec<Tracked> = Vec::new();
     for a in applied {
-        let assessment = health::assess_as(&a.response, &a.resource.api_version, &a.resource.kind);
+        let assessment = match &a.response {
+            Some(response) => {
+                health::assess_as(response, &a.resource.api_version, &a.resource.kind)
+            }
+            None => health::Assessment::new(Status::Current, "healthy when applied"),
+        };
         let done = assessment.status == Status::Current;
         let source = if done {
             None
@@ -334,10 +339,14 @@ pub async fn wait_for_rollout(
         for t in tracked.iter_mut().filter(|t| !t.done) {
             let a = t.applied;
             let ns = a.namespace.clone().unwrap_or_default();
-            let current = t
+            let Some(current) = t
                 .source
                 .and_then(|s| store.get(s, &ns, &a.name))
-                .unwrap_or(&a.response);
+                .or(a.response.as_ref())
+            else {
+                // Only objects healthy when applied have neither, and those are done.
+                continue;
+            };
             let assessment = health::assess_as(current, &a.resource.api_version, &a.resource.kind);
             t.last_message = assessment.message.clone();
             match assessment.status {

@@ -53,6 +53,11 @@ pub fn to_table(report: &Report, color: bool) -> String {
         push_line(&mut out, &cells, None);
     }
     out.push('\n');
+    let details = failure_details(report);
+    if !details.is_empty() {
+        out.push_str(&details);
+        out.push('\n');
+    }
     let summary = format!("{}: {}", report.app, report.summary);
     if color {
         out.push_str(&paint(&summary, outcome_color(report.outcome)));
@@ -60,6 +65,36 @@ pub fn to_table(report: &Report, color: bool) -> String {
         out.push_str(&summary);
     }
     out.push('\n');
+    out
+}
+
+/// Most recent Warning events shown per failure (the JSON report has them all).
+const EVENTS_SHOWN: usize = 5;
+
+/// What the table's one-line reasons leave out: the failures after a target's first, a
+/// reason the table had to clip, and the Warning events. One block per target.
+fn failure_details(report: &Report) -> String {
+    let mut out = String::new();
+    for target in &report.targets {
+        let in_table = target
+            .reason()
+            .filter(|r| r.chars().count() <= REASON_CHARS);
+        let mut block = String::new();
+        for failure in &target.failures {
+            let headline = failure.headline();
+            if failure.events.is_empty() && in_table.as_deref() == Some(headline.as_str()) {
+                continue;
+            }
+            block.push_str(&format!("  {headline}\n"));
+            let skip = failure.events.len().saturating_sub(EVENTS_SHOWN);
+            for event in &failure.events[skip..] {
+                block.push_str(&format!("    event: {event}\n"));
+            }
+        }
+        if !block.is_empty() {
+            out.push_str(&format!("{}:\n{block}", target.name));
+        }
+    }
     out
 }
 
@@ -116,6 +151,44 @@ us-east  failed    12        12.0s     Deployment shop/web: pod web-7d9f-x conta
 shop: deployed to 1 of 2, 1 failed; us-east: Deployment shop/web: pod web-7d9f-x container web: ImagePullBackOff: Back-off pulling image \"nginx:doesnotexist\"
 ";
         assert_eq!(to_table(&sample(), false), want);
+    }
+
+    #[test]
+    fn details_show_what_the_table_leaves_out() {
+        let with_events = Failure {
+            events: (1..=7)
+                .map(|i| format!("Warning Failed pod/web-7d9f-x: pull {i}"))
+                .collect(),
+            ..image_failure()
+        };
+        let second = Failure {
+            object: "Deployment shop/api".into(),
+            pod: None,
+            container: None,
+            reason: "Timeout".into(),
+            message: "2 of 3 updated replicas are available".into(),
+            events: vec![],
+        };
+        let mut eu = target("eu", TargetOutcome::Failed);
+        eu.failures = vec![image_failure(), second];
+        let mut us = target("us", TargetOutcome::Failed);
+        us.failures = vec![with_events];
+        let plain = target("ap", TargetOutcome::Failed);
+        let mut only_one = target("sa", TargetOutcome::Failed);
+        only_one.failures = vec![image_failure()];
+        let got = failure_details(&report(vec![eu, us, plain, only_one]));
+        let want = "\
+eu:
+  Deployment shop/api: Timeout: 2 of 3 updated replicas are available
+us:
+  Deployment shop/web: pod web-7d9f-x container web: ImagePullBackOff: Back-off pulling image \"nginx:doesnotexist\"
+    event: Warning Failed pod/web-7d9f-x: pull 3
+    event: Warning Failed pod/web-7d9f-x: pull 4
+    event: Warning Failed pod/web-7d9f-x: pull 5
+    event: Warning Failed pod/web-7d9f-x: pull 6
+    event: Warning Failed pod/web-7d9f-x: pull 7
+";
+        assert_eq!(got, want);
     }
 
     #[test]
