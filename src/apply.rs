@@ -251,6 +251,19 @@ pub fn describe_apply_error(obj: &ManifestObject, err: &kube::Error) -> ObjectFa
                 ),
             )
         }
+        kube::Error::Api(status) if let Some(path) = undeclared_field(&status.message) => (
+            "FieldNotDeclared".to_string(),
+            format!(
+                "{path} is not a field of {} {}: fix its name or indentation{}",
+                obj.api_version,
+                obj.kind,
+                if obj.api_version.contains('.') {
+                    ", or add it to the CRD's schema"
+                } else {
+                    ""
+                }
+            ),
+        ),
         kube::Error::Api(status) => (
             if status.reason.is_empty() {
                 format!("HTTP{}", status.code)
@@ -273,6 +286,16 @@ pub fn describe_apply_error(obj: &ManifestObject, err: &kube::Error) -> ObjectFa
         reason,
         message,
     }
+}
+
+/// The field a server-side apply was refused for, from the server's message
+/// `failed to create typed patch object (shop/w; example.com/v1, Kind=Widget): .spec.x: field
+/// not declared in schema`.
+fn undeclared_field(message: &str) -> Option<&str> {
+    let before = message.strip_suffix(crate::retry::FIELD_NOT_DECLARED)?;
+    let before = before.strip_suffix(": ")?;
+    let path = before.rsplit_once("): ").map_or(before, |(_, path)| path);
+    path.starts_with('.').then_some(path)
 }
 
 /// The server's answer without `metadata.managedFields`: nothing downstream reads them, and
@@ -805,6 +828,55 @@ mod tests {
             needed_groups(&[crd, deploy, cm]),
             vec!["", "apiextensions.k8s.io", "apps"]
         );
+    }
+
+    #[test]
+    fn undeclared_field_table() {
+        let cases = [
+            (
+                "failed to create typed patch object (rec-x/web; apps/v1, Kind=Deployment): .spec.bogusField: field not declared in schema",
+                Some(".spec.bogusField"),
+            ),
+            (
+                "failed to create typed patch object (w1; example.com/v1, Kind=Widget): .spec.items[0].x: field not declared in schema",
+                Some(".spec.items[0].x"),
+            ),
+            ("etcdserver: request timed out", None),
+            ("field not declared in schema", None),
+        ];
+        for (message, want) in cases {
+            assert_eq!(undeclared_field(message), want, "{message}");
+        }
+        let recorded = |name: &str| {
+            std::fs::read_to_string(
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../shared/apiserver-recordings")
+                    .join(name),
+            )
+            .ok()
+            .and_then(|t| serde_json::from_str::<kube::core::Status>(&t).ok())
+        };
+        let widget = object("example.com/v1", "Widget", "w1", Some("rec-crd"), json!({}));
+        let deploy = object("apps/v1", "Deployment", "web", Some("rec-x"), json!({}));
+        for (file, obj, want) in [
+            (
+                "06-cr-ssa-unknown-field-500-response.json",
+                &widget,
+                ".spec.extra is not a field of example.com/v1 Widget: fix its name or indentation, or add it to the CRD's schema",
+            ),
+            (
+                "05-error-500-ssa-unknown-field-deployment.json",
+                &deploy,
+                ".spec.bogusField is not a field of apps/v1 Deployment: fix its name or indentation",
+            ),
+        ] {
+            let Some(status) = recorded(file) else {
+                continue;
+            };
+            let failure = describe_apply_error(obj, &kube::Error::Api(Box::new(status)));
+            assert_eq!(failure.reason, "FieldNotDeclared");
+            assert_eq!(failure.message, want);
+        }
     }
 
     #[test]

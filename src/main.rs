@@ -4,6 +4,9 @@ use clap::Parser;
 use rollguard::cli::{Cli, run};
 use tracing_subscriber::EnvFilter;
 
+/// Upper bound on the async runtime's worker threads.
+const MAX_WORKERS: usize = 4;
+
 fn main() {
     let cli = Cli::parse();
     // Logs go to stderr (stdout carries the final table); RUST_LOG overrides the level.
@@ -21,7 +24,11 @@ fn main() {
                 && std::env::var_os("NO_COLOR").is_none(),
         )
         .init();
+    // The work is waiting on clusters; more than a few workers only add per-thread malloc
+    // arenas (measured: 50 targets peak 84 MiB with 2 workers, 99 MiB with 8).
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get().min(MAX_WORKERS));
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
         .enable_all()
         .build()
     {

@@ -44,6 +44,9 @@ pub fn classify(err: &kube::Error) -> ErrorClass {
     }
 }
 
+/// How the API server says that a server-side apply holds a field the kind's schema lacks.
+pub const FIELD_NOT_DECLARED: &str = "field not declared in schema";
+
 /// The decision for an HTTP status answered by the API server.
 pub fn classify_status(code: u16, message: &str, retry_after_seconds: u32) -> ErrorClass {
     let retry_after =
@@ -52,7 +55,7 @@ pub fn classify_status(code: u16, message: &str, retry_after_seconds: u32) -> Er
         429 => ErrorClass::Transient { retry_after },
         // A server-side apply with a field unknown to the schema answers 500 on some
         // releases (see the apiserver recordings): that is the manifest's fault, not transient.
-        500 if message.contains("field not declared in schema") => ErrorClass::Permanent,
+        500 if message.contains(FIELD_NOT_DECLARED) => ErrorClass::Permanent,
         500 | 502 | 503 | 504 => ErrorClass::Transient { retry_after },
         _ => ErrorClass::Permanent,
     }

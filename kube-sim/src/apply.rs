@@ -65,6 +65,21 @@ pub fn apply(store: &Store, req: ApplyRequest<'_>) -> Result<Applied, ApiError> 
         req.name,
         info.namespaced,
     )?;
+    if let Some(schema) = &info.schema
+        && let Some(path) = crate::schema::undeclared_field(schema, &config)
+    {
+        let object = if req.namespace.is_empty() {
+            req.name.to_string()
+        } else {
+            format!("{}/{}", req.namespace, req.name)
+        };
+        return Err(ApiError::undeclared_field(
+            &object,
+            &info.api_version(),
+            &info.kind,
+            &path,
+        ));
+    }
     let status_only = req.subresource == Some("status");
     let expected_rv = take_server_metadata(&mut config);
     let status_is_separate = info.has_status();

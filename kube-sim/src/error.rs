@@ -238,6 +238,19 @@ impl ApiError {
         .with_details(json!({}))
     }
 
+    /// A server-side apply with a field the resource's schema does not declare: a 500
+    /// without a reason, as a real server answers (with or without fieldValidation=Strict).
+    /// `object` is `namespace/name`, or `name` when cluster-scoped.
+    pub fn undeclared_field(object: &str, api_version: &str, kind: &str, path: &str) -> Self {
+        Self::new(
+            500,
+            "",
+            format!(
+                "failed to create typed patch object ({object}; {api_version}, Kind={kind}): {path}: field not declared in schema"
+            ),
+        )
+    }
+
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(500, "InternalError", message)
     }

@@ -30,6 +30,7 @@ pub mod openapi;
 pub mod protobuf;
 pub mod registry;
 pub mod rules;
+pub mod schema;
 pub mod selectors;
 pub mod server;
 pub mod store;

@@ -49,6 +49,9 @@ pub struct ResourceInfo {
     /// A CRD version's additionalPrinterColumns (for Table responses).
     #[serde(skip)]
     pub printer_columns: Vec<PrinterColumn>,
+    /// A CRD version's `schema.openAPIV3Schema`; None for built-ins (not checked).
+    #[serde(skip)]
+    pub schema: Option<Arc<Value>>,
 }
 
 /// One `additionalPrinterColumns` entry of a CRD version.
@@ -387,6 +390,9 @@ pub fn crd_resources(crd: &Value) -> Option<Vec<ResourceInfo>> {
             storage_version_hash: Some(storage_version_hash(&group, v, &plural)),
             crd: Some(name.clone()),
             printer_columns,
+            schema: version
+                .pointer("/schema/openAPIV3Schema")
+                .map(|schema| Arc::new(schema.clone())),
         });
     }
     if out.is_empty() { None } else { Some(out) }

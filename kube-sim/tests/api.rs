@@ -1122,6 +1122,22 @@ async fn crd_is_served_after_create() {
         table["rows"][0]["cells"],
         recorded_table["rows"][0]["cells"]
     );
+    // A field the CRD's schema does not declare: the recorded 500, with or without Strict.
+    let unknown = recording("06-cr-ssa-unknown-field-request-body.yaml");
+    for (query, file) in [
+        ("", "06-cr-ssa-unknown-field-500-response.json"),
+        (
+            "&fieldValidation=Strict",
+            "06-cr-ssa-unknown-field-strict-500-response.json",
+        ),
+    ] {
+        let path = format!(
+            "/apis/example.com/v1/namespaces/rec-crd/widgets/w1?fieldManager=rollguard{query}"
+        );
+        let resp = api.apply(&path, &unknown).await;
+        assert_eq!(resp.status, 500);
+        assert_eq!(resp.json(), recording(file));
+    }
     let status = api
         .send("PATCH", "/apis/example.com/v1/namespaces/rec-crd/widgets/w1/status?fieldManager=widget-controller", Some(APPLY), recording("06-cr-ssa-status-request-body.json").to_string())
         .await;

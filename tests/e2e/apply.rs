@@ -1,5 +1,5 @@
-//! Apply behaviour: CRDs before their objects, kinds a cluster does not serve, conflicts
-//! with another field manager, and the report's schema.
+//! Apply behaviour: CRDs before their objects, fields their schema does not declare, kinds a
+//! cluster does not serve, conflicts with another field manager, and the report's schema.
 
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 
@@ -47,6 +47,45 @@ async fn a_crd_is_established_before_its_objects_are_applied() {
     let widgets = list(&client, "example.com/v1", "Widget", "widgets", "shop").await;
     assert_eq!(widgets.len(), 1, "{widgets:?}");
     assert_eq!(widgets[0]["spec"]["size"], 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_field_the_crd_does_not_declare_fails_at_once_naming_the_field() {
+    let env = TestEnv::start(1, "").await;
+    env.write("rollguard.yaml", &config(1, "2m"));
+    let strict = CRD.replace(
+        "          x-kubernetes-preserve-unknown-fields: true\n",
+        "          properties:\n            spec:\n              type: object\n              properties:\n                size: {type: integer}\n",
+    );
+    env.write("k8s/crd.yaml", &strict);
+    env.write(
+        "k8s/widget.yaml",
+        &WIDGET.replace("  size: 3\n", "  size: 3\n  colour: blue\n"),
+    );
+    let run = env.deploy(&["--on-failure", "none"]).await;
+    assert_eq!(run.code, 1, "{}", run.output());
+    let failure = run.target("eu")["failures"][0].clone();
+    assert_eq!(failure["reason"], "FieldNotDeclared", "{failure:#}");
+    let message = failure["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains(".spec.colour is not a field of example.com/v1 Widget"),
+        "{failure:#}"
+    );
+    assert!(
+        run.stdout.contains("k8s/widget.yaml:1"),
+        "the output says where: {}",
+        run.output()
+    );
+    // The server answers 500, but this one is not transient: one attempt, no retries until
+    // the 2 minute deadline.
+    let counters = env.cluster(1).counters();
+    let widget_writes: u64 = counters
+        .counts
+        .iter()
+        .filter(|(k, _)| k.resource.starts_with("widgets"))
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(widget_writes, 1, "{counters:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
