@@ -65,9 +65,14 @@ pub fn apply(store: &Store, req: ApplyRequest<'_>) -> Result<Applied, ApiError> 
         req.name,
         info.namespaced,
     )?;
-    if let Some(schema) = &info.schema
-        && let Some(path) = crate::schema::undeclared_field(schema, &config)
-    {
+    let undeclared = match &info.schema {
+        Some(schema) => crate::schema::undeclared_field(schema, &config),
+        None if info.crd.is_none() => {
+            crate::schema::undeclared_builtin_field(&info.group, &info.version, &info.kind, &config)
+        }
+        None => None,
+    };
+    if let Some(path) = undeclared {
         let object = if req.namespace.is_empty() {
             req.name.to_string()
         } else {

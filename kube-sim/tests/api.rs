@@ -414,6 +414,7 @@ async fn errors_match_recordings() {
         201
     );
     let cm = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cm1","namespace":"rec-missing"},"data":{"k":"v"}}"#;
+    let unknown_field = recording("05-ssa-unknown-field-deployment-request-body.yaml").to_string();
 
     let cases: Vec<(&str, String, Option<&str>, String, &str)> = vec![
         ("GET", deployment_path("rec-x", "nope"), None, String::new(), "05-error-404-get-missing-deployment.json"),
@@ -428,6 +429,8 @@ async fn errors_match_recordings() {
         ("PATCH", web.clone(), Some("text/plain"), r#"{"spec":{"replicas":3}}"#.into(), "05-error-415-wrong-content-type-text-on-patch.json"),
         ("POST", "/api/v1/namespaces/rec-x/configmaps".into(), Some("text/plain"), cm.into(), "05-error-415-wrong-content-type-text-on-post.json"),
         ("PATCH", deployment_path("rec-x", "web"), Some(MERGE), r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"bad""#.into(), "05-error-400-malformed-json-merge-patch.json"),
+        ("PATCH", format!("{}?fieldManager=probe", deployment_path("rec-x", "web")), Some(APPLY), unknown_field.clone(), "05-error-500-ssa-unknown-field-deployment.json"),
+        ("PATCH", format!("{}?fieldManager=probe&fieldValidation=Strict", deployment_path("rec-x", "web")), Some(APPLY), unknown_field, "05-error-500-ssa-unknown-field-deployment-strict.json"),
     ];
     for (method, path, ct, body, file) in cases {
         let resp = api.send(method, &path, ct, body).await;

@@ -3,7 +3,7 @@
 
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 
-use crate::harness::{TestEnv, config, list, small_app};
+use crate::harness::{TestEnv, config, corpus_file, list, small_app};
 
 const CRD: &str = "apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
@@ -86,6 +86,35 @@ async fn a_field_the_crd_does_not_declare_fails_at_once_naming_the_field() {
         .map(|(_, n)| n)
         .sum();
     assert_eq!(widget_writes, 1, "{counters:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_misspelt_field_in_a_deployment_fails_at_once_naming_it() {
+    let env = TestEnv::start(1, "").await;
+    env.write("rollguard.yaml", &config(1, "2m"));
+    let redis = corpus_file("example-voting-app/k8s-specifications/redis-deployment.yaml");
+    let misspelt = redis.replace(
+        "      - image: redis:alpine\n",
+        "      - image: redis:alpine\n        imagePullPolice: Always\n",
+    );
+    assert_ne!(misspelt, redis, "the corpus file changed: fix this test");
+    env.write("k8s/redis.yaml", &misspelt);
+    let run = env.deploy(&["--on-failure", "none"]).await;
+    assert_eq!(run.code, 1, "{}", run.output());
+    let failure = run.target("eu")["failures"][0].clone();
+    assert_eq!(failure["reason"], "FieldNotDeclared", "{failure:#}");
+    let message = failure["message"].as_str().unwrap_or("");
+    assert!(
+        message.starts_with(".spec.template.spec.containers[name=\"redis\"].imagePullPolice is not a field of apps/v1 Deployment: fix its name or indentation"),
+        "{failure:#}"
+    );
+    assert!(message.ends_with("k8s/redis.yaml:1)"), "{failure:#}");
+    let counters = env.cluster(1).counters();
+    assert_eq!(
+        counters.get("apply", "deployments.apps"),
+        1,
+        "one attempt, no retries: {counters:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

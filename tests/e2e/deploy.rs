@@ -1,20 +1,8 @@
 //! Deploys that must succeed.
 
-use crate::harness::{TestEnv, assert_no_ansi, config, deployment_available, list, small_app};
-
-fn corpus_file(rel: &str) -> String {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    // The corpus sits beside the repository (../shared), or beside the worktree folder.
-    for base in [
-        root.join("../shared/corpus"),
-        root.join("../../shared/corpus"),
-    ] {
-        if let Ok(text) = std::fs::read_to_string(base.join(rel)) {
-            return text;
-        }
-    }
-    panic!("corpus file {rel} not found next to {}", root.display());
-}
+use crate::harness::{
+    TestEnv, assert_no_ansi, config, corpus_file, deployment_available, list, small_app,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn microservices_demo_deploys_to_three_clusters() {

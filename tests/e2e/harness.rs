@@ -265,3 +265,18 @@ pub fn assert_no_ansi(run: &Run) {
         run.output()
     );
 }
+
+/// A file of the shared corpus of real manifests (`../shared/corpus`).
+pub fn corpus_file(rel: &str) -> String {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    // The corpus sits beside the repository (../shared), or beside the worktree folder.
+    for base in [
+        root.join("../shared/corpus"),
+        root.join("../../shared/corpus"),
+    ] {
+        if let Ok(text) = std::fs::read_to_string(base.join(rel)) {
+            return text;
+        }
+    }
+    panic!("corpus file {rel} not found next to {}", root.display());
+}
