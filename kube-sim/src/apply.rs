@@ -65,14 +65,12 @@ pub fn apply(store: &Store, req: ApplyRequest<'_>) -> Result<Applied, ApiError> 
         req.name,
         info.namespaced,
     )?;
-    let undeclared = match &info.schema {
-        Some(schema) => crate::schema::undeclared_field(schema, &config),
-        None if info.crd.is_none() => {
-            crate::schema::undeclared_builtin_field(&info.group, &info.version, &info.kind, &config)
-        }
-        None => None,
-    };
-    if let Some(path) = undeclared {
+    let undeclared = info.declaration().and_then(|d| {
+        crate::schema::undeclared(d, &mut config, false)
+            .into_iter()
+            .next()
+    });
+    if let Some(field) = undeclared {
         let object = if req.namespace.is_empty() {
             req.name.to_string()
         } else {
@@ -82,7 +80,7 @@ pub fn apply(store: &Store, req: ApplyRequest<'_>) -> Result<Applied, ApiError> 
             &object,
             &info.api_version(),
             &info.kind,
-            &path,
+            &field.apply_path,
         ));
     }
     let status_only = req.subresource == Some("status");

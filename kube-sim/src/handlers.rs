@@ -127,6 +127,8 @@ pub enum Reply {
         body: Value,
         /// Content-Type to answer with (application/json unless a Table).
         content_type: &'static str,
+        /// Texts of `Warning: 299` headers (fields dropped from a create or update).
+        warnings: Vec<String>,
     },
     Watch(Box<WatchSpec>),
     /// A plain-text body (pod logs).
@@ -145,7 +147,15 @@ impl Reply {
             status: 200,
             body,
             content_type: "application/json",
+            warnings: Vec::new(),
         }
+    }
+
+    fn with_warnings(mut self, new: Vec<String>) -> Self {
+        if let Reply::Json { warnings, .. } = &mut self {
+            warnings.extend(new);
+        }
+        self
     }
 
     fn created(body: Value) -> Self {
@@ -153,6 +163,7 @@ impl Reply {
             status: 201,
             body,
             content_type: "application/json",
+            warnings: Vec::new(),
         }
     }
 }
@@ -245,6 +256,7 @@ pub fn handle(store: &Store, req: &ApiRequest<'_>, path: &ResourcePath) -> Resul
                     status: 200,
                     body: partial_metadata(body),
                     content_type: "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+                    warnings: Vec::new(),
                 });
             }
             Ok(reply)
@@ -476,6 +488,7 @@ fn list(
             body: json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
                 "metadata": list_meta, "items": reduced}),
             content_type: "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
+            warnings: Vec::new(),
         }),
         ListShape::Table => {
             let mut body = table::table_for(info, &[], Value::Object(list_meta), store.clock());
@@ -484,6 +497,7 @@ fn list(
                 status: 200,
                 body,
                 content_type: "application/json;as=Table;v=v1;g=meta.k8s.io",
+                warnings: Vec::new(),
             })
         }
         ListShape::Full => {
@@ -639,8 +653,37 @@ fn create(
     let mut body = parse_body(req, info)?;
     check_kind(&body, info)?;
     check_namespace(&mut body, info, namespace)?;
+    let warnings = drop_undeclared_fields(req, info, &mut body)?;
     let created = store.create_with(rt, body, &write_options(req))?;
-    Ok(Reply::created(created))
+    Ok(Reply::created(created).with_warnings(warnings))
+}
+
+/// A create or update with fields its kind does not declare: by `fieldValidation`, they are
+/// dropped with a warning each (Warn, the default), dropped silently (Ignore), or the request
+/// is refused (Strict), as a real server does. Returns the warnings.
+fn drop_undeclared_fields(
+    req: &ApiRequest<'_>,
+    info: &ResourceInfo,
+    body: &mut Value,
+) -> Result<Vec<String>, ApiError> {
+    let Some(declaration) = info.declaration() else {
+        return Ok(Vec::new());
+    };
+    let found = crate::schema::undeclared(declaration, body, true);
+    let named: Vec<String> = found
+        .iter()
+        .map(|u| format!("unknown field \"{}\"", u.decoder_path))
+        .collect();
+    match req.query.get("fieldValidation").map(String::as_str) {
+        Some("Strict") if !named.is_empty() => Err(ApiError::bad_request(format!(
+            "{kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: {}",
+            named.join(", "),
+            kind = info.kind,
+            version = info.version,
+        ))),
+        Some("Ignore") => Ok(Vec::new()),
+        _ => Ok(named),
+    }
 }
 
 fn update(
@@ -663,6 +706,7 @@ fn update(
     }
     check_kind(&body, info)?;
     check_namespace(&mut body, info, namespace)?;
+    let warnings = drop_undeclared_fields(req, info, &mut body)?;
     let body_name = body
         .pointer("/metadata/name")
         .and_then(Value::as_str)
@@ -681,7 +725,7 @@ fn update(
     } else {
         store.update_with(rt, body, &opts)?
     };
-    Ok(Reply::ok(updated))
+    Ok(Reply::ok(updated).with_warnings(warnings))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -846,6 +890,8 @@ fn patch(
             "the name of the object ({patched_name}) does not match the name on the URL ({name})"
         )));
     }
+    // The patched object is judged as an update's body would be.
+    let warnings = drop_undeclared_fields(req, info, &mut target)?;
     let mut opts = write_options(req);
     opts.expected_resource_version = Some(current_rv);
     let updated = if subresource == Some("status") {
@@ -853,7 +899,7 @@ fn patch(
     } else {
         store.update_with(rt, target, &opts)?
     };
-    Ok(Reply::ok(updated))
+    Ok(Reply::ok(updated).with_warnings(warnings))
 }
 
 enum PatchKind {

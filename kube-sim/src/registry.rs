@@ -66,6 +66,20 @@ pub struct PrinterColumn {
 }
 
 impl ResourceInfo {
+    /// What declares this resource's fields: its CRD's schema, or its built-in type. None
+    /// for a CRD version without a schema.
+    pub fn declaration(&self) -> Option<crate::schema::Declaration<'_>> {
+        match (&self.schema, &self.crd) {
+            (Some(schema), _) => Some(crate::schema::Declaration::Crd(schema)),
+            (None, None) => Some(crate::schema::Declaration::Builtin {
+                group: &self.group,
+                version: &self.version,
+                kind: &self.kind,
+            }),
+            (None, Some(_)) => None,
+        }
+    }
+
     pub fn resource_type(&self) -> ResourceType {
         ResourceType::new(&self.group, &self.version, &self.resource)
     }

@@ -1,49 +1,215 @@
-//! The field check a server-side apply makes before it builds its typed patch: a field the
-//! kind's schema does not declare fails the apply with a 500 (`.spec.extra: field not
-//! declared in schema`), as recorded from a real API server. Custom resources are checked
-//! against their CRD's `openAPIV3Schema`; built-in kinds against the Kubernetes types of
-//! k8s-openapi (its `v1_33` API: fields added since then are refused).
+//! Fields a kind does not declare. A server-side apply fails on the first one with a 500
+//! (`.spec.extra: field not declared in schema`); a create or update drops them with a
+//! warning (`unknown field "spec.extra"`), or fails with 400 under `fieldValidation=Strict`:
+//! all as recorded from a real API server. Custom resources are checked against their CRD's
+//! `openAPIV3Schema`; built-in kinds against the Kubernetes types of k8s-openapi (its `v1_33`
+//! API: fields added since then count as undeclared).
 
-use serde_json::Value;
+use serde_json::{Map, Value, json};
 
-use crate::managed_fields::{ListType, display_path, item_key, list_type};
+use crate::managed_fields::{ListType, item_key, list_type};
 
-/// The path of the first field of `object` that `schema` does not declare, such as
-/// `.spec.extra` or `.spec.items[1].name`. `apiVersion`, `kind` and `metadata` are always
-/// declared at the root.
-pub fn undeclared_field(schema: &Value, object: &Value) -> Option<String> {
-    let fields = object.as_object()?;
-    for (key, value) in fields {
-        if matches!(key.as_str(), "apiVersion" | "kind" | "metadata") {
-            continue;
+/// What declares the fields of a kind.
+#[derive(Clone, Copy, Debug)]
+pub enum Declaration<'a> {
+    /// A CRD version's `openAPIV3Schema`.
+    Crd(&'a Value),
+    /// A built-in kind, by its k8s-openapi type.
+    Builtin {
+        group: &'a str,
+        version: &'a str,
+        kind: &'a str,
+    },
+}
+
+/// One undeclared field, named both ways the server names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Undeclared {
+    /// As server-side apply says it: `.spec.template.spec.containers[name="web"].x`.
+    pub apply_path: String,
+    /// As the strict decoder says it: `spec.template.spec.containers[0].x`.
+    pub decoder_path: String,
+}
+
+/// The fields of `object` its kind does not declare, in document order; with `prune`, they
+/// are removed from `object` too. `apiVersion`, `kind` and (for custom resources) `metadata`
+/// are always declared. Built-in objects that do not even parse as their type, and kinds not
+/// known here, are not judged.
+pub fn undeclared(
+    declaration: Declaration<'_>,
+    object: &mut Value,
+    prune: bool,
+) -> Vec<Undeclared> {
+    let mut walk = Walk {
+        prune,
+        path: Vec::new(),
+        found: Vec::new(),
+    };
+    match declaration {
+        Declaration::Crd(schema) => {
+            if let Some(fields) = object.as_object_mut() {
+                walk.object(fields, |key| match key {
+                    "apiVersion" | "kind" | "metadata" => Some(Judge::Unchecked),
+                    _ => declared(schema, key),
+                });
+            }
         }
-        let path = format!(".{key}");
-        match declared(schema, key) {
-            Declared::No => return Some(path),
-            Declared::Unchecked => {}
-            Declared::By(child) => {
-                if let Some(found) = check(child, value, &path) {
-                    return Some(found);
-                }
+        Declaration::Builtin {
+            group,
+            version,
+            kind,
+        } => {
+            if let Some(kept) = typed_round_trip(group, version, kind, object) {
+                walk.value(object, Judge::Kept(&kept));
             }
         }
     }
-    None
+    walk.found
 }
 
-/// The path of the first field of a built-in object that its Kubernetes type does not
-/// declare, such as `.spec.template.spec.containers[name="web"].imagePullPolice`. None for
-/// kinds not known here and for objects that do not even parse as their type (those fail
-/// elsewhere).
-pub fn undeclared_builtin_field(
-    group: &str,
-    version: &str,
-    kind: &str,
-    object: &Value,
-) -> Option<String> {
-    let kept = typed_round_trip(group, version, kind, object)?;
-    let mut path = Vec::new();
-    first_dropped(object, &kept, "", &mut path).then(|| display_path(&path))
+/// How the fields below one point are judged.
+#[derive(Clone, Copy)]
+enum Judge<'a> {
+    /// By the same value after its round trip through the typed struct.
+    Kept(&'a Value),
+    /// By a structural schema.
+    Schema(&'a Value),
+    /// Kept without a schema of its own (`x-kubernetes-preserve-unknown-fields`, an embedded
+    /// resource, an int-or-string, a map whose values are not described).
+    Unchecked,
+}
+
+enum Step {
+    Field(String),
+    Item { index: usize, key: Option<String> },
+}
+
+struct Walk {
+    prune: bool,
+    path: Vec<Step>,
+    found: Vec<Undeclared>,
+}
+
+impl Walk {
+    fn value(&mut self, value: &mut Value, judge: Judge<'_>) {
+        match (value, judge) {
+            (_, Judge::Unchecked) => {}
+            (Value::Object(fields), Judge::Kept(kept)) => {
+                self.object(fields, |key| kept.get(key).map(Judge::Kept));
+            }
+            (Value::Object(fields), Judge::Schema(schema)) => {
+                if is_opaque(schema) {
+                    return;
+                }
+                self.object(fields, |key| declared(schema, key));
+            }
+            (Value::Array(items), judge) => {
+                let field = match self.path.last() {
+                    Some(Step::Field(f)) => f.clone(),
+                    _ => String::new(),
+                };
+                // Items are named by their keys where the list has them: a built-in list by
+                // Kubernetes' own table, a CRD's by its x-kubernetes-list-map-keys.
+                let keys: Option<Vec<&str>> = match judge {
+                    Judge::Kept(_) => match list_type(&field, items) {
+                        ListType::Map(keys) => Some(keys),
+                        _ => None,
+                    },
+                    Judge::Schema(schema)
+                        if schema.get("x-kubernetes-list-type") == Some(&json!("map")) =>
+                    {
+                        schema
+                            .get("x-kubernetes-list-map-keys")
+                            .and_then(Value::as_array)
+                            .map(|keys| keys.iter().filter_map(Value::as_str).collect())
+                    }
+                    _ => None,
+                };
+                for (index, item) in items.iter_mut().enumerate() {
+                    let item_judge = match judge {
+                        Judge::Kept(kept) => match kept.get(index) {
+                            Some(k) => Judge::Kept(k),
+                            None => continue,
+                        },
+                        Judge::Schema(schema) => match schema.get("items") {
+                            Some(s) => Judge::Schema(s),
+                            None => continue,
+                        },
+                        Judge::Unchecked => continue,
+                    };
+                    let key = keys.as_ref().and_then(|k| item_key(k, item));
+                    self.path.push(Step::Item { index, key });
+                    self.value(item, item_judge);
+                    self.path.pop();
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// `judge_field` says how a field is declared; None: not at all.
+    fn object<'j>(
+        &mut self,
+        fields: &mut Map<String, Value>,
+        judge_field: impl Fn(&str) -> Option<Judge<'j>>,
+    ) {
+        let mut doomed = Vec::new();
+        for (key, child) in fields.iter_mut() {
+            // A null is no value: the server treats it as absent.
+            if child.is_null() {
+                continue;
+            }
+            self.path.push(Step::Field(key.clone()));
+            match judge_field(key) {
+                None => {
+                    self.found.push(self.here());
+                    doomed.push(key.clone());
+                }
+                Some(judge) => self.value(child, judge),
+            }
+            self.path.pop();
+        }
+        if self.prune {
+            for key in doomed {
+                fields.remove(&key);
+            }
+        }
+    }
+
+    fn here(&self) -> Undeclared {
+        let mut apply_path = String::new();
+        let mut decoder_path = String::new();
+        for step in &self.path {
+            match step {
+                Step::Field(f) => {
+                    apply_path.push('.');
+                    apply_path.push_str(f);
+                    if !decoder_path.is_empty() {
+                        decoder_path.push('.');
+                    }
+                    decoder_path.push_str(f);
+                }
+                Step::Item { index, key } => {
+                    match key.as_deref().and_then(key_label) {
+                        Some(label) => apply_path.push_str(&label),
+                        None => apply_path.push_str(&format!("[{index}]")),
+                    }
+                    decoder_path.push_str(&format!("[{index}]"));
+                }
+            }
+        }
+        Undeclared {
+            apply_path,
+            decoder_path,
+        }
+    }
+}
+
+/// `[name="web"]` from an item key `k:{"name":"web"}`.
+fn key_label(key: &str) -> Option<String> {
+    let fields: Map<String, Value> = serde_json::from_str(key.strip_prefix("k:")?).ok()?;
+    let parts: Vec<String> = fields.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    Some(format!("[{}]", parts.join(",")))
 }
 
 /// The object through its k8s-openapi type and back: fields the type does not declare are
@@ -110,116 +276,29 @@ fn typed_round_trip(group: &str, version: &str, kind: &str, object: &Value) -> O
     }
 }
 
-/// Walks `given` beside `kept` (the same object after the round trip) and leaves in `path`
-/// the first field `given` has and `kept` lost. Null values count as absent, as the server
-/// treats them. `field` names the list being walked, for its item keys.
-fn first_dropped(given: &Value, kept: &Value, field: &str, path: &mut Vec<String>) -> bool {
-    match (given, kept) {
-        (Value::Object(given), Value::Object(kept)) => {
-            for (key, value) in given {
-                if value.is_null() {
-                    continue;
-                }
-                path.push(format!("f:{key}"));
-                let lost = match kept.get(key) {
-                    None => true,
-                    Some(kept_value) => first_dropped(value, kept_value, key, path),
-                };
-                if lost {
-                    return true;
-                }
-                path.pop();
-            }
-            false
-        }
-        (Value::Array(given), Value::Array(kept)) => {
-            for (i, (item, kept_item)) in given.iter().zip(kept).enumerate() {
-                path.push(item_label(field, given, item, i));
-                if first_dropped(item, kept_item, "", path) {
-                    return true;
-                }
-                path.pop();
-            }
-            false
-        }
-        _ => false,
-    }
-}
-
-/// How the server names a list item in a path: by its keys (`[name="web"]`) in a keyed
-/// list, else by its index.
-fn item_label(field: &str, items: &[Value], item: &Value, index: usize) -> String {
-    if let ListType::Map(keys) = list_type(field, items)
-        && let Some(key) = item_key(&keys, item)
-    {
-        return key;
-    }
-    format!("[{index}]")
-}
-
-enum Declared<'a> {
-    /// Not in the schema.
-    No,
-    /// Kept without a schema of its own (`x-kubernetes-preserve-unknown-fields`, or a map
-    /// whose values are not described).
-    Unchecked,
-    /// Declared by this schema.
-    By(&'a Value),
-}
-
-/// Whether an object schema declares the field `key`.
-fn declared<'a>(schema: &'a Value, key: &str) -> Declared<'a> {
+/// How an object schema declares the field `key`; None: not at all.
+fn declared<'a>(schema: &'a Value, key: &str) -> Option<Judge<'a>> {
     if let Some(child) = schema.pointer(&format!("/properties/{}", escape(key))) {
-        return Declared::By(child);
+        return Some(Judge::Schema(child));
     }
     match schema.get("additionalProperties") {
-        Some(Value::Bool(true)) => return Declared::Unchecked,
-        Some(child @ Value::Object(_)) => return Declared::By(child),
+        Some(Value::Bool(true)) => return Some(Judge::Unchecked),
+        Some(child @ Value::Object(_)) => return Some(Judge::Schema(child)),
         _ => {}
     }
-    if preserves_unknown(schema) {
-        Declared::Unchecked
-    } else {
-        Declared::No
-    }
+    flag(schema, "x-kubernetes-preserve-unknown-fields").then_some(Judge::Unchecked)
 }
 
-fn check(schema: &Value, value: &Value, path: &str) -> Option<String> {
-    match value {
-        Value::Object(fields) => {
-            // An embedded object or an int-or-string is described elsewhere, not here.
-            if schema.get("x-kubernetes-embedded-resource") == Some(&Value::Bool(true))
-                || schema.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true))
-            {
-                return None;
-            }
-            for (key, child_value) in fields {
-                let child_path = format!("{path}.{key}");
-                match declared(schema, key) {
-                    Declared::No => return Some(child_path),
-                    Declared::Unchecked => {}
-                    Declared::By(child) => {
-                        if let Some(found) = check(child, child_value, &child_path) {
-                            return Some(found);
-                        }
-                    }
-                }
-            }
-            None
-        }
-        Value::Array(items) => {
-            let item_schema = schema.get("items")?;
-            items
-                .iter()
-                .enumerate()
-                .find_map(|(i, item)| check(item_schema, item, &format!("{path}[{i}]")))
-        }
-        _ => None,
-    }
+/// A schema whose object is described elsewhere, or is not an object's fields at all.
+fn is_opaque(schema: &Value) -> bool {
+    flag(schema, "x-kubernetes-embedded-resource")
+        || flag(schema, "x-kubernetes-int-or-string")
+        || (flag(schema, "x-kubernetes-preserve-unknown-fields")
+            && schema.get("properties").is_none())
 }
 
-fn preserves_unknown(schema: &Value) -> bool {
-    schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true))
+fn flag(schema: &Value, name: &str) -> bool {
+    schema.get(name) == Some(&Value::Bool(true))
 }
 
 /// A JSON pointer token (RFC 6901).
@@ -283,9 +362,10 @@ mod tests {
                 Some(".status.phase"),
             ),
         ];
-        for (object, want) in cases {
+        for (mut object, want) in cases {
+            let found = undeclared(Declaration::Crd(&schema), &mut object, false);
             assert_eq!(
-                undeclared_field(&schema, &object).as_deref(),
+                found.first().map(|u| u.apply_path.as_str()),
                 want,
                 "{object}"
             );
@@ -351,30 +431,69 @@ mod tests {
                 Some((g, v)) => (g.to_string(), v.to_string()),
                 None => (String::new(), "v1".to_string()),
             };
-            let kind = object["kind"].as_str().unwrap_or("");
             assert_eq!(
-                undeclared_builtin_field(&group, &version, kind, &object).as_deref(),
+                first_builtin(&group, &version, &object).as_deref(),
                 want,
                 "{object}"
             );
         }
         // Kinds not known here, and bodies that are not even their type, are not judged.
         let odd = json!({"apiVersion": "example.com/v1", "kind": "Widget", "spec": {"x": 1}});
-        assert_eq!(
-            undeclared_builtin_field("example.com", "v1", "Widget", &odd),
-            None
-        );
+        assert_eq!(first_builtin("example.com", "v1", &odd), None);
         let wrong_type =
             json!({"apiVersion": "v1", "kind": "ConfigMap", "data": "not a map", "bogus": 1});
+        assert_eq!(first_builtin("", "v1", &wrong_type), None);
+    }
+
+    fn first_builtin(group: &str, version: &str, object: &Value) -> Option<String> {
+        let declaration = Declaration::Builtin {
+            group,
+            version,
+            kind: object["kind"].as_str().unwrap_or(""),
+        };
+        let mut object = object.clone();
+        let found = undeclared(declaration, &mut object, false);
+        found.into_iter().next().map(|u| u.apply_path)
+    }
+
+    #[test]
+    fn prune_removes_every_undeclared_field_and_names_it_for_the_decoder() {
+        let declaration = Declaration::Builtin {
+            group: "apps",
+            version: "v1",
+            kind: "Deployment",
+        };
+        let mut object = json!({"apiVersion": "apps/v1", "kind": "Deployment", "bogus": 1,
+            "metadata": {"name": "web"},
+            "spec": {"replicas": 1, "template": {"spec": {"containers": [
+                {"name": "a", "image": "a"},
+                {"name": "b", "image": "b", "imagePullPolice": "Always"}]}}}});
+        let found = undeclared(declaration, &mut object, true);
+        let decoder: Vec<&str> = found.iter().map(|u| u.decoder_path.as_str()).collect();
         assert_eq!(
-            undeclared_builtin_field("", "v1", "ConfigMap", &wrong_type),
-            None
+            decoder,
+            ["bogus", "spec.template.spec.containers[1].imagePullPolice"]
         );
+        assert_eq!(
+            object,
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+                "spec": {"replicas": 1, "template": {"spec": {"containers": [
+                    {"name": "a", "image": "a"}, {"name": "b", "image": "b"}]}}}})
+        );
+        let mut widget = json!({"apiVersion": "example.com/v1", "kind": "Widget",
+            "metadata": {"name": "w1"}, "spec": {"size": 4, "extra": "x"}});
+        let found = undeclared(Declaration::Crd(&widget_schema()), &mut widget, true);
+        assert_eq!(found[0].decoder_path, "spec.extra");
+        assert!(widget["spec"].get("extra").is_none());
     }
 
     #[test]
     fn a_schema_that_preserves_unknown_fields_declares_everything() {
         let schema = json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
-        assert_eq!(undeclared_field(&schema, &json!({"spec": {"a": 1}})), None);
+        let mut object = json!({"spec": {"a": 1}});
+        assert_eq!(
+            undeclared(Declaration::Crd(&schema), &mut object, true),
+            vec![]
+        );
     }
 }

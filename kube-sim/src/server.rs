@@ -554,6 +554,7 @@ async fn answer(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<Ap
                     status,
                     body,
                     content_type,
+                    warnings,
                 }) => {
                     let bytes = if pretty {
                         serde_json::to_vec_pretty(&body)
@@ -561,7 +562,15 @@ async fn answer(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<Ap
                         serde_json::to_vec(&body)
                     }
                     .unwrap_or_default();
-                    response(status, content_type, Bytes::from(bytes))
+                    let mut resp = response(status, content_type, Bytes::from(bytes));
+                    for text in warnings {
+                        // RFC 7234 warn-text: a quoted string.
+                        let quoted = text.replace('\\', "\\\\").replace('"', "\\\"");
+                        if let Ok(v) = HeaderValue::from_str(&format!("299 - \"{quoted}\"")) {
+                            resp.headers_mut().append(header::WARNING, v);
+                        }
+                    }
+                    resp
                 }
                 Ok(Reply::Watch(spec)) => start_watch(state.clone(), *spec),
                 Ok(Reply::Text(text)) => response(200, "text/plain", Bytes::from(text)),

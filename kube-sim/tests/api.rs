@@ -429,6 +429,7 @@ async fn errors_match_recordings() {
         ("PATCH", web.clone(), Some("text/plain"), r#"{"spec":{"replicas":3}}"#.into(), "05-error-415-wrong-content-type-text-on-patch.json"),
         ("POST", "/api/v1/namespaces/rec-x/configmaps".into(), Some("text/plain"), cm.into(), "05-error-415-wrong-content-type-text-on-post.json"),
         ("PATCH", deployment_path("rec-x", "web"), Some(MERGE), r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"bad""#.into(), "05-error-400-malformed-json-merge-patch.json"),
+        ("POST", "/api/v1/namespaces/rec-x/configmaps?fieldValidation=Strict".into(), Some(JSON), recording("05-post-unknown-field-request-body.json").to_string(), "05-error-400-post-unknown-field-strict.json"),
         ("PATCH", format!("{}?fieldManager=probe", deployment_path("rec-x", "web")), Some(APPLY), unknown_field.clone(), "05-error-500-ssa-unknown-field-deployment.json"),
         ("PATCH", format!("{}?fieldManager=probe&fieldValidation=Strict", deployment_path("rec-x", "web")), Some(APPLY), unknown_field, "05-error-500-ssa-unknown-field-deployment-strict.json"),
     ];
@@ -443,6 +444,29 @@ async fn errors_match_recordings() {
         assert_eq!(resp.json(), recorded, "{file}");
         assert_eq!(resp.header("content-type"), "application/json", "{file}");
     }
+
+    // The same create without Strict: 201, the field dropped, a warning header.
+    let created = api
+        .send(
+            "POST",
+            "/api/v1/namespaces/rec-x/configmaps",
+            Some(JSON),
+            recording("05-post-unknown-field-request-body.json").to_string(),
+        )
+        .await;
+    assert_eq!(created.status, 201);
+    assert_eq!(
+        created.header("warning"),
+        r#"299 - "unknown field \"bogus\"""#
+    );
+    let recorded = recording("05-post-unknown-field-default-201-with-warning-header.json");
+    let body = created.json();
+    assert_eq!(body["data"], recorded["data"]);
+    assert!(body.get("bogus").is_none(), "{body}");
+    assert_eq!(
+        body["metadata"]["managedFields"][0]["fieldsV1"],
+        recorded["metadata"]["managedFields"][0]["fieldsV1"]
+    );
 
     // Bodies whose exact Go parser wording we do not copy: reason and code must match.
     let bad_post = api

@@ -285,3 +285,67 @@ async fn kubectl_sees_errors_and_discovery() {
         out.stderr
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_is_told_of_fields_the_kind_does_not_declare() {
+    kubectl_present();
+    let sim = Sim::start(SimOptions::default()).await.unwrap();
+    let kubectl = Kubectl::new(&sim);
+    let redis = std::fs::read_to_string(
+        kube_sim::shared_dir()
+            .expect("shared/ must be beside the repository")
+            .join("corpus/example-voting-app/k8s-specifications/redis-deployment.yaml"),
+    )
+    .unwrap();
+    let misspelt = redis.replace(
+        "      - image: redis:alpine\n",
+        "      - image: redis:alpine\n        imagePullPolice: Always\n",
+    );
+    assert_ne!(misspelt, redis, "the corpus file changed: fix this test");
+    let file = kubectl._dir.path().join("redis.yaml");
+    std::fs::write(&file, misspelt).unwrap();
+    let file = file.to_str().unwrap();
+
+    // kubectl validates strictly by default: the server refuses the create.
+    let strict = kubectl.run(&["create", "-f", file]).await;
+    assert!(!strict.ok, "{}", strict.stdout);
+    assert!(
+        strict.stderr.contains(
+            "strict decoding error: unknown field \"spec.template.spec.containers[0].imagePullPolice\""
+        ),
+        "{}",
+        strict.stderr
+    );
+    // Server-side apply names the field by the container's key.
+    let ssa = kubectl.run(&["apply", "--server-side", "-f", file]).await;
+    assert!(!ssa.ok, "{}", ssa.stdout);
+    assert!(
+        ssa.stderr.contains(
+            ".spec.template.spec.containers[name=\"redis\"].imagePullPolice: field not declared in schema"
+        ),
+        "{}",
+        ssa.stderr
+    );
+    // With --validate=warn the object is created without the field, and kubectl says so.
+    let warned = kubectl
+        .run(&["create", "--validate=warn", "-f", file])
+        .await;
+    assert!(warned.ok, "{}", warned.stderr);
+    assert!(
+        warned
+            .stderr
+            .contains("unknown field \"spec.template.spec.containers[0].imagePullPolice\""),
+        "{}",
+        warned.stderr
+    );
+    let policy = kubectl
+        .ok(&[
+            "get",
+            "deploy",
+            "redis",
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0]}",
+        ])
+        .await;
+    assert!(!policy.contains("imagePullPolice"), "{policy}");
+}
