@@ -374,3 +374,37 @@ async fn invalid_manifest_writes_nothing() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn misspelt_field_fails_at_once_naming_it() {
+    let Some(env) = RealEnv::from_env("field") else {
+        return;
+    };
+    env.write_config();
+    let misspelt = small_app(GOOD_IMAGE).replace(
+        &format!("image: {GOOD_IMAGE}\n"),
+        &format!("image: {GOOD_IMAGE}\n          imagePullPolice: Always\n"),
+    );
+    assert_ne!(
+        misspelt,
+        small_app(GOOD_IMAGE),
+        "small_app changed: fix this test"
+    );
+    env.write("k8s/app.yaml", &misspelt);
+    run_then_clean(env, |env| async move {
+        let run = env.deploy().await;
+        assert_eq!(run.code, 1, "{}", run.output());
+        for (target, _) in env.targets() {
+            let failure = &run.target(&target)["failures"][0];
+            assert_eq!(failure["reason"], "FieldNotDeclared", "{}", run.output());
+            assert!(
+                failure["message"].as_str().is_some_and(
+                    |m| m.contains("imagePullPolice is not a field of apps/v1 Deployment")
+                ),
+                "{}",
+                run.output()
+            );
+        }
+    })
+    .await;
+}
