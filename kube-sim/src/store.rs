@@ -132,6 +132,27 @@ pub struct DeleteOptions {
     pub propagation: Propagation,
     pub expected_uid: Option<String>,
     pub expected_resource_version: Option<String>,
+    /// `gracePeriodSeconds`: for a pod on a node, how long its containers may take to stop
+    /// (default: the pod's terminationGracePeriodSeconds, else 30); 0 removes it at once.
+    pub grace_period_seconds: Option<i64>,
+}
+
+/// How long (simulated) a pod's containers take to stop after a graceful delete when its
+/// grace period is longer: they handle SIGTERM.
+const POD_STOP: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The grace period of a pod's deletion: Some(seconds) when the pod terminates gracefully
+/// (it is on a node, and neither the request nor the pod asks for 0), as the kubelet then
+/// has to stop its containers before the pod is removed.
+fn pod_grace_period(pod: &Value, requested: Option<i64>) -> Option<i64> {
+    pod.pointer("/spec/nodeName").and_then(Value::as_str)?;
+    let grace = requested
+        .or_else(|| {
+            pod.pointer("/spec/terminationGracePeriodSeconds")
+                .and_then(Value::as_i64)
+        })
+        .unwrap_or(30);
+    (grace > 0).then_some(grace)
 }
 
 /// What a delete did.
@@ -856,27 +877,37 @@ impl Store {
         let is_namespace = rt.group.is_empty() && rt.resource == "namespaces";
         let is_crd =
             rt.group == "apiextensions.k8s.io" && rt.resource == "customresourcedefinitions";
-        let lingers = is_namespace || is_crd || opts.propagation == Propagation::Foreground;
+        let is_pod = rt.group.is_empty() && rt.resource == "pods";
+        let pod_grace = is_pod
+            .then(|| pod_grace_period(obj, opts.grace_period_seconds))
+            .flatten();
+        let lingers = is_namespace
+            || is_crd
+            || opts.propagation == Propagation::Foreground
+            || pod_grace.is_some();
         if opts.dry_run {
             let mut marked = obj.clone();
             if lingers {
-                self.mark_deleting(&mut marked, rt, opts.propagation);
+                self.mark_deleting(&mut marked, rt, opts.propagation, pod_grace);
             }
             return Ok(Deleted {
                 object: marked,
                 finished: !lingers,
             });
         }
-        if lingers {
+        let terminating = obj.pointer("/metadata/deletionTimestamp").is_some();
+        // A pod already terminating goes at once when asked with grace 0 (--force).
+        let forced = is_pod && terminating && opts.grace_period_seconds == Some(0);
+        if lingers || (terminating && !forced) {
             // Already terminating: answer with the object as it is.
-            if obj.pointer("/metadata/deletionTimestamp").is_some() {
+            if terminating {
                 return Ok(Deleted {
                     object: obj.clone(),
                     finished: false,
                 });
             }
             let mut marked = obj.clone();
-            self.mark_deleting(&mut marked, rt, opts.propagation);
+            self.mark_deleting(&mut marked, rt, opts.propagation, pod_grace);
             let marked = {
                 let mut inner = self.lock();
                 let rv = inner.resource_version + 1;
@@ -885,7 +916,14 @@ impl Store {
                     .object
                     .clone()
             };
-            self.finish_deletion_later(rt.clone(), key, opts.propagation);
+            // The kubelet stops the containers (within the grace period), then the pod goes.
+            let delay = match pod_grace {
+                Some(grace) => self
+                    .clock
+                    .real(POD_STOP.min(std::time::Duration::from_secs(grace.unsigned_abs()))),
+                None => LINGER,
+            };
+            self.finish_deletion_later(rt.clone(), key, opts.propagation, delay);
             return Ok(Deleted {
                 object: marked,
                 finished: false,
@@ -903,13 +941,34 @@ impl Store {
         })
     }
 
-    fn mark_deleting(&self, obj: &mut Value, rt: &ResourceType, propagation: Propagation) {
+    /// Marks an object as being deleted. `pod_grace`: a pod's grace period, which the
+    /// deletionTimestamp is set ahead by, as a real server does.
+    fn mark_deleting(
+        &self,
+        obj: &mut Value,
+        rt: &ResourceType,
+        propagation: Propagation,
+        pod_grace: Option<i64>,
+    ) {
         let now = self.now();
         let is_namespace = rt.group.is_empty() && rt.resource == "namespaces";
         let is_crd = rt.group == "apiextensions.k8s.io";
         let meta = metadata_mut(obj);
-        meta.insert("deletionTimestamp".into(), json!(now));
-        if !is_namespace && !is_crd {
+        match pod_grace {
+            Some(grace) => {
+                let at = self
+                    .clock
+                    .now()
+                    .checked_add(jiff::SignedDuration::from_secs(grace))
+                    .unwrap_or_else(|_| self.clock.now());
+                meta.insert("deletionTimestamp".into(), json!(format_time(at)));
+                meta.insert("deletionGracePeriodSeconds".into(), json!(grace));
+            }
+            None => {
+                meta.insert("deletionTimestamp".into(), json!(now));
+            }
+        }
+        if !is_namespace && !is_crd && pod_grace.is_none() {
             // As recorded for foreground deletion; namespaces and CRDs carry none.
             meta.insert("deletionGracePeriodSeconds".into(), json!(0));
         }
@@ -951,11 +1010,16 @@ impl Store {
     /// Finishes a lingering deletion shortly after, in a task, when the store is shared
     /// (`Store::shared`) and a runtime runs; otherwise right away. Either way watchers see
     /// MODIFIED (terminating) and then DELETED, as on a real server.
-    fn finish_deletion_later(&self, rt: ResourceType, key: ObjectKey, propagation: Propagation) {
+    fn finish_deletion_later(
+        &self,
+        rt: ResourceType,
+        key: ObjectKey,
+        propagation: Propagation,
+        delay: std::time::Duration,
+    ) {
         let shared = self.self_ref.get().and_then(std::sync::Weak::upgrade);
         match (shared, tokio::runtime::Handle::try_current()) {
             (Some(store), Ok(handle)) => {
-                let delay = LINGER;
                 handle.spawn(async move {
                     tokio::time::sleep(delay).await;
                     store.finish_deletion(&rt, &key, propagation);
