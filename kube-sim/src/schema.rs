@@ -216,7 +216,8 @@ fn key_label(key: &str) -> Option<String> {
 /// dropped (the types ignore unknown fields when they parse).
 fn typed_round_trip(group: &str, version: &str, kind: &str, object: &Value) -> Option<Value> {
     fn via<T: serde::de::DeserializeOwned + serde::Serialize>(object: &Value) -> Option<Value> {
-        let typed: T = serde_json::from_value(object.clone()).ok()?;
+        // Parsed from a borrow: no copy of the object.
+        let typed = T::deserialize(object).ok()?;
         serde_json::to_value(&typed).ok()
     }
     use k8s_openapi::api::{
