@@ -251,19 +251,37 @@ pub fn describe_apply_error(obj: &ManifestObject, err: &kube::Error) -> ObjectFa
                 ),
             )
         }
-        kube::Error::Api(status) if let Some(path) = undeclared_field(&status.message) => (
-            "FieldNotDeclared".to_string(),
-            format!(
-                "{path} is not a field of {} {}: fix its name or indentation{}",
-                obj.api_version,
-                obj.kind,
-                if obj.api_version.contains('.') {
-                    ", or add it to the CRD's schema"
-                } else {
-                    ""
-                }
-            ),
-        ),
+        kube::Error::Api(status) if !undeclared_fields(&status.message).is_empty() => {
+            let paths = undeclared_fields(&status.message);
+            let (what, fix, them) = match paths.as_slice() {
+                [one] => (
+                    format!("{one} is not a field"),
+                    "its name or indentation",
+                    "it",
+                ),
+                many => (
+                    format!("{} are not fields", many.join(", ")),
+                    "their names or indentation",
+                    "them",
+                ),
+            };
+            // Kubernetes' own groups are empty, dotless (apps, batch) or end in .k8s.io.
+            let group = obj.api_version.rsplit_once('/').map_or("", |(g, _)| g);
+            let custom = group.contains('.') && !group.ends_with(".k8s.io");
+            (
+                "FieldNotDeclared".to_string(),
+                format!(
+                    "{what} of {} {}: fix {fix}{}",
+                    obj.api_version,
+                    obj.kind,
+                    if custom {
+                        format!(", or add {them} to the CRD's schema")
+                    } else {
+                        String::new()
+                    }
+                ),
+            )
+        }
         kube::Error::Api(status) => (
             if status.reason.is_empty() {
                 format!("HTTP{}", status.code)
@@ -288,14 +306,19 @@ pub fn describe_apply_error(obj: &ManifestObject, err: &kube::Error) -> ObjectFa
     }
 }
 
-/// The field a server-side apply was refused for, from the server's message
+/// The fields a server-side apply was refused for, from the server's message: one,
 /// `failed to create typed patch object (shop/w; example.com/v1, Kind=Widget): .spec.x: field
-/// not declared in schema`.
-fn undeclared_field(message: &str) -> Option<&str> {
-    let before = message.strip_suffix(crate::retry::FIELD_NOT_DECLARED)?;
-    let before = before.strip_suffix(": ")?;
-    let path = before.rsplit_once("): ").map_or(before, |(_, path)| path);
-    path.starts_with('.').then_some(path)
+/// not declared in schema`, or several, one per line after `errors:`.
+fn undeclared_fields(message: &str) -> Vec<&str> {
+    message
+        .lines()
+        .filter_map(|line| {
+            let before = line.trim().strip_suffix(crate::retry::FIELD_NOT_DECLARED)?;
+            let before = before.strip_suffix(": ")?;
+            let path = before.rsplit_once("): ").map_or(before, |(_, path)| path);
+            path.starts_with('.').then_some(path)
+        })
+        .collect()
 }
 
 /// The server's answer without `metadata.managedFields`: nothing downstream reads them, and
@@ -831,48 +854,61 @@ mod tests {
     }
 
     #[test]
-    fn undeclared_field_table() {
-        let cases = [
+    fn undeclared_fields_table() {
+        let cases: [(&str, &[&str]); 5] = [
             (
                 "failed to create typed patch object (rec-x/web; apps/v1, Kind=Deployment): .spec.bogusField: field not declared in schema",
-                Some(".spec.bogusField"),
+                &[".spec.bogusField"],
             ),
             (
                 "failed to create typed patch object (w1; example.com/v1, Kind=Widget): .spec.items[0].x: field not declared in schema",
-                Some(".spec.items[0].x"),
+                &[".spec.items[0].x"],
             ),
-            ("etcdserver: request timed out", None),
-            ("field not declared in schema", None),
+            (
+                "failed to create typed patch object (rec-x/web; apps/v1, Kind=Deployment): errors:\n  .spec.a: field not declared in schema\n  .spec.b: field not declared in schema",
+                &[".spec.a", ".spec.b"],
+            ),
+            ("etcdserver: request timed out", &[]),
+            ("field not declared in schema", &[]),
         ];
         for (message, want) in cases {
-            assert_eq!(undeclared_field(message), want, "{message}");
+            assert_eq!(undeclared_fields(message), want, "{message}");
         }
-        let recorded = |name: &str| {
-            std::fs::read_to_string(
-                std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                    .join("../shared/apiserver-recordings")
-                    .join(name),
-            )
-            .ok()
-            .and_then(|t| serde_json::from_str::<kube::core::Status>(&t).ok())
+        let shared =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/apiserver-recordings");
+        let recorded = |name: &str| -> kube::core::Status {
+            let text = std::fs::read_to_string(shared.join(name))
+                .unwrap_or_else(|e| panic!("recording {name}: {e}"));
+            serde_json::from_str(&text).expect("recording parses")
         };
         let widget = object("example.com/v1", "Widget", "w1", Some("rec-crd"), json!({}));
         let deploy = object("apps/v1", "Deployment", "web", Some("rec-x"), json!({}));
-        for (file, obj, want) in [
+        let ingress = object(
+            "networking.k8s.io/v1",
+            "Ingress",
+            "web",
+            Some("rec-x"),
+            json!({}),
+        );
+        let mut two = recorded("05-error-500-ssa-unknown-field-deployment.json");
+        two.message = "failed to create typed patch object (rec-x/web; networking.k8s.io/v1, Kind=Ingress): errors:\n  .spec.a: field not declared in schema\n  .spec.b: field not declared in schema".into();
+        for (status, obj, want) in [
             (
-                "06-cr-ssa-unknown-field-500-response.json",
+                recorded("06-cr-ssa-unknown-field-500-response.json"),
                 &widget,
                 ".spec.extra is not a field of example.com/v1 Widget: fix its name or indentation, or add it to the CRD's schema",
             ),
             (
-                "05-error-500-ssa-unknown-field-deployment.json",
+                recorded("05-error-500-ssa-unknown-field-deployment.json"),
                 &deploy,
                 ".spec.bogusField is not a field of apps/v1 Deployment: fix its name or indentation",
             ),
+            (
+                two,
+                &ingress,
+                ".spec.a, .spec.b are not fields of networking.k8s.io/v1 Ingress: fix their names or indentation",
+            ),
         ] {
-            let Some(status) = recorded(file) else {
-                continue;
-            };
             let failure = describe_apply_error(obj, &kube::Error::Api(Box::new(status)));
             assert_eq!(failure.reason, "FieldNotDeclared");
             assert_eq!(failure.message, want);

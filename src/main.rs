@@ -25,7 +25,8 @@ fn main() {
         )
         .init();
     // The work is waiting on clusters; more than a few workers only add per-thread malloc
-    // arenas (measured: 50 targets peak 84 MiB with 2 workers, 99 MiB with 8).
+    // arenas (measured on 2 cores, 50 targets: peak 84 MiB with 2 workers, 87 with 4, 99
+    // with 8).
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get().min(MAX_WORKERS));
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)

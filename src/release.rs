@@ -3,8 +3,8 @@
 //! A record is a gzip-compressed JSON document in the Secret's `release` key, and the
 //! manifests it applied a gzip-compressed JSON array in its `manifests` key (Secrets, not
 //! ConfigMaps, because manifests may contain Secrets). Two keys, so that a status change
-//! reads and rewrites a few hundred bytes instead of the manifests, and so that every target
-//! of a run shares one encoding of the manifests. The labels carry the app, revision and
+//! carries the manifests' bytes over without decoding them, and so that every target of a
+//! run shares one encoding of the manifests. The labels carry the app, revision and
 //! status so that `kubectl get secrets -l rollguard.dev/app=shop` shows the history. The
 //! decisions (next revision, what to prune, what to supersede, which record is last good) are
 //! pure functions of the records; [`ReleaseStore`] does the I/O.
@@ -596,9 +596,27 @@ pub fn record_from_data(
             record.manifests =
                 Some(gunzip_json(&bytes.0).map_err(|e| format!("`{MANIFESTS_KEY}` key: {e}"))?);
         }
+        // Records of rollguard before 0.1's split hold their manifests inside the record.
+        None if with_manifests => {}
         _ => record.manifests = None,
     }
     Ok(record)
+}
+
+/// The digest a record keeps: its manifests' digest, and the default namespace they were
+/// applied with (the same manifests in another namespace are another release).
+pub fn release_digest(manifests_digest: &str, default_namespace: Option<&str>) -> String {
+    match default_namespace {
+        None => manifests_digest.to_string(),
+        Some(namespace) => {
+            use sha2::Digest;
+            let mut hasher = sha2::Sha256::new();
+            hasher.update(manifests_digest.as_bytes());
+            hasher.update(b"\nnamespace=");
+            hasher.update(namespace.as_bytes());
+            format!("sha256:{}", hex::encode(hasher.finalize()))
+        }
+    }
 }
 
 fn gzip_json<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>> {
@@ -766,7 +784,10 @@ impl ReleaseStore {
             started_at: Timestamp::now(),
             finished_at: None,
             run,
-            digest: Some(manifests.digest),
+            digest: Some(release_digest(
+                &manifests.digest,
+                default_namespace.as_deref(),
+            )),
             default_namespace,
             objects: manifests.objects,
             manifests: None,
@@ -848,7 +869,16 @@ impl ReleaseStore {
     ) -> Result<ReleaseRecord> {
         for _ in 0..5 {
             let secret = self.get_secret(revision).await?;
-            let mut record = self.decode_secret(&secret, false)?;
+            // A record written before the manifests had their own key moves them there.
+            let legacy = secret
+                .data
+                .as_ref()
+                .is_none_or(|d| !d.contains_key(MANIFESTS_KEY));
+            let mut record = self.decode_secret(&secret, legacy)?;
+            let moved = match record.manifests.take() {
+                Some(bodies) => Some(gzip_json(&bodies)?),
+                None => None,
+            };
             if !transition_allowed(record.status, status) {
                 return Err(ReleaseError::Transition {
                     name: record.secret_name(),
@@ -859,7 +889,7 @@ impl ReleaseStore {
             }
             record.status = status;
             change(&mut record);
-            let updated = self.to_secret(&mut record, Some(&secret), None)?;
+            let updated = self.to_secret(&mut record, Some(&secret), moved)?;
             drop(secret);
             let name = record.secret_name();
             match self
@@ -1147,6 +1177,21 @@ mod tests {
     }
 
     #[test]
+    fn the_digest_tells_namespaces_apart() {
+        let m = "sha256:abc";
+        assert_eq!(release_digest(m, None), m);
+        assert_eq!(
+            release_digest(m, Some("shop")),
+            release_digest(m, Some("shop"))
+        );
+        assert_ne!(
+            release_digest(m, Some("shop")),
+            release_digest(m, Some("blog"))
+        );
+        assert_ne!(release_digest(m, Some("shop")), m);
+    }
+
+    #[test]
     fn unreadable_data_is_an_error() {
         let garbage = |key: &str| BTreeMap::from([(key.to_string(), ByteString(b"x".to_vec()))]);
         assert!(record_from_data(&garbage(DATA_KEY), false).is_err());
@@ -1416,6 +1461,37 @@ mod store_tests {
             .await
             .unwrap();
         assert_eq!(next.revision, 2);
+    }
+
+    #[tokio::test]
+    async fn a_record_with_its_manifests_inside_keeps_them_and_moves_them_on_update() {
+        use base64::Engine;
+        let fake = FakeApi::default();
+        fake.add_namespace("shop");
+        // As rollguard wrote records before the manifests had a key of their own.
+        let inline = ReleaseRecord {
+            manifests: Some(vec![json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "old"}})]),
+            ..ReleaseRecord::for_test(1, Pending)
+        };
+        let bytes = gzip_json(&inline).unwrap();
+        fake.put_raw(
+            SECRETS,
+            "rollguard.shop.v1",
+            json!({"apiVersion": "v1", "kind": "Secret",
+                   "metadata": {"name": "rollguard.shop.v1", "namespace": "shop",
+                                "labels": {LABEL_MANAGED_BY: "rollguard", LABEL_APP: "shop"}},
+                   "data": {DATA_KEY: base64::engine::general_purpose::STANDARD.encode(&bytes)}}),
+        );
+        let store = ReleaseStore::new(fake.client(), "shop", "shop", 10);
+        assert_eq!(store.get(1).await.unwrap().manifests, inline.manifests);
+        store.finish(1, Deployed, None).await.unwrap();
+        let after = store.get(1).await.unwrap();
+        assert_eq!(after.status, Deployed);
+        assert_eq!(
+            after.manifests, inline.manifests,
+            "a status change lost them"
+        );
     }
 
     #[tokio::test]

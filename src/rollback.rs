@@ -609,14 +609,26 @@ async fn stored_manifests(
     record: &ReleaseRecord,
     access: &ClusterAccess,
 ) -> Result<Vec<serde_json::Value>, String> {
-    let full = store.get(record.revision).await.map_err(|e| {
-        let why = match e.kube_error() {
-            Some(k) => describe_error(k, &access.server).message,
-            None => e.to_string(),
-        };
-        format!("reading release v{}: {why}", record.revision)
-    })?;
-    record_manifests(config, &full)
+    match store.get(record.revision).await {
+        Ok(full) => record_manifests(config, &full),
+        // Unreadable manifests: the record's commit can still rebuild them from git.
+        Err(e @ ReleaseError::Corrupt { .. }) => {
+            tracing::warn!(
+                "{e}; rebuilding the manifests of v{} from git",
+                record.revision
+            );
+            let mut head = record.clone();
+            head.manifests = None;
+            record_manifests(config, &head).map_err(|why| format!("{e}; and from git: {why}"))
+        }
+        Err(e) => {
+            let why = match e.kube_error() {
+                Some(k) => describe_error(k, &access.server).message,
+                None => e.to_string(),
+            };
+            Err(format!("reading release v{}: {why}", record.revision))
+        }
+    }
 }
 
 /// The manifests of a record: as stored, else rebuilt from git at its commit.

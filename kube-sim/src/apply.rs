@@ -65,22 +65,24 @@ pub fn apply(store: &Store, req: ApplyRequest<'_>) -> Result<Applied, ApiError> 
         req.name,
         info.namespaced,
     )?;
-    let undeclared = info.declaration().and_then(|d| {
-        crate::schema::undeclared(d, &mut config, false)
-            .into_iter()
-            .next()
-    });
-    if let Some(field) = undeclared {
+    let undeclared: Vec<String> = info
+        .declaration()
+        .map(|d| crate::schema::undeclared(d, &mut config, false))
+        .unwrap_or_default()
+        .into_iter()
+        .map(|u| u.apply_path)
+        .collect();
+    if !undeclared.is_empty() {
         let object = if req.namespace.is_empty() {
             req.name.to_string()
         } else {
             format!("{}/{}", req.namespace, req.name)
         };
-        return Err(ApiError::undeclared_field(
+        return Err(ApiError::undeclared_fields(
             &object,
             &info.api_version(),
             &info.kind,
-            &field.apply_path,
+            &undeclared,
         ));
     }
     let status_only = req.subresource == Some("status");

@@ -238,15 +238,29 @@ impl ApiError {
         .with_details(json!({}))
     }
 
-    /// A server-side apply with a field the resource's schema does not declare: a 500
+    /// A server-side apply with fields the resource's schema does not declare: a 500
     /// without a reason, as a real server answers (with or without fieldValidation=Strict).
-    /// `object` is `namespace/name`, or `name` when cluster-scoped.
-    pub fn undeclared_field(object: &str, api_version: &str, kind: &str, path: &str) -> Self {
+    /// `object` is `namespace/name`, or `name` when cluster-scoped. Several fields are listed
+    /// one per line after `errors:`, as structured-merge-diff joins them.
+    pub fn undeclared_fields(
+        object: &str,
+        api_version: &str,
+        kind: &str,
+        paths: &[String],
+    ) -> Self {
+        let errors: Vec<String> = paths
+            .iter()
+            .map(|p| format!("{p}: field not declared in schema"))
+            .collect();
+        let listed = match errors.as_slice() {
+            [one] => one.clone(),
+            many => format!("errors:\n  {}", many.join("\n  ")),
+        };
         Self::new(
             500,
             "",
             format!(
-                "failed to create typed patch object ({object}; {api_version}, Kind={kind}): {path}: field not declared in schema"
+                "failed to create typed patch object ({object}; {api_version}, Kind={kind}): {listed}"
             ),
         )
     }

@@ -957,10 +957,11 @@ fn delete_options(req: &ApiRequest<'_>) -> Result<DeleteOptions, ApiError> {
             .pointer("/preconditions/resourceVersion")
             .and_then(Value::as_str)
             .map(str::to_string),
-        grace_period_seconds: req
-            .param("gracePeriodSeconds")
-            .and_then(|g| g.parse().ok())
-            .or_else(|| body.get("gracePeriodSeconds").and_then(Value::as_i64)),
+        // The body's value wins over the query's, as on a real server.
+        grace_period_seconds: body
+            .get("gracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .or_else(|| req.param("gracePeriodSeconds").and_then(|g| g.parse().ok())),
     })
 }
 

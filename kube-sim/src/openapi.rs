@@ -1,8 +1,7 @@
 //! A minimal, honest OpenAPI v3: the index and, per group-version, the PATCH operation of
 //! every served resource with its group-version-kind and query parameters. That is what
 //! `kubectl apply` reads to learn that the server validates fields itself. Schemas are not
-//! served; the simulator checks custom resources against their CRD's schema on apply
-//! (`schema.rs`) and built-in kinds not at all.
+//! served; the simulator checks fields itself (`schema.rs`).
 
 use serde_json::{Map, Value, json};
 use sha2::Digest;

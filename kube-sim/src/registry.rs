@@ -49,7 +49,8 @@ pub struct ResourceInfo {
     /// A CRD version's additionalPrinterColumns (for Table responses).
     #[serde(skip)]
     pub printer_columns: Vec<PrinterColumn>,
-    /// A CRD version's `schema.openAPIV3Schema`; None for built-ins (not checked).
+    /// A CRD version's `schema.openAPIV3Schema`; None for built-ins (their k8s-openapi types
+    /// declare their fields, see `declaration`).
     #[serde(skip)]
     pub schema: Option<Arc<Value>>,
 }

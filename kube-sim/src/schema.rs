@@ -47,9 +47,14 @@ pub fn undeclared(
     };
     match declaration {
         Declaration::Crd(schema) => {
+            // A custom resource's metadata is an ObjectMeta like any other.
+            let metadata = object
+                .get("metadata")
+                .and_then(via::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>);
             if let Some(fields) = object.as_object_mut() {
                 walk.object(fields, |key| match key {
-                    "apiVersion" | "kind" | "metadata" => Some(Judge::Unchecked),
+                    "apiVersion" | "kind" => Some(Judge::Unchecked),
+                    "metadata" => Some(metadata.as_ref().map_or(Judge::Unchecked, Judge::Kept)),
                     _ => declared(schema, key),
                 });
             }
@@ -101,7 +106,12 @@ impl Walk {
                 if is_opaque(schema) {
                     return;
                 }
-                self.object(fields, |key| declared(schema, key));
+                // An embedded resource has its type and object meta besides its properties.
+                let embedded = flag(schema, "x-kubernetes-embedded-resource");
+                self.object(fields, |key| match key {
+                    "apiVersion" | "kind" | "metadata" if embedded => Some(Judge::Unchecked),
+                    _ => declared(schema, key),
+                });
             }
             (Value::Array(items), judge) => {
                 let field = match self.path.last() {
@@ -212,14 +222,16 @@ fn key_label(key: &str) -> Option<String> {
     Some(format!("[{}]", parts.join(",")))
 }
 
+/// A value through the type `T` and back: what `T` does not declare is gone.
+fn via<T: serde::de::DeserializeOwned + serde::Serialize>(value: &Value) -> Option<Value> {
+    // Parsed from a borrow: no copy of the value.
+    let typed = T::deserialize(value).ok()?;
+    serde_json::to_value(&typed).ok()
+}
+
 /// The object through its k8s-openapi type and back: fields the type does not declare are
 /// dropped (the types ignore unknown fields when they parse).
 fn typed_round_trip(group: &str, version: &str, kind: &str, object: &Value) -> Option<Value> {
-    fn via<T: serde::de::DeserializeOwned + serde::Serialize>(object: &Value) -> Option<Value> {
-        // Parsed from a borrow: no copy of the object.
-        let typed = T::deserialize(object).ok()?;
-        serde_json::to_value(&typed).ok()
-    }
     use k8s_openapi::api::{
         apps, autoscaling, batch, coordination, core, discovery, networking, node, policy, rbac,
         scheduling, storage,
@@ -290,11 +302,12 @@ fn declared<'a>(schema: &'a Value, key: &str) -> Option<Judge<'a>> {
     flag(schema, "x-kubernetes-preserve-unknown-fields").then_some(Judge::Unchecked)
 }
 
-/// A schema whose object is described elsewhere, or is not an object's fields at all.
+/// A schema that does not list an object's fields: an int-or-string, or an object kept as
+/// it comes (preserve-unknown-fields or an embedded resource, without properties).
 fn is_opaque(schema: &Value) -> bool {
-    flag(schema, "x-kubernetes-embedded-resource")
-        || flag(schema, "x-kubernetes-int-or-string")
-        || (flag(schema, "x-kubernetes-preserve-unknown-fields")
+    flag(schema, "x-kubernetes-int-or-string")
+        || ((flag(schema, "x-kubernetes-preserve-unknown-fields")
+            || flag(schema, "x-kubernetes-embedded-resource"))
             && schema.get("properties").is_none())
 }
 
@@ -323,7 +336,8 @@ mod tests {
                     "labels": {"type": "object", "additionalProperties": {"type": "string"}},
                     "raw": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
                     "target": {"x-kubernetes-int-or-string": true},
-                    "template": {"type": "object", "x-kubernetes-embedded-resource": true}
+                    "template": {"type": "object", "x-kubernetes-embedded-resource": true,
+                        "properties": {"spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}
                 }},
                 "status": {"type": "object", "properties": {"ready": {"type": "boolean"}}}
             }
@@ -361,6 +375,14 @@ mod tests {
             (
                 json!({"status": {"ready": true, "phase": "x"}}),
                 Some(".status.phase"),
+            ),
+            (
+                json!({"metadata": {"name": "w", "lables": {}}}),
+                Some(".metadata.lables"),
+            ),
+            (
+                json!({"spec": {"template": {"apiVersion": "v1", "kind": "Pod", "metadata": {}, "replicas": 1}}}),
+                Some(".spec.template.replicas"),
             ),
         ];
         for (mut object, want) in cases {

@@ -566,7 +566,9 @@ async fn answer(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<Ap
                     for text in warnings {
                         // RFC 7234 warn-text: a quoted string.
                         let quoted = text.replace('\\', "\\\\").replace('"', "\\\"");
-                        if let Ok(v) = HeaderValue::from_str(&format!("299 - \"{quoted}\"")) {
+                        // from_bytes: a field name may hold UTF-8, as the real server sends it.
+                        let text = format!("299 - \"{quoted}\"");
+                        if let Ok(v) = HeaderValue::from_bytes(text.as_bytes()) {
                             resp.headers_mut().append(header::WARNING, v);
                         }
                     }

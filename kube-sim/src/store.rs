@@ -142,10 +142,17 @@ pub struct DeleteOptions {
 const POD_STOP: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The grace period of a pod's deletion: Some(seconds) when the pod terminates gracefully
-/// (it is on a node, and neither the request nor the pod asks for 0), as the kubelet then
-/// has to stop its containers before the pod is removed.
+/// (it is on a node, still running, and neither the request nor the pod asks for 0), as the
+/// kubelet then has to stop its containers before the pod is removed.
 fn pod_grace_period(pod: &Value, requested: Option<i64>) -> Option<i64> {
     pod.pointer("/spec/nodeName").and_then(Value::as_str)?;
+    // Nothing runs in a pod that has finished.
+    if matches!(
+        pod.pointer("/status/phase").and_then(Value::as_str),
+        Some("Succeeded" | "Failed")
+    ) {
+        return None;
+    }
     let grace = requested
         .or_else(|| {
             pod.pointer("/spec/terminationGracePeriodSeconds")
@@ -923,7 +930,11 @@ impl Store {
                     .real(POD_STOP.min(std::time::Duration::from_secs(grace.unsigned_abs()))),
                 None => LINGER,
             };
-            self.finish_deletion_later(rt.clone(), key, opts.propagation, delay);
+            let uid = marked
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            self.finish_deletion_later(rt.clone(), key, uid, opts.propagation, delay);
             return Ok(Deleted {
                 object: marked,
                 finished: false,
@@ -1010,10 +1021,12 @@ impl Store {
     /// Finishes a lingering deletion shortly after, in a task, when the store is shared
     /// (`Store::shared`) and a runtime runs; otherwise right away. Either way watchers see
     /// MODIFIED (terminating) and then DELETED, as on a real server.
+    /// `uid`: the object being deleted; one created since under the same name stays.
     fn finish_deletion_later(
         &self,
         rt: ResourceType,
         key: ObjectKey,
+        uid: Option<String>,
         propagation: Propagation,
         delay: std::time::Duration,
     ) {
@@ -1022,14 +1035,26 @@ impl Store {
             (Some(store), Ok(handle)) => {
                 handle.spawn(async move {
                     tokio::time::sleep(delay).await;
-                    store.finish_deletion(&rt, &key, propagation);
+                    store.finish_deletion(&rt, &key, uid.as_deref(), propagation);
                 });
             }
-            _ => self.finish_deletion(&rt, &key, propagation),
+            _ => self.finish_deletion(&rt, &key, uid.as_deref(), propagation),
         }
     }
 
-    fn finish_deletion(&self, rt: &ResourceType, key: &ObjectKey, propagation: Propagation) {
+    fn finish_deletion(
+        &self,
+        rt: &ResourceType,
+        key: &ObjectKey,
+        uid: Option<&str>,
+        propagation: Propagation,
+    ) {
+        if let Some(uid) = uid
+            && let Some((_, current)) = self.get_stored(rt, key)
+            && current.pointer("/metadata/uid").and_then(Value::as_str) != Some(uid)
+        {
+            return;
+        }
         let is_namespace = rt.group.is_empty() && rt.resource == "namespaces";
         let is_crd =
             rt.group == "apiextensions.k8s.io" && rt.resource == "customresourcedefinitions";

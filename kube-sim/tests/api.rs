@@ -445,6 +445,15 @@ async fn errors_match_recordings() {
         assert_eq!(resp.header("content-type"), "application/json", "{file}");
     }
 
+    // Several undeclared fields: listed one per line, as structured-merge-diff joins them.
+    let two = r#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web","namespace":"rec-x"},"spec":{"a":1,"b":2}}"#;
+    let resp = api.send("PATCH", &web, Some(APPLY), two.to_string()).await;
+    assert_eq!(resp.status, 500);
+    assert_eq!(
+        resp.json()["message"],
+        "failed to create typed patch object (rec-x/web; apps/v1, Kind=Deployment): errors:\n  .spec.a: field not declared in schema\n  .spec.b: field not declared in schema"
+    );
+
     // The same create without Strict: 201, the field dropped, a warning header.
     let created = api
         .send(

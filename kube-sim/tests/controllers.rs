@@ -992,7 +992,42 @@ async fn a_pod_on_a_node_terminates_gracefully() {
     .unwrap_or_else(|_| panic!("pod a never went: {kinds:?}"));
     assert_eq!(kinds.first().map(String::as_str), Some("Modified"));
 
-    // Grace 0 (kubectl delete --grace-period=0 --force) removes it at once.
+    // A pod already terminating goes at once when forced, and a new pod of the same name
+    // made right after is not taken by the first deletion's cleanup.
+    store.create(&pods(), pod("c"), "test").unwrap();
+    wait_until("c on a node", Duration::from_secs(10), || {
+        let c = store.get(&pods(), "default", "c").unwrap();
+        (
+            c["spec"]["nodeName"].is_string().then_some(()),
+            c.to_string(),
+        )
+    })
+    .await;
+    let force = DeleteOptions {
+        grace_period_seconds: Some(0),
+        ..DeleteOptions::default()
+    };
+    assert!(
+        !store
+            .delete_with(&pods(), "default", "c", &DeleteOptions::default())
+            .unwrap()
+            .finished
+    );
+    assert!(
+        store
+            .delete_with(&pods(), "default", "c", &force)
+            .unwrap()
+            .finished
+    );
+    let new_c = store.create(&pods(), pod("c"), "test").unwrap();
+    // Well past the first deletion's cleanup (a simulated second, 0.1 s here).
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let c = store
+        .get(&pods(), "default", "c")
+        .expect("the new pod c stays");
+    assert_eq!(c["metadata"]["uid"], new_c["metadata"]["uid"]);
+
+    // Grace 0 (kubectl delete --grace-period=0 --force) removes a running pod at once.
     let forced = store
         .delete_with(
             &pods(),
