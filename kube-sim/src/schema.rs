@@ -510,6 +510,49 @@ mod tests {
         assert!(widget["spec"].get("extra").is_none());
     }
 
+    /// Real manifests nobody here wrote must pass: a false "undeclared" would refuse them.
+    #[test]
+    fn every_object_of_the_corpus_declares_all_its_fields() {
+        let corpus = crate::shared_dir()
+            .expect("shared/ must be beside the repository")
+            .join("corpus");
+        let mut files = vec![corpus];
+        let mut checked = 0;
+        while let Some(path) = files.pop() {
+            if path.is_dir() {
+                files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+                continue;
+            }
+            let name = path.to_string_lossy().to_string();
+            if !(name.ends_with(".yaml") || name.ends_with(".yml")) {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            for doc in text.split("\n---") {
+                let Ok(mut object) = serde_saphyr::from_str::<Value>(doc) else {
+                    continue;
+                };
+                let (Some(api_version), Some(kind)) =
+                    (object["apiVersion"].as_str(), object["kind"].as_str())
+                else {
+                    continue;
+                };
+                let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+                let (group, version, kind) =
+                    (group.to_string(), version.to_string(), kind.to_string());
+                let declaration = Declaration::Builtin {
+                    group: &group,
+                    version: &version,
+                    kind: &kind,
+                };
+                let found = undeclared(declaration, &mut object, false);
+                assert_eq!(found, vec![], "{name}: {kind}");
+                checked += 1;
+            }
+        }
+        assert!(checked >= 50, "only {checked} objects found in the corpus");
+    }
+
     #[test]
     fn a_schema_that_preserves_unknown_fields_declares_everything() {
         let schema = json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
