@@ -233,12 +233,16 @@ fn via<T: serde::de::DeserializeOwned + serde::Serialize>(value: &Value) -> Opti
 /// dropped (the types ignore unknown fields when they parse).
 fn typed_round_trip(group: &str, version: &str, kind: &str, object: &Value) -> Option<Value> {
     use k8s_openapi::api::{
-        apps, autoscaling, batch, coordination, core, discovery, networking, node, policy, rbac,
-        scheduling, storage,
+        apps, autoscaling, batch, coordination, core, discovery, events, networking, node, policy,
+        rbac, scheduling, storage,
     };
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions;
     match (group, version, kind) {
+        ("", "v1", "Binding") => via::<core::v1::Binding>(object),
+        ("", "v1", "ComponentStatus") => via::<core::v1::ComponentStatus>(object),
         ("", "v1", "ConfigMap") => via::<core::v1::ConfigMap>(object),
+        ("", "v1", "Event") => via::<core::v1::Event>(object),
+        ("", "v1", "Node") => via::<core::v1::Node>(object),
         ("", "v1", "Endpoints") => via::<core::v1::Endpoints>(object),
         ("", "v1", "LimitRange") => via::<core::v1::LimitRange>(object),
         ("", "v1", "Namespace") => via::<core::v1::Namespace>(object),
@@ -254,6 +258,7 @@ fn typed_round_trip(group: &str, version: &str, kind: &str, object: &Value) -> O
         ("apiextensions.k8s.io", "v1", "CustomResourceDefinition") => {
             via::<apiextensions::v1::CustomResourceDefinition>(object)
         }
+        ("apps", "v1", "ControllerRevision") => via::<apps::v1::ControllerRevision>(object),
         ("apps", "v1", "DaemonSet") => via::<apps::v1::DaemonSet>(object),
         ("apps", "v1", "Deployment") => via::<apps::v1::Deployment>(object),
         ("apps", "v1", "ReplicaSet") => via::<apps::v1::ReplicaSet>(object),
@@ -268,7 +273,10 @@ fn typed_round_trip(group: &str, version: &str, kind: &str, object: &Value) -> O
         ("batch", "v1", "Job") => via::<batch::v1::Job>(object),
         ("coordination.k8s.io", "v1", "Lease") => via::<coordination::v1::Lease>(object),
         ("discovery.k8s.io", "v1", "EndpointSlice") => via::<discovery::v1::EndpointSlice>(object),
+        ("events.k8s.io", "v1", "Event") => via::<events::v1::Event>(object),
+        ("networking.k8s.io", "v1", "IPAddress") => via::<networking::v1::IPAddress>(object),
         ("networking.k8s.io", "v1", "Ingress") => via::<networking::v1::Ingress>(object),
+        ("networking.k8s.io", "v1", "ServiceCIDR") => via::<networking::v1::ServiceCIDR>(object),
         ("networking.k8s.io", "v1", "IngressClass") => via::<networking::v1::IngressClass>(object),
         ("networking.k8s.io", "v1", "NetworkPolicy") => {
             via::<networking::v1::NetworkPolicy>(object)
@@ -284,7 +292,15 @@ fn typed_round_trip(group: &str, version: &str, kind: &str, object: &Value) -> O
         ("scheduling.k8s.io", "v1", "PriorityClass") => {
             via::<scheduling::v1::PriorityClass>(object)
         }
+        ("storage.k8s.io", "v1", "CSIDriver") => via::<storage::v1::CSIDriver>(object),
+        ("storage.k8s.io", "v1", "CSINode") => via::<storage::v1::CSINode>(object),
+        ("storage.k8s.io", "v1", "CSIStorageCapacity") => {
+            via::<storage::v1::CSIStorageCapacity>(object)
+        }
         ("storage.k8s.io", "v1", "StorageClass") => via::<storage::v1::StorageClass>(object),
+        ("storage.k8s.io", "v1", "VolumeAttachment") => {
+            via::<storage::v1::VolumeAttachment>(object)
+        }
         _ => None,
     }
 }
@@ -508,6 +524,27 @@ mod tests {
         let found = undeclared(Declaration::Crd(&widget_schema()), &mut widget, true);
         assert_eq!(found[0].decoder_path, "spec.extra");
         assert!(widget["spec"].get("extra").is_none());
+    }
+
+    /// Every built-in kind the simulator serves is checked, but for the one whose v1 type is
+    /// newer than the k8s-openapi API used here.
+    #[test]
+    fn every_served_builtin_kind_has_a_type() {
+        const NEWER_THAN_1_33: [&str; 1] = ["VolumeAttributesClass"];
+        let registry = crate::registry::Registry::new();
+        for info in registry.resources() {
+            if info.crd.is_some() || NEWER_THAN_1_33.contains(&info.kind.as_str()) {
+                continue;
+            }
+            let object = json!({"apiVersion": info.api_version(), "kind": info.kind,
+                "metadata": {"name": "x"}});
+            assert!(
+                typed_round_trip(&info.group, &info.version, &info.kind, &object).is_some(),
+                "{} {} has no type here",
+                info.api_version(),
+                info.kind
+            );
+        }
     }
 
     /// Real manifests nobody here wrote must pass: a false "undeclared" would refuse them.
