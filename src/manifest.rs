@@ -298,16 +298,23 @@ pub fn load(config: &Config) -> Result<ManifestSet, ManifestError> {
     let (objects, issues, what) = match &config.manifests {
         ManifestSource::Paths(entries) => {
             let (files, mut issues) = resolve_paths(&config.base_dir, entries, &config.source);
+            // Files are named as the user would type them: relative to where rollguard runs
+            // (the repository root in CI) when they are below it.
+            let cwd = std::env::current_dir().ok();
+            let shown = |file: &Path| match cwd.as_deref().map(|c| file.strip_prefix(c)) {
+                Some(Ok(relative)) => relative.to_path_buf(),
+                _ => file.to_path_buf(),
+            };
             let mut objects = Vec::new();
             for file in &files {
                 match std::fs::read_to_string(file) {
-                    Ok(text) => match parse(&text, file) {
+                    Ok(text) => match parse(&text, &shown(file)) {
                         Ok(mut objs) => objects.append(&mut objs),
                         Err(e) => issues.extend(e.issues().iter().cloned()),
                     },
                     Err(e) => issues.push(ManifestIssue {
                         origin: Origin {
-                            file: file.clone(),
+                            file: shown(file),
                             line: 0,
                         },
                         message: format!("cannot read: {e}"),
