@@ -962,9 +962,11 @@ async fn a_pod_on_a_node_terminates_gracefully() {
         .unwrap()
         .parse()
         .unwrap();
+    // 30 simulated seconds ahead, less what passed since (ten times real time here: a slow
+    // machine may take a second of simulated time).
     let ahead = marked_at.duration_since(store.clock().now());
     assert!(
-        ahead.as_secs() >= 28 && ahead.as_secs() <= 30,
+        ahead.as_secs() >= 20 && ahead.as_secs() <= 30,
         "deletionTimestamp {ahead:?} ahead"
     );
     // Asked again, it answers with the pod as it is; it is still there.
