@@ -1,6 +1,6 @@
 //! Fields a kind does not declare. A server-side apply fails on the first one with a 500
-//! (`.spec.extra: field not declared in schema`); a create or update drops them with a
-//! warning (`unknown field "spec.extra"`), or fails with 400 under `fieldValidation=Strict`:
+//! (`.spec.extra: field not declared in schema`); a create, update or patch drops them with
+//! a warning (`unknown field "spec.extra"`), or fails with 400 under `fieldValidation=Strict`:
 //! all as recorded from a real API server. Custom resources are checked against their CRD's
 //! `openAPIV3Schema`; built-in kinds against the Kubernetes types of k8s-openapi (its `v1_33`
 //! API: fields added since then count as undeclared).
@@ -32,9 +32,9 @@ pub struct Undeclared {
 }
 
 /// The fields of `object` its kind does not declare, in document order; with `prune`, they
-/// are removed from `object` too. `apiVersion`, `kind` and (for custom resources) `metadata`
-/// are always declared. Built-in objects that do not even parse as their type, and kinds not
-/// known here, are not judged.
+/// are removed from `object` too. `apiVersion` and `kind` are always declared; a custom
+/// resource's `metadata` is judged as an ObjectMeta. Built-in objects that do not even parse
+/// as their type, and kinds not known here, are not judged.
 pub fn undeclared(
     declaration: Declaration<'_>,
     object: &mut Value,
