@@ -1,4 +1,4 @@
-//! Fields a kind does not declare. A server-side apply fails on the first one with a 500
+//! Fields a kind does not declare. A server-side apply with any fails with a 500 naming them
 //! (`.spec.extra: field not declared in schema`); a create, update or patch drops them with
 //! a warning (`unknown field "spec.extra"`), or fails with 400 under `fieldValidation=Strict`:
 //! all as recorded from a real API server. Custom resources are checked against their CRD's
