@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use kube_sim::{Counters, Faults, Sim, SimOptions};
+use kube_sim::{Counters, Faults, SimOptions};
 
 use crate::support::fixtures::{self, Mix};
 use crate::support::procs;
@@ -42,16 +42,15 @@ async fn measure(scratch: &Path) -> Result<Vec<Row>, String> {
     if !procs::on_path("kubectl") {
         return Err("kubectl is not on the PATH".into());
     }
-    let sim = Sim::start(SimOptions {
-        clusters: 1,
-        time_scale: 10.0,
-        ..SimOptions::default()
-    })
-    .await
-    .map_err(|e| e.to_string())?;
-    let kubeconfig = scratch.join("kubeconfig");
-    sim.write_kubeconfig(&kubeconfig)
-        .map_err(|e| e.to_string())?;
+    let (sim, kubeconfig) = fixtures::start_sim(
+        SimOptions {
+            clusters: 1,
+            time_scale: 10.0,
+            ..SimOptions::default()
+        },
+        scratch,
+    )
+    .await?;
     let cluster = &sim.clusters()[0];
     cluster.set_faults(Faults {
         latency_ms: LATENCY_MS,

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use kube_sim::{EventKind, Sim, SimOptions};
+use kube_sim::{EventKind, SimOptions};
 
 use crate::support::fixtures::{self, outcome_word};
 use crate::support::procs::{self, Finished};
@@ -48,16 +48,15 @@ pub async fn run(scratch: &Path) -> Vec<Row> {
 
 async fn measure(scratch: &Path) -> Result<Vec<Row>, String> {
     let kubectl = procs::on_path("kubectl");
-    let sim = Sim::start(SimOptions {
-        clusters: 1,
-        time_scale: TIME_SCALE,
-        ..SimOptions::default()
-    })
-    .await
-    .map_err(|e| e.to_string())?;
-    let kubeconfig = scratch.join("kubeconfig");
-    sim.write_kubeconfig(&kubeconfig)
-        .map_err(|e| e.to_string())?;
+    let (sim, kubeconfig) = fixtures::start_sim(
+        SimOptions {
+            clusters: 1,
+            time_scale: TIME_SCALE,
+            ..SimOptions::default()
+        },
+        scratch,
+    )
+    .await?;
     let store = sim.clusters()[0].store();
 
     let mut verdicts = Vec::new();

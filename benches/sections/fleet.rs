@@ -17,17 +17,12 @@ async fn start(
     time_scale: f64,
     scratch: &Path,
 ) -> Result<(Sim, std::path::PathBuf), String> {
-    let sim = Sim::start(SimOptions {
+    let options = SimOptions {
         clusters,
         time_scale,
         ..SimOptions::default()
-    })
-    .await
-    .map_err(|e| e.to_string())?;
-    let kubeconfig = scratch.join("kubeconfig");
-    sim.write_kubeconfig(&kubeconfig)
-        .map_err(|e| e.to_string())?;
-    Ok((sim, kubeconfig))
+    };
+    fixtures::start_sim(options, scratch).await
 }
 
 pub async fn run(scratch: &Path) -> Vec<Row> {

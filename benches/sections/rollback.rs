@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use kube_sim::rules::{Behaviour, Rule};
-use kube_sim::{Counters, ResourceType, Sim, SimOptions};
+use kube_sim::{Counters, ResourceType, SimOptions};
 
 use crate::support::fixtures;
 use crate::support::table::{Row, secs};
@@ -58,21 +58,20 @@ pub async fn run(scratch: &Path) -> Vec<Row> {
 }
 
 async fn measure(scratch: &Path) -> Result<Vec<Row>, String> {
-    let sim = Sim::start(SimOptions {
-        clusters: 3,
-        time_scale: 1.0,
-        rules: vec![Rule {
-            cluster: Some("sim-2".into()),
-            image: BAD.into(),
-            behaviour: Behaviour::ImagePullBackOff,
-        }],
-        ..SimOptions::default()
-    })
-    .await
-    .map_err(|e| e.to_string())?;
-    let kubeconfig = scratch.join("kubeconfig");
-    sim.write_kubeconfig(&kubeconfig)
-        .map_err(|e| e.to_string())?;
+    let (sim, kubeconfig) = fixtures::start_sim(
+        SimOptions {
+            clusters: 3,
+            time_scale: 1.0,
+            rules: vec![Rule {
+                cluster: Some("sim-2".into()),
+                image: BAD.into(),
+                behaviour: Behaviour::ImagePullBackOff,
+            }],
+            ..SimOptions::default()
+        },
+        scratch,
+    )
+    .await?;
     let dir = scratch.join("shop");
     std::fs::create_dir_all(dir.join("k8s")).map_err(|e| e.to_string())?;
     std::fs::write(

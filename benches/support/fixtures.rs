@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use kube_sim::{Sim, SimOptions};
 use rollguard::report::Report;
 
 use super::procs::{self, Finished};
@@ -94,6 +95,16 @@ pub fn config(
         let _ = writeln!(out, "  - name: t{}\n    context: {c}", i + 1);
     }
     out
+}
+
+/// In-process kube-sim clusters, and their kubeconfig written to `scratch/kubeconfig`
+/// (contexts sim-1 .. sim-n).
+pub async fn start_sim(options: SimOptions, scratch: &Path) -> Result<(Sim, PathBuf), String> {
+    let sim = Sim::start(options).await.map_err(|e| e.to_string())?;
+    let kubeconfig = scratch.join("kubeconfig");
+    sim.write_kubeconfig(&kubeconfig)
+        .map_err(|e| e.to_string())?;
+    Ok((sim, kubeconfig))
 }
 
 /// Contexts sim-1 .. sim-n.
