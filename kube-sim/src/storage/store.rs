@@ -10,11 +10,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
-use crate::clock::{Clock, format_time};
-use crate::defaults;
-use crate::error::ApiError;
-use crate::managed_fields::{self, UpdateRecord};
-use crate::registry::{Registry, ResourceInfo};
+use crate::model::clock::{Clock, format_time};
+use crate::model::error::ApiError;
+use crate::semantics::defaults;
+use crate::semantics::managed_fields::{self, UpdateRecord};
+use crate::storage::registry::{Registry, ResourceInfo};
 
 /// Events kept for watches that start from an older resourceVersion.
 const HISTORY_LIMIT: usize = 10_000;

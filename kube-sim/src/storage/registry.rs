@@ -7,7 +7,7 @@ use std::sync::{Arc, RwLock};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::store::ResourceType;
+use crate::storage::store::ResourceType;
 
 /// The built-in resources, taken from the recorded aggregated discovery of a v1.36 server.
 const BUILTIN_RESOURCES: &str = include_str!("builtin_resources.json");
@@ -69,10 +69,10 @@ pub struct PrinterColumn {
 impl ResourceInfo {
     /// What declares this resource's fields: its CRD's schema, or its built-in type. None
     /// for a CRD version without a schema.
-    pub fn declaration(&self) -> Option<crate::schema::Declaration<'_>> {
+    pub fn declaration(&self) -> Option<crate::semantics::schema::Declaration<'_>> {
         match (&self.schema, &self.crd) {
-            (Some(schema), _) => Some(crate::schema::Declaration::Crd(schema)),
-            (None, None) => Some(crate::schema::Declaration::Builtin {
+            (Some(schema), _) => Some(crate::semantics::schema::Declaration::Crd(schema)),
+            (None, None) => Some(crate::semantics::schema::Declaration::Builtin {
                 group: &self.group,
                 version: &self.version,
                 kind: &self.kind,

@@ -3,13 +3,13 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::clock::format_time;
-use crate::error::ApiError;
-use crate::managed_fields::{
+use crate::model::clock::format_time;
+use crate::model::error::ApiError;
+use crate::semantics::managed_fields::{
     FieldSet, ListType, ManagedEntry, SetMode, display_path, element_value, item_key, list_type,
     read_entries, write_entries,
 };
-use crate::store::{Ownership, ResourceType, Store, WriteOptions, metadata_mut};
+use crate::storage::store::{Ownership, ResourceType, Store, WriteOptions, metadata_mut};
 
 /// How often an apply is retried when another writer changed the object in between.
 const MAX_ATTEMPTS: usize = 8;
@@ -67,7 +67,7 @@ pub fn apply(store: &Store, req: ApplyRequest<'_>) -> Result<Applied, ApiError> 
     )?;
     let undeclared: Vec<String> = info
         .declaration()
-        .map(|d| crate::schema::undeclared(d, &mut config, false))
+        .map(|d| crate::semantics::schema::undeclared(d, &mut config, false))
         .unwrap_or_default()
         .into_iter()
         .map(|u| u.apply_path)
@@ -772,7 +772,7 @@ pub fn pick(obj: &Value, keys: &[&str]) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::Clock;
+    use crate::model::clock::Clock;
 
     fn deployments() -> ResourceType {
         ResourceType::new("apps", "v1", "deployments")

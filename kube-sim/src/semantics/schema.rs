@@ -7,7 +7,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::managed_fields::{ListType, item_key, list_type};
+use crate::semantics::managed_fields::{ListType, item_key, list_type};
 
 /// What declares the fields of a kind.
 #[derive(Clone, Copy, Debug)]
@@ -531,7 +531,7 @@ mod tests {
     #[test]
     fn every_served_builtin_kind_has_a_type() {
         const NEWER_THAN_1_33: [&str; 1] = ["VolumeAttributesClass"];
-        let registry = crate::registry::Registry::new();
+        let registry = crate::storage::registry::Registry::new();
         for info in registry.resources() {
             if info.crd.is_some() || NEWER_THAN_1_33.contains(&info.kind.as_str()) {
                 continue;
