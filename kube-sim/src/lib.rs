@@ -33,8 +33,9 @@ pub use storage::store;
 pub use http::faults::{Counters, Faults};
 pub use model::clock::Clock;
 pub use model::error::ApiError;
+pub use model::resource::ResourceType;
 pub use sim::cluster::{Cluster, Sim, SimError, SimOptions};
-pub use storage::store::{EventKind, ResourceType, Store, WatchEvent};
+pub use storage::store::{EventKind, Store, WatchEvent};
 
 /// The `shared/` folder (recordings and manifest corpus) beside the repository: the first
 /// ancestor of this crate's directory that has one. Used by tests.

@@ -49,7 +49,8 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::time::Instant;
 
 use crate::model::clock::Clock;
-use crate::storage::store::{EventKind, ResourceType, Store, WatchEvent};
+use crate::model::resource::ResourceType;
+use crate::storage::store::{EventKind, Store, WatchEvent};
 use rules::Rule;
 
 use deployment::Note;

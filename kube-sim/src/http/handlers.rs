@@ -10,12 +10,12 @@ use serde_json::{Map, Value, json};
 
 use crate::http::table;
 use crate::model::error::ApiError;
-use crate::semantics::apply::{self, ApplyRequest};
+use crate::model::resource::{ResourceType, metadata_mut};
+use crate::semantics::apply;
 use crate::semantics::selectors::{FieldSelector, LabelSelector};
+use crate::storage::apply::ApplyRequest;
 use crate::storage::registry::ResourceInfo;
-use crate::storage::store::{
-    DeleteOptions, Ownership, Propagation, ResourceType, Store, WriteOptions, metadata_mut,
-};
+use crate::storage::store::{DeleteOptions, Ownership, Propagation, Store, WriteOptions};
 
 /// A resource path: `/api/v1/namespaces/{ns}/{resource}/{name}/{subresource}` and friends.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -562,9 +562,7 @@ fn parse_body(req: &ApiRequest<'_>, info: &ResourceInfo) -> Result<Value, ApiErr
         "" | "application/json" | "*/*" => {
             serde_json::from_slice::<Value>(req.body).map_err(|e| e.to_string())
         }
-        "application/yaml" | "application/x-yaml" | "text/yaml" => {
-            apply::parse_yaml_or_json(req.body)
-        }
+        "application/yaml" | "application/x-yaml" | "text/yaml" => parse_yaml_or_json(req.body),
         crate::http::protobuf::MEDIA_TYPE => {
             return crate::http::protobuf::decode(req.body, &info.kind).map_err(|e| {
                 ApiError::new(415, "UnsupportedMediaType", format!("protobuf body: {e}"))
@@ -781,12 +779,12 @@ fn apply_patch(
             "Required value: is required for apply patch",
         ));
     }
-    let config = apply::parse_yaml_or_json(req.body).map_err(|e| {
+    let config = parse_yaml_or_json(req.body).map_err(|e| {
         ApiError::bad_request(format!(
             "error decoding YAML: error converting YAML to JSON: yaml: {e}"
         ))
     })?;
-    let applied = apply::apply(
+    let applied = crate::storage::apply::apply(
         store,
         ApplyRequest {
             resource: rt,
@@ -1124,6 +1122,15 @@ pub fn event_line(kind: &str, object: &Value) -> Bytes {
     }
     out.extend_from_slice(b"}\n");
     Bytes::from(out)
+}
+
+/// Parses a request body as JSON, or else YAML, into a JSON value.
+fn parse_yaml_or_json(body: &[u8]) -> Result<Value, String> {
+    if let Ok(v) = serde_json::from_slice::<Value>(body) {
+        return Ok(v);
+    }
+    let text = std::str::from_utf8(body).map_err(|e| format!("invalid UTF-8: {e}"))?;
+    serde_saphyr::from_str::<Value>(text).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -23,7 +23,8 @@ use tokio::sync::{mpsc, watch};
 use crate::http::faults::{CounterSet, Faults};
 use crate::http::handlers::{self, ApiRequest, Reply, ResourcePath, WatchSpec};
 use crate::model::error::{ApiError, qualified_resource};
-use crate::storage::store::{Store, new_uid};
+use crate::model::resource::new_uid;
+use crate::storage::store::Store;
 
 /// Largest request body accepted.
 const MAX_BODY: usize = 16 * 1024 * 1024;
@@ -430,7 +431,7 @@ async fn answer(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<Ap
                             &query,
                             header_str(&req, header::CONTENT_TYPE),
                         );
-                        let rt = crate::storage::store::ResourceType::new(
+                        let rt = crate::model::resource::ResourceType::new(
                             &p.group,
                             &p.version,
                             &p.resource,
@@ -468,7 +469,7 @@ async fn answer(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<Ap
     let content_type = header_str(&req, header::CONTENT_TYPE).to_string();
     if let Route::Resource(p) = &route {
         let verb = handlers::verb_of(&method, p, &query, &content_type);
-        let rt = crate::storage::store::ResourceType::new(&p.group, &p.version, &p.resource);
+        let rt = crate::model::resource::ResourceType::new(&p.group, &p.version, &p.resource);
         let mut resource = qualified_resource(&rt);
         if let Some(sub) = &p.subresource {
             resource = format!("{resource}/{sub}");
