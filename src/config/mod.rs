@@ -5,9 +5,9 @@
 //! reported at once. The accepted keys are the `*_KEYS` lists below; `json_schema()` is checked
 //! against them by a test.
 
-use crate::duration::parse_duration;
 use crate::report::CommitInfo;
-use crate::yaml::{self, Node, Tree};
+use crate::util::duration::parse_duration;
+use crate::util::yaml::{self, Node, Tree};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -1948,7 +1948,7 @@ stages:
     /// docs/config-schema.json is `json_schema()`; regenerate with UPDATE_SCHEMAS=1.
     #[test]
     fn docs_schema_is_current() {
-        crate::generated_docs::assert_current("config-schema.json", &json_schema());
+        crate::util::generated_docs::assert_current("config-schema.json", &json_schema());
     }
 
     #[test]
