@@ -10,19 +10,20 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::apply::{AppliedObject, ApplyOptions, apply_set};
 use crate::config::{CancelPolicy, Config, FailurePolicy, TargetConfig};
-use crate::lock::{Lock, LockError, LockGuard, LockOptions};
-use crate::manifest::{ManifestObject, ManifestSet, Origin};
-use crate::pipeline::{MAX_IN_FLIGHT, Plan, TargetRun, apply_failures};
-use crate::progress::{Progress, Stage};
+use crate::engine::target_run::{MAX_IN_FLIGHT, Plan, TargetRun, apply_failures};
+use crate::kube::apply::{AppliedObject, ApplyOptions, apply_set};
+use crate::kube::connect::{ClusterAccess, describe_error};
+use crate::kube::wait::{WaitFailure, WaitOptions, wait_for_rollout};
+use crate::manifests::{ManifestObject, ManifestSet, Origin};
+use crate::release::lock::{Lock, LockError, LockGuard, LockOptions};
 use crate::release::{
-    EncodedManifests, ObjectRef, RecordCommit, ReleaseDraft, ReleaseError, ReleaseOrigin,
-    ReleaseRecord, ReleaseStatus, ReleaseStore, RunInfo,
+    EncodedManifests, ObjectRef, ReleaseDraft, ReleaseError, ReleaseOrigin, ReleaseRecord,
+    ReleaseStatus, ReleaseStore, RunInfo,
 };
-use crate::report::{CommitInfo, Failure, RollbackReport, TargetOutcome};
-use crate::target::{ClusterAccess, describe_error};
-use crate::wait::{WaitFailure, WaitOptions, wait_for_rollout};
+use crate::report::progress::{Progress, Stage};
+use crate::report::{Failure, RollbackReport, TargetOutcome};
+use crate::util::git::CommitInfo;
 
 /// Across targets, after a failure: which targets roll back (`on_failure`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -217,7 +218,7 @@ pub fn history_namespace(config: &Config, target: &TargetConfig, access: &Cluste
     ReleaseSettings::from_config(config)
         .history_namespace
         .unwrap_or_else(|| {
-            crate::pipeline::default_namespace(config, target, &access.context_namespace)
+            crate::engine::target_run::default_namespace(config, target, &access.context_namespace)
         })
 }
 
@@ -282,15 +283,6 @@ impl PrepareError {
     }
 }
 
-/// The record's commit from the report's.
-pub fn record_commit(commit: &CommitInfo) -> RecordCommit {
-    RecordCommit {
-        sha: commit.sha.clone(),
-        r#ref: commit.r#ref.clone(),
-        message: commit.message.clone(),
-    }
-}
-
 /// An applied object as the record lists it.
 pub fn applied_ref(applied: &AppliedObject) -> ObjectRef {
     ObjectRef {
@@ -317,7 +309,7 @@ pub async fn prepare(
     // Per target, so two targets that share a cluster and namespace never share the lock.
     let holder = format!(
         "{} target {}",
-        crate::lock::holder_identity(&env),
+        crate::release::lock::holder_identity(&env),
         target.name
     );
     let options = LockOptions::from_env(settings.lock_timeout, &env);
@@ -342,7 +334,7 @@ pub async fn prepare(
         let records = store.list().await?;
         let last_good = crate::release::last_good(&records).cloned();
         let mut draft = ReleaseDraft::new(plan.recorded_manifests()?.clone());
-        draft.commit = plan.commit.as_ref().map(record_commit);
+        draft.commit = plan.commit.clone();
         draft.target = Some(target.name.clone());
         draft.default_namespace = Some(default_namespace.to_string());
         draft.run = RunInfo::from_env(&env);
@@ -650,11 +642,12 @@ pub fn record_manifests(
 
 /// The manifests of the config's manifest source at commit `sha`, from a temporary checkout.
 pub fn manifests_from_git(config: &Config, sha: &str) -> Result<Vec<serde_json::Value>, String> {
-    let checkout = crate::git::Checkout::at(&config.base_dir, sha).map_err(|e| e.to_string())?;
+    let checkout =
+        crate::util::git::Checkout::at(&config.base_dir, sha).map_err(|e| e.to_string())?;
     let mut at_commit = config.clone();
     at_commit.base_dir = checkout.map_path(&config.base_dir);
-    let set =
-        crate::manifest::load(&at_commit).map_err(|e| format!("manifests at commit {sha}: {e}"))?;
+    let set = crate::manifests::load(&at_commit)
+        .map_err(|e| format!("manifests at commit {sha}: {e}"))?;
     Ok(set.objects.into_iter().map(|o| o.body).collect())
 }
 
@@ -690,7 +683,7 @@ pub struct ReApply<'a> {
     /// The namespace for namespaced objects without one.
     pub default_namespace: String,
     pub bodies: Vec<serde_json::Value>,
-    pub commit: Option<RecordCommit>,
+    pub commit: Option<CommitInfo>,
     pub origin: ReleaseOrigin,
     /// For messages: "v3" or "commit abc1234".
     pub destination: String,
