@@ -1714,3 +1714,296 @@ async fn kinds_without_a_controller_are_stored_as_recorded() {
         .await;
     assert_eq!(created.status, 201);
 }
+
+/// RFC 7386 merge of `patch` into `target` (to build PUT bodies from a GET).
+fn merged(mut target: Value, patch: &Value) -> Value {
+    match (target.as_object_mut(), patch.as_object()) {
+        (Some(t), Some(p)) => {
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    let current = t.remove(k).unwrap_or(Value::Null);
+                    t.insert(k.clone(), merged(current, v));
+                }
+            }
+            target
+        }
+        _ => patch.clone(),
+    }
+}
+
+/// Each forbidden update of section 10, by PUT, merge patch, strategic merge patch and
+/// server-side apply with force, answers what the real server answered.
+#[tokio::test]
+async fn immutable_fields_answer_as_recorded() {
+    let sim = plain_sim().await;
+    let api = Api::new(&sim, 0);
+    api.create_namespace("rec-val").await;
+    let job_patch = json!({"spec": {"template": {"spec": {"containers": [
+        {"name": "work", "image": "registry.example/web:v2"}]}}}});
+    let cases = [
+        (
+            "/apis/apps/v1/namespaces/rec-val/deployments/imm-deploy",
+            "10-deployment",
+            recording("10-deployment-selector-merge-patch-request-body.json"),
+            "10-deployment-selector-ssa-force-request-body.yaml",
+            "10-deployment-selector-put-422-response.json",
+        ),
+        (
+            "/apis/apps/v1/namespaces/rec-val/daemonsets/imm-ds",
+            "10-daemonset",
+            recording("10-deployment-selector-merge-patch-request-body.json"),
+            "10-daemonset-selector-ssa-force-request-body.yaml",
+            "10-daemonset-selector-put-422-response.json",
+        ),
+        (
+            "/apis/apps/v1/namespaces/rec-val/statefulsets/imm-sts",
+            "10-statefulset",
+            json!({"spec": {"serviceName": "other"}}),
+            "10-statefulset-volumeclaimtemplates-ssa-force-request-body.yaml",
+            "10-statefulset-volumeclaimtemplates-put-422-response.json",
+        ),
+        (
+            "/api/v1/namespaces/rec-val/services/imm-svc",
+            "10-service",
+            json!({"spec": {"clusterIP": "10.96.200.11"}}),
+            "10-service-clusterip-ssa-force-request-body.yaml",
+            "10-service-clusterip-put-422-response.json",
+        ),
+        (
+            "/apis/batch/v1/namespaces/rec-val/jobs/imm-job",
+            "10-job",
+            job_patch,
+            "10-job-template-ssa-force-request-body.yaml",
+            "10-job-template-put-422-response.json",
+        ),
+    ];
+    for (path, prefix, patch, ssa_body, expected) in cases {
+        let created = api
+            .apply(
+                &format!("{path}?fieldManager=rec"),
+                &recording(&format!("{prefix}-create-request-body.yaml")),
+            )
+            .await;
+        assert_eq!(
+            created.status,
+            201,
+            "{path}: {}",
+            String::from_utf8_lossy(&created.body)
+        );
+        let expected = recording(expected);
+        let mut current = api.get(path).await.json();
+        if let Some(meta) = current["metadata"].as_object_mut() {
+            meta.remove("managedFields");
+        }
+        if let Some(map) = current.as_object_mut() {
+            map.remove("status");
+        }
+        let put_body = merged(current, &patch);
+        let answers = [
+            (
+                "PUT",
+                api.send("PUT", path, Some(JSON), put_body.to_string())
+                    .await,
+            ),
+            (
+                "merge patch",
+                api.send("PATCH", path, Some(MERGE), patch.to_string())
+                    .await,
+            ),
+            (
+                "strategic merge patch",
+                api.send(
+                    "PATCH",
+                    path,
+                    Some("application/strategic-merge-patch+json"),
+                    patch.to_string(),
+                )
+                .await,
+            ),
+            (
+                "server-side apply, forced",
+                api.apply(
+                    &format!("{path}?fieldManager=rec&force=true"),
+                    &recording(ssa_body),
+                )
+                .await,
+            ),
+        ];
+        for (method, answer) in answers {
+            assert_eq!(
+                answer.status,
+                422,
+                "{path} {method}: {}",
+                String::from_utf8_lossy(&answer.body)
+            );
+            let got = answer.json();
+            if prefix == "10-job" {
+                // The real server prints the template as its internal Go type; the code,
+                // reason, field path and the message's frame are what a client can match.
+                assert_eq!(got["reason"], expected["reason"], "{path} {method}");
+                let cause = &got["details"]["causes"][0];
+                let recorded = &expected["details"]["causes"][0];
+                assert_eq!(cause["field"], recorded["field"], "{path} {method}");
+                assert_eq!(cause["reason"], recorded["reason"], "{path} {method}");
+                let message = got["message"].as_str().unwrap_or_default();
+                assert!(
+                    message.starts_with(
+                        "Job.batch \"imm-job\" is invalid: spec.template: Invalid value: {"
+                    ) && message.ends_with("}: field is immutable"),
+                    "{path} {method}: {message}"
+                );
+            } else {
+                assert_eq!(got, expected, "{path} {method}");
+            }
+        }
+        // Nothing changed (the controllers may have written status since).
+        let after = api.get(path).await.json();
+        let created = created.json();
+        assert_eq!(after["spec"], created["spec"], "{path}");
+        assert_eq!(
+            after["metadata"]["generation"], created["metadata"]["generation"],
+            "{path}"
+        );
+    }
+
+    // Changing only the plural clusterIPs is a different error.
+    let only_ips = api
+        .send(
+            "PATCH",
+            "/api/v1/namespaces/rec-val/services/imm-svc",
+            Some(MERGE),
+            recording("10-service-clusterips-only-merge-patch-request-body.json").to_string(),
+        )
+        .await;
+    assert_eq!(only_ips.status, 422);
+    assert_eq!(
+        only_ips.json(),
+        recording("10-service-clusterips-only-merge-patch-422-response.json")
+    );
+
+    // What may change still can: a StatefulSet's replicas, a Service without clusterIP in a PUT.
+    let scaled = api
+        .send(
+            "PATCH",
+            "/apis/apps/v1/namespaces/rec-val/statefulsets/imm-sts",
+            Some(MERGE),
+            json!({"spec": {"replicas": 2}}).to_string(),
+        )
+        .await;
+    assert_eq!(
+        scaled.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&scaled.body)
+    );
+}
+
+/// Section 11: what a create is refused for, as the real server words it.
+#[tokio::test]
+async fn create_time_validation_answers_as_recorded() {
+    let sim = plain_sim().await;
+    let api = Api::new(&sim, 0);
+    api.create_namespace("rec-val").await;
+    for (path, name) in [
+        (
+            "/apis/apps/v1/namespaces/rec-val/deployments",
+            "11-deployment-no-selector",
+        ),
+        (
+            "/apis/apps/v1/namespaces/rec-val/deployments",
+            "11-deployment-selector-mismatch",
+        ),
+        (
+            "/api/v1/namespaces/rec-val/services",
+            "11-service-port-zero",
+        ),
+        (
+            "/api/v1/namespaces/rec-val/configmaps",
+            "11-configmap-invalid-key",
+        ),
+        (
+            "/api/v1/namespaces/rec-val/pods",
+            "11-pod-duplicate-container-name",
+        ),
+    ] {
+        let body = recording(&format!("{name}-request-body.json"));
+        let answer = api.send("POST", path, Some(JSON), body.to_string()).await;
+        assert_eq!(
+            answer.status,
+            422,
+            "{name}: {}",
+            String::from_utf8_lossy(&answer.body)
+        );
+        assert_eq!(
+            answer.json(),
+            recording(&format!("{name}-422-response.json")),
+            "{name}"
+        );
+        let object = body["metadata"]["name"].as_str().unwrap_or_default();
+        let stored = api.get(&format!("{path}/{object}")).await;
+        assert_eq!(stored.status, 404, "{name}: nothing stored");
+    }
+}
+
+/// Section 12: Secret data that is not base64 is refused before validation (400 for a
+/// create, 500 for server-side apply); stringData is merged into data and never returned.
+#[tokio::test]
+async fn secrets_decode_as_recorded() {
+    let sim = plain_sim().await;
+    let api = Api::new(&sim, 0);
+    api.create_namespace("rec-val").await;
+    let secrets = "/api/v1/namespaces/rec-val/secrets";
+    let bad = api
+        .send(
+            "POST",
+            secrets,
+            Some(JSON),
+            recording("12-secret-data-not-base64-post-request-body.json").to_string(),
+        )
+        .await;
+    assert_eq!(bad.status, 400);
+    assert_eq!(bad.json(), recording("12-secret-data-not-base64-post-400-response.json"));
+    let bad_apply = api
+        .apply(
+            &format!("{secrets}/sec-badb64?fieldManager=rec"),
+            &recording("12-secret-data-not-base64-ssa-request-body.yaml"),
+        )
+        .await;
+    assert_eq!(bad_apply.status, 500);
+    assert_eq!(
+        bad_apply.json(),
+        recording("12-secret-data-not-base64-ssa-500-response.json")
+    );
+    assert_eq!(api.get(&format!("{secrets}/sec-badb64")).await.status, 404);
+
+    for name in [
+        "12-secret-stringdata-only-create",
+        "12-secret-data-and-stringdata-same-key-create",
+    ] {
+        let body = recording(&format!("{name}-request-body.json"));
+        let created = api.send("POST", secrets, Some(JSON), body.to_string()).await;
+        assert_eq!(created.status, 201, "{name}: {}", String::from_utf8_lossy(&created.body));
+        let created = created.json();
+        assert_eq!(
+            without_identity(created.clone()),
+            without_identity(recording(&format!("{name}-response.json"))),
+            "{name}"
+        );
+        let object = body["metadata"]["name"].as_str().unwrap_or_default();
+        let read = api.get(&format!("{secrets}/{object}")).await.json();
+        assert_eq!(read, created, "{name}: stringData is never returned");
+    }
+    let applied = api
+        .apply(
+            &format!("{secrets}/sec-stringdata-ssa?fieldManager=rec"),
+            &recording("12-secret-stringdata-only-ssa-request-body.yaml"),
+        )
+        .await;
+    assert_eq!(applied.status, 201);
+    assert_eq!(
+        without_identity(applied.json()),
+        without_identity(recording("12-secret-stringdata-only-ssa-response.json"))
+    );
+}

@@ -55,6 +55,27 @@ pub fn prepare(
         name,
         kind.namespaced,
     )?;
+    let object = if namespace.is_empty() {
+        name.to_string()
+    } else {
+        format!("{namespace}/{name}")
+    };
+    // The server converts the merged object to its type: what does not decode is a 500.
+    if let Some(error) =
+        crate::semantics::decode::decode_error(&kind.api_version, kind.kind, &config)
+    {
+        let gvk = match kind.api_version.split_once('/') {
+            Some(_) => format!("{}, Kind={}", kind.api_version, kind.kind),
+            None => format!("/{}, Kind={}", kind.api_version, kind.kind),
+        };
+        return Err(ApiError::new(
+            500,
+            "",
+            format!(
+                "failed to convert new object ({object}; {gvk}) to proper version: unable to convert unstructured object to {gvk}: error decoding from json: {error}"
+            ),
+        ));
+    }
     let undeclared: Vec<String> = kind
         .declaration
         .map(|d| crate::semantics::schema::undeclared(d, &mut config, false))
@@ -63,11 +84,6 @@ pub fn prepare(
         .map(|u| u.apply_path)
         .collect();
     if !undeclared.is_empty() {
-        let object = if namespace.is_empty() {
-            name.to_string()
-        } else {
-            format!("{namespace}/{name}")
-        };
         return Err(ApiError::undeclared_fields(
             &object,
             &kind.api_version,
