@@ -1964,7 +1964,10 @@ async fn secrets_decode_as_recorded() {
         )
         .await;
     assert_eq!(bad.status, 400);
-    assert_eq!(bad.json(), recording("12-secret-data-not-base64-post-400-response.json"));
+    assert_eq!(
+        bad.json(),
+        recording("12-secret-data-not-base64-post-400-response.json")
+    );
     let bad_apply = api
         .apply(
             &format!("{secrets}/sec-badb64?fieldManager=rec"),
@@ -1983,8 +1986,15 @@ async fn secrets_decode_as_recorded() {
         "12-secret-data-and-stringdata-same-key-create",
     ] {
         let body = recording(&format!("{name}-request-body.json"));
-        let created = api.send("POST", secrets, Some(JSON), body.to_string()).await;
-        assert_eq!(created.status, 201, "{name}: {}", String::from_utf8_lossy(&created.body));
+        let created = api
+            .send("POST", secrets, Some(JSON), body.to_string())
+            .await;
+        assert_eq!(
+            created.status,
+            201,
+            "{name}: {}",
+            String::from_utf8_lossy(&created.body)
+        );
         let created = created.json();
         assert_eq!(
             without_identity(created.clone()),
@@ -2005,5 +2015,118 @@ async fn secrets_decode_as_recorded() {
     assert_eq!(
         without_identity(applied.json()),
         without_identity(recording("12-secret-stringdata-only-ssa-response.json"))
+    );
+}
+
+/// Values of the wrong type or range and oversized objects are refused before anything is
+/// stored: the typed-patch 500 for server-side apply, Go's decoder error for other writes,
+/// 422 for the size limits, 413 past the request body limit.
+#[tokio::test]
+async fn types_and_sizes_are_refused() {
+    let sim = plain_sim().await;
+    let api = Api::new(&sim, 0);
+    api.create_namespace("t").await;
+    let deployment = |replicas: Value| {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "t"},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{"name": "web", "image": "web:1"}]}}}})
+    };
+    let path = "/apis/apps/v1/namespaces/t/deployments";
+    let applied = api
+        .apply(
+            &format!("{path}/web?fieldManager=rg"),
+            &deployment(json!("2")),
+        )
+        .await;
+    assert_eq!(applied.status, 500);
+    assert_eq!(
+        applied.json()["message"],
+        "failed to create typed patch object (t/web; apps/v1, Kind=Deployment): .spec.replicas: expected numeric (int or float), got string"
+    );
+    let posted = api
+        .send("POST", path, Some(JSON), deployment(json!("2")).to_string())
+        .await;
+    assert_eq!(posted.status, 400);
+    assert_eq!(
+        posted.json()["message"],
+        "Deployment in version \"v1\" cannot be handled as a Deployment: json: cannot unmarshal string into Go struct field Deployment.spec.replicas of type int32"
+    );
+    let huge = api
+        .send(
+            "POST",
+            path,
+            Some(JSON),
+            deployment(json!(99_999_999_999i64)).to_string(),
+        )
+        .await;
+    assert_eq!(huge.status, 400);
+    assert_eq!(
+        huge.json()["message"],
+        "Deployment in version \"v1\" cannot be handled as a Deployment: json: cannot unmarshal number 99999999999 into Go struct field Deployment.spec.replicas of type int32"
+    );
+    assert_eq!(api.get(&format!("{path}/web")).await.status, 404);
+
+    let secret = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "s", "namespace": "t"}, "stringData": {"a": ["not", "a", "string"]}});
+    let listed = api
+        .send(
+            "POST",
+            "/api/v1/namespaces/t/secrets",
+            Some(JSON),
+            secret.to_string(),
+        )
+        .await;
+    assert_eq!(listed.status, 400);
+    assert_eq!(
+        listed.json()["message"],
+        "Secret in version \"v1\" cannot be handled as a Secret: json: cannot unmarshal array into Go struct field Secret.stringData of type string"
+    );
+
+    let configmap = |bytes: usize| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big", "namespace": "t"},
+            "data": {"blob": "x".repeat(bytes)}})
+    };
+    let too_big = api
+        .send(
+            "POST",
+            "/api/v1/namespaces/t/configmaps",
+            Some(JSON),
+            configmap(2 * 1024 * 1024).to_string(),
+        )
+        .await;
+    assert_eq!(too_big.status, 422);
+    assert_eq!(
+        too_big.json()["message"],
+        "ConfigMap \"big\" is invalid: []: Too long: may not be more than 1048576 bytes"
+    );
+    let past_limit = api
+        .send(
+            "POST",
+            "/api/v1/namespaces/t/configmaps",
+            Some(JSON),
+            configmap(5 * 1024 * 1024).to_string(),
+        )
+        .await;
+    assert_eq!(past_limit.status, 413);
+    assert_eq!(
+        past_limit.json()["message"],
+        "Request entity too large: limit is 3145728"
+    );
+    let annotated = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "a", "namespace": "t", "annotations": {"x": "y".repeat(300 * 1024)}}});
+    let annotated = api
+        .send(
+            "POST",
+            "/api/v1/namespaces/t/configmaps",
+            Some(JSON),
+            annotated.to_string(),
+        )
+        .await;
+    assert_eq!(annotated.status, 422);
+    assert_eq!(
+        annotated.json()["message"],
+        "ConfigMap \"a\" is invalid: metadata.annotations: Too long: may not be more than 262144 bytes"
     );
 }

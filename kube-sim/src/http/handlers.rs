@@ -595,7 +595,14 @@ fn create(
 /// A body the real server cannot decode into its type is refused with 400 before anything
 /// else looks at it (e.g. a Secret value that is not base64).
 fn check_decodes(info: &ResourceInfo, body: &Value) -> Result<(), ApiError> {
-    match crate::semantics::decode::decode_error(&info.api_version(), &info.kind, body) {
+    // The kind's own decoding rules first: they name the field as Go does.
+    let error = crate::semantics::decode::decode_error(&info.api_version(), &info.kind, body)
+        .or_else(|| {
+            info.declaration()
+                .and_then(|d| crate::semantics::schema::type_error(d, body))
+                .map(|e| e.go_message(&info.kind))
+        });
+    match error {
         Some(error) => Err(ApiError::bad_request(format!(
             "{kind} in version \"{version}\" cannot be handled as a {kind}: {error}",
             kind = info.kind,

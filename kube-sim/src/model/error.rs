@@ -367,6 +367,14 @@ impl FieldError {
         }
     }
 
+    pub fn too_long(field: impl Into<String>, max_bytes: usize) -> Self {
+        Self {
+            field: field.into(),
+            reason: "FieldValueTooLong",
+            message: format!("Too long: may not be more than {max_bytes} bytes"),
+        }
+    }
+
     pub fn duplicate(field: impl Into<String>, value: &Value) -> Self {
         Self {
             field: field.into(),

@@ -60,14 +60,33 @@ pub fn prepare(
     } else {
         format!("{namespace}/{name}")
     };
+    let gvk = match kind.api_version.split_once('/') {
+        Some(_) => format!("{}, Kind={}", kind.api_version, kind.kind),
+        None => format!("/{}, Kind={}", kind.api_version, kind.kind),
+    };
+    // A value of the wrong type fails the typed patch, as structured-merge-diff says it.
+    let type_error = kind
+        .declaration
+        .and_then(|d| crate::semantics::schema::type_error(d, &config));
+    if let Some(e) = type_error.as_ref().filter(|e| !e.out_of_range) {
+        return Err(ApiError::new(
+            500,
+            "",
+            format!(
+                "failed to create typed patch object ({object}; {}, Kind={}): {}: expected {}, got {}",
+                kind.api_version,
+                kind.kind,
+                e.path.apply_path,
+                e.schema_type(),
+                e.schema_found()
+            ),
+        ));
+    }
     // The server converts the merged object to its type: what does not decode is a 500.
-    if let Some(error) =
-        crate::semantics::decode::decode_error(&kind.api_version, kind.kind, &config)
-    {
-        let gvk = match kind.api_version.split_once('/') {
-            Some(_) => format!("{}, Kind={}", kind.api_version, kind.kind),
-            None => format!("/{}, Kind={}", kind.api_version, kind.kind),
-        };
+    let decode_error = type_error
+        .map(|e| e.go_message(kind.kind))
+        .or_else(|| crate::semantics::decode::decode_error(&kind.api_version, kind.kind, &config));
+    if let Some(error) = decode_error {
         return Err(ApiError::new(
             500,
             "",

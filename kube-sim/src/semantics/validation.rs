@@ -28,6 +28,49 @@ const PVC_FORBIDDEN: &str = "spec is immutable after creation except resources.r
 
 const CONFIG_KEY: &str = "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')";
 
+/// The most a ConfigMap's or Secret's data may hold.
+const MAX_DATA_BYTES: usize = 1024 * 1024;
+/// The most all annotations of an object may hold, keys and values.
+const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
+
+/// The bytes of a map's values; `base64`: as decoded.
+fn value_bytes(obj: &Value, field: &str, base64: bool) -> usize {
+    let Some(values) = obj.get(field).and_then(Value::as_object) else {
+        return 0;
+    };
+    values
+        .values()
+        .filter_map(Value::as_str)
+        .map(|v| {
+            if base64 {
+                let padding = v.bytes().rev().take_while(|b| *b == b'=').count();
+                (v.len() / 4 * 3).saturating_sub(padding)
+            } else {
+                v.len()
+            }
+        })
+        .sum()
+}
+
+fn annotations_size(obj: &Value, errors: &mut Vec<FieldError>) {
+    let Some(annotations) = obj
+        .pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+    else {
+        return;
+    };
+    let size: usize = annotations
+        .iter()
+        .map(|(k, v)| k.len() + v.as_str().map_or(0, str::len))
+        .sum();
+    if size > MAX_ANNOTATIONS_BYTES {
+        errors.push(FieldError::too_long(
+            "metadata.annotations",
+            MAX_ANNOTATIONS_BYTES,
+        ));
+    }
+}
+
 fn is_workload(rt: &ResourceType) -> bool {
     rt.group == "apps"
         && matches!(
@@ -39,6 +82,7 @@ fn is_workload(rt: &ResourceType) -> bool {
 /// Errors of an object as it would be stored (defaults applied).
 pub fn on_create(rt: &ResourceType, obj: &Value) -> Vec<FieldError> {
     let mut errors = Vec::new();
+    annotations_size(obj, &mut errors);
     if is_workload(rt) {
         workload_selector(rt, obj, &mut errors);
     }
@@ -47,8 +91,17 @@ pub fn on_create(rt: &ResourceType, obj: &Value) -> Vec<FieldError> {
         ("", "configmaps") => {
             config_keys(obj, "data", &mut errors);
             config_keys(obj, "binaryData", &mut errors);
+            let size = value_bytes(obj, "data", false) + value_bytes(obj, "binaryData", true);
+            if size > MAX_DATA_BYTES {
+                errors.push(FieldError::too_long("[]", MAX_DATA_BYTES));
+            }
         }
-        ("", "secrets") => config_keys(obj, "data", &mut errors),
+        ("", "secrets") => {
+            config_keys(obj, "data", &mut errors);
+            if value_bytes(obj, "data", true) > MAX_DATA_BYTES {
+                errors.push(FieldError::too_long("data", MAX_DATA_BYTES));
+            }
+        }
         ("", "pods") => {
             if let Some(spec) = obj.get("spec") {
                 container_names(spec, "spec", &mut errors);
@@ -392,6 +445,42 @@ mod tests {
         let mut without = json!({"spec": {"ports": [{"port": 80}]}});
         prepare_update(&services, &old, &mut without);
         assert!(on_update(&services, &old, &without).is_empty());
+    }
+
+    #[test]
+    fn size_limits_table() {
+        let big = "x".repeat(MAX_DATA_BYTES + 1);
+        let cases = [
+            (
+                ResourceType::new("", "v1", "configmaps"),
+                json!({"data": {"a": big}}),
+                vec!["[]"],
+            ),
+            (
+                ResourceType::new("", "v1", "configmaps"),
+                json!({"data": {"a": "x".repeat(MAX_DATA_BYTES)}}),
+                vec![],
+            ),
+            (
+                ResourceType::new("", "v1", "secrets"),
+                json!({"data": {"a": "eHh4".repeat(MAX_DATA_BYTES / 3 + 1)}}),
+                vec!["data"],
+            ),
+            (
+                ResourceType::new("", "v1", "services"),
+                json!({"metadata": {"annotations": {"a": "x".repeat(MAX_ANNOTATIONS_BYTES)}}}),
+                vec!["metadata.annotations"],
+            ),
+        ];
+        for (rt, obj, fields) in cases {
+            let errors = on_create(&rt, &obj);
+            let got: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+            assert_eq!(got, fields, "{rt}");
+        }
+        assert_eq!(
+            FieldError::too_long("data", MAX_DATA_BYTES).message,
+            "Too long: may not be more than 1048576 bytes"
+        );
     }
 
     #[test]
