@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::{Ctx, ScriptCommand};
-use crate::yaml::{Node, Tree};
+use crate::util::yaml::{Node, Tree};
 
 /// Keys of a `script:` stage.
 pub(super) const SCRIPT_KEYS: &[&str] = &[

@@ -6,6 +6,8 @@
 
 mod json;
 mod markdown;
+pub mod progress;
+pub mod redact;
 mod terminal;
 
 pub use json::{report_schema, to_json};

@@ -21,11 +21,11 @@ use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::apply::AppliedObject;
 use crate::config::FailFastConfig;
-use crate::health::{self, RevisionSelector, Severity, Status};
+use crate::kube::apply::AppliedObject;
+use crate::kube::health::{self, RevisionSelector, Severity, Status};
+use crate::kube::retry::{RetryBudget, with_retry};
 use crate::report::Failure;
-use crate::retry::{RetryBudget, with_retry};
 
 /// What waiting needs besides the objects.
 #[derive(Debug, Clone)]
@@ -419,7 +419,7 @@ pub async fn wait_for_rollout(
                                     failure.message = format!(
                                         "{} (for more than {})",
                                         failure.message,
-                                        crate::progress::format_duration(grace)
+                                        crate::report::progress::format_duration(grace)
                                     );
                                     failures.push(failure);
                                 } else {
@@ -537,7 +537,7 @@ fn failed_reason(message: &str) -> String {
 fn timeout_message(timeout: Duration, last: &str, watch_error: Option<&str>) -> String {
     let mut text = format!(
         "not ready after {}",
-        crate::progress::format_duration(timeout)
+        crate::report::progress::format_duration(timeout)
     );
     if !last.is_empty() {
         text.push_str(": ");

@@ -9,6 +9,8 @@
 //! decisions (next revision, what to prune, what to supersede, which record is last good) are
 //! pure functions of the records; [`ReleaseStore`] does the I/O.
 
+pub mod lock;
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io::Read;

@@ -10,19 +10,19 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::apply::{AppliedObject, ApplyOptions, apply_set};
 use crate::config::{CancelPolicy, Config, FailurePolicy, TargetConfig};
-use crate::lock::{Lock, LockError, LockGuard, LockOptions};
-use crate::manifest::{ManifestObject, ManifestSet, Origin};
-use crate::pipeline::{MAX_IN_FLIGHT, Plan, TargetRun, apply_failures};
-use crate::progress::{Progress, Stage};
+use crate::engine::target_run::{MAX_IN_FLIGHT, Plan, TargetRun, apply_failures};
+use crate::kube::apply::{AppliedObject, ApplyOptions, apply_set};
+use crate::kube::connect::{ClusterAccess, describe_error};
+use crate::kube::wait::{WaitFailure, WaitOptions, wait_for_rollout};
+use crate::manifests::{ManifestObject, ManifestSet, Origin};
+use crate::release::lock::{Lock, LockError, LockGuard, LockOptions};
 use crate::release::{
     EncodedManifests, ObjectRef, RecordCommit, ReleaseDraft, ReleaseError, ReleaseOrigin,
     ReleaseRecord, ReleaseStatus, ReleaseStore, RunInfo,
 };
+use crate::report::progress::{Progress, Stage};
 use crate::report::{CommitInfo, Failure, RollbackReport, TargetOutcome};
-use crate::target::{ClusterAccess, describe_error};
-use crate::wait::{WaitFailure, WaitOptions, wait_for_rollout};
 
 /// Across targets, after a failure: which targets roll back (`on_failure`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -217,7 +217,7 @@ pub fn history_namespace(config: &Config, target: &TargetConfig, access: &Cluste
     ReleaseSettings::from_config(config)
         .history_namespace
         .unwrap_or_else(|| {
-            crate::pipeline::default_namespace(config, target, &access.context_namespace)
+            crate::engine::target_run::default_namespace(config, target, &access.context_namespace)
         })
 }
 
@@ -317,7 +317,7 @@ pub async fn prepare(
     // Per target, so two targets that share a cluster and namespace never share the lock.
     let holder = format!(
         "{} target {}",
-        crate::lock::holder_identity(&env),
+        crate::release::lock::holder_identity(&env),
         target.name
     );
     let options = LockOptions::from_env(settings.lock_timeout, &env);
@@ -650,11 +650,12 @@ pub fn record_manifests(
 
 /// The manifests of the config's manifest source at commit `sha`, from a temporary checkout.
 pub fn manifests_from_git(config: &Config, sha: &str) -> Result<Vec<serde_json::Value>, String> {
-    let checkout = crate::git::Checkout::at(&config.base_dir, sha).map_err(|e| e.to_string())?;
+    let checkout =
+        crate::util::git::Checkout::at(&config.base_dir, sha).map_err(|e| e.to_string())?;
     let mut at_commit = config.clone();
     at_commit.base_dir = checkout.map_path(&config.base_dir);
-    let set =
-        crate::manifest::load(&at_commit).map_err(|e| format!("manifests at commit {sha}: {e}"))?;
+    let set = crate::manifests::load(&at_commit)
+        .map_err(|e| format!("manifests at commit {sha}: {e}"))?;
     Ok(set.objects.into_iter().map(|o| o.body).collect())
 }
 

@@ -3,7 +3,7 @@
 //! problem), and order for applying.
 
 use crate::config::{Config, ManifestSource};
-use crate::yaml::{self, Node, Tree};
+use crate::util::yaml::{self, Node, Tree};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::{HashMap, HashSet};
@@ -410,7 +410,7 @@ pub fn render_with_timeout(
                 let _ = child.wait();
                 break Err(format!(
                     "did not finish within {}",
-                    crate::duration::format_duration(timeout)
+                    crate::util::duration::format_duration(timeout)
                 ));
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(20)),

@@ -17,8 +17,8 @@ use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::manifest::{ManifestObject, ManifestSet};
-use crate::retry::{RetryBudget, RetryError, with_retry};
+use crate::kube::retry::{RetryBudget, RetryError, with_retry};
+use crate::manifests::{ManifestObject, ManifestSet};
 
 /// The field manager of every apply rollguard makes.
 pub const FIELD_MANAGER: &str = "rollguard";
@@ -295,7 +295,7 @@ pub fn describe_apply_error(obj: &ManifestObject, err: &kube::Error) -> ObjectFa
         ),
         other => (
             "Unreachable".to_string(),
-            crate::retry::error_chain_text(other),
+            crate::kube::retry::error_chain_text(other),
         ),
     };
     ObjectFailure {
@@ -313,7 +313,9 @@ fn undeclared_fields(message: &str) -> Vec<&str> {
     message
         .lines()
         .filter_map(|line| {
-            let before = line.trim().strip_suffix(crate::retry::FIELD_NOT_DECLARED)?;
+            let before = line
+                .trim()
+                .strip_suffix(crate::kube::retry::FIELD_NOT_DECLARED)?;
             let before = before.strip_suffix(": ")?;
             let path = before.rsplit_once("): ").map_or(before, |(_, path)| path);
             path.starts_with('.').then_some(path)
@@ -338,8 +340,8 @@ fn kept_response(obj: Value, resource: &ApiResource, dry_run: bool) -> Option<Va
     if dry_run {
         return Some(obj);
     }
-    let assessment = crate::health::assess_as(&obj, &resource.api_version, &resource.kind);
-    (assessment.status != crate::health::Status::Current).then_some(obj)
+    let assessment = crate::kube::health::assess_as(&obj, &resource.api_version, &resource.kind);
+    (assessment.status != crate::kube::health::Status::Current).then_some(obj)
 }
 
 /// True for the 404 an object in a namespace that does not exist gets.
@@ -372,8 +374,8 @@ async fn discover_once(client: &Client, groups: &[&str]) -> Result<Discovery, ku
         Ok(discovery) => Ok(discovery),
         Err(e)
             if matches!(
-                crate::retry::classify(&e),
-                crate::retry::ErrorClass::Transient { .. }
+                crate::kube::retry::classify(&e),
+                crate::kube::retry::ErrorClass::Transient { .. }
             ) =>
         {
             Err(e)
@@ -739,7 +741,7 @@ async fn apply_one(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::Origin;
+    use crate::manifests::Origin;
     use serde_json::json;
 
     fn object(

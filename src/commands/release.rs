@@ -12,15 +12,15 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::config::{self, Config, ConfigError, Overrides, TargetConfig};
+use crate::engine::conclude::{self, ReApply, ReleaseSettings};
+use crate::engine::target_run::{DeployOptions, Plan};
 use crate::error::exit;
-use crate::git;
-use crate::lock::{self, Lock, LockGuard, LockOptions};
-use crate::manifest::ManifestSet;
-use crate::pipeline::{DeployOptions, Plan};
-use crate::redact;
+use crate::kube::connect::{ClusterAccess, connect};
+use crate::manifests::ManifestSet;
+use crate::release::lock::{self, Lock, LockGuard, LockOptions};
 use crate::release::{self, RecordCommit, ReleaseOrigin, ReleaseRecord, ReleaseStore};
-use crate::rollback::{self, ReApply, ReleaseSettings};
-use crate::target::{ClusterAccess, connect};
+use crate::report::redact;
+use crate::util::git;
 
 /// Output format of `show`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -358,7 +358,7 @@ async fn connect_all(
         let access = connect(target, cli_kubeconfig, &config.base_dir, &lookup)
             .await
             .map_err(|e| format!("target {}: {e}", target.name))?;
-        let namespace = rollback::history_namespace(config, target, &access);
+        let namespace = conclude::history_namespace(config, target, &access);
         let store = ReleaseStore::new(
             access.client.clone(),
             &config.app,
@@ -502,7 +502,7 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
     // From git: the same manifests and commit for every target, read once.
     let from_git = match &args.from_git {
         Some(sha) => {
-            let bodies = rollback::manifests_from_git(&config, sha).map_err(ManageError::Usage)?;
+            let bodies = conclude::manifests_from_git(&config, sha).map_err(ManageError::Usage)?;
             let commit = git::commit_info(&config.base_dir, sha).ok();
             Some((bodies, commit))
         }
@@ -638,13 +638,13 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
             ),
             Err((why, _)) => println!("target {name}: rollback failed: {why}"),
         }
-        summary.push(rollback::RollbackResult {
+        summary.push(conclude::RollbackResult {
             target: name.clone(),
             ok: result.is_ok(),
             message: result.as_ref().err().map(|(why, _)| why.clone()),
         });
     }
-    println!("{}", rollback::summary(&summary));
+    println!("{}", conclude::summary(&summary));
     release_all(ready).await;
     Ok(if results.iter().all(Result::is_ok) {
         exit::OK
@@ -669,7 +669,7 @@ async fn plan_one(
         Some(revision) => Some(store.get(revision).await.map_err(unreachable)?),
         None => None,
     };
-    let default_namespace = crate::pipeline::default_namespace(
+    let default_namespace = crate::engine::target_run::default_namespace(
         config,
         &connected.target,
         &connected.access.context_namespace,
@@ -699,11 +699,11 @@ async fn plan_one(
             }
         }
         None => {
-            let revision = rollback::choose_manual_target(&records, args.revision, args.force)
+            let revision = conclude::choose_manual_target(&records, args.revision, args.force)
                 .map_err(|e| (e.to_string(), exit::BAD_INPUT))?;
             let to = store.get(revision).await.map_err(unreachable)?;
             let bodies =
-                rollback::record_manifests(config, &to).map_err(|e| (e, exit::BAD_INPUT))?;
+                conclude::record_manifests(config, &to).map_err(|e| (e, exit::BAD_INPUT))?;
             let mut with_bodies = to.clone();
             with_bodies.manifests = Some(bodies.clone());
             Planned {

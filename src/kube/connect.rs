@@ -14,7 +14,7 @@ use base64::Engine as _;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use crate::config::TargetConfig;
-use crate::retry::{error_chain_text, io_error_kind, is_tls_problem, root_cause_text};
+use crate::kube::retry::{error_chain_text, io_error_kind, is_tls_problem, root_cause_text};
 
 /// A connected target.
 #[derive(Clone)]

@@ -9,8 +9,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::kube::wait::WaitProgress;
 use crate::report::TargetOutcome;
-use crate::wait::WaitProgress;
 
 /// Where a target is.
 #[derive(Debug, Clone, PartialEq)]

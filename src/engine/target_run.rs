@@ -11,14 +11,14 @@ use jiff::Timestamp;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::apply::{AppliedObject, ApplyError, ApplyOptions, apply_resolved, resolve_set};
 use crate::config::{Config, TargetConfig};
-use crate::manifest::ManifestSet;
-use crate::progress::{Progress, Stage};
+use crate::kube::apply::{AppliedObject, ApplyError, ApplyOptions, apply_resolved, resolve_set};
+use crate::kube::connect::{ClusterAccess, TargetError, connect, describe_error};
+use crate::kube::wait::{WaitFailure, WaitOptions, wait_for_rollout};
+use crate::manifests::ManifestSet;
 use crate::release::{EncodedManifests, ReleaseError};
+use crate::report::progress::{Progress, Stage};
 use crate::report::{CommitInfo, Failure, PhaseTiming, TargetOutcome, TargetReport};
-use crate::target::{ClusterAccess, TargetError, connect, describe_error};
-use crate::wait::{WaitFailure, WaitOptions, wait_for_rollout};
 
 /// Requests in flight per target within an apply phase.
 pub const MAX_IN_FLIGHT: usize = 8;
@@ -91,7 +91,7 @@ pub struct TargetRun {
     pub received_new_revision: bool,
     /// The lock and release record of this run (rg-release; None in a dry run or before
     /// the lock was taken).
-    pub release: Option<crate::rollback::TargetRelease>,
+    pub release: Option<crate::engine::conclude::TargetRelease>,
 }
 
 /// Phase timings, in order.
@@ -254,13 +254,13 @@ pub async fn run_target(
     if !plan.options.dry_run {
         clock.start("lock");
         let namespace = default_namespace(&plan.config, target, &access.context_namespace);
-        match crate::rollback::prepare(plan, target, &access, &namespace, cancel).await {
+        match crate::engine::conclude::prepare(plan, target, &access, &namespace, cancel).await {
             Ok((release, notes)) => {
                 run.report.revision = Some(release.record.revision);
                 run.report.warnings.extend(notes);
                 run.release = Some(release);
             }
-            Err(crate::rollback::PrepareError::Cancelled) => {
+            Err(crate::engine::conclude::PrepareError::Cancelled) => {
                 return finish(run, clock, progress, TargetOutcome::Cancelled);
             }
             Err(e) => {
@@ -383,7 +383,7 @@ fn finish(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apply::ObjectFailure;
+    use crate::kube::apply::ObjectFailure;
 
     #[test]
     fn apply_errors_become_failures() {

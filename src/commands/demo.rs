@@ -12,7 +12,7 @@ use crate::cli::{
     DemoArgs, DeployArgs, cancel_on_signals, env_snapshot, finish_report, plan, run_plan,
 };
 use crate::error::{Error, exit};
-use crate::progress::format_duration;
+use crate::report::progress::format_duration;
 use crate::report::{Report, TargetOutcome};
 
 /// The demo's config: three targets on the three simulated clusters.

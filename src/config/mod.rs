@@ -11,9 +11,9 @@ pub use pipeline::{
     default_pipeline, script_stages,
 };
 
-use crate::duration::parse_duration;
 use crate::report::CommitInfo;
-use crate::yaml::{self, Node, Tree};
+use crate::util::duration::parse_duration;
+use crate::util::yaml::{self, Node, Tree};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -1804,7 +1804,7 @@ pipeline:
     /// docs/config-schema.json is `json_schema()`; regenerate with UPDATE_SCHEMAS=1.
     #[test]
     fn docs_schema_is_current() {
-        crate::generated_docs::assert_current("config-schema.json", &json_schema());
+        crate::util::generated_docs::assert_current("config-schema.json", &json_schema());
     }
 
     #[test]
