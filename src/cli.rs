@@ -160,6 +160,10 @@ pub fn cancel_on_signals() -> CancellationToken {
                 eprintln!("rollguard: cancelling (a second signal stops at once)");
                 token.cancel();
             } else {
+                // No destructor runs after exit: stop the scripts and remove their
+                // kubeconfigs first.
+                crate::stages::process::kill_all_now();
+                crate::stages::kubeconfig::remove_all_now();
                 std::process::exit(exit::CANCELLED);
             }
         }
@@ -191,6 +195,11 @@ async fn wait_for_signal() {
 /// `rollguard deploy`.
 pub async fn deploy(args: DeployArgs, env: HashMap<String, String>) -> Result<i32, Error> {
     let plan = Arc::new(plan(&args, env)?);
+    if plan.options.dry_run {
+        for line in crate::stages::plan::describe_pipeline(&plan.config.pipeline) {
+            eprintln!("{line}");
+        }
+    }
     let cancel = cancel_on_signals();
     let report = run_plan(plan.clone(), cancel.clone()).await;
     finish_report(&report, args.report.as_ref(), &plan.env)?;

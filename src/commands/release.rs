@@ -754,6 +754,7 @@ fn empty_record(config: &Config) -> ReleaseRecord {
         objects: Vec::new(),
         manifests: None,
         manifests_omitted: false,
+        stages: Vec::new(),
     }
 }
 

@@ -165,7 +165,8 @@ impl Ctx {
                     stages.push(PipelineStage::Apply);
                 }
                 Tree::Map(entries) if entries.len() == 1 && entries[0].0.key_text() == "script" => {
-                    if let Some(stage) = self.script_stage(&entries[0].1, &what, base_dir, &mut seen)
+                    if let Some(stage) =
+                        self.script_stage(&entries[0].1, &what, base_dir, &mut seen)
                     {
                         stages.push(PipelineStage::Script(stage));
                     }
@@ -177,9 +178,8 @@ impl Ctx {
                     );
                 }
                 _ => {
-                    let mut msg = format!(
-                        "{what} must be `apply` or `script: {{name: ..., run: ...}}`"
-                    );
+                    let mut msg =
+                        format!("{what} must be `apply` or `script: {{name: ..., run: ...}}`");
                     let word = match &item.value {
                         Tree::Str(s) => Some(s.clone()),
                         Tree::Map(entries) => entries.first().map(|(k, _)| k.key_text()),
@@ -270,7 +270,9 @@ impl Ctx {
         if run.is_none() && node.get("run").is_none() {
             self.at(
                 node.line,
-                format!("{label} needs `run` (a shell command, or an argv list run without a shell)"),
+                format!(
+                    "{label} needs `run` (a shell command, or an argv list run without a shell)"
+                ),
             );
         }
         let rollback = self.command(node.get("rollback"), &format!("{label} rollback"));
@@ -281,7 +283,8 @@ impl Ctx {
             .positive_duration(node.get("kill_grace"), &format!("{label} kill_grace"))
             .unwrap_or(DEFAULT_KILL_GRACE);
         let env = self.stage_env(node.get("env"), &label);
-        let working_dir = match self.text(node.get("working_dir"), &format!("{label} working_dir")) {
+        let working_dir = match self.text(node.get("working_dir"), &format!("{label} working_dir"))
+        {
             Some((dir, line)) if dir.trim().is_empty() => {
                 self.at(line, format!("{label} working_dir must not be empty"));
                 base_dir.to_path_buf()
@@ -319,7 +322,10 @@ impl Ctx {
             }
         };
         let continue_on_error = self
-            .boolean(node.get("continue_on_error"), &format!("{label} continue_on_error"))
+            .boolean(
+                node.get("continue_on_error"),
+                &format!("{label} continue_on_error"),
+            )
             .unwrap_or(false);
         let dry_run = self
             .boolean(node.get("dry_run"), &format!("{label} dry_run"))
@@ -472,9 +478,14 @@ mod tests {
     const BASE: &str = "app: shop\nmanifests: [k8s]\ntargets:\n  - {name: eu, context: a}\n";
 
     fn parse_text(text: &str) -> Result<Vec<PipelineStage>, Vec<String>> {
-        parse(text, Path::new("ci/rollguard.yaml"), &Overrides::default(), &|_| None)
-            .map(|c| c.pipeline)
-            .map_err(|e| e.issues().iter().map(ToString::to_string).collect())
+        parse(
+            text,
+            Path::new("ci/rollguard.yaml"),
+            &Overrides::default(),
+            &|_| None,
+        )
+        .map(|c| c.pipeline)
+        .map_err(|e| e.issues().iter().map(ToString::to_string).collect())
     }
 
     fn script(stage: &PipelineStage) -> &ScriptStage {
@@ -500,7 +511,10 @@ mod tests {
         assert_eq!(m.name, "migrate");
         assert_eq!(m.scope, Scope::Fleet);
         assert_eq!(m.timeout, Duration::from_secs(120));
-        assert_eq!(m.rollback, Some(ScriptCommand::Shell("./db/migrate down".into())));
+        assert_eq!(
+            m.rollback,
+            Some(ScriptCommand::Shell("./db/migrate down".into()))
+        );
         assert_eq!(m.argv(&m.run), vec!["sh", "-c", "./db/migrate up"]);
         assert_eq!(m.working_dir, PathBuf::from("ci"));
         assert_eq!(m.kill_grace, DEFAULT_KILL_GRACE);
@@ -550,34 +564,70 @@ mod tests {
                 format!("{BASE}stages:\n  - name: m\n    script: x\n    when: before\n"),
                 "ci/rollguard.yaml:5: `stages:` is gone: list the stages in order under `pipeline:`",
             ),
-            (p("  - script: {name: m, run: x}\n"), "ci/rollguard.yaml:6: pipeline has no `apply` stage"),
+            (
+                p("  - script: {name: m, run: x}\n"),
+                "ci/rollguard.yaml:6: pipeline has no `apply` stage",
+            ),
             (
                 p("  - apply\n  - apply\n"),
                 "ci/rollguard.yaml:7: `apply` may appear only once in pipeline (first at line 6)",
             ),
-            (p("  - aply\n"), "ci/rollguard.yaml:6: pipeline[0] must be `apply` or `script: {name: ..., run: ...}`; did you mean \"apply\"?"),
+            (
+                p("  - aply\n"),
+                "ci/rollguard.yaml:6: pipeline[0] must be `apply` or `script: {name: ..., run: ...}`; did you mean \"apply\"?",
+            ),
             (
                 p("  - apply\n  - script: {name: s, run: x, timout: 1m}\n"),
                 "ci/rollguard.yaml:7: unknown key \"timout\" in pipeline[1].script; did you mean \"timeout\"?",
             ),
-            (p("  - apply\n  - script: {run: x}\n"), "ci/rollguard.yaml:7: pipeline[1].script needs a `name`"),
-            (p("  - apply\n  - script: {name: s}\n"), "ci/rollguard.yaml:7: stage \"s\" needs `run`"),
-            (p("  - apply\n  - script: {name: wait, run: x}\n"), "ci/rollguard.yaml:7: stage name \"wait\" is reserved"),
+            (
+                p("  - apply\n  - script: {run: x}\n"),
+                "ci/rollguard.yaml:7: pipeline[1].script needs a `name`",
+            ),
+            (
+                p("  - apply\n  - script: {name: s}\n"),
+                "ci/rollguard.yaml:7: stage \"s\" needs `run`",
+            ),
+            (
+                p("  - apply\n  - script: {name: wait, run: x}\n"),
+                "ci/rollguard.yaml:7: stage name \"wait\" is reserved",
+            ),
             (
                 p("  - apply\n  - script: {name: s, run: x}\n  - script: {name: s, run: y}\n"),
                 "ci/rollguard.yaml:8: duplicate stage name \"s\" (first at line 7)",
             ),
-            (p("  - apply\n  - script: {name: s, run: x, scope: fleat}\n"), "ci/rollguard.yaml:7: stage \"s\" scope must be \"target\""),
-            (p("  - apply\n  - script: {name: s, run: x, timeout: soon}\n"), "ci/rollguard.yaml:7: stage \"s\" timeout:"),
-            (p("  - apply\n  - script: {name: s, run: x, timeout: 0s}\n"), "ci/rollguard.yaml:7: stage \"s\" timeout must be more than 0s"),
+            (
+                p("  - apply\n  - script: {name: s, run: x, scope: fleat}\n"),
+                "ci/rollguard.yaml:7: stage \"s\" scope must be \"target\"",
+            ),
+            (
+                p("  - apply\n  - script: {name: s, run: x, timeout: soon}\n"),
+                "ci/rollguard.yaml:7: stage \"s\" timeout:",
+            ),
+            (
+                p("  - apply\n  - script: {name: s, run: x, timeout: 0s}\n"),
+                "ci/rollguard.yaml:7: stage \"s\" timeout must be more than 0s",
+            ),
             (
                 p("  - apply\n  - script: {name: s, run: x, continue_on_error: yes please}\n"),
                 "ci/rollguard.yaml:7: stage \"s\" continue_on_error must be true or false",
             ),
-            (p("  - apply\n  - script: {name: s, run: []}\n"), "ci/rollguard.yaml:7: stage \"s\" run must not be an empty list"),
-            (p("  - apply\n  - script: {name: s, run: x, env: {1X: y}}\n"), "ci/rollguard.yaml:7: stage \"s\": env name \"1X\" is not a valid variable name"),
-            (p("  - {apply: {}}\n"), "ci/rollguard.yaml:6: pipeline[0]: `apply` takes no settings"),
-            (format!("{BASE}pipeline: apply\n"), "ci/rollguard.yaml:5: pipeline must be a list of stages"),
+            (
+                p("  - apply\n  - script: {name: s, run: []}\n"),
+                "ci/rollguard.yaml:7: stage \"s\" run must not be an empty list",
+            ),
+            (
+                p("  - apply\n  - script: {name: s, run: x, env: {1X: y}}\n"),
+                "ci/rollguard.yaml:7: stage \"s\": env name \"1X\" is not a valid variable name",
+            ),
+            (
+                p("  - {apply: {}}\n"),
+                "ci/rollguard.yaml:6: pipeline[0]: `apply` takes no settings",
+            ),
+            (
+                format!("{BASE}pipeline: apply\n"),
+                "ci/rollguard.yaml:5: pipeline must be a list of stages",
+            ),
         ];
         for (text, want) in cases {
             let errs = parse_text(&text).expect_err(&text);

@@ -2,4 +2,5 @@
 
 pub mod conclude;
 pub mod fleet;
+pub mod scripts;
 pub mod target_run;

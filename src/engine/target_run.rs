@@ -1,6 +1,6 @@
-//! One target, start to end: connect -> discover/validate -> apply -> wait, into a
-//! `TargetReport`. Hook points for the release work (lock, history records, rollback) and for
-//! script stages are marked `HOOK`.
+//! One target: connect -> discover/validate -> lock + record, then its stages of the
+//! pipeline (apply + wait, target scripts), into a `TargetReport`. Fleet stages, which every
+//! target reaches first, are run by `fleet.rs` between calls of [`run_stages`].
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -11,8 +11,10 @@ use jiff::Timestamp;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, TargetConfig};
-use crate::kube::apply::{AppliedObject, ApplyError, ApplyOptions, apply_resolved, resolve_set};
+use crate::config::{Config, PipelineStage, TargetConfig};
+use crate::kube::apply::{
+    AppliedObject, ApplyError, ApplyOptions, Resolution, apply_resolved, resolve_set,
+};
 use crate::kube::connect::{ClusterAccess, TargetError, connect, describe_error};
 use crate::kube::wait::{WaitFailure, WaitOptions, wait_for_rollout};
 use crate::manifests::ManifestSet;
@@ -43,6 +45,8 @@ pub struct Plan {
     pub env: HashMap<String, String>,
     /// The manifests as release records store them: encoded once, shared by every target.
     recorded: OnceLock<Result<EncodedManifests, String>>,
+    /// What every script stage run shares: the secret scrubber, the environment.
+    pub scripts: crate::stages::Shared,
 }
 
 impl Plan {
@@ -53,6 +57,18 @@ impl Plan {
         options: DeployOptions,
         env: HashMap<String, String>,
     ) -> Plan {
+        let scripts = crate::stages::Shared {
+            scrubber: crate::report::redact::Scrubber::from_objects(
+                manifests.objects.iter().map(|o| &o.body),
+            ),
+            inherited: env.clone(),
+            // Other targets' credentials must not reach a target's scripts.
+            hidden: config
+                .targets
+                .iter()
+                .filter_map(|t| t.kubeconfig_env.clone())
+                .collect(),
+        };
         Plan {
             config,
             manifests,
@@ -60,6 +76,7 @@ impl Plan {
             options,
             env,
             recorded: OnceLock::new(),
+            scripts,
         }
     }
 
@@ -92,10 +109,40 @@ pub struct TargetRun {
     /// The lock and release record of this run (rg-release; None in a dry run or before
     /// the lock was taken).
     pub release: Option<crate::engine::conclude::TargetRelease>,
+    /// The target as configured.
+    pub target: TargetConfig,
+    /// Discovery's result, until the apply stage uses it.
+    resolution: Option<Resolution>,
+    pub(crate) clock: PhaseClock,
+    /// The run ended (failed, cancelled or stopped): later stages do not run.
+    pub done: bool,
+}
+
+impl TargetRun {
+    /// A run of `target` that has done nothing yet.
+    pub fn new(target: &TargetConfig, at: Timestamp) -> TargetRun {
+        TargetRun {
+            report: TargetReport::new(target.name.clone(), TargetOutcome::Failed, at),
+            access: None,
+            applied: Vec::new(),
+            received_new_revision: false,
+            release: None,
+            target: target.clone(),
+            resolution: None,
+            clock: PhaseClock::new(),
+            done: false,
+        }
+    }
+
+    /// Whether the run changed anything on its target: objects of the new revision, or a
+    /// script stage that started (a rollback then has something to undo).
+    pub fn changed_something(&self) -> bool {
+        self.received_new_revision || self.report.stages.iter().any(|s| s.outcome.started())
+    }
 }
 
 /// Phase timings, in order.
-struct PhaseClock {
+pub(crate) struct PhaseClock {
     phases: Vec<PhaseTiming>,
     current: Option<(String, Instant)>,
 }
@@ -107,17 +154,25 @@ impl PhaseClock {
             current: None,
         }
     }
-    fn start(&mut self, name: &str) {
+    pub(crate) fn start(&mut self, name: &str) {
         self.stop();
         self.current = Some((name.to_string(), Instant::now()));
     }
-    fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         if let Some((name, at)) = self.current.take() {
-            self.phases.push(PhaseTiming {
-                name,
-                seconds: round_ms(at.elapsed()),
-            });
+            self.phases
+                .push(PhaseTiming::new(name, round_ms(at.elapsed())));
         }
+    }
+    /// A script stage's phase, timed by its runner.
+    pub(crate) fn script(&mut self, result: &crate::report::StageResult) {
+        self.stop();
+        self.phases.push(PhaseTiming {
+            name: result.name.clone(),
+            seconds: result.seconds,
+            script: Some(result.scope.clone()),
+            exit_code: result.exit_code,
+        });
     }
 }
 
@@ -194,31 +249,32 @@ pub fn apply_failures(err: &ApplyError, server: &str) -> Vec<Failure> {
     }
 }
 
-/// Runs one target. Never panics on cluster errors: every problem ends in the report.
+/// Runs one target up to its first fleet stage: connect, discover, lock and record, then
+/// `stages` (indices into the pipeline). Never panics on cluster errors: every problem ends in
+/// the report. A run that is not `done` afterwards goes on with [`run_stages`].
 pub async fn run_target(
     plan: &Plan,
     target: &TargetConfig,
     cancel: &CancellationToken,
     progress: &Progress,
+    stages: &[usize],
 ) -> TargetRun {
-    let started_at = Timestamp::now();
-    let started = Instant::now();
-    let deadline = started + plan.config.wait.timeout;
-    let mut clock = PhaseClock::new();
-    let mut run = TargetRun {
-        report: TargetReport::new(target.name.clone(), TargetOutcome::Failed, started_at),
-        access: None,
-        applied: Vec::new(),
-        received_new_revision: false,
-        release: None,
-    };
+    let mut run = TargetRun::new(target, Timestamp::now());
+    start(plan, &mut run, cancel, progress).await;
+    run_stages(plan, &mut run, stages, cancel, progress).await;
+    run
+}
+
+async fn start(plan: &Plan, run: &mut TargetRun, cancel: &CancellationToken, progress: &Progress) {
+    let target = run.target.clone();
+    let deadline = Instant::now() + plan.config.wait.timeout;
     let name = target.name.clone();
 
     progress.update(&name, Stage::Connecting);
-    clock.start("connect");
+    run.clock.start("connect");
     let env = |k: &str| plan.env(k);
     let access = match connect(
-        target,
+        &target,
         plan.options.cli_kubeconfig.as_deref(),
         &plan.config.base_dir,
         &env,
@@ -230,55 +286,94 @@ pub async fn run_target(
             // Target failures are logged at info: the progress line and the final table say them.
             tracing::info!(reason = %e.reason, "{}", e.message);
             run.report.failures.push(target_failure("cluster", &e));
-            return finish(run, clock, progress, TargetOutcome::Failed);
+            return finish(run, progress, TargetOutcome::Failed);
         }
     };
     run.access = Some(access.clone());
 
     // Discovery: the first request (an unreachable target fails here, in seconds) and the
     // check that the target serves every kind, before anything is written to it.
-    clock.start("discover");
-    let resolution = match resolve_set(&access.client, &plan.manifests, deadline, cancel).await {
-        Ok(resolution) => resolution,
+    run.clock.start("discover");
+    match resolve_set(&access.client, &plan.manifests, deadline, cancel).await {
+        Ok(resolution) => run.resolution = Some(resolution),
         Err(ApplyError::Cancelled) => {
-            return finish(run, clock, progress, TargetOutcome::Cancelled);
+            return finish(run, progress, TargetOutcome::Cancelled);
         }
         Err(e) => {
             tracing::info!("{e}");
             run.report.failures = apply_failures(&e, &access.server);
-            return finish(run, clock, progress, TargetOutcome::Failed);
+            return finish(run, progress, TargetOutcome::Failed);
         }
     };
 
     // rg-release: lock, abandoned records, last good, this run's pending record.
     if !plan.options.dry_run {
-        clock.start("lock");
-        let namespace = default_namespace(&plan.config, target, &access.context_namespace);
-        match crate::engine::conclude::prepare(plan, target, &access, &namespace, cancel).await {
+        run.clock.start("lock");
+        let namespace = default_namespace(&plan.config, &target, &access.context_namespace);
+        match crate::engine::conclude::prepare(plan, &target, &access, &namespace, cancel).await {
             Ok((release, notes)) => {
                 run.report.revision = Some(release.record.revision);
                 run.report.warnings.extend(notes);
                 run.release = Some(release);
             }
             Err(crate::engine::conclude::PrepareError::Cancelled) => {
-                return finish(run, clock, progress, TargetOutcome::Cancelled);
+                return finish(run, progress, TargetOutcome::Cancelled);
             }
             Err(e) => {
                 tracing::info!("{e}");
                 run.report.failures.push(e.failure(&access.server));
-                return finish(run, clock, progress, TargetOutcome::Failed);
+                return finish(run, progress, TargetOutcome::Failed);
             }
         }
     }
-    // The deadline is for apply and rollout: time spent waiting for the lock does not count.
-    let deadline = if plan.options.dry_run {
-        deadline
-    } else {
-        Instant::now() + plan.config.wait.timeout
-    };
-    // HOOK(script stages): `before` scripts run here.
+    run.clock.stop();
+}
 
-    clock.start("apply");
+/// Runs the target-scoped `stages` (indices into the pipeline) of a run that is not done.
+pub async fn run_stages(
+    plan: &Plan,
+    run: &mut TargetRun,
+    stages: &[usize],
+    cancel: &CancellationToken,
+    progress: &Progress,
+) {
+    for &index in stages {
+        if run.done {
+            return;
+        }
+        match plan.config.pipeline.get(index) {
+            Some(PipelineStage::Apply) => apply_and_wait(plan, run, cancel, progress).await,
+            Some(PipelineStage::Script(stage)) => {
+                crate::engine::scripts::target_script(plan, run, stage, cancel, progress).await
+            }
+            None => {}
+        }
+    }
+}
+
+/// Marks a run that went through its whole pipeline as deployed.
+pub fn complete(run: &mut TargetRun, progress: &Progress) {
+    if !run.done {
+        finish(run, progress, TargetOutcome::Deployed);
+    }
+}
+
+async fn apply_and_wait(
+    plan: &Plan,
+    run: &mut TargetRun,
+    cancel: &CancellationToken,
+    progress: &Progress,
+) {
+    let (Some(access), Some(resolution)) = (run.access.clone(), run.resolution.take()) else {
+        return;
+    };
+    let target = run.target.clone();
+    let name = target.name.clone();
+    // The deadline is for apply and rollout: time spent waiting for the lock or in scripts
+    // does not count.
+    let deadline = Instant::now() + plan.config.wait.timeout;
+
+    run.clock.start("apply");
     progress.update(
         &name,
         Stage::Applying {
@@ -289,7 +384,7 @@ pub async fn run_target(
     let options = ApplyOptions {
         force: plan.options.force_conflicts,
         dry_run: plan.options.dry_run,
-        default_namespace: default_namespace(&plan.config, target, &access.context_namespace),
+        default_namespace: default_namespace(&plan.config, &target, &access.context_namespace),
         max_in_flight: MAX_IN_FLIGHT,
         deadline,
     };
@@ -309,20 +404,20 @@ pub async fn run_target(
     run.applied = outcome.applied;
     if let Err(e) = outcome.result {
         if matches!(e, ApplyError::Cancelled) {
-            return finish(run, clock, progress, TargetOutcome::Cancelled);
+            return finish(run, progress, TargetOutcome::Cancelled);
         }
         tracing::info!("apply failed: {e}");
         run.report.failures = apply_failures(&e, &access.server);
-        // HOOK(rg-release): rollback decision for this target (policy across targets is in fleet.rs).
-        return finish(run, clock, progress, TargetOutcome::Failed);
+        return finish(run, progress, TargetOutcome::Failed);
     }
     tracing::info!(objects = run.applied.len(), "applied");
 
     if plan.options.dry_run {
-        return finish(run, clock, progress, TargetOutcome::Deployed);
+        run.clock.stop();
+        return;
     }
 
-    clock.start("wait");
+    run.clock.start("wait");
     let wait_options = WaitOptions {
         deadline,
         timeout: plan.config.wait.timeout,
@@ -338,30 +433,25 @@ pub async fn run_target(
     )
     .await;
     run.report.warnings.extend(waited.warnings);
-    let outcome = match waited.result {
-        Ok(()) => TargetOutcome::Deployed,
-        Err(WaitFailure::Cancelled) => TargetOutcome::Cancelled,
+    run.clock.stop();
+    match waited.result {
+        Ok(()) => {}
+        Err(WaitFailure::Cancelled) => finish(run, progress, TargetOutcome::Cancelled),
         Err(WaitFailure::Failed(failures)) | Err(WaitFailure::Timeout(failures)) => {
             for f in &failures {
                 tracing::info!("{}", f.headline());
             }
             run.report.failures = failures;
-            TargetOutcome::Failed
+            finish(run, progress, TargetOutcome::Failed)
         }
-    };
-    // HOOK(script stages): `after` scripts (smoke tests) run here when the wait succeeded.
-    // HOOK(rg-release): finish the record (deployed / failed) and release the lock.
-    finish(run, clock, progress, outcome)
+    }
 }
 
-fn finish(
-    mut run: TargetRun,
-    mut clock: PhaseClock,
-    progress: &Progress,
-    outcome: TargetOutcome,
-) -> TargetRun {
-    clock.stop();
-    run.report.phases = clock.phases;
+/// Ends a run with `outcome`: later stages do not run.
+pub fn finish(run: &mut TargetRun, progress: &Progress, outcome: TargetOutcome) {
+    run.clock.stop();
+    run.done = true;
+    run.report.phases = run.clock.phases.clone();
     run.report.outcome = outcome;
     run.report.finished_at = Timestamp::now();
     if run.report.message.is_none() {
@@ -377,7 +467,6 @@ fn finish(
             message: run.report.message.clone(),
         },
     );
-    run
 }
 
 #[cfg(test)]

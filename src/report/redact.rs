@@ -202,7 +202,8 @@ mod tests {
         let secret = json!({"apiVersion": "v1", "kind": "Secret",
             "data": {"password": "aHVudGVyMg=="},
             "stringData": {"token": "tok-123456", "cert": "line-one\nline-two", "tiny": "ab"}});
-        let config = json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"k": "public-value"}});
+        let config =
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"k": "public-value"}});
         let s = Scrubber::from_objects([&secret, &config]);
         let cases = [
             ("connecting with hunter2", "connecting with <redacted>"),
