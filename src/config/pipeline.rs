@@ -37,6 +37,8 @@ pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
 const RESERVED_NAMES: &[&str] = &["apply", "connect", "discover", "lock", "wait", "rollback"];
 
 /// One stage of the pipeline, in order.
+// A config holds a handful of these, read everywhere by reference: boxing buys nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PipelineStage {
     /// Server-side apply, then wait for the rollout.
