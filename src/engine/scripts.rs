@@ -430,3 +430,44 @@ pub fn mark_rollback_failed(run: &mut TargetRun, why: &str, cancelled: bool) {
         run.report.outcome = TargetOutcome::RollbackFailed;
     }
 }
+
+/// After a manual rollback (`rollguard rollback`) away from revisions whose records list
+/// `ran`: the rollback commands of those stages, per target at once, then the fleet ones
+/// once. `targets`: each target with its connection, the revision rolled back from and the
+/// stages it ran. Returns, per target, the rollback commands' results.
+pub async fn manual_stage_rollbacks(
+    plan: &Plan,
+    targets: Vec<(
+        crate::config::TargetConfig,
+        crate::kube::connect::ClusterAccess,
+        u64,
+        Vec<StageResult>,
+    )>,
+) -> Vec<Vec<StageResult>> {
+    let mut runs: Vec<TargetRun> = targets
+        .into_iter()
+        .map(|(target, access, revision, ran)| {
+            let mut run = TargetRun::new(&target, jiff::Timestamp::now());
+            run.access = Some(access);
+            run.report.revision = Some(revision);
+            run.report.stages = ran;
+            run.report.message = Some("rolled back by hand (rollguard rollback)".to_string());
+            run
+        })
+        .collect();
+    let before: Vec<usize> = runs.iter().map(|r| r.report.stages.len()).collect();
+    let deadline = Instant::now() + plan.config.rollback_timeout();
+    let stop = CancellationToken::new();
+    let progress = Progress::quiet();
+    futures::future::join_all(runs.iter_mut().map(|run| {
+        let span = tracing::error_span!("target", target = %run.target.name);
+        roll_back_target_stages(plan, run, false, deadline, &stop, &progress).instrument(span)
+    }))
+    .await;
+    let all = vec![true; runs.len()];
+    roll_back_fleet_stages(plan, &mut runs, &all, false, deadline, &stop).await;
+    runs.into_iter()
+        .zip(before)
+        .map(|(run, n)| run.report.stages.into_iter().skip(n).collect())
+        .collect()
+}

@@ -111,6 +111,24 @@ fn rollbacks(pipeline: &[PipelineStage], ran: &[StageResult], scope: Scope) -> V
         .collect()
 }
 
+/// The rollback commands a revision that ran `ran` has due, by name, for prompts.
+pub fn due_rollback_names(pipeline: &[PipelineStage], ran: &[StageResult]) -> Vec<String> {
+    let name = |i: usize| match pipeline.get(i) {
+        Some(PipelineStage::Script(s)) => s.name.clone(),
+        _ => String::new(),
+    };
+    let mut names: Vec<String> = target_rollbacks(pipeline, ran)
+        .into_iter()
+        .map(name)
+        .collect();
+    names.extend(
+        fleet_rollbacks(pipeline, [ran])
+            .into_iter()
+            .map(|i| format!("{} (fleet, once)", name(i))),
+    );
+    names
+}
+
 /// The stage a failure came from, for ROLLGUARD_FAILED_STAGE: the first script whose `run`
 /// failed, else `apply` (the apply or the rollout failed).
 pub fn failed_stage(ran: &[StageResult]) -> String {
@@ -290,6 +308,10 @@ mod tests {
         assert_eq!(target_rollbacks(&pipeline, &deploy), vec![1, 4]);
         assert_eq!(fleet_rollbacks(&pipeline, [&deploy[..]]), vec![0]);
         assert_eq!(failed_stage(&deploy), "smoke");
+        assert_eq!(
+            due_rollback_names(&pipeline, &deploy),
+            vec!["prep", "smoke", "migrate (fleet, once)"]
+        );
         // Only the apply failed: the scripts before it roll back.
         let apply_failed = vec![ran("migrate", Succeeded), ran("prep", Warned)];
         assert_eq!(target_rollbacks(&pipeline, &apply_failed), vec![1]);

@@ -190,6 +190,20 @@ impl TestEnv {
         cmd.spawn().expect("rollguard starts")
     }
 
+    /// Runs `rollguard <command> --config <dir>/rollguard.yaml --kubeconfig <kc>` plus `extra`
+    /// (history, show, rollback, unlock).
+    pub async fn command(&self, command: &str, extra: &[&str]) -> Run {
+        let mut args: Vec<String> = vec![
+            command.into(),
+            "--config".into(),
+            self.path("rollguard.yaml").display().to_string(),
+            "--kubeconfig".into(),
+            self.kubeconfig.display().to_string(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        rollguard(&args, self.dir.path(), &[]).await
+    }
+
     /// Writes an executable shell script (for script stages).
     pub fn write_script(&self, rel: &str, body: &str) {
         use std::os::unix::fs::PermissionsExt;

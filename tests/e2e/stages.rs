@@ -529,3 +529,52 @@ async fn the_old_stages_key_is_refused_before_any_cluster_is_touched() {
     assert!(run.stderr.contains("pipeline:"), "{}", run.stderr);
     assert_eq!(env.writes(1), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_and_a_manual_rollback_know_the_stages_a_revision_ran() {
+    let env = env_with(
+        1,
+        "",
+        r#"  - apply
+  - script:
+      name: smoke
+      run: "true"
+      rollback: echo "undo $ROLLGUARD_IS_ROLLBACK $ROLLGUARD_REVISION" >> order.log
+"#,
+    )
+    .await;
+    assert_eq!(env.deploy(&[]).await.code, 0);
+    env.write("k8s/app.yaml", &small_app(NEXT));
+    let second = env.deploy(&[]).await;
+    assert_eq!(second.code, 0, "{}", second.output());
+    assert_eq!(
+        env.read("order.log"),
+        "",
+        "a healthy deploy ran a rollback command"
+    );
+
+    let shown = env
+        .command("show", &["--revision", "2", "-o", "json"])
+        .await;
+    assert_eq!(shown.code, 0, "{}", shown.output());
+    let record: Value = serde_json::from_str(&shown.stdout).expect("show -o json is JSON");
+    assert_eq!(record["stages"][0]["name"], "smoke", "{record:#}");
+    assert_eq!(record["stages"][0]["outcome"], "succeeded", "{record:#}");
+
+    let back = env.command("rollback", &["--yes"]).await;
+    assert_eq!(back.code, 0, "{}", back.output());
+    assert!(
+        back.stdout
+            .contains("then the rollback commands of the script stages v2 ran: smoke"),
+        "{}",
+        back.output()
+    );
+    assert!(
+        back.stdout
+            .contains("target eu: rollback command of stage smoke (target): succeeded"),
+        "{}",
+        back.output()
+    );
+    assert_eq!(lines(&env.read("order.log")), vec!["undo true 2"]);
+    assert_eq!(web_image(&env, 1).await, GOOD);
+}
