@@ -137,6 +137,10 @@ pub fn plan(args: &DeployArgs, env: HashMap<String, String>) -> Result<Plan, Err
         ..Default::default()
     };
     let config = config::load(&path, &overrides, &lookup)?;
+    let missing = config::missing_working_dirs(&config);
+    if !missing.is_empty() {
+        return Err(config::ConfigError::Invalid(missing).into());
+    }
     let manifests = manifests::load(&config)?;
     let commit = crate::util::git::detect_commit(args.commit.as_deref(), &lookup, &config.base_dir);
     let options = DeployOptions {

@@ -8,7 +8,7 @@
 mod pipeline;
 pub use pipeline::{
     DEFAULT_KILL_GRACE, DEFAULT_SCRIPT_TIMEOUT, PipelineStage, Scope, ScriptStage,
-    default_pipeline, script_stages,
+    default_pipeline, missing_working_dirs, script_stages,
 };
 
 use crate::util::duration::parse_duration;

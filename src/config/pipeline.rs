@@ -430,6 +430,23 @@ impl Ctx {
     }
 }
 
+/// Script stages whose `working_dir` is not a folder: checked with the config, before any
+/// cluster is touched (a stage that cannot start would fail a deploy half-way).
+pub fn missing_working_dirs(config: &super::Config) -> Vec<super::ConfigIssue> {
+    let file = config.source.display().to_string();
+    script_stages(&config.pipeline)
+        .filter(|s| !s.working_dir.is_dir())
+        .map(|s| super::ConfigIssue {
+            location: format!("{file}:{}", s.line),
+            message: format!(
+                "stage {:?}: working_dir {} is not a folder; create it or fix `working_dir` (relative paths are relative to this file)",
+                s.name,
+                s.working_dir.display()
+            ),
+        })
+        .collect()
+}
+
 /// The `pipeline` part of `rollguard schema`.
 pub(super) fn pipeline_schema(duration: &Value, command: &Value) -> Value {
     json!({

@@ -160,6 +160,10 @@ pub async fn target_script(
     let Some(access) = run.access.clone() else {
         return;
     };
+    // Cancelled before it started: it never ran, so it has nothing to roll back.
+    if cancel.is_cancelled() {
+        return finish(run, progress, TargetOutcome::Cancelled);
+    }
     progress.update(&run.target.name, Stage::Script(stage.name.clone()));
     run.clock.start(&stage.name);
     let deployment = target_deployment(plan, run, &stage.name, false);

@@ -578,3 +578,23 @@ async fn show_and_a_manual_rollback_know_the_stages_a_revision_ran() {
     assert_eq!(lines(&env.read("order.log")), vec!["undo true 2"]);
     assert_eq!(web_image(&env, 1).await, GOOD);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_working_dir_is_bad_input_with_zero_writes() {
+    let env = env_with(
+        1,
+        "",
+        "  - apply\n  - script:\n      name: smoke\n      run: \"true\"\n      working_dir: nope\n",
+    )
+    .await;
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 2, "{}", run.output());
+    assert!(
+        run.stderr
+            .contains("rollguard.yaml:12: stage \"smoke\": working_dir")
+            && run.stderr.contains("is not a folder"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(env.writes(1), 0);
+}
