@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, Overrides};
-use crate::engine::target_run::{DeployOptions, Plan};
+use crate::engine::plan::{DeployOptions, Plan};
 use crate::error::{Error, exit};
 use crate::manifests;
 use crate::report::progress;

@@ -12,12 +12,12 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::config::{self, Config, ConfigError, Overrides, TargetConfig};
-use crate::engine::conclude::{self, ReApply, ReleaseSettings};
-use crate::engine::target_run::{DeployOptions, Plan};
+use crate::engine::policy::{self, RollbackResult};
+use crate::engine::reapply::{self, ReApply};
 use crate::error::exit;
 use crate::kube::connect::{ClusterAccess, connect};
-use crate::manifests::ManifestSet;
 use crate::release::lock::{self, Lock, LockGuard, LockOptions};
+use crate::release::session::ReleaseSettings;
 use crate::release::{self, ReleaseOrigin, ReleaseRecord, ReleaseStore};
 use crate::report::redact;
 use crate::util::git::{self, CommitInfo};
@@ -358,7 +358,7 @@ async fn connect_all(
         let access = connect(target, cli_kubeconfig, &config.base_dir, &lookup)
             .await
             .map_err(|e| format!("target {}: {e}", target.name))?;
-        let namespace = conclude::history_namespace(config, target, &access);
+        let namespace = config.history_namespace(target, &access.context_namespace);
         let store = ReleaseStore::new(
             access.client.clone(),
             &config.app,
@@ -502,7 +502,7 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
     // From git: the same manifests and commit for every target, read once.
     let from_git = match &args.from_git {
         Some(sha) => {
-            let bodies = conclude::manifests_from_git(&config, sha).map_err(ManageError::Usage)?;
+            let bodies = reapply::manifests_from_git(&config, sha).map_err(ManageError::Usage)?;
             let commit = git::commit_info(&config.base_dir, sha).ok();
             Some((bodies, commit))
         }
@@ -594,24 +594,10 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
         return Ok(exit::OK);
     }
 
-    let options = DeployOptions {
-        force_conflicts: args.force_conflicts,
-        dry_run: false,
-        cli_kubeconfig: config.kubeconfig.clone(),
-    };
-    let plan = Plan::new(
-        config.clone(),
-        ManifestSet {
-            objects: Vec::new(),
-        },
-        None,
-        options,
-        env.clone(),
-    );
+    let run = release::RunInfo::from_env(&lookup);
     let deadline = Instant::now() + settings.rollback_timeout;
     let results = futures::future::join_all(ready.iter().map(|p| {
         ReApply {
-            plan: &plan,
             access: &p.connected.access,
             store: &p.connected.store,
             target: &p.connected.target.name,
@@ -624,6 +610,9 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
             deadline,
             cancelled: false,
             stop: tokio_util::sync::CancellationToken::new(),
+            force_conflicts: args.force_conflicts,
+            fail_fast: config.wait.fail_fast.clone(),
+            run: run.clone(),
         }
         .run()
     }))
@@ -638,13 +627,13 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
             ),
             Err((why, _)) => println!("target {name}: rollback failed: {why}"),
         }
-        summary.push(conclude::RollbackResult {
+        summary.push(RollbackResult {
             target: name.clone(),
             ok: result.is_ok(),
             message: result.as_ref().err().map(|(why, _)| why.clone()),
         });
     }
-    println!("{}", conclude::summary(&summary));
+    println!("{}", policy::summary(&summary));
     release_all(ready).await;
     Ok(if results.iter().all(Result::is_ok) {
         exit::OK
@@ -669,11 +658,8 @@ async fn plan_one(
         Some(revision) => Some(store.get(revision).await.map_err(unreachable)?),
         None => None,
     };
-    let default_namespace = crate::engine::target_run::default_namespace(
-        config,
-        &connected.target,
-        &connected.access.context_namespace,
-    );
+    let default_namespace =
+        config.default_namespace(&connected.target, &connected.access.context_namespace);
     let name = connected.target.name.clone();
     let from = current
         .as_ref()
@@ -699,11 +685,11 @@ async fn plan_one(
             }
         }
         None => {
-            let revision = conclude::choose_manual_target(&records, args.revision, args.force)
+            let revision = policy::choose_manual_target(&records, args.revision, args.force)
                 .map_err(|e| (e.to_string(), exit::BAD_INPUT))?;
             let to = store.get(revision).await.map_err(unreachable)?;
             let bodies =
-                conclude::record_manifests(config, &to).map_err(|e| (e, exit::BAD_INPUT))?;
+                reapply::record_manifests(config, &to).map_err(|e| (e, exit::BAD_INPUT))?;
             let mut with_bodies = to.clone();
             with_bodies.manifests = Some(bodies.clone());
             Planned {
