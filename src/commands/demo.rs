@@ -12,8 +12,8 @@ use crate::cli::{
     DemoArgs, DeployArgs, cancel_on_signals, env_snapshot, finish_report, plan, run_plan,
 };
 use crate::error::{Error, exit};
-use crate::report::progress::format_duration;
 use crate::report::{Report, TargetOutcome};
+use crate::util::duration::format_duration;
 
 /// The demo's config: three targets on the three simulated clusters.
 pub const DEMO_CONFIG: &str = "\

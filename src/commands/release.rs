@@ -20,6 +20,7 @@ use crate::release::lock::{self, Lock, LockGuard, LockOptions};
 use crate::release::session::ReleaseSettings;
 use crate::release::{self, ReleaseOrigin, ReleaseRecord, ReleaseStore};
 use crate::report::redact;
+use crate::util::duration::format_duration;
 use crate::util::git::{self, CommitInfo};
 
 /// Output format of `show`.
@@ -38,16 +39,6 @@ impl std::str::FromStr for ShowFormat {
             "json" => Ok(ShowFormat::Json),
             other => Err(format!("unknown output format `{other}`: use yaml or json")),
         }
-    }
-}
-
-/// "1m05s", "42s", "1h02m".
-pub fn human_duration(d: std::time::Duration) -> String {
-    let secs = d.as_secs();
-    match secs {
-        0..60 => format!("{secs}s"),
-        60..3600 => format!("{}m{:02}s", secs / 60, secs % 60),
-        _ => format!("{}h{:02}m", secs / 3600, (secs % 3600) / 60),
     }
 }
 
@@ -86,7 +77,7 @@ pub fn history_table(target: &str, records: &[ReleaseRecord]) -> String {
             short_commit(r),
             format!("{:.0}", r.started_at),
             r.duration()
-                .map(human_duration)
+                .map(format_duration)
                 .unwrap_or_else(|| "-".into()),
             r.note(),
         ]);
@@ -812,15 +803,6 @@ mod tests {
     }
 
     #[test]
-    fn durations() {
-        use std::time::Duration;
-        let cases = [(0, "0s"), (42, "42s"), (65, "1m05s"), (3720, "1h02m")];
-        for (secs, want) in cases {
-            assert_eq!(human_duration(Duration::from_secs(secs)), want);
-        }
-    }
-
-    #[test]
     fn history_lists_every_revision() {
         let mut failed = rec(2, ReleaseStatus::Failed);
         failed.reason = Some("abandoned".into());
@@ -830,7 +812,7 @@ mod tests {
         assert_eq!(lines[0], "target eu:");
         assert!(lines[1].contains("REVISION") && lines[1].contains("NOTE"));
         assert!(lines[2].contains("deployed") && lines[2].contains("0123456 bump web to v2"));
-        assert!(lines[2].contains("1m05s"), "{}", lines[2]);
+        assert!(lines[2].contains("1m5s"), "{}", lines[2]);
         assert!(lines[3].contains("failed") && lines[3].ends_with("abandoned"));
         assert!(history_table("us", &[]).contains("no releases recorded"));
     }
