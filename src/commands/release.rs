@@ -5,12 +5,14 @@
 
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use clap::Args;
 use serde_json::Value;
 use tokio::time::Instant;
 
+use crate::cli::{
+    HistoryArgs, ReleaseCommand, RollbackArgs, Selection, ShowArgs, ShowFormat, UnlockArgs,
+};
 use crate::config::{self, Config, ConfigError, Overrides, TargetConfig};
 use crate::engine::policy::{self, RollbackResult};
 use crate::engine::reapply::{self, ReApply};
@@ -22,25 +24,6 @@ use crate::release::{self, ReleaseOrigin, ReleaseRecord, ReleaseStore};
 use crate::report::redact;
 use crate::util::duration::format_duration;
 use crate::util::git::{self, CommitInfo};
-
-/// Output format of `show`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ShowFormat {
-    #[default]
-    Yaml,
-    Json,
-}
-
-impl std::str::FromStr for ShowFormat {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "yaml" | "yml" => Ok(ShowFormat::Yaml),
-            "json" => Ok(ShowFormat::Json),
-            other => Err(format!("unknown output format `{other}`: use yaml or json")),
-        }
-    }
-}
 
 /// Short commit for a table: "abc1234 first line" (trimmed to 50 chars).
 pub fn short_commit(record: &ReleaseRecord) -> String {
@@ -178,23 +161,6 @@ pub fn change_summary(current: Option<&ReleaseRecord>, to: &ReleaseRecord) -> Ve
     lines
 }
 
-// ---------------------------------------------------------------------------------------
-// The commands
-// ---------------------------------------------------------------------------------------
-
-/// The release commands, flattened into the top-level command line.
-#[derive(Debug, Clone, clap::Subcommand)]
-pub enum ReleaseCommand {
-    /// Release history of each target: revision, status, commit, time, duration, note.
-    History(HistoryArgs),
-    /// One release record with its manifests (Secret values redacted).
-    Show(ShowArgs),
-    /// Re-apply an earlier good revision (or a commit's manifests) as a new revision.
-    Rollback(RollbackArgs),
-    /// Force-release the deploy lock of the app (when a run died and you cannot wait).
-    Unlock(UnlockArgs),
-}
-
 /// Run a release command; returns the exit code (errors are printed).
 pub async fn run(command: ReleaseCommand, env: HashMap<String, String>) -> i32 {
     let result = match command {
@@ -207,73 +173,6 @@ pub async fn run(command: ReleaseCommand, env: HashMap<String, String>) -> i32 {
         eprintln!("rollguard: {e}");
         e.exit_code()
     })
-}
-
-/// Which config and which targets a command works on.
-#[derive(Debug, Clone, Args)]
-pub struct Selection {
-    /// The config file [default: ./rollguard.yaml; env ROLLGUARD_CONFIG]
-    #[arg(long, value_name = "PATH")]
-    pub config: Option<PathBuf>,
-    /// Kubeconfig for targets that name none (default: $KUBECONFIG, then ~/.kube/config).
-    #[arg(long, value_name = "PATH")]
-    pub kubeconfig: Option<PathBuf>,
-    /// Only this target (repeatable; default: every target of the config).
-    #[arg(long = "target", value_name = "NAME")]
-    pub targets: Vec<String>,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct HistoryArgs {
-    #[command(flatten)]
-    pub selection: Selection,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct ShowArgs {
-    #[command(flatten)]
-    pub selection: Selection,
-    /// The revision to show (see `rollguard history`).
-    #[arg(long, value_name = "N")]
-    pub revision: u64,
-    /// yaml or json.
-    #[arg(
-        short = 'o',
-        long = "output",
-        default_value = "yaml",
-        value_name = "FORMAT"
-    )]
-    pub output: ShowFormat,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct RollbackArgs {
-    #[command(flatten)]
-    pub selection: Selection,
-    /// The revision to go back to [default: the last good revision before the current one].
-    #[arg(long, value_name = "N", conflicts_with = "from_git")]
-    pub revision: Option<u64>,
-    /// Re-apply the manifests of this commit, read with git (fetched if the clone is shallow).
-    #[arg(long, value_name = "SHA")]
-    pub from_git: Option<String>,
-    /// Show what would change, change nothing.
-    #[arg(long)]
-    pub dry_run: bool,
-    /// Do not ask for confirmation in a terminal.
-    #[arg(long, short = 'y')]
-    pub yes: bool,
-    /// Allow a revision that never ran healthy (failed or pending).
-    #[arg(long)]
-    pub force: bool,
-    /// Take ownership of fields that another field manager owns.
-    #[arg(long)]
-    pub force_conflicts: bool,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct UnlockArgs {
-    #[command(flatten)]
-    pub selection: Selection,
 }
 
 /// A command's failure that is not about one target.
@@ -295,9 +194,9 @@ type Env = HashMap<String, String>;
 
 fn load_config(selection: &Selection, env: &Env) -> Result<Config, ManageError> {
     let lookup = |k: &str| env.get(k).cloned();
-    let path = config::config_path(selection.config.as_deref(), &lookup);
+    let path = config::config_path(selection.files.config.as_deref(), &lookup);
     let overrides = Overrides {
-        kubeconfig: selection.kubeconfig.clone(),
+        kubeconfig: selection.files.kubeconfig.clone(),
         ..Overrides::default()
     };
     Ok(config::load(&path, &overrides, &lookup)?)
