@@ -9,7 +9,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::config::{FailurePolicy, PipelineStage, ScriptStage};
-use crate::engine::target_run::{Plan, TargetRun, default_namespace, finish};
+use crate::engine::plan::Plan;
+use crate::engine::target_run::{TargetRun, finish};
 use crate::report::progress::{Progress, Stage};
 use crate::report::{Failure, StageOutcome, StageResult, TargetOutcome};
 use crate::stages::env::{Deployment, common};
@@ -24,11 +25,10 @@ const DRY_RUN_NOTE: &str = "not run in a dry run (set `dry_run: true` on the sta
 fn target_deployment(plan: &Plan, run: &TargetRun, stage: &str, rollback: bool) -> Deployment {
     let namespace = match (&run.release, &run.access) {
         (Some(release), _) => Some(release.default_namespace.clone()),
-        (None, Some(access)) => Some(default_namespace(
-            &plan.config,
-            &run.target,
-            &access.context_namespace,
-        )),
+        (None, Some(access)) => Some(
+            plan.config
+                .default_namespace(&run.target, &access.context_namespace),
+        ),
         (None, None) => plan.config.namespace.clone(),
     };
     let last_good = run.release.as_ref().and_then(|r| r.last_good.as_ref());
