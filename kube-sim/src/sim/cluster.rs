@@ -6,14 +6,14 @@ use std::sync::{Arc, RwLock};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::clock::Clock;
+use crate::controllers::rules::{self, Rule};
 use crate::controllers::{self, ControllerContext};
-use crate::faults::{CounterSet, Counters, Faults};
-use crate::kubeconfig;
-use crate::rules::{self, Rule};
-use crate::server::{self, ClusterState};
-use crate::store::Store;
-use crate::tls;
+use crate::http::faults::{CounterSet, Counters, Faults};
+use crate::http::server::{self, ClusterState};
+use crate::model::clock::Clock;
+use crate::sim::kubeconfig;
+use crate::sim::tls;
+use crate::storage::store::Store;
 
 /// How to start the simulator.
 #[derive(Clone, Debug)]
@@ -191,7 +191,7 @@ impl Sim {
                 shutdown,
                 address,
                 tls: identity.as_ref().map(|id| id.config.clone()),
-                event_lines: server::EventLineCache::default(),
+                event_lines: crate::http::watch::EventLineCache::default(),
             });
             let scheme = if opts.tls { "https" } else { "http" };
             let listener_task = tokio::spawn(server::run_listener(state.clone(), listener));
