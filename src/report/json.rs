@@ -10,7 +10,7 @@
 //!   `outcome`, `left_in_place[]`, `message`}),
 //!   `abandoned_revisions`? (revisions a dead run left pending, now marked failed).
 
-use super::Report;
+use super::model::Report;
 use serde_json::{Value, json};
 
 /// The report as pretty-printed JSON.
@@ -109,9 +109,9 @@ pub fn report_schema() -> Value {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{image_failure, report, target};
-    use super::super::*;
     use super::*;
+    use crate::report::model::tests::{image_failure, report, target};
+    use crate::report::model::*;
 
     fn full_report() -> Report {
         let mut us = target("us", TargetOutcome::RolledBack);
