@@ -44,6 +44,10 @@ pub fn plan(args: &DeployArgs, env: HashMap<String, String>) -> Result<Plan, Err
         ..Default::default()
     };
     let config = config::load(&path, &overrides, &lookup)?;
+    let missing = config::missing_working_dirs(&config);
+    if !missing.is_empty() {
+        return Err(config::ConfigError::Invalid(missing).into());
+    }
     let manifests = manifests::load(&config)?;
     let commit = crate::util::git::detect_commit(args.commit.as_deref(), &lookup, &config.base_dir);
     let options = DeployOptions {
@@ -67,6 +71,10 @@ pub fn cancel_on_signals() -> CancellationToken {
                 eprintln!("rollguard: cancelling (a second signal stops at once)");
                 token.cancel();
             } else {
+                // No destructor runs after exit: stop the scripts and remove their
+                // kubeconfigs first.
+                crate::stages::process::kill_all_now();
+                crate::stages::kubeconfig::remove_all_now();
                 std::process::exit(exit::CANCELLED);
             }
         }
@@ -98,6 +106,11 @@ async fn wait_for_signal() {
 /// `rollguard deploy`.
 pub async fn deploy(args: DeployArgs, env: HashMap<String, String>) -> Result<i32, Error> {
     let plan = Arc::new(plan(&args, env)?);
+    if plan.options.dry_run {
+        for line in crate::stages::plan::describe_pipeline(&plan.config.pipeline) {
+            eprintln!("{line}");
+        }
+    }
     let cancel = cancel_on_signals();
     let report = run_plan(plan.clone(), cancel.clone()).await;
     finish_report(&report, args.report.as_ref(), &plan.env)?;

@@ -9,3 +9,4 @@ mod harness;
 mod input;
 mod real;
 mod release;
+mod stages;
