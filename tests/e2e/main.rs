@@ -2,10 +2,12 @@
 //! process, over real HTTPS. Each test starts its own clusters on ephemeral ports, so the
 //! tests run in parallel. Cluster access goes through `harness` only.
 
+mod action;
 mod apply;
 mod deploy;
 mod failures;
 mod harness;
 mod input;
 mod real;
+mod runtime_root;
 mod release;
