@@ -1,0 +1,256 @@
+//! After every target's deploy: write each record, decide with the failure policy (or
+//! `on_cancel`) which targets roll back, run those rollbacks at once, release the locks.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::plan::Plan;
+use crate::engine::policy::{
+    RollbackResult, TargetState, left_in_place, summary, targets_to_roll_back,
+    targets_to_roll_back_on_cancel,
+};
+use crate::engine::reapply::{ReApply, stored_manifests};
+use crate::engine::target_run::TargetRun;
+use crate::release::session::{ReleaseSettings, applied_ref};
+use crate::release::{ObjectRef, ReleaseOrigin, ReleaseStatus, RunInfo};
+use crate::report::progress::{Progress, Stage};
+use crate::report::{Failure, RollbackReport, TargetOutcome};
+
+/// How long the rollbacks may take after a cancel signal: GitHub sends SIGKILL 10 s after
+/// SIGINT, and the records and the report must be written before that.
+pub const CANCEL_ROLLBACK_BUDGET: Duration = Duration::from_secs(4);
+
+/// After every target finished its deploy: write each target's record, decide with the
+/// failure policy (or `on_cancel`) which targets roll back, run those rollbacks all at once
+/// (one failing never stops the others), release the locks. The rollback summary
+/// ("rolled back 2 of 3; eu: connection refused") is logged and returned.
+pub async fn conclude(
+    plan: &Plan,
+    runs: &mut [TargetRun],
+    cancel: &CancellationToken,
+    progress: &Progress,
+) -> String {
+    let cancelled = cancel.is_cancelled();
+    // A signal that arrives while the rollbacks run leaves them CANCEL_ROLLBACK_BUDGET to
+    // finish, so that the records and the report are still written before a SIGKILL.
+    let stop = CancellationToken::new();
+    let stopper = tokio::spawn({
+        let (cancel, stop) = (cancel.clone(), stop.clone());
+        async move {
+            cancel.cancelled().await;
+            tokio::time::sleep(CANCEL_ROLLBACK_BUDGET).await;
+            stop.cancel();
+        }
+    });
+    let settings = ReleaseSettings::from_config(&plan.config);
+    let states: Vec<TargetState> = runs
+        .iter()
+        .map(|r| TargetState {
+            received: r.received_new_revision && r.release.is_some(),
+            failed: matches!(
+                r.report.outcome,
+                TargetOutcome::Failed | TargetOutcome::RollbackFailed | TargetOutcome::Cancelled
+            ),
+        })
+        .collect();
+    let decisions = if cancelled {
+        targets_to_roll_back_on_cancel(settings.on_cancel_rollback, &states)
+    } else {
+        targets_to_roll_back(settings.on_failure, &states)
+    };
+    let budget = if cancelled {
+        settings.rollback_timeout.min(CANCEL_ROLLBACK_BUDGET)
+    } else {
+        settings.rollback_timeout
+    };
+    let context = Conclusion {
+        plan,
+        settings,
+        cancelled,
+        deadline: Instant::now() + budget,
+        stop,
+        progress,
+    };
+    let settle = runs
+        .iter_mut()
+        .zip(decisions)
+        .map(|(run, roll_back)| settle_target(&context, run, roll_back));
+    let results: Vec<RollbackResult> = futures::future::join_all(settle)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    stopper.abort();
+    let text = summary(&results);
+    if !text.is_empty() {
+        tracing::info!("{text}");
+    }
+    text
+}
+
+/// What every target's part of [`conclude`] shares.
+struct Conclusion<'a> {
+    plan: &'a Plan,
+    settings: ReleaseSettings,
+    cancelled: bool,
+    deadline: Instant,
+    stop: CancellationToken,
+    progress: &'a Progress,
+}
+
+/// One target's part of [`conclude`].
+async fn settle_target(
+    context: &Conclusion<'_>,
+    run: &mut TargetRun,
+    roll_back: bool,
+) -> Option<RollbackResult> {
+    let release = run.release.as_mut()?;
+    let (status, reason) = match run.report.outcome {
+        TargetOutcome::Deployed => (ReleaseStatus::Deployed, None),
+        TargetOutcome::Cancelled => (ReleaseStatus::Failed, Some("cancelled".to_string())),
+        _ => (
+            ReleaseStatus::Failed,
+            Some(
+                run.report
+                    .failures
+                    .first()
+                    .map(Failure::headline)
+                    .or_else(|| run.report.message.clone())
+                    .unwrap_or_else(|| "failed".to_string()),
+            ),
+        ),
+    };
+    let applied: Vec<ObjectRef> = run.applied.iter().map(applied_ref).collect();
+    match release
+        .store
+        .finish_with_objects(
+            release.record.revision,
+            status,
+            reason,
+            Some(applied.clone()),
+        )
+        .await
+    {
+        Ok(record) => release.record = record,
+        Err(e) => run.report.warnings.push(format!(
+            "could not write release record v{}: {e}",
+            release.record.revision
+        )),
+    }
+    let result = if roll_back {
+        roll_back_target(context, run).await
+    } else {
+        None
+    };
+    if let Some(release) = run.release.as_mut()
+        && let Some(warning) = release.unlock().await
+    {
+        run.report.warnings.push(warning);
+    }
+    result
+}
+
+/// Re-apply the last good record of one target and wait for it; updates the target's report.
+/// None when there was nothing to roll back to (a first deploy: nothing is deleted either).
+async fn roll_back_target(context: &Conclusion<'_>, run: &mut TargetRun) -> Option<RollbackResult> {
+    let Conclusion {
+        plan,
+        settings,
+        cancelled,
+        deadline,
+        stop,
+        progress,
+    } = context;
+    let (plan, cancelled, deadline) = (*plan, *cancelled, *deadline);
+    let name = run.report.name.clone();
+    // What this run applied, as the server named it (the record may not have been updated
+    // when the cluster stopped answering).
+    let applied: Vec<ObjectRef> = run.applied.iter().map(applied_ref).collect();
+    let release = run.release.as_mut()?;
+    let failed_objects = if applied.is_empty() {
+        release.record.objects.clone()
+    } else {
+        applied
+    };
+    let Some(good) = release.last_good.clone() else {
+        run.report.rollback = Some(RollbackReport {
+            to_revision: None,
+            outcome: TargetOutcome::Failed,
+            left_in_place: failed_objects.iter().map(ToString::to_string).collect(),
+            message: Some(
+                "nothing to roll back to: no earlier release was deployed here (first deploy); nothing was deleted"
+                    .to_string(),
+            ),
+        });
+        return None;
+    };
+    let left: Vec<String> = left_in_place(&failed_objects, &good.objects)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    progress.update(&name, Stage::RollingBack(format!("to v{}", good.revision)));
+    let attempt = match run.access.as_ref() {
+        None => Err(("no connection to the cluster".to_string(), false)),
+        Some(access) => match stored_manifests(&release.store, &plan.config, &good, access).await {
+            Err(why) => Err((why, false)),
+            Ok(bodies) => {
+                ReApply {
+                    access,
+                    store: &release.store,
+                    target: &name,
+                    default_namespace: good
+                        .default_namespace
+                        .clone()
+                        .unwrap_or_else(|| release.default_namespace.clone()),
+                    bodies,
+                    commit: good.commit.clone(),
+                    origin: ReleaseOrigin::Rollback { to: good.revision },
+                    destination: format!("v{}", good.revision),
+                    timeout: settings.rollback_timeout,
+                    deadline,
+                    cancelled,
+                    stop: stop.clone(),
+                    force_conflicts: plan.options.force_conflicts,
+                    fail_fast: plan.config.wait.fail_fast.clone(),
+                    run: RunInfo::from_env(&|k| plan.env(k)),
+                }
+                .run()
+                .await
+            }
+        },
+    };
+    let (outcome, ok, message) = match attempt {
+        Ok(revision) => (
+            TargetOutcome::RolledBack,
+            true,
+            format!("rolled back to v{} (as v{revision})", good.revision),
+        ),
+        // Cancelled while the rollback was still rolling out: it was sent, not verified.
+        Err((why, true)) => (TargetOutcome::Cancelled, false, why),
+        Err((why, false)) => (TargetOutcome::RollbackFailed, false, why),
+    };
+    run.report.rollback = Some(RollbackReport {
+        to_revision: Some(good.revision),
+        outcome,
+        left_in_place: left,
+        message: Some(message.clone()),
+    });
+    if !cancelled {
+        run.report.outcome = outcome;
+    }
+    run.report.finished_at = jiff::Timestamp::now();
+    progress.update(
+        &name,
+        Stage::Finished {
+            outcome: run.report.outcome,
+            message: Some(message.clone()),
+        },
+    );
+    Some(RollbackResult {
+        target: name,
+        ok,
+        message: (!ok).then_some(message),
+    })
+}

@@ -1,0 +1,9 @@
+//! Small shared helpers: durations, git, the YAML reader, generated-docs checks.
+
+pub mod duration;
+#[cfg(test)]
+pub mod generated_docs;
+pub mod git;
+#[cfg(test)]
+pub mod shared;
+pub mod yaml;
