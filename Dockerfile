@@ -5,7 +5,8 @@
 #
 # Three stages: the binary is compiled once on the build machine's own platform (cross-linked
 # for arm64), the root file system is assembled on the target platform (its git and
-# libraries), and the final image is that folder alone: no shell, no package manager.
+# libraries), and the final image is that folder alone: no package manager, and only busybox's
+# sh and a few tools, because GitLab CI and Jenkins run their job scripts through a shell.
 # rollguard is PID 1 and handles SIGTERM/SIGINT itself (rolls back, writes the report,
 # exits 130), so no init is needed. dist/image.sh builds the final stage without Docker.
 
@@ -33,7 +34,7 @@ RUN case "$TARGETARCH" in \
 FROM debian:bookworm-slim AS rootfs
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends git ca-certificates \
+    && apt-get install -y --no-install-recommends git ca-certificates busybox-static \
     && rm -rf /var/lib/apt/lists/*
 COPY dist/rootfs.sh /usr/local/bin/rootfs.sh
 COPY --from=builder /out/rollguard /out/rollguard
@@ -42,7 +43,7 @@ RUN /usr/local/bin/rootfs.sh /rootfs /out/rollguard
 # ---- 3. the image: the assembled root and nothing else
 FROM scratch
 COPY --from=rootfs /rootfs /
-ENV PATH=/usr/local/bin:/usr/bin \
+ENV PATH=/usr/local/bin:/usr/bin:/bin \
     HOME=/home/rollguard \
     SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt
 USER 10001:10001

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Assembles the image's whole root file system in a folder: the static rollguard binary,
 # git (the git fallback reads manifests at a commit and fetches it over HTTPS in shallow
-# checkouts) with exactly the shared libraries it loads, the CA bundle, and a non-root user.
+# checkouts) with exactly the shared libraries it loads, the CA bundle, a non-root user, and
+# a static busybox for /bin/sh and a few tools: GitLab CI runs a job's `script:` and Jenkins
+# its `sh` steps through a shell inside the image, so an image without one cannot be used there.
 # The Dockerfile's final stage is `FROM scratch` + this folder; the runtime-root test and
 # dist/image.sh use the same folder, so what they prove is what the image holds.
 #
 #   dist/rootfs.sh OUT_DIR ROLLGUARD_BINARY
 #
-# Runs on Debian (the Dockerfile's rootfs stage, or this repository's CI machine) with git
-# and ca-certificates installed.
+# Runs on Debian (the Dockerfile's rootfs stage, or this repository's CI machine) with git,
+# ca-certificates and busybox-static installed.
 set -euo pipefail
 
 if [ $# -ne 2 ]; then
@@ -17,9 +19,9 @@ if [ $# -ne 2 ]; then
 fi
 out="$1"
 binary="$2"
-for need in /usr/bin/git /usr/lib/git-core/git-remote-http /etc/ssl/certs/ca-certificates.crt; do
+for need in /usr/bin/git /usr/lib/git-core/git-remote-http /etc/ssl/certs/ca-certificates.crt /bin/busybox; do
   if [ ! -e "$need" ]; then
-    echo "dist/rootfs.sh: $need is missing; install it first: apt-get install -y git ca-certificates" >&2
+    echo "dist/rootfs.sh: $need is missing; install it first: apt-get install -y git ca-certificates busybox-static" >&2
     exit 1
   fi
 done
@@ -32,12 +34,18 @@ fi
 uid=10001
 
 rm -rf "$out"
-mkdir -p "$out"/{usr/local/bin,usr/bin,usr/lib/git-core,etc/ssl/certs,tmp,home/rollguard}
+mkdir -p "$out"/{bin,usr/local/bin,usr/bin,usr/lib/git-core,etc/ssl/certs,tmp,home/rollguard}
 install -m 0755 "$binary" "$out/usr/local/bin/rollguard"
 install -m 0755 /usr/bin/git "$out/usr/bin/git"
 install -m 0755 /usr/lib/git-core/git-remote-http "$out/usr/lib/git-core/git-remote-http"
 ln -s git-remote-http "$out/usr/lib/git-core/git-remote-https"
 install -m 0644 /etc/ssl/certs/ca-certificates.crt "$out/etc/ssl/certs/ca-certificates.crt"
+
+# A shell and what CI systems' job wrappers call (Jenkins keeps its agent alive with `cat`).
+install -m 0755 /bin/busybox "$out/bin/busybox"
+for applet in sh cat cp echo env grep head id ls mkdir mv printf rm sed sleep tail tee test tr wc; do
+  ln -s busybox "$out/bin/$applet"
+done
 
 # The dynamic loader and every library git and its HTTPS helper load, at their own paths.
 libs="$(ldd /usr/bin/git /usr/lib/git-core/git-remote-http |

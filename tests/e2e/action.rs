@@ -46,7 +46,10 @@ impl Runner {
         assert_eq!(action["runs"]["using"], "composite", "{action:#}");
         let declared = action["inputs"].as_object().expect("inputs");
         for (name, _) in inputs {
-            assert!(declared.contains_key(*name), "action.yml has no input {name}");
+            assert!(
+                declared.contains_key(*name),
+                "action.yml has no input {name}"
+            );
         }
         for name in declared.keys() {
             assert!(
@@ -85,7 +88,10 @@ impl Runner {
             ("GITHUB_WORKSPACE", path("workspace")),
             ("GITHUB_ACTION_PATH", runner.repo.display().to_string()),
             ("GITHUB_REPOSITORY", "acme/shop".to_string()),
-            ("GITHUB_SHA", "4f2c0a1b9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a".to_string()),
+            (
+                "GITHUB_SHA",
+                "4f2c0a1b9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a".to_string(),
+            ),
             ("GITHUB_REF", "refs/heads/main".to_string()),
             ("GITHUB_REF_NAME", "main".to_string()),
             ("GITHUB_EVENT_NAME", "push".to_string()),
@@ -329,7 +335,8 @@ async fn action_from_source_deploys_two_targets_and_a_sigint_to_its_step_rolls_b
     assert_eq!(code, 0, "{out}");
     let binary = runner.outputs["install"]["path"].clone();
     assert!(
-        binary.ends_with("/x86_64-unknown-linux-gnu/release/rollguard") && Path::new(&binary).is_file(),
+        binary.ends_with("/x86_64-unknown-linux-gnu/release/rollguard")
+            && Path::new(&binary).is_file(),
         "the source build's binary: {binary}\n{out}"
     );
 
@@ -342,9 +349,14 @@ async fn action_from_source_deploys_two_targets_and_a_sigint_to_its_step_rolls_b
     assert_eq!(outputs["outcome"], "deployed", "{outputs:#?}\n{out}");
     assert_eq!(outputs["exit_code"], "0", "{outputs:#?}");
     let report_path = runner_dir.join("temp/rollguard-report.json");
-    assert_eq!(outputs["report"], report_path.display().to_string(), "{outputs:#?}");
+    assert_eq!(
+        outputs["report"],
+        report_path.display().to_string(),
+        "{outputs:#?}"
+    );
     let report: Value =
-        serde_json::from_str(&std::fs::read_to_string(&report_path).expect("report")).expect("json");
+        serde_json::from_str(&std::fs::read_to_string(&report_path).expect("report"))
+            .expect("json");
     let targets: Value = serde_json::from_str(&outputs["targets"]).expect("targets is JSON");
     for name in ["eu", "us"] {
         assert_eq!(targets[name], "deployed", "{targets:#}");
@@ -353,11 +365,15 @@ async fn action_from_source_deploys_two_targets_and_a_sigint_to_its_step_rolls_b
             .and_then(|ts| ts.iter().find(|t| t["name"] == name))
             .expect("target in report");
         assert_eq!(t["outcome"], "deployed", "{report:#}");
-        assert!(summary.contains(name), "the step summary names {name}:\n{summary}");
+        assert!(
+            summary.contains(name),
+            "the step summary names {name}:\n{summary}"
+        );
     }
     assert!(!outputs["summary"].is_empty(), "{outputs:#?}");
     assert!(
-        !summary.contains("ghs_test_token_not_a_secret") && !out.contains("ghs_test_token_not_a_secret"),
+        !summary.contains("ghs_test_token_not_a_secret")
+            && !out.contains("ghs_test_token_not_a_secret"),
         "the token leaked"
     );
 
@@ -369,7 +385,10 @@ async fn action_from_source_deploys_two_targets_and_a_sigint_to_its_step_rolls_b
     while web_image(&env, 1).await != "example.com/web:neverready"
         || web_image(&env, 2).await != "example.com/web:neverready"
     {
-        assert!(Instant::now() < deadline, "the new revision was never applied");
+        assert!(
+            Instant::now() < deadline,
+            "the new revision was never applied"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let pid = child.id().expect("step running");
@@ -382,9 +401,14 @@ async fn action_from_source_deploys_two_targets_and_a_sigint_to_its_step_rolls_b
     let text = String::from_utf8_lossy(&out.stderr).to_string();
     assert_eq!(out.status.code(), Some(130), "{text}");
     let report: Value =
-        serde_json::from_str(&std::fs::read_to_string(&report_path).expect("report")).expect("json");
+        serde_json::from_str(&std::fs::read_to_string(&report_path).expect("report"))
+            .expect("json");
     for (i, cluster) in [1, 2].into_iter().enumerate() {
         assert_eq!(report["targets"][i]["outcome"], "cancelled", "{report:#}");
-        assert_eq!(web_image(&env, cluster).await, "example.com/web:v1", "{text}");
+        assert_eq!(
+            web_image(&env, cluster).await,
+            "example.com/web:v1",
+            "{text}"
+        );
     }
 }

@@ -9,5 +9,5 @@ mod failures;
 mod harness;
 mod input;
 mod real;
-mod runtime_root;
 mod release;
+mod runtime_root;
