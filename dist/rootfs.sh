@@ -39,6 +39,8 @@ install -m 0755 "$binary" "$out/usr/local/bin/rollguard"
 install -m 0755 /usr/bin/git "$out/usr/bin/git"
 install -m 0755 /usr/lib/git-core/git-remote-http "$out/usr/lib/git-core/git-remote-http"
 ln -s git-remote-http "$out/usr/lib/git-core/git-remote-https"
+# Fetching from a local or file:// remote runs the other side as git-upload-pack.
+ln -s ../../bin/git "$out/usr/lib/git-core/git-upload-pack"
 install -m 0644 /etc/ssl/certs/ca-certificates.crt "$out/etc/ssl/certs/ca-certificates.crt"
 
 # A shell and what CI systems' job wrappers call (Jenkins keeps its agent alive with `cat`).

@@ -348,6 +348,7 @@ async fn action_from_source_deploys_two_targets_and_a_sigint_to_its_step_rolls_b
     assert_eq!(outputs["binary"], binary);
     assert_eq!(outputs["outcome"], "deployed", "{outputs:#?}\n{out}");
     assert_eq!(outputs["exit_code"], "0", "{outputs:#?}");
+    assert_eq!(outputs["deployed"], "eu,us", "{outputs:#?}");
     let report_path = runner_dir.join("temp/rollguard-report.json");
     assert_eq!(
         outputs["report"],

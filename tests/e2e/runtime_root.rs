@@ -3,7 +3,9 @@
 //! entered with chroot as the image's non-root uid, as PID 1 of its own PID namespace, like
 //! a container's main process. It deploys to kube-sim clusters by host name (the root has no
 //! NSS modules, only the /etc/hosts a container runtime provides), fails and rolls back, and
-//! on SIGTERM from outside (what `docker stop` sends) rolls back and exits 130.
+//! on SIGTERM from outside (what `docker stop` sends) rolls back and exits 130; and through
+//! the image's sh, as a CI job script, its git fetches a commit into a shallow clone for
+//! `rollback --from-git`.
 //!
 //! Needs root (chroot, unshare) and the assembled root in `ROLLGUARD_RUNTIME_ROOT`; .ci/run
 //! builds both and runs these tests as root. Without the variable they print why they skip;
@@ -121,15 +123,25 @@ impl Work {
     /// the environment the image sets, plus the kubeconfig.
     fn spawn_deploy(&self, root: &Path) -> tokio::process::Child {
         let _ = std::fs::remove_file(self.dir.path().join("report.json"));
+        let args = [
+            "/usr/local/bin/rollguard".to_string(),
+            "deploy".into(),
+            "--config".into(),
+            format!("{}/rollguard.yaml", self.inside),
+            "--report".into(),
+            format!("{}/report.json", self.inside),
+        ];
+        self.spawn(root, &args)
+    }
+
+    /// `unshare --pid --fork chroot --userspec=UID:GID ROOT ARGS...` with only the
+    /// environment the image sets, plus the kubeconfig.
+    fn spawn(&self, root: &Path, args: &[String]) -> tokio::process::Child {
         let mut cmd = tokio::process::Command::new("unshare");
         cmd.args(["--pid", "--fork", "--kill-child", "chroot"])
             .arg(format!("--userspec={IMAGE_UID}:{IMAGE_UID}"))
             .arg(root)
-            .arg("/usr/local/bin/rollguard")
-            .args(["deploy", "--config"])
-            .arg(format!("{}/rollguard.yaml", self.inside))
-            .arg("--report")
-            .arg(format!("{}/report.json", self.inside))
+            .args(args)
             .env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .env("HOME", "/home/rollguard")
@@ -144,13 +156,16 @@ impl Work {
     }
 
     async fn deploy(&self, root: &Path) -> (i32, String) {
-        let child = self.spawn_deploy(root);
-        let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
-            .await
-            .expect("rollguard finished within 120 s")
-            .expect("rollguard ran");
-        (out.status.code().unwrap_or(-1), output(&out))
+        finish(self.spawn_deploy(root)).await
     }
+}
+
+async fn finish(child: tokio::process::Child) -> (i32, String) {
+    let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+        .await
+        .expect("rollguard finished within 120 s")
+        .expect("rollguard ran");
+    (out.status.code().unwrap_or(-1), output(&out))
 }
 
 fn output(out: &std::process::Output) -> String {
@@ -309,4 +324,89 @@ async fn runtime_root_sigterm_to_pid_1_rolls_back() {
         "{report:#}"
     );
     assert_eq!(image(&web(&env, 1).await), GOOD, "{}", output(&out));
+}
+
+/// Runs host git as root in `dir` (the test's setup, outside the root).
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+        .args([
+            "-c",
+            "init.defaultBranch=main",
+            "-c",
+            "protocol.file.allow=always",
+        ])
+        .args(args)
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runtime_root_git_fallback_fetches_a_commit_into_a_shallow_clone() {
+    let Some(root) = runtime_root() else { return };
+    let env = TestEnv::start(1, "").await;
+    let work = Work::new(&root, &env, 1);
+    // The app's repository with v1 then v3, a bare origin, and CI's shallow clone without v1.
+    let repo = work.dir.path().join("repo");
+    std::fs::create_dir_all(repo.join("k8s")).expect("mkdir");
+    git(&repo, &["init", "-q"]);
+    std::fs::write(repo.join("rollguard.yaml"), config(1, "60s")).expect("write");
+    std::fs::write(repo.join("k8s/app.yaml"), small_app(GOOD)).expect("write");
+    git(&repo, &["add", "."]);
+    git(&repo, &["commit", "-q", "-m", "v1"]);
+    let v1 = git(&repo, &["rev-parse", "HEAD"]);
+    std::fs::write(repo.join("k8s/app.yaml"), small_app("example.com/web:v3")).expect("write");
+    git(&repo, &["commit", "-qam", "v3"]);
+    let origin = work.dir.path().join("origin.git");
+    git(
+        work.dir.path(),
+        &["clone", "-q", "--bare", "repo", "origin.git"],
+    );
+    // The clone's origin is the path as seen inside the root.
+    let inside_origin = format!("file://{}/origin.git", work.inside);
+    git(
+        work.dir.path(),
+        &[
+            "clone",
+            "-q",
+            "--depth",
+            "1",
+            &format!("file://{}", origin.display()),
+            "ci",
+        ],
+    );
+    git(
+        &work.dir.path().join("ci"),
+        &["remote", "set-url", "origin", &inside_origin],
+    );
+    chown_tree(work.dir.path());
+
+    // Through the image's sh, as a GitLab job script runs: cd into the checkout, run rollguard.
+    let run = |command: String| {
+        work.spawn(
+            &root,
+            &[
+                "/bin/sh".to_string(),
+                "-c".into(),
+                format!("cd {}/ci && {command}", work.inside),
+            ],
+        )
+    };
+    let (code, out) = finish(run("rollguard deploy".into())).await;
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(image(&web(&env, 1).await), "example.com/web:v3", "{out}");
+    let (code, out) = finish(run(format!("rollguard rollback --from-git {v1} --yes"))).await;
+    assert_eq!(
+        code, 0,
+        "git in the runtime root fetched {v1} into the shallow clone:\n{out}"
+    );
+    assert_eq!(image(&web(&env, 1).await), GOOD, "{out}");
 }
