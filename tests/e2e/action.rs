@@ -5,10 +5,15 @@
 //! Used as `uses: ./`, the install step builds rollguard from source (dist/build-static.sh);
 //! the deploy step `exec`s it, so a SIGINT to the step's process is a cancel that rolls back.
 //!
+//! Used as `uses: OWNER/rollguard@vX.Y.Z`, the install step downloads the release archive
+//! and SHA256SUMS (here from a local stand-in for the release URLs), refuses a mismatch and
+//! keeps a good binary in the tool cache.
+//!
 //! The source build runs cargo, which must not share the target folder of the `cargo test`
 //! running this (cargo holds it locked): `ROLLGUARD_ACTION_TARGET_DIR` names another one.
 //! .ci/run sets it to the folder where it already built the static binary, so the build is a
-//! no-op there. Without it the test prints why it skips; with it, it never skips.
+//! no-op there. Without it that test prints why it skips; with it, it never skips. The
+//! release-path test needs nothing but bash, curl and tar, and always runs.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -31,6 +36,9 @@ struct Step {
 /// What a runner knows while it runs the action.
 struct Runner {
     repo: PathBuf,
+    /// Where the runner keeps the action: the checkout for `uses: ./`, else
+    /// `.../_actions/OWNER/REPO/REF`.
+    action_path: PathBuf,
     action: Value,
     inputs: BTreeMap<String, String>,
     outputs: BTreeMap<String, BTreeMap<String, String>>,
@@ -58,6 +66,7 @@ impl Runner {
             );
         }
         let mut runner = Runner {
+            action_path: repo.clone(),
             repo,
             action: action.clone(),
             inputs: BTreeMap::new(),
@@ -73,7 +82,7 @@ impl Runner {
             };
             runner.inputs.insert(name.clone(), value);
         }
-        for sub in ["temp", "tool-cache", "workspace", "home"] {
+        for sub in ["temp", "tool-cache", "home"] {
             std::fs::create_dir_all(dir.join(sub)).expect("runner folder");
         }
         std::fs::write(dir.join("event.json"), "{}").expect("event");
@@ -85,8 +94,8 @@ impl Runner {
         let vars = [
             ("CI", "true".to_string()),
             ("GITHUB_ACTIONS", "true".to_string()),
-            ("GITHUB_WORKSPACE", path("workspace")),
-            ("GITHUB_ACTION_PATH", runner.repo.display().to_string()),
+            // `uses: ./`: the action is the workspace's checkout.
+            ("GITHUB_WORKSPACE", runner.repo.display().to_string()),
             ("GITHUB_REPOSITORY", "acme/shop".to_string()),
             (
                 "GITHUB_SHA",
@@ -142,7 +151,7 @@ impl Runner {
                     .unwrap_or_default()
             } else {
                 match expr {
-                    "github.action_path" => self.repo.display().to_string(),
+                    "github.action_path" => self.action_path.display().to_string(),
                     // `uses: ./`: the runner leaves both empty for a local action.
                     "github.action_ref" | "github.action_repository" => String::new(),
                     "github.token" => "ghs_test_token_not_a_secret".to_string(),
@@ -200,6 +209,7 @@ impl Runner {
             .current_dir(cwd)
             .env_clear()
             .envs(&self.vars)
+            .env("GITHUB_ACTION_PATH", &self.action_path)
             .env("GITHUB_OUTPUT", &output)
             .env("GITHUB_STEP_SUMMARY", &summary)
             .env("RUST_LOG", "rollguard=info")
@@ -327,7 +337,7 @@ async fn action_from_source_deploys_two_targets_and_a_sigint_to_its_step_rolls_b
     let steps = runner.steps();
     let ids: Vec<&str> = steps.iter().map(|s| s.id.as_str()).collect();
     assert_eq!(ids, ["install", "deploy"], "the test knows these steps");
-    let workspace = runner_dir.join("workspace");
+    let workspace = runner.repo.clone();
 
     let (code, out, _) = runner
         .run(&steps[0], &workspace, Duration::from_secs(1800))
@@ -412,4 +422,161 @@ async fn action_from_source_deploys_two_targets_and_a_sigint_to_its_step_rolls_b
             "{text}"
         );
     }
+}
+
+/// A stand-in for a GitHub release's download URLs: serves `files` under
+/// `/acme/rollguard/releases/download/TAG/`, 404 otherwise, and counts the requests.
+struct Releases {
+    url: String,
+    requests: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Releases {
+    fn start(tag: &str, files: Vec<(String, Vec<u8>)>) -> Releases {
+        use std::io::{BufRead, BufReader, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let requests = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = requests.clone();
+        let prefix = format!("/acme/rollguard/releases/download/{tag}/");
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let mut line = String::new();
+                let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+                if reader.read_line(&mut line).is_err() {
+                    continue;
+                }
+                // The rest of the request head.
+                let mut header = String::new();
+                while reader.read_line(&mut header).is_ok_and(|n| n > 2) {
+                    header.clear();
+                }
+                let path = line.split_whitespace().nth(1).unwrap_or("");
+                let body = path
+                    .strip_prefix(&prefix)
+                    .and_then(|name| files.iter().find(|(n, _)| n == name))
+                    .map(|(_, b)| b.clone());
+                let (status, body) = match body {
+                    Some(b) => ("200 OK", b),
+                    None => ("404 Not Found", b"not found".to_vec()),
+                };
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = stream.write_all(&body);
+            }
+        });
+        Releases { url, requests }
+    }
+
+    fn requests(&self) -> usize {
+        self.requests.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// A release archive as release.yml packs it: `rollguard` at the top of a .tar.gz.
+fn release_archive(dir: &Path, binary_text: &str) -> Vec<u8> {
+    let pack = dir.join("pack");
+    std::fs::create_dir_all(&pack).expect("mkdir");
+    let bin = pack.join("rollguard");
+    std::fs::write(&bin, binary_text).expect("write");
+    std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let archive = dir.join("archive.tar.gz");
+    let ok = std::process::Command::new("tar")
+        .arg("-czf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(&pack)
+        .arg(".")
+        .status()
+        .expect("tar runs")
+        .success();
+    assert!(ok, "tar");
+    std::fs::read(archive).expect("archive")
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn action_install_checks_the_release_checksum_and_uses_the_tool_cache() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tag = "v9.8.7";
+    let asset = format!("rollguard-{tag}-x86_64-unknown-linux-gnu.tar.gz");
+    let archive = release_archive(dir.path(), "#!/bin/sh\necho rollguard 9.8.7\n");
+    let good_sums = format!("{}  {asset}\n", sha256_hex(&archive));
+    let bad_sums = format!("{}  {asset}\n", sha256_hex(b"something else"));
+
+    // As the runner keeps `uses: acme/rollguard@v9.8.7`; the workspace is elsewhere.
+    let run_install = |sums: String, runner_dir: PathBuf| {
+        let archive = archive.clone();
+        let asset = asset.clone();
+        async move {
+            let releases = Releases::start(
+                tag,
+                vec![(asset, archive), ("SHA256SUMS".into(), sums.into_bytes())],
+            );
+            let mut runner = Runner::new(&runner_dir, &[], "unused");
+            runner.action_path = runner_dir.join(format!("_actions/acme/rollguard/{tag}"));
+            std::fs::create_dir_all(&runner.action_path).expect("action path");
+            let workspace = runner_dir.join("workspace");
+            std::fs::create_dir_all(&workspace).expect("workspace");
+            runner
+                .vars
+                .insert("GITHUB_WORKSPACE".into(), workspace.display().to_string());
+            runner
+                .vars
+                .insert("GITHUB_SERVER_URL".into(), releases.url.clone());
+            let steps = runner.steps();
+            let (code, out, _) = runner
+                .run(&steps[0], &workspace, Duration::from_secs(60))
+                .await;
+            (
+                code,
+                out,
+                runner.outputs["install"].clone(),
+                releases.requests(),
+            )
+        }
+    };
+
+    let runner_dir = dir.path().join("runner");
+    let cache = runner_dir.join("tool-cache/rollguard/9.8.7/x86_64-unknown-linux-gnu");
+
+    let (code, out, _, _) = run_install(bad_sums, runner_dir.clone()).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("SHA256SUMS of v9.8.7 says"), "{out}");
+    assert!(out.contains("not running it"), "{out}");
+    assert!(
+        !cache.exists(),
+        "a binary that failed its check is never cached"
+    );
+
+    let (code, out, outputs, requests) = run_install(good_sums.clone(), runner_dir.clone()).await;
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(requests, 2, "the archive and SHA256SUMS: {out}");
+    let path = cache.join("rollguard");
+    assert_eq!(outputs["path"], path.display().to_string(), "{out}");
+    assert!(
+        cache.with_extension("complete").exists(),
+        "the tool cache's completion marker, as @actions/tool-cache writes it"
+    );
+    let ran = std::process::Command::new(&path)
+        .output()
+        .expect("the cached binary runs");
+    assert_eq!(String::from_utf8_lossy(&ran.stdout), "rollguard 9.8.7\n");
+
+    // The next job on this runner takes it from the tool cache: no download.
+    let (code, out, outputs, requests) = run_install(good_sums, runner_dir.clone()).await;
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(requests, 0, "{out}");
+    assert!(out.contains("from the tool cache"), "{out}");
+    assert_eq!(outputs["path"], path.display().to_string());
 }
