@@ -5,7 +5,8 @@
 #
 #   dist/build-static.sh [TARGET] [-- CARGO_ARGS...]
 #
-# TARGET defaults to the host's triple. On Linux the binary links glibc statically
+# Without the `demo` feature: the shipped binary does not link kube-sim (`rollguard demo` is
+# for a checkout: `cargo run --release -- demo`). TARGET defaults to the host's triple. On Linux the binary links glibc statically
 # (`+crt-static`; glibc 2.34+ resolves names from /etc/hosts and DNS without NSS modules,
 # so it runs in an empty root); macOS binaries link the system libraries as Apple requires.
 # --target is always passed, so RUSTFLAGS reach only the target's code and not build scripts
@@ -38,7 +39,7 @@ case "$target" in
     ;;
 esac
 
-cargo build --release --locked --bin rollguard --target "$target" "$@" >&2
+cargo build --release --locked --bin rollguard --no-default-features --target "$target" "$@" >&2
 dir="${CARGO_TARGET_DIR:-target}"
 case "$dir" in /*) ;; *) dir="$PWD/$dir" ;; esac
 echo "$dir/$target/release/rollguard"
