@@ -15,6 +15,11 @@ use crate::manifests;
 use crate::report::progress;
 use crate::report::{self, Report};
 
+/// The process environment as a map (one snapshot, so a run sees one consistent view).
+pub fn env_snapshot() -> HashMap<String, String> {
+    std::env::vars().collect()
+}
+
 /// Loads and validates everything; no cluster is touched here.
 pub fn plan(args: &DeployArgs, env: HashMap<String, String>) -> Result<Plan, Error> {
     let lookup = |k: &str| env.get(k).cloned();

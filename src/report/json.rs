@@ -14,7 +14,7 @@
 //!   `warned` | `stopped` | `not-run`), `exit_code`?, `seconds`, `message`?, `output[]`? (the
 //!   last 20 lines of a failed or warned script, secret values redacted)}.
 
-use super::Report;
+use super::model::Report;
 use serde_json::{Value, json};
 
 /// The report as pretty-printed JSON.
@@ -136,9 +136,9 @@ pub fn report_schema() -> Value {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{image_failure, report, target};
-    use super::super::*;
     use super::*;
+    use crate::report::model::tests::{image_failure, report, target};
+    use crate::report::model::*;
 
     fn full_report() -> Report {
         let mut us = target("us", TargetOutcome::RolledBack);
