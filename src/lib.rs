@@ -5,10 +5,9 @@ pub mod commands;
 pub mod config;
 pub mod engine;
 pub mod error;
-#[cfg(test)]
-mod fake_api;
 pub mod kube;
 pub mod manifests;
 pub mod release;
 pub mod report;
+pub mod stages;
 pub mod util;

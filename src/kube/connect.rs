@@ -15,6 +15,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use crate::config::TargetConfig;
 use crate::kube::retry::{error_chain_text, io_error_kind, is_tls_problem, root_cause_text};
+use crate::report::Failure;
 
 /// A connected target.
 #[derive(Clone)]
@@ -24,6 +25,8 @@ pub struct ClusterAccess {
     pub context_namespace: String,
     /// The API server URL, for messages.
     pub server: String,
+    /// Only this target's cluster, user and context: what its script stages get.
+    pub script_kubeconfig: Kubeconfig,
 }
 
 /// Why a target could not be reached, as it goes into the report.
@@ -187,6 +190,14 @@ pub async fn connect(
             ),
         ));
     }
+    let script_kubeconfig =
+        crate::stages::kubeconfig::single_context(&kubeconfig, target.context.as_deref(), None)
+            .map_err(|why| {
+                TargetError::new(
+                    "Kubeconfig",
+                    format!("kubeconfig {}: {why}", describe_source(&source)),
+                )
+            })?;
     let options = KubeConfigOptions {
         context: target.context.clone(),
         ..Default::default()
@@ -228,6 +239,7 @@ pub async fn connect(
         client,
         context_namespace,
         server,
+        script_kubeconfig,
     })
 }
 
@@ -312,6 +324,16 @@ pub fn describe_error(err: &kube::Error, server: &str) -> TargetError {
             format!("connection to {server} refused: is the cluster up and the address right?"),
         ),
         _ => TargetError::new("Unreachable", format!("cannot talk to {server}: {chain}")),
+    }
+}
+
+/// A target error as a report failure on `object`.
+pub fn target_failure(object: &str, e: &TargetError) -> Failure {
+    Failure {
+        object: object.to_string(),
+        reason: e.reason.clone(),
+        message: e.message.clone(),
+        ..Default::default()
     }
 }
 

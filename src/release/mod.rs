@@ -10,6 +10,7 @@
 //! pure functions of the records; [`ReleaseStore`] does the I/O.
 
 pub mod lock;
+pub mod session;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -256,6 +257,10 @@ pub struct ReleaseRecord {
     /// True when `manifests` were left out because of the Secret size limit.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub manifests_omitted: bool,
+    /// The script stages this revision ran and how they ended (without their output), so that
+    /// a later manual rollback knows whose rollback commands are due.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<crate::report::StageResult>,
 }
 
 #[cfg(test)]
@@ -279,6 +284,7 @@ impl ReleaseRecord {
             objects: vec![],
             manifests: None,
             manifests_omitted: false,
+            stages: vec![],
         }
     }
 }
@@ -785,6 +791,7 @@ impl ReleaseStore {
             objects: manifests.objects,
             manifests: None,
             manifests_omitted: false,
+            stages: Vec::new(),
         };
         // A name taken despite the lock (e.g. an unreadable record) moves to the next number.
         for _ in 0..5 {
@@ -924,12 +931,36 @@ impl ReleaseStore {
         reason: Option<String>,
         objects: Option<Vec<ObjectRef>>,
     ) -> Result<ReleaseRecord> {
+        self.finish_with_stages(revision, status, reason, objects, Vec::new())
+            .await
+    }
+
+    /// [`ReleaseStore::finish_with_objects`], also recording the script stages that ran
+    /// (their output is dropped: it belongs in the report, not in the cluster).
+    pub async fn finish_with_stages(
+        &self,
+        revision: u64,
+        status: ReleaseStatus,
+        reason: Option<String>,
+        objects: Option<Vec<ObjectRef>>,
+        stages: Vec<crate::report::StageResult>,
+    ) -> Result<ReleaseRecord> {
+        let stages: Vec<_> = stages
+            .into_iter()
+            .map(|mut s| {
+                s.output.clear();
+                s
+            })
+            .collect();
         let record = self
             .update(revision, status, |r| {
                 r.reason = reason.clone();
                 r.finished_at = Some(Timestamp::now());
                 if let Some(objects) = &objects {
                     r.objects = objects.clone();
+                }
+                if !stages.is_empty() {
+                    r.stages = stages.clone();
                 }
             })
             .await?;
@@ -1273,7 +1304,7 @@ mod tests {
 #[cfg(test)]
 mod store_tests {
     use super::*;
-    use crate::fake_api::FakeApi;
+    use crate::util::test_cluster::TestCluster;
     use ReleaseStatus::*;
     use serde_json::json;
 
@@ -1306,7 +1337,7 @@ mod store_tests {
 
     #[tokio::test]
     async fn lifecycle_supersede_prune_and_labels() {
-        let fake = FakeApi::default();
+        let fake = TestCluster::start().await;
         let store = ReleaseStore::new(fake.client(), "shop", "shop", 3);
         assert!(
             store.list().await.unwrap().is_empty(),
@@ -1389,7 +1420,7 @@ mod store_tests {
 
     #[tokio::test]
     async fn abandoned_records_are_marked_failed() {
-        let fake = FakeApi::default();
+        let fake = TestCluster::start().await;
         let store = ReleaseStore::new(fake.client(), "shop", "shop", 10);
         store
             .begin(draft("v1"), ReleaseOrigin::Deploy)
@@ -1410,7 +1441,7 @@ mod store_tests {
 
     #[tokio::test]
     async fn statuses_only_move_forward() {
-        let fake = FakeApi::default();
+        let fake = TestCluster::start().await;
         let store = ReleaseStore::new(fake.client(), "shop", "shop", 10);
         store
             .begin(draft("v1"), ReleaseOrigin::Deploy)
@@ -1425,7 +1456,7 @@ mod store_tests {
 
     #[tokio::test]
     async fn other_apps_and_corrupt_records_are_ignored() {
-        let fake = FakeApi::default();
+        let fake = TestCluster::start().await;
         let shop = ReleaseStore::new(fake.client(), "shop", "shop", 10);
         let blog = ReleaseStore::new(fake.client(), "blog", "shop", 10);
         shop.begin(draft("v1"), ReleaseOrigin::Deploy)
@@ -1459,7 +1490,7 @@ mod store_tests {
     #[tokio::test]
     async fn a_record_with_its_manifests_inside_keeps_them_and_moves_them_on_update() {
         use base64::Engine;
-        let fake = FakeApi::default();
+        let fake = TestCluster::start().await;
         fake.add_namespace("shop");
         // As rollguard wrote records before the manifests had a key of their own.
         let inline = ReleaseRecord {
@@ -1489,7 +1520,7 @@ mod store_tests {
 
     #[tokio::test]
     async fn taken_name_moves_to_the_next_revision() {
-        let fake = FakeApi::default();
+        let fake = TestCluster::start().await;
         fake.add_namespace("shop");
         fake.put_raw(
             SECRETS,

@@ -9,8 +9,17 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::kube::wait::WaitProgress;
 use crate::report::TargetOutcome;
+use crate::util::duration::format_duration;
+
+/// Progress of a wait, for the live display.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaitProgress {
+    pub ready: usize,
+    pub total: usize,
+    /// The first object still in progress and why, e.g. "Deployment shop/web: 1/3 ready".
+    pub waiting_for: Option<String>,
+}
 
 /// Where a target is.
 #[derive(Debug, Clone, PartialEq)]
@@ -24,6 +33,8 @@ pub enum Stage {
     Waiting(WaitProgress),
     /// Rolling back (used by the rollback step).
     RollingBack(String),
+    /// A script stage (or its rollback command) is running.
+    Script(String),
     Finished {
         outcome: TargetOutcome,
         message: Option<String>,
@@ -57,35 +68,6 @@ pub fn table_color(env: &dyn Fn(&str) -> Option<String>) -> bool {
     std::io::stdout().is_terminal() && env("NO_COLOR").is_none()
 }
 
-/// "5m", "1m30s", "2.5s", "250ms".
-pub fn format_duration(d: Duration) -> String {
-    let ms = d.as_millis();
-    if ms < 1000 {
-        return format!("{ms}ms");
-    }
-    let secs = d.as_secs();
-    if secs < 60 {
-        let tenths = (ms % 1000) / 100;
-        return if tenths == 0 {
-            format!("{secs}s")
-        } else {
-            format!("{secs}.{tenths}s")
-        };
-    }
-    let (h, m, s) = (secs / 3600, (secs % 3600) / 60, secs % 60);
-    let mut out = String::new();
-    if h > 0 {
-        out.push_str(&format!("{h}h"));
-    }
-    if m > 0 {
-        out.push_str(&format!("{m}m"));
-    }
-    if s > 0 {
-        out.push_str(&format!("{s}s"));
-    }
-    out
-}
-
 /// The words for a stage, without color.
 pub fn describe_stage(stage: &Stage) -> String {
     match stage {
@@ -97,6 +79,7 @@ pub fn describe_stage(stage: &Stage) -> String {
             None => format!("waiting {}/{} ready", p.ready, p.total),
         },
         Stage::RollingBack(what) => format!("rolling back: {what}"),
+        Stage::Script(name) => format!("running script stage {name}"),
         Stage::Finished { outcome, message } => {
             let word = outcome_word(*outcome);
             match message {
@@ -257,21 +240,6 @@ fn draw_live(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations() {
-        let table = [
-            (Duration::from_millis(250), "250ms"),
-            (Duration::from_millis(2500), "2.5s"),
-            (Duration::from_secs(5), "5s"),
-            (Duration::from_secs(300), "5m"),
-            (Duration::from_secs(90), "1m30s"),
-            (Duration::from_secs(5400), "1h30m"),
-        ];
-        for (d, want) in table {
-            assert_eq!(format_duration(d), want);
-        }
-    }
 
     #[test]
     fn stage_words() {

@@ -1,6 +1,6 @@
 //! The final table printed at the end of a run.
 
-use super::{Report, TargetOutcome, clip};
+use super::model::{Report, TargetOutcome, clip};
 use crate::util::duration::format_duration;
 
 const REASON_CHARS: usize = 160;
@@ -128,9 +128,9 @@ fn outcome_color(outcome: TargetOutcome) -> &'static str {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{image_failure, report, target};
-    use super::super::*;
     use super::*;
+    use crate::report::model::tests::{image_failure, report, target};
+    use crate::report::model::*;
 
     fn sample() -> Report {
         let mut us = target("us-east", TargetOutcome::Failed);
@@ -145,8 +145,8 @@ mod tests {
     fn golden_plain_table() {
         let want = "\
 TARGET   OUTCOME   REVISION  DURATION  REASON
-eu       deployed  3         12.0s
-us-east  failed    12        12.0s     Deployment shop/web: pod web-7d9f-x container web: ImagePullBackOff: Back-off pulling image \"nginx:doesnotexist\"
+eu       deployed  3         12s
+us-east  failed    12        12s       Deployment shop/web: pod web-7d9f-x container web: ImagePullBackOff: Back-off pulling image \"nginx:doesnotexist\"
 
 shop: deployed to 1 of 2, 1 failed; us-east: Deployment shop/web: pod web-7d9f-x container web: ImagePullBackOff: Back-off pulling image \"nginx:doesnotexist\"
 ";

@@ -2,7 +2,7 @@
 //! DaemonSets is kubectl's rollout status; the generic rules (deletion, observedGeneration,
 //! Reconciling/Stalled) and the other kinds follow kstatus, with the deviations noted inline.
 
-use super::{Assessment, Status, at, cond_field, condition, condition_is, int_at, str_at};
+use super::status::{Assessment, Status, at, cond_field, condition, condition_is, int_at, str_at};
 use serde_json::Value;
 
 /// The status of `obj` (any kind) as the cluster returned it.
@@ -498,7 +498,7 @@ mod tests {
     use serde_json::json;
 
     fn recording(name: &str) -> Value {
-        let path = crate::manifests::shared_path(&format!("apiserver-recordings/{name}"));
+        let path = crate::util::shared::shared_path(&format!("apiserver-recordings/{name}"));
         let text =
             std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         serde_json::from_str(&text).unwrap()
