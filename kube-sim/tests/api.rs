@@ -220,6 +220,9 @@ fn deployment_path(ns: &str, name: &str) -> String {
 
 #[tokio::test]
 async fn ssa_create_update_noop_match_recordings() {
+    let Some(_shared) = kube_sim::shared_for_test("ssa_create_update_noop_match_recordings") else {
+        return;
+    };
     let sim = plain_sim().await;
     let api = Api::new(&sim, 0);
     api.create_namespace("rec-x").await;
@@ -304,6 +307,10 @@ async fn ssa_create_update_noop_match_recordings() {
 
 #[tokio::test]
 async fn ssa_conflicts_and_force_match_recordings() {
+    let Some(_shared) = kube_sim::shared_for_test("ssa_conflicts_and_force_match_recordings")
+    else {
+        return;
+    };
     let sim = plain_sim().await;
     let api = Api::new(&sim, 0);
     api.create_namespace("rec-x").await;
@@ -341,6 +348,9 @@ async fn ssa_conflicts_and_force_match_recordings() {
 
 #[tokio::test]
 async fn dry_run_stores_nothing() {
+    let Some(_shared) = kube_sim::shared_for_test("dry_run_stores_nothing") else {
+        return;
+    };
     let sim = plain_sim().await;
     let api = Api::new(&sim, 0);
     api.create_namespace("rec-x").await;
@@ -403,6 +413,9 @@ async fn dry_run_stores_nothing() {
 
 #[tokio::test]
 async fn errors_match_recordings() {
+    let Some(_shared) = kube_sim::shared_for_test("errors_match_recordings") else {
+        return;
+    };
     let sim = plain_sim().await;
     let api = Api::new(&sim, 0);
     api.create_namespace("rec-x").await;
@@ -545,6 +558,9 @@ async fn errors_match_recordings() {
 
 #[tokio::test]
 async fn lease_concurrency_matches_recordings() {
+    let Some(_shared) = kube_sim::shared_for_test("lease_concurrency_matches_recordings") else {
+        return;
+    };
     let sim = plain_sim().await;
     let api = Api::new(&sim, 0);
     api.create_namespace("rec-lease").await;
@@ -620,6 +636,9 @@ async fn lease_concurrency_matches_recordings() {
 
 #[tokio::test]
 async fn deletes_answer_as_recorded() {
+    let Some(_shared) = kube_sim::shared_for_test("deletes_answer_as_recorded") else {
+        return;
+    };
     let sim = plain_sim().await;
     let api = Api::new(&sim, 0);
     api.create_namespace("rec-x").await;
@@ -834,6 +853,9 @@ async fn lists_select_and_paginate() {
 
 #[tokio::test]
 async fn watch_from_resource_version_and_too_old() {
+    let Some(_shared) = kube_sim::shared_for_test("watch_from_resource_version_and_too_old") else {
+        return;
+    };
     let sim = plain_sim().await;
     let api = Api::new(&sim, 0);
     api.create_namespace("rec-x").await;
@@ -942,6 +964,9 @@ async fn selector_watches_see_objects_enter_and_leave() {
 
 #[tokio::test]
 async fn watch_initial_events_and_bookmarks() {
+    let Some(_shared) = kube_sim::shared_for_test("watch_initial_events_and_bookmarks") else {
+        return;
+    };
     let sim = plain_sim().await;
     let api = Api::new(&sim, 0);
     api.create_namespace("rec-x").await;
@@ -1022,6 +1047,9 @@ async fn watch_initial_events_and_bookmarks() {
 
 #[tokio::test]
 async fn discovery_matches_recordings() {
+    let Some(_shared) = kube_sim::shared_for_test("discovery_matches_recordings") else {
+        return;
+    };
     let sim = plain_sim().await;
     let api = Api::new(&sim, 0);
     assert_eq!(
@@ -1161,6 +1189,9 @@ async fn discovery_matches_recordings() {
 
 #[tokio::test]
 async fn crd_is_served_after_create() {
+    let Some(_shared) = kube_sim::shared_for_test("crd_is_served_after_create") else {
+        return;
+    };
     let sim = plain_sim().await;
     let api = Api::new(&sim, 0);
     let crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
@@ -1564,6 +1595,9 @@ async fn garbage_input_never_breaks_the_server() {
 
 #[tokio::test]
 async fn scale_and_status_subresources() {
+    let Some(_shared) = kube_sim::shared_for_test("scale_and_status_subresources") else {
+        return;
+    };
     let sim = plain_sim().await;
     let api = Api::new(&sim, 0);
     api.create_namespace("rec-x").await;
@@ -1654,6 +1688,11 @@ fn without_identity(mut value: Value) -> Value {
 
 #[tokio::test]
 async fn kinds_without_a_controller_are_stored_as_recorded() {
+    let Some(_shared) =
+        kube_sim::shared_for_test("kinds_without_a_controller_are_stored_as_recorded")
+    else {
+        return;
+    };
     let sim = plain_sim().await;
     let api = Api::new(&sim, 0);
     for (path, name) in [
@@ -1737,6 +1776,9 @@ fn merged(mut target: Value, patch: &Value) -> Value {
 /// server-side apply with force, answers what the real server answered.
 #[tokio::test]
 async fn immutable_fields_answer_as_recorded() {
+    let Some(_shared) = kube_sim::shared_for_test("immutable_fields_answer_as_recorded") else {
+        return;
+    };
     let sim = plain_sim().await;
     let api = Api::new(&sim, 0);
     api.create_namespace("rec-val").await;
@@ -1903,6 +1945,10 @@ async fn immutable_fields_answer_as_recorded() {
 /// Section 11: what a create is refused for, as the real server words it.
 #[tokio::test]
 async fn create_time_validation_answers_as_recorded() {
+    let Some(_shared) = kube_sim::shared_for_test("create_time_validation_answers_as_recorded")
+    else {
+        return;
+    };
     let sim = plain_sim().await;
     let api = Api::new(&sim, 0);
     api.create_namespace("rec-val").await;
@@ -1951,6 +1997,9 @@ async fn create_time_validation_answers_as_recorded() {
 /// create, 500 for server-side apply); stringData is merged into data and never returned.
 #[tokio::test]
 async fn secrets_decode_as_recorded() {
+    let Some(_shared) = kube_sim::shared_for_test("secrets_decode_as_recorded") else {
+        return;
+    };
     let sim = plain_sim().await;
     let api = Api::new(&sim, 0);
     api.create_namespace("rec-val").await;

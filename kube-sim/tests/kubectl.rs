@@ -96,6 +96,10 @@ fn kubectl_present() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_apply_get_delete_microservices_demo() {
+    let Some(_shared) = kube_sim::shared_for_test("kubectl_apply_get_delete_microservices_demo")
+    else {
+        return;
+    };
     kubectl_present();
     let sim = Sim::start(SimOptions::default()).await.unwrap();
     let kubectl = Kubectl::new(&sim);
@@ -288,6 +292,11 @@ async fn kubectl_sees_errors_and_discovery() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_is_told_of_fields_the_kind_does_not_declare() {
+    let Some(_shared) =
+        kube_sim::shared_for_test("kubectl_is_told_of_fields_the_kind_does_not_declare")
+    else {
+        return;
+    };
     kubectl_present();
     let sim = Sim::start(SimOptions::default()).await.unwrap();
     let kubectl = Kubectl::new(&sim);
