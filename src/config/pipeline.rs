@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{Ctx, ScriptCommand};
+use super::ScriptCommand;
+use super::parse::Ctx;
 use crate::util::yaml::{Node, Tree};
 
 /// Keys of a `script:` stage.
