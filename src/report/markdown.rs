@@ -1,7 +1,7 @@
 //! Markdown for the sticky PR comment and the GitHub step summary.
 
 use super::{Failure, Report, TargetReport, clip};
-use crate::duration::format_duration;
+use crate::util::duration::format_duration;
 
 /// GitHub's limit for an issue or PR comment body.
 pub const COMMENT_LIMIT: usize = 65_536;
