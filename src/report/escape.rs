@@ -53,6 +53,31 @@ pub fn text(s: &str) -> String {
     out
 }
 
+/// Text inside raw HTML (a `<summary>`): there markdown is not interpreted, so no
+/// backslashes, but HTML, mentions, references and autolinks are.
+pub fn html_text(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 8);
+    for (i, c) in s.char_indices() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '@' | '#' => {
+                out.push(c);
+                out.push(ZWSP);
+            }
+            ':' if s[i..].starts_with("://") => {
+                out.push(ZWSP);
+                out.push(':');
+            }
+            c if c.is_control() => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// The content of an inline code span, outside a table: a backtick would end the span, and
 /// a line break would end the line. Inside a code span markdown, HTML, mentions and
 /// references are not interpreted.
@@ -75,11 +100,7 @@ pub fn code(s: &str) -> String {
 /// A fenced code block around `lines`, with a fence longer than any backtick run inside them,
 /// so that no line can close it early.
 pub fn code_block(lines: &[String]) -> String {
-    let longest = lines
-        .iter()
-        .map(|l| longest_run(l, '`'))
-        .max()
-        .unwrap_or(0);
+    let longest = lines.iter().map(|l| longest_run(l, '`')).max().unwrap_or(0);
     let fence = "`".repeat(longest.max(2) + 1);
     let mut out = format!("{fence}text\n");
     for line in lines {
@@ -181,7 +202,11 @@ pub fn link_url(url: &str) -> Option<&str> {
         .or_else(|| url.strip_prefix("http://"))?;
     let ok = !rest.is_empty()
         && rest.chars().all(|c| {
-            c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | '~' | '/' | ':' | '?' | '=' | '&' | '%' | '+' | '#')
+            c.is_ascii_alphanumeric()
+                || matches!(
+                    c,
+                    '-' | '.' | '_' | '~' | '/' | ':' | '?' | '=' | '&' | '%' | '+' | '#'
+                )
         });
     ok.then_some(url)
 }
@@ -195,15 +220,27 @@ mod tests {
         let z = ZWSP;
         let cases: Vec<(&str, String)> = vec![
             ("plain words", "plain words".into()),
-            ("<script>alert(1)</script>", "&lt;script&gt;alert\\(1\\)&lt;/script&gt;".into()),
+            (
+                "<script>alert(1)</script>",
+                "&lt;script&gt;alert\\(1\\)&lt;/script&gt;".into(),
+            ),
             ("a|b", "a\\|b".into()),
-            ("**bold** _it_ `code`", "\\*\\*bold\\*\\* \\_it\\_ \\`code\\`".into()),
-            ("[click](https://evil.example)", format!("\\[click\\]\\(https{z}://evil.example\\)")),
+            (
+                "**bold** _it_ `code`",
+                "\\*\\*bold\\*\\* \\_it\\_ \\`code\\`".into(),
+            ),
+            (
+                "[click](https://evil.example)",
+                format!("\\[click\\]\\(https{z}://evil.example\\)"),
+            ),
             ("![img](x.png)", "\\!\\[img\\]\\(x.png\\)".into()),
             ("ping @octocat now", format!("ping @{z}octocat now")),
             ("fixes #123", format!("fixes #{z}123")),
             ("see www.evil.example", format!("see www{z}.evil.example")),
-            ("line one\nline two\r\nthree", "line one line two three".into()),
+            (
+                "line one\nline two\r\nthree",
+                "line one line two three".into(),
+            ),
             ("# heading", format!("#{z} heading")),
             ("- item", "\\- item".into()),
             ("1. first", "1\\. first".into()),
@@ -216,6 +253,23 @@ mod tests {
         ];
         for (input, want) in cases {
             assert_eq!(text(input), want, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn html_text_table() {
+        let z = ZWSP;
+        let cases: Vec<(&str, String)> = vec![
+            ("eu", "eu".into()),
+            ("<b>x</b>", "&lt;b&gt;x&lt;/b&gt;".into()),
+            (
+                "a \"b\" & @c #1\nd",
+                format!("a &quot;b&quot; &amp; @{z}c #{z}1 d"),
+            ),
+            ("http://x", format!("http{z}://x")),
+        ];
+        for (input, want) in cases {
+            assert_eq!(html_text(input), want, "{input:?}");
         }
     }
 
