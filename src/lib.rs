@@ -7,6 +7,7 @@ pub mod engine;
 pub mod error;
 #[cfg(test)]
 mod fake_api;
+pub mod github;
 pub mod kube;
 pub mod manifests;
 pub mod release;

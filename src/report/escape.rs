@@ -41,8 +41,8 @@ pub fn text(s: &str) -> String {
                 out.push('\\');
                 out.push(c);
             }
-            // "1." or "1)" at the start would begin an ordered list.
-            '.' | ')' if !out.is_empty() && out.chars().all(|d| d.is_ascii_digit()) => {
+            // "1." at the start would begin an ordered list (")" is always escaped).
+            '.' if !out.is_empty() && out.chars().all(|d| d.is_ascii_digit()) => {
                 out.push('\\');
                 out.push(c);
             }

@@ -9,7 +9,7 @@
 use std::fmt::Write as _;
 
 use super::escape::{code, code_block, html_text, link_url, mermaid, text};
-use super::{Failure, Report, TargetOutcome, TargetReport, clip};
+use super::{Failure, Report, TargetOutcome, TargetReport, clip, cut_to};
 use crate::util::duration::format_duration;
 
 /// GitHub's limit for an issue or PR comment body (characters; this module counts bytes,
@@ -168,18 +168,6 @@ fn table_only(report: &Report, d: Detail, options: &MarkdownOptions) -> String {
     cut.table_rows = rows.len() - shown;
     out.push_str(&note(&cut, options));
     cut_to(out, options.limit)
-}
-
-/// Last-resort guard: never return more than `limit` bytes, cutting on a char boundary.
-fn cut_to(mut text: String, limit: usize) -> String {
-    if text.len() > limit {
-        let mut end = limit;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-    }
-    text
 }
 
 fn render(report: &Report, d: Detail, options: &MarkdownOptions) -> String {

@@ -418,6 +418,19 @@ fn first_line(text: &str) -> String {
     text.lines().next().unwrap_or("").trim().to_string()
 }
 
+/// Cuts text to at most `limit` bytes, on a char boundary (a last-resort guard for bodies
+/// with a byte limit).
+pub fn cut_to(mut text: String, limit: usize) -> String {
+    if text.len() > limit {
+        let mut end = limit;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
+}
+
 /// Cuts text to at most `max` characters, marking the cut with an ellipsis.
 pub(crate) fn clip(text: &str, max: usize) -> String {
     if text.chars().count() <= max {
