@@ -31,6 +31,7 @@ const TOP_KEYS: &[&str] = &[
     "rollback",
     "lock",
     "stages",
+    "github",
 ];
 const TARGET_KEYS: &[&str] = &[
     "name",
@@ -38,6 +39,7 @@ const TARGET_KEYS: &[&str] = &[
     "kubeconfig",
     "kubeconfig_env",
     "namespace",
+    "environment",
 ];
 const WAIT_KEYS: &[&str] = &["timeout", "fail_fast"];
 const FAIL_FAST_KEYS: &[&str] = &[
@@ -50,6 +52,7 @@ const FAIL_FAST_KEYS: &[&str] = &[
 const HISTORY_KEYS: &[&str] = &["namespace", "keep"];
 const ROLLBACK_KEYS: &[&str] = &["timeout"];
 const LOCK_KEYS: &[&str] = &["timeout"];
+const GITHUB_KEYS: &[&str] = &["deployments", "timeout"];
 const STAGE_KEYS: &[&str] = &["name", "script", "rollback", "when", "timeout", "env"];
 
 /// Pod waiting reasons that fail a target (ErrImagePull only after its grace).
@@ -82,6 +85,7 @@ pub struct Config {
     pub on_cancel: CancelPolicy,
     pub rollback: RollbackConfig,
     pub lock: LockConfig,
+    pub github: GithubConfig,
     /// Script stages (parsed and validated; run by the pipeline).
     pub stages: Vec<StageConfig>,
     /// Folder of the config file; manifest paths and render commands are relative to it.
@@ -144,6 +148,8 @@ pub struct TargetConfig {
     pub kubeconfig_env: Option<String>,
     /// Overrides `Config::namespace` on this target.
     pub namespace: Option<String>,
+    /// The GitHub environment of this target's deployment (default `<app>/<name>`).
+    pub environment: Option<String>,
     /// Line of this target in the config file (0 when unknown), for messages.
     pub line: usize,
 }
@@ -341,6 +347,24 @@ impl Default for LockConfig {
     fn default() -> Self {
         LockConfig {
             timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+/// The GitHub sink (`github:`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GithubConfig {
+    /// One GitHub deployment per target, with its statuses (default false).
+    pub deployments: bool,
+    /// All GitHub calls of a run together, retries included (default 30s).
+    pub timeout: Duration,
+}
+
+impl Default for GithubConfig {
+    fn default() -> Self {
+        GithubConfig {
+            deployments: false,
+            timeout: Duration::from_secs(30),
         }
     }
 }
@@ -559,6 +583,21 @@ impl Ctx {
         Some((text, node.line))
     }
 
+    fn boolean(&mut self, node: Option<&Node>, what: &str) -> Option<bool> {
+        let node = node?;
+        match &node.value {
+            Tree::Null => None,
+            Tree::Bool(b) => Some(*b),
+            other => {
+                self.at(
+                    node.line,
+                    format!("{what} must be true or false, not {}", other.kind_name()),
+                );
+                None
+            }
+        }
+    }
+
     fn duration(&mut self, node: Option<&Node>, what: &str) -> Option<Duration> {
         let node = node?;
         let parsed = match &node.value {
@@ -680,6 +719,7 @@ impl Ctx {
             on_cancel: CancelPolicy::default(),
             rollback: RollbackConfig::default(),
             lock: LockConfig::default(),
+            github: GithubConfig::default(),
             stages: Vec::new(),
             base_dir,
             source,
@@ -790,6 +830,20 @@ impl Ctx {
         {
             config.lock.timeout = t;
         }
+        if let Some(github) = get("github")
+            && self.mapping(github, "github", GITHUB_KEYS).is_some()
+        {
+            if let Some(on) = self.boolean(github.get("deployments"), "github.deployments") {
+                config.github.deployments = on;
+            }
+            if let Some(t) = self.duration(github.get("timeout"), "github.timeout") {
+                if t.is_zero() {
+                    self.at(github.line, "github.timeout must be more than 0s");
+                } else {
+                    config.github.timeout = t;
+                }
+            }
+        }
         config.stages = self.stages(get("stages"));
         config
     }
@@ -886,12 +940,26 @@ impl Ctx {
                 );
             }
             let namespace = self.dns_label(item.get("namespace"), "target namespace");
+            let environment = self.text(item.get("environment"), "environment").and_then(
+                |(env, line)| {
+                    if env.trim().is_empty() || env.len() > 255 || env.chars().any(char::is_control) {
+                        self.at(
+                            line,
+                            format!("{label}: environment must be a GitHub environment name (1 to 255 characters, one line)"),
+                        );
+                        None
+                    } else {
+                        Some(env)
+                    }
+                },
+            );
             targets.push(TargetConfig {
                 name,
                 context,
                 kubeconfig,
                 kubeconfig_env,
                 namespace,
+                environment,
                 line: item.line,
             });
         }
@@ -1257,7 +1325,16 @@ pub fn json_schema() -> Value {
             {"type": "array", "items": {"type": "string"}, "minItems": 1, "description": "argv, no shell"}
         ]
     });
-    json!({
+    // Apart, so that the json! macro stays within its recursion limit.
+    let github = json!({
+        "type": "object",
+        "additionalProperties": false,
+        "properties": {
+            "deployments": {"type": "boolean", "description": "one GitHub deployment per target, with in_progress/success/failure statuses (default false)"},
+            "timeout": {"description": "bound on all GitHub calls of a run, retries included (default 30s)", "allOf": [duration]}
+        }
+    });
+    let mut schema = json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "urn:rollguard:config:v1",
         "title": "rollguard.yaml",
@@ -1351,7 +1428,13 @@ pub fn json_schema() -> Value {
                 }
             }
         }
-    })
+    });
+    schema["properties"]["github"] = github;
+    schema["properties"]["targets"]["items"]["properties"]["environment"] = json!({
+        "type": "string", "minLength": 1, "maxLength": 255,
+        "description": "GitHub environment of this target's deployment (default <app>/<name>)"
+    });
+    schema
 }
 
 #[cfg(test)]
@@ -1433,7 +1516,7 @@ app: shop
 render: "kustomize build k8s"
 targets:
   - {name: eu, context: ctx-eu, namespace: shop-eu}
-  - {name: us, kubeconfig: clusters/us.yaml, context: admin}
+  - {name: us, kubeconfig: clusters/us.yaml, context: admin, environment: production-us}
 wait:
   timeout: 90s
   fail_fast:
@@ -1448,6 +1531,7 @@ on_failure: rollback-if-all-fail
 on_cancel: leave
 rollback: {timeout: 3m}
 lock: {timeout: 30}
+github: {deployments: true, timeout: 10s}
 stages:
   - name: migrate
     script: ["./migrate.sh", "--up"]
@@ -1467,6 +1551,15 @@ stages:
             }
         );
         assert_eq!(c.targets[0].namespace.as_deref(), Some("shop-eu"));
+        assert_eq!(c.targets[0].environment, None);
+        assert_eq!(c.targets[1].environment.as_deref(), Some("production-us"));
+        assert_eq!(
+            c.github,
+            GithubConfig {
+                deployments: true,
+                timeout: Duration::from_secs(10)
+            }
+        );
         assert_eq!(
             c.targets[1].kubeconfig,
             Some(PathBuf::from("clusters/us.yaml"))
@@ -1527,6 +1620,14 @@ stages:
             (
                 format!("{base}  - name: us\n    contxt: c2\n"),
                 "rollguard.yaml:7: unknown key \"contxt\" in targets[1]; did you mean \"context\"?",
+            ),
+            (
+                format!("{base}github:\n  deployment: true\n"),
+                "rollguard.yaml:7: unknown key \"deployment\" in github; did you mean \"deployments\"?",
+            ),
+            (
+                format!("{base}github:\n  deployments: yes please\n"),
+                "rollguard.yaml:7: github.deployments must be true or false, not a string",
             ),
             (
                 format!("{base}zzz: 1\n"),
@@ -1882,6 +1983,7 @@ stages:
         assert_eq!(keys(&p["history"]), sorted(HISTORY_KEYS));
         assert_eq!(keys(&p["rollback"]), sorted(ROLLBACK_KEYS));
         assert_eq!(keys(&p["lock"]), sorted(LOCK_KEYS));
+        assert_eq!(keys(&p["github"]), sorted(GITHUB_KEYS));
         assert_eq!(keys(&p["stages"]["items"]), sorted(STAGE_KEYS));
         assert_eq!(
             schema["$schema"],
