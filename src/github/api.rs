@@ -342,6 +342,13 @@ impl Octo {
             what: "set up the GitHub client".into(),
             reason,
         };
+        // octocrab panics on a token a header cannot carry (a pasted newline, say): refuse it here.
+        let token = token.trim();
+        if token.is_empty() || !token.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(bad(
+                "the token is empty or has characters an HTTP header cannot carry (spaces, line breaks); check GITHUB_TOKEN / --github-token".into(),
+            ));
+        }
         let client = octocrab::Octocrab::builder()
             .base_uri(api_url)
             .map_err(|e| bad(format!("GITHUB_API_URL {api_url:?} is not a URL: {e}")))?

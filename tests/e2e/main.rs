@@ -5,6 +5,8 @@
 mod apply;
 mod deploy;
 mod failures;
+mod fake_github;
+mod github;
 mod harness;
 mod input;
 mod real;
