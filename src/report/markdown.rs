@@ -471,8 +471,14 @@ fn gantt(report: &Report) -> String {
     for t in report.targets.iter().filter(|t| !t.phases.is_empty()) {
         let _ = writeln!(out, "  section {}", mermaid(&t.name));
         let mut at = (t.started_at.as_millisecond() - run_start).max(0);
-        for p in &t.phases {
+        let end = (t.finished_at.as_millisecond() - run_start).max(0);
+        for (i, p) in t.phases.iter().enumerate() {
             let ms = (p.seconds * 1000.0).round().max(1.0) as i64;
+            // A rollback runs once the fleet has decided, after a pause: it ends when the
+            // target finished, not right after the phase before it.
+            if i + 1 == t.phases.len() && p.name == "rollback" {
+                at = at.max(end - ms);
+            }
             let _ = writeln!(out, "  {} :{at}, {}", mermaid(&p.name), at + ms);
             at += ms;
         }
