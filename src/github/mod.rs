@@ -111,6 +111,9 @@ pub struct SinkOptions {
     pub deployments: Option<Vec<Planned>>,
 }
 
+/// A target's deployment as the background start left it: its id, or why there is none.
+type Started = (Planned, Result<u64, GithubError>);
+
 /// The GitHub sink of one run: started before the deploy, finished after it.
 pub struct Sink {
     ctx: GithubContext,
@@ -120,7 +123,7 @@ pub struct Sink {
     /// Problems found when starting, said at the end with the rest.
     early: Vec<GithubError>,
     /// Deployments being created in the background: (planned, id or why not).
-    started: Option<tokio::task::JoinHandle<Vec<(Planned, Result<u64, GithubError>)>>>,
+    started: Option<tokio::task::JoinHandle<Vec<Started>>>,
 }
 
 impl Sink {
@@ -361,7 +364,7 @@ async fn start_deployments<T: Transport>(
     sha: &str,
     planned: Vec<Planned>,
     log_url: Option<&str>,
-) -> Vec<(Planned, Result<u64, GithubError>)> {
+) -> Vec<Started> {
     let mut out = Vec::new();
     for p in planned {
         let id = match deployments::create(client, repo, sha, &p).await {
