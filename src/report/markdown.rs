@@ -9,7 +9,9 @@
 use std::fmt::Write as _;
 
 use super::escape::{code, code_block, html_text, link_url, mermaid, text};
-use super::{Failure, Report, TargetOutcome, TargetReport, clip, cut_to};
+use super::model::{
+    Failure, Report, StageOutcome, StageResult, TargetOutcome, TargetReport, clip, cut_to,
+};
 use crate::util::duration::format_duration;
 
 /// GitHub's limit for an issue or PR comment body (characters; this module counts bytes,
@@ -261,14 +263,11 @@ fn needs_details(t: &TargetReport) -> bool {
         || failed_scripts(t).next().is_some()
 }
 
-/// Script stages whose run failed, with their output (none until script stages report).
-fn failed_scripts(_t: &TargetReport) -> impl Iterator<Item = &ScriptTail> {
-    std::iter::empty()
-}
-
-/// The tail of a failed script's output, as the report carries it.
-struct ScriptTail {
-    output: Vec<String>,
+/// Script runs of a target that did not succeed and left output to show.
+fn failed_scripts(t: &TargetReport) -> impl Iterator<Item = &StageResult> {
+    t.stages.iter().filter(|s| {
+        !matches!(s.outcome, StageOutcome::Succeeded | StageOutcome::NotRun) && !s.output.is_empty()
+    })
 }
 
 /// The icon shown before an outcome.
@@ -375,6 +374,21 @@ fn details(t: &TargetReport, d: Detail) -> String {
         out.push('\n');
     }
     for s in failed_scripts(t) {
+        let which = if s.rollback {
+            "rollback of script"
+        } else {
+            "script"
+        };
+        let _ = write!(
+            out,
+            "**{which} `{}`**: {}",
+            code(&s.name),
+            s.outcome.as_str()
+        );
+        if let Some(m) = &s.message {
+            let _ = write!(out, ": {}", text(&clip(m, MESSAGE_CHARS)));
+        }
+        out.push_str("\n\n");
         let skip = s
             .output
             .len()
@@ -489,9 +503,9 @@ fn gantt(report: &Report) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{image_failure, report, target};
-    use super::super::*;
     use super::*;
+    use crate::report::model::tests::{image_failure, report, target};
+    use crate::report::model::*;
 
     fn options(limit: usize) -> MarkdownOptions {
         MarkdownOptions {
@@ -525,14 +539,8 @@ mod tests {
         let mut ap = target("ap", TargetOutcome::Deployed);
         ap.revision = Some(2);
         ap.phases = vec![
-            PhaseTiming {
-                name: "connect".into(),
-                seconds: 0.25,
-            },
-            PhaseTiming {
-                name: "apply".into(),
-                seconds: 1.5,
-            },
+            PhaseTiming::new("connect", 0.25),
+            PhaseTiming::new("apply", 1.5),
         ];
         let mut r = report(vec![eu, us, ap]);
         r.run_url = Some("https://github.com/o/r/actions/runs/7".into());
@@ -580,10 +588,7 @@ mod tests {
             message: "end\n```\n<img src=x>".into(),
             ..Default::default()
         });
-        t.phases.push(PhaseTiming {
-            name: "x\nend".into(),
-            seconds: 1.0,
-        });
+        t.phases.push(PhaseTiming::new("x\nend", 1.0));
         let mut r = report(vec![t]);
         r.run_url = Some("javascript:alert(1)".into());
         let md = to_markdown(&r, &options(COMMENT_LIMIT));
@@ -611,10 +616,7 @@ mod tests {
         let ts: Vec<_> = (0..targets)
             .map(|i| {
                 let mut t = target(&format!("cluster-{i:03}"), TargetOutcome::Failed);
-                t.phases.push(PhaseTiming {
-                    name: "apply".into(),
-                    seconds: 1.0,
-                });
+                t.phases.push(PhaseTiming::new("apply", 1.0));
                 for j in 0..failures {
                     let mut f = image_failure();
                     f.pod = Some(format!("web-{j}"));
