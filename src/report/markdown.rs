@@ -553,6 +553,63 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_script_shows_its_tail_in_a_fence_it_cannot_close() {
+        let mut t = target("eu", TargetOutcome::Failed);
+        t.stages.push(StageResult {
+            name: "migrate".into(),
+            scope: "target".into(),
+            rollback: false,
+            outcome: StageOutcome::Failed,
+            exit_code: Some(3),
+            seconds: 1.0,
+            message: Some("exited with code 3".into()),
+            output: (0..30)
+                .map(|i| format!("line {i}"))
+                .chain(["```".to_string(), "@admin <b>".to_string()])
+                .collect(),
+        });
+        let md = to_markdown(&report(vec![t]), &options(COMMENT_LIMIT));
+        assert!(
+            md.contains("**script `migrate`**: failed: exited with code 3\n\n````text\n"),
+            "{md}"
+        );
+        // The last 20 lines, as they were, inside a fence longer than any backtick run.
+        assert!(
+            !md.contains("line 11\n")
+                && md.contains("line 12\n")
+                && md.contains("```\n@admin <b>\n````\n"),
+            "{md}"
+        );
+        // Cut after the events: a note counts the log lines left out.
+        let tight = to_markdown(
+            &report(vec![{
+                let mut t = target("eu", TargetOutcome::Failed);
+                t.stages = vec![StageResult {
+                    output: vec!["x".repeat(200); 20],
+                    ..report_stage()
+                }];
+                t
+            }]),
+            &options(2_000),
+        );
+        assert!(tight.len() <= 2_000);
+        assert!(tight.contains("script log line(s)"), "{tight}");
+    }
+
+    fn report_stage() -> StageResult {
+        StageResult {
+            name: "smoke".into(),
+            scope: "target".into(),
+            rollback: false,
+            outcome: StageOutcome::Failed,
+            exit_code: Some(1),
+            seconds: 1.0,
+            message: None,
+            output: vec![],
+        }
+    }
+
+    #[test]
     fn first_deploy_failure_says_nothing_was_deleted() {
         let mut t = target("eu", TargetOutcome::Failed);
         t.failures.push(image_failure());
