@@ -41,6 +41,7 @@ pub struct Config {
     pub on_cancel: CancelPolicy,
     pub rollback: RollbackConfig,
     pub lock: LockConfig,
+    pub github: GithubConfig,
     /// The stages of a deploy in order: `apply` once, script stages around it.
     pub pipeline: Vec<super::PipelineStage>,
     /// Folder of the config file; manifest paths and render commands are relative to it.
@@ -103,6 +104,8 @@ pub struct TargetConfig {
     pub kubeconfig_env: Option<String>,
     /// Overrides `Config::namespace` on this target.
     pub namespace: Option<String>,
+    /// The GitHub environment of this target's deployment (default `<app>/<name>`).
+    pub environment: Option<String>,
     /// Line of this target in the config file (0 when unknown), for messages.
     pub line: usize,
 }
@@ -300,6 +303,24 @@ impl Default for LockConfig {
     fn default() -> Self {
         LockConfig {
             timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+/// The GitHub sink (`github:`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GithubConfig {
+    /// One GitHub deployment per target, with its statuses (default false).
+    pub deployments: bool,
+    /// All GitHub calls of a run together, retries included (default 30s).
+    pub timeout: Duration,
+}
+
+impl Default for GithubConfig {
+    fn default() -> Self {
+        GithubConfig {
+            deployments: false,
+            timeout: Duration::from_secs(30),
         }
     }
 }

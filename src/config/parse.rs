@@ -28,6 +28,7 @@ pub(super) const TOP_KEYS: &[&str] = &[
     "rollback",
     "lock",
     "pipeline",
+    "github",
 ];
 /// Keys that were accepted once and are now refused with a pointer to their replacement.
 const RETIRED_TOP_KEYS: &[&str] = &["stages"];
@@ -37,6 +38,7 @@ pub(super) const TARGET_KEYS: &[&str] = &[
     "kubeconfig",
     "kubeconfig_env",
     "namespace",
+    "environment",
 ];
 pub(super) const WAIT_KEYS: &[&str] = &["timeout", "fail_fast"];
 pub(super) const FAIL_FAST_KEYS: &[&str] = &[
@@ -49,6 +51,7 @@ pub(super) const FAIL_FAST_KEYS: &[&str] = &[
 pub(super) const HISTORY_KEYS: &[&str] = &["namespace", "keep"];
 pub(super) const ROLLBACK_KEYS: &[&str] = &["timeout"];
 pub(super) const LOCK_KEYS: &[&str] = &["timeout"];
+pub(super) const GITHUB_KEYS: &[&str] = &["deployments", "timeout"];
 
 /// The config file to read: the flag, else `ROLLGUARD_CONFIG`, else `INPUT_CONFIG`, else
 /// `./rollguard.yaml`.
@@ -297,6 +300,7 @@ impl Ctx {
             on_cancel: CancelPolicy::default(),
             rollback: RollbackConfig::default(),
             lock: LockConfig::default(),
+            github: GithubConfig::default(),
             pipeline: super::default_pipeline(),
             base_dir,
             source,
@@ -408,6 +412,16 @@ impl Ctx {
         {
             config.lock.timeout = t;
         }
+        if let Some(github) = get("github")
+            && self.mapping(github, "github", GITHUB_KEYS).is_some()
+        {
+            if let Some(on) = self.boolean(github.get("deployments"), "github.deployments") {
+                config.github.deployments = on;
+            }
+            if let Some(t) = self.positive_duration(github.get("timeout"), "github.timeout") {
+                config.github.timeout = t;
+            }
+        }
         // The key's own line: its value (a list) starts on the next one.
         if let Tree::Map(entries) = &root.value
             && let Some((key, _)) = entries.iter().find(|(k, _)| k.key_text() == "stages")
@@ -510,12 +524,29 @@ impl Ctx {
                 );
             }
             let namespace = self.dns_label(item.get("namespace"), "target namespace");
+            let environment =
+                self.text(item.get("environment"), "environment")
+                    .and_then(|(env, line)| {
+                        if env.trim().is_empty()
+                            || env.len() > 255
+                            || env.chars().any(char::is_control)
+                        {
+                            self.at(
+                                line,
+                                format!("{label}: environment must be a GitHub environment name (1 to 255 characters, one line)"),
+                            );
+                            None
+                        } else {
+                            Some(env)
+                        }
+                    });
             targets.push(TargetConfig {
                 name,
                 context,
                 kubeconfig,
                 kubeconfig_env,
                 namespace,
+                environment,
                 line: item.line,
             });
         }

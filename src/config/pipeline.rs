@@ -366,7 +366,11 @@ impl Ctx {
         })
     }
 
-    fn positive_duration(&mut self, node: Option<&Node>, what: &str) -> Option<Duration> {
+    pub(super) fn positive_duration(
+        &mut self,
+        node: Option<&Node>,
+        what: &str,
+    ) -> Option<Duration> {
         let line = node.map_or(0, |n| n.line);
         let d = self.duration(node, what)?;
         if d.is_zero() {
@@ -376,7 +380,7 @@ impl Ctx {
         Some(d)
     }
 
-    fn boolean(&mut self, node: Option<&Node>, what: &str) -> Option<bool> {
+    pub(super) fn boolean(&mut self, node: Option<&Node>, what: &str) -> Option<bool> {
         let node = node?;
         match &node.value {
             Tree::Null => None,

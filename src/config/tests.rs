@@ -83,7 +83,7 @@ app: shop
 render: "kustomize build k8s"
 targets:
   - {name: eu, context: ctx-eu, namespace: shop-eu}
-  - {name: us, kubeconfig: clusters/us.yaml, context: admin}
+  - {name: us, kubeconfig: clusters/us.yaml, context: admin, environment: production-us}
 wait:
   timeout: 90s
   fail_fast:
@@ -98,6 +98,7 @@ on_failure: rollback-if-all-fail
 on_cancel: leave
 rollback: {timeout: 3m}
 lock: {timeout: 30}
+github: {deployments: true, timeout: 10s}
 pipeline:
   - script:
       name: migrate
@@ -116,6 +117,15 @@ pipeline:
         }
     );
     assert_eq!(c.targets[0].namespace.as_deref(), Some("shop-eu"));
+    assert_eq!(c.targets[0].environment, None);
+    assert_eq!(c.targets[1].environment.as_deref(), Some("production-us"));
+    assert_eq!(
+        c.github,
+        GithubConfig {
+            deployments: true,
+            timeout: Duration::from_secs(10)
+        }
+    );
     assert_eq!(
         c.targets[1].kubeconfig,
         Some(PathBuf::from("clusters/us.yaml"))
@@ -177,6 +187,14 @@ fn error_table() {
         (
             format!("{base}  - name: us\n    contxt: c2\n"),
             "rollguard.yaml:7: unknown key \"contxt\" in targets[1]; did you mean \"context\"?",
+        ),
+        (
+            format!("{base}github:\n  deployment: true\n"),
+            "rollguard.yaml:7: unknown key \"deployment\" in github; did you mean \"deployments\"?",
+        ),
+        (
+            format!("{base}github:\n  deployments: yes please\n"),
+            "rollguard.yaml:7: github.deployments must be true or false, not a string",
         ),
         (
             format!("{base}zzz: 1\n"),
@@ -514,6 +532,7 @@ fn schema_matches_parser_keys() {
     assert_eq!(keys(&p["history"]), sorted(HISTORY_KEYS));
     assert_eq!(keys(&p["rollback"]), sorted(ROLLBACK_KEYS));
     assert_eq!(keys(&p["lock"]), sorted(LOCK_KEYS));
+    assert_eq!(keys(&p["github"]), sorted(GITHUB_KEYS));
     assert_eq!(
         keys(&p["pipeline"]["items"]["oneOf"][1]["properties"]["script"]),
         sorted(super::pipeline::SCRIPT_KEYS)
