@@ -6,6 +6,8 @@ mod action;
 mod apply;
 mod deploy;
 mod failures;
+mod fake_github;
+mod github;
 mod harness;
 mod input;
 mod real;
