@@ -9,8 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::cli::{ConfigFiles, DemoArgs, DeployArgs};
-use crate::commands::deploy::{cancel_on_signals, finish_report, plan, run_plan};
-use crate::commands::env_snapshot;
+use crate::commands::deploy::{cancel_on_signals, env_snapshot, finish_report, plan, run_plan};
 use crate::error::{Error, exit};
 use crate::report::{Report, TargetOutcome};
 use crate::util::duration::format_duration;
@@ -110,6 +109,7 @@ fn step_args(dir: &Path, kubeconfig: &Path, report: Option<&Path>) -> DeployArgs
         on_failure: None,
         concurrency: None,
         lock_timeout: None,
+        github: Default::default(),
     }
 }
 
