@@ -124,6 +124,9 @@ pub async fn deploy(args: DeployArgs, env: HashMap<String, String>) -> Result<i3
     report.run_url = sink.run_url();
     finish_report(&report, args.report.as_ref(), &plan.env)?;
     let report_path = args.report.as_ref().map(|p| p.display().to_string());
+    // rollguard's one value scrubber (the manifests' Secret values), on every body that
+    // leaves for GitHub or a file: API comments do not pass the runner's masking.
+    let scrub = |text: &str| plan.scripts.scrubber.scrub(text);
     if let Some(path) = &args.github.report_markdown {
         let full_report = FullReport {
             run_url: None,
@@ -151,13 +154,6 @@ pub async fn deploy(args: DeployArgs, env: HashMap<String, String>) -> Result<i3
     } else {
         report::exit_code(&report)
     })
-}
-
-/// rollguard's secret scrubber, for every body that leaves for GitHub or a file.
-/// PENDING(issue 13): the value scrubber (`report::redact::scrub`) lands with the dry-run
-/// branch; until then the report's structure is the only protection (it holds no bodies).
-fn scrub(text: &str) -> String {
-    text.to_string()
 }
 
 fn github_context(args: &DeployArgs, plan: &Plan) -> GithubContext {
