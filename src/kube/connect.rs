@@ -214,10 +214,10 @@ pub async fn connect(
                 ),
             )
         })?;
-    // Our own retry (retry.rs) is bounded by the target's deadline; kube's is not.
+    // Our own retry (kube/retry.rs) is bounded by the target's deadline; kube's is not.
     config.default_retry = false;
     config.connect_timeout = Some(CONNECT_TIMEOUT);
-    // Watches stay open for minutes: no read timeout; each request is bounded in retry.rs.
+    // Watches stay open for minutes: no read timeout; each request is bounded in kube/retry.rs.
     config.read_timeout = None;
     let server = config.cluster_url.to_string();
     let context_namespace = config.default_namespace.clone();
@@ -246,7 +246,7 @@ pub async fn connect(
 /// A client whose every request (ours, and the release records' and lock's) retries 429, 503
 /// and 504 answers a few times with jittered exponential backoff (honouring Retry-After).
 /// Bounded (8 retries, at most 2 s apart), unlike kube's default policy (15 retries, up to
-/// 1000 s), so it stays well inside a target's deadline; the engine's own `retry.rs` adds
+/// 1000 s), so it stays well inside a target's deadline; rollguard's own `kube/retry.rs` adds
 /// dropped connections and other 5xx on top, up to the deadline.
 fn build_client(config: kube::Config) -> Result<kube::Client, kube::Error> {
     use kube::client::retry::RetryPolicy;
