@@ -10,5 +10,5 @@ mod harness;
 mod input;
 mod real;
 mod release;
-mod stages;
 mod runtime_root;
+mod stages;
