@@ -2,8 +2,8 @@
 //! and `script` stages (migrations, smoke tests) with their own rollback commands.
 //!
 //! The model lives here, with the rest of the config, because the engine, the stage runner
-//! and the release records all read it; it is parsed (with file:line errors) by the config
-//! walker in `mod.rs`, and run by `crate::stages`.
+//! and the release records all read it; `parse.rs` walks it out of the file (with file:line
+//! errors), and `crate::stages` runs it.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -218,9 +218,10 @@ impl ManifestSet {
         out
     }
 
-    /// sha256 of `to_yaml()`, lowercase hex.
+    /// The digest of the set's bodies, as release records keep it ([`digest_bodies`]).
     pub fn digest(&self) -> String {
-        hex::encode(Sha256::digest(self.to_yaml().as_bytes()))
+        let bodies: Vec<&Value> = self.objects.iter().map(|o| &o.body).collect();
+        digest_bodies(&bodies)
     }
 
     pub fn len(&self) -> usize {
@@ -816,6 +817,17 @@ fn duplicates(objects: &[ManifestObject], default_namespace: Option<&str>) -> Ve
     issues
 }
 
+/// `sha256:<hex>` of the bodies in order: equal manifests give equal digests, so a rollback
+/// record and the revision it re-applied share one.
+pub fn digest_bodies<B: std::borrow::Borrow<serde_json::Value>>(bodies: &[B]) -> String {
+    let mut hasher = Sha256::new();
+    for body in bodies {
+        hasher.update(body.borrow().to_string().as_bytes());
+        hasher.update(b"\n");
+    }
+    format!("sha256:{}", hex::encode(hasher.finalize()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1075,7 +1087,8 @@ mod tests {
         let bodies = |s: &ManifestSet| s.objects.iter().map(|o| o.body.clone()).collect::<Vec<_>>();
         assert_eq!(bodies(&back), bodies(&set));
         assert_eq!(back.digest(), set.digest());
-        assert_eq!(set.digest().len(), 64);
+        assert!(set.digest().starts_with("sha256:"), "{}", set.digest());
+        assert_eq!(set.digest().len(), "sha256:".len() + 64);
         let mut changed = set.clone();
         changed.objects[0].body["metadata"]["labels"] = serde_json::json!({"x": "y"});
         assert_ne!(changed.digest(), set.digest());
