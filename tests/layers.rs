@@ -10,11 +10,13 @@
 //! 3. `config`: rollguard.yaml + flags + env -> Config
 //! 4. `manifests`: load, parse, order and render the manifests
 //! 5. `kube`: everything that talks to a cluster (connect, retry, apply, wait, health rules)
-//! 6. `release`: release records, the lock, the release side of a deploy
-//! 7. `engine`: plan, fleet, one target's run, the failure policy, conclusion, re-apply
-//! 8. `error`: the run's top-level error and the exit codes
-//! 9. `cli`: the clap types
-//! 10. `commands`: one module per user command
+//! 6. `stages`: script stages' child processes (env, temporary kubeconfig, process-group
+//!    kill, output) and the pure decisions around them
+//! 7. `release`: release records, the lock, the release side of a deploy
+//! 8. `engine`: plan, fleet, one target's run, the failure policy, conclusion, re-apply
+//! 9. `error`: the run's top-level error and the exit codes
+//! 10. `cli`: the clap types
+//! 11. `commands`: one module per user command
 //!
 //! Data flows down this list as a run goes: config and manifests make a plan, the engine
 //! drives kube and release per target, and everything ends in the report (the lowest, since
@@ -27,12 +29,13 @@ use std::path::Path;
 
 use layer_graph::{cycle_problems, layer_problems, read_graph};
 
-const LAYERS: [&str; 10] = [
+const LAYERS: [&str; 11] = [
     "util",
     "report",
     "config",
     "manifests",
     "kube",
+    "stages",
     "release",
     "engine",
     "error",

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use base64::Engine as _;
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::config::{KubeConfigOptions, Kubeconfig, NamedContext};
 
 use crate::config::TargetConfig;
 use crate::kube::retry::{error_chain_text, io_error_kind, is_tls_problem, root_cause_text};
@@ -160,6 +160,72 @@ fn read_kubeconfig(
     Ok((config, KubeconfigSource::Files(files)))
 }
 
+/// The part of `full` that `context` (None: its current-context) needs, renamed to `rename`
+/// when given (with its cluster and user, so that several such parts merge without clashes).
+pub fn single_context(
+    full: &Kubeconfig,
+    context: Option<&str>,
+    rename: Option<&str>,
+) -> Result<Kubeconfig, String> {
+    let wanted = context
+        .or(full.current_context.as_deref())
+        .ok_or("the kubeconfig names no context and has no current-context")?;
+    let named = full
+        .contexts
+        .iter()
+        .find(|c| c.name == wanted)
+        .ok_or_else(|| format!("context {wanted:?} is not in the kubeconfig"))?;
+    let mut ctx = named
+        .context
+        .clone()
+        .ok_or_else(|| format!("context {wanted:?} is empty"))?;
+    let mut cluster = full
+        .clusters
+        .iter()
+        .find(|c| c.name == ctx.cluster)
+        .cloned()
+        .ok_or_else(|| {
+            format!(
+                "cluster {:?} of context {wanted:?} is not in the kubeconfig",
+                ctx.cluster
+            )
+        })?;
+    let mut user = match &ctx.user {
+        Some(u) => Some(
+            full.auth_infos
+                .iter()
+                .find(|a| &a.name == u)
+                .cloned()
+                .ok_or_else(|| {
+                    format!("user {u:?} of context {wanted:?} is not in the kubeconfig")
+                })?,
+        ),
+        None => None,
+    };
+    let name = rename.unwrap_or(wanted).to_string();
+    if rename.is_some() {
+        cluster.name = name.clone();
+        ctx.cluster = name.clone();
+        if let Some(user) = &mut user {
+            user.name = name.clone();
+            ctx.user = Some(name.clone());
+        }
+    }
+    Ok(Kubeconfig {
+        clusters: vec![cluster],
+        auth_infos: user.into_iter().collect(),
+        contexts: vec![NamedContext {
+            name: name.clone(),
+            context: Some(ctx),
+            ..named.clone()
+        }],
+        current_context: Some(name),
+        kind: Some("Config".into()),
+        api_version: Some("v1".into()),
+        ..Kubeconfig::default()
+    })
+}
+
 /// Builds a client for a target. No request is sent yet: the first request (discovery) shows
 /// whether the cluster answers, and its error goes through [`describe_error`].
 pub async fn connect(
@@ -191,13 +257,12 @@ pub async fn connect(
         ));
     }
     let script_kubeconfig =
-        crate::stages::kubeconfig::single_context(&kubeconfig, target.context.as_deref(), None)
-            .map_err(|why| {
-                TargetError::new(
-                    "Kubeconfig",
-                    format!("kubeconfig {}: {why}", describe_source(&source)),
-                )
-            })?;
+        single_context(&kubeconfig, target.context.as_deref(), None).map_err(|why| {
+            TargetError::new(
+                "Kubeconfig",
+                format!("kubeconfig {}: {why}", describe_source(&source)),
+            )
+        })?;
     let options = KubeConfigOptions {
         context: target.context.clone(),
         ..Default::default()
