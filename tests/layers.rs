@@ -9,12 +9,14 @@
 //!    sinks (JSON, Markdown, terminal) and redaction
 //! 3. `config`: rollguard.yaml + flags + env -> Config
 //! 4. `manifests`: load, parse, order and render the manifests
-//! 5. `kube`: everything that talks to a cluster (connect, retry, apply, wait, health rules)
-//! 6. `release`: release records, the lock, the release side of a deploy
-//! 7. `engine`: plan, fleet, one target's run, the failure policy, conclusion, re-apply
-//! 8. `error`: the run's top-level error and the exit codes
-//! 9. `cli`: the clap types
-//! 10. `commands`: one module per user command
+//! 5. `stages`: script stages as child processes (env, temporary kubeconfig, kill)
+//! 6. `kube`: everything that talks to a cluster (connect, retry, apply, wait, health rules)
+//! 7. `release`: release records, the lock, the release side of a deploy
+//! 8. `engine`: plan, fleet, one target's run, the failure policy, conclusion, re-apply
+//! 9. `github`: the GitHub sinks (PR comment, step summary, outputs, Deployments)
+//! 10. `error`: the run's top-level error and the exit codes
+//! 11. `cli`: the clap types
+//! 12. `commands`: one module per user command
 //!
 //! Data flows down this list as a run goes: config and manifests make a plan, the engine
 //! drives kube and release per target, and everything ends in the report (the lowest, since
@@ -27,14 +29,16 @@ use std::path::Path;
 
 use layer_graph::{cycle_problems, layer_problems, read_graph};
 
-const LAYERS: [&str; 10] = [
+const LAYERS: [&str; 12] = [
     "util",
     "report",
     "config",
     "manifests",
+    "stages",
     "kube",
     "release",
     "engine",
+    "github",
     "error",
     "cli",
     "commands",

@@ -6,6 +6,7 @@ mod model;
 mod names;
 mod overrides;
 mod parse;
+mod pipeline;
 mod schema;
 #[cfg(test)]
 mod tests;
@@ -14,4 +15,8 @@ pub use model::*;
 pub use names::{dns_label_problem, nearest};
 pub use overrides::Overrides;
 pub use parse::{config_path, load, parse};
+pub use pipeline::{
+    DEFAULT_KILL_GRACE, DEFAULT_SCRIPT_TIMEOUT, PipelineStage, Scope, ScriptStage,
+    default_pipeline, missing_working_dirs, script_stages,
+};
 pub use schema::json_schema;

@@ -1,7 +1,6 @@
 //! The configuration as rollguard uses it: `Config` and its parts (targets, wait and fail-fast
 //! rules, history, policies, lock, stages), their defaults, and the issues a bad config has.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -42,8 +41,9 @@ pub struct Config {
     pub on_cancel: CancelPolicy,
     pub rollback: RollbackConfig,
     pub lock: LockConfig,
-    /// Script stages (parsed and validated; run by the pipeline).
-    pub stages: Vec<StageConfig>,
+    pub github: GithubConfig,
+    /// The stages of a deploy in order: `apply` once, script stages around it.
+    pub pipeline: Vec<super::PipelineStage>,
     /// Folder of the config file; manifest paths and render commands are relative to it.
     pub base_dir: PathBuf,
     /// The config file's path as given, for messages.
@@ -104,6 +104,8 @@ pub struct TargetConfig {
     pub kubeconfig_env: Option<String>,
     /// Overrides `Config::namespace` on this target.
     pub namespace: Option<String>,
+    /// The GitHub environment of this target's deployment (default `<app>/<name>`).
+    pub environment: Option<String>,
     /// Line of this target in the config file (0 when unknown), for messages.
     pub line: usize,
 }
@@ -305,6 +307,24 @@ impl Default for LockConfig {
     }
 }
 
+/// The GitHub sink (`github:`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GithubConfig {
+    /// One GitHub deployment per target, with its statuses (default false).
+    pub deployments: bool,
+    /// All GitHub calls of a run together, retries included (default 30s).
+    pub timeout: Duration,
+}
+
+impl Default for GithubConfig {
+    fn default() -> Self {
+        GithubConfig {
+            deployments: false,
+            timeout: Duration::from_secs(30),
+        }
+    }
+}
+
 /// A command of a script stage.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ScriptCommand {
@@ -312,26 +332,6 @@ pub enum ScriptCommand {
     Shell(String),
     /// Run directly, no shell.
     Argv(Vec<String>),
-}
-
-/// When a script stage runs, relative to the apply stage.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StageWhen {
-    Before,
-    After,
-}
-
-/// A script stage (migrations, smoke tests) around the implicit `apply` stage.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StageConfig {
-    pub name: String,
-    pub script: ScriptCommand,
-    /// Run when the target rolls back after this stage ran.
-    pub rollback: Option<ScriptCommand>,
-    pub when: StageWhen,
-    pub timeout: Option<Duration>,
-    pub env: BTreeMap<String, String>,
-    pub line: usize,
 }
 
 /// One problem with the configuration, located as precisely as possible.

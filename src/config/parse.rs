@@ -3,7 +3,7 @@
 //! known key, and all problems are reported at once. The accepted keys are the `*_KEYS` lists
 //! below; the JSON Schema is checked against them by a test.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
@@ -27,14 +27,18 @@ pub(super) const TOP_KEYS: &[&str] = &[
     "on_cancel",
     "rollback",
     "lock",
-    "stages",
+    "pipeline",
+    "github",
 ];
+/// Keys that were accepted once and are now refused with a pointer to their replacement.
+const RETIRED_TOP_KEYS: &[&str] = &["stages"];
 pub(super) const TARGET_KEYS: &[&str] = &[
     "name",
     "context",
     "kubeconfig",
     "kubeconfig_env",
     "namespace",
+    "environment",
 ];
 pub(super) const WAIT_KEYS: &[&str] = &["timeout", "fail_fast"];
 pub(super) const FAIL_FAST_KEYS: &[&str] = &[
@@ -47,7 +51,7 @@ pub(super) const FAIL_FAST_KEYS: &[&str] = &[
 pub(super) const HISTORY_KEYS: &[&str] = &["namespace", "keep"];
 pub(super) const ROLLBACK_KEYS: &[&str] = &["timeout"];
 pub(super) const LOCK_KEYS: &[&str] = &["timeout"];
-pub(super) const STAGE_KEYS: &[&str] = &["name", "script", "rollback", "when", "timeout", "env"];
+pub(super) const GITHUB_KEYS: &[&str] = &["deployments", "timeout"];
 
 /// The config file to read: the flag, else `ROLLGUARD_CONFIG`, else `INPUT_CONFIG`, else
 /// `./rollguard.yaml`.
@@ -102,13 +106,13 @@ pub fn parse(
 }
 
 /// Collects issues while walking the tree.
-struct Ctx {
+pub(super) struct Ctx {
     file: String,
     issues: Vec<ConfigIssue>,
 }
 
 impl Ctx {
-    fn at(&mut self, line: usize, message: impl Into<String>) {
+    pub(super) fn at(&mut self, line: usize, message: impl Into<String>) {
         let location = if line > 0 {
             format!("{}:{line}", self.file)
         } else {
@@ -121,7 +125,7 @@ impl Ctx {
     }
 
     /// Reports keys not in `allowed`, suggesting the nearest one. Returns the entries.
-    fn mapping<'a>(
+    pub(super) fn mapping<'a>(
         &mut self,
         node: &'a Node,
         section: &str,
@@ -154,7 +158,7 @@ impl Ctx {
     }
 
     /// A scalar as text; null is "not set".
-    fn text(&mut self, node: Option<&Node>, what: &str) -> Option<(String, usize)> {
+    pub(super) fn text(&mut self, node: Option<&Node>, what: &str) -> Option<(String, usize)> {
         let node = node?;
         let text = match &node.value {
             Tree::Null => return None,
@@ -171,7 +175,7 @@ impl Ctx {
         Some((text, node.line))
     }
 
-    fn duration(&mut self, node: Option<&Node>, what: &str) -> Option<Duration> {
+    pub(super) fn duration(&mut self, node: Option<&Node>, what: &str) -> Option<Duration> {
         let node = node?;
         let parsed = match &node.value {
             Tree::Null => return None,
@@ -239,7 +243,11 @@ impl Ctx {
         }
     }
 
-    fn strings(&mut self, node: Option<&Node>, what: &str) -> Option<Vec<(String, usize)>> {
+    pub(super) fn strings(
+        &mut self,
+        node: Option<&Node>,
+        what: &str,
+    ) -> Option<Vec<(String, usize)>> {
         let node = node?;
         match &node.value {
             Tree::Null => None,
@@ -253,7 +261,7 @@ impl Ctx {
         }
     }
 
-    fn command(&mut self, node: Option<&Node>, what: &str) -> Option<ScriptCommand> {
+    pub(super) fn command(&mut self, node: Option<&Node>, what: &str) -> Option<ScriptCommand> {
         let node = node?;
         match &node.value {
             Tree::Null => None,
@@ -292,7 +300,8 @@ impl Ctx {
             on_cancel: CancelPolicy::default(),
             rollback: RollbackConfig::default(),
             lock: LockConfig::default(),
-            stages: Vec::new(),
+            github: GithubConfig::default(),
+            pipeline: super::default_pipeline(),
             base_dir,
             source,
             kubeconfig: None,
@@ -304,7 +313,8 @@ impl Ctx {
             );
             return config;
         }
-        if self.mapping(root, "the top level", TOP_KEYS).is_none() {
+        let top_keys: Vec<&str> = TOP_KEYS.iter().chain(RETIRED_TOP_KEYS).copied().collect();
+        if self.mapping(root, "the top level", &top_keys).is_none() {
             return config;
         }
         let get = |key: &str| root.get(key);
@@ -402,7 +412,23 @@ impl Ctx {
         {
             config.lock.timeout = t;
         }
-        config.stages = self.stages(get("stages"));
+        if let Some(github) = get("github")
+            && self.mapping(github, "github", GITHUB_KEYS).is_some()
+        {
+            if let Some(on) = self.boolean(github.get("deployments"), "github.deployments") {
+                config.github.deployments = on;
+            }
+            if let Some(t) = self.positive_duration(github.get("timeout"), "github.timeout") {
+                config.github.timeout = t;
+            }
+        }
+        // The key's own line: its value (a list) starts on the next one.
+        if let Tree::Map(entries) = &root.value
+            && let Some((key, _)) = entries.iter().find(|(k, _)| k.key_text() == "stages")
+        {
+            self.old_stages_key(key);
+        }
+        config.pipeline = self.pipeline(get("pipeline"), &config.base_dir);
         config
     }
 
@@ -498,12 +524,29 @@ impl Ctx {
                 );
             }
             let namespace = self.dns_label(item.get("namespace"), "target namespace");
+            let environment =
+                self.text(item.get("environment"), "environment")
+                    .and_then(|(env, line)| {
+                        if env.trim().is_empty()
+                            || env.len() > 255
+                            || env.chars().any(char::is_control)
+                        {
+                            self.at(
+                                line,
+                                format!("{label}: environment must be a GitHub environment name (1 to 255 characters, one line)"),
+                            );
+                            None
+                        } else {
+                            Some(env)
+                        }
+                    });
             targets.push(TargetConfig {
                 name,
                 context,
                 kubeconfig,
                 kubeconfig_env,
                 namespace,
+                environment,
                 line: item.line,
             });
         }
@@ -555,113 +598,5 @@ impl Ctx {
             ff.unschedulable_grace = d;
         }
         ff
-    }
-
-    fn stages(&mut self, node: Option<&Node>) -> Vec<StageConfig> {
-        let Some(node) = node else { return Vec::new() };
-        let items = match &node.value {
-            Tree::Null => return Vec::new(),
-            Tree::Seq(items) => items,
-            other => {
-                self.at(
-                    node.line,
-                    format!("stages must be a list, not {}", other.kind_name()),
-                );
-                return Vec::new();
-            }
-        };
-        let mut stages = Vec::new();
-        let mut seen = HashSet::new();
-        for (index, item) in items.iter().enumerate() {
-            let what = format!("stages[{index}]");
-            if self.mapping(item, &what, STAGE_KEYS).is_none() {
-                continue;
-            }
-            let name = match self.text(item.get("name"), "stage name") {
-                Some((name, line)) => {
-                    if name == "apply" {
-                        self.at(
-                            line,
-                            "stage name \"apply\" is reserved for the built-in apply stage",
-                        );
-                    } else if name.trim().is_empty() {
-                        self.at(line, "stage name must not be empty");
-                    } else if !seen.insert(name.clone()) {
-                        self.at(line, format!("duplicate stage name {name:?}"));
-                    }
-                    name
-                }
-                None => {
-                    self.at(item.line, format!("{what} needs a `name`"));
-                    String::new()
-                }
-            };
-            let label = format!("stage {name:?}");
-            let script = self.command(item.get("script"), &format!("{label} script"));
-            if script.is_none() && item.get("script").is_none() {
-                self.at(
-                    item.line,
-                    format!("{label} needs a `script` (a shell command or an argv list)"),
-                );
-            }
-            let rollback = self.command(item.get("rollback"), &format!("{label} rollback"));
-            let when = match self.text(item.get("when"), "when") {
-                Some((w, line)) => match w.as_str() {
-                    "before" => Some(StageWhen::Before),
-                    "after" => Some(StageWhen::After),
-                    _ => {
-                        self.at(line, format!("{label}: when must be \"before\" or \"after\" (the apply stage), not {w:?}"));
-                        None
-                    }
-                },
-                None => {
-                    self.at(item.line, format!("{label} needs `when: before` or `when: after` (relative to the apply stage)"));
-                    None
-                }
-            };
-            let timeout = self.duration(item.get("timeout"), &format!("{label} timeout"));
-            let mut env = BTreeMap::new();
-            if let Some(env_node) = item.get("env") {
-                match &env_node.value {
-                    Tree::Map(entries) => {
-                        for (k, v) in entries {
-                            let key = k.key_text();
-                            if key.is_empty()
-                                || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-                            {
-                                self.at(
-                                    k.line,
-                                    format!(
-                                        "{label}: env name {key:?} is not a valid variable name"
-                                    ),
-                                );
-                            }
-                            let value = self
-                                .text(Some(v), "env value")
-                                .map(|(t, _)| t)
-                                .unwrap_or_default();
-                            env.insert(key, value);
-                        }
-                    }
-                    Tree::Null => {}
-                    other => self.at(
-                        env_node.line,
-                        format!("{label}: env must be a mapping, not {}", other.kind_name()),
-                    ),
-                }
-            }
-            if let (Some(script), Some(when)) = (script, when) {
-                stages.push(StageConfig {
-                    name,
-                    script,
-                    rollback,
-                    when,
-                    timeout,
-                    env,
-                    line: item.line,
-                });
-            }
-        }
-        stages
     }
 }

@@ -23,7 +23,16 @@ pub fn json_schema() -> Value {
             {"type": "array", "items": {"type": "string"}, "minItems": 1, "description": "argv, no shell"}
         ]
     });
-    json!({
+    // Apart, so that the json! macro below stays within its recursion limit.
+    let github = json!({
+        "type": "object",
+        "additionalProperties": false,
+        "properties": {
+            "deployments": {"type": "boolean", "description": "one GitHub deployment per target, with in_progress/success/failure statuses (default false)"},
+            "timeout": {"description": "bound on all GitHub calls of a run, retries included (default 30s)", "allOf": [duration]}
+        }
+    });
+    let mut schema = json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "urn:rollguard:config:v1",
         "title": "rollguard.yaml",
@@ -100,22 +109,13 @@ pub fn json_schema() -> Value {
                 "additionalProperties": false,
                 "properties": {"timeout": {"description": "how long to wait for another run's lock (default 2m)", "allOf": [duration]}}
             },
-            "stages": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "additionalProperties": false,
-                    "required": ["name", "script", "when"],
-                    "properties": {
-                        "name": {"type": "string", "not": {"const": "apply"}},
-                        "script": command,
-                        "rollback": command,
-                        "when": {"enum": ["before", "after"], "description": "relative to the apply stage"},
-                        "timeout": duration,
-                        "env": {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]}}
-                    }
-                }
-            }
+            "pipeline": super::pipeline::pipeline_schema(&duration, &command)
         }
-    })
+    });
+    schema["properties"]["github"] = github;
+    schema["properties"]["targets"]["items"]["properties"]["environment"] = json!({
+        "type": "string", "minLength": 1, "maxLength": 255,
+        "description": "GitHub environment of this target's deployment (default <app>/<name>)"
+    });
+    schema
 }

@@ -72,7 +72,7 @@ fn minimal_file_from_the_issue() {
     assert_eq!(c.history_namespace(&c.targets[1], "ctx"), "shop");
     assert_eq!(c.wait.fail_fast, FailFastConfig::default());
     assert_eq!(c.base_dir, PathBuf::from("."));
-    assert!(c.stages.is_empty());
+    assert_eq!(c.pipeline, default_pipeline());
 }
 
 #[test]
@@ -83,7 +83,7 @@ app: shop
 render: "kustomize build k8s"
 targets:
   - {name: eu, context: ctx-eu, namespace: shop-eu}
-  - {name: us, kubeconfig: clusters/us.yaml, context: admin}
+  - {name: us, kubeconfig: clusters/us.yaml, context: admin, environment: production-us}
 wait:
   timeout: 90s
   fail_fast:
@@ -98,16 +98,16 @@ on_failure: rollback-if-all-fail
 on_cancel: leave
 rollback: {timeout: 3m}
 lock: {timeout: 30}
-stages:
-  - name: migrate
-    script: ["./migrate.sh", "--up"]
-    rollback: ./migrate.sh --down
-    when: before
-    timeout: 10m
-    env: {DB: main, RETRIES: 3}
-  - name: smoke
-    script: curl -fsS https://shop.example.com/healthz
-    when: after
+github: {deployments: true, timeout: 10s}
+pipeline:
+  - script:
+      name: migrate
+      run: ["./migrate.sh", "--up"]
+      rollback: ./migrate.sh --down
+      timeout: 10m
+      env: {DB: main, RETRIES: 3}
+  - apply
+  - script: {name: smoke, run: curl -fsS https://shop.example.com/healthz}
 "#,
     );
     assert_eq!(
@@ -117,6 +117,15 @@ stages:
         }
     );
     assert_eq!(c.targets[0].namespace.as_deref(), Some("shop-eu"));
+    assert_eq!(c.targets[0].environment, None);
+    assert_eq!(c.targets[1].environment.as_deref(), Some("production-us"));
+    assert_eq!(
+        c.github,
+        GithubConfig {
+            deployments: true,
+            timeout: Duration::from_secs(10)
+        }
+    );
     assert_eq!(
         c.targets[1].kubeconfig,
         Some(PathBuf::from("clusters/us.yaml"))
@@ -146,20 +155,21 @@ stages:
     assert_eq!(c.on_cancel, CancelPolicy::Leave);
     assert_eq!(c.rollback_timeout(), Duration::from_secs(180));
     assert_eq!(c.lock.timeout, Duration::from_secs(30));
-    assert_eq!(c.stages.len(), 2);
-    let m = &c.stages[0];
+    assert_eq!(c.pipeline.len(), 3);
+    let scripts: Vec<&ScriptStage> = script_stages(&c.pipeline).collect();
+    let m = scripts[0];
     assert_eq!(
-        m.script,
+        m.run,
         ScriptCommand::Argv(vec!["./migrate.sh".into(), "--up".into()])
     );
     assert_eq!(
         m.rollback,
         Some(ScriptCommand::Shell("./migrate.sh --down".into()))
     );
-    assert_eq!(m.when, StageWhen::Before);
-    assert_eq!(m.timeout, Some(Duration::from_secs(600)));
+    assert_eq!(c.pipeline[1], PipelineStage::Apply);
+    assert_eq!(m.timeout, Duration::from_secs(600));
     assert_eq!(m.env.get("RETRIES").map(String::as_str), Some("3"));
-    assert_eq!(c.stages[1].when, StageWhen::After);
+    assert_eq!(scripts[1].name, "smoke");
 }
 
 #[test]
@@ -177,6 +187,14 @@ fn error_table() {
         (
             format!("{base}  - name: us\n    contxt: c2\n"),
             "rollguard.yaml:7: unknown key \"contxt\" in targets[1]; did you mean \"context\"?",
+        ),
+        (
+            format!("{base}github:\n  deployment: true\n"),
+            "rollguard.yaml:7: unknown key \"deployment\" in github; did you mean \"deployments\"?",
+        ),
+        (
+            format!("{base}github:\n  deployments: yes please\n"),
+            "rollguard.yaml:7: github.deployments must be true or false, not a string",
         ),
         (
             format!("{base}zzz: 1\n"),
@@ -253,24 +271,8 @@ fn error_table() {
         ),
         ("app: shop\n  bad: [\n".into(), "rollguard.yaml:"),
         (
-            format!("{base}stages:\n  - name: apply\n    script: x\n    when: before\n"),
-            "rollguard.yaml:7: stage name \"apply\" is reserved",
-        ),
-        (
-            format!("{base}stages:\n  - name: m\n    script: x\n    when: during\n"),
-            "rollguard.yaml:9: stage \"m\": when must be \"before\" or \"after\"",
-        ),
-        (
-            format!("{base}stages:\n  - name: m\n    when: after\n"),
-            "rollguard.yaml:7: stage \"m\" needs a `script`",
-        ),
-        (
-            format!("{base}stages:\n  - name: m\n    script: []\n    when: after\n"),
-            "rollguard.yaml:8: stage \"m\" script must not be an empty list",
-        ),
-        (
-            format!("{base}stages:\n  - name: m\n    script: x\n    when: after\n    envv: {{}}\n"),
-            "rollguard.yaml:10: unknown key \"envv\" in stages[0]; did you mean \"env\"?",
+            format!("{base}stages:\n  - name: m\n    script: x\n    when: before\n"),
+            "rollguard.yaml:6: `stages:` is gone: list the stages in order under `pipeline:`",
         ),
     ];
     for (text, want) in cases {
@@ -530,7 +532,11 @@ fn schema_matches_parser_keys() {
     assert_eq!(keys(&p["history"]), sorted(HISTORY_KEYS));
     assert_eq!(keys(&p["rollback"]), sorted(ROLLBACK_KEYS));
     assert_eq!(keys(&p["lock"]), sorted(LOCK_KEYS));
-    assert_eq!(keys(&p["stages"]["items"]), sorted(STAGE_KEYS));
+    assert_eq!(keys(&p["github"]), sorted(GITHUB_KEYS));
+    assert_eq!(
+        keys(&p["pipeline"]["items"]["oneOf"][1]["properties"]["script"]),
+        sorted(super::pipeline::SCRIPT_KEYS)
+    );
     assert_eq!(
         schema["$schema"],
         "https://json-schema.org/draft/2020-12/schema"

@@ -239,6 +239,10 @@ pub struct ReleaseRecord {
     /// True when `manifests` were left out because of the Secret size limit.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub manifests_omitted: bool,
+    /// The script stages this revision ran and how they ended (without their output), so that
+    /// a later manual rollback knows whose rollback commands are due.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<crate::report::StageResult>,
 }
 
 #[cfg(test)]
@@ -262,6 +266,7 @@ impl ReleaseRecord {
             objects: vec![],
             manifests: None,
             manifests_omitted: false,
+            stages: vec![],
         }
     }
 }

@@ -189,6 +189,7 @@ impl ReleaseStore {
             objects: manifests.objects,
             manifests: None,
             manifests_omitted: false,
+            stages: Vec::new(),
         };
         // A name taken despite the lock (e.g. an unreadable record) moves to the next number.
         for _ in 0..5 {
@@ -328,12 +329,36 @@ impl ReleaseStore {
         reason: Option<String>,
         objects: Option<Vec<ObjectRef>>,
     ) -> Result<ReleaseRecord> {
+        self.finish_with_stages(revision, status, reason, objects, Vec::new())
+            .await
+    }
+
+    /// [`ReleaseStore::finish_with_objects`], also recording the script stages that ran
+    /// (their output is dropped: it belongs in the report, not in the cluster).
+    pub async fn finish_with_stages(
+        &self,
+        revision: u64,
+        status: ReleaseStatus,
+        reason: Option<String>,
+        objects: Option<Vec<ObjectRef>>,
+        stages: Vec<crate::report::StageResult>,
+    ) -> Result<ReleaseRecord> {
+        let stages: Vec<_> = stages
+            .into_iter()
+            .map(|mut s| {
+                s.output.clear();
+                s
+            })
+            .collect();
         let record = self
             .update(revision, status, |r| {
                 r.reason = reason.clone();
                 r.finished_at = Some(Timestamp::now());
                 if let Some(objects) = &objects {
                     r.objects = objects.clone();
+                }
+                if !stages.is_empty() {
+                    r.stages = stages.clone();
                 }
             })
             .await?;

@@ -67,6 +67,80 @@ impl std::fmt::Display for TargetOutcome {
 pub struct PhaseTiming {
     pub name: String,
     pub seconds: f64,
+    /// For a script stage: its scope (`target` or `fleet`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub script: Option<String>,
+    /// For a script stage that exited by itself: its exit code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+}
+
+impl PhaseTiming {
+    /// A phase that is not a script stage.
+    pub fn new(name: impl Into<String>, seconds: f64) -> PhaseTiming {
+        PhaseTiming {
+            name: name.into(),
+            seconds,
+            script: None,
+            exit_code: None,
+        }
+    }
+}
+
+/// How a script stage (or its rollback command) ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StageOutcome {
+    Succeeded,
+    /// Exited non-zero (or was killed by a signal, or could not start).
+    Failed,
+    /// Ran past its timeout and was killed.
+    TimedOut,
+    /// Failed or timed out under `continue_on_error`: the deploy went on.
+    Warned,
+    /// Killed because rollguard was cancelled.
+    Stopped,
+    /// Not run: a dry run, or a rollback command with no time left in the cancel budget.
+    NotRun,
+}
+
+impl StageOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StageOutcome::Succeeded => "succeeded",
+            StageOutcome::Failed => "failed",
+            StageOutcome::TimedOut => "timed-out",
+            StageOutcome::Warned => "warned",
+            StageOutcome::Stopped => "stopped",
+            StageOutcome::NotRun => "not-run",
+        }
+    }
+
+    /// The stage's command started (so its rollback command is due on a rollback).
+    pub fn started(self) -> bool {
+        self != StageOutcome::NotRun
+    }
+}
+
+/// One run of a script stage's command on a target (or once for the fleet).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StageResult {
+    pub name: String,
+    /// `target` or `fleet`.
+    pub scope: String,
+    /// True for the stage's `rollback` command.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rollback: bool,
+    pub outcome: StageOutcome,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    pub seconds: f64,
+    /// What happened, e.g. "exited with code 3".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The last 20 lines of output of a failed or warned run, secret values redacted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub output: Vec<String>,
 }
 
 /// Why a target failed: one unhealthy object, pod or container.
@@ -153,6 +227,10 @@ pub struct TargetReport {
     /// Revisions left `pending` by a run that died, marked failed (abandoned) by this run.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub abandoned_revisions: Vec<u64>,
+    /// The script stages (and rollback commands) run for this target, in the order they ran;
+    /// a fleet stage appears on every target that took part.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<StageResult>,
 }
 
 impl TargetReport {
@@ -170,6 +248,7 @@ impl TargetReport {
             message: None,
             rollback: None,
             abandoned_revisions: Vec::new(),
+            stages: Vec::new(),
         }
     }
 
@@ -367,39 +446,21 @@ pub fn summary_line(report: &Report) -> String {
     line
 }
 
-/// Step outputs for `$GITHUB_OUTPUT`: `outcome`, `summary`, `exit_code`, and per outcome the
-/// comma-separated target names (`deployed`, `failed`, `rolled_back`, `rollback_failed`,
-/// `skipped`, `cancelled`). Values never span lines, so plain `name=value` lines suffice.
-pub fn github_outputs(report: &Report) -> String {
-    let one_line = |s: &str| s.replace(['\r', '\n'], " ");
-    let names = |o: TargetOutcome| {
-        report
-            .targets
-            .iter()
-            .filter(|t| t.outcome == o)
-            .map(|t| one_line(&t.name))
-            .collect::<Vec<_>>()
-            .join(",")
-    };
-    let mut out = String::new();
-    out.push_str(&format!("outcome={}\n", report.outcome));
-    out.push_str(&format!("summary={}\n", one_line(&report.summary)));
-    out.push_str(&format!("exit_code={}\n", exit_code(report)));
-    for (key, outcome) in [
-        ("deployed", TargetOutcome::Deployed),
-        ("failed", TargetOutcome::Failed),
-        ("rolled_back", TargetOutcome::RolledBack),
-        ("rollback_failed", TargetOutcome::RollbackFailed),
-        ("skipped", TargetOutcome::Skipped),
-        ("cancelled", TargetOutcome::Cancelled),
-    ] {
-        out.push_str(&format!("{key}={}\n", names(outcome)));
-    }
-    out
-}
-
 fn first_line(text: &str) -> String {
     text.lines().next().unwrap_or("").trim().to_string()
+}
+
+/// Cuts text to at most `limit` bytes, on a char boundary (a last-resort guard for bodies
+/// with a byte limit).
+pub fn cut_to(mut text: String, limit: usize) -> String {
+    if text.len() > limit {
+        let mut end = limit;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
 }
 
 /// Cuts text to at most `max` characters, marking the cut with an ellipsis.
@@ -570,18 +631,6 @@ pub(crate) mod tests {
         assert!(line.starts_with("5 failed; t0: xxx"), "{line}");
         assert!(line.ends_with("; and 2 more"), "{line}");
         assert!(line.chars().count() < 500, "{}", line.len());
-    }
-
-    #[test]
-    fn github_outputs_lines() {
-        let mut us = target("us", Failed);
-        us.message = Some("line one\nline two".into());
-        let r = report(vec![target("eu", Deployed), us, target("ap", Deployed)]);
-        assert_eq!(
-            github_outputs(&r),
-            "outcome=failed\nsummary=deployed to 2 of 3, 1 failed; us: line one\nexit_code=1\n\
-             deployed=eu,ap\nfailed=us\nrolled_back=\nrollback_failed=\nskipped=\ncancelled=\n"
-        );
     }
 
     #[test]

@@ -2,10 +2,15 @@
 //! process, over real HTTPS. Each test starts its own clusters on ephemeral ports, so the
 //! tests run in parallel. Cluster access goes through `harness` only.
 
+mod action;
 mod apply;
 mod deploy;
 mod failures;
+mod fake_github;
+mod github;
 mod harness;
 mod input;
 mod real;
 mod release;
+mod runtime_root;
+mod stages;
