@@ -14,9 +14,10 @@
 //!    kill, output) and the pure decisions around them
 //! 7. `release`: release records, the lock, the release side of a deploy
 //! 8. `engine`: plan, fleet, one target's run, the failure policy, conclusion, re-apply
-//! 9. `error`: the run's top-level error and the exit codes
-//! 10. `cli`: the clap types
-//! 11. `commands`: one module per user command
+//! 9. `github`: the GitHub sinks (PR comment, step summary, outputs, Deployments)
+//! 10. `error`: the run's top-level error and the exit codes
+//! 11. `cli`: the clap types
+//! 12. `commands`: one module per user command
 //!
 //! Data flows down this list as a run goes: config and manifests make a plan, the engine
 //! drives kube and release per target, and everything ends in the report (the lowest, since
@@ -29,7 +30,7 @@ use std::path::Path;
 
 use layer_graph::{cycle_problems, layer_problems, read_graph};
 
-const LAYERS: [&str; 11] = [
+const LAYERS: [&str; 12] = [
     "util",
     "report",
     "config",
@@ -38,6 +39,7 @@ const LAYERS: [&str; 11] = [
     "stages",
     "release",
     "engine",
+    "github",
     "error",
     "cli",
     "commands",
