@@ -43,7 +43,7 @@ pub struct Config {
     pub lock: LockConfig,
     pub github: GithubConfig,
     /// The stages of a deploy in order: `apply` once, script stages around it.
-    pub pipeline: Vec<super::PipelineStage>,
+    pub pipeline: Vec<super::pipeline::PipelineStage>,
     /// Folder of the config file; manifest paths and render commands are relative to it.
     pub base_dir: PathBuf,
     /// The config file's path as given, for messages.

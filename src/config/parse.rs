@@ -301,7 +301,7 @@ impl Ctx {
             rollback: RollbackConfig::default(),
             lock: LockConfig::default(),
             github: GithubConfig::default(),
-            pipeline: super::default_pipeline(),
+            pipeline: super::pipeline::default_pipeline(),
             base_dir,
             source,
             kubeconfig: None,

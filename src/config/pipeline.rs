@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::ScriptCommand;
+use super::model::ScriptCommand;
 use super::parse::Ctx;
 use crate::util::yaml::{Node, Tree};
 
@@ -189,7 +189,7 @@ impl Ctx {
                         _ => None,
                     };
                     if let Some(word) = word
-                        && let Some(near) = super::nearest(&word, &["apply", "script"])
+                        && let Some(near) = super::names::nearest(&word, &["apply", "script"])
                     {
                         msg.push_str(&format!("; did you mean {near:?}?"));
                     }
@@ -342,7 +342,7 @@ impl Ctx {
                     let mut msg = format!(
                         "{label} scope must be \"target\" (once per target) or \"fleet\" (once for the whole deploy), not {other:?}"
                     );
-                    if let Some(near) = super::nearest(other, &["target", "fleet"]) {
+                    if let Some(near) = super::names::nearest(other, &["target", "fleet"]) {
                         msg.push_str(&format!("; did you mean {near:?}?"));
                     }
                     self.at(line, msg);
@@ -437,11 +437,11 @@ impl Ctx {
 
 /// Script stages whose `working_dir` is not a folder: checked with the config, before any
 /// cluster is touched (a stage that cannot start would fail a deploy half-way).
-pub fn missing_working_dirs(config: &super::Config) -> Vec<super::ConfigIssue> {
+pub fn missing_working_dirs(config: &super::model::Config) -> Vec<super::model::ConfigIssue> {
     let file = config.source.display().to_string();
     script_stages(&config.pipeline)
         .filter(|s| !s.working_dir.is_dir())
-        .map(|s| super::ConfigIssue {
+        .map(|s| super::model::ConfigIssue {
             location: format!("{file}:{}", s.line),
             message: format!(
                 "stage {:?}: working_dir {} is not a folder; create it or fix `working_dir` (relative paths are relative to this file)",
@@ -497,7 +497,8 @@ pub(super) fn pipeline_schema(duration: &Value, command: &Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Overrides, parse};
+    use crate::config::overrides::Overrides;
+    use crate::config::parse::parse;
 
     const BASE: &str = "app: shop\nmanifests: [k8s]\ntargets:\n  - {name: eu, context: a}\n";
 
