@@ -12,9 +12,11 @@
 //! 5. `kube`: everything that talks to a cluster (connect, retry, apply, wait, health rules)
 //! 6. `release`: release records, the lock, the release side of a deploy
 //! 7. `engine`: plan, fleet, one target's run, the failure policy, conclusion, re-apply
-//! 8. `error`: the run's top-level error and the exit codes
-//! 9. `cli`: the clap types
-//! 10. `commands`: one module per user command
+//! 8. `github`: the GitHub sink (PR comment, step summary, outputs, annotations, log
+//!    groups, Deployments), told the report once the engine is done
+//! 9. `error`: the run's top-level error and the exit codes
+//! 10. `cli`: the clap types
+//! 11. `commands`: one module per user command
 //!
 //! Data flows down this list as a run goes: config and manifests make a plan, the engine
 //! drives kube and release per target, and everything ends in the report (the lowest, since
@@ -27,7 +29,7 @@ use std::path::Path;
 
 use layer_graph::{cycle_problems, layer_problems, read_graph};
 
-const LAYERS: [&str; 10] = [
+const LAYERS: [&str; 11] = [
     "util",
     "report",
     "config",
@@ -35,6 +37,7 @@ const LAYERS: [&str; 10] = [
     "kube",
     "release",
     "engine",
+    "github",
     "error",
     "cli",
     "commands",
