@@ -14,7 +14,8 @@
 //!    kill, output) and the pure decisions around them
 //! 7. `release`: release records, the lock, the release side of a deploy
 //! 8. `engine`: plan, fleet, one target's run, the failure policy, conclusion, re-apply
-//! 9. `github`: the GitHub sinks (PR comment, step summary, outputs, Deployments)
+//! 9. `github`: the GitHub sink (PR comment, step summary, outputs, annotations, log
+//!    groups, Deployments), told the report once the engine is done
 //! 10. `error`: the run's top-level error and the exit codes
 //! 11. `cli`: the clap types
 //! 12. `commands`: one module per user command
