@@ -16,6 +16,7 @@ pub mod health;
 pub mod lock;
 pub mod manage;
 pub mod manifest;
+pub mod normalize;
 pub mod pipeline;
 pub mod progress;
 pub mod redact;

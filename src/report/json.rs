@@ -9,6 +9,7 @@
 //!   `message`, `events`?}, `warnings[]`, `message`, `rollback` (null or {`to_revision`,
 //!   `outcome`, `left_in_place[]`, `message`}),
 //!   `abandoned_revisions`? (revisions a dead run left pending, now marked failed).
+//! - `plan`? (dry runs): the plan, as `rollguard diff -o json` prints it (`plan_schema`).
 
 use super::Report;
 use serde_json::{Value, json};
@@ -27,6 +28,12 @@ pub fn to_json(report: &Report) -> String {
 
 /// JSON Schema (draft 2020-12) of the report file.
 pub fn report_schema() -> Value {
+    // A dry run's plan, as `rollguard diff -o json` prints it (docs/plan-schema.json).
+    let mut plan = super::plan::plan_schema();
+    if let Some(map) = plan.as_object_mut() {
+        map.remove("$schema");
+        map.remove("$id");
+    }
     let outcome = json!({
         "type": "string",
         "enum": ["deployed", "failed", "rolled-back", "rollback-failed", "skipped", "cancelled"]
@@ -102,13 +109,14 @@ pub fn report_schema() -> Value {
             "finished_at": time,
             "dry_run": {"type": "boolean"},
             "run_url": {"type": "string"},
-            "targets": {"type": "array", "items": target}
+            "targets": {"type": "array", "items": target},
+            "plan": plan
         }
     })
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::super::tests::{image_failure, report, target};
     use super::super::*;
     use super::*;
@@ -138,7 +146,7 @@ mod tests {
     }
 
     /// Every key the serializer writes is declared in the schema, and required keys are written.
-    fn check(value: &Value, schema: &Value, path: &str) {
+    pub(crate) fn check(value: &Value, schema: &Value, path: &str) {
         if let Some(obj) = value.as_object() {
             let props = schema["properties"].as_object().expect(path);
             for (key, child) in obj {

@@ -4,12 +4,17 @@
 //! comment and step summary (`to_markdown`), the terminal's final table (`to_table`) and the
 //! exit code. It carries no object bodies, so Secret values cannot leak through it.
 
+pub mod diff;
 mod json;
 mod markdown;
+pub mod plan;
 mod terminal;
 
 pub use json::{report_schema, to_json};
-pub use markdown::{COMMENT_LIMIT, STEP_SUMMARY_LIMIT, marker, to_markdown};
+pub use markdown::{
+    COMMENT_LIMIT, STEP_SUMMARY_LIMIT, marker, plan_marker, plan_to_markdown, to_markdown,
+};
+pub use plan::ChangePlan;
 pub use terminal::to_table;
 
 use jiff::Timestamp;
@@ -246,6 +251,10 @@ pub struct Report {
     /// Where the run happened (CI run URL) when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_url: Option<String>,
+    /// What a dry run found would change (`rollguard diff`, `deploy --dry-run`): the source
+    /// of the PR's plan comment (`plan_to_markdown`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<ChangePlan>,
 }
 
 impl Report {
@@ -268,6 +277,7 @@ impl Report {
             targets,
             dry_run: false,
             run_url: None,
+            plan: None,
         };
         report.summary = summary_line(&report);
         report
@@ -329,6 +339,10 @@ const SUMMARY_REASON_CHARS: usize = 120;
 /// "deployed to 3 of 3", "rolled back 2 of 3; eu: connection refused",
 /// "deployed to 2 of 3, 1 failed; us: Deployment shop/web: ...: ImagePullBackOff: ...".
 pub fn summary_line(report: &Report) -> String {
+    // A dry run's summary is its plan's: "would change N objects on K of M targets".
+    if let Some(plan) = &report.plan {
+        return plan.summary.clone();
+    }
     let targets = &report.targets;
     let total = targets.len();
     let count = |o: TargetOutcome| targets.iter().filter(|t| t.outcome == o).count();

@@ -541,7 +541,7 @@ async fn history_show_and_manual_rollback() {
     assert_eq!(shown.code, 0, "{}", shown.output());
     assert!(!shown.stdout.contains("hunter2"), "Secret value leaked");
     assert!(
-        shown.stdout.contains("<redacted 7 bytes>"),
+        shown.stdout.contains("<redacted sha256:"),
         "{}",
         shown.output()
     );
