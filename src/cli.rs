@@ -10,10 +10,10 @@ use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, Overrides};
+use crate::engine::target_run::{DeployOptions, Plan};
 use crate::error::{Error, exit};
-use crate::manifest;
-use crate::pipeline::{DeployOptions, Plan};
-use crate::progress;
+use crate::manifests;
+use crate::report::progress;
 use crate::report::{self, Report};
 
 #[derive(Debug, Parser)]
@@ -36,7 +36,7 @@ pub enum Command {
     /// Start three simulated clusters and show a deploy, a fast failure and the report.
     Demo(DemoArgs),
     #[command(flatten)]
-    Release(crate::manage::ReleaseCommand),
+    Release(crate::commands::release::ReleaseCommand),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -87,7 +87,7 @@ pub struct DemoArgs {
 }
 
 fn parse_duration_arg(text: &str) -> Result<Duration, String> {
-    crate::duration::parse_duration(text).map_err(|e| e.to_string())
+    crate::util::duration::parse_duration(text).map_err(|e| e.to_string())
 }
 
 /// The process environment as a map (one snapshot, so a run sees one consistent view).
@@ -108,8 +108,8 @@ pub async fn run(cli: Cli) -> Result<i32, Error> {
             );
             Ok(exit::OK)
         }
-        Command::Demo(args) => crate::demo::run(args).await,
-        Command::Release(command) => Ok(crate::manage::run(command, env).await),
+        Command::Demo(args) => crate::commands::demo::run(args).await,
+        Command::Release(command) => Ok(crate::commands::release::run(command, env).await),
     }
 }
 
@@ -137,8 +137,8 @@ pub fn plan(args: &DeployArgs, env: HashMap<String, String>) -> Result<Plan, Err
         ..Default::default()
     };
     let config = config::load(&path, &overrides, &lookup)?;
-    let manifests = manifest::load(&config)?;
-    let commit = config::detect_commit(args.commit.as_deref(), &lookup, &config.base_dir);
+    let manifests = manifests::load(&config)?;
+    let commit = crate::util::git::detect_commit(args.commit.as_deref(), &lookup, &config.base_dir);
     let options = DeployOptions {
         force_conflicts: args.force_conflicts,
         dry_run: args.dry_run,
@@ -206,7 +206,7 @@ pub async fn run_plan(plan: Arc<Plan>, cancel: CancellationToken) -> Report {
     let lookup = |k: &str| plan.env.get(k).cloned();
     let names = plan.config.targets.iter().map(|t| t.name.clone()).collect();
     let (progress, renderer) = progress::start(names, progress::detect_mode(&lookup));
-    let report = crate::fleet::deploy(plan.clone(), cancel, progress).await;
+    let report = crate::engine::fleet::deploy(plan.clone(), cancel, progress).await;
     let _ = renderer.await;
     report
 }

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use crate::config::ConfigError;
-use crate::manifest::ManifestError;
+use crate::manifests::ManifestError;
 
 /// Process exit codes (documented in the README).
 pub mod exit {

@@ -179,7 +179,7 @@ pub(crate) mod tests {
     /// docs/report-schema.json is `report_schema()`; regenerate with UPDATE_SCHEMAS=1.
     #[test]
     fn docs_schema_is_current() {
-        crate::generated_docs::assert_current("report-schema.json", &report_schema());
+        crate::util::generated_docs::assert_current("report-schema.json", &report_schema());
     }
 
     #[test]

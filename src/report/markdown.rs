@@ -2,7 +2,7 @@
 
 use super::plan::{ChangePlan, PlanMode, PlanStatus, PlannedChange};
 use super::{Failure, Report, TargetReport, clip};
-use crate::duration::format_duration;
+use crate::util::duration::format_duration;
 
 /// GitHub's limit for an issue or PR comment body.
 pub const COMMENT_LIMIT: usize = 65_536;

@@ -445,6 +445,6 @@ pub(crate) mod tests {
     /// docs/plan-schema.json is `plan_schema()`; regenerate with UPDATE_SCHEMAS=1.
     #[test]
     fn docs_schema_is_current() {
-        crate::generated_docs::assert_current("plan-schema.json", &plan_schema());
+        crate::util::generated_docs::assert_current("plan-schema.json", &plan_schema());
     }
 }

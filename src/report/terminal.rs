@@ -1,7 +1,7 @@
 //! The final table printed at the end of a run.
 
 use super::{Report, TargetOutcome, clip};
-use crate::duration::format_duration;
+use crate::util::duration::format_duration;
 
 const REASON_CHARS: usize = 160;
 

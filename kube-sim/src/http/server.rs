@@ -1,0 +1,1110 @@
+//! The HTTP side of one cluster: listener (HTTPS or plain, HTTP/1.1 and HTTP/2), going
+//! down and up on the same port, routing, bearer-token auth, faults, counters, discovery,
+//! the `/_sim` control endpoint and watch streams.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, RwLock};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Limited};
+use hyper::body::{Body, Frame, Incoming};
+use hyper::header::{self, HeaderValue};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::{Value, json};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::{mpsc, watch};
+
+use crate::http::faults::{CounterSet, Faults};
+use crate::http::handlers::{self, ApiRequest, Reply, ResourcePath, WatchSpec};
+use crate::model::error::{ApiError, qualified_resource};
+use crate::model::resource::new_uid;
+use crate::storage::store::Store;
+
+/// Largest request body accepted.
+const MAX_BODY: usize = 16 * 1024 * 1024;
+/// How often a watch without a timeout sends a bookmark (when asked for bookmarks).
+const BOOKMARK_INTERVAL: Duration = Duration::from_secs(60);
+
+/// The shared state of one running cluster.
+pub struct ClusterState {
+    pub name: String,
+    pub store: Arc<Store>,
+    pub token: String,
+    pub faults: RwLock<Faults>,
+    pub counters: CounterSet,
+    /// true while the cluster refuses connections.
+    pub down: watch::Sender<bool>,
+    /// true once the cluster shuts down for good.
+    pub shutdown: watch::Sender<bool>,
+    pub address: SocketAddr,
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Encoded watch lines of the latest events, shared by all watchers of a cluster.
+    pub event_lines: EventLineCache,
+}
+
+/// The encoded lines of the most recent events: a hundred watchers of one resource
+/// encode each event once, not a hundred times.
+#[derive(Default)]
+pub struct EventLineCache {
+    recent: std::sync::Mutex<std::collections::VecDeque<(u64, &'static str, Bytes)>>,
+}
+
+impl EventLineCache {
+    const KEEP: usize = 32;
+
+    fn line(&self, resource_version: u64, kind: &'static str, object: &Value) -> Bytes {
+        let lock = || self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, _, line)) = lock()
+            .iter()
+            .find(|(rv, k, _)| *rv == resource_version && *k == kind)
+        {
+            return line.clone();
+        }
+        let line = handlers::event_line(kind, object);
+        let mut recent = lock();
+        recent.push_back((resource_version, kind, line.clone()));
+        if recent.len() > Self::KEEP {
+            recent.pop_front();
+        }
+        line
+    }
+}
+
+impl ClusterState {
+    pub fn faults(&self) -> Faults {
+        self.faults
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn set_faults(&self, faults: Faults) {
+        *self.faults.write().unwrap_or_else(|e| e.into_inner()) = faults;
+    }
+
+    pub fn set_down(&self, down: bool) {
+        self.down.send_replace(down);
+    }
+}
+
+/// Binds a listening socket that can be bound again on the same port after going down.
+fn bind(address: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = TcpSocket::new_v4()?;
+    socket.set_reuseaddr(true)?;
+    socket.bind(address)?;
+    socket.listen(1024)
+}
+
+/// Binds 127.0.0.1 on an ephemeral port.
+pub fn bind_ephemeral() -> std::io::Result<TcpListener> {
+    bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+}
+
+/// Serves connections until shutdown; closes the listener (and open connections) while
+/// the cluster is down and binds the same port again when it comes back.
+pub async fn run_listener(state: Arc<ClusterState>, first: TcpListener) {
+    let mut down_rx = state.down.subscribe();
+    let mut shutdown_rx = state.shutdown.subscribe();
+    let mut listener = Some(first);
+    loop {
+        if *shutdown_rx.borrow() {
+            return;
+        }
+        if *down_rx.borrow_and_update() {
+            listener = None;
+            tokio::select! {
+                _ = down_rx.changed() => continue,
+                _ = shutdown_rx.changed() => continue,
+            }
+        }
+        let active = match listener.take() {
+            Some(l) => l,
+            None => match bind(state.address) {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::warn!(cluster = %state.name, "binding {} again: {e}", state.address);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        loop {
+            tokio::select! {
+                accepted = active.accept() => {
+                    match accepted {
+                        Ok((stream, _)) => {
+                            let state = state.clone();
+                            tokio::spawn(serve_connection(state, stream));
+                        }
+                        Err(e) => {
+                            tracing::debug!("accept: {e}");
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                        }
+                    }
+                }
+                _ = down_rx.changed() => {
+                    if *down_rx.borrow() { break; }
+                }
+                _ = shutdown_rx.changed() => return,
+            }
+        }
+        drop(active);
+    }
+}
+
+async fn serve_connection(state: Arc<ClusterState>, stream: TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let mut down_rx = state.down.subscribe();
+    let mut shutdown_rx = state.shutdown.subscribe();
+    let cut = async move {
+        loop {
+            tokio::select! {
+                r = down_rx.changed() => {
+                    if r.is_err() || *down_rx.borrow() { return; }
+                }
+                r = shutdown_rx.changed() => {
+                    if r.is_err() || *shutdown_rx.borrow() { return; }
+                }
+            }
+        }
+    };
+    let service_state = state.clone();
+    let service = hyper::service::service_fn(move |req| {
+        let state = service_state.clone();
+        async move { Ok::<_, Infallible>(handle(state, req).await) }
+    });
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    // Clients multiplex many watches over one HTTP/2 connection (the real server allows
+    // hundreds of streams per connection).
+    builder.http2().max_concurrent_streams(1000);
+    match &state.tls {
+        Some(config) => {
+            let acceptor = tokio_rustls::TlsAcceptor::from(config.clone());
+            let serve = async {
+                let tls = match acceptor.accept(stream).await {
+                    Ok(tls) => tls,
+                    Err(e) => {
+                        tracing::debug!("TLS handshake: {e}");
+                        return;
+                    }
+                };
+                if let Err(e) = builder.serve_connection(TokioIo::new(tls), service).await {
+                    tracing::debug!("connection: {e}");
+                }
+            };
+            tokio::select! { _ = serve => {}, _ = cut => {} }
+        }
+        None => {
+            let serve = builder.serve_connection(TokioIo::new(stream), service);
+            tokio::select! {
+                r = serve => if let Err(e) = r { tracing::debug!("connection: {e}") },
+                _ = cut => {}
+            }
+        }
+    }
+}
+
+/// A response body: either complete or a stream of chunks from a channel.
+pub enum ApiBody {
+    Full(Option<Bytes>),
+    Stream(mpsc::Receiver<Bytes>),
+}
+
+impl Body for ApiBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match self.get_mut() {
+            ApiBody::Full(data) => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+            ApiBody::Stream(rx) => rx.poll_recv(cx).map(|o| o.map(|d| Ok(Frame::data(d)))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self, ApiBody::Full(None))
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        match self {
+            ApiBody::Full(Some(d)) => hyper::body::SizeHint::with_exact(d.len() as u64),
+            ApiBody::Full(None) => hyper::body::SizeHint::with_exact(0),
+            ApiBody::Stream(_) => hyper::body::SizeHint::default(),
+        }
+    }
+}
+
+fn response(status: u16, content_type: &str, body: Bytes) -> Response<ApiBody> {
+    let mut resp = Response::new(ApiBody::Full(Some(body)));
+    *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let headers = resp.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(content_type) {
+        headers.insert(header::CONTENT_TYPE, v);
+    }
+    headers.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache, private"),
+    );
+    if let Ok(v) = HeaderValue::from_str(&new_uid()) {
+        headers.insert("audit-id", v);
+    }
+    resp
+}
+
+fn json_response(status: u16, body: &Value, pretty: bool) -> Response<ApiBody> {
+    let bytes = if pretty {
+        serde_json::to_vec_pretty(body)
+    } else {
+        serde_json::to_vec(body)
+    }
+    .unwrap_or_default();
+    response(status, "application/json", Bytes::from(bytes))
+}
+
+fn error_response(err: &ApiError, pretty: bool) -> Response<ApiBody> {
+    json_response(err.code, &err.to_status(), pretty)
+}
+
+/// Where a request goes.
+#[derive(Debug, PartialEq, Eq)]
+enum Route {
+    Root,
+    Version,
+    Health,
+    Api,
+    ApiGroupList,
+    ApiGroup(String),
+    ApiResourceList(String, String),
+    Resource(ResourcePath),
+    OpenApiIndex,
+    OpenApiV3(String),
+    OpenApiOther,
+    Control(Vec<String>),
+    NotFound,
+}
+
+fn parse_route(path: &str) -> Route {
+    let mut segments = Vec::new();
+    for raw in path.split('/').filter(|s| !s.is_empty()) {
+        match percent_encoding::percent_decode_str(raw).decode_utf8() {
+            Ok(s) => segments.push(s.into_owned()),
+            Err(_) => return Route::NotFound,
+        }
+    }
+    let s: Vec<&str> = segments.iter().map(String::as_str).collect();
+    match s.as_slice() {
+        [] => Route::Root,
+        ["version"] => Route::Version,
+        ["healthz" | "livez" | "readyz", ..] => Route::Health,
+        ["_sim", rest @ ..] => Route::Control(rest.iter().map(|x| x.to_string()).collect()),
+        ["openapi", "v3"] => Route::OpenApiIndex,
+        ["openapi", "v3", rest @ ..] => Route::OpenApiV3(rest.join("/")),
+        ["openapi", ..] => Route::OpenApiOther,
+        ["api"] => Route::Api,
+        ["api", "v1"] => Route::ApiResourceList(String::new(), "v1".into()),
+        ["api", "v1", rest @ ..] => resource_route("", "v1", rest),
+        ["apis"] => Route::ApiGroupList,
+        ["apis", g] => Route::ApiGroup(g.to_string()),
+        ["apis", g, v] => Route::ApiResourceList(g.to_string(), v.to_string()),
+        ["apis", g, v, rest @ ..] => resource_route(g, v, rest),
+        _ => Route::NotFound,
+    }
+}
+
+fn resource_route(group: &str, version: &str, rest: &[&str]) -> Route {
+    let (watch_path, rest) = match rest {
+        ["watch", tail @ ..] => (true, tail),
+        _ => (false, rest),
+    };
+    let make = |namespace: Option<&str>, resource: &str, name: Option<&str>, sub: Option<&str>| {
+        Route::Resource(ResourcePath {
+            group: group.to_string(),
+            version: version.to_string(),
+            resource: resource.to_string(),
+            namespace: namespace.map(str::to_string),
+            name: name.map(str::to_string),
+            subresource: sub.map(str::to_string),
+            watch_path,
+        })
+    };
+    let core = group.is_empty();
+    match rest {
+        // The namespace object itself and its subresources.
+        ["namespaces", name] if core => make(None, "namespaces", Some(name), None),
+        ["namespaces", name, sub @ ("status" | "finalize")] if core => {
+            make(None, "namespaces", Some(name), Some(sub))
+        }
+        ["namespaces", ns, resource] => make(Some(ns), resource, None, None),
+        ["namespaces", ns, resource, name] => make(Some(ns), resource, Some(name), None),
+        ["namespaces", ns, resource, name, sub] => make(Some(ns), resource, Some(name), Some(sub)),
+        [resource] => make(None, resource, None, None),
+        [resource, name] => make(None, resource, Some(name), None),
+        [resource, name, sub] => make(None, resource, Some(name), Some(sub)),
+        _ => Route::NotFound,
+    }
+}
+
+fn header_str(req: &Request<Incoming>, name: header::HeaderName) -> &str {
+    req.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+}
+
+/// Whether the Accept header asks for aggregated discovery (apidiscovery.k8s.io/v2).
+fn wants_aggregated(accept: &str) -> bool {
+    accept.split(',').any(|part| {
+        part.contains("g=apidiscovery.k8s.io")
+            && part.contains("as=APIGroupDiscoveryList")
+            && part.split(';').any(|p| p.trim() == "v=v2")
+    })
+}
+
+enum Auth {
+    Ok,
+    Anonymous,
+    Invalid,
+}
+
+fn authenticate(req: &Request<Incoming>, token: &str) -> Auth {
+    let Some(value) = req.headers().get(header::AUTHORIZATION) else {
+        return Auth::Anonymous;
+    };
+    let value = value.to_str().unwrap_or("");
+    match value
+        .strip_prefix("Bearer ")
+        .or_else(|| value.strip_prefix("bearer "))
+    {
+        Some(t) if constant_time_eq(t.trim().as_bytes(), token.as_bytes()) => Auth::Ok,
+        _ => Auth::Invalid,
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Answers one HTTP request (and logs it at debug level).
+pub async fn handle(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<ApiBody> {
+    let method = req.method().clone();
+    let uri = req.uri().clone();
+    let resp = answer(state.clone(), req).await;
+    tracing::debug!(cluster = %state.name, "{method} {uri} -> {}", resp.status().as_u16());
+    resp
+}
+
+async fn answer(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<ApiBody> {
+    let path = req.uri().path().to_string();
+    let query: HashMap<String, String> = req
+        .uri()
+        .query()
+        .map(|q| {
+            url::form_urlencoded::parse(q.as_bytes())
+                .into_owned()
+                .collect()
+        })
+        .unwrap_or_default();
+    let pretty = matches!(query.get("pretty").map(String::as_str), Some("true" | "1"));
+    let route = parse_route(&path);
+    let method = req.method().as_str().to_string();
+
+    // Authentication. Health and version are public, as with anonymous auth on.
+    match authenticate(&req, &state.token) {
+        Auth::Ok => {}
+        Auth::Invalid => return error_response(&ApiError::unauthorized(), pretty),
+        Auth::Anonymous => {
+            if !matches!(route, Route::Health | Route::Version) {
+                let err = match &route {
+                    Route::Resource(p) => {
+                        let verb = handlers::verb_of(
+                            &method,
+                            p,
+                            &query,
+                            header_str(&req, header::CONTENT_TYPE),
+                        );
+                        let rt = crate::model::resource::ResourceType::new(
+                            &p.group,
+                            &p.version,
+                            &p.resource,
+                        );
+                        ApiError::forbidden_anonymous(
+                            verb,
+                            Some(&rt),
+                            p.namespace.as_deref().unwrap_or(""),
+                        )
+                    }
+                    _ => ApiError::new(
+                        403,
+                        "Forbidden",
+                        format!(
+                            "forbidden: User \"system:anonymous\" cannot {} path \"{path}\"",
+                            method.to_ascii_lowercase()
+                        ),
+                    )
+                    .with_details(json!({})),
+                };
+                return error_response(&err, pretty);
+            }
+        }
+    }
+
+    if let Route::Control(rest) = &route {
+        return control(&state, req, rest).await;
+    }
+
+    // Faults apply to the API proper only.
+    let is_api = path == "/api"
+        || path.starts_with("/api/")
+        || path == "/apis"
+        || path.starts_with("/apis/");
+    let content_type = header_str(&req, header::CONTENT_TYPE).to_string();
+    if let Route::Resource(p) = &route {
+        let verb = handlers::verb_of(&method, p, &query, &content_type);
+        let rt = crate::model::resource::ResourceType::new(&p.group, &p.version, &p.resource);
+        let mut resource = qualified_resource(&rt);
+        if let Some(sub) = &p.subresource {
+            resource = format!("{resource}/{sub}");
+        }
+        let dry_run = query.get("dryRun").is_some_and(|v| !v.is_empty());
+        state.counters.record(verb, &resource, dry_run);
+    } else if is_api {
+        state.counters.record("discovery", &path, false);
+    }
+    if is_api {
+        let faults = state.faults();
+        if faults.latency_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(faults.latency_ms)).await;
+        }
+        if faults.roll_error() {
+            return injected_error(&faults, pretty);
+        }
+    }
+
+    let accept = header_str(&req, header::ACCEPT).to_string();
+    let user_agent = header_str(&req, header::USER_AGENT).to_string();
+    match route {
+        Route::Root => json_response(
+            200,
+            &json!({"paths": ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/readyz", "/version"]}),
+            pretty,
+        ),
+        Route::Health => response(200, "text/plain; charset=utf-8", Bytes::from_static(b"ok")),
+        Route::Version => json_response(200, &crate::storage::registry::version_document(), pretty),
+        Route::Api => {
+            if wants_aggregated(&accept) {
+                aggregated_response(&state.store.registry().aggregated_discovery(true))
+            } else {
+                let address = state.address.to_string();
+                json_response(
+                    200,
+                    &crate::storage::registry::api_versions_document(&address),
+                    pretty,
+                )
+            }
+        }
+        Route::ApiGroupList => {
+            if wants_aggregated(&accept) {
+                aggregated_response(&state.store.registry().aggregated_discovery(false))
+            } else {
+                json_response(200, &state.store.registry().api_group_list(), pretty)
+            }
+        }
+        Route::ApiGroup(g) => match state.store.registry().api_group(&g) {
+            Some(doc) => json_response(200, &doc, pretty),
+            None => not_found_page(),
+        },
+        Route::ApiResourceList(g, v) => match state.store.registry().api_resource_list(&g, &v) {
+            Some(doc) => json_response(200, &doc, pretty),
+            None => not_found_page(),
+        },
+        Route::OpenApiIndex => {
+            let doc = crate::http::openapi::index(state.store.registry());
+            let bytes = serde_json::to_vec(&doc).unwrap_or_default();
+            // The real server labels the index text/plain.
+            response(200, "text/plain; charset=utf-8", Bytes::from(bytes))
+        }
+        Route::OpenApiV3(gv) => openapi_document(&state, &gv),
+        Route::OpenApiOther | Route::NotFound => not_found_page(),
+        Route::Control(_) => not_found_page(),
+        Route::Resource(p) => {
+            let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+                Ok(collected) => collected.to_bytes(),
+                Err(e) => {
+                    let err =
+                        ApiError::new(413, "RequestEntityTooLarge", format!("request body: {e}"));
+                    return error_response(&err, pretty);
+                }
+            };
+            let api_req = ApiRequest {
+                method: &method,
+                query: &query,
+                content_type: &content_type,
+                accept: &accept,
+                user_agent: &user_agent,
+                body: &body,
+            };
+            // Handlers are synchronous and short; keep them off the reactor's hot path
+            // only when they may be slow (large lists are fine inline at this scale).
+            match handlers::handle(&state.store, &api_req, &p) {
+                Ok(Reply::Json {
+                    status,
+                    body,
+                    content_type,
+                    warnings,
+                }) => {
+                    let bytes = if pretty {
+                        serde_json::to_vec_pretty(&body)
+                    } else {
+                        serde_json::to_vec(&body)
+                    }
+                    .unwrap_or_default();
+                    let mut resp = response(status, content_type, Bytes::from(bytes));
+                    for text in warnings {
+                        // RFC 7234 warn-text: a quoted string.
+                        let quoted = text.replace('\\', "\\\\").replace('"', "\\\"");
+                        // from_bytes: a field name may hold UTF-8, as the real server sends it.
+                        let text = format!("299 - \"{quoted}\"");
+                        if let Ok(v) = HeaderValue::from_bytes(text.as_bytes()) {
+                            resp.headers_mut().append(header::WARNING, v);
+                        }
+                    }
+                    resp
+                }
+                Ok(Reply::Watch(spec)) => start_watch(state.clone(), *spec),
+                Ok(Reply::Text(text)) => response(200, "text/plain", Bytes::from(text)),
+                Ok(Reply::Raw {
+                    status,
+                    body,
+                    content_type,
+                }) => {
+                    if pretty {
+                        let value: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                        json_response(status, &value, true)
+                    } else {
+                        response(status, content_type, body)
+                    }
+                }
+                Err(e) => error_response(&e, pretty),
+            }
+        }
+    }
+}
+
+fn openapi_document(state: &ClusterState, gv: &str) -> Response<ApiBody> {
+    let parts: Vec<&str> = gv.split('/').collect();
+    let (group, version) = match parts.as_slice() {
+        ["api", v] => ("", *v),
+        ["apis", g, v] => (*g, *v),
+        _ => return not_found_page(),
+    };
+    let Some(doc) =
+        crate::http::openapi::group_version_document(state.store.registry(), group, version)
+    else {
+        return not_found_page();
+    };
+    let bytes = serde_json::to_vec(&doc).unwrap_or_default();
+    let etag = format!("\"{}\"", crate::http::openapi::hash(&bytes));
+    let mut resp = response(200, "application/json", Bytes::from(bytes));
+    let headers = resp.headers_mut();
+    headers.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, immutable"),
+    );
+    headers.insert(header::VARY, HeaderValue::from_static("Accept"));
+    if let Ok(v) = HeaderValue::from_str(&etag) {
+        headers.insert(header::ETAG, v);
+    }
+    resp
+}
+
+/// The plain 404 the real server gives for paths it does not serve.
+fn not_found_page() -> Response<ApiBody> {
+    error_response(&ApiError::unknown_path(), false)
+}
+
+fn aggregated_response(doc: &Value) -> Response<ApiBody> {
+    use sha2::Digest;
+    let bytes = serde_json::to_vec(doc).unwrap_or_default();
+    let etag = format!("\"{}\"", hex::encode_upper(sha2::Sha512::digest(&bytes)));
+    let mut resp = response(
+        200,
+        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
+        Bytes::from(bytes),
+    );
+    let headers = resp.headers_mut();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("public"));
+    headers.insert(header::VARY, HeaderValue::from_static("Accept"));
+    if let Ok(v) = HeaderValue::from_str(&etag) {
+        headers.insert(header::ETAG, v);
+    }
+    resp
+}
+
+fn injected_error(faults: &Faults, pretty: bool) -> Response<ApiBody> {
+    let status = faults.status();
+    let (reason, message) = match status {
+        429 => (
+            "TooManyRequests",
+            "Too many requests, please try again later.",
+        ),
+        503 => (
+            "ServiceUnavailable",
+            "the server is currently unable to handle the request",
+        ),
+        500 => ("InternalError", "Internal error occurred: injected fault"),
+        _ => ("", "injected fault"),
+    };
+    let mut err = ApiError::new(status, reason, message);
+    let retry_after = faults.retry_after_seconds.max(u64::from(status == 429));
+    if retry_after > 0 {
+        err = err.with_details(json!({"retryAfterSeconds": retry_after}));
+    }
+    let mut resp = error_response(&err, pretty);
+    if retry_after > 0
+        && let Ok(v) = HeaderValue::from_str(&retry_after.to_string())
+    {
+        resp.headers_mut().insert(header::RETRY_AFTER, v);
+    }
+    resp
+}
+
+/// The `/_sim` control endpoint: faults and counters.
+async fn control(
+    state: &Arc<ClusterState>,
+    req: Request<Incoming>,
+    rest: &[String],
+) -> Response<ApiBody> {
+    let method = req.method().clone();
+    let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
+    match (method.as_str(), rest.as_slice()) {
+        ("GET", ["faults"]) => {
+            let mut v = serde_json::to_value(state.faults()).unwrap_or(json!({}));
+            v["down"] = json!(*state.down.borrow());
+            json_response(200, &v, false)
+        }
+        ("POST" | "PUT", ["faults"]) => {
+            let body = match Limited::new(req.into_body(), 1024 * 1024).collect().await {
+                Ok(c) => c.to_bytes(),
+                Err(e) => {
+                    return error_response(&ApiError::bad_request(format!("body: {e}")), false);
+                }
+            };
+            let value: Value = if body.is_empty() {
+                json!({})
+            } else {
+                match serde_json::from_slice(&body) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        return error_response(
+                            &ApiError::bad_request(format!("faults JSON: {e}")),
+                            false,
+                        );
+                    }
+                }
+            };
+            let down_for_ms = value.get("down_for_ms").and_then(Value::as_u64);
+            let mut fields = value.clone();
+            if let Some(m) = fields.as_object_mut() {
+                m.remove("down_for_ms");
+                m.remove("down");
+            }
+            let faults: Faults = match serde_json::from_value(fields) {
+                Ok(f) => f,
+                Err(e) => {
+                    return error_response(
+                        &ApiError::bad_request(format!("faults JSON: {e}")),
+                        false,
+                    );
+                }
+            };
+            if !(0.0..=1.0).contains(&faults.error_rate) {
+                return error_response(
+                    &ApiError::bad_request("error_rate must be between 0 and 1"),
+                    false,
+                );
+            }
+            state.set_faults(faults.clone());
+            if let Some(ms) = down_for_ms {
+                let state = state.clone();
+                tokio::spawn(async move {
+                    // Let this response leave before the connection is cut.
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    state.set_down(true);
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    state.set_down(false);
+                });
+            }
+            let mut v = serde_json::to_value(faults).unwrap_or(json!({}));
+            v["down_for_ms"] = json!(down_for_ms);
+            json_response(200, &v, false)
+        }
+        ("GET", ["counters"]) => json_response(200, &state.counters.snapshot().to_json(), false),
+        ("POST", ["counters", "reset"]) => {
+            state.counters.reset();
+            json_response(200, &json!({}), false)
+        }
+        _ => not_found_page(),
+    }
+}
+
+/// Starts streaming a watch; the response carries the event stream.
+fn start_watch(state: Arc<ClusterState>, spec: WatchSpec) -> Response<ApiBody> {
+    let (tx, rx) = mpsc::channel::<Bytes>(256);
+    tokio::spawn(run_watch(state, spec, tx));
+    let mut resp = Response::new(ApiBody::Stream(rx));
+    let headers = resp.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    headers.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache, private"),
+    );
+    if let Ok(v) = HeaderValue::from_str(&new_uid()) {
+        headers.insert("audit-id", v);
+    }
+    resp
+}
+
+/// One watch stream: what it delivered so far, and where it ends.
+struct WatchStream {
+    spec: WatchSpec,
+    tx: mpsc::Sender<Bytes>,
+    state: Arc<ClusterState>,
+    started: tokio::time::Instant,
+    faults: Faults,
+    sent_events: u64,
+    /// Newest resourceVersion delivered to the client.
+    delivered_rv: u64,
+    /// Whether any event of the watched resource happened since the watch started (the
+    /// watch cache of an active resource follows the global resourceVersion).
+    resource_active: bool,
+    /// For watches with selectors: the objects the client currently sees.
+    view: Option<std::collections::HashSet<(String, String)>>,
+}
+
+fn object_key(obj: &Value) -> (String, String) {
+    let meta = obj.get("metadata");
+    let field = |f: &str| {
+        meta.and_then(|m| m.get(f))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    (field("namespace"), field("name"))
+}
+
+/// Why a watch stream stops.
+struct Stop;
+
+impl WatchStream {
+    /// Sends one event line, honouring the drop-after faults.
+    async fn emit(&mut self, kind: &str, object: &Value) -> Result<(), Stop> {
+        if self.dropped() {
+            return Err(Stop);
+        }
+        let line = if kind == "ERROR" || kind == "BOOKMARK" {
+            handlers::event_line(kind, object)
+        } else if self.spec.metadata_only {
+            handlers::event_line(kind, &handlers::partial_metadata(object))
+        } else if self.spec.as_table {
+            let rv = object
+                .pointer("/metadata/resourceVersion")
+                .cloned()
+                .unwrap_or(Value::Null);
+            let table = crate::http::table::table_for(
+                &self.spec.info,
+                &[object],
+                json!({ "resourceVersion": rv }),
+                self.state.store.clock(),
+            );
+            handlers::event_line(kind, &table)
+        } else {
+            handlers::event_line(kind, object)
+        };
+        self.send_line(line, kind).await
+    }
+
+    async fn send_line(&mut self, line: Bytes, kind: &str) -> Result<(), Stop> {
+        if self.dropped() {
+            return Err(Stop);
+        }
+        self.tx.send(line).await.map_err(|_| Stop)?;
+        if kind != "BOOKMARK" {
+            self.sent_events += 1;
+        }
+        Ok(())
+    }
+
+    fn dropped(&self) -> bool {
+        self.faults
+            .drop_watch_after_events
+            .is_some_and(|max| self.sent_events >= max)
+            || self
+                .faults
+                .drop_watch_after_ms
+                .is_some_and(|ms| self.started.elapsed() >= Duration::from_millis(ms))
+    }
+
+    /// Delivers a committed event if it is of the watched resource and matches.
+    async fn deliver(&mut self, event: &crate::storage::store::WatchEvent) -> Result<(), Stop> {
+        if event.resource != self.spec.resource {
+            return Ok(());
+        }
+        self.resource_active = true;
+        let matches = self.spec.matches(&event.object);
+        let send = match &mut self.view {
+            None => matches.then_some(event.kind.as_str()),
+            Some(view) => {
+                let key = object_key(&event.object);
+                let (send, in_view) =
+                    handlers::selector_transition(event.kind, matches, view.contains(&key));
+                if in_view {
+                    view.insert(key);
+                } else {
+                    view.remove(&key);
+                }
+                send
+            }
+        };
+        if let Some(kind) = send {
+            if self.spec.metadata_only || self.spec.as_table {
+                self.emit(kind, &event.object).await?;
+            } else {
+                let line = self
+                    .state
+                    .event_lines
+                    .line(event.resource_version, kind, &event.object);
+                self.send_line(line, kind).await?;
+            }
+            self.delivered_rv = event.resource_version;
+        }
+        Ok(())
+    }
+
+    /// A BOOKMARK at the current resourceVersion, after delivering every event up to it,
+    /// when that is newer than what the client already has.
+    async fn bookmark(
+        &mut self,
+        rx: &mut tokio::sync::broadcast::Receiver<Arc<crate::storage::store::WatchEvent>>,
+    ) -> Result<(), Stop> {
+        if !self.spec.bookmarks || !self.resource_active {
+            return Ok(());
+        }
+        let now_rv = self.state.store.resource_version();
+        loop {
+            match rx.try_recv() {
+                Ok(event) => self.deliver(&event).await?,
+                Err(tokio::sync::broadcast::error::TryRecvError::Empty) => break,
+                Err(_) => return Err(Stop),
+            }
+        }
+        let rv = now_rv.max(self.delivered_rv);
+        if rv > self.delivered_rv {
+            let bookmark = handlers::bookmark_object(&self.spec.info, rv, false);
+            self.emit("BOOKMARK", &bookmark).await?;
+            self.delivered_rv = rv;
+        }
+        Ok(())
+    }
+}
+
+async fn run_watch(state: Arc<ClusterState>, spec: WatchSpec, tx: mpsc::Sender<Bytes>) {
+    let faults = state.faults();
+    let mut stream = WatchStream {
+        spec,
+        tx,
+        state,
+        started: tokio::time::Instant::now(),
+        faults,
+        sent_events: 0,
+        delivered_rv: 0,
+        resource_active: false,
+        view: None,
+    };
+    let _ = stream_events(&mut stream).await;
+}
+
+async fn stream_events(w: &mut WatchStream) -> Result<(), Stop> {
+    let store = w.state.store.clone();
+    let mut rx = match w.spec.resource_version {
+        None => {
+            let (items, rv, rx) =
+                store.list_and_subscribe(&w.spec.resource, w.spec.namespace.as_deref());
+            if w.spec.has_selectors() {
+                w.view = Some(std::collections::HashSet::new());
+            }
+            for event in items {
+                if w.spec.matches(&event.object) {
+                    if let Some(view) = &mut w.view {
+                        view.insert(object_key(&event.object));
+                    }
+                    w.emit("ADDED", &event.object).await?;
+                }
+            }
+            w.delivered_rv = rv;
+            if w.spec.send_initial_events && w.spec.bookmarks {
+                let bookmark = handlers::bookmark_object(&w.spec.info, rv, true);
+                w.emit("BOOKMARK", &bookmark).await?;
+            }
+            rx
+        }
+        Some(from) => match store.watch_from_filtered(from, Some(&w.spec.resource)) {
+            Err(oldest) => {
+                let status = ApiError::expired(from, oldest).to_status();
+                w.emit("ERROR", &status).await?;
+                return Ok(());
+            }
+            Ok((replay, rx)) => {
+                w.delivered_rv = from;
+                if w.spec.has_selectors() {
+                    // What the client saw at `from` is unknown here; the current matches
+                    // are the closest view.
+                    let (current, _) =
+                        store.list_shared(&w.spec.resource, w.spec.namespace.as_deref());
+                    w.view = Some(
+                        current
+                            .iter()
+                            .filter(|e| w.spec.matches(&e.object))
+                            .map(|e| object_key(&e.object))
+                            .collect(),
+                    );
+                }
+                for event in replay {
+                    w.deliver(&event).await?;
+                }
+                rx
+            }
+        },
+    };
+
+    let started = w.started;
+    let timeout = w.spec.timeout_seconds.map(Duration::from_secs);
+    let deadline = timeout.and_then(|t| started.checked_add(t));
+    // Like the watch cache: a bookmark about 2 s before the deadline, else every minute.
+    let mut next_bookmark = match timeout {
+        Some(t) if t > Duration::from_secs(2) => started.checked_add(t - Duration::from_secs(2)),
+        Some(_) => None,
+        None => started.checked_add(BOOKMARK_INTERVAL),
+    };
+    let far = started + Duration::from_secs(365 * 24 * 3600);
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        if w.dropped() {
+            return Ok(());
+        }
+        let wake = match (deadline, next_bookmark) {
+            (Some(d), Some(b)) => d.min(b),
+            (Some(d), None) => d,
+            (None, Some(b)) => b,
+            (None, None) => far,
+        };
+        tokio::select! {
+            received = rx.recv() => match received {
+                Ok(event) => w.deliver(&event).await?,
+                // Fell too far behind or the store went away: end the stream; clients
+                // watch again from the last resourceVersion they saw.
+                Err(_) => return Ok(()),
+            },
+            _ = tokio::time::sleep_until(wake) => {
+                if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+                    return Ok(());
+                }
+                w.bookmark(&mut rx).await?;
+                next_bookmark = if timeout.is_some() {
+                    None
+                } else {
+                    tokio::time::Instant::now().checked_add(BOOKMARK_INTERVAL)
+                };
+            }
+            _ = tick.tick() => {
+                w.faults = w.state.faults();
+            }
+            _ = w.tx.closed() => return Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn res(
+        group: &str,
+        resource: &str,
+        namespace: Option<&str>,
+        name: Option<&str>,
+        sub: Option<&str>,
+    ) -> Route {
+        Route::Resource(ResourcePath {
+            group: group.into(),
+            version: "v1".into(),
+            resource: resource.into(),
+            namespace: namespace.map(str::to_string),
+            name: name.map(str::to_string),
+            subresource: sub.map(str::to_string),
+            watch_path: false,
+        })
+    }
+
+    #[test]
+    fn routes() {
+        assert_eq!(
+            parse_route("/api/v1/namespaces"),
+            res("", "namespaces", None, None, None)
+        );
+        assert_eq!(
+            parse_route("/api/v1/namespaces/x"),
+            res("", "namespaces", None, Some("x"), None)
+        );
+        assert_eq!(
+            parse_route("/api/v1/namespaces/x/status"),
+            res("", "namespaces", None, Some("x"), Some("status"))
+        );
+        assert_eq!(
+            parse_route("/api/v1/namespaces/x/pods"),
+            res("", "pods", Some("x"), None, None)
+        );
+        assert_eq!(
+            parse_route("/apis/apps/v1/namespaces/x/deployments/web/scale"),
+            res("apps", "deployments", Some("x"), Some("web"), Some("scale"))
+        );
+        assert_eq!(
+            parse_route("/apis/apps/v1/deployments"),
+            res("apps", "deployments", None, None, None)
+        );
+        assert_eq!(parse_route("/apis/apps"), Route::ApiGroup("apps".into()));
+        assert_eq!(
+            parse_route("/apis/apps/v1"),
+            Route::ApiResourceList("apps".into(), "v1".into())
+        );
+        assert_eq!(parse_route("/api/v1/a/b/c/d/e/f/g"), Route::NotFound);
+        assert_eq!(parse_route("/api/v1/%ff"), Route::NotFound);
+        assert_eq!(
+            parse_route("/_sim/faults"),
+            Route::Control(vec!["faults".into()])
+        );
+    }
+
+    #[test]
+    fn aggregated_accept_is_detected() {
+        assert!(wants_aggregated(
+            "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json"
+        ));
+        assert!(!wants_aggregated("application/json"));
+        assert!(!wants_aggregated(
+            "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
+        ));
+    }
+}

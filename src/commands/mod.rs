@@ -1,0 +1,4 @@
+//! One module per user command.
+
+pub mod demo;
+pub mod release;

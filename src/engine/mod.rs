@@ -1,0 +1,5 @@
+//! The deploy run: one target's run, the fleet of targets, and the conclusion (policy, rollback).
+
+pub mod conclude;
+pub mod fleet;
+pub mod target_run;

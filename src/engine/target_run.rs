@@ -1,0 +1,407 @@
+//! One target, start to end: connect -> discover/validate -> apply -> wait, into a
+//! `TargetReport`. Hook points for the release work (lock, history records, rollback) and for
+//! script stages are marked `HOOK`.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Config, TargetConfig};
+use crate::kube::apply::{AppliedObject, ApplyError, ApplyOptions, apply_resolved, resolve_set};
+use crate::kube::connect::{ClusterAccess, TargetError, connect, describe_error};
+use crate::kube::wait::{WaitFailure, WaitOptions, wait_for_rollout};
+use crate::manifests::ManifestSet;
+use crate::release::{EncodedManifests, ReleaseError};
+use crate::report::progress::{Progress, Stage};
+use crate::report::{Failure, PhaseTiming, TargetOutcome, TargetReport};
+use crate::util::git::CommitInfo;
+
+/// Requests in flight per target within an apply phase.
+pub const MAX_IN_FLIGHT: usize = 8;
+
+/// Options of a deploy that come from flags, not from the config file.
+#[derive(Debug, Clone, Default)]
+pub struct DeployOptions {
+    pub force_conflicts: bool,
+    pub dry_run: bool,
+    /// `--kubeconfig`, for targets that name no kubeconfig of their own.
+    pub cli_kubeconfig: Option<PathBuf>,
+}
+
+/// Everything a deploy needs, validated before any cluster is touched.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub config: Config,
+    pub manifests: ManifestSet,
+    pub commit: Option<CommitInfo>,
+    pub options: DeployOptions,
+    /// A snapshot of the environment (kubeconfig_env variables, KUBECONFIG, HOME).
+    pub env: HashMap<String, String>,
+    /// The manifests as release records store them: encoded once, shared by every target.
+    recorded: OnceLock<Result<EncodedManifests, String>>,
+}
+
+impl Plan {
+    pub fn new(
+        config: Config,
+        manifests: ManifestSet,
+        commit: Option<CommitInfo>,
+        options: DeployOptions,
+        env: HashMap<String, String>,
+    ) -> Plan {
+        Plan {
+            config,
+            manifests,
+            commit,
+            options,
+            env,
+            recorded: OnceLock::new(),
+        }
+    }
+
+    /// The manifests encoded for the release records (the first target to ask encodes them).
+    pub fn recorded_manifests(&self) -> Result<&EncodedManifests, ReleaseError> {
+        self.recorded
+            .get_or_init(|| {
+                let bodies: Vec<&serde_json::Value> =
+                    self.manifests.objects.iter().map(|o| &o.body).collect();
+                EncodedManifests::encode(&bodies).map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(|e| ReleaseError::Encode(e.clone()))
+    }
+
+    pub fn env(&self, key: &str) -> Option<String> {
+        self.env.get(key).cloned()
+    }
+}
+
+/// The result of one target's run, with what the rollback step needs.
+pub struct TargetRun {
+    pub report: TargetReport,
+    /// The connection, when one was made (the rollback reuses it).
+    pub access: Option<ClusterAccess>,
+    /// Objects applied (the server's answers).
+    pub applied: Vec<AppliedObject>,
+    /// True once any object of the new revision was written to this target.
+    pub received_new_revision: bool,
+    /// The lock and release record of this run (rg-release; None in a dry run or before
+    /// the lock was taken).
+    pub release: Option<crate::engine::conclude::TargetRelease>,
+}
+
+/// Phase timings, in order.
+struct PhaseClock {
+    phases: Vec<PhaseTiming>,
+    current: Option<(String, Instant)>,
+}
+
+impl PhaseClock {
+    fn new() -> Self {
+        PhaseClock {
+            phases: Vec::new(),
+            current: None,
+        }
+    }
+    fn start(&mut self, name: &str) {
+        self.stop();
+        self.current = Some((name.to_string(), Instant::now()));
+    }
+    fn stop(&mut self) {
+        if let Some((name, at)) = self.current.take() {
+            self.phases.push(PhaseTiming {
+                name,
+                seconds: round_ms(at.elapsed()),
+            });
+        }
+    }
+}
+
+fn round_ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1000.0).round() / 1000.0
+}
+
+/// The namespace for namespaced objects without one: the target's, else the config's, else
+/// the kubeconfig context's.
+pub fn default_namespace(
+    config: &Config,
+    target: &TargetConfig,
+    context_namespace: &str,
+) -> String {
+    config
+        .namespace_for(target)
+        .unwrap_or(context_namespace)
+        .to_string()
+}
+
+fn target_failure(object: &str, e: &TargetError) -> Failure {
+    Failure {
+        object: object.to_string(),
+        reason: e.reason.clone(),
+        message: e.message.clone(),
+        ..Default::default()
+    }
+}
+
+/// The headline already names the object, so the message says only what to do.
+const UNSERVED_KIND_HINT: &str =
+    "the cluster does not serve this kind; install its CRD or fix the apiVersion/kind";
+
+/// Apply errors as report failures.
+pub fn apply_failures(err: &ApplyError, server: &str) -> Vec<Failure> {
+    let plain = |object: &str, reason: &str, message: String| Failure {
+        object: object.to_string(),
+        reason: reason.to_string(),
+        message,
+        ..Default::default()
+    };
+    match err {
+        ApplyError::UnservedKinds(kinds) => kinds
+            .iter()
+            .map(|k| plain(k, "KindNotServed", UNSERVED_KIND_HINT.to_string()))
+            .collect(),
+        ApplyError::Objects(failures) => failures
+            .iter()
+            .map(|f| {
+                plain(
+                    &f.object,
+                    &f.reason,
+                    format!("{} ({})", f.message, f.origin),
+                )
+            })
+            .collect(),
+        ApplyError::Discovery(e) => vec![target_failure("cluster", &describe_error(e, server))],
+        ApplyError::Namespace { name, source } => {
+            let described = describe_error(source, server);
+            vec![plain(
+                &format!("Namespace {name}"),
+                &described.reason,
+                described.message,
+            )]
+        }
+        ApplyError::CrdNotEstablished { name, message } => {
+            vec![plain(
+                &format!("CustomResourceDefinition {name}"),
+                "NotEstablished",
+                message.clone(),
+            )]
+        }
+        ApplyError::Cancelled => Vec::new(),
+    }
+}
+
+/// Runs one target. Never panics on cluster errors: every problem ends in the report.
+pub async fn run_target(
+    plan: &Plan,
+    target: &TargetConfig,
+    cancel: &CancellationToken,
+    progress: &Progress,
+) -> TargetRun {
+    let started_at = Timestamp::now();
+    let started = Instant::now();
+    let deadline = started + plan.config.wait.timeout;
+    let mut clock = PhaseClock::new();
+    let mut run = TargetRun {
+        report: TargetReport::new(target.name.clone(), TargetOutcome::Failed, started_at),
+        access: None,
+        applied: Vec::new(),
+        received_new_revision: false,
+        release: None,
+    };
+    let name = target.name.clone();
+
+    progress.update(&name, Stage::Connecting);
+    clock.start("connect");
+    let env = |k: &str| plan.env(k);
+    let access = match connect(
+        target,
+        plan.options.cli_kubeconfig.as_deref(),
+        &plan.config.base_dir,
+        &env,
+    )
+    .await
+    {
+        Ok(access) => access,
+        Err(e) => {
+            // Target failures are logged at info: the progress line and the final table say them.
+            tracing::info!(reason = %e.reason, "{}", e.message);
+            run.report.failures.push(target_failure("cluster", &e));
+            return finish(run, clock, progress, TargetOutcome::Failed);
+        }
+    };
+    run.access = Some(access.clone());
+
+    // Discovery: the first request (an unreachable target fails here, in seconds) and the
+    // check that the target serves every kind, before anything is written to it.
+    clock.start("discover");
+    let resolution = match resolve_set(&access.client, &plan.manifests, deadline, cancel).await {
+        Ok(resolution) => resolution,
+        Err(ApplyError::Cancelled) => {
+            return finish(run, clock, progress, TargetOutcome::Cancelled);
+        }
+        Err(e) => {
+            tracing::info!("{e}");
+            run.report.failures = apply_failures(&e, &access.server);
+            return finish(run, clock, progress, TargetOutcome::Failed);
+        }
+    };
+
+    // rg-release: lock, abandoned records, last good, this run's pending record.
+    if !plan.options.dry_run {
+        clock.start("lock");
+        let namespace = default_namespace(&plan.config, target, &access.context_namespace);
+        match crate::engine::conclude::prepare(plan, target, &access, &namespace, cancel).await {
+            Ok((release, notes)) => {
+                run.report.revision = Some(release.record.revision);
+                run.report.warnings.extend(notes);
+                run.release = Some(release);
+            }
+            Err(crate::engine::conclude::PrepareError::Cancelled) => {
+                return finish(run, clock, progress, TargetOutcome::Cancelled);
+            }
+            Err(e) => {
+                tracing::info!("{e}");
+                run.report.failures.push(e.failure(&access.server));
+                return finish(run, clock, progress, TargetOutcome::Failed);
+            }
+        }
+    }
+    // The deadline is for apply and rollout: time spent waiting for the lock does not count.
+    let deadline = if plan.options.dry_run {
+        deadline
+    } else {
+        Instant::now() + plan.config.wait.timeout
+    };
+    // HOOK(script stages): `before` scripts run here.
+
+    clock.start("apply");
+    progress.update(
+        &name,
+        Stage::Applying {
+            done: 0,
+            total: plan.manifests.objects.len(),
+        },
+    );
+    let options = ApplyOptions {
+        force: plan.options.force_conflicts,
+        dry_run: plan.options.dry_run,
+        default_namespace: default_namespace(&plan.config, target, &access.context_namespace),
+        max_in_flight: MAX_IN_FLIGHT,
+        deadline,
+    };
+    let report_progress =
+        |done: usize, total: usize| progress.update(&name, Stage::Applying { done, total });
+    let outcome = apply_resolved(
+        &access.client,
+        &plan.manifests,
+        resolution,
+        &options,
+        cancel,
+        &report_progress,
+    )
+    .await;
+    run.received_new_revision = !plan.options.dry_run && !outcome.applied.is_empty();
+    run.report.warnings.extend(outcome.warnings);
+    run.applied = outcome.applied;
+    if let Err(e) = outcome.result {
+        if matches!(e, ApplyError::Cancelled) {
+            return finish(run, clock, progress, TargetOutcome::Cancelled);
+        }
+        tracing::info!("apply failed: {e}");
+        run.report.failures = apply_failures(&e, &access.server);
+        // HOOK(rg-release): rollback decision for this target (policy across targets is in fleet.rs).
+        return finish(run, clock, progress, TargetOutcome::Failed);
+    }
+    tracing::info!(objects = run.applied.len(), "applied");
+
+    if plan.options.dry_run {
+        return finish(run, clock, progress, TargetOutcome::Deployed);
+    }
+
+    clock.start("wait");
+    let wait_options = WaitOptions {
+        deadline,
+        timeout: plan.config.wait.timeout,
+        fail_fast: plan.config.wait.fail_fast.clone(),
+    };
+    let report_wait = |p| progress.update(&name, Stage::Waiting(p));
+    let waited = wait_for_rollout(
+        &access.client,
+        &run.applied,
+        &wait_options,
+        cancel,
+        &report_wait,
+    )
+    .await;
+    run.report.warnings.extend(waited.warnings);
+    let outcome = match waited.result {
+        Ok(()) => TargetOutcome::Deployed,
+        Err(WaitFailure::Cancelled) => TargetOutcome::Cancelled,
+        Err(WaitFailure::Failed(failures)) | Err(WaitFailure::Timeout(failures)) => {
+            for f in &failures {
+                tracing::info!("{}", f.headline());
+            }
+            run.report.failures = failures;
+            TargetOutcome::Failed
+        }
+    };
+    // HOOK(script stages): `after` scripts (smoke tests) run here when the wait succeeded.
+    // HOOK(rg-release): finish the record (deployed / failed) and release the lock.
+    finish(run, clock, progress, outcome)
+}
+
+fn finish(
+    mut run: TargetRun,
+    mut clock: PhaseClock,
+    progress: &Progress,
+    outcome: TargetOutcome,
+) -> TargetRun {
+    clock.stop();
+    run.report.phases = clock.phases;
+    run.report.outcome = outcome;
+    run.report.finished_at = Timestamp::now();
+    if run.report.message.is_none() {
+        run.report.message = match outcome {
+            TargetOutcome::Cancelled => Some("cancelled".to_string()),
+            _ => run.report.failures.first().map(Failure::headline),
+        };
+    }
+    progress.update(
+        &run.report.name,
+        Stage::Finished {
+            outcome,
+            message: run.report.message.clone(),
+        },
+    );
+    run
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kube::apply::ObjectFailure;
+
+    #[test]
+    fn apply_errors_become_failures() {
+        let unserved =
+            ApplyError::UnservedKinds(vec!["example.com/v1 Widget (k8s/w.yaml:1)".into()]);
+        let f = apply_failures(&unserved, "https://x");
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].reason, "KindNotServed");
+        let objects = ApplyError::Objects(vec![ObjectFailure {
+            object: "Deployment shop/web".into(),
+            origin: "k8s/web.yaml:3".into(),
+            reason: "Conflict".into(),
+            message: "fields owned by another field manager: .spec.replicas".into(),
+        }]);
+        let f = apply_failures(&objects, "https://x");
+        assert_eq!(f[0].object, "Deployment shop/web");
+        assert!(f[0].message.ends_with("(k8s/web.yaml:3)"));
+        assert!(apply_failures(&ApplyError::Cancelled, "https://x").is_empty());
+    }
+}

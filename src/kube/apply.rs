@@ -1,0 +1,954 @@
+//! Server-side apply of a manifest set to one target, through discovery and `DynamicObject`.
+//!
+//! Every kind is resolved by discovery before anything is written, so a kind the target does
+//! not serve fails the target with zero writes (kinds defined by a CRD of the same set are
+//! resolved after that CRD is Established). Phases come from `ManifestSet::phases()` and run
+//! in order; within a phase up to `max_in_flight` requests are in flight.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use futures::StreamExt;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::{ApiResource, Discovery, Scope};
+use serde_json::Value;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::kube::retry::{RetryBudget, RetryError, with_retry};
+use crate::manifests::{ManifestObject, ManifestSet};
+
+/// The field manager of every apply rollguard makes.
+pub const FIELD_MANAGER: &str = "rollguard";
+
+/// How to apply.
+#[derive(Debug, Clone)]
+pub struct ApplyOptions {
+    /// Take ownership of fields another manager owns (`--force-conflicts`).
+    pub force: bool,
+    /// `dryRun=All`: the server answers with the would-be objects and stores nothing.
+    pub dry_run: bool,
+    /// Namespace for namespaced objects that name none.
+    pub default_namespace: String,
+    /// Requests in flight per target within a phase.
+    pub max_in_flight: usize,
+    /// Nothing is attempted after this instant.
+    pub deadline: Instant,
+}
+
+/// One object as applied: where it lives and what the server answered.
+#[derive(Debug, Clone)]
+pub struct AppliedObject {
+    /// "Deployment shop/web"
+    pub display: String,
+    pub resource: ApiResource,
+    pub name: String,
+    pub namespace: Option<String>,
+    /// The object as the server returned it, for the wait (the would-be object in a dry
+    /// run). `None` when it was already healthy: nothing is left to watch, and with many
+    /// objects on many targets the bodies are most of the memory.
+    pub response: Option<Value>,
+}
+
+/// Why one object could not be applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectFailure {
+    pub object: String,
+    /// "k8s/web.yaml:12"
+    pub origin: String,
+    pub reason: String,
+    pub message: String,
+}
+
+/// Why applying to a target stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("the cluster does not serve {}", .0.join(", "))]
+    UnservedKinds(Vec<String>),
+    #[error("{} object(s) could not be applied", .0.len())]
+    Objects(Vec<ObjectFailure>),
+    #[error("discovery failed: {0}")]
+    Discovery(kube::Error),
+    #[error("CustomResourceDefinition {name} did not become Established: {message}")]
+    CrdNotEstablished { name: String, message: String },
+    #[error("namespace {name}: {source}")]
+    Namespace { name: String, source: kube::Error },
+    #[error("cancelled")]
+    Cancelled,
+}
+
+/// The result of applying: what got applied (also on error, for rollback decisions).
+#[derive(Debug)]
+pub struct ApplyOutcome {
+    pub applied: Vec<AppliedObject>,
+    pub result: Result<(), ApplyError>,
+    /// What a dry run could not check (objects in namespaces that do not exist yet).
+    pub warnings: Vec<String>,
+}
+
+/// A kind resolved by discovery.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub resource: ApiResource,
+    pub namespaced: bool,
+}
+
+/// The API groups a set needs from discovery ("" is the core group).
+pub fn needed_groups(objects: &[ManifestObject]) -> Vec<String> {
+    let groups: BTreeSet<String> = objects.iter().map(|o| o.group().to_string()).collect();
+    groups.into_iter().collect()
+}
+
+/// (group, kind) pairs that CustomResourceDefinitions in the set will serve.
+pub fn crd_provided_kinds(objects: &[ManifestObject]) -> HashSet<(String, String)> {
+    objects
+        .iter()
+        .filter(|o| o.kind == "CustomResourceDefinition" && o.group() == "apiextensions.k8s.io")
+        .filter_map(|o| {
+            let spec = o.body.get("spec")?;
+            let group = spec.get("group")?.as_str()?;
+            let kind = spec.get("names")?.get("kind")?.as_str()?;
+            Some((group.to_string(), kind.to_string()))
+        })
+        .collect()
+}
+
+fn gvk_of(obj: &ManifestObject) -> GroupVersionKind {
+    GroupVersionKind::gvk(obj.group(), obj.version(), &obj.kind)
+}
+
+fn kind_key(obj: &ManifestObject) -> (String, String) {
+    (obj.api_version.clone(), obj.kind.clone())
+}
+
+/// Resolves every kind of `objects`; kinds in `later` (CRD-provided) may stay unresolved.
+/// Returns the resolutions, or the list of kinds the target does not serve.
+pub fn resolve_kinds(
+    discovery: &Discovery,
+    objects: &[ManifestObject],
+    later: &HashSet<(String, String)>,
+) -> Result<HashMap<(String, String), Resolved>, Vec<String>> {
+    let mut resolved = HashMap::new();
+    let mut missing = Vec::new();
+    for obj in objects {
+        let key = kind_key(obj);
+        if resolved.contains_key(&key) {
+            continue;
+        }
+        match discovery.resolve_gvk(&gvk_of(obj)) {
+            Some((resource, caps)) => {
+                resolved.insert(
+                    key,
+                    Resolved {
+                        resource,
+                        namespaced: caps.scope == Scope::Namespaced,
+                    },
+                );
+            }
+            None if later.contains(&(obj.group().to_string(), obj.kind.clone())) => {}
+            None => {
+                let text = format!("{} {} ({})", obj.api_version, obj.kind, obj.origin);
+                if !missing.contains(&text) {
+                    missing.push(text);
+                }
+            }
+        }
+    }
+    if missing.is_empty() {
+        Ok(resolved)
+    } else {
+        Err(missing)
+    }
+}
+
+/// The namespace an object is applied in: its own, else the default, for namespaced kinds.
+pub fn effective_namespace(
+    obj: &ManifestObject,
+    namespaced: bool,
+    default_namespace: &str,
+) -> Option<String> {
+    if !namespaced {
+        return None;
+    }
+    Some(
+        obj.namespace
+            .clone()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| default_namespace.to_string()),
+    )
+}
+
+/// The body sent to the server: server-owned fields stripped (apply refuses managedFields),
+/// the namespace set for namespaced kinds and removed for cluster-scoped ones.
+pub fn prepare_body(body: &Value, namespace: Option<&str>) -> Value {
+    let mut body = body.clone();
+    if let Some(obj) = body.as_object_mut() {
+        obj.remove("status");
+        if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+            for field in [
+                "managedFields",
+                "resourceVersion",
+                "uid",
+                "creationTimestamp",
+                "generation",
+                "selfLink",
+            ] {
+                meta.remove(field);
+            }
+            match namespace {
+                Some(ns) => {
+                    meta.insert("namespace".into(), Value::String(ns.to_string()));
+                }
+                None => {
+                    meta.remove("namespace");
+                }
+            }
+        }
+    }
+    body
+}
+
+/// The fields of a server-side apply conflict (409 with FieldManagerConflict causes), each
+/// with the manager that owns it: `.spec.replicas (owned by "kubectl")`.
+pub fn conflict_fields(status: &kube::core::Status) -> Vec<String> {
+    let Some(details) = &status.details else {
+        return Vec::new();
+    };
+    details
+        .causes
+        .iter()
+        .filter(|c| c.reason == "FieldManagerConflict" || !c.field.is_empty())
+        .map(|c| {
+            let owner = c
+                .message
+                .strip_prefix("conflict with ")
+                .unwrap_or(&c.message);
+            if owner.is_empty() {
+                c.field.clone()
+            } else {
+                format!("{} (owned by {owner})", c.field)
+            }
+        })
+        .collect()
+}
+
+/// A failed apply of one object, in words.
+pub fn describe_apply_error(obj: &ManifestObject, err: &kube::Error) -> ObjectFailure {
+    let (reason, message) = match err {
+        kube::Error::Api(status) if status.code == 409 && status.reason == "Conflict" => {
+            let fields = conflict_fields(status);
+            (
+                "Conflict".to_string(),
+                format!(
+                    "fields owned by another field manager: {}; run with --force-conflicts to take ownership",
+                    if fields.is_empty() {
+                        status.message.clone()
+                    } else {
+                        fields.join(", ")
+                    }
+                ),
+            )
+        }
+        kube::Error::Api(status) if !undeclared_fields(&status.message).is_empty() => {
+            let paths = undeclared_fields(&status.message);
+            let (what, fix, them) = match paths.as_slice() {
+                [one] => (
+                    format!("{one} is not a field"),
+                    "its name or indentation",
+                    "it",
+                ),
+                many => (
+                    format!("{} are not fields", many.join(", ")),
+                    "their names or indentation",
+                    "them",
+                ),
+            };
+            // Kubernetes' own groups are empty, dotless (apps, batch) or end in .k8s.io.
+            let group = obj.api_version.rsplit_once('/').map_or("", |(g, _)| g);
+            let custom = group.contains('.') && !group.ends_with(".k8s.io");
+            (
+                "FieldNotDeclared".to_string(),
+                format!(
+                    "{what} of {} {}: fix {fix}{}",
+                    obj.api_version,
+                    obj.kind,
+                    if custom {
+                        format!(", or add {them} to the CRD's schema")
+                    } else {
+                        String::new()
+                    }
+                ),
+            )
+        }
+        kube::Error::Api(status) => (
+            if status.reason.is_empty() {
+                format!("HTTP{}", status.code)
+            } else {
+                status.reason.clone()
+            },
+            format!(
+                "the API server refused it ({}): {}",
+                status.code, status.message
+            ),
+        ),
+        other => (
+            "Unreachable".to_string(),
+            crate::kube::retry::error_chain_text(other),
+        ),
+    };
+    ObjectFailure {
+        object: obj.display_name(),
+        origin: obj.origin.to_string(),
+        reason,
+        message,
+    }
+}
+
+/// The fields a server-side apply was refused for, from the server's message: one,
+/// `failed to create typed patch object (shop/w; example.com/v1, Kind=Widget): .spec.x: field
+/// not declared in schema`, or several, one per line after `errors:`.
+fn undeclared_fields(message: &str) -> Vec<&str> {
+    message
+        .lines()
+        .filter_map(|line| {
+            let before = line
+                .trim()
+                .strip_suffix(crate::kube::retry::FIELD_NOT_DECLARED)?;
+            let before = before.strip_suffix(": ")?;
+            let path = before.rsplit_once("): ").map_or(before, |(_, path)| path);
+            path.starts_with('.').then_some(path)
+        })
+        .collect()
+}
+
+/// The server's answer without `metadata.managedFields`: nothing downstream reads them, and
+/// with many objects on many targets they are most of the memory.
+fn without_managed_fields(mut obj: Value) -> Value {
+    if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("managedFields");
+    }
+    obj
+}
+
+/// What is kept of the server's answer (see [`AppliedObject::response`]): nothing for an
+/// object that is already healthy (a ConfigMap, a Service...), else the object without its
+/// managedFields. A dry run keeps the whole would-be object, which is what it is for.
+fn kept_response(obj: Value, resource: &ApiResource, dry_run: bool) -> Option<Value> {
+    let obj = without_managed_fields(obj);
+    if dry_run {
+        return Some(obj);
+    }
+    let assessment = crate::kube::health::assess_as(&obj, &resource.api_version, &resource.kind);
+    (assessment.status != crate::kube::health::Status::Current).then_some(obj)
+}
+
+/// True for the 404 an object in a namespace that does not exist gets.
+fn is_missing_namespace(f: &ObjectFailure) -> bool {
+    f.reason == "NotFound" && f.message.contains("namespaces \"")
+}
+
+/// Discovery of the given groups, retried within the budget.
+pub async fn discover(
+    client: &Client,
+    groups: &[String],
+    budget: &RetryBudget,
+    cancel: &CancellationToken,
+) -> Result<Discovery, RetryError> {
+    let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
+    with_retry("discovery", budget, cancel, || {
+        discover_once(client, &groups)
+    })
+    .await
+}
+
+/// Aggregated discovery (2 requests), falling back to per-group discovery for servers
+/// without it. Transient errors are returned as they are, for the retry.
+async fn discover_once(client: &Client, groups: &[&str]) -> Result<Discovery, kube::Error> {
+    match Discovery::new(client.clone())
+        .filter(groups)
+        .run_aggregated()
+        .await
+    {
+        Ok(discovery) => Ok(discovery),
+        Err(e)
+            if matches!(
+                crate::kube::retry::classify(&e),
+                crate::kube::retry::ErrorClass::Transient { .. }
+            ) =>
+        {
+            Err(e)
+        }
+        Err(kube::Error::Api(s)) if s.code == 401 || s.code == 403 => Err(kube::Error::Api(s)),
+        Err(e) => {
+            tracing::debug!(error = %e, "aggregated discovery unavailable, using per-group discovery");
+            Discovery::new(client.clone()).filter(groups).run().await
+        }
+    }
+}
+
+fn dynamic_api(
+    client: &Client,
+    resolved: &Resolved,
+    namespace: Option<&str>,
+) -> Api<DynamicObject> {
+    match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resolved.resource),
+        None => Api::all_with(client.clone(), &resolved.resource),
+    }
+}
+
+/// Creates namespaces that objects need but the set does not contain (e.g. the config's
+/// default namespace), tolerating ones that exist already.
+async fn ensure_namespace(
+    client: &Client,
+    name: &str,
+    budget: &RetryBudget,
+    cancel: &CancellationToken,
+) -> Result<(), ApplyError> {
+    use k8s_openapi::api::core::v1::Namespace;
+    let api: Api<Namespace> = Api::all(client.clone());
+    let existing = with_retry("get namespace", budget, cancel, || api.get_opt(name)).await;
+    match existing {
+        Ok(Some(_)) => return Ok(()),
+        Ok(None) => {}
+        Err(RetryError::Cancelled) => return Err(ApplyError::Cancelled),
+        Err(RetryError::Api(source)) => {
+            return Err(ApplyError::Namespace {
+                name: name.to_string(),
+                source,
+            });
+        }
+    }
+    let ns = Namespace {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_string()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let post = PostParams::default();
+    match with_retry("create namespace", budget, cancel, || {
+        api.create(&post, &ns)
+    })
+    .await
+    {
+        Ok(_) => Ok(()),
+        Err(RetryError::Api(kube::Error::Api(s))) if s.code == 409 => Ok(()),
+        Err(RetryError::Cancelled) => Err(ApplyError::Cancelled),
+        Err(RetryError::Api(source)) => Err(ApplyError::Namespace {
+            name: name.to_string(),
+            source,
+        }),
+    }
+}
+
+/// Waits (by watch) until the CRD is Established, within the deadline.
+async fn await_crd_established(
+    client: &Client,
+    name: &str,
+    deadline: Instant,
+    cancel: &CancellationToken,
+) -> Result<(), ApplyError> {
+    use kube::runtime::wait::{await_condition, conditions};
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let wait = tokio::time::timeout_at(
+        deadline,
+        await_condition(api, name, conditions::is_crd_established()),
+    );
+    tokio::select! {
+        _ = cancel.cancelled() => Err(ApplyError::Cancelled),
+        r = wait => match r {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(ApplyError::CrdNotEstablished { name: name.to_string(), message: e.to_string() }),
+            Err(_) => Err(ApplyError::CrdNotEstablished { name: name.to_string(), message: "deadline reached".into() }),
+        }
+    }
+}
+
+/// The kinds of a set as one target serves them, resolved before anything is written.
+#[derive(Debug, Clone)]
+pub struct Resolution {
+    kinds: HashMap<(String, String), Resolved>,
+    groups: Vec<String>,
+}
+
+impl Resolution {
+    /// How many distinct kinds were resolved (CRD-provided kinds come later).
+    pub fn len(&self) -> usize {
+        self.kinds.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.kinds.is_empty()
+    }
+}
+
+/// Discovers the groups the set uses and resolves every kind: the first contact with the
+/// cluster (a few quick attempts, so an unreachable target fails in seconds) and the check
+/// that the target serves every kind, with no write.
+pub async fn resolve_set(
+    client: &Client,
+    set: &ManifestSet,
+    deadline: Instant,
+    cancel: &CancellationToken,
+) -> Result<Resolution, ApplyError> {
+    let groups = needed_groups(&set.objects);
+    let later = crd_provided_kinds(&set.objects);
+    let discovery = discover(
+        client,
+        &groups,
+        &RetryBudget::first_contact(deadline),
+        cancel,
+    )
+    .await
+    .map_err(|e| {
+        e.into_kube()
+            .map(ApplyError::Discovery)
+            .unwrap_or(ApplyError::Cancelled)
+    })?;
+    let kinds =
+        resolve_kinds(&discovery, &set.objects, &later).map_err(ApplyError::UnservedKinds)?;
+    Ok(Resolution { kinds, groups })
+}
+
+/// Resolves and applies the set (`resolve_set` then `apply_resolved`).
+pub async fn apply_set(
+    client: &Client,
+    set: &ManifestSet,
+    options: &ApplyOptions,
+    cancel: &CancellationToken,
+    on_progress: &(dyn Fn(usize, usize) + Sync),
+) -> ApplyOutcome {
+    match resolve_set(client, set, options.deadline, cancel).await {
+        Ok(resolution) => {
+            apply_resolved(client, set, resolution, options, cancel, on_progress).await
+        }
+        Err(e) => ApplyOutcome {
+            applied: Vec::new(),
+            result: Err(e),
+            warnings: Vec::new(),
+        },
+    }
+}
+
+/// Applies the set, phase by phase, with kinds resolved beforehand. `on_progress(done,
+/// total)` is called after each object.
+pub async fn apply_resolved(
+    client: &Client,
+    set: &ManifestSet,
+    resolution: Resolution,
+    options: &ApplyOptions,
+    cancel: &CancellationToken,
+    on_progress: &(dyn Fn(usize, usize) + Sync),
+) -> ApplyOutcome {
+    let mut outcome = ApplyOutcome {
+        applied: Vec::new(),
+        result: Ok(()),
+        warnings: Vec::new(),
+    };
+    outcome.result = apply_phases(
+        client,
+        set,
+        resolution,
+        options,
+        cancel,
+        on_progress,
+        &mut outcome,
+    )
+    .await;
+    outcome
+}
+
+async fn apply_phases(
+    client: &Client,
+    set: &ManifestSet,
+    resolution: Resolution,
+    options: &ApplyOptions,
+    cancel: &CancellationToken,
+    on_progress: &(dyn Fn(usize, usize) + Sync),
+    collected: &mut ApplyOutcome,
+) -> Result<(), ApplyError> {
+    let ApplyOutcome {
+        applied, warnings, ..
+    } = collected;
+    let budget = RetryBudget::until(options.deadline);
+    let Resolution { mut kinds, groups } = resolution;
+
+    // Namespaces the objects go to but the set does not create.
+    let declared: HashSet<&str> = set
+        .objects
+        .iter()
+        .filter(|o| o.kind == "Namespace" && o.group().is_empty())
+        .map(|o| o.name.as_str())
+        .collect();
+    let mut needed: BTreeSet<String> = BTreeSet::new();
+    for obj in &set.objects {
+        let namespaced = kinds
+            .get(&kind_key(obj))
+            .map(|r| r.namespaced)
+            .unwrap_or(true);
+        if let Some(ns) = effective_namespace(obj, namespaced, &options.default_namespace)
+            && !declared.contains(ns.as_str())
+        {
+            needed.insert(ns);
+        }
+    }
+    if !options.dry_run {
+        for ns in &needed {
+            ensure_namespace(client, ns, &budget, cancel).await?;
+        }
+    }
+
+    let total = set.objects.len();
+    let mut done = 0usize;
+    for phase in set.phases() {
+        if cancel.is_cancelled() {
+            return Err(ApplyError::Cancelled);
+        }
+        // Kinds served by CRDs of an earlier phase are discovered now.
+        if phase
+            .objects
+            .iter()
+            .any(|o| !kinds.contains_key(&kind_key(o)))
+        {
+            if options.dry_run {
+                // A dry run never establishes CRDs: objects of their kinds cannot be checked.
+                done += phase
+                    .objects
+                    .iter()
+                    .filter(|o| !kinds.contains_key(&kind_key(o)))
+                    .count();
+            } else {
+                let discovery = discover(client, &groups, &budget, cancel)
+                    .await
+                    .map_err(|e| {
+                        e.into_kube()
+                            .map(ApplyError::Discovery)
+                            .unwrap_or(ApplyError::Cancelled)
+                    })?;
+                kinds = resolve_kinds(&discovery, &set.objects, &HashSet::new())
+                    .map_err(ApplyError::UnservedKinds)?;
+            }
+        }
+        // Futures built up front (they start only when polled): a stream closure over
+        // borrowed objects would not be `Send` for every lifetime, which tokio::spawn needs.
+        let mut pending = Vec::new();
+        for obj in &phase.objects {
+            if let Some(resolved) = kinds.get(&kind_key(obj)) {
+                pending.push(apply_one(
+                    client,
+                    obj,
+                    resolved.clone(),
+                    options,
+                    &budget,
+                    cancel,
+                ));
+            }
+        }
+        let results: Vec<Result<AppliedObject, ObjectFailure>> = futures::stream::iter(pending)
+            .buffer_unordered(options.max_in_flight.max(1))
+            .inspect(|_| {
+                done += 1;
+                on_progress(done, total);
+            })
+            .collect()
+            .await;
+        if cancel.is_cancelled() {
+            applied.extend(results.into_iter().filter_map(Result::ok));
+            return Err(ApplyError::Cancelled);
+        }
+        let mut failures = Vec::new();
+        for r in results {
+            match r {
+                Ok(a) => applied.push(a),
+                // A dry run creates no namespace, so objects in a namespace of this set
+                // (or one rollguard would create) cannot be checked: the server says 404.
+                Err(f) if options.dry_run && is_missing_namespace(&f) => {
+                    warnings.push(format!("dry run: {} not checked: {}", f.object, f.message))
+                }
+                Err(f) => failures.push(f),
+            }
+        }
+        if !failures.is_empty() {
+            return Err(ApplyError::Objects(failures));
+        }
+        if !options.dry_run {
+            for crd in phase
+                .objects
+                .iter()
+                .filter(|o| phase.wait_for_crds && o.kind == "CustomResourceDefinition")
+            {
+                await_crd_established(client, &crd.name, options.deadline, cancel).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn apply_one(
+    client: &Client,
+    obj: &ManifestObject,
+    resolved: Resolved,
+    options: &ApplyOptions,
+    budget: &RetryBudget,
+    cancel: &CancellationToken,
+) -> Result<AppliedObject, ObjectFailure> {
+    let namespace = effective_namespace(obj, resolved.namespaced, &options.default_namespace);
+    let body = prepare_body(&obj.body, namespace.as_deref());
+    let api = dynamic_api(client, &resolved, namespace.as_deref());
+    let mut params = PatchParams::apply(FIELD_MANAGER);
+    params.force = options.force;
+    params.dry_run = options.dry_run;
+    let started = Instant::now();
+    let patch = Patch::Apply(&body);
+    let result = with_retry("apply", budget, cancel, || {
+        api.patch(&obj.name, &params, &patch)
+    })
+    .await;
+    tracing::debug!(object = %obj.display_name(), ms = started.elapsed().as_millis() as u64, ok = result.is_ok(), "applied");
+    let display = match &namespace {
+        Some(ns) => format!("{} {}/{}", obj.kind, ns, obj.name),
+        None => format!("{} {}", obj.kind, obj.name),
+    };
+    match result {
+        Ok(returned) => Ok(AppliedObject {
+            display,
+            response: kept_response(
+                serde_json::to_value(&returned).unwrap_or(Value::Null),
+                &resolved.resource,
+                options.dry_run,
+            ),
+            resource: resolved.resource,
+            name: obj.name.clone(),
+            namespace,
+        }),
+        Err(RetryError::Cancelled) => Err(ObjectFailure {
+            object: display,
+            origin: obj.origin.to_string(),
+            reason: "Cancelled".into(),
+            message: "cancelled before it was applied".into(),
+        }),
+        Err(RetryError::Api(err)) => {
+            let mut failure = describe_apply_error(obj, &err);
+            failure.object = display;
+            Err(failure)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifests::Origin;
+    use serde_json::json;
+
+    fn object(
+        api_version: &str,
+        kind: &str,
+        name: &str,
+        namespace: Option<&str>,
+        body: Value,
+    ) -> ManifestObject {
+        ManifestObject {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            name: name.into(),
+            namespace: namespace.map(str::to_string),
+            origin: Origin {
+                file: "k8s/x.yaml".into(),
+                line: 3,
+            },
+            body,
+        }
+    }
+
+    #[test]
+    fn kept_response_drops_healthy_objects() {
+        let cm = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+        let deploy = ApiResource::erase::<k8s_openapi::api::apps::v1::Deployment>(&());
+        let config_map = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "namespace": "shop", "uid": "u", "managedFields": [{}]},
+            "data": {"big": "x".repeat(1000)}});
+        let rolling = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "shop", "generation": 2, "managedFields": [{}]},
+            "spec": {"replicas": 2}, "status": {"observedGeneration": 1}});
+        let cases = [
+            // Healthy: nothing to watch, nothing kept.
+            (config_map.clone(), &cm, false, None),
+            // A dry run keeps the would-be object (minus managedFields).
+            (
+                config_map,
+                &cm,
+                true,
+                Some(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "c", "namespace": "shop", "uid": "u"},
+                "data": {"big": "x".repeat(1000)}})),
+            ),
+            // Not healthy yet: the wait needs all of it.
+            (
+                rolling,
+                &deploy,
+                false,
+                Some(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "web", "namespace": "shop", "generation": 2},
+                "spec": {"replicas": 2}, "status": {"observedGeneration": 1}})),
+            ),
+        ];
+        for (input, resource, dry_run, want) in cases {
+            assert_eq!(kept_response(input, resource, dry_run), want);
+        }
+    }
+
+    #[test]
+    fn body_is_stripped_and_namespaced() {
+        let body = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "namespace": "old", "uid": "u", "resourceVersion": "5",
+                         "managedFields": [{}], "creationTimestamp": "x", "generation": 2},
+            "data": {"a": "b"}, "status": {"x": 1}
+        });
+        let out = prepare_body(&body, Some("shop"));
+        assert_eq!(
+            out,
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "shop"}, "data": {"a": "b"}})
+        );
+        let cluster = prepare_body(&body, None);
+        assert!(cluster["metadata"].get("namespace").is_none());
+    }
+
+    #[test]
+    fn namespace_defaulting() {
+        let own = object("v1", "ConfigMap", "c", Some("mine"), json!({}));
+        let none = object("v1", "ConfigMap", "c", None, json!({}));
+        let table = [
+            (&own, true, Some("mine")),
+            (&none, true, Some("shop")),
+            (&own, false, None),
+            (&none, false, None),
+        ];
+        for (obj, namespaced, want) in table {
+            assert_eq!(
+                effective_namespace(obj, namespaced, "shop").as_deref(),
+                want
+            );
+        }
+    }
+
+    #[test]
+    fn crd_kinds_and_groups() {
+        let crd = object(
+            "apiextensions.k8s.io/v1",
+            "CustomResourceDefinition",
+            "widgets.example.com",
+            None,
+            json!({"spec": {"group": "example.com", "names": {"kind": "Widget", "plural": "widgets"}}}),
+        );
+        let deploy = object("apps/v1", "Deployment", "web", None, json!({}));
+        let cm = object("v1", "ConfigMap", "c", None, json!({}));
+        let kinds = crd_provided_kinds(&[crd.clone(), deploy.clone()]);
+        assert!(kinds.contains(&("example.com".to_string(), "Widget".to_string())));
+        assert_eq!(
+            needed_groups(&[crd, deploy, cm]),
+            vec!["", "apiextensions.k8s.io", "apps"]
+        );
+    }
+
+    #[test]
+    fn undeclared_fields_table() {
+        let cases: [(&str, &[&str]); 5] = [
+            (
+                "failed to create typed patch object (rec-x/web; apps/v1, Kind=Deployment): .spec.bogusField: field not declared in schema",
+                &[".spec.bogusField"],
+            ),
+            (
+                "failed to create typed patch object (w1; example.com/v1, Kind=Widget): .spec.items[0].x: field not declared in schema",
+                &[".spec.items[0].x"],
+            ),
+            (
+                "failed to create typed patch object (rec-x/web; apps/v1, Kind=Deployment): errors:\n  .spec.a: field not declared in schema\n  .spec.b: field not declared in schema",
+                &[".spec.a", ".spec.b"],
+            ),
+            ("etcdserver: request timed out", &[]),
+            ("field not declared in schema", &[]),
+        ];
+        for (message, want) in cases {
+            assert_eq!(undeclared_fields(message), want, "{message}");
+        }
+        let shared =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/apiserver-recordings");
+        let recorded = |name: &str| -> kube::core::Status {
+            let text = std::fs::read_to_string(shared.join(name))
+                .unwrap_or_else(|e| panic!("recording {name}: {e}"));
+            serde_json::from_str(&text).expect("recording parses")
+        };
+        let widget = object("example.com/v1", "Widget", "w1", Some("rec-crd"), json!({}));
+        let deploy = object("apps/v1", "Deployment", "web", Some("rec-x"), json!({}));
+        let ingress = object(
+            "networking.k8s.io/v1",
+            "Ingress",
+            "web",
+            Some("rec-x"),
+            json!({}),
+        );
+        let mut two = recorded("05-error-500-ssa-unknown-field-deployment.json");
+        two.message = "failed to create typed patch object (rec-x/web; networking.k8s.io/v1, Kind=Ingress): errors:\n  .spec.a: field not declared in schema\n  .spec.b: field not declared in schema".into();
+        for (status, obj, want) in [
+            (
+                recorded("06-cr-ssa-unknown-field-500-response.json"),
+                &widget,
+                ".spec.extra is not a field of example.com/v1 Widget: fix its name or indentation, or add it to the CRD's schema",
+            ),
+            (
+                recorded("05-error-500-ssa-unknown-field-deployment.json"),
+                &deploy,
+                ".spec.bogusField is not a field of apps/v1 Deployment: fix its name or indentation",
+            ),
+            (
+                two,
+                &ingress,
+                ".spec.a, .spec.b are not fields of networking.k8s.io/v1 Ingress: fix their names or indentation",
+            ),
+        ] {
+            let failure = describe_apply_error(obj, &kube::Error::Api(Box::new(status)));
+            assert_eq!(failure.reason, "FieldNotDeclared");
+            assert_eq!(failure.message, want);
+        }
+    }
+
+    #[test]
+    fn conflicts_name_fields_and_owner() {
+        let text = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../shared/apiserver-recordings/05-error-409-ssa-conflict-two-fields.json"),
+        );
+        let status: kube::core::Status = match text {
+            Ok(t) => serde_json::from_str(&t).expect("recording parses"),
+            Err(_) => serde_json::from_value(json!({
+                "code": 409, "reason": "Conflict", "message": "Apply failed",
+                "details": {"causes": [
+                    {"reason": "FieldManagerConflict", "message": "conflict with \"rollguard\"", "field": ".spec.replicas"},
+                    {"reason": "FieldManagerConflict", "message": "conflict with \"rollguard\"", "field": ".spec.template.spec.containers[name=\"web\"].image"}
+                ]}
+            }))
+            .expect("status"),
+        };
+        assert_eq!(
+            conflict_fields(&status),
+            vec![
+                ".spec.replicas (owned by \"rollguard\")".to_string(),
+                ".spec.template.spec.containers[name=\"web\"].image (owned by \"rollguard\")"
+                    .to_string()
+            ]
+        );
+        let obj = object("apps/v1", "Deployment", "web", Some("shop"), json!({}));
+        let failure = describe_apply_error(&obj, &kube::Error::Api(Box::new(status)));
+        assert_eq!(failure.reason, "Conflict");
+        assert!(
+            failure.message.contains("--force-conflicts"),
+            "{}",
+            failure.message
+        );
+    }
+}

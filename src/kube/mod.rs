@@ -1,0 +1,8 @@
+//! Everything that talks to a cluster: connect, retry, apply, wait, and the pure health rules.
+
+pub mod apply;
+pub mod connect;
+pub mod health;
+pub mod normalize;
+pub mod retry;
+pub mod wait;

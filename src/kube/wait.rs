@@ -1,0 +1,676 @@
+//! Watch-driven wait for a target's rollout, with one deadline.
+//!
+//! Every applied object that is not already Current is watched (one kube-runtime watcher per
+//! kind and namespace, with `default_backoff()` so a dropped watch relists), and so are the
+//! ReplicaSets and Pods of namespaces with workloads. After each event the pure rules decide:
+//! `health::assess` per object, and `health::pod_problems` for the pods of the workload's
+//! NEW revision only. Fatal pod problems fail at once; transient ones (ErrImagePull,
+//! Unschedulable) fail when they persist past their grace, checked by a timer at the exact
+//! instant the grace ends, never by polling.
+
+use std::collections::{BTreeSet, HashMap};
+use std::pin::Pin;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use kube::Client;
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::discovery::ApiResource;
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::Value;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::FailFastConfig;
+use crate::kube::apply::AppliedObject;
+use crate::kube::health::{self, RevisionSelector, Severity, Status};
+use crate::kube::retry::{RetryBudget, with_retry};
+use crate::report::Failure;
+
+/// What waiting needs besides the objects.
+#[derive(Debug, Clone)]
+pub struct WaitOptions {
+    pub deadline: Instant,
+    /// The configured timeout, for messages.
+    pub timeout: Duration,
+    pub fail_fast: FailFastConfig,
+}
+
+/// Progress of a wait, for the live display.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaitProgress {
+    pub ready: usize,
+    pub total: usize,
+    /// The first object still in progress and why, e.g. "Deployment shop/web: 1/3 ready".
+    pub waiting_for: Option<String>,
+}
+
+/// Why a wait did not end with everything Current.
+#[derive(Debug)]
+pub enum WaitFailure {
+    /// An object failed or a pod of a new revision cannot start.
+    Failed(Vec<Failure>),
+    /// The deadline passed; one failure per object still in progress.
+    Timeout(Vec<Failure>),
+    Cancelled,
+}
+
+#[derive(Debug)]
+pub struct WaitOutcome {
+    pub result: Result<(), WaitFailure>,
+    /// Non-fatal problems seen on the way (e.g. unschedulable pods under the warn policy).
+    pub warnings: Vec<String>,
+}
+
+const WORKLOAD_KINDS: &[&str] = &[
+    "Deployment",
+    "StatefulSet",
+    "DaemonSet",
+    "ReplicaSet",
+    "Job",
+];
+
+fn is_workload(resource: &ApiResource) -> bool {
+    (resource.group == "apps" || resource.group == "batch")
+        && WORKLOAD_KINDS.contains(&resource.kind.as_str())
+}
+
+fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
+    let mut cur = v;
+    for p in path {
+        cur = cur.get(p)?;
+    }
+    cur.as_str()
+}
+
+/// True when `obj` has an owner reference with this uid.
+pub fn owned_by(obj: &Value, owner_uid: &str) -> bool {
+    obj.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .is_some_and(|refs| {
+            refs.iter()
+                .any(|r| r.get("uid").and_then(Value::as_str) == Some(owner_uid))
+        })
+}
+
+/// True when the pod carries every label of the workload's `spec.selector.matchLabels` and,
+/// when given, the label of the new revision.
+pub fn pod_matches(pod: &Value, workload: &Value, revision: Option<&RevisionSelector>) -> bool {
+    let labels = pod.pointer("/metadata/labels").and_then(Value::as_object);
+    let has = |k: &str, v: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str) == Some(v);
+    let Some(match_labels) = workload
+        .pointer("/spec/selector/matchLabels")
+        .and_then(Value::as_object)
+    else {
+        return false;
+    };
+    if match_labels.is_empty()
+        || !match_labels
+            .iter()
+            .all(|(k, v)| v.as_str().is_some_and(|v| has(k, v)))
+    {
+        return false;
+    }
+    revision.is_none_or(|r| health::pod_matches(pod, r))
+}
+
+/// The revision whose pods count for fail-fast, or None when it is not known yet (then no
+/// pod is judged: old pods must never fail a new rollout). Jobs and bare ReplicaSets have
+/// one revision: all their pods count.
+pub fn revision_for_pods(
+    kind: &str,
+    workload: &Value,
+    owned: &[Value],
+) -> Option<Option<RevisionSelector>> {
+    match kind {
+        "Job" | "ReplicaSet" => Some(None),
+        _ => health::new_revision_selector(workload, owned).map(Some),
+    }
+}
+
+/// A watched stream: which source it is and its events.
+type SourceStream = Pin<
+    Box<dyn Stream<Item = (usize, Result<watcher::Event<DynamicObject>, watcher::Error>)> + Send>,
+>;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum SourceKind {
+    Tracked,
+    ReplicaSets,
+    Pods,
+}
+
+struct Source {
+    kind: SourceKind,
+    namespace: Option<String>,
+    resource: ApiResource,
+}
+
+/// Objects seen by the watches, per source, by (namespace, name).
+#[derive(Default)]
+struct Store {
+    objects: HashMap<usize, HashMap<(String, String), Value>>,
+    init: HashMap<usize, HashMap<(String, String), Value>>,
+}
+
+fn key_of(v: &Value) -> (String, String) {
+    (
+        str_at(v, &["metadata", "namespace"])
+            .unwrap_or("")
+            .to_string(),
+        str_at(v, &["metadata", "name"]).unwrap_or("").to_string(),
+    )
+}
+
+impl Store {
+    /// Applies a watch event. Items of a LIST (the watcher's initial list) carry no
+    /// apiVersion/kind: they are set from the watched resource, for the health rules.
+    fn apply(
+        &mut self,
+        source: usize,
+        resource: &ApiResource,
+        event: watcher::Event<DynamicObject>,
+    ) {
+        let to_value = |mut o: DynamicObject| {
+            // Never read here, and most of an object's size.
+            o.metadata.managed_fields = None;
+            let mut v = serde_json::to_value(o).unwrap_or(Value::Null);
+            if let Some(obj) = v.as_object_mut() {
+                // Pod problems are read from metadata and status; the spec (containers,
+                // volumes, tolerations) is most of a pod and never read here.
+                if resource.kind == "Pod" {
+                    obj.remove("spec");
+                }
+                obj.entry("apiVersion")
+                    .or_insert_with(|| Value::String(resource.api_version.clone()));
+                obj.entry("kind")
+                    .or_insert_with(|| Value::String(resource.kind.clone()));
+            }
+            v
+        };
+        match event {
+            watcher::Event::Apply(o) => {
+                let v = to_value(o);
+                self.objects
+                    .entry(source)
+                    .or_default()
+                    .insert(key_of(&v), v);
+            }
+            watcher::Event::Delete(o) => {
+                let v = to_value(o);
+                self.objects.entry(source).or_default().remove(&key_of(&v));
+            }
+            watcher::Event::Init => {
+                self.init.insert(source, HashMap::new());
+            }
+            watcher::Event::InitApply(o) => {
+                let v = to_value(o);
+                self.init.entry(source).or_default().insert(key_of(&v), v);
+            }
+            watcher::Event::InitDone => {
+                let listed = self.init.remove(&source).unwrap_or_default();
+                self.objects.insert(source, listed);
+            }
+        }
+    }
+
+    fn get(&self, source: usize, namespace: &str, name: &str) -> Option<&Value> {
+        self.objects
+            .get(&source)?
+            .get(&(namespace.to_string(), name.to_string()))
+    }
+
+    fn all(&self, source: usize) -> impl Iterator<Item = &Value> {
+        self.objects
+            .get(&source)
+            .into_iter()
+            .flat_map(|m| m.values())
+    }
+}
+
+struct Tracked<'a> {
+    applied: &'a AppliedObject,
+    source: Option<usize>,
+    done: bool,
+    last_message: String,
+}
+
+/// Waits until every applied object is Current, something fails, the deadline passes or
+/// `cancel` fires.
+pub async fn wait_for_rollout(
+    client: &Client,
+    applied: &[AppliedObject],
+    options: &WaitOptions,
+    cancel: &CancellationToken,
+    on_progress: &(dyn Fn(WaitProgress) + Sync),
+) -> WaitOutcome {
+    let mut sources: Vec<Source> = Vec::new();
+    let mut tracked: Vec<Tracked> = Vec::new();
+    for a in applied {
+        let assessment = match &a.response {
+            Some(response) => {
+                health::assess_as(response, &a.resource.api_version, &a.resource.kind)
+            }
+            None => health::Assessment::new(Status::Current, "healthy when applied"),
+        };
+        let done = assessment.status == Status::Current;
+        let source = if done {
+            None
+        } else {
+            let found = sources.iter().position(|s| {
+                s.kind == SourceKind::Tracked
+                    && s.namespace == a.namespace
+                    && s.resource == a.resource
+            });
+            Some(found.unwrap_or_else(|| {
+                sources.push(Source {
+                    kind: SourceKind::Tracked,
+                    namespace: a.namespace.clone(),
+                    resource: a.resource.clone(),
+                });
+                sources.len() - 1
+            }))
+        };
+        tracked.push(Tracked {
+            applied: a,
+            source,
+            done,
+            last_message: assessment.message,
+        });
+    }
+    // Pods (and ReplicaSets, for Deployments) of namespaces with pending workloads.
+    let workload_namespaces: BTreeSet<(String, bool)> = tracked
+        .iter()
+        .filter(|t| !t.done && is_workload(&t.applied.resource))
+        .map(|t| {
+            (
+                t.applied.namespace.clone().unwrap_or_default(),
+                t.applied.resource.kind == "Deployment",
+            )
+        })
+        .collect();
+    let mut pod_sources: HashMap<String, usize> = HashMap::new();
+    let mut rs_sources: HashMap<String, usize> = HashMap::new();
+    for (ns, deployment) in workload_namespaces {
+        if !pod_sources.contains_key(&ns) {
+            sources.push(Source {
+                kind: SourceKind::Pods,
+                namespace: Some(ns.clone()),
+                resource: ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()),
+            });
+            pod_sources.insert(ns.clone(), sources.len() - 1);
+        }
+        if deployment && !rs_sources.contains_key(&ns) {
+            sources.push(Source {
+                kind: SourceKind::ReplicaSets,
+                namespace: Some(ns.clone()),
+                resource: ApiResource::erase::<k8s_openapi::api::apps::v1::ReplicaSet>(&()),
+            });
+            rs_sources.insert(ns, sources.len() - 1);
+        }
+    }
+
+    let streams: Vec<SourceStream> = sources
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let api: Api<DynamicObject> = match &s.namespace {
+                Some(ns) => Api::namespaced_with(client.clone(), ns, &s.resource),
+                None => Api::all_with(client.clone(), &s.resource),
+            };
+            let stream = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .map(move |e| (i, e));
+            Box::pin(stream) as SourceStream
+        })
+        .collect();
+    let mut events = futures::stream::select_all(streams);
+    let mut store = Store::default();
+    let mut transient_since: HashMap<(String, Option<String>, String), Instant> = HashMap::new();
+    let mut warnings: BTreeSet<String> = BTreeSet::new();
+    let mut last_watch_error: Option<String> = None;
+    let mut last_progress: Option<WaitProgress> = None;
+
+    loop {
+        // Decide with what is known now.
+        let now = Instant::now();
+        let mut failures: Vec<Failure> = Vec::new();
+        let mut next_escalation: Option<Instant> = None;
+        for t in tracked.iter_mut().filter(|t| !t.done) {
+            let a = t.applied;
+            let ns = a.namespace.clone().unwrap_or_default();
+            let Some(current) = t
+                .source
+                .and_then(|s| store.get(s, &ns, &a.name))
+                .or(a.response.as_ref())
+            else {
+                // Only objects healthy when applied have neither, and those are done.
+                continue;
+            };
+            let assessment = health::assess_as(current, &a.resource.api_version, &a.resource.kind);
+            t.last_message = assessment.message.clone();
+            match assessment.status {
+                Status::Current => {
+                    t.done = true;
+                    continue;
+                }
+                Status::Failed => failures.push(Failure {
+                    object: a.display.clone(),
+                    pod: None,
+                    container: None,
+                    reason: failed_reason(&assessment.message),
+                    message: assessment.message.clone(),
+                    events: Vec::new(),
+                }),
+                _ => {}
+            }
+            if !is_workload(&a.resource) {
+                continue;
+            }
+            let uid = str_at(current, &["metadata", "uid"]).unwrap_or("");
+            let owned: Vec<Value> = rs_sources
+                .get(&ns)
+                .map(|&s| {
+                    store
+                        .all(s)
+                        .filter(|rs| !uid.is_empty() && owned_by(rs, uid))
+                        .cloned()
+                        .collect()
+                })
+                .unwrap_or_default();
+            let Some(revision) = revision_for_pods(&a.resource.kind, current, &owned) else {
+                continue;
+            };
+            let Some(&pods) = pod_sources.get(&ns) else {
+                continue;
+            };
+            for pod in store
+                .all(pods)
+                .filter(|p| pod_matches(p, current, revision.as_ref()))
+            {
+                for problem in health::pod_problems(pod, &options.fail_fast) {
+                    let failure = Failure {
+                        object: a.display.clone(),
+                        pod: Some(problem.pod.clone()),
+                        container: problem.container.clone(),
+                        reason: problem.reason.clone(),
+                        message: problem.message.clone(),
+                        events: Vec::new(),
+                    };
+                    match problem.severity {
+                        Severity::Fatal => failures.push(failure),
+                        Severity::Warning => {
+                            warnings.insert(failure.headline());
+                        }
+                        // Transient: fails once it has lasted its grace; a transient
+                        // problem without a grace (CrashLoopBackOff below the restart
+                        // threshold) is decided by later pod states, not by time.
+                        Severity::Transient => {
+                            if let Some(grace) = problem.grace(&options.fail_fast) {
+                                let key = (
+                                    problem.pod.clone(),
+                                    problem.container.clone(),
+                                    problem.reason.clone(),
+                                );
+                                let since = *transient_since.entry(key).or_insert(now);
+                                let due = since + grace;
+                                if due <= now {
+                                    let mut failure = failure;
+                                    failure.message = format!(
+                                        "{} (for more than {})",
+                                        failure.message,
+                                        crate::report::progress::format_duration(grace)
+                                    );
+                                    failures.push(failure);
+                                } else {
+                                    next_escalation =
+                                        Some(next_escalation.map_or(due, |n: Instant| n.min(due)));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let total = tracked.len();
+        let ready = tracked.iter().filter(|t| t.done).count();
+        let progress = WaitProgress {
+            ready,
+            total,
+            waiting_for: tracked.iter().find(|t| !t.done).map(|t| {
+                if t.last_message.is_empty() {
+                    t.applied.display.clone()
+                } else {
+                    format!("{}: {}", t.applied.display, t.last_message)
+                }
+            }),
+        };
+        if last_progress.as_ref() != Some(&progress) {
+            on_progress(progress.clone());
+            last_progress = Some(progress);
+        }
+        if !failures.is_empty() {
+            dedup_failures(&mut failures);
+            add_events(client, &mut failures, &tracked, cancel).await;
+            return WaitOutcome {
+                result: Err(WaitFailure::Failed(failures)),
+                warnings: warnings.into_iter().collect(),
+            };
+        }
+        if ready == total {
+            return WaitOutcome {
+                result: Ok(()),
+                warnings: warnings.into_iter().collect(),
+            };
+        }
+
+        let escalation = async {
+            match next_escalation {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = cancel.cancelled() => {
+                return WaitOutcome { result: Err(WaitFailure::Cancelled), warnings: warnings.into_iter().collect() };
+            }
+            _ = tokio::time::sleep_until(options.deadline) => {
+                let mut failures: Vec<Failure> = tracked
+                    .iter()
+                    .filter(|t| !t.done)
+                    .map(|t| Failure {
+                        object: t.applied.display.clone(),
+                        pod: None,
+                        container: None,
+                        reason: "Timeout".into(),
+                        message: timeout_message(options.timeout, &t.last_message, last_watch_error.as_deref()),
+                        events: Vec::new(),
+                    })
+                    .collect();
+                add_events(client, &mut failures, &tracked, cancel).await;
+                return WaitOutcome { result: Err(WaitFailure::Timeout(failures)), warnings: warnings.into_iter().collect() };
+            }
+            _ = escalation => {}
+            next = events.next() => match next {
+                Some((source, Ok(event))) => {
+                    store.apply(source, &sources[source].resource, event);
+                    // Take every event already queued before deciding again.
+                    while let Some(Some((source, item))) = events.now_or_never_ready() {
+                        match item {
+                            Ok(event) => store.apply(source, &sources[source].resource, event),
+                            Err(e) => last_watch_error = Some(e.to_string()),
+                        }
+                    }
+                }
+                Some((source, Err(e))) => {
+                    tracing::debug!(source, error = %e, "watch error; the watcher retries with backoff");
+                    last_watch_error = Some(e.to_string());
+                }
+                None => {
+                    // Every watch ended (should not happen with backoff): wait for the deadline.
+                    tokio::select! {
+                        _ = cancel.cancelled() => {}
+                        _ = tokio::time::sleep_until(options.deadline) => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Polls a stream once without waiting: `Some(item)` when one is ready now.
+trait NowOrNever: Stream + Unpin {
+    fn now_or_never_ready(&mut self) -> Option<Option<Self::Item>> {
+        futures::FutureExt::now_or_never(self.next())
+    }
+}
+impl<S: Stream + Unpin> NowOrNever for S {}
+
+fn failed_reason(message: &str) -> String {
+    if message.contains("ProgressDeadlineExceeded") {
+        "ProgressDeadlineExceeded".into()
+    } else {
+        "Failed".into()
+    }
+}
+
+fn timeout_message(timeout: Duration, last: &str, watch_error: Option<&str>) -> String {
+    let mut text = format!(
+        "not ready after {}",
+        crate::report::progress::format_duration(timeout)
+    );
+    if !last.is_empty() {
+        text.push_str(": ");
+        text.push_str(last);
+    }
+    if let Some(e) = watch_error {
+        text.push_str(&format!(" (last watch error: {e})"));
+    }
+    text
+}
+
+/// One failure per (object, pod, container, reason): several pods of a Deployment with the
+/// same problem say it once per pod, several problems of one pod stay apart.
+fn dedup_failures(failures: &mut Vec<Failure>) {
+    let mut seen = BTreeSet::new();
+    failures.retain(|f| {
+        seen.insert((
+            f.object.clone(),
+            f.pod.clone(),
+            f.container.clone(),
+            f.reason.clone(),
+        ))
+    });
+}
+
+/// Adds the recent Warning events of each failed object and its pod.
+async fn add_events(
+    client: &Client,
+    failures: &mut [Failure],
+    tracked: &[Tracked<'_>],
+    cancel: &CancellationToken,
+) {
+    let budget = RetryBudget {
+        max_attempts: Some(2),
+        attempt_timeout: Duration::from_secs(3),
+        ..RetryBudget::until(Instant::now() + Duration::from_secs(5))
+    };
+    for f in failures.iter_mut() {
+        let Some(t) = tracked.iter().find(|t| t.applied.display == f.object) else {
+            continue;
+        };
+        let ns = t
+            .applied
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        let mut names = vec![t.applied.name.clone()];
+        names.extend(f.pod.clone());
+        for name in names {
+            let api: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), &ns);
+            let params = ListParams::default().fields(&format!("involvedObject.name={name}"));
+            if let Ok(list) = with_retry("list events", &budget, cancel, || api.list(&params)).await
+            {
+                let values: Vec<Value> = list
+                    .items
+                    .iter()
+                    .filter_map(|e| serde_json::to_value(e).ok())
+                    .collect();
+                f.events.extend(warning_events(&values, &name, 5));
+            }
+        }
+    }
+}
+
+/// The newest `limit` Warning events about `name`, oldest first, as "Reason: message (xN)".
+pub fn warning_events(events: &[Value], name: &str, limit: usize) -> Vec<String> {
+    let mut warnings: Vec<(&str, String)> = events
+        .iter()
+        .filter(|e| e.get("type").and_then(Value::as_str) == Some("Warning"))
+        .filter(|e| str_at(e, &["involvedObject", "name"]) == Some(name))
+        .map(|e| {
+            let when = str_at(e, &["lastTimestamp"])
+                .or_else(|| str_at(e, &["eventTime"]))
+                .or_else(|| str_at(e, &["metadata", "creationTimestamp"]))
+                .unwrap_or("");
+            let text = health::warning_event_line(e).unwrap_or_default();
+            (when, text)
+        })
+        .collect();
+    warnings.sort_by(|a, b| a.0.cmp(b.0));
+    let skip = warnings.len().saturating_sub(limit);
+    warnings.into_iter().skip(skip).map(|(_, t)| t).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn pods_match_selector_and_revision() {
+        let deploy = json!({"spec": {"selector": {"matchLabels": {"app": "web"}}}});
+        let new_pod = json!({"metadata": {"labels": {"app": "web", "pod-template-hash": "new"}}});
+        let old_pod = json!({"metadata": {"labels": {"app": "web", "pod-template-hash": "old"}}});
+        let other = json!({"metadata": {"labels": {"app": "db", "pod-template-hash": "new"}}});
+        let sel = RevisionSelector::PodTemplateHash("new".into());
+        assert!(pod_matches(&new_pod, &deploy, Some(&sel)));
+        assert!(!pod_matches(&old_pod, &deploy, Some(&sel)));
+        assert!(!pod_matches(&other, &deploy, Some(&sel)));
+        assert!(pod_matches(&old_pod, &deploy, None));
+        let sts_sel = RevisionSelector::ControllerRevisionHash("web-5".into());
+        let sts_pod =
+            json!({"metadata": {"labels": {"app": "web", "controller-revision-hash": "web-5"}}});
+        assert!(pod_matches(&sts_pod, &deploy, Some(&sts_sel)));
+        assert!(
+            !pod_matches(&new_pod, &json!({"spec": {}}), None),
+            "no selector matches nothing"
+        );
+    }
+
+    #[test]
+    fn ownership() {
+        let rs = json!({"metadata": {"ownerReferences": [{"uid": "u1", "kind": "Deployment"}]}});
+        assert!(owned_by(&rs, "u1"));
+        assert!(!owned_by(&rs, "u2"));
+        assert!(!owned_by(&json!({}), "u1"));
+    }
+
+    #[test]
+    fn warning_events_newest_last_and_limited() {
+        let events = vec![
+            json!({"type": "Warning", "reason": "Failed", "message": "pull a", "involvedObject": {"kind": "Pod", "name": "p"}, "lastTimestamp": "2026-01-01T00:00:02Z", "count": 3}),
+            json!({"type": "Normal", "reason": "Pulling", "message": "x", "involvedObject": {"kind": "Pod", "name": "p"}, "lastTimestamp": "2026-01-01T00:00:03Z"}),
+            json!({"type": "Warning", "reason": "BackOff", "message": "back-off", "involvedObject": {"kind": "Pod", "name": "p"}, "lastTimestamp": "2026-01-01T00:00:04Z"}),
+            json!({"type": "Warning", "reason": "Other", "message": "y", "involvedObject": {"name": "q"}, "lastTimestamp": "2026-01-01T00:00:05Z"}),
+            json!({"type": "Warning", "reason": "Old", "message": "z", "involvedObject": {"kind": "Pod", "name": "p"}, "lastTimestamp": "2026-01-01T00:00:01Z"}),
+        ];
+        assert_eq!(
+            warning_events(&events, "p", 2),
+            vec![
+                "pod p: Failed: pull a (x3)".to_string(),
+                "pod p: BackOff: back-off".to_string()
+            ]
+        );
+    }
+}

@@ -1,0 +1,447 @@
+//! Git at the edges: the commit being deployed, and the files of an older commit.
+//!
+//! A record too large for a Secret keeps only its commit, and `rollguard rollback --from-git`
+//! names one; in both cases the manifests are read from a temporary worktree of that commit.
+//! CI checkouts are shallow, so a missing commit is fetched alone (`git fetch --depth 1
+//! origin SHA`). Everything runs the `git` binary: no libgit2 (a C build).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    #[error("could not run git in {dir}: {source}. Is git installed?")]
+    Spawn {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{dir} is not inside a git repository: {detail}")]
+    NotARepo { dir: PathBuf, detail: String },
+    #[error(
+        "commit {sha} is not in the repository at {dir} and could not be fetched from origin: {detail}. \
+         Check that the commit exists on the remote (a force-push may have removed it)"
+    )]
+    Unreachable {
+        sha: String,
+        dir: PathBuf,
+        detail: String,
+    },
+    #[error("git {args} failed in {dir}: {detail}")]
+    Failed {
+        args: String,
+        dir: PathBuf,
+        detail: String,
+    },
+    #[error("could not create a temporary directory: {0}")]
+    Temp(#[source] std::io::Error),
+}
+
+/// A commit: the one being deployed (in the report), the one a release was built from (in
+/// its record).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct CommitInfo {
+    /// Full hex sha.
+    pub sha: String,
+    /// Branch or tag name when known (GITHUB_REF_NAME).
+    #[serde(rename = "ref", default, skip_serializing_if = "Option::is_none")]
+    pub r#ref: Option<String>,
+    /// First line of the commit message when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+impl CommitInfo {
+    /// The first 7 characters of the sha, as git shows it.
+    pub fn short_sha(&self) -> &str {
+        self.sha.get(..7).unwrap_or(&self.sha)
+    }
+}
+
+/// Run git in `dir`; Ok(stdout) on success, Err(stderr) on a non-zero exit.
+fn git(dir: &Path, args: &[&str]) -> Result<Result<String, String>, GitError> {
+    let output = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        // Hooks of the user's repository have no business running during a rollback.
+        .args([
+            "-c",
+            "core.hooksPath=/dev/null",
+            "-c",
+            "advice.detachedHead=false",
+        ])
+        .args(args)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .output()
+        .map_err(|source| GitError::Spawn {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
+    if output.status.success() {
+        Ok(Ok(String::from_utf8_lossy(&output.stdout)
+            .trim()
+            .to_string()))
+    } else {
+        Ok(Err(String::from_utf8_lossy(&output.stderr)
+            .trim()
+            .to_string()))
+    }
+}
+
+fn git_ok(dir: &Path, args: &[&str]) -> Result<String, GitError> {
+    git(dir, args)?.map_err(|detail| GitError::Failed {
+        args: args.join(" "),
+        dir: dir.to_path_buf(),
+        detail,
+    })
+}
+
+/// The top folder of the repository containing `dir`.
+pub fn repo_root(dir: &Path) -> Result<PathBuf, GitError> {
+    match git(dir, &["rev-parse", "--show-toplevel"])? {
+        Ok(root) => Ok(PathBuf::from(root)),
+        Err(detail) => Err(GitError::NotARepo {
+            dir: dir.to_path_buf(),
+            detail,
+        }),
+    }
+}
+
+/// Whether the clone is shallow (CI checkouts usually are).
+pub fn is_shallow(dir: &Path) -> Result<bool, GitError> {
+    Ok(git_ok(dir, &["rev-parse", "--is-shallow-repository"])? == "true")
+}
+
+/// Whether the object database holds `rev` as a commit.
+pub fn has_commit(dir: &Path, rev: &str) -> Result<bool, GitError> {
+    Ok(git(dir, &["cat-file", "-e", &format!("{rev}^{{commit}}")])?.is_ok())
+}
+
+/// Commit info of `rev` (sha, first line of the message). `r#ref` is the branch when `rev`
+/// is HEAD on a branch.
+pub fn commit_info(dir: &Path, rev: &str) -> Result<CommitInfo, GitError> {
+    let sha = git_ok(
+        dir,
+        &["rev-parse", "--verify", &format!("{rev}^{{commit}}")],
+    )?;
+    let message = git_ok(dir, &["log", "-1", "--format=%s", &sha])
+        .ok()
+        .filter(|m| !m.is_empty());
+    let r#ref = if rev == "HEAD" {
+        git(dir, &["symbolic-ref", "-q", "HEAD"])?.ok()
+    } else {
+        None
+    };
+    Ok(CommitInfo {
+        sha,
+        r#ref,
+        message,
+    })
+}
+
+/// The commit being deployed: `--commit`, else `GITHUB_SHA` (with `GITHUB_REF_NAME`), else
+/// `git rev-parse HEAD` in `dir`. None without any of them (no git, not a repository).
+pub fn detect_commit(
+    flag: Option<&str>,
+    env: &dyn Fn(&str) -> Option<String>,
+    dir: &Path,
+) -> Option<CommitInfo> {
+    let non_empty = |v: Option<String>| v.map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
+    // Any failure (no git, not a repository, unknown sha) only leaves the field unknown.
+    let git = |args: &[&str]| non_empty(git(dir, args).ok()?.ok());
+    let subject = |sha: &str| git(&["log", "-1", "--format=%s", sha, "--"]);
+    let branch = || git(&["rev-parse", "--abbrev-ref", "HEAD"]).filter(|r| r != "HEAD");
+    let env_ref = non_empty(env("GITHUB_REF_NAME"));
+
+    if let Some(sha) = non_empty(flag.map(str::to_string)) {
+        let message = subject(&sha);
+        return Some(CommitInfo {
+            sha,
+            r#ref: env_ref.or_else(branch),
+            message,
+        });
+    }
+    if let Some(sha) = non_empty(env("GITHUB_SHA")) {
+        let message = subject(&sha);
+        return Some(CommitInfo {
+            sha,
+            r#ref: env_ref,
+            message,
+        });
+    }
+    let sha = git(&["rev-parse", "HEAD"])?;
+    let message = subject(&sha);
+    Some(CommitInfo {
+        sha,
+        r#ref: env_ref.or_else(branch),
+        message,
+    })
+}
+
+/// Make sure `sha` is present, fetching that one commit from origin if needed.
+pub fn ensure_commit(dir: &Path, sha: &str) -> Result<(), GitError> {
+    if has_commit(dir, sha)? {
+        return Ok(());
+    }
+    let mut tried = Vec::new();
+    // A shallow clone must stay shallow: fetch just that commit. A full clone fetches normally.
+    let depth_args: &[&str] = if is_shallow(dir)? {
+        &[
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--depth",
+            "1",
+            "origin",
+            sha,
+        ]
+    } else {
+        &["fetch", "--quiet", "--no-tags", "origin", sha]
+    };
+    match git(dir, depth_args)? {
+        Ok(_) if has_commit(dir, sha)? => return Ok(()),
+        Ok(_) => tried.push("fetch succeeded but the commit is still missing".to_string()),
+        Err(e) => tried.push(e),
+    }
+    Err(GitError::Unreachable {
+        sha: sha.to_string(),
+        dir: dir.to_path_buf(),
+        detail: tried.join("; "),
+    })
+}
+
+/// The files of one commit, in a temporary worktree removed on drop.
+#[derive(Debug)]
+pub struct Checkout {
+    repo: PathBuf,
+    worktree: PathBuf,
+    sha: String,
+    // Dropped last: the directory goes after `git worktree remove`.
+    _temp: tempfile::TempDir,
+}
+
+impl Checkout {
+    /// Check out `sha` of the repository containing `dir` into a temporary directory,
+    /// fetching it first when the clone lacks it.
+    pub fn at(dir: &Path, sha: &str) -> Result<Checkout, GitError> {
+        let repo = repo_root(dir)?;
+        ensure_commit(&repo, sha)?;
+        let temp = tempfile::Builder::new()
+            .prefix("rollguard-git-")
+            .tempdir()
+            .map_err(GitError::Temp)?;
+        let worktree = temp.path().join("tree");
+        let worktree_text = worktree.to_string_lossy().to_string();
+        git_ok(
+            &repo,
+            &[
+                "worktree",
+                "add",
+                "--detach",
+                "--quiet",
+                &worktree_text,
+                sha,
+            ],
+        )?;
+        Ok(Checkout {
+            repo,
+            worktree,
+            sha: sha.to_string(),
+            _temp: temp,
+        })
+    }
+
+    /// The top of the checked-out tree.
+    pub fn root(&self) -> &Path {
+        &self.worktree
+    }
+
+    pub fn sha(&self) -> &str {
+        &self.sha
+    }
+
+    /// Where a path of the working copy lives in this checkout (e.g. the config's folder).
+    /// Relative paths are taken relative to the repository's top.
+    pub fn map_path(&self, original: &Path) -> PathBuf {
+        let absolute = if original.is_absolute() {
+            original.to_path_buf()
+        } else {
+            self.repo.join(original)
+        };
+        let absolute = absolute.canonicalize().unwrap_or(absolute);
+        let repo = self
+            .repo
+            .canonicalize()
+            .unwrap_or_else(|_| self.repo.clone());
+        match absolute.strip_prefix(&repo) {
+            Ok(relative) => self.worktree.join(relative),
+            Err(_) => self.worktree.clone(),
+        }
+    }
+}
+
+impl Drop for Checkout {
+    fn drop(&mut self) {
+        let path = self.worktree.to_string_lossy().to_string();
+        if let Ok(Err(e)) = git(&self.repo, &["worktree", "remove", "--force", &path]) {
+            tracing::debug!("git worktree remove {path}: {e}");
+            let _ = git(&self.repo, &["worktree", "prune"]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(dir: &Path, args: &[&str]) -> String {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args([
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@example.com",
+                "-c",
+                "init.defaultBranch=main",
+                "-c",
+                "protocol.file.allow=always",
+            ])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    fn commit(dir: &Path, file: &str, text: &str, message: &str) -> String {
+        std::fs::create_dir_all(dir.join(file).parent().unwrap()).unwrap();
+        std::fs::write(dir.join(file), text).unwrap();
+        run(dir, &["add", "."]);
+        run(dir, &["commit", "-q", "-m", message]);
+        run(dir, &["rev-parse", "HEAD"])
+    }
+
+    #[test]
+    fn commit_info_and_checkout_in_shallow_clone() {
+        let tmp = tempfile::tempdir().unwrap();
+        let origin = tmp.path().join("origin");
+        std::fs::create_dir_all(&origin).unwrap();
+        run(&origin, &["init", "-q"]);
+        let old = commit(
+            &origin,
+            "k8s/app.yaml",
+            "image: v1\n",
+            "first version\n\nbody",
+        );
+        let _new = commit(&origin, "k8s/app.yaml", "image: v2\n", "second version");
+        let url = format!("file://{}", origin.display());
+        let clone = tmp.path().join("clone");
+        run(
+            tmp.path(),
+            &["clone", "-q", "--depth", "1", &url, clone.to_str().unwrap()],
+        );
+        assert!(is_shallow(&clone).unwrap());
+        assert!(!has_commit(&clone, &old).unwrap());
+
+        let info = commit_info(&clone, "HEAD").unwrap();
+        assert_eq!(info.message.as_deref(), Some("second version"));
+        assert_eq!(info.r#ref.as_deref(), Some("refs/heads/main"));
+
+        let checkout = Checkout::at(&clone.join("k8s"), &old).unwrap();
+        let k8s = checkout.map_path(&clone.join("k8s"));
+        assert_eq!(
+            std::fs::read_to_string(k8s.join("app.yaml")).unwrap(),
+            "image: v1\n"
+        );
+        assert!(is_shallow(&clone).unwrap(), "still shallow after the fetch");
+        let root = checkout.root().to_path_buf();
+        drop(checkout);
+        assert!(!root.exists());
+        // The working copy is untouched.
+        assert_eq!(
+            std::fs::read_to_string(clone.join("k8s/app.yaml")).unwrap(),
+            "image: v2\n"
+        );
+        let worktrees = run(&clone, &["worktree", "list"]);
+        assert_eq!(worktrees.lines().count(), 1, "{worktrees}");
+
+        let missing = "0123456789abcdef0123456789abcdef01234567";
+        let err = Checkout::at(&clone, missing).unwrap_err();
+        assert!(matches!(err, GitError::Unreachable { .. }), "{err}");
+        assert!(err.to_string().contains(missing));
+    }
+
+    #[test]
+    fn not_a_repo_is_clear() {
+        let tmp = tempfile::tempdir().unwrap();
+        let err = repo_root(tmp.path()).unwrap_err();
+        assert!(matches!(err, GitError::NotARepo { .. }), "{err}");
+    }
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn detect_commit_sources() {
+        let dir = tempfile::tempdir().unwrap();
+        let env = env_of(&[("GITHUB_SHA", "abc123"), ("GITHUB_REF_NAME", "main")]);
+        let c = detect_commit(Some("feedbeef"), &env, dir.path()).unwrap();
+        assert_eq!(c.sha, "feedbeef");
+        assert_eq!(c.r#ref.as_deref(), Some("main"));
+        let c = detect_commit(None, &env, dir.path()).unwrap();
+        assert_eq!(c.sha, "abc123");
+        assert_eq!(c.message, None);
+        // Not a git repository (or no git at all): unknown, and that is fine.
+        assert_eq!(detect_commit(None, &no_env, dir.path()), None);
+    }
+
+    #[test]
+    fn detect_commit_from_git() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = |args: &[&str]| {
+            Command::new("git")
+                .args(args)
+                .current_dir(dir.path())
+                .output()
+                .map(|o| o.status.success())
+                .unwrap_or(false)
+        };
+        if !run(&["init", "-q", "-b", "trunk"]) {
+            return; // no git on this machine
+        }
+        std::fs::write(dir.path().join("f"), "x").unwrap();
+        assert!(run(&["add", "f"]));
+        assert!(run(&[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@e",
+            "commit",
+            "-q",
+            "-m",
+            "First commit\n\nbody"
+        ]));
+        let c = detect_commit(None, &no_env, dir.path()).unwrap();
+        assert_eq!(c.sha.len(), 40);
+        assert_eq!(c.message.as_deref(), Some("First commit"));
+        assert_eq!(c.r#ref.as_deref(), Some("trunk"));
+    }
+}

@@ -1,0 +1,7 @@
+//! Small shared helpers: durations, git, the YAML reader, generated-docs checks.
+
+pub mod duration;
+#[cfg(test)]
+pub mod generated_docs;
+pub mod git;
+pub mod yaml;
