@@ -31,6 +31,10 @@ pub struct Cli {
 pub enum Command {
     /// Apply the manifests to every target at once and wait for the rollout.
     Deploy(DeployArgs),
+    /// What a deploy would change on every target (server-side dry run), nothing written.
+    Diff(crate::commands::diff::DiffArgs),
+    /// The plan: as `diff`, or with --offline against a git ref, no cluster at all.
+    Plan(crate::commands::diff::PlanArgs),
     /// Print the JSON Schema of rollguard.yaml (for editors).
     Schema,
     /// Start three simulated clusters and show a deploy, a fast failure and the report.
@@ -62,18 +66,30 @@ pub struct DeployArgs {
     /// Take ownership of fields that another field manager owns.
     #[arg(long)]
     pub force_conflicts: bool,
-    /// Send every apply with dryRun=All: nothing is stored, nothing is waited for.
+    /// Show what would change instead (as `rollguard diff`): nothing is written.
     #[arg(long)]
     pub dry_run: bool,
     /// rollback-all | rollback-failed | rollback-if-all-fail | none
-    #[arg(long, value_name = "POLICY")]
+    #[arg(long, value_name = "POLICY", conflicts_with = "dry_run")]
     pub on_failure: Option<String>,
     /// How many targets run at once.
     #[arg(long, value_name = "N")]
     pub concurrency: Option<usize>,
     /// How long to wait for another run's deploy lock, e.g. 2m (lock.timeout).
-    #[arg(long, value_name = "DUR", value_parser = parse_duration_arg)]
+    #[arg(long, value_name = "DUR", value_parser = parse_duration_arg, conflicts_with = "dry_run")]
     pub lock_timeout: Option<Duration>,
+    /// With --dry-run: exit 0 for no changes, 2 for changes, 1 for an error.
+    #[arg(long, requires = "dry_run")]
+    pub exit_code: bool,
+    /// With --dry-run: text or json (the plan).
+    #[arg(
+        short = 'o',
+        long = "output",
+        default_value = "text",
+        value_name = "FORMAT",
+        requires = "dry_run"
+    )]
+    pub output: crate::commands::diff::PlanFormat,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -86,7 +102,7 @@ pub struct DemoArgs {
     pub report: Option<PathBuf>,
 }
 
-fn parse_duration_arg(text: &str) -> Result<Duration, String> {
+pub fn parse_duration_arg(text: &str) -> Result<Duration, String> {
     crate::util::duration::parse_duration(text).map_err(|e| e.to_string())
 }
 
@@ -99,7 +115,10 @@ pub fn env_snapshot() -> HashMap<String, String> {
 pub async fn run(cli: Cli) -> Result<i32, Error> {
     let env = env_snapshot();
     match cli.command {
+        Command::Deploy(args) if args.dry_run => crate::commands::diff::dry_run(args, env).await,
         Command::Deploy(args) => deploy(args, env).await,
+        Command::Diff(args) => crate::commands::diff::diff(args, env).await,
+        Command::Plan(args) => crate::commands::diff::plan(args, env).await,
         Command::Schema => {
             let schema = config::json_schema();
             println!(
@@ -138,6 +157,9 @@ pub fn plan(args: &DeployArgs, env: HashMap<String, String>) -> Result<Plan, Err
     };
     let config = config::load(&path, &overrides, &lookup)?;
     let manifests = manifests::load(&config)?;
+    // Every secret value of the manifests is known to the scrubber before anything can
+    // print one.
+    crate::report::redact::learn(manifests.objects.iter().map(|o| &o.body));
     let commit = crate::util::git::detect_commit(args.commit.as_deref(), &lookup, &config.base_dir);
     let options = DeployOptions {
         force_conflicts: args.force_conflicts,
@@ -218,12 +240,10 @@ pub fn finish_report(
     env: &HashMap<String, String>,
 ) -> Result<(), Error> {
     let lookup = |k: &str| env.get(k).cloned();
-    println!(
-        "{}",
-        report::to_table(report, progress::table_color(&lookup))
-    );
+    crate::report::redact::print_out(&report::to_table(report, progress::table_color(&lookup)));
     if let Some(path) = path {
-        std::fs::write(path, report::to_json(report)).map_err(|source| Error::WriteReport {
+        let json = crate::report::redact::scrub(&report::to_json(report));
+        std::fs::write(path, json).map_err(|source| Error::WriteReport {
             path: path.clone(),
             source,
         })?;

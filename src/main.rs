@@ -18,7 +18,8 @@ fn main() {
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        // Every event is scrubbed of the secret values the run knows before it is written.
+        .with_writer(rollguard::report::redact::ScrubbingStderr)
         .with_ansi(
             std::io::IsTerminal::is_terminal(&std::io::stderr())
                 && std::env::var_os("NO_COLOR").is_none(),
@@ -40,7 +41,8 @@ fn main() {
         }
     };
     let code = runtime.block_on(run(cli)).unwrap_or_else(|e| {
-        eprintln!("rollguard: {e}");
+        // Errors may quote server text or a render command's stderr.
+        rollguard::report::redact::print_err(&format!("rollguard: {e}"));
         e.exit_code()
     });
     // Watches and renewals may still hold tasks: do not wait for them.

@@ -108,6 +108,8 @@ fn step_args(dir: &Path, kubeconfig: &Path, report: Option<&Path>) -> DeployArgs
         on_failure: None,
         concurrency: None,
         lock_timeout: None,
+        exit_code: false,
+        output: Default::default(),
     }
 }
 

@@ -1,4 +1,5 @@
 //! One module per user command.
 
 pub mod demo;
+pub mod diff;
 pub mod release;

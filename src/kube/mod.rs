@@ -2,6 +2,7 @@
 
 pub mod apply;
 pub mod connect;
+pub mod diff;
 pub mod health;
 pub mod normalize;
 pub mod retry;

@@ -1,0 +1,447 @@
+//! `rollguard diff` (and `deploy --dry-run`, the same thing) and `rollguard plan`: what a
+//! deploy would change on each target, asked of every target at once with server-side
+//! applies in `dryRun=All` (`kube::diff`), or, with `plan --offline`, computed without any
+//! cluster by comparing the manifests with those of a git ref. Nothing is written anywhere:
+//! no lock, no release record, no namespace, no script.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use futures::StreamExt;
+use jiff::Timestamp;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::cli::DeployArgs;
+use crate::config::TargetConfig;
+use crate::engine::target_run::{MAX_IN_FLIGHT, Plan, apply_failures, default_namespace};
+use crate::error::{Error, exit};
+use crate::kube::apply::{ApplyError, resolve_set};
+use crate::kube::connect::{ClusterAccess, connect};
+use crate::kube::diff::{DiffOptions, Sides, add_changes, compare_sets, diff_resolved};
+use crate::manifests::ManifestSet;
+use crate::report::diff::{DiffStyle, MAX_DIFF_LINES};
+use crate::report::plan::{ChangePlan, PlanMode, TargetPlan, to_json, to_text};
+use crate::report::redact;
+use crate::report::{Failure, Report, TargetOutcome, TargetReport};
+use crate::util::git;
+
+/// How a plan is printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PlanFormat {
+    /// Per target the changes and diffs, then the summary line.
+    #[default]
+    Text,
+    /// The plan as JSON (docs/plan-schema.json).
+    Json,
+}
+
+impl std::str::FromStr for PlanFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "text" => Ok(PlanFormat::Text),
+            "json" => Ok(PlanFormat::Json),
+            other => Err(format!("unknown output format `{other}`: use text or json")),
+        }
+    }
+}
+
+/// `rollguard diff`.
+#[derive(Debug, Clone, Args)]
+pub struct DiffArgs {
+    /// The config file [default: ./rollguard.yaml; env ROLLGUARD_CONFIG]
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// Kubeconfig for targets that name none (default: $KUBECONFIG, then ~/.kube/config).
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Only the targets with this context (or target name); repeatable.
+    #[arg(long = "context", value_name = "NAME")]
+    pub contexts: Vec<String>,
+    /// Deadline per target, e.g. 90s, 5m (default: the config's wait.timeout).
+    #[arg(long, value_name = "DUR", value_parser = crate::cli::parse_duration_arg)]
+    pub timeout: Option<Duration>,
+    /// The commit being planned (default: $GITHUB_SHA, then `git rev-parse HEAD`).
+    #[arg(long, value_name = "SHA")]
+    pub commit: Option<String>,
+    /// Also write the JSON report (with the plan in its `plan` field) here.
+    #[arg(long, value_name = "PATH")]
+    pub report: Option<PathBuf>,
+    /// Dry-run the applies taking ownership of fields another manager owns, as the deploy would.
+    #[arg(long)]
+    pub force_conflicts: bool,
+    /// How many targets are asked at once.
+    #[arg(long, value_name = "N")]
+    pub concurrency: Option<usize>,
+    #[command(flatten)]
+    pub output: PlanOutput,
+}
+
+/// How a plan is printed and what its exit code says.
+#[derive(Debug, Clone, Args, Default)]
+pub struct PlanOutput {
+    /// Exit 0 for no changes, 2 for changes, 1 for an error (terraform's -detailed-exitcode).
+    #[arg(long)]
+    pub exit_code: bool,
+    /// text or json (the plan, docs/plan-schema.json).
+    #[arg(
+        short = 'o',
+        long = "output",
+        default_value = "text",
+        value_name = "FORMAT"
+    )]
+    pub format: PlanFormat,
+}
+
+/// `rollguard plan`.
+#[derive(Debug, Clone, Args)]
+pub struct PlanArgs {
+    /// No cluster at all: compare the manifests with those of a git ref.
+    #[arg(long)]
+    pub offline: bool,
+    /// The ref to compare with [default: the merge base with the default branch, else HEAD~1].
+    #[arg(long, value_name = "REF", requires = "offline")]
+    pub against: Option<String>,
+    #[command(flatten)]
+    pub diff: DiffArgs,
+}
+
+impl DiffArgs {
+    /// The deploy flags these stand for (the one loader of config and manifests).
+    fn as_deploy(&self) -> DeployArgs {
+        DeployArgs {
+            config: self.config.clone(),
+            kubeconfig: self.kubeconfig.clone(),
+            contexts: self.contexts.clone(),
+            timeout: self.timeout,
+            commit: self.commit.clone(),
+            report: self.report.clone(),
+            force_conflicts: self.force_conflicts,
+            dry_run: true,
+            on_failure: None,
+            concurrency: self.concurrency,
+            lock_timeout: None,
+            exit_code: self.output.exit_code,
+            output: self.output.format,
+        }
+    }
+}
+
+/// Loads and validates (the deploy's loader, which also teaches the scrubber every secret
+/// value of the manifests).
+fn load(args: &DeployArgs, env: HashMap<String, String>) -> Result<Plan, Error> {
+    crate::cli::plan(args, env)
+}
+
+/// `rollguard diff`.
+pub async fn diff(args: DiffArgs, env: HashMap<String, String>) -> Result<i32, Error> {
+    dry_run(args.as_deploy(), env).await
+}
+
+/// `rollguard plan`: offline, or as `diff`.
+pub async fn plan(args: PlanArgs, env: HashMap<String, String>) -> Result<i32, Error> {
+    if !args.offline {
+        return diff(args.diff, env).await;
+    }
+    let cluster_flags = [
+        ("--kubeconfig", args.diff.kubeconfig.is_some()),
+        ("--timeout", args.diff.timeout.is_some()),
+        ("--force-conflicts", args.diff.force_conflicts),
+        ("--concurrency", args.diff.concurrency.is_some()),
+    ];
+    if let Some((flag, _)) = cluster_flags.iter().find(|(_, set)| *set) {
+        return Err(Error::Usage(format!(
+            "{flag} is about clusters and `plan --offline` asks none: drop {flag}, or drop --offline"
+        )));
+    }
+    offline(args, env).await
+}
+
+/// `rollguard deploy --dry-run` and `rollguard diff`: every target at once.
+pub async fn dry_run(args: DeployArgs, env: HashMap<String, String>) -> Result<i32, Error> {
+    let started_at = Timestamp::now();
+    let plan = load(&args, env)?;
+    let cancel = crate::cli::cancel_on_signals();
+    let targets = plan_targets(&plan, &cancel).await;
+    if cancel.is_cancelled() {
+        return Ok(exit::CANCELLED);
+    }
+    let change_plan = ChangePlan::new(
+        plan.config.app.clone(),
+        PlanMode::DryRun,
+        plan.commit.clone(),
+        targets,
+    );
+    let lookup = |k: &str| plan.env.get(k).cloned();
+    print_plan(&change_plan, args.output, &lookup);
+    if let Some(path) = &args.report {
+        write_report(&plan, &change_plan, started_at, path)?;
+    }
+    Ok(change_plan.exit_code(args.exit_code))
+}
+
+/// Prints the plan on stdout (scrubbed): text, coloured on a terminal without NO_COLOR; or JSON.
+pub fn print_plan(plan: &ChangePlan, format: PlanFormat, env: &dyn Fn(&str) -> Option<String>) {
+    let text = match format {
+        PlanFormat::Json => to_json(plan),
+        PlanFormat::Text => {
+            let style = DiffStyle {
+                color: crate::report::progress::table_color(env),
+                max_lines: MAX_DIFF_LINES,
+            };
+            to_text(plan, style)
+        }
+    };
+    redact::print_out(text.trim_end());
+}
+
+/// The JSON report of a dry run: one target entry per target (deployed: it would deploy;
+/// failed: it could not be planned), and the plan.
+fn write_report(
+    plan: &Plan,
+    change_plan: &ChangePlan,
+    started_at: Timestamp,
+    path: &PathBuf,
+) -> Result<(), Error> {
+    let targets = change_plan
+        .targets
+        .iter()
+        .map(|t| {
+            let outcome = if t.errors.is_empty() {
+                TargetOutcome::Deployed
+            } else {
+                TargetOutcome::Failed
+            };
+            let mut report = TargetReport::new(t.name.clone(), outcome, started_at);
+            report.finished_at = Timestamp::now();
+            report.failures = t.errors.clone();
+            report.warnings = t.warnings.clone();
+            report.message = t.errors.first().map(Failure::headline);
+            report
+        })
+        .collect();
+    let mut report = Report::new(
+        plan.config.app.clone(),
+        plan.commit.clone(),
+        started_at,
+        Timestamp::now(),
+        targets,
+    );
+    report.dry_run = true;
+    report.plan = Some(change_plan.clone());
+    report.refresh();
+    let text = redact::scrub(&crate::report::to_json(&report));
+    std::fs::write(path, text).map_err(|source| Error::WriteReport {
+        path: path.clone(),
+        source,
+    })
+}
+
+/// Every target's plan, at most `concurrency` at once, each in a `target=<name>` span.
+async fn plan_targets(plan: &Plan, cancel: &CancellationToken) -> Vec<TargetPlan> {
+    futures::stream::iter(plan.config.targets.iter())
+        .map(|target| {
+            let span = tracing::error_span!("target", target = %target.name);
+            plan_target(plan, target, cancel).instrument(span)
+        })
+        .buffered(plan.config.concurrency.max(1))
+        .collect()
+        .await
+}
+
+/// One target: connect, resolve every kind (discovery), then GETs and dry-run applies.
+async fn plan_target(plan: &Plan, target: &TargetConfig, cancel: &CancellationToken) -> TargetPlan {
+    let mut out = TargetPlan::new(target.name.clone());
+    let env = |k: &str| plan.env(k);
+    let access = match connect(
+        target,
+        plan.options.cli_kubeconfig.as_deref(),
+        &plan.config.base_dir,
+        &env,
+    )
+    .await
+    {
+        Ok(access) => access,
+        Err(e) => {
+            tracing::info!(reason = %e.reason, "{}", e.message);
+            out.errors.push(Failure {
+                object: "cluster".into(),
+                reason: e.reason,
+                message: e.message,
+                ..Default::default()
+            });
+            return out;
+        }
+    };
+    let namespace = default_namespace(&plan.config, target, &access.context_namespace);
+    let deadline = Instant::now() + plan.config.wait.timeout;
+    let sides = ("live".to_string(), "dry run".to_string());
+    diff_target(
+        &access,
+        &plan.manifests,
+        namespace,
+        plan.options.force_conflicts,
+        deadline,
+        sides,
+        cancel,
+        out,
+    )
+    .await
+}
+
+/// The plan of one connected target for `set` (also `rollback --dry-run`'s, with the
+/// revision's manifests): discovery, then the server's dry-run answers against live objects.
+#[allow(clippy::too_many_arguments)]
+pub async fn diff_target(
+    access: &ClusterAccess,
+    set: &ManifestSet,
+    default_namespace: String,
+    force: bool,
+    deadline: Instant,
+    (before_label, after_label): (String, String),
+    cancel: &CancellationToken,
+    mut out: TargetPlan,
+) -> TargetPlan {
+    let resolution = match resolve_set(&access.client, set, deadline, cancel).await {
+        Ok(resolution) => resolution,
+        Err(ApplyError::Cancelled) => return out,
+        Err(e) => {
+            tracing::info!("{e}");
+            out.errors = apply_failures(&e, &access.server);
+            return out;
+        }
+    };
+    let options = DiffOptions {
+        default_namespace,
+        force,
+        max_in_flight: MAX_IN_FLIGHT,
+        deadline,
+        before_label,
+        after_label,
+    };
+    let found = diff_resolved(&access.client, set, &resolution, &options, cancel).await;
+    add_changes(&mut out, found.changes);
+    out.errors.extend(apply_failures(
+        &ApplyError::Objects(found.failures),
+        &access.server,
+    ));
+    tracing::info!(
+        create = out.create.len(),
+        update = out.update.len(),
+        unchanged = out.unchanged.len(),
+        errors = out.errors.len(),
+        "planned"
+    );
+    out
+}
+
+/// `rollguard plan --offline`: this commit's manifests (validated) against a git ref's.
+async fn offline(args: PlanArgs, env: HashMap<String, String>) -> Result<i32, Error> {
+    let deploy_args = args.diff.as_deploy();
+    let plan = load(&deploy_args, env)?;
+    let dir = &plan.config.base_dir;
+    let git_failed = |e: git::GitError| Error::Git(e.to_string());
+    let base = match &args.against {
+        Some(reference) => reference.clone(),
+        None => git::default_base(dir).map_err(git_failed)?,
+    };
+    let against = git::commit_info(dir, &base).map_err(|e| {
+        Error::Usage(format!(
+            "--against {base}: {e}. Name a commit, branch or tag of this repository"
+        ))
+    })?;
+    let mut against = against;
+    if args.against.is_some() && against.r#ref.is_none() {
+        against.r#ref = Some(base.clone());
+    }
+    let old = crate::engine::conclude::manifests_at_commit(&plan.config, &against.sha)
+        .map_err(Error::Git)?;
+    redact::learn(old.objects.iter().map(|o| &o.body));
+    let before = against.short_sha().to_string();
+    let after = plan
+        .commit
+        .as_ref()
+        .map(|c| format!("{} (working tree)", c.short_sha()))
+        .unwrap_or_else(|| "working tree".to_string());
+    let sides = Sides {
+        before: &before,
+        after: &after,
+    };
+    let targets = plan
+        .config
+        .targets
+        .iter()
+        .map(|t| {
+            compare_sets(
+                &old.objects,
+                &plan.manifests.objects,
+                plan.config.namespace_for(t),
+                &t.name,
+                sides,
+            )
+        })
+        .collect();
+    let mut change_plan = ChangePlan::new(
+        plan.config.app.clone(),
+        PlanMode::Offline,
+        plan.commit.clone(),
+        targets,
+    );
+    change_plan.against = Some(against);
+    let lookup = |k: &str| plan.env.get(k).cloned();
+    print_plan(&change_plan, args.diff.output.format, &lookup);
+    if let Some(path) = &args.diff.report {
+        write_report(&plan, &change_plan, Timestamp::now(), path)?;
+    }
+    Ok(change_plan.exit_code(args.diff.output.exit_code))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn diff_and_plan_flags_parse() {
+        let cli = crate::cli::Cli::try_parse_from([
+            "rollguard",
+            "diff",
+            "--exit-code",
+            "-o",
+            "json",
+            "--context",
+            "a",
+        ])
+        .expect("parses");
+        let crate::cli::Command::Diff(args) = cli.command else {
+            panic!("diff expected")
+        };
+        assert!(args.output.exit_code);
+        assert_eq!(args.output.format, PlanFormat::Json);
+        assert!(
+            crate::cli::Cli::try_parse_from(["rollguard", "diff", "-o", "yaml"]).is_err(),
+            "unknown formats are refused"
+        );
+        let cli = crate::cli::Cli::try_parse_from([
+            "rollguard",
+            "plan",
+            "--offline",
+            "--against",
+            "main",
+        ])
+        .expect("parses");
+        let crate::cli::Command::Plan(args) = cli.command else {
+            panic!("plan expected")
+        };
+        assert!(args.offline);
+        assert_eq!(args.against.as_deref(), Some("main"));
+        assert!(
+            crate::cli::Cli::try_parse_from(["rollguard", "plan", "--against", "main"]).is_err(),
+            "--against needs --offline"
+        );
+    }
+}
