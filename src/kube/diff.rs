@@ -443,7 +443,7 @@ mod tests {
         assert_eq!(plan.dropped, vec!["ConfigMap shop/gone"]);
         let diff = plan.update[0].diff.as_deref().unwrap();
         assert!(
-            diff.contains("-  k: '1'") && diff.contains("+  k: '2'"),
+            diff.contains("-  k: \"1\"") && diff.contains("+  k: \"2\""),
             "{diff}"
         );
         assert_eq!(plan.create[0].origin.as_deref(), Some("k8s/app.yaml:1"));
