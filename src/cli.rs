@@ -1,20 +1,10 @@
-//! The command line: `rollguard deploy | schema | demo` (history, show, rollback and unlock
-//! come with the release work), and the code that runs each command.
+//! The command line, as clap types only: `rollguard deploy | schema | demo | history | show |
+//! rollback | unlock` and their flags. What each command does is in `commands/`.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use tokio_util::sync::CancellationToken;
-
-use crate::config::{self, Overrides};
-use crate::engine::target_run::{DeployOptions, Plan};
-use crate::error::{Error, exit};
-use crate::manifests;
-use crate::report::progress;
-use crate::report::{self, Report};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -32,25 +22,32 @@ pub enum Command {
     /// Apply the manifests to every target at once and wait for the rollout.
     Deploy(DeployArgs),
     /// What a deploy would change on every target (server-side dry run), nothing written.
-    Diff(crate::commands::diff::DiffArgs),
+    Diff(DiffArgs),
     /// The plan: as `diff`, or with --offline against a git ref, no cluster at all.
-    Plan(crate::commands::diff::PlanArgs),
+    Plan(PlanArgs),
     /// Print the JSON Schema of rollguard.yaml (for editors).
     Schema,
     /// Start three simulated clusters and show a deploy, a fast failure and the report.
     Demo(DemoArgs),
     #[command(flatten)]
-    Release(crate::commands::release::ReleaseCommand),
+    Release(ReleaseCommand),
 }
 
-#[derive(Debug, Clone, Args)]
-pub struct DeployArgs {
+/// `--config` and `--kubeconfig`, the same for every command that reads the config.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ConfigFiles {
     /// The config file [default: ./rollguard.yaml; env ROLLGUARD_CONFIG]
     #[arg(long, value_name = "PATH")]
     pub config: Option<PathBuf>,
     /// Kubeconfig for targets that name none (default: $KUBECONFIG, then ~/.kube/config).
     #[arg(long, value_name = "PATH")]
     pub kubeconfig: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DeployArgs {
+    #[command(flatten)]
+    pub files: ConfigFiles,
     /// Deploy only to the targets with this context (or target name); repeatable.
     #[arg(long = "context", value_name = "NAME")]
     pub contexts: Vec<String>,
@@ -78,18 +75,86 @@ pub struct DeployArgs {
     /// How long to wait for another run's deploy lock, e.g. 2m (lock.timeout).
     #[arg(long, value_name = "DUR", value_parser = parse_duration_arg, conflicts_with = "dry_run")]
     pub lock_timeout: Option<Duration>,
-    /// With --dry-run: exit 0 for no changes, 2 for changes, 1 for an error.
-    #[arg(long, requires = "dry_run")]
+    /// With --dry-run: how the plan is printed and what the exit code says.
+    #[command(flatten)]
+    pub plan_output: PlanOutput,
+}
+
+/// How a plan is printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PlanFormat {
+    /// Per target the changes and diffs, then the summary line.
+    #[default]
+    Text,
+    /// The plan as JSON (docs/plan-schema.json).
+    Json,
+}
+
+impl std::str::FromStr for PlanFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "text" => Ok(PlanFormat::Text),
+            "json" => Ok(PlanFormat::Json),
+            other => Err(format!("unknown output format `{other}`: use text or json")),
+        }
+    }
+}
+
+/// How a plan is printed and what its exit code says (`diff`, `plan`, `deploy --dry-run`).
+#[derive(Debug, Clone, Args, Default)]
+pub struct PlanOutput {
+    /// Exit 0 for no changes, 2 for changes, 1 for an error (terraform's -detailed-exitcode).
+    #[arg(long)]
     pub exit_code: bool,
-    /// With --dry-run: text or json (the plan).
+    /// text or json (the plan, docs/plan-schema.json).
     #[arg(
         short = 'o',
         long = "output",
         default_value = "text",
-        value_name = "FORMAT",
-        requires = "dry_run"
+        value_name = "FORMAT"
     )]
-    pub output: crate::commands::diff::PlanFormat,
+    pub format: PlanFormat,
+}
+
+/// `rollguard diff`.
+#[derive(Debug, Clone, Args)]
+pub struct DiffArgs {
+    #[command(flatten)]
+    pub files: ConfigFiles,
+    /// Only the targets with this context (or target name); repeatable.
+    #[arg(long = "context", value_name = "NAME")]
+    pub contexts: Vec<String>,
+    /// Deadline per target, e.g. 90s, 5m (default: the config's wait.timeout).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration_arg)]
+    pub timeout: Option<Duration>,
+    /// The commit being planned (default: $GITHUB_SHA, then `git rev-parse HEAD`).
+    #[arg(long, value_name = "SHA")]
+    pub commit: Option<String>,
+    /// Also write the JSON report (with the plan in its `plan` field) here.
+    #[arg(long, value_name = "PATH")]
+    pub report: Option<PathBuf>,
+    /// Dry-run the applies taking ownership of fields another manager owns, as the deploy would.
+    #[arg(long)]
+    pub force_conflicts: bool,
+    /// How many targets are asked at once.
+    #[arg(long, value_name = "N")]
+    pub concurrency: Option<usize>,
+    #[command(flatten)]
+    pub output: PlanOutput,
+}
+
+/// `rollguard plan`.
+#[derive(Debug, Clone, Args)]
+pub struct PlanArgs {
+    /// No cluster at all: compare the manifests with those of a git ref.
+    #[arg(long)]
+    pub offline: bool,
+    /// The ref to compare with [default: the merge base with the default branch, else HEAD~1].
+    #[arg(long, value_name = "REF", requires = "offline")]
+    pub against: Option<String>,
+    #[command(flatten)]
+    pub diff: DiffArgs,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -102,153 +167,103 @@ pub struct DemoArgs {
     pub report: Option<PathBuf>,
 }
 
+/// The release commands, flattened into the top-level command line.
+#[derive(Debug, Clone, Subcommand)]
+pub enum ReleaseCommand {
+    /// Release history of each target: revision, status, commit, time, duration, note.
+    History(HistoryArgs),
+    /// One release record with its manifests (Secret values redacted).
+    Show(ShowArgs),
+    /// Re-apply an earlier good revision (or a commit's manifests) as a new revision.
+    Rollback(RollbackArgs),
+    /// Force-release the deploy lock of the app (when a run died and you cannot wait).
+    Unlock(UnlockArgs),
+}
+
+/// Which config and which targets a command works on.
+#[derive(Debug, Clone, Args)]
+pub struct Selection {
+    #[command(flatten)]
+    pub files: ConfigFiles,
+    /// Only this target (repeatable; default: every target of the config).
+    #[arg(long = "target", value_name = "NAME")]
+    pub targets: Vec<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct HistoryArgs {
+    #[command(flatten)]
+    pub selection: Selection,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ShowArgs {
+    #[command(flatten)]
+    pub selection: Selection,
+    /// The revision to show (see `rollguard history`).
+    #[arg(long, value_name = "N")]
+    pub revision: u64,
+    /// yaml or json.
+    #[arg(
+        short = 'o',
+        long = "output",
+        default_value = "yaml",
+        value_name = "FORMAT"
+    )]
+    pub output: ShowFormat,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RollbackArgs {
+    #[command(flatten)]
+    pub selection: Selection,
+    /// The revision to go back to [default: the last good revision before the current one].
+    #[arg(long, value_name = "N", conflicts_with = "from_git")]
+    pub revision: Option<u64>,
+    /// Re-apply the manifests of this commit, read with git (fetched if the clone is shallow).
+    #[arg(long, value_name = "SHA")]
+    pub from_git: Option<String>,
+    /// Show what would change, change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Do not ask for confirmation in a terminal.
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+    /// Allow a revision that never ran healthy (failed or pending).
+    #[arg(long)]
+    pub force: bool,
+    /// Take ownership of fields that another field manager owns.
+    #[arg(long)]
+    pub force_conflicts: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct UnlockArgs {
+    #[command(flatten)]
+    pub selection: Selection,
+}
+
+/// Output format of `show`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ShowFormat {
+    #[default]
+    Yaml,
+    Json,
+}
+
+impl std::str::FromStr for ShowFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "yaml" | "yml" => Ok(ShowFormat::Yaml),
+            "json" => Ok(ShowFormat::Json),
+            other => Err(format!("unknown output format `{other}`: use yaml or json")),
+        }
+    }
+}
+
 pub fn parse_duration_arg(text: &str) -> Result<Duration, String> {
     crate::util::duration::parse_duration(text).map_err(|e| e.to_string())
-}
-
-/// The process environment as a map (one snapshot, so a run sees one consistent view).
-pub fn env_snapshot() -> HashMap<String, String> {
-    std::env::vars().collect()
-}
-
-/// Runs a parsed command; returns the process exit code.
-pub async fn run(cli: Cli) -> Result<i32, Error> {
-    let env = env_snapshot();
-    match cli.command {
-        Command::Deploy(args) if args.dry_run => crate::commands::diff::dry_run(args, env).await,
-        Command::Deploy(args) => deploy(args, env).await,
-        Command::Diff(args) => crate::commands::diff::diff(args, env).await,
-        Command::Plan(args) => crate::commands::diff::plan(args, env).await,
-        Command::Schema => {
-            let schema = config::json_schema();
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&schema).unwrap_or_default()
-            );
-            Ok(exit::OK)
-        }
-        Command::Demo(args) => crate::commands::demo::run(args).await,
-        Command::Release(command) => Ok(crate::commands::release::run(command, env).await),
-    }
-}
-
-/// Loads and validates everything; no cluster is touched here.
-pub fn plan(args: &DeployArgs, env: HashMap<String, String>) -> Result<Plan, Error> {
-    let lookup = |k: &str| env.get(k).cloned();
-    let path = config::config_path(args.config.as_deref(), &lookup);
-    let on_failure = match &args.on_failure {
-        Some(text) => Some(
-            text.parse::<config::FailurePolicy>()
-                .map_err(|why| Error::Usage(format!("--on-failure: {why}")))?,
-        ),
-        None => None,
-    };
-    if args.concurrency == Some(0) {
-        return Err(Error::Usage("--concurrency must be at least 1".into()));
-    }
-    let overrides = Overrides {
-        kubeconfig: args.kubeconfig.clone(),
-        contexts: args.contexts.clone(),
-        timeout: args.timeout,
-        on_failure,
-        concurrency: args.concurrency,
-        lock_timeout: args.lock_timeout,
-        ..Default::default()
-    };
-    let config = config::load(&path, &overrides, &lookup)?;
-    let manifests = manifests::load(&config)?;
-    // Every secret value of the manifests is known to the scrubber before anything can
-    // print one.
-    crate::report::redact::learn(manifests.objects.iter().map(|o| &o.body));
-    let commit = crate::util::git::detect_commit(args.commit.as_deref(), &lookup, &config.base_dir);
-    let options = DeployOptions {
-        force_conflicts: args.force_conflicts,
-        dry_run: args.dry_run,
-        cli_kubeconfig: config.kubeconfig.clone(),
-    };
-    Ok(Plan::new(config, manifests, commit, options, env))
-}
-
-/// Cancels on the first SIGINT/SIGTERM; a second signal exits at once with 130.
-pub fn cancel_on_signals() -> CancellationToken {
-    let cancel = CancellationToken::new();
-    let token = cancel.clone();
-    tokio::spawn(async move {
-        let mut count = 0;
-        loop {
-            wait_for_signal().await;
-            count += 1;
-            if count == 1 {
-                eprintln!("rollguard: cancelling (a second signal stops at once)");
-                token.cancel();
-            } else {
-                std::process::exit(exit::CANCELLED);
-            }
-        }
-    });
-    cancel
-}
-
-#[cfg(unix)]
-async fn wait_for_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
-}
-
-#[cfg(not(unix))]
-async fn wait_for_signal() {
-    let _ = tokio::signal::ctrl_c().await;
-}
-
-/// `rollguard deploy`.
-pub async fn deploy(args: DeployArgs, env: HashMap<String, String>) -> Result<i32, Error> {
-    let plan = Arc::new(plan(&args, env)?);
-    let cancel = cancel_on_signals();
-    let report = run_plan(plan.clone(), cancel.clone()).await;
-    finish_report(&report, args.report.as_ref(), &plan.env)?;
-    Ok(if cancel.is_cancelled() {
-        exit::CANCELLED
-    } else {
-        report::exit_code(&report)
-    })
-}
-
-/// Runs a plan with live progress on stderr.
-pub async fn run_plan(plan: Arc<Plan>, cancel: CancellationToken) -> Report {
-    let lookup = |k: &str| plan.env.get(k).cloned();
-    let names = plan.config.targets.iter().map(|t| t.name.clone()).collect();
-    let (progress, renderer) = progress::start(names, progress::detect_mode(&lookup));
-    let report = crate::engine::fleet::deploy(plan.clone(), cancel, progress).await;
-    let _ = renderer.await;
-    report
-}
-
-/// Prints the final table on stdout and writes the JSON report when asked.
-pub fn finish_report(
-    report: &Report,
-    path: Option<&PathBuf>,
-    env: &HashMap<String, String>,
-) -> Result<(), Error> {
-    let lookup = |k: &str| env.get(k).cloned();
-    crate::report::redact::print_out(&report::to_table(report, progress::table_color(&lookup)));
-    if let Some(path) = path {
-        let json = crate::report::redact::scrub(&report::to_json(report));
-        std::fs::write(path, json).map_err(|source| Error::WriteReport {
-            path: path.clone(),
-            source,
-        })?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -281,6 +296,7 @@ mod tests {
         let Command::Deploy(args) = cli.command else {
             panic!("deploy expected")
         };
+        assert_eq!(args.files.config, Some(PathBuf::from("x.yaml")));
         assert_eq!(args.contexts, vec!["a", "b"]);
         assert_eq!(args.timeout, Some(Duration::from_secs(30)));
         assert!(args.force_conflicts && args.dry_run);

@@ -6,21 +6,19 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::time::Duration;
 
-use clap::Args;
 use futures::StreamExt;
 use jiff::Timestamp;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::cli::DeployArgs;
+use crate::cli::{DeployArgs, DiffArgs, PlanArgs, PlanFormat};
 use crate::config::TargetConfig;
-use crate::engine::target_run::{MAX_IN_FLIGHT, Plan, apply_failures, default_namespace};
+use crate::engine::plan::Plan;
 use crate::error::{Error, exit};
-use crate::kube::apply::{ApplyError, resolve_set};
-use crate::kube::connect::{ClusterAccess, connect};
+use crate::kube::apply::{ApplyError, MAX_IN_FLIGHT, apply_failures, resolve_set};
+use crate::kube::connect::{ClusterAccess, connect, target_failure};
 use crate::kube::diff::{DiffOptions, Sides, add_changes, compare_sets, diff_resolved};
 use crate::manifests::ManifestSet;
 use crate::report::diff::{DiffStyle, MAX_DIFF_LINES};
@@ -29,117 +27,32 @@ use crate::report::redact;
 use crate::report::{Failure, Report, TargetOutcome, TargetReport};
 use crate::util::git;
 
-/// How a plan is printed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum PlanFormat {
-    /// Per target the changes and diffs, then the summary line.
-    #[default]
-    Text,
-    /// The plan as JSON (docs/plan-schema.json).
-    Json,
-}
-
-impl std::str::FromStr for PlanFormat {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "text" => Ok(PlanFormat::Text),
-            "json" => Ok(PlanFormat::Json),
-            other => Err(format!("unknown output format `{other}`: use text or json")),
-        }
-    }
-}
-
-/// `rollguard diff`.
-#[derive(Debug, Clone, Args)]
-pub struct DiffArgs {
-    /// The config file [default: ./rollguard.yaml; env ROLLGUARD_CONFIG]
-    #[arg(long, value_name = "PATH")]
-    pub config: Option<PathBuf>,
-    /// Kubeconfig for targets that name none (default: $KUBECONFIG, then ~/.kube/config).
-    #[arg(long, value_name = "PATH")]
-    pub kubeconfig: Option<PathBuf>,
-    /// Only the targets with this context (or target name); repeatable.
-    #[arg(long = "context", value_name = "NAME")]
-    pub contexts: Vec<String>,
-    /// Deadline per target, e.g. 90s, 5m (default: the config's wait.timeout).
-    #[arg(long, value_name = "DUR", value_parser = crate::cli::parse_duration_arg)]
-    pub timeout: Option<Duration>,
-    /// The commit being planned (default: $GITHUB_SHA, then `git rev-parse HEAD`).
-    #[arg(long, value_name = "SHA")]
-    pub commit: Option<String>,
-    /// Also write the JSON report (with the plan in its `plan` field) here.
-    #[arg(long, value_name = "PATH")]
-    pub report: Option<PathBuf>,
-    /// Dry-run the applies taking ownership of fields another manager owns, as the deploy would.
-    #[arg(long)]
-    pub force_conflicts: bool,
-    /// How many targets are asked at once.
-    #[arg(long, value_name = "N")]
-    pub concurrency: Option<usize>,
-    #[command(flatten)]
-    pub output: PlanOutput,
-}
-
-/// How a plan is printed and what its exit code says.
-#[derive(Debug, Clone, Args, Default)]
-pub struct PlanOutput {
-    /// Exit 0 for no changes, 2 for changes, 1 for an error (terraform's -detailed-exitcode).
-    #[arg(long)]
-    pub exit_code: bool,
-    /// text or json (the plan, docs/plan-schema.json).
-    #[arg(
-        short = 'o',
-        long = "output",
-        default_value = "text",
-        value_name = "FORMAT"
-    )]
-    pub format: PlanFormat,
-}
-
-/// `rollguard plan`.
-#[derive(Debug, Clone, Args)]
-pub struct PlanArgs {
-    /// No cluster at all: compare the manifests with those of a git ref.
-    #[arg(long)]
-    pub offline: bool,
-    /// The ref to compare with [default: the merge base with the default branch, else HEAD~1].
-    #[arg(long, value_name = "REF", requires = "offline")]
-    pub against: Option<String>,
-    #[command(flatten)]
-    pub diff: DiffArgs,
-}
-
-impl DiffArgs {
-    /// The deploy flags these stand for (the one loader of config and manifests).
-    fn as_deploy(&self) -> DeployArgs {
-        DeployArgs {
-            config: self.config.clone(),
-            kubeconfig: self.kubeconfig.clone(),
-            contexts: self.contexts.clone(),
-            timeout: self.timeout,
-            commit: self.commit.clone(),
-            report: self.report.clone(),
-            force_conflicts: self.force_conflicts,
-            dry_run: true,
-            on_failure: None,
-            concurrency: self.concurrency,
-            lock_timeout: None,
-            exit_code: self.output.exit_code,
-            output: self.output.format,
-        }
+/// The deploy flags `diff` stands for (the deploy's loader reads config and manifests).
+fn as_deploy(args: &DiffArgs) -> DeployArgs {
+    DeployArgs {
+        files: args.files.clone(),
+        contexts: args.contexts.clone(),
+        timeout: args.timeout,
+        commit: args.commit.clone(),
+        report: args.report.clone(),
+        force_conflicts: args.force_conflicts,
+        dry_run: true,
+        on_failure: None,
+        concurrency: args.concurrency,
+        lock_timeout: None,
+        plan_output: args.output.clone(),
     }
 }
 
 /// Loads and validates (the deploy's loader, which also teaches the scrubber every secret
 /// value of the manifests).
 fn load(args: &DeployArgs, env: HashMap<String, String>) -> Result<Plan, Error> {
-    crate::cli::plan(args, env)
+    crate::commands::deploy::plan(args, env)
 }
 
 /// `rollguard diff`.
 pub async fn diff(args: DiffArgs, env: HashMap<String, String>) -> Result<i32, Error> {
-    dry_run(args.as_deploy(), env).await
+    dry_run(as_deploy(&args), env).await
 }
 
 /// `rollguard plan`: offline, or as `diff`.
@@ -148,7 +61,7 @@ pub async fn plan(args: PlanArgs, env: HashMap<String, String>) -> Result<i32, E
         return diff(args.diff, env).await;
     }
     let cluster_flags = [
-        ("--kubeconfig", args.diff.kubeconfig.is_some()),
+        ("--kubeconfig", args.diff.files.kubeconfig.is_some()),
         ("--timeout", args.diff.timeout.is_some()),
         ("--force-conflicts", args.diff.force_conflicts),
         ("--concurrency", args.diff.concurrency.is_some()),
@@ -165,7 +78,7 @@ pub async fn plan(args: PlanArgs, env: HashMap<String, String>) -> Result<i32, E
 pub async fn dry_run(args: DeployArgs, env: HashMap<String, String>) -> Result<i32, Error> {
     let started_at = Timestamp::now();
     let plan = load(&args, env)?;
-    let cancel = crate::cli::cancel_on_signals();
+    let cancel = crate::commands::deploy::cancel_on_signals();
     let targets = plan_targets(&plan, &cancel).await;
     if cancel.is_cancelled() {
         return Ok(exit::CANCELLED);
@@ -177,11 +90,11 @@ pub async fn dry_run(args: DeployArgs, env: HashMap<String, String>) -> Result<i
         targets,
     );
     let lookup = |k: &str| plan.env.get(k).cloned();
-    print_plan(&change_plan, args.output, &lookup);
+    print_plan(&change_plan, args.plan_output.format, &lookup);
     if let Some(path) = &args.report {
         write_report(&plan, &change_plan, started_at, path)?;
     }
-    Ok(change_plan.exit_code(args.exit_code))
+    Ok(change_plan.exit_code(args.plan_output.exit_code))
 }
 
 /// Prints the plan on stdout (scrubbed): text, coloured on a terminal without NO_COLOR; or JSON.
@@ -268,16 +181,13 @@ async fn plan_target(plan: &Plan, target: &TargetConfig, cancel: &CancellationTo
         Ok(access) => access,
         Err(e) => {
             tracing::info!(reason = %e.reason, "{}", e.message);
-            out.errors.push(Failure {
-                object: "cluster".into(),
-                reason: e.reason,
-                message: e.message,
-                ..Default::default()
-            });
+            out.errors.push(target_failure("cluster", &e));
             return out;
         }
     };
-    let namespace = default_namespace(&plan.config, target, &access.context_namespace);
+    let namespace = plan
+        .config
+        .default_namespace(target, &access.context_namespace);
     let deadline = Instant::now() + plan.config.wait.timeout;
     let sides = ("live".to_string(), "dry run".to_string());
     diff_target(
@@ -341,7 +251,7 @@ pub async fn diff_target(
 
 /// `rollguard plan --offline`: this commit's manifests (validated) against a git ref's.
 async fn offline(args: PlanArgs, env: HashMap<String, String>) -> Result<i32, Error> {
-    let deploy_args = args.diff.as_deploy();
+    let deploy_args = as_deploy(&args.diff);
     let plan = load(&deploy_args, env)?;
     let dir = &plan.config.base_dir;
     let git_failed = |e: git::GitError| Error::Git(e.to_string());
@@ -358,7 +268,7 @@ async fn offline(args: PlanArgs, env: HashMap<String, String>) -> Result<i32, Er
     if args.against.is_some() && against.r#ref.is_none() {
         against.r#ref = Some(base.clone());
     }
-    let old = crate::engine::conclude::manifests_at_commit(&plan.config, &against.sha)
+    let old = crate::engine::reapply::manifests_at_commit(&plan.config, &against.sha)
         .map_err(Error::Git)?;
     redact::learn(old.objects.iter().map(|o| &o.body));
     let before = against.short_sha().to_string();
