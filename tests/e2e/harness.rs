@@ -159,6 +159,38 @@ impl TestEnv {
         run
     }
 
+    /// Runs `rollguard <command> --config <dir>/rollguard.yaml --kubeconfig <kc>` plus
+    /// `extra`, with a clean environment plus `env`.
+    pub async fn command(&self, command: &str, extra: &[&str], env: &[(&str, &str)]) -> Run {
+        let mut args: Vec<String> = vec![
+            command.to_string(),
+            "--config".into(),
+            self.path("rollguard.yaml").display().to_string(),
+            "--kubeconfig".into(),
+            self.kubeconfig.display().to_string(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        rollguard(&args, self.dir.path(), env).await
+    }
+
+    /// Every request cluster `sim-N` has answered (reads, writes, dry runs).
+    pub fn requests(&self, cluster: usize) -> u64 {
+        self.cluster(cluster).counters().counts.values().sum()
+    }
+
+    /// The names of the namespaces of cluster `sim-N`.
+    pub async fn namespaces(&self, cluster: usize) -> Vec<String> {
+        use k8s_openapi::api::core::v1::Namespace;
+        let api: Api<Namespace> = Api::all(self.client(cluster).await);
+        api.list(&ListParams::default())
+            .await
+            .expect("list namespaces")
+            .items
+            .into_iter()
+            .filter_map(|n| n.metadata.name)
+            .collect()
+    }
+
     /// Cluster `sim-N` (1-based, as the contexts are named).
     pub fn cluster(&self, n: usize) -> &kube_sim::cluster::Cluster {
         &self.sim.clusters()[n - 1]
@@ -279,4 +311,27 @@ pub fn corpus_file(rel: &str) -> String {
         }
     }
     panic!("corpus file {rel} not found next to {}", root.display());
+}
+
+/// git with a fixed identity, in `dir`.
+pub fn git(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+        .args([
+            "-c",
+            "init.defaultBranch=main",
+            "-c",
+            "protocol.file.allow=always",
+        ])
+        .args(args)
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }

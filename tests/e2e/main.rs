@@ -4,6 +4,7 @@
 
 mod apply;
 mod deploy;
+mod diff;
 mod failures;
 mod harness;
 mod input;
