@@ -283,14 +283,16 @@ pub async fn history(args: HistoryArgs, env: Env) -> Result<i32, ManageError> {
     for connected in connect_all(&config, &targets, config.kubeconfig.as_deref(), &env).await {
         match connected {
             Ok(c) => match c.store.list().await {
-                Ok(records) => print!("{}", history_table(&c.target.name, &records)),
+                Ok(records) => {
+                    redact::print_out(history_table(&c.target.name, &records).trim_end())
+                }
                 Err(e) => {
-                    eprintln!("target {}: {e}", c.target.name);
+                    redact::print_err(&format!("target {}: {e}", c.target.name));
                     code = exit::FAILED;
                 }
             },
             Err(e) => {
-                eprintln!("{e}");
+                redact::print_err(&e);
                 code = exit::FAILED;
             }
         }
@@ -308,7 +310,7 @@ pub async fn show(args: ShowArgs, env: Env) -> Result<i32, ManageError> {
         let c = match connected {
             Ok(c) => c,
             Err(e) => {
-                eprintln!("{e}");
+                redact::print_err(&e);
                 code = exit::FAILED;
                 continue;
             }
@@ -335,7 +337,7 @@ pub async fn show(args: ShowArgs, env: Env) -> Result<i32, ManageError> {
                 }
             },
             Err(e) => {
-                eprintln!("target {}: {e}", c.target.name);
+                redact::print_err(&format!("target {}: {e}", c.target.name));
                 code = exit::FAILED;
             }
         }
@@ -352,7 +354,7 @@ pub async fn unlock(args: UnlockArgs, env: Env) -> Result<i32, ManageError> {
         let c = match connected {
             Ok(c) => c,
             Err(e) => {
-                eprintln!("{e}");
+                redact::print_err(&e);
                 code = exit::FAILED;
                 continue;
             }
@@ -376,7 +378,7 @@ pub async fn unlock(args: UnlockArgs, env: Env) -> Result<i32, ManageError> {
                 ),
             },
             Err(e) => {
-                eprintln!("target {}: {e}", c.target.name);
+                redact::print_err(&format!("target {}: {e}", c.target.name));
                 code = exit::FAILED;
             }
         }
@@ -549,7 +551,7 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
                 "target {name}: rolled back to {} (recorded as v{revision})",
                 p.destination
             ),
-            Err((why, _)) => println!("target {name}: rollback failed: {why}"),
+            Err((why, _)) => redact::print_out(&format!("target {name}: rollback failed: {why}")),
         }
         summary.push(RollbackResult {
             target: name.clone(),
@@ -557,7 +559,7 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
             message: result.as_ref().err().map(|(why, _)| why.clone()),
         });
     }
-    println!("{}", policy::summary(&summary));
+    redact::print_out(&policy::summary(&summary));
     release_all(ready).await;
     Ok(if results.iter().all(Result::is_ok) {
         exit::OK

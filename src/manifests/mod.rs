@@ -418,6 +418,9 @@ pub fn render_with_timeout(
         }
     };
     let stdout = stdout.join().unwrap_or_default();
+    // Its stderr may quote what it rendered (and the error message will show that stderr):
+    // the scrubber learns the Secrets of whatever part of the output parses, first.
+    learn_secrets(&String::from_utf8_lossy(&stdout));
     let stderr = String::from_utf8_lossy(&stderr.join().unwrap_or_default()).into_owned();
     // The end of stderr is where the reason usually is.
     let tail = {
@@ -430,6 +433,22 @@ pub fn render_with_timeout(
     }
     String::from_utf8(stdout)
         .map_err(|_| fail("its output is not UTF-8".to_string(), String::new()))
+}
+
+/// Teaches the scrubber the Secret values of `text`, document by document, so that one
+/// broken document does not hide the others.
+fn learn_secrets(text: &str) {
+    let origin = Path::new(RENDER_ORIGIN);
+    match parse(text, origin) {
+        Ok(objects) => crate::report::redact::learn(objects.iter().map(|o| &o.body)),
+        Err(_) => {
+            for document in text.split("\n---") {
+                if let Ok(objects) = parse(document, origin) {
+                    crate::report::redact::learn(objects.iter().map(|o| &o.body));
+                }
+            }
+        }
+    }
 }
 
 fn kill_group(child: &mut std::process::Child) {
@@ -1395,6 +1414,21 @@ mod tests {
         );
         let err = load(&c).unwrap_err().to_string();
         assert!(err.starts_with("render command `echo building >&2; echo 'kustomize: no such dir' >&2; exit 3` failed (exit status: 3):\nbuilding\nkustomize: no such dir"), "{err}");
+    }
+
+    #[test]
+    fn a_failing_render_quoting_a_secret_in_stderr_is_scrubbed() {
+        let dir = tempfile::tempdir().unwrap();
+        let command = "printf 'apiVersion: v1\\nkind: Secret\\nmetadata: {name: s}\\nstringData: {k: render-leak-5e1f}\\n'; \
+                       echo 'bad value render-leak-5e1f' >&2; exit 1";
+        let err = render(command, dir.path()).unwrap_err().to_string();
+        assert!(err.contains("bad value"), "{err}");
+        let shown = crate::report::redact::scrub(&err);
+        assert!(!shown.contains("render-leak-5e1f"), "{shown}");
+        assert!(
+            shown.contains(&crate::report::redact::marker(b"render-leak-5e1f")),
+            "{shown}"
+        );
     }
 
     #[test]

@@ -25,12 +25,13 @@ pub fn marker(app: &str) -> String {
 /// (bytes, not characters, so a multi-byte text never exceeds a character limit either).
 /// When the details do not fit, whole sections are left out and a note says so.
 pub fn to_markdown(report: &Report, limit: usize) -> String {
-    let head = head(report);
+    // Scrubbed before the cut, so a marker longer than its value never breaks the limit.
+    let head = super::redact::scrub(&head(report));
     let details: Vec<String> = report
         .targets
         .iter()
         .filter(|t| needs_details(t))
-        .map(details)
+        .map(|t| super::redact::scrub(&details(t)))
         .collect();
 
     let note = |left_out: usize| {
@@ -292,8 +293,9 @@ pub fn plan_to_markdown(plan: &ChangePlan, limit: usize) -> String {
         .targets
         .iter()
         .filter(|t| t.changes() > 0 || !t.errors.is_empty() || !t.dropped.is_empty())
-        .map(plan_section)
+        .map(|t| super::redact::scrub(&plan_section(t)))
         .collect();
+    let head = super::redact::scrub(&head);
     let mut out = cut_to(head, limit.saturating_sub(NOTE_RESERVE));
     let mut left_out = 0;
     for section in &sections {
