@@ -284,7 +284,6 @@ mod tests {
             "--timeout",
             "30s",
             "--force-conflicts",
-            "--dry-run",
             "--on-failure",
             "none",
             "--concurrency",
@@ -299,8 +298,45 @@ mod tests {
         assert_eq!(args.files.config, Some(PathBuf::from("x.yaml")));
         assert_eq!(args.contexts, vec!["a", "b"]);
         assert_eq!(args.timeout, Some(Duration::from_secs(30)));
-        assert!(args.force_conflicts && args.dry_run);
+        assert!(args.force_conflicts && !args.dry_run);
+        assert_eq!(args.on_failure.as_deref(), Some("none"));
         assert_eq!(args.concurrency, Some(4));
         assert!(Cli::try_parse_from(["rollguard", "deploy", "--timeout", "soon"]).is_err());
+    }
+
+    #[test]
+    fn dry_run_flags() {
+        let parse = |args: &[&str]| {
+            let mut all = vec!["rollguard"];
+            all.extend_from_slice(args);
+            Cli::try_parse_from(all)
+        };
+        let Command::Deploy(args) = parse(&["deploy", "--dry-run", "--exit-code", "-o", "json"])
+            .expect("parses")
+            .command
+        else {
+            panic!("deploy expected")
+        };
+        assert!(args.dry_run && args.plan_output.exit_code);
+        assert_eq!(args.plan_output.format, PlanFormat::Json);
+        // A dry run has no failure policy and takes no lock: those flags would do nothing.
+        assert!(parse(&["deploy", "--dry-run", "--on-failure", "none"]).is_err());
+        assert!(parse(&["deploy", "--dry-run", "--lock-timeout", "1m"]).is_err());
+        assert!(
+            parse(&["diff", "-o", "yaml"]).is_err(),
+            "unknown formats are refused"
+        );
+        let Command::Plan(plan) = parse(&["plan", "--offline", "--against", "main"])
+            .expect("parses")
+            .command
+        else {
+            panic!("plan expected")
+        };
+        assert!(plan.offline);
+        assert_eq!(plan.against.as_deref(), Some("main"));
+        assert!(
+            parse(&["plan", "--against", "main"]).is_err(),
+            "--against needs --offline"
+        );
     }
 }
