@@ -429,3 +429,27 @@ async fn rollback_dry_run_shows_the_diff_back_to_the_last_good_revision() {
     );
     assert_eq!(writes(&env, 3), before, "rollback --dry-run writes nothing");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_that_cannot_be_planned_is_an_error_and_the_others_are_planned() {
+    let env = TestEnv::start(3, "").await;
+    env.write("rollguard.yaml", &config(3, "20s"));
+    deployed(&env, &small_app(V1)).await;
+    env.write("k8s/app.yaml", &small_app(V2));
+    env.cluster(3).set_down(true);
+    let run = env.command("diff", &["--exit-code"], &[]).await;
+    assert_eq!(run.code, 1, "an error beats changes:\n{}", run.output());
+    assert!(
+        run.stdout
+            .contains("target ap: could not be planned\n  ! cluster: "),
+        "{}",
+        run.output()
+    );
+    assert_eq!(image_lines(&run.stdout, V1, V2), (2, 2), "{}", run.output());
+    assert!(
+        run.stdout
+            .contains("would change 2 objects on 2 of 3 targets; 1 could not be planned: ap"),
+        "{}",
+        run.output()
+    );
+}
