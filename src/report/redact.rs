@@ -201,6 +201,16 @@ impl Scrubber {
             .sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
     }
 
+    /// A scrubber of the Secret values among `bodies` (e.g. the manifests, for a script's
+    /// output).
+    pub fn from_objects<'a>(bodies: impl IntoIterator<Item = &'a Value>) -> Scrubber {
+        let mut scrubber = Scrubber::default();
+        for body in bodies {
+            scrubber.add_object(body);
+        }
+        scrubber
+    }
+
     /// Learns the values of a Secret body (nothing for other objects).
     pub fn add_object(&mut self, body: &Value) {
         for value in secret_values(body) {
@@ -213,7 +223,12 @@ impl Scrubber {
     }
 
     /// The text with every known value replaced by its marker.
-    pub fn scrub<'a>(&self, text: &'a str) -> Cow<'a, str> {
+    pub fn scrub(&self, text: &str) -> String {
+        self.scrub_cow(text).into_owned()
+    }
+
+    /// [`Scrubber::scrub`] without a copy when nothing is found.
+    pub fn scrub_cow<'a>(&self, text: &'a str) -> Cow<'a, str> {
         let mut out = Cow::Borrowed(text);
         for (needle, mark) in &self.needles {
             if out.contains(needle.as_str()) {
@@ -256,7 +271,7 @@ pub fn scrub(text: &str) -> String {
         Ok(guard) => guard,
         Err(poisoned) => poisoned.into_inner(),
     };
-    scrubber.scrub(text).into_owned()
+    scrubber.scrub(text)
 }
 
 /// Prints a line on stdout, scrubbed.
@@ -396,10 +411,9 @@ mod tests {
 
     #[test]
     fn scrub_table() {
-        let mut s = Scrubber::default();
-        s.add_object(&json!({"apiVersion": "v1", "kind": "Secret",
+        let mut s = Scrubber::from_objects([&json!({"apiVersion": "v1", "kind": "Secret",
             "data": {"a": "aHVudGVyMi1wYXNz"},
-            "stringData": {"pem": "-----BEGIN-----\nAAAAsecretline\n-----END-----", "q": "say \"hi\"!"}}));
+            "stringData": {"pem": "-----BEGIN-----\nAAAAsecretline\n-----END-----", "q": "say \"hi\"!"}})]);
         s.add_value(b"abc"); // too short: ignored
         let hunter = m("hunter2-pass");
         let cases: Vec<(&str, String)> = vec![
