@@ -15,6 +15,11 @@ use crate::manifests;
 use crate::report::progress;
 use crate::report::{self, Report};
 
+/// The process environment as a map (one snapshot, so a run sees one consistent view).
+pub fn env_snapshot() -> HashMap<String, String> {
+    std::env::vars().collect()
+}
+
 /// Loads and validates everything; no cluster is touched here.
 pub fn plan(args: &DeployArgs, env: HashMap<String, String>) -> Result<Plan, Error> {
     let lookup = |k: &str| env.get(k).cloned();
@@ -39,6 +44,10 @@ pub fn plan(args: &DeployArgs, env: HashMap<String, String>) -> Result<Plan, Err
         ..Default::default()
     };
     let config = config::load(&path, &overrides, &lookup)?;
+    let missing = config::missing_working_dirs(&config);
+    if !missing.is_empty() {
+        return Err(config::ConfigError::Invalid(missing).into());
+    }
     let manifests = manifests::load(&config)?;
     // Every secret value of the manifests is known to the scrubber before anything can
     // print one.
@@ -65,6 +74,10 @@ pub fn cancel_on_signals() -> CancellationToken {
                 eprintln!("rollguard: cancelling (a second signal stops at once)");
                 token.cancel();
             } else {
+                // No destructor runs after exit: stop the scripts and remove their
+                // kubeconfigs first.
+                crate::stages::process::kill_all_now();
+                crate::stages::kubeconfig::remove_all_now();
                 std::process::exit(exit::CANCELLED);
             }
         }

@@ -6,20 +6,18 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
-use futures::StreamExt;
 use jiff::Timestamp;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 use crate::cli::{DeployArgs, DiffArgs, PlanArgs, PlanFormat};
-use crate::config::TargetConfig;
 use crate::engine::plan::Plan;
 use crate::error::{Error, exit};
 use crate::kube::apply::{ApplyError, MAX_IN_FLIGHT, apply_failures, resolve_set};
-use crate::kube::connect::{ClusterAccess, connect, target_failure};
-use crate::kube::diff::{DiffOptions, Sides, add_changes, compare_sets, diff_resolved};
+use crate::kube::connect::ClusterAccess;
+use crate::kube::diff::{DiffOptions, Sides, compare_sets, plan_resolved};
 use crate::manifests::ManifestSet;
 use crate::report::diff::{DiffStyle, MAX_DIFF_LINES};
 use crate::report::plan::{ChangePlan, PlanMode, TargetPlan, to_json, to_text};
@@ -74,27 +72,41 @@ pub async fn plan(args: PlanArgs, env: HashMap<String, String>) -> Result<i32, E
     offline(args, env).await
 }
 
-/// `rollguard deploy --dry-run` and `rollguard diff`: every target at once.
+/// `rollguard deploy --dry-run` and `rollguard diff`: every target at once, through the
+/// deploy's own pipeline with its apply stage asking the servers instead of writing (no lock,
+/// no record, no namespace; script stages only listed, unless one says `dry_run: true`).
 pub async fn dry_run(args: DeployArgs, env: HashMap<String, String>) -> Result<i32, Error> {
-    let started_at = Timestamp::now();
-    let plan = load(&args, env)?;
+    let plan = Arc::new(load(&args, env)?);
+    for line in crate::stages::plan::describe_pipeline(&plan.config.pipeline) {
+        redact::print_err(&line);
+    }
     let cancel = crate::commands::deploy::cancel_on_signals();
-    let targets = plan_targets(&plan, &cancel).await;
+    let report = crate::commands::deploy::run_plan(plan.clone(), cancel.clone()).await;
     if cancel.is_cancelled() {
         return Ok(exit::CANCELLED);
     }
-    let change_plan = ChangePlan::new(
-        plan.config.app.clone(),
-        PlanMode::DryRun,
-        plan.commit.clone(),
-        targets,
-    );
+    let change_plan = report.plan.clone().unwrap_or_else(|| {
+        ChangePlan::new(
+            plan.config.app.clone(),
+            PlanMode::DryRun,
+            plan.commit.clone(),
+            Vec::new(),
+        )
+    });
     let lookup = |k: &str| plan.env.get(k).cloned();
     print_plan(&change_plan, args.plan_output.format, &lookup);
     if let Some(path) = &args.report {
-        write_report(&plan, &change_plan, started_at, path)?;
+        write_json(&crate::report::to_json(&report), path)?;
     }
     Ok(change_plan.exit_code(args.plan_output.exit_code))
+}
+
+/// Writes a JSON document, scrubbed of every known secret value.
+fn write_json(text: &str, path: &PathBuf) -> Result<(), Error> {
+    std::fs::write(path, redact::scrub(text)).map_err(|source| Error::WriteReport {
+        path: path.clone(),
+        source,
+    })
 }
 
 /// Prints the plan on stdout (scrubbed): text, coloured on a terminal without NO_COLOR; or JSON.
@@ -147,60 +159,7 @@ fn write_report(
     report.dry_run = true;
     report.plan = Some(change_plan.clone());
     report.refresh();
-    let text = redact::scrub(&crate::report::to_json(&report));
-    std::fs::write(path, text).map_err(|source| Error::WriteReport {
-        path: path.clone(),
-        source,
-    })
-}
-
-/// Every target's plan, at most `concurrency` at once, each in a `target=<name>` span.
-async fn plan_targets(plan: &Plan, cancel: &CancellationToken) -> Vec<TargetPlan> {
-    futures::stream::iter(plan.config.targets.iter())
-        .map(|target| {
-            let span = tracing::error_span!("target", target = %target.name);
-            plan_target(plan, target, cancel).instrument(span)
-        })
-        .buffered(plan.config.concurrency.max(1))
-        .collect()
-        .await
-}
-
-/// One target: connect, resolve every kind (discovery), then GETs and dry-run applies.
-async fn plan_target(plan: &Plan, target: &TargetConfig, cancel: &CancellationToken) -> TargetPlan {
-    let mut out = TargetPlan::new(target.name.clone());
-    let env = |k: &str| plan.env(k);
-    let access = match connect(
-        target,
-        plan.options.cli_kubeconfig.as_deref(),
-        &plan.config.base_dir,
-        &env,
-    )
-    .await
-    {
-        Ok(access) => access,
-        Err(e) => {
-            tracing::info!(reason = %e.reason, "{}", e.message);
-            out.errors.push(target_failure("cluster", &e));
-            return out;
-        }
-    };
-    let namespace = plan
-        .config
-        .default_namespace(target, &access.context_namespace);
-    let deadline = Instant::now() + plan.config.wait.timeout;
-    let sides = ("live".to_string(), "dry run".to_string());
-    diff_target(
-        &access,
-        &plan.manifests,
-        namespace,
-        plan.options.force_conflicts,
-        deadline,
-        sides,
-        cancel,
-        out,
-    )
-    .await
+    write_json(&crate::report::to_json(&report), path)
 }
 
 /// The plan of one connected target for `set` (also `rollback --dry-run`'s, with the
@@ -233,20 +192,19 @@ pub async fn diff_target(
         before_label,
         after_label,
     };
-    let found = diff_resolved(&access.client, set, &resolution, &options, cancel).await;
-    add_changes(&mut out, found.changes);
-    out.errors.extend(apply_failures(
-        &ApplyError::Objects(found.failures),
+    let (mut planned, _) = plan_resolved(
+        &out.name,
+        &access.client,
         &access.server,
-    ));
-    tracing::info!(
-        create = out.create.len(),
-        update = out.update.len(),
-        unchanged = out.unchanged.len(),
-        errors = out.errors.len(),
-        "planned"
-    );
-    out
+        set,
+        &resolution,
+        &options,
+        cancel,
+    )
+    .await;
+    planned.to = out.to.take();
+    planned.dropped = std::mem::take(&mut out.dropped);
+    planned
 }
 
 /// `rollguard plan --offline`: this commit's manifests (validated) against a git ref's.

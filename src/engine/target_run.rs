@@ -1,6 +1,6 @@
-//! One target, start to end: connect -> discover (every kind served) -> lock and pending
-//! record -> apply -> wait, into a `TargetRun` (the report, the connection and what was
-//! applied, for the conclusion).
+//! One target: connect -> discover/validate -> lock + record, then its stages of the
+//! pipeline (apply + wait, target scripts), into a `TargetReport`. Fleet stages, which every
+//! target reaches first, are run by `fleet.rs` between calls of [`run_stages`].
 
 use std::time::Duration;
 
@@ -8,11 +8,11 @@ use jiff::Timestamp;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::TargetConfig;
+use crate::config::{PipelineStage, TargetConfig};
 use crate::engine::plan::Plan;
 use crate::kube::apply::{
-    AppliedObject, ApplyError, ApplyOptions, MAX_IN_FLIGHT, apply_failures, apply_resolved,
-    resolve_set,
+    AppliedObject, ApplyError, ApplyOptions, MAX_IN_FLIGHT, Resolution, apply_failures,
+    apply_resolved, resolve_set,
 };
 use crate::kube::connect::{ClusterAccess, connect, target_failure};
 use crate::kube::wait::{WaitFailure, WaitOptions, wait_for_rollout};
@@ -29,13 +29,46 @@ pub struct TargetRun {
     pub applied: Vec<AppliedObject>,
     /// True once any object of the new revision was written to this target.
     pub received_new_revision: bool,
-    /// The lock and release record of this run (None in a dry run or before the lock was
-    /// taken).
+    /// The lock and release record of this run (rg-release; None in a dry run or before
+    /// the lock was taken).
     pub release: Option<TargetRelease>,
+    /// The target as configured.
+    pub target: TargetConfig,
+    /// Discovery's result, until the apply stage uses it.
+    resolution: Option<Resolution>,
+    pub(crate) clock: PhaseClock,
+    /// The run ended (failed, cancelled or stopped): later stages do not run.
+    pub done: bool,
+    /// A dry run's answer: what the apply stage would change on this target.
+    pub plan: Option<crate::report::plan::TargetPlan>,
+}
+
+impl TargetRun {
+    /// A run of `target` that has done nothing yet.
+    pub fn new(target: &TargetConfig, at: Timestamp) -> TargetRun {
+        TargetRun {
+            report: TargetReport::new(target.name.clone(), TargetOutcome::Failed, at),
+            access: None,
+            applied: Vec::new(),
+            received_new_revision: false,
+            release: None,
+            target: target.clone(),
+            resolution: None,
+            clock: PhaseClock::new(),
+            done: false,
+            plan: None,
+        }
+    }
+
+    /// Whether the run changed anything on its target: objects of the new revision, or a
+    /// script stage that started (a rollback then has something to undo).
+    pub fn changed_something(&self) -> bool {
+        self.received_new_revision || self.report.stages.iter().any(|s| s.outcome.started())
+    }
 }
 
 /// Phase timings, in order.
-struct PhaseClock {
+pub(crate) struct PhaseClock {
     phases: Vec<PhaseTiming>,
     current: Option<(String, Instant)>,
 }
@@ -47,17 +80,25 @@ impl PhaseClock {
             current: None,
         }
     }
-    fn start(&mut self, name: &str) {
+    pub(crate) fn start(&mut self, name: &str) {
         self.stop();
         self.current = Some((name.to_string(), Instant::now()));
     }
-    fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         if let Some((name, at)) = self.current.take() {
-            self.phases.push(PhaseTiming {
-                name,
-                seconds: round_ms(at.elapsed()),
-            });
+            self.phases
+                .push(PhaseTiming::new(name, round_ms(at.elapsed())));
         }
+    }
+    /// A script stage's phase, timed by its runner.
+    pub(crate) fn script(&mut self, result: &crate::report::StageResult) {
+        self.stop();
+        self.phases.push(PhaseTiming {
+            name: result.name.clone(),
+            seconds: result.seconds,
+            script: Some(result.scope.clone()),
+            exit_code: result.exit_code,
+        });
     }
 }
 
@@ -65,31 +106,32 @@ fn round_ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1000.0).round() / 1000.0
 }
 
-/// Runs one target. Never panics on cluster errors: every problem ends in the report.
+/// Runs one target up to its first fleet stage: connect, discover, lock and record, then
+/// `stages` (indices into the pipeline). Never panics on cluster errors: every problem ends in
+/// the report. A run that is not `done` afterwards goes on with [`run_stages`].
 pub async fn run_target(
     plan: &Plan,
     target: &TargetConfig,
     cancel: &CancellationToken,
     progress: &Progress,
+    stages: &[usize],
 ) -> TargetRun {
-    let started_at = Timestamp::now();
-    let started = Instant::now();
-    let deadline = started + plan.config.wait.timeout;
-    let mut clock = PhaseClock::new();
-    let mut run = TargetRun {
-        report: TargetReport::new(target.name.clone(), TargetOutcome::Failed, started_at),
-        access: None,
-        applied: Vec::new(),
-        received_new_revision: false,
-        release: None,
-    };
+    let mut run = TargetRun::new(target, Timestamp::now());
+    start(plan, &mut run, cancel, progress).await;
+    run_stages(plan, &mut run, stages, cancel, progress).await;
+    run
+}
+
+async fn start(plan: &Plan, run: &mut TargetRun, cancel: &CancellationToken, progress: &Progress) {
+    let target = run.target.clone();
+    let deadline = Instant::now() + plan.config.wait.timeout;
     let name = target.name.clone();
 
     progress.update(&name, Stage::Connecting);
-    clock.start("connect");
+    run.clock.start("connect");
     let env = |k: &str| plan.env(k);
     let access = match connect(
-        target,
+        &target,
         plan.options.cli_kubeconfig.as_deref(),
         &plan.config.base_dir,
         &env,
@@ -101,35 +143,35 @@ pub async fn run_target(
             // Target failures are logged at info: the progress line and the final table say them.
             tracing::info!(reason = %e.reason, "{}", e.message);
             run.report.failures.push(target_failure("cluster", &e));
-            return finish(run, clock, progress, TargetOutcome::Failed);
+            return finish(run, progress, TargetOutcome::Failed);
         }
     };
     run.access = Some(access.clone());
 
     // Discovery: the first request (an unreachable target fails here, in seconds) and the
     // check that the target serves every kind, before anything is written to it.
-    clock.start("discover");
-    let resolution = match resolve_set(&access.client, &plan.manifests, deadline, cancel).await {
-        Ok(resolution) => resolution,
+    run.clock.start("discover");
+    match resolve_set(&access.client, &plan.manifests, deadline, cancel).await {
+        Ok(resolution) => run.resolution = Some(resolution),
         Err(ApplyError::Cancelled) => {
-            return finish(run, clock, progress, TargetOutcome::Cancelled);
+            return finish(run, progress, TargetOutcome::Cancelled);
         }
         Err(e) => {
             tracing::info!("{e}");
             run.report.failures = apply_failures(&e, &access.server);
-            return finish(run, clock, progress, TargetOutcome::Failed);
+            return finish(run, progress, TargetOutcome::Failed);
         }
     };
 
     // The lock, abandoned records, the last good record, this run's pending record.
     if !plan.options.dry_run {
-        clock.start("lock");
+        run.clock.start("lock");
         let prepared = match plan.recorded_manifests() {
             Ok(manifests) => {
                 let commit = plan.commit.as_ref();
                 prepare(
                     &plan.config,
-                    target,
+                    &target,
                     &access,
                     manifests,
                     commit,
@@ -147,23 +189,63 @@ pub async fn run_target(
                 run.release = Some(release);
             }
             Err(PrepareError::Cancelled) => {
-                return finish(run, clock, progress, TargetOutcome::Cancelled);
+                return finish(run, progress, TargetOutcome::Cancelled);
             }
             Err(e) => {
                 tracing::info!("{e}");
                 run.report.failures.push(e.failure(&access.server));
-                return finish(run, clock, progress, TargetOutcome::Failed);
+                return finish(run, progress, TargetOutcome::Failed);
             }
         }
     }
-    // The deadline is for apply and rollout: time spent waiting for the lock does not count.
-    let deadline = if plan.options.dry_run {
-        deadline
-    } else {
-        Instant::now() + plan.config.wait.timeout
-    };
+    run.clock.stop();
+}
 
-    clock.start("apply");
+/// Runs the target-scoped `stages` (indices into the pipeline) of a run that is not done.
+pub async fn run_stages(
+    plan: &Plan,
+    run: &mut TargetRun,
+    stages: &[usize],
+    cancel: &CancellationToken,
+    progress: &Progress,
+) {
+    for &index in stages {
+        if run.done {
+            return;
+        }
+        match plan.config.pipeline.get(index) {
+            Some(PipelineStage::Apply) => apply_and_wait(plan, run, cancel, progress).await,
+            Some(PipelineStage::Script(stage)) => {
+                crate::engine::scripts::target_script(plan, run, stage, cancel, progress).await
+            }
+            None => {}
+        }
+    }
+}
+
+/// Marks a run that went through its whole pipeline as deployed.
+pub fn complete(run: &mut TargetRun, progress: &Progress) {
+    if !run.done {
+        finish(run, progress, TargetOutcome::Deployed);
+    }
+}
+
+async fn apply_and_wait(
+    plan: &Plan,
+    run: &mut TargetRun,
+    cancel: &CancellationToken,
+    progress: &Progress,
+) {
+    let (Some(access), Some(resolution)) = (run.access.clone(), run.resolution.take()) else {
+        return;
+    };
+    let target = run.target.clone();
+    let name = target.name.clone();
+    // The deadline is for apply and rollout: time spent waiting for the lock or in scripts
+    // does not count.
+    let deadline = Instant::now() + plan.config.wait.timeout;
+
+    run.clock.start("apply");
     progress.update(
         &name,
         Stage::Applying {
@@ -171,12 +253,47 @@ pub async fn run_target(
             total: plan.manifests.objects.len(),
         },
     );
+    if plan.options.dry_run {
+        // A dry run asks the server what the apply would change (GETs and dryRun=All
+        // applies, no namespace created, no CRD established) and waits for nothing.
+        let options = crate::kube::diff::DiffOptions {
+            default_namespace: plan
+                .config
+                .default_namespace(&target, &access.context_namespace),
+            force: plan.options.force_conflicts,
+            max_in_flight: MAX_IN_FLIGHT,
+            deadline,
+            before_label: "live".into(),
+            after_label: "dry run".into(),
+        };
+        let (found, cancelled) = crate::kube::diff::plan_resolved(
+            &name,
+            &access.client,
+            &access.server,
+            &plan.manifests,
+            &resolution,
+            &options,
+            cancel,
+        )
+        .await;
+        let errors = found.errors.clone();
+        run.plan = Some(found);
+        if cancelled {
+            return finish(run, progress, TargetOutcome::Cancelled);
+        }
+        if !errors.is_empty() {
+            run.report.failures = errors;
+            return finish(run, progress, TargetOutcome::Failed);
+        }
+        run.clock.stop();
+        return;
+    }
     let options = ApplyOptions {
         force: plan.options.force_conflicts,
-        dry_run: plan.options.dry_run,
+        dry_run: false,
         default_namespace: plan
             .config
-            .default_namespace(target, &access.context_namespace),
+            .default_namespace(&target, &access.context_namespace),
         max_in_flight: MAX_IN_FLIGHT,
         deadline,
     };
@@ -191,24 +308,20 @@ pub async fn run_target(
         &report_progress,
     )
     .await;
-    run.received_new_revision = !plan.options.dry_run && !outcome.applied.is_empty();
+    run.received_new_revision = !outcome.applied.is_empty();
     run.report.warnings.extend(outcome.warnings);
     run.applied = outcome.applied;
     if let Err(e) = outcome.result {
         if matches!(e, ApplyError::Cancelled) {
-            return finish(run, clock, progress, TargetOutcome::Cancelled);
+            return finish(run, progress, TargetOutcome::Cancelled);
         }
         tracing::info!("apply failed: {e}");
         run.report.failures = apply_failures(&e, &access.server);
-        return finish(run, clock, progress, TargetOutcome::Failed);
+        return finish(run, progress, TargetOutcome::Failed);
     }
     tracing::info!(objects = run.applied.len(), "applied");
 
-    if plan.options.dry_run {
-        return finish(run, clock, progress, TargetOutcome::Deployed);
-    }
-
-    clock.start("wait");
+    run.clock.start("wait");
     let wait_options = WaitOptions {
         deadline,
         timeout: plan.config.wait.timeout,
@@ -224,29 +337,25 @@ pub async fn run_target(
     )
     .await;
     run.report.warnings.extend(waited.warnings);
-    let outcome = match waited.result {
-        Ok(()) => TargetOutcome::Deployed,
-        Err(WaitFailure::Cancelled) => TargetOutcome::Cancelled,
+    run.clock.stop();
+    match waited.result {
+        Ok(()) => {}
+        Err(WaitFailure::Cancelled) => finish(run, progress, TargetOutcome::Cancelled),
         Err(WaitFailure::Failed(failures)) | Err(WaitFailure::Timeout(failures)) => {
             for f in &failures {
                 tracing::info!("{}", f.headline());
             }
             run.report.failures = failures;
-            TargetOutcome::Failed
+            finish(run, progress, TargetOutcome::Failed)
         }
-    };
-    // The record is finished and the lock released in the conclusion, after the policy.
-    finish(run, clock, progress, outcome)
+    }
 }
 
-fn finish(
-    mut run: TargetRun,
-    mut clock: PhaseClock,
-    progress: &Progress,
-    outcome: TargetOutcome,
-) -> TargetRun {
-    clock.stop();
-    run.report.phases = clock.phases;
+/// Ends a run with `outcome`: later stages do not run.
+pub fn finish(run: &mut TargetRun, progress: &Progress, outcome: TargetOutcome) {
+    run.clock.stop();
+    run.done = true;
+    run.report.phases = run.clock.phases.clone();
     run.report.outcome = outcome;
     run.report.finished_at = Timestamp::now();
     if run.report.message.is_none() {
@@ -262,5 +371,4 @@ fn finish(
             message: run.report.message.clone(),
         },
     );
-    run
 }

@@ -237,6 +237,36 @@ pub async fn diff_resolved(
     out
 }
 
+/// A target's plan from the server's answers (`diff_resolved`), named `name`: its changes,
+/// and the objects it could not check as failures. Also whether it was cancelled.
+pub async fn plan_resolved(
+    name: &str,
+    client: &Client,
+    server: &str,
+    set: &ManifestSet,
+    resolution: &Resolution,
+    options: &DiffOptions,
+    cancel: &CancellationToken,
+) -> (TargetPlan, bool) {
+    let found = diff_resolved(client, set, resolution, options, cancel).await;
+    let mut plan = TargetPlan::new(name);
+    add_changes(&mut plan, found.changes);
+    if !found.failures.is_empty() {
+        plan.errors = crate::kube::apply::apply_failures(
+            &crate::kube::apply::ApplyError::Objects(found.failures),
+            server,
+        );
+    }
+    tracing::info!(
+        create = plan.create.len(),
+        update = plan.update.len(),
+        unchanged = plan.unchanged.len(),
+        errors = plan.errors.len(),
+        "planned"
+    );
+    (plan, found.cancelled)
+}
+
 async fn diff_one(
     client: &Client,
     obj: &ManifestObject,

@@ -5,13 +5,17 @@
 //!   `started_at`, `finished_at` (RFC 3339), `dry_run`, `run_url`?
 //! - `targets[]`: `name`, `outcome` (`deployed` | `failed` | `rolled-back` | `rollback-failed` |
 //!   `skipped` | `cancelled`), `revision` (number or null), `started_at`, `finished_at`,
-//!   `phases[]` {`name`, `seconds`}, `failures[]` {`object`, `pod`, `container`, `reason`,
+//!   `phases[]` {`name`, `seconds`, `script`? (scope of a script stage), `exit_code`?},
+//!   `failures[]` {`object`, `pod`, `container`, `reason`,
 //!   `message`, `events`?}, `warnings[]`, `message`, `rollback` (null or {`to_revision`,
 //!   `outcome`, `left_in_place[]`, `message`}),
-//!   `abandoned_revisions`? (revisions a dead run left pending, now marked failed).
+//!   `abandoned_revisions`? (revisions a dead run left pending, now marked failed),
+//!   `stages[]`? {`name`, `scope`, `rollback`?, `outcome` (`succeeded` | `failed` | `timed-out` |
+//!   `warned` | `stopped` | `not-run`), `exit_code`?, `seconds`, `message`?, `output[]`? (the
+//!   last 20 lines of a failed or warned script, secret values redacted)}.
 //! - `plan`? (dry runs): the plan, as `rollguard diff -o json` prints it (`plan_schema`).
 
-use super::Report;
+use super::model::Report;
 use serde_json::{Value, json};
 
 /// The report as pretty-printed JSON.
@@ -66,7 +70,12 @@ pub fn report_schema() -> Value {
                 "items": {
                     "type": "object",
                     "required": ["name", "seconds"],
-                    "properties": {"name": {"type": "string"}, "seconds": {"type": "number"}}
+                    "properties": {
+                        "name": {"type": "string"},
+                        "seconds": {"type": "number"},
+                        "script": {"enum": ["target", "fleet"], "description": "a script stage, and its scope"},
+                        "exit_code": {"type": "integer", "description": "a script stage's exit code"}
+                    }
                 }
             },
             "failures": {"type": "array", "items": failure},
@@ -82,7 +91,25 @@ pub fn report_schema() -> Value {
                     "message": opt_string
                 }
             },
-            "abandoned_revisions": {"type": "array", "items": {"type": "integer"}}
+            "abandoned_revisions": {"type": "array", "items": {"type": "integer"}},
+            "stages": {
+                "type": "array",
+                "description": "script stages and rollback commands run for this target, in the order they ran",
+                "items": {
+                    "type": "object",
+                    "required": ["name", "scope", "outcome", "seconds"],
+                    "properties": {
+                        "name": {"type": "string"},
+                        "scope": {"enum": ["target", "fleet"]},
+                        "rollback": {"type": "boolean", "description": "the stage's rollback command"},
+                        "outcome": {"enum": ["succeeded", "failed", "timed-out", "warned", "stopped", "not-run"]},
+                        "exit_code": {"type": "integer"},
+                        "seconds": {"type": "number"},
+                        "message": {"type": "string"},
+                        "output": {"type": "array", "items": {"type": "string"}, "description": "last 20 lines of a failed or warned script, secret values redacted"}
+                    }
+                }
+            }
         }
     });
     json!({
@@ -116,10 +143,10 @@ pub fn report_schema() -> Value {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
-    use super::super::tests::{image_failure, report, target};
-    use super::super::*;
+mod tests {
     use super::*;
+    use crate::report::model::tests::{image_failure, report, target};
+    use crate::report::model::*;
 
     fn full_report() -> Report {
         let mut us = target("us", TargetOutcome::RolledBack);
@@ -127,9 +154,22 @@ pub(crate) mod tests {
         let mut failure = image_failure();
         failure.events = vec!["Failed: pull failed".into()];
         us.failures.push(failure.clone());
+        us.phases.push(PhaseTiming::new("apply", 1.5));
         us.phases.push(PhaseTiming {
-            name: "apply".into(),
-            seconds: 1.5,
+            name: "smoke".into(),
+            seconds: 0.5,
+            script: Some("target".into()),
+            exit_code: Some(1),
+        });
+        us.stages.push(StageResult {
+            name: "smoke".into(),
+            scope: "target".into(),
+            rollback: false,
+            outcome: StageOutcome::Failed,
+            exit_code: Some(1),
+            seconds: 0.5,
+            message: Some("exited with code 1".into()),
+            output: vec!["curl: (7) refused".into()],
         });
         us.warnings.push("pod unschedulable".into());
         us.message = Some("m".into());
@@ -146,7 +186,7 @@ pub(crate) mod tests {
     }
 
     /// Every key the serializer writes is declared in the schema, and required keys are written.
-    pub(crate) fn check(value: &Value, schema: &Value, path: &str) {
+    fn check(value: &Value, schema: &Value, path: &str) {
         if let Some(obj) = value.as_object() {
             let props = schema["properties"].as_object().expect(path);
             for (key, child) in obj {
@@ -187,5 +227,16 @@ pub(crate) mod tests {
         let r = full_report();
         let back: Report = serde_json::from_str(&to_json(&r)).unwrap();
         assert_eq!(back, r);
+    }
+
+    #[test]
+    fn serialized_plan_matches_schema_and_round_trips() {
+        let plan = crate::report::plan::tests::sample();
+        let value: Value = serde_json::from_str(&crate::report::plan::to_json(&plan)).unwrap();
+        check(&value, &crate::report::plan::plan_schema(), "$");
+        assert_eq!(value["mode"], "dry-run");
+        assert_eq!(value["targets"][2]["status"], "error");
+        let back: ChangePlan = serde_json::from_str(&crate::report::plan::to_json(&plan)).unwrap();
+        assert_eq!(back, plan);
     }
 }

@@ -1,7 +1,7 @@
 //! Markdown for the sticky PR comment and the GitHub step summary.
 
+use super::model::{Failure, Report, TargetReport, clip};
 use super::plan::{ChangePlan, PlanMode, PlanStatus, PlannedChange};
-use super::{Failure, Report, TargetReport, clip};
 use crate::util::duration::format_duration;
 
 /// GitHub's limit for an issue or PR comment body.
@@ -353,9 +353,9 @@ fn plan_section(t: &super::plan::TargetPlan) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{image_failure, report, target};
-    use super::super::*;
     use super::*;
+    use crate::report::model::tests::{image_failure, report, target};
+    use crate::report::model::*;
 
     fn three_targets() -> Report {
         let mut eu = target("eu", TargetOutcome::RollbackFailed);

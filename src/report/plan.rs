@@ -4,200 +4,13 @@
 //! `plan_schema`, version 1), the PR plan comment (`markdown::plan_to_markdown`), and the
 //! `plan` field of the report. Diffs in it are of normalised, redacted objects.
 
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::diff::{DiffStyle, render};
-use super::{CommitInfo, Failure};
-
-/// How the plan was computed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PlanMode {
-    /// `rollguard diff` / `deploy --dry-run`: each cluster's dry-run answer vs its live objects.
-    DryRun,
-    /// `rollguard plan --offline`: this commit's manifests vs those of a git ref; no cluster.
-    Offline,
-    /// `rollguard rollback --dry-run`: the live objects vs the revision a rollback would apply.
-    Rollback,
-}
-
-/// What the plan says of one target.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PlanStatus {
-    /// Something would be created or updated.
-    Changes,
-    /// Everything is as it would be after the deploy.
-    NoChanges,
-    /// The plan could not be computed for this target (see `errors`).
-    Error,
-}
-
-/// One object that would be created or updated.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PlannedChange {
-    /// "Deployment shop/web"
-    pub object: String,
-    /// Where it is written: "k8s/web.yaml:12" (None for objects of a record).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub origin: Option<String>,
-    /// Why the server could not check it, e.g. "CRD not yet on the cluster".
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
-    /// The unified diff of the normalised objects (updates only; whole, never cut here).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub diff: Option<String>,
-}
-
-/// One target's plan.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TargetPlan {
-    pub name: String,
-    pub status: PlanStatus,
-    /// A rollback's destination, e.g. "v3".
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub to: Option<String>,
-    #[serde(default)]
-    pub create: Vec<PlannedChange>,
-    #[serde(default)]
-    pub update: Vec<PlannedChange>,
-    #[serde(default)]
-    pub unchanged: Vec<String>,
-    /// Objects the compared side has and this one does not: left in place, never pruned.
-    #[serde(default)]
-    pub dropped: Vec<String>,
-    #[serde(default)]
-    pub errors: Vec<Failure>,
-    #[serde(default)]
-    pub warnings: Vec<String>,
-}
-
-impl TargetPlan {
-    pub fn new(name: impl Into<String>) -> TargetPlan {
-        TargetPlan {
-            name: name.into(),
-            status: PlanStatus::NoChanges,
-            to: None,
-            create: Vec::new(),
-            update: Vec::new(),
-            unchanged: Vec::new(),
-            dropped: Vec::new(),
-            errors: Vec::new(),
-            warnings: Vec::new(),
-        }
-    }
-
-    /// Objects that would change (created or updated).
-    pub fn changes(&self) -> usize {
-        self.create.len() + self.update.len()
-    }
-
-    /// Sets `status` from what was found.
-    pub fn settle(&mut self) {
-        self.status = if !self.errors.is_empty() {
-            PlanStatus::Error
-        } else if self.changes() > 0 {
-            PlanStatus::Changes
-        } else {
-            PlanStatus::NoChanges
-        };
-    }
-}
-
-/// The plan of a run (`-o json`, schema version 1).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ChangePlan {
-    /// Schema version of this document; 1.
-    pub version: u32,
-    pub app: String,
-    pub mode: PlanMode,
-    pub commit: Option<CommitInfo>,
-    /// Offline: the ref compared with (its commit).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub against: Option<CommitInfo>,
-    /// "would change 3 objects on 2 of 3 targets" (see `summary_line`).
-    pub summary: String,
-    /// Objects that would change, over all targets.
-    pub changes: usize,
-    /// Targets with at least one change.
-    pub targets_changed: usize,
-    pub targets: Vec<TargetPlan>,
-}
-
-impl ChangePlan {
-    /// A plan of finished targets, with counts and summary computed.
-    pub fn new(
-        app: impl Into<String>,
-        mode: PlanMode,
-        commit: Option<CommitInfo>,
-        mut targets: Vec<TargetPlan>,
-    ) -> ChangePlan {
-        targets.iter_mut().for_each(TargetPlan::settle);
-        let mut plan = ChangePlan {
-            version: 1,
-            app: app.into(),
-            mode,
-            commit,
-            against: None,
-            summary: String::new(),
-            changes: targets.iter().map(TargetPlan::changes).sum(),
-            targets_changed: targets.iter().filter(|t| t.changes() > 0).count(),
-            targets,
-        };
-        plan.summary = summary_line(&plan);
-        plan
-    }
-
-    pub fn has_errors(&self) -> bool {
-        self.targets.iter().any(|t| t.status == PlanStatus::Error)
-    }
-
-    /// The exit code: 1 when a target could not be planned; with `detailed` (`--exit-code`,
-    /// terraform's `-detailed-exitcode`) 2 for changes and 0 for none, else 0.
-    pub fn exit_code(&self, detailed: bool) -> i32 {
-        if self.has_errors() {
-            1
-        } else if detailed && self.changes > 0 {
-            2
-        } else {
-            0
-        }
-    }
-}
-
-/// "would change N objects on K of M targets", then the targets that could not be planned.
-pub fn summary_line(plan: &ChangePlan) -> String {
-    let total = plan.targets.len();
-    let objects = if plan.changes == 1 {
-        "object"
-    } else {
-        "objects"
-    };
-    let targets = if total == 1 { "target" } else { "targets" };
-    let mut line = if total == 0 {
-        "no targets".to_string()
-    } else {
-        format!(
-            "would change {} {objects} on {} of {total} {targets}",
-            plan.changes, plan.targets_changed
-        )
-    };
-    let failed: Vec<&TargetPlan> = plan
-        .targets
-        .iter()
-        .filter(|t| t.status == PlanStatus::Error)
-        .collect();
-    if !failed.is_empty() {
-        let names: Vec<&str> = failed.iter().map(|t| t.name.as_str()).collect();
-        line.push_str(&format!(
-            "; {} could not be planned: {}",
-            failed.len(),
-            names.join(", ")
-        ));
-    }
-    line
-}
+// The plan's types live with the rest of the report model (the report carries a plan).
+pub use super::model::{
+    ChangePlan, PlanMode, PlanStatus, PlannedChange, TargetPlan, plan_summary_line,
+};
 
 /// The plan for a terminal or a CI log: per target the counts, each change (updates with
 /// their diff, cut per object), what stays and what is left in place, then the summary.
@@ -358,6 +171,7 @@ pub fn plan_schema() -> Value {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::report::model::Failure;
 
     pub fn sample() -> ChangePlan {
         let mut eu = TargetPlan::new("eu");
@@ -429,17 +243,6 @@ pub(crate) mod tests {
             text.contains("  - ConfigMap shop/old: no longer in the manifests; left in place (rollguard never prunes)"),
             "{text}"
         );
-    }
-
-    #[test]
-    fn serialized_plan_matches_schema_and_round_trips() {
-        let plan = sample();
-        let value: Value = serde_json::from_str(&to_json(&plan)).unwrap();
-        crate::report::json::tests::check(&value, &plan_schema(), "$");
-        assert_eq!(value["mode"], "dry-run");
-        assert_eq!(value["targets"][2]["status"], "error");
-        let back: ChangePlan = serde_json::from_str(&to_json(&plan)).unwrap();
-        assert_eq!(back, plan);
     }
 
     /// docs/plan-schema.json is `plan_schema()`; regenerate with UPDATE_SCHEMAS=1.

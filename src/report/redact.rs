@@ -455,4 +455,37 @@ mod tests {
         );
         event.buf.clear();
     }
+
+    #[test]
+    fn scrubber_from_objects_table() {
+        let secret = json!({"apiVersion": "v1", "kind": "Secret",
+            "data": {"password": "aHVudGVyMg=="},
+            "stringData": {"token": "tok-123456", "cert": "line-one\nline-two", "tiny": "ab"}});
+        let config =
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"k": "public-value"}});
+        let s = Scrubber::from_objects([&secret, &config]);
+        let cert = m("line-one\nline-two");
+        let cases = [
+            (
+                "connecting with hunter2",
+                format!("connecting with {}", m("hunter2")),
+            ),
+            (
+                "raw aHVudGVyMg== seen",
+                format!("raw {} seen", m("hunter2")),
+            ),
+            (
+                "Authorization: tok-123456!",
+                format!("Authorization: {}!", m("tok-123456")),
+            ),
+            ("line-two of the cert", format!("{cert} of the cert")),
+            // Too short to scrub, and ConfigMap values are not secret.
+            ("ab public-value", "ab public-value".to_string()),
+            ("", String::new()),
+        ];
+        for (input, want) in cases {
+            assert_eq!(s.scrub(input), want, "{input}");
+        }
+        assert_eq!(Scrubber::default().scrub("hunter2"), "hunter2");
+    }
 }

@@ -46,7 +46,7 @@ async fn an_image_change_is_one_update_per_target_and_exit_2() {
     env.write("k8s/app.yaml", &small_app(V2));
     let before = writes(&env, 3);
 
-    let run = env.command("diff", &["--exit-code"], &[]).await;
+    let run = env.command("diff", &["--exit-code"]).await;
     assert_eq!(
         run.code,
         2,
@@ -78,7 +78,7 @@ async fn an_image_change_is_one_update_per_target_and_exit_2() {
     crate::harness::assert_no_ansi(&run);
 
     // The JSON plan says the same, per target: one update with the image lines.
-    let json = env.command("diff", &["-o", "json"], &[]).await;
+    let json = env.command("diff", &["-o", "json"]).await;
     assert_eq!(
         json.code,
         0,
@@ -127,7 +127,7 @@ async fn an_unchanged_app_has_no_changes_and_exit_0() {
     env.write("rollguard.yaml", &config(3, "60s"));
     deployed(&env, &small_app(V1)).await;
     let before = writes(&env, 3);
-    let run = env.command("diff", &["--exit-code"], &[]).await;
+    let run = env.command("diff", &["--exit-code"]).await;
     assert_eq!(run.code, 0, "{}", run.output());
     for name in ["eu", "us", "ap"] {
         assert!(
@@ -181,10 +181,10 @@ async fn a_secret_change_shows_markers_and_no_value_anywhere() {
     let report_path = env.path("plan-report.json");
     let report_arg = report_path.display().to_string();
     let text = env
-        .command("diff", &["--report", &report_arg], &trace)
+        .command_env("diff", &["--report", &report_arg], &trace)
         .await;
     assert_eq!(text.code, 0, "{}", text.output());
-    let json = env.command("diff", &["-o", "json"], &trace).await;
+    let json = env.command_env("diff", &["-o", "json"], &trace).await;
     assert_eq!(json.code, 0, "{}", json.output());
     let report_text = std::fs::read_to_string(&report_path).expect("report written");
     let report: rollguard::report::Report =
@@ -278,7 +278,7 @@ spec:
     assert!(!namespaces[0].contains(&"shop".to_string()));
     let before = writes(&env, 3);
 
-    let run = env.command("diff", &["--exit-code"], &[]).await;
+    let run = env.command("diff", &["--exit-code"]).await;
     assert_eq!(run.code, 2, "{}", run.output());
     assert_eq!(
         run.stdout
@@ -405,7 +405,7 @@ async fn rollback_dry_run_shows_the_diff_back_to_the_last_good_revision() {
     deployed(&env, &small_app(V1)).await;
     deployed(&env, &small_app(V2)).await;
     let before = writes(&env, 3);
-    let run = env.command("rollback", &["--dry-run"], &[]).await;
+    let run = env.command("rollback", &["--dry-run"]).await;
     assert_eq!(run.code, 0, "{}", run.output());
     for name in ["eu", "us", "ap"] {
         assert!(
@@ -437,7 +437,7 @@ async fn a_target_that_cannot_be_planned_is_an_error_and_the_others_are_planned(
     deployed(&env, &small_app(V1)).await;
     env.write("k8s/app.yaml", &small_app(V2));
     env.cluster(3).set_down(true);
-    let run = env.command("diff", &["--exit-code"], &[]).await;
+    let run = env.command("diff", &["--exit-code"]).await;
     assert_eq!(run.code, 1, "an error beats changes:\n{}", run.output());
     assert!(
         run.stdout
