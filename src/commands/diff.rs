@@ -39,6 +39,7 @@ fn as_deploy(args: &DiffArgs) -> DeployArgs {
         concurrency: args.concurrency,
         lock_timeout: None,
         plan_output: args.output.clone(),
+        github: Default::default(),
     }
 }
 
@@ -76,6 +77,14 @@ pub async fn plan(args: PlanArgs, env: HashMap<String, String>) -> Result<i32, E
 /// deploy's own pipeline with its apply stage asking the servers instead of writing (no lock,
 /// no record, no namespace; script stages only listed, unless one says `dry_run: true`).
 pub async fn dry_run(args: DeployArgs, env: HashMap<String, String>) -> Result<i32, Error> {
+    let gh = &args.github;
+    if gh.github || gh.github_token.is_some() || gh.pr.is_some() {
+        return Err(Error::Usage(
+            "--github, --github-token and --pr post a deploy's report; a dry run does not post \
+             its plan yet: drop them, and use --report-markdown PATH to get the plan's markdown"
+                .into(),
+        ));
+    }
     let plan = Arc::new(load(&args, env)?);
     for line in crate::stages::plan::describe_pipeline(&plan.config.pipeline) {
         redact::print_err(&line);
@@ -97,6 +106,13 @@ pub async fn dry_run(args: DeployArgs, env: HashMap<String, String>) -> Result<i
     print_plan(&change_plan, args.plan_output.format, &lookup);
     if let Some(path) = &args.report {
         write_json(&crate::report::to_json(&report), path)?;
+    }
+    if let Some(path) = &args.github.report_markdown {
+        let markdown = crate::report::plan_to_markdown(&change_plan, crate::report::COMMENT_LIMIT);
+        std::fs::write(path, markdown).map_err(|source| Error::WriteReport {
+            path: path.clone(),
+            source,
+        })?;
     }
     Ok(change_plan.exit_code(args.plan_output.exit_code))
 }

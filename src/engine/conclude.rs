@@ -16,7 +16,7 @@ use crate::engine::target_run::TargetRun;
 use crate::release::session::{ReleaseSettings, applied_ref};
 use crate::release::{ObjectRef, ReleaseOrigin, ReleaseStatus, RunInfo};
 use crate::report::progress::{Progress, Stage};
-use crate::report::{Failure, RollbackReport, TargetOutcome};
+use crate::report::{Failure, PhaseTiming, RollbackReport, TargetOutcome};
 
 /// How long the rollbacks may take after a cancel signal: GitHub sends SIGKILL 10 s after
 /// SIGINT, and the records and the report must be written before that.
@@ -180,25 +180,11 @@ async fn roll_back_target(context: &Conclusion<'_>, run: &mut TargetRun) -> Opti
     let mut result = if run.received_new_revision {
         roll_back_manifests(context, run).await
     } else {
-        // Only script stages ran here: no manifests of the new revision to undo.
-        run.report.rollback = Some(RollbackReport {
-            to_revision: None,
-            outcome: TargetOutcome::RolledBack,
-            left_in_place: Vec::new(),
-            message: Some(
-                "no manifests of the new revision reached this target; only the rollback commands of its script stages ran"
-                    .to_string(),
-            ),
-        });
-        if !context.cancelled {
-            run.report.outcome = TargetOutcome::RolledBack;
-        }
-        Some(RollbackResult {
-            target: name.clone(),
-            ok: true,
-            message: None,
-        })
+        // Only script stages ran here: no manifests of the new revision to undo, so the
+        // outcome stays what it was; the rollback commands below still run.
+        None
     };
+    let before = run.report.stages.len();
     let bad = crate::engine::scripts::roll_back_target_stages(
         context.plan,
         run,
@@ -208,6 +194,17 @@ async fn roll_back_target(context: &Conclusion<'_>, run: &mut TargetRun) -> Opti
         context.progress,
     )
     .await;
+    if !run.received_new_revision && run.report.stages.len() > before {
+        run.report.rollback = Some(RollbackReport {
+            to_revision: None,
+            outcome: TargetOutcome::RolledBack,
+            left_in_place: Vec::new(),
+            message: Some(
+                "no manifests of the new revision reached this target; the rollback commands of its script stages ran"
+                    .to_string(),
+            ),
+        });
+    }
     if !bad.is_empty() {
         let why = format!("rollback commands that failed: {}", bad.join(", "));
         crate::engine::scripts::mark_rollback_failed(run, &why, context.cancelled);
@@ -221,7 +218,12 @@ async fn roll_back_target(context: &Conclusion<'_>, run: &mut TargetRun) -> Opti
         &name,
         Stage::Finished {
             outcome: run.report.outcome,
-            message: run.report.rollback.as_ref().and_then(|r| r.message.clone()),
+            message: run
+                .report
+                .rollback
+                .as_ref()
+                .and_then(|r| r.message.clone())
+                .or_else(|| run.report.message.clone()),
         },
     );
     result
@@ -269,6 +271,7 @@ async fn roll_back_manifests(
         .map(ToString::to_string)
         .collect();
     progress.update(&name, Stage::RollingBack(format!("to v{}", good.revision)));
+    let rollback_started = Instant::now();
     let attempt = match run.access.as_ref() {
         None => Err(("no connection to the cluster".to_string(), false)),
         Some(access) => match stored_manifests(&release.store, &plan.config, &good, access).await {
@@ -315,6 +318,11 @@ async fn roll_back_manifests(
         left_in_place: left,
         message: Some(message.clone()),
     });
+    // The timeline shows the rollback as the target's last phase.
+    run.report.phases.push(PhaseTiming::new(
+        "rollback",
+        (rollback_started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
+    ));
     if !cancelled {
         run.report.outcome = outcome;
     }

@@ -5,6 +5,7 @@
 //! exit code. It carries no object bodies, so Secret values cannot leak through it.
 
 pub mod diff;
+pub mod escape;
 mod json;
 mod markdown;
 mod model;
@@ -15,7 +16,8 @@ mod terminal;
 
 pub use json::{report_schema, to_json};
 pub use markdown::{
-    COMMENT_LIMIT, STEP_SUMMARY_LIMIT, marker, plan_marker, plan_to_markdown, to_markdown,
+    COMMENT_LIMIT, FullReport, MarkdownOptions, STEP_SUMMARY_LIMIT, icon, plan_to_markdown,
+    to_markdown,
 };
 pub use model::*;
 pub use plan::ChangePlan;

@@ -7,6 +7,8 @@ mod apply;
 mod deploy;
 mod diff;
 mod failures;
+mod fake_github;
+mod github;
 mod harness;
 mod input;
 mod real;
