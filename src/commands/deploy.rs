@@ -55,6 +55,9 @@ pub fn plan(args: &DeployArgs, env: HashMap<String, String>) -> Result<Plan, Err
         return Err(config::ConfigError::Invalid(missing).into());
     }
     let manifests = manifests::load(&config)?;
+    // Every secret value of the manifests is known to the scrubber before anything can
+    // print one.
+    crate::report::redact::learn(manifests.objects.iter().map(|o| &o.body));
     let commit = crate::util::git::detect_commit(args.commit.as_deref(), &lookup, &config.base_dir);
     let options = DeployOptions {
         force_conflicts: args.force_conflicts,
@@ -112,11 +115,6 @@ async fn wait_for_signal() {
 /// `rollguard deploy`.
 pub async fn deploy(args: DeployArgs, env: HashMap<String, String>) -> Result<i32, Error> {
     let plan = Arc::new(plan(&args, env)?);
-    if plan.options.dry_run {
-        for line in crate::stages::plan::describe_pipeline(&plan.config.pipeline) {
-            eprintln!("{line}");
-        }
-    }
     // GitHub starts after validation (bad input reaches no sink) and never holds up the deploy.
     let sink = github::Sink::start(github_context(&args, &plan), sink_options(&plan));
     let cancel = cancel_on_signals();
@@ -124,9 +122,9 @@ pub async fn deploy(args: DeployArgs, env: HashMap<String, String>) -> Result<i3
     report.run_url = sink.run_url();
     finish_report(&report, args.report.as_ref(), &plan.env)?;
     let report_path = args.report.as_ref().map(|p| p.display().to_string());
-    // rollguard's one value scrubber (the manifests' Secret values), on every body that
-    // leaves for GitHub or a file: API comments do not pass the runner's masking.
-    let scrub = |text: &str| plan.scripts.scrubber.scrub(text);
+    // rollguard's one value scrubber (every secret value the run has seen), on every body
+    // that leaves for GitHub or a file: API comments do not pass the runner's masking.
+    let scrub = crate::report::redact::scrub;
     if let Some(path) = &args.github.report_markdown {
         let full_report = FullReport {
             run_url: None,
@@ -228,12 +226,10 @@ pub fn finish_report(
     env: &HashMap<String, String>,
 ) -> Result<(), Error> {
     let lookup = |k: &str| env.get(k).cloned();
-    println!(
-        "{}",
-        report::to_table(report, progress::table_color(&lookup))
-    );
+    crate::report::redact::print_out(&report::to_table(report, progress::table_color(&lookup)));
     if let Some(path) = path {
-        std::fs::write(path, report::to_json(report)).map_err(|source| Error::WriteReport {
+        let json = crate::report::redact::scrub(&report::to_json(report));
+        std::fs::write(path, json).map_err(|source| Error::WriteReport {
             path: path.clone(),
             source,
         })?;

@@ -42,6 +42,8 @@ pub struct TargetRun {
     pub(crate) clock: PhaseClock,
     /// The run ended (failed, cancelled or stopped): later stages do not run.
     pub done: bool,
+    /// A dry run's answer: what the apply stage would change on this target.
+    pub plan: Option<crate::report::plan::TargetPlan>,
 }
 
 impl TargetRun {
@@ -57,6 +59,7 @@ impl TargetRun {
             resolution: None,
             clock: PhaseClock::new(),
             done: false,
+            plan: None,
         }
     }
 
@@ -253,9 +256,44 @@ async fn apply_and_wait(
             total: plan.manifests.objects.len(),
         },
     );
+    if plan.options.dry_run {
+        // A dry run asks the server what the apply would change (GETs and dryRun=All
+        // applies, no namespace created, no CRD established) and waits for nothing.
+        let options = crate::kube::diff::DiffOptions {
+            default_namespace: plan
+                .config
+                .default_namespace(&target, &access.context_namespace),
+            force: plan.options.force_conflicts,
+            max_in_flight: MAX_IN_FLIGHT,
+            deadline,
+            before_label: "live".into(),
+            after_label: "dry run".into(),
+        };
+        let (found, cancelled) = crate::kube::diff::plan_resolved(
+            &name,
+            &access.client,
+            &access.server,
+            &plan.manifests,
+            &resolution,
+            &options,
+            cancel,
+        )
+        .await;
+        let errors = found.errors.clone();
+        run.plan = Some(found);
+        if cancelled {
+            return finish(run, progress, TargetOutcome::Cancelled);
+        }
+        if !errors.is_empty() {
+            run.report.failures = errors;
+            return finish(run, progress, TargetOutcome::Failed);
+        }
+        run.clock.stop();
+        return;
+    }
     let options = ApplyOptions {
         force: plan.options.force_conflicts,
-        dry_run: plan.options.dry_run,
+        dry_run: false,
         default_namespace: plan
             .config
             .default_namespace(&target, &access.context_namespace),
@@ -273,7 +311,7 @@ async fn apply_and_wait(
         &report_progress,
     )
     .await;
-    run.received_new_revision = !plan.options.dry_run && !outcome.applied.is_empty();
+    run.received_new_revision = !outcome.applied.is_empty();
     run.report.warnings.extend(outcome.warnings);
     run.applied = outcome.applied;
     if let Err(e) = outcome.result {
@@ -285,11 +323,6 @@ async fn apply_and_wait(
         return finish(run, progress, TargetOutcome::Failed);
     }
     tracing::info!(objects = run.applied.len(), "applied");
-
-    if plan.options.dry_run {
-        run.clock.stop();
-        return;
-    }
 
     run.clock.start("wait");
     let wait_options = WaitOptions {

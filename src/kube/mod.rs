@@ -2,6 +2,8 @@
 
 pub mod apply;
 pub mod connect;
+pub mod diff;
 pub mod health;
+pub mod normalize;
 pub mod retry;
 pub mod wait;

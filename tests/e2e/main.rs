@@ -5,6 +5,7 @@
 mod action;
 mod apply;
 mod deploy;
+mod diff;
 mod failures;
 mod fake_github;
 mod github;
