@@ -490,13 +490,13 @@ pub async fn wait_for_rollout(
                     while let Some(Some((source, item))) = events.now_or_never_ready() {
                         match item {
                             Ok(event) => store.apply(source, &sources[source].resource, event),
-                            Err(e) => last_watch_error = Some(e.to_string()),
+                            Err(e) => last_watch_error = Some(watch_error_text(&e)),
                         }
                     }
                 }
                 Some((source, Err(e))) => {
                     tracing::debug!(source, error = %e, "watch error; the watcher retries with backoff");
-                    last_watch_error = Some(e.to_string());
+                    last_watch_error = Some(watch_error_text(&e));
                 }
                 None => {
                     // Every watch ended (should not happen with backoff): wait for the deadline.
@@ -523,6 +523,20 @@ fn failed_reason(message: &str) -> String {
         "ProgressDeadlineExceeded".into()
     } else {
         "Failed".into()
+    }
+}
+
+/// A watcher's error said as rollguard says a connection problem (one table of reasons, in
+/// kube/connect.rs), not as kube's chain, whose wording depends on which call of the watch
+/// failed first.
+fn watch_error_text(e: &watcher::Error) -> String {
+    match e {
+        watcher::Error::InitialListFailed(inner)
+        | watcher::Error::WatchStartFailed(inner)
+        | watcher::Error::WatchFailed(inner) => {
+            crate::kube::connect::describe_error(inner, "the API server").message
+        }
+        other => other.to_string(),
     }
 }
 

@@ -658,10 +658,14 @@ async fn secret_values_never_reach_the_log_or_the_report() {
             "secret in {what}:\n{text}"
         );
     }
-    assert_eq!(
-        run.target("eu")["stages"][0]["output"],
-        serde_json::json!(["token=<redacted>"]),
-        "{}",
+    // The scrubber's marker names the value by a digest prefix, never the value.
+    let output = &run.target("eu")["stages"][0]["output"];
+    let line = output[0].as_str().unwrap_or_default();
+    assert!(
+        output.as_array().map(Vec::len) == Some(1)
+            && line.starts_with("token=<redacted sha256:")
+            && line.ends_with('>'),
+        "{output}\n{}",
         run.output()
     );
 }
