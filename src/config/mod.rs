@@ -6,7 +6,7 @@
 //! against them by a test.
 
 use crate::report::CommitInfo;
-use crate::util::duration::parse_duration;
+use crate::util::duration::{bounded, parse_duration};
 use crate::util::yaml::{self, Node, Tree};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashSet};
@@ -567,8 +567,13 @@ impl Ctx {
         let node = node?;
         let parsed = match &node.value {
             Tree::Null => return None,
-            Tree::Int(i) if *i >= 0 => Ok(Duration::from_secs(i.unsigned_abs())),
-            Tree::UInt(u) => Ok(Duration::from_secs(*u)),
+            Tree::Int(i) if *i >= 0 => {
+                bounded(Duration::from_secs(i.unsigned_abs()), &i.to_string())
+                    .map_err(|e| e.to_string())
+            }
+            Tree::UInt(u) => {
+                bounded(Duration::from_secs(*u), &u.to_string()).map_err(|e| e.to_string())
+            }
             Tree::Str(s) => parse_duration(s).map_err(|e| e.to_string()),
             other => Err(format!(
                 "must be a duration like \"90s\" or \"5m\", not {}",
@@ -1608,6 +1613,14 @@ stages:
             (
                 format!("{base}wait:\n  timeout: 5 minutes\n"),
                 "rollguard.yaml:7: wait.timeout: invalid duration \"5 minutes\"",
+            ),
+            (
+                format!("{base}wait:\n  timeout: 18446744073709551615\n"),
+                "rollguard.yaml:7: wait.timeout: invalid duration \"18446744073709551615\": longer than the maximum of 24h",
+            ),
+            (
+                format!("{base}lock:\n  timeout: 18446744073709551615s\n"),
+                "rollguard.yaml:7: lock.timeout: invalid duration \"18446744073709551615s\": longer than the maximum of 24h",
             ),
             (
                 format!("{base}history:\n  keep: 0\n"),

@@ -63,3 +63,27 @@ async fn schema_prints_json() {
     let schema: serde_json::Value = serde_json::from_str(&run.stdout).expect("schema is JSON");
     assert!(schema.is_object());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn durations_past_the_maximum_are_bad_input() {
+    let env = TestEnv::start(1, "").await;
+    env.write("k8s/app.yaml", &small_app("example.com/web:v1"));
+    // u64::MAX seconds overflowed `Instant + Duration` once; every source of a duration is bounded.
+    for (file_timeout, flags) in [
+        ("60s", &["--timeout", "18446744073709551615s"][..]),
+        ("60s", &["--lock-timeout", "25h"][..]),
+        ("18446744073709551615", &[][..]),
+        ("2d", &[][..]),
+    ] {
+        env.write("rollguard.yaml", &config(1, file_timeout));
+        let run = env.deploy(flags).await;
+        assert_eq!(run.code, 2, "{flags:?} / {file_timeout}: {}", run.output());
+        assert!(
+            run.stderr.contains("longer than the maximum of 24h"),
+            "{}",
+            run.output()
+        );
+        assert!(!run.stderr.contains("panicked"), "{}", run.output());
+    }
+    assert_eq!(env.writes(1), 0);
+}
