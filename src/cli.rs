@@ -137,6 +137,7 @@ pub fn plan(args: &DeployArgs, env: HashMap<String, String>) -> Result<Plan, Err
         ..Default::default()
     };
     let config = config::load(&path, &overrides, &lookup)?;
+    crate::kube::connect::check_targets(&config, &config.targets, &lookup)?;
     let manifests = manifests::load(&config)?;
     let commit = crate::util::git::detect_commit(args.commit.as_deref(), &lookup, &config.base_dir);
     let options = DeployOptions {

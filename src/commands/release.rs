@@ -498,6 +498,8 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
     let targets = select_targets(&config, &args.selection.targets)?;
     let settings = ReleaseSettings::from_config(&config);
     let lookup = |k: &str| env.get(k).cloned();
+    // A rollback writes: bad access on any selected target is bad input before the first write.
+    crate::kube::connect::check_targets(&config, &targets, &lookup)?;
 
     // From git: the same manifests and commit for every target, read once.
     let from_git = match &args.from_git {

@@ -13,7 +13,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
-use crate::config::TargetConfig;
+use crate::config::{Config, ConfigError, ConfigIssue, TargetConfig};
 use crate::kube::retry::{error_chain_text, io_error_kind, is_tls_problem, root_cause_text};
 
 /// A connected target.
@@ -157,18 +157,43 @@ fn read_kubeconfig(
     Ok((config, KubeconfigSource::Files(files)))
 }
 
-/// Builds a client for a target. No request is sent yet: the first request (discovery) shows
-/// whether the cluster answers, and its error goes through [`describe_error`].
-pub async fn connect(
+/// A target's kubeconfig, read and checked offline: its context, cluster, user and
+/// credentials source exist. Building the client from it sends no request.
+pub struct ResolvedTarget {
+    kubeconfig: Kubeconfig,
+    source: KubeconfigSource,
+    context: String,
+}
+
+/// Reads a target's kubeconfig and checks, without any request, everything that can be
+/// checked: the context exists, names a cluster with a server and a user that exist, and the
+/// user's credentials source is there (token file, client certificate and key files, the
+/// exec plugin's command on `PATH`). Run for every target before anything is written.
+pub fn resolve(
     target: &TargetConfig,
     cli_kubeconfig: Option<&Path>,
     base_dir: &Path,
     env: &(dyn Fn(&str) -> Option<String> + Sync),
-) -> Result<ClusterAccess, TargetError> {
+) -> Result<ResolvedTarget, TargetError> {
     let (kubeconfig, source) = read_kubeconfig(target, cli_kubeconfig, base_dir, env)?;
-    if let Some(context) = &target.context
-        && !kubeconfig.contexts.iter().any(|c| &c.name == context)
+    let where_ = describe_source(&source);
+    let context = match target
+        .context
+        .clone()
+        .or_else(|| kubeconfig.current_context.clone())
     {
+        Some(context) => context,
+        None => {
+            return Err(TargetError::new(
+                "ContextNotFound",
+                format!(
+                    "kubeconfig {where_} sets no current-context and the target names no `context`: set one"
+                ),
+            ));
+        }
+    };
+    let named = kubeconfig.contexts.iter().find(|c| c.name == context);
+    let Some(ctx) = named.and_then(|c| c.context.as_ref()) else {
         let available: Vec<&str> = kubeconfig
             .contexts
             .iter()
@@ -177,8 +202,7 @@ pub async fn connect(
         return Err(TargetError::new(
             "ContextNotFound",
             format!(
-                "context {context:?} is not in kubeconfig {} (it has: {})",
-                describe_source(&source),
+                "context {context:?} is not in kubeconfig {where_} (it has: {})",
                 if available.is_empty() {
                     "no contexts".to_string()
                 } else {
@@ -186,9 +210,203 @@ pub async fn connect(
                 }
             ),
         ));
+    };
+    let cluster = kubeconfig
+        .clusters
+        .iter()
+        .find(|c| c.name == ctx.cluster)
+        .and_then(|c| c.cluster.as_ref());
+    let Some(cluster) = cluster else {
+        return Err(TargetError::new(
+            "Kubeconfig",
+            format!(
+                "context {context:?} names cluster {:?}, which is not in kubeconfig {where_}: add it or fix the context",
+                ctx.cluster
+            ),
+        ));
+    };
+    if cluster
+        .server
+        .as_deref()
+        .is_none_or(|s| s.trim().is_empty())
+    {
+        return Err(TargetError::new(
+            "Kubeconfig",
+            format!(
+                "cluster {:?} of kubeconfig {where_} has no `server`: set the API server URL",
+                ctx.cluster
+            ),
+        ));
     }
+    if let Some(ca) = &cluster.certificate_authority {
+        check_file(ca, "certificate-authority", &where_)?;
+    }
+    if let Some(user) = &ctx.user {
+        let auth = kubeconfig
+            .auth_infos
+            .iter()
+            .find(|u| &u.name == user)
+            .and_then(|u| u.auth_info.as_ref());
+        let Some(auth) = auth else {
+            return Err(TargetError::new(
+                "Kubeconfig",
+                format!(
+                    "context {context:?} names user {user:?}, which is not in kubeconfig {where_}: add it or fix the context"
+                ),
+            ));
+        };
+        check_credentials(auth, user, &where_, env)?;
+    }
+    Ok(ResolvedTarget {
+        kubeconfig,
+        source,
+        context,
+    })
+}
+
+/// [`resolve`] for every one of `targets`: all problems at once, each located at its
+/// target's entry in the config file, so that bad access is bad input (exit 2) before any
+/// target is written to.
+pub fn check_targets(
+    config: &Config,
+    targets: &[TargetConfig],
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> Result<(), ConfigError> {
+    let issues: Vec<ConfigIssue> = targets
+        .iter()
+        .filter_map(|target| {
+            let e = resolve(target, config.kubeconfig.as_deref(), &config.base_dir, env).err()?;
+            let file = config.source.display();
+            Some(ConfigIssue {
+                location: if target.line > 0 {
+                    format!("{file}:{}", target.line)
+                } else {
+                    file.to_string()
+                },
+                message: format!("target {:?}: {}: {}", target.name, e.reason, e.message),
+            })
+        })
+        .collect();
+    if issues.is_empty() {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid(issues))
+    }
+}
+
+/// The user's credentials source is present: files exist, the exec command is found.
+fn check_credentials(
+    auth: &kube::config::AuthInfo,
+    user: &str,
+    where_: &str,
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> Result<(), TargetError> {
+    let what = |field: &str| format!("user {user:?}: {field}");
+    if let Some(file) = &auth.token_file {
+        check_file(file, &what("tokenFile"), where_)?;
+    }
+    if let Some(file) = &auth.client_certificate {
+        check_file(file, &what("client-certificate"), where_)?;
+    }
+    if let Some(file) = &auth.client_key {
+        check_file(file, &what("client-key"), where_)?;
+    }
+    let has_cert = auth.client_certificate.is_some() || auth.client_certificate_data.is_some();
+    let has_key = auth.client_key.is_some() || auth.client_key_data.is_some();
+    if has_cert != has_key {
+        return Err(TargetError::new(
+            "Credentials",
+            format!(
+                "{} in kubeconfig {where_} has a client {} without its {}: set both",
+                what("client certificate"),
+                if has_cert { "certificate" } else { "key" },
+                if has_cert { "key" } else { "certificate" }
+            ),
+        ));
+    }
+    if let Some(exec) = &auth.exec {
+        let Some(command) = exec.command.as_deref().filter(|c| !c.trim().is_empty()) else {
+            return Err(TargetError::new(
+                "Credentials",
+                format!("{} in kubeconfig {where_} has no command", what("exec")),
+            ));
+        };
+        if find_command(command, env).is_none() {
+            return Err(TargetError::new(
+                "Credentials",
+                format!(
+                    "{} in kubeconfig {where_}: command {command:?} is not found{}: install it or fix the path",
+                    what("exec"),
+                    if command.contains('/') {
+                        ""
+                    } else {
+                        " on PATH"
+                    }
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_file(file: &str, what: &str, where_: &str) -> Result<(), TargetError> {
+    match std::fs::metadata(file) {
+        Ok(meta) if meta.is_file() => Ok(()),
+        Ok(_) => Err(TargetError::new(
+            "Credentials",
+            format!("{what} {file} of kubeconfig {where_} is not a file"),
+        )),
+        Err(e) => Err(TargetError::new(
+            "Credentials",
+            format!("{what} {file} of kubeconfig {where_} cannot be read: {e}"),
+        )),
+    }
+}
+
+/// Where `command` runs from: a path (it has a '/'), else the first `PATH` entry that has
+/// an executable file of that name (as the shell finds it).
+pub fn find_command(
+    command: &str,
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> Option<PathBuf> {
+    let executable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| {
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                m.is_file() && m.permissions().mode() & 0o111 != 0
+            }
+            #[cfg(not(unix))]
+            {
+                m.is_file()
+            }
+        })
+    };
+    if command.contains('/') {
+        let path = PathBuf::from(command);
+        return executable(&path).then_some(path);
+    }
+    let path = env("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(command))
+        .find(|p| executable(p))
+}
+
+/// Builds a client for a target. No request is sent yet: the first request (discovery) shows
+/// whether the cluster answers, and its error goes through [`describe_error`].
+pub async fn connect(
+    target: &TargetConfig,
+    cli_kubeconfig: Option<&Path>,
+    base_dir: &Path,
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> Result<ClusterAccess, TargetError> {
+    let ResolvedTarget {
+        kubeconfig,
+        source,
+        context,
+    } = resolve(target, cli_kubeconfig, base_dir, env)?;
     let options = KubeConfigOptions {
-        context: target.context.clone(),
+        context: Some(context),
         ..Default::default()
     };
     let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)

@@ -87,3 +87,80 @@ async fn durations_past_the_maximum_are_bad_input() {
     }
     assert_eq!(env.writes(1), 0);
 }
+
+/// A kubeconfig for one user `u` with these credentials, never contacted.
+fn kubeconfig_with_user(user: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters:\n- name: k\n  cluster:\n    server: https://127.0.0.1:9\ncontexts:\n- name: c\n  context: {{cluster: k, user: u}}\nusers:\n- name: u\n  user:\n{user}"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_access_on_one_target_is_bad_input_with_zero_writes() {
+    let env = TestEnv::start(3, "").await;
+    env.write("k8s/app.yaml", &small_app("example.com/web:v1"));
+    env.write("garbage.kubeconfig", "clusters: [oops\n");
+    env.write(
+        "exec.kubeconfig",
+        &kubeconfig_with_user(
+            "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: rollguard-no-such-plugin\n",
+        ),
+    );
+    env.write(
+        "tokenfile.kubeconfig",
+        &kubeconfig_with_user("    tokenFile: /nonexistent/token\n"),
+    );
+    env.write(
+        "nouser.kubeconfig",
+        &kubeconfig_with_user("    token: abc\n").replace("user: u}", "user: ghost}"),
+    );
+    let good = "  - name: eu\n    context: sim-1\n  - name: ap\n    context: sim-3\n";
+    // (the bad target's entry, what the message must say)
+    let cases = [
+        (
+            "    context: sim-9\n",
+            "context \"sim-9\" is not in kubeconfig",
+        ),
+        (
+            "    kubeconfig_env: KUBECONFIG_US\n",
+            "KUBECONFIG_US (kubeconfig_env) is not set",
+        ),
+        ("    kubeconfig: garbage.kubeconfig\n", "garbage.kubeconfig"),
+        (
+            "    kubeconfig: exec.kubeconfig\n",
+            "\"rollguard-no-such-plugin\" is not found on PATH",
+        ),
+        (
+            "    kubeconfig: tokenfile.kubeconfig\n",
+            "tokenFile /nonexistent/token",
+        ),
+        (
+            "    kubeconfig: nouser.kubeconfig\n",
+            "names user \"ghost\", which is not in kubeconfig",
+        ),
+    ];
+    for (entry, want) in cases {
+        env.write(
+            "rollguard.yaml",
+            &format!(
+                "app: shop\nnamespace: shop\nmanifests: [k8s/]\ntargets:\n{good}  - name: us\n{entry}"
+            ),
+        );
+        let run = env.deploy(&[]).await;
+        assert_eq!(run.code, 2, "{entry}: {}", run.output());
+        // The config file, the target's line and name, and the reason.
+        assert!(
+            run.stderr.contains("rollguard.yaml:9: target \"us\""),
+            "{entry}: {}",
+            run.output()
+        );
+        assert!(
+            run.stderr.contains(want),
+            "{entry}: want {want:?}: {}",
+            run.output()
+        );
+        for cluster in 1..=3 {
+            assert_eq!(env.writes(cluster), 0, "{entry}: sim-{cluster} got a write");
+        }
+    }
+}
