@@ -12,7 +12,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, TargetConfig};
-use crate::kube::apply::{AppliedObject, ApplyError, ApplyOptions, apply_resolved, resolve_set};
+use crate::kube::apply::{
+    AppliedObject, ApplyError, ApplyOptions, Resolution, apply_resolved, resolve_set,
+};
 use crate::kube::connect::{ClusterAccess, TargetError, connect, describe_error};
 use crate::kube::wait::{WaitFailure, WaitOptions, wait_for_rollout};
 use crate::manifests::ManifestSet;
@@ -195,13 +197,24 @@ pub fn apply_failures(err: &ApplyError, server: &str) -> Vec<Failure> {
     }
 }
 
-/// Runs one target. Never panics on cluster errors: every problem ends in the report.
-pub async fn run_target(
+/// A target that connected and served every kind of the manifests: nothing written yet.
+pub struct Preflight {
+    run: TargetRun,
+    clock: PhaseClock,
+    access: ClusterAccess,
+    resolution: Resolution,
+    started: Instant,
+}
+
+/// The first round trip of a target: connect and discover the kinds the manifests use.
+/// Every target passes this before any target writes (see `fleet.rs`); a target that does
+/// not comes back as its finished, failed (or cancelled) run.
+pub async fn preflight(
     plan: &Plan,
     target: &TargetConfig,
     cancel: &CancellationToken,
     progress: &Progress,
-) -> TargetRun {
+) -> Result<Preflight, Box<TargetRun>> {
     let started_at = Timestamp::now();
     let started = Instant::now();
     let deadline = started + plan.config.wait.timeout;
@@ -231,7 +244,12 @@ pub async fn run_target(
             // Target failures are logged at info: the progress line and the final table say them.
             tracing::info!(reason = %e.reason, "{}", e.message);
             run.report.failures.push(target_failure("cluster", &e));
-            return finish(run, clock, progress, TargetOutcome::Failed);
+            return Err(Box::new(finish(
+                run,
+                clock,
+                progress,
+                TargetOutcome::Failed,
+            )));
         }
     };
     run.access = Some(access.clone());
@@ -239,17 +257,51 @@ pub async fn run_target(
     // Discovery: the first request (an unreachable target fails here, in seconds) and the
     // check that the target serves every kind, before anything is written to it.
     clock.start("discover");
-    let resolution = match resolve_set(&access.client, &plan.manifests, deadline, cancel).await {
-        Ok(resolution) => resolution,
-        Err(ApplyError::Cancelled) => {
-            return finish(run, clock, progress, TargetOutcome::Cancelled);
-        }
+    match resolve_set(&access.client, &plan.manifests, deadline, cancel).await {
+        Ok(resolution) => Ok(Preflight {
+            run,
+            clock,
+            access,
+            resolution,
+            started,
+        }),
+        Err(ApplyError::Cancelled) => Err(Box::new(finish(
+            run,
+            clock,
+            progress,
+            TargetOutcome::Cancelled,
+        ))),
         Err(e) => {
             tracing::info!("{e}");
             run.report.failures = apply_failures(&e, &access.server);
-            return finish(run, clock, progress, TargetOutcome::Failed);
+            Err(Box::new(finish(
+                run,
+                clock,
+                progress,
+                TargetOutcome::Failed,
+            )))
         }
-    };
+    }
+}
+
+/// Runs one target after its preflight. Never panics on cluster errors: every problem ends
+/// in the report.
+pub async fn run_target(
+    plan: &Plan,
+    target: &TargetConfig,
+    preflight: Preflight,
+    cancel: &CancellationToken,
+    progress: &Progress,
+) -> TargetRun {
+    let Preflight {
+        mut run,
+        mut clock,
+        access,
+        resolution,
+        started,
+    } = preflight;
+    let deadline = started + plan.config.wait.timeout;
+    let name = target.name.clone();
 
     // rg-release: lock, abandoned records, last good, this run's pending record.
     if !plan.options.dry_run {

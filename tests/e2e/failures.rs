@@ -137,3 +137,38 @@ async fn a_wrong_token_is_reported_as_unauthorized() {
     let failure = run.target("us")["failures"][0].clone();
     assert_eq!(failure["reason"], "Unauthorized", "{failure:#}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_rollback_all_a_target_failing_the_preflight_stops_the_run_before_any_write() {
+    let env = TestEnv::start(3, "").await;
+    env.cluster(2).set_down(true);
+    env.write("rollguard.yaml", &config(3, "60s"));
+    env.write("k8s/app.yaml", &small_app("example.com/web:v1"));
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 1, "{}", run.output());
+    assert_eq!(run.outcome("us"), "failed", "{}", run.output());
+    assert_eq!(
+        run.target("us")["failures"][0]["reason"],
+        "ConnectionRefused",
+        "{}",
+        run.output()
+    );
+    for name in ["eu", "ap"] {
+        assert_eq!(run.outcome(name), "skipped", "{}", run.output());
+        let message = run.target(name)["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("us failed the preflight") && message.contains("rollback-all"),
+            "{name}: {message}"
+        );
+    }
+    // Not even the lock or a release record: nothing to roll back anywhere.
+    assert_eq!(env.writes(1), 0, "{}", run.output());
+    assert_eq!(env.writes(3), 0, "{}", run.output());
+
+    // Other policies go on with the reachable targets.
+    let run = env.deploy(&["--on-failure", "rollback-failed"]).await;
+    assert_eq!(run.code, 1, "{}", run.output());
+    assert_eq!(run.outcome("eu"), "deployed", "{}", run.output());
+    assert_eq!(run.outcome("ap"), "deployed", "{}", run.output());
+    assert_eq!(run.outcome("us"), "failed", "{}", run.output());
+}
