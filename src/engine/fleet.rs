@@ -10,7 +10,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::config::{FailurePolicy, TargetConfig};
-use crate::engine::target_run::{Plan, Preflight, TargetRun, preflight, run_target};
+use crate::engine::plan::Plan;
+use crate::engine::target_run::{Preflight, TargetRun, preflight, run_target};
 use crate::report::progress::{Progress, Stage};
 use crate::report::{Failure, Report, TargetOutcome, TargetReport};
 
@@ -163,7 +164,7 @@ fn skipped(name: &str, outcome: TargetOutcome, message: &str) -> TargetRun {
 pub async fn deploy(plan: Arc<Plan>, cancel: CancellationToken, progress: Progress) -> Report {
     let started_at = Timestamp::now();
     let mut runs = run_targets(plan.clone(), cancel.clone(), progress.clone()).await;
-    // rg-release: records, the failure policy (or on_cancel) and the rollbacks, all at once.
+    // Records, the failure policy (or on_cancel) and the rollbacks, all at once.
     crate::engine::conclude::conclude(&plan, &mut runs, &cancel, &progress).await;
     let targets: Vec<TargetReport> = runs.into_iter().map(|r| r.report).collect();
     build_report(&plan, targets, started_at)

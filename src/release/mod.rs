@@ -10,6 +10,7 @@
 //! pure functions of the records; [`ReleaseStore`] does the I/O.
 
 pub mod lock;
+pub mod session;
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -4,4 +4,6 @@ pub mod duration;
 #[cfg(test)]
 pub mod generated_docs;
 pub mod git;
+#[cfg(test)]
+pub mod shared;
 pub mod yaml;

@@ -191,7 +191,7 @@ impl Sim {
                 shutdown,
                 address,
                 tls: identity.as_ref().map(|id| id.config.clone()),
-                event_lines: server::EventLineCache::default(),
+                event_lines: crate::http::watch::EventLineCache::default(),
             });
             let scheme = if opts.tls { "https" } else { "http" };
             let listener_task = tokio::spawn(server::run_listener(state.clone(), listener));
