@@ -244,8 +244,10 @@ async fn connect_all(
 ) -> Vec<Result<Connected, String>> {
     let lookup = |k: &str| env.get(k).cloned();
     let settings = ReleaseSettings::from_config(config);
+    // Nothing cancels these commands (a signal ends the process); connect wants a token.
+    let never = tokio_util::sync::CancellationToken::new();
     futures::future::join_all(targets.iter().map(|target| async {
-        let access = connect(target, cli_kubeconfig, &config.base_dir, &lookup)
+        let access = connect(target, cli_kubeconfig, &config.base_dir, &lookup, &never)
             .await
             .map_err(|e| format!("target {}: {e}", target.name))?;
         let namespace = config.history_namespace(target, &access.context_namespace);

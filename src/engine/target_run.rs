@@ -104,6 +104,7 @@ pub async fn preflight(
         plan.options.cli_kubeconfig.as_deref(),
         &plan.config.base_dir,
         &env,
+        cancel,
     )
     .await
     {

@@ -164,6 +164,8 @@ pub struct ResolvedTarget {
     kubeconfig: Kubeconfig,
     source: KubeconfigSource,
     context: String,
+    /// The context's user, for messages about its credentials.
+    user: Option<String>,
 }
 
 /// Reads a target's kubeconfig and checks, without any request, everything that can be
@@ -258,10 +260,12 @@ pub fn resolve(
         };
         check_credentials(auth, user, &where_, env)?;
     }
+    let user = ctx.user.clone();
     Ok(ResolvedTarget {
         kubeconfig,
         source,
         context,
+        user,
     })
 }
 
@@ -273,6 +277,12 @@ pub fn check_targets(
     targets: &[TargetConfig],
     env: &(dyn Fn(&str) -> Option<String> + Sync),
 ) -> Result<(), ConfigError> {
+    if let Err(why) = crate::kube::exec_auth::plugin_timeout(env) {
+        return Err(ConfigError::Invalid(vec![ConfigIssue {
+            location: "$ROLLGUARD_EXEC_TIMEOUT".into(),
+            message: why,
+        }]));
+    }
     let issues: Vec<ConfigIssue> = targets
         .iter()
         .filter_map(|target| {
@@ -395,16 +405,20 @@ pub fn find_command(
 
 /// Builds a client for a target. No request is sent yet: the first request (discovery) shows
 /// whether the cluster answers, and its error goes through [`describe_error`].
+/// An exec credential plugin runs here, under [`exec_auth`](crate::kube::exec_auth)'s
+/// deadline and stopped by `cancel`.
 pub async fn connect(
     target: &TargetConfig,
     cli_kubeconfig: Option<&Path>,
     base_dir: &Path,
     env: &(dyn Fn(&str) -> Option<String> + Sync),
+    cancel: &tokio_util::sync::CancellationToken,
 ) -> Result<ClusterAccess, TargetError> {
     let ResolvedTarget {
         kubeconfig,
         source,
         context,
+        user,
     } = resolve(target, cli_kubeconfig, base_dir, env)?;
     let options = KubeConfigOptions {
         context: Some(context),
@@ -422,6 +436,18 @@ pub async fn connect(
                 ),
             )
         })?;
+    if config.auth_info.exec.is_some() {
+        config.auth_info = crate::kube::exec_auth::resolve_exec(
+            &config.auth_info,
+            user.as_deref().unwrap_or_default(),
+            env,
+            crate::kube::exec_auth::plugin_timeout(env).map_err(|why| {
+                TargetError::new("Credentials", format!("$ROLLGUARD_EXEC_TIMEOUT: {why}"))
+            })?,
+            cancel,
+        )
+        .await?;
+    }
     // Our own retry (retry.rs) is bounded by the target's deadline; kube's is not.
     config.default_retry = false;
     config.connect_timeout = Some(CONNECT_TIMEOUT);

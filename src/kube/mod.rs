@@ -2,6 +2,7 @@
 
 pub mod apply;
 pub mod connect;
+pub mod exec_auth;
 pub mod health;
 pub mod retry;
 pub mod wait;
