@@ -220,16 +220,13 @@ async fn start_sim(
     kubeconfig: &Path,
 ) -> Result<kube_sim::cluster::Sim, Error> {
     let rules = kube_sim::rules::parse(rules).map_err(|e| Error::Demo(e.to_string()))?;
-    let options = kube_sim::cluster::SimOptions {
+    let options = kube_sim::SimOptions {
         clusters,
         time_scale,
         rules,
         ..Default::default()
     };
-    let sim = kube_sim::cluster::Sim::start(options)
+    kube_sim::Sim::start_with_kubeconfig(options, kubeconfig)
         .await
-        .map_err(|e| Error::Demo(format!("cannot start kube-sim: {e}")))?;
-    sim.write_kubeconfig(kubeconfig)
-        .map_err(|e| Error::Demo(e.to_string()))?;
-    Ok(sim)
+        .map_err(|e| Error::Demo(format!("cannot start kube-sim: {e}")))
 }

@@ -1,5 +1,6 @@
 //! One module per user command, and the dispatch from the parsed command line to them.
 
+#[cfg(feature = "demo")]
 pub mod demo;
 pub mod deploy;
 pub mod release;
@@ -28,7 +29,14 @@ pub async fn run(cli: Cli) -> Result<i32, Error> {
             );
             Ok(exit::OK)
         }
+        #[cfg(feature = "demo")]
         Command::Demo(args) => demo::run(args).await,
+        #[cfg(not(feature = "demo"))]
+        Command::Demo(_) => Err(Error::Usage(
+            "this rollguard was built without the `demo` feature (a smaller binary for CI); \
+             run the demo with a default build: `cargo run --release -- demo`"
+                .into(),
+        )),
         Command::Release(command) => Ok(release::run(command, env).await),
     }
 }

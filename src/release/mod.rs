@@ -1274,7 +1274,7 @@ mod tests {
 #[cfg(test)]
 mod store_tests {
     use super::*;
-    use crate::fake_api::FakeApi;
+    use crate::util::test_cluster::TestCluster;
     use ReleaseStatus::*;
     use serde_json::json;
 
@@ -1307,7 +1307,7 @@ mod store_tests {
 
     #[tokio::test]
     async fn lifecycle_supersede_prune_and_labels() {
-        let fake = FakeApi::default();
+        let fake = TestCluster::start().await;
         let store = ReleaseStore::new(fake.client(), "shop", "shop", 3);
         assert!(
             store.list().await.unwrap().is_empty(),
@@ -1390,7 +1390,7 @@ mod store_tests {
 
     #[tokio::test]
     async fn abandoned_records_are_marked_failed() {
-        let fake = FakeApi::default();
+        let fake = TestCluster::start().await;
         let store = ReleaseStore::new(fake.client(), "shop", "shop", 10);
         store
             .begin(draft("v1"), ReleaseOrigin::Deploy)
@@ -1411,7 +1411,7 @@ mod store_tests {
 
     #[tokio::test]
     async fn statuses_only_move_forward() {
-        let fake = FakeApi::default();
+        let fake = TestCluster::start().await;
         let store = ReleaseStore::new(fake.client(), "shop", "shop", 10);
         store
             .begin(draft("v1"), ReleaseOrigin::Deploy)
@@ -1426,7 +1426,7 @@ mod store_tests {
 
     #[tokio::test]
     async fn other_apps_and_corrupt_records_are_ignored() {
-        let fake = FakeApi::default();
+        let fake = TestCluster::start().await;
         let shop = ReleaseStore::new(fake.client(), "shop", "shop", 10);
         let blog = ReleaseStore::new(fake.client(), "blog", "shop", 10);
         shop.begin(draft("v1"), ReleaseOrigin::Deploy)
@@ -1460,7 +1460,7 @@ mod store_tests {
     #[tokio::test]
     async fn a_record_with_its_manifests_inside_keeps_them_and_moves_them_on_update() {
         use base64::Engine;
-        let fake = FakeApi::default();
+        let fake = TestCluster::start().await;
         fake.add_namespace("shop");
         // As rollguard wrote records before the manifests had a key of their own.
         let inline = ReleaseRecord {
@@ -1490,7 +1490,7 @@ mod store_tests {
 
     #[tokio::test]
     async fn taken_name_moves_to_the_next_revision() {
-        let fake = FakeApi::default();
+        let fake = TestCluster::start().await;
         fake.add_namespace("shop");
         fake.put_raw(
             SECRETS,

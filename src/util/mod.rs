@@ -6,4 +6,6 @@ pub mod generated_docs;
 pub mod git;
 #[cfg(test)]
 pub mod shared;
+#[cfg(test)]
+pub mod test_cluster;
 pub mod yaml;

@@ -233,6 +233,14 @@ impl Sim {
         kubeconfig::render(&entries)
     }
 
+    /// Starts the clusters and writes their kubeconfig to `path`: what the demo, the e2e
+    /// harness and the benchmarks all begin with.
+    pub async fn start_with_kubeconfig(options: SimOptions, path: &Path) -> Result<Sim, SimError> {
+        let sim = Sim::start(options).await?;
+        sim.write_kubeconfig(path)?;
+        Ok(sim)
+    }
+
     pub fn write_kubeconfig(&self, path: &Path) -> Result<(), SimError> {
         std::fs::write(path, self.kubeconfig_yaml()).map_err(|source| SimError::WriteKubeconfig {
             path: path.to_path_buf(),
