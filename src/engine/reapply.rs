@@ -179,7 +179,7 @@ impl ReApply<'_> {
                     fail_fast: self.fail_fast.clone(),
                 };
                 let waited = wait_for_rollout(
-                    &access.client,
+                    &access.watch_client,
                     &applied.applied,
                     &wait,
                     &keep_going,

@@ -268,7 +268,7 @@ pub async fn run_target(
     };
     let report_wait = |p| progress.update(&name, Stage::Waiting(p));
     let waited = wait_for_rollout(
-        &access.client,
+        &access.watch_client,
         &run.applied,
         &wait_options,
         cancel,

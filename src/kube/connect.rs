@@ -20,7 +20,11 @@ use crate::report::Failure;
 /// A connected target.
 #[derive(Clone)]
 pub struct ClusterAccess {
+    /// For every request but watches: each read must come within the request timeout.
     pub client: kube::Client,
+    /// For watches, which stay open and silent for minutes: no read timeout (a watch is
+    /// bounded by its caller's deadline).
+    pub watch_client: kube::Client,
     /// The namespace of the kubeconfig context (or "default").
     pub context_namespace: String,
     /// The API server URL, for messages.
@@ -48,6 +52,8 @@ impl TargetError {
 
 /// How long a TCP + TLS connect may take before the attempt counts as failed.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a request (not a watch) may wait for the server's next bytes.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Where a kubeconfig was read from, for messages.
 fn describe_source(source: &KubeconfigSource) -> String {
@@ -277,11 +283,19 @@ pub fn check_targets(
     targets: &[TargetConfig],
     env: &(dyn Fn(&str) -> Option<String> + Sync),
 ) -> Result<(), ConfigError> {
-    if let Err(why) = crate::kube::exec_auth::plugin_timeout(env) {
-        return Err(ConfigError::Invalid(vec![ConfigIssue {
-            location: "$ROLLGUARD_EXEC_TIMEOUT".into(),
-            message: why,
-        }]));
+    for (variable, checked) in [
+        (
+            "ROLLGUARD_EXEC_TIMEOUT",
+            crate::kube::exec_auth::plugin_timeout(env),
+        ),
+        ("ROLLGUARD_REQUEST_TIMEOUT", request_timeout(env)),
+    ] {
+        if let Err(why) = checked {
+            return Err(ConfigError::Invalid(vec![ConfigIssue {
+                location: format!("${variable}"),
+                message: why,
+            }]));
+        }
     }
     let issues: Vec<ConfigIssue> = targets
         .iter()
@@ -451,29 +465,46 @@ pub async fn connect(
     // Our own retry (retry.rs) is bounded by the target's deadline; kube's is not.
     config.default_retry = false;
     config.connect_timeout = Some(CONNECT_TIMEOUT);
-    // Watches stay open for minutes: no read timeout; each request is bounded in retry.rs.
     config.read_timeout = None;
     let server = config.cluster_url.to_string();
     let context_namespace = config.default_namespace.clone();
-    let client = build_client(config).map_err(|e| {
-        let reason = if is_tls_problem(&e) {
-            "TLS"
-        } else {
-            "Kubeconfig"
-        };
-        TargetError::new(
-            reason,
-            format!(
-                "cannot build a client for {server}: {}",
-                error_chain_text(&e)
-            ),
-        )
-    })?;
+    let mut bounded = config.clone();
+    // A server that accepted the request and never answers fails it after this, in every
+    // command (lock, records and unlock included), whatever deadline the caller has.
+    bounded.read_timeout = Some(request_timeout(env).map_err(|why| {
+        TargetError::new("Kubeconfig", format!("$ROLLGUARD_REQUEST_TIMEOUT: {why}"))
+    })?);
+    let build = |config: kube::Config| {
+        build_client(config).map_err(|e| {
+            let reason = if is_tls_problem(&e) {
+                "TLS"
+            } else {
+                "Kubeconfig"
+            };
+            TargetError::new(
+                reason,
+                format!(
+                    "cannot build a client for {server}: {}",
+                    error_chain_text(&e)
+                ),
+            )
+        })
+    };
     Ok(ClusterAccess {
-        client,
+        client: build(bounded)?,
+        watch_client: build(config)?,
         context_namespace,
         server,
     })
+}
+
+/// How long a request may wait for the server's next bytes (default 30 s;
+/// `ROLLGUARD_REQUEST_TIMEOUT` changes it). Checked offline with the targets.
+pub fn request_timeout(env: &(dyn Fn(&str) -> Option<String> + Sync)) -> Result<Duration, String> {
+    match env("ROLLGUARD_REQUEST_TIMEOUT") {
+        None => Ok(REQUEST_TIMEOUT),
+        Some(text) => crate::util::duration::parse_duration(&text).map_err(|e| e.to_string()),
+    }
 }
 
 /// A client whose every request (ours, and the release records' and lock's) retries 429, 503

@@ -167,7 +167,10 @@ pub enum LockError {
         waited: u64,
         lease_seconds: i64,
     },
-    #[error("{action} (Lease {lease} in namespace {namespace}): {source}")]
+    #[error(
+        "{action} (Lease {lease} in namespace {namespace}): {}",
+        crate::kube::connect::describe_error(source, "the API server")
+    )]
     Kube {
         action: String,
         lease: String,

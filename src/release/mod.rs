@@ -370,7 +370,11 @@ impl ReleaseDraft {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReleaseError {
-    #[error("{action} in namespace {namespace}: {source}")]
+    // Said as the connect errors are (reason, then what to do), not as kube's chain.
+    #[error(
+        "{action} in namespace {namespace}: {}",
+        crate::kube::connect::describe_error(source, "the API server")
+    )]
     Kube {
         action: String,
         namespace: String,

@@ -10,3 +10,4 @@ mod harness;
 mod input;
 mod real;
 mod release;
+mod stalled;
