@@ -40,10 +40,21 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let code = runtime.block_on(run(cli)).unwrap_or_else(|e| {
-        eprintln!("rollguard: {e}");
-        e.exit_code()
-    });
+    rollguard::error::install_panic_hook();
+    // The run is a task, so that a panic in it is an exit code, not an abort; the hook has
+    // said it.
+    let code = match runtime.block_on(async { tokio::spawn(run(cli)).await }) {
+        Ok(Ok(code)) => code,
+        Ok(Err(e)) => {
+            eprintln!("rollguard: {e}");
+            e.exit_code()
+        }
+        Err(_) => {
+            // Locks dropped by the panic are being released: wait for that (bounded).
+            runtime.block_on(rollguard::release::lock::wait_for_panic_releases());
+            rollguard::error::exit::INTERNAL
+        }
+    };
     // Watches and renewals may still hold tasks: do not wait for them.
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
     std::process::exit(code);

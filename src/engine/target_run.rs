@@ -208,6 +208,7 @@ pub async fn run_target(
             }
         }
     }
+    crate::error::test_panic_point("target");
     // The deadline is for apply and rollout: time spent waiting for the lock does not count.
     let deadline = if plan.options.dry_run {
         deadline

@@ -164,3 +164,56 @@ async fn bad_access_on_one_target_is_bad_input_with_zero_writes() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_is_one_line_and_a_distinct_exit_code() {
+    let env = TestEnv::start(2, "").await;
+    env.write("rollguard.yaml", &config(2, "60s"));
+    env.write("k8s/app.yaml", &small_app("example.com/web:v1"));
+    let mut args: Vec<String> = [
+        "deploy",
+        "--config",
+        &env.path("rollguard.yaml").display().to_string(),
+        "--kubeconfig",
+        &env.kubeconfig.display().to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+
+    // In a target's task: that target fails, the run goes on to the end (report, exit 1).
+    let run = rollguard(&args, env.dir.path(), &[("ROLLGUARD_TEST_PANIC", "target")]).await;
+    assert_eq!(run.code, 1, "{}", run.output());
+    assert!(run.stdout.contains("InternalError"), "{}", run.output());
+    assert!(
+        run.stderr.contains("rollguard: internal error at src/"),
+        "{}",
+        run.output()
+    );
+    assert!(!run.stderr.contains("panicked at"), "{}", run.output());
+
+    // Outside a target: exit 4, said once. The locks the panicking targets held were
+    // released, not left to lapse: this run does not wait for them.
+    args.extend(["--on-failure".to_string(), "none".to_string()]);
+    let run = rollguard(
+        &args,
+        env.dir.path(),
+        &[("ROLLGUARD_TEST_PANIC", "conclude")],
+    )
+    .await;
+    assert_eq!(run.code, 4, "{}", run.output());
+    assert!(!run.stderr.contains("is held by"), "{}", run.output());
+    assert_eq!(
+        run.stderr
+            .matches("rollguard: internal error at src/engine/conclude.rs")
+            .count(),
+        1,
+        "{}",
+        run.output()
+    );
+    assert!(!run.stderr.contains("panicked at"), "{}", run.output());
+    // Its locks too.
+    let run = rollguard(&args, env.dir.path(), &[]).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    assert!(!run.stderr.contains("is held by"), "{}", run.output());
+}
