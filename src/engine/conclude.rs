@@ -56,7 +56,7 @@ pub async fn conclude(
     let states: Vec<TargetState> = runs
         .iter()
         .map(|r| TargetState {
-            received: r.received_new_revision && r.release.is_some(),
+            received: r.changed_something() && r.release.is_some(),
             failed: matches!(
                 r.report.outcome,
                 TargetOutcome::Failed | TargetOutcome::RollbackFailed | TargetOutcome::Cancelled
@@ -83,13 +83,32 @@ pub async fn conclude(
     };
     let settle = runs
         .iter_mut()
-        .zip(decisions)
+        .zip(decisions.clone())
         .map(|(run, roll_back)| settle_target(&context, run, roll_back));
-    let results: Vec<RollbackResult> = futures::future::join_all(settle)
+    let mut results: Vec<RollbackResult> = futures::future::join_all(settle)
         .await
         .into_iter()
         .flatten()
         .collect();
+    // Fleet stages roll back once, after every affected target's own rollback.
+    crate::engine::scripts::roll_back_fleet_stages(
+        plan,
+        runs,
+        &decisions,
+        cancelled,
+        context.deadline,
+        &context.stop,
+    )
+    .await;
+    for result in &mut results {
+        if let Some(run) = runs.iter().find(|r| r.report.name == result.target)
+            && run.report.outcome == TargetOutcome::RollbackFailed
+            && result.ok
+        {
+            result.ok = false;
+            result.message = run.report.rollback.as_ref().and_then(|r| r.message.clone());
+        }
+    }
     stopper.abort();
     let text = summary(&results);
     if !text.is_empty() {
@@ -138,11 +157,12 @@ async fn settle_target(
     };
     let finished = tokio::time::timeout(
         step_budget,
-        release.store.finish_with_objects(
+        release.store.finish_with_stages(
             release.record.revision,
             status,
             reason,
             Some(applied.clone()),
+            run.report.stages.clone(),
         ),
     )
     .await;
@@ -177,9 +197,67 @@ async fn settle_target(
     result
 }
 
+/// One target's rollback: its manifests (when any of the new revision reached it), then the
+/// rollback commands of its script stages that started, every one even when one fails (which
+/// makes the target `rollback-failed`).
+async fn roll_back_target(context: &Conclusion<'_>, run: &mut TargetRun) -> Option<RollbackResult> {
+    let name = run.report.name.clone();
+    let mut result = if run.received_new_revision {
+        roll_back_manifests(context, run).await
+    } else {
+        // Only script stages ran here: no manifests of the new revision to undo.
+        run.report.rollback = Some(RollbackReport {
+            to_revision: None,
+            outcome: TargetOutcome::RolledBack,
+            left_in_place: Vec::new(),
+            message: Some(
+                "no manifests of the new revision reached this target; only the rollback commands of its script stages ran"
+                    .to_string(),
+            ),
+        });
+        if !context.cancelled {
+            run.report.outcome = TargetOutcome::RolledBack;
+        }
+        Some(RollbackResult {
+            target: name.clone(),
+            ok: true,
+            message: None,
+        })
+    };
+    let bad = crate::engine::scripts::roll_back_target_stages(
+        context.plan,
+        run,
+        context.cancelled,
+        context.deadline,
+        &context.stop,
+        context.progress,
+    )
+    .await;
+    if !bad.is_empty() {
+        let why = format!("rollback commands that failed: {}", bad.join(", "));
+        crate::engine::scripts::mark_rollback_failed(run, &why, context.cancelled);
+        result = Some(RollbackResult {
+            target: name.clone(),
+            ok: false,
+            message: run.report.rollback.as_ref().and_then(|r| r.message.clone()),
+        });
+    }
+    context.progress.update(
+        &name,
+        Stage::Finished {
+            outcome: run.report.outcome,
+            message: run.report.rollback.as_ref().and_then(|r| r.message.clone()),
+        },
+    );
+    result
+}
+
 /// Re-apply the last good record of one target and wait for it; updates the target's report.
 /// None when there was nothing to roll back to (a first deploy: nothing is deleted either).
-async fn roll_back_target(context: &Conclusion<'_>, run: &mut TargetRun) -> Option<RollbackResult> {
+async fn roll_back_manifests(
+    context: &Conclusion<'_>,
+    run: &mut TargetRun,
+) -> Option<RollbackResult> {
     let Conclusion {
         plan,
         settings,

@@ -1,6 +1,7 @@
 //! All targets at once, bounded by `config.concurrency`. Each target runs in its own task
 //! inside a tracing span `target=<name>`, so every log line names its target; a target that
-//! fails never stops the others. The results become one `Report`.
+//! fails never stops the others. Fleet stages run once, between the steps of every target.
+//! The results become one `Report`.
 
 use std::sync::Arc;
 
@@ -9,104 +10,123 @@ use jiff::Timestamp;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::config::{FailurePolicy, TargetConfig};
+use crate::config::{FailurePolicy, PipelineStage, TargetConfig};
 use crate::engine::plan::Plan;
-use crate::engine::target_run::{Preflight, TargetRun, preflight, run_target};
+use crate::engine::scripts::fleet_script;
+use crate::engine::target_run::{TargetRun, complete, finish, preflight, run_stages, run_target};
 use crate::report::progress::{Progress, Stage};
 use crate::report::{Failure, Report, TargetOutcome, TargetReport};
+use crate::stages::plan::{Step, steps};
 
-/// Runs every target of the plan and returns their runs in config order. First the
-/// preflight of every target (connect, discover the kinds), all before any target writes;
-/// under `rollback-all` a target failing it stops the run there, the others `skipped`:
-/// nothing was written, so the fleet stays on one version with nothing to roll back.
+/// Runs every target of the plan through the pipeline and returns their runs in config
+/// order. First the preflight of every target (connect, discover the kinds), all before any
+/// target writes; under `rollback-all` a target failing it stops the run there, the others
+/// `skipped`: nothing was written, so the fleet stays on one version with nothing to roll
+/// back. Then each target runs its own stages in its own task, and at a fleet stage every
+/// target waits for the others, the script runs once, then they go on.
 pub async fn run_targets(
     plan: Arc<Plan>,
     cancel: CancellationToken,
     progress: Progress,
 ) -> Vec<TargetRun> {
     let concurrency = plan.config.concurrency.max(1);
-    let targets = plan.config.targets.clone();
-    let checked: Vec<Result<Preflight, Box<TargetRun>>> = futures::stream::iter(targets.clone())
+    let checks: Vec<(String, TargetTask)> = plan
+        .config
+        .targets
+        .iter()
         .map(|target| {
-            let (plan, cancel, task_progress) = (plan.clone(), cancel.clone(), progress.clone());
-            in_task(target.name.clone(), progress.clone(), async move {
+            let (plan, cancel, progress) = (plan.clone(), cancel.clone(), progress.clone());
+            let (target, name) = (target.clone(), target.name.clone());
+            let task: TargetTask = Box::pin(async move {
                 if cancel.is_cancelled() {
-                    return Err(Box::new(skipped(
-                        &target.name,
+                    return skipped(
+                        &target,
                         TargetOutcome::Cancelled,
                         "cancelled before it started",
-                    )));
-                }
-                preflight(&plan, &target, &cancel, &task_progress).await
-            })
-        })
-        .buffered(concurrency)
-        .map(|r| r.unwrap_or_else(Err))
-        .collect()
-        .await;
-
-    if let Some(reason) = preflight_stop(plan.config.on_failure, &targets, &checked) {
-        return checked
-            .into_iter()
-            .zip(&targets)
-            .map(|(checked, target)| match checked {
-                Err(run) => *run,
-                Ok(_) => {
-                    progress.update(
-                        &target.name,
-                        Stage::Finished {
-                            outcome: TargetOutcome::Skipped,
-                            message: Some(reason.clone()),
-                        },
                     );
-                    skipped(&target.name, TargetOutcome::Skipped, &reason)
                 }
-            })
-            .collect();
+                preflight(&plan, &target, &cancel, &progress).await
+            });
+            (name, task)
+        })
+        .collect();
+    let mut checked = run_all(checks, concurrency, &progress).await;
+    if let Some(reason) = preflight_stop(plan.config.on_failure, &checked) {
+        for run in checked.iter_mut().filter(|r| !r.done) {
+            run.report.message = Some(reason.clone());
+            finish(run, &progress, TargetOutcome::Skipped);
+        }
+        return checked;
     }
 
-    futures::stream::iter(checked.into_iter().zip(targets))
-        .map(|(checked, target)| {
-            let (plan, cancel, task_progress) = (plan.clone(), cancel.clone(), progress.clone());
-            in_task(target.name.clone(), progress.clone(), async move {
-                match checked {
-                    Err(run) => *run,
-                    Ok(preflight) => {
-                        run_target(&plan, &target, preflight, &cancel, &task_progress).await
-                    }
+    let mut runs = checked;
+    let mut locked = false;
+    for step in steps(&plan.config.pipeline) {
+        match step {
+            Step::Targets(stages) => {
+                let stages = Arc::new(stages);
+                // The first target step takes the lock and opens the record first.
+                let first = !std::mem::replace(&mut locked, true);
+                let tasks: Vec<(String, TargetTask)> = std::mem::take(&mut runs)
+                    .into_iter()
+                    .map(|mut run| {
+                        let (plan, cancel, progress) =
+                            (plan.clone(), cancel.clone(), progress.clone());
+                        let stages = stages.clone();
+                        let name = run.target.name.clone();
+                        let task: TargetTask = Box::pin(async move {
+                            if first {
+                                run_target(&plan, &mut run, &cancel, &progress, &stages).await;
+                            } else {
+                                run_stages(&plan, &mut run, &stages, &cancel, &progress).await;
+                            }
+                            run
+                        });
+                        (name, task)
+                    })
+                    .collect();
+                runs = run_all(tasks, concurrency, &progress).await;
+            }
+            Step::Fleet(index) => {
+                let Some(PipelineStage::Script(stage)) = plan.config.pipeline.get(index) else {
+                    continue;
+                };
+                if !locked {
+                    continue;
                 }
-            })
-        })
-        .buffered(concurrency)
-        .map(|r| r.unwrap_or_else(|run| *run))
-        .collect()
-        .await
+                if cancel.is_cancelled() {
+                    for run in runs.iter_mut().filter(|r| !r.done) {
+                        finish(run, &progress, TargetOutcome::Cancelled);
+                    }
+                    continue;
+                }
+                fleet_script(&plan, &mut runs, stage, &cancel, &progress).await;
+            }
+        }
+    }
+    for run in &mut runs {
+        complete(run, &progress);
+    }
+    runs
 }
 
 /// Under `rollback-all`, why the targets that passed the preflight do not start: the names
 /// of the targets that failed it. None: every target passed, the run was cancelled (the
 /// cancel path says so), or the policy lets the reachable targets go on.
-pub fn preflight_stop<T>(
-    policy: FailurePolicy,
-    targets: &[TargetConfig],
-    checked: &[Result<T, Box<TargetRun>>],
-) -> Option<String> {
-    if policy != FailurePolicy::RollbackAll {
+pub fn preflight_stop(policy: FailurePolicy, checked: &[TargetRun]) -> Option<String> {
+    if policy != FailurePolicy::RollbackAll
+        || checked
+            .iter()
+            .any(|r| r.done && r.report.outcome == TargetOutcome::Cancelled)
+    {
         return None;
     }
     let failed: Vec<&str> = checked
         .iter()
-        .zip(targets)
-        .filter_map(|(c, t)| match c {
-            Err(run) if run.report.outcome == TargetOutcome::Failed => Some(t.name.as_str()),
-            _ => None,
-        })
+        .filter(|r| r.done && r.report.outcome == TargetOutcome::Failed)
+        .map(|r| r.target.name.as_str())
         .collect();
-    if failed.is_empty()
-        || checked
-            .iter()
-            .any(|c| matches!(c, Err(r) if r.report.outcome == TargetOutcome::Cancelled))
-    {
+    if failed.is_empty() {
         return None;
     }
     Some(format!(
@@ -116,48 +136,65 @@ pub fn preflight_stop<T>(
     ))
 }
 
-/// Runs one target's step in its own task inside the span `target=<name>`. A panic in it
-/// becomes that target's failed run (`Err`), so it never takes the fleet down.
-fn in_task<T: Send + 'static>(
-    name: String,
-    progress: Progress,
-    step: impl std::future::Future<Output = T> + Send + 'static,
-) -> impl std::future::Future<Output = Result<T, Box<TargetRun>>> {
-    // error level: the span (and so the target name) is on every line that is logged at all.
-    let span = tracing::error_span!("target", target = %name);
-    let task = tokio::spawn(step.instrument(span));
-    async move {
-        task.await.map_err(|e| {
-            let message = format!("internal error: {e}");
-            progress.update(
-                &name,
-                Stage::Finished {
-                    outcome: TargetOutcome::Failed,
-                    message: Some(message.clone()),
-                },
-            );
-            let mut run = skipped(&name, TargetOutcome::Failed, &message);
-            run.report.failures.push(Failure {
-                object: "rollguard".into(),
-                reason: "InternalError".into(),
-                message,
-                ..Default::default()
-            });
-            Box::new(run)
+type TargetTask = std::pin::Pin<Box<dyn std::future::Future<Output = TargetRun> + Send>>;
+
+/// Runs one task per target, at most `concurrency` at once, each in its own tokio task inside
+/// the span `target=<name>`; results in the order given.
+async fn run_all(
+    tasks: Vec<(String, TargetTask)>,
+    concurrency: usize,
+    progress: &Progress,
+) -> Vec<TargetRun> {
+    futures::stream::iter(tasks)
+        .map(|(name, task)| {
+            // error level: the span (and so the target name) is on every line that is logged at all.
+            let span = tracing::error_span!("target", target = %name);
+            let handle = tokio::spawn(task.instrument(span));
+            let progress = progress.clone();
+            async move {
+                match handle.await {
+                    Ok(run) => run,
+                    Err(e) => {
+                        // A panic in one target's task must not take the fleet down.
+                        let message = format!("internal error: {e}");
+                        progress.update(
+                            &name,
+                            Stage::Finished {
+                                outcome: TargetOutcome::Failed,
+                                message: Some(message.clone()),
+                            },
+                        );
+                        let target = TargetConfig {
+                            name: name.clone(),
+                            context: None,
+                            kubeconfig: None,
+                            kubeconfig_env: None,
+                            namespace: None,
+                            line: 0,
+                        };
+                        let mut run = skipped(&target, TargetOutcome::Failed, &message);
+                        run.report.failures.push(Failure {
+                            object: "rollguard".into(),
+                            reason: "InternalError".into(),
+                            message,
+                            ..Default::default()
+                        });
+                        run
+                    }
+                }
+            }
         })
-    }
+        .buffered(concurrency)
+        .collect()
+        .await
 }
 
-fn skipped(name: &str, outcome: TargetOutcome, message: &str) -> TargetRun {
-    let mut report = TargetReport::new(name, outcome, Timestamp::now());
-    report.message = Some(message.to_string());
-    TargetRun {
-        report,
-        access: None,
-        applied: Vec::new(),
-        received_new_revision: false,
-        release: None,
-    }
+fn skipped(target: &TargetConfig, outcome: TargetOutcome, message: &str) -> TargetRun {
+    let mut run = TargetRun::new(target, Timestamp::now());
+    run.report.outcome = outcome;
+    run.report.message = Some(message.to_string());
+    run.done = true;
+    run
 }
 
 /// Deploys the plan to every target and builds the report.
@@ -187,47 +224,58 @@ pub fn build_report(plan: &Plan, targets: Vec<TargetReport>, started_at: Timesta
 mod tests {
     use super::*;
 
-    fn targets(names: &[&str]) -> Vec<TargetConfig> {
-        names
-            .iter()
-            .map(|n| TargetConfig {
-                name: n.to_string(),
-                context: None,
-                kubeconfig: None,
-                kubeconfig_env: None,
-                namespace: None,
-                line: 0,
-            })
-            .collect()
+    fn run(name: &str, outcome: Option<TargetOutcome>) -> TargetRun {
+        let target = TargetConfig {
+            name: name.to_string(),
+            context: None,
+            kubeconfig: None,
+            kubeconfig_env: None,
+            namespace: None,
+            line: 0,
+        };
+        match outcome {
+            Some(outcome) => skipped(&target, outcome, "x"),
+            None => TargetRun::new(&target, Timestamp::now()),
+        }
     }
 
     #[test]
     fn preflight_stops_only_rollback_all_on_a_failure() {
-        let ts = targets(&["eu", "us", "ap"]);
-        let ok = || Ok::<(), Box<TargetRun>>(());
-        let failed = |n: &str| Err(Box::new(skipped(n, TargetOutcome::Failed, "down")));
-        let cancelled = |n: &str| Err(Box::new(skipped(n, TargetOutcome::Cancelled, "cancelled")));
         use FailurePolicy::{RollbackAll, RollbackFailed, RollbackIfAllFail};
-        type Checked = Vec<Result<(), Box<TargetRun>>>;
-        let cases: Vec<(FailurePolicy, Checked, Option<&str>)> = vec![
-            (RollbackAll, vec![ok(), ok(), ok()], None),
+        let ok = |n| run(n, None);
+        let failed = |n| run(n, Some(TargetOutcome::Failed));
+        let cancelled = |n| run(n, Some(TargetOutcome::Cancelled));
+        let cases: Vec<(FailurePolicy, Vec<TargetRun>, Option<&str>)> = vec![
+            (RollbackAll, vec![ok("eu"), ok("us"), ok("ap")], None),
             (
                 RollbackAll,
-                vec![ok(), failed("us"), ok()],
+                vec![ok("eu"), failed("us"), ok("ap")],
                 Some("us failed"),
             ),
             (
                 RollbackAll,
-                vec![failed("eu"), failed("us"), ok()],
+                vec![failed("eu"), failed("us"), ok("ap")],
                 Some("eu, us failed"),
             ),
-            (RollbackAll, vec![ok(), failed("us"), cancelled("ap")], None),
-            (RollbackFailed, vec![ok(), failed("us"), ok()], None),
-            (RollbackIfAllFail, vec![ok(), failed("us"), ok()], None),
-            (FailurePolicy::None, vec![ok(), failed("us"), ok()], None),
+            (
+                RollbackAll,
+                vec![ok("eu"), failed("us"), cancelled("ap")],
+                None,
+            ),
+            (RollbackFailed, vec![ok("eu"), failed("us"), ok("ap")], None),
+            (
+                RollbackIfAllFail,
+                vec![ok("eu"), failed("us"), ok("ap")],
+                None,
+            ),
+            (
+                FailurePolicy::None,
+                vec![ok("eu"), failed("us"), ok("ap")],
+                None,
+            ),
         ];
         for (policy, checked, want) in cases {
-            let got = preflight_stop(policy, &ts, &checked);
+            let got = preflight_stop(policy, &checked);
             match want {
                 Some(part) => assert!(
                     got.as_deref().is_some_and(|g| g.contains(part)),

@@ -7,4 +7,5 @@ pub mod fleet;
 pub mod plan;
 pub mod policy;
 pub mod reapply;
+pub mod scripts;
 pub mod target_run;

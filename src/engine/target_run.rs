@@ -1,6 +1,6 @@
-//! One target, start to end: connect -> discover (every kind served) -> lock and pending
-//! record -> apply -> wait, into a `TargetRun` (the report, the connection and what was
-//! applied, for the conclusion).
+//! One target: connect -> discover/validate -> lock + record, then its stages of the
+//! pipeline (apply + wait, target scripts), into a `TargetReport`. Fleet stages, which every
+//! target reaches first, are run by `fleet.rs` between calls of [`run_stages`].
 
 use std::time::Duration;
 
@@ -8,7 +8,7 @@ use jiff::Timestamp;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::TargetConfig;
+use crate::config::{PipelineStage, TargetConfig};
 use crate::engine::plan::Plan;
 use crate::kube::apply::{
     AppliedObject, ApplyError, ApplyOptions, MAX_IN_FLIGHT, Resolution, apply_failures,
@@ -29,13 +29,43 @@ pub struct TargetRun {
     pub applied: Vec<AppliedObject>,
     /// True once any object of the new revision was written to this target.
     pub received_new_revision: bool,
-    /// The lock and release record of this run (None in a dry run or before the lock was
-    /// taken).
+    /// The lock and release record of this run (rg-release; None in a dry run or before
+    /// the lock was taken).
     pub release: Option<TargetRelease>,
+    /// The target as configured.
+    pub target: TargetConfig,
+    /// Discovery's result, until the apply stage uses it.
+    resolution: Option<Resolution>,
+    pub(crate) clock: PhaseClock,
+    /// The run ended (failed, cancelled or stopped): later stages do not run.
+    pub done: bool,
+}
+
+impl TargetRun {
+    /// A run of `target` that has done nothing yet.
+    pub fn new(target: &TargetConfig, at: Timestamp) -> TargetRun {
+        TargetRun {
+            report: TargetReport::new(target.name.clone(), TargetOutcome::Failed, at),
+            access: None,
+            applied: Vec::new(),
+            received_new_revision: false,
+            release: None,
+            target: target.clone(),
+            resolution: None,
+            clock: PhaseClock::new(),
+            done: false,
+        }
+    }
+
+    /// Whether the run changed anything on its target: objects of the new revision, or a
+    /// script stage that started (a rollback then has something to undo).
+    pub fn changed_something(&self) -> bool {
+        self.received_new_revision || self.report.stages.iter().any(|s| s.outcome.started())
+    }
 }
 
 /// Phase timings, in order.
-struct PhaseClock {
+pub(crate) struct PhaseClock {
     phases: Vec<PhaseTiming>,
     current: Option<(String, Instant)>,
 }
@@ -47,17 +77,25 @@ impl PhaseClock {
             current: None,
         }
     }
-    fn start(&mut self, name: &str) {
+    pub(crate) fn start(&mut self, name: &str) {
         self.stop();
         self.current = Some((name.to_string(), Instant::now()));
     }
-    fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         if let Some((name, at)) = self.current.take() {
-            self.phases.push(PhaseTiming {
-                name,
-                seconds: round_ms(at.elapsed()),
-            });
+            self.phases
+                .push(PhaseTiming::new(name, round_ms(at.elapsed())));
         }
+    }
+    /// A script stage's phase, timed by its runner.
+    pub(crate) fn script(&mut self, result: &crate::report::StageResult) {
+        self.stop();
+        self.phases.push(PhaseTiming {
+            name: result.name.clone(),
+            seconds: result.seconds,
+            script: Some(result.scope.clone()),
+            exit_code: result.exit_code,
+        });
     }
 }
 
@@ -65,42 +103,54 @@ fn round_ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1000.0).round() / 1000.0
 }
 
-/// A target that connected and served every kind of the manifests: nothing written yet.
-pub struct Preflight {
-    run: TargetRun,
-    clock: PhaseClock,
-    access: ClusterAccess,
-    resolution: Resolution,
-    started: Instant,
-}
-
 /// The first round trip of a target: connect and discover the kinds the manifests use.
 /// Every target passes this before any target writes (see `fleet.rs`); a target that does
-/// not comes back as its finished, failed (or cancelled) run.
+/// not is `done` (failed, or cancelled). Never panics on cluster errors: every problem ends
+/// in the report.
 pub async fn preflight(
     plan: &Plan,
     target: &TargetConfig,
     cancel: &CancellationToken,
     progress: &Progress,
-) -> Result<Preflight, Box<TargetRun>> {
-    let started_at = Timestamp::now();
-    let started = Instant::now();
-    let deadline = started + plan.config.wait.timeout;
-    let mut clock = PhaseClock::new();
-    let mut run = TargetRun {
-        report: TargetReport::new(target.name.clone(), TargetOutcome::Failed, started_at),
-        access: None,
-        applied: Vec::new(),
-        received_new_revision: false,
-        release: None,
-    };
+) -> TargetRun {
+    let mut run = TargetRun::new(target, Timestamp::now());
+    connect_and_discover(plan, &mut run, cancel, progress).await;
+    run
+}
+
+/// After every target's preflight: the lock and record, then `stages` (indices into the
+/// pipeline), up to the first fleet stage. A run that is not `done` afterwards goes on with
+/// [`run_stages`].
+pub async fn run_target(
+    plan: &Plan,
+    run: &mut TargetRun,
+    cancel: &CancellationToken,
+    progress: &Progress,
+    stages: &[usize],
+) {
+    if run.done {
+        return;
+    }
+    lock_and_record(plan, run, cancel, progress).await;
+    crate::error::test_panic_point("target");
+    run_stages(plan, run, stages, cancel, progress).await;
+}
+
+async fn connect_and_discover(
+    plan: &Plan,
+    run: &mut TargetRun,
+    cancel: &CancellationToken,
+    progress: &Progress,
+) {
+    let target = run.target.clone();
+    let deadline = Instant::now() + plan.config.wait.timeout;
     let name = target.name.clone();
 
     progress.update(&name, Stage::Connecting);
-    clock.start("connect");
+    run.clock.start("connect");
     let env = |k: &str| plan.env(k);
     let access = match connect(
-        target,
+        &target,
         plan.options.cli_kubeconfig.as_deref(),
         &plan.config.base_dir,
         &env,
@@ -113,75 +163,48 @@ pub async fn preflight(
             // Target failures are logged at info: the progress line and the final table say them.
             tracing::info!(reason = %e.reason, "{}", e.message);
             run.report.failures.push(target_failure("cluster", &e));
-            return Err(Box::new(finish(
-                run,
-                clock,
-                progress,
-                TargetOutcome::Failed,
-            )));
+            return finish(run, progress, TargetOutcome::Failed);
         }
     };
     run.access = Some(access.clone());
 
     // Discovery: the first request (an unreachable target fails here, in seconds) and the
     // check that the target serves every kind, before anything is written to it.
-    clock.start("discover");
+    run.clock.start("discover");
     match resolve_set(&access.client, &plan.manifests, deadline, cancel).await {
-        Ok(resolution) => Ok(Preflight {
-            run,
-            clock,
-            access,
-            resolution,
-            started,
-        }),
-        Err(ApplyError::Cancelled) => Err(Box::new(finish(
-            run,
-            clock,
-            progress,
-            TargetOutcome::Cancelled,
-        ))),
+        Ok(resolution) => run.resolution = Some(resolution),
+        Err(ApplyError::Cancelled) => {
+            return finish(run, progress, TargetOutcome::Cancelled);
+        }
         Err(e) => {
             tracing::info!("{e}");
             run.report.failures = apply_failures(&e, &access.server);
-            Err(Box::new(finish(
-                run,
-                clock,
-                progress,
-                TargetOutcome::Failed,
-            )))
+            return finish(run, progress, TargetOutcome::Failed);
         }
-    }
+    };
+    run.clock.stop();
 }
 
-/// Runs one target after its preflight. Never panics on cluster errors: every problem ends
-/// in the report.
-pub async fn run_target(
+/// The lock, abandoned records, the last good record, this run's pending record.
+async fn lock_and_record(
     plan: &Plan,
-    target: &TargetConfig,
-    preflight: Preflight,
+    run: &mut TargetRun,
     cancel: &CancellationToken,
     progress: &Progress,
-) -> TargetRun {
-    let Preflight {
-        mut run,
-        mut clock,
-        access,
-        resolution,
-        started,
-    } = preflight;
-    let deadline = started + plan.config.wait.timeout;
-    let name = target.name.clone();
+) {
+    let target = run.target.clone();
     let env = |k: &str| plan.env(k);
-
-    // The lock, abandoned records, the last good record, this run's pending record.
+    let Some(access) = run.access.clone() else {
+        return;
+    };
     if !plan.options.dry_run {
-        clock.start("lock");
+        run.clock.start("lock");
         let prepared = match plan.recorded_manifests() {
             Ok(manifests) => {
                 let commit = plan.commit.as_ref();
                 prepare(
                     &plan.config,
-                    target,
+                    &target,
                     &access,
                     manifests,
                     commit,
@@ -199,24 +222,63 @@ pub async fn run_target(
                 run.release = Some(release);
             }
             Err(PrepareError::Cancelled) => {
-                return finish(run, clock, progress, TargetOutcome::Cancelled);
+                return finish(run, progress, TargetOutcome::Cancelled);
             }
             Err(e) => {
                 tracing::info!("{e}");
                 run.report.failures.push(e.failure(&access.server));
-                return finish(run, clock, progress, TargetOutcome::Failed);
+                return finish(run, progress, TargetOutcome::Failed);
             }
         }
     }
-    crate::error::test_panic_point("target");
-    // The deadline is for apply and rollout: time spent waiting for the lock does not count.
-    let deadline = if plan.options.dry_run {
-        deadline
-    } else {
-        Instant::now() + plan.config.wait.timeout
-    };
+    run.clock.stop();
+}
 
-    clock.start("apply");
+/// Runs the target-scoped `stages` (indices into the pipeline) of a run that is not done.
+pub async fn run_stages(
+    plan: &Plan,
+    run: &mut TargetRun,
+    stages: &[usize],
+    cancel: &CancellationToken,
+    progress: &Progress,
+) {
+    for &index in stages {
+        if run.done {
+            return;
+        }
+        match plan.config.pipeline.get(index) {
+            Some(PipelineStage::Apply) => apply_and_wait(plan, run, cancel, progress).await,
+            Some(PipelineStage::Script(stage)) => {
+                crate::engine::scripts::target_script(plan, run, stage, cancel, progress).await
+            }
+            None => {}
+        }
+    }
+}
+
+/// Marks a run that went through its whole pipeline as deployed.
+pub fn complete(run: &mut TargetRun, progress: &Progress) {
+    if !run.done {
+        finish(run, progress, TargetOutcome::Deployed);
+    }
+}
+
+async fn apply_and_wait(
+    plan: &Plan,
+    run: &mut TargetRun,
+    cancel: &CancellationToken,
+    progress: &Progress,
+) {
+    let (Some(access), Some(resolution)) = (run.access.clone(), run.resolution.take()) else {
+        return;
+    };
+    let target = run.target.clone();
+    let name = target.name.clone();
+    // The deadline is for apply and rollout: time spent waiting for the lock or in scripts
+    // does not count.
+    let deadline = Instant::now() + plan.config.wait.timeout;
+
+    run.clock.start("apply");
     progress.update(
         &name,
         Stage::Applying {
@@ -229,7 +291,7 @@ pub async fn run_target(
         dry_run: plan.options.dry_run,
         default_namespace: plan
             .config
-            .default_namespace(target, &access.context_namespace),
+            .default_namespace(&target, &access.context_namespace),
         max_in_flight: MAX_IN_FLIGHT,
         deadline,
     };
@@ -249,19 +311,20 @@ pub async fn run_target(
     run.applied = outcome.applied;
     if let Err(e) = outcome.result {
         if matches!(e, ApplyError::Cancelled) {
-            return finish(run, clock, progress, TargetOutcome::Cancelled);
+            return finish(run, progress, TargetOutcome::Cancelled);
         }
         tracing::info!("apply failed: {e}");
         run.report.failures = apply_failures(&e, &access.server);
-        return finish(run, clock, progress, TargetOutcome::Failed);
+        return finish(run, progress, TargetOutcome::Failed);
     }
     tracing::info!(objects = run.applied.len(), "applied");
 
     if plan.options.dry_run {
-        return finish(run, clock, progress, TargetOutcome::Deployed);
+        run.clock.stop();
+        return;
     }
 
-    clock.start("wait");
+    run.clock.start("wait");
     let wait_options = WaitOptions {
         deadline,
         timeout: plan.config.wait.timeout,
@@ -277,29 +340,25 @@ pub async fn run_target(
     )
     .await;
     run.report.warnings.extend(waited.warnings);
-    let outcome = match waited.result {
-        Ok(()) => TargetOutcome::Deployed,
-        Err(WaitFailure::Cancelled) => TargetOutcome::Cancelled,
+    run.clock.stop();
+    match waited.result {
+        Ok(()) => {}
+        Err(WaitFailure::Cancelled) => finish(run, progress, TargetOutcome::Cancelled),
         Err(WaitFailure::Failed(failures)) | Err(WaitFailure::Timeout(failures)) => {
             for f in &failures {
                 tracing::info!("{}", f.headline());
             }
             run.report.failures = failures;
-            TargetOutcome::Failed
+            finish(run, progress, TargetOutcome::Failed)
         }
-    };
-    // The record is finished and the lock released in the conclusion, after the policy.
-    finish(run, clock, progress, outcome)
+    }
 }
 
-fn finish(
-    mut run: TargetRun,
-    mut clock: PhaseClock,
-    progress: &Progress,
-    outcome: TargetOutcome,
-) -> TargetRun {
-    clock.stop();
-    run.report.phases = clock.phases;
+/// Ends a run with `outcome`: later stages do not run.
+pub fn finish(run: &mut TargetRun, progress: &Progress, outcome: TargetOutcome) {
+    run.clock.stop();
+    run.done = true;
+    run.report.phases = run.clock.phases.clone();
     run.report.outcome = outcome;
     run.report.finished_at = Timestamp::now();
     if run.report.message.is_none() {
@@ -315,5 +374,4 @@ fn finish(
             message: run.report.message.clone(),
         },
     );
-    run
 }

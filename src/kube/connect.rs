@@ -29,6 +29,8 @@ pub struct ClusterAccess {
     pub context_namespace: String,
     /// The API server URL, for messages.
     pub server: String,
+    /// Only this target's cluster, user and context: what its script stages get.
+    pub script_kubeconfig: Kubeconfig,
 }
 
 /// Why a target could not be reached, as it goes into the report.
@@ -434,6 +436,15 @@ pub async fn connect(
         context,
         user,
     } = resolve(target, cli_kubeconfig, base_dir, env)?;
+    let script_kubeconfig =
+        crate::stages::kubeconfig::single_context(&kubeconfig, Some(&context), None).map_err(
+            |why| {
+                TargetError::new(
+                    "Kubeconfig",
+                    format!("kubeconfig {}: {why}", describe_source(&source)),
+                )
+            },
+        )?;
     let options = KubeConfigOptions {
         context: Some(context),
         ..Default::default()
@@ -495,6 +506,7 @@ pub async fn connect(
         watch_client: build(config)?,
         context_namespace,
         server,
+        script_kubeconfig,
     })
 }
 

@@ -10,4 +10,5 @@ mod harness;
 mod input;
 mod real;
 mod release;
+mod stages;
 mod stalled;
