@@ -54,12 +54,11 @@ fn main() {
             eprintln!("rollguard: {e}");
             e.exit_code()
         }
-        Err(_) => {
-            // Locks dropped by the panic are being released: wait for that (bounded).
-            runtime.block_on(rollguard::release::lock::wait_for_panic_releases());
-            rollguard::error::exit::INTERNAL
-        }
+        Err(_) => rollguard::error::exit::INTERNAL,
     };
+    // Locks dropped by a panic (here or in a target's task) are being released: wait for
+    // that, bounded; nothing to wait for without a panic.
+    runtime.block_on(rollguard::release::lock::wait_for_panic_releases());
     // Watches and renewals may still hold tasks: do not wait for them.
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
     std::process::exit(code);
