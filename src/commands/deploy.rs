@@ -104,9 +104,21 @@ async fn wait_for_signal() {
     let _ = tokio::signal::ctrl_c().await;
 }
 
+/// [`plan`] on a blocking thread: a `render:` command and git block, and the async
+/// runtime's threads must not (a test keeps every such call site off them).
+pub async fn plan_off_runtime(
+    args: &DeployArgs,
+    env: HashMap<String, String>,
+) -> Result<Plan, Error> {
+    let args = args.clone();
+    tokio::task::spawn_blocking(move || plan(&args, env))
+        .await
+        .map_err(|e| Error::Usage(format!("internal error while reading the inputs: {e}")))?
+}
+
 /// `rollguard deploy`.
 pub async fn deploy(args: DeployArgs, env: HashMap<String, String>) -> Result<i32, Error> {
-    let plan = Arc::new(plan(&args, env)?);
+    let plan = Arc::new(plan_off_runtime(&args, env).await?);
     if plan.options.dry_run {
         for line in crate::stages::plan::describe_pipeline(&plan.config.pipeline) {
             eprintln!("{line}");

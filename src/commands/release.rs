@@ -400,8 +400,15 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
     // From git: the same manifests and commit for every target, read once.
     let from_git = match &args.from_git {
         Some(sha) => {
-            let bodies = reapply::manifests_from_git(&config, sha).map_err(ManageError::Usage)?;
-            let commit = git::commit_info(&config.base_dir, sha).ok();
+            let bodies = reapply::manifests_from_git_off_runtime(&config, sha)
+                .await
+                .map_err(ManageError::Usage)?;
+            let (base_dir, sha_text) = (config.base_dir.clone(), sha.clone());
+            let commit =
+                tokio::task::spawn_blocking(move || git::commit_info(&base_dir, &sha_text))
+                    .await
+                    .ok()
+                    .and_then(Result::ok);
             Some((bodies, commit))
         }
         None => None,
@@ -633,8 +640,9 @@ async fn plan_one(
             let revision = policy::choose_manual_target(&records, args.revision, args.force)
                 .map_err(|e| (e.to_string(), exit::BAD_INPUT))?;
             let to = store.get(revision).await.map_err(unreachable)?;
-            let bodies =
-                reapply::record_manifests(config, &to).map_err(|e| (e, exit::BAD_INPUT))?;
+            let bodies = reapply::record_manifests(config, &to)
+                .await
+                .map_err(|e| (e, exit::BAD_INPUT))?;
             let mut with_bodies = to.clone();
             with_bodies.manifests = Some(bodies.clone());
             Planned {
