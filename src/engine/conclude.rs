@@ -205,25 +205,11 @@ async fn roll_back_target(context: &Conclusion<'_>, run: &mut TargetRun) -> Opti
     let mut result = if run.received_new_revision {
         roll_back_manifests(context, run).await
     } else {
-        // Only script stages ran here: no manifests of the new revision to undo.
-        run.report.rollback = Some(RollbackReport {
-            to_revision: None,
-            outcome: TargetOutcome::RolledBack,
-            left_in_place: Vec::new(),
-            message: Some(
-                "no manifests of the new revision reached this target; only the rollback commands of its script stages ran"
-                    .to_string(),
-            ),
-        });
-        if !context.cancelled {
-            run.report.outcome = TargetOutcome::RolledBack;
-        }
-        Some(RollbackResult {
-            target: name.clone(),
-            ok: true,
-            message: None,
-        })
+        // Only script stages ran here: no manifests of the new revision to undo, so the
+        // outcome stays what it was; the rollback commands below still run.
+        None
     };
+    let before = run.report.stages.len();
     let bad = crate::engine::scripts::roll_back_target_stages(
         context.plan,
         run,
@@ -233,6 +219,17 @@ async fn roll_back_target(context: &Conclusion<'_>, run: &mut TargetRun) -> Opti
         context.progress,
     )
     .await;
+    if !run.received_new_revision && run.report.stages.len() > before {
+        run.report.rollback = Some(RollbackReport {
+            to_revision: None,
+            outcome: TargetOutcome::RolledBack,
+            left_in_place: Vec::new(),
+            message: Some(
+                "no manifests of the new revision reached this target; the rollback commands of its script stages ran"
+                    .to_string(),
+            ),
+        });
+    }
     if !bad.is_empty() {
         let why = format!("rollback commands that failed: {}", bad.join(", "));
         crate::engine::scripts::mark_rollback_failed(run, &why, context.cancelled);
@@ -246,7 +243,12 @@ async fn roll_back_target(context: &Conclusion<'_>, run: &mut TargetRun) -> Opti
         &name,
         Stage::Finished {
             outcome: run.report.outcome,
-            message: run.report.rollback.as_ref().and_then(|r| r.message.clone()),
+            message: run
+                .report
+                .rollback
+                .as_ref()
+                .and_then(|r| r.message.clone())
+                .or_else(|| run.report.message.clone()),
         },
     );
     result

@@ -132,7 +132,7 @@ fn record_run(
                     _ => "ScriptFailed".to_string(),
                 },
                 message: format!(
-                    "{message}; see its output (lines tagged stage={}, the last ones in the report) and fix the script or the stage at {where_}",
+                    "{message} (stage at {where_}); its output is in the log (stage={}) and its last lines in the report",
                     stage.name
                 ),
                 ..Failure::default()

@@ -2,6 +2,7 @@
 //! process, over real HTTPS. Each test starts its own clusters on ephemeral ports, so the
 //! tests run in parallel. Cluster access goes through `harness` only.
 
+mod action;
 mod apply;
 mod credentials;
 mod deploy;
@@ -10,5 +11,6 @@ mod harness;
 mod input;
 mod real;
 mod release;
+mod runtime_root;
 mod stages;
 mod stalled;

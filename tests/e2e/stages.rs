@@ -598,3 +598,70 @@ async fn a_missing_working_dir_is_bad_input_with_zero_writes() {
     );
     assert_eq!(env.writes(1), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_fleet_script_fails_every_target_before_anything_is_applied() {
+    let env = env_with(
+        2,
+        "",
+        "  - script:\n      name: migrate\n      run: echo \"cannot reach the database\"; exit 5\n      scope: fleet\n  - apply\n",
+    )
+    .await;
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 1, "{}", run.output());
+    for (target, cluster) in [("eu", 1), ("us", 2)] {
+        let t = run.target(target);
+        assert_eq!(t["outcome"], "failed", "{}", run.output());
+        assert_eq!(t["failures"][0]["object"], "stage migrate (fleet)", "{t:#}");
+        assert_eq!(t["stages"][0]["exit_code"], 5, "{t:#}");
+        assert_eq!(
+            web_image(&env, cluster).await,
+            "",
+            "sim-{cluster} got the app"
+        );
+    }
+    // The script ran once, not once per target.
+    let runs = run
+        .stderr
+        .lines()
+        .filter(|l| l.contains("cannot reach the database") && l.contains("stage=migrate"))
+        .count();
+    assert_eq!(runs, 1, "{}", run.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secret_values_never_reach_the_log_or_the_report() {
+    let env = env_with(
+        1,
+        "",
+        r#"  - apply
+  - script:
+      name: leak
+      run: echo "token=$(kubectl -n shop get secret api -o jsonpath='{.data.token}' | base64 -d)"; exit 1
+"#,
+    )
+    .await;
+    env.write(
+        "k8s/secret.yaml",
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: api\ndata:\n  token: czNjcjN0LXQwa2VuLXZhbHVl\n",
+    );
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 1, "{}", run.output());
+    let report = env.read("report.json");
+    for (what, text) in [
+        ("stderr", &run.stderr),
+        ("stdout", &run.stdout),
+        ("report", &report),
+    ] {
+        assert!(
+            !text.contains("s3cr3t-t0ken-value"),
+            "secret in {what}:\n{text}"
+        );
+    }
+    assert_eq!(
+        run.target("eu")["stages"][0]["output"],
+        serde_json::json!(["token=<redacted>"]),
+        "{}",
+        run.output()
+    );
+}
