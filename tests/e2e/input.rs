@@ -61,7 +61,44 @@ async fn schema_prints_json() {
     let run = rollguard(&["schema".to_string()], dir.path(), &[]).await;
     assert_eq!(run.code, 0, "{}", run.output());
     let schema: serde_json::Value = serde_json::from_str(&run.stdout).expect("schema is JSON");
-    assert!(schema.is_object());
+    // What editors rely on: every top-level key of rollguard.yaml, no other, the required ones.
+    let mut keys: Vec<&str> = schema["properties"]
+        .as_object()
+        .map(|p| p.keys().map(String::as_str).collect())
+        .unwrap_or_default();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        [
+            "app",
+            "concurrency",
+            "history",
+            "lock",
+            "manifests",
+            "namespace",
+            "on_cancel",
+            "on_failure",
+            "pipeline",
+            "render",
+            "rollback",
+            "targets",
+            "wait"
+        ],
+        "{schema:#}"
+    );
+    assert_eq!(
+        schema["additionalProperties"], false,
+        "unknown keys are errors"
+    );
+    assert_eq!(schema["required"], serde_json::json!(["app", "targets"]));
+    assert_eq!(
+        schema["properties"]["targets"]["items"]["required"],
+        serde_json::json!(["name"])
+    );
+    assert!(
+        schema["properties"]["wait"]["properties"]["timeout"].is_object(),
+        "{schema:#}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
