@@ -16,7 +16,7 @@ use crate::engine::target_run::TargetRun;
 use crate::release::session::{ReleaseSettings, applied_ref};
 use crate::release::{ObjectRef, ReleaseOrigin, ReleaseStatus, RunInfo};
 use crate::report::progress::{Progress, Stage};
-use crate::report::{Failure, RollbackReport, TargetOutcome};
+use crate::report::{Failure, PhaseTiming, RollbackReport, TargetOutcome};
 use crate::util::duration::format_duration;
 
 /// How long the rollbacks may take after a cancel signal: GitHub sends SIGKILL 10 s after
@@ -296,6 +296,7 @@ async fn roll_back_manifests(
         .map(ToString::to_string)
         .collect();
     progress.update(&name, Stage::RollingBack(format!("to v{}", good.revision)));
+    let rollback_started = Instant::now();
     let attempt = match run.access.as_ref() {
         None => Err(("no connection to the cluster".to_string(), false)),
         Some(access) => match stored_manifests(&release.store, &plan.config, &good, access).await {
@@ -342,6 +343,11 @@ async fn roll_back_manifests(
         left_in_place: left,
         message: Some(message.clone()),
     });
+    // The timeline shows the rollback as the target's last phase.
+    run.report.phases.push(PhaseTiming::new(
+        "rollback",
+        (rollback_started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
+    ));
     if !cancelled {
         run.report.outcome = outcome;
     }

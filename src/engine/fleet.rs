@@ -170,6 +170,7 @@ async fn run_all(
                             kubeconfig: None,
                             kubeconfig_env: None,
                             namespace: None,
+                            environment: None,
                             line: 0,
                         };
                         let mut run = skipped(&target, TargetOutcome::Failed, &message);
@@ -231,6 +232,7 @@ mod tests {
             kubeconfig: None,
             kubeconfig_env: None,
             namespace: None,
+            environment: None,
             line: 0,
         };
         match outcome {
