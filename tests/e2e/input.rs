@@ -72,6 +72,7 @@ async fn schema_prints_json() {
         [
             "app",
             "concurrency",
+            "github",
             "history",
             "lock",
             "manifests",
