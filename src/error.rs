@@ -73,6 +73,9 @@ pub enum Error {
     },
     #[error("demo: {0}")]
     Demo(String),
+    /// Reading another commit's manifests with git failed (`plan --offline`).
+    #[error("{0}")]
+    Git(String),
 }
 
 impl Error {
@@ -80,7 +83,7 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Config(_) | Error::Manifest(_) | Error::Usage(_) => exit::BAD_INPUT,
-            Error::WriteReport { .. } | Error::Demo(_) => exit::FAILED,
+            Error::WriteReport { .. } | Error::Demo(_) | Error::Git(_) => exit::FAILED,
         }
     }
 }

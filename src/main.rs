@@ -25,7 +25,8 @@ fn main() {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
     let stderr_layer = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
+        // Every event is scrubbed of the secret values the run knows before it is written.
+        .with_writer(rollguard::report::redact::ScrubbingStderr)
         .with_ansi(
             std::io::IsTerminal::is_terminal(&std::io::stderr())
                 && std::env::var_os("NO_COLOR").is_none(),
@@ -60,7 +61,8 @@ fn main() {
     let code = match runtime.block_on(futures::FutureExt::catch_unwind(run)) {
         Ok(Ok(code)) => code,
         Ok(Err(e)) => {
-            eprintln!("rollguard: {e}");
+            // Errors may quote server text or a render command's stderr.
+            rollguard::report::redact::print_err(&format!("rollguard: {e}"));
             e.exit_code()
         }
         Err(_) => rollguard::error::exit::INTERNAL,

@@ -56,6 +56,9 @@ pub fn plan(args: &DeployArgs, env: HashMap<String, String>) -> Result<Plan, Err
     }
     crate::kube::connect::check_targets(&config, &config.targets, &lookup)?;
     let manifests = manifests::load(&config)?;
+    // Every secret value of the manifests is known to the scrubber before anything can
+    // print one.
+    crate::report::redact::learn(manifests.objects.iter().map(|o| &o.body));
     let commit = crate::util::git::detect_commit(args.commit.as_deref(), &lookup, &config.base_dir);
     let options = DeployOptions {
         force_conflicts: args.force_conflicts,
@@ -125,11 +128,6 @@ pub async fn plan_off_runtime(
 /// `rollguard deploy`.
 pub async fn deploy(args: DeployArgs, env: HashMap<String, String>) -> Result<i32, Error> {
     let plan = Arc::new(plan_off_runtime(&args, env).await?);
-    if plan.options.dry_run {
-        for line in crate::stages::plan::describe_pipeline(&plan.config.pipeline) {
-            eprintln!("{line}");
-        }
-    }
     // GitHub starts after validation (bad input reaches no sink) and never holds up the deploy.
     let sink = github::Sink::start(github_context(&args, &plan), sink_options(&plan));
     let cancel = cancel_on_signals();
@@ -137,6 +135,9 @@ pub async fn deploy(args: DeployArgs, env: HashMap<String, String>) -> Result<i3
     report.run_url = sink.run_url();
     finish_report(&report, args.report.as_ref(), &plan.env)?;
     let report_path = args.report.as_ref().map(|p| p.display().to_string());
+    // rollguard's one value scrubber (every secret value the run has seen), on every body
+    // that leaves for GitHub or a file: API comments do not pass the runner's masking.
+    let scrub = crate::report::redact::scrub;
     if let Some(path) = &args.github.report_markdown {
         let full_report = FullReport {
             run_url: None,
@@ -164,13 +165,6 @@ pub async fn deploy(args: DeployArgs, env: HashMap<String, String>) -> Result<i3
     } else {
         report::exit_code(&report)
     })
-}
-
-/// rollguard's secret scrubber, for every body that leaves for GitHub or a file.
-/// PENDING(issue 13): the value scrubber (`report::redact::scrub`) lands with the dry-run
-/// branch; until then the report's structure is the only protection (it holds no bodies).
-fn scrub(text: &str) -> String {
-    text.to_string()
 }
 
 fn github_context(args: &DeployArgs, plan: &Plan) -> GithubContext {
@@ -245,12 +239,10 @@ pub fn finish_report(
     env: &HashMap<String, String>,
 ) -> Result<(), Error> {
     let lookup = |k: &str| env.get(k).cloned();
-    println!(
-        "{}",
-        report::to_table(report, progress::table_color(&lookup))
-    );
+    crate::report::redact::print_out(&report::to_table(report, progress::table_color(&lookup)));
     if let Some(path) = path {
-        std::fs::write(path, report::to_json(report)).map_err(|source| Error::WriteReport {
+        let json = crate::report::redact::scrub(&report::to_json(report));
+        std::fs::write(path, json).map_err(|source| Error::WriteReport {
             path: path.clone(),
             source,
         })?;

@@ -204,8 +204,47 @@ pub async fn deploy(plan: Arc<Plan>, cancel: CancellationToken, progress: Progre
     let mut runs = run_targets(plan.clone(), cancel.clone(), progress.clone()).await;
     // Records, the failure policy (or on_cancel) and the rollbacks, all at once.
     crate::engine::conclude::conclude(&plan, &mut runs, &cancel, &progress).await;
+    let change_plan = plan.options.dry_run.then(|| dry_run_plan(&plan, &mut runs));
     let targets: Vec<TargetReport> = runs.into_iter().map(|r| r.report).collect();
-    build_report(&plan, targets, started_at)
+    let mut report = build_report(&plan, targets, started_at);
+    if change_plan.is_some() {
+        report.plan = change_plan;
+        report.refresh();
+    }
+    report
+}
+
+/// A dry run's plan: every target's answer; a target that stopped before it was asked
+/// (unreachable, a kind it does not serve, a script) is an error with its failures.
+fn dry_run_plan(plan: &Plan, runs: &mut [TargetRun]) -> crate::report::ChangePlan {
+    use crate::report::plan::{PlanMode, TargetPlan};
+    let targets = runs
+        .iter_mut()
+        .map(|run| {
+            let mut target = run
+                .plan
+                .take()
+                .unwrap_or_else(|| TargetPlan::new(run.report.name.clone()));
+            if target.errors.is_empty() && run.report.outcome != TargetOutcome::Deployed {
+                target.errors = run.report.failures.clone();
+                if target.errors.is_empty() {
+                    target.errors.push(Failure {
+                        object: "target".into(),
+                        reason: run.report.outcome.as_str().to_string(),
+                        message: run.report.reason().unwrap_or_default(),
+                        ..Default::default()
+                    });
+                }
+            }
+            target
+        })
+        .collect();
+    crate::report::ChangePlan::new(
+        plan.config.app.clone(),
+        PlanMode::DryRun,
+        plan.commit.clone(),
+        targets,
+    )
 }
 
 /// The report of a run.

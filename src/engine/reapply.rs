@@ -83,13 +83,18 @@ pub async fn manifests_from_git_off_runtime(
 
 /// The manifests of the config's manifest source at commit `sha`, from a temporary checkout.
 pub fn manifests_from_git(config: &Config, sha: &str) -> Result<Vec<serde_json::Value>, String> {
+    let set = manifests_at_commit(config, sha)?;
+    Ok(set.objects.into_iter().map(|o| o.body).collect())
+}
+
+/// The validated manifest set of the config's source at commit `sha` (a `render:` command
+/// runs in the checkout), read from a temporary checkout that is removed afterwards.
+pub fn manifests_at_commit(config: &Config, sha: &str) -> Result<ManifestSet, String> {
     let checkout =
         crate::util::git::Checkout::at(&config.base_dir, sha).map_err(|e| e.to_string())?;
     let mut at_commit = config.clone();
     at_commit.base_dir = checkout.map_path(&config.base_dir);
-    let set = crate::manifests::load(&at_commit)
-        .map_err(|e| format!("manifests at commit {sha}: {e}"))?;
-    Ok(set.objects.into_iter().map(|o| o.body).collect())
+    crate::manifests::load(&at_commit).map_err(|e| format!("manifests at commit {sha}: {e}"))
 }
 
 /// A manifest set from stored bodies (in their stored, already sorted, order).

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use base64::Engine as _;
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::config::{KubeConfigOptions, Kubeconfig, NamedContext};
 
 use crate::config::{Config, ConfigError, ConfigIssue, TargetConfig};
 use crate::kube::retry::{error_chain_text, io_error_kind, is_tls_problem, root_cause_text};
@@ -164,6 +164,72 @@ fn read_kubeconfig(
     let config =
         merged.ok_or_else(|| TargetError::new("Kubeconfig", "no kubeconfig file given"))?;
     Ok((config, KubeconfigSource::Files(files)))
+}
+
+/// The part of `full` that `context` (None: its current-context) needs, renamed to `rename`
+/// when given (with its cluster and user, so that several such parts merge without clashes).
+pub fn single_context(
+    full: &Kubeconfig,
+    context: Option<&str>,
+    rename: Option<&str>,
+) -> Result<Kubeconfig, String> {
+    let wanted = context
+        .or(full.current_context.as_deref())
+        .ok_or("the kubeconfig names no context and has no current-context")?;
+    let named = full
+        .contexts
+        .iter()
+        .find(|c| c.name == wanted)
+        .ok_or_else(|| format!("context {wanted:?} is not in the kubeconfig"))?;
+    let mut ctx = named
+        .context
+        .clone()
+        .ok_or_else(|| format!("context {wanted:?} is empty"))?;
+    let mut cluster = full
+        .clusters
+        .iter()
+        .find(|c| c.name == ctx.cluster)
+        .cloned()
+        .ok_or_else(|| {
+            format!(
+                "cluster {:?} of context {wanted:?} is not in the kubeconfig",
+                ctx.cluster
+            )
+        })?;
+    let mut user = match &ctx.user {
+        Some(u) => Some(
+            full.auth_infos
+                .iter()
+                .find(|a| &a.name == u)
+                .cloned()
+                .ok_or_else(|| {
+                    format!("user {u:?} of context {wanted:?} is not in the kubeconfig")
+                })?,
+        ),
+        None => None,
+    };
+    let name = rename.unwrap_or(wanted).to_string();
+    if rename.is_some() {
+        cluster.name = name.clone();
+        ctx.cluster = name.clone();
+        if let Some(user) = &mut user {
+            user.name = name.clone();
+            ctx.user = Some(name.clone());
+        }
+    }
+    Ok(Kubeconfig {
+        clusters: vec![cluster],
+        auth_infos: user.into_iter().collect(),
+        contexts: vec![NamedContext {
+            name: name.clone(),
+            context: Some(ctx),
+            ..named.clone()
+        }],
+        current_context: Some(name),
+        kind: Some("Config".into()),
+        api_version: Some("v1".into()),
+        ..Kubeconfig::default()
+    })
 }
 
 /// A target's kubeconfig, read and checked offline: its context, cluster, user and
@@ -437,14 +503,12 @@ pub async fn connect(
         user,
     } = resolve(target, cli_kubeconfig, base_dir, env)?;
     let script_kubeconfig =
-        crate::stages::kubeconfig::single_context(&kubeconfig, Some(&context), None).map_err(
-            |why| {
-                TargetError::new(
-                    "Kubeconfig",
-                    format!("kubeconfig {}: {why}", describe_source(&source)),
-                )
-            },
-        )?;
+        single_context(&kubeconfig, Some(&context), None).map_err(|why| {
+            TargetError::new(
+                "Kubeconfig",
+                format!("kubeconfig {}: {why}", describe_source(&source)),
+            )
+        })?;
     let options = KubeConfigOptions {
         context: Some(context),
         ..Default::default()
@@ -473,9 +537,10 @@ pub async fn connect(
         )
         .await?;
     }
-    // Our own retry (retry.rs) is bounded by the target's deadline; kube's is not.
+    // Our own retry (kube/retry.rs) is bounded by the target's deadline; kube's is not.
     config.default_retry = false;
     config.connect_timeout = Some(CONNECT_TIMEOUT);
+    // Watches stay open for minutes: no read timeout on them; `bounded` below is for the rest.
     config.read_timeout = None;
     let server = config.cluster_url.to_string();
     let context_namespace = config.default_namespace.clone();
@@ -522,7 +587,7 @@ pub fn request_timeout(env: &(dyn Fn(&str) -> Option<String> + Sync)) -> Result<
 /// A client whose every request (ours, and the release records' and lock's) retries 429, 503
 /// and 504 answers a few times with jittered exponential backoff (honouring Retry-After).
 /// Bounded (8 retries, at most 2 s apart), unlike kube's default policy (15 retries, up to
-/// 1000 s), so it stays well inside a target's deadline; the engine's own `retry.rs` adds
+/// 1000 s), so it stays well inside a target's deadline; rollguard's own `kube/retry.rs` adds
 /// dropped connections and other 5xx on top, up to the deadline.
 fn build_client(config: kube::Config) -> Result<kube::Client, kube::Error> {
     use kube::client::retry::RetryPolicy;

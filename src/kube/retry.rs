@@ -1,10 +1,10 @@
 //! Retries of transient Kubernetes API errors with exponential backoff and jitter, bounded by
 //! the target's deadline.
 //!
-//! kube's own retry layer is switched off for rollguard clients (see `target.rs`): it retries
-//! up to 15 times with delays of up to 1000 s, which ignores our per-target deadline, and it
-//! does not retry dropped connections. Here every attempt and every sleep stays inside the
-//! deadline, and 4xx answers other than 429 are never retried.
+//! kube's own retry layer is switched off for rollguard clients (see `kube/connect.rs`): it
+//! retries up to 15 times with delays of up to 1000 s, which ignores our per-target deadline,
+//! and it does not retry dropped connections. Here every attempt and every sleep stays inside
+//! the deadline, and 4xx answers other than 429 are never retried.
 
 use std::future::Future;
 use std::time::Duration;

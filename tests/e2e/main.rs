@@ -6,6 +6,7 @@ mod action;
 mod apply;
 mod credentials;
 mod deploy;
+mod diff;
 mod failures;
 mod fake_github;
 mod github;
