@@ -54,6 +54,7 @@ pub fn plan(args: &DeployArgs, env: HashMap<String, String>) -> Result<Plan, Err
     if !missing.is_empty() {
         return Err(config::ConfigError::Invalid(missing).into());
     }
+    crate::kube::connect::check_targets(&config, &config.targets, &lookup)?;
     let manifests = manifests::load(&config)?;
     // Every secret value of the manifests is known to the scrubber before anything can
     // print one.
@@ -112,9 +113,21 @@ async fn wait_for_signal() {
     let _ = tokio::signal::ctrl_c().await;
 }
 
+/// [`plan`] on a blocking thread: a `render:` command and git block, and the async
+/// runtime's threads must not (a test keeps every such call site off them).
+pub async fn plan_off_runtime(
+    args: &DeployArgs,
+    env: HashMap<String, String>,
+) -> Result<Plan, Error> {
+    let args = args.clone();
+    tokio::task::spawn_blocking(move || plan(&args, env))
+        .await
+        .map_err(|e| Error::Usage(format!("internal error while reading the inputs: {e}")))?
+}
+
 /// `rollguard deploy`.
 pub async fn deploy(args: DeployArgs, env: HashMap<String, String>) -> Result<i32, Error> {
-    let plan = Arc::new(plan(&args, env)?);
+    let plan = Arc::new(plan_off_runtime(&args, env).await?);
     // GitHub starts after validation (bad input reaches no sink) and never holds up the deploy.
     let sink = github::Sink::start(github_context(&args, &plan), sink_options(&plan));
     let cancel = cancel_on_signals();

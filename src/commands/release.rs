@@ -254,8 +254,10 @@ async fn connect_all(
 ) -> Vec<Result<Connected, String>> {
     let lookup = |k: &str| env.get(k).cloned();
     let settings = ReleaseSettings::from_config(config);
+    // Nothing cancels these commands (a signal ends the process); connect wants a token.
+    let never = tokio_util::sync::CancellationToken::new();
     futures::future::join_all(targets.iter().map(|target| async {
-        let access = connect(target, cli_kubeconfig, &config.base_dir, &lookup)
+        let access = connect(target, cli_kubeconfig, &config.base_dir, &lookup, &never)
             .await
             .map_err(|e| format!("target {}: {e}", target.name))?;
         let namespace = config.history_namespace(target, &access.context_namespace);
@@ -411,12 +413,21 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
     let targets = select_targets(&config, &args.selection.targets)?;
     let settings = ReleaseSettings::from_config(&config);
     let lookup = |k: &str| env.get(k).cloned();
+    // A rollback writes: bad access on any selected target is bad input before the first write.
+    crate::kube::connect::check_targets(&config, &targets, &lookup)?;
 
     // From git: the same manifests and commit for every target, read once.
     let from_git = match &args.from_git {
         Some(sha) => {
-            let bodies = reapply::manifests_from_git(&config, sha).map_err(ManageError::Usage)?;
-            let commit = git::commit_info(&config.base_dir, sha).ok();
+            let bodies = reapply::manifests_from_git_off_runtime(&config, sha)
+                .await
+                .map_err(ManageError::Usage)?;
+            let (base_dir, sha_text) = (config.base_dir.clone(), sha.clone());
+            let commit =
+                tokio::task::spawn_blocking(move || git::commit_info(&base_dir, &sha_text))
+                    .await
+                    .ok()
+                    .and_then(Result::ok);
             Some((bodies, commit))
         }
         None => None,
@@ -701,8 +712,9 @@ async fn plan_one(
             let revision = policy::choose_manual_target(&records, args.revision, args.force)
                 .map_err(|e| (e.to_string(), exit::BAD_INPUT))?;
             let to = store.get(revision).await.map_err(unreachable)?;
-            let bodies =
-                reapply::record_manifests(config, &to).map_err(|e| (e, exit::BAD_INPUT))?;
+            let bodies = reapply::record_manifests(config, &to)
+                .await
+                .map_err(|e| (e, exit::BAD_INPUT))?;
             let mut with_bodies = to.clone();
             with_bodies.manifests = Some(bodies.clone());
             Planned {

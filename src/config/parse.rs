@@ -15,7 +15,7 @@ use super::pipeline::{
     DEFAULT_KILL_GRACE, DEFAULT_SCRIPT_TIMEOUT, PipelineStage, RESERVED_NAMES, SCRIPT_KEYS, Scope,
     ScriptCommand, ScriptStage, default_pipeline, script_stages,
 };
-use crate::util::duration::parse_duration;
+use crate::util::duration::{bounded, parse_duration};
 use crate::util::yaml::{self, Node, Tree};
 
 pub(super) const TOP_KEYS: &[&str] = &[
@@ -183,8 +183,13 @@ impl Ctx {
         let node = node?;
         let parsed = match &node.value {
             Tree::Null => return None,
-            Tree::Int(i) if *i >= 0 => Ok(Duration::from_secs(i.unsigned_abs())),
-            Tree::UInt(u) => Ok(Duration::from_secs(*u)),
+            Tree::Int(i) if *i >= 0 => {
+                bounded(Duration::from_secs(i.unsigned_abs()), &i.to_string())
+                    .map_err(|e| e.to_string())
+            }
+            Tree::UInt(u) => {
+                bounded(Duration::from_secs(*u), &u.to_string()).map_err(|e| e.to_string())
+            }
             Tree::Str(s) => parse_duration(s).map_err(|e| e.to_string()),
             other => Err(format!(
                 "must be a duration like \"90s\" or \"5m\", not {}",

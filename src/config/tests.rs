@@ -229,6 +229,14 @@ fn error_table() {
             "rollguard.yaml:7: wait.timeout: invalid duration \"5 minutes\"",
         ),
         (
+            format!("{base}wait:\n  timeout: 18446744073709551615\n"),
+            "rollguard.yaml:7: wait.timeout: invalid duration \"18446744073709551615\": longer than the maximum of 24h",
+        ),
+        (
+            format!("{base}lock:\n  timeout: 18446744073709551615s\n"),
+            "rollguard.yaml:7: lock.timeout: invalid duration \"18446744073709551615s\": longer than the maximum of 24h",
+        ),
+        (
             format!("{base}history:\n  keep: 0\n"),
             "rollguard.yaml:7: history.keep must be at least 1, not 0",
         ),

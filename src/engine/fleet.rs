@@ -10,88 +10,130 @@ use jiff::Timestamp;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::config::{PipelineStage, TargetConfig};
+use crate::config::{FailurePolicy, PipelineStage, TargetConfig};
 use crate::engine::plan::Plan;
 use crate::engine::scripts::fleet_script;
-use crate::engine::target_run::{TargetRun, complete, finish, run_stages, run_target};
+use crate::engine::target_run::{TargetRun, complete, finish, preflight, run_stages, run_target};
 use crate::report::progress::{Progress, Stage};
 use crate::report::{Failure, Report, TargetOutcome, TargetReport};
 use crate::stages::plan::{Step, steps};
 
 /// Runs every target of the plan through the pipeline and returns their runs in config
-/// order: each target runs its own stages in its own task, and at a fleet stage every target
-/// waits for the others, the script runs once, then they go on.
+/// order. First the preflight of every target (connect, discover the kinds), all before any
+/// target writes; under `rollback-all` a target failing it stops the run there, the others
+/// `skipped`: nothing was written, so the fleet stays on one version with nothing to roll
+/// back. Then each target runs its own stages in its own task, and at a fleet stage every
+/// target waits for the others, the script runs once, then they go on.
 pub async fn run_targets(
     plan: Arc<Plan>,
     cancel: CancellationToken,
     progress: Progress,
 ) -> Vec<TargetRun> {
-    let mut runs: Option<Vec<TargetRun>> = None;
+    let concurrency = plan.config.concurrency.max(1);
+    let checks: Vec<(String, TargetTask)> = plan
+        .config
+        .targets
+        .iter()
+        .map(|target| {
+            let (plan, cancel, progress) = (plan.clone(), cancel.clone(), progress.clone());
+            let (target, name) = (target.clone(), target.name.clone());
+            let task: TargetTask = Box::pin(async move {
+                if cancel.is_cancelled() {
+                    return skipped(
+                        &target,
+                        TargetOutcome::Cancelled,
+                        "cancelled before it started",
+                    );
+                }
+                preflight(&plan, &target, &cancel, &progress).await
+            });
+            (name, task)
+        })
+        .collect();
+    let mut checked = run_all(checks, concurrency, &progress).await;
+    if let Some(reason) = preflight_stop(plan.config.on_failure, &checked) {
+        for run in checked.iter_mut().filter(|r| !r.done) {
+            run.report.message = Some(reason.clone());
+            finish(run, &progress, TargetOutcome::Skipped);
+        }
+        return checked;
+    }
+
+    let mut runs = checked;
+    let mut locked = false;
     for step in steps(&plan.config.pipeline) {
         match step {
             Step::Targets(stages) => {
                 let stages = Arc::new(stages);
-                let tasks: Vec<(String, TargetTask)> = match runs.take() {
-                    None => plan
-                        .config
-                        .targets
-                        .iter()
-                        .map(|target| {
-                            let (plan, cancel, progress) =
-                                (plan.clone(), cancel.clone(), progress.clone());
-                            let name = target.name.clone();
-                            let (target, stages) = (target.clone(), stages.clone());
-                            let task: TargetTask = Box::pin(async move {
-                                if cancel.is_cancelled() {
-                                    return skipped(
-                                        &target,
-                                        TargetOutcome::Cancelled,
-                                        "cancelled before it started",
-                                    );
-                                }
-                                run_target(&plan, &target, &cancel, &progress, &stages).await
-                            });
-                            (name, task)
-                        })
-                        .collect(),
-                    Some(previous) => previous
-                        .into_iter()
-                        .map(|mut run| {
-                            let (plan, cancel, progress) =
-                                (plan.clone(), cancel.clone(), progress.clone());
-                            let stages = stages.clone();
-                            let name = run.target.name.clone();
-                            let task: TargetTask = Box::pin(async move {
+                // The first target step takes the lock and opens the record first.
+                let first = !std::mem::replace(&mut locked, true);
+                let tasks: Vec<(String, TargetTask)> = std::mem::take(&mut runs)
+                    .into_iter()
+                    .map(|mut run| {
+                        let (plan, cancel, progress) =
+                            (plan.clone(), cancel.clone(), progress.clone());
+                        let stages = stages.clone();
+                        let name = run.target.name.clone();
+                        let task: TargetTask = Box::pin(async move {
+                            if first {
+                                run_target(&plan, &mut run, &cancel, &progress, &stages).await;
+                            } else {
                                 run_stages(&plan, &mut run, &stages, &cancel, &progress).await;
-                                run
-                            });
-                            (name, task)
-                        })
-                        .collect(),
-                };
-                runs = Some(run_all(tasks, plan.config.concurrency.max(1), &progress).await);
+                            }
+                            run
+                        });
+                        (name, task)
+                    })
+                    .collect();
+                runs = run_all(tasks, concurrency, &progress).await;
             }
             Step::Fleet(index) => {
-                let (Some(runs), Some(PipelineStage::Script(stage))) =
-                    (runs.as_mut(), plan.config.pipeline.get(index))
-                else {
+                let Some(PipelineStage::Script(stage)) = plan.config.pipeline.get(index) else {
                     continue;
                 };
+                if !locked {
+                    continue;
+                }
                 if cancel.is_cancelled() {
                     for run in runs.iter_mut().filter(|r| !r.done) {
                         finish(run, &progress, TargetOutcome::Cancelled);
                     }
                     continue;
                 }
-                fleet_script(&plan, runs, stage, &cancel, &progress).await;
+                fleet_script(&plan, &mut runs, stage, &cancel, &progress).await;
             }
         }
     }
-    let mut runs = runs.unwrap_or_default();
     for run in &mut runs {
         complete(run, &progress);
     }
     runs
+}
+
+/// Under `rollback-all`, why the targets that passed the preflight do not start: the names
+/// of the targets that failed it. None: every target passed, the run was cancelled (the
+/// cancel path says so), or the policy lets the reachable targets go on.
+pub fn preflight_stop(policy: FailurePolicy, checked: &[TargetRun]) -> Option<String> {
+    if policy != FailurePolicy::RollbackAll
+        || checked
+            .iter()
+            .any(|r| r.done && r.report.outcome == TargetOutcome::Cancelled)
+    {
+        return None;
+    }
+    let failed: Vec<&str> = checked
+        .iter()
+        .filter(|r| r.done && r.report.outcome == TargetOutcome::Failed)
+        .map(|r| r.target.name.as_str())
+        .collect();
+    if failed.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "not deployed: {} failed the preflight and on_failure is rollback-all (the fleet stays on one version); fix {} and run again",
+        failed.join(", "),
+        if failed.len() == 1 { "it" } else { "them" }
+    ))
 }
 
 type TargetTask = std::pin::Pin<Box<dyn std::future::Future<Output = TargetRun> + Send>>;
@@ -216,4 +258,72 @@ pub fn build_report(plan: &Plan, targets: Vec<TargetReport>, started_at: Timesta
     );
     report.dry_run = plan.options.dry_run;
     report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(name: &str, outcome: Option<TargetOutcome>) -> TargetRun {
+        let target = TargetConfig {
+            name: name.to_string(),
+            context: None,
+            kubeconfig: None,
+            kubeconfig_env: None,
+            namespace: None,
+            environment: None,
+            line: 0,
+        };
+        match outcome {
+            Some(outcome) => skipped(&target, outcome, "x"),
+            None => TargetRun::new(&target, Timestamp::now()),
+        }
+    }
+
+    #[test]
+    fn preflight_stops_only_rollback_all_on_a_failure() {
+        use FailurePolicy::{RollbackAll, RollbackFailed, RollbackIfAllFail};
+        let ok = |n| run(n, None);
+        let failed = |n| run(n, Some(TargetOutcome::Failed));
+        let cancelled = |n| run(n, Some(TargetOutcome::Cancelled));
+        let cases: Vec<(FailurePolicy, Vec<TargetRun>, Option<&str>)> = vec![
+            (RollbackAll, vec![ok("eu"), ok("us"), ok("ap")], None),
+            (
+                RollbackAll,
+                vec![ok("eu"), failed("us"), ok("ap")],
+                Some("us failed"),
+            ),
+            (
+                RollbackAll,
+                vec![failed("eu"), failed("us"), ok("ap")],
+                Some("eu, us failed"),
+            ),
+            (
+                RollbackAll,
+                vec![ok("eu"), failed("us"), cancelled("ap")],
+                None,
+            ),
+            (RollbackFailed, vec![ok("eu"), failed("us"), ok("ap")], None),
+            (
+                RollbackIfAllFail,
+                vec![ok("eu"), failed("us"), ok("ap")],
+                None,
+            ),
+            (
+                FailurePolicy::None,
+                vec![ok("eu"), failed("us"), ok("ap")],
+                None,
+            ),
+        ];
+        for (policy, checked, want) in cases {
+            let got = preflight_stop(policy, &checked);
+            match want {
+                Some(part) => assert!(
+                    got.as_deref().is_some_and(|g| g.contains(part)),
+                    "{policy:?}: {got:?}"
+                ),
+                None => assert_eq!(got, None, "{policy:?}"),
+            }
+        }
+    }
 }

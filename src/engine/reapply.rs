@@ -29,7 +29,7 @@ pub async fn stored_manifests(
     access: &ClusterAccess,
 ) -> Result<Vec<serde_json::Value>, String> {
     match store.get(record.revision).await {
-        Ok(full) => record_manifests(config, &full),
+        Ok(full) => record_manifests(config, &full).await,
         // Unreadable manifests: the record's commit can still rebuild them from git.
         Err(e @ ReleaseError::Corrupt { .. }) => {
             tracing::warn!(
@@ -38,7 +38,9 @@ pub async fn stored_manifests(
             );
             let mut head = record.clone();
             head.manifests = None;
-            record_manifests(config, &head).map_err(|why| format!("{e}; and from git: {why}"))
+            record_manifests(config, &head)
+                .await
+                .map_err(|why| format!("{e}; and from git: {why}"))
         }
         Err(e) => {
             let why = match e.kube_error() {
@@ -51,7 +53,7 @@ pub async fn stored_manifests(
 }
 
 /// The manifests of a record: as stored, else rebuilt from git at its commit.
-pub fn record_manifests(
+pub async fn record_manifests(
     config: &Config,
     record: &ReleaseRecord,
 ) -> Result<Vec<serde_json::Value>, String> {
@@ -64,7 +66,19 @@ pub fn record_manifests(
             record.revision
         )
     })?;
-    manifests_from_git(config, &commit.sha)
+    manifests_from_git_off_runtime(config, &commit.sha).await
+}
+
+/// [`manifests_from_git`] on a blocking thread: git and a `render:` command block, and the
+/// async runtime's threads must not (a test keeps every such call site off them).
+pub async fn manifests_from_git_off_runtime(
+    config: &Config,
+    sha: &str,
+) -> Result<Vec<serde_json::Value>, String> {
+    let (config, sha) = (config.clone(), sha.to_string());
+    tokio::task::spawn_blocking(move || manifests_from_git(&config, &sha))
+        .await
+        .map_err(|e| format!("internal error reading the manifests from git: {e}"))?
 }
 
 /// The manifests of the config's manifest source at commit `sha`, from a temporary checkout.
@@ -184,7 +198,7 @@ impl ReApply<'_> {
                     fail_fast: self.fail_fast.clone(),
                 };
                 let waited = wait_for_rollout(
-                    &access.client,
+                    &access.watch_client,
                     &applied.applied,
                     &wait,
                     &keep_going,

@@ -109,23 +109,45 @@ fn round_ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1000.0).round() / 1000.0
 }
 
-/// Runs one target up to its first fleet stage: connect, discover, lock and record, then
-/// `stages` (indices into the pipeline). Never panics on cluster errors: every problem ends in
-/// the report. A run that is not `done` afterwards goes on with [`run_stages`].
-pub async fn run_target(
+/// The first round trip of a target: connect and discover the kinds the manifests use.
+/// Every target passes this before any target writes (see `fleet.rs`); a target that does
+/// not is `done` (failed, or cancelled). Never panics on cluster errors: every problem ends
+/// in the report.
+pub async fn preflight(
     plan: &Plan,
     target: &TargetConfig,
     cancel: &CancellationToken,
     progress: &Progress,
-    stages: &[usize],
 ) -> TargetRun {
     let mut run = TargetRun::new(target, Timestamp::now());
-    start(plan, &mut run, cancel, progress).await;
-    run_stages(plan, &mut run, stages, cancel, progress).await;
+    connect_and_discover(plan, &mut run, cancel, progress).await;
     run
 }
 
-async fn start(plan: &Plan, run: &mut TargetRun, cancel: &CancellationToken, progress: &Progress) {
+/// After every target's preflight: the lock and record, then `stages` (indices into the
+/// pipeline), up to the first fleet stage. A run that is not `done` afterwards goes on with
+/// [`run_stages`].
+pub async fn run_target(
+    plan: &Plan,
+    run: &mut TargetRun,
+    cancel: &CancellationToken,
+    progress: &Progress,
+    stages: &[usize],
+) {
+    if run.done {
+        return;
+    }
+    lock_and_record(plan, run, cancel, progress).await;
+    crate::error::test_panic_point("target");
+    run_stages(plan, run, stages, cancel, progress).await;
+}
+
+async fn connect_and_discover(
+    plan: &Plan,
+    run: &mut TargetRun,
+    cancel: &CancellationToken,
+    progress: &Progress,
+) {
     let target = run.target.clone();
     let deadline = Instant::now() + plan.config.wait.timeout;
     let name = target.name.clone();
@@ -138,6 +160,7 @@ async fn start(plan: &Plan, run: &mut TargetRun, cancel: &CancellationToken, pro
         plan.options.cli_kubeconfig.as_deref(),
         &plan.config.base_dir,
         &env,
+        cancel,
     )
     .await
     {
@@ -165,8 +188,21 @@ async fn start(plan: &Plan, run: &mut TargetRun, cancel: &CancellationToken, pro
             return finish(run, progress, TargetOutcome::Failed);
         }
     };
+    run.clock.stop();
+}
 
-    // The lock, abandoned records, the last good record, this run's pending record.
+/// The lock, abandoned records, the last good record, this run's pending record.
+async fn lock_and_record(
+    plan: &Plan,
+    run: &mut TargetRun,
+    cancel: &CancellationToken,
+    progress: &Progress,
+) {
+    let target = run.target.clone();
+    let env = |k: &str| plan.env(k);
+    let Some(access) = run.access.clone() else {
+        return;
+    };
     if !plan.options.dry_run {
         run.clock.start("lock");
         let prepared = match plan.recorded_manifests() {
@@ -332,7 +368,7 @@ async fn apply_and_wait(
     };
     let report_wait = |p| progress.update(&name, Stage::Waiting(p));
     let waited = wait_for_rollout(
-        &access.client,
+        &access.watch_client,
         &run.applied,
         &wait_options,
         cancel,

@@ -308,7 +308,11 @@ impl ReleaseRecord {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReleaseError {
-    #[error("{action} in namespace {namespace}: {source}")]
+    // Said as the connect errors are (reason, then what to do), not as kube's chain.
+    #[error(
+        "{action} in namespace {namespace}: {}",
+        crate::kube::connect::describe_error(source, "the API server")
+    )]
     Kube {
         action: String,
         namespace: String,

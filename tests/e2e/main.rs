@@ -4,6 +4,7 @@
 
 mod action;
 mod apply;
+mod credentials;
 mod deploy;
 mod diff;
 mod failures;
@@ -15,3 +16,4 @@ mod real;
 mod release;
 mod runtime_root;
 mod stages;
+mod stalled;

@@ -21,6 +21,9 @@ pub struct Faults {
     pub drop_watch_after_events: Option<u64>,
     /// Watch streams end after this many milliseconds.
     pub drop_watch_after_ms: Option<u64>,
+    /// Requests are accepted (TLS completed, request read) and never answered, as by a
+    /// stalled server or a black-holing proxy. They are not counted: nothing is done.
+    pub never_answer: bool,
 }
 
 impl Faults {

@@ -452,6 +452,9 @@ async fn answer(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<Ap
         || path == "/apis"
         || path.starts_with("/apis/");
     let content_type = header_str(&req, header::CONTENT_TYPE).to_string();
+    if is_api && state.faults().never_answer {
+        std::future::pending::<()>().await;
+    }
     if let Route::Resource(p) = &route {
         let verb = handlers::verb_of(&method, p, &query, &content_type);
         let rt = crate::model::resource::ResourceType::new(&p.group, &p.version, &p.resource);
