@@ -28,6 +28,24 @@ pub fn env_snapshot() -> HashMap<String, String> {
 
 /// Loads and validates everything; no cluster is touched here.
 pub fn plan(args: &DeployArgs, env: HashMap<String, String>) -> Result<Plan, Error> {
+    read_plan(args, env, Access::Check)
+}
+
+/// Whether [`read_plan`] checks every target's kubeconfig and credentials offline: every
+/// command that talks to clusters does; `plan --offline` asks none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Check,
+    NotNeeded,
+}
+
+/// The config, the manifests and the commit, validated (and, with [`Access::Check`], every
+/// target's access): everything a run needs before it touches a cluster.
+pub fn read_plan(
+    args: &DeployArgs,
+    env: HashMap<String, String>,
+    access: Access,
+) -> Result<Plan, Error> {
     let lookup = |k: &str| env.get(k).cloned();
     let path = config::config_path(args.files.config.as_deref(), &lookup);
     let on_failure = match &args.on_failure {
@@ -54,7 +72,9 @@ pub fn plan(args: &DeployArgs, env: HashMap<String, String>) -> Result<Plan, Err
     if !missing.is_empty() {
         return Err(config::ConfigError::Invalid(missing).into());
     }
-    crate::kube::connect::check_targets(&config, &config.targets, &lookup)?;
+    if access == Access::Check {
+        crate::kube::connect::check_targets(&config, &config.targets, &lookup)?;
+    }
     let manifests = manifests::load(&config)?;
     // Every secret value of the manifests is known to the scrubber before anything can
     // print one.
@@ -83,7 +103,7 @@ pub fn cancel_on_signals() -> CancellationToken {
             } else {
                 // No destructor runs after exit: stop the scripts and remove their
                 // kubeconfigs first.
-                crate::stages::process::kill_all_now();
+                crate::util::process_group::kill_all_now();
                 crate::stages::kubeconfig::remove_all_now();
                 std::process::exit(exit::CANCELLED);
             }

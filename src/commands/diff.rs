@@ -43,12 +43,6 @@ fn as_deploy(args: &DiffArgs) -> DeployArgs {
     }
 }
 
-/// Loads and validates (the deploy's loader, which also teaches the scrubber every secret
-/// value of the manifests).
-fn load(args: &DeployArgs, env: HashMap<String, String>) -> Result<Plan, Error> {
-    crate::commands::deploy::plan(args, env)
-}
-
 /// `rollguard diff`.
 pub async fn diff(args: DiffArgs, env: HashMap<String, String>) -> Result<i32, Error> {
     dry_run(as_deploy(&args), env).await
@@ -85,7 +79,9 @@ pub async fn dry_run(args: DeployArgs, env: HashMap<String, String>) -> Result<i
                 .into(),
         ));
     }
-    let plan = Arc::new(load(&args, env)?);
+    // The deploy's loader, off the runtime (render commands and git block); it also teaches
+    // the scrubber every secret value of the manifests.
+    let plan = Arc::new(crate::commands::deploy::plan_off_runtime(&args, env).await?);
     for line in crate::stages::plan::describe_pipeline(&plan.config.pipeline) {
         redact::print_err(&line);
     }
@@ -223,10 +219,21 @@ pub async fn diff_target(
     planned
 }
 
-/// `rollguard plan --offline`: this commit's manifests (validated) against a git ref's.
+/// `rollguard plan --offline`: this commit's manifests (validated) against a git ref's. All
+/// of it is files and git: it runs on a blocking thread.
 async fn offline(args: PlanArgs, env: HashMap<String, String>) -> Result<i32, Error> {
+    tokio::task::spawn_blocking(move || offline_blocking(args, env))
+        .await
+        .map_err(|e| Error::Usage(format!("internal error while planning offline: {e}")))?
+}
+
+fn offline_blocking(args: PlanArgs, env: HashMap<String, String>) -> Result<i32, Error> {
     let deploy_args = as_deploy(&args.diff);
-    let plan = load(&deploy_args, env)?;
+    let plan = crate::commands::deploy::read_plan(
+        &deploy_args,
+        env,
+        crate::commands::deploy::Access::NotNeeded,
+    )?;
     let dir = &plan.config.base_dir;
     let git_failed = |e: git::GitError| Error::Git(e.to_string());
     let base = match &args.against {

@@ -39,7 +39,7 @@ pub async fn conclude(
     cancel: &CancellationToken,
     progress: &Progress,
 ) -> String {
-    crate::error::test_panic_point("conclude");
+    crate::util::fault::test_panic_point("conclude");
     let cancelled = cancel.is_cancelled();
     // A signal that arrives while the rollbacks run leaves them CANCEL_ROLLBACK_BUDGET to
     // finish, so that the records and the report are still written before a SIGKILL.

@@ -51,7 +51,12 @@ pub async fn run_targets(
         })
         .collect();
     let mut checked = run_all(checks, concurrency, &progress).await;
-    if let Some(reason) = preflight_stop(plan.config.on_failure, &checked) {
+    // A dry run writes nothing, so nothing needs to stay on one version: every reachable
+    // target is still planned.
+    let stop = (!plan.options.dry_run)
+        .then(|| preflight_stop(plan.config.on_failure, &checked))
+        .flatten();
+    if let Some(reason) = stop {
         for run in checked.iter_mut().filter(|r| !r.done) {
             run.report.message = Some(reason.clone());
             finish(run, &progress, TargetOutcome::Skipped);

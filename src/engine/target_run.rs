@@ -138,7 +138,7 @@ pub async fn run_target(
         return;
     }
     lock_and_record(plan, run, cancel, progress).await;
-    crate::error::test_panic_point("target");
+    crate::util::fault::test_panic_point("target");
     run_stages(plan, run, stages, cancel, progress).await;
 }
 

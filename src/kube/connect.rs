@@ -33,24 +33,7 @@ pub struct ClusterAccess {
     pub script_kubeconfig: Kubeconfig,
 }
 
-/// Why a target could not be reached, as it goes into the report.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{reason}: {message}")]
-pub struct TargetError {
-    /// A short machine-friendly reason: Kubeconfig, ContextNotFound, ConnectionRefused, DNS,
-    /// TLS, Unauthorized, Forbidden, Timeout, Unreachable, ApiError.
-    pub reason: String,
-    pub message: String,
-}
-
-impl TargetError {
-    fn new(reason: &str, message: impl Into<String>) -> Self {
-        TargetError {
-            reason: reason.to_string(),
-            message: message.into(),
-        }
-    }
-}
+pub use crate::kube::error::TargetError;
 
 /// How long a TCP + TLS connect may take before the attempt counts as failed.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -424,7 +407,7 @@ fn check_credentials(
                 format!("{} in kubeconfig {where_} has no command", what("exec")),
             ));
         };
-        if find_command(command, env).is_none() {
+        if crate::util::process_group::find_command(command, env).is_none() {
             return Err(TargetError::new(
                 "Credentials",
                 format!(
@@ -456,35 +439,6 @@ fn check_file(file: &str, what: &str, where_: &str) -> Result<(), TargetError> {
     }
 }
 
-/// Where `command` runs from: a path (it has a '/'), else the first `PATH` entry that has
-/// an executable file of that name (as the shell finds it).
-pub fn find_command(
-    command: &str,
-    env: &(dyn Fn(&str) -> Option<String> + Sync),
-) -> Option<PathBuf> {
-    let executable = |p: &Path| {
-        std::fs::metadata(p).is_ok_and(|m| {
-            #[cfg(unix)]
-            {
-                use std::os::unix::fs::PermissionsExt;
-                m.is_file() && m.permissions().mode() & 0o111 != 0
-            }
-            #[cfg(not(unix))]
-            {
-                m.is_file()
-            }
-        })
-    };
-    if command.contains('/') {
-        let path = PathBuf::from(command);
-        return executable(&path).then_some(path);
-    }
-    let path = env("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(command))
-        .find(|p| executable(p))
-}
-
 /// Builds a client for a target. No request is sent yet: the first request (discovery) shows
 /// whether the cluster answers, and its error goes through [`describe_error`].
 /// An exec credential plugin runs here, under [`exec_auth`](crate::kube::exec_auth)'s
@@ -502,13 +456,12 @@ pub async fn connect(
         context,
         user,
     } = resolve(target, cli_kubeconfig, base_dir, env)?;
-    let script_kubeconfig =
-        single_context(&kubeconfig, Some(&context), None).map_err(|why| {
-            TargetError::new(
-                "Kubeconfig",
-                format!("kubeconfig {}: {why}", describe_source(&source)),
-            )
-        })?;
+    let script_kubeconfig = single_context(&kubeconfig, Some(&context), None).map_err(|why| {
+        TargetError::new(
+            "Kubeconfig",
+            format!("kubeconfig {}: {why}", describe_source(&source)),
+        )
+    })?;
     let options = KubeConfigOptions {
         context: Some(context),
         ..Default::default()

@@ -1,9 +1,12 @@
-//! Small shared helpers: durations, git, the YAML reader, generated-docs checks.
+//! Small shared helpers: durations, git, process groups, the YAML reader, test faults,
+//! generated-docs checks.
 
 pub mod duration;
+pub mod fault;
 #[cfg(test)]
 pub mod generated_docs;
 pub mod git;
+pub mod process_group;
 #[cfg(test)]
 pub mod shared;
 #[cfg(test)]
