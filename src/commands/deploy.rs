@@ -187,7 +187,7 @@ pub async fn deploy(args: DeployArgs, env: HashMap<String, String>) -> Result<i3
     })
 }
 
-fn github_context(args: &DeployArgs, plan: &Plan) -> GithubContext {
+pub(crate) fn github_context(args: &DeployArgs, plan: &Plan) -> GithubContext {
     let flags = GithubFlags {
         enabled: if args.github.no_github {
             Some(false)

@@ -39,7 +39,7 @@ fn as_deploy(args: &DiffArgs) -> DeployArgs {
         concurrency: args.concurrency,
         lock_timeout: None,
         plan_output: args.output.clone(),
-        github: Default::default(),
+        github: args.github.clone(),
     }
 }
 
@@ -71,14 +71,6 @@ pub async fn plan(args: PlanArgs, env: HashMap<String, String>) -> Result<i32, E
 /// deploy's own pipeline with its apply stage asking the servers instead of writing (no lock,
 /// no record, no namespace; script stages only listed, unless one says `dry_run: true`).
 pub async fn dry_run(args: DeployArgs, env: HashMap<String, String>) -> Result<i32, Error> {
-    let gh = &args.github;
-    if gh.github || gh.github_token.is_some() || gh.pr.is_some() {
-        return Err(Error::Usage(
-            "--github, --github-token and --pr post a deploy's report; a dry run does not post \
-             its plan yet: drop them, and use --report-markdown PATH to get the plan's markdown"
-                .into(),
-        ));
-    }
     // The deploy's loader, off the runtime (render commands and git block); it also teaches
     // the scrubber every secret value of the manifests.
     let plan = Arc::new(crate::commands::deploy::plan_off_runtime(&args, env).await?);
@@ -103,14 +95,37 @@ pub async fn dry_run(args: DeployArgs, env: HashMap<String, String>) -> Result<i
     if let Some(path) = &args.report {
         write_json(&crate::report::to_json(&report), path)?;
     }
+    publish_plan(&change_plan, &args, &plan).await?;
+    Ok(change_plan.exit_code(args.plan_output.exit_code))
+}
+
+/// The plan as markdown: to `--report-markdown`, and as the plan's own sticky PR comment
+/// (never its deploy comment) when GitHub is on. GitHub is a sink: its problems are warnings.
+async fn publish_plan(
+    change_plan: &ChangePlan,
+    args: &DeployArgs,
+    plan: &Plan,
+) -> Result<(), Error> {
+    let app = &plan.config.app;
+    let marker = crate::github::comments::marker(crate::github::comments::Purpose::Plan, app);
+    let limit = crate::report::COMMENT_LIMIT - marker.len() - 1;
+    // Scrubbed here as well: a comment posted through the API passes no runner masking.
+    let markdown = redact::scrub(&crate::report::plan_to_markdown(change_plan, limit));
     if let Some(path) = &args.github.report_markdown {
-        let markdown = crate::report::plan_to_markdown(&change_plan, crate::report::COMMENT_LIMIT);
-        std::fs::write(path, markdown).map_err(|source| Error::WriteReport {
+        std::fs::write(path, &markdown).map_err(|source| Error::WriteReport {
             path: path.clone(),
             source,
         })?;
     }
-    Ok(change_plan.exit_code(args.plan_output.exit_code))
+    let ctx = crate::commands::deploy::github_context(args, plan);
+    crate::github::post_sticky_comment(
+        &ctx,
+        crate::github::comments::Purpose::Plan,
+        app,
+        &markdown,
+    )
+    .await;
+    Ok(())
 }
 
 /// Writes a JSON document, scrubbed of every known secret value.
@@ -222,12 +237,19 @@ pub async fn diff_target(
 /// `rollguard plan --offline`: this commit's manifests (validated) against a git ref's. All
 /// of it is files and git: it runs on a blocking thread.
 async fn offline(args: PlanArgs, env: HashMap<String, String>) -> Result<i32, Error> {
-    tokio::task::spawn_blocking(move || offline_blocking(args, env))
-        .await
-        .map_err(|e| Error::Usage(format!("internal error while planning offline: {e}")))?
+    let exit_code = args.diff.output.exit_code;
+    let (change_plan, plan, deploy_args) =
+        tokio::task::spawn_blocking(move || offline_blocking(args, env))
+            .await
+            .map_err(|e| Error::Usage(format!("internal error while planning offline: {e}")))??;
+    publish_plan(&change_plan, &deploy_args, &plan).await?;
+    Ok(change_plan.exit_code(exit_code))
 }
 
-fn offline_blocking(args: PlanArgs, env: HashMap<String, String>) -> Result<i32, Error> {
+fn offline_blocking(
+    args: PlanArgs,
+    env: HashMap<String, String>,
+) -> Result<(ChangePlan, Plan, DeployArgs), Error> {
     let deploy_args = as_deploy(&args.diff);
     let plan = crate::commands::deploy::read_plan(
         &deploy_args,
@@ -288,5 +310,5 @@ fn offline_blocking(args: PlanArgs, env: HashMap<String, String>) -> Result<i32,
     if let Some(path) = &args.diff.report {
         write_report(&plan, &change_plan, Timestamp::now(), path)?;
     }
-    Ok(change_plan.exit_code(args.diff.output.exit_code))
+    Ok((change_plan, plan, deploy_args))
 }
