@@ -137,6 +137,7 @@ pub fn plan(args: &DeployArgs, env: HashMap<String, String>) -> Result<Plan, Err
         ..Default::default()
     };
     let config = config::load(&path, &overrides, &lookup)?;
+    refuse_overlapping_targets(&config, &path, &lookup)?;
     let manifests = manifests::load(&config)?;
     let commit = config::detect_commit(args.commit.as_deref(), &lookup, &config.base_dir);
     let options = DeployOptions {
@@ -145,6 +146,55 @@ pub fn plan(args: &DeployArgs, env: HashMap<String, String>) -> Result<Plan, Err
         cli_kubeconfig: config.kubeconfig.clone(),
     };
     Ok(Plan::new(config, manifests, commit, options, env))
+}
+
+/// Two targets that resolve (offline, from their kubeconfigs) to one cluster and namespace
+/// are refused before any cluster is touched. A target whose kubeconfig cannot be read here
+/// is left to fail on its own when it connects.
+fn refuse_overlapping_targets(
+    config: &config::Config,
+    path: &std::path::Path,
+    lookup: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> Result<(), Error> {
+    use crate::engine::overlap::{Placement, describe, overlapping};
+    let placements: Vec<Placement> = config
+        .targets
+        .iter()
+        .filter_map(|t| {
+            let (server, context_ns) = crate::kube::connect::locate_offline(
+                t,
+                config.kubeconfig.as_deref(),
+                &config.base_dir,
+                lookup,
+            )
+            .ok()?;
+            let namespace = config
+                .namespace_for(t)
+                .map(str::to_string)
+                .or(context_ns)
+                .unwrap_or_else(|| "default".to_string());
+            let history_namespace = config
+                .history
+                .namespace
+                .clone()
+                .unwrap_or_else(|| namespace.clone());
+            Some(Placement {
+                target: t.name.clone(),
+                line: t.line,
+                server,
+                namespace,
+                history_namespace,
+            })
+        })
+        .collect();
+    let pairs = overlapping(&placements);
+    if pairs.is_empty() {
+        return Ok(());
+    }
+    Err(Error::Usage(describe(
+        &pairs,
+        &path.display().to_string(),
+    )))
 }
 
 /// Cancels on the first SIGINT/SIGTERM; a second signal exits at once with 130.
@@ -194,7 +244,11 @@ pub async fn deploy(args: DeployArgs, env: HashMap<String, String>) -> Result<i3
     let cancel = cancel_on_signals();
     let report = run_plan(plan.clone(), cancel.clone()).await;
     finish_report(&report, args.report.as_ref(), &plan.env)?;
-    Ok(if cancel.is_cancelled() {
+    let rollback_failed = report
+        .targets
+        .iter()
+        .any(|t| t.outcome == report::TargetOutcome::RollbackFailed);
+    Ok(if cancel.is_cancelled() && !rollback_failed {
         exit::CANCELLED
     } else {
         report::exit_code(&report)

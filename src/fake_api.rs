@@ -20,6 +20,17 @@ pub struct State {
     pub requests: Vec<String>,
     /// When set, every request fails with 503.
     pub down: bool,
+    /// Random failures, when set.
+    pub faults: Option<Faults>,
+}
+
+/// Random failures of requests, from a seeded generator (reproducible).
+pub struct Faults {
+    pub rng: rand::rngs::StdRng,
+    /// Share of requests answered 500 without doing anything.
+    pub fail_before: f64,
+    /// Share of writes that are done and then answered 500 (the answer was "lost").
+    pub fail_after: f64,
 }
 
 #[derive(Clone, Default)]
@@ -101,12 +112,49 @@ impl FakeApi {
             .collect()
     }
 
+    /// Fail requests at random from now on (see [`Faults`]).
+    pub fn set_faults(&self, seed: u64, fail_before: f64, fail_after: f64) {
+        use rand::SeedableRng;
+        self.state.lock().unwrap().faults = Some(Faults {
+            rng: rand::rngs::StdRng::seed_from_u64(seed),
+            fail_before,
+            fail_after,
+        });
+    }
+
+    pub fn clear_faults(&self) {
+        self.state.lock().unwrap().faults = None;
+    }
+
     fn handle(&self, method: &str, path: &str, query: &str, body: &[u8]) -> (u16, Value) {
-        let mut s = self.state.lock().unwrap();
-        s.requests.push(format!("{method} {path}"));
-        if s.down {
-            return status(503, "ServiceUnavailable", "down");
+        use rand::Rng;
+        let (before, after) = {
+            let mut s = self.state.lock().unwrap();
+            s.requests.push(format!("{method} {path}"));
+            if s.down {
+                return status(503, "ServiceUnavailable", "down");
+            }
+            match s.faults.as_mut() {
+                Some(f) => {
+                    let before = f.rng.random::<f64>() < f.fail_before;
+                    let after = method != "GET" && f.rng.random::<f64>() < f.fail_after;
+                    (before, after)
+                }
+                None => (false, false),
+            }
+        };
+        if before {
+            return status(500, "InternalError", "injected failure");
         }
+        let answer = self.handle_ok(method, path, query, body);
+        if after {
+            return status(500, "InternalError", "injected failure after the write");
+        }
+        answer
+    }
+
+    fn handle_ok(&self, method: &str, path: &str, query: &str, body: &[u8]) -> (u16, Value) {
+        let mut s = self.state.lock().unwrap();
         let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
         // Namespaces.
         if let Some(rest) = path.strip_prefix("/api/v1/namespaces") {

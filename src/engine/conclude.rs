@@ -234,6 +234,19 @@ pub struct TargetRelease {
 }
 
 impl TargetRelease {
+    /// Why this run no longer holds the target's lock, when it lost it.
+    pub fn lock_lost(&self) -> Option<String> {
+        self.lock.as_ref().and_then(LockGuard::lost_reason)
+    }
+
+    /// Fires when the lock is lost (never, once released).
+    pub fn lost_token(&self) -> CancellationToken {
+        self.lock
+            .as_ref()
+            .map(LockGuard::lost_token)
+            .unwrap_or_default()
+    }
+
     /// Release the lock (a failure only delays the next run until the lease lapses).
     pub async fn unlock(&mut self) -> Option<String> {
         let lock = self.lock.take()?;
@@ -266,6 +279,7 @@ impl PrepareError {
         };
         let (object, reason) = match self {
             PrepareError::Lock(LockError::Timeout { .. }) => ("lock", "LockTimeout".to_string()),
+            PrepareError::Lock(LockError::SameLease { .. }) => ("lock", "SameLock".to_string()),
             PrepareError::Lock(_) => ("lock", "LockError".to_string()),
             PrepareError::History(_) => ("release history", "HistoryError".to_string()),
             PrepareError::Cancelled => ("lock", "Cancelled".to_string()),
@@ -301,42 +315,67 @@ pub fn applied_ref(applied: &AppliedObject) -> ObjectRef {
     }
 }
 
-/// Before applying to a target: take the lock (waiting up to lock.timeout), mark records a
-/// dead run left pending as abandoned, read the last good record and begin this run's
-/// record. Returns notes for the report (a lock taken over, abandoned records).
-pub async fn prepare(
+/// Who holds a target's lock: the run, and the target (two targets of one run never share a
+/// Lease: validation refuses two targets on one cluster and namespace).
+pub fn lock_holder(plan: &Plan, target: &TargetConfig) -> String {
+    let env = |k: &str| plan.env(k);
+    format!(
+        "{} target {}",
+        crate::release::lock::holder_identity(&env),
+        target.name
+    )
+}
+
+/// Take one target's lock, waiting up to `timeout` for another holder. Returns the guard and
+/// a note when an expired lease was taken over.
+pub async fn take_lock(
+    plan: &Plan,
+    target: &TargetConfig,
+    access: &ClusterAccess,
+    timeout: Duration,
+    cancel: &CancellationToken,
+) -> Result<(LockGuard, Vec<String>), PrepareError> {
+    let env = |k: &str| plan.env(k);
+    let namespace = history_namespace(&plan.config, target, access);
+    let holder = lock_holder(plan, target);
+    let options = LockOptions::from_env(timeout, &env);
+    let lock = tokio::select! {
+        lock = Lock::acquire(access.client.clone(), &plan.config.app, &namespace, &holder, &options) => lock?,
+        _ = cancel.cancelled() => return Err(PrepareError::Cancelled),
+    };
+    let notes = lock
+        .took_over_from()
+        .map(|previous| format!("took over the lock from {previous}, whose lease had expired"))
+        .into_iter()
+        .collect();
+    Ok((lock, notes))
+}
+
+/// With the lock held: mark records a dead run left pending as abandoned, read the last good
+/// record and begin this run's record. Returns notes for the report (abandoned records).
+/// On an error the lock is released.
+pub async fn open_records(
     plan: &Plan,
     target: &TargetConfig,
     access: &ClusterAccess,
     default_namespace: &str,
-    cancel: &CancellationToken,
+    lock: LockGuard,
 ) -> Result<(TargetRelease, Vec<String>), PrepareError> {
     let settings = ReleaseSettings::from_config(&plan.config);
     let env = |k: &str| plan.env(k);
     let namespace = history_namespace(&plan.config, target, access);
-    // Per target, so two targets that share a cluster and namespace never share the lock.
-    let holder = format!(
-        "{} target {}",
-        crate::release::lock::holder_identity(&env),
-        target.name
-    );
-    let options = LockOptions::from_env(settings.lock_timeout, &env);
     let app = &plan.config.app;
-    let lock = tokio::select! {
-        lock = Lock::acquire(access.client.clone(), app, &namespace, &holder, &options) => lock?,
-        _ = cancel.cancelled() => return Err(PrepareError::Cancelled),
-    };
     let mut notes = Vec::new();
-    if let Some(previous) = lock.took_over_from() {
-        notes.push(format!(
-            "took over the lock from {previous}, whose lease had expired"
-        ));
-    }
     let store = ReleaseStore::new(access.client.clone(), app, &namespace, settings.keep);
     let begun = async {
         for revision in store.mark_abandoned().await? {
             notes.push(format!(
                 "release v{revision} was left pending by a run that died: marked failed (abandoned)"
+            ));
+        }
+        for revision in store.repair().await? {
+            notes.push(format!(
+                "release v{revision} was still marked deployed beside a newer deployed one (an earlier run failed while tidying): marked superseded"
             ));
         }
         let records = store.list().await?;
@@ -408,6 +447,14 @@ pub async fn conclude(
     } else {
         targets_to_roll_back(settings.on_failure, &states)
     };
+    // A target whose lock was lost belongs to another run now: it is never rolled back.
+    let decisions: Vec<bool> = decisions
+        .into_iter()
+        .zip(runs.iter())
+        .map(|(roll_back, run)| {
+            roll_back && run.release.as_ref().is_none_or(|r| r.lock_lost().is_none())
+        })
+        .collect();
     let budget = if cancelled {
         settings.rollback_timeout.min(CANCEL_ROLLBACK_BUDGET)
     } else {
@@ -455,6 +502,11 @@ async fn settle_target(
     roll_back: bool,
 ) -> Option<RollbackResult> {
     let release = run.release.as_mut()?;
+    // The lock is someone else's now: their records are not ours to write.
+    if let Some(why) = release.lock_lost() {
+        tracing::info!("{why}: leaving the release records to the new holder");
+        return None;
+    }
     let (status, reason) = match run.report.outcome {
         TargetOutcome::Deployed => (ReleaseStatus::Deployed, None),
         TargetOutcome::Cancelled => (ReleaseStatus::Failed, Some("cancelled".to_string())),
@@ -492,6 +544,9 @@ async fn settle_target(
     } else {
         None
     };
+    if let Some(release) = run.release.as_ref() {
+        run.report.warnings.extend(release.store.take_warnings());
+    }
     if let Some(release) = run.release.as_mut()
         && let Some(warning) = release.unlock().await
     {
@@ -539,6 +594,18 @@ async fn roll_back_target(context: &Conclusion<'_>, run: &mut TargetRun) -> Opti
         .map(ToString::to_string)
         .collect();
     progress.update(&name, Stage::RollingBack(format!("to v{}", good.revision)));
+    // Losing the lock mid-rollback stops it at once, like the end of the budget.
+    let stop = stop.child_token();
+    let _end = stop.clone().drop_guard();
+    tokio::spawn({
+        let (stop, lost) = (stop.clone(), release.lost_token());
+        async move {
+            tokio::select! {
+                _ = lost.cancelled() => stop.cancel(),
+                _ = stop.cancelled() => {}
+            }
+        }
+    });
     let attempt = match run.access.as_ref() {
         None => Err(("no connection to the cluster".to_string(), false)),
         Some(access) => match stored_manifests(&release.store, &plan.config, &good, access).await {
@@ -561,9 +628,14 @@ async fn roll_back_target(context: &Conclusion<'_>, run: &mut TargetRun) -> Opti
                     deadline,
                     cancelled,
                     stop: stop.clone(),
+                    lost: release.lost_token(),
                 }
                 .run()
                 .await
+                .map_err(|(why, sent)| match release.lock_lost() {
+                    Some(lost) => (format!("{why}; {lost}"), false),
+                    None => (why, sent),
+                })
             }
         },
     };
@@ -583,7 +655,9 @@ async fn roll_back_target(context: &Conclusion<'_>, run: &mut TargetRun) -> Opti
         left_in_place: left,
         message: Some(message.clone()),
     });
-    if !cancelled {
+    // A rollback that failed says so even after a cancel: the cluster is not where the
+    // cancel left it to be (exit 3), and the message says what was re-applied and what not.
+    if !cancelled || outcome == TargetOutcome::RollbackFailed {
         run.report.outcome = outcome;
     }
     run.report.finished_at = jiff::Timestamp::now();
@@ -682,6 +756,31 @@ pub fn manifest_set_from_bodies(bodies: &[serde_json::Value], source: &str) -> M
     ManifestSet { objects }
 }
 
+/// What an unfinished rollback did: "re-applied: ConfigMap web-config; not re-applied:
+/// Deployment web" (by kind and name, in apply order).
+pub fn rollback_progress(set: &ManifestSet, applied: &[AppliedObject]) -> String {
+    let sent: HashSet<(&str, &str)> = applied
+        .iter()
+        .map(|a| (a.resource.kind.as_str(), a.name.as_str()))
+        .collect();
+    let (done, left): (Vec<&ManifestObject>, Vec<&ManifestObject>) = set
+        .objects
+        .iter()
+        .partition(|o| sent.contains(&(o.kind.as_str(), o.name.as_str())));
+    let names = |objects: &[&ManifestObject]| {
+        if objects.is_empty() {
+            "nothing".to_string()
+        } else {
+            objects
+                .iter()
+                .map(|o| format!("{} {}", o.kind, o.name))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    };
+    format!("re-applied: {}; not re-applied: {}", names(&done), names(&left))
+}
+
 /// One re-apply of stored (or rebuilt) manifests as a new revision on one target.
 pub struct ReApply<'a> {
     pub plan: &'a Plan,
@@ -701,6 +800,8 @@ pub struct ReApply<'a> {
     pub cancelled: bool,
     /// Stops the apply and the wait early (a late signal); the rollback then counts as sent.
     pub stop: CancellationToken,
+    /// Fires when the target's lock is lost: the record is then left to the new holder.
+    pub lost: CancellationToken,
 }
 
 impl ReApply<'_> {
@@ -728,6 +829,7 @@ impl ReApply<'_> {
         let revision = record.revision;
         let set = manifest_set_from_bodies(&self.bodies, to);
         let options = ApplyOptions {
+            field_manager: crate::kube::apply::field_manager(&self.plan.config.app),
             force: self.plan.options.force_conflicts,
             dry_run: false,
             default_namespace: self.default_namespace.clone(),
@@ -739,16 +841,25 @@ impl ReApply<'_> {
         let keep_going = self.stop.clone();
         let applied = apply_set(&access.client, &set, &options, &keep_going, &|_, _| {}).await;
         let outcome = match &applied.result {
-            Err(e) => Err((
-                format!(
-                    "rollback to {to}: {}",
-                    apply_failures(e, &access.server)
-                        .first()
-                        .map(Failure::headline)
-                        .unwrap_or_else(|| e.to_string())
-                ),
-                false,
-            )),
+            Err(e) => {
+                let why = apply_failures(e, &access.server)
+                    .first()
+                    .map(Failure::headline)
+                    .unwrap_or_else(|| {
+                        if self.stop.is_cancelled() {
+                            "stopped: its time ran out".to_string()
+                        } else {
+                            e.to_string()
+                        }
+                    });
+                Err((
+                    format!(
+                        "rollback to {to}: {why}; {}",
+                        rollback_progress(&set, &applied.applied)
+                    ),
+                    false,
+                ))
+            }
             Ok(()) => {
                 let wait = WaitOptions {
                     deadline: self.deadline,
@@ -784,6 +895,12 @@ impl ReApply<'_> {
                 }
             }
         };
+        if self.lost.is_cancelled() {
+            return Err((
+                format!("rollback to {to} stopped: the lock was lost; its record v{revision} is left to the new holder"),
+                false,
+            ));
+        }
         let objects = Some(applied.applied.iter().map(applied_ref).collect());
         let (status, reason) = match &outcome {
             Ok(()) => (ReleaseStatus::Deployed, None),

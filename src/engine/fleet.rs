@@ -9,11 +9,48 @@ use jiff::Timestamp;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::engine::target_run::{Plan, TargetRun, run_target};
+use crate::config::TargetConfig;
+use crate::engine::conclude::{PrepareError, ReleaseSettings, history_namespace, take_lock};
+use crate::engine::target_run::{Plan, Reached, TargetRun, deploy_target, reach_target};
+use crate::release::lock::{LockError, LockGuard, lock_key, lock_order};
 use crate::report::progress::{Progress, Stage};
 use crate::report::{Failure, Report, TargetOutcome, TargetReport};
 
-/// Runs every target of the plan and returns their runs in config order.
+/// Runs one piece of a target's work in its own task, inside the span `target=<name>`; a
+/// panic there fails that target only.
+async fn in_target_task<F>(name: &str, progress: &Progress, work: F) -> TargetRun
+where
+    F: std::future::Future<Output = TargetRun> + Send + 'static,
+{
+    // error level: the span (and so the target name) is on every line that is logged at all.
+    let span = tracing::error_span!("target", target = %name);
+    match tokio::spawn(work.instrument(span)).await {
+        Ok(run) => run,
+        Err(e) => {
+            let message = format!("internal error: {e}");
+            progress.update(
+                name,
+                Stage::Finished {
+                    outcome: TargetOutcome::Failed,
+                    message: Some(message.clone()),
+                },
+            );
+            let mut run = skipped(name, TargetOutcome::Failed, &message);
+            run.report.failures.push(Failure {
+                object: "rollguard".into(),
+                reason: "InternalError".into(),
+                message,
+                ..Default::default()
+            });
+            run
+        }
+    }
+}
+
+/// Runs every target of the plan and returns their runs in config order, in three steps:
+/// every target is reached (connect, discover; no write) at once; then every reached
+/// target's lock is taken, one after another in the global lock order ([`take_locks`]);
+/// then every locked target deploys at once.
 pub async fn run_targets(
     plan: Arc<Plan>,
     cancel: CancellationToken,
@@ -21,56 +58,178 @@ pub async fn run_targets(
 ) -> Vec<TargetRun> {
     let concurrency = plan.config.concurrency.max(1);
     let targets = plan.config.targets.clone();
-    futures::stream::iter(targets)
+    // Ok: reached; Err: finished already.
+    let reached: Vec<Result<Reached, TargetRun>> = futures::stream::iter(targets.clone())
         .map(|target| {
             let plan = plan.clone();
             let cancel = cancel.clone();
-            let task_progress = progress.clone();
-            // error level: the span (and so the target name) is on every line that is logged at all.
-            let span = tracing::error_span!("target", target = %target.name);
-            let name = target.name.clone();
-            let task = tokio::spawn(
-                async move {
-                    if cancel.is_cancelled() {
-                        return skipped(
-                            &target.name,
-                            TargetOutcome::Cancelled,
-                            "cancelled before it started",
-                        );
-                    }
-                    run_target(&plan, &target, &cancel, &task_progress).await
-                }
-                .instrument(span),
-            );
             let progress = progress.clone();
             async move {
-                match task.await {
-                    Ok(run) => run,
-                    Err(e) => {
-                        // A panic in one target's task must not take the fleet down.
-                        let message = format!("internal error: {e}");
-                        progress.update(
-                            &name,
-                            Stage::Finished {
-                                outcome: TargetOutcome::Failed,
-                                message: Some(message.clone()),
-                            },
-                        );
-                        let mut run = skipped(&name, TargetOutcome::Failed, &message);
-                        run.report.failures.push(Failure {
-                            object: "rollguard".into(),
-                            reason: "InternalError".into(),
-                            message,
-                            ..Default::default()
-                        });
-                        run
-                    }
+                let name = target.name.clone();
+                if cancel.is_cancelled() {
+                    return Err(skipped(
+                        &target.name,
+                        TargetOutcome::Cancelled,
+                        "cancelled before it started",
+                    ));
                 }
+                let span = tracing::error_span!("target", target = %target.name);
+                let task = tokio::spawn(
+                    async move { reach_target(&plan, &target, &cancel, &progress).await }
+                        .instrument(span),
+                );
+                task.await.unwrap_or_else(|e| {
+                    Err(skipped(&name, TargetOutcome::Failed, &format!("internal error: {e}")))
+                })
+            }
+        })
+        .buffered(concurrency)
+        .collect()
+        .await;
+    let locks = if plan.options.dry_run {
+        reached.iter().map(|_| Ok(None)).collect()
+    } else {
+        take_locks(&plan, &targets, &reached, &cancel).await
+    };
+    futures::stream::iter(reached.into_iter().zip(locks).zip(targets))
+        .map(|((reached, lock), target)| {
+            let plan = plan.clone();
+            let cancel = cancel.clone();
+            let progress = progress.clone();
+            async move {
+                let mut reached = match reached {
+                    Ok(reached) => reached,
+                    Err(done) => return done,
+                };
+                let lock = match lock {
+                    Ok(Some((lock, notes))) => {
+                        reached.warn(notes);
+                        Some(lock)
+                    }
+                    Ok(None) => None,
+                    Err(stopped) => {
+                        let LockRefusal { outcome, failure, message } = stopped;
+                        return reached.stop(&progress, outcome, failure, message);
+                    }
+                };
+                let name = target.name.clone();
+                let task_progress = progress.clone();
+                in_target_task(&name, &progress, async move {
+                    deploy_target(&plan, &target, reached, lock, &cancel, &task_progress).await
+                })
+                .await
             }
         })
         .buffered(concurrency)
         .collect()
         .await
+}
+
+/// A lock taken, with the notes for the report (a lease taken over).
+type HeldLock = (LockGuard, Vec<String>);
+
+/// Why a reached target does not go on to deploy.
+pub struct LockRefusal {
+    outcome: TargetOutcome,
+    failure: Option<Failure>,
+    message: Option<String>,
+}
+
+/// Takes the lock of every reached target before anything is written anywhere, one Lease at
+/// a time in the one global order ([`lock_order`]: by cluster server, then namespace), all
+/// within one lock timeout. Waiting for a held Lease, a run holds only Leases earlier in
+/// that order, which the holder, having passed them, never waits for: two runs over the
+/// same clusters can therefore never wait for each other in a cycle (the deadlock in which
+/// both timed out and rolled back). When one lock cannot be taken in time the run deploys
+/// nothing: it releases what it holds and every target reports why, so a run never rolls
+/// back targets another run is deploying.
+async fn take_locks(
+    plan: &Plan,
+    targets: &[TargetConfig],
+    reached: &[Result<Reached, TargetRun>],
+    cancel: &CancellationToken,
+) -> Vec<Result<Option<HeldLock>, LockRefusal>> {
+    let mut locks: Vec<Option<Result<Option<HeldLock>, LockRefusal>>> =
+        reached.iter().map(|_| None).collect();
+    let candidates: Vec<usize> = (0..reached.len()).filter(|i| reached[*i].is_ok()).collect();
+    let keys: Vec<(String, String)> = candidates
+        .iter()
+        .filter_map(|i| reached[*i].as_ref().ok())
+        .zip(&candidates)
+        .map(|(r, i)| {
+            let namespace = history_namespace(&plan.config, &targets[*i], r.access());
+            lock_key(&r.access().server, &namespace)
+        })
+        .collect();
+    let timeout = ReleaseSettings::from_config(&plan.config).lock_timeout;
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut abort: Option<(TargetOutcome, String)> = None;
+    for position in lock_order(&keys) {
+        let i = candidates[position];
+        let Ok(r) = &reached[i] else { continue };
+        let target = &targets[i];
+        if let Some((outcome, why)) = &abort {
+            locks[i] = Some(Err(LockRefusal {
+                outcome: *outcome,
+                failure: None,
+                message: Some(why.clone()),
+            }));
+            continue;
+        }
+        let span = tracing::error_span!("target", target = %target.name);
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let taken = take_lock(plan, target, r.access(), left, cancel)
+            .instrument(span)
+            .await;
+        locks[i] = Some(match taken {
+            Ok((guard, notes)) => Ok(Some((guard, notes))),
+            Err(PrepareError::Cancelled) => {
+                abort = Some((TargetOutcome::Cancelled, "cancelled while waiting for the locks".into()));
+                Err(LockRefusal {
+                    outcome: TargetOutcome::Cancelled,
+                    failure: None,
+                    message: Some("cancelled while waiting for its lock".into()),
+                })
+            }
+            Err(e) => {
+                let failure = e.failure(&r.access().server);
+                tracing::info!("{e}");
+                if matches!(e, PrepareError::Lock(LockError::Timeout { .. })) {
+                    abort = Some((
+                        TargetOutcome::Skipped,
+                        format!(
+                            "not deployed: the lock of target {} could not be taken in time (see there); a run takes every target's lock before its first write, so it deployed nowhere",
+                            target.name
+                        ),
+                    ));
+                }
+                Err(LockRefusal {
+                    outcome: TargetOutcome::Failed,
+                    failure: Some(failure),
+                    message: None,
+                })
+            }
+        });
+    }
+    // A run that gives up deploys nowhere: the locks it took go back, for the other run.
+    if let Some((outcome, why)) = &abort {
+        for slot in locks.iter_mut() {
+            if let Some(Ok(Some(_))) = slot {
+                if let Some(Ok(Some((guard, _)))) = slot.take() {
+                    let _ = guard.release().await;
+                }
+                *slot = Some(Err(LockRefusal {
+                    outcome: *outcome,
+                    failure: None,
+                    message: Some(why.clone()),
+                }));
+            }
+        }
+    }
+    locks
+        .into_iter()
+        .map(|slot| slot.unwrap_or(Ok(None)))
+        .collect()
 }
 
 fn skipped(name: &str, outcome: TargetOutcome, message: &str) -> TargetRun {

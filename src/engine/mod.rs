@@ -2,4 +2,5 @@
 
 pub mod conclude;
 pub mod fleet;
+pub mod overlap;
 pub mod target_run;

@@ -12,7 +12,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, TargetConfig};
-use crate::kube::apply::{AppliedObject, ApplyError, ApplyOptions, apply_resolved, resolve_set};
+use crate::kube::apply::{
+    AppliedObject, ApplyError, ApplyOptions, Resolution, apply_resolved, resolve_set,
+};
 use crate::kube::connect::{ClusterAccess, TargetError, connect, describe_error};
 use crate::kube::wait::{WaitFailure, WaitOptions, wait_for_rollout};
 use crate::manifests::ManifestSet;
@@ -95,7 +97,7 @@ pub struct TargetRun {
 }
 
 /// Phase timings, in order.
-struct PhaseClock {
+pub struct PhaseClock {
     phases: Vec<PhaseTiming>,
     current: Option<(String, Instant)>,
 }
@@ -194,13 +196,50 @@ pub fn apply_failures(err: &ApplyError, server: &str) -> Vec<Failure> {
     }
 }
 
-/// Runs one target. Never panics on cluster errors: every problem ends in the report.
-pub async fn run_target(
+/// A target that answered: connected, every kind resolved, nothing written yet.
+pub struct Reached {
+    run: TargetRun,
+    clock: PhaseClock,
+    access: ClusterAccess,
+    resolution: Resolution,
+    /// When the target started, for the dry run's deadline.
+    started: Instant,
+}
+
+impl Reached {
+    pub fn access(&self) -> &ClusterAccess {
+        &self.access
+    }
+
+    /// Notes for the target's report.
+    pub fn warn(&mut self, notes: Vec<String>) {
+        self.run.report.warnings.extend(notes);
+    }
+
+    /// The target did not get its lock (or was stopped before it): it ends here, with
+    /// nothing written by this run.
+    pub fn stop(
+        mut self,
+        progress: &Progress,
+        outcome: TargetOutcome,
+        failure: Option<Failure>,
+        message: Option<String>,
+    ) -> TargetRun {
+        self.run.report.failures.extend(failure);
+        self.run.report.message = message;
+        finish(self.run, self.clock, progress, outcome)
+    }
+}
+
+/// The first part of one target's run: connect, then discover and check that the target
+/// serves every kind, with no write. Err: the target's finished run (it failed or was
+/// cancelled). Never panics on cluster errors: every problem ends in the report.
+pub async fn reach_target(
     plan: &Plan,
     target: &TargetConfig,
     cancel: &CancellationToken,
     progress: &Progress,
-) -> TargetRun {
+) -> Result<Reached, TargetRun> {
     let started_at = Timestamp::now();
     let started = Instant::now();
     let deadline = started + plan.config.wait.timeout;
@@ -230,7 +269,7 @@ pub async fn run_target(
             // Target failures are logged at info: the progress line and the final table say them.
             tracing::info!(reason = %e.reason, "{}", e.message);
             run.report.failures.push(target_failure("cluster", &e));
-            return finish(run, clock, progress, TargetOutcome::Failed);
+            return Err(finish(run, clock, progress, TargetOutcome::Failed));
         }
     };
     run.access = Some(access.clone());
@@ -241,27 +280,65 @@ pub async fn run_target(
     let resolution = match resolve_set(&access.client, &plan.manifests, deadline, cancel).await {
         Ok(resolution) => resolution,
         Err(ApplyError::Cancelled) => {
-            return finish(run, clock, progress, TargetOutcome::Cancelled);
+            return Err(finish(run, clock, progress, TargetOutcome::Cancelled));
         }
         Err(e) => {
             tracing::info!("{e}");
             run.report.failures = apply_failures(&e, &access.server);
-            return finish(run, clock, progress, TargetOutcome::Failed);
+            return Err(finish(run, clock, progress, TargetOutcome::Failed));
         }
     };
-
-    // rg-release: lock, abandoned records, last good, this run's pending record.
     if !plan.options.dry_run {
         clock.start("lock");
-        let namespace = default_namespace(&plan.config, target, &access.context_namespace);
-        match crate::engine::conclude::prepare(plan, target, &access, &namespace, cancel).await {
+    }
+    Ok(Reached {
+        run,
+        clock,
+        access,
+        resolution,
+        started,
+    })
+}
+
+/// The failure of a target whose lock was lost: it stopped at once, and nothing more was
+/// written for it (no apply, no rollback, no record).
+pub fn lock_lost_failure(why: &str) -> Failure {
+    Failure {
+        object: "lock".into(),
+        reason: "LockLost".into(),
+        message: format!(
+            "{why}. rollguard stopped this target at once: nothing more was applied, nothing rolled back and no record written, so the new holder's deploy stands"
+        ),
+        ..Default::default()
+    }
+}
+
+/// The rest of one target's run, with its lock held (None in a dry run): open the release
+/// record, apply, wait. Losing the lock stops the target at once (`LockLost`).
+pub async fn deploy_target(
+    plan: &Plan,
+    target: &TargetConfig,
+    reached: Reached,
+    lock: Option<crate::release::lock::LockGuard>,
+    cancel: &CancellationToken,
+    progress: &Progress,
+) -> TargetRun {
+    let Reached {
+        mut run,
+        mut clock,
+        access,
+        resolution,
+        started,
+    } = reached;
+    let name = target.name.clone();
+    let namespace = default_namespace(&plan.config, target, &access.context_namespace);
+    // rg-release: abandoned records, last good, this run's pending record.
+    if let Some(lock) = lock {
+        match crate::engine::conclude::open_records(plan, target, &access, &namespace, lock).await {
             Ok((release, notes)) => {
                 run.report.revision = Some(release.record.revision);
                 run.report.warnings.extend(notes);
                 run.release = Some(release);
-            }
-            Err(crate::engine::conclude::PrepareError::Cancelled) => {
-                return finish(run, clock, progress, TargetOutcome::Cancelled);
             }
             Err(e) => {
                 tracing::info!("{e}");
@@ -272,10 +349,29 @@ pub async fn run_target(
     }
     // The deadline is for apply and rollout: time spent waiting for the lock does not count.
     let deadline = if plan.options.dry_run {
-        deadline
+        started + plan.config.wait.timeout
     } else {
         Instant::now() + plan.config.wait.timeout
     };
+    // Losing the lock stops this target's apply and wait at once, like a cancel.
+    let stop = cancel.child_token();
+    let lost = run
+        .release
+        .as_ref()
+        .map(crate::engine::conclude::TargetRelease::lost_token)
+        .unwrap_or_default();
+    tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            tokio::select! {
+                _ = lost.cancelled() => stop.cancel(),
+                _ = stop.cancelled() => {}
+            }
+        }
+    });
+    // Ends the task above when this target's run returns.
+    let _end = stop.clone().drop_guard();
+    let lost_now = |run: &TargetRun| run.release.as_ref().and_then(|r| r.lock_lost());
     // HOOK(script stages): `before` scripts run here.
 
     clock.start("apply");
@@ -287,9 +383,10 @@ pub async fn run_target(
         },
     );
     let options = ApplyOptions {
+        field_manager: crate::kube::apply::field_manager(&plan.config.app),
         force: plan.options.force_conflicts,
         dry_run: plan.options.dry_run,
-        default_namespace: default_namespace(&plan.config, target, &access.context_namespace),
+        default_namespace: namespace,
         max_in_flight: MAX_IN_FLIGHT,
         deadline,
     };
@@ -300,20 +397,23 @@ pub async fn run_target(
         &plan.manifests,
         resolution,
         &options,
-        cancel,
+        &stop,
         &report_progress,
     )
     .await;
     run.received_new_revision = !plan.options.dry_run && !outcome.applied.is_empty();
     run.report.warnings.extend(outcome.warnings);
     run.applied = outcome.applied;
+    if let Some(why) = lost_now(&run) {
+        run.report.failures = vec![lock_lost_failure(&why)];
+        return finish(run, clock, progress, TargetOutcome::Failed);
+    }
     if let Err(e) = outcome.result {
         if matches!(e, ApplyError::Cancelled) {
             return finish(run, clock, progress, TargetOutcome::Cancelled);
         }
         tracing::info!("apply failed: {e}");
         run.report.failures = apply_failures(&e, &access.server);
-        // HOOK(rg-release): rollback decision for this target (policy across targets is in fleet.rs).
         return finish(run, clock, progress, TargetOutcome::Failed);
     }
     tracing::info!(objects = run.applied.len(), "applied");
@@ -333,11 +433,15 @@ pub async fn run_target(
         &access.client,
         &run.applied,
         &wait_options,
-        cancel,
+        &stop,
         &report_wait,
     )
     .await;
     run.report.warnings.extend(waited.warnings);
+    if let Some(why) = lost_now(&run) {
+        run.report.failures = vec![lock_lost_failure(&why)];
+        return finish(run, clock, progress, TargetOutcome::Failed);
+    }
     let outcome = match waited.result {
         Ok(()) => TargetOutcome::Deployed,
         Err(WaitFailure::Cancelled) => TargetOutcome::Cancelled,
@@ -350,7 +454,6 @@ pub async fn run_target(
         }
     };
     // HOOK(script stages): `after` scripts (smoke tests) run here when the wait succeeded.
-    // HOOK(rg-release): finish the record (deployed / failed) and release the lock.
     finish(run, clock, progress, outcome)
 }
 

@@ -157,6 +157,52 @@ fn read_kubeconfig(
     Ok((config, KubeconfigSource::Files(files)))
 }
 
+/// Where a target points, read from its kubeconfig without touching the network: the
+/// context's cluster server and namespace. For validation (two targets on one cluster and
+/// namespace); a kubeconfig that cannot be read here is reported when the target connects.
+pub fn locate_offline(
+    target: &TargetConfig,
+    cli_kubeconfig: Option<&Path>,
+    base_dir: &Path,
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> Result<(String, Option<String>), TargetError> {
+    let (kubeconfig, source) = read_kubeconfig(target, cli_kubeconfig, base_dir, env)?;
+    let context_name = target
+        .context
+        .clone()
+        .or_else(|| kubeconfig.current_context.clone())
+        .ok_or_else(|| {
+            TargetError::new(
+                "ContextNotFound",
+                format!("kubeconfig {} names no current context", describe_source(&source)),
+            )
+        })?;
+    let context = kubeconfig
+        .contexts
+        .iter()
+        .find(|c| c.name == context_name)
+        .and_then(|c| c.context.as_ref())
+        .ok_or_else(|| {
+            TargetError::new(
+                "ContextNotFound",
+                format!("context {context_name:?} is not in kubeconfig {}", describe_source(&source)),
+            )
+        })?;
+    let server = kubeconfig
+        .clusters
+        .iter()
+        .find(|c| c.name == context.cluster)
+        .and_then(|c| c.cluster.as_ref())
+        .and_then(|c| c.server.clone())
+        .ok_or_else(|| {
+            TargetError::new(
+                "Kubeconfig",
+                format!("cluster {:?} of context {context_name:?} has no server in kubeconfig {}", context.cluster, describe_source(&source)),
+            )
+        })?;
+    Ok((server, context.namespace.clone()))
+}
+
 /// Builds a client for a target. No request is sent yet: the first request (discovery) shows
 /// whether the cluster answers, and its error goes through [`describe_error`].
 pub async fn connect(
@@ -231,25 +277,21 @@ pub async fn connect(
     })
 }
 
-/// A client whose every request (ours, and the release records' and lock's) retries 429, 503
-/// and 504 answers a few times with jittered exponential backoff (honouring Retry-After).
-/// Bounded (8 retries, at most 2 s apart), unlike kube's default policy (15 retries, up to
-/// 1000 s), so it stays well inside a target's deadline; the engine's own `retry.rs` adds
-/// dropped connections and other 5xx on top, up to the deadline.
+/// A client without any retry layer: every call goes through rollguard's one retry policy
+/// (`retry.rs`), which knows the target's deadline. A layer here would retry under it, so
+/// one 503 would cost attempts times retries, and its waits would ignore the deadline.
 fn build_client(config: kube::Config) -> Result<kube::Client, kube::Error> {
-    use kube::client::retry::RetryPolicy;
-    let policy = RetryPolicy::new(Duration::from_millis(50), Duration::from_secs(2), 8, true)
-        .map_err(|e| kube::Error::Service(Box::new(e)))?;
-    let builder = kube::client::ClientBuilder::try_from(config)?;
-    // The retry layer needs a cloneable service: a buffer in front of kube's stack.
-    Ok(builder
-        .with_layer(&tower::buffer::BufferLayer::new(1024))
-        .with_layer(&tower::retry::RetryLayer::new(policy))
-        .build())
+    kube::Client::try_from(config)
 }
 
 /// Turns an API or transport error into the report's reason and a message saying what to do.
 pub fn describe_error(err: &kube::Error, server: &str) -> TargetError {
+    if let Some(wait) = crate::kube::retry::rate_limited(err) {
+        return TargetError::new(
+            "RateLimited",
+            format!("{server}: {}", crate::kube::retry::rate_limited_message(wait)),
+        );
+    }
     if let kube::Error::Api(status) = err {
         return match status.code {
             401 => TargetError::new(

@@ -1,10 +1,13 @@
 //! Retries of transient Kubernetes API errors with exponential backoff and jitter, bounded by
 //! the target's deadline.
 //!
-//! kube's own retry layer is switched off for rollguard clients (see `target.rs`): it retries
-//! up to 15 times with delays of up to 1000 s, which ignores our per-target deadline, and it
-//! does not retry dropped connections. Here every attempt and every sleep stays inside the
-//! deadline, and 4xx answers other than 429 are never retried.
+//! This is the one retry policy of every API call rollguard makes (apply, discovery, the
+//! Lease, the release records, events). kube's own retry layer is off for rollguard clients
+//! (`connect.rs` builds them without one): its delays ignore the per-target deadline, and a
+//! layer under this one would multiply attempts (one 503 cost 9 requests). Here every attempt
+//! and every sleep stays inside the deadline, at most [`MAX_ATTEMPTS`] requests are sent per
+//! call, a 429 waits its Retry-After only when that fits before the deadline, nothing is sent
+//! once the deadline has passed, and 4xx answers other than 408 and 429 are never retried.
 
 use std::future::Future;
 use std::time::Duration;
@@ -47,15 +50,26 @@ pub fn classify(err: &kube::Error) -> ErrorClass {
 /// How the API server says that a server-side apply holds a field the kind's schema lacks.
 pub const FIELD_NOT_DECLARED: &str = "field not declared in schema";
 
+/// How the API server starts the 500 it answers for a server-side apply whose body does not
+/// fit the kind's schema (an undeclared field, a wrongly typed value such as
+/// `.spec.replicas: expected numeric (int or float), got string`): the manifest's fault.
+pub const TYPED_PATCH_FAILED: &str = "failed to create typed patch object";
+
+/// Requests one retried call may send at most, whatever its deadline.
+pub const MAX_ATTEMPTS: u32 = 8;
+
 /// The decision for an HTTP status answered by the API server.
 pub fn classify_status(code: u16, message: &str, retry_after_seconds: u32) -> ErrorClass {
     let retry_after =
         (retry_after_seconds > 0).then(|| Duration::from_secs(u64::from(retry_after_seconds)));
     match code {
-        429 => ErrorClass::Transient { retry_after },
-        // A server-side apply with a field unknown to the schema answers 500 on some
-        // releases (see the apiserver recordings): that is the manifest's fault, not transient.
-        500 if message.contains(FIELD_NOT_DECLARED) => ErrorClass::Permanent,
+        408 | 429 => ErrorClass::Transient { retry_after },
+        // A server-side apply whose body does not fit the schema (a field unknown to it, a
+        // value of the wrong type) answers 500 (see the apiserver recordings): that is the
+        // manifest's fault, not transient.
+        500 if message.contains(FIELD_NOT_DECLARED) || message.contains(TYPED_PATCH_FAILED) => {
+            ErrorClass::Permanent
+        }
         500 | 502 | 503 | 504 => ErrorClass::Transient { retry_after },
         _ => ErrorClass::Permanent,
     }
@@ -124,11 +138,11 @@ pub struct RetryBudget {
 }
 
 impl RetryBudget {
-    /// Retries until the deadline.
+    /// Retries until the deadline, at most [`MAX_ATTEMPTS`] requests.
     pub fn until(deadline: Instant) -> Self {
         RetryBudget {
             deadline,
-            max_attempts: None,
+            max_attempts: Some(MAX_ATTEMPTS),
             attempt_timeout: Duration::from_secs(30),
             base_delay: Duration::from_millis(100),
             max_delay: Duration::from_secs(5),
@@ -146,30 +160,79 @@ impl RetryBudget {
     }
 }
 
+    /// For bookkeeping calls (the Lease, release records) that have no deadline of their own:
+    /// a few seconds of retries, enough to ride out a burst of 5xx.
+    pub fn bookkeeping() -> Self {
+        RetryBudget {
+            attempt_timeout: Duration::from_secs(10),
+            ..RetryBudget::until(Instant::now() + BOOKKEEPING_WINDOW)
+        }
+    }
+}
+
+/// How long a bookkeeping call (Lease, release record) keeps retrying.
+pub const BOOKKEEPING_WINDOW: Duration = Duration::from_secs(20);
+
 /// Why a retried operation gave up.
 #[derive(Debug, thiserror::Error)]
 pub enum RetryError {
+    /// The last answer (or transport error). A 429 whose Retry-After did not fit before the
+    /// deadline ends here too: [`rate_limited`] tells it apart.
     #[error("{0}")]
     Api(kube::Error),
+    /// The deadline had passed before this request was sent: nothing reached the server.
+    #[error("not sent: the deadline had passed")]
+    NotSent,
     #[error("cancelled")]
     Cancelled,
 }
 
 impl RetryError {
+    /// The error as a kube error (a deadline before sending becomes a timeout); None when
+    /// cancelled.
     pub fn into_kube(self) -> Option<kube::Error> {
         match self {
             RetryError::Api(e) => Some(e),
+            RetryError::NotSent => Some(timeout_error("not sent", Duration::ZERO)),
             RetryError::Cancelled => None,
         }
     }
 }
 
+/// The wait a 429 asked for (its Retry-After), when the error is one.
+pub fn rate_limited(err: &kube::Error) -> Option<Duration> {
+    match err {
+        kube::Error::Api(status) if status.code == 429 => Some(Duration::from_secs(u64::from(
+            status
+                .details
+                .as_ref()
+                .map(|d| d.retry_after_seconds)
+                .unwrap_or(0),
+        ))),
+        _ => None,
+    }
+}
+
 /// A timeout of one attempt, as a kube error so that callers see one error type.
 pub fn timeout_error(what: &str, after: Duration) -> kube::Error {
+    let text = if after.is_zero() {
+        format!("{what}: the deadline had passed")
+    } else {
+        format!("{what}: no answer within {}s", after.as_secs_f64())
+    };
     kube::Error::Service(Box::new(std::io::Error::new(
         std::io::ErrorKind::TimedOut,
-        format!("{what}: no answer within {}s", after.as_secs_f64()),
+        text,
     )))
+}
+
+/// "the server asked to wait 100s (429 Too Many Requests, Retry-After), which does not fit
+/// before the deadline" — said the same way wherever a 429 ends a call.
+pub fn rate_limited_message(wait: Duration) -> String {
+    format!(
+        "the API server answered 429 Too Many Requests and asked to wait {}s (Retry-After), longer than the time left before this target's deadline; retry later or raise wait.timeout",
+        wait.as_secs()
+    )
 }
 
 /// Runs `op` until it succeeds, fails permanently, the budget runs out or `cancel` fires.
@@ -186,9 +249,16 @@ where
     let mut attempt: u32 = 0;
     loop {
         let remaining = budget.deadline.saturating_duration_since(Instant::now());
-        let attempt_timeout = budget
-            .attempt_timeout
-            .min(remaining.max(Duration::from_millis(50)));
+        // Past the deadline nothing is sent: the caller reports it as not applied rather
+        // than as a request of unknown fate.
+        if remaining.is_zero() {
+            return Err(if attempt == 0 {
+                RetryError::NotSent
+            } else {
+                RetryError::Api(timeout_error(what, Duration::ZERO))
+            });
+        }
+        let attempt_timeout = budget.attempt_timeout.min(remaining);
         let result = tokio::select! {
             _ = cancel.cancelled() => return Err(RetryError::Cancelled),
             r = tokio::time::timeout(attempt_timeout, op()) => r,

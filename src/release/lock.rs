@@ -14,8 +14,11 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{DeleteParams, ObjectMeta, PostParams, Preconditions};
 use kube::{Api, Client};
-use tokio::sync::{Mutex, watch};
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
+
+use crate::kube::retry::{RetryBudget, RetryError, with_retry};
 
 /// Default `leaseDurationSeconds`.
 pub const DEFAULT_LEASE_SECONDS: u64 = 30;
@@ -175,8 +178,37 @@ pub enum LockError {
         #[source]
         source: Box<kube::Error>,
     },
+    #[error(
+        "targets {first} and {second} resolve to the same lock (Lease {lease} in namespace {namespace} on {server}): give them different namespaces or history.namespace, or drop one"
+    )]
+    SameLease {
+        first: String,
+        second: String,
+        lease: String,
+        namespace: String,
+        server: String,
+    },
     #[error(transparent)]
     Namespace(#[from] crate::release::ReleaseError),
+}
+
+/// A Lease's place in the one global order every run takes locks in: the cluster's server
+/// (normalised, so `https://A:6443/` and `https://a:6443` are one) and the namespace.
+pub fn lock_key(server: &str, namespace: &str) -> (String, String) {
+    (
+        server.trim().trim_end_matches('/').to_ascii_lowercase(),
+        namespace.to_string(),
+    )
+}
+
+/// The order to take the locks of `keys` in (indices into `keys`): sorted by key, ties by
+/// position. Every run sorts the same way, so no two runs ever wait for each other in a
+/// cycle: whichever holds the first contended Lease proceeds, the other waits holding only
+/// Leases that come earlier, which the first never waits for.
+pub fn lock_order(keys: &[(String, String)]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..keys.len()).collect();
+    order.sort_by(|a, b| keys[*a].cmp(&keys[*b]).then(a.cmp(b)));
+    order
 }
 
 /// Acquiring the lock.
@@ -202,8 +234,14 @@ impl Lock {
         };
         let started = tokio::time::Instant::now();
         let mut announced = false;
+        let never = CancellationToken::new();
+        // Every Lease call retries transient errors (the retry policy of retry.rs). A create
+        // or replace whose answer was lost comes back as AlreadyExists or Conflict: the loop
+        // then reads the Lease again and finds itself the holder (Decision::Renew).
+        let call_err = |e: RetryError| e.into_kube().unwrap_or_else(|| crate::kube::retry::timeout_error("lock", Duration::ZERO));
         loop {
-            let current = match api.get_opt(&name).await {
+            let got = with_retry("read the lock", &RetryBudget::bookkeeping(), &never, || api.get_opt(&name)).await;
+            let current = match got.map_err(call_err) {
                 Ok(lease) => lease,
                 Err(kube::Error::Api(s)) if s.is_not_found() => None,
                 Err(e) => return Err(err("reading the lock", e)),
@@ -213,7 +251,12 @@ impl Lock {
             match decide(state.as_ref(), holder, now) {
                 Decision::Create => {
                     let lease = new_lease(&name, namespace, holder, options, now, 0, None);
-                    match api.create(&PostParams::default(), &lease).await {
+                    let created = with_retry("create the lock", &RetryBudget::bookkeeping(), &never, || {
+                        api.create(&PostParams::default(), &lease)
+                    })
+                    .await
+                    .map_err(call_err);
+                    match created {
                         Ok(created) => {
                             return Ok(LockGuard::start(api, created, holder, options, None));
                         }
@@ -243,7 +286,12 @@ impl Lock {
                         transitions,
                         Some(&current.metadata),
                     );
-                    match api.replace(&name, &PostParams::default(), &lease).await {
+                    let replaced = with_retry("take over the lock", &RetryBudget::bookkeeping(), &never, || {
+                        api.replace(&name, &PostParams::default(), &lease)
+                    })
+                    .await
+                    .map_err(call_err);
+                    match replaced {
                         Ok(taken) => {
                             let lapsed = previous.filter(|p| p != holder);
                             if let Some(p) = &lapsed {
@@ -338,7 +386,8 @@ pub struct LockGuard {
     holder: String,
     lease: Arc<Mutex<Lease>>,
     renewer: Option<tokio::task::JoinHandle<()>>,
-    lost: watch::Receiver<bool>,
+    lost: CancellationToken,
+    lost_why: Arc<std::sync::Mutex<Option<String>>>,
     took_over_from: Option<String>,
 }
 
@@ -352,16 +401,21 @@ impl LockGuard {
     ) -> LockGuard {
         let name = lease.metadata.name.clone().unwrap_or_default();
         let shared = Arc::new(Mutex::new(lease));
-        let (lost_tx, lost) = watch::channel(false);
+        let lost = CancellationToken::new();
+        let lost_why = Arc::new(std::sync::Mutex::new(None));
         // Renewal logs carry the caller's span (the target's name).
         let renewer = tokio::spawn(
             renew_loop(
-                api.clone(),
-                name.clone(),
-                holder.to_string(),
-                shared.clone(),
-                options.renew_every,
-                lost_tx,
+                Renewal {
+                    api: api.clone(),
+                    name: name.clone(),
+                    holder: holder.to_string(),
+                    lease: shared.clone(),
+                    every: options.renew_every,
+                    lease_duration: options.lease_duration,
+                },
+                lost.clone(),
+                lost_why.clone(),
             )
             .instrument(tracing::Span::current()),
         );
@@ -372,6 +426,7 @@ impl LockGuard {
             lease: shared,
             renewer: Some(renewer),
             lost,
+            lost_why,
             took_over_from,
         }
     }
@@ -385,9 +440,27 @@ impl LockGuard {
         &self.holder
     }
 
-    /// True once another holder took the Lease (our renewals had stopped for too long).
+    /// True once the Lease is no longer ours: another holder took it, or no renewal
+    /// succeeded for a whole lease duration (so another run may have taken it by now).
     pub fn is_lost(&self) -> bool {
-        *self.lost.borrow()
+        self.lost.is_cancelled()
+    }
+
+    /// Fires when the lock is lost: whoever holds it must stop writing at once.
+    pub fn lost_token(&self) -> CancellationToken {
+        self.lost.clone()
+    }
+
+    /// Why the lock was lost, naming the new holder when known.
+    pub fn lost_reason(&self) -> Option<String> {
+        if !self.is_lost() {
+            return None;
+        }
+        self.lost_why
+            .lock()
+            .ok()
+            .and_then(|why| why.clone())
+            .or_else(|| Some(format!("lock {} was lost", self.name)))
     }
 
     /// Stop renewing and delete the Lease (only if it is still ours).
@@ -435,42 +508,97 @@ impl Drop for LockGuard {
     }
 }
 
-async fn renew_loop(
+/// What the renewal task works on.
+struct Renewal {
     api: Api<Lease>,
     name: String,
     holder: String,
     lease: Arc<Mutex<Lease>>,
     every: Duration,
-    lost: watch::Sender<bool>,
+    lease_duration: Duration,
+}
+
+/// Renews every `every`, each renewal retried (retry.rs) until the lease would lapse. The
+/// lock counts as lost once another holder has it, or once a whole lease duration passed
+/// since the last renewal the server confirmed: from then on another run may hold it, so
+/// this run must not write (client-go's leader election gives up the same way).
+async fn renew_loop(
+    renewal: Renewal,
+    lost: CancellationToken,
+    lost_why: Arc<std::sync::Mutex<Option<String>>>,
 ) {
+    let Renewal {
+        api,
+        name,
+        holder,
+        lease,
+        every,
+        lease_duration,
+    } = renewal;
+    let never = CancellationToken::new();
+    let give_up = |why: String| {
+        tracing::error!("{why}; stopping this target's writes");
+        if let Ok(mut slot) = lost_why.lock() {
+            *slot = Some(why);
+        }
+        lost.cancel();
+    };
+    // Counted from before the request that confirmed it, so the estimate errs early.
+    let mut confirmed = tokio::time::Instant::now();
     loop {
         tokio::time::sleep(every).await;
+        let expires = confirmed + lease_duration;
         let mut next = lease.lock().await.clone();
         if let Some(spec) = next.spec.as_mut() {
             spec.renew_time = Some(MicroTime(Timestamp::now()));
         }
         next.metadata.managed_fields = None;
-        match api.replace(&name, &PostParams::default(), &next).await {
-            Ok(renewed) => *lease.lock().await = renewed,
-            Err(kube::Error::Api(s)) if s.is_conflict() || s.is_not_found() => {
+        let sent = tokio::time::Instant::now();
+        let budget = RetryBudget {
+            attempt_timeout: every.max(Duration::from_millis(200)),
+            ..RetryBudget::until(expires)
+        };
+        let result = with_retry("renew the lock", &budget, &never, || {
+            api.replace(&name, &PostParams::default(), &next)
+        })
+        .await;
+        match result {
+            Ok(renewed) => {
+                *lease.lock().await = renewed;
+                confirmed = sent;
+            }
+            Err(RetryError::Api(kube::Error::Api(s))) if s.is_conflict() || s.is_not_found() => {
                 // Our copy is stale: if the Lease is still ours, continue from the fresh one.
-                match api.get_opt(&name).await {
+                let fresh = with_retry("read the lock", &RetryBudget::until(expires), &never, || {
+                    api.get_opt(&name)
+                })
+                .await;
+                match fresh {
                     Ok(Some(fresh))
                         if LeaseState::from_lease(&fresh).holder.as_deref()
                             == Some(holder.as_str()) =>
                     {
                         *lease.lock().await = fresh;
                     }
-                    Ok(_) => {
-                        tracing::error!("lock {name}: lost to another holder; stopping renewals");
-                        let _ = lost.send(true);
+                    Ok(fresh) => {
+                        let other = fresh
+                            .as_ref()
+                            .and_then(|l| LeaseState::from_lease(l).holder)
+                            .unwrap_or_else(|| "nobody (it was deleted)".to_string());
+                        give_up(format!("lock {name} was lost: it is now held by {other}"));
                         return;
                     }
                     Err(e) => tracing::warn!("lock {name}: could not re-read the lease: {e}"),
                 }
             }
-            // Transient trouble: the lease has room for two missed renewals.
-            Err(e) => tracing::warn!("lock {name}: renewal failed, will retry: {e}"),
+            Err(e) => tracing::warn!("lock {name}: renewal failed: {e}"),
+        }
+        if tokio::time::Instant::now() >= confirmed + lease_duration {
+            give_up(format!(
+                "lock {name} was lost: no renewal succeeded for its whole lease duration ({}s), so another run may hold it now",
+                lease_duration.as_secs()
+            ));
+            return;
         }
     }
 }
