@@ -139,7 +139,7 @@ pub fn plan(args: &DeployArgs, env: HashMap<String, String>) -> Result<Plan, Err
     let config = config::load(&path, &overrides, &lookup)?;
     refuse_overlapping_targets(&config, &path, &lookup)?;
     let manifests = manifests::load(&config)?;
-    let commit = config::detect_commit(args.commit.as_deref(), &lookup, &config.base_dir);
+    let commit = crate::util::git::detect_commit(args.commit.as_deref(), &lookup, &config.base_dir);
     let options = DeployOptions {
         force_conflicts: args.force_conflicts,
         dry_run: args.dry_run,

@@ -16,32 +16,26 @@
 //! The same over the wire: `GET/POST /_sim/faults`, `GET /_sim/counters`,
 //! `POST /_sim/counters/reset` (bearer token required; never faulted).
 
-pub mod apply;
-pub mod clock;
-pub mod cluster;
 pub mod controllers;
-pub mod defaults;
-pub mod error;
-pub mod faults;
-pub mod handlers;
-pub mod kubeconfig;
-pub mod managed_fields;
-pub mod openapi;
-pub mod protobuf;
-pub mod registry;
-pub mod rules;
-pub mod schema;
-pub mod selectors;
-pub mod server;
-pub mod store;
-pub mod table;
-pub mod tls;
+pub mod http;
+pub mod model;
+pub mod semantics;
+pub mod sim;
+pub mod storage;
 
-pub use clock::Clock;
-pub use cluster::{Cluster, Sim, SimError, SimOptions};
-pub use error::ApiError;
-pub use faults::{Counters, Faults};
-pub use store::{EventKind, ResourceType, Store, WatchEvent};
+// The paths rollguard, its tests and benches use.
+pub use controllers::rules;
+pub use http::faults;
+pub use model::clock;
+pub use sim::cluster;
+pub use storage::store;
+
+pub use http::faults::{Counters, Faults};
+pub use model::clock::Clock;
+pub use model::error::ApiError;
+pub use model::resource::ResourceType;
+pub use sim::cluster::{Cluster, Sim, SimError, SimOptions};
+pub use storage::store::{EventKind, Store, WatchEvent};
 
 /// The `shared/` folder (recordings and manifest corpus) beside the repository: the first
 /// ancestor of this crate's directory that has one. Used by tests.

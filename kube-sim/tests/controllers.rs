@@ -6,7 +6,7 @@ use std::time::Duration;
 use kube_sim::clock::Clock;
 use kube_sim::controllers::{self, ControllerContext};
 use kube_sim::rules::{self, Rule};
-use kube_sim::store::{ResourceType, Store};
+use kube_sim::{ResourceType, Store};
 use serde_json::{Value, json};
 
 fn rt(group: &str, resource: &str) -> ResourceType {

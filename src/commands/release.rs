@@ -18,9 +18,9 @@ use crate::error::exit;
 use crate::kube::connect::{ClusterAccess, connect};
 use crate::manifests::ManifestSet;
 use crate::release::lock::{self, Lock, LockGuard, LockOptions};
-use crate::release::{self, RecordCommit, ReleaseOrigin, ReleaseRecord, ReleaseStore};
+use crate::release::{self, ReleaseOrigin, ReleaseRecord, ReleaseStore};
 use crate::report::redact;
-use crate::util::git;
+use crate::util::git::{self, CommitInfo};
 
 /// Output format of `show`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -484,7 +484,7 @@ struct Planned {
     connected: Connected,
     lock: Option<LockGuard>,
     bodies: Vec<Value>,
-    commit: Option<RecordCommit>,
+    commit: Option<CommitInfo>,
     origin: ReleaseOrigin,
     destination: String,
     default_namespace: String,
@@ -693,7 +693,7 @@ async fn plan_one(
     config: &Config,
     connected: Connected,
     args: &RollbackArgs,
-    from_git: &Option<(Vec<Value>, Option<RecordCommit>)>,
+    from_git: &Option<(Vec<Value>, Option<CommitInfo>)>,
 ) -> Result<Planned, (String, i32)> {
     let store = &connected.store;
     let unreachable = |e: release::ReleaseError| (e.to_string(), exit::FAILED);
@@ -806,13 +806,13 @@ fn confirm(targets: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::release::{RecordCommit, ReleaseStatus};
+    use crate::release::ReleaseStatus;
     use serde_json::json;
 
     fn rec(revision: u64, status: ReleaseStatus) -> ReleaseRecord {
         ReleaseRecord {
             target: Some("eu".into()),
-            commit: Some(RecordCommit {
+            commit: Some(CommitInfo {
                 sha: "0123456789abcdef".into(),
                 r#ref: None,
                 message: Some("bump web to v2".into()),

@@ -5,14 +5,12 @@
 //! reported at once. The accepted keys are the `*_KEYS` lists below; `json_schema()` is checked
 //! against them by a test.
 
-use crate::report::CommitInfo;
 use crate::util::duration::parse_duration;
 use crate::util::yaml::{self, Node, Tree};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -1242,59 +1240,6 @@ fn edit_distance(a: &str, b: &str) -> usize {
     prev[b.len()]
 }
 
-/// The commit being deployed: `--commit`, else `GITHUB_SHA` (with `GITHUB_REF_NAME`), else
-/// `git rev-parse HEAD` in `dir`. None without any of them (no git, not a repository).
-pub fn detect_commit(
-    flag: Option<&str>,
-    env: &dyn Fn(&str) -> Option<String>,
-    dir: &Path,
-) -> Option<CommitInfo> {
-    let non_empty = |v: Option<String>| v.map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
-    let git = |args: &[&str]| -> Option<String> {
-        let out = Command::new("git")
-            .args(args)
-            .current_dir(dir)
-            .stdin(Stdio::null())
-            .stderr(Stdio::null())
-            .output()
-            .ok()?;
-        if !out.status.success() {
-            return None;
-        }
-        non_empty(Some(String::from_utf8_lossy(&out.stdout).into_owned()))
-    };
-    let subject = |sha: &str| git(&["log", "-1", "--format=%s", sha, "--"]);
-    let env_ref = non_empty(env("GITHUB_REF_NAME"));
-
-    if let Some(sha) = non_empty(flag.map(str::to_string)) {
-        let message = subject(&sha);
-        let r#ref =
-            env_ref.or_else(|| git(&["rev-parse", "--abbrev-ref", "HEAD"]).filter(|r| r != "HEAD"));
-        return Some(CommitInfo {
-            sha,
-            r#ref,
-            message,
-        });
-    }
-    if let Some(sha) = non_empty(env("GITHUB_SHA")) {
-        let message = subject(&sha);
-        return Some(CommitInfo {
-            sha,
-            r#ref: env_ref,
-            message,
-        });
-    }
-    let sha = git(&["rev-parse", "HEAD"])?;
-    let message = subject(&sha);
-    let r#ref =
-        env_ref.or_else(|| git(&["rev-parse", "--abbrev-ref", "HEAD"]).filter(|r| r != "HEAD"));
-    Some(CommitInfo {
-        sha,
-        r#ref,
-        message,
-    })
-}
-
 /// JSON Schema (draft 2020-12) of rollguard.yaml, for `rollguard schema` and editors.
 pub fn json_schema() -> Value {
     let duration = json!({
@@ -1949,51 +1894,5 @@ stages:
     #[test]
     fn docs_schema_is_current() {
         crate::util::generated_docs::assert_current("config-schema.json", &json_schema());
-    }
-
-    #[test]
-    fn detect_commit_sources() {
-        let dir = tempfile::tempdir().unwrap();
-        let env = env_of(&[("GITHUB_SHA", "abc123"), ("GITHUB_REF_NAME", "main")]);
-        let c = detect_commit(Some("feedbeef"), &env, dir.path()).unwrap();
-        assert_eq!(c.sha, "feedbeef");
-        assert_eq!(c.r#ref.as_deref(), Some("main"));
-        let c = detect_commit(None, &env, dir.path()).unwrap();
-        assert_eq!(c.sha, "abc123");
-        assert_eq!(c.message, None);
-        // Not a git repository (or no git at all): unknown, and that is fine.
-        assert_eq!(detect_commit(None, &no_env, dir.path()), None);
-    }
-
-    #[test]
-    fn detect_commit_from_git() {
-        let dir = tempfile::tempdir().unwrap();
-        let run = |args: &[&str]| {
-            Command::new("git")
-                .args(args)
-                .current_dir(dir.path())
-                .output()
-                .map(|o| o.status.success())
-                .unwrap_or(false)
-        };
-        if !run(&["init", "-q", "-b", "trunk"]) {
-            return; // no git on this machine
-        }
-        std::fs::write(dir.path().join("f"), "x").unwrap();
-        assert!(run(&["add", "f"]));
-        assert!(run(&[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@e",
-            "commit",
-            "-q",
-            "-m",
-            "First commit\n\nbody"
-        ]));
-        let c = detect_commit(None, &no_env, dir.path()).unwrap();
-        assert_eq!(c.sha.len(), 40);
-        assert_eq!(c.message.as_deref(), Some("First commit"));
-        assert_eq!(c.r#ref.as_deref(), Some("trunk"));
     }
 }

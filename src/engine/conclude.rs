@@ -18,11 +18,12 @@ use crate::kube::wait::{WaitFailure, WaitOptions, wait_for_rollout};
 use crate::manifests::{ManifestObject, ManifestSet, Origin};
 use crate::release::lock::{Lock, LockError, LockGuard, LockOptions};
 use crate::release::{
-    EncodedManifests, ObjectRef, RecordCommit, ReleaseDraft, ReleaseError, ReleaseOrigin,
-    ReleaseRecord, ReleaseStatus, ReleaseStore, RunInfo,
+    EncodedManifests, ObjectRef, ReleaseDraft, ReleaseError, ReleaseOrigin, ReleaseRecord,
+    ReleaseStatus, ReleaseStore, RunInfo,
 };
 use crate::report::progress::{Progress, Stage};
-use crate::report::{CommitInfo, Failure, RollbackReport, TargetOutcome};
+use crate::report::{Failure, RollbackReport, TargetOutcome};
+use crate::util::git::CommitInfo;
 
 /// Across targets, after a failure: which targets roll back (`on_failure`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -296,15 +297,6 @@ impl PrepareError {
     }
 }
 
-/// The record's commit from the report's.
-pub fn record_commit(commit: &CommitInfo) -> RecordCommit {
-    RecordCommit {
-        sha: commit.sha.clone(),
-        r#ref: commit.r#ref.clone(),
-        message: commit.message.clone(),
-    }
-}
-
 /// An applied object as the record lists it.
 pub fn applied_ref(applied: &AppliedObject) -> ObjectRef {
     ObjectRef {
@@ -381,7 +373,7 @@ pub async fn open_records(
         let records = store.list().await?;
         let last_good = crate::release::last_good(&records).cloned();
         let mut draft = ReleaseDraft::new(plan.recorded_manifests()?.clone());
-        draft.commit = plan.commit.as_ref().map(record_commit);
+        draft.commit = plan.commit.clone();
         draft.target = Some(target.name.clone());
         draft.default_namespace = Some(default_namespace.to_string());
         draft.run = RunInfo::from_env(&env);
@@ -790,7 +782,7 @@ pub struct ReApply<'a> {
     /// The namespace for namespaced objects without one.
     pub default_namespace: String,
     pub bodies: Vec<serde_json::Value>,
-    pub commit: Option<RecordCommit>,
+    pub commit: Option<CommitInfo>,
     pub origin: ReleaseOrigin,
     /// For messages: "v3" or "commit abc1234".
     pub destination: String,

@@ -20,7 +20,8 @@ use crate::kube::wait::{WaitFailure, WaitOptions, wait_for_rollout};
 use crate::manifests::ManifestSet;
 use crate::release::{EncodedManifests, ReleaseError};
 use crate::report::progress::{Progress, Stage};
-use crate::report::{CommitInfo, Failure, PhaseTiming, TargetOutcome, TargetReport};
+use crate::report::{Failure, PhaseTiming, TargetOutcome, TargetReport};
+use crate::util::git::CommitInfo;
 
 /// Requests in flight per target within an apply phase.
 pub const MAX_IN_FLIGHT: usize = 8;

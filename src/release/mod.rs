@@ -24,6 +24,8 @@ use kube::{Api, Client};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::util::git::CommitInfo;
+
 /// Secret `type` of a release record.
 pub const RECORD_TYPE: &str = "rollguard.dev/release.v1";
 /// Key of the Secret's data that holds the gzip'd JSON record (without its manifests).
@@ -116,17 +118,6 @@ impl ReleaseOrigin {
             ReleaseOrigin::Rollback { to } | ReleaseOrigin::ManualRollback { to } => Some(to),
         }
     }
-}
-
-/// The commit a revision was built from (same shape as the report's commit).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
-pub struct RecordCommit {
-    pub sha: String,
-    #[serde(rename = "ref", default, skip_serializing_if = "Option::is_none")]
-    pub r#ref: Option<String>,
-    /// First line of the commit message.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
 }
 
 /// Where a revision was made: the CI run URL when there is one, and the host.
@@ -241,7 +232,7 @@ pub struct ReleaseRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback_of: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub commit: Option<RecordCommit>,
+    pub commit: Option<CommitInfo>,
     pub started_at: Timestamp,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<Timestamp>,
@@ -358,7 +349,7 @@ impl EncodedManifests {
 #[derive(Debug, Clone)]
 pub struct ReleaseDraft {
     pub manifests: EncodedManifests,
-    pub commit: Option<RecordCommit>,
+    pub commit: Option<CommitInfo>,
     pub target: Option<String>,
     pub default_namespace: Option<String>,
     pub run: RunInfo,
@@ -1247,7 +1238,7 @@ mod tests {
 
     fn record(revision: u64, status: ReleaseStatus) -> ReleaseRecord {
         ReleaseRecord {
-            commit: Some(RecordCommit {
+            commit: Some(CommitInfo {
                 sha: "abc".into(),
                 r#ref: Some("refs/heads/main".into()),
                 message: Some("fix".into()),
@@ -1430,7 +1421,7 @@ mod store_tests {
             "spec": {"template": {"spec": {"containers": [{"name": "web", "image": image}]}}}
         })];
         let mut d = ReleaseDraft::new(EncodedManifests::encode(&bodies).unwrap());
-        d.commit = Some(RecordCommit {
+        d.commit = Some(CommitInfo {
             sha: format!("sha-{image}"),
             r#ref: None,
             message: Some(format!("deploy {image}")),

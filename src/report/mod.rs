@@ -14,6 +14,8 @@ pub use json::{report_schema, to_json};
 pub use markdown::{COMMENT_LIMIT, STEP_SUMMARY_LIMIT, marker, to_markdown};
 pub use terminal::to_table;
 
+use crate::util::git::CommitInfo;
+
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -70,26 +72,6 @@ impl TargetOutcome {
 impl std::fmt::Display for TargetOutcome {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-/// The commit being deployed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CommitInfo {
-    /// Full hex sha.
-    pub sha: String,
-    /// Branch or tag name when known (GITHUB_REF_NAME).
-    #[serde(rename = "ref", default, skip_serializing_if = "Option::is_none")]
-    pub r#ref: Option<String>,
-    /// First line of the commit message when known.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
-}
-
-impl CommitInfo {
-    /// The first 7 characters of the sha, as git shows it.
-    pub fn short_sha(&self) -> &str {
-        self.sha.get(..7).unwrap_or(&self.sha)
     }
 }
 

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::release::RecordCommit;
+use serde::{Deserialize, Serialize};
 
 #[derive(Debug, thiserror::Error)]
 pub enum GitError {
@@ -37,6 +37,27 @@ pub enum GitError {
     },
     #[error("could not create a temporary directory: {0}")]
     Temp(#[source] std::io::Error),
+}
+
+/// A commit: the one being deployed (in the report), the one a release was built from (in
+/// its record).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct CommitInfo {
+    /// Full hex sha.
+    pub sha: String,
+    /// Branch or tag name when known (GITHUB_REF_NAME).
+    #[serde(rename = "ref", default, skip_serializing_if = "Option::is_none")]
+    pub r#ref: Option<String>,
+    /// First line of the commit message when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+impl CommitInfo {
+    /// The first 7 characters of the sha, as git shows it.
+    pub fn short_sha(&self) -> &str {
+        self.sha.get(..7).unwrap_or(&self.sha)
+    }
 }
 
 /// Run git in `dir`; Ok(stdout) on success, Err(stderr) on a non-zero exit.
@@ -100,7 +121,7 @@ pub fn has_commit(dir: &Path, rev: &str) -> Result<bool, GitError> {
 
 /// Commit info of `rev` (sha, first line of the message). `r#ref` is the branch when `rev`
 /// is HEAD on a branch.
-pub fn commit_info(dir: &Path, rev: &str) -> Result<RecordCommit, GitError> {
+pub fn commit_info(dir: &Path, rev: &str) -> Result<CommitInfo, GitError> {
     let sha = git_ok(
         dir,
         &["rev-parse", "--verify", &format!("{rev}^{{commit}}")],
@@ -113,9 +134,48 @@ pub fn commit_info(dir: &Path, rev: &str) -> Result<RecordCommit, GitError> {
     } else {
         None
     };
-    Ok(RecordCommit {
+    Ok(CommitInfo {
         sha,
         r#ref,
+        message,
+    })
+}
+
+/// The commit being deployed: `--commit`, else `GITHUB_SHA` (with `GITHUB_REF_NAME`), else
+/// `git rev-parse HEAD` in `dir`. None without any of them (no git, not a repository).
+pub fn detect_commit(
+    flag: Option<&str>,
+    env: &dyn Fn(&str) -> Option<String>,
+    dir: &Path,
+) -> Option<CommitInfo> {
+    let non_empty = |v: Option<String>| v.map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
+    // Any failure (no git, not a repository, unknown sha) only leaves the field unknown.
+    let git = |args: &[&str]| non_empty(git(dir, args).ok()?.ok());
+    let subject = |sha: &str| git(&["log", "-1", "--format=%s", sha, "--"]);
+    let branch = || git(&["rev-parse", "--abbrev-ref", "HEAD"]).filter(|r| r != "HEAD");
+    let env_ref = non_empty(env("GITHUB_REF_NAME"));
+
+    if let Some(sha) = non_empty(flag.map(str::to_string)) {
+        let message = subject(&sha);
+        return Some(CommitInfo {
+            sha,
+            r#ref: env_ref.or_else(branch),
+            message,
+        });
+    }
+    if let Some(sha) = non_empty(env("GITHUB_SHA")) {
+        let message = subject(&sha);
+        return Some(CommitInfo {
+            sha,
+            r#ref: env_ref,
+            message,
+        });
+    }
+    let sha = git(&["rev-parse", "HEAD"])?;
+    let message = subject(&sha);
+    Some(CommitInfo {
+        sha,
+        r#ref: env_ref.or_else(branch),
         message,
     })
 }
@@ -324,5 +384,64 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let err = repo_root(tmp.path()).unwrap_err();
         assert!(matches!(err, GitError::NotARepo { .. }), "{err}");
+    }
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn detect_commit_sources() {
+        let dir = tempfile::tempdir().unwrap();
+        let env = env_of(&[("GITHUB_SHA", "abc123"), ("GITHUB_REF_NAME", "main")]);
+        let c = detect_commit(Some("feedbeef"), &env, dir.path()).unwrap();
+        assert_eq!(c.sha, "feedbeef");
+        assert_eq!(c.r#ref.as_deref(), Some("main"));
+        let c = detect_commit(None, &env, dir.path()).unwrap();
+        assert_eq!(c.sha, "abc123");
+        assert_eq!(c.message, None);
+        // Not a git repository (or no git at all): unknown, and that is fine.
+        assert_eq!(detect_commit(None, &no_env, dir.path()), None);
+    }
+
+    #[test]
+    fn detect_commit_from_git() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = |args: &[&str]| {
+            Command::new("git")
+                .args(args)
+                .current_dir(dir.path())
+                .output()
+                .map(|o| o.status.success())
+                .unwrap_or(false)
+        };
+        if !run(&["init", "-q", "-b", "trunk"]) {
+            return; // no git on this machine
+        }
+        std::fs::write(dir.path().join("f"), "x").unwrap();
+        assert!(run(&["add", "f"]));
+        assert!(run(&[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@e",
+            "commit",
+            "-q",
+            "-m",
+            "First commit\n\nbody"
+        ]));
+        let c = detect_commit(None, &no_env, dir.path()).unwrap();
+        assert_eq!(c.sha.len(), 40);
+        assert_eq!(c.message.as_deref(), Some("First commit"));
+        assert_eq!(c.r#ref.as_deref(), Some("trunk"));
     }
 }

@@ -19,7 +19,7 @@ pub fn established_status(crd: &Value, now: jiff::Timestamp) -> Option<Value> {
     if accepted && is_true("Established") {
         return None;
     }
-    let now = crate::clock::format_time(now);
+    let now = crate::model::clock::format_time(now);
     let stored: Vec<Value> = crd["spec"]["versions"]
         .as_array()
         .into_iter()

@@ -267,7 +267,7 @@ pub fn reconcile(dep: &Value, owned: &[Value], now: jiff::Timestamp) -> Deployme
         .cloned()
         .collect();
     let owned = owned.as_slice();
-    let now_text = crate::clock::format_time(now);
+    let now_text = crate::model::clock::format_time(now);
     let replicas = meta::spec_replicas(dep);
     let (surge, _) = fenceposts(dep);
     let collision = dep["status"]["collisionCount"].as_i64();

@@ -54,7 +54,7 @@ pub fn event_object(
     if let Some(host) = &spec.host {
         source["host"] = json!(host);
     }
-    let now_text = crate::clock::format_time(now);
+    let now_text = crate::model::clock::format_time(now);
     json!({
         "apiVersion": "v1",
         "kind": "Event",

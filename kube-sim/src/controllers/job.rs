@@ -69,7 +69,7 @@ pub fn reconcile(job: &Value, owned: &[Value], now: jiff::Timestamp) -> JobSync 
     if !meta::well_formed(job) {
         return out;
     }
-    let now_text = crate::clock::format_time(now);
+    let now_text = crate::model::clock::format_time(now);
     let name = meta::name(job);
     let completions = job["spec"]["completions"].as_i64().unwrap_or(1).max(0);
     let parallelism = job["spec"]["parallelism"].as_i64().unwrap_or(1).max(0);

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
-use crate::clock::format_time;
+use crate::model::clock::format_time;
 
 /// The alphabet Kubernetes uses for generated name suffixes and hashes (no vowels, no
 /// look-alike characters).

@@ -10,9 +10,9 @@
 //! progress deadline), ReplicaSets, StatefulSets (OrderedReady or Parallel, partition,
 //! ControllerRevisions, volume claims), DaemonSets (one pod per simulated node), Jobs,
 //! CRD establishment, PersistentVolumeClaim binding, garbage collection by owner, Events,
-//! and three Nodes per cluster. All times are simulated (see [`crate::clock::Clock`]).
+//! and three Nodes per cluster. All times are simulated (see [`crate::model::clock::Clock`]).
 //!
-//! Pods follow the behaviour of their image (see [`crate::rules`]), in simulated time from
+//! Pods follow the behaviour of their image (see [`crate::controllers::rules`]), in simulated time from
 //! when the kubelet takes the pod:
 //!
 //! | image contains | what the pod does |
@@ -36,6 +36,7 @@ pub mod meta;
 pub mod nodes;
 pub mod pods;
 pub mod replicaset;
+pub mod rules;
 pub mod scheduler;
 pub mod statefulset;
 
@@ -47,9 +48,10 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::time::Instant;
 
-use crate::clock::Clock;
-use crate::rules::{self, Rule};
-use crate::store::{EventKind, ResourceType, Store, WatchEvent};
+use crate::model::clock::Clock;
+use crate::model::resource::ResourceType;
+use crate::storage::store::{EventKind, Store, WatchEvent};
+use rules::Rule;
 
 use deployment::Note;
 use events::EventSpec;
@@ -574,7 +576,7 @@ impl Runner {
                     .insert(slot, record);
             }
             None => {
-                let first = crate::clock::format_time(now);
+                let first = crate::model::clock::format_time(now);
                 let event = events::event_object(involved, &spec, now, 1, &first);
                 if let Ok(created) = self.store.create(&rt, event, spec.component) {
                     let record = EventRecord {
@@ -678,7 +680,7 @@ impl Runner {
         if let Some(status) = early_status {
             wanted["status"] = status;
         }
-        let options = crate::store::WriteOptions::manager(CONTROLLER_MANAGER);
+        let options = crate::storage::store::WriteOptions::manager(CONTROLLER_MANAGER);
         let mut current = match self.store.update_status_with(&rt, wanted.clone(), &options) {
             Ok(updated) => updated,
             Err(_) => dep.clone(),

@@ -57,7 +57,7 @@ pub fn node_object(cluster: &str, index: usize) -> Value {
 
 /// The Node status the kubelet reports.
 pub fn node_status(index: usize, now: jiff::Timestamp) -> Value {
-    let now = crate::clock::format_time(now);
+    let now = crate::model::clock::format_time(now);
     let condition = |kind: &str, status: &str, reason: &str, message: &str| json!({"type": kind, "status": status, "lastHeartbeatTime": now, "lastTransitionTime": now, "reason": reason, "message": message});
     let resources = json!({"cpu": "8", "ephemeral-storage": "102400000Ki", "hugepages-2Mi": "0", "memory": "16384000Ki", "pods": "110"});
     json!({

@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use super::meta::{self, add};
-use crate::rules::Behaviour;
+use crate::controllers::rules::Behaviour;
 
 /// Time from the kubelet taking a pod to its containers starting (sandbox + image present).
 pub const CREATE_DELAY: Duration = Duration::from_millis(500);

@@ -65,7 +65,7 @@ pub fn unschedulable_status(pod: &Value, nodes: usize, now: jiff::Timestamp) -> 
             "type": "PodScheduled",
             "status": "False",
             "lastProbeTime": null,
-            "lastTransitionTime": crate::clock::format_time(now),
+            "lastTransitionTime": crate::model::clock::format_time(now),
             "reason": "Unschedulable",
             "message": unschedulable_message(nodes),
         }],

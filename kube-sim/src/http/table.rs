@@ -3,8 +3,8 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::clock::Clock;
-use crate::registry::ResourceInfo;
+use crate::model::clock::Clock;
+use crate::storage::registry::ResourceInfo;
 
 /// Whether the Accept header asks for a Table.
 pub fn wants_table(accept: &str) -> bool {

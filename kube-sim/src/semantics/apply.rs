@@ -3,55 +3,45 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::clock::format_time;
-use crate::error::ApiError;
-use crate::managed_fields::{
+use crate::model::error::ApiError;
+use crate::model::resource::metadata_mut;
+use crate::semantics::managed_fields::{
     FieldSet, ListType, ManagedEntry, SetMode, display_path, element_value, item_key, list_type,
     read_entries, write_entries,
 };
-use crate::store::{Ownership, ResourceType, Store, WriteOptions, metadata_mut};
+use crate::semantics::schema::Declaration;
 
-/// How often an apply is retried when another writer changed the object in between.
-const MAX_ATTEMPTS: usize = 8;
+/// What an apply needs to know of the kind it writes.
+pub struct Kind<'a> {
+    pub api_version: String,
+    pub kind: &'a str,
+    pub namespaced: bool,
+    /// Whether status is a subresource (then the main resource ignores it).
+    pub status_is_separate: bool,
+    /// What the kind declares, for the undeclared-field check (None: not checked).
+    pub declaration: Option<Declaration<'a>>,
+}
 
-/// One server-side apply request.
-pub struct ApplyRequest<'a> {
-    pub resource: &'a ResourceType,
-    /// Namespace from the URL ("" for cluster-scoped resources).
-    pub namespace: &'a str,
-    /// Name from the URL.
-    pub name: &'a str,
-    /// The parsed apply configuration.
+/// An apply configuration checked and reduced to what this apply owns.
+pub struct Prepared {
     pub config: Value,
-    pub manager: &'a str,
-    pub force: bool,
-    pub dry_run: bool,
-    /// `Some("status")` for an apply to the status subresource.
-    pub subresource: Option<&'a str>,
+    /// The fields the configuration sets: what its manager owns afterwards.
+    pub applied_set: FieldSet,
+    /// The configuration's resourceVersion, a precondition when given.
+    pub expected_resource_version: Option<String>,
+    pub status_only: bool,
 }
 
-/// The result of an apply: the object and whether it was created.
-pub struct Applied {
-    pub object: Value,
-    pub created: bool,
-}
-
-/// Parses a request body as JSON, or else YAML, into a JSON value.
-pub fn parse_yaml_or_json(body: &[u8]) -> Result<Value, String> {
-    if let Ok(v) = serde_json::from_slice::<Value>(body) {
-        return Ok(v);
-    }
-    let text = std::str::from_utf8(body).map_err(|e| format!("invalid UTF-8: {e}"))?;
-    serde_saphyr::from_str::<Value>(text).map_err(|e| e.to_string())
-}
-
-/// Applies a configuration: creates the object (201) or merges it into the stored one.
-pub fn apply(store: &Store, req: ApplyRequest<'_>) -> Result<Applied, ApiError> {
-    let info = store
-        .registry()
-        .get(req.resource)
-        .ok_or_else(ApiError::unknown_path)?;
-    let mut config = req.config;
+/// Checks a configuration against the kind and the URL (identity, undeclared fields) and
+/// computes the field set it applies.
+pub fn prepare(
+    kind: &Kind<'_>,
+    namespace: &str,
+    name: &str,
+    config: Value,
+    subresource: Option<&str>,
+) -> Result<Prepared, ApiError> {
+    let mut config = config;
     if !config.is_object() {
         return Err(ApiError::bad_request(
             "error decoding YAML: the apply configuration must be an object",
@@ -59,35 +49,34 @@ pub fn apply(store: &Store, req: ApplyRequest<'_>) -> Result<Applied, ApiError> 
     }
     check_identity(
         &mut config,
-        &info.api_version(),
-        &info.kind,
-        req.namespace,
-        req.name,
-        info.namespaced,
+        &kind.api_version,
+        kind.kind,
+        namespace,
+        name,
+        kind.namespaced,
     )?;
-    let undeclared: Vec<String> = info
-        .declaration()
-        .map(|d| crate::schema::undeclared(d, &mut config, false))
+    let undeclared: Vec<String> = kind
+        .declaration
+        .map(|d| crate::semantics::schema::undeclared(d, &mut config, false))
         .unwrap_or_default()
         .into_iter()
         .map(|u| u.apply_path)
         .collect();
     if !undeclared.is_empty() {
-        let object = if req.namespace.is_empty() {
-            req.name.to_string()
+        let object = if namespace.is_empty() {
+            name.to_string()
         } else {
-            format!("{}/{}", req.namespace, req.name)
+            format!("{namespace}/{name}")
         };
         return Err(ApiError::undeclared_fields(
             &object,
-            &info.api_version(),
-            &info.kind,
+            &kind.api_version,
+            kind.kind,
             &undeclared,
         ));
     }
-    let status_only = req.subresource == Some("status");
-    let expected_rv = take_server_metadata(&mut config);
-    let status_is_separate = info.has_status();
+    let status_only = subresource == Some("status");
+    let expected_resource_version = take_server_metadata(&mut config);
     if status_only {
         // Only status counts for an apply to /status.
         if let Some(map) = config.as_object_mut() {
@@ -96,163 +85,140 @@ pub fn apply(store: &Store, req: ApplyRequest<'_>) -> Result<Applied, ApiError> 
                 meta.retain(|k, _| k == "name" || k == "namespace");
             }
         }
-    } else if status_is_separate && let Some(map) = config.as_object_mut() {
+    } else if kind.status_is_separate
+        && let Some(map) = config.as_object_mut()
+    {
         map.remove("status");
     }
-    let applied_set =
-        FieldSet::of_object(&config, SetMode::Apply, !status_is_separate, status_only);
-    let api_version = info.api_version();
+    let applied_set = FieldSet::of_object(
+        &config,
+        SetMode::Apply,
+        !kind.status_is_separate,
+        status_only,
+    );
+    Ok(Prepared {
+        config,
+        applied_set,
+        expected_resource_version,
+        status_only,
+    })
+}
 
-    for _ in 0..MAX_ATTEMPTS {
-        let now = format_time(store.clock().now());
-        let own = |e: &ManagedEntry| {
-            e.manager == req.manager
-                && e.operation == "Apply"
-                && e.subresource.as_deref() == req.subresource
-        };
-        let Some(current) = store.get(req.resource, req.namespace, req.name) else {
-            if status_only {
-                return Err(ApiError::not_found(req.resource, req.name));
-            }
-            let mut obj = config.clone();
-            let entry = ManagedEntry {
-                manager: req.manager.to_string(),
-                operation: "Apply".into(),
-                api_version: api_version.clone(),
-                time: now.clone(),
-                subresource: None,
-                fields: applied_set.clone(),
-            };
-            write_entries(&mut obj, &[entry]);
-            let opts = WriteOptions {
-                manager: req.manager.to_string(),
-                dry_run: req.dry_run,
-                ownership: Ownership::AsGiven,
-                expected_resource_version: None,
-            };
-            match store.create_with(req.resource, obj, &opts) {
-                Ok(object) => {
-                    return Ok(Applied {
-                        object,
-                        created: true,
-                    });
-                }
-                Err(e) if e.reason == "AlreadyExists" => continue,
-                Err(e) => return Err(e),
-            }
-        };
-        let current_rv = current
-            .pointer("/metadata/resourceVersion")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
-        if let Some(expected) = &expected_rv
-            && *expected != current_rv
-        {
-            return Err(ApiError::conflict(req.resource, req.name));
+/// Who applies, and when.
+pub struct Applier<'a> {
+    pub manager: &'a str,
+    pub subresource: Option<&'a str>,
+    pub force: bool,
+    pub api_version: &'a str,
+    /// The time recorded in managedFields.
+    pub now: &'a str,
+}
+
+impl Applier<'_> {
+    fn owns(&self, e: &ManagedEntry) -> bool {
+        e.manager == self.manager
+            && e.operation == "Apply"
+            && e.subresource.as_deref() == self.subresource
+    }
+}
+
+/// The object an apply creates: the configuration with its manager owning all of it.
+pub fn new_object(prepared: &Prepared, by: &Applier<'_>) -> Value {
+    let mut obj = prepared.config.clone();
+    let entry = ManagedEntry {
+        manager: by.manager.to_string(),
+        operation: "Apply".into(),
+        api_version: by.api_version.to_string(),
+        time: by.now.to_string(),
+        subresource: None,
+        fields: prepared.applied_set.clone(),
+    };
+    write_entries(&mut obj, &[entry]);
+    obj
+}
+
+/// Applies a configuration to the live object: 409 on fields another manager owns with a
+/// different value (unless forced, which takes them over), else the merged object with its
+/// managedFields, without the fields this manager stopped sending that nobody else owns.
+pub fn merge_onto(
+    current: &Value,
+    prepared: &Prepared,
+    by: &Applier<'_>,
+) -> Result<Value, ApiError> {
+    let config = &prepared.config;
+    let applied_set = &prepared.applied_set;
+    let mut entries = read_entries(current);
+
+    // Conflicts: fields another manager owns with a different value.
+    let mut conflicts: Vec<(usize, Vec<String>)> = Vec::new();
+    for (i, entry) in entries.iter().enumerate() {
+        if entry.manager == by.manager {
+            continue;
         }
-        let mut entries = read_entries(&current);
-
-        // Conflicts: fields another manager owns with a different value.
-        let mut conflicts: Vec<(usize, Vec<String>)> = Vec::new();
-        for (i, entry) in entries.iter().enumerate() {
-            if entry.manager == req.manager {
+        let overlap = entry.fields.intersection(applied_set);
+        for path in overlap.paths() {
+            if !is_leaf(applied_set, &path) {
                 continue;
             }
-            let overlap = entry.fields.intersection(&applied_set);
-            for path in overlap.paths() {
-                if !is_leaf(&applied_set, &path) {
-                    continue;
-                }
-                if value_at(&current, &path) != value_at(&config, &path) {
-                    conflicts.push((i, path));
-                }
+            if value_at(current, &path) != value_at(config, &path) {
+                conflicts.push((i, path));
             }
-        }
-        if !conflicts.is_empty() && !req.force {
-            return Err(conflict_error(&entries, &conflicts));
-        }
-
-        // Merge the configuration into the live object.
-        let mut merged = current.clone();
-        merge_into("", &mut merged, &config);
-
-        // Ownership after this apply.
-        let previous = entries
-            .iter()
-            .find(|e| own(e))
-            .map(|e| e.fields.clone())
-            .unwrap_or_default();
-        if req.force {
-            for (i, path) in &conflicts {
-                let lost = single_path(path);
-                entries[*i].fields = entries[*i].fields.difference(&lost);
-            }
-        }
-        match entries.iter_mut().find(|e| own(e)) {
-            Some(e) => {
-                e.fields = applied_set.clone();
-                e.time = now.clone();
-                e.api_version = api_version.clone();
-            }
-            None => entries.push(ManagedEntry {
-                manager: req.manager.to_string(),
-                operation: "Apply".into(),
-                api_version: api_version.clone(),
-                time: now.clone(),
-                subresource: req.subresource.map(str::to_string),
-                fields: applied_set.clone(),
-            }),
-        }
-
-        // Fields this manager stopped sending, that nobody else owns, go away.
-        let others = entries
-            .iter()
-            .filter(|e| !own(e))
-            .fold(FieldSet::default(), |acc, e| acc.union(&e.fields));
-        let mut dropped = previous.difference(&applied_set).paths();
-        dropped.sort_by_key(|p| std::cmp::Reverse(p.len()));
-        for path in dropped {
-            if !owned_at_or_below(&others, &path) {
-                remove_path(&mut merged, &path);
-            }
-        }
-        let existing = FieldSet::of_object(&merged, SetMode::All, true, false);
-        for e in entries.iter_mut() {
-            e.fields = e.fields.intersection(&existing);
-        }
-        write_entries(&mut merged, &entries);
-        if let Some(meta) = merged.get_mut("metadata").and_then(Value::as_object_mut) {
-            meta.insert("resourceVersion".into(), json!(current_rv));
-        }
-
-        let opts = WriteOptions {
-            manager: req.manager.to_string(),
-            dry_run: req.dry_run,
-            ownership: Ownership::AsGiven,
-            expected_resource_version: Some(current_rv.clone()),
-        };
-        let known_rv = current_rv.parse::<u64>().unwrap_or(0);
-        let result = store.update_known(
-            req.resource,
-            merged,
-            &opts,
-            status_only,
-            (known_rv, current),
-        );
-        match result {
-            Ok(object) => {
-                return Ok(Applied {
-                    object,
-                    created: false,
-                });
-            }
-            // Another writer came in between; apply again to the newer object.
-            Err(e) if e.code == 409 && e.reason == "Conflict" && expected_rv.is_none() => continue,
-            Err(e) => return Err(e),
         }
     }
-    Err(ApiError::conflict(req.resource, req.name))
+    if !conflicts.is_empty() && !by.force {
+        return Err(conflict_error(&entries, &conflicts));
+    }
+
+    // Merge the configuration into the live object.
+    let mut merged = current.clone();
+    merge_into("", &mut merged, config);
+
+    // Ownership after this apply.
+    let previous = entries
+        .iter()
+        .find(|e| by.owns(e))
+        .map(|e| e.fields.clone())
+        .unwrap_or_default();
+    if by.force {
+        for (i, path) in &conflicts {
+            let lost = single_path(path);
+            entries[*i].fields = entries[*i].fields.difference(&lost);
+        }
+    }
+    match entries.iter_mut().find(|e| by.owns(e)) {
+        Some(e) => {
+            e.fields = applied_set.clone();
+            e.time = by.now.to_string();
+            e.api_version = by.api_version.to_string();
+        }
+        None => entries.push(ManagedEntry {
+            manager: by.manager.to_string(),
+            operation: "Apply".into(),
+            api_version: by.api_version.to_string(),
+            time: by.now.to_string(),
+            subresource: by.subresource.map(str::to_string),
+            fields: applied_set.clone(),
+        }),
+    }
+
+    // Fields this manager stopped sending, that nobody else owns, go away.
+    let others = entries
+        .iter()
+        .filter(|e| !by.owns(e))
+        .fold(FieldSet::default(), |acc, e| acc.union(&e.fields));
+    let mut dropped = previous.difference(applied_set).paths();
+    dropped.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    for path in dropped {
+        if !owned_at_or_below(&others, &path) {
+            remove_path(&mut merged, &path);
+        }
+    }
+    let existing = FieldSet::of_object(&merged, SetMode::All, true, false);
+    for e in entries.iter_mut() {
+        e.fields = e.fields.intersection(&existing);
+    }
+    write_entries(&mut merged, &entries);
+    Ok(merged)
 }
 
 /// Checks name, namespace, apiVersion and kind of an apply configuration against the URL
@@ -772,129 +738,6 @@ pub fn pick(obj: &Value, keys: &[&str]) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::Clock;
-
-    fn deployments() -> ResourceType {
-        ResourceType::new("apps", "v1", "deployments")
-    }
-
-    fn config(image: &str, replicas: Option<i64>) -> Value {
-        let mut spec = json!({"selector": {"matchLabels": {"app": "web"}},
-            "template": {"metadata": {"labels": {"app": "web"}},
-                "spec": {"containers": [{"name": "web", "image": image,
-                    "ports": [{"containerPort": 8080}]}]}}});
-        if let Some(r) = replicas {
-            spec["replicas"] = json!(r);
-        }
-        json!({"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": "web", "namespace": "default", "labels": {"app": "web"}},
-            "spec": spec})
-    }
-
-    fn do_apply(
-        store: &Store,
-        cfg: Value,
-        manager: &str,
-        force: bool,
-    ) -> Result<Applied, ApiError> {
-        apply(
-            store,
-            ApplyRequest {
-                resource: &deployments(),
-                namespace: "default",
-                name: "web",
-                config: cfg,
-                manager,
-                force,
-                dry_run: false,
-                subresource: None,
-            },
-        )
-    }
-
-    #[test]
-    fn create_update_and_noop() {
-        let store = Store::new(Clock::default());
-        let first = do_apply(&store, config("web:v1", Some(2)), "rollguard", false).unwrap();
-        assert!(first.created);
-        let mf = &first.object["metadata"]["managedFields"];
-        assert_eq!(mf.as_array().unwrap().len(), 1);
-        assert_eq!(mf[0]["operation"], "Apply");
-        assert_eq!(first.object["spec"]["strategy"]["type"], "RollingUpdate");
-        assert_eq!(first.object["status"], json!({}));
-        let second = do_apply(&store, config("web:v2", Some(2)), "rollguard", false).unwrap();
-        assert!(!second.created);
-        assert_eq!(second.object["metadata"]["generation"], 2);
-        let third = do_apply(&store, config("web:v2", Some(2)), "rollguard", false).unwrap();
-        assert_eq!(
-            third.object["metadata"]["resourceVersion"],
-            second.object["metadata"]["resourceVersion"]
-        );
-    }
-
-    #[test]
-    fn conflicting_manager_gets_409_then_force_moves_ownership() {
-        let store = Store::new(Clock::default());
-        do_apply(&store, config("web:v1", Some(2)), "rollguard", false).unwrap();
-        let other = json!({"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": "web"}, "spec": {"replicas": 3}});
-        let err = do_apply(&store, other.clone(), "other", false)
-            .err()
-            .unwrap();
-        assert_eq!(err.code, 409);
-        assert_eq!(
-            err.message,
-            "Apply failed with 1 conflict: conflict with \"rollguard\": .spec.replicas"
-        );
-        let forced = do_apply(&store, other, "other", true).unwrap();
-        assert_eq!(forced.object["spec"]["replicas"], 3);
-        let entries = read_entries(&forced.object);
-        let replicas = vec!["f:spec".to_string(), "f:replicas".to_string()];
-        let owner_of = |m: &str| {
-            entries
-                .iter()
-                .find(|e| e.manager == m)
-                .unwrap()
-                .fields
-                .contains_path(&replicas)
-        };
-        assert!(owner_of("other"));
-        assert!(!owner_of("rollguard"));
-    }
-
-    #[test]
-    fn same_value_is_shared_not_a_conflict() {
-        let store = Store::new(Clock::default());
-        do_apply(&store, config("web:v1", Some(2)), "rollguard", false).unwrap();
-        let other = json!({"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": "web"}, "spec": {"replicas": 2}});
-        assert!(do_apply(&store, other, "other", false).is_ok());
-    }
-
-    #[test]
-    fn dropped_fields_are_removed() {
-        let store = Store::new(Clock::default());
-        let mut with_label = config("web:v1", Some(2));
-        with_label["metadata"]["labels"]["tier"] = json!("frontend");
-        do_apply(&store, with_label, "rollguard", false).unwrap();
-        let after = do_apply(&store, config("web:v1", Some(2)), "rollguard", false).unwrap();
-        assert!(after.object["metadata"]["labels"].get("tier").is_none());
-        assert_eq!(after.object["metadata"]["labels"]["app"], "web");
-    }
-
-    #[test]
-    fn two_field_conflict_message_matches_recording() {
-        let store = Store::new(Clock::default());
-        do_apply(&store, config("web:v1", Some(2)), "rollguard", false).unwrap();
-        let err = do_apply(&store, config("web:v9", Some(7)), "other", false)
-            .err()
-            .unwrap();
-        assert_eq!(
-            err.message,
-            "Apply failed with 2 conflicts: conflicts with \"rollguard\":\n- .spec.replicas\n- .spec.template.spec.containers[name=\"web\"].image"
-        );
-        assert_eq!(err.details.unwrap()["causes"].as_array().unwrap().len(), 2);
-    }
 
     #[test]
     fn merge_patch_follows_rfc7386() {

@@ -20,10 +20,11 @@ use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{mpsc, watch};
 
-use crate::error::{ApiError, qualified_resource};
-use crate::faults::{CounterSet, Faults};
-use crate::handlers::{self, ApiRequest, Reply, ResourcePath, WatchSpec};
-use crate::store::{Store, new_uid};
+use crate::http::faults::{CounterSet, Faults};
+use crate::http::handlers::{self, ApiRequest, Reply, ResourcePath, WatchSpec};
+use crate::model::error::{ApiError, qualified_resource};
+use crate::model::resource::new_uid;
+use crate::storage::store::Store;
 
 /// Largest request body accepted.
 const MAX_BODY: usize = 16 * 1024 * 1024;
@@ -430,7 +431,11 @@ async fn answer(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<Ap
                             &query,
                             header_str(&req, header::CONTENT_TYPE),
                         );
-                        let rt = crate::store::ResourceType::new(&p.group, &p.version, &p.resource);
+                        let rt = crate::model::resource::ResourceType::new(
+                            &p.group,
+                            &p.version,
+                            &p.resource,
+                        );
                         ApiError::forbidden_anonymous(
                             verb,
                             Some(&rt),
@@ -464,7 +469,7 @@ async fn answer(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<Ap
     let content_type = header_str(&req, header::CONTENT_TYPE).to_string();
     if let Route::Resource(p) = &route {
         let verb = handlers::verb_of(&method, p, &query, &content_type);
-        let rt = crate::store::ResourceType::new(&p.group, &p.version, &p.resource);
+        let rt = crate::model::resource::ResourceType::new(&p.group, &p.version, &p.resource);
         let mut resource = qualified_resource(&rt);
         if let Some(sub) = &p.subresource {
             resource = format!("{resource}/{sub}");
@@ -493,7 +498,7 @@ async fn answer(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<Ap
             pretty,
         ),
         Route::Health => response(200, "text/plain; charset=utf-8", Bytes::from_static(b"ok")),
-        Route::Version => json_response(200, &crate::registry::version_document(), pretty),
+        Route::Version => json_response(200, &crate::storage::registry::version_document(), pretty),
         Route::Api => {
             if wants_aggregated(&accept) {
                 aggregated_response(&state.store.registry().aggregated_discovery(true))
@@ -501,7 +506,7 @@ async fn answer(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<Ap
                 let address = state.address.to_string();
                 json_response(
                     200,
-                    &crate::registry::api_versions_document(&address),
+                    &crate::storage::registry::api_versions_document(&address),
                     pretty,
                 )
             }
@@ -522,7 +527,7 @@ async fn answer(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<Ap
             None => not_found_page(),
         },
         Route::OpenApiIndex => {
-            let doc = crate::openapi::index(state.store.registry());
+            let doc = crate::http::openapi::index(state.store.registry());
             let bytes = serde_json::to_vec(&doc).unwrap_or_default();
             // The real server labels the index text/plain.
             response(200, "text/plain; charset=utf-8", Bytes::from(bytes))
@@ -601,12 +606,13 @@ fn openapi_document(state: &ClusterState, gv: &str) -> Response<ApiBody> {
         ["apis", g, v] => (*g, *v),
         _ => return not_found_page(),
     };
-    let Some(doc) = crate::openapi::group_version_document(state.store.registry(), group, version)
+    let Some(doc) =
+        crate::http::openapi::group_version_document(state.store.registry(), group, version)
     else {
         return not_found_page();
     };
     let bytes = serde_json::to_vec(&doc).unwrap_or_default();
-    let etag = format!("\"{}\"", crate::openapi::hash(&bytes));
+    let etag = format!("\"{}\"", crate::http::openapi::hash(&bytes));
     let mut resp = response(200, "application/json", Bytes::from(bytes));
     let headers = resp.headers_mut();
     headers.insert(
@@ -816,7 +822,7 @@ impl WatchStream {
                 .pointer("/metadata/resourceVersion")
                 .cloned()
                 .unwrap_or(Value::Null);
-            let table = crate::table::table_for(
+            let table = crate::http::table::table_for(
                 &self.spec.info,
                 &[object],
                 json!({ "resourceVersion": rv }),
@@ -851,7 +857,7 @@ impl WatchStream {
     }
 
     /// Delivers a committed event if it is of the watched resource and matches.
-    async fn deliver(&mut self, event: &crate::store::WatchEvent) -> Result<(), Stop> {
+    async fn deliver(&mut self, event: &crate::storage::store::WatchEvent) -> Result<(), Stop> {
         if event.resource != self.spec.resource {
             return Ok(());
         }
@@ -890,7 +896,7 @@ impl WatchStream {
     /// when that is newer than what the client already has.
     async fn bookmark(
         &mut self,
-        rx: &mut tokio::sync::broadcast::Receiver<Arc<crate::store::WatchEvent>>,
+        rx: &mut tokio::sync::broadcast::Receiver<Arc<crate::storage::store::WatchEvent>>,
     ) -> Result<(), Stop> {
         if !self.spec.bookmarks || !self.resource_active {
             return Ok(());

@@ -6,14 +6,14 @@ use std::sync::{Arc, RwLock};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::clock::Clock;
+use crate::controllers::rules::{self, Rule};
 use crate::controllers::{self, ControllerContext};
-use crate::faults::{CounterSet, Counters, Faults};
-use crate::kubeconfig;
-use crate::rules::{self, Rule};
-use crate::server::{self, ClusterState};
-use crate::store::Store;
-use crate::tls;
+use crate::http::faults::{CounterSet, Counters, Faults};
+use crate::http::server::{self, ClusterState};
+use crate::model::clock::Clock;
+use crate::sim::kubeconfig;
+use crate::sim::tls;
+use crate::storage::store::Store;
 
 /// How to start the simulator.
 #[derive(Clone, Debug)]

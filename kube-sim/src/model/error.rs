@@ -2,7 +2,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::store::ResourceType;
+use crate::model::resource::ResourceType;
 
 /// An error answered to an API client as a `Status` object.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]

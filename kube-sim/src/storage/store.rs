@@ -10,11 +10,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
-use crate::clock::{Clock, format_time};
-use crate::defaults;
-use crate::error::ApiError;
-use crate::managed_fields::{self, UpdateRecord};
-use crate::registry::{Registry, ResourceInfo};
+use crate::model::clock::{Clock, format_time};
+use crate::model::error::ApiError;
+use crate::model::resource::{ResourceType, generated_name, metadata_mut, new_uid};
+use crate::semantics::defaults;
+use crate::semantics::managed_fields::{self, UpdateRecord};
+use crate::storage::registry::{Registry, ResourceInfo};
 
 /// Events kept for watches that start from an older resourceVersion.
 const HISTORY_LIMIT: usize = 10_000;
@@ -26,41 +27,6 @@ const CHANNEL_CAPACITY: usize = 1_024;
 /// The first resourceVersion handed out. Watches from below it are "too old", as on a real
 /// server whose history has been compacted.
 const FIRST_RESOURCE_VERSION: u64 = 100;
-
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ResourceType {
-    pub group: String,
-    pub version: String,
-    pub resource: String,
-}
-
-impl ResourceType {
-    pub fn new(group: &str, version: &str, resource: &str) -> Self {
-        Self {
-            group: group.to_string(),
-            version: version.to_string(),
-            resource: resource.to_string(),
-        }
-    }
-
-    pub fn api_version(&self) -> String {
-        if self.group.is_empty() {
-            self.version.clone()
-        } else {
-            format!("{}/{}", self.group, self.version)
-        }
-    }
-}
-
-impl std::fmt::Display for ResourceType {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.group.is_empty() {
-            write!(f, "{}/{}", self.version, self.resource)
-        } else {
-            write!(f, "{}/{}/{}", self.group, self.version, self.resource)
-        }
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventKind {
@@ -1348,19 +1314,6 @@ fn set_type_meta(obj: &mut Value, info: &ResourceInfo) {
     }
 }
 
-/// `metadata` as a map, created (or replaced, when it is not an object) if needed.
-pub fn metadata_mut(obj: &mut Value) -> &mut Map<String, Value> {
-    if !obj.is_object() {
-        *obj = json!({});
-    }
-    let map = obj.as_object_mut().expect("object ensured above");
-    let meta = map.entry("metadata").or_insert_with(|| json!({}));
-    if !meta.is_object() {
-        *meta = json!({});
-    }
-    meta.as_object_mut().expect("object ensured above")
-}
-
 fn set_resource_version(obj: &mut Value, rv: u64) {
     metadata_mut(obj).insert("resourceVersion".into(), json!(rv.to_string()));
 }
@@ -1372,32 +1325,6 @@ fn order_metadata(obj: &mut Value) {
     if let Some(mf) = meta.remove("managedFields") {
         meta.insert("managedFields".into(), mf);
     }
-}
-
-/// A random version 4 UUID.
-pub fn new_uid() -> String {
-    let bytes: [u8; 16] = rand::random();
-    let mut b = bytes;
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let h = hex::encode(b);
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
-}
-
-/// `prefix` + 5 random characters from the alphabet Kubernetes uses for generated names.
-pub fn generated_name(prefix: &str) -> String {
-    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    let suffix: String = (0..5)
-        .map(|_| ALPHABET[rand::random_range(0..ALPHABET.len())] as char)
-        .collect();
-    format!("{prefix}{suffix}")
 }
 
 fn unique_generated_name(prefix: &str, taken: impl Fn(&str) -> bool) -> String {

@@ -8,14 +8,14 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
-use crate::apply::{self, ApplyRequest};
-use crate::error::ApiError;
-use crate::registry::ResourceInfo;
-use crate::selectors::{FieldSelector, LabelSelector};
-use crate::store::{
-    DeleteOptions, Ownership, Propagation, ResourceType, Store, WriteOptions, metadata_mut,
-};
-use crate::table;
+use crate::http::table;
+use crate::model::error::ApiError;
+use crate::model::resource::{ResourceType, metadata_mut};
+use crate::semantics::apply;
+use crate::semantics::selectors::{FieldSelector, LabelSelector};
+use crate::storage::apply::ApplyRequest;
+use crate::storage::registry::ResourceInfo;
+use crate::storage::store::{DeleteOptions, Ownership, Propagation, Store, WriteOptions};
 
 /// A resource path: `/api/v1/namespaces/{ns}/{resource}/{name}/{subresource}` and friends.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -106,11 +106,11 @@ impl WatchSpec {
 /// and whether the object is in the client's view afterwards. An object that starts to
 /// match arrives as ADDED and one that stops matching leaves as DELETED, as on a real server.
 pub fn selector_transition(
-    kind: crate::store::EventKind,
+    kind: crate::storage::store::EventKind,
     matches_now: bool,
     in_view: bool,
 ) -> (Option<&'static str>, bool) {
-    use crate::store::EventKind;
+    use crate::storage::store::EventKind;
     match (kind, matches_now, in_view) {
         (EventKind::Deleted, now, before) => ((now || before).then_some("DELETED"), false),
         (_, true, false) => (Some("ADDED"), true),
@@ -562,11 +562,9 @@ fn parse_body(req: &ApiRequest<'_>, info: &ResourceInfo) -> Result<Value, ApiErr
         "" | "application/json" | "*/*" => {
             serde_json::from_slice::<Value>(req.body).map_err(|e| e.to_string())
         }
-        "application/yaml" | "application/x-yaml" | "text/yaml" => {
-            apply::parse_yaml_or_json(req.body)
-        }
-        crate::protobuf::MEDIA_TYPE => {
-            return crate::protobuf::decode(req.body, &info.kind).map_err(|e| {
+        "application/yaml" | "application/x-yaml" | "text/yaml" => parse_yaml_or_json(req.body),
+        crate::http::protobuf::MEDIA_TYPE => {
+            return crate::http::protobuf::decode(req.body, &info.kind).map_err(|e| {
                 ApiError::new(415, "UnsupportedMediaType", format!("protobuf body: {e}"))
             });
         }
@@ -669,7 +667,7 @@ fn drop_undeclared_fields(
     let Some(declaration) = info.declaration() else {
         return Ok(Vec::new());
     };
-    let found = crate::schema::undeclared(declaration, body, true);
+    let found = crate::semantics::schema::undeclared(declaration, body, true);
     let named: Vec<String> = found
         .iter()
         .map(|u| format!("unknown field \"{}\"", u.decoder_path))
@@ -781,12 +779,12 @@ fn apply_patch(
             "Required value: is required for apply patch",
         ));
     }
-    let config = apply::parse_yaml_or_json(req.body).map_err(|e| {
+    let config = parse_yaml_or_json(req.body).map_err(|e| {
         ApiError::bad_request(format!(
             "error decoding YAML: error converting YAML to JSON: yaml: {e}"
         ))
     })?;
-    let applied = apply::apply(
+    let applied = crate::storage::apply::apply(
         store,
         ApplyRequest {
             resource: rt,
@@ -1126,13 +1124,22 @@ pub fn event_line(kind: &str, object: &Value) -> Bytes {
     Bytes::from(out)
 }
 
+/// Parses a request body as JSON, or else YAML, into a JSON value.
+fn parse_yaml_or_json(body: &[u8]) -> Result<Value, String> {
+    if let Ok(v) = serde_json::from_slice::<Value>(body) {
+        return Ok(v);
+    }
+    let text = std::str::from_utf8(body).map_err(|e| format!("invalid UTF-8: {e}"))?;
+    serde_saphyr::from_str::<Value>(text).map_err(|e| e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn selector_transitions_table() {
-        use crate::store::EventKind::*;
+        use crate::storage::store::EventKind::*;
         let cases = [
             (Added, true, false, Some("ADDED"), true),
             (Modified, true, true, Some("MODIFIED"), true),
@@ -1188,7 +1195,7 @@ mod tests {
 
     #[test]
     fn bookmark_matches_recording_shape() {
-        let registry = crate::registry::Registry::new();
+        let registry = crate::storage::registry::Registry::new();
         let info = registry.lookup("apps", "v1", "deployments").unwrap();
         let line = event_line("BOOKMARK", &bookmark_object(&info, 2123, false));
         let v: Value = serde_json::from_slice(&line).unwrap();

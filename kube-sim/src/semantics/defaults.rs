@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::store::{ResourceType, generated_name};
+use crate::model::resource::{ResourceType, generated_name};
 
 /// Sets `obj[key]` to `value` unless it is present (and not null).
 fn default(obj: &mut Map<String, Value>, key: &str, value: Value) {
@@ -120,7 +120,7 @@ pub fn on_write(rt: &ResourceType, obj: &mut Value) {
         }
         ("", "namespaces") => {
             let name = name_of(obj);
-            let meta = crate::store::metadata_mut(obj);
+            let meta = crate::model::resource::metadata_mut(obj);
             let labels = meta.entry("labels").or_insert_with(|| json!({}));
             if let Some(labels) = labels.as_object_mut() {
                 labels.insert("kubernetes.io/metadata.name".into(), json!(name));

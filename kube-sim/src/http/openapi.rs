@@ -1,12 +1,12 @@
 //! A minimal, honest OpenAPI v3: the index and, per group-version, the PATCH operation of
 //! every served resource with its group-version-kind and query parameters. That is what
 //! `kubectl apply` reads to learn that the server validates fields itself. Schemas are not
-//! served; the simulator checks fields itself (`schema.rs`).
+//! served; the simulator checks fields itself (`semantics::schema`).
 
 use serde_json::{Map, Value, json};
 use sha2::Digest;
 
-use crate::registry::Registry;
+use crate::storage::registry::Registry;
 
 /// The path key of a group-version in the index: `api/v1`, `apis/apps/v1`.
 fn gv_key(group: &str, version: &str) -> String {

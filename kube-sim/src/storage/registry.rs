@@ -7,7 +7,7 @@ use std::sync::{Arc, RwLock};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::store::ResourceType;
+use crate::model::resource::ResourceType;
 
 /// The built-in resources, taken from the recorded aggregated discovery of a v1.36 server.
 const BUILTIN_RESOURCES: &str = include_str!("builtin_resources.json");
@@ -69,10 +69,10 @@ pub struct PrinterColumn {
 impl ResourceInfo {
     /// What declares this resource's fields: its CRD's schema, or its built-in type. None
     /// for a CRD version without a schema.
-    pub fn declaration(&self) -> Option<crate::schema::Declaration<'_>> {
+    pub fn declaration(&self) -> Option<crate::semantics::schema::Declaration<'_>> {
         match (&self.schema, &self.crd) {
-            (Some(schema), _) => Some(crate::schema::Declaration::Crd(schema)),
-            (None, None) => Some(crate::schema::Declaration::Builtin {
+            (Some(schema), _) => Some(crate::semantics::schema::Declaration::Crd(schema)),
+            (None, None) => Some(crate::semantics::schema::Declaration::Builtin {
                 group: &self.group,
                 version: &self.version,
                 kind: &self.kind,
@@ -637,6 +637,26 @@ fn aggregated_resource(info: &ResourceInfo) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every built-in kind the simulator serves is checked, but for the one whose v1 type is
+    /// newer than the k8s-openapi API used here.
+    #[test]
+    fn every_served_builtin_kind_has_a_type() {
+        const NEWER_THAN_1_33: [&str; 1] = ["VolumeAttributesClass"];
+        let registry = Registry::new();
+        for info in registry.resources() {
+            if info.crd.is_some() || NEWER_THAN_1_33.contains(&info.kind.as_str()) {
+                continue;
+            }
+            assert!(
+                crate::semantics::schema::has_builtin_type(&info.group, &info.version, &info.kind),
+                "{} {} has no type here",
+                info.api_version(),
+                info.kind
+            );
+        }
+    }
+
     use serde_json::json;
 
     #[test]
