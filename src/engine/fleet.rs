@@ -164,10 +164,29 @@ async fn take_locks(
     let timeout = ReleaseSettings::from_config(&plan.config).lock_timeout;
     let deadline = tokio::time::Instant::now() + timeout;
     let mut abort: Option<(TargetOutcome, String)> = None;
+    let mut previous: Option<usize> = None;
     for position in lock_order(&keys) {
         let i = candidates[position];
         let Ok(r) = &reached[i] else { continue };
         let target = &targets[i];
+        // Validation refuses such configs; a kubeconfig read differently at run time must
+        // still not make a run wait for its own Lease.
+        if let Some(before) = previous.filter(|p| keys[*p] == keys[position]) {
+            let e = LockError::SameLease {
+                first: targets[candidates[before]].name.clone(),
+                second: target.name.clone(),
+                lease: crate::release::lock::lease_name(&plan.config.app),
+                namespace: keys[position].1.clone(),
+                server: r.access().server.clone(),
+            };
+            locks[i] = Some(Err(LockRefusal {
+                outcome: TargetOutcome::Failed,
+                failure: Some(PrepareError::Lock(e).failure(&r.access().server)),
+                message: None,
+            }));
+            continue;
+        }
+        previous = Some(position);
         if let Some((outcome, why)) = &abort {
             locks[i] = Some(Err(LockRefusal {
                 outcome: *outcome,

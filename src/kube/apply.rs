@@ -336,6 +336,13 @@ pub fn describe_apply_error(obj: &ManifestObject, err: &kube::Error) -> ObjectFa
                 status.code, status.message
             ),
         ),
+        other if crate::kube::retry::io_error_kind(other) == Some(std::io::ErrorKind::TimedOut) => (
+            "Timeout".to_string(),
+            format!(
+                "sent, but no answer came before the deadline, so whether the server applied it is unknown ({})",
+                crate::kube::retry::error_chain_text(other)
+            ),
+        ),
         other => (
             "Unreachable".to_string(),
             crate::kube::retry::error_chain_text(other),
@@ -1094,6 +1101,53 @@ mod tests {
             assert_eq!(failure.reason, "FieldNotDeclared");
             assert_eq!(failure.message, want);
         }
+    }
+
+    #[test]
+    fn managers_in_words() {
+        let cases = [
+            ("\"rollguard-web\"", "app web (field manager \"rollguard-web\")"),
+            ("rollguard-web", "app web (field manager \"rollguard-web\")"),
+            ("\"kubectl\"", "\"kubectl\""),
+            ("\"rollguard\"", "\"rollguard\""),
+        ];
+        for (manager, want) in cases {
+            assert_eq!(describe_manager(manager), want);
+        }
+        assert_eq!(field_manager("shop"), "rollguard-shop");
+    }
+
+    #[test]
+    fn typed_patch_and_rate_limit_failures_name_the_field() {
+        let obj = object("apps/v1", "Deployment", "web", Some("shop"), json!({}));
+        let typed = kube::Error::Api(Box::new(kube::core::Status {
+            code: 500,
+            message: "failed to create typed patch object (shop/web; apps/v1, Kind=Deployment): .spec.replicas: expected numeric (int or float), got string".into(),
+            ..Default::default()
+        }));
+        let f = describe_apply_error(&obj, &typed);
+        assert_eq!(f.reason, "InvalidField");
+        assert!(f.message.starts_with(".spec.replicas: expected numeric (int or float), got string in apps/v1 Deployment"), "{}", f.message);
+        assert_eq!(f.origin, "k8s/x.yaml:3");
+    }
+
+    #[test]
+    fn conflicts_with_the_old_manager_only_are_taken_over() {
+        let conflict = |owners: &[&str]| {
+            let causes: Vec<Value> = owners
+                .iter()
+                .map(|o| json!({"reason": "FieldManagerConflict", "message": format!("conflict with \"{o}\""), "field": ".data.x"}))
+                .collect();
+            kube::Error::Api(Box::new(
+                serde_json::from_value(json!({"code": 409, "reason": "Conflict", "message": "Apply failed", "details": {"causes": causes}}))
+                    .expect("status"),
+            ))
+        };
+        assert!(conflicts_only_with_legacy(&conflict(&["rollguard"])));
+        assert!(conflicts_only_with_legacy(&conflict(&["rollguard", "rollguard"])));
+        assert!(!conflicts_only_with_legacy(&conflict(&["rollguard", "kubectl"])));
+        assert!(!conflicts_only_with_legacy(&conflict(&["rollguard-other"])));
+        assert!(!conflicts_only_with_legacy(&conflict(&[])));
     }
 
     #[test]

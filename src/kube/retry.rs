@@ -158,7 +158,6 @@ impl RetryBudget {
             ..RetryBudget::until(deadline)
         }
     }
-}
 
     /// For bookkeeping calls (the Lease, release records) that have no deadline of their own:
     /// a few seconds of retries, enough to ride out a burst of 5xx.
@@ -197,6 +196,25 @@ impl RetryError {
             RetryError::Cancelled => None,
         }
     }
+}
+
+/// One call that is not cancelled (the Lease, a release record) under the retry policy: the
+/// error it ends with, as a kube error.
+pub async fn retry_call<T, F, Fut>(
+    what: &str,
+    budget: &RetryBudget,
+    op: F,
+) -> Result<T, kube::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, kube::Error>>,
+{
+    with_retry(what, budget, &CancellationToken::new(), op)
+        .await
+        .map_err(|e| {
+            e.into_kube()
+                .unwrap_or_else(|| timeout_error(what, Duration::ZERO))
+        })
 }
 
 /// The wait a 429 asked for (its Retry-After), when the error is one.
@@ -346,6 +364,13 @@ mod tests {
                 0,
                 ErrorClass::Permanent,
             ),
+            (
+                500,
+                "failed to create typed patch object (shop/web; apps/v1, Kind=Deployment): .spec.replicas: expected numeric (int or float), got string",
+                0,
+                ErrorClass::Permanent,
+            ),
+            (408, "timeout", 0, ErrorClass::Transient { retry_after: None }),
             (400, "bad", 0, ErrorClass::Permanent),
             (401, "Unauthorized", 0, ErrorClass::Permanent),
             (403, "forbidden", 0, ErrorClass::Permanent),
@@ -431,6 +456,68 @@ mod tests {
             .await;
         assert!(matches!(result, Err(RetryError::Api(_))));
         assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    fn too_many(retry_after: u32) -> kube::Error {
+        kube::Error::Api(Box::new(
+            serde_json::from_value(serde_json::json!({
+                "code": 429, "message": "slow down", "reason": "TooManyRequests",
+                "details": {"retryAfterSeconds": retry_after}
+            }))
+            .expect("status"),
+        ))
+    }
+
+    #[tokio::test]
+    async fn a_429_whose_wait_does_not_fit_ends_at_once_as_rate_limited() {
+        let calls = Arc::new(AtomicU32::new(0));
+        let budget = RetryBudget::until(Instant::now() + Duration::from_secs(5));
+        let c = calls.clone();
+        let result: Result<(), _> =
+            with_retry("test", &budget, &CancellationToken::new(), move || {
+                let c = c.clone();
+                async move {
+                    c.fetch_add(1, Ordering::SeqCst);
+                    Err(too_many(100))
+                }
+            })
+            .await;
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        let Err(RetryError::Api(err)) = result else {
+            panic!("expected the 429")
+        };
+        assert_eq!(rate_limited(&err), Some(Duration::from_secs(100)));
+        assert!(rate_limited_message(Duration::from_secs(100)).contains("wait 100s"));
+    }
+
+    #[tokio::test]
+    async fn attempts_are_bounded_and_nothing_is_sent_past_the_deadline() {
+        let calls = Arc::new(AtomicU32::new(0));
+        let budget = RetryBudget {
+            base_delay: Duration::from_millis(1),
+            max_delay: Duration::from_millis(2),
+            ..RetryBudget::until(Instant::now() + Duration::from_secs(30))
+        };
+        let c = calls.clone();
+        let result: Result<(), _> =
+            with_retry("test", &budget, &CancellationToken::new(), move || {
+                let c = c.clone();
+                async move {
+                    c.fetch_add(1, Ordering::SeqCst);
+                    Err(api_error(503, "busy"))
+                }
+            })
+            .await;
+        assert!(matches!(result, Err(RetryError::Api(_))));
+        assert_eq!(calls.load(Ordering::SeqCst), MAX_ATTEMPTS);
+
+        let past = RetryBudget::until(Instant::now());
+        let result: Result<(), _> =
+            with_retry("test", &past, &CancellationToken::new(), || async {
+                panic!("sent past the deadline")
+            })
+            .await;
+        assert!(matches!(result, Err(RetryError::NotSent)));
     }
 
     #[tokio::test]

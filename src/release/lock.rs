@@ -18,7 +18,7 @@ use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::kube::retry::{RetryBudget, RetryError, with_retry};
+use crate::kube::retry::{RetryBudget, RetryError, retry_call, with_retry};
 
 /// Default `leaseDurationSeconds`.
 pub const DEFAULT_LEASE_SECONDS: u64 = 30;
@@ -234,14 +234,15 @@ impl Lock {
         };
         let started = tokio::time::Instant::now();
         let mut announced = false;
-        let never = CancellationToken::new();
         // Every Lease call retries transient errors (the retry policy of retry.rs). A create
         // or replace whose answer was lost comes back as AlreadyExists or Conflict: the loop
         // then reads the Lease again and finds itself the holder (Decision::Renew).
-        let call_err = |e: RetryError| e.into_kube().unwrap_or_else(|| crate::kube::retry::timeout_error("lock", Duration::ZERO));
         loop {
-            let got = with_retry("read the lock", &RetryBudget::bookkeeping(), &never, || api.get_opt(&name)).await;
-            let current = match got.map_err(call_err) {
+            let got = retry_call("read the lock", &RetryBudget::bookkeeping(), || {
+                api.get_opt(&name)
+            })
+            .await;
+            let current = match got {
                 Ok(lease) => lease,
                 Err(kube::Error::Api(s)) if s.is_not_found() => None,
                 Err(e) => return Err(err("reading the lock", e)),
@@ -251,11 +252,11 @@ impl Lock {
             match decide(state.as_ref(), holder, now) {
                 Decision::Create => {
                     let lease = new_lease(&name, namespace, holder, options, now, 0, None);
-                    let created = with_retry("create the lock", &RetryBudget::bookkeeping(), &never, || {
-                        api.create(&PostParams::default(), &lease)
+                    let post = PostParams::default();
+                    let created = retry_call("create the lock", &RetryBudget::bookkeeping(), || {
+                        api.create(&post, &lease)
                     })
-                    .await
-                    .map_err(call_err);
+                    .await;
                     match created {
                         Ok(created) => {
                             return Ok(LockGuard::start(api, created, holder, options, None));
@@ -286,11 +287,12 @@ impl Lock {
                         transitions,
                         Some(&current.metadata),
                     );
-                    let replaced = with_retry("take over the lock", &RetryBudget::bookkeeping(), &never, || {
-                        api.replace(&name, &PostParams::default(), &lease)
-                    })
-                    .await
-                    .map_err(call_err);
+                    let post = PostParams::default();
+                    let replaced =
+                        retry_call("take over the lock", &RetryBudget::bookkeeping(), || {
+                            api.replace(&name, &post, &lease)
+                        })
+                        .await;
                     match replaced {
                         Ok(taken) => {
                             let lapsed = previous.filter(|p| p != holder);
@@ -476,7 +478,12 @@ impl LockGuard {
             namespace: lease.metadata.namespace.clone().unwrap_or_default(),
             source: Box::new(e),
         };
-        let current = match self.api.get_opt(&self.name).await {
+        let budget = RetryBudget::bookkeeping();
+        let found = retry_call("read the lock to release it", &budget, || {
+            self.api.get_opt(&self.name)
+        })
+        .await;
+        let current = match found {
             Ok(Some(current)) => current,
             Ok(None) => return Ok(()),
             Err(kube::Error::Api(s)) if s.is_not_found() => return Ok(()),
@@ -492,7 +499,11 @@ impl LockGuard {
             }),
             ..DeleteParams::default()
         };
-        match self.api.delete(&self.name, &dp).await {
+        let deleted = retry_call("release the lock", &budget, || {
+            self.api.delete(&self.name, &dp)
+        })
+        .await;
+        match deleted {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.is_not_found() || s.is_conflict() => Ok(()),
             Err(e) => Err(err("releasing the lock", e)),
@@ -558,8 +569,9 @@ async fn renew_loop(
             attempt_timeout: every.max(Duration::from_millis(200)),
             ..RetryBudget::until(expires)
         };
+        let post = PostParams::default();
         let result = with_retry("renew the lock", &budget, &never, || {
-            api.replace(&name, &PostParams::default(), &next)
+            api.replace(&name, &post, &next)
         })
         .await;
         match result {
@@ -625,13 +637,20 @@ pub async fn force_unlock(
         namespace: namespace.to_string(),
         source: Box::new(e),
     };
-    let previous = match api.get_opt(&name).await {
+    let budget = RetryBudget::bookkeeping();
+    let found = retry_call("read the lock", &budget, || api.get_opt(&name)).await;
+    let previous = match found {
         Ok(lease) => lease.as_ref().map(LeaseState::from_lease),
         Err(kube::Error::Api(s)) if s.is_not_found() => None,
         Err(e) => return Err(err("reading the lock", e)),
     };
     if previous.is_some() {
-        match api.delete(&name, &DeleteParams::default()).await {
+        let delete = DeleteParams::default();
+        let deleted = retry_call("delete the lock", &budget, || {
+            api.delete(&name, &delete)
+        })
+        .await;
+        match deleted {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.is_not_found() => {}
             Err(e) => return Err(err("deleting the lock", e)),
@@ -652,7 +671,11 @@ pub async fn inspect(
 ) -> Result<Option<LeaseState>, LockError> {
     let api: Api<Lease> = Api::namespaced(client, namespace);
     let name = lease_name(app);
-    match api.get_opt(&name).await {
+    let found = retry_call("read the lock", &RetryBudget::bookkeeping(), || {
+        api.get_opt(&name)
+    })
+    .await;
+    match found {
         Ok(lease) => Ok(lease.as_ref().map(LeaseState::from_lease)),
         Err(kube::Error::Api(s)) if s.is_not_found() => Ok(None),
         Err(e) => Err(LockError::Kube {
@@ -722,6 +745,33 @@ mod tests {
         for (lease, want) in cases {
             assert_eq!(decide(lease.as_ref(), "me", now), want, "{lease:?}");
         }
+    }
+
+    #[test]
+    fn lock_order_table() {
+        let k = |server: &str, ns: &str| lock_key(server, ns);
+        let cases: Vec<(Vec<(String, String)>, Vec<usize>)> = vec![
+            (vec![], vec![]),
+            (vec![k("https://b", "shop"), k("https://a", "shop")], vec![1, 0]),
+            (
+                vec![k("https://a", "z"), k("https://a", "b"), k("https://0", "z")],
+                vec![2, 1, 0],
+            ),
+            // One server spelt two ways sorts as one.
+            (vec![k("https://B:6443/", "x"), k("https://a:6443", "x")], vec![1, 0]),
+            // Ties keep config order.
+            (vec![k("https://a", "x"), k("https://a", "x")], vec![0, 1]),
+        ];
+        for (keys, want) in cases {
+            assert_eq!(lock_order(&keys), want, "{keys:?}");
+        }
+        // Two runs with their targets in different orders take the Leases in one order.
+        let run_a = vec![k("https://c", "s"), k("https://a", "s"), k("https://b", "s")];
+        let run_b = vec![k("https://b", "s"), k("https://c", "s"), k("https://a", "s")];
+        let ordered = |keys: &[(String, String)]| -> Vec<(String, String)> {
+            lock_order(keys).into_iter().map(|i| keys[i].clone()).collect()
+        };
+        assert_eq!(ordered(&run_a), ordered(&run_b));
     }
 
     #[test]

@@ -695,23 +695,13 @@ impl ReleaseStore {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = std::result::Result<T, kube::Error>>,
     {
-        use crate::kube::retry::{RetryBudget, with_retry};
+        use crate::kube::retry::{RetryBudget, retry_call};
         let budget = RetryBudget {
             base_delay: self.retry_base,
             max_delay: (self.retry_base * 20).min(RetryBudget::bookkeeping().max_delay),
             ..RetryBudget::bookkeeping()
         };
-        with_retry(
-            what,
-            &budget,
-            &tokio_util::sync::CancellationToken::new(),
-            op,
-        )
-        .await
-        .map_err(|e| {
-            e.into_kube()
-                .unwrap_or_else(|| crate::kube::retry::timeout_error(what, std::time::Duration::ZERO))
-        })
+        retry_call(what, &budget, op).await
     }
 
     pub fn namespace(&self) -> &str {
@@ -854,9 +844,10 @@ impl ReleaseStore {
             record.revision = revision;
             let secret = self.to_secret(&mut record, None, Some(manifests.gz.to_vec()))?;
             let api = self.api();
+            let post = PostParams::default();
             let created = self
                 .call("create a release record", || {
-                    api.create(&PostParams::default(), &secret)
+                    api.create(&post, &secret)
                 })
                 .await;
             match created {
@@ -975,9 +966,10 @@ impl ReleaseStore {
             drop(secret);
             let name = record.secret_name();
             let api = self.api();
+            let post = PostParams::default();
             let replaced = self
                 .call("update a release record", || {
-                    api.replace(&name, &PostParams::default(), &updated)
+                    api.replace(&name, &post, &updated)
                 })
                 .await;
             match replaced {
@@ -1097,9 +1089,10 @@ impl ReleaseStore {
         for revision in doomed {
             let name = secret_name(&self.app, *revision);
             let api = self.api();
+            let delete = DeleteParams::default();
             match self
                 .call("prune a release record", || {
-                    api.delete(&name, &DeleteParams::default())
+                    api.delete(&name, &delete)
                 })
                 .await
             {
@@ -1136,7 +1129,12 @@ pub async fn ensure_namespace(client: &Client, namespace: &str) -> Result<()> {
         namespace: namespace.to_string(),
         source: Box::new(e),
     };
-    match api.get_opt(namespace).await {
+    let budget = crate::kube::retry::RetryBudget::bookkeeping();
+    let found = crate::kube::retry::retry_call("read the history namespace", &budget, || {
+        api.get_opt(namespace)
+    })
+    .await;
+    match found {
         Ok(Some(_)) => return Ok(()),
         Ok(None) => {}
         Err(kube::Error::Api(status)) if status.is_not_found() => {}
@@ -1151,7 +1149,12 @@ pub async fn ensure_namespace(client: &Client, namespace: &str) -> Result<()> {
         },
         ..Namespace::default()
     };
-    match api.create(&PostParams::default(), &ns).await {
+    let post = PostParams::default();
+    let created = crate::kube::retry::retry_call("create the history namespace", &budget, || {
+        api.create(&post, &ns)
+    })
+    .await;
+    match created {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) if status.is_already_exists() => Ok(()),
         Err(e) => Err(err("creating the history namespace", e)),

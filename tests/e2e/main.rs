@@ -3,6 +3,7 @@
 //! tests run in parallel. Cluster access goes through `harness` only.
 
 mod apply;
+mod concurrency;
 mod deploy;
 mod failures;
 mod harness;

@@ -1,7 +1,6 @@
 //! Release history, the lock and automatic rollback (issue 4), end to end: the real binary
 //! against kube-sim clusters.
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use rollguard::release::{ReleaseKind, ReleaseRecord, ReleaseStatus, ReleaseStore};
@@ -9,7 +8,7 @@ use serde_json::Value;
 
 use crate::harness::{Run, TestEnv, config, deployment_available, list, rollguard, small_app};
 
-const GOOD: &str = "example.com/web:v1";
+pub(crate) const GOOD: &str = "example.com/web:v1";
 const BAD: &str = "example.com/web:v2";
 
 /// Three clusters where `BAD` cannot be pulled on sim-2 (target `us`) and runs everywhere else.
@@ -23,18 +22,18 @@ async fn fleet_with_bad_us() -> TestEnv {
 }
 
 /// The release records of app `shop` on cluster `sim-N`, oldest first.
-async fn records(env: &TestEnv, cluster: usize) -> Vec<ReleaseRecord> {
+pub(crate) async fn records(env: &TestEnv, cluster: usize) -> Vec<ReleaseRecord> {
     ReleaseStore::new(env.client(cluster).await, "shop", "shop", 10)
         .list()
         .await
         .expect("records readable")
 }
 
-fn statuses(records: &[ReleaseRecord]) -> Vec<(u64, ReleaseStatus)> {
+pub(crate) fn statuses(records: &[ReleaseRecord]) -> Vec<(u64, ReleaseStatus)> {
     records.iter().map(|r| (r.revision, r.status)).collect()
 }
 
-async fn web(env: &TestEnv, cluster: usize) -> Value {
+pub(crate) async fn web(env: &TestEnv, cluster: usize) -> Value {
     let client = env.client(cluster).await;
     list(&client, "apps/v1", "Deployment", "deployments", "shop")
         .await
@@ -43,7 +42,7 @@ async fn web(env: &TestEnv, cluster: usize) -> Value {
         .expect("Deployment web exists")
 }
 
-fn image(d: &Value) -> String {
+pub(crate) fn image(d: &Value) -> String {
     d["spec"]["template"]["spec"]["containers"][0]["image"]
         .as_str()
         .unwrap_or_default()
@@ -51,7 +50,7 @@ fn image(d: &Value) -> String {
 }
 
 /// The Deployment runs `want` and all its pods are ready.
-async fn assert_runs(env: &TestEnv, cluster: usize, want: &str) {
+pub(crate) async fn assert_runs(env: &TestEnv, cluster: usize, want: &str) {
     let d = web(env, cluster).await;
     assert_eq!(image(&d), want, "sim-{cluster}");
     assert!(
@@ -62,7 +61,7 @@ async fn assert_runs(env: &TestEnv, cluster: usize, want: &str) {
 }
 
 /// Deploys `GOOD` everywhere (revision 1), which must succeed.
-async fn first_good_deploy(env: &TestEnv) {
+pub(crate) async fn first_good_deploy(env: &TestEnv) {
     env.write("k8s/app.yaml", &small_app(GOOD));
     let run = env.deploy(&[]).await;
     assert_eq!(run.code, 0, "{}", run.output());
@@ -297,38 +296,13 @@ async fn a_cluster_down_fails_its_rollback_but_not_the_others() {
     assert_runs(&env, 2, GOOD).await;
 }
 
-/// Starts `rollguard deploy` in the background with extra environment variables.
+/// Starts `rollguard deploy` in the background (report `report.json`).
 fn spawn_deploy(env: &TestEnv, envs: &[(&str, &str)]) -> tokio::process::Child {
-    let report = env.path("report.json");
-    let _ = std::fs::remove_file(&report);
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_rollguard"));
-    cmd.arg("deploy")
-        .arg("--config")
-        .arg(env.path("rollguard.yaml"))
-        .arg("--kubeconfig")
-        .arg(&env.kubeconfig)
-        .arg("--report")
-        .arg(&report)
-        .current_dir(env.dir.path())
-        .env_clear()
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    for key in ["PATH", "HOME", "TMPDIR"] {
-        if let Some(v) = std::env::var_os(key) {
-            cmd.env(key, v);
-        }
-    }
-    cmd.env("RUST_LOG", "rollguard=info");
-    for (k, v) in envs {
-        cmd.env(k, v);
-    }
-    cmd.spawn().expect("rollguard starts")
+    env.spawn_deploy("report.json", envs)
 }
 
 /// Waits until revision `revision` exists on `sim-N` with status pending.
-async fn wait_for_pending(env: &TestEnv, cluster: usize, revision: u64) {
+pub(crate) async fn wait_for_pending(env: &TestEnv, cluster: usize, revision: u64) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let recs = records(env, cluster).await;
@@ -347,7 +321,7 @@ async fn wait_for_pending(env: &TestEnv, cluster: usize, revision: u64) {
     }
 }
 
-fn signal(child: &tokio::process::Child, sig: &str) {
+pub(crate) fn signal(child: &tokio::process::Child, sig: &str) {
     let pid = child.id().expect("running").to_string();
     let ok = std::process::Command::new("kill")
         .args([sig, &pid])

@@ -467,6 +467,7 @@ async fn answer(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<Ap
         || path == "/apis"
         || path.starts_with("/apis/");
     let content_type = header_str(&req, header::CONTENT_TYPE).to_string();
+    let mut faulted_resource = None;
     if let Route::Resource(p) = &route {
         let verb = handlers::verb_of(&method, p, &query, &content_type);
         let rt = crate::model::resource::ResourceType::new(&p.group, &p.version, &p.resource);
@@ -476,11 +477,12 @@ async fn answer(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<Ap
         }
         let dry_run = query.get("dryRun").is_some_and(|v| !v.is_empty());
         state.counters.record(verb, &resource, dry_run);
+        faulted_resource = Some(resource);
     } else if is_api {
         state.counters.record("discovery", &path, false);
     }
-    if is_api {
-        let faults = state.faults();
+    let faults = state.faults();
+    if is_api && faults.applies_to(faulted_resource.as_deref()) {
         if faults.latency_ms > 0 {
             tokio::time::sleep(Duration::from_millis(faults.latency_ms)).await;
         }
