@@ -485,8 +485,11 @@ pub fn prune_choice(records: &[(u64, ReleaseStatus)], keep: usize) -> Vec<u64> {
         .filter(|(_, s)| *s == ReleaseStatus::Deployed)
         .map(|(r, _)| *r)
         .max();
+    // The newest stays too: the next revision is one above the highest kept, so dropping
+    // it would hand its number out again.
+    let newest = records.iter().map(|(r, _)| *r).max();
     let protected = |rev: u64, status: ReleaseStatus| {
-        Some(rev) == last_good || status == ReleaseStatus::Pending
+        Some(rev) == last_good || Some(rev) == newest || status == ReleaseStatus::Pending
     };
     let mut newest_first: Vec<(u64, ReleaseStatus)> = records.to_vec();
     newest_first.sort_by_key(|(rev, _)| std::cmp::Reverse(*rev));
@@ -1188,8 +1191,8 @@ mod tests {
                 2,
                 &[2, 3],
             ),
-            // keep 1 keeps only the last good one.
-            (&[(1, Superseded), (2, Deployed), (3, Failed)], 1, &[1, 3]),
+            // keep 1 keeps the last good one, and the newest (so no revision repeats).
+            (&[(1, Superseded), (2, Deployed), (3, Failed)], 1, &[1]),
             // Pending records are never pruned.
             (&[(1, Failed), (2, Failed), (3, Pending)], 1, &[1, 2]),
             // keep 0 is treated as 1.
