@@ -1,20 +1,10 @@
-//! The command line: `rollguard deploy | schema | demo` (history, show, rollback and unlock
-//! come with the release work), and the code that runs each command.
+//! The command line, as clap types only: `rollguard deploy | schema | demo | history | show |
+//! rollback | unlock` and their flags. What each command does is in `commands/`.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use tokio_util::sync::CancellationToken;
-
-use crate::config::{self, Overrides};
-use crate::engine::target_run::{DeployOptions, Plan};
-use crate::error::{Error, exit};
-use crate::manifests;
-use crate::report::progress;
-use crate::report::{self, Report};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -36,17 +26,24 @@ pub enum Command {
     /// Start three simulated clusters and show a deploy, a fast failure and the report.
     Demo(DemoArgs),
     #[command(flatten)]
-    Release(crate::commands::release::ReleaseCommand),
+    Release(ReleaseCommand),
 }
 
-#[derive(Debug, Clone, Args)]
-pub struct DeployArgs {
+/// `--config` and `--kubeconfig`, the same for every command that reads the config.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ConfigFiles {
     /// The config file [default: ./rollguard.yaml; env ROLLGUARD_CONFIG]
     #[arg(long, value_name = "PATH")]
     pub config: Option<PathBuf>,
     /// Kubeconfig for targets that name none (default: $KUBECONFIG, then ~/.kube/config).
     #[arg(long, value_name = "PATH")]
     pub kubeconfig: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DeployArgs {
+    #[command(flatten)]
+    pub files: ConfigFiles,
     /// Deploy only to the targets with this context (or target name); repeatable.
     #[arg(long = "context", value_name = "NAME")]
     pub contexts: Vec<String>,
@@ -86,203 +83,103 @@ pub struct DemoArgs {
     pub report: Option<PathBuf>,
 }
 
+/// The release commands, flattened into the top-level command line.
+#[derive(Debug, Clone, Subcommand)]
+pub enum ReleaseCommand {
+    /// Release history of each target: revision, status, commit, time, duration, note.
+    History(HistoryArgs),
+    /// One release record with its manifests (Secret values redacted).
+    Show(ShowArgs),
+    /// Re-apply an earlier good revision (or a commit's manifests) as a new revision.
+    Rollback(RollbackArgs),
+    /// Force-release the deploy lock of the app (when a run died and you cannot wait).
+    Unlock(UnlockArgs),
+}
+
+/// Which config and which targets a command works on.
+#[derive(Debug, Clone, Args)]
+pub struct Selection {
+    #[command(flatten)]
+    pub files: ConfigFiles,
+    /// Only this target (repeatable; default: every target of the config).
+    #[arg(long = "target", value_name = "NAME")]
+    pub targets: Vec<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct HistoryArgs {
+    #[command(flatten)]
+    pub selection: Selection,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ShowArgs {
+    #[command(flatten)]
+    pub selection: Selection,
+    /// The revision to show (see `rollguard history`).
+    #[arg(long, value_name = "N")]
+    pub revision: u64,
+    /// yaml or json.
+    #[arg(
+        short = 'o',
+        long = "output",
+        default_value = "yaml",
+        value_name = "FORMAT"
+    )]
+    pub output: ShowFormat,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RollbackArgs {
+    #[command(flatten)]
+    pub selection: Selection,
+    /// The revision to go back to [default: the last good revision before the current one].
+    #[arg(long, value_name = "N", conflicts_with = "from_git")]
+    pub revision: Option<u64>,
+    /// Re-apply the manifests of this commit, read with git (fetched if the clone is shallow).
+    #[arg(long, value_name = "SHA")]
+    pub from_git: Option<String>,
+    /// Show what would change, change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Do not ask for confirmation in a terminal.
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+    /// Allow a revision that never ran healthy (failed or pending).
+    #[arg(long)]
+    pub force: bool,
+    /// Take ownership of fields that another field manager owns.
+    #[arg(long)]
+    pub force_conflicts: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct UnlockArgs {
+    #[command(flatten)]
+    pub selection: Selection,
+}
+
+/// Output format of `show`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ShowFormat {
+    #[default]
+    Yaml,
+    Json,
+}
+
+impl std::str::FromStr for ShowFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "yaml" | "yml" => Ok(ShowFormat::Yaml),
+            "json" => Ok(ShowFormat::Json),
+            other => Err(format!("unknown output format `{other}`: use yaml or json")),
+        }
+    }
+}
+
 fn parse_duration_arg(text: &str) -> Result<Duration, String> {
     crate::util::duration::parse_duration(text).map_err(|e| e.to_string())
-}
-
-/// The process environment as a map (one snapshot, so a run sees one consistent view).
-pub fn env_snapshot() -> HashMap<String, String> {
-    std::env::vars().collect()
-}
-
-/// Runs a parsed command; returns the process exit code.
-pub async fn run(cli: Cli) -> Result<i32, Error> {
-    let env = env_snapshot();
-    match cli.command {
-        Command::Deploy(args) => deploy(args, env).await,
-        Command::Schema => {
-            let schema = config::json_schema();
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&schema).unwrap_or_default()
-            );
-            Ok(exit::OK)
-        }
-        Command::Demo(args) => crate::commands::demo::run(args).await,
-        Command::Release(command) => Ok(crate::commands::release::run(command, env).await),
-    }
-}
-
-/// Loads and validates everything; no cluster is touched here.
-pub fn plan(args: &DeployArgs, env: HashMap<String, String>) -> Result<Plan, Error> {
-    let lookup = |k: &str| env.get(k).cloned();
-    let path = config::config_path(args.config.as_deref(), &lookup);
-    let on_failure = match &args.on_failure {
-        Some(text) => Some(
-            text.parse::<config::FailurePolicy>()
-                .map_err(|why| Error::Usage(format!("--on-failure: {why}")))?,
-        ),
-        None => None,
-    };
-    if args.concurrency == Some(0) {
-        return Err(Error::Usage("--concurrency must be at least 1".into()));
-    }
-    let overrides = Overrides {
-        kubeconfig: args.kubeconfig.clone(),
-        contexts: args.contexts.clone(),
-        timeout: args.timeout,
-        on_failure,
-        concurrency: args.concurrency,
-        lock_timeout: args.lock_timeout,
-        ..Default::default()
-    };
-    let config = config::load(&path, &overrides, &lookup)?;
-    refuse_overlapping_targets(&config, &path, &lookup)?;
-    let manifests = manifests::load(&config)?;
-    let commit = crate::util::git::detect_commit(args.commit.as_deref(), &lookup, &config.base_dir);
-    let options = DeployOptions {
-        force_conflicts: args.force_conflicts,
-        dry_run: args.dry_run,
-        cli_kubeconfig: config.kubeconfig.clone(),
-    };
-    Ok(Plan::new(config, manifests, commit, options, env))
-}
-
-/// Two targets that resolve (offline, from their kubeconfigs) to one cluster and namespace
-/// are refused before any cluster is touched. A target whose kubeconfig cannot be read here
-/// is left to fail on its own when it connects.
-fn refuse_overlapping_targets(
-    config: &config::Config,
-    path: &std::path::Path,
-    lookup: &(dyn Fn(&str) -> Option<String> + Sync),
-) -> Result<(), Error> {
-    use crate::engine::overlap::{Placement, describe, overlapping};
-    let placements: Vec<Placement> = config
-        .targets
-        .iter()
-        .filter_map(|t| {
-            let (server, context_ns) = crate::kube::connect::locate_offline(
-                t,
-                config.kubeconfig.as_deref(),
-                &config.base_dir,
-                lookup,
-            )
-            .ok()?;
-            let namespace = config
-                .namespace_for(t)
-                .map(str::to_string)
-                .or(context_ns)
-                .unwrap_or_else(|| "default".to_string());
-            let history_namespace = config
-                .history
-                .namespace
-                .clone()
-                .unwrap_or_else(|| namespace.clone());
-            Some(Placement {
-                target: t.name.clone(),
-                line: t.line,
-                server,
-                namespace,
-                history_namespace,
-            })
-        })
-        .collect();
-    let pairs = overlapping(&placements);
-    if pairs.is_empty() {
-        return Ok(());
-    }
-    Err(Error::Usage(describe(
-        &pairs,
-        &path.display().to_string(),
-    )))
-}
-
-/// Cancels on the first SIGINT/SIGTERM; a second signal exits at once with 130.
-pub fn cancel_on_signals() -> CancellationToken {
-    let cancel = CancellationToken::new();
-    let token = cancel.clone();
-    tokio::spawn(async move {
-        let mut count = 0;
-        loop {
-            wait_for_signal().await;
-            count += 1;
-            if count == 1 {
-                eprintln!("rollguard: cancelling (a second signal stops at once)");
-                token.cancel();
-            } else {
-                std::process::exit(exit::CANCELLED);
-            }
-        }
-    });
-    cancel
-}
-
-#[cfg(unix)]
-async fn wait_for_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
-}
-
-#[cfg(not(unix))]
-async fn wait_for_signal() {
-    let _ = tokio::signal::ctrl_c().await;
-}
-
-/// `rollguard deploy`.
-pub async fn deploy(args: DeployArgs, env: HashMap<String, String>) -> Result<i32, Error> {
-    let plan = Arc::new(plan(&args, env)?);
-    let cancel = cancel_on_signals();
-    let report = run_plan(plan.clone(), cancel.clone()).await;
-    finish_report(&report, args.report.as_ref(), &plan.env)?;
-    let rollback_failed = report
-        .targets
-        .iter()
-        .any(|t| t.outcome == report::TargetOutcome::RollbackFailed);
-    Ok(if cancel.is_cancelled() && !rollback_failed {
-        exit::CANCELLED
-    } else {
-        report::exit_code(&report)
-    })
-}
-
-/// Runs a plan with live progress on stderr.
-pub async fn run_plan(plan: Arc<Plan>, cancel: CancellationToken) -> Report {
-    let lookup = |k: &str| plan.env.get(k).cloned();
-    let names = plan.config.targets.iter().map(|t| t.name.clone()).collect();
-    let (progress, renderer) = progress::start(names, progress::detect_mode(&lookup));
-    let report = crate::engine::fleet::deploy(plan.clone(), cancel, progress).await;
-    let _ = renderer.await;
-    report
-}
-
-/// Prints the final table on stdout and writes the JSON report when asked.
-pub fn finish_report(
-    report: &Report,
-    path: Option<&PathBuf>,
-    env: &HashMap<String, String>,
-) -> Result<(), Error> {
-    let lookup = |k: &str| env.get(k).cloned();
-    println!(
-        "{}",
-        report::to_table(report, progress::table_color(&lookup))
-    );
-    if let Some(path) = path {
-        std::fs::write(path, report::to_json(report)).map_err(|source| Error::WriteReport {
-            path: path.clone(),
-            source,
-        })?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -315,6 +212,7 @@ mod tests {
         let Command::Deploy(args) = cli.command else {
             panic!("deploy expected")
         };
+        assert_eq!(args.files.config, Some(PathBuf::from("x.yaml")));
         assert_eq!(args.contexts, vec!["a", "b"]);
         assert_eq!(args.timeout, Some(Duration::from_secs(30)));
         assert!(args.force_conflicts && args.dry_run);

@@ -5,8 +5,6 @@ pub mod commands;
 pub mod config;
 pub mod engine;
 pub mod error;
-#[cfg(test)]
-mod fake_api;
 pub mod kube;
 pub mod manifests;
 pub mod release;

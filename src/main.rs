@@ -1,7 +1,8 @@
 //! The rollguard binary: parse, set up logging, run, map the result to an exit code.
 
 use clap::Parser;
-use rollguard::cli::{Cli, run};
+use rollguard::cli::Cli;
+use rollguard::commands::run;
 use tracing_subscriber::EnvFilter;
 
 /// Upper bound on the async runtime's worker threads.

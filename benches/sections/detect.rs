@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use kube_sim::{EventKind, SimOptions};
 
-use crate::support::fixtures::{self, outcome_word};
+use crate::support::fixtures;
 use crate::support::procs::{self, Finished};
 use crate::support::table::{Row, median};
 
@@ -151,10 +151,10 @@ async fn measure(scratch: &Path) -> Result<Vec<Row>, String> {
             .failures
             .iter()
             .any(|f| f.reason == "ImagePullBackOff");
-        if outcome_word(&target.outcome) != "failed" || !reason_ok {
+        if target.outcome.as_str() != "failed" || !reason_ok {
             problems.push(format!(
                 "run {i}: outcome {} with failures {:?}",
-                outcome_word(&target.outcome),
+                target.outcome.as_str(),
                 target
                     .failures
                     .iter()

@@ -100,9 +100,9 @@ pub fn config(
 /// In-process kube-sim clusters, and their kubeconfig written to `scratch/kubeconfig`
 /// (contexts sim-1 .. sim-n).
 pub async fn start_sim(options: SimOptions, scratch: &Path) -> Result<(Sim, PathBuf), String> {
-    let sim = Sim::start(options).await.map_err(|e| e.to_string())?;
     let kubeconfig = scratch.join("kubeconfig");
-    sim.write_kubeconfig(&kubeconfig)
+    let sim = Sim::start_with_kubeconfig(options, &kubeconfig)
+        .await
         .map_err(|e| e.to_string())?;
     Ok((sim, kubeconfig))
 }
@@ -125,7 +125,7 @@ impl DeployRun {
         self.report.as_ref().map_or(0, |r| {
             r.targets
                 .iter()
-                .filter(|t| outcome_word(&t.outcome) == outcome)
+                .filter(|t| t.outcome.as_str() == outcome)
                 .count()
         })
     }
@@ -161,13 +161,6 @@ impl DeployRun {
             })
             .reduce(f64::max)
     }
-}
-
-pub fn outcome_word(o: &rollguard::report::TargetOutcome) -> String {
-    serde_json::to_value(o)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default()
 }
 
 /// Runs `rollguard deploy --config DIR/rollguard.yaml --kubeconfig KC --report ...` plus

@@ -1073,28 +1073,90 @@ async fn discovery_matches_recordings() {
         )
         .await
         .json();
+    // Group by group, both ways: every recorded group is served, and nothing else is.
     let recorded = recording("01-discovery-apis-aggregated.json");
-    for group in apis["items"].as_array().unwrap() {
-        let name = &group["metadata"]["name"];
-        let expected = recorded["items"]
+    let names = |doc: &Value| -> Vec<String> {
+        doc["items"]
             .as_array()
-            .unwrap()
+            .expect("items")
             .iter()
-            .find(|g| &g["metadata"]["name"] == name)
-            .unwrap();
-        assert_eq!(group, expected, "aggregated group {name}");
+            .map(|g| {
+                g["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .collect()
+    };
+    assert!(
+        names(&recorded).len() > 10,
+        "the recording lists the groups"
+    );
+    assert_eq!(
+        names(&apis),
+        names(&recorded),
+        "aggregated groups, in order"
+    );
+    for (group, expected) in apis["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(recorded["items"].as_array().unwrap())
+    {
+        assert_eq!(
+            group, expected,
+            "aggregated group {}",
+            group["metadata"]["name"]
+        );
     }
     let legacy_apis = api.get("/apis").await.json();
     let recorded = recording("01-discovery-apis-legacy.json");
-    for group in legacy_apis["groups"].as_array().unwrap() {
-        let expected = recorded["groups"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|g| g["name"] == group["name"])
-            .unwrap();
-        assert_eq!(group, expected);
+    assert_eq!(legacy_apis["groups"], recorded["groups"], "/apis groups");
+
+    // The APIResourceLists recorded for the groups added in section 13.
+    for (path, file) in [
+        (
+            "/apis/admissionregistration.k8s.io/v1",
+            "13-discovery-apis-admissionregistration-v1.json",
+        ),
+        (
+            "/apis/apiregistration.k8s.io/v1",
+            "13-discovery-apis-apiregistration-v1.json",
+        ),
+        (
+            "/apis/flowcontrol.apiserver.k8s.io/v1",
+            "13-discovery-apis-flowcontrol-v1.json",
+        ),
+        (
+            "/apis/scheduling.k8s.io/v1",
+            "13-discovery-apis-scheduling-v1.json",
+        ),
+        ("/apis/node.k8s.io/v1", "13-discovery-apis-node-v1.json"),
+        (
+            "/apis/discovery.k8s.io/v1",
+            "13-discovery-apis-discovery-v1.json",
+        ),
+        ("/apis/resource.k8s.io", "13-discovery-apis-resource.json"),
+        (
+            "/apis/resource.k8s.io/v1",
+            "13-discovery-apis-resource-v1.json",
+        ),
+        ("/apis/events.k8s.io/v1", "13-discovery-apis-events-v1.json"),
+        (
+            "/apis/certificates.k8s.io/v1",
+            "13-discovery-apis-certificates-v1.json",
+        ),
+    ] {
+        let got = api.get(path).await;
+        assert_eq!(got.status, 200, "{path}");
+        assert_eq!(got.json(), recording(file), "{path} against {file}");
     }
+    let unserved = api.get("/apis/resource.k8s.io/v1beta2").await;
+    assert_eq!(unserved.status, 404);
+    assert_eq!(
+        unserved.json(),
+        recording("13-discovery-apis-resource-v1beta2-404.json")
+    );
 }
 
 #[tokio::test]
@@ -1567,4 +1629,88 @@ async fn https_with_the_generated_ca() {
     let client = kube::Client::try_from(client_config).unwrap();
     let version = client.apiserver_version().await.unwrap();
     assert_eq!(version.git_version, "v1.36.2");
+}
+
+/// `value` with what differs from run to run (uid, resourceVersion, timestamps, the client's
+/// manager name) blanked.
+fn without_identity(mut value: Value) -> Value {
+    if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+        for key in ["uid", "resourceVersion", "creationTimestamp"] {
+            if meta.contains_key(key) {
+                meta.insert(key.into(), json!("-"));
+            }
+        }
+        if let Some(entries) = meta.get_mut("managedFields").and_then(Value::as_array_mut) {
+            for entry in entries.iter_mut() {
+                entry["time"] = json!("-");
+                if entry["operation"] == "Update" && entry.get("subresource").is_none() {
+                    entry["manager"] = json!("-");
+                }
+            }
+        }
+    }
+    value
+}
+
+#[tokio::test]
+async fn kinds_without_a_controller_are_stored_as_recorded() {
+    let sim = plain_sim().await;
+    let api = Api::new(&sim, 0);
+    for (path, name) in [
+        (
+            "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+            "13-validatingwebhookconfiguration-create",
+        ),
+        (
+            "/apis/apiregistration.k8s.io/v1/apiservices",
+            "13-apiservice-create",
+        ),
+        (
+            "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas",
+            "13-flowschema-create",
+        ),
+        (
+            "/apis/scheduling.k8s.io/v1/priorityclasses",
+            "13-priorityclass-create",
+        ),
+    ] {
+        let body = recording(&format!("{name}-request-body.json"));
+        let created = api
+            .send_as(
+                "POST",
+                path,
+                Some(JSON),
+                body.to_string(),
+                Some(&api.token),
+                JSON,
+            )
+            .await;
+        assert_eq!(
+            created.status,
+            201,
+            "{path}: {}",
+            String::from_utf8_lossy(&created.body)
+        );
+        assert_eq!(
+            without_identity(created.json()),
+            without_identity(recording(&format!("{name}-response.json"))),
+            "{path}"
+        );
+        let object_name = body["metadata"]["name"].as_str().unwrap();
+        let read = api.get(&format!("{path}/{object_name}")).await;
+        assert_eq!(read.status, 200);
+        assert_eq!(read.json(), created.json(), "{path}: read back as created");
+    }
+    // A webhook configuration has no effect: there are no webhooks to call.
+    api.create_namespace("rec-val").await;
+    let open = recording("13-webhook-fail-open-configmap-create-request-body.json");
+    let created = api
+        .send(
+            "POST",
+            "/api/v1/namespaces/rec-val/configmaps",
+            Some(JSON),
+            open.to_string(),
+        )
+        .await;
+    assert_eq!(created.status, 201);
 }

@@ -8,12 +8,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::cli::{
-    DemoArgs, DeployArgs, cancel_on_signals, env_snapshot, finish_report, plan, run_plan,
-};
+use crate::cli::{ConfigFiles, DemoArgs, DeployArgs};
+use crate::commands::deploy::{cancel_on_signals, finish_report, plan, run_plan};
+use crate::commands::env_snapshot;
 use crate::error::{Error, exit};
-use crate::report::progress::format_duration;
 use crate::report::{Report, TargetOutcome};
+use crate::util::duration::format_duration;
 
 /// The demo's config: three targets on the three simulated clusters.
 pub const DEMO_CONFIG: &str = "\
@@ -97,8 +97,10 @@ fn write(path: &Path, text: &str) -> Result<(), Error> {
 
 fn step_args(dir: &Path, kubeconfig: &Path, report: Option<&Path>) -> DeployArgs {
     DeployArgs {
-        config: Some(dir.join("rollguard.yaml")),
-        kubeconfig: Some(kubeconfig.to_path_buf()),
+        files: ConfigFiles {
+            config: Some(dir.join("rollguard.yaml")),
+            kubeconfig: Some(kubeconfig.to_path_buf()),
+        },
         contexts: Vec::new(),
         timeout: None,
         commit: None,
@@ -218,16 +220,13 @@ async fn start_sim(
     kubeconfig: &Path,
 ) -> Result<kube_sim::cluster::Sim, Error> {
     let rules = kube_sim::rules::parse(rules).map_err(|e| Error::Demo(e.to_string()))?;
-    let options = kube_sim::cluster::SimOptions {
+    let options = kube_sim::SimOptions {
         clusters,
         time_scale,
         rules,
         ..Default::default()
     };
-    let sim = kube_sim::cluster::Sim::start(options)
+    kube_sim::Sim::start_with_kubeconfig(options, kubeconfig)
         .await
-        .map_err(|e| Error::Demo(format!("cannot start kube-sim: {e}")))?;
-    sim.write_kubeconfig(kubeconfig)
-        .map_err(|e| Error::Demo(e.to_string()))?;
-    Ok(sim)
+        .map_err(|e| Error::Demo(format!("cannot start kube-sim: {e}")))
 }

@@ -1,4 +1,42 @@
-//! One module per user command.
+//! One module per user command, and the dispatch from the parsed command line to them.
 
+#[cfg(feature = "demo")]
 pub mod demo;
+pub mod deploy;
 pub mod release;
+
+use std::collections::HashMap;
+
+use crate::cli::{Cli, Command};
+use crate::config;
+use crate::error::{Error, exit};
+
+/// The process environment as a map (one snapshot, so a run sees one consistent view).
+pub fn env_snapshot() -> HashMap<String, String> {
+    std::env::vars().collect()
+}
+
+/// Runs a parsed command; returns the process exit code.
+pub async fn run(cli: Cli) -> Result<i32, Error> {
+    let env = env_snapshot();
+    match cli.command {
+        Command::Deploy(args) => deploy::deploy(args, env).await,
+        Command::Schema => {
+            let schema = config::json_schema();
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&schema).unwrap_or_default()
+            );
+            Ok(exit::OK)
+        }
+        #[cfg(feature = "demo")]
+        Command::Demo(args) => demo::run(args).await,
+        #[cfg(not(feature = "demo"))]
+        Command::Demo(_) => Err(Error::Usage(
+            "this rollguard was built without the `demo` feature (a smaller binary for CI); \
+             run the demo with a default build: `cargo run --release -- demo`"
+                .into(),
+        )),
+        Command::Release(command) => Ok(release::run(command, env).await),
+    }
+}

@@ -5,51 +5,25 @@
 
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use clap::Args;
 use serde_json::Value;
 use tokio::time::Instant;
 
+use crate::cli::{
+    HistoryArgs, ReleaseCommand, RollbackArgs, Selection, ShowArgs, ShowFormat, UnlockArgs,
+};
 use crate::config::{self, Config, ConfigError, Overrides, TargetConfig};
-use crate::engine::conclude::{self, ReApply, ReleaseSettings};
-use crate::engine::target_run::{DeployOptions, Plan};
+use crate::engine::policy::{self, RollbackResult};
+use crate::engine::reapply::{self, ReApply};
 use crate::error::exit;
 use crate::kube::connect::{ClusterAccess, connect};
-use crate::manifests::ManifestSet;
 use crate::release::lock::{self, Lock, LockGuard, LockOptions};
+use crate::release::session::ReleaseSettings;
 use crate::release::{self, ReleaseOrigin, ReleaseRecord, ReleaseStore};
 use crate::report::redact;
+use crate::util::duration::format_duration;
 use crate::util::git::{self, CommitInfo};
-
-/// Output format of `show`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ShowFormat {
-    #[default]
-    Yaml,
-    Json,
-}
-
-impl std::str::FromStr for ShowFormat {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "yaml" | "yml" => Ok(ShowFormat::Yaml),
-            "json" => Ok(ShowFormat::Json),
-            other => Err(format!("unknown output format `{other}`: use yaml or json")),
-        }
-    }
-}
-
-/// "1m05s", "42s", "1h02m".
-pub fn human_duration(d: std::time::Duration) -> String {
-    let secs = d.as_secs();
-    match secs {
-        0..60 => format!("{secs}s"),
-        60..3600 => format!("{}m{:02}s", secs / 60, secs % 60),
-        _ => format!("{}h{:02}m", secs / 3600, (secs % 3600) / 60),
-    }
-}
 
 /// Short commit for a table: "abc1234 first line" (trimmed to 50 chars).
 pub fn short_commit(record: &ReleaseRecord) -> String {
@@ -86,7 +60,7 @@ pub fn history_table(target: &str, records: &[ReleaseRecord]) -> String {
             short_commit(r),
             format!("{:.0}", r.started_at),
             r.duration()
-                .map(human_duration)
+                .map(format_duration)
                 .unwrap_or_else(|| "-".into()),
             r.note(),
         ]);
@@ -187,23 +161,6 @@ pub fn change_summary(current: Option<&ReleaseRecord>, to: &ReleaseRecord) -> Ve
     lines
 }
 
-// ---------------------------------------------------------------------------------------
-// The commands
-// ---------------------------------------------------------------------------------------
-
-/// The release commands, flattened into the top-level command line.
-#[derive(Debug, Clone, clap::Subcommand)]
-pub enum ReleaseCommand {
-    /// Release history of each target: revision, status, commit, time, duration, note.
-    History(HistoryArgs),
-    /// One release record with its manifests (Secret values redacted).
-    Show(ShowArgs),
-    /// Re-apply an earlier good revision (or a commit's manifests) as a new revision.
-    Rollback(RollbackArgs),
-    /// Force-release the deploy lock of the app (when a run died and you cannot wait).
-    Unlock(UnlockArgs),
-}
-
 /// Run a release command; returns the exit code (errors are printed).
 pub async fn run(command: ReleaseCommand, env: HashMap<String, String>) -> i32 {
     let result = match command {
@@ -216,73 +173,6 @@ pub async fn run(command: ReleaseCommand, env: HashMap<String, String>) -> i32 {
         eprintln!("rollguard: {e}");
         e.exit_code()
     })
-}
-
-/// Which config and which targets a command works on.
-#[derive(Debug, Clone, Args)]
-pub struct Selection {
-    /// The config file [default: ./rollguard.yaml; env ROLLGUARD_CONFIG]
-    #[arg(long, value_name = "PATH")]
-    pub config: Option<PathBuf>,
-    /// Kubeconfig for targets that name none (default: $KUBECONFIG, then ~/.kube/config).
-    #[arg(long, value_name = "PATH")]
-    pub kubeconfig: Option<PathBuf>,
-    /// Only this target (repeatable; default: every target of the config).
-    #[arg(long = "target", value_name = "NAME")]
-    pub targets: Vec<String>,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct HistoryArgs {
-    #[command(flatten)]
-    pub selection: Selection,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct ShowArgs {
-    #[command(flatten)]
-    pub selection: Selection,
-    /// The revision to show (see `rollguard history`).
-    #[arg(long, value_name = "N")]
-    pub revision: u64,
-    /// yaml or json.
-    #[arg(
-        short = 'o',
-        long = "output",
-        default_value = "yaml",
-        value_name = "FORMAT"
-    )]
-    pub output: ShowFormat,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct RollbackArgs {
-    #[command(flatten)]
-    pub selection: Selection,
-    /// The revision to go back to [default: the last good revision before the current one].
-    #[arg(long, value_name = "N", conflicts_with = "from_git")]
-    pub revision: Option<u64>,
-    /// Re-apply the manifests of this commit, read with git (fetched if the clone is shallow).
-    #[arg(long, value_name = "SHA")]
-    pub from_git: Option<String>,
-    /// Show what would change, change nothing.
-    #[arg(long)]
-    pub dry_run: bool,
-    /// Do not ask for confirmation in a terminal.
-    #[arg(long, short = 'y')]
-    pub yes: bool,
-    /// Allow a revision that never ran healthy (failed or pending).
-    #[arg(long)]
-    pub force: bool,
-    /// Take ownership of fields that another field manager owns.
-    #[arg(long)]
-    pub force_conflicts: bool,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct UnlockArgs {
-    #[command(flatten)]
-    pub selection: Selection,
 }
 
 /// A command's failure that is not about one target.
@@ -304,9 +194,9 @@ type Env = HashMap<String, String>;
 
 fn load_config(selection: &Selection, env: &Env) -> Result<Config, ManageError> {
     let lookup = |k: &str| env.get(k).cloned();
-    let path = config::config_path(selection.config.as_deref(), &lookup);
+    let path = config::config_path(selection.files.config.as_deref(), &lookup);
     let overrides = Overrides {
-        kubeconfig: selection.kubeconfig.clone(),
+        kubeconfig: selection.files.kubeconfig.clone(),
         ..Overrides::default()
     };
     Ok(config::load(&path, &overrides, &lookup)?)
@@ -358,7 +248,7 @@ async fn connect_all(
         let access = connect(target, cli_kubeconfig, &config.base_dir, &lookup)
             .await
             .map_err(|e| format!("target {}: {e}", target.name))?;
-        let namespace = conclude::history_namespace(config, target, &access);
+        let namespace = config.history_namespace(target, &access.context_namespace);
         let store = ReleaseStore::new(
             access.client.clone(),
             &config.app,
@@ -502,7 +392,7 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
     // From git: the same manifests and commit for every target, read once.
     let from_git = match &args.from_git {
         Some(sha) => {
-            let bodies = conclude::manifests_from_git(&config, sha).map_err(ManageError::Usage)?;
+            let bodies = reapply::manifests_from_git(&config, sha).map_err(ManageError::Usage)?;
             let commit = git::commit_info(&config.base_dir, sha).ok();
             Some((bodies, commit))
         }
@@ -628,24 +518,10 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
         return Ok(exit::OK);
     }
 
-    let options = DeployOptions {
-        force_conflicts: args.force_conflicts,
-        dry_run: false,
-        cli_kubeconfig: config.kubeconfig.clone(),
-    };
-    let plan = Plan::new(
-        config.clone(),
-        ManifestSet {
-            objects: Vec::new(),
-        },
-        None,
-        options,
-        env.clone(),
-    );
+    let run = release::RunInfo::from_env(&lookup);
     let deadline = Instant::now() + settings.rollback_timeout;
     let results = futures::future::join_all(ready.iter().map(|p| {
         ReApply {
-            plan: &plan,
             access: &p.connected.access,
             store: &p.connected.store,
             target: &p.connected.target.name,
@@ -659,6 +535,10 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
             cancelled: false,
             stop: tokio_util::sync::CancellationToken::new(),
             lost: p.lock.as_ref().map(lock::LockGuard::lost_token).unwrap_or_default(),
+            field_manager: crate::kube::apply::field_manager(&config.app),
+            force_conflicts: args.force_conflicts,
+            fail_fast: config.wait.fail_fast.clone(),
+            run: run.clone(),
         }
         .run()
     }))
@@ -673,13 +553,13 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
             ),
             Err((why, _)) => println!("target {name}: rollback failed: {why}"),
         }
-        summary.push(conclude::RollbackResult {
+        summary.push(RollbackResult {
             target: name.clone(),
             ok: result.is_ok(),
             message: result.as_ref().err().map(|(why, _)| why.clone()),
         });
     }
-    println!("{}", conclude::summary(&summary));
+    println!("{}", policy::summary(&summary));
     release_all(ready).await;
     Ok(if results.iter().all(Result::is_ok) {
         exit::OK
@@ -704,11 +584,8 @@ async fn plan_one(
         Some(revision) => Some(store.get(revision).await.map_err(unreachable)?),
         None => None,
     };
-    let default_namespace = crate::engine::target_run::default_namespace(
-        config,
-        &connected.target,
-        &connected.access.context_namespace,
-    );
+    let default_namespace =
+        config.default_namespace(&connected.target, &connected.access.context_namespace);
     let name = connected.target.name.clone();
     let from = current
         .as_ref()
@@ -734,11 +611,11 @@ async fn plan_one(
             }
         }
         None => {
-            let revision = conclude::choose_manual_target(&records, args.revision, args.force)
+            let revision = policy::choose_manual_target(&records, args.revision, args.force)
                 .map_err(|e| (e.to_string(), exit::BAD_INPUT))?;
             let to = store.get(revision).await.map_err(unreachable)?;
             let bodies =
-                conclude::record_manifests(config, &to).map_err(|e| (e, exit::BAD_INPUT))?;
+                reapply::record_manifests(config, &to).map_err(|e| (e, exit::BAD_INPUT))?;
             let mut with_bodies = to.clone();
             with_bodies.manifests = Some(bodies.clone());
             Planned {
@@ -861,15 +738,6 @@ mod tests {
     }
 
     #[test]
-    fn durations() {
-        use std::time::Duration;
-        let cases = [(0, "0s"), (42, "42s"), (65, "1m05s"), (3720, "1h02m")];
-        for (secs, want) in cases {
-            assert_eq!(human_duration(Duration::from_secs(secs)), want);
-        }
-    }
-
-    #[test]
     fn history_lists_every_revision() {
         let mut failed = rec(2, ReleaseStatus::Failed);
         failed.reason = Some("abandoned".into());
@@ -879,7 +747,7 @@ mod tests {
         assert_eq!(lines[0], "target eu:");
         assert!(lines[1].contains("REVISION") && lines[1].contains("NOTE"));
         assert!(lines[2].contains("deployed") && lines[2].contains("0123456 bump web to v2"));
-        assert!(lines[2].contains("1m05s"), "{}", lines[2]);
+        assert!(lines[2].contains("1m5s"), "{}", lines[2]);
         assert!(lines[3].contains("failed") && lines[3].ends_with("abandoned"));
         assert!(history_table("us", &[]).contains("no releases recorded"));
     }

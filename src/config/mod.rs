@@ -94,28 +94,26 @@ pub struct Config {
 }
 
 impl Config {
-    /// The history namespace: `history.namespace`, else the app's namespace, else "default".
-    pub fn history_namespace(&self) -> &str {
-        self.history
-            .namespace
-            .as_deref()
-            .or(self.namespace.as_deref())
-            .unwrap_or("default")
-    }
-
     /// The default namespace on `target`: its own `namespace`, else the app's.
     pub fn namespace_for<'a>(&'a self, target: &'a TargetConfig) -> Option<&'a str> {
         target.namespace.as_deref().or(self.namespace.as_deref())
     }
 
-    /// The history namespace on `target`: `history.namespace`, else the target's default
-    /// namespace, else "default".
-    pub fn history_namespace_for<'a>(&'a self, target: &'a TargetConfig) -> &'a str {
-        self.history
-            .namespace
-            .as_deref()
-            .or(self.namespace_for(target))
-            .unwrap_or("default")
+    /// The namespace for namespaced objects without one on `target`: the target's
+    /// `namespace`, else the app's, else the kubeconfig context's.
+    pub fn default_namespace(&self, target: &TargetConfig, context_namespace: &str) -> String {
+        self.namespace_for(target)
+            .unwrap_or(context_namespace)
+            .to_string()
+    }
+
+    /// The one rule for where the app's release records and lock live on `target`:
+    /// `history.namespace`, else the app's namespace there ([`Config::default_namespace`]).
+    pub fn history_namespace(&self, target: &TargetConfig, context_namespace: &str) -> String {
+        match &self.history.namespace {
+            Some(namespace) => namespace.clone(),
+            None => self.default_namespace(target, context_namespace),
+        }
     }
 
     /// The rollback's own timeout (default: the wait timeout).
@@ -1420,8 +1418,8 @@ wait:
         assert_eq!(c.on_cancel, CancelPolicy::Rollback);
         assert_eq!(c.lock.timeout, Duration::from_secs(120));
         assert_eq!(c.rollback_timeout(), Duration::from_secs(300));
-        assert_eq!(c.history_namespace(), "shop");
-        assert_eq!(c.history_namespace_for(&c.targets[1]), "shop");
+        assert_eq!(c.history_namespace(&c.targets[0], "ctx"), "shop");
+        assert_eq!(c.history_namespace(&c.targets[1], "ctx"), "shop");
         assert_eq!(c.wait.fail_fast, FailFastConfig::default());
         assert_eq!(c.base_dir, PathBuf::from("."));
         assert!(c.stages.is_empty());
@@ -1481,10 +1479,18 @@ stages:
         assert_eq!(ff.unschedulable, UnschedulablePolicy::Fail);
         assert_eq!(ff.unschedulable_grace, Duration::from_secs(120));
         assert_eq!(c.concurrency, 4);
-        assert_eq!(c.history_namespace(), "rollguard-system");
+        assert_eq!(
+            c.history_namespace(&c.targets[1], "ctx"),
+            "rollguard-system"
+        );
         assert_eq!(c.namespace_for(&c.targets[0]), Some("shop-eu"));
         assert_eq!(c.namespace_for(&c.targets[1]), None);
-        assert_eq!(c.history_namespace_for(&c.targets[0]), "rollguard-system");
+        assert_eq!(
+            c.history_namespace(&c.targets[0], "ctx"),
+            "rollguard-system"
+        );
+        assert_eq!(c.default_namespace(&c.targets[0], "ctx"), "shop-eu");
+        assert_eq!(c.default_namespace(&c.targets[1], "ctx"), "ctx");
         assert_eq!(c.history.keep, 5);
         assert_eq!(c.on_failure, FailurePolicy::RollbackIfAllFail);
         assert_eq!(c.on_cancel, CancelPolicy::Leave);

@@ -10,9 +10,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::config::TargetConfig;
-use crate::engine::conclude::{PrepareError, ReleaseSettings, history_namespace, take_lock};
-use crate::engine::target_run::{Plan, Reached, TargetRun, deploy_target, reach_target};
+use crate::engine::plan::Plan;
+use crate::engine::target_run::{Reached, TargetRun, deploy_target, reach_target};
 use crate::release::lock::{LockError, LockGuard, lock_key, lock_order};
+use crate::release::session::{PrepareError, ReleaseSettings, take_lock};
 use crate::report::progress::{Progress, Stage};
 use crate::report::{Failure, Report, TargetOutcome, TargetReport};
 
@@ -157,7 +158,7 @@ async fn take_locks(
         .filter_map(|i| reached[*i].as_ref().ok())
         .zip(&candidates)
         .map(|(r, i)| {
-            let namespace = history_namespace(&plan.config, &targets[*i], r.access());
+            let namespace = plan.config.history_namespace(&targets[*i], &r.access().context_namespace);
             lock_key(&r.access().server, &namespace)
         })
         .collect();
@@ -197,7 +198,8 @@ async fn take_locks(
         }
         let span = tracing::error_span!("target", target = %target.name);
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let taken = take_lock(plan, target, r.access(), left, cancel)
+        let env = |k: &str| plan.env(k);
+        let taken = take_lock(&plan.config, target, r.access(), left, &env, cancel)
             .instrument(span)
             .await;
         locks[i] = Some(match taken {
@@ -267,7 +269,7 @@ fn skipped(name: &str, outcome: TargetOutcome, message: &str) -> TargetRun {
 pub async fn deploy(plan: Arc<Plan>, cancel: CancellationToken, progress: Progress) -> Report {
     let started_at = Timestamp::now();
     let mut runs = run_targets(plan.clone(), cancel.clone(), progress.clone()).await;
-    // rg-release: records, the failure policy (or on_cancel) and the rollbacks, all at once.
+    // Records, the failure policy (or on_cancel) and the rollbacks, all at once.
     crate::engine::conclude::conclude(&plan, &mut runs, &cancel, &progress).await;
     let targets: Vec<TargetReport> = runs.into_iter().map(|r| r.report).collect();
     build_report(&plan, targets, started_at)

@@ -1,6 +1,11 @@
-//! The deploy run: one target's run, the fleet of targets, and the conclusion (policy, rollback).
+//! The deploy run, as data walks through it: the plan, the fleet of targets (bounded
+//! concurrency, one task per target), one target's run (apply and wait), then the conclusion
+//! (the failure policy, the rollbacks by re-apply).
 
 pub mod conclude;
 pub mod fleet;
 pub mod overlap;
+pub mod plan;
+pub mod policy;
+pub mod reapply;
 pub mod target_run;

@@ -1,87 +1,26 @@
-//! One target, start to end: connect -> discover/validate -> apply -> wait, into a
-//! `TargetReport`. Hook points for the release work (lock, history records, rollback) and for
-//! script stages are marked `HOOK`.
+//! One target, start to end, in two parts around the fleet's lock step: connect -> discover
+//! (every kind served, no write) [`reach_target`]; then, with the lock held, pending record
+//! -> apply -> wait [`deploy_target`], into a `TargetRun` (the report, the connection and
+//! what was applied, for the conclusion).
 
-use std::collections::HashMap;
-use std::path::PathBuf;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use jiff::Timestamp;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, TargetConfig};
+use crate::config::TargetConfig;
+use crate::engine::plan::Plan;
 use crate::kube::apply::{
-    AppliedObject, ApplyError, ApplyOptions, Resolution, apply_resolved, resolve_set,
+    AppliedObject, ApplyError, ApplyOptions, MAX_IN_FLIGHT, Resolution, apply_failures,
+    apply_resolved, field_manager, resolve_set,
 };
-use crate::kube::connect::{ClusterAccess, TargetError, connect, describe_error};
+use crate::kube::connect::{ClusterAccess, connect, target_failure};
 use crate::kube::wait::{WaitFailure, WaitOptions, wait_for_rollout};
-use crate::manifests::ManifestSet;
-use crate::release::{EncodedManifests, ReleaseError};
+use crate::release::lock::LockGuard;
+use crate::release::session::{PrepareError, TargetRelease, open_records};
 use crate::report::progress::{Progress, Stage};
 use crate::report::{Failure, PhaseTiming, TargetOutcome, TargetReport};
-use crate::util::git::CommitInfo;
-
-/// Requests in flight per target within an apply phase.
-pub const MAX_IN_FLIGHT: usize = 8;
-
-/// Options of a deploy that come from flags, not from the config file.
-#[derive(Debug, Clone, Default)]
-pub struct DeployOptions {
-    pub force_conflicts: bool,
-    pub dry_run: bool,
-    /// `--kubeconfig`, for targets that name no kubeconfig of their own.
-    pub cli_kubeconfig: Option<PathBuf>,
-}
-
-/// Everything a deploy needs, validated before any cluster is touched.
-#[derive(Debug, Clone)]
-pub struct Plan {
-    pub config: Config,
-    pub manifests: ManifestSet,
-    pub commit: Option<CommitInfo>,
-    pub options: DeployOptions,
-    /// A snapshot of the environment (kubeconfig_env variables, KUBECONFIG, HOME).
-    pub env: HashMap<String, String>,
-    /// The manifests as release records store them: encoded once, shared by every target.
-    recorded: OnceLock<Result<EncodedManifests, String>>,
-}
-
-impl Plan {
-    pub fn new(
-        config: Config,
-        manifests: ManifestSet,
-        commit: Option<CommitInfo>,
-        options: DeployOptions,
-        env: HashMap<String, String>,
-    ) -> Plan {
-        Plan {
-            config,
-            manifests,
-            commit,
-            options,
-            env,
-            recorded: OnceLock::new(),
-        }
-    }
-
-    /// The manifests encoded for the release records (the first target to ask encodes them).
-    pub fn recorded_manifests(&self) -> Result<&EncodedManifests, ReleaseError> {
-        self.recorded
-            .get_or_init(|| {
-                let bodies: Vec<&serde_json::Value> =
-                    self.manifests.objects.iter().map(|o| &o.body).collect();
-                EncodedManifests::encode(&bodies).map_err(|e| e.to_string())
-            })
-            .as_ref()
-            .map_err(|e| ReleaseError::Encode(e.clone()))
-    }
-
-    pub fn env(&self, key: &str) -> Option<String> {
-        self.env.get(key).cloned()
-    }
-}
 
 /// The result of one target's run, with what the rollback step needs.
 pub struct TargetRun {
@@ -92,9 +31,9 @@ pub struct TargetRun {
     pub applied: Vec<AppliedObject>,
     /// True once any object of the new revision was written to this target.
     pub received_new_revision: bool,
-    /// The lock and release record of this run (rg-release; None in a dry run or before
-    /// the lock was taken).
-    pub release: Option<crate::engine::conclude::TargetRelease>,
+    /// The lock and release record of this run (None in a dry run or before the lock was
+    /// taken).
+    pub release: Option<TargetRelease>,
 }
 
 /// Phase timings, in order.
@@ -126,75 +65,6 @@ impl PhaseClock {
 
 fn round_ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1000.0).round() / 1000.0
-}
-
-/// The namespace for namespaced objects without one: the target's, else the config's, else
-/// the kubeconfig context's.
-pub fn default_namespace(
-    config: &Config,
-    target: &TargetConfig,
-    context_namespace: &str,
-) -> String {
-    config
-        .namespace_for(target)
-        .unwrap_or(context_namespace)
-        .to_string()
-}
-
-fn target_failure(object: &str, e: &TargetError) -> Failure {
-    Failure {
-        object: object.to_string(),
-        reason: e.reason.clone(),
-        message: e.message.clone(),
-        ..Default::default()
-    }
-}
-
-/// The headline already names the object, so the message says only what to do.
-const UNSERVED_KIND_HINT: &str =
-    "the cluster does not serve this kind; install its CRD or fix the apiVersion/kind";
-
-/// Apply errors as report failures.
-pub fn apply_failures(err: &ApplyError, server: &str) -> Vec<Failure> {
-    let plain = |object: &str, reason: &str, message: String| Failure {
-        object: object.to_string(),
-        reason: reason.to_string(),
-        message,
-        ..Default::default()
-    };
-    match err {
-        ApplyError::UnservedKinds(kinds) => kinds
-            .iter()
-            .map(|k| plain(k, "KindNotServed", UNSERVED_KIND_HINT.to_string()))
-            .collect(),
-        ApplyError::Objects(failures) => failures
-            .iter()
-            .map(|f| {
-                plain(
-                    &f.object,
-                    &f.reason,
-                    format!("{} ({})", f.message, f.origin),
-                )
-            })
-            .collect(),
-        ApplyError::Discovery(e) => vec![target_failure("cluster", &describe_error(e, server))],
-        ApplyError::Namespace { name, source } => {
-            let described = describe_error(source, server);
-            vec![plain(
-                &format!("Namespace {name}"),
-                &described.reason,
-                described.message,
-            )]
-        }
-        ApplyError::CrdNotEstablished { name, message } => {
-            vec![plain(
-                &format!("CustomResourceDefinition {name}"),
-                "NotEstablished",
-                message.clone(),
-            )]
-        }
-        ApplyError::Cancelled => Vec::new(),
-    }
 }
 
 /// A target that answered: connected, every kind resolved, nothing written yet.
@@ -320,7 +190,7 @@ pub async fn deploy_target(
     plan: &Plan,
     target: &TargetConfig,
     reached: Reached,
-    lock: Option<crate::release::lock::LockGuard>,
+    lock: Option<LockGuard>,
     cancel: &CancellationToken,
     progress: &Progress,
 ) -> TargetRun {
@@ -332,10 +202,28 @@ pub async fn deploy_target(
         started,
     } = reached;
     let name = target.name.clone();
-    let namespace = default_namespace(&plan.config, target, &access.context_namespace);
-    // rg-release: abandoned records, last good, this run's pending record.
+    let env = |k: &str| plan.env(k);
+    // Abandoned records, the last good record, this run's pending record.
     if let Some(lock) = lock {
-        match crate::engine::conclude::open_records(plan, target, &access, &namespace, lock).await {
+        let opened = match plan.recorded_manifests() {
+            Ok(manifests) => {
+                open_records(
+                    &plan.config,
+                    target,
+                    &access,
+                    lock,
+                    manifests,
+                    plan.commit.as_ref(),
+                    &env,
+                )
+                .await
+            }
+            Err(e) => {
+                let _ = lock.release().await;
+                Err(PrepareError::History(e))
+            }
+        };
+        match opened {
             Ok((release, notes)) => {
                 run.report.revision = Some(release.record.revision);
                 run.report.warnings.extend(notes);
@@ -359,7 +247,7 @@ pub async fn deploy_target(
     let lost = run
         .release
         .as_ref()
-        .map(crate::engine::conclude::TargetRelease::lost_token)
+        .map(TargetRelease::lost_token)
         .unwrap_or_default();
     tokio::spawn({
         let stop = stop.clone();
@@ -372,8 +260,7 @@ pub async fn deploy_target(
     });
     // Ends the task above when this target's run returns.
     let _end = stop.clone().drop_guard();
-    let lost_now = |run: &TargetRun| run.release.as_ref().and_then(|r| r.lock_lost());
-    // HOOK(script stages): `before` scripts run here.
+    let lost_now = |run: &TargetRun| run.release.as_ref().and_then(TargetRelease::lock_lost);
 
     clock.start("apply");
     progress.update(
@@ -384,10 +271,12 @@ pub async fn deploy_target(
         },
     );
     let options = ApplyOptions {
-        field_manager: crate::kube::apply::field_manager(&plan.config.app),
+        field_manager: field_manager(&plan.config.app),
         force: plan.options.force_conflicts,
         dry_run: plan.options.dry_run,
-        default_namespace: namespace,
+        default_namespace: plan
+            .config
+            .default_namespace(target, &access.context_namespace),
         max_in_flight: MAX_IN_FLIGHT,
         deadline,
     };
@@ -454,7 +343,7 @@ pub async fn deploy_target(
             TargetOutcome::Failed
         }
     };
-    // HOOK(script stages): `after` scripts (smoke tests) run here when the wait succeeded.
+    // The record is finished and the lock released in the conclusion, after the policy.
     finish(run, clock, progress, outcome)
 }
 
@@ -482,29 +371,4 @@ fn finish(
         },
     );
     run
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::kube::apply::ObjectFailure;
-
-    #[test]
-    fn apply_errors_become_failures() {
-        let unserved =
-            ApplyError::UnservedKinds(vec!["example.com/v1 Widget (k8s/w.yaml:1)".into()]);
-        let f = apply_failures(&unserved, "https://x");
-        assert_eq!(f.len(), 1);
-        assert_eq!(f[0].reason, "KindNotServed");
-        let objects = ApplyError::Objects(vec![ObjectFailure {
-            object: "Deployment shop/web".into(),
-            origin: "k8s/web.yaml:3".into(),
-            reason: "Conflict".into(),
-            message: "fields owned by another field manager: .spec.replicas".into(),
-        }]);
-        let f = apply_failures(&objects, "https://x");
-        assert_eq!(f[0].object, "Deployment shop/web");
-        assert!(f[0].message.ends_with("(k8s/web.yaml:3)"));
-        assert!(apply_failures(&ApplyError::Cancelled, "https://x").is_empty());
-    }
 }

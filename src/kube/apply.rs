@@ -18,8 +18,10 @@ use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::kube::connect::{describe_error, target_failure};
 use crate::kube::retry::{RetryBudget, RetryError, with_retry};
 use crate::manifests::{ManifestObject, ManifestSet};
+use crate::report::Failure;
 
 /// The field manager every app shared before managers were per app. Objects it still owns
 /// are taken over once, on purpose, by the app's own manager ([`field_manager`]).
@@ -924,6 +926,56 @@ async fn release_legacy(
     }
 }
 
+/// Requests in flight per target within an apply phase.
+pub const MAX_IN_FLIGHT: usize = 8;
+
+/// The headline already names the object, so the message says only what to do.
+const UNSERVED_KIND_HINT: &str =
+    "the cluster does not serve this kind; install its CRD or fix the apiVersion/kind";
+
+/// Apply errors as report failures.
+pub fn apply_failures(err: &ApplyError, server: &str) -> Vec<Failure> {
+    let plain = |object: &str, reason: &str, message: String| Failure {
+        object: object.to_string(),
+        reason: reason.to_string(),
+        message,
+        ..Default::default()
+    };
+    match err {
+        ApplyError::UnservedKinds(kinds) => kinds
+            .iter()
+            .map(|k| plain(k, "KindNotServed", UNSERVED_KIND_HINT.to_string()))
+            .collect(),
+        ApplyError::Objects(failures) => failures
+            .iter()
+            .map(|f| {
+                plain(
+                    &f.object,
+                    &f.reason,
+                    format!("{} ({})", f.message, f.origin),
+                )
+            })
+            .collect(),
+        ApplyError::Discovery(e) => vec![target_failure("cluster", &describe_error(e, server))],
+        ApplyError::Namespace { name, source } => {
+            let described = describe_error(source, server);
+            vec![plain(
+                &format!("Namespace {name}"),
+                &described.reason,
+                described.message,
+            )]
+        }
+        ApplyError::CrdNotEstablished { name, message } => {
+            vec![plain(
+                &format!("CustomResourceDefinition {name}"),
+                "NotEstablished",
+                message.clone(),
+            )]
+        }
+        ApplyError::Cancelled => Vec::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1183,5 +1235,24 @@ mod tests {
             "{}",
             failure.message
         );
+    }
+
+    #[test]
+    fn apply_errors_become_failures() {
+        let unserved =
+            ApplyError::UnservedKinds(vec!["example.com/v1 Widget (k8s/w.yaml:1)".into()]);
+        let f = apply_failures(&unserved, "https://x");
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].reason, "KindNotServed");
+        let objects = ApplyError::Objects(vec![ObjectFailure {
+            object: "Deployment shop/web".into(),
+            origin: "k8s/web.yaml:3".into(),
+            reason: "Conflict".into(),
+            message: "fields owned by another field manager: .spec.replicas".into(),
+        }]);
+        let f = apply_failures(&objects, "https://x");
+        assert_eq!(f[0].object, "Deployment shop/web");
+        assert!(f[0].message.ends_with("(k8s/web.yaml:3)"));
+        assert!(apply_failures(&ApplyError::Cancelled, "https://x").is_empty());
     }
 }

@@ -15,6 +15,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use crate::config::TargetConfig;
 use crate::kube::retry::{error_chain_text, io_error_kind, is_tls_problem, root_cause_text};
+use crate::report::Failure;
 
 /// A connected target.
 #[derive(Clone)]
@@ -354,6 +355,16 @@ pub fn describe_error(err: &kube::Error, server: &str) -> TargetError {
             format!("connection to {server} refused: is the cluster up and the address right?"),
         ),
         _ => TargetError::new("Unreachable", format!("cannot talk to {server}: {chain}")),
+    }
+}
+
+/// A target error as a report failure on `object`.
+pub fn target_failure(object: &str, e: &TargetError) -> Failure {
+    Failure {
+        object: object.to_string(),
+        reason: e.reason.clone(),
+        message: e.message.clone(),
+        ..Default::default()
     }
 }
 

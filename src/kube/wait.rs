@@ -26,6 +26,7 @@ use crate::kube::apply::AppliedObject;
 use crate::kube::health::{self, RevisionSelector, Severity, Status};
 use crate::kube::retry::{RetryBudget, with_retry};
 use crate::report::Failure;
+use crate::report::progress::WaitProgress;
 
 /// What waiting needs besides the objects.
 #[derive(Debug, Clone)]
@@ -34,15 +35,6 @@ pub struct WaitOptions {
     /// The configured timeout, for messages.
     pub timeout: Duration,
     pub fail_fast: FailFastConfig,
-}
-
-/// Progress of a wait, for the live display.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WaitProgress {
-    pub ready: usize,
-    pub total: usize,
-    /// The first object still in progress and why, e.g. "Deployment shop/web: 1/3 ready".
-    pub waiting_for: Option<String>,
 }
 
 /// Why a wait did not end with everything Current.
@@ -419,7 +411,7 @@ pub async fn wait_for_rollout(
                                     failure.message = format!(
                                         "{} (for more than {})",
                                         failure.message,
-                                        crate::report::progress::format_duration(grace)
+                                        crate::util::duration::format_duration(grace)
                                     );
                                     failures.push(failure);
                                 } else {
@@ -537,7 +529,7 @@ fn failed_reason(message: &str) -> String {
 fn timeout_message(timeout: Duration, last: &str, watch_error: Option<&str>) -> String {
     let mut text = format!(
         "not ready after {}",
-        crate::report::progress::format_duration(timeout)
+        crate::util::duration::format_duration(timeout)
     );
     if !last.is_empty() {
         text.push_str(": ");

@@ -816,23 +816,11 @@ fn duplicates(objects: &[ManifestObject], default_namespace: Option<&str>) -> Ve
     issues
 }
 
-/// A file under the shared folder next to the workspace (`../shared` from the crate in
-/// /work/main, `../../shared` from a worktree): the first ancestor that has it.
-#[cfg(test)]
-pub(crate) fn shared_path(rel: &str) -> PathBuf {
-    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest_dir
-        .ancestors()
-        .skip(1)
-        .map(|a| a.join("shared").join(rel))
-        .find(|p| p.exists())
-        .unwrap_or_else(|| manifest_dir.join("../shared").join(rel))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::{self, Overrides};
+    use crate::util::shared::shared_path;
 
     fn parse_str(text: &str) -> Result<Vec<ManifestObject>, Vec<String>> {
         parse(text, Path::new("k8s/app.yaml"))

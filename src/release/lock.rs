@@ -812,7 +812,7 @@ mod tests {
 #[cfg(test)]
 mod lease_tests {
     use super::*;
-    use crate::fake_api::FakeApi;
+    use crate::util::test_cluster::TestCluster;
     use serde_json::json;
 
     const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/shop/leases";
@@ -828,7 +828,7 @@ mod lease_tests {
 
     #[tokio::test]
     async fn acquire_release_and_timeout_naming_the_holder() {
-        let fake = FakeApi::default();
+        let fake = TestCluster::start().await;
         let a = Lock::acquire(fake.client(), "shop", "shop", "run-a", &quick(1000, 30))
             .await
             .unwrap();
@@ -861,7 +861,7 @@ mod lease_tests {
 
     #[tokio::test]
     async fn two_runs_racing_for_a_new_lease_get_one_holder() {
-        let fake = FakeApi::default();
+        let fake = TestCluster::start().await;
         fake.add_namespace("shop");
         let options = quick(400, 30);
         let (a, b) = tokio::join!(
@@ -877,7 +877,7 @@ mod lease_tests {
 
     #[tokio::test]
     async fn expired_lease_is_taken_over() {
-        let fake = FakeApi::default();
+        let fake = TestCluster::start().await;
         fake.add_namespace("shop");
         fake.put_raw(
             LEASES,
@@ -900,7 +900,7 @@ mod lease_tests {
 
     #[tokio::test]
     async fn renewals_keep_it_and_a_waiter_gets_it_after_release() {
-        let fake = FakeApi::default();
+        let fake = TestCluster::start().await;
         // 2 s lease, renewed every ~667 ms: a waiter never sees it expire.
         let a = Lock::acquire(fake.client(), "shop", "shop", "run-a", &quick(1000, 2))
             .await
@@ -926,7 +926,7 @@ mod lease_tests {
 
     #[tokio::test]
     async fn a_dropped_guard_lapses_and_is_taken_over() {
-        let fake = FakeApi::default();
+        let fake = TestCluster::start().await;
         let a = Lock::acquire(fake.client(), "shop", "shop", "run-a", &quick(1000, 1))
             .await
             .unwrap();
@@ -941,7 +941,7 @@ mod lease_tests {
 
     #[tokio::test]
     async fn losing_the_lease_is_noticed_and_unlock_forces() {
-        let fake = FakeApi::default();
+        let fake = TestCluster::start().await;
         let a = Lock::acquire(fake.client(), "shop", "shop", "run-a", &quick(1000, 1))
             .await
             .unwrap();

@@ -10,6 +10,7 @@
 //! pure functions of the records; [`ReleaseStore`] does the I/O.
 
 pub mod lock;
+pub mod session;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -1414,7 +1415,7 @@ mod tests {
 #[cfg(test)]
 mod store_tests {
     use super::*;
-    use crate::fake_api::FakeApi;
+    use crate::util::test_cluster::TestCluster;
     use ReleaseStatus::*;
     use serde_json::json;
 
@@ -1447,7 +1448,7 @@ mod store_tests {
 
     #[tokio::test]
     async fn lifecycle_supersede_prune_and_labels() {
-        let fake = FakeApi::default();
+        let fake = TestCluster::start().await;
         let store = ReleaseStore::new(fake.client(), "shop", "shop", 3);
         assert!(
             store.list().await.unwrap().is_empty(),
@@ -1530,7 +1531,7 @@ mod store_tests {
 
     #[tokio::test]
     async fn abandoned_records_are_marked_failed() {
-        let fake = FakeApi::default();
+        let fake = TestCluster::start().await;
         let store = ReleaseStore::new(fake.client(), "shop", "shop", 10);
         store
             .begin(draft("v1"), ReleaseOrigin::Deploy)
@@ -1551,7 +1552,7 @@ mod store_tests {
 
     #[tokio::test]
     async fn statuses_only_move_forward() {
-        let fake = FakeApi::default();
+        let fake = TestCluster::start().await;
         let store = ReleaseStore::new(fake.client(), "shop", "shop", 10);
         store
             .begin(draft("v1"), ReleaseOrigin::Deploy)
@@ -1566,7 +1567,7 @@ mod store_tests {
 
     #[tokio::test]
     async fn other_apps_and_corrupt_records_are_ignored() {
-        let fake = FakeApi::default();
+        let fake = TestCluster::start().await;
         let shop = ReleaseStore::new(fake.client(), "shop", "shop", 10);
         let blog = ReleaseStore::new(fake.client(), "blog", "shop", 10);
         shop.begin(draft("v1"), ReleaseOrigin::Deploy)
@@ -1600,7 +1601,7 @@ mod store_tests {
     #[tokio::test]
     async fn a_record_with_its_manifests_inside_keeps_them_and_moves_them_on_update() {
         use base64::Engine;
-        let fake = FakeApi::default();
+        let fake = TestCluster::start().await;
         fake.add_namespace("shop");
         // As rollguard wrote records before the manifests had a key of their own.
         let inline = ReleaseRecord {
@@ -1630,7 +1631,7 @@ mod store_tests {
 
     #[tokio::test]
     async fn taken_name_moves_to_the_next_revision() {
-        let fake = FakeApi::default();
+        let fake = TestCluster::start().await;
         fake.add_namespace("shop");
         fake.put_raw(
             SECRETS,
@@ -1645,10 +1646,11 @@ mod store_tests {
         assert_eq!(r.revision, 2);
     }
 
-    /// The record store driven through random failure points: every request may fail before
-    /// it is done, and a write may be done and its answer lost; runs may die between opening
-    /// and finishing their record. Over many seeded cases (the seed is in the message), the
-    /// invariants hold after every run:
+    /// The record store driven through random failure points, against kube-sim with faults:
+    /// every request may be answered 500 before it is done, and a write may be done and its
+    /// answer lost (500); runs may die between opening and finishing their record. Over many
+    /// cases (the seed, in the message, draws the plan: rates, runs, outcomes; kube-sim draws
+    /// which requests fail), the invariants hold after every run:
     /// - statuses only move forward;
     /// - the newest `deployed` record is one a run meant to deploy, and a finish that
     ///   returned Ok for `deployed` made its record the last good one;
@@ -1658,17 +1660,25 @@ mod store_tests {
     #[tokio::test]
     async fn records_stay_consistent_under_random_failures() {
         use rand::{Rng, SeedableRng};
-        for seed in 0..120u64 {
+        let cluster = TestCluster::start().await;
+        cluster.add_namespace("shop");
+        let faults = |fail_before: f64, lost: f64| kube_sim::Faults {
+            error_rate: fail_before,
+            error_status: 500,
+            lost_answer_rate: lost,
+            ..Default::default()
+        };
+        for seed in 0..80u64 {
             let mut plan = rand::rngs::StdRng::seed_from_u64(seed);
             let fail_before = plan.random_range(0.0..0.5);
             let fail_after = plan.random_range(0.0..0.3);
             let keep = plan.random_range(1..5usize);
             let runs = plan.random_range(1..8usize);
-            let fake = FakeApi::default();
-            fake.add_namespace("shop");
-            let store = ReleaseStore::new(fake.client(), "shop", "shop", keep)
+            // One app per case: its own history in the one cluster.
+            let app = format!("p{seed}");
+            let store = ReleaseStore::new(cluster.client(), &app, "shop", keep)
                 .with_retry_base(std::time::Duration::from_micros(100));
-            let checker = ReleaseStore::new(fake.client(), "shop", "shop", keep);
+            let checker = ReleaseStore::new(cluster.client(), &app, "shop", keep);
             let mut seen: BTreeMap<u64, ReleaseStatus> = BTreeMap::new();
             let mut meant_deployed: Vec<u64> = Vec::new();
             let mut begun: Vec<u64> = Vec::new();
@@ -1676,7 +1686,7 @@ mod store_tests {
             for run in 0..runs {
                 let healthy = plan.random_bool(0.6);
                 let dies = plan.random_bool(0.15);
-                fake.set_faults(seed * 100 + run as u64, fail_before, fail_after);
+                cluster.set_faults(faults(fail_before, fail_after));
                 let _ = store.take_warnings();
                 let opened = async {
                     store.mark_abandoned().await?;
@@ -1703,7 +1713,7 @@ mod store_tests {
                     }
                 }
                 let warned = !store.take_warnings().is_empty();
-                fake.clear_faults();
+                cluster.set_faults(kube_sim::Faults::default());
                 let now = statuses(&checker).await;
                 for (revision, status) in &now {
                     if let Some(before) = seen.get(revision) {

@@ -282,13 +282,13 @@ mod tests {
 
 **rolled back 2 of 3; eu: connection refused**
 
-commit `0123456` on `main`: Bump web to v2 · finished 2027-01-15 08:00:20 UTC · took 20.0s
+commit `0123456` on `main`: Bump web to v2 · finished 2027-01-15 08:00:20 UTC · took 20s
 
 | target | outcome | revision | duration | reason |
 |---|---|---:|---:|---|
-| eu | rollback-failed | 4 | 12.0s | connection refused |
-| us | rolled-back | 7 | 12.0s | rolled back because eu failed (on_failure: rollback-all) |
-| ap | rolled-back | 2 | 12.0s |  |
+| eu | rollback-failed | 4 | 12s | connection refused |
+| us | rolled-back | 7 | 12s | rolled back because eu failed (on_failure: rollback-all) |
+| ap | rolled-back | 2 | 12s |  |
 
 #### eu: rollback-failed
 
@@ -328,12 +328,12 @@ Rollback to revision 1: rolled-back
 
 **deployed to 2 of 2**
 
-commit `0123456` on `main`: Bump web to v2 · finished 2027-01-15 08:00:20 UTC · took 20.0s
+commit `0123456` on `main`: Bump web to v2 · finished 2027-01-15 08:00:20 UTC · took 20s
 
 | target | outcome | revision | duration | reason |
 |---|---|---:|---:|---|
-| eu | deployed |  | 12.0s |  |
-| us | deployed |  | 12.0s |  |
+| eu | deployed |  | 12s |  |
+| us | deployed |  | 12s |  |
 "#;
         assert_eq!(md, want);
     }

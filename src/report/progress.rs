@@ -9,8 +9,17 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::kube::wait::WaitProgress;
 use crate::report::TargetOutcome;
+use crate::util::duration::format_duration;
+
+/// Progress of a wait, for the live display.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaitProgress {
+    pub ready: usize,
+    pub total: usize,
+    /// The first object still in progress and why, e.g. "Deployment shop/web: 1/3 ready".
+    pub waiting_for: Option<String>,
+}
 
 /// Where a target is.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,35 +64,6 @@ pub fn detect_mode(env: &dyn Fn(&str) -> Option<String>) -> Mode {
 /// Whether the final table may use color: only on a terminal stdout, never with NO_COLOR.
 pub fn table_color(env: &dyn Fn(&str) -> Option<String>) -> bool {
     std::io::stdout().is_terminal() && env("NO_COLOR").is_none()
-}
-
-/// "5m", "1m30s", "2.5s", "250ms".
-pub fn format_duration(d: Duration) -> String {
-    let ms = d.as_millis();
-    if ms < 1000 {
-        return format!("{ms}ms");
-    }
-    let secs = d.as_secs();
-    if secs < 60 {
-        let tenths = (ms % 1000) / 100;
-        return if tenths == 0 {
-            format!("{secs}s")
-        } else {
-            format!("{secs}.{tenths}s")
-        };
-    }
-    let (h, m, s) = (secs / 3600, (secs % 3600) / 60, secs % 60);
-    let mut out = String::new();
-    if h > 0 {
-        out.push_str(&format!("{h}h"));
-    }
-    if m > 0 {
-        out.push_str(&format!("{m}m"));
-    }
-    if s > 0 {
-        out.push_str(&format!("{s}s"));
-    }
-    out
 }
 
 /// The words for a stage, without color.
@@ -257,21 +237,6 @@ fn draw_live(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations() {
-        let table = [
-            (Duration::from_millis(250), "250ms"),
-            (Duration::from_millis(2500), "2.5s"),
-            (Duration::from_secs(5), "5s"),
-            (Duration::from_secs(300), "5m"),
-            (Duration::from_secs(90), "1m30s"),
-            (Duration::from_secs(5400), "1h30m"),
-        ];
-        for (d, want) in table {
-            assert_eq!(format_duration(d), want);
-        }
-    }
 
     #[test]
     fn stage_words() {

@@ -145,8 +145,8 @@ mod tests {
     fn golden_plain_table() {
         let want = "\
 TARGET   OUTCOME   REVISION  DURATION  REASON
-eu       deployed  3         12.0s
-us-east  failed    12        12.0s     Deployment shop/web: pod web-7d9f-x container web: ImagePullBackOff: Back-off pulling image \"nginx:doesnotexist\"
+eu       deployed  3         12s
+us-east  failed    12        12s       Deployment shop/web: pod web-7d9f-x container web: ImagePullBackOff: Back-off pulling image \"nginx:doesnotexist\"
 
 shop: deployed to 1 of 2, 1 failed; us-east: Deployment shop/web: pod web-7d9f-x container web: ImagePullBackOff: Back-off pulling image \"nginx:doesnotexist\"
 ";

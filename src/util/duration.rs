@@ -58,20 +58,34 @@ pub fn parse_duration(input: &str) -> Result<Duration, DurationError> {
     Ok(total)
 }
 
-/// Short human form: "350ms", "4.2s", "2m05s", "1h02m".
+/// Short human form, in the syntax [`parse_duration`] reads back: "350ms", "4.2s", "5m",
+/// "1m30s", "1h2m".
 pub fn format_duration(d: Duration) -> String {
-    let millis = d.as_millis();
-    if millis < 1000 {
-        return format!("{millis}ms");
+    let ms = d.as_millis();
+    if ms < 1000 {
+        return format!("{ms}ms");
     }
     let secs = d.as_secs();
     if secs < 60 {
-        return format!("{:.1}s", d.as_secs_f64());
+        let tenths = (ms % 1000) / 100;
+        return if tenths == 0 {
+            format!("{secs}s")
+        } else {
+            format!("{secs}.{tenths}s")
+        };
     }
-    if secs < 3600 {
-        return format!("{}m{:02}s", secs / 60, secs % 60);
+    let (h, m, s) = (secs / 3600, (secs % 3600) / 60, secs % 60);
+    let mut out = String::new();
+    if h > 0 {
+        out.push_str(&format!("{h}h"));
     }
-    format!("{}h{:02}m", secs / 3600, (secs % 3600) / 60)
+    if m > 0 {
+        out.push_str(&format!("{m}m"));
+    }
+    if s > 0 {
+        out.push_str(&format!("{s}s"));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -114,13 +128,23 @@ mod tests {
     #[test]
     fn formats_table() {
         let cases = [
-            (Duration::from_millis(350), "350ms"),
+            (Duration::ZERO, "0ms"),
+            (Duration::from_millis(250), "250ms"),
+            (Duration::from_millis(2500), "2.5s"),
             (Duration::from_millis(4_200), "4.2s"),
-            (Duration::from_secs(125), "2m05s"),
-            (Duration::from_secs(3_720), "1h02m"),
+            (Duration::from_secs(5), "5s"),
+            (Duration::from_secs(42), "42s"),
+            (Duration::from_secs(300), "5m"),
+            (Duration::from_secs(90), "1m30s"),
+            (Duration::from_secs(125), "2m5s"),
+            (Duration::from_secs(3_720), "1h2m"),
+            (Duration::from_secs(5400), "1h30m"),
         ];
         for (d, want) in cases {
             assert_eq!(format_duration(d), want);
+            // What rollguard prints, rollguard reads (to the tenth of a second).
+            let back = parse_duration(want).unwrap();
+            assert!(back <= d && d - back < Duration::from_millis(100), "{want}");
         }
     }
 }

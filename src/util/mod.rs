@@ -4,4 +4,8 @@ pub mod duration;
 #[cfg(test)]
 pub mod generated_docs;
 pub mod git;
+#[cfg(test)]
+pub mod shared;
+#[cfg(test)]
+pub mod test_cluster;
 pub mod yaml;

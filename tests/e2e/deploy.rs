@@ -94,6 +94,7 @@ async fn dry_run_writes_nothing() {
     assert_eq!(env.writes(1), before, "a dry run stores nothing");
 }
 
+#[cfg(feature = "demo")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_catches_the_bad_image_and_rolls_back() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -111,6 +112,22 @@ async fn the_demo_catches_the_bad_image_and_rolls_back() {
         run.elapsed
     );
     assert_no_ansi(&run);
+}
+
+/// A build without the `demo` feature (`cargo test --no-default-features`) has no kube-sim
+/// inside: `rollguard demo` says so and how to get it, and touches nothing.
+#[cfg(not(feature = "demo"))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_demo_feature_the_demo_says_how_to_get_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = crate::harness::rollguard(&["demo".to_string()], dir.path(), &[]).await;
+    assert_eq!(run.code, 2, "{}", run.output());
+    assert!(
+        run.stderr.contains("without the `demo` feature")
+            && run.stderr.contains("cargo run --release -- demo"),
+        "{}",
+        run.output()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -109,17 +109,16 @@ impl TestEnv {
     pub async fn start(clusters: usize, rules: &str) -> TestEnv {
         let dir = tempfile::tempdir().expect("tempdir");
         let rules = kube_sim::rules::parse(rules).expect("rules parse");
-        let sim = kube_sim::cluster::Sim::start(kube_sim::cluster::SimOptions {
+        let kubeconfig = dir.path().join("kubeconfig");
+        let options = kube_sim::SimOptions {
             clusters,
             time_scale: TIME_SCALE,
             rules,
             ..Default::default()
-        })
-        .await
-        .expect("kube-sim starts");
-        let kubeconfig = dir.path().join("kubeconfig");
-        sim.write_kubeconfig(&kubeconfig)
-            .expect("kubeconfig written");
+        };
+        let sim = kube_sim::Sim::start_with_kubeconfig(options, &kubeconfig)
+            .await
+            .expect("kube-sim starts and writes its kubeconfig");
         TestEnv {
             dir,
             kubeconfig,

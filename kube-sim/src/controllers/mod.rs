@@ -9,8 +9,8 @@
 //! What runs: Deployments (rolling update and Recreate, revisions, rollback by template,
 //! progress deadline), ReplicaSets, StatefulSets (OrderedReady or Parallel, partition,
 //! ControllerRevisions, volume claims), DaemonSets (one pod per simulated node), Jobs,
-//! CRD establishment, PersistentVolumeClaim binding, garbage collection by owner, Events,
-//! and three Nodes per cluster. All times are simulated (see [`crate::model::clock::Clock`]).
+//! CRD establishment, PersistentVolumeClaim binding, Events, and three Nodes per cluster
+//! (garbage collection by owner is the store's). All times are simulated (see [`crate::model::clock::Clock`]).
 //!
 //! Pods follow the behaviour of their image (see [`crate::controllers::rules`]), in simulated time from
 //! when the kubelet takes the pod:
@@ -361,8 +361,8 @@ impl Runner {
         };
         if event.kind == EventKind::Deleted {
             self.unindex(kind, obj);
+            // The store collects its dependents (garbage collection happens there, once).
             self.forget(kind, obj);
-            self.collect_garbage(meta::uid(obj));
         } else {
             self.index(kind, obj);
             if kind != Kind::ControllerRevision {
@@ -392,17 +392,6 @@ impl Runner {
             if let Some(waiting) = self.waiting_config.get_mut(meta::namespace(obj)) {
                 waiting.remove(meta::name(obj));
             }
-        }
-    }
-
-    /// Deletes what a deleted owner controlled (background propagation).
-    fn collect_garbage(&mut self, owner_uid: &str) {
-        let Some(children) = self.children.remove(owner_uid) else {
-            return;
-        };
-        for (kind, namespace, name) in children {
-            // The store may have collected it already; a 404 is fine.
-            let _ = self.store.delete(&kind.rt(), &namespace, &name);
         }
     }
 

@@ -21,6 +21,10 @@ pub struct Faults {
     pub drop_watch_after_events: Option<u64>,
     /// Watch streams end after this many milliseconds.
     pub drop_watch_after_ms: Option<u64>,
+    /// Share of writes (0.0 to 1.0) that are done and then answered with `error_status`, as
+    /// when an answer is lost: tests that retried writes are idempotent. Not limited by
+    /// `only_resources`.
+    pub lost_answer_rate: f64,
     /// When not empty, latency and errors apply only to requests on these resources, named
     /// as the counters name them (`leases.coordination.k8s.io`, `secrets`): to stall one
     /// kind of call (a lock's renewals) while the rest of the API answers.
@@ -43,6 +47,11 @@ impl Faults {
                 let base = r.split('/').next().unwrap_or(r);
                 self.only_resources.iter().any(|o| o == base)
             })
+    }
+
+    /// Whether the answer to this write is replaced by an error (drawing a random number).
+    pub fn roll_lost_answer(&self) -> bool {
+        self.lost_answer_rate > 0.0 && rand::random::<f64>() < self.lost_answer_rate
     }
 
     /// Whether this request should fail (drawing a random number).

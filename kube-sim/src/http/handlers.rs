@@ -1,5 +1,5 @@
 //! Resource requests: get, list, create, update, patch, apply, delete, deletecollection,
-//! and the parameters of a watch. Independent of HTTP plumbing: a parsed request in, a
+//! and reading the parameters of a watch (streamed by `watch`). Independent of HTTP plumbing: a parsed request in, a
 //! reply out.
 
 use std::collections::HashMap;
@@ -9,6 +9,7 @@ use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
 use crate::http::table;
+use crate::http::watch::WatchSpec;
 use crate::model::error::ApiError;
 use crate::model::resource::{ResourceType, metadata_mut};
 use crate::semantics::apply;
@@ -64,59 +65,6 @@ impl ApiRequest<'_> {
         } else {
             product.to_string()
         }
-    }
-}
-
-/// What to stream for a watch request.
-#[derive(Clone, Debug)]
-pub struct WatchSpec {
-    pub resource: ResourceType,
-    pub info: Arc<ResourceInfo>,
-    pub namespace: Option<String>,
-    pub labels: LabelSelector,
-    pub fields: FieldSelector,
-    /// None: start with the current state (ADDED events), as for no RV or "0".
-    pub resource_version: Option<u64>,
-    pub send_initial_events: bool,
-    pub bookmarks: bool,
-    pub timeout_seconds: Option<u64>,
-    /// Send objects as PartialObjectMetadata.
-    pub metadata_only: bool,
-    /// Send objects as one-row Tables (`kubectl get -w`).
-    pub as_table: bool,
-}
-
-impl WatchSpec {
-    pub fn matches(&self, obj: &Value) -> bool {
-        if let Some(ns) = &self.namespace
-            && obj.pointer("/metadata/namespace").and_then(Value::as_str) != Some(ns.as_str())
-        {
-            return false;
-        }
-        self.labels.matches(obj) && self.fields.matches(obj)
-    }
-
-    /// Whether objects can enter or leave this watch's view when they change.
-    pub fn has_selectors(&self) -> bool {
-        !self.labels.is_empty() || !self.fields.is_empty()
-    }
-}
-
-/// For a watch with selectors: the event type to send for a committed change (None: none)
-/// and whether the object is in the client's view afterwards. An object that starts to
-/// match arrives as ADDED and one that stops matching leaves as DELETED, as on a real server.
-pub fn selector_transition(
-    kind: crate::storage::store::EventKind,
-    matches_now: bool,
-    in_view: bool,
-) -> (Option<&'static str>, bool) {
-    use crate::storage::store::EventKind;
-    match (kind, matches_now, in_view) {
-        (EventKind::Deleted, now, before) => ((now || before).then_some("DELETED"), false),
-        (_, true, false) => (Some("ADDED"), true),
-        (kind, true, true) => (Some(kind.as_str()), true),
-        (_, false, true) => (Some("DELETED"), false),
-        (_, false, false) => (None, false),
     }
 }
 
@@ -249,12 +197,12 @@ pub fn handle(store: &Store, req: &ApiRequest<'_>, path: &ResourcePath) -> Resul
                 path.subresource.as_deref(),
             )?;
             if path.subresource.is_none()
-                && wants_partial_metadata(req.accept)
+                && table::wants_partial_metadata(req.accept)
                 && let Reply::Json { body, .. } = &reply
             {
                 return Ok(Reply::Json {
                     status: 200,
-                    body: partial_metadata(body),
+                    body: table::partial_metadata(body),
                     content_type: "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
                     warnings: Vec::new(),
                 });
@@ -335,19 +283,6 @@ fn get(
     Ok(Reply::ok(obj))
 }
 
-/// Whether the client asks for metadata only (kube's `get_metadata`, metadata watchers).
-pub fn wants_partial_metadata(accept: &str) -> bool {
-    accept.split(',').next().is_some_and(|first| {
-        first.contains("as=PartialObjectMetadata") && first.contains("g=meta.k8s.io")
-    })
-}
-
-/// An object reduced to its metadata, as `meta.k8s.io/v1` PartialObjectMetadata.
-pub fn partial_metadata(obj: &Value) -> Value {
-    json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-        "metadata": obj.get("metadata").cloned().unwrap_or(json!({}))})
-}
-
 /// The autoscaling/v1 Scale of a workload.
 fn scale_of(obj: &Value, _info: &ResourceInfo) -> Value {
     let meta = &obj["metadata"];
@@ -416,7 +351,7 @@ fn list(
         None => None,
     };
     let (items, rv) = store.list_shared(rt, namespace);
-    let shape = if wants_partial_metadata(req.accept) {
+    let shape = if table::wants_partial_metadata(req.accept) {
         ListShape::Metadata
     } else if table::wants_table(req.accept) {
         ListShape::Table
@@ -449,7 +384,7 @@ fn list(
         count += 1;
         last_key = Some(key);
         match shape {
-            ListShape::Metadata => reduced.push(partial_metadata(obj)),
+            ListShape::Metadata => reduced.push(table::partial_metadata(obj)),
             ListShape::Table => {
                 let one = table::table_for(info, &[obj], Value::Null, store.clock());
                 if let Some(row) = one.get("rows").and_then(|r| r.get(0)) {
@@ -1082,46 +1017,9 @@ fn watch_spec(
         send_initial_events,
         bookmarks: req.flag("allowWatchBookmarks"),
         timeout_seconds,
-        metadata_only: wants_partial_metadata(req.accept),
+        metadata_only: table::wants_partial_metadata(req.accept),
         as_table: table::wants_table(req.accept),
     })
-}
-
-/// A BOOKMARK event's object: the kind with only metadata.resourceVersion (and, for the
-/// kinds clients look at, the zero-valued spec/status the real server sends).
-pub fn bookmark_object(info: &ResourceInfo, rv: u64, initial_events_end: bool) -> Value {
-    let mut metadata = json!({"resourceVersion": rv.to_string()});
-    if initial_events_end {
-        metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
-    }
-    let mut obj =
-        json!({"kind": info.kind, "apiVersion": info.api_version(), "metadata": metadata});
-    match (info.group.as_str(), info.resource.as_str()) {
-        ("apps", "deployments") => {
-            obj["spec"] = json!({"replicas": 0, "selector": null,
-                "template": {"metadata": {}, "spec": {"containers": null}}, "strategy": {}});
-            obj["status"] = json!({});
-        }
-        ("", "pods") => {
-            obj["spec"] = json!({"containers": null});
-            obj["status"] = json!({});
-        }
-        _ => {}
-    }
-    obj
-}
-
-/// One watch event line: `{"type":"ADDED","object":{...}}\n`.
-pub fn event_line(kind: &str, object: &Value) -> Bytes {
-    let mut out = Vec::with_capacity(256);
-    out.extend_from_slice(b"{\"type\":\"");
-    out.extend_from_slice(kind.as_bytes());
-    out.extend_from_slice(b"\",\"object\":");
-    if serde_json::to_writer(&mut out, object).is_err() {
-        out.extend_from_slice(b"null");
-    }
-    out.extend_from_slice(b"}\n");
-    Bytes::from(out)
 }
 
 /// Parses a request body as JSON, or else YAML, into a JSON value.
@@ -1136,28 +1034,6 @@ fn parse_yaml_or_json(body: &[u8]) -> Result<Value, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn selector_transitions_table() {
-        use crate::storage::store::EventKind::*;
-        let cases = [
-            (Added, true, false, Some("ADDED"), true),
-            (Modified, true, true, Some("MODIFIED"), true),
-            (Modified, true, false, Some("ADDED"), true),
-            (Modified, false, true, Some("DELETED"), false),
-            (Modified, false, false, None, false),
-            (Deleted, false, true, Some("DELETED"), false),
-            (Deleted, true, false, Some("DELETED"), false),
-            (Deleted, false, false, None, false),
-        ];
-        for (kind, now, before, send, after) in cases {
-            assert_eq!(
-                selector_transition(kind, now, before),
-                (send, after),
-                "{kind:?} {now} {before}"
-            );
-        }
-    }
 
     #[test]
     fn continue_tokens_round_trip() {
@@ -1191,17 +1067,5 @@ mod tests {
             "apply"
         );
         assert_eq!(verb_of("DELETE", &path, &q, ""), "deletecollection");
-    }
-
-    #[test]
-    fn bookmark_matches_recording_shape() {
-        let registry = crate::storage::registry::Registry::new();
-        let info = registry.lookup("apps", "v1", "deployments").unwrap();
-        let line = event_line("BOOKMARK", &bookmark_object(&info, 2123, false));
-        let v: Value = serde_json::from_slice(&line).unwrap();
-        assert_eq!(
-            v,
-            json!({"type":"BOOKMARK","object":{"kind":"Deployment","apiVersion":"apps/v1","metadata":{"resourceVersion":"2123"},"spec":{"replicas":0,"selector":null,"template":{"metadata":{},"spec":{"containers":null}},"strategy":{}},"status":{}}})
-        );
     }
 }

@@ -7,3 +7,4 @@ pub mod openapi;
 pub mod protobuf;
 pub mod server;
 pub mod table;
+pub mod watch;

@@ -1,6 +1,6 @@
 //! The HTTP side of one cluster: listener (HTTPS or plain, HTTP/1.1 and HTTP/2), going
 //! down and up on the same port, routing, bearer-token auth, faults, counters, discovery,
-//! the `/_sim` control endpoint and watch streams.
+//! the `/_sim` control endpoint, and the response that carries a watch stream (`watch`).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -21,15 +21,14 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{mpsc, watch};
 
 use crate::http::faults::{CounterSet, Faults};
-use crate::http::handlers::{self, ApiRequest, Reply, ResourcePath, WatchSpec};
+use crate::http::handlers::{self, ApiRequest, Reply, ResourcePath};
+use crate::http::watch::{self as watches, EventLineCache, WatchSpec};
 use crate::model::error::{ApiError, qualified_resource};
 use crate::model::resource::new_uid;
 use crate::storage::store::Store;
 
 /// Largest request body accepted.
 const MAX_BODY: usize = 16 * 1024 * 1024;
-/// How often a watch without a timeout sends a bookmark (when asked for bookmarks).
-const BOOKMARK_INTERVAL: Duration = Duration::from_secs(60);
 
 /// The shared state of one running cluster.
 pub struct ClusterState {
@@ -48,31 +47,17 @@ pub struct ClusterState {
     pub event_lines: EventLineCache,
 }
 
-/// The encoded lines of the most recent events: a hundred watchers of one resource
-/// encode each event once, not a hundred times.
-#[derive(Default)]
-pub struct EventLineCache {
-    recent: std::sync::Mutex<std::collections::VecDeque<(u64, &'static str, Bytes)>>,
-}
+impl watches::Source for ClusterState {
+    fn store(&self) -> Arc<Store> {
+        self.store.clone()
+    }
 
-impl EventLineCache {
-    const KEEP: usize = 32;
+    fn faults(&self) -> Faults {
+        ClusterState::faults(self)
+    }
 
-    fn line(&self, resource_version: u64, kind: &'static str, object: &Value) -> Bytes {
-        let lock = || self.recent.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, _, line)) = lock()
-            .iter()
-            .find(|(rv, k, _)| *rv == resource_version && *k == kind)
-        {
-            return line.clone();
-        }
-        let line = handlers::event_line(kind, object);
-        let mut recent = lock();
-        recent.push_back((resource_version, kind, line.clone()));
-        if recent.len() > Self::KEEP {
-            recent.pop_front();
-        }
-        line
+    fn event_lines(&self) -> &EventLineCache {
+        &self.event_lines
     }
 }
 
@@ -397,7 +382,17 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 pub async fn handle(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<ApiBody> {
     let method = req.method().clone();
     let uri = req.uri().clone();
+    let path = uri.path();
+    let is_api = path == "/api" || path.starts_with("/api/") || path.starts_with("/apis/");
+    let is_write = matches!(method.as_str(), "POST" | "PUT" | "PATCH" | "DELETE");
     let resp = answer(state.clone(), req).await;
+    // A write that was done, answered with an error: the client cannot tell it happened.
+    let faults = state.faults();
+    let resp = if is_api && is_write && faults.roll_lost_answer() {
+        injected_error(&faults, false)
+    } else {
+        resp
+    };
     tracing::debug!(cluster = %state.name, "{method} {uri} -> {}", resp.status().as_u16());
     resp
 }
@@ -761,7 +756,7 @@ async fn control(
 /// Starts streaming a watch; the response carries the event stream.
 fn start_watch(state: Arc<ClusterState>, spec: WatchSpec) -> Response<ApiBody> {
     let (tx, rx) = mpsc::channel::<Bytes>(256);
-    tokio::spawn(run_watch(state, spec, tx));
+    tokio::spawn(watches::run(state, spec, tx));
     let mut resp = Response::new(ApiBody::Stream(rx));
     let headers = resp.headers_mut();
     headers.insert(
@@ -776,266 +771,6 @@ fn start_watch(state: Arc<ClusterState>, spec: WatchSpec) -> Response<ApiBody> {
         headers.insert("audit-id", v);
     }
     resp
-}
-
-/// One watch stream: what it delivered so far, and where it ends.
-struct WatchStream {
-    spec: WatchSpec,
-    tx: mpsc::Sender<Bytes>,
-    state: Arc<ClusterState>,
-    started: tokio::time::Instant,
-    faults: Faults,
-    sent_events: u64,
-    /// Newest resourceVersion delivered to the client.
-    delivered_rv: u64,
-    /// Whether any event of the watched resource happened since the watch started (the
-    /// watch cache of an active resource follows the global resourceVersion).
-    resource_active: bool,
-    /// For watches with selectors: the objects the client currently sees.
-    view: Option<std::collections::HashSet<(String, String)>>,
-}
-
-fn object_key(obj: &Value) -> (String, String) {
-    let meta = obj.get("metadata");
-    let field = |f: &str| {
-        meta.and_then(|m| m.get(f))
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string()
-    };
-    (field("namespace"), field("name"))
-}
-
-/// Why a watch stream stops.
-struct Stop;
-
-impl WatchStream {
-    /// Sends one event line, honouring the drop-after faults.
-    async fn emit(&mut self, kind: &str, object: &Value) -> Result<(), Stop> {
-        if self.dropped() {
-            return Err(Stop);
-        }
-        let line = if kind == "ERROR" || kind == "BOOKMARK" {
-            handlers::event_line(kind, object)
-        } else if self.spec.metadata_only {
-            handlers::event_line(kind, &handlers::partial_metadata(object))
-        } else if self.spec.as_table {
-            let rv = object
-                .pointer("/metadata/resourceVersion")
-                .cloned()
-                .unwrap_or(Value::Null);
-            let table = crate::http::table::table_for(
-                &self.spec.info,
-                &[object],
-                json!({ "resourceVersion": rv }),
-                self.state.store.clock(),
-            );
-            handlers::event_line(kind, &table)
-        } else {
-            handlers::event_line(kind, object)
-        };
-        self.send_line(line, kind).await
-    }
-
-    async fn send_line(&mut self, line: Bytes, kind: &str) -> Result<(), Stop> {
-        if self.dropped() {
-            return Err(Stop);
-        }
-        self.tx.send(line).await.map_err(|_| Stop)?;
-        if kind != "BOOKMARK" {
-            self.sent_events += 1;
-        }
-        Ok(())
-    }
-
-    fn dropped(&self) -> bool {
-        self.faults
-            .drop_watch_after_events
-            .is_some_and(|max| self.sent_events >= max)
-            || self
-                .faults
-                .drop_watch_after_ms
-                .is_some_and(|ms| self.started.elapsed() >= Duration::from_millis(ms))
-    }
-
-    /// Delivers a committed event if it is of the watched resource and matches.
-    async fn deliver(&mut self, event: &crate::storage::store::WatchEvent) -> Result<(), Stop> {
-        if event.resource != self.spec.resource {
-            return Ok(());
-        }
-        self.resource_active = true;
-        let matches = self.spec.matches(&event.object);
-        let send = match &mut self.view {
-            None => matches.then_some(event.kind.as_str()),
-            Some(view) => {
-                let key = object_key(&event.object);
-                let (send, in_view) =
-                    handlers::selector_transition(event.kind, matches, view.contains(&key));
-                if in_view {
-                    view.insert(key);
-                } else {
-                    view.remove(&key);
-                }
-                send
-            }
-        };
-        if let Some(kind) = send {
-            if self.spec.metadata_only || self.spec.as_table {
-                self.emit(kind, &event.object).await?;
-            } else {
-                let line = self
-                    .state
-                    .event_lines
-                    .line(event.resource_version, kind, &event.object);
-                self.send_line(line, kind).await?;
-            }
-            self.delivered_rv = event.resource_version;
-        }
-        Ok(())
-    }
-
-    /// A BOOKMARK at the current resourceVersion, after delivering every event up to it,
-    /// when that is newer than what the client already has.
-    async fn bookmark(
-        &mut self,
-        rx: &mut tokio::sync::broadcast::Receiver<Arc<crate::storage::store::WatchEvent>>,
-    ) -> Result<(), Stop> {
-        if !self.spec.bookmarks || !self.resource_active {
-            return Ok(());
-        }
-        let now_rv = self.state.store.resource_version();
-        loop {
-            match rx.try_recv() {
-                Ok(event) => self.deliver(&event).await?,
-                Err(tokio::sync::broadcast::error::TryRecvError::Empty) => break,
-                Err(_) => return Err(Stop),
-            }
-        }
-        let rv = now_rv.max(self.delivered_rv);
-        if rv > self.delivered_rv {
-            let bookmark = handlers::bookmark_object(&self.spec.info, rv, false);
-            self.emit("BOOKMARK", &bookmark).await?;
-            self.delivered_rv = rv;
-        }
-        Ok(())
-    }
-}
-
-async fn run_watch(state: Arc<ClusterState>, spec: WatchSpec, tx: mpsc::Sender<Bytes>) {
-    let faults = state.faults();
-    let mut stream = WatchStream {
-        spec,
-        tx,
-        state,
-        started: tokio::time::Instant::now(),
-        faults,
-        sent_events: 0,
-        delivered_rv: 0,
-        resource_active: false,
-        view: None,
-    };
-    let _ = stream_events(&mut stream).await;
-}
-
-async fn stream_events(w: &mut WatchStream) -> Result<(), Stop> {
-    let store = w.state.store.clone();
-    let mut rx = match w.spec.resource_version {
-        None => {
-            let (items, rv, rx) =
-                store.list_and_subscribe(&w.spec.resource, w.spec.namespace.as_deref());
-            if w.spec.has_selectors() {
-                w.view = Some(std::collections::HashSet::new());
-            }
-            for event in items {
-                if w.spec.matches(&event.object) {
-                    if let Some(view) = &mut w.view {
-                        view.insert(object_key(&event.object));
-                    }
-                    w.emit("ADDED", &event.object).await?;
-                }
-            }
-            w.delivered_rv = rv;
-            if w.spec.send_initial_events && w.spec.bookmarks {
-                let bookmark = handlers::bookmark_object(&w.spec.info, rv, true);
-                w.emit("BOOKMARK", &bookmark).await?;
-            }
-            rx
-        }
-        Some(from) => match store.watch_from_filtered(from, Some(&w.spec.resource)) {
-            Err(oldest) => {
-                let status = ApiError::expired(from, oldest).to_status();
-                w.emit("ERROR", &status).await?;
-                return Ok(());
-            }
-            Ok((replay, rx)) => {
-                w.delivered_rv = from;
-                if w.spec.has_selectors() {
-                    // What the client saw at `from` is unknown here; the current matches
-                    // are the closest view.
-                    let (current, _) =
-                        store.list_shared(&w.spec.resource, w.spec.namespace.as_deref());
-                    w.view = Some(
-                        current
-                            .iter()
-                            .filter(|e| w.spec.matches(&e.object))
-                            .map(|e| object_key(&e.object))
-                            .collect(),
-                    );
-                }
-                for event in replay {
-                    w.deliver(&event).await?;
-                }
-                rx
-            }
-        },
-    };
-
-    let started = w.started;
-    let timeout = w.spec.timeout_seconds.map(Duration::from_secs);
-    let deadline = timeout.and_then(|t| started.checked_add(t));
-    // Like the watch cache: a bookmark about 2 s before the deadline, else every minute.
-    let mut next_bookmark = match timeout {
-        Some(t) if t > Duration::from_secs(2) => started.checked_add(t - Duration::from_secs(2)),
-        Some(_) => None,
-        None => started.checked_add(BOOKMARK_INTERVAL),
-    };
-    let far = started + Duration::from_secs(365 * 24 * 3600);
-    let mut tick = tokio::time::interval(Duration::from_millis(250));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        if w.dropped() {
-            return Ok(());
-        }
-        let wake = match (deadline, next_bookmark) {
-            (Some(d), Some(b)) => d.min(b),
-            (Some(d), None) => d,
-            (None, Some(b)) => b,
-            (None, None) => far,
-        };
-        tokio::select! {
-            received = rx.recv() => match received {
-                Ok(event) => w.deliver(&event).await?,
-                // Fell too far behind or the store went away: end the stream; clients
-                // watch again from the last resourceVersion they saw.
-                Err(_) => return Ok(()),
-            },
-            _ = tokio::time::sleep_until(wake) => {
-                if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
-                    return Ok(());
-                }
-                w.bookmark(&mut rx).await?;
-                next_bookmark = if timeout.is_some() {
-                    None
-                } else {
-                    tokio::time::Instant::now().checked_add(BOOKMARK_INTERVAL)
-                };
-            }
-            _ = tick.tick() => {
-                w.faults = w.state.faults();
-            }
-            _ = w.tx.closed() => return Ok(()),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
-//! `meta.k8s.io/v1` Table responses (what `kubectl get` asks for), with the columns the
-//! real server prints for the common kinds and Name/Age for the rest.
+//! The representations a client asks for in `Accept` besides the object itself:
+//! `meta.k8s.io/v1` Tables (what `kubectl get` asks for), with the columns the real server
+//! prints for the common kinds and Name/Age for the rest, and PartialObjectMetadata.
 
 use serde_json::{Map, Value, json};
 
@@ -625,6 +626,19 @@ pub fn table_for(
         "columnDefinitions": column_defs,
         "rows": rows
     })
+}
+
+/// Whether the client asks for metadata only (kube's `get_metadata`, metadata watchers).
+pub fn wants_partial_metadata(accept: &str) -> bool {
+    accept.split(',').next().is_some_and(|first| {
+        first.contains("as=PartialObjectMetadata") && first.contains("g=meta.k8s.io")
+    })
+}
+
+/// An object reduced to its metadata, as `meta.k8s.io/v1` PartialObjectMetadata.
+pub fn partial_metadata(obj: &Value) -> Value {
+    json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+        "metadata": obj.get("metadata").cloned().unwrap_or(json!({}))})
 }
 
 #[cfg(test)]

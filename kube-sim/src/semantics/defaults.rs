@@ -154,6 +154,35 @@ pub fn on_write(rt: &ResourceType, obj: &mut Value) {
                 }
             }
         }
+        (
+            "admissionregistration.k8s.io",
+            resource @ ("validatingwebhookconfigurations" | "mutatingwebhookconfigurations"),
+        ) => {
+            let mutating = resource == "mutatingwebhookconfigurations";
+            let Some(webhooks) = obj.get_mut("webhooks").and_then(Value::as_array_mut) else {
+                return;
+            };
+            for hook in webhooks.iter_mut().filter_map(Value::as_object_mut) {
+                webhook_defaults(hook, mutating);
+            }
+        }
+        ("apiregistration.k8s.io", "apiservices") => {
+            if let Some(service) = object_at(obj, "spec")
+                .and_then(|s| s.get_mut("service").and_then(Value::as_object_mut))
+            {
+                default(service, "port", json!(443));
+            }
+        }
+        ("flowcontrol.apiserver.k8s.io", "flowschemas") => {
+            if let Some(spec) = object_at(obj, "spec") {
+                default(spec, "matchingPrecedence", json!(1000));
+            }
+        }
+        ("scheduling.k8s.io", "priorityclasses") => {
+            if let Some(map) = obj.as_object_mut() {
+                default(map, "preemptionPolicy", json!("PreemptLowerPriority"));
+            }
+        }
         ("apiextensions.k8s.io", "customresourcedefinitions") => {
             if let Some(spec) = object_at(obj, "spec") {
                 default(spec, "conversion", json!({"strategy": "None"}));
@@ -168,6 +197,30 @@ pub fn on_write(rt: &ResourceType, obj: &mut Value) {
             }
         }
         _ => {}
+    }
+}
+
+/// One webhook of a webhook configuration, as v1 defaults it.
+fn webhook_defaults(hook: &mut Map<String, Value>, mutating: bool) {
+    if let Some(service) = hook
+        .get_mut("clientConfig")
+        .and_then(|c| c.get_mut("service"))
+        .and_then(Value::as_object_mut)
+    {
+        default(service, "port", json!(443));
+    }
+    if let Some(rules) = hook.get_mut("rules").and_then(Value::as_array_mut) {
+        for rule in rules.iter_mut().filter_map(Value::as_object_mut) {
+            default(rule, "scope", json!("*"));
+        }
+    }
+    default(hook, "failurePolicy", json!("Fail"));
+    default(hook, "matchPolicy", json!("Equivalent"));
+    default(hook, "namespaceSelector", json!({}));
+    default(hook, "objectSelector", json!({}));
+    default(hook, "timeoutSeconds", json!(10));
+    if mutating {
+        default(hook, "reinvocationPolicy", json!("Never"));
     }
 }
 

@@ -48,7 +48,8 @@ pub fn list_type(field: &str, items: &[Value]) -> ListType {
         | "env"
         | "volumes"
         | "imagePullSecrets"
-        | "resourceClaims" => ListType::Map(vec!["name"]),
+        | "resourceClaims"
+        | "webhooks" => ListType::Map(vec!["name"]),
         "volumeMounts" => ListType::Map(vec!["mountPath"]),
         "volumeDevices" => ListType::Map(vec!["devicePath"]),
         "conditions" => ListType::Map(vec!["type"]),
@@ -71,7 +72,8 @@ pub fn list_type(field: &str, items: &[Value]) -> ListType {
 
 /// Maps that are owned as a whole.
 fn is_atomic_map(field: &str) -> bool {
-    matches!(field, "selector")
+    // LabelSelectors are atomic structs.
+    matches!(field, "selector" | "objectSelector" | "namespaceSelector")
 }
 
 /// Struct fields that are always present (not `omitempty`), so an update never "adds" them
@@ -90,6 +92,7 @@ fn is_always_present_struct(field: &str) -> bool {
             | "jobTemplate"
             | "acceptedNames"
             | "loadBalancer"
+            | "priorityLevelConfiguration"
     )
 }
 

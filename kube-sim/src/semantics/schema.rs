@@ -244,10 +244,12 @@ pub fn has_builtin_type(group: &str, version: &str, kind: &str) -> bool {
 
 fn typed_round_trip(group: &str, version: &str, kind: &str, object: &Value) -> Option<Value> {
     use k8s_openapi::api::{
-        apps, autoscaling, batch, coordination, core, discovery, events, networking, node, policy,
+        admissionregistration, apps, authentication, authorization, autoscaling, batch,
+        certificates, coordination, core, discovery, events, flowcontrol, networking, node, policy,
         rbac, scheduling, storage,
     };
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions;
+    use k8s_openapi::kube_aggregator::pkg::apis::apiregistration;
     match (group, version, kind) {
         ("", "v1", "Binding") => via::<core::v1::Binding>(object),
         ("", "v1", "ComponentStatus") => via::<core::v1::ComponentStatus>(object),
@@ -266,6 +268,48 @@ fn typed_round_trip(group: &str, version: &str, kind: &str, object: &Value) -> O
         ("", "v1", "Secret") => via::<core::v1::Secret>(object),
         ("", "v1", "Service") => via::<core::v1::Service>(object),
         ("", "v1", "ServiceAccount") => via::<core::v1::ServiceAccount>(object),
+        ("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration") => {
+            via::<admissionregistration::v1::MutatingWebhookConfiguration>(object)
+        }
+        ("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration") => {
+            via::<admissionregistration::v1::ValidatingWebhookConfiguration>(object)
+        }
+        ("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicy") => {
+            via::<admissionregistration::v1::ValidatingAdmissionPolicy>(object)
+        }
+        ("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicyBinding") => {
+            via::<admissionregistration::v1::ValidatingAdmissionPolicyBinding>(object)
+        }
+        ("apiregistration.k8s.io", "v1", "APIService") => {
+            via::<apiregistration::v1::APIService>(object)
+        }
+        ("authentication.k8s.io", "v1", "SelfSubjectReview") => {
+            via::<authentication::v1::SelfSubjectReview>(object)
+        }
+        ("authentication.k8s.io", "v1", "TokenReview") => {
+            via::<authentication::v1::TokenReview>(object)
+        }
+        ("authorization.k8s.io", "v1", "LocalSubjectAccessReview") => {
+            via::<authorization::v1::LocalSubjectAccessReview>(object)
+        }
+        ("authorization.k8s.io", "v1", "SelfSubjectAccessReview") => {
+            via::<authorization::v1::SelfSubjectAccessReview>(object)
+        }
+        ("authorization.k8s.io", "v1", "SelfSubjectRulesReview") => {
+            via::<authorization::v1::SelfSubjectRulesReview>(object)
+        }
+        ("authorization.k8s.io", "v1", "SubjectAccessReview") => {
+            via::<authorization::v1::SubjectAccessReview>(object)
+        }
+        ("certificates.k8s.io", "v1", "CertificateSigningRequest") => {
+            via::<certificates::v1::CertificateSigningRequest>(object)
+        }
+        ("flowcontrol.apiserver.k8s.io", "v1", "FlowSchema") => {
+            via::<flowcontrol::v1::FlowSchema>(object)
+        }
+        ("flowcontrol.apiserver.k8s.io", "v1", "PriorityLevelConfiguration") => {
+            via::<flowcontrol::v1::PriorityLevelConfiguration>(object)
+        }
         ("apiextensions.k8s.io", "v1", "CustomResourceDefinition") => {
             via::<apiextensions::v1::CustomResourceDefinition>(object)
         }

@@ -191,7 +191,7 @@ impl Sim {
                 shutdown,
                 address,
                 tls: identity.as_ref().map(|id| id.config.clone()),
-                event_lines: server::EventLineCache::default(),
+                event_lines: crate::http::watch::EventLineCache::default(),
             });
             let scheme = if opts.tls { "https" } else { "http" };
             let listener_task = tokio::spawn(server::run_listener(state.clone(), listener));
@@ -231,6 +231,14 @@ impl Sim {
             .map(Cluster::kubeconfig_entry)
             .collect();
         kubeconfig::render(&entries)
+    }
+
+    /// Starts the clusters and writes their kubeconfig to `path`: what the demo, the e2e
+    /// harness and the benchmarks all begin with.
+    pub async fn start_with_kubeconfig(options: SimOptions, path: &Path) -> Result<Sim, SimError> {
+        let sim = Sim::start(options).await?;
+        sim.write_kubeconfig(path)?;
+        Ok(sim)
     }
 
     pub fn write_kubeconfig(&self, path: &Path) -> Result<(), SimError> {

@@ -119,6 +119,9 @@ impl ResourceInfo {
                 | ("policy", "poddisruptionbudgets")
                 | ("networking.k8s.io", "ingresses" | "networkpolicies")
                 | ("apiextensions.k8s.io", "customresourcedefinitions")
+                | ("admissionregistration.k8s.io", _)
+                | ("flowcontrol.apiserver.k8s.io", _)
+                | ("scheduling.k8s.io", "priorityclasses")
         )
     }
 
@@ -642,7 +645,15 @@ mod tests {
     /// newer than the k8s-openapi API used here.
     #[test]
     fn every_served_builtin_kind_has_a_type() {
-        const NEWER_THAN_1_33: [&str; 1] = ["VolumeAttributesClass"];
+        const NEWER_THAN_1_33: [&str; 7] = [
+            "VolumeAttributesClass",
+            "MutatingAdmissionPolicy",
+            "MutatingAdmissionPolicyBinding",
+            "DeviceClass",
+            "ResourceClaim",
+            "ResourceClaimTemplate",
+            "ResourceSlice",
+        ];
         let registry = Registry::new();
         for info in registry.resources() {
             if info.crd.is_some() || NEWER_THAN_1_33.contains(&info.kind.as_str()) {

@@ -498,7 +498,7 @@ mod tests {
     use serde_json::json;
 
     fn recording(name: &str) -> Value {
-        let path = crate::manifests::shared_path(&format!("apiserver-recordings/{name}"));
+        let path = crate::util::shared::shared_path(&format!("apiserver-recordings/{name}"));
         let text =
             std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         serde_json::from_str(&text).unwrap()

@@ -343,7 +343,7 @@ mod tests {
     use std::time::Duration;
 
     fn recording(name: &str) -> Value {
-        let path = crate::manifests::shared_path(&format!("apiserver-recordings/{name}"));
+        let path = crate::util::shared::shared_path(&format!("apiserver-recordings/{name}"));
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
     }
 

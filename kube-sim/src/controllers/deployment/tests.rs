@@ -1,3 +1,5 @@
+//! Deployment controller tests: rollouts, rollbacks by template, progress deadlines.
+
 use super::*;
 
 fn ts(s: &str) -> jiff::Timestamp {

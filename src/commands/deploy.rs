@@ -1,0 +1,180 @@
+//! `rollguard deploy`: load and validate everything into a plan (no cluster touched), run it
+//! across the fleet with live progress, print the table, write the JSON report, exit code.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::DeployArgs;
+use crate::config::{self, Overrides};
+use crate::engine::plan::{DeployOptions, Plan};
+use crate::error::{Error, exit};
+use crate::manifests;
+use crate::report::progress;
+use crate::report::{self, Report};
+
+/// Loads and validates everything; no cluster is touched here.
+pub fn plan(args: &DeployArgs, env: HashMap<String, String>) -> Result<Plan, Error> {
+    let lookup = |k: &str| env.get(k).cloned();
+    let path = config::config_path(args.files.config.as_deref(), &lookup);
+    let on_failure = match &args.on_failure {
+        Some(text) => Some(
+            text.parse::<config::FailurePolicy>()
+                .map_err(|why| Error::Usage(format!("--on-failure: {why}")))?,
+        ),
+        None => None,
+    };
+    if args.concurrency == Some(0) {
+        return Err(Error::Usage("--concurrency must be at least 1".into()));
+    }
+    let overrides = Overrides {
+        kubeconfig: args.files.kubeconfig.clone(),
+        contexts: args.contexts.clone(),
+        timeout: args.timeout,
+        on_failure,
+        concurrency: args.concurrency,
+        lock_timeout: args.lock_timeout,
+        ..Default::default()
+    };
+    let config = config::load(&path, &overrides, &lookup)?;
+    refuse_overlapping_targets(&config, &path, &lookup)?;
+    let manifests = manifests::load(&config)?;
+    let commit = crate::util::git::detect_commit(args.commit.as_deref(), &lookup, &config.base_dir);
+    let options = DeployOptions {
+        force_conflicts: args.force_conflicts,
+        dry_run: args.dry_run,
+        cli_kubeconfig: config.kubeconfig.clone(),
+    };
+    Ok(Plan::new(config, manifests, commit, options, env))
+}
+
+/// Cancels on the first SIGINT/SIGTERM; a second signal exits at once with 130.
+pub fn cancel_on_signals() -> CancellationToken {
+    let cancel = CancellationToken::new();
+    let token = cancel.clone();
+    tokio::spawn(async move {
+        let mut count = 0;
+        loop {
+            wait_for_signal().await;
+            count += 1;
+            if count == 1 {
+                eprintln!("rollguard: cancelling (a second signal stops at once)");
+                token.cancel();
+            } else {
+                std::process::exit(exit::CANCELLED);
+            }
+        }
+    });
+    cancel
+}
+
+#[cfg(unix)]
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+#[cfg(not(unix))]
+async fn wait_for_signal() {
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+/// `rollguard deploy`.
+pub async fn deploy(args: DeployArgs, env: HashMap<String, String>) -> Result<i32, Error> {
+    let plan = Arc::new(plan(&args, env)?);
+    let cancel = cancel_on_signals();
+    let report = run_plan(plan.clone(), cancel.clone()).await;
+    finish_report(&report, args.report.as_ref(), &plan.env)?;
+    // A rollback that failed after a cancel is the more serious outcome: exit 3, not 130.
+    let rollback_failed = report
+        .targets
+        .iter()
+        .any(|t| t.outcome == report::TargetOutcome::RollbackFailed);
+    Ok(if cancel.is_cancelled() && !rollback_failed {
+        exit::CANCELLED
+    } else {
+        report::exit_code(&report)
+    })
+}
+
+/// Runs a plan with live progress on stderr.
+pub async fn run_plan(plan: Arc<Plan>, cancel: CancellationToken) -> Report {
+    let lookup = |k: &str| plan.env.get(k).cloned();
+    let names = plan.config.targets.iter().map(|t| t.name.clone()).collect();
+    let (progress, renderer) = progress::start(names, progress::detect_mode(&lookup));
+    let report = crate::engine::fleet::deploy(plan.clone(), cancel, progress).await;
+    let _ = renderer.await;
+    report
+}
+
+/// Prints the final table on stdout and writes the JSON report when asked.
+pub fn finish_report(
+    report: &Report,
+    path: Option<&PathBuf>,
+    env: &HashMap<String, String>,
+) -> Result<(), Error> {
+    let lookup = |k: &str| env.get(k).cloned();
+    println!(
+        "{}",
+        report::to_table(report, progress::table_color(&lookup))
+    );
+    if let Some(path) = path {
+        std::fs::write(path, report::to_json(report)).map_err(|source| Error::WriteReport {
+            path: path.clone(),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+/// Two targets that resolve (offline, from their kubeconfigs) to one cluster and namespace
+/// are refused before any cluster is touched. A target whose kubeconfig cannot be read here
+/// is left to fail on its own when it connects.
+fn refuse_overlapping_targets(
+    config: &config::Config,
+    path: &std::path::Path,
+    lookup: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> Result<(), Error> {
+    use crate::engine::overlap::{Placement, describe, overlapping};
+    let placements: Vec<Placement> = config
+        .targets
+        .iter()
+        .filter_map(|t| {
+            let (server, context_ns) = crate::kube::connect::locate_offline(
+                t,
+                config.kubeconfig.as_deref(),
+                &config.base_dir,
+                lookup,
+            )
+            .ok()?;
+            // As kube does: a context without a namespace means "default".
+            let context_ns = context_ns.unwrap_or_else(|| "default".to_string());
+            let namespace = config.default_namespace(t, &context_ns);
+            let history_namespace = config.history_namespace(t, &context_ns);
+            Some(Placement {
+                target: t.name.clone(),
+                line: t.line,
+                server,
+                namespace,
+                history_namespace,
+            })
+        })
+        .collect();
+    let pairs = overlapping(&placements);
+    if pairs.is_empty() {
+        return Ok(());
+    }
+    Err(Error::Usage(describe(&pairs, &path.display().to_string())))
+}

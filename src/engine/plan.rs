@@ -1,0 +1,68 @@
+//! The plan: everything a deploy needs (config, manifests in apply order, commit, flags, a
+//! snapshot of the environment), validated before any cluster is touched.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use crate::config::Config;
+use crate::manifests::ManifestSet;
+use crate::release::{EncodedManifests, ReleaseError};
+use crate::util::git::CommitInfo;
+
+/// Options of a deploy that come from flags, not from the config file.
+#[derive(Debug, Clone, Default)]
+pub struct DeployOptions {
+    pub force_conflicts: bool,
+    pub dry_run: bool,
+    /// `--kubeconfig`, for targets that name no kubeconfig of their own.
+    pub cli_kubeconfig: Option<PathBuf>,
+}
+
+/// Everything a deploy needs, validated before any cluster is touched.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub config: Config,
+    pub manifests: ManifestSet,
+    pub commit: Option<CommitInfo>,
+    pub options: DeployOptions,
+    /// A snapshot of the environment (kubeconfig_env variables, KUBECONFIG, HOME).
+    pub env: HashMap<String, String>,
+    /// The manifests as release records store them: encoded once, shared by every target.
+    recorded: OnceLock<Result<EncodedManifests, String>>,
+}
+
+impl Plan {
+    pub fn new(
+        config: Config,
+        manifests: ManifestSet,
+        commit: Option<CommitInfo>,
+        options: DeployOptions,
+        env: HashMap<String, String>,
+    ) -> Plan {
+        Plan {
+            config,
+            manifests,
+            commit,
+            options,
+            env,
+            recorded: OnceLock::new(),
+        }
+    }
+
+    /// The manifests encoded for the release records (the first target to ask encodes them).
+    pub fn recorded_manifests(&self) -> Result<&EncodedManifests, ReleaseError> {
+        self.recorded
+            .get_or_init(|| {
+                let bodies: Vec<&serde_json::Value> =
+                    self.manifests.objects.iter().map(|o| &o.body).collect();
+                EncodedManifests::encode(&bodies).map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(|e| ReleaseError::Encode(e.clone()))
+    }
+
+    pub fn env(&self, key: &str) -> Option<String> {
+        self.env.get(key).cloned()
+    }
+}

@@ -1,0 +1,282 @@
+//! Re-apply of stored (or rebuilt-from-git) manifests as a new revision on one target:
+//! record, server-side apply without pruning, wait, finish the record. Used by the automatic
+//! rollback and by `rollguard rollback`.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Config, FailFastConfig};
+use crate::kube::apply::{AppliedObject, ApplyOptions, MAX_IN_FLIGHT, apply_failures, apply_set};
+use crate::kube::connect::{ClusterAccess, describe_error};
+use crate::kube::wait::{WaitFailure, WaitOptions, wait_for_rollout};
+use crate::manifests::{ManifestObject, ManifestSet, Origin};
+use crate::release::session::applied_ref;
+use crate::release::{
+    EncodedManifests, ObjectRef, ReleaseDraft, ReleaseError, ReleaseOrigin, ReleaseRecord,
+    ReleaseStatus, ReleaseStore, RunInfo,
+};
+use crate::report::Failure;
+use crate::util::git::CommitInfo;
+
+/// The manifests of the revision `record` names, read from the cluster only now: a deploy
+/// that succeeds never needs them.
+pub async fn stored_manifests(
+    store: &ReleaseStore,
+    config: &Config,
+    record: &ReleaseRecord,
+    access: &ClusterAccess,
+) -> Result<Vec<serde_json::Value>, String> {
+    match store.get(record.revision).await {
+        Ok(full) => record_manifests(config, &full),
+        // Unreadable manifests: the record's commit can still rebuild them from git.
+        Err(e @ ReleaseError::Corrupt { .. }) => {
+            tracing::warn!(
+                "{e}; rebuilding the manifests of v{} from git",
+                record.revision
+            );
+            let mut head = record.clone();
+            head.manifests = None;
+            record_manifests(config, &head).map_err(|why| format!("{e}; and from git: {why}"))
+        }
+        Err(e) => {
+            let why = match e.kube_error() {
+                Some(k) => describe_error(k, &access.server).message,
+                None => e.to_string(),
+            };
+            Err(format!("reading release v{}: {why}", record.revision))
+        }
+    }
+}
+
+/// The manifests of a record: as stored, else rebuilt from git at its commit.
+pub fn record_manifests(
+    config: &Config,
+    record: &ReleaseRecord,
+) -> Result<Vec<serde_json::Value>, String> {
+    if let Some(bodies) = &record.manifests {
+        return Ok(bodies.clone());
+    }
+    let commit = record.commit.as_ref().ok_or_else(|| {
+        format!(
+            "release v{} holds neither manifests nor a commit to rebuild them from",
+            record.revision
+        )
+    })?;
+    manifests_from_git(config, &commit.sha)
+}
+
+/// The manifests of the config's manifest source at commit `sha`, from a temporary checkout.
+pub fn manifests_from_git(config: &Config, sha: &str) -> Result<Vec<serde_json::Value>, String> {
+    let checkout =
+        crate::util::git::Checkout::at(&config.base_dir, sha).map_err(|e| e.to_string())?;
+    let mut at_commit = config.clone();
+    at_commit.base_dir = checkout.map_path(&config.base_dir);
+    let set = crate::manifests::load(&at_commit)
+        .map_err(|e| format!("manifests at commit {sha}: {e}"))?;
+    Ok(set.objects.into_iter().map(|o| o.body).collect())
+}
+
+/// A manifest set from stored bodies (in their stored, already sorted, order).
+pub fn manifest_set_from_bodies(bodies: &[serde_json::Value], source: &str) -> ManifestSet {
+    let objects = bodies
+        .iter()
+        .enumerate()
+        .filter_map(|(i, body)| {
+            let r = ObjectRef::from_body(body)?;
+            Some(ManifestObject {
+                api_version: r.api_version,
+                kind: r.kind,
+                name: r.name,
+                namespace: r.namespace,
+                origin: Origin {
+                    file: std::path::PathBuf::from(format!("release {source}")),
+                    line: i + 1,
+                },
+                body: body.clone(),
+            })
+        })
+        .collect();
+    ManifestSet { objects }
+}
+
+/// What an unfinished rollback did: "re-applied: ConfigMap web-config; not re-applied:
+/// Deployment web" (by kind and name, in apply order).
+pub fn rollback_progress(set: &ManifestSet, applied: &[AppliedObject]) -> String {
+    let sent: HashSet<(&str, &str)> = applied
+        .iter()
+        .map(|a| (a.resource.kind.as_str(), a.name.as_str()))
+        .collect();
+    let (done, left): (Vec<&ManifestObject>, Vec<&ManifestObject>) = set
+        .objects
+        .iter()
+        .partition(|o| sent.contains(&(o.kind.as_str(), o.name.as_str())));
+    let names = |objects: &[&ManifestObject]| {
+        if objects.is_empty() {
+            "nothing".to_string()
+        } else {
+            objects
+                .iter()
+                .map(|o| format!("{} {}", o.kind, o.name))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    };
+    format!(
+        "re-applied: {}; not re-applied: {}",
+        names(&done),
+        names(&left)
+    )
+}
+
+/// One re-apply of stored (or rebuilt) manifests as a new revision on one target.
+pub struct ReApply<'a> {
+    pub access: &'a ClusterAccess,
+    pub store: &'a ReleaseStore,
+    pub target: &'a str,
+    /// The namespace for namespaced objects without one.
+    pub default_namespace: String,
+    pub bodies: Vec<serde_json::Value>,
+    pub commit: Option<CommitInfo>,
+    pub origin: ReleaseOrigin,
+    /// For messages: "v3" or "commit abc1234".
+    pub destination: String,
+    pub timeout: Duration,
+    pub deadline: Instant,
+    /// The run was cancelled: an unfinished rollout at the deadline is "sent, not verified".
+    pub cancelled: bool,
+    /// Stops the apply and the wait early (a late signal); the rollback then counts as sent.
+    pub stop: CancellationToken,
+    /// Fires when the target's lock is lost: the record is then left to the new holder.
+    pub lost: CancellationToken,
+    /// The app's field manager.
+    pub field_manager: String,
+    /// `--force-conflicts` of the run.
+    pub force_conflicts: bool,
+    pub fail_fast: FailFastConfig,
+    /// Where the new record says it ran.
+    pub run: RunInfo,
+}
+
+impl ReApply<'_> {
+    /// Record, apply (server-side, never pruning) and wait. Ok(new revision);
+    /// Err((why, sent_but_unverified_because_cancelled)).
+    pub async fn run(self) -> Result<u64, (String, bool)> {
+        let access = self.access;
+        let describe = |e: &ReleaseError| match e.kube_error() {
+            Some(k) => describe_error(k, &access.server).message,
+            None => e.to_string(),
+        };
+        let to = &self.destination;
+        let manifests = EncodedManifests::encode(&self.bodies)
+            .map_err(|e| (format!("rollback to {to}: {e}"), false))?;
+        let mut draft = ReleaseDraft::new(manifests);
+        draft.commit = self.commit.clone();
+        draft.target = Some(self.target.to_string());
+        draft.default_namespace = Some(self.default_namespace.clone());
+        draft.run = self.run.clone();
+        let record = self
+            .store
+            .begin(draft, self.origin)
+            .await
+            .map_err(|e| (format!("rollback to {to}: {}", describe(&e)), false))?;
+        let revision = record.revision;
+        let set = manifest_set_from_bodies(&self.bodies, to);
+        let options = ApplyOptions {
+            field_manager: self.field_manager.clone(),
+            force: self.force_conflicts,
+            dry_run: false,
+            default_namespace: self.default_namespace.clone(),
+            max_in_flight: MAX_IN_FLIGHT,
+            deadline: self.deadline,
+        };
+        // The first signal cancelled the deploy; the rollback itself runs to its deadline or
+        // until `stop` (a second signal ends the process).
+        let keep_going = self.stop.clone();
+        let applied = apply_set(&access.client, &set, &options, &keep_going, &|_, _| {}).await;
+        let outcome = match &applied.result {
+            Err(e) => {
+                let why = apply_failures(e, &access.server)
+                    .first()
+                    .map(Failure::headline)
+                    .unwrap_or_else(|| {
+                        if self.stop.is_cancelled() {
+                            "stopped: its time ran out".to_string()
+                        } else {
+                            e.to_string()
+                        }
+                    });
+                Err((
+                    format!(
+                        "rollback to {to}: {why}; {}",
+                        rollback_progress(&set, &applied.applied)
+                    ),
+                    false,
+                ))
+            }
+            Ok(()) => {
+                let wait = WaitOptions {
+                    deadline: self.deadline,
+                    timeout: self.timeout,
+                    fail_fast: self.fail_fast.clone(),
+                };
+                let waited = wait_for_rollout(
+                    &access.client,
+                    &applied.applied,
+                    &wait,
+                    &keep_going,
+                    &|_| {},
+                )
+                .await;
+                match waited.result {
+                    Ok(()) => Ok(()),
+                    Err(WaitFailure::Timeout(_)) if self.cancelled => Err((
+                        format!(
+                            "rollback to {to} sent; not yet healthy when rollguard had to exit"
+                        ),
+                        true,
+                    )),
+                    Err(WaitFailure::Failed(f)) | Err(WaitFailure::Timeout(f)) => Err((
+                        format!(
+                            "rollback to {to}: {}",
+                            f.first().map(Failure::headline).unwrap_or_default()
+                        ),
+                        false,
+                    )),
+                    Err(WaitFailure::Cancelled) => {
+                        Err((format!("rollback to {to} cancelled"), true))
+                    }
+                }
+            }
+        };
+        if self.lost.is_cancelled() {
+            return Err((
+                format!(
+                    "rollback to {to} stopped: the lock was lost; its record v{revision} is left to the new holder"
+                ),
+                false,
+            ));
+        }
+        let objects = Some(applied.applied.iter().map(applied_ref).collect());
+        let (status, reason) = match &outcome {
+            Ok(()) => (ReleaseStatus::Deployed, None),
+            Err((why, _)) => (ReleaseStatus::Failed, Some(why.clone())),
+        };
+        if let Err(e) = self
+            .store
+            .finish_with_objects(revision, status, reason, objects)
+            .await
+        {
+            return Err((
+                format!(
+                    "rollback to {to} applied, but its record v{revision} could not be written: {}",
+                    describe(&e)
+                ),
+                false,
+            ));
+        }
+        outcome.map(|()| revision)
+    }
+}
