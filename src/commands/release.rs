@@ -405,9 +405,12 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
     // The locks first, one at a time in the global lock order (as a deploy takes them), so
     // that a rollback and a deploy over the same clusters never wait for each other in a
     // cycle.
-    let mut locks: Vec<Option<Result<LockGuard, String>>> = connected.iter().map(|_| None).collect();
+    let mut locks: Vec<Option<Result<LockGuard, String>>> =
+        connected.iter().map(|_| None).collect();
     if !args.dry_run {
-        let reachable: Vec<usize> = (0..connected.len()).filter(|i| connected[*i].is_ok()).collect();
+        let reachable: Vec<usize> = (0..connected.len())
+            .filter(|i| connected[*i].is_ok())
+            .collect();
         let keys: Vec<(String, String)> = reachable
             .iter()
             .filter_map(|i| connected[*i].as_ref().ok())
@@ -442,7 +445,9 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
                     && let Some(Ok(guard)) = slot.take()
                 {
                     let _ = guard.release().await;
-                    *slot = Some(Err("not rolled back: another target's lock could not be taken".into()));
+                    *slot = Some(Err(
+                        "not rolled back: another target's lock could not be taken".into(),
+                    ));
                 }
             }
         }
@@ -534,7 +539,11 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
             deadline,
             cancelled: false,
             stop: tokio_util::sync::CancellationToken::new(),
-            lost: p.lock.as_ref().map(lock::LockGuard::lost_token).unwrap_or_default(),
+            lost: p
+                .lock
+                .as_ref()
+                .map(lock::LockGuard::lost_token)
+                .unwrap_or_default(),
             field_manager: crate::kube::apply::field_manager(&config.app),
             force_conflicts: args.force_conflicts,
             fail_fast: config.wait.fail_fast.clone(),

@@ -224,36 +224,34 @@ async fn roll_back_target(context: &Conclusion<'_>, run: &mut TargetRun) -> Opti
         None => Err(("no connection to the cluster".to_string(), false)),
         Some(access) => match stored_manifests(&release.store, &plan.config, &good, access).await {
             Err(why) => Err((why, false)),
-            Ok(bodies) => {
-                ReApply {
-                    access,
-                    store: &release.store,
-                    target: &name,
-                    default_namespace: good
-                        .default_namespace
-                        .clone()
-                        .unwrap_or_else(|| release.default_namespace.clone()),
-                    bodies,
-                    commit: good.commit.clone(),
-                    origin: ReleaseOrigin::Rollback { to: good.revision },
-                    destination: format!("v{}", good.revision),
-                    timeout: settings.rollback_timeout,
-                    deadline,
-                    cancelled,
-                    stop: stop.clone(),
-                    lost: release.lost_token(),
-                    field_manager: field_manager(&plan.config.app),
-                    force_conflicts: plan.options.force_conflicts,
-                    fail_fast: plan.config.wait.fail_fast.clone(),
-                    run: RunInfo::from_env(&|k| plan.env(k)),
-                }
-                .run()
-                .await
-                .map_err(|(why, sent)| match release.lock_lost() {
-                    Some(lost) => (format!("{why}; {lost}"), false),
-                    None => (why, sent),
-                })
+            Ok(bodies) => ReApply {
+                access,
+                store: &release.store,
+                target: &name,
+                default_namespace: good
+                    .default_namespace
+                    .clone()
+                    .unwrap_or_else(|| release.default_namespace.clone()),
+                bodies,
+                commit: good.commit.clone(),
+                origin: ReleaseOrigin::Rollback { to: good.revision },
+                destination: format!("v{}", good.revision),
+                timeout: settings.rollback_timeout,
+                deadline,
+                cancelled,
+                stop: stop.clone(),
+                lost: release.lost_token(),
+                field_manager: field_manager(&plan.config.app),
+                force_conflicts: plan.options.force_conflicts,
+                fail_fast: plan.config.wait.fail_fast.clone(),
+                run: RunInfo::from_env(&|k| plan.env(k)),
             }
+            .run()
+            .await
+            .map_err(|(why, sent)| match release.lock_lost() {
+                Some(lost) => (format!("{why}; {lost}"), false),
+                None => (why, sent),
+            }),
         },
     };
     let (outcome, ok, message) = match attempt {

@@ -80,7 +80,11 @@ pub async fn run_targets(
                         .instrument(span),
                 );
                 task.await.unwrap_or_else(|e| {
-                    Err(skipped(&name, TargetOutcome::Failed, &format!("internal error: {e}")))
+                    Err(skipped(
+                        &name,
+                        TargetOutcome::Failed,
+                        &format!("internal error: {e}"),
+                    ))
                 })
             }
         })
@@ -109,7 +113,11 @@ pub async fn run_targets(
                     }
                     Ok(None) => None,
                     Err(stopped) => {
-                        let LockRefusal { outcome, failure, message } = stopped;
+                        let LockRefusal {
+                            outcome,
+                            failure,
+                            message,
+                        } = stopped;
                         return reached.stop(&progress, outcome, failure, message);
                     }
                 };
@@ -158,7 +166,9 @@ async fn take_locks(
         .filter_map(|i| reached[*i].as_ref().ok())
         .zip(&candidates)
         .map(|(r, i)| {
-            let namespace = plan.config.history_namespace(&targets[*i], &r.access().context_namespace);
+            let namespace = plan
+                .config
+                .history_namespace(&targets[*i], &r.access().context_namespace);
             lock_key(&r.access().server, &namespace)
         })
         .collect();
@@ -205,7 +215,10 @@ async fn take_locks(
         locks[i] = Some(match taken {
             Ok((guard, notes)) => Ok(Some((guard, notes))),
             Err(PrepareError::Cancelled) => {
-                abort = Some((TargetOutcome::Cancelled, "cancelled while waiting for the locks".into()));
+                abort = Some((
+                    TargetOutcome::Cancelled,
+                    "cancelled while waiting for the locks".into(),
+                ));
                 Err(LockRefusal {
                     outcome: TargetOutcome::Cancelled,
                     failure: None,

@@ -71,15 +71,49 @@ mod tests {
     #[test]
     fn overlap_table() {
         let cases: Vec<(Vec<Placement>, Vec<(&str, &str)>)> = vec![
-            (vec![at("eu", "https://a", "shop", "shop"), at("us", "https://b", "shop", "shop")], vec![]),
-            (vec![at("eu", "https://a", "shop", "shop"), at("us", "https://a", "shop2", "shop2")], vec![]),
-            (vec![at("eu", "https://a", "shop", "shop"), at("us", "https://a", "shop", "shop")], vec![("eu", "us")]),
-            // Same server spelt differently.
-            (vec![at("eu", "https://A:6443/", "shop", "shop"), at("us", "https://a:6443", "shop", "shop")], vec![("eu", "us")]),
-            // Different namespaces, one history namespace: one Lease, one history.
-            (vec![at("eu", "https://a", "x", "rg"), at("us", "https://a", "y", "rg")], vec![("eu", "us")]),
             (
-                vec![at("eu", "https://a", "s", "s"), at("us", "https://a", "s", "s"), at("ap", "https://a", "s", "s")],
+                vec![
+                    at("eu", "https://a", "shop", "shop"),
+                    at("us", "https://b", "shop", "shop"),
+                ],
+                vec![],
+            ),
+            (
+                vec![
+                    at("eu", "https://a", "shop", "shop"),
+                    at("us", "https://a", "shop2", "shop2"),
+                ],
+                vec![],
+            ),
+            (
+                vec![
+                    at("eu", "https://a", "shop", "shop"),
+                    at("us", "https://a", "shop", "shop"),
+                ],
+                vec![("eu", "us")],
+            ),
+            // Same server spelt differently.
+            (
+                vec![
+                    at("eu", "https://A:6443/", "shop", "shop"),
+                    at("us", "https://a:6443", "shop", "shop"),
+                ],
+                vec![("eu", "us")],
+            ),
+            // Different namespaces, one history namespace: one Lease, one history.
+            (
+                vec![
+                    at("eu", "https://a", "x", "rg"),
+                    at("us", "https://a", "y", "rg"),
+                ],
+                vec![("eu", "us")],
+            ),
+            (
+                vec![
+                    at("eu", "https://a", "s", "s"),
+                    at("us", "https://a", "s", "s"),
+                    at("ap", "https://a", "s", "s"),
+                ],
                 vec![("eu", "us"), ("eu", "ap")],
             ),
         ];

@@ -311,7 +311,11 @@ pub fn describe_apply_error(obj: &ManifestObject, err: &kube::Error) -> ObjectFa
                 ),
             )
         }
-        kube::Error::Api(status) if status.message.contains(crate::kube::retry::TYPED_PATCH_FAILED) => {
+        kube::Error::Api(status)
+            if status
+                .message
+                .contains(crate::kube::retry::TYPED_PATCH_FAILED) =>
+        {
             // `failed to create typed patch object (ns/name; v, Kind=K): .spec.replicas:
             // expected numeric (int or float), got string`: the field and why, without the
             // object (the failure names it).
@@ -338,13 +342,15 @@ pub fn describe_apply_error(obj: &ManifestObject, err: &kube::Error) -> ObjectFa
                 status.code, status.message
             ),
         ),
-        other if crate::kube::retry::io_error_kind(other) == Some(std::io::ErrorKind::TimedOut) => (
-            "Timeout".to_string(),
-            format!(
-                "sent, but no answer came before the deadline, so whether the server applied it is unknown ({})",
-                crate::kube::retry::error_chain_text(other)
-            ),
-        ),
+        other if crate::kube::retry::io_error_kind(other) == Some(std::io::ErrorKind::TimedOut) => {
+            (
+                "Timeout".to_string(),
+                format!(
+                    "sent, but no answer came before the deadline, so whether the server applied it is unknown ({})",
+                    crate::kube::retry::error_chain_text(other)
+                ),
+            )
+        }
         other => (
             "Unreachable".to_string(),
             crate::kube::retry::error_chain_text(other),
@@ -469,7 +475,9 @@ async fn ensure_namespace(
         Err(e) => {
             return Err(ApplyError::Namespace {
                 name: name.to_string(),
-                source: e.into_kube().unwrap_or_else(|| crate::kube::retry::timeout_error("get namespace", Duration::ZERO)),
+                source: e.into_kube().unwrap_or_else(|| {
+                    crate::kube::retry::timeout_error("get namespace", Duration::ZERO)
+                }),
             });
         }
     }
@@ -491,7 +499,9 @@ async fn ensure_namespace(
         Err(RetryError::Cancelled) => Err(ApplyError::Cancelled),
         Err(e) => Err(ApplyError::Namespace {
             name: name.to_string(),
-            source: e.into_kube().unwrap_or_else(|| crate::kube::retry::timeout_error("create namespace", Duration::ZERO)),
+            source: e.into_kube().unwrap_or_else(|| {
+                crate::kube::retry::timeout_error("create namespace", Duration::ZERO)
+            }),
         }),
     }
 }
@@ -798,10 +808,10 @@ fn conflicts_only_with_legacy(err: &kube::Error) -> bool {
     };
     let legacy = format!("conflict with \"{LEGACY_FIELD_MANAGER}\"");
     !details.causes.is_empty()
-        && details
-            .causes
-            .iter()
-            .all(|c| c.message.trim() == legacy || c.message.trim() == format!("conflict with {LEGACY_FIELD_MANAGER}"))
+        && details.causes.iter().all(|c| {
+            c.message.trim() == legacy
+                || c.message.trim() == format!("conflict with {LEGACY_FIELD_MANAGER}")
+        })
 }
 
 /// True when the object's managedFields still hold an apply of the old shared manager.
@@ -858,7 +868,18 @@ async fn apply_one(
         && options.field_manager != LEGACY_FIELD_MANAGER
         && owned_by_legacy(returned)
     {
-        note = Some(release_legacy(&api, obj, &body, budget, cancel, &display, &options.field_manager).await);
+        note = Some(
+            release_legacy(
+                &api,
+                obj,
+                &body,
+                budget,
+                cancel,
+                &display,
+                &options.field_manager,
+            )
+            .await,
+        );
     }
     tracing::debug!(object = %obj.display_name(), ms = started.elapsed().as_millis() as u64, ok = result.is_ok(), "applied");
     match result {
@@ -1158,7 +1179,10 @@ mod tests {
     #[test]
     fn managers_in_words() {
         let cases = [
-            ("\"rollguard-web\"", "app web (field manager \"rollguard-web\")"),
+            (
+                "\"rollguard-web\"",
+                "app web (field manager \"rollguard-web\")",
+            ),
             ("rollguard-web", "app web (field manager \"rollguard-web\")"),
             ("\"kubectl\"", "\"kubectl\""),
             ("\"rollguard\"", "\"rollguard\""),
@@ -1179,7 +1203,13 @@ mod tests {
         }));
         let f = describe_apply_error(&obj, &typed);
         assert_eq!(f.reason, "InvalidField");
-        assert!(f.message.starts_with(".spec.replicas: expected numeric (int or float), got string in apps/v1 Deployment"), "{}", f.message);
+        assert!(
+            f.message.starts_with(
+                ".spec.replicas: expected numeric (int or float), got string in apps/v1 Deployment"
+            ),
+            "{}",
+            f.message
+        );
         assert_eq!(f.origin, "k8s/x.yaml:3");
     }
 
@@ -1196,8 +1226,14 @@ mod tests {
             ))
         };
         assert!(conflicts_only_with_legacy(&conflict(&["rollguard"])));
-        assert!(conflicts_only_with_legacy(&conflict(&["rollguard", "rollguard"])));
-        assert!(!conflicts_only_with_legacy(&conflict(&["rollguard", "kubectl"])));
+        assert!(conflicts_only_with_legacy(&conflict(&[
+            "rollguard",
+            "rollguard"
+        ])));
+        assert!(!conflicts_only_with_legacy(&conflict(&[
+            "rollguard",
+            "kubectl"
+        ])));
         assert!(!conflicts_only_with_legacy(&conflict(&["rollguard-other"])));
         assert!(!conflicts_only_with_legacy(&conflict(&[])));
     }

@@ -175,7 +175,10 @@ pub fn locate_offline(
         .ok_or_else(|| {
             TargetError::new(
                 "ContextNotFound",
-                format!("kubeconfig {} names no current context", describe_source(&source)),
+                format!(
+                    "kubeconfig {} names no current context",
+                    describe_source(&source)
+                ),
             )
         })?;
     let context = kubeconfig
@@ -186,7 +189,10 @@ pub fn locate_offline(
         .ok_or_else(|| {
             TargetError::new(
                 "ContextNotFound",
-                format!("context {context_name:?} is not in kubeconfig {}", describe_source(&source)),
+                format!(
+                    "context {context_name:?} is not in kubeconfig {}",
+                    describe_source(&source)
+                ),
             )
         })?;
     let server = kubeconfig
@@ -198,7 +204,11 @@ pub fn locate_offline(
         .ok_or_else(|| {
             TargetError::new(
                 "Kubeconfig",
-                format!("cluster {:?} of context {context_name:?} has no server in kubeconfig {}", context.cluster, describe_source(&source)),
+                format!(
+                    "cluster {:?} of context {context_name:?} has no server in kubeconfig {}",
+                    context.cluster,
+                    describe_source(&source)
+                ),
             )
         })?;
     Ok((server, context.namespace.clone()))
@@ -290,7 +300,10 @@ pub fn describe_error(err: &kube::Error, server: &str) -> TargetError {
     if let Some(wait) = crate::kube::retry::rate_limited(err) {
         return TargetError::new(
             "RateLimited",
-            format!("{server}: {}", crate::kube::retry::rate_limited_message(wait)),
+            format!(
+                "{server}: {}",
+                crate::kube::retry::rate_limited_message(wait)
+            ),
         );
     }
     if let kube::Error::Api(status) = err {

@@ -370,7 +370,12 @@ mod tests {
                 0,
                 ErrorClass::Permanent,
             ),
-            (408, "timeout", 0, ErrorClass::Transient { retry_after: None }),
+            (
+                408,
+                "timeout",
+                0,
+                ErrorClass::Transient { retry_after: None },
+            ),
             (400, "bad", 0, ErrorClass::Permanent),
             (401, "Unauthorized", 0, ErrorClass::Permanent),
             (403, "forbidden", 0, ErrorClass::Permanent),

@@ -253,10 +253,11 @@ impl Lock {
                 Decision::Create => {
                     let lease = new_lease(&name, namespace, holder, options, now, 0, None);
                     let post = PostParams::default();
-                    let created = retry_call("create the lock", &RetryBudget::bookkeeping(), || {
-                        api.create(&post, &lease)
-                    })
-                    .await;
+                    let created =
+                        retry_call("create the lock", &RetryBudget::bookkeeping(), || {
+                            api.create(&post, &lease)
+                        })
+                        .await;
                     match created {
                         Ok(created) => {
                             return Ok(LockGuard::start(api, created, holder, options, None));
@@ -581,9 +582,12 @@ async fn renew_loop(
             }
             Err(RetryError::Api(kube::Error::Api(s))) if s.is_conflict() || s.is_not_found() => {
                 // Our copy is stale: if the Lease is still ours, continue from the fresh one.
-                let fresh = with_retry("read the lock", &RetryBudget::until(expires), &never, || {
-                    api.get_opt(&name)
-                })
+                let fresh = with_retry(
+                    "read the lock",
+                    &RetryBudget::until(expires),
+                    &never,
+                    || api.get_opt(&name),
+                )
                 .await;
                 match fresh {
                     Ok(Some(fresh))
@@ -646,10 +650,7 @@ pub async fn force_unlock(
     };
     if previous.is_some() {
         let delete = DeleteParams::default();
-        let deleted = retry_call("delete the lock", &budget, || {
-            api.delete(&name, &delete)
-        })
-        .await;
+        let deleted = retry_call("delete the lock", &budget, || api.delete(&name, &delete)).await;
         match deleted {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.is_not_found() => {}
@@ -752,13 +753,23 @@ mod tests {
         let k = |server: &str, ns: &str| lock_key(server, ns);
         let cases: Vec<(Vec<(String, String)>, Vec<usize>)> = vec![
             (vec![], vec![]),
-            (vec![k("https://b", "shop"), k("https://a", "shop")], vec![1, 0]),
             (
-                vec![k("https://a", "z"), k("https://a", "b"), k("https://0", "z")],
+                vec![k("https://b", "shop"), k("https://a", "shop")],
+                vec![1, 0],
+            ),
+            (
+                vec![
+                    k("https://a", "z"),
+                    k("https://a", "b"),
+                    k("https://0", "z"),
+                ],
                 vec![2, 1, 0],
             ),
             // One server spelt two ways sorts as one.
-            (vec![k("https://B:6443/", "x"), k("https://a:6443", "x")], vec![1, 0]),
+            (
+                vec![k("https://B:6443/", "x"), k("https://a:6443", "x")],
+                vec![1, 0],
+            ),
             // Ties keep config order.
             (vec![k("https://a", "x"), k("https://a", "x")], vec![0, 1]),
         ];
@@ -766,10 +777,21 @@ mod tests {
             assert_eq!(lock_order(&keys), want, "{keys:?}");
         }
         // Two runs with their targets in different orders take the Leases in one order.
-        let run_a = vec![k("https://c", "s"), k("https://a", "s"), k("https://b", "s")];
-        let run_b = vec![k("https://b", "s"), k("https://c", "s"), k("https://a", "s")];
+        let run_a = vec![
+            k("https://c", "s"),
+            k("https://a", "s"),
+            k("https://b", "s"),
+        ];
+        let run_b = vec![
+            k("https://b", "s"),
+            k("https://c", "s"),
+            k("https://a", "s"),
+        ];
         let ordered = |keys: &[(String, String)]| -> Vec<(String, String)> {
-            lock_order(keys).into_iter().map(|i| keys[i].clone()).collect()
+            lock_order(keys)
+                .into_iter()
+                .map(|i| keys[i].clone())
+                .collect()
         };
         assert_eq!(ordered(&run_a), ordered(&run_b));
     }

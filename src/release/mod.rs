@@ -780,7 +780,10 @@ impl ReleaseStore {
             revision,
         };
         let api = self.api();
-        match self.call("read a release record", || api.get_opt(&name)).await {
+        match self
+            .call("read a release record", || api.get_opt(&name))
+            .await
+        {
             Ok(Some(secret)) => Ok(secret),
             Ok(None) => Err(not_found()),
             Err(kube::Error::Api(status)) if status.is_not_found() => Err(not_found()),
@@ -850,9 +853,7 @@ impl ReleaseStore {
             let api = self.api();
             let post = PostParams::default();
             let created = self
-                .call("create a release record", || {
-                    api.create(&post, &secret)
-                })
+                .call("create a release record", || api.create(&post, &secret))
                 .await;
             match created {
                 Ok(_) => return Ok(record),
@@ -1026,7 +1027,9 @@ impl ReleaseStore {
         let mut statuses = match self.statuses().await {
             Ok(statuses) => statuses,
             Err(e) => {
-                self.warn(format!("release history not tidied after v{revision}: {e}; the next deploy does it"));
+                self.warn(format!(
+                    "release history not tidied after v{revision}: {e}; the next deploy does it"
+                ));
                 return Ok(record);
             }
         };
@@ -1048,7 +1051,9 @@ impl ReleaseStore {
             .delete_revisions(&prune_choice(&statuses, self.keep))
             .await
         {
-            self.warn(format!("old release records not pruned: {e}; the next deploy tries again"));
+            self.warn(format!(
+                "old release records not pruned: {e}; the next deploy tries again"
+            ));
         }
         Ok(record)
     }
@@ -1068,7 +1073,8 @@ impl ReleaseStore {
         };
         let stale = supersede_choice(&statuses, newest);
         for older in &stale {
-            self.update(*older, ReleaseStatus::Superseded, |_| {}).await?;
+            self.update(*older, ReleaseStatus::Superseded, |_| {})
+                .await?;
         }
         Ok(stale)
     }
@@ -1095,9 +1101,7 @@ impl ReleaseStore {
             let api = self.api();
             let delete = DeleteParams::default();
             match self
-                .call("prune a release record", || {
-                    api.delete(&name, &delete)
-                })
+                .call("prune a release record", || api.delete(&name, &delete))
                 .await
             {
                 Ok(_) => {}
@@ -1699,7 +1703,11 @@ mod store_tests {
                 .await;
                 let mut finished_ok = false;
                 if let Ok(record) = &opened {
-                    assert!(!begun.contains(&record.revision), "seed {seed}: revision {} reused", record.revision);
+                    assert!(
+                        !begun.contains(&record.revision),
+                        "seed {seed}: revision {} reused",
+                        record.revision
+                    );
                     begun.push(record.revision);
                     if !dies {
                         let status = if healthy { Deployed } else { Failed };
@@ -1724,12 +1732,23 @@ mod store_tests {
                     }
                     seen.insert(*revision, *status);
                 }
-                let deployed: Vec<u64> = now.iter().filter(|(_, s)| *s == Deployed).map(|(r, _)| *r).collect();
+                let deployed: Vec<u64> = now
+                    .iter()
+                    .filter(|(_, s)| *s == Deployed)
+                    .map(|(r, _)| *r)
+                    .collect();
                 if let Some(newest) = deployed.iter().max() {
-                    assert!(meant_deployed.contains(newest), "seed {seed}: v{newest} is deployed but its run did not deploy it: {now:?}");
+                    assert!(
+                        meant_deployed.contains(newest),
+                        "seed {seed}: v{newest} is deployed but its run did not deploy it: {now:?}"
+                    );
                 }
                 if finished_ok && healthy && !dies {
-                    assert_eq!(deployed.iter().max().copied(), opened.as_ref().ok().map(|r| r.revision), "seed {seed}: {now:?}");
+                    assert_eq!(
+                        deployed.iter().max().copied(),
+                        opened.as_ref().ok().map(|r| r.revision),
+                        "seed {seed}: {now:?}"
+                    );
                 }
                 if let Some(good) = last_ok_deployed {
                     assert!(
@@ -1737,8 +1756,10 @@ mod store_tests {
                         "seed {seed}: the last good v{good} is gone: {now:?}"
                     );
                 }
-                assert!(deployed.len() <= 1 || warned || opened.is_err() || !finished_ok,
-                    "seed {seed}: two deployed records without a warning: {now:?}");
+                assert!(
+                    deployed.len() <= 1 || warned || opened.is_err() || !finished_ok,
+                    "seed {seed}: two deployed records without a warning: {now:?}"
+                );
             }
             // The next run, without faults, repairs what is left.
             store.mark_abandoned().await.unwrap();
@@ -1748,7 +1769,10 @@ mod store_tests {
                 now.iter().filter(|(_, s)| *s == Deployed).count() <= 1,
                 "seed {seed}: after repair: {now:?}"
             );
-            assert!(now.iter().all(|(_, s)| *s != Pending), "seed {seed}: {now:?}");
+            assert!(
+                now.iter().all(|(_, s)| *s != Pending),
+                "seed {seed}: {now:?}"
+            );
         }
     }
 }

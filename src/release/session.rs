@@ -176,7 +176,12 @@ pub async fn open_records(
     let default_namespace = config.default_namespace(target, &access.context_namespace);
     let namespace = config.history_namespace(target, &access.context_namespace);
     let mut notes = Vec::new();
-    let store = ReleaseStore::new(access.client.clone(), &config.app, &namespace, settings.keep);
+    let store = ReleaseStore::new(
+        access.client.clone(),
+        &config.app,
+        &namespace,
+        settings.keep,
+    );
     let begun = async {
         for revision in store.mark_abandoned().await? {
             notes.push(format!(

@@ -6,8 +6,7 @@ use serde_json::{Value, json};
 
 use crate::harness::{TestEnv, config, list, small_app};
 use crate::release::{
-    GOOD, assert_runs, first_good_deploy, image, records, signal, statuses, wait_for_pending,
-    web,
+    GOOD, assert_runs, first_good_deploy, image, records, signal, statuses, wait_for_pending, web,
 };
 use rollguard::release::ReleaseStatus;
 
@@ -38,15 +37,29 @@ async fn two_runs_started_together_one_deploys_the_other_waits_ten_times() {
             // Both deploy, one after the other: the second waited for the first's locks.
             assert_eq!(run.code, 0, "round {round}:\n{}", run.output());
             for target in ["eu", "us", "ap"] {
-                assert_eq!(run.outcome(target), "deployed", "round {round}:\n{}", run.output());
-                assert!(run.target(target)["rollback"].is_null(), "round {round}: {}", run.output());
+                assert_eq!(
+                    run.outcome(target),
+                    "deployed",
+                    "round {round}:\n{}",
+                    run.output()
+                );
+                assert!(
+                    run.target(target)["rollback"].is_null(),
+                    "round {round}: {}",
+                    run.output()
+                );
             }
         }
     }
     for cluster in 1..=3 {
         assert_runs(&env, cluster, "example.com/web:r9").await;
         let recs = records(&env, cluster).await;
-        assert_eq!(deployed(&env, cluster).await.len(), 1, "sim-{cluster}: {:?}", statuses(&recs));
+        assert_eq!(
+            deployed(&env, cluster).await.len(),
+            1,
+            "sim-{cluster}: {:?}",
+            statuses(&recs)
+        );
     }
 }
 
@@ -75,7 +88,9 @@ async fn a_run_that_loses_its_lock_stops_and_the_new_holders_deploy_stands() {
     let failure = &a.target("eu")["failures"][0];
     assert_eq!(failure["reason"], "LockLost", "{}", a.output());
     assert!(
-        failure["message"].as_str().is_some_and(|m| m.contains("was lost")),
+        failure["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("was lost")),
         "{failure:#}"
     );
     assert!(a.target("eu")["rollback"].is_null(), "{}", a.output());
@@ -116,7 +131,9 @@ async fn targets_on_one_cluster_and_namespace_are_refused_before_any_write() {
 async fn two_apps_declaring_one_object_conflict_naming_the_other_app() {
     let env = TestEnv::start(1, "").await;
     let shared = |value: &str| {
-        format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: shared\ndata:\n  owner: {value}\n")
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: shared\ndata:\n  owner: {value}\n"
+        )
     };
     env.write("one/k8s/cm.yaml", &shared("one"));
     env.write("two/k8s/cm.yaml", &shared("two"));
@@ -130,7 +147,9 @@ async fn two_apps_declaring_one_object_conflict_naming_the_other_app() {
         let args: Vec<String> = [
             "deploy",
             "--config",
-            &env.path(&format!("{app}/rollguard.yaml")).display().to_string(),
+            &env.path(&format!("{app}/rollguard.yaml"))
+                .display()
+                .to_string(),
             "--kubeconfig",
             &env.kubeconfig.display().to_string(),
             "--report",
@@ -158,7 +177,10 @@ async fn two_apps_declaring_one_object_conflict_naming_the_other_app() {
     // App one's value stands.
     let client = env.client(1).await;
     let cms = list(&client, "v1", "ConfigMap", "configmaps", "shop").await;
-    let cm = cms.iter().find(|c| c["metadata"]["name"] == "shared").expect("cm");
+    let cm = cms
+        .iter()
+        .find(|c| c["metadata"]["name"] == "shared")
+        .expect("cm");
     assert_eq!(cm["data"]["owner"], "one");
 }
 
@@ -180,16 +202,28 @@ async fn objects_of_the_old_shared_manager_are_taken_over_once() {
     env.write("rollguard.yaml", &config(1, "60s"));
     // What an older rollguard left: everything applied as "rollguard", with a field the
     // manifests no longer have.
-    env.apply_as(1, "rollguard", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}})).await;
-    env.apply_as(1, "rollguard", &json!({"apiVersion": "v1", "kind": "ConfigMap",
+    env.apply_as(
+        1,
+        "rollguard",
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}}),
+    )
+    .await;
+    env.apply_as(
+        1,
+        "rollguard",
+        &json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "web-config", "namespace": "shop"},
-        "data": {"greeting": "hello", "old": "stale"}})).await;
+        "data": {"greeting": "hello", "old": "stale"}}),
+    )
+    .await;
     env.write("k8s/app.yaml", &small_app(GOOD));
     let run = env.deploy(&[]).await;
     assert_eq!(run.code, 0, "{}", run.output());
     let warnings = run.target("eu")["warnings"].to_string();
     assert!(
-        warnings.contains("ConfigMap shop/web-config: took over the fields of the old shared field manager"),
+        warnings.contains(
+            "ConfigMap shop/web-config: took over the fields of the old shared field manager"
+        ),
         "{warnings}"
     );
     let client = env.client(1).await;
@@ -199,12 +233,17 @@ async fn objects_of_the_old_shared_manager_are_taken_over_once() {
         .find(|c| c["metadata"]["name"] == "web-config")
         .expect("cm");
     assert_eq!(managers(&cm), vec!["rollguard-shop".to_string()], "{cm:#}");
-    assert!(cm["data"].get("old").is_none(), "the old manager's own field went: {cm:#}");
+    assert!(
+        cm["data"].get("old").is_none(),
+        "the old manager's own field went: {cm:#}"
+    );
     // Once: the next deploy has nothing to take over.
     let again = env.deploy(&[]).await;
     assert_eq!(again.code, 0, "{}", again.output());
     assert!(
-        !again.target("eu")["warnings"].to_string().contains("old shared field manager"),
+        !again.target("eu")["warnings"]
+            .to_string()
+            .contains("old shared field manager"),
         "{}",
         again.output()
     );
@@ -231,11 +270,17 @@ async fn a_429_whose_wait_does_not_fit_is_rate_limited_and_a_503_costs_few_reque
     let eu = &run.target("eu")["failures"][0];
     assert_eq!(eu["reason"], "RateLimited", "{}", run.output());
     assert!(
-        eu["message"].as_str().is_some_and(|m| m.contains("wait 100s")),
+        eu["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("wait 100s")),
         "{eu:#}"
     );
     // The 429 was not retried: its wait did not fit before the deadline.
-    assert!(env.cluster(1).counters().total() <= 2, "{:?}", env.cluster(1).counters());
+    assert!(
+        env.cluster(1).counters().total() <= 2,
+        "{:?}",
+        env.cluster(1).counters()
+    );
     // First contact: three attempts of discovery (two requests each), no retries below them.
     let us = env.cluster(2).counters().total();
     assert!(us <= 6, "503s cost {us} requests");
@@ -285,7 +330,10 @@ async fn a_deadline_passing_mid_apply_stops_sending_and_says_what_was_not_applie
     let run = env.deploy(&[]).await;
     env.cluster(1).set_faults(Faults::default());
     assert_eq!(run.code, 1, "{}", run.output());
-    let failures = run.target("eu")["failures"].as_array().cloned().unwrap_or_default();
+    let failures = run.target("eu")["failures"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     let not_applied: Vec<String> = failures
         .iter()
         .filter(|f| f["reason"] == "NotApplied")
@@ -296,7 +344,9 @@ async fn a_deadline_passing_mid_apply_stops_sending_and_says_what_was_not_applie
         failures
             .iter()
             .filter(|f| f["reason"] == "NotApplied")
-            .all(|f| f["message"].as_str().is_some_and(|m| m.starts_with("not applied (deadline)"))),
+            .all(|f| f["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("not applied (deadline)"))),
         "{failures:#?}"
     );
     // What the report calls not applied never reached the server.
@@ -304,7 +354,12 @@ async fn a_deadline_passing_mid_apply_stops_sending_and_says_what_was_not_applie
     let stored: Vec<String> = list(&client, "v1", "ConfigMap", "configmaps", "shop")
         .await
         .iter()
-        .map(|c| format!("ConfigMap shop/{}", c["metadata"]["name"].as_str().unwrap_or_default()))
+        .map(|c| {
+            format!(
+                "ConfigMap shop/{}",
+                c["metadata"]["name"].as_str().unwrap_or_default()
+            )
+        })
         .collect();
     for object in &not_applied {
         assert!(!stored.contains(object), "{object} is on the server");
