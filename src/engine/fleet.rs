@@ -60,7 +60,7 @@ pub async fn run_targets(
     let concurrency = plan.config.concurrency.max(1);
     let targets = plan.config.targets.clone();
     // Ok: reached; Err: finished already.
-    let reached: Vec<Result<Reached, TargetRun>> = futures::stream::iter(targets.clone())
+    let reached: Vec<Result<Reached, Box<TargetRun>>> = futures::stream::iter(targets.clone())
         .map(|target| {
             let plan = plan.clone();
             let cancel = cancel.clone();
@@ -68,11 +68,11 @@ pub async fn run_targets(
             async move {
                 let name = target.name.clone();
                 if cancel.is_cancelled() {
-                    return Err(skipped(
+                    return Err(Box::new(skipped(
                         &target.name,
                         TargetOutcome::Cancelled,
                         "cancelled before it started",
-                    ));
+                    )));
                 }
                 let span = tracing::error_span!("target", target = %target.name);
                 let task = tokio::spawn(
@@ -80,11 +80,11 @@ pub async fn run_targets(
                         .instrument(span),
                 );
                 task.await.unwrap_or_else(|e| {
-                    Err(skipped(
+                    Err(Box::new(skipped(
                         &name,
                         TargetOutcome::Failed,
                         &format!("internal error: {e}"),
-                    ))
+                    )))
                 })
             }
         })
@@ -104,7 +104,7 @@ pub async fn run_targets(
             async move {
                 let mut reached = match reached {
                     Ok(reached) => reached,
-                    Err(done) => return done,
+                    Err(done) => return *done,
                 };
                 let lock = match lock {
                     Ok(Some((lock, notes))) => {
@@ -117,7 +117,7 @@ pub async fn run_targets(
                             outcome,
                             failure,
                             message,
-                        } = stopped;
+                        } = *stopped;
                         return reached.stop(&progress, outcome, failure, message);
                     }
                 };
@@ -155,10 +155,10 @@ pub struct LockRefusal {
 async fn take_locks(
     plan: &Plan,
     targets: &[TargetConfig],
-    reached: &[Result<Reached, TargetRun>],
+    reached: &[Result<Reached, Box<TargetRun>>],
     cancel: &CancellationToken,
-) -> Vec<Result<Option<HeldLock>, LockRefusal>> {
-    let mut locks: Vec<Option<Result<Option<HeldLock>, LockRefusal>>> =
+) -> Vec<Result<Option<HeldLock>, Box<LockRefusal>>> {
+    let mut locks: Vec<Option<Result<Option<HeldLock>, Box<LockRefusal>>>> =
         reached.iter().map(|_| None).collect();
     let candidates: Vec<usize> = (0..reached.len()).filter(|i| reached[*i].is_ok()).collect();
     let keys: Vec<(String, String)> = candidates
@@ -190,20 +190,20 @@ async fn take_locks(
                 namespace: keys[position].1.clone(),
                 server: r.access().server.clone(),
             };
-            locks[i] = Some(Err(LockRefusal {
+            locks[i] = Some(Err(Box::new(LockRefusal {
                 outcome: TargetOutcome::Failed,
                 failure: Some(PrepareError::Lock(e).failure(&r.access().server)),
                 message: None,
-            }));
+            })));
             continue;
         }
         previous = Some(position);
         if let Some((outcome, why)) = &abort {
-            locks[i] = Some(Err(LockRefusal {
+            locks[i] = Some(Err(Box::new(LockRefusal {
                 outcome: *outcome,
                 failure: None,
                 message: Some(why.clone()),
-            }));
+            })));
             continue;
         }
         let span = tracing::error_span!("target", target = %target.name);
@@ -219,11 +219,11 @@ async fn take_locks(
                     TargetOutcome::Cancelled,
                     "cancelled while waiting for the locks".into(),
                 ));
-                Err(LockRefusal {
+                Err(Box::new(LockRefusal {
                     outcome: TargetOutcome::Cancelled,
                     failure: None,
                     message: Some("cancelled while waiting for its lock".into()),
-                })
+                }))
             }
             Err(e) => {
                 let failure = e.failure(&r.access().server);
@@ -237,11 +237,11 @@ async fn take_locks(
                         ),
                     ));
                 }
-                Err(LockRefusal {
+                Err(Box::new(LockRefusal {
                     outcome: TargetOutcome::Failed,
                     failure: Some(failure),
                     message: None,
-                })
+                }))
             }
         });
     }
@@ -252,11 +252,11 @@ async fn take_locks(
                 if let Some(Ok(Some((guard, _)))) = slot.take() {
                     let _ = guard.release().await;
                 }
-                *slot = Some(Err(LockRefusal {
+                *slot = Some(Err(Box::new(LockRefusal {
                     outcome: *outcome,
                     failure: None,
                     message: Some(why.clone()),
-                }));
+                })));
             }
         }
     }

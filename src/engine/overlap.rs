@@ -70,7 +70,8 @@ mod tests {
 
     #[test]
     fn overlap_table() {
-        let cases: Vec<(Vec<Placement>, Vec<(&str, &str)>)> = vec![
+        type Case<'a> = (Vec<Placement>, Vec<(&'a str, &'a str)>);
+        let cases: Vec<Case> = vec![
             (
                 vec![
                     at("eu", "https://a", "shop", "shop"),

@@ -110,7 +110,7 @@ pub async fn reach_target(
     target: &TargetConfig,
     cancel: &CancellationToken,
     progress: &Progress,
-) -> Result<Reached, TargetRun> {
+) -> Result<Reached, Box<TargetRun>> {
     let started_at = Timestamp::now();
     let started = Instant::now();
     let deadline = started + plan.config.wait.timeout;
@@ -140,7 +140,12 @@ pub async fn reach_target(
             // Target failures are logged at info: the progress line and the final table say them.
             tracing::info!(reason = %e.reason, "{}", e.message);
             run.report.failures.push(target_failure("cluster", &e));
-            return Err(finish(run, clock, progress, TargetOutcome::Failed));
+            return Err(Box::new(finish(
+                run,
+                clock,
+                progress,
+                TargetOutcome::Failed,
+            )));
         }
     };
     run.access = Some(access.clone());
@@ -151,12 +156,22 @@ pub async fn reach_target(
     let resolution = match resolve_set(&access.client, &plan.manifests, deadline, cancel).await {
         Ok(resolution) => resolution,
         Err(ApplyError::Cancelled) => {
-            return Err(finish(run, clock, progress, TargetOutcome::Cancelled));
+            return Err(Box::new(finish(
+                run,
+                clock,
+                progress,
+                TargetOutcome::Cancelled,
+            )));
         }
         Err(e) => {
             tracing::info!("{e}");
             run.report.failures = apply_failures(&e, &access.server);
-            return Err(finish(run, clock, progress, TargetOutcome::Failed));
+            return Err(Box::new(finish(
+                run,
+                clock,
+                progress,
+                TargetOutcome::Failed,
+            )));
         }
     };
     if !plan.options.dry_run {

@@ -751,7 +751,8 @@ mod tests {
     #[test]
     fn lock_order_table() {
         let k = |server: &str, ns: &str| lock_key(server, ns);
-        let cases: Vec<(Vec<(String, String)>, Vec<usize>)> = vec![
+        type Case = (Vec<(String, String)>, Vec<usize>);
+        let cases: Vec<Case> = vec![
             (vec![], vec![]),
             (
                 vec![k("https://b", "shop"), k("https://a", "shop")],
