@@ -16,7 +16,7 @@ use support::procs;
 use support::table::{self, Row, Verdict};
 
 /// Every section: (name, title, budget).
-const SECTIONS: [(&str, &str, u64); 6] = [
+const SECTIONS: [(&str, &str, u64); 7] = [
     (
         "sim",
         "kube-sim: applies/s, 100 watchers, RSS with 10,000 objects (issue 2)",
@@ -46,6 +46,11 @@ const SECTIONS: [(&str, &str, u64); 6] = [
         "rollback",
         "rollback: bad deploy to 3 clusters -> all rolled back and healthy (issue 4)",
         120,
+    ),
+    (
+        "start",
+        "start: process start -> first request to a cluster; binary size (issue 15)",
+        60,
     ),
 ];
 
@@ -78,6 +83,7 @@ async fn run_section(name: &str, scratch: &Path, kube_sim: &Result<PathBuf, Stri
         "apply" => sections::apply::run(scratch).await,
         "memory" => sections::fleet::memory(scratch).await,
         "rollback" => sections::rollback::run(scratch).await,
+        "start" => sections::start::run(scratch).await,
         _ => vec![Row::skipped(name, "unknown section")],
     }
 }

@@ -9,4 +9,5 @@ pub mod kube;
 pub mod manifests;
 pub mod release;
 pub mod report;
+pub mod stages;
 pub mod util;

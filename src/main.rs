@@ -14,7 +14,12 @@ fn main() {
     // On a terminal the live progress and the final table say what went wrong; log lines
     // would only break the redrawn lines there, so the default is quieter.
     let stderr_is_terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let default_level = if stderr_is_terminal { "error" } else { "warn" };
+    // In CI logs script stages' output is shown too, line by line as it comes.
+    let default_level = if stderr_is_terminal {
+        "error".to_string()
+    } else {
+        format!("warn,{}=info", rollguard::stages::OUTPUT_LOG_TARGET)
+    };
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
     tracing_subscriber::fmt()

@@ -5,3 +5,4 @@ pub mod detect;
 pub mod fleet;
 pub mod rollback;
 pub mod sim;
+pub mod start;

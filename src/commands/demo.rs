@@ -9,8 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::cli::{ConfigFiles, DemoArgs, DeployArgs};
-use crate::commands::deploy::{cancel_on_signals, finish_report, plan, run_plan};
-use crate::commands::env_snapshot;
+use crate::commands::deploy::{cancel_on_signals, env_snapshot, finish_report, plan, run_plan};
 use crate::error::{Error, exit};
 use crate::report::{Report, TargetOutcome};
 use crate::util::duration::format_duration;

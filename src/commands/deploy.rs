@@ -15,6 +15,11 @@ use crate::manifests;
 use crate::report::progress;
 use crate::report::{self, Report};
 
+/// The process environment as a map (one snapshot, so a run sees one consistent view).
+pub fn env_snapshot() -> HashMap<String, String> {
+    std::env::vars().collect()
+}
+
 /// Loads and validates everything; no cluster is touched here.
 pub fn plan(args: &DeployArgs, env: HashMap<String, String>) -> Result<Plan, Error> {
     let lookup = |k: &str| env.get(k).cloned();
@@ -39,6 +44,10 @@ pub fn plan(args: &DeployArgs, env: HashMap<String, String>) -> Result<Plan, Err
         ..Default::default()
     };
     let config = config::load(&path, &overrides, &lookup)?;
+    let missing = config::missing_working_dirs(&config);
+    if !missing.is_empty() {
+        return Err(config::ConfigError::Invalid(missing).into());
+    }
     refuse_overlapping_targets(&config, &path, &lookup)?;
     let manifests = manifests::load(&config)?;
     let commit = crate::util::git::detect_commit(args.commit.as_deref(), &lookup, &config.base_dir);
@@ -63,6 +72,10 @@ pub fn cancel_on_signals() -> CancellationToken {
                 eprintln!("rollguard: cancelling (a second signal stops at once)");
                 token.cancel();
             } else {
+                // No destructor runs after exit: stop the scripts and remove their
+                // kubeconfigs first.
+                crate::stages::process::kill_all_now();
+                crate::stages::kubeconfig::remove_all_now();
                 std::process::exit(exit::CANCELLED);
             }
         }
@@ -94,6 +107,11 @@ async fn wait_for_signal() {
 /// `rollguard deploy`.
 pub async fn deploy(args: DeployArgs, env: HashMap<String, String>) -> Result<i32, Error> {
     let plan = Arc::new(plan(&args, env)?);
+    if plan.options.dry_run {
+        for line in crate::stages::plan::describe_pipeline(&plan.config.pipeline) {
+            eprintln!("{line}");
+        }
+    }
     let cancel = cancel_on_signals();
     let report = run_plan(plan.clone(), cancel.clone()).await;
     finish_report(&report, args.report.as_ref(), &plan.env)?;

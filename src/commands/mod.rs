@@ -5,20 +5,13 @@ pub mod demo;
 pub mod deploy;
 pub mod release;
 
-use std::collections::HashMap;
-
 use crate::cli::{Cli, Command};
 use crate::config;
 use crate::error::{Error, exit};
 
-/// The process environment as a map (one snapshot, so a run sees one consistent view).
-pub fn env_snapshot() -> HashMap<String, String> {
-    std::env::vars().collect()
-}
-
 /// Runs a parsed command; returns the process exit code.
 pub async fn run(cli: Cli) -> Result<i32, Error> {
-    let env = env_snapshot();
+    let env = deploy::env_snapshot();
     match cli.command {
         Command::Deploy(args) => deploy::deploy(args, env).await,
         Command::Schema => {

@@ -380,6 +380,10 @@ struct Planned {
     default_namespace: String,
     changes: Vec<String>,
     headline: String,
+    /// The revision rolled back from and the script stages it ran (their rollback commands
+    /// run after the manifests).
+    from_revision: Option<u64>,
+    ran: Vec<crate::report::StageResult>,
 }
 
 /// `rollguard rollback`: re-apply an earlier revision (or a commit's manifests) as a new one.
@@ -568,9 +572,54 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
             message: result.as_ref().err().map(|(why, _)| why.clone()),
         });
     }
+    // The script stages the rolled-back revisions ran: their rollback commands, after the
+    // manifests (the commands come from this config, by stage name: a record in the
+    // cluster never decides what runs here).
+    let due: Vec<_> = ready
+        .iter()
+        .filter(|p| !p.ran.is_empty())
+        .map(|p| {
+            (
+                p.connected.target.clone(),
+                p.connected.access.clone(),
+                p.from_revision.unwrap_or(0),
+                p.ran.clone(),
+            )
+        })
+        .collect();
+    let names: Vec<String> = due.iter().map(|d| d.0.name.clone()).collect();
+    let mut plan = crate::engine::plan::Plan::new(
+        config.clone(),
+        crate::manifests::ManifestSet {
+            objects: Vec::new(),
+        },
+        None,
+        crate::engine::plan::DeployOptions::default(),
+        env.clone(),
+    );
+    // What the commands print is scrubbed of the Secret values of the revision gone back to.
+    plan.scripts.scrubber =
+        crate::report::redact::Scrubber::from_objects(ready.iter().flat_map(|p| p.bodies.iter()));
+    let mut commands_ok = true;
+    for (name, results) in names
+        .iter()
+        .zip(crate::engine::scripts::manual_stage_rollbacks(&plan, due).await)
+    {
+        for r in results {
+            let ok = r.outcome == crate::report::StageOutcome::Succeeded;
+            commands_ok &= ok;
+            println!(
+                "target {name}: rollback command of stage {} ({}): {}{}",
+                r.name,
+                r.scope,
+                r.outcome.as_str(),
+                r.message.map(|m| format!(": {m}")).unwrap_or_default()
+            );
+        }
+    }
     println!("{}", policy::summary(&summary));
     release_all(ready).await;
-    Ok(if results.iter().all(Result::is_ok) {
+    Ok(if commands_ok && results.iter().all(Result::is_ok) {
         exit::OK
     } else {
         exit::ROLLBACK_FAILED
@@ -617,6 +666,8 @@ async fn plan_one(
                 default_namespace,
                 lock: None,
                 connected,
+                from_revision: None,
+                ran: Vec::new(),
             }
         }
         None => {
@@ -641,9 +692,24 @@ async fn plan_one(
                 default_namespace: to.default_namespace.clone().unwrap_or(default_namespace),
                 lock: None,
                 connected,
+                from_revision: None,
+                ran: Vec::new(),
             }
         }
     };
+    // The revision rolled back from: its script stages' rollback commands are due too.
+    if let Some(current) = &current {
+        planned.from_revision = Some(current.revision);
+        planned.ran = current.stages.clone();
+        let due = crate::stages::plan::due_rollback_names(&config.pipeline, &current.stages);
+        if !due.is_empty() {
+            planned.changes.push(format!(
+                "  then the rollback commands of the script stages v{} ran: {}",
+                current.revision,
+                due.join(", ")
+            ));
+        }
+    }
     if !abandoned.is_empty() {
         planned.headline.push_str(&format!(
             " (marked abandoned: {})",
@@ -675,6 +741,7 @@ fn empty_record(config: &Config) -> ReleaseRecord {
         objects: Vec::new(),
         manifests: None,
         manifests_omitted: false,
+        stages: Vec::new(),
     }
 }
 

@@ -5,10 +5,16 @@
 //! reported at once. The accepted keys are the `*_KEYS` lists below; `json_schema()` is checked
 //! against them by a test.
 
+mod pipeline;
+pub use pipeline::{
+    DEFAULT_KILL_GRACE, DEFAULT_SCRIPT_TIMEOUT, PipelineStage, Scope, ScriptStage,
+    default_pipeline, missing_working_dirs, script_stages,
+};
+
 use crate::util::duration::parse_duration;
 use crate::util::yaml::{self, Node, Tree};
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -30,8 +36,10 @@ const TOP_KEYS: &[&str] = &[
     "on_cancel",
     "rollback",
     "lock",
-    "stages",
+    "pipeline",
 ];
+/// Keys that were accepted once and are now refused with a pointer to their replacement.
+const RETIRED_TOP_KEYS: &[&str] = &["stages"];
 const TARGET_KEYS: &[&str] = &[
     "name",
     "context",
@@ -50,7 +58,6 @@ const FAIL_FAST_KEYS: &[&str] = &[
 const HISTORY_KEYS: &[&str] = &["namespace", "keep"];
 const ROLLBACK_KEYS: &[&str] = &["timeout"];
 const LOCK_KEYS: &[&str] = &["timeout"];
-const STAGE_KEYS: &[&str] = &["name", "script", "rollback", "when", "timeout", "env"];
 
 /// Pod waiting reasons that fail a target (ErrImagePull only after its grace).
 pub const DEFAULT_FAIL_FAST_REASONS: &[&str] = &[
@@ -82,8 +89,8 @@ pub struct Config {
     pub on_cancel: CancelPolicy,
     pub rollback: RollbackConfig,
     pub lock: LockConfig,
-    /// Script stages (parsed and validated; run by the pipeline).
-    pub stages: Vec<StageConfig>,
+    /// The stages of a deploy in order: `apply` once, script stages around it.
+    pub pipeline: Vec<PipelineStage>,
     /// Folder of the config file; manifest paths and render commands are relative to it.
     pub base_dir: PathBuf,
     /// The config file's path as given, for messages.
@@ -352,26 +359,6 @@ pub enum ScriptCommand {
     Shell(String),
     /// Run directly, no shell.
     Argv(Vec<String>),
-}
-
-/// When a script stage runs, relative to the apply stage.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StageWhen {
-    Before,
-    After,
-}
-
-/// A script stage (migrations, smoke tests) around the implicit `apply` stage.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StageConfig {
-    pub name: String,
-    pub script: ScriptCommand,
-    /// Run when the target rolls back after this stage ran.
-    pub rollback: Option<ScriptCommand>,
-    pub when: StageWhen,
-    pub timeout: Option<Duration>,
-    pub env: BTreeMap<String, String>,
-    pub line: usize,
 }
 
 /// Settings given on the command line (filled by cli.rs); they win over env and file.
@@ -680,7 +667,7 @@ impl Ctx {
             on_cancel: CancelPolicy::default(),
             rollback: RollbackConfig::default(),
             lock: LockConfig::default(),
-            stages: Vec::new(),
+            pipeline: default_pipeline(),
             base_dir,
             source,
             kubeconfig: None,
@@ -692,7 +679,8 @@ impl Ctx {
             );
             return config;
         }
-        if self.mapping(root, "the top level", TOP_KEYS).is_none() {
+        let top_keys: Vec<&str> = TOP_KEYS.iter().chain(RETIRED_TOP_KEYS).copied().collect();
+        if self.mapping(root, "the top level", &top_keys).is_none() {
             return config;
         }
         let get = |key: &str| root.get(key);
@@ -790,7 +778,13 @@ impl Ctx {
         {
             config.lock.timeout = t;
         }
-        config.stages = self.stages(get("stages"));
+        // The key's own line: its value (a list) starts on the next one.
+        if let Tree::Map(entries) = &root.value
+            && let Some((key, _)) = entries.iter().find(|(k, _)| k.key_text() == "stages")
+        {
+            self.old_stages_key(key);
+        }
+        config.pipeline = self.pipeline(get("pipeline"), &config.base_dir);
         config
     }
 
@@ -943,114 +937,6 @@ impl Ctx {
             ff.unschedulable_grace = d;
         }
         ff
-    }
-
-    fn stages(&mut self, node: Option<&Node>) -> Vec<StageConfig> {
-        let Some(node) = node else { return Vec::new() };
-        let items = match &node.value {
-            Tree::Null => return Vec::new(),
-            Tree::Seq(items) => items,
-            other => {
-                self.at(
-                    node.line,
-                    format!("stages must be a list, not {}", other.kind_name()),
-                );
-                return Vec::new();
-            }
-        };
-        let mut stages = Vec::new();
-        let mut seen = HashSet::new();
-        for (index, item) in items.iter().enumerate() {
-            let what = format!("stages[{index}]");
-            if self.mapping(item, &what, STAGE_KEYS).is_none() {
-                continue;
-            }
-            let name = match self.text(item.get("name"), "stage name") {
-                Some((name, line)) => {
-                    if name == "apply" {
-                        self.at(
-                            line,
-                            "stage name \"apply\" is reserved for the built-in apply stage",
-                        );
-                    } else if name.trim().is_empty() {
-                        self.at(line, "stage name must not be empty");
-                    } else if !seen.insert(name.clone()) {
-                        self.at(line, format!("duplicate stage name {name:?}"));
-                    }
-                    name
-                }
-                None => {
-                    self.at(item.line, format!("{what} needs a `name`"));
-                    String::new()
-                }
-            };
-            let label = format!("stage {name:?}");
-            let script = self.command(item.get("script"), &format!("{label} script"));
-            if script.is_none() && item.get("script").is_none() {
-                self.at(
-                    item.line,
-                    format!("{label} needs a `script` (a shell command or an argv list)"),
-                );
-            }
-            let rollback = self.command(item.get("rollback"), &format!("{label} rollback"));
-            let when = match self.text(item.get("when"), "when") {
-                Some((w, line)) => match w.as_str() {
-                    "before" => Some(StageWhen::Before),
-                    "after" => Some(StageWhen::After),
-                    _ => {
-                        self.at(line, format!("{label}: when must be \"before\" or \"after\" (the apply stage), not {w:?}"));
-                        None
-                    }
-                },
-                None => {
-                    self.at(item.line, format!("{label} needs `when: before` or `when: after` (relative to the apply stage)"));
-                    None
-                }
-            };
-            let timeout = self.duration(item.get("timeout"), &format!("{label} timeout"));
-            let mut env = BTreeMap::new();
-            if let Some(env_node) = item.get("env") {
-                match &env_node.value {
-                    Tree::Map(entries) => {
-                        for (k, v) in entries {
-                            let key = k.key_text();
-                            if key.is_empty()
-                                || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-                            {
-                                self.at(
-                                    k.line,
-                                    format!(
-                                        "{label}: env name {key:?} is not a valid variable name"
-                                    ),
-                                );
-                            }
-                            let value = self
-                                .text(Some(v), "env value")
-                                .map(|(t, _)| t)
-                                .unwrap_or_default();
-                            env.insert(key, value);
-                        }
-                    }
-                    Tree::Null => {}
-                    other => self.at(
-                        env_node.line,
-                        format!("{label}: env must be a mapping, not {}", other.kind_name()),
-                    ),
-                }
-            }
-            if let (Some(script), Some(when)) = (script, when) {
-                stages.push(StageConfig {
-                    name,
-                    script,
-                    rollback,
-                    when,
-                    timeout,
-                    env,
-                    line: item.line,
-                });
-            }
-        }
-        stages
     }
 }
 
@@ -1334,22 +1220,7 @@ pub fn json_schema() -> Value {
                 "additionalProperties": false,
                 "properties": {"timeout": {"description": "how long to wait for another run's lock (default 2m)", "allOf": [duration]}}
             },
-            "stages": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "additionalProperties": false,
-                    "required": ["name", "script", "when"],
-                    "properties": {
-                        "name": {"type": "string", "not": {"const": "apply"}},
-                        "script": command,
-                        "rollback": command,
-                        "when": {"enum": ["before", "after"], "description": "relative to the apply stage"},
-                        "timeout": duration,
-                        "env": {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]}}
-                    }
-                }
-            }
+            "pipeline": pipeline::pipeline_schema(&duration, &command)
         }
     })
 }
@@ -1422,7 +1293,7 @@ wait:
         assert_eq!(c.history_namespace(&c.targets[1], "ctx"), "shop");
         assert_eq!(c.wait.fail_fast, FailFastConfig::default());
         assert_eq!(c.base_dir, PathBuf::from("."));
-        assert!(c.stages.is_empty());
+        assert_eq!(c.pipeline, default_pipeline());
     }
 
     #[test]
@@ -1448,16 +1319,15 @@ on_failure: rollback-if-all-fail
 on_cancel: leave
 rollback: {timeout: 3m}
 lock: {timeout: 30}
-stages:
-  - name: migrate
-    script: ["./migrate.sh", "--up"]
-    rollback: ./migrate.sh --down
-    when: before
-    timeout: 10m
-    env: {DB: main, RETRIES: 3}
-  - name: smoke
-    script: curl -fsS https://shop.example.com/healthz
-    when: after
+pipeline:
+  - script:
+      name: migrate
+      run: ["./migrate.sh", "--up"]
+      rollback: ./migrate.sh --down
+      timeout: 10m
+      env: {DB: main, RETRIES: 3}
+  - apply
+  - script: {name: smoke, run: curl -fsS https://shop.example.com/healthz}
 "#,
         );
         assert_eq!(
@@ -1496,20 +1366,21 @@ stages:
         assert_eq!(c.on_cancel, CancelPolicy::Leave);
         assert_eq!(c.rollback_timeout(), Duration::from_secs(180));
         assert_eq!(c.lock.timeout, Duration::from_secs(30));
-        assert_eq!(c.stages.len(), 2);
-        let m = &c.stages[0];
+        assert_eq!(c.pipeline.len(), 3);
+        let scripts: Vec<&ScriptStage> = script_stages(&c.pipeline).collect();
+        let m = scripts[0];
         assert_eq!(
-            m.script,
+            m.run,
             ScriptCommand::Argv(vec!["./migrate.sh".into(), "--up".into()])
         );
         assert_eq!(
             m.rollback,
             Some(ScriptCommand::Shell("./migrate.sh --down".into()))
         );
-        assert_eq!(m.when, StageWhen::Before);
-        assert_eq!(m.timeout, Some(Duration::from_secs(600)));
+        assert_eq!(c.pipeline[1], PipelineStage::Apply);
+        assert_eq!(m.timeout, Duration::from_secs(600));
         assert_eq!(m.env.get("RETRIES").map(String::as_str), Some("3"));
-        assert_eq!(c.stages[1].when, StageWhen::After);
+        assert_eq!(scripts[1].name, "smoke");
     }
 
     #[test]
@@ -1603,26 +1474,8 @@ stages:
             ),
             ("app: shop\n  bad: [\n".into(), "rollguard.yaml:"),
             (
-                format!("{base}stages:\n  - name: apply\n    script: x\n    when: before\n"),
-                "rollguard.yaml:7: stage name \"apply\" is reserved",
-            ),
-            (
-                format!("{base}stages:\n  - name: m\n    script: x\n    when: during\n"),
-                "rollguard.yaml:9: stage \"m\": when must be \"before\" or \"after\"",
-            ),
-            (
-                format!("{base}stages:\n  - name: m\n    when: after\n"),
-                "rollguard.yaml:7: stage \"m\" needs a `script`",
-            ),
-            (
-                format!("{base}stages:\n  - name: m\n    script: []\n    when: after\n"),
-                "rollguard.yaml:8: stage \"m\" script must not be an empty list",
-            ),
-            (
-                format!(
-                    "{base}stages:\n  - name: m\n    script: x\n    when: after\n    envv: {{}}\n"
-                ),
-                "rollguard.yaml:10: unknown key \"envv\" in stages[0]; did you mean \"env\"?",
+                format!("{base}stages:\n  - name: m\n    script: x\n    when: before\n"),
+                "rollguard.yaml:6: `stages:` is gone: list the stages in order under `pipeline:`",
             ),
         ];
         for (text, want) in cases {
@@ -1882,7 +1735,10 @@ stages:
         assert_eq!(keys(&p["history"]), sorted(HISTORY_KEYS));
         assert_eq!(keys(&p["rollback"]), sorted(ROLLBACK_KEYS));
         assert_eq!(keys(&p["lock"]), sorted(LOCK_KEYS));
-        assert_eq!(keys(&p["stages"]["items"]), sorted(STAGE_KEYS));
+        assert_eq!(
+            keys(&p["pipeline"]["items"]["oneOf"][1]["properties"]["script"]),
+            sorted(pipeline::SCRIPT_KEYS)
+        );
         assert_eq!(
             schema["$schema"],
             "https://json-schema.org/draft/2020-12/schema"

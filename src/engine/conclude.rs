@@ -49,7 +49,7 @@ pub async fn conclude(
     let states: Vec<TargetState> = runs
         .iter()
         .map(|r| TargetState {
-            received: r.received_new_revision && r.release.is_some(),
+            received: r.changed_something() && r.release.is_some(),
             failed: matches!(
                 r.report.outcome,
                 TargetOutcome::Failed | TargetOutcome::RollbackFailed | TargetOutcome::Cancelled
@@ -84,13 +84,32 @@ pub async fn conclude(
     };
     let settle = runs
         .iter_mut()
-        .zip(decisions)
+        .zip(decisions.clone())
         .map(|(run, roll_back)| settle_target(&context, run, roll_back));
-    let results: Vec<RollbackResult> = futures::future::join_all(settle)
+    let mut results: Vec<RollbackResult> = futures::future::join_all(settle)
         .await
         .into_iter()
         .flatten()
         .collect();
+    // Fleet stages roll back once, after every affected target's own rollback.
+    crate::engine::scripts::roll_back_fleet_stages(
+        plan,
+        runs,
+        &decisions,
+        cancelled,
+        context.deadline,
+        &context.stop,
+    )
+    .await;
+    for result in &mut results {
+        if let Some(run) = runs.iter().find(|r| r.report.name == result.target)
+            && run.report.outcome == TargetOutcome::RollbackFailed
+            && result.ok
+        {
+            result.ok = false;
+            result.message = run.report.rollback.as_ref().and_then(|r| r.message.clone());
+        }
+    }
     stopper.abort();
     let text = summary(&results);
     if !text.is_empty() {
@@ -139,11 +158,12 @@ async fn settle_target(
     let applied: Vec<ObjectRef> = run.applied.iter().map(applied_ref).collect();
     match release
         .store
-        .finish_with_objects(
+        .finish_with_stages(
             release.record.revision,
             status,
             reason,
             Some(applied.clone()),
+            run.report.stages.clone(),
         )
         .await
     {
@@ -169,9 +189,69 @@ async fn settle_target(
     result
 }
 
+/// One target's rollback: its manifests (when any of the new revision reached it), then the
+/// rollback commands of its script stages that started, every one even when one fails (which
+/// makes the target `rollback-failed`).
+async fn roll_back_target(context: &Conclusion<'_>, run: &mut TargetRun) -> Option<RollbackResult> {
+    let name = run.report.name.clone();
+    let mut result = if run.received_new_revision {
+        roll_back_manifests(context, run).await
+    } else {
+        // Only script stages ran here: no manifests of the new revision to undo, so the
+        // outcome stays what it was; the rollback commands below still run.
+        None
+    };
+    let before = run.report.stages.len();
+    let bad = crate::engine::scripts::roll_back_target_stages(
+        context.plan,
+        run,
+        context.cancelled,
+        context.deadline,
+        &context.stop,
+        context.progress,
+    )
+    .await;
+    if !run.received_new_revision && run.report.stages.len() > before {
+        run.report.rollback = Some(RollbackReport {
+            to_revision: None,
+            outcome: TargetOutcome::RolledBack,
+            left_in_place: Vec::new(),
+            message: Some(
+                "no manifests of the new revision reached this target; the rollback commands of its script stages ran"
+                    .to_string(),
+            ),
+        });
+    }
+    if !bad.is_empty() {
+        let why = format!("rollback commands that failed: {}", bad.join(", "));
+        crate::engine::scripts::mark_rollback_failed(run, &why, context.cancelled);
+        result = Some(RollbackResult {
+            target: name.clone(),
+            ok: false,
+            message: run.report.rollback.as_ref().and_then(|r| r.message.clone()),
+        });
+    }
+    context.progress.update(
+        &name,
+        Stage::Finished {
+            outcome: run.report.outcome,
+            message: run
+                .report
+                .rollback
+                .as_ref()
+                .and_then(|r| r.message.clone())
+                .or_else(|| run.report.message.clone()),
+        },
+    );
+    result
+}
+
 /// Re-apply the last good record of one target and wait for it; updates the target's report.
 /// None when there was nothing to roll back to (a first deploy: nothing is deleted either).
-async fn roll_back_target(context: &Conclusion<'_>, run: &mut TargetRun) -> Option<RollbackResult> {
+async fn roll_back_manifests(
+    context: &Conclusion<'_>,
+    run: &mut TargetRun,
+) -> Option<RollbackResult> {
     let Conclusion {
         plan,
         settings,

@@ -1,6 +1,7 @@
 //! All targets at once, bounded by `config.concurrency`. Each target runs in its own task
 //! inside a tracing span `target=<name>`, so every log line names its target; a target that
-//! fails never stops the others. The results become one `Report`.
+//! fails never stops the others. Fleet stages run once, between the steps of every target.
+//! The results become one `Report`.
 
 use std::sync::Arc;
 
@@ -9,129 +10,152 @@ use jiff::Timestamp;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::config::TargetConfig;
+use crate::config::{PipelineStage, TargetConfig};
 use crate::engine::plan::Plan;
-use crate::engine::target_run::{Reached, TargetRun, deploy_target, reach_target};
+use crate::engine::scripts::fleet_script;
+use crate::engine::target_run::{
+    TargetRun, complete, deploy_target, finish, reach_target, run_stages, stop_unlocked,
+};
 use crate::release::lock::{LockError, LockGuard, lock_key, lock_order};
 use crate::release::session::{PrepareError, ReleaseSettings, take_lock};
 use crate::report::progress::{Progress, Stage};
 use crate::report::{Failure, Report, TargetOutcome, TargetReport};
+use crate::stages::plan::{Step, steps};
 
-/// Runs one piece of a target's work in its own task, inside the span `target=<name>`; a
-/// panic there fails that target only.
-async fn in_target_task<F>(name: &str, progress: &Progress, work: F) -> TargetRun
-where
-    F: std::future::Future<Output = TargetRun> + Send + 'static,
-{
-    // error level: the span (and so the target name) is on every line that is logged at all.
-    let span = tracing::error_span!("target", target = %name);
-    match tokio::spawn(work.instrument(span)).await {
-        Ok(run) => run,
-        Err(e) => {
-            let message = format!("internal error: {e}");
-            progress.update(
-                name,
-                Stage::Finished {
-                    outcome: TargetOutcome::Failed,
-                    message: Some(message.clone()),
-                },
-            );
-            let mut run = skipped(name, TargetOutcome::Failed, &message);
-            run.report.failures.push(Failure {
-                object: "rollguard".into(),
-                reason: "InternalError".into(),
-                message,
-                ..Default::default()
-            });
-            run
-        }
-    }
-}
-
-/// Runs every target of the plan and returns their runs in config order, in three steps:
-/// every target is reached (connect, discover; no write) at once; then every reached
-/// target's lock is taken, one after another in the global lock order ([`take_locks`]);
-/// then every locked target deploys at once.
+/// Runs every target of the plan through the pipeline and returns their runs in config
+/// order: each target runs its own stages in its own task, and at a fleet stage every target
+/// waits for the others, the script runs once, then they go on. Before the first stage every
+/// target is reached (no write), then every target's lock is taken in the one global lock
+/// order ([`take_locks`]), so nothing is written anywhere before all locks are held.
 pub async fn run_targets(
     plan: Arc<Plan>,
     cancel: CancellationToken,
     progress: Progress,
 ) -> Vec<TargetRun> {
-    let concurrency = plan.config.concurrency.max(1);
-    let targets = plan.config.targets.clone();
-    // Ok: reached; Err: finished already.
-    let reached: Vec<Result<Reached, Box<TargetRun>>> = futures::stream::iter(targets.clone())
-        .map(|target| {
-            let plan = plan.clone();
-            let cancel = cancel.clone();
-            let progress = progress.clone();
-            async move {
-                let name = target.name.clone();
+    let mut runs: Option<Vec<TargetRun>> = None;
+    for step in steps(&plan.config.pipeline) {
+        match step {
+            Step::Targets(stages) => {
+                let stages = Arc::new(stages);
+                let tasks: Vec<(String, TargetTask)> = match runs.take() {
+                    None => {
+                        let reached = reach_all(&plan, &cancel, &progress).await;
+                        let locks = if plan.options.dry_run {
+                            reached.iter().map(|_| Ok(None)).collect()
+                        } else {
+                            take_locks(&plan, &reached, &cancel).await
+                        };
+                        reached
+                            .into_iter()
+                            .zip(locks)
+                            .map(|(mut run, lock)| {
+                                let (plan, cancel, progress) =
+                                    (plan.clone(), cancel.clone(), progress.clone());
+                                let stages = stages.clone();
+                                let name = run.target.name.clone();
+                                let task: TargetTask = Box::pin(async move {
+                                    if run.done {
+                                        return run;
+                                    }
+                                    let lock = match lock {
+                                        Ok(Some((lock, notes))) => {
+                                            run.report.warnings.extend(notes);
+                                            Some(lock)
+                                        }
+                                        Ok(None) => None,
+                                        Err(refusal) => {
+                                            let LockRefusal {
+                                                outcome,
+                                                failure,
+                                                message,
+                                            } = *refusal;
+                                            stop_unlocked(
+                                                &mut run, &progress, outcome, failure, message,
+                                            );
+                                            return run;
+                                        }
+                                    };
+                                    deploy_target(
+                                        &plan, &mut run, lock, &stages, &cancel, &progress,
+                                    )
+                                    .await;
+                                    run
+                                });
+                                (name, task)
+                            })
+                            .collect()
+                    }
+                    Some(previous) => previous
+                        .into_iter()
+                        .map(|mut run| {
+                            let (plan, cancel, progress) =
+                                (plan.clone(), cancel.clone(), progress.clone());
+                            let stages = stages.clone();
+                            let name = run.target.name.clone();
+                            let task: TargetTask = Box::pin(async move {
+                                run_stages(&plan, &mut run, &stages, &cancel, &progress).await;
+                                run
+                            });
+                            (name, task)
+                        })
+                        .collect(),
+                };
+                runs = Some(run_all(tasks, plan.config.concurrency.max(1), &progress).await);
+            }
+            Step::Fleet(index) => {
+                let (Some(runs), Some(PipelineStage::Script(stage))) =
+                    (runs.as_mut(), plan.config.pipeline.get(index))
+                else {
+                    continue;
+                };
                 if cancel.is_cancelled() {
-                    return Err(Box::new(skipped(
-                        &target.name,
+                    for run in runs.iter_mut().filter(|r| !r.done) {
+                        finish(run, &progress, TargetOutcome::Cancelled);
+                    }
+                    continue;
+                }
+                fleet_script(&plan, runs, stage, &cancel, &progress).await;
+            }
+        }
+    }
+    let mut runs = runs.unwrap_or_default();
+    for run in &mut runs {
+        complete(run, &progress);
+    }
+    runs
+}
+
+type TargetTask = std::pin::Pin<Box<dyn std::future::Future<Output = TargetRun> + Send>>;
+
+/// Every target reached at once (connect, discover: no write); a run that failed there is
+/// `done`.
+async fn reach_all(
+    plan: &Arc<Plan>,
+    cancel: &CancellationToken,
+    progress: &Progress,
+) -> Vec<TargetRun> {
+    let tasks: Vec<(String, TargetTask)> = plan
+        .config
+        .targets
+        .iter()
+        .map(|target| {
+            let (plan, cancel, progress) = (plan.clone(), cancel.clone(), progress.clone());
+            let name = target.name.clone();
+            let target = target.clone();
+            let task: TargetTask = Box::pin(async move {
+                if cancel.is_cancelled() {
+                    return skipped(
+                        &target,
                         TargetOutcome::Cancelled,
                         "cancelled before it started",
-                    )));
+                    );
                 }
-                let span = tracing::error_span!("target", target = %target.name);
-                let task = tokio::spawn(
-                    async move { reach_target(&plan, &target, &cancel, &progress).await }
-                        .instrument(span),
-                );
-                task.await.unwrap_or_else(|e| {
-                    Err(Box::new(skipped(
-                        &name,
-                        TargetOutcome::Failed,
-                        &format!("internal error: {e}"),
-                    )))
-                })
-            }
+                reach_target(&plan, &target, &cancel, &progress).await
+            });
+            (name, task)
         })
-        .buffered(concurrency)
-        .collect()
-        .await;
-    let locks = if plan.options.dry_run {
-        reached.iter().map(|_| Ok(None)).collect()
-    } else {
-        take_locks(&plan, &targets, &reached, &cancel).await
-    };
-    futures::stream::iter(reached.into_iter().zip(locks).zip(targets))
-        .map(|((reached, lock), target)| {
-            let plan = plan.clone();
-            let cancel = cancel.clone();
-            let progress = progress.clone();
-            async move {
-                let mut reached = match reached {
-                    Ok(reached) => reached,
-                    Err(done) => return *done,
-                };
-                let lock = match lock {
-                    Ok(Some((lock, notes))) => {
-                        reached.warn(notes);
-                        Some(lock)
-                    }
-                    Ok(None) => None,
-                    Err(stopped) => {
-                        let LockRefusal {
-                            outcome,
-                            failure,
-                            message,
-                        } = *stopped;
-                        return reached.stop(&progress, outcome, failure, message);
-                    }
-                };
-                let name = target.name.clone();
-                let task_progress = progress.clone();
-                in_target_task(&name, &progress, async move {
-                    deploy_target(&plan, &target, reached, lock, &cancel, &task_progress).await
-                })
-                .await
-            }
-        })
-        .buffered(concurrency)
-        .collect()
-        .await
+        .collect();
+    run_all(tasks, plan.config.concurrency.max(1), progress).await
 }
 
 /// A lock taken, with the notes for the report (a lease taken over).
@@ -154,22 +178,23 @@ pub struct LockRefusal {
 /// back targets another run is deploying.
 async fn take_locks(
     plan: &Plan,
-    targets: &[TargetConfig],
-    reached: &[Result<Reached, Box<TargetRun>>],
+    reached: &[TargetRun],
     cancel: &CancellationToken,
 ) -> Vec<Result<Option<HeldLock>, Box<LockRefusal>>> {
     let mut locks: Vec<Option<Result<Option<HeldLock>, Box<LockRefusal>>>> =
         reached.iter().map(|_| None).collect();
-    let candidates: Vec<usize> = (0..reached.len()).filter(|i| reached[*i].is_ok()).collect();
+    let candidates: Vec<usize> = (0..reached.len())
+        .filter(|i| !reached[*i].done && reached[*i].access.is_some())
+        .collect();
     let keys: Vec<(String, String)> = candidates
         .iter()
-        .filter_map(|i| reached[*i].as_ref().ok())
-        .zip(&candidates)
-        .map(|(r, i)| {
+        .filter_map(|i| {
+            let run = &reached[*i];
+            let access = run.access.as_ref()?;
             let namespace = plan
                 .config
-                .history_namespace(&targets[*i], &r.access().context_namespace);
-            lock_key(&r.access().server, &namespace)
+                .history_namespace(&run.target, &access.context_namespace);
+            Some(lock_key(&access.server, &namespace))
         })
         .collect();
     let timeout = ReleaseSettings::from_config(&plan.config).lock_timeout;
@@ -178,21 +203,24 @@ async fn take_locks(
     let mut previous: Option<usize> = None;
     for position in lock_order(&keys) {
         let i = candidates[position];
-        let Ok(r) = &reached[i] else { continue };
-        let target = &targets[i];
+        let run = &reached[i];
+        let Some(access) = run.access.as_ref() else {
+            continue;
+        };
+        let target = &run.target;
         // Validation refuses such configs; a kubeconfig read differently at run time must
         // still not make a run wait for its own Lease.
         if let Some(before) = previous.filter(|p| keys[*p] == keys[position]) {
             let e = LockError::SameLease {
-                first: targets[candidates[before]].name.clone(),
+                first: reached[candidates[before]].target.name.clone(),
                 second: target.name.clone(),
                 lease: crate::release::lock::lease_name(&plan.config.app),
                 namespace: keys[position].1.clone(),
-                server: r.access().server.clone(),
+                server: access.server.clone(),
             };
             locks[i] = Some(Err(Box::new(LockRefusal {
                 outcome: TargetOutcome::Failed,
-                failure: Some(PrepareError::Lock(e).failure(&r.access().server)),
+                failure: Some(PrepareError::Lock(e).failure(&access.server)),
                 message: None,
             })));
             continue;
@@ -209,7 +237,7 @@ async fn take_locks(
         let span = tracing::error_span!("target", target = %target.name);
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         let env = |k: &str| plan.env(k);
-        let taken = take_lock(&plan.config, target, r.access(), left, &env, cancel)
+        let taken = take_lock(&plan.config, target, access, left, &env, cancel)
             .instrument(span)
             .await;
         locks[i] = Some(match taken {
@@ -226,7 +254,7 @@ async fn take_locks(
                 }))
             }
             Err(e) => {
-                let failure = e.failure(&r.access().server);
+                let failure = e.failure(&access.server);
                 tracing::info!("{e}");
                 if matches!(e, PrepareError::Lock(LockError::Timeout { .. })) {
                     abort = Some((
@@ -266,16 +294,63 @@ async fn take_locks(
         .collect()
 }
 
-fn skipped(name: &str, outcome: TargetOutcome, message: &str) -> TargetRun {
-    let mut report = TargetReport::new(name, outcome, Timestamp::now());
-    report.message = Some(message.to_string());
-    TargetRun {
-        report,
-        access: None,
-        applied: Vec::new(),
-        received_new_revision: false,
-        release: None,
-    }
+/// Runs one task per target, at most `concurrency` at once, each in its own tokio task inside
+/// the span `target=<name>`; results in the order given.
+async fn run_all(
+    tasks: Vec<(String, TargetTask)>,
+    concurrency: usize,
+    progress: &Progress,
+) -> Vec<TargetRun> {
+    futures::stream::iter(tasks)
+        .map(|(name, task)| {
+            // error level: the span (and so the target name) is on every line that is logged at all.
+            let span = tracing::error_span!("target", target = %name);
+            let handle = tokio::spawn(task.instrument(span));
+            let progress = progress.clone();
+            async move {
+                match handle.await {
+                    Ok(run) => run,
+                    Err(e) => {
+                        // A panic in one target's task must not take the fleet down.
+                        let message = format!("internal error: {e}");
+                        progress.update(
+                            &name,
+                            Stage::Finished {
+                                outcome: TargetOutcome::Failed,
+                                message: Some(message.clone()),
+                            },
+                        );
+                        let target = TargetConfig {
+                            name: name.clone(),
+                            context: None,
+                            kubeconfig: None,
+                            kubeconfig_env: None,
+                            namespace: None,
+                            line: 0,
+                        };
+                        let mut run = skipped(&target, TargetOutcome::Failed, &message);
+                        run.report.failures.push(Failure {
+                            object: "rollguard".into(),
+                            reason: "InternalError".into(),
+                            message,
+                            ..Default::default()
+                        });
+                        run
+                    }
+                }
+            }
+        })
+        .buffered(concurrency)
+        .collect()
+        .await
+}
+
+fn skipped(target: &TargetConfig, outcome: TargetOutcome, message: &str) -> TargetRun {
+    let mut run = TargetRun::new(target, Timestamp::now());
+    run.report.outcome = outcome;
+    run.report.message = Some(message.to_string());
+    run.done = true;
+    run
 }
 
 /// Deploys the plan to every target and builds the report.

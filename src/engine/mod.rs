@@ -8,4 +8,5 @@ pub mod overlap;
 pub mod plan;
 pub mod policy;
 pub mod reapply;
+pub mod scripts;
 pub mod target_run;

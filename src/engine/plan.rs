@@ -30,6 +30,8 @@ pub struct Plan {
     pub env: HashMap<String, String>,
     /// The manifests as release records store them: encoded once, shared by every target.
     recorded: OnceLock<Result<EncodedManifests, String>>,
+    /// What every script stage run shares: the secret scrubber, the environment.
+    pub scripts: crate::stages::Shared,
 }
 
 impl Plan {
@@ -40,6 +42,18 @@ impl Plan {
         options: DeployOptions,
         env: HashMap<String, String>,
     ) -> Plan {
+        let scripts = crate::stages::Shared {
+            scrubber: crate::report::redact::Scrubber::from_objects(
+                manifests.objects.iter().map(|o| &o.body),
+            ),
+            inherited: env.clone(),
+            // Other targets' credentials must not reach a target's scripts.
+            hidden: config
+                .targets
+                .iter()
+                .filter_map(|t| t.kubeconfig_env.clone())
+                .collect(),
+        };
         Plan {
             config,
             manifests,
@@ -47,6 +61,7 @@ impl Plan {
             options,
             env,
             recorded: OnceLock::new(),
+            scripts,
         }
     }
 

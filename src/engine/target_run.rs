@@ -1,7 +1,8 @@
-//! One target, start to end, in two parts around the fleet's lock step: connect -> discover
-//! (every kind served, no write) [`reach_target`]; then, with the lock held, pending record
-//! -> apply -> wait [`deploy_target`], into a `TargetRun` (the report, the connection and
-//! what was applied, for the conclusion).
+//! One target: connect -> discover/validate ([`reach_target`], no write); then, once the
+//! fleet took every target's lock in its one global order, record + its stages of the
+//! pipeline (apply + wait, target scripts) ([`deploy_target`]), into a `TargetReport`. Fleet
+//! stages, which every target reaches first, are run by `fleet.rs` between calls of
+//! [`run_stages`].
 
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use jiff::Timestamp;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::TargetConfig;
+use crate::config::{PipelineStage, TargetConfig};
 use crate::engine::plan::Plan;
 use crate::kube::apply::{
     AppliedObject, ApplyError, ApplyOptions, MAX_IN_FLIGHT, Resolution, apply_failures,
@@ -31,13 +32,43 @@ pub struct TargetRun {
     pub applied: Vec<AppliedObject>,
     /// True once any object of the new revision was written to this target.
     pub received_new_revision: bool,
-    /// The lock and release record of this run (None in a dry run or before the lock was
-    /// taken).
+    /// The lock and release record of this run (rg-release; None in a dry run or before
+    /// the lock was taken).
     pub release: Option<TargetRelease>,
+    /// The target as configured.
+    pub target: TargetConfig,
+    /// Discovery's result, until the apply stage uses it.
+    resolution: Option<Resolution>,
+    pub(crate) clock: PhaseClock,
+    /// The run ended (failed, cancelled or stopped): later stages do not run.
+    pub done: bool,
+}
+
+impl TargetRun {
+    /// A run of `target` that has done nothing yet.
+    pub fn new(target: &TargetConfig, at: Timestamp) -> TargetRun {
+        TargetRun {
+            report: TargetReport::new(target.name.clone(), TargetOutcome::Failed, at),
+            access: None,
+            applied: Vec::new(),
+            received_new_revision: false,
+            release: None,
+            target: target.clone(),
+            resolution: None,
+            clock: PhaseClock::new(),
+            done: false,
+        }
+    }
+
+    /// Whether the run changed anything on its target: objects of the new revision, or a
+    /// script stage that started (a rollback then has something to undo).
+    pub fn changed_something(&self) -> bool {
+        self.received_new_revision || self.report.stages.iter().any(|s| s.outcome.started())
+    }
 }
 
 /// Phase timings, in order.
-pub struct PhaseClock {
+pub(crate) struct PhaseClock {
     phases: Vec<PhaseTiming>,
     current: Option<(String, Instant)>,
 }
@@ -49,17 +80,25 @@ impl PhaseClock {
             current: None,
         }
     }
-    fn start(&mut self, name: &str) {
+    pub(crate) fn start(&mut self, name: &str) {
         self.stop();
         self.current = Some((name.to_string(), Instant::now()));
     }
-    fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         if let Some((name, at)) = self.current.take() {
-            self.phases.push(PhaseTiming {
-                name,
-                seconds: round_ms(at.elapsed()),
-            });
+            self.phases
+                .push(PhaseTiming::new(name, round_ms(at.elapsed())));
         }
+    }
+    /// A script stage's phase, timed by its runner.
+    pub(crate) fn script(&mut self, result: &crate::report::StageResult) {
+        self.stop();
+        self.phases.push(PhaseTiming {
+            name: result.name.clone(),
+            seconds: result.seconds,
+            script: Some(result.scope.clone()),
+            exit_code: result.exit_code,
+        });
     }
 }
 
@@ -67,68 +106,62 @@ fn round_ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1000.0).round() / 1000.0
 }
 
-/// A target that answered: connected, every kind resolved, nothing written yet.
-pub struct Reached {
-    run: TargetRun,
-    clock: PhaseClock,
-    access: ClusterAccess,
-    resolution: Resolution,
-    /// When the target started, for the dry run's deadline.
-    started: Instant,
-}
-
-impl Reached {
-    pub fn access(&self) -> &ClusterAccess {
-        &self.access
-    }
-
-    /// Notes for the target's report.
-    pub fn warn(&mut self, notes: Vec<String>) {
-        self.run.report.warnings.extend(notes);
-    }
-
-    /// The target did not get its lock (or was stopped before it): it ends here, with
-    /// nothing written by this run.
-    pub fn stop(
-        mut self,
-        progress: &Progress,
-        outcome: TargetOutcome,
-        failure: Option<Failure>,
-        message: Option<String>,
-    ) -> TargetRun {
-        self.run.report.failures.extend(failure);
-        self.run.report.message = message;
-        finish(self.run, self.clock, progress, outcome)
-    }
-}
-
 /// The first part of one target's run: connect, then discover and check that the target
-/// serves every kind, with no write. Err: the target's finished run (it failed or was
-/// cancelled). Never panics on cluster errors: every problem ends in the report.
+/// serves every kind, with no write. A run that is not `done` afterwards waits for the
+/// fleet's lock step, then goes on with [`deploy_target`]. Never panics on cluster errors:
+/// every problem ends in the report.
 pub async fn reach_target(
     plan: &Plan,
     target: &TargetConfig,
     cancel: &CancellationToken,
     progress: &Progress,
-) -> Result<Reached, Box<TargetRun>> {
-    let started_at = Timestamp::now();
-    let started = Instant::now();
-    let deadline = started + plan.config.wait.timeout;
-    let mut clock = PhaseClock::new();
-    let mut run = TargetRun {
-        report: TargetReport::new(target.name.clone(), TargetOutcome::Failed, started_at),
-        access: None,
-        applied: Vec::new(),
-        received_new_revision: false,
-        release: None,
-    };
+) -> TargetRun {
+    let mut run = TargetRun::new(target, Timestamp::now());
+    reach(plan, &mut run, cancel, progress).await;
+    run
+}
+
+/// The rest of a reached target's run up to its first fleet stage, with its lock held (None
+/// in a dry run): the release record, then `stages` (indices into the pipeline). A run that
+/// is not `done` afterwards goes on with [`run_stages`].
+pub async fn deploy_target(
+    plan: &Plan,
+    run: &mut TargetRun,
+    lock: Option<LockGuard>,
+    stages: &[usize],
+    cancel: &CancellationToken,
+    progress: &Progress,
+) {
+    if let Some(lock) = lock {
+        open(plan, run, lock, progress).await;
+    }
+    run_stages(plan, run, stages, cancel, progress).await;
+}
+
+/// The target did not get its lock (or was stopped before it): it ends here, with nothing
+/// written by this run.
+pub fn stop_unlocked(
+    run: &mut TargetRun,
+    progress: &Progress,
+    outcome: TargetOutcome,
+    failure: Option<Failure>,
+    message: Option<String>,
+) {
+    run.report.failures.extend(failure);
+    run.report.message = message;
+    finish(run, progress, outcome);
+}
+
+async fn reach(plan: &Plan, run: &mut TargetRun, cancel: &CancellationToken, progress: &Progress) {
+    let target = run.target.clone();
+    let deadline = Instant::now() + plan.config.wait.timeout;
     let name = target.name.clone();
 
     progress.update(&name, Stage::Connecting);
-    clock.start("connect");
+    run.clock.start("connect");
     let env = |k: &str| plan.env(k);
     let access = match connect(
-        target,
+        &target,
         plan.options.cli_kubeconfig.as_deref(),
         &plan.config.base_dir,
         &env,
@@ -140,50 +173,70 @@ pub async fn reach_target(
             // Target failures are logged at info: the progress line and the final table say them.
             tracing::info!(reason = %e.reason, "{}", e.message);
             run.report.failures.push(target_failure("cluster", &e));
-            return Err(Box::new(finish(
-                run,
-                clock,
-                progress,
-                TargetOutcome::Failed,
-            )));
+            return finish(run, progress, TargetOutcome::Failed);
         }
     };
     run.access = Some(access.clone());
 
     // Discovery: the first request (an unreachable target fails here, in seconds) and the
     // check that the target serves every kind, before anything is written to it.
-    clock.start("discover");
-    let resolution = match resolve_set(&access.client, &plan.manifests, deadline, cancel).await {
-        Ok(resolution) => resolution,
+    run.clock.start("discover");
+    match resolve_set(&access.client, &plan.manifests, deadline, cancel).await {
+        Ok(resolution) => run.resolution = Some(resolution),
         Err(ApplyError::Cancelled) => {
-            return Err(Box::new(finish(
-                run,
-                clock,
-                progress,
-                TargetOutcome::Cancelled,
-            )));
+            return finish(run, progress, TargetOutcome::Cancelled);
         }
         Err(e) => {
             tracing::info!("{e}");
             run.report.failures = apply_failures(&e, &access.server);
-            return Err(Box::new(finish(
-                run,
-                clock,
-                progress,
-                TargetOutcome::Failed,
-            )));
+            return finish(run, progress, TargetOutcome::Failed);
         }
     };
+
+    // The fleet takes the locks next, in its one global order.
     if !plan.options.dry_run {
-        clock.start("lock");
+        run.clock.start("lock");
     }
-    Ok(Reached {
-        run,
-        clock,
-        access,
-        resolution,
-        started,
-    })
+}
+
+/// With the lock held: abandoned records, the last good record, this run's pending record.
+async fn open(plan: &Plan, run: &mut TargetRun, lock: LockGuard, progress: &Progress) {
+    let Some(access) = run.access.clone() else {
+        return;
+    };
+    let target = run.target.clone();
+    let env = |k: &str| plan.env(k);
+    let opened = match plan.recorded_manifests() {
+        Ok(manifests) => {
+            open_records(
+                &plan.config,
+                &target,
+                &access,
+                lock,
+                manifests,
+                plan.commit.as_ref(),
+                &env,
+            )
+            .await
+        }
+        Err(e) => {
+            let _ = lock.release().await;
+            Err(PrepareError::History(e))
+        }
+    };
+    match opened {
+        Ok((release, notes)) => {
+            run.report.revision = Some(release.record.revision);
+            run.report.warnings.extend(notes);
+            run.release = Some(release);
+        }
+        Err(e) => {
+            tracing::info!("{e}");
+            run.report.failures.push(e.failure(&access.server));
+            return finish(run, progress, TargetOutcome::Failed);
+        }
+    }
+    run.clock.stop();
 }
 
 /// The failure of a target whose lock was lost: it stopped at once, and nothing more was
@@ -199,64 +252,55 @@ pub fn lock_lost_failure(why: &str) -> Failure {
     }
 }
 
-/// The rest of one target's run, with its lock held (None in a dry run): open the release
-/// record, apply, wait. Losing the lock stops the target at once (`LockLost`).
-pub async fn deploy_target(
+/// Why the run no longer holds its target's lock, when it lost it.
+fn lock_lost(run: &TargetRun) -> Option<String> {
+    run.release.as_ref().and_then(TargetRelease::lock_lost)
+}
+
+/// Runs the target-scoped `stages` (indices into the pipeline) of a run that is not done.
+pub async fn run_stages(
     plan: &Plan,
-    target: &TargetConfig,
-    reached: Reached,
-    lock: Option<LockGuard>,
+    run: &mut TargetRun,
+    stages: &[usize],
     cancel: &CancellationToken,
     progress: &Progress,
-) -> TargetRun {
-    let Reached {
-        mut run,
-        mut clock,
-        access,
-        resolution,
-        started,
-    } = reached;
-    let name = target.name.clone();
-    let env = |k: &str| plan.env(k);
-    // Abandoned records, the last good record, this run's pending record.
-    if let Some(lock) = lock {
-        let opened = match plan.recorded_manifests() {
-            Ok(manifests) => {
-                open_records(
-                    &plan.config,
-                    target,
-                    &access,
-                    lock,
-                    manifests,
-                    plan.commit.as_ref(),
-                    &env,
-                )
-                .await
+) {
+    for &index in stages {
+        if run.done {
+            return;
+        }
+        match plan.config.pipeline.get(index) {
+            Some(PipelineStage::Apply) => apply_and_wait(plan, run, cancel, progress).await,
+            Some(PipelineStage::Script(stage)) => {
+                crate::engine::scripts::target_script(plan, run, stage, cancel, progress).await
             }
-            Err(e) => {
-                let _ = lock.release().await;
-                Err(PrepareError::History(e))
-            }
-        };
-        match opened {
-            Ok((release, notes)) => {
-                run.report.revision = Some(release.record.revision);
-                run.report.warnings.extend(notes);
-                run.release = Some(release);
-            }
-            Err(e) => {
-                tracing::info!("{e}");
-                run.report.failures.push(e.failure(&access.server));
-                return finish(run, clock, progress, TargetOutcome::Failed);
-            }
+            None => {}
         }
     }
-    // The deadline is for apply and rollout: time spent waiting for the lock does not count.
-    let deadline = if plan.options.dry_run {
-        started + plan.config.wait.timeout
-    } else {
-        Instant::now() + plan.config.wait.timeout
+}
+
+/// Marks a run that went through its whole pipeline as deployed.
+pub fn complete(run: &mut TargetRun, progress: &Progress) {
+    if !run.done {
+        finish(run, progress, TargetOutcome::Deployed);
+    }
+}
+
+async fn apply_and_wait(
+    plan: &Plan,
+    run: &mut TargetRun,
+    cancel: &CancellationToken,
+    progress: &Progress,
+) {
+    let (Some(access), Some(resolution)) = (run.access.clone(), run.resolution.take()) else {
+        return;
     };
+    let target = run.target.clone();
+    let name = target.name.clone();
+    // The deadline is for apply and rollout: time spent waiting for the lock or in scripts
+    // does not count.
+    let deadline = Instant::now() + plan.config.wait.timeout;
+
     // Losing the lock stops this target's apply and wait at once, like a cancel.
     let stop = cancel.child_token();
     let lost = run
@@ -273,11 +317,11 @@ pub async fn deploy_target(
             }
         }
     });
-    // Ends the task above when this target's run returns.
+    // Ends the task above when this stage returns.
     let _end = stop.clone().drop_guard();
-    let lost_now = |run: &TargetRun| run.release.as_ref().and_then(TargetRelease::lock_lost);
+    let cancel = &stop;
 
-    clock.start("apply");
+    run.clock.start("apply");
     progress.update(
         &name,
         Stage::Applying {
@@ -291,7 +335,7 @@ pub async fn deploy_target(
         dry_run: plan.options.dry_run,
         default_namespace: plan
             .config
-            .default_namespace(target, &access.context_namespace),
+            .default_namespace(&target, &access.context_namespace),
         max_in_flight: MAX_IN_FLIGHT,
         deadline,
     };
@@ -302,32 +346,33 @@ pub async fn deploy_target(
         &plan.manifests,
         resolution,
         &options,
-        &stop,
+        cancel,
         &report_progress,
     )
     .await;
     run.received_new_revision = !plan.options.dry_run && !outcome.applied.is_empty();
     run.report.warnings.extend(outcome.warnings);
     run.applied = outcome.applied;
-    if let Some(why) = lost_now(&run) {
+    if let Some(why) = lock_lost(run) {
         run.report.failures = vec![lock_lost_failure(&why)];
-        return finish(run, clock, progress, TargetOutcome::Failed);
+        return finish(run, progress, TargetOutcome::Failed);
     }
     if let Err(e) = outcome.result {
         if matches!(e, ApplyError::Cancelled) {
-            return finish(run, clock, progress, TargetOutcome::Cancelled);
+            return finish(run, progress, TargetOutcome::Cancelled);
         }
         tracing::info!("apply failed: {e}");
         run.report.failures = apply_failures(&e, &access.server);
-        return finish(run, clock, progress, TargetOutcome::Failed);
+        return finish(run, progress, TargetOutcome::Failed);
     }
     tracing::info!(objects = run.applied.len(), "applied");
 
     if plan.options.dry_run {
-        return finish(run, clock, progress, TargetOutcome::Deployed);
+        run.clock.stop();
+        return;
     }
 
-    clock.start("wait");
+    run.clock.start("wait");
     let wait_options = WaitOptions {
         deadline,
         timeout: plan.config.wait.timeout,
@@ -338,38 +383,34 @@ pub async fn deploy_target(
         &access.client,
         &run.applied,
         &wait_options,
-        &stop,
+        cancel,
         &report_wait,
     )
     .await;
     run.report.warnings.extend(waited.warnings);
-    if let Some(why) = lost_now(&run) {
+    run.clock.stop();
+    if let Some(why) = lock_lost(run) {
         run.report.failures = vec![lock_lost_failure(&why)];
-        return finish(run, clock, progress, TargetOutcome::Failed);
+        return finish(run, progress, TargetOutcome::Failed);
     }
-    let outcome = match waited.result {
-        Ok(()) => TargetOutcome::Deployed,
-        Err(WaitFailure::Cancelled) => TargetOutcome::Cancelled,
+    match waited.result {
+        Ok(()) => {}
+        Err(WaitFailure::Cancelled) => finish(run, progress, TargetOutcome::Cancelled),
         Err(WaitFailure::Failed(failures)) | Err(WaitFailure::Timeout(failures)) => {
             for f in &failures {
                 tracing::info!("{}", f.headline());
             }
             run.report.failures = failures;
-            TargetOutcome::Failed
+            finish(run, progress, TargetOutcome::Failed)
         }
-    };
-    // The record is finished and the lock released in the conclusion, after the policy.
-    finish(run, clock, progress, outcome)
+    }
 }
 
-fn finish(
-    mut run: TargetRun,
-    mut clock: PhaseClock,
-    progress: &Progress,
-    outcome: TargetOutcome,
-) -> TargetRun {
-    clock.stop();
-    run.report.phases = clock.phases;
+/// Ends a run with `outcome`: later stages do not run.
+pub fn finish(run: &mut TargetRun, progress: &Progress, outcome: TargetOutcome) {
+    run.clock.stop();
+    run.done = true;
+    run.report.phases = run.clock.phases.clone();
     run.report.outcome = outcome;
     run.report.finished_at = Timestamp::now();
     if run.report.message.is_none() {
@@ -385,5 +426,4 @@ fn finish(
             message: run.report.message.clone(),
         },
     );
-    run
 }

@@ -25,6 +25,8 @@ pub struct ClusterAccess {
     pub context_namespace: String,
     /// The API server URL, for messages.
     pub server: String,
+    /// Only this target's cluster, user and context: what its script stages get.
+    pub script_kubeconfig: Kubeconfig,
 }
 
 /// Why a target could not be reached, as it goes into the report.
@@ -244,6 +246,14 @@ pub async fn connect(
             ),
         ));
     }
+    let script_kubeconfig =
+        crate::stages::kubeconfig::single_context(&kubeconfig, target.context.as_deref(), None)
+            .map_err(|why| {
+                TargetError::new(
+                    "Kubeconfig",
+                    format!("kubeconfig {}: {why}", describe_source(&source)),
+                )
+            })?;
     let options = KubeConfigOptions {
         context: target.context.clone(),
         ..Default::default()
@@ -285,6 +295,7 @@ pub async fn connect(
         client,
         context_namespace,
         server,
+        script_kubeconfig,
     })
 }
 

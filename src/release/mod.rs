@@ -257,6 +257,10 @@ pub struct ReleaseRecord {
     /// True when `manifests` were left out because of the Secret size limit.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub manifests_omitted: bool,
+    /// The script stages this revision ran and how they ended (without their output), so that
+    /// a later manual rollback knows whose rollback commands are due.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<crate::report::StageResult>,
 }
 
 #[cfg(test)]
@@ -280,6 +284,7 @@ impl ReleaseRecord {
             objects: vec![],
             manifests: None,
             manifests_omitted: false,
+            stages: vec![],
         }
     }
 }
@@ -845,6 +850,7 @@ impl ReleaseStore {
             objects: manifests.objects,
             manifests: None,
             manifests_omitted: false,
+            stages: Vec::new(),
         };
         // A name taken despite the lock (e.g. an unreadable record) moves to the next number.
         for _ in 0..5 {
@@ -1012,12 +1018,36 @@ impl ReleaseStore {
         reason: Option<String>,
         objects: Option<Vec<ObjectRef>>,
     ) -> Result<ReleaseRecord> {
+        self.finish_with_stages(revision, status, reason, objects, Vec::new())
+            .await
+    }
+
+    /// [`ReleaseStore::finish_with_objects`], also recording the script stages that ran
+    /// (their output is dropped: it belongs in the report, not in the cluster).
+    pub async fn finish_with_stages(
+        &self,
+        revision: u64,
+        status: ReleaseStatus,
+        reason: Option<String>,
+        objects: Option<Vec<ObjectRef>>,
+        stages: Vec<crate::report::StageResult>,
+    ) -> Result<ReleaseRecord> {
+        let stages: Vec<_> = stages
+            .into_iter()
+            .map(|mut s| {
+                s.output.clear();
+                s
+            })
+            .collect();
         let record = self
             .update(revision, status, |r| {
                 r.reason = reason.clone();
                 r.finished_at = Some(Timestamp::now());
                 if let Some(objects) = &objects {
                     r.objects = objects.clone();
+                }
+                if !stages.is_empty() {
+                    r.stages = stages.clone();
                 }
             })
             .await?;

@@ -5,12 +5,16 @@
 //!   `started_at`, `finished_at` (RFC 3339), `dry_run`, `run_url`?
 //! - `targets[]`: `name`, `outcome` (`deployed` | `failed` | `rolled-back` | `rollback-failed` |
 //!   `skipped` | `cancelled`), `revision` (number or null), `started_at`, `finished_at`,
-//!   `phases[]` {`name`, `seconds`}, `failures[]` {`object`, `pod`, `container`, `reason`,
+//!   `phases[]` {`name`, `seconds`, `script`? (scope of a script stage), `exit_code`?},
+//!   `failures[]` {`object`, `pod`, `container`, `reason`,
 //!   `message`, `events`?}, `warnings[]`, `message`, `rollback` (null or {`to_revision`,
 //!   `outcome`, `left_in_place[]`, `message`}),
-//!   `abandoned_revisions`? (revisions a dead run left pending, now marked failed).
+//!   `abandoned_revisions`? (revisions a dead run left pending, now marked failed),
+//!   `stages[]`? {`name`, `scope`, `rollback`?, `outcome` (`succeeded` | `failed` | `timed-out` |
+//!   `warned` | `stopped` | `not-run`), `exit_code`?, `seconds`, `message`?, `output[]`? (the
+//!   last 20 lines of a failed or warned script, secret values redacted)}.
 
-use super::Report;
+use super::model::Report;
 use serde_json::{Value, json};
 
 /// The report as pretty-printed JSON.
@@ -59,7 +63,12 @@ pub fn report_schema() -> Value {
                 "items": {
                     "type": "object",
                     "required": ["name", "seconds"],
-                    "properties": {"name": {"type": "string"}, "seconds": {"type": "number"}}
+                    "properties": {
+                        "name": {"type": "string"},
+                        "seconds": {"type": "number"},
+                        "script": {"enum": ["target", "fleet"], "description": "a script stage, and its scope"},
+                        "exit_code": {"type": "integer", "description": "a script stage's exit code"}
+                    }
                 }
             },
             "failures": {"type": "array", "items": failure},
@@ -75,7 +84,25 @@ pub fn report_schema() -> Value {
                     "message": opt_string
                 }
             },
-            "abandoned_revisions": {"type": "array", "items": {"type": "integer"}}
+            "abandoned_revisions": {"type": "array", "items": {"type": "integer"}},
+            "stages": {
+                "type": "array",
+                "description": "script stages and rollback commands run for this target, in the order they ran",
+                "items": {
+                    "type": "object",
+                    "required": ["name", "scope", "outcome", "seconds"],
+                    "properties": {
+                        "name": {"type": "string"},
+                        "scope": {"enum": ["target", "fleet"]},
+                        "rollback": {"type": "boolean", "description": "the stage's rollback command"},
+                        "outcome": {"enum": ["succeeded", "failed", "timed-out", "warned", "stopped", "not-run"]},
+                        "exit_code": {"type": "integer"},
+                        "seconds": {"type": "number"},
+                        "message": {"type": "string"},
+                        "output": {"type": "array", "items": {"type": "string"}, "description": "last 20 lines of a failed or warned script, secret values redacted"}
+                    }
+                }
+            }
         }
     });
     json!({
@@ -109,9 +136,9 @@ pub fn report_schema() -> Value {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{image_failure, report, target};
-    use super::super::*;
     use super::*;
+    use crate::report::model::tests::{image_failure, report, target};
+    use crate::report::model::*;
 
     fn full_report() -> Report {
         let mut us = target("us", TargetOutcome::RolledBack);
@@ -119,9 +146,22 @@ mod tests {
         let mut failure = image_failure();
         failure.events = vec!["Failed: pull failed".into()];
         us.failures.push(failure.clone());
+        us.phases.push(PhaseTiming::new("apply", 1.5));
         us.phases.push(PhaseTiming {
-            name: "apply".into(),
-            seconds: 1.5,
+            name: "smoke".into(),
+            seconds: 0.5,
+            script: Some("target".into()),
+            exit_code: Some(1),
+        });
+        us.stages.push(StageResult {
+            name: "smoke".into(),
+            scope: "target".into(),
+            rollback: false,
+            outcome: StageOutcome::Failed,
+            exit_code: Some(1),
+            seconds: 0.5,
+            message: Some("exited with code 1".into()),
+            output: vec!["curl: (7) refused".into()],
         });
         us.warnings.push("pod unschedulable".into());
         us.message = Some("m".into());

@@ -1,6 +1,6 @@
 //! Markdown for the sticky PR comment and the GitHub step summary.
 
-use super::{Failure, Report, TargetReport, clip};
+use super::model::{Failure, Report, TargetReport, clip};
 use crate::util::duration::format_duration;
 
 /// GitHub's limit for an issue or PR comment body.
@@ -240,9 +240,9 @@ fn inline(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{image_failure, report, target};
-    use super::super::*;
     use super::*;
+    use crate::report::model::tests::{image_failure, report, target};
+    use crate::report::model::*;
 
     fn three_targets() -> Report {
         let mut eu = target("eu", TargetOutcome::RollbackFailed);

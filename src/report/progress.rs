@@ -33,6 +33,8 @@ pub enum Stage {
     Waiting(WaitProgress),
     /// Rolling back (used by the rollback step).
     RollingBack(String),
+    /// A script stage (or its rollback command) is running.
+    Script(String),
     Finished {
         outcome: TargetOutcome,
         message: Option<String>,
@@ -77,6 +79,7 @@ pub fn describe_stage(stage: &Stage) -> String {
             None => format!("waiting {}/{} ready", p.ready, p.total),
         },
         Stage::RollingBack(what) => format!("rolling back: {what}"),
+        Stage::Script(name) => format!("running script stage {name}"),
         Stage::Finished { outcome, message } => {
             let word = outcome_word(*outcome);
             match message {

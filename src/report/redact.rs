@@ -75,6 +75,70 @@ pub fn redact_in_place(body: &mut Value) {
     }
 }
 
+/// Shortest secret value the scrubber looks for: shorter ones ("1", "no") would blank out
+/// ordinary words everywhere and say little about the secret.
+const MIN_SCRUBBED_LEN: usize = 3;
+
+/// What replaces a known secret value in free text.
+pub const SCRUBBED: &str = "<redacted>";
+
+/// Replaces the known secret values (those of the manifests' Secrets) in free text, such as
+/// a script's output, which no structural redaction can reach.
+#[derive(Debug, Clone, Default)]
+pub struct Scrubber {
+    /// Longest first, so that a value containing another is replaced whole.
+    values: Vec<String>,
+}
+
+impl Scrubber {
+    /// The values of every Secret among `bodies`: `stringData`, and `data` both as stored
+    /// (base64) and decoded; a multi-line value also line by line, since output is.
+    pub fn from_objects<'a>(bodies: impl IntoIterator<Item = &'a Value>) -> Scrubber {
+        let mut values = Vec::new();
+        let mut add = |text: &str| {
+            for candidate in std::iter::once(text).chain(text.lines()) {
+                let candidate = candidate.trim();
+                if candidate.len() >= MIN_SCRUBBED_LEN {
+                    values.push(candidate.to_string());
+                }
+            }
+        };
+        for body in bodies {
+            if !is_secret(body) {
+                continue;
+            }
+            for (key, base64) in [("data", true), ("stringData", false)] {
+                let Some(map) = body.get(key).and_then(Value::as_object) else {
+                    continue;
+                };
+                for value in map.values().filter_map(Value::as_str) {
+                    add(value);
+                    if base64
+                        && let Ok(bytes) =
+                            base64::engine::general_purpose::STANDARD.decode(value.trim())
+                    {
+                        add(&String::from_utf8_lossy(&bytes));
+                    }
+                }
+            }
+        }
+        values.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        values.dedup();
+        Scrubber { values }
+    }
+
+    /// `text` with every known secret value replaced by [`SCRUBBED`].
+    pub fn scrub(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        for value in &self.values {
+            if out.contains(value.as_str()) {
+                out = out.replace(value.as_str(), SCRUBBED);
+            }
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,5 +195,28 @@ mod tests {
             "data": {"a": "c2VjcmV0LXZhbHVl"}, "stringData": {"b": "another-secret"}});
         let text = serde_json::to_string(&redact_objects(&[secret])).unwrap();
         assert!(!text.contains("c2VjcmV0LXZhbHVl") && !text.contains("another-secret"));
+    }
+
+    #[test]
+    fn scrubber_table() {
+        let secret = json!({"apiVersion": "v1", "kind": "Secret",
+            "data": {"password": "aHVudGVyMg=="},
+            "stringData": {"token": "tok-123456", "cert": "line-one\nline-two", "tiny": "ab"}});
+        let config =
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"k": "public-value"}});
+        let s = Scrubber::from_objects([&secret, &config]);
+        let cases = [
+            ("connecting with hunter2", "connecting with <redacted>"),
+            ("raw aHVudGVyMg== seen", "raw <redacted> seen"),
+            ("Authorization: tok-123456!", "Authorization: <redacted>!"),
+            ("line-two of the cert", "<redacted> of the cert"),
+            // Too short to scrub, and ConfigMap values are not secret.
+            ("ab public-value", "ab public-value"),
+            ("", ""),
+        ];
+        for (input, want) in cases {
+            assert_eq!(s.scrub(input), want, "{input}");
+        }
+        assert_eq!(Scrubber::default().scrub("hunter2"), "hunter2");
     }
 }

@@ -1,6 +1,6 @@
 //! The final table printed at the end of a run.
 
-use super::{Report, TargetOutcome, clip};
+use super::model::{Report, TargetOutcome, clip};
 use crate::util::duration::format_duration;
 
 const REASON_CHARS: usize = 160;
@@ -128,9 +128,9 @@ fn outcome_color(outcome: TargetOutcome) -> &'static str {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{image_failure, report, target};
-    use super::super::*;
     use super::*;
+    use crate::report::model::tests::{image_failure, report, target};
+    use crate::report::model::*;
 
     fn sample() -> Report {
         let mut us = target("us-east", TargetOutcome::Failed);

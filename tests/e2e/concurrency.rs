@@ -4,9 +4,9 @@
 use kube_sim::faults::Faults;
 use serde_json::{Value, json};
 
-use crate::harness::{TestEnv, config, list, small_app};
+use crate::harness::{TestEnv, config, list, signal, small_app};
 use crate::release::{
-    GOOD, assert_runs, first_good_deploy, image, records, signal, statuses, wait_for_pending, web,
+    GOOD, assert_runs, first_good_deploy, image, records, statuses, wait_for_pending, web,
 };
 use rollguard::release::ReleaseStatus;
 
@@ -30,8 +30,8 @@ async fn two_runs_started_together_one_deploys_the_other_waits_ten_times() {
     for round in 0..10 {
         let want = format!("example.com/web:r{round}");
         env.write("k8s/app.yaml", &small_app(&want));
-        let a = env.spawn_deploy("a.json", &lock);
-        let b = env.spawn_deploy("b.json", &lock);
+        let a = env.spawn_deploy_to("a.json", &lock);
+        let b = env.spawn_deploy_to("b.json", &lock);
         let (a, b) = tokio::join!(env.finish(a, "a.json"), env.finish(b, "b.json"));
         for run in [&a, &b] {
             // Both deploy, one after the other: the second waited for the first's locks.
@@ -70,7 +70,7 @@ async fn a_run_that_loses_its_lock_stops_and_the_new_holders_deploy_stands() {
     first_good_deploy(&env).await;
     // Run A never gets healthy and holds a 2 s lease.
     env.write("k8s/app.yaml", &small_app("example.com/web:neverready"));
-    let a = env.spawn_deploy("a.json", &[("ROLLGUARD_LEASE_SECONDS", "2")]);
+    let a = env.spawn_deploy_to("a.json", &[("ROLLGUARD_LEASE_SECONDS", "2")]);
     wait_for_pending(&env, 1, 2).await;
     // Every Lease request now takes 2.5 s: A's renewals stall past its lease.
     env.cluster(1).set_faults(Faults {
@@ -80,7 +80,7 @@ async fn a_run_that_loses_its_lock_stops_and_the_new_holders_deploy_stands() {
     });
     // Run B takes the lapsed lock over and deploys v3 while A is still around.
     env.write("k8s/app.yaml", &small_app("example.com/web:v3"));
-    let b = env.spawn_deploy("b.json", &[]);
+    let b = env.spawn_deploy_to("b.json", &[]);
     let (a, b) = tokio::join!(env.finish(a, "a.json"), env.finish(b, "b.json"));
     env.cluster(1).set_faults(Faults::default());
     assert_eq!(b.code, 0, "{}", b.output());
@@ -373,7 +373,7 @@ async fn a_cancel_whose_rollback_runs_out_of_budget_is_rollback_failed() {
     env.write("rollguard.yaml", &config(1, "60s"));
     first_good_deploy(&env).await;
     env.write("k8s/app.yaml", &small_app("example.com/web:neverready"));
-    let child = env.spawn_deploy("report.json", &[]);
+    let child = env.spawn_deploy(&[]);
     wait_for_pending(&env, 1, 2).await;
     // A slow API: the rollback cannot finish in the cancel budget.
     env.cluster(1).set_faults(Faults {

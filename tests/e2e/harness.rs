@@ -158,9 +158,15 @@ impl TestEnv {
         run
     }
 
-    /// Starts `rollguard deploy` in the background, as a separate process (as CI runs it),
-    /// writing its report to `report` in the scratch folder; output is piped.
-    pub fn spawn_deploy(&self, report: &str, envs: &[(&str, &str)]) -> tokio::process::Child {
+    /// Starts `rollguard deploy` (as [`TestEnv::deploy`] runs it) in the background with
+    /// extra environment variables; stdout and stderr are piped.
+    pub fn spawn_deploy(&self, envs: &[(&str, &str)]) -> tokio::process::Child {
+        self.spawn_deploy_to("report.json", envs)
+    }
+
+    /// [`TestEnv::spawn_deploy`] with the report written to `report` in the scratch folder
+    /// (runs started together, as separate processes, as CI starts them).
+    pub fn spawn_deploy_to(&self, report: &str, envs: &[(&str, &str)]) -> tokio::process::Child {
         let report = self.path(report);
         let _ = std::fs::remove_file(&report);
         let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_rollguard"));
@@ -231,6 +237,47 @@ impl TestEnv {
         .expect("apply as another manager");
     }
 
+    /// Runs `rollguard <command> --config <dir>/rollguard.yaml --kubeconfig <kc>` plus `extra`
+    /// (history, show, rollback, unlock).
+    pub async fn command(&self, command: &str, extra: &[&str]) -> Run {
+        let mut args: Vec<String> = vec![
+            command.into(),
+            "--config".into(),
+            self.path("rollguard.yaml").display().to_string(),
+            "--kubeconfig".into(),
+            self.kubeconfig.display().to_string(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        rollguard(&args, self.dir.path(), &[]).await
+    }
+
+    /// Writes an executable shell script (for script stages).
+    pub fn write_script(&self, rel: &str, body: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        self.write(rel, &format!("#!/bin/sh\n{body}\n"));
+        std::fs::set_permissions(self.path(rel), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+    }
+
+    /// The text of a file in the scratch folder ("" when it does not exist).
+    pub fn read(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.path(rel)).unwrap_or_default()
+    }
+
+    /// Creates ConfigMap `name` in namespace `default` on cluster `sim-N` (a marker only
+    /// that cluster has).
+    pub async fn put_configmap(&self, cluster: usize, name: &str) {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        let api: Api<ConfigMap> = Api::namespaced(self.client(cluster).await, "default");
+        let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}
+        }))
+        .expect("configmap");
+        api.create(&kube::api::PostParams::default(), &cm)
+            .await
+            .expect("configmap created");
+    }
+
     /// Cluster `sim-N` (1-based, as the contexts are named).
     pub fn cluster(&self, n: usize) -> &kube_sim::cluster::Cluster {
         &self.sim.clusters()[n - 1]
@@ -287,6 +334,29 @@ pub async fn rollguard(args: &[String], cwd: &Path, env: &[(&str, &str)]) -> Run
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         report: None,
         elapsed: started.elapsed(),
+    }
+}
+
+/// Sends `sig` ("-TERM", "-INT", "-KILL") to a running child.
+pub fn signal(child: &tokio::process::Child, sig: &str) {
+    let pid = child.id().expect("running").to_string();
+    let ok = std::process::Command::new("kill")
+        .args([sig, &pid])
+        .status()
+        .expect("kill runs")
+        .success();
+    assert!(ok, "kill {sig} {pid}");
+}
+
+/// Whether process `pid` is gone: no such process, or a zombie (dead, not yet reaped by
+/// whoever inherited it).
+pub fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state == "Z" || state == "X"),
     }
 }
 

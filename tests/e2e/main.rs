@@ -2,6 +2,7 @@
 //! process, over real HTTPS. Each test starts its own clusters on ephemeral ports, so the
 //! tests run in parallel. Cluster access goes through `harness` only.
 
+mod action;
 mod apply;
 mod concurrency;
 mod deploy;
@@ -10,3 +11,5 @@ mod harness;
 mod input;
 mod real;
 mod release;
+mod runtime_root;
+mod stages;

@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 use rollguard::release::{ReleaseKind, ReleaseRecord, ReleaseStatus, ReleaseStore};
 use serde_json::Value;
 
-use crate::harness::{Run, TestEnv, config, deployment_available, list, rollguard, small_app};
+use crate::harness::{
+    Run, TestEnv, config, deployment_available, list, rollguard, signal, small_app,
+};
 
 pub(crate) const GOOD: &str = "example.com/web:v1";
 const BAD: &str = "example.com/web:v2";
@@ -296,11 +298,6 @@ async fn a_cluster_down_fails_its_rollback_but_not_the_others() {
     assert_runs(&env, 2, GOOD).await;
 }
 
-/// Starts `rollguard deploy` in the background (report `report.json`).
-fn spawn_deploy(env: &TestEnv, envs: &[(&str, &str)]) -> tokio::process::Child {
-    env.spawn_deploy("report.json", envs)
-}
-
 /// Waits until revision `revision` exists on `sim-N` with status pending.
 pub(crate) async fn wait_for_pending(env: &TestEnv, cluster: usize, revision: u64) {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -321,16 +318,6 @@ pub(crate) async fn wait_for_pending(env: &TestEnv, cluster: usize, revision: u6
     }
 }
 
-pub(crate) fn signal(child: &tokio::process::Child, sig: &str) {
-    let pid = child.id().expect("running").to_string();
-    let ok = std::process::Command::new("kill")
-        .args([sig, &pid])
-        .status()
-        .expect("kill runs")
-        .success();
-    assert!(ok, "kill {sig} {pid}");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_run_never_wedges_the_next_one() {
     let env = TestEnv::start(1, "").await;
@@ -338,7 +325,7 @@ async fn a_killed_run_never_wedges_the_next_one() {
     first_good_deploy(&env).await;
     env.write("k8s/app.yaml", &small_app("example.com/web:neverready"));
     let lease = [("ROLLGUARD_LEASE_SECONDS", "2")];
-    let mut child = spawn_deploy(&env, &lease);
+    let mut child = env.spawn_deploy(&lease);
     wait_for_pending(&env, 1, 2).await;
     signal(&child, "-KILL");
     let _ = child.wait().await;
@@ -385,7 +372,7 @@ async fn sigterm_rolls_back_writes_records_and_exits_130_in_time() {
     env.write("rollguard.yaml", &config(2, "60s"));
     first_good_deploy(&env).await;
     env.write("k8s/app.yaml", &small_app("example.com/web:neverready"));
-    let child = spawn_deploy(&env, &[]);
+    let child = env.spawn_deploy(&[]);
     wait_for_pending(&env, 1, 2).await;
     wait_for_pending(&env, 2, 2).await;
     let signalled = Instant::now();
@@ -428,7 +415,7 @@ async fn a_second_run_waits_for_the_lock_then_proceeds_or_fails_clearly() {
         "          readinessProbe:\n            initialDelaySeconds: 100\n            exec: {command: [\"true\"]}\n          image: ",
     );
     env.write("k8s/app.yaml", &slow);
-    let a = spawn_deploy(&env, &[]);
+    let a = env.spawn_deploy(&[]);
     wait_for_pending(&env, 1, 2).await;
 
     let args = |report: &str| -> Vec<String> {
@@ -678,7 +665,7 @@ async fn on_cancel_leave_keeps_the_new_revision() {
     );
     first_good_deploy(&env).await;
     env.write("k8s/app.yaml", &small_app("example.com/web:neverready"));
-    let child = spawn_deploy(&env, &[]);
+    let child = env.spawn_deploy(&[]);
     wait_for_pending(&env, 1, 2).await;
     signal(&child, "-INT");
     let out = child.wait_with_output().await.expect("exits");

@@ -2,7 +2,7 @@
 //! DaemonSets is kubectl's rollout status; the generic rules (deletion, observedGeneration,
 //! Reconciling/Stalled) and the other kinds follow kstatus, with the deviations noted inline.
 
-use super::{Assessment, Status, at, cond_field, condition, condition_is, int_at, str_at};
+use super::status::{Assessment, Status, at, cond_field, condition, condition_is, int_at, str_at};
 use serde_json::Value;
 
 /// The status of `obj` (any kind) as the cluster returned it.

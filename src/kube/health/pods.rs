@@ -1,6 +1,7 @@
 //! Fail fast on pods of the new revision: which pods belong to it, and what is wrong with them.
 
-use super::{at, cond_field, condition, int_at, str_at};
+use super::kstatus::infer_type;
+use super::status::{at, cond_field, condition, int_at, str_at};
 use crate::config::{FailFastConfig, UnschedulablePolicy};
 use crate::report::Failure;
 use serde_json::Value;
@@ -39,7 +40,7 @@ pub fn new_revision_selector(workload: &Value, owned: &[Value]) -> Option<Revisi
     // A workload from a LIST has no kind; its shape tells.
     let kind = match str_at(workload, &["kind"]) {
         Some(kind) => kind,
-        None => super::infer_type(workload)?.1,
+        None => infer_type(workload)?.1,
     };
     let generation = int_at(workload, &["metadata", "generation"]);
     let observed = int_at(workload, &["status", "observedGeneration"]);

@@ -1,0 +1,477 @@
+//! Script stages inside the deploy: a target's scripts in its own run, fleet scripts once
+//! between the steps of every target, and the rollback commands after a target's manifests
+//! were rolled back. Running a command is `crate::stages`; the decisions are `stages::plan`.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::config::{FailurePolicy, PipelineStage, ScriptStage};
+use crate::engine::plan::Plan;
+use crate::engine::target_run::{TargetRun, finish};
+use crate::report::progress::{Progress, Stage};
+use crate::report::{Failure, StageOutcome, StageResult, TargetOutcome};
+use crate::stages::env::{Deployment, common};
+use crate::stages::{self, Which, plan as decide};
+
+/// Less than this left of the cancel budget: a rollback command is not started at all.
+const MIN_COMMAND_TIME: Duration = Duration::from_millis(200);
+
+const DRY_RUN_NOTE: &str = "not run in a dry run (set `dry_run: true` on the stage to run it)";
+
+/// The deployment a target's script runs in.
+fn target_deployment(plan: &Plan, run: &TargetRun, stage: &str, rollback: bool) -> Deployment {
+    let namespace = match (&run.release, &run.access) {
+        (Some(release), _) => Some(release.default_namespace.clone()),
+        (None, Some(access)) => Some(
+            plan.config
+                .default_namespace(&run.target, &access.context_namespace),
+        ),
+        (None, None) => plan.config.namespace.clone(),
+    };
+    let last_good = run.release.as_ref().and_then(|r| r.last_good.as_ref());
+    Deployment {
+        app: plan.config.app.clone(),
+        target: Some(run.target.name.clone()),
+        targets: vec![run.target.name.clone()],
+        namespace,
+        revision: run.report.revision,
+        commit: plan.commit.as_ref().map(|c| c.sha.clone()),
+        previous_commit: last_good.and_then(|g| g.commit.as_ref().map(|c| c.sha.clone())),
+        previous_revision: last_good.map(|g| g.revision),
+        stage: stage.to_string(),
+        fleet: false,
+        is_rollback: rollback,
+        dry_run: plan.options.dry_run,
+        failed_stage: rollback.then(|| decide::failed_stage(&run.report.stages)),
+        failure: rollback.then(|| failure_text(run)),
+    }
+}
+
+/// Why a target is rolled back, in one line (ROLLGUARD_FAILURE).
+fn failure_text(run: &TargetRun) -> String {
+    run.report
+        .failures
+        .first()
+        .map(Failure::headline)
+        .or_else(|| run.report.message.clone())
+        .unwrap_or_else(|| match run.report.outcome {
+            TargetOutcome::Cancelled => "cancelled".to_string(),
+            _ => "another target failed".to_string(),
+        })
+}
+
+/// The deployment a fleet script runs in: what all its targets share.
+fn fleet_deployment(plan: &Plan, runs: &[&TargetRun], stage: &str, rollback: bool) -> Deployment {
+    let last_goods: Vec<_> = runs
+        .iter()
+        .map(|r| r.release.as_ref().and_then(|x| x.last_good.as_ref()))
+        .collect();
+    Deployment {
+        app: plan.config.app.clone(),
+        target: None,
+        targets: runs.iter().map(|r| r.target.name.clone()).collect(),
+        namespace: plan.config.namespace.clone(),
+        revision: common(&runs.iter().map(|r| r.report.revision).collect::<Vec<_>>()),
+        commit: plan.commit.as_ref().map(|c| c.sha.clone()),
+        previous_commit: common(
+            &last_goods
+                .iter()
+                .map(|g| g.and_then(|g| g.commit.as_ref().map(|c| c.sha.clone())))
+                .collect::<Vec<_>>(),
+        ),
+        previous_revision: common(
+            &last_goods
+                .iter()
+                .map(|g| g.map(|g| g.revision))
+                .collect::<Vec<_>>(),
+        ),
+        stage: stage.to_string(),
+        fleet: true,
+        is_rollback: rollback,
+        dry_run: plan.options.dry_run,
+        failed_stage: rollback
+            .then(|| runs.first().map(|r| decide::failed_stage(&r.report.stages)))
+            .flatten(),
+        failure: rollback
+            .then(|| runs.first().map(|r| failure_text(r)))
+            .flatten(),
+    }
+}
+
+/// Records the result of a stage's `run` on a target; ends the run when it failed.
+fn record_run(
+    plan: &Plan,
+    run: &mut TargetRun,
+    stage: &ScriptStage,
+    result: StageResult,
+    progress: &Progress,
+) {
+    run.clock.script(&result);
+    let outcome = result.outcome;
+    let message = result.message.clone().unwrap_or_default();
+    let scope = match stage.scope {
+        crate::config::Scope::Fleet => " (fleet)",
+        crate::config::Scope::Target => "",
+    };
+    let where_ = format!("{}:{}", plan.config.source.display(), stage.line);
+    run.report.stages.push(result);
+    match outcome {
+        StageOutcome::Warned => run.report.warnings.push(format!(
+            "stage {}{scope} {message}; continue_on_error is set, so the deploy went on (its last lines are in the report)",
+            stage.name
+        )),
+        StageOutcome::Stopped => finish(run, progress, TargetOutcome::Cancelled),
+        StageOutcome::Failed | StageOutcome::TimedOut => {
+            run.report.failures.push(Failure {
+                object: format!("stage {}{scope}", stage.name),
+                reason: match outcome {
+                    StageOutcome::TimedOut => "ScriptTimeout".to_string(),
+                    _ => "ScriptFailed".to_string(),
+                },
+                message: format!(
+                    "{message} (stage at {where_}); its output is in the log (stage={}) and its last lines in the report",
+                    stage.name
+                ),
+                ..Failure::default()
+            });
+            finish(run, progress, TargetOutcome::Failed);
+        }
+        StageOutcome::Succeeded | StageOutcome::NotRun => {}
+    }
+}
+
+/// A target-scoped script stage of one target.
+pub async fn target_script(
+    plan: &Plan,
+    run: &mut TargetRun,
+    stage: &ScriptStage,
+    cancel: &CancellationToken,
+    progress: &Progress,
+) {
+    if plan.options.dry_run && !stage.dry_run {
+        run.report
+            .stages
+            .push(stages::not_run(stage, Which::Run, DRY_RUN_NOTE));
+        return;
+    }
+    let Some(access) = run.access.clone() else {
+        return;
+    };
+    // Cancelled before it started: it never ran, so it has nothing to roll back.
+    if cancel.is_cancelled() {
+        return finish(run, progress, TargetOutcome::Cancelled);
+    }
+    progress.update(&run.target.name, Stage::Script(stage.name.clone()));
+    run.clock.start(&stage.name);
+    let deployment = target_deployment(plan, run, &stage.name, false);
+    let (result, _) = stages::run_command(
+        stage,
+        Which::Run,
+        &access.script_kubeconfig,
+        &deployment,
+        &plan.scripts,
+        cancel,
+        None,
+    )
+    .await;
+    record_run(plan, run, stage, result, progress);
+}
+
+/// A fleet stage: runs once for the targets that go on (see `plan::fleet_participants`);
+/// its result is recorded on each of them, and a failure fails all of them.
+pub async fn fleet_script(
+    plan: &Plan,
+    runs: &mut [TargetRun],
+    stage: &ScriptStage,
+    cancel: &CancellationToken,
+    progress: &Progress,
+) {
+    let ok: Vec<bool> = runs.iter().map(|r| !r.done).collect();
+    let stop_all = plan.config.on_failure == FailurePolicy::RollbackAll;
+    let go = decide::fleet_participants(stop_all, &ok);
+    let failed: Vec<String> = runs
+        .iter()
+        .filter(|r| r.done && r.report.outcome != TargetOutcome::Deployed)
+        .map(|r| r.target.name.clone())
+        .collect();
+    for (run, go) in runs.iter_mut().zip(&go) {
+        if !run.done && !go {
+            run.report.message = Some(format!(
+                "stopped before fleet stage {}: {} failed, and on_failure: rollback-all rolls every target back",
+                stage.name,
+                failed.join(", ")
+            ));
+            finish(run, progress, TargetOutcome::Skipped);
+        }
+    }
+    let mut taking_part: Vec<&mut TargetRun> = runs
+        .iter_mut()
+        .zip(&go)
+        .filter(|(_, go)| **go)
+        .map(|(r, _)| r)
+        .collect();
+    if taking_part.is_empty() {
+        return;
+    }
+    if plan.options.dry_run && !stage.dry_run {
+        for run in taking_part {
+            run.report
+                .stages
+                .push(stages::not_run(stage, Which::Run, DRY_RUN_NOTE));
+        }
+        return;
+    }
+    let kubeconfig = fleet_kubeconfig(&taking_part.iter().map(|r| &**r).collect::<Vec<_>>());
+    let deployment = fleet_deployment(
+        plan,
+        &taking_part.iter().map(|r| &**r).collect::<Vec<_>>(),
+        &stage.name,
+        false,
+    );
+    for run in taking_part.iter_mut() {
+        progress.update(&run.target.name, Stage::Script(stage.name.clone()));
+        run.clock.stop();
+    }
+    let span = tracing::error_span!("fleet", targets = %deployment.targets.join(" "));
+    let (result, _) = stages::run_command(
+        stage,
+        Which::Run,
+        &kubeconfig,
+        &deployment,
+        &plan.scripts,
+        cancel,
+        None,
+    )
+    .instrument(span)
+    .await;
+    for run in taking_part {
+        record_run(plan, run, stage, result.clone(), progress);
+    }
+}
+
+/// Every target's context in one kubeconfig, each named after its target.
+fn fleet_kubeconfig(runs: &[&TargetRun]) -> ::kube::config::Kubeconfig {
+    let parts: Vec<::kube::config::Kubeconfig> = runs
+        .iter()
+        .filter_map(|r| {
+            let access = r.access.as_ref()?;
+            let ctx = access.script_kubeconfig.current_context.as_deref();
+            stages::kubeconfig::single_context(&access.script_kubeconfig, ctx, Some(&r.target.name))
+                .ok()
+        })
+        .collect();
+    stages::kubeconfig::merged(parts.iter())
+}
+
+/// How long a rollback command may take: up to `deadline` when the run was cancelled (the
+/// cancel budget), else its own timeout. None: no time left, do not start it.
+fn command_cap(cancelled: bool, deadline: Instant) -> Option<Option<Duration>> {
+    if !cancelled {
+        return Some(None);
+    }
+    let left = deadline.saturating_duration_since(Instant::now());
+    (left >= MIN_COMMAND_TIME).then_some(Some(left))
+}
+
+const NO_TIME: &str = "not run: no time was left in the cancel budget";
+
+/// The rollback commands of a target's script stages that started, in pipeline order, after
+/// its manifests were rolled back. Every one runs even when an earlier one failed. Returns
+/// the names of those that failed or could not run.
+pub async fn roll_back_target_stages(
+    plan: &Plan,
+    run: &mut TargetRun,
+    cancelled: bool,
+    deadline: Instant,
+    stop: &CancellationToken,
+    progress: &Progress,
+) -> Vec<String> {
+    let due = decide::target_rollbacks(&plan.config.pipeline, &run.report.stages);
+    let mut bad = Vec::new();
+    let Some(access) = run.access.clone() else {
+        return bad;
+    };
+    for index in due {
+        let Some(PipelineStage::Script(stage)) = plan.config.pipeline.get(index) else {
+            continue;
+        };
+        let Some(cap) = command_cap(cancelled, deadline) else {
+            tracing::warn!(stage = %stage.name, "rollback command of stage {} {NO_TIME}", stage.name);
+            run.report
+                .stages
+                .push(stages::not_run(stage, Which::Rollback, NO_TIME));
+            bad.push(format!("{} (not run)", stage.name));
+            continue;
+        };
+        progress.update(
+            &run.target.name,
+            Stage::Script(format!("{} (rollback)", stage.name)),
+        );
+        let deployment = target_deployment(plan, run, &stage.name, true);
+        let (result, _) = stages::run_command(
+            stage,
+            Which::Rollback,
+            &access.script_kubeconfig,
+            &deployment,
+            &plan.scripts,
+            stop,
+            cap,
+        )
+        .await;
+        if result.outcome != StageOutcome::Succeeded {
+            bad.push(describe_bad(stage, &result));
+        }
+        run.report.stages.push(result);
+    }
+    bad
+}
+
+fn describe_bad(stage: &ScriptStage, result: &StageResult) -> String {
+    match result.outcome {
+        StageOutcome::Stopped => format!(
+            "{} (not run to its end: the cancel budget ran out)",
+            stage.name
+        ),
+        _ => format!(
+            "{} ({})",
+            stage.name,
+            result.message.as_deref().unwrap_or("failed")
+        ),
+    }
+}
+
+/// The rollback commands of the fleet stages that started, once each, after every rolled-back
+/// target's own rollback; `rolled_back[i]` says whether `runs[i]` rolled back. A failure
+/// makes every rolled-back target that took part in the stage `rollback-failed`.
+pub async fn roll_back_fleet_stages(
+    plan: &Plan,
+    runs: &mut [TargetRun],
+    rolled_back: &[bool],
+    cancelled: bool,
+    deadline: Instant,
+    stop: &CancellationToken,
+) {
+    let due = decide::fleet_rollbacks(
+        &plan.config.pipeline,
+        runs.iter()
+            .zip(rolled_back)
+            .filter(|(_, rb)| **rb)
+            .map(|(r, _)| r.report.stages.as_slice()),
+    );
+    for index in due {
+        let Some(PipelineStage::Script(stage)) = plan.config.pipeline.get(index) else {
+            continue;
+        };
+        let took_part = |r: &TargetRun| {
+            r.report
+                .stages
+                .iter()
+                .any(|s| s.name == stage.name && !s.rollback && s.outcome.started())
+        };
+        let members: Vec<usize> = (0..runs.len())
+            .filter(|&i| rolled_back.get(i).copied().unwrap_or(false) && took_part(&runs[i]))
+            .collect();
+        let result = match command_cap(cancelled, deadline) {
+            None => {
+                tracing::warn!(stage = %stage.name, "rollback command of fleet stage {} {NO_TIME}", stage.name);
+                stages::not_run(stage, Which::Rollback, NO_TIME)
+            }
+            Some(cap) => {
+                let member_runs: Vec<&TargetRun> = members.iter().map(|&i| &runs[i]).collect();
+                let kubeconfig = fleet_kubeconfig(&member_runs);
+                let deployment = fleet_deployment(plan, &member_runs, &stage.name, true);
+                let span = tracing::error_span!("fleet", targets = %deployment.targets.join(" "));
+                stages::run_command(
+                    stage,
+                    Which::Rollback,
+                    &kubeconfig,
+                    &deployment,
+                    &plan.scripts,
+                    stop,
+                    cap,
+                )
+                .instrument(span)
+                .await
+                .0
+            }
+        };
+        let failed = result.outcome != StageOutcome::Succeeded;
+        let why = describe_bad(stage, &result);
+        for &i in &members {
+            let run = &mut runs[i];
+            run.report.stages.push(result.clone());
+            if failed {
+                mark_rollback_failed(
+                    run,
+                    &format!("fleet stage rollback failed: {why}"),
+                    cancelled,
+                );
+            }
+        }
+    }
+}
+
+/// A rollback command failed: the target is `rollback-failed` (its rollback report says why).
+pub fn mark_rollback_failed(run: &mut TargetRun, why: &str, cancelled: bool) {
+    if let Some(rollback) = run.report.rollback.as_mut() {
+        rollback.outcome = TargetOutcome::RollbackFailed;
+        rollback.message = Some(match rollback.message.take() {
+            Some(m) => format!("{m}; {why}"),
+            None => why.to_string(),
+        });
+    } else {
+        run.report.rollback = Some(crate::report::RollbackReport {
+            to_revision: None,
+            outcome: TargetOutcome::RollbackFailed,
+            left_in_place: Vec::new(),
+            message: Some(why.to_string()),
+        });
+    }
+    if !cancelled {
+        run.report.outcome = TargetOutcome::RollbackFailed;
+    }
+}
+
+/// After a manual rollback (`rollguard rollback`) away from revisions whose records list
+/// `ran`: the rollback commands of those stages, per target at once, then the fleet ones
+/// once. `targets`: each target with its connection, the revision rolled back from and the
+/// stages it ran. Returns, per target, the rollback commands' results.
+pub async fn manual_stage_rollbacks(
+    plan: &Plan,
+    targets: Vec<(
+        crate::config::TargetConfig,
+        crate::kube::connect::ClusterAccess,
+        u64,
+        Vec<StageResult>,
+    )>,
+) -> Vec<Vec<StageResult>> {
+    let mut runs: Vec<TargetRun> = targets
+        .into_iter()
+        .map(|(target, access, revision, ran)| {
+            let mut run = TargetRun::new(&target, jiff::Timestamp::now());
+            run.access = Some(access);
+            run.report.revision = Some(revision);
+            run.report.stages = ran;
+            run.report.message = Some("rolled back by hand (rollguard rollback)".to_string());
+            run
+        })
+        .collect();
+    let before: Vec<usize> = runs.iter().map(|r| r.report.stages.len()).collect();
+    let deadline = Instant::now() + plan.config.rollback_timeout();
+    let stop = CancellationToken::new();
+    let progress = Progress::quiet();
+    futures::future::join_all(runs.iter_mut().map(|run| {
+        let span = tracing::error_span!("target", target = %run.target.name);
+        roll_back_target_stages(plan, run, false, deadline, &stop, &progress).instrument(span)
+    }))
+    .await;
+    let all = vec![true; runs.len()];
+    roll_back_fleet_stages(plan, &mut runs, &all, false, deadline, &stop).await;
+    runs.into_iter()
+        .zip(before)
+        .map(|(run, n)| run.report.stages.into_iter().skip(n).collect())
+        .collect()
+}

@@ -1,0 +1,744 @@
+//! The report model: per target the outcome, failures, rollback, timings, warnings; the run's
+//! overall outcome, exit code, summary line and step outputs.
+
+use crate::util::git::CommitInfo;
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// What became of one target (or, aggregated, of the whole run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TargetOutcome {
+    /// The new revision is applied and healthy.
+    Deployed,
+    /// The new revision failed and was not rolled back (policy, or nothing to roll back to).
+    Failed,
+    /// The target went back to its last good release, which is healthy.
+    RolledBack,
+    /// Going back to the last good release failed too.
+    RollbackFailed,
+    /// Nothing was done on this target (not selected, or stopped before it started).
+    Skipped,
+    /// The run was cancelled (SIGINT/SIGTERM) while this target was in progress.
+    Cancelled,
+}
+
+impl TargetOutcome {
+    /// The kebab-case word used in JSON, tables and comments.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TargetOutcome::Deployed => "deployed",
+            TargetOutcome::Failed => "failed",
+            TargetOutcome::RolledBack => "rolled-back",
+            TargetOutcome::RollbackFailed => "rollback-failed",
+            TargetOutcome::Skipped => "skipped",
+            TargetOutcome::Cancelled => "cancelled",
+        }
+    }
+
+    /// Higher wins when outcomes are aggregated over targets.
+    fn severity(self) -> u8 {
+        match self {
+            TargetOutcome::Skipped => 0,
+            TargetOutcome::Deployed => 1,
+            TargetOutcome::RolledBack => 2,
+            TargetOutcome::Failed => 3,
+            TargetOutcome::RollbackFailed => 4,
+            TargetOutcome::Cancelled => 5,
+        }
+    }
+
+    /// True for outcomes that need a human's attention in reports.
+    pub fn is_problem(self) -> bool {
+        !matches!(self, TargetOutcome::Deployed | TargetOutcome::Skipped)
+    }
+}
+
+impl std::fmt::Display for TargetOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How long one step of a target took (connect, lock, apply, wait, rollback, ...).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PhaseTiming {
+    pub name: String,
+    pub seconds: f64,
+    /// For a script stage: its scope (`target` or `fleet`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub script: Option<String>,
+    /// For a script stage that exited by itself: its exit code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+}
+
+impl PhaseTiming {
+    /// A phase that is not a script stage.
+    pub fn new(name: impl Into<String>, seconds: f64) -> PhaseTiming {
+        PhaseTiming {
+            name: name.into(),
+            seconds,
+            script: None,
+            exit_code: None,
+        }
+    }
+}
+
+/// How a script stage (or its rollback command) ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StageOutcome {
+    Succeeded,
+    /// Exited non-zero (or was killed by a signal, or could not start).
+    Failed,
+    /// Ran past its timeout and was killed.
+    TimedOut,
+    /// Failed or timed out under `continue_on_error`: the deploy went on.
+    Warned,
+    /// Killed because rollguard was cancelled.
+    Stopped,
+    /// Not run: a dry run, or a rollback command with no time left in the cancel budget.
+    NotRun,
+}
+
+impl StageOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StageOutcome::Succeeded => "succeeded",
+            StageOutcome::Failed => "failed",
+            StageOutcome::TimedOut => "timed-out",
+            StageOutcome::Warned => "warned",
+            StageOutcome::Stopped => "stopped",
+            StageOutcome::NotRun => "not-run",
+        }
+    }
+
+    /// The stage's command started (so its rollback command is due on a rollback).
+    pub fn started(self) -> bool {
+        self != StageOutcome::NotRun
+    }
+}
+
+/// One run of a script stage's command on a target (or once for the fleet).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StageResult {
+    pub name: String,
+    /// `target` or `fleet`.
+    pub scope: String,
+    /// True for the stage's `rollback` command.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rollback: bool,
+    pub outcome: StageOutcome,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    pub seconds: f64,
+    /// What happened, e.g. "exited with code 3".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The last 20 lines of output of a failed or warned run, secret values redacted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub output: Vec<String>,
+}
+
+/// Why a target failed: one unhealthy object, pod or container.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Failure {
+    /// "Deployment shop/web" (kind namespace/name), or the stage name for non-object failures.
+    pub object: String,
+    #[serde(default)]
+    pub pod: Option<String>,
+    #[serde(default)]
+    pub container: Option<String>,
+    /// Short machine-ish reason: "ImagePullBackOff", "ProgressDeadlineExceeded", "Timeout".
+    pub reason: String,
+    /// Human message, e.g. the kubelet's `Back-off pulling image "nginx:doesnotexist"`.
+    pub message: String,
+    /// Recent Warning events of the object and its pods, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<String>,
+}
+
+impl Failure {
+    /// One line saying what, where and why:
+    /// `Deployment shop/web: pod web-7d9f-x container web: ImagePullBackOff: Back-off pulling image "x"`.
+    pub fn headline(&self) -> String {
+        let mut line = self.object.clone();
+        if let Some(pod) = &self.pod {
+            line.push_str(": pod ");
+            line.push_str(pod);
+            if let Some(container) = &self.container {
+                line.push_str(" container ");
+                line.push_str(container);
+            }
+        } else if let Some(container) = &self.container {
+            line.push_str(": container ");
+            line.push_str(container);
+        }
+        if !self.reason.is_empty() {
+            line.push_str(": ");
+            line.push_str(&self.reason);
+        }
+        if !self.message.is_empty() && self.message != self.reason {
+            line.push_str(": ");
+            line.push_str(&self.message);
+        }
+        line
+    }
+}
+
+/// What the automatic (or manual) rollback of a target did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RollbackReport {
+    /// The last good revision whose manifests were re-applied; None when there was none.
+    pub to_revision: Option<u64>,
+    /// RolledBack, RollbackFailed, or Failed when there was nothing to roll back to.
+    pub outcome: TargetOutcome,
+    /// Objects the failed revision created that the last good one lacks; rollback never prunes.
+    #[serde(default)]
+    pub left_in_place: Vec<String>,
+    /// What happened, e.g. "connection refused" or why the rollback's rollout failed.
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+/// One target's part of the run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TargetReport {
+    pub name: String,
+    pub outcome: TargetOutcome,
+    /// The revision recorded for this deploy (None when nothing was recorded).
+    pub revision: Option<u64>,
+    pub started_at: Timestamp,
+    pub finished_at: Timestamp,
+    #[serde(default)]
+    pub phases: Vec<PhaseTiming>,
+    #[serde(default)]
+    pub failures: Vec<Failure>,
+    #[serde(default)]
+    pub warnings: Vec<String>,
+    /// A one-line explanation when there is no object-level failure, e.g. "connection refused".
+    #[serde(default)]
+    pub message: Option<String>,
+    #[serde(default)]
+    pub rollback: Option<RollbackReport>,
+    /// Revisions left `pending` by a run that died, marked failed (abandoned) by this run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub abandoned_revisions: Vec<u64>,
+    /// The script stages (and rollback commands) run for this target, in the order they ran;
+    /// a fleet stage appears on every target that took part.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<StageResult>,
+}
+
+impl TargetReport {
+    /// A target report with no phases, failures or rollback yet.
+    pub fn new(name: impl Into<String>, outcome: TargetOutcome, at: Timestamp) -> Self {
+        TargetReport {
+            name: name.into(),
+            outcome,
+            revision: None,
+            started_at: at,
+            finished_at: at,
+            phases: Vec::new(),
+            failures: Vec::new(),
+            warnings: Vec::new(),
+            message: None,
+            rollback: None,
+            abandoned_revisions: Vec::new(),
+            stages: Vec::new(),
+        }
+    }
+
+    /// Wall time of this target.
+    pub fn duration(&self) -> Duration {
+        elapsed(self.started_at, self.finished_at)
+    }
+
+    /// The shortest useful answer to "why is this target not deployed?".
+    pub fn reason(&self) -> Option<String> {
+        let own = || {
+            self.failures
+                .first()
+                .map(Failure::headline)
+                .or_else(|| self.message.clone())
+        };
+        match self.outcome {
+            TargetOutcome::Deployed | TargetOutcome::Skipped => self.message.clone(),
+            TargetOutcome::RollbackFailed => self
+                .rollback
+                .as_ref()
+                .and_then(|r| r.message.clone())
+                .or_else(own),
+            TargetOutcome::Failed | TargetOutcome::RolledBack | TargetOutcome::Cancelled => own(),
+        }
+    }
+}
+
+/// The whole run. Serialized as the `--report` JSON (schema version 1, see `report_schema`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// Schema version of this document; 1.
+    pub version: u32,
+    pub app: String,
+    pub commit: Option<CommitInfo>,
+    /// Aggregated over targets with `overall_outcome`.
+    pub outcome: TargetOutcome,
+    /// One line, e.g. "rolled back 2 of 3; eu: connection refused" (see `summary_line`).
+    pub summary: String,
+    pub started_at: Timestamp,
+    pub finished_at: Timestamp,
+    pub targets: Vec<TargetReport>,
+    #[serde(default)]
+    pub dry_run: bool,
+    /// Where the run happened (CI run URL) when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_url: Option<String>,
+}
+
+impl Report {
+    /// Builds a report from finished targets, computing outcome and summary.
+    pub fn new(
+        app: impl Into<String>,
+        commit: Option<CommitInfo>,
+        started_at: Timestamp,
+        finished_at: Timestamp,
+        targets: Vec<TargetReport>,
+    ) -> Self {
+        let mut report = Report {
+            version: 1,
+            app: app.into(),
+            commit,
+            outcome: overall_outcome(&targets),
+            summary: String::new(),
+            started_at,
+            finished_at,
+            targets,
+            dry_run: false,
+            run_url: None,
+        };
+        report.summary = summary_line(&report);
+        report
+    }
+
+    pub fn duration(&self) -> Duration {
+        elapsed(self.started_at, self.finished_at)
+    }
+
+    /// Recomputes `outcome` and `summary` after targets or `dry_run` changed. An outcome set
+    /// by hand that is more serious than the targets' (a cancelled run) is kept.
+    pub fn refresh(&mut self) {
+        let from_targets = overall_outcome(&self.targets);
+        if from_targets.severity() >= self.outcome.severity() {
+            self.outcome = from_targets;
+        }
+        self.summary = summary_line(self);
+    }
+}
+
+fn elapsed(from: Timestamp, to: Timestamp) -> Duration {
+    let nanos = to.as_nanosecond() - from.as_nanosecond();
+    Duration::from_nanos(u64::try_from(nanos.max(0)).unwrap_or(u64::MAX))
+}
+
+/// The run's outcome: the most serious of the targets' outcomes
+/// (cancelled > rollback-failed > failed > rolled-back > deployed > skipped).
+/// No targets at all counts as skipped.
+pub fn overall_outcome(targets: &[TargetReport]) -> TargetOutcome {
+    targets
+        .iter()
+        .map(|t| t.outcome)
+        .max_by_key(|o| o.severity())
+        .unwrap_or(TargetOutcome::Skipped)
+}
+
+/// Process exit code: 0 every target deployed (or skipped); 130 cancelled; 3 a rollback failed;
+/// 1 any other failure. (2, bad input, is decided before a report exists.)
+pub fn exit_code(report: &Report) -> i32 {
+    let from_targets = overall_outcome(&report.targets);
+    let outcome = if report.outcome.severity() > from_targets.severity() {
+        report.outcome
+    } else {
+        from_targets
+    };
+    match outcome {
+        TargetOutcome::Deployed | TargetOutcome::Skipped => 0,
+        TargetOutcome::Cancelled => 130,
+        TargetOutcome::RollbackFailed => 3,
+        TargetOutcome::Failed | TargetOutcome::RolledBack => 1,
+    }
+}
+
+/// How many per-target reasons the summary line names before "and N more".
+const SUMMARY_REASONS: usize = 3;
+const SUMMARY_REASON_CHARS: usize = 120;
+
+/// One line for logs, step outputs and headlines:
+/// "deployed to 3 of 3", "rolled back 2 of 3; eu: connection refused",
+/// "deployed to 2 of 3, 1 failed; us: Deployment shop/web: ...: ImagePullBackOff: ...".
+pub fn summary_line(report: &Report) -> String {
+    let targets = &report.targets;
+    let total = targets.len();
+    let count = |o: TargetOutcome| targets.iter().filter(|t| t.outcome == o).count();
+    let deployed = count(TargetOutcome::Deployed);
+    let failed = count(TargetOutcome::Failed);
+    let rolled_back = count(TargetOutcome::RolledBack);
+    let rollback_failed = count(TargetOutcome::RollbackFailed);
+    let cancelled = count(TargetOutcome::Cancelled);
+    let skipped = count(TargetOutcome::Skipped);
+
+    if total == 0 {
+        return "no targets".to_string();
+    }
+    let verb = if report.dry_run {
+        "dry run: would deploy to"
+    } else {
+        "deployed to"
+    };
+    let mut parts: Vec<String> = Vec::new();
+    if cancelled > 0 {
+        parts.push(format!("cancelled on {cancelled} of {total}"));
+    }
+    if rolled_back + rollback_failed > 0 {
+        parts.push(format!(
+            "rolled back {rolled_back} of {}",
+            rolled_back + rollback_failed
+        ));
+    }
+    if deployed > 0 && (deployed < total || parts.is_empty()) {
+        parts.push(format!("{verb} {deployed} of {total}"));
+    }
+    if failed > 0 {
+        parts.push(format!("{failed} failed"));
+    }
+    if skipped > 0 && skipped < total && deployed + failed + rolled_back + rollback_failed > 0 {
+        parts.push(format!("{skipped} skipped"));
+    }
+    if parts.is_empty() {
+        parts.push(format!("skipped {skipped} of {total}"));
+    }
+    let mut line = parts.join(", ");
+
+    let reasons: Vec<String> = targets
+        .iter()
+        .filter(|t| t.outcome.is_problem())
+        // A target rolled back only because of the fleet policy has no reason of its own.
+        .filter(|t| t.outcome != TargetOutcome::RolledBack || !t.failures.is_empty())
+        .filter_map(|t| {
+            t.reason().map(|r| {
+                format!(
+                    "{}: {}",
+                    t.name,
+                    clip(&first_line(&r), SUMMARY_REASON_CHARS)
+                )
+            })
+        })
+        .collect();
+    for reason in reasons.iter().take(SUMMARY_REASONS) {
+        line.push_str("; ");
+        line.push_str(reason);
+    }
+    if reasons.len() > SUMMARY_REASONS {
+        line.push_str(&format!("; and {} more", reasons.len() - SUMMARY_REASONS));
+    }
+    line
+}
+
+/// Step outputs for `$GITHUB_OUTPUT`: `outcome`, `summary`, `exit_code`, and per outcome the
+/// comma-separated target names (`deployed`, `failed`, `rolled_back`, `rollback_failed`,
+/// `skipped`, `cancelled`). Values never span lines, so plain `name=value` lines suffice.
+pub fn github_outputs(report: &Report) -> String {
+    let one_line = |s: &str| s.replace(['\r', '\n'], " ");
+    let names = |o: TargetOutcome| {
+        report
+            .targets
+            .iter()
+            .filter(|t| t.outcome == o)
+            .map(|t| one_line(&t.name))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let mut out = String::new();
+    out.push_str(&format!("outcome={}\n", report.outcome));
+    out.push_str(&format!("summary={}\n", one_line(&report.summary)));
+    out.push_str(&format!("exit_code={}\n", exit_code(report)));
+    for (key, outcome) in [
+        ("deployed", TargetOutcome::Deployed),
+        ("failed", TargetOutcome::Failed),
+        ("rolled_back", TargetOutcome::RolledBack),
+        ("rollback_failed", TargetOutcome::RollbackFailed),
+        ("skipped", TargetOutcome::Skipped),
+        ("cancelled", TargetOutcome::Cancelled),
+    ] {
+        out.push_str(&format!("{key}={}\n", names(outcome)));
+    }
+    out
+}
+
+fn first_line(text: &str) -> String {
+    text.lines().next().unwrap_or("").trim().to_string()
+}
+
+/// Cuts text to at most `max` characters, marking the cut with an ellipsis.
+pub(crate) fn clip(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub fn ts(secs: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + secs).unwrap()
+    }
+
+    pub fn target(name: &str, outcome: TargetOutcome) -> TargetReport {
+        let mut t = TargetReport::new(name, outcome, ts(0));
+        t.finished_at = ts(12);
+        t
+    }
+
+    pub fn image_failure() -> Failure {
+        Failure {
+            object: "Deployment shop/web".into(),
+            pod: Some("web-7d9f-x".into()),
+            container: Some("web".into()),
+            reason: "ImagePullBackOff".into(),
+            message: "Back-off pulling image \"nginx:doesnotexist\"".into(),
+            events: vec![],
+        }
+    }
+
+    pub fn report(targets: Vec<TargetReport>) -> Report {
+        Report::new(
+            "shop",
+            Some(CommitInfo {
+                sha: "0123456789abcdef0123456789abcdef01234567".into(),
+                r#ref: Some("main".into()),
+                message: Some("Bump web to v2".into()),
+            }),
+            ts(0),
+            ts(20),
+            targets,
+        )
+    }
+
+    use TargetOutcome::*;
+
+    #[test]
+    fn overall_outcome_table() {
+        let cases: &[(&[TargetOutcome], TargetOutcome)] = &[
+            (&[], Skipped),
+            (&[Deployed, Deployed], Deployed),
+            (&[Deployed, Skipped], Deployed),
+            (&[Skipped, Skipped], Skipped),
+            (&[Deployed, Failed], Failed),
+            (&[RolledBack, RolledBack, RolledBack], RolledBack),
+            (&[RolledBack, Failed], Failed),
+            (&[RolledBack, RollbackFailed, Deployed], RollbackFailed),
+            (&[RollbackFailed, Cancelled], Cancelled),
+        ];
+        for (outcomes, want) in cases {
+            let targets: Vec<_> = outcomes.iter().map(|o| target("t", *o)).collect();
+            assert_eq!(overall_outcome(&targets), *want, "{outcomes:?}");
+        }
+    }
+
+    #[test]
+    fn exit_code_table() {
+        let cases: &[(&[TargetOutcome], i32)] = &[
+            (&[Deployed, Deployed, Deployed], 0),
+            (&[Skipped], 0),
+            (&[Deployed, Failed], 1),
+            (&[RolledBack, Deployed], 1),
+            (&[RolledBack, RollbackFailed], 3),
+            (&[Failed, RollbackFailed], 3),
+            (&[Cancelled, Deployed], 130),
+            (&[Cancelled, RollbackFailed], 130),
+        ];
+        for (outcomes, want) in cases {
+            let targets: Vec<_> = outcomes.iter().map(|o| target("t", *o)).collect();
+            assert_eq!(exit_code(&report(targets)), *want, "{outcomes:?}");
+        }
+    }
+
+    #[test]
+    fn exit_code_respects_a_cancelled_run_outcome() {
+        let mut r = report(vec![target("eu", Skipped)]);
+        r.outcome = Cancelled;
+        assert_eq!(exit_code(&r), 130);
+    }
+
+    #[test]
+    fn summary_line_table() {
+        let mut eu = target("eu", RollbackFailed);
+        eu.rollback = Some(RollbackReport {
+            to_revision: Some(3),
+            outcome: RollbackFailed,
+            left_in_place: vec![],
+            message: Some("connection refused".into()),
+        });
+        let mut us_failed = target("us", Failed);
+        us_failed.failures.push(image_failure());
+        let mut down = target("ap", Failed);
+        down.message = Some("connection refused\nmore detail".into());
+
+        let cases: Vec<(Vec<TargetReport>, &str)> = vec![
+            (
+                vec![
+                    target("eu", Deployed),
+                    target("us", Deployed),
+                    target("ap", Deployed),
+                ],
+                "deployed to 3 of 3",
+            ),
+            (
+                vec![
+                    eu.clone(),
+                    target("us", RolledBack),
+                    target("ap", RolledBack),
+                ],
+                "rolled back 2 of 3; eu: connection refused",
+            ),
+            (
+                vec![
+                    target("eu", Deployed),
+                    us_failed.clone(),
+                    target("ap", Deployed),
+                ],
+                "deployed to 2 of 3, 1 failed; us: Deployment shop/web: pod web-7d9f-x container web: \
+                 ImagePullBackOff: Back-off pulling image \"nginx:doesnotexist\"",
+            ),
+            (
+                vec![target("eu", Deployed), down.clone()],
+                "deployed to 1 of 2, 1 failed; ap: connection refused",
+            ),
+            (
+                vec![target("eu", Cancelled), target("us", RolledBack)],
+                "cancelled on 1 of 2, rolled back 1 of 1",
+            ),
+            (vec![target("eu", Skipped)], "skipped 1 of 1"),
+            (vec![], "no targets"),
+            (
+                vec![target("eu", Deployed), target("us", Skipped)],
+                "deployed to 1 of 2, 1 skipped",
+            ),
+        ];
+        for (targets, want) in cases {
+            assert_eq!(report(targets).summary, want);
+        }
+    }
+
+    #[test]
+    fn summary_line_caps_reasons() {
+        let targets: Vec<_> = (0..5)
+            .map(|i| {
+                let mut t = target(&format!("t{i}"), Failed);
+                t.message = Some("x".repeat(500));
+                t
+            })
+            .collect();
+        let line = report(targets).summary;
+        assert!(line.starts_with("5 failed; t0: xxx"), "{line}");
+        assert!(line.ends_with("; and 2 more"), "{line}");
+        assert!(line.chars().count() < 500, "{}", line.len());
+    }
+
+    #[test]
+    fn github_outputs_lines() {
+        let mut us = target("us", Failed);
+        us.message = Some("line one\nline two".into());
+        let r = report(vec![target("eu", Deployed), us, target("ap", Deployed)]);
+        assert_eq!(
+            github_outputs(&r),
+            "outcome=failed\nsummary=deployed to 2 of 3, 1 failed; us: line one\nexit_code=1\n\
+             deployed=eu,ap\nfailed=us\nrolled_back=\nrollback_failed=\nskipped=\ncancelled=\n"
+        );
+    }
+
+    #[test]
+    fn dry_run_summary() {
+        let mut r = report(vec![target("eu", Deployed)]);
+        r.dry_run = true;
+        assert_eq!(summary_line(&r), "dry run: would deploy to 1 of 1");
+        r.refresh();
+        assert_eq!(r.summary, "dry run: would deploy to 1 of 1");
+    }
+
+    #[test]
+    fn refresh_recomputes_and_keeps_cancel() {
+        let mut r = report(vec![target("eu", Deployed)]);
+        r.targets[0].outcome = RolledBack;
+        r.refresh();
+        assert_eq!(
+            (r.outcome, r.summary.as_str()),
+            (RolledBack, "rolled back 1 of 1")
+        );
+        r.outcome = Cancelled;
+        r.refresh();
+        assert_eq!(r.outcome, Cancelled);
+    }
+
+    #[test]
+    fn headline_table() {
+        let full = image_failure();
+        let cases = vec![
+            (
+                full.clone(),
+                "Deployment shop/web: pod web-7d9f-x container web: ImagePullBackOff: Back-off pulling image \"nginx:doesnotexist\"",
+            ),
+            (
+                Failure {
+                    container: None,
+                    ..full.clone()
+                },
+                "Deployment shop/web: pod web-7d9f-x: ImagePullBackOff: Back-off pulling image \"nginx:doesnotexist\"",
+            ),
+            (
+                Failure {
+                    object: "Deployment shop/stuck".into(),
+                    reason: "ProgressDeadlineExceeded".into(),
+                    message: "ReplicaSet \"stuck-1\" has timed out progressing.".into(),
+                    ..Default::default()
+                },
+                "Deployment shop/stuck: ProgressDeadlineExceeded: ReplicaSet \"stuck-1\" has timed out progressing.",
+            ),
+            (
+                Failure {
+                    object: "Job shop/migrate".into(),
+                    reason: "Timeout".into(),
+                    message: String::new(),
+                    ..Default::default()
+                },
+                "Job shop/migrate: Timeout",
+            ),
+        ];
+        for (failure, want) in cases {
+            assert_eq!(failure.headline(), want);
+        }
+    }
+
+    #[test]
+    fn outcome_words_match_serde() {
+        for o in [
+            Deployed,
+            Failed,
+            RolledBack,
+            RollbackFailed,
+            Skipped,
+            Cancelled,
+        ] {
+            assert_eq!(
+                serde_json::to_value(o).unwrap(),
+                serde_json::Value::String(o.as_str().into())
+            );
+        }
+    }
+}

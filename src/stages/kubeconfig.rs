@@ -1,0 +1,229 @@
+//! The kubeconfig a script gets: only its own target's cluster, user and context (a fleet
+//! script: every target's, each context named after its target), in a temporary file of mode
+//! 0600 that is removed when the script is done, and before a hard exit on a second signal.
+
+use std::collections::HashSet;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use kube::config::{Kubeconfig, NamedContext};
+
+/// The part of `full` that `context` (None: its current-context) needs, renamed to `rename`
+/// when given (with its cluster and user, so that several such parts merge without clashes).
+pub fn single_context(
+    full: &Kubeconfig,
+    context: Option<&str>,
+    rename: Option<&str>,
+) -> Result<Kubeconfig, String> {
+    let wanted = context
+        .or(full.current_context.as_deref())
+        .ok_or("the kubeconfig names no context and has no current-context")?;
+    let named = full
+        .contexts
+        .iter()
+        .find(|c| c.name == wanted)
+        .ok_or_else(|| format!("context {wanted:?} is not in the kubeconfig"))?;
+    let mut ctx = named
+        .context
+        .clone()
+        .ok_or_else(|| format!("context {wanted:?} is empty"))?;
+    let mut cluster = full
+        .clusters
+        .iter()
+        .find(|c| c.name == ctx.cluster)
+        .cloned()
+        .ok_or_else(|| {
+            format!(
+                "cluster {:?} of context {wanted:?} is not in the kubeconfig",
+                ctx.cluster
+            )
+        })?;
+    let mut user = match &ctx.user {
+        Some(u) => Some(
+            full.auth_infos
+                .iter()
+                .find(|a| &a.name == u)
+                .cloned()
+                .ok_or_else(|| {
+                    format!("user {u:?} of context {wanted:?} is not in the kubeconfig")
+                })?,
+        ),
+        None => None,
+    };
+    let name = rename.unwrap_or(wanted).to_string();
+    if rename.is_some() {
+        cluster.name = name.clone();
+        ctx.cluster = name.clone();
+        if let Some(user) = &mut user {
+            user.name = name.clone();
+            ctx.user = Some(name.clone());
+        }
+    }
+    Ok(Kubeconfig {
+        clusters: vec![cluster],
+        auth_infos: user.into_iter().collect(),
+        contexts: vec![NamedContext {
+            name: name.clone(),
+            context: Some(ctx),
+            ..named.clone()
+        }],
+        current_context: Some(name),
+        kind: Some("Config".into()),
+        api_version: Some("v1".into()),
+        ..Kubeconfig::default()
+    })
+}
+
+/// Every target's single-context kubeconfig in one (no current-context: a fleet script names
+/// the target it means with `--context <target>`).
+pub fn merged<'a>(parts: impl IntoIterator<Item = &'a Kubeconfig>) -> Kubeconfig {
+    let mut out = Kubeconfig {
+        kind: Some("Config".into()),
+        api_version: Some("v1".into()),
+        ..Kubeconfig::default()
+    };
+    for part in parts {
+        out.clusters.extend(part.clusters.iter().cloned());
+        out.auth_infos.extend(part.auth_infos.iter().cloned());
+        out.contexts.extend(part.contexts.iter().cloned());
+    }
+    out
+}
+
+/// Paths of the temporary kubeconfigs that exist right now.
+static LIVE_FILES: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
+
+fn live_files(f: impl FnOnce(&mut HashSet<PathBuf>)) {
+    let mut guard = LIVE_FILES.lock().unwrap_or_else(|p| p.into_inner());
+    f(guard.get_or_insert_with(HashSet::new));
+}
+
+/// Remove every temporary kubeconfig (before a hard exit, when no destructor runs).
+pub fn remove_all_now() {
+    live_files(|files| {
+        for path in files.drain() {
+            let _ = std::fs::remove_file(path);
+        }
+    });
+}
+
+/// A kubeconfig written for one script run; removed on drop.
+#[derive(Debug)]
+pub struct TempKubeconfig {
+    path: PathBuf,
+}
+
+impl TempKubeconfig {
+    /// Writes `config` (as JSON, which kubectl and every client read as YAML) to a new file
+    /// of mode 0600 in the temporary directory.
+    pub fn write(config: &Kubeconfig) -> std::io::Result<TempKubeconfig> {
+        let text = serde_json::to_vec_pretty(config).map_err(std::io::Error::other)?;
+        // tempfile creates the file with mode 0600 and a name no one else can take.
+        let mut file = tempfile::Builder::new()
+            .prefix("rollguard-kubeconfig-")
+            .suffix(".yaml")
+            .tempfile()?;
+        file.write_all(&text)?;
+        file.flush()?;
+        let path = file.into_temp_path().keep().map_err(|e| e.error)?;
+        live_files(|files| {
+            files.insert(path.clone());
+        });
+        Ok(TempKubeconfig { path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for TempKubeconfig {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+        let path = self.path.clone();
+        live_files(|files| {
+            files.remove(&path);
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FULL: &str = r#"
+apiVersion: v1
+kind: Config
+current-context: b
+clusters:
+  - name: ca
+    cluster: {server: "https://a:1"}
+  - name: cb
+    cluster: {server: "https://b:1"}
+users:
+  - name: ua
+    user: {token: token-a}
+  - name: ub
+    user: {token: token-b}
+contexts:
+  - name: a
+    context: {cluster: ca, user: ua, namespace: nsa}
+  - name: b
+    context: {cluster: cb, user: ub}
+"#;
+
+    fn full() -> Kubeconfig {
+        Kubeconfig::from_yaml(FULL).unwrap_or_default()
+    }
+
+    #[test]
+    fn only_the_one_context() {
+        let one = single_context(&full(), Some("a"), None).unwrap_or_default();
+        let text = serde_json::to_string(&one).unwrap_or_default();
+        assert!(
+            text.contains("https://a:1") && text.contains("token-a"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("https://b:1") && !text.contains("token-b"),
+            "{text}"
+        );
+        assert_eq!(one.current_context.as_deref(), Some("a"));
+        // None: the current-context.
+        let current = single_context(&full(), None, None).unwrap_or_default();
+        assert_eq!(current.contexts[0].name, "b");
+        assert!(single_context(&full(), Some("zz"), None).is_err());
+    }
+
+    #[test]
+    fn renamed_parts_merge_without_clashes() {
+        let eu = single_context(&full(), Some("a"), Some("eu")).unwrap_or_default();
+        let us = single_context(&full(), Some("a"), Some("us")).unwrap_or_default();
+        let fleet = merged([&eu, &us]);
+        let names: Vec<&str> = fleet.contexts.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, vec!["eu", "us"]);
+        assert_eq!(
+            fleet.contexts[1]
+                .context
+                .as_ref()
+                .map(|c| c.cluster.as_str()),
+            Some("us")
+        );
+        assert_eq!(fleet.current_context, None);
+    }
+
+    #[test]
+    fn temp_file_is_private_and_removed() {
+        use std::os::unix::fs::PermissionsExt;
+        let one = single_context(&full(), Some("a"), None).unwrap_or_default();
+        let temp = TempKubeconfig::write(&one).unwrap_or_else(|e| panic!("{e}"));
+        let path = temp.path().to_path_buf();
+        let mode = std::fs::metadata(&path).map(|m| m.permissions().mode() & 0o777);
+        assert_eq!(mode.ok(), Some(0o600));
+        let back = Kubeconfig::read_from(&path).unwrap_or_default();
+        assert_eq!(back.contexts.len(), 1);
+        drop(temp);
+        assert!(!path.exists());
+    }
+}

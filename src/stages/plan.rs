@@ -1,0 +1,332 @@
+//! The decisions around script stages, as pure functions: how the pipeline splits at fleet
+//! stages, how a run's end becomes a stage outcome, which targets go into a fleet stage, and
+//! which rollback commands run, in which order.
+
+use crate::config::{PipelineStage, Scope};
+use crate::report::{StageOutcome, StageResult};
+
+use super::process::End;
+
+/// A step of the deploy across the fleet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Stages every target runs in its own task (indices into the pipeline), `apply` among
+    /// them or not.
+    Targets(Vec<usize>),
+    /// A fleet script (index into the pipeline): every target got here first.
+    Fleet(usize),
+}
+
+/// The pipeline as steps: runs of target-scoped stages, split by fleet stages. Never empty
+/// (a pipeline that starts with a fleet stage starts with an empty `Targets` step, in which
+/// the targets still connect and lock).
+pub fn steps(pipeline: &[PipelineStage]) -> Vec<Step> {
+    let mut steps = vec![Step::Targets(Vec::new())];
+    for (i, stage) in pipeline.iter().enumerate() {
+        let fleet = matches!(stage, PipelineStage::Script(s) if s.scope == Scope::Fleet);
+        if fleet {
+            steps.push(Step::Fleet(i));
+            steps.push(Step::Targets(Vec::new()));
+        } else if let Some(Step::Targets(run)) = steps.last_mut() {
+            run.push(i);
+        }
+    }
+    if steps.last() == Some(&Step::Targets(Vec::new())) && steps.len() > 1 {
+        steps.pop();
+    }
+    steps
+}
+
+/// How the end of a stage's command counts; `tolerated`: `continue_on_error` of a `run`.
+pub fn stage_outcome(end: &End, tolerated: bool) -> StageOutcome {
+    let outcome = match end {
+        End::Exited(0) => StageOutcome::Succeeded,
+        End::Exited(_) | End::Signalled(_) | End::NotStarted(_) => StageOutcome::Failed,
+        End::TimedOut => StageOutcome::TimedOut,
+        End::Stopped => StageOutcome::Stopped,
+    };
+    match outcome {
+        StageOutcome::Failed | StageOutcome::TimedOut if tolerated => StageOutcome::Warned,
+        other => other,
+    }
+}
+
+/// Whether an outcome fails its target(s).
+pub fn fails_target(outcome: StageOutcome) -> bool {
+    matches!(
+        outcome,
+        StageOutcome::Failed | StageOutcome::TimedOut | StageOutcome::Stopped
+    )
+}
+
+/// Which targets go into a fleet stage, given whether each is still healthy (`ok`: every
+/// stage so far passed). With `rollback-all` one failed target rolls the whole fleet back,
+/// so the fleet stage (and what follows) would only be undone: nobody goes on. Otherwise the
+/// healthy targets go on without the failed ones.
+pub fn fleet_participants(stop_all_on_failure: bool, ok: &[bool]) -> Vec<bool> {
+    if stop_all_on_failure && ok.iter().any(|ok| !ok) {
+        return vec![false; ok.len()];
+    }
+    ok.to_vec()
+}
+
+/// The rollback commands a target runs, in pipeline order: those of the target-scoped script
+/// stages whose `run` started (including the one that failed) and that have a rollback
+/// command. `ran`: the stage results of the deploy.
+pub fn target_rollbacks(pipeline: &[PipelineStage], ran: &[StageResult]) -> Vec<usize> {
+    rollbacks(pipeline, ran, Scope::Target)
+}
+
+/// The fleet stages' rollback commands due, in pipeline order, from the results of every
+/// target that rolls back (a fleet stage shows on each target that took part).
+pub fn fleet_rollbacks<'a>(
+    pipeline: &[PipelineStage],
+    rolling_back: impl IntoIterator<Item = &'a [StageResult]>,
+) -> Vec<usize> {
+    let mut due: Vec<usize> = rolling_back
+        .into_iter()
+        .flat_map(|ran| rollbacks(pipeline, ran, Scope::Fleet))
+        .collect();
+    due.sort_unstable();
+    due.dedup();
+    due
+}
+
+fn rollbacks(pipeline: &[PipelineStage], ran: &[StageResult], scope: Scope) -> Vec<usize> {
+    pipeline
+        .iter()
+        .enumerate()
+        .filter_map(|(i, stage)| match stage {
+            PipelineStage::Script(s)
+                if s.scope == scope
+                    && s.rollback.is_some()
+                    && ran
+                        .iter()
+                        .any(|r| r.name == s.name && !r.rollback && r.outcome.started()) =>
+            {
+                Some(i)
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The rollback commands a revision that ran `ran` has due, by name, for prompts.
+pub fn due_rollback_names(pipeline: &[PipelineStage], ran: &[StageResult]) -> Vec<String> {
+    let name = |i: usize| match pipeline.get(i) {
+        Some(PipelineStage::Script(s)) => s.name.clone(),
+        _ => String::new(),
+    };
+    let mut names: Vec<String> = target_rollbacks(pipeline, ran)
+        .into_iter()
+        .map(name)
+        .collect();
+    names.extend(
+        fleet_rollbacks(pipeline, [ran])
+            .into_iter()
+            .map(|i| format!("{} (fleet, once)", name(i))),
+    );
+    names
+}
+
+/// The stage a failure came from, for ROLLGUARD_FAILED_STAGE: the first script whose `run`
+/// failed, else `apply` (the apply or the rollout failed).
+pub fn failed_stage(ran: &[StageResult]) -> String {
+    ran.iter()
+        .find(|r| !r.rollback && fails_target(r.outcome))
+        .map_or_else(|| "apply".to_string(), |r| r.name.clone())
+}
+
+/// What `deploy --dry-run` says about the pipeline: the stages in order, with their scope,
+/// and whether the dry run runs them.
+pub fn describe_pipeline(pipeline: &[PipelineStage]) -> Vec<String> {
+    let mut lines = vec!["dry run: the pipeline, in order:".to_string()];
+    for (i, stage) in pipeline.iter().enumerate() {
+        lines.push(match stage {
+            PipelineStage::Apply => format!(
+                "  {}. apply: server-side apply as a dry run (nothing is written), no wait",
+                i + 1
+            ),
+            PipelineStage::Script(s) => format!(
+                "  {}. script {} (scope {}{}): {}",
+                i + 1,
+                s.name,
+                s.scope,
+                if s.rollback.is_some() {
+                    ", has a rollback command"
+                } else {
+                    ""
+                },
+                if s.dry_run {
+                    "runs, with ROLLGUARD_DRY_RUN=true (dry_run: true)"
+                } else {
+                    "not run (set dry_run: true on the stage to run it in dry runs)"
+                }
+            ),
+        });
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{ScriptCommand, ScriptStage};
+
+    fn script(name: &str, scope: Scope, rollback: bool) -> PipelineStage {
+        PipelineStage::Script(ScriptStage {
+            name: name.into(),
+            run: ScriptCommand::Shell("x".into()),
+            rollback: rollback.then(|| ScriptCommand::Shell("undo".into())),
+            timeout: std::time::Duration::from_secs(1),
+            env: Default::default(),
+            working_dir: ".".into(),
+            shell: vec!["sh".into(), "-c".into()],
+            continue_on_error: false,
+            scope,
+            kill_grace: std::time::Duration::from_secs(1),
+            dry_run: false,
+            line: 1,
+        })
+    }
+
+    fn ran(name: &str, outcome: StageOutcome) -> StageResult {
+        StageResult {
+            name: name.into(),
+            scope: "target".into(),
+            rollback: false,
+            outcome,
+            exit_code: None,
+            seconds: 0.0,
+            message: None,
+            output: vec![],
+        }
+    }
+
+    #[test]
+    fn steps_table() {
+        use PipelineStage::Apply;
+        let m = script("m", Scope::Fleet, true);
+        let s = script("s", Scope::Target, true);
+        let cases = vec![
+            (vec![Apply], vec![Step::Targets(vec![0])]),
+            (
+                vec![m.clone(), Apply, s.clone()],
+                vec![
+                    Step::Targets(vec![]),
+                    Step::Fleet(0),
+                    Step::Targets(vec![1, 2]),
+                ],
+            ),
+            (
+                vec![s.clone(), Apply, m.clone()],
+                vec![Step::Targets(vec![0, 1]), Step::Fleet(2)],
+            ),
+        ];
+        for (pipeline, want) in cases {
+            assert_eq!(steps(&pipeline), want, "{pipeline:?}");
+        }
+    }
+
+    #[test]
+    fn dry_run_listing() {
+        let mut smoke = script("smoke", Scope::Target, false);
+        if let PipelineStage::Script(s) = &mut smoke {
+            s.dry_run = true;
+        }
+        let lines = describe_pipeline(&[
+            script("migrate", Scope::Fleet, true),
+            PipelineStage::Apply,
+            smoke,
+        ]);
+        assert_eq!(lines.len(), 4);
+        assert!(
+            lines[1]
+                .starts_with("  1. script migrate (scope fleet, has a rollback command): not run"),
+            "{lines:?}"
+        );
+        assert!(lines[2].starts_with("  2. apply"), "{lines:?}");
+        assert!(
+            lines[3].contains("smoke (scope target): runs, with ROLLGUARD_DRY_RUN=true"),
+            "{lines:?}"
+        );
+    }
+
+    #[test]
+    fn outcome_table() {
+        use StageOutcome::*;
+        let cases = [
+            (End::Exited(0), false, Succeeded),
+            (End::Exited(0), true, Succeeded),
+            (End::Exited(2), false, Failed),
+            (End::Exited(2), true, Warned),
+            (End::TimedOut, false, TimedOut),
+            (End::TimedOut, true, Warned),
+            (End::Signalled(9), false, Failed),
+            (End::NotStarted("x".into()), true, Warned),
+            // A cancel is never tolerated away: the run is ending.
+            (End::Stopped, true, Stopped),
+        ];
+        for (end, tolerated, want) in cases {
+            assert_eq!(stage_outcome(&end, tolerated), want, "{end:?} {tolerated}");
+        }
+        assert!(fails_target(Failed) && fails_target(TimedOut) && !fails_target(Warned));
+    }
+
+    #[test]
+    fn participants_table() {
+        let cases = [
+            (true, vec![true, true], vec![true, true]),
+            (true, vec![true, false], vec![false, false]),
+            (false, vec![true, false], vec![true, false]),
+            (false, vec![false, false], vec![false, false]),
+        ];
+        for (stop_all, ok, want) in cases {
+            assert_eq!(fleet_participants(stop_all, &ok), want, "{stop_all} {ok:?}");
+        }
+    }
+
+    #[test]
+    fn rollback_order_table() {
+        use StageOutcome::*;
+        let pipeline = vec![
+            script("migrate", Scope::Fleet, true),
+            script("prep", Scope::Target, true),
+            script("norollback", Scope::Target, false),
+            PipelineStage::Apply,
+            script("smoke", Scope::Target, true),
+            script("later", Scope::Target, true),
+        ];
+        // smoke failed: prep and smoke roll back, in pipeline order; later never started.
+        let deploy = vec![
+            ran("migrate", Succeeded),
+            ran("prep", Succeeded),
+            ran("norollback", Succeeded),
+            ran("smoke", Failed),
+            ran("later", NotRun),
+        ];
+        assert_eq!(target_rollbacks(&pipeline, &deploy), vec![1, 4]);
+        assert_eq!(fleet_rollbacks(&pipeline, [&deploy[..]]), vec![0]);
+        assert_eq!(failed_stage(&deploy), "smoke");
+        assert_eq!(
+            due_rollback_names(&pipeline, &deploy),
+            vec!["prep", "smoke", "migrate (fleet, once)"]
+        );
+        // Only the apply failed: the scripts before it roll back.
+        let apply_failed = vec![ran("migrate", Succeeded), ran("prep", Warned)];
+        assert_eq!(target_rollbacks(&pipeline, &apply_failed), vec![1]);
+        assert_eq!(failed_stage(&apply_failed), "apply");
+        // Nothing rolls back anywhere: no fleet rollback either.
+        assert_eq!(
+            fleet_rollbacks(&pipeline, std::iter::empty()),
+            Vec::<usize>::new()
+        );
+        // A rollback command's own result does not count as the stage having run.
+        let mut only_rollback = ran("smoke", Succeeded);
+        only_rollback.rollback = true;
+        assert_eq!(
+            target_rollbacks(&pipeline, &[only_rollback]),
+            Vec::<usize>::new()
+        );
+    }
+}

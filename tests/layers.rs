@@ -1,0 +1,80 @@
+//! rollguard's module map holds: no module imports a module that imports it (directly or
+//! around a circle), and no layer imports a higher one. Read from the source by the same
+//! reader as kube-sim's layer test, so a new import that breaks the map fails here.
+//!
+//! Layers, lowest first (a module may import its own folder and the folders below it):
+//!
+//! 1. `util`: durations, git, the line-aware YAML reader
+//! 2. `report`: the report model every layer fills in (outcomes, failures, progress), its
+//!    sinks (JSON, Markdown, terminal) and redaction
+//! 3. `config`: rollguard.yaml + flags + env -> Config
+//! 4. `manifests`: load, parse, order and render the manifests
+//! 5. `kube`: everything that talks to a cluster (connect, retry, apply, wait, health rules)
+//! 6. `release`: release records, the lock, the release side of a deploy
+//! 7. `engine`: plan, fleet, one target's run, the failure policy, conclusion, re-apply
+//! 8. `error`: the run's top-level error and the exit codes
+//! 9. `cli`: the clap types
+//! 10. `commands`: one module per user command
+//!
+//! Data flows down this list as a run goes: config and manifests make a plan, the engine
+//! drives kube and release per target, and everything ends in the report (the lowest, since
+//! every layer writes into it).
+
+#[path = "../kube-sim/tests/support/layer_graph.rs"]
+mod layer_graph;
+
+use std::path::Path;
+
+use layer_graph::{cycle_problems, layer_problems, read_graph};
+
+const LAYERS: [&str; 10] = [
+    "util",
+    "report",
+    "config",
+    "manifests",
+    "kube",
+    "release",
+    "engine",
+    "error",
+    "cli",
+    "commands",
+];
+
+fn graph() -> layer_graph::Graph {
+    read_graph(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &[])
+}
+
+#[test]
+fn the_graph_is_read() {
+    // The reader must see the imports that exist, or the checks below pass vacuously.
+    let graph = graph();
+    let run = graph
+        .edges
+        .get("engine::target_run")
+        .expect("engine::target_run imports something");
+    assert!(run.contains("kube::apply"), "{run:?}");
+    assert!(
+        graph
+            .edges
+            .get("commands::deploy")
+            .is_some_and(|t| t.contains("engine::plan"))
+    );
+}
+
+#[test]
+fn no_module_imports_a_module_that_imports_it() {
+    let graph = graph();
+    assert!(graph.problems.is_empty(), "{}", graph.problems.join("\n"));
+    let found = cycle_problems(&graph);
+    assert!(
+        found.is_empty(),
+        "modules import each other; move what both need into the lower one:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn no_layer_imports_a_higher_one() {
+    let wrong = layer_problems(&graph(), &LAYERS);
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
