@@ -131,6 +131,10 @@ pub struct RetryBudget {
     pub deadline: Instant,
     /// At most this many attempts (None: until the deadline).
     pub max_attempts: Option<u32>,
+    /// At most this many attempts that got no answer at all (refused, dropped, timed out):
+    /// a server that answers 5xx is there and may recover, one that does not answer is
+    /// likely down (None: no limit of its own).
+    pub max_unanswered: Option<u32>,
     /// One attempt may take at most this long.
     pub attempt_timeout: Duration,
     pub base_delay: Duration,
@@ -143,17 +147,20 @@ impl RetryBudget {
         RetryBudget {
             deadline,
             max_attempts: Some(MAX_ATTEMPTS),
+            max_unanswered: None,
             attempt_timeout: Duration::from_secs(30),
             base_delay: Duration::from_millis(100),
             max_delay: Duration::from_secs(5),
         }
     }
 
-    /// A few quick attempts, for the first contact with a cluster: a target that is down
-    /// should fail in seconds, not at the end of its deadline.
+    /// The first contact with a cluster: a target that does not answer should fail in
+    /// seconds (three unanswered attempts), not at the end of its deadline; one that answers
+    /// 5xx gets a few more attempts, since one discovery attempt is two requests.
     pub fn first_contact(deadline: Instant) -> Self {
         RetryBudget {
-            max_attempts: Some(3),
+            max_attempts: Some(MAX_ATTEMPTS + 2),
+            max_unanswered: Some(3),
             attempt_timeout: Duration::from_secs(10),
             ..RetryBudget::until(deadline)
         }
@@ -265,6 +272,7 @@ where
     Fut: Future<Output = Result<T, kube::Error>>,
 {
     let mut attempt: u32 = 0;
+    let mut unanswered: u32 = 0;
     loop {
         let remaining = budget.deadline.saturating_duration_since(Instant::now());
         // Past the deadline nothing is sent: the caller reports it as not applied rather
@@ -291,7 +299,12 @@ where
             ErrorClass::Permanent => return Err(RetryError::Api(err)),
             ErrorClass::Transient { retry_after } => retry_after,
         };
-        if budget.max_attempts.is_some_and(|max| attempt >= max) {
+        if !matches!(err, kube::Error::Api(_)) {
+            unanswered += 1;
+        }
+        if budget.max_attempts.is_some_and(|max| attempt >= max)
+            || budget.max_unanswered.is_some_and(|max| unanswered >= max)
+        {
             return Err(RetryError::Api(err));
         }
         let delay = retry_after.unwrap_or_else(|| {
@@ -523,6 +536,51 @@ mod tests {
             })
             .await;
         assert!(matches!(result, Err(RetryError::NotSent)));
+    }
+
+    #[tokio::test]
+    async fn first_contact_gives_up_after_three_unanswered_attempts_but_retries_5xx_longer() {
+        let budget = |calls: Arc<AtomicU32>, answer: bool| {
+            let c = calls.clone();
+            move || {
+                let c = c.clone();
+                async move {
+                    c.fetch_add(1, Ordering::SeqCst);
+                    if answer {
+                        Err::<(), _>(api_error(500, "busy"))
+                    } else {
+                        Err(kube::Error::Service(Box::new(std::io::Error::new(
+                            std::io::ErrorKind::ConnectionRefused,
+                            "refused",
+                        ))))
+                    }
+                }
+            }
+        };
+        let fast = |b: RetryBudget| RetryBudget {
+            base_delay: Duration::from_millis(1),
+            max_delay: Duration::from_millis(2),
+            ..b
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let refused = Arc::new(AtomicU32::new(0));
+        let _ = with_retry(
+            "t",
+            &fast(RetryBudget::first_contact(deadline)),
+            &CancellationToken::new(),
+            budget(refused.clone(), false),
+        )
+        .await;
+        assert_eq!(refused.load(Ordering::SeqCst), 3);
+        let busy = Arc::new(AtomicU32::new(0));
+        let _ = with_retry(
+            "t",
+            &fast(RetryBudget::first_contact(deadline)),
+            &CancellationToken::new(),
+            budget(busy.clone(), true),
+        )
+        .await;
+        assert_eq!(busy.load(Ordering::SeqCst), MAX_ATTEMPTS + 2);
     }
 
     #[tokio::test]

@@ -281,9 +281,10 @@ async fn a_429_whose_wait_does_not_fit_is_rate_limited_and_a_503_costs_few_reque
         "{:?}",
         env.cluster(1).counters()
     );
-    // First contact: three attempts of discovery (two requests each), no retries below them.
+    // First contact: at most ten attempts of discovery (two requests each) within the 5 s
+    // deadline, and no retries below them (a retry layer under the policy multiplied this).
     let us = env.cluster(2).counters().total();
-    assert!(us <= 6, "503s cost {us} requests");
+    assert!(us <= 20, "503s cost {us} requests");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
