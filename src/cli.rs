@@ -71,6 +71,45 @@ pub struct DeployArgs {
     /// How long to wait for another run's deploy lock, e.g. 2m (lock.timeout).
     #[arg(long, value_name = "DUR", value_parser = parse_duration_arg)]
     pub lock_timeout: Option<Duration>,
+    #[command(flatten)]
+    pub github: GithubArgs,
+}
+
+/// Where the report goes besides the terminal: GitHub, and a markdown file.
+#[derive(Clone, Default, Args)]
+pub struct GithubArgs {
+    /// Talk to GitHub (PR comment, Deployments) also outside GitHub Actions (default: on
+    /// when GITHUB_ACTIONS=true).
+    #[arg(long, conflicts_with = "no_github")]
+    pub github: bool,
+    /// Nothing to GitHub at all, even in GitHub Actions.
+    #[arg(long)]
+    pub no_github: bool,
+    /// The GitHub token (default: $GITHUB_TOKEN).
+    #[arg(long, value_name = "TOKEN")]
+    pub github_token: Option<String>,
+    /// Comment on this pull request (default: the event's, or the commit's).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub pr: Option<u64>,
+    /// Write the PR comment's markdown here too (for GitLab, Jenkins, ... to post).
+    #[arg(long, value_name = "PATH")]
+    pub report_markdown: Option<PathBuf>,
+}
+
+// By hand, so that the token never shows in a debug print.
+impl std::fmt::Debug for GithubArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GithubArgs")
+            .field("github", &self.github)
+            .field("no_github", &self.no_github)
+            .field(
+                "github_token",
+                &self.github_token.as_ref().map(|_| "<redacted>"),
+            )
+            .field("pr", &self.pr)
+            .field("report_markdown", &self.report_markdown)
+            .finish()
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -218,5 +257,31 @@ mod tests {
         assert!(args.force_conflicts && args.dry_run);
         assert_eq!(args.concurrency, Some(4));
         assert!(Cli::try_parse_from(["rollguard", "deploy", "--timeout", "soon"]).is_err());
+        // GitHub flags: --pr must be a number from 1, --github and --no-github exclude each other.
+        let cli = Cli::try_parse_from([
+            "rollguard",
+            "deploy",
+            "--github",
+            "--pr",
+            "12",
+            "--github-token",
+            "s3cret",
+            "--report-markdown",
+            "r.md",
+        ])
+        .expect("parses");
+        let Command::Deploy(args) = cli.command else {
+            panic!("deploy expected")
+        };
+        assert!(args.github.github && args.github.pr == Some(12));
+        assert!(!format!("{args:?}").contains("s3cret"));
+        for bad in [
+            &["--pr", "0"][..],
+            &["--pr", "x"],
+            &["--github", "--no-github"],
+        ] {
+            let argv: Vec<&str> = ["rollguard", "deploy"].iter().chain(bad).copied().collect();
+            assert!(Cli::try_parse_from(argv).is_err(), "{bad:?}");
+        }
     }
 }

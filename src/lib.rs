@@ -5,6 +5,7 @@ pub mod commands;
 pub mod config;
 pub mod engine;
 pub mod error;
+pub mod github;
 pub mod kube;
 pub mod manifests;
 pub mod release;

@@ -4,6 +4,8 @@ use clap::Parser;
 use rollguard::cli::Cli;
 use rollguard::commands::run;
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::prelude::*;
 
 /// Upper bound on the async runtime's worker threads.
 const MAX_WORKERS: usize = 4;
@@ -22,13 +24,20 @@ fn main() {
     };
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let stderr_layer = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(
             std::io::IsTerminal::is_terminal(&std::io::stderr())
                 && std::env::var_os("NO_COLOR").is_none(),
         )
+        .with_filter(filter);
+    // Each target's info lines are also kept, whatever stderr shows, for the per-target log
+    // groups at the end of a GitHub Actions run.
+    let capture = rollguard::github::logs::capture_layer()
+        .with_filter(Targets::new().with_target("rollguard", tracing::Level::INFO));
+    tracing_subscriber::registry()
+        .with(stderr_layer)
+        .with(capture)
         .init();
     // The work is waiting on clusters; more than a few workers only add per-thread malloc
     // arenas (measured on 2 cores, 50 targets: peak 84 MiB with 2 workers, 87 with 4, 99

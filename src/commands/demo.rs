@@ -109,6 +109,7 @@ fn step_args(dir: &Path, kubeconfig: &Path, report: Option<&Path>) -> DeployArgs
         on_failure: None,
         concurrency: None,
         lock_timeout: None,
+        github: Default::default(),
     }
 }
 

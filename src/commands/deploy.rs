@@ -11,9 +11,15 @@ use crate::cli::DeployArgs;
 use crate::config::{self, Overrides};
 use crate::engine::plan::{DeployOptions, Plan};
 use crate::error::{Error, exit};
+use crate::github::{
+    self,
+    context::{GithubContext, GithubFlags},
+    deployments::{Planned, environment},
+    workflow::SourceLine,
+};
 use crate::manifests;
 use crate::report::progress;
-use crate::report::{self, Report};
+use crate::report::{self, COMMENT_LIMIT, FullReport, Report};
 
 /// The process environment as a map (one snapshot, so a run sees one consistent view).
 pub fn env_snapshot() -> HashMap<String, String> {
@@ -112,9 +118,35 @@ pub async fn deploy(args: DeployArgs, env: HashMap<String, String>) -> Result<i3
             eprintln!("{line}");
         }
     }
+    // GitHub starts after validation (bad input reaches no sink) and never holds up the deploy.
+    let sink = github::Sink::start(github_context(&args, &plan), sink_options(&plan));
     let cancel = cancel_on_signals();
-    let report = run_plan(plan.clone(), cancel.clone()).await;
+    let mut report = run_plan(plan.clone(), cancel.clone()).await;
+    report.run_url = sink.run_url();
     finish_report(&report, args.report.as_ref(), &plan.env)?;
+    let report_path = args.report.as_ref().map(|p| p.display().to_string());
+    if let Some(path) = &args.github.report_markdown {
+        let full_report = FullReport {
+            run_url: None,
+            json_path: report_path.clone(),
+        };
+        let body = github::report_body(&report, COMMENT_LIMIT, full_report, &scrub);
+        std::fs::write(path, body).map_err(|source| Error::WriteReport {
+            path: path.clone(),
+            source,
+        })?;
+    }
+    // After the deploy's own work (rollbacks, records): GitHub is only told what happened.
+    let origin = |object: &str| manifest_line(&plan, object);
+    let logs = |target: &str| github::logs::store().lines(target);
+    sink.finish(github::Finish {
+        report: &report,
+        report_path: report_path.as_deref(),
+        origin: &origin,
+        logs: &logs,
+        scrub: &scrub,
+    })
+    .await;
     // A rollback that failed after a cancel is the more serious outcome: exit 3, not 130.
     let rollback_failed = report
         .targets
@@ -124,6 +156,68 @@ pub async fn deploy(args: DeployArgs, env: HashMap<String, String>) -> Result<i3
         exit::CANCELLED
     } else {
         report::exit_code(&report)
+    })
+}
+
+/// rollguard's secret scrubber, for every body that leaves for GitHub or a file.
+/// PENDING(issue 13): the value scrubber (`report::redact::scrub`) lands with the dry-run
+/// branch; until then the report's structure is the only protection (it holds no bodies).
+fn scrub(text: &str) -> String {
+    text.to_string()
+}
+
+fn github_context(args: &DeployArgs, plan: &Plan) -> GithubContext {
+    let flags = GithubFlags {
+        enabled: if args.github.no_github {
+            Some(false)
+        } else if args.github.github {
+            Some(true)
+        } else {
+            None
+        },
+        token: args.github.github_token.clone(),
+        pr: args.github.pr,
+    };
+    GithubContext::resolve(
+        &flags,
+        &plan.env,
+        &|path| std::fs::read_to_string(path).ok(),
+        plan.config.github.timeout,
+    )
+}
+
+fn sink_options(plan: &Plan) -> github::SinkOptions {
+    let app = &plan.config.app;
+    // A dry run deploys nothing, so it makes no Deployments.
+    let deployments = (plan.config.github.deployments && !plan.options.dry_run).then(|| {
+        plan.config
+            .targets
+            .iter()
+            .map(|t| Planned {
+                target: t.name.clone(),
+                environment: environment(app, &t.name, t.environment.as_deref()),
+            })
+            .collect()
+    });
+    github::SinkOptions {
+        app: app.clone(),
+        deployments,
+    }
+}
+
+/// The manifest file and line of a failure's object ("Deployment shop/web"), matched by kind
+/// and name (the namespace may have come from the target).
+fn manifest_line(plan: &Plan, object: &str) -> Option<SourceLine> {
+    let (kind, rest) = object.split_once(' ')?;
+    let name = rest.rsplit('/').next()?;
+    let found = plan
+        .manifests
+        .objects
+        .iter()
+        .find(|o| o.kind == kind && o.name == name)?;
+    Some(SourceLine {
+        file: found.origin.file.display().to_string(),
+        line: found.origin.line,
     })
 }
 

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{Ctx, ScriptCommand};
+use super::ScriptCommand;
+use super::parse::Ctx;
 use crate::util::yaml::{Node, Tree};
 
 /// Keys of a `script:` stage.
@@ -365,7 +366,11 @@ impl Ctx {
         })
     }
 
-    fn positive_duration(&mut self, node: Option<&Node>, what: &str) -> Option<Duration> {
+    pub(super) fn positive_duration(
+        &mut self,
+        node: Option<&Node>,
+        what: &str,
+    ) -> Option<Duration> {
         let line = node.map_or(0, |n| n.line);
         let d = self.duration(node, what)?;
         if d.is_zero() {
@@ -375,7 +380,7 @@ impl Ctx {
         Some(d)
     }
 
-    fn boolean(&mut self, node: Option<&Node>, what: &str) -> Option<bool> {
+    pub(super) fn boolean(&mut self, node: Option<&Node>, what: &str) -> Option<bool> {
         let node = node?;
         match &node.value {
             Tree::Null => None,

@@ -17,7 +17,7 @@ use crate::kube::apply::field_manager;
 use crate::release::session::{ReleaseSettings, applied_ref};
 use crate::release::{ObjectRef, ReleaseOrigin, ReleaseStatus, RunInfo};
 use crate::report::progress::{Progress, Stage};
-use crate::report::{Failure, RollbackReport, TargetOutcome};
+use crate::report::{Failure, PhaseTiming, RollbackReport, TargetOutcome};
 
 /// How long the rollbacks may take after a cancel signal: GitHub sends SIGKILL 10 s after
 /// SIGINT, and the records and the report must be written before that.
@@ -300,6 +300,7 @@ async fn roll_back_manifests(
             }
         }
     });
+    let rollback_started = Instant::now();
     let attempt = match run.access.as_ref() {
         None => Err(("no connection to the cluster".to_string(), false)),
         Some(access) => match stored_manifests(&release.store, &plan.config, &good, access).await {
@@ -350,6 +351,11 @@ async fn roll_back_manifests(
         left_in_place: left,
         message: Some(message.clone()),
     });
+    // The timeline shows the rollback as the target's last phase.
+    run.report.phases.push(PhaseTiming::new(
+        "rollback",
+        (rollback_started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
+    ));
     // A rollback that failed says so even after a cancel: the cluster is not where the
     // cancel left it to be (exit 3), and the message says what was re-applied and what not.
     if !cancelled || outcome == TargetOutcome::RollbackFailed {

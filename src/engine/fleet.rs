@@ -326,6 +326,7 @@ async fn run_all(
                             kubeconfig: None,
                             kubeconfig_env: None,
                             namespace: None,
+                            environment: None,
                             line: 0,
                         };
                         let mut run = skipped(&target, TargetOutcome::Failed, &message);

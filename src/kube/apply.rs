@@ -457,29 +457,25 @@ fn dynamic_api(
     }
 }
 
-/// Creates namespaces that objects need but the set does not contain (e.g. the config's
-/// default namespace), tolerating ones that exist already.
-async fn ensure_namespace(
+/// Creates namespace `name` when it is missing, tolerating one that exists already or
+/// appears meanwhile (the one place rollguard creates namespaces: for objects whose namespace
+/// the set does not contain, and for the release history and lock). Without the right to read
+/// namespaces it assumes the namespace exists: the writes that follow will tell. Err says
+/// which step failed ("reading" or "creating").
+pub async fn ensure_namespace(
     client: &Client,
     name: &str,
     budget: &RetryBudget,
     cancel: &CancellationToken,
-) -> Result<(), ApplyError> {
+) -> Result<(), (&'static str, RetryError)> {
     use k8s_openapi::api::core::v1::Namespace;
     let api: Api<Namespace> = Api::all(client.clone());
     let existing = with_retry("get namespace", budget, cancel, || api.get_opt(name)).await;
     match existing {
         Ok(Some(_)) => return Ok(()),
         Ok(None) => {}
-        Err(RetryError::Cancelled) => return Err(ApplyError::Cancelled),
-        Err(e) => {
-            return Err(ApplyError::Namespace {
-                name: name.to_string(),
-                source: e.into_kube().unwrap_or_else(|| {
-                    crate::kube::retry::timeout_error("get namespace", Duration::ZERO)
-                }),
-            });
-        }
+        Err(RetryError::Api(kube::Error::Api(s))) if s.code == 403 => return Ok(()),
+        Err(e) => return Err(("reading", e)),
     }
     let ns = Namespace {
         metadata: kube::api::ObjectMeta {
@@ -496,13 +492,7 @@ async fn ensure_namespace(
     {
         Ok(_) => Ok(()),
         Err(RetryError::Api(kube::Error::Api(s))) if s.code == 409 => Ok(()),
-        Err(RetryError::Cancelled) => Err(ApplyError::Cancelled),
-        Err(e) => Err(ApplyError::Namespace {
-            name: name.to_string(),
-            source: e.into_kube().unwrap_or_else(|| {
-                crate::kube::retry::timeout_error("create namespace", Duration::ZERO)
-            }),
-        }),
+        Err(e) => Err(("creating", e)),
     }
 }
 
@@ -659,7 +649,18 @@ async fn apply_phases(
     }
     if !options.dry_run {
         for ns in &needed {
-            ensure_namespace(client, ns, &budget, cancel).await?;
+            match ensure_namespace(client, ns, &budget, cancel).await {
+                Ok(()) => {}
+                Err((_, RetryError::Cancelled)) => return Err(ApplyError::Cancelled),
+                Err((step, e)) => {
+                    return Err(ApplyError::Namespace {
+                        name: ns.clone(),
+                        source: e.into_kube().unwrap_or_else(|| {
+                            crate::kube::retry::timeout_error(step, Duration::ZERO)
+                        }),
+                    });
+                }
+            }
         }
     }
 

@@ -19,12 +19,13 @@ use std::sync::Arc;
 
 use jiff::Timestamp;
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{Namespace, Secret};
-use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::kube::retry::{RetryBudget, RetryError};
 use crate::util::git::CommitInfo;
 
 /// Secret `type` of a release record.
@@ -342,7 +343,7 @@ impl EncodedManifests {
     {
         Ok(EncodedManifests {
             gz: gzip_json(bodies)?.into(),
-            digest: digest_bodies(bodies),
+            digest: crate::manifests::digest_bodies(bodies),
             objects: bodies
                 .iter()
                 .filter_map(|b| ObjectRef::from_body(b.borrow()))
@@ -382,6 +383,8 @@ pub enum ReleaseError {
         #[source]
         source: Box<kube::Error>,
     },
+    #[error("cancelled while {action} in namespace {namespace}")]
+    Cancelled { action: String, namespace: String },
     #[error("release record {name} in namespace {namespace} is unreadable: {reason}")]
     Corrupt {
         name: String,
@@ -426,18 +429,6 @@ pub type Result<T, E = ReleaseError> = std::result::Result<T, E>;
 // ---------------------------------------------------------------------------------------
 // Pure decisions
 // ---------------------------------------------------------------------------------------
-
-/// `sha256:<hex>` of the bodies in order: equal manifests give equal digests, so a rollback
-/// record and the revision it re-applied share one.
-pub fn digest_bodies<B: std::borrow::Borrow<serde_json::Value>>(bodies: &[B]) -> String {
-    use sha2::Digest;
-    let mut hasher = sha2::Sha256::new();
-    for body in bodies {
-        hasher.update(body.borrow().to_string().as_bytes());
-        hasher.update(b"\n");
-    }
-    format!("sha256:{}", hex::encode(hasher.finalize()))
-}
 
 /// Give stored bodies without a namespace the one they were applied in (from the applied
 /// objects), to show them as applied and name them fully. Records store them as given (with
@@ -1159,44 +1150,36 @@ impl ReleaseStore {
     }
 }
 
-/// Create a namespace if it does not exist (the history namespace may be new).
+/// How long creating the history namespace may take, retries included.
+const NAMESPACE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Creates the history namespace when missing (kube's one namespace creation, with the
+/// errors said as release errors).
 pub async fn ensure_namespace(client: &Client, namespace: &str) -> Result<()> {
-    let api: Api<Namespace> = Api::all(client.clone());
-    let err = |action: &str, e: kube::Error| ReleaseError::Kube {
-        action: action.to_string(),
-        namespace: namespace.to_string(),
-        source: Box::new(e),
-    };
-    let budget = crate::kube::retry::RetryBudget::bookkeeping();
-    let found = crate::kube::retry::retry_call("read the history namespace", &budget, || {
-        api.get_opt(namespace)
-    })
-    .await;
-    match found {
-        Ok(Some(_)) => return Ok(()),
-        Ok(None) => {}
-        Err(kube::Error::Api(status)) if status.is_not_found() => {}
-        // Without the right to read namespaces, assume it exists; writes will tell.
-        Err(kube::Error::Api(status)) if status.is_forbidden() => return Ok(()),
-        Err(e) => return Err(err("reading the history namespace", e)),
-    }
-    let ns = Namespace {
-        metadata: ObjectMeta {
-            name: Some(namespace.to_string()),
-            ..ObjectMeta::default()
-        },
-        ..Namespace::default()
-    };
-    let post = PostParams::default();
-    let created = crate::kube::retry::retry_call("create the history namespace", &budget, || {
-        api.create(&post, &ns)
-    })
-    .await;
-    match created {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.is_already_exists() => Ok(()),
-        Err(e) => Err(err("creating the history namespace", e)),
-    }
+    let budget = RetryBudget::until(tokio::time::Instant::now() + NAMESPACE_DEADLINE);
+    // Nothing cancels a record's namespace: the run's cancel is handled around it.
+    let never = tokio_util::sync::CancellationToken::new();
+    crate::kube::apply::ensure_namespace(client, namespace, &budget, &never)
+        .await
+        .map_err(|(step, e)| {
+            let action = format!("{step} the history namespace");
+            let namespace = namespace.to_string();
+            match e {
+                RetryError::Api(source) => ReleaseError::Kube {
+                    action,
+                    namespace,
+                    source: Box::new(source),
+                },
+                RetryError::Cancelled => ReleaseError::Cancelled { action, namespace },
+                e @ RetryError::NotSent => ReleaseError::Kube {
+                    action,
+                    namespace,
+                    source: Box::new(e.into_kube().unwrap_or_else(|| {
+                        crate::kube::retry::timeout_error("namespace", std::time::Duration::ZERO)
+                    })),
+                },
+            }
+        })
 }
 
 #[cfg(test)]

@@ -1,241 +1,504 @@
-//! Markdown for the sticky PR comment and the GitHub step summary.
+//! Markdown of a report: the sticky PR comment, the GitHub step summary and
+//! `--report-markdown`. One body for all three, so that what a PR shows is what the job shows.
+//!
+//! Everything that comes from a cluster, a manifest, a script or git goes through
+//! [`super::escape`]. The body never exceeds the limit it is given: details are cut first
+//! (the oldest Warning events, then script log tails, then per-pod lines, then the timeline,
+//! then whole sections), and a note says what was cut and where the full report is.
 
-use super::model::{Failure, Report, TargetReport, clip};
+use std::fmt::Write as _;
+
+use super::escape::{code, code_block, html_text, link_url, mermaid, text};
+use super::model::{
+    Failure, Report, StageOutcome, StageResult, TargetOutcome, TargetReport, clip, cut_to,
+};
 use crate::util::duration::format_duration;
 
-/// GitHub's limit for an issue or PR comment body.
+/// GitHub's limit for an issue or PR comment body (characters; this module counts bytes,
+/// which are never fewer).
 pub const COMMENT_LIMIT: usize = 65_536;
 /// GitHub's limit for `GITHUB_STEP_SUMMARY` per step.
 pub const STEP_SUMMARY_LIMIT: usize = 1024 * 1024;
 
-/// Events shown per failure; the JSON report has them all.
-const EVENTS_PER_FAILURE: usize = 5;
-/// Failures shown per target before "and N more".
-const FAILURES_PER_TARGET: usize = 10;
-/// Room kept for the truncation note.
-const NOTE_RESERVE: usize = 200;
+/// Script output lines shown per failed script before any cut.
+const LOG_TAIL_LINES: usize = 20;
+/// Characters of one failure message, event or log line.
+const MESSAGE_CHARS: usize = 1000;
+const EVENT_CHARS: usize = 300;
+const LOG_LINE_CHARS: usize = 300;
+/// Room kept for the truncation note when the table itself must be cut.
+const NOTE_RESERVE: usize = 600;
 
-/// The hidden first line by which the sticky comment of an app is found again.
-pub fn marker(app: &str) -> String {
-    format!("<!-- rollguard:app={app} -->")
+/// Where the full report is, named in the note when the body had to be cut.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FullReport {
+    /// The workflow run whose step summary has the whole report.
+    pub run_url: Option<String>,
+    /// The JSON report file (`--report`).
+    pub json_path: Option<String>,
 }
 
-/// Renders the report for a PR comment or step summary, at most `limit` bytes long
-/// (bytes, not characters, so a multi-byte text never exceeds a character limit either).
-/// When the details do not fit, whole sections are left out and a note says so.
-pub fn to_markdown(report: &Report, limit: usize) -> String {
+/// How to render.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MarkdownOptions {
+    /// At most this many bytes.
+    pub limit: usize,
+    pub full_report: FullReport,
+}
+
+/// How much detail one rendering keeps; `usize::MAX` is "all".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Detail {
+    /// Newest Warning events kept per failure.
+    events: usize,
+    /// Last lines kept of each failed script's output.
+    log_lines: usize,
+    /// Failure (pod/container) lines kept per target.
+    failures: usize,
+    gantt: bool,
+    /// Detail sections kept (in target order).
+    sections: usize,
+}
+
+const FULL: Detail = Detail {
+    events: usize::MAX,
+    log_lines: LOG_TAIL_LINES,
+    failures: usize::MAX,
+    gantt: true,
+    sections: usize::MAX,
+};
+
+/// What a rendering left out compared with the full one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Cut {
+    events: usize,
+    log_lines: usize,
+    failures: usize,
+    gantt: bool,
+    sections: usize,
+    table_rows: usize,
+}
+
+impl Cut {
+    fn any(&self) -> bool {
+        *self != Cut::default()
+    }
+}
+
+/// Renders the report in at most `options.limit` bytes.
+pub fn to_markdown(report: &Report, options: &MarkdownOptions) -> String {
+    let limit = options.limit;
+    let fits = |d: Detail| {
+        let body = render(report, d, options);
+        (body.len() <= limit).then_some(body)
+    };
+    if let Some(body) = fits(FULL) {
+        return body;
+    }
+    // Cut in the documented order; each step keeps what the previous one cut.
+    let mut d = FULL;
+    for events in [3, 1, 0] {
+        d.events = events;
+        if let Some(body) = fits(d) {
+            return body;
+        }
+    }
+    for log_lines in [5, 0] {
+        d.log_lines = log_lines;
+        if let Some(body) = fits(d) {
+            return body;
+        }
+    }
+    let most_failures = report
+        .targets
+        .iter()
+        .map(|t| t.failures.len())
+        .max()
+        .unwrap_or(0);
+    if let Some(k) = largest_fitting(most_failures, |k| {
+        fits(Detail { failures: k, ..d }).is_some()
+    }) {
+        d.failures = k;
+        if let Some(body) = fits(d) {
+            return body;
+        }
+    }
+    d.failures = 0;
+    d.gantt = false;
+    if let Some(body) = fits(d) {
+        return body;
+    }
+    let sections = report.targets.iter().filter(|t| needs_details(t)).count();
+    if let Some(s) = largest_fitting(sections, |s| fits(Detail { sections: s, ..d }).is_some()) {
+        d.sections = s;
+        if let Some(body) = fits(d) {
+            return body;
+        }
+    }
+    d.sections = 0;
+    table_only(report, d, options)
+}
+
+/// The largest `k` in `0..=max` for which `ok(k)` holds, assuming `ok` is monotone.
+fn largest_fitting(max: usize, ok: impl Fn(usize) -> bool) -> Option<usize> {
+    if !ok(0) {
+        return None;
+    }
+    let (mut lo, mut hi) = (0, max);
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if ok(mid) { lo = mid } else { hi = mid - 1 }
+    }
+    Some(lo)
+}
+
+/// A fleet so large that not even the table fits: whole rows until the limit, then the note.
+fn table_only(report: &Report, d: Detail, options: &MarkdownOptions) -> String {
+    let mut cut = cut_of(report, d);
     let head = head(report);
-    let details: Vec<String> = report
+    let rows: Vec<String> = report.targets.iter().map(|t| row(report, t)).collect();
+    let mut out = head;
+    out.push_str(TABLE_HEADER);
+    let mut shown = 0;
+    for r in &rows {
+        if out.len() + r.len() + NOTE_RESERVE > options.limit {
+            break;
+        }
+        out.push_str(r);
+        shown += 1;
+    }
+    cut.table_rows = rows.len() - shown;
+    out.push_str(&note(&cut, options));
+    cut_to(out, options.limit)
+}
+
+fn render(report: &Report, d: Detail, options: &MarkdownOptions) -> String {
+    let mut out = head(report);
+    out.push_str(TABLE_HEADER);
+    for t in &report.targets {
+        out.push_str(&row(report, t));
+    }
+    for t in report
         .targets
         .iter()
         .filter(|t| needs_details(t))
-        .map(details)
-        .collect();
-
-    let note = |left_out: usize| {
-        format!(
-            "\n_Report truncated to stay under {limit} characters: {left_out} section(s) left out. \
-             The JSON report (`--report`) and the job log have everything._\n"
-        )
-    };
-
-    let mut out = String::new();
-    if head.len() + NOTE_RESERVE > limit {
-        // A fleet so large that even the table does not fit: keep whole lines of it.
-        for line in head.split_inclusive('\n') {
-            if out.len() + line.len() + NOTE_RESERVE > limit {
-                break;
-            }
-            out.push_str(line);
-        }
-        let note = format!(
-            "\n_Report truncated to stay under {limit} characters: the table is cut short and {} detail section(s) left out. \
-             The JSON report (`--report`) and the job log have everything._\n",
-            details.len()
-        );
-        if out.len() + note.len() <= limit {
-            out.push_str(&note);
-        }
-        return cut_to(out, limit);
+        .take(d.sections)
+    {
+        out.push_str(&details(t, d));
     }
-    out.push_str(&head);
-    let mut left_out = 0;
-    for section in &details {
-        if left_out == 0 && out.len() + section.len() + NOTE_RESERVE <= limit {
-            out.push_str(section);
-        } else {
-            left_out += 1;
-        }
+    if d.gantt {
+        out.push_str(&gantt(report));
     }
-    if left_out > 0 {
-        out.push_str(&note(left_out));
-    }
-    cut_to(out, limit)
-}
-
-/// Last-resort guard: never return more than `limit` bytes, cutting on a char boundary.
-fn cut_to(mut text: String, limit: usize) -> String {
-    if text.len() > limit {
-        let mut end = limit;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-    }
-    text
-}
-
-fn needs_details(target: &TargetReport) -> bool {
-    target.outcome.is_problem()
-        || !target.failures.is_empty()
-        || !target.warnings.is_empty()
-        || !target.abandoned_revisions.is_empty()
-}
-
-fn head(report: &Report) -> String {
-    let mut out = String::new();
-    out.push_str(&marker(&report.app));
-    out.push('\n');
-    let dry = if report.dry_run { " (dry run)" } else { "" };
-    out.push_str(&format!(
-        "### rollguard: `{}` {}{dry}\n\n",
-        inline(&report.app),
-        report.outcome
-    ));
-    out.push_str(&format!("**{}**\n\n", text(&report.summary)));
-    let mut facts = Vec::new();
-    if let Some(commit) = &report.commit {
-        let mut c = format!("commit `{}`", commit.short_sha());
-        if let Some(r) = &commit.r#ref {
-            c.push_str(&format!(" on `{}`", inline(r)));
-        }
-        if let Some(m) = &commit.message {
-            c.push_str(&format!(": {}", text(&clip(m, 100))));
-        }
-        facts.push(c);
-    }
-    facts.push(format!(
-        "finished {}",
-        report.finished_at.strftime("%Y-%m-%d %H:%M:%S UTC")
-    ));
-    facts.push(format!("took {}", format_duration(report.duration())));
-    if let Some(url) = &report.run_url {
-        facts.push(format!("[run]({url})"));
-    }
-    out.push_str(&facts.join(" · "));
-    out.push_str("\n\n");
-    out.push_str("| target | outcome | revision | duration | reason |\n");
-    out.push_str("|---|---|---:|---:|---|\n");
-    for t in &report.targets {
-        let revision = t.revision.map(|r| r.to_string()).unwrap_or_default();
-        let reason = t.reason().map(|r| cell(&clip(&r, 200))).unwrap_or_default();
-        out.push_str(&format!(
-            "| {} | {} | {} | {} | {} |\n",
-            cell(&t.name),
-            t.outcome,
-            revision,
-            format_duration(t.duration()),
-            reason
-        ));
+    let cut = cut_of(report, d);
+    if cut.any() {
+        out.push_str(&note(&cut, options));
     }
     out
 }
 
-fn details(t: &TargetReport) -> String {
-    let mut out = format!("\n#### {}: {}\n\n", text(&t.name), t.outcome);
+/// What `d` leaves out of this report.
+fn cut_of(report: &Report, d: Detail) -> Cut {
+    let mut cut = Cut::default();
+    let with_details: Vec<&TargetReport> =
+        report.targets.iter().filter(|t| needs_details(t)).collect();
+    cut.sections = with_details.len().saturating_sub(d.sections);
+    for t in with_details.iter().take(d.sections) {
+        cut.failures += t.failures.len().saturating_sub(d.failures);
+        for f in t.failures.iter().take(d.failures) {
+            cut.events += f.events.len().saturating_sub(d.events);
+        }
+        for s in failed_scripts(t) {
+            cut.log_lines += s
+                .output
+                .len()
+                .min(LOG_TAIL_LINES)
+                .saturating_sub(d.log_lines);
+        }
+    }
+    cut.gantt = !d.gantt && has_gantt(report);
+    cut
+}
+
+fn note(cut: &Cut, options: &MarkdownOptions) -> String {
+    let mut parts = Vec::new();
+    if cut.events > 0 {
+        parts.push(format!("{} older Warning event(s)", cut.events));
+    }
+    if cut.log_lines > 0 {
+        parts.push(format!("{} script log line(s)", cut.log_lines));
+    }
+    if cut.failures > 0 {
+        parts.push(format!("{} failing pod/container line(s)", cut.failures));
+    }
+    if cut.gantt {
+        parts.push("the timeline".to_string());
+    }
+    if cut.sections > 0 {
+        parts.push(format!("{} target detail section(s)", cut.sections));
+    }
+    if cut.table_rows > 0 {
+        parts.push(format!("{} table row(s)", cut.table_rows));
+    }
+    let mut places = Vec::new();
+    if let Some(url) = options.full_report.run_url.as_deref().and_then(link_url) {
+        places.push(format!("the step summary of [the workflow run]({url})"));
+    }
+    if let Some(path) = &options.full_report.json_path {
+        places.push(format!("the JSON report `{}`", code(path)));
+    }
+    places.push("the job log".to_string());
+    format!(
+        "\n> [!NOTE]\n> Cut to stay under {} characters: {} left out. The full report is in {}.\n",
+        options.limit,
+        parts.join(", "),
+        places.join(", ")
+    )
+}
+
+fn needs_details(t: &TargetReport) -> bool {
+    t.outcome.is_problem()
+        || !t.failures.is_empty()
+        || !t.warnings.is_empty()
+        || !t.abandoned_revisions.is_empty()
+        || failed_scripts(t).next().is_some()
+}
+
+/// Script runs of a target that did not succeed and left output to show.
+fn failed_scripts(t: &TargetReport) -> impl Iterator<Item = &StageResult> {
+    t.stages.iter().filter(|s| {
+        !matches!(s.outcome, StageOutcome::Succeeded | StageOutcome::NotRun) && !s.output.is_empty()
+    })
+}
+
+/// The icon shown before an outcome.
+pub fn icon(outcome: TargetOutcome) -> &'static str {
+    match outcome {
+        TargetOutcome::Deployed => "✅",
+        TargetOutcome::Failed => "❌",
+        TargetOutcome::RolledBack => "↩️",
+        TargetOutcome::RollbackFailed => "🔥",
+        TargetOutcome::Skipped => "⏭️",
+        TargetOutcome::Cancelled => "⏹️",
+    }
+}
+
+fn head(report: &Report) -> String {
+    let mut out = String::new();
+    let dry = if report.dry_run { " (dry run)" } else { "" };
+    let _ = writeln!(
+        out,
+        "### {} rollguard: `{}` {}{dry}\n",
+        icon(report.outcome),
+        code(&report.app),
+        report.outcome
+    );
+    let _ = writeln!(out, "**{}**\n", text(&report.summary));
+    let mut facts = Vec::new();
+    if let Some(commit) = &report.commit {
+        let mut c = format!("commit `{}`", code(commit.short_sha()));
+        if let Some(r) = &commit.r#ref {
+            let _ = write!(c, " on `{}`", code(r));
+        }
+        if let Some(m) = &commit.message {
+            let _ = write!(c, ": {}", text(&clip(m, 100)));
+        }
+        facts.push(c);
+    }
+    facts.push(format!("took {}", format_duration(report.duration())));
+    if let Some(url) = report.run_url.as_deref().and_then(link_url) {
+        facts.push(format!("[workflow run]({url})"));
+    }
+    facts.push(format!(
+        "updated {}",
+        report.finished_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+    ));
+    out.push_str(&facts.join(" · "));
+    out.push_str("\n\n");
+    out
+}
+
+const TABLE_HEADER: &str = "| target | outcome | revision | commit | duration | reason | went back to | left in place |\n\
+                            |---|---|---:|---|---:|---|---|---|\n";
+
+fn row(report: &Report, t: &TargetReport) -> String {
+    let revision = t.revision.map(|r| format!("v{r}")).unwrap_or_default();
+    let commit = match (&report.commit, t.revision) {
+        (Some(c), Some(_)) => format!("`{}`", code(c.short_sha())),
+        _ => String::new(),
+    };
+    let reason = t.reason().map(|r| text(&clip(&r, 200))).unwrap_or_default();
+    let (back, left) = match &t.rollback {
+        Some(rb) => {
+            let back = match rb.to_revision {
+                Some(rev) if rb.outcome == TargetOutcome::RolledBack => format!("v{rev}"),
+                Some(rev) => format!("v{rev} ({})", rb.outcome),
+                None => "nothing to go back to".to_string(),
+            };
+            let left = match rb.left_in_place.len() {
+                0 => String::new(),
+                1 => text(&rb.left_in_place[0]),
+                n => format!("{n} objects"),
+            };
+            (back, left)
+        }
+        None => (String::new(), String::new()),
+    };
+    format!(
+        "| {} | {} {} | {revision} | {commit} | {} | {reason} | {back} | {left} |\n",
+        text(&t.name),
+        icon(t.outcome),
+        t.outcome,
+        format_duration(t.duration()),
+    )
+}
+
+fn details(t: &TargetReport, d: Detail) -> String {
+    let mut out = format!(
+        "\n<details><summary>{} <b>{}</b>: {}</summary>\n\n",
+        icon(t.outcome),
+        html_text(&t.name),
+        t.outcome
+    );
     if let Some(message) = &t.message {
-        out.push_str(&format!("{}\n\n", text(message)));
+        let _ = writeln!(out, "{}\n", text(&clip(message, MESSAGE_CHARS)));
     }
     if !t.failures.is_empty() {
-        out.push_str("Failures:\n");
-        failure_list(&mut out, &t.failures);
+        out.push_str("**Failing:**\n\n");
+        for f in t.failures.iter().take(d.failures) {
+            failure_line(&mut out, f, d.events);
+        }
+        let hidden = t.failures.len().saturating_sub(d.failures);
+        if hidden > 0 {
+            let _ = writeln!(out, "- and {hidden} more (cut, see the note below)");
+        }
         out.push('\n');
     }
+    for s in failed_scripts(t) {
+        let which = if s.rollback {
+            "rollback of script"
+        } else {
+            "script"
+        };
+        let _ = write!(
+            out,
+            "**{which} `{}`**: {}",
+            code(&s.name),
+            s.outcome.as_str()
+        );
+        if let Some(m) = &s.message {
+            let _ = write!(out, ": {}", text(&clip(m, MESSAGE_CHARS)));
+        }
+        out.push_str("\n\n");
+        let skip = s
+            .output
+            .len()
+            .saturating_sub(d.log_lines.min(LOG_TAIL_LINES));
+        let lines: Vec<String> = s
+            .output
+            .iter()
+            .skip(skip)
+            .map(|l| clip(l, LOG_LINE_CHARS))
+            .collect();
+        if !lines.is_empty() {
+            out.push_str(&code_block(&lines));
+            out.push('\n');
+        }
+    }
     if !t.abandoned_revisions.is_empty() {
-        let revs: Vec<String> = t.abandoned_revisions.iter().map(u64::to_string).collect();
-        out.push_str(&format!(
-            "Revision(s) {} were left pending by a run that died and are now marked failed (abandoned).\n\n",
+        let revs: Vec<String> = t
+            .abandoned_revisions
+            .iter()
+            .map(|r| format!("v{r}"))
+            .collect();
+        let _ = writeln!(
+            out,
+            "Revision(s) {} were left pending by a run that died and are now marked failed (abandoned).\n",
             revs.join(", ")
-        ));
+        );
     }
     if let Some(rb) = &t.rollback {
         match (rb.to_revision, &rb.message) {
-            (Some(rev), Some(m)) => out.push_str(&format!(
-                "Rollback to revision {rev}: {}: {}",
-                rb.outcome,
-                text(m)
-            )),
-            (Some(rev), None) => {
-                out.push_str(&format!("Rollback to revision {rev}: {}", rb.outcome))
+            (Some(rev), Some(m)) => {
+                let _ = write!(out, "**Rollback** to v{rev}: {}: {}", rb.outcome, text(m));
             }
-            (None, Some(m)) => out.push_str(&format!("Rollback: {}: {}", rb.outcome, text(m))),
-            (None, None) => out.push_str(&format!(
-                "Rollback: {}: there was no earlier good release to roll back to; nothing was deleted",
-                rb.outcome
-            )),
+            (Some(rev), None) => {
+                let _ = write!(out, "**Rollback** to v{rev}: {}", rb.outcome);
+            }
+            (None, _) => out.push_str(
+                "**Rollback:** there was no earlier good release to go back to; nothing was deleted",
+            ),
         }
         out.push_str("\n\n");
         if !rb.left_in_place.is_empty() {
-            out.push_str("Left in place (rollback never prunes; delete by hand if unwanted):\n");
+            out.push_str("Left in place (rollback never prunes; delete by hand if unwanted):\n\n");
             for obj in &rb.left_in_place {
-                out.push_str(&format!("- `{}`\n", inline(obj)));
+                let _ = writeln!(out, "- `{}`", code(obj));
             }
             out.push('\n');
         }
     }
     if !t.warnings.is_empty() {
-        out.push_str("Warnings:\n");
+        out.push_str("**Warnings:**\n\n");
         for w in &t.warnings {
-            out.push_str(&format!("- {}\n", text(&clip(w, 500))));
+            let _ = writeln!(out, "- {}", text(&clip(w, 500)));
         }
         out.push('\n');
     }
+    out.push_str("</details>\n");
     out
 }
 
-fn failure_list(out: &mut String, failures: &[Failure]) {
-    for f in failures.iter().take(FAILURES_PER_TARGET) {
-        out.push_str(&format!("- `{}`", inline(&f.object)));
-        if let Some(pod) = &f.pod {
-            out.push_str(&format!(" pod `{}`", inline(pod)));
-        }
-        if let Some(c) = &f.container {
-            out.push_str(&format!(" container `{}`", inline(c)));
-        }
-        out.push_str(&format!(": **{}**", text(&f.reason)));
-        if !f.message.is_empty() && f.message != f.reason {
-            out.push_str(&format!(": {}", text(&clip(&f.message, 1000))));
-        }
-        out.push('\n');
-        let skip = f.events.len().saturating_sub(EVENTS_PER_FAILURE);
-        for e in f.events.iter().skip(skip) {
-            out.push_str(&format!("  - event: {}\n", text(&clip(e, 300))));
-        }
+fn failure_line(out: &mut String, f: &Failure, events: usize) {
+    let _ = write!(out, "- `{}`", code(&f.object));
+    if let Some(pod) = &f.pod {
+        let _ = write!(out, " pod `{}`", code(pod));
     }
-    if failures.len() > FAILURES_PER_TARGET {
-        out.push_str(&format!(
-            "- and {} more\n",
-            failures.len() - FAILURES_PER_TARGET
-        ));
+    if let Some(c) = &f.container {
+        let _ = write!(out, " container `{}`", code(c));
+    }
+    let _ = write!(out, ": **{}**", text(&f.reason));
+    if !f.message.is_empty() && f.message != f.reason {
+        let _ = write!(out, ": {}", text(&clip(&f.message, MESSAGE_CHARS)));
+    }
+    out.push('\n');
+    // Events are oldest first: keep the newest.
+    let skip = f.events.len().saturating_sub(events);
+    for e in f.events.iter().skip(skip) {
+        let _ = writeln!(out, "  - event: {}", text(&clip(e, EVENT_CHARS)));
     }
 }
 
-/// Plain text on one line that must not turn into HTML or break the list it sits in.
-fn text(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace(['\r', '\n'], " ")
+fn has_gantt(report: &Report) -> bool {
+    report.targets.iter().any(|t| !t.phases.is_empty())
 }
 
-/// A table cell: plain text without pipes.
-fn cell(s: &str) -> String {
-    text(s).replace('|', "\\|")
-}
-
-/// Text inside backticks: backticks would end the code span early.
-fn inline(s: &str) -> String {
-    s.replace('`', "'").replace(['\r', '\n'], " ")
+/// A Mermaid gantt chart of every target's phases, in a collapsed section. Times are
+/// milliseconds since the run started (`dateFormat x`), so the chart needs no time zone.
+fn gantt(report: &Report) -> String {
+    if !has_gantt(report) {
+        return String::new();
+    }
+    let mut out = String::from(
+        "\n<details><summary>Timeline</summary>\n\n```mermaid\ngantt\n  dateFormat x\n  axisFormat %M:%S\n",
+    );
+    let run_start = report.started_at.as_millisecond();
+    for t in report.targets.iter().filter(|t| !t.phases.is_empty()) {
+        let _ = writeln!(out, "  section {}", mermaid(&t.name));
+        let mut at = (t.started_at.as_millisecond() - run_start).max(0);
+        let end = (t.finished_at.as_millisecond() - run_start).max(0);
+        for (i, p) in t.phases.iter().enumerate() {
+            let ms = (p.seconds * 1000.0).round().max(1.0) as i64;
+            // A rollback runs once the fleet has decided, after a pause: it ends when the
+            // target finished, not right after the phase before it.
+            if i + 1 == t.phases.len() && p.name == "rollback" {
+                at = at.max(end - ms);
+            }
+            let _ = writeln!(out, "  {} :{at}, {}", mermaid(&p.name), at + ms);
+            at += ms;
+        }
+    }
+    out.push_str("```\n\n</details>\n");
+    out
 }
 
 #[cfg(test)]
@@ -243,6 +506,16 @@ mod tests {
     use super::*;
     use crate::report::model::tests::{image_failure, report, target};
     use crate::report::model::*;
+
+    fn options(limit: usize) -> MarkdownOptions {
+        MarkdownOptions {
+            limit,
+            full_report: FullReport {
+                run_url: Some("https://github.com/o/r/actions/runs/7".into()),
+                json_path: Some("report.json".into()),
+            },
+        }
+    }
 
     fn three_targets() -> Report {
         let mut eu = target("eu", TargetOutcome::RollbackFailed);
@@ -263,79 +536,77 @@ mod tests {
             left_in_place: vec!["ConfigMap shop/new-config".into()],
             message: None,
         });
-        let mut ap = target("ap", TargetOutcome::RolledBack);
+        let mut ap = target("ap", TargetOutcome::Deployed);
         ap.revision = Some(2);
-        ap.rollback = Some(RollbackReport {
-            to_revision: Some(1),
-            outcome: TargetOutcome::RolledBack,
-            left_in_place: vec![],
-            message: None,
+        ap.phases = vec![
+            PhaseTiming::new("connect", 0.25),
+            PhaseTiming::new("apply", 1.5),
+        ];
+        let mut r = report(vec![eu, us, ap]);
+        r.run_url = Some("https://github.com/o/r/actions/runs/7".into());
+        r
+    }
+
+    #[test]
+    fn snapshot_three_targets() {
+        insta::assert_snapshot!(to_markdown(&three_targets(), &options(COMMENT_LIMIT)));
+    }
+
+    #[test]
+    fn a_failed_script_shows_its_tail_in_a_fence_it_cannot_close() {
+        let mut t = target("eu", TargetOutcome::Failed);
+        t.stages.push(StageResult {
+            name: "migrate".into(),
+            scope: "target".into(),
+            rollback: false,
+            outcome: StageOutcome::Failed,
+            exit_code: Some(3),
+            seconds: 1.0,
+            message: Some("exited with code 3".into()),
+            output: (0..30)
+                .map(|i| format!("line {i}"))
+                .chain(["```".to_string(), "@admin <b>".to_string()])
+                .collect(),
         });
-        report(vec![eu, us, ap])
+        let md = to_markdown(&report(vec![t]), &options(COMMENT_LIMIT));
+        assert!(
+            md.contains("**script `migrate`**: failed: exited with code 3\n\n````text\n"),
+            "{md}"
+        );
+        // The last 20 lines, as they were, inside a fence longer than any backtick run.
+        assert!(
+            !md.contains("line 11\n")
+                && md.contains("line 12\n")
+                && md.contains("```\n@admin <b>\n````\n"),
+            "{md}"
+        );
+        // Cut after the events: a note counts the log lines left out.
+        let tight = to_markdown(
+            &report(vec![{
+                let mut t = target("eu", TargetOutcome::Failed);
+                t.stages = vec![StageResult {
+                    output: vec!["x".repeat(200); 20],
+                    ..report_stage()
+                }];
+                t
+            }]),
+            &options(2_000),
+        );
+        assert!(tight.len() <= 2_000);
+        assert!(tight.contains("script log line(s)"), "{tight}");
     }
 
-    #[test]
-    fn golden_rollback_comment() {
-        let md = to_markdown(&three_targets(), COMMENT_LIMIT);
-        let want = r#"<!-- rollguard:app=shop -->
-### rollguard: `shop` rollback-failed
-
-**rolled back 2 of 3; eu: connection refused**
-
-commit `0123456` on `main`: Bump web to v2 · finished 2027-01-15 08:00:20 UTC · took 20s
-
-| target | outcome | revision | duration | reason |
-|---|---|---:|---:|---|
-| eu | rollback-failed | 4 | 12s | connection refused |
-| us | rolled-back | 7 | 12s | rolled back because eu failed (on_failure: rollback-all) |
-| ap | rolled-back | 2 | 12s |  |
-
-#### eu: rollback-failed
-
-Failures:
-- `Deployment shop/web` pod `web-7d9f-x` container `web`: **ImagePullBackOff**: Back-off pulling image "nginx:doesnotexist"
-
-Rollback to revision 3: rollback-failed: connection refused
-
-
-#### us: rolled-back
-
-rolled back because eu failed (on_failure: rollback-all)
-
-Rollback to revision 6: rolled-back
-
-Left in place (rollback never prunes; delete by hand if unwanted):
-- `ConfigMap shop/new-config`
-
-
-#### ap: rolled-back
-
-Rollback to revision 1: rolled-back
-
-"#;
-        assert_eq!(md, want);
-    }
-
-    #[test]
-    fn golden_all_deployed() {
-        let r = report(vec![
-            target("eu", TargetOutcome::Deployed),
-            target("us", TargetOutcome::Deployed),
-        ]);
-        let md = to_markdown(&r, COMMENT_LIMIT);
-        let want = r#"<!-- rollguard:app=shop -->
-### rollguard: `shop` deployed
-
-**deployed to 2 of 2**
-
-commit `0123456` on `main`: Bump web to v2 · finished 2027-01-15 08:00:20 UTC · took 20s
-
-| target | outcome | revision | duration | reason |
-|---|---|---:|---:|---|
-| eu | deployed |  | 12s |  |
-| us | deployed |  | 12s |  |
-"#;
-        assert_eq!(md, want);
+    fn report_stage() -> StageResult {
+        StageResult {
+            name: "smoke".into(),
+            scope: "target".into(),
+            rollback: false,
+            outcome: StageOutcome::Failed,
+            exit_code: Some(1),
+            seconds: 1.0,
+            message: None,
+            output: vec![],
+        }
     }
 
     #[test]
@@ -348,24 +619,61 @@ commit `0123456` on `main`: Bump web to v2 · finished 2027-01-15 08:00:20 UTC �
             left_in_place: vec!["Deployment shop/web".into()],
             message: None,
         });
-        let md = to_markdown(&report(vec![t]), COMMENT_LIMIT);
-        assert!(md.contains("Rollback: failed: there was no earlier good release to roll back to; nothing was deleted\n"), "{md}");
-        assert!(md.contains("Left in place (rollback never prunes; delete by hand if unwanted):\n- `Deployment shop/web`\n"), "{md}");
+        let md = to_markdown(&report(vec![t]), &options(COMMENT_LIMIT));
+        assert!(
+            md.contains("there was no earlier good release to go back to; nothing was deleted\n"),
+            "{md}"
+        );
+        assert!(
+            md.contains("Left in place (rollback never prunes; delete by hand if unwanted):\n\n- `Deployment shop/web`\n"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| nothing to go back to | Deployment shop/web |"),
+            "{md}"
+        );
     }
 
     #[test]
-    fn escapes_html_and_pipes() {
-        let mut t = target("eu", TargetOutcome::Failed);
-        t.message = Some("<script> a|b\nnext".into());
-        let md = to_markdown(&report(vec![t]), COMMENT_LIMIT);
-        assert!(!md.contains("<script>"), "{md}");
-        assert!(md.contains("&lt;script&gt; a\\|b next"), "{md}");
+    fn hostile_text_is_inert() {
+        let mut t = target("eu|<b>x</b>", TargetOutcome::Failed);
+        t.message =
+            Some("<script> a|b\n::set-output name=x::y @admin #1 [l](https://e.x) ![i](j)".into());
+        t.failures.push(Failure {
+            object: "Deployment shop/we`b".into(),
+            reason: "**Bad**".into(),
+            message: "end\n```\n<img src=x>".into(),
+            ..Default::default()
+        });
+        t.phases.push(PhaseTiming::new("x\nend", 1.0));
+        let mut r = report(vec![t]);
+        r.run_url = Some("javascript:alert(1)".into());
+        let md = to_markdown(&r, &options(COMMENT_LIMIT));
+        for bad in [
+            "<script>",
+            "<b>x",
+            "<img",
+            "@admin",
+            "#1 ",
+            "](https://",
+            "![",
+            "\n::set-output",
+            "javascript:",
+            "we`b",
+            "\nend\n",
+            "**Bad**",
+        ] {
+            assert!(!md.contains(bad), "{bad:?} in\n{md}");
+        }
+        // The only code fence is the Mermaid chart's, opened and closed once.
+        assert_eq!(md.matches("```").count(), 2, "{md}");
     }
 
     fn big_report(targets: usize, failures: usize) -> Report {
         let ts: Vec<_> = (0..targets)
             .map(|i| {
                 let mut t = target(&format!("cluster-{i:03}"), TargetOutcome::Failed);
+                t.phases.push(PhaseTiming::new("apply", 1.0));
                 for j in 0..failures {
                     let mut f = image_failure();
                     f.pod = Some(format!("web-{j}"));
@@ -382,46 +690,77 @@ commit `0123456` on `main`: Bump web to v2 · finished 2027-01-15 08:00:20 UTC �
     #[test]
     fn truncation_keeps_under_limit_with_note() {
         for (targets, failures, limit) in [
+            (1, 200, COMMENT_LIMIT),
             (50, 20, COMMENT_LIMIT),
             (300, 20, COMMENT_LIMIT),
             (3000, 1, COMMENT_LIMIT),
             (50, 20, 5_000),
-            (5, 1, 300),
+            (5, 1, 1_500),
         ] {
-            let md = to_markdown(&big_report(targets, failures), limit);
+            let md = to_markdown(&big_report(targets, failures), &options(limit));
             assert!(
                 md.len() <= limit,
                 "{targets}x{failures}: {} > {limit}",
                 md.len()
             );
-            assert!(md.starts_with("<!-- rollguard:app=shop -->\n"));
+            assert!(md.starts_with("### ❌ rollguard"), "{md}");
             assert!(
-                md.contains("Report truncated"),
+                md.contains("Cut to stay under"),
                 "{targets}x{failures}@{limit}"
+            );
+            assert!(
+                md.contains("The full report is in the step summary of [the workflow run](https://github.com/o/r/actions/runs/7), the JSON report `report.json`, the job log."),
+                "{targets}x{failures}@{limit}: {md}"
             );
         }
     }
 
     #[test]
-    fn truncation_drops_whole_sections() {
-        let r = big_report(50, 20);
-        let md = to_markdown(&r, COMMENT_LIMIT);
-        // The table is whole: every target has its row.
-        for i in 0..50 {
-            assert!(md.contains(&format!("| cluster-{i:03} |")));
-        }
-        // Shown sections are complete: each one that starts has its last failure line.
-        let shown = md.matches("\n#### ").count();
-        assert!(shown > 0 && shown < 50, "{shown}");
-        assert_eq!(md.matches("- and 10 more").count(), shown);
-        assert!(md.contains(&format!("{} section(s) left out", 50 - shown)));
+    fn events_go_before_pod_lines() {
+        // One target, 200 failing pods: events are cut first, then pod lines.
+        let md = to_markdown(&big_report(1, 200), &options(COMMENT_LIMIT));
+        assert!(!md.contains("event: event"), "events should be cut first");
+        let shown = md.matches("pod `web-").count();
+        // Events are counted for the pods shown; a cut pod line takes its events along.
+        assert!(
+            md.contains(&format!("{} older Warning event(s)", shown * 20)),
+            "{md}"
+        );
+        assert!(shown > 10 && shown < 200, "{shown}");
+        assert!(md.contains(&format!("{} failing pod/container line(s)", 200 - shown)));
+        assert!(md.contains(&format!("- and {} more", 200 - shown)));
+        // The timeline survives a cut of details.
+        assert!(md.contains("```mermaid"));
     }
 
     #[test]
-    fn small_reports_are_not_truncated() {
-        let md = to_markdown(&big_report(3, 2), STEP_SUMMARY_LIMIT);
-        assert!(!md.contains("truncated"));
-        // Only the last EVENTS_PER_FAILURE events are shown.
-        assert!(md.contains("event: event 19") && !md.contains("event: event 14\n"));
+    fn oldest_events_are_cut_first() {
+        // Just over the limit: only some events go, and those are the oldest.
+        let r = big_report(3, 2);
+        let full = to_markdown(&r, &options(STEP_SUMMARY_LIMIT));
+        assert!(!full.contains("Cut to stay"));
+        assert!(full.contains("event: event 0\n") && full.contains("event: event 19\n"));
+        let md = to_markdown(&r, &options(full.len() - 1));
+        assert!(
+            md.contains("event: event 19\n") && !md.contains("event: event 0\n"),
+            "{md}"
+        );
+        assert!(md.contains("older Warning event(s)"));
+    }
+
+    #[test]
+    fn table_is_whole_when_sections_go() {
+        let md = to_markdown(&big_report(50, 20), &options(COMMENT_LIMIT));
+        for i in 0..50 {
+            assert!(md.contains(&format!("| cluster-{i:03} |")));
+        }
+    }
+
+    #[test]
+    fn largest_fitting_table() {
+        assert_eq!(largest_fitting(10, |k| k <= 4), Some(4));
+        assert_eq!(largest_fitting(10, |_| true), Some(10));
+        assert_eq!(largest_fitting(10, |_| false), None);
+        assert_eq!(largest_fitting(0, |_| true), Some(0));
     }
 }

@@ -4,6 +4,7 @@
 //! comment and step summary (`to_markdown`), the terminal's final table (`to_table`) and the
 //! exit code. It carries no object bodies, so Secret values cannot leak through it.
 
+pub mod escape;
 mod json;
 mod markdown;
 mod model;
@@ -12,6 +13,8 @@ pub mod redact;
 mod terminal;
 
 pub use json::{report_schema, to_json};
-pub use markdown::{COMMENT_LIMIT, STEP_SUMMARY_LIMIT, marker, to_markdown};
+pub use markdown::{
+    COMMENT_LIMIT, FullReport, MarkdownOptions, STEP_SUMMARY_LIMIT, icon, to_markdown,
+};
 pub use model::*;
 pub use terminal::to_table;

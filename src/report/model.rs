@@ -446,39 +446,21 @@ pub fn summary_line(report: &Report) -> String {
     line
 }
 
-/// Step outputs for `$GITHUB_OUTPUT`: `outcome`, `summary`, `exit_code`, and per outcome the
-/// comma-separated target names (`deployed`, `failed`, `rolled_back`, `rollback_failed`,
-/// `skipped`, `cancelled`). Values never span lines, so plain `name=value` lines suffice.
-pub fn github_outputs(report: &Report) -> String {
-    let one_line = |s: &str| s.replace(['\r', '\n'], " ");
-    let names = |o: TargetOutcome| {
-        report
-            .targets
-            .iter()
-            .filter(|t| t.outcome == o)
-            .map(|t| one_line(&t.name))
-            .collect::<Vec<_>>()
-            .join(",")
-    };
-    let mut out = String::new();
-    out.push_str(&format!("outcome={}\n", report.outcome));
-    out.push_str(&format!("summary={}\n", one_line(&report.summary)));
-    out.push_str(&format!("exit_code={}\n", exit_code(report)));
-    for (key, outcome) in [
-        ("deployed", TargetOutcome::Deployed),
-        ("failed", TargetOutcome::Failed),
-        ("rolled_back", TargetOutcome::RolledBack),
-        ("rollback_failed", TargetOutcome::RollbackFailed),
-        ("skipped", TargetOutcome::Skipped),
-        ("cancelled", TargetOutcome::Cancelled),
-    ] {
-        out.push_str(&format!("{key}={}\n", names(outcome)));
-    }
-    out
-}
-
 fn first_line(text: &str) -> String {
     text.lines().next().unwrap_or("").trim().to_string()
+}
+
+/// Cuts text to at most `limit` bytes, on a char boundary (a last-resort guard for bodies
+/// with a byte limit).
+pub fn cut_to(mut text: String, limit: usize) -> String {
+    if text.len() > limit {
+        let mut end = limit;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
 }
 
 /// Cuts text to at most `max` characters, marking the cut with an ellipsis.
@@ -649,18 +631,6 @@ pub(crate) mod tests {
         assert!(line.starts_with("5 failed; t0: xxx"), "{line}");
         assert!(line.ends_with("; and 2 more"), "{line}");
         assert!(line.chars().count() < 500, "{}", line.len());
-    }
-
-    #[test]
-    fn github_outputs_lines() {
-        let mut us = target("us", Failed);
-        us.message = Some("line one\nline two".into());
-        let r = report(vec![target("eu", Deployed), us, target("ap", Deployed)]);
-        assert_eq!(
-            github_outputs(&r),
-            "outcome=failed\nsummary=deployed to 2 of 3, 1 failed; us: line one\nexit_code=1\n\
-             deployed=eu,ap\nfailed=us\nrolled_back=\nrollback_failed=\nskipped=\ncancelled=\n"
-        );
     }
 
     #[test]

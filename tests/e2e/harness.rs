@@ -139,6 +139,11 @@ impl TestEnv {
     /// Runs `rollguard deploy --config <dir>/rollguard.yaml --kubeconfig <kc> --report <r>`
     /// plus `extra`, with a clean environment (no KUBECONFIG, no GITHUB_*, no TTY).
     pub async fn deploy(&self, extra: &[&str]) -> Run {
+        self.deploy_with_env(extra, &[]).await
+    }
+
+    /// `deploy` with extra environment variables (GITHUB_* for the GitHub tests).
+    pub async fn deploy_with_env(&self, extra: &[&str], env: &[(&str, &str)]) -> Run {
         let report = self.path("report.json");
         let _ = std::fs::remove_file(&report);
         let mut args: Vec<String> = vec![
@@ -151,7 +156,7 @@ impl TestEnv {
             report.display().to_string(),
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
-        let mut run = rollguard(&args, self.dir.path(), &[]).await;
+        let mut run = rollguard(&args, self.dir.path(), env).await;
         run.report = std::fs::read_to_string(&report)
             .ok()
             .and_then(|t| serde_json::from_str(&t).ok());

@@ -7,6 +7,8 @@ mod apply;
 mod concurrency;
 mod deploy;
 mod failures;
+mod fake_github;
+mod github;
 mod harness;
 mod input;
 mod real;

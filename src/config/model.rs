@@ -1,0 +1,382 @@
+//! The configuration as rollguard uses it: `Config` and its parts (targets, wait and fail-fast
+//! rules, history, policies, lock, stages), their defaults, and the issues a bad config has.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use super::names::nearest;
+
+/// The default config file name, looked up in the current directory.
+pub const DEFAULT_CONFIG_FILE: &str = "rollguard.yaml";
+
+/// Pod waiting reasons that fail a target (ErrImagePull only after its grace).
+pub const DEFAULT_FAIL_FAST_REASONS: &[&str] = &[
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "CrashLoopBackOff",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "InvalidImageName",
+    "RunContainerError",
+    "ErrImageNeverPull",
+];
+
+/// The validated configuration of one run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// The app's name, a DNS label; names the release history and lock.
+    pub app: String,
+    /// Default namespace for namespaced objects without one.
+    pub namespace: Option<String>,
+    pub manifests: ManifestSource,
+    /// The targets to deploy to, after `--context` selection.
+    pub targets: Vec<TargetConfig>,
+    pub wait: WaitConfig,
+    /// Targets processed at once.
+    pub concurrency: usize,
+    pub history: HistoryConfig,
+    pub on_failure: FailurePolicy,
+    pub on_cancel: CancelPolicy,
+    pub rollback: RollbackConfig,
+    pub lock: LockConfig,
+    pub github: GithubConfig,
+    /// The stages of a deploy in order: `apply` once, script stages around it.
+    pub pipeline: Vec<super::PipelineStage>,
+    /// Folder of the config file; manifest paths and render commands are relative to it.
+    pub base_dir: PathBuf,
+    /// The config file's path as given, for messages.
+    pub source: PathBuf,
+    /// Global kubeconfig from `--kubeconfig` / `ROLLGUARD_KUBECONFIG` / `INPUT_KUBECONFIG`
+    /// (None: `$KUBECONFIG` or `~/.kube/config`, as kubectl does).
+    pub kubeconfig: Option<PathBuf>,
+}
+
+impl Config {
+    /// The default namespace on `target`: its own `namespace`, else the app's.
+    pub fn namespace_for<'a>(&'a self, target: &'a TargetConfig) -> Option<&'a str> {
+        target.namespace.as_deref().or(self.namespace.as_deref())
+    }
+
+    /// The namespace for namespaced objects without one on `target`: the target's
+    /// `namespace`, else the app's, else the kubeconfig context's.
+    pub fn default_namespace(&self, target: &TargetConfig, context_namespace: &str) -> String {
+        self.namespace_for(target)
+            .unwrap_or(context_namespace)
+            .to_string()
+    }
+
+    /// The one rule for where the app's release records and lock live on `target`:
+    /// `history.namespace`, else the app's namespace there ([`Config::default_namespace`]).
+    pub fn history_namespace(&self, target: &TargetConfig, context_namespace: &str) -> String {
+        match &self.history.namespace {
+            Some(namespace) => namespace.clone(),
+            None => self.default_namespace(target, context_namespace),
+        }
+    }
+
+    /// The rollback's own timeout (default: the wait timeout).
+    pub fn rollback_timeout(&self) -> Duration {
+        self.rollback.timeout.unwrap_or(self.wait.timeout)
+    }
+}
+
+/// Where the manifests come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ManifestSource {
+    /// Files, folders and globs, relative to `base_dir`.
+    Paths(Vec<String>),
+    /// A command run with `sh -c` in `base_dir`; its stdout is the manifests.
+    Render { command: String },
+}
+
+/// One cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetConfig {
+    /// Name used in every report.
+    pub name: String,
+    /// A context of the kubeconfig (global, or this target's own).
+    pub context: Option<String>,
+    /// This target's kubeconfig file, relative paths resolved against `base_dir`.
+    pub kubeconfig: Option<PathBuf>,
+    /// An environment variable holding a whole kubeconfig (raw YAML or base64).
+    pub kubeconfig_env: Option<String>,
+    /// Overrides `Config::namespace` on this target.
+    pub namespace: Option<String>,
+    /// The GitHub environment of this target's deployment (default `<app>/<name>`).
+    pub environment: Option<String>,
+    /// Line of this target in the config file (0 when unknown), for messages.
+    pub line: usize,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct WaitConfig {
+    /// Deadline per target for apply + rollout (default 5m).
+    pub timeout: Duration,
+    pub fail_fast: FailFastConfig,
+}
+
+impl Default for WaitConfig {
+    fn default() -> Self {
+        WaitConfig {
+            timeout: Duration::from_secs(300),
+            fail_fast: FailFastConfig::default(),
+        }
+    }
+}
+
+/// Which pod problems fail a target before its deadline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FailFastConfig {
+    /// Container waiting reasons that fail the target (see `DEFAULT_FAIL_FAST_REASONS`).
+    pub reasons: Vec<String>,
+    /// How long ErrImagePull may persist before it fails the target (10s).
+    pub err_image_pull_grace: Duration,
+    /// CrashLoopBackOff fails once restartCount reaches this (2).
+    pub crash_loop_restarts: i32,
+    pub unschedulable: UnschedulablePolicy,
+    /// With `unschedulable: fail`, how long a pod may stay unschedulable (default 60s).
+    pub unschedulable_grace: Duration,
+}
+
+impl Default for FailFastConfig {
+    fn default() -> Self {
+        FailFastConfig {
+            reasons: DEFAULT_FAIL_FAST_REASONS
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            err_image_pull_grace: Duration::from_secs(10),
+            crash_loop_restarts: 2,
+            unschedulable: UnschedulablePolicy::Warn,
+            unschedulable_grace: Duration::from_secs(60),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UnschedulablePolicy {
+    /// Report a warning and keep waiting (cluster autoscalers take minutes).
+    #[default]
+    Warn,
+    /// Fail the target once the grace has passed.
+    Fail,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryConfig {
+    /// Namespace of the release records (default: the app's namespace).
+    pub namespace: Option<String>,
+    /// Records kept per app and target (10, at least 1).
+    pub keep: usize,
+}
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        HistoryConfig {
+            namespace: None,
+            keep: 10,
+        }
+    }
+}
+
+/// What happens across targets when one fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FailurePolicy {
+    /// Every target that received the new revision rolls back.
+    #[default]
+    RollbackAll,
+    /// Only failed targets roll back.
+    RollbackFailed,
+    /// Roll back only when every target failed; a partial failure stays as it is.
+    RollbackIfAllFail,
+    /// Never roll back.
+    None,
+}
+
+impl FailurePolicy {
+    pub const ALL: [FailurePolicy; 4] = [
+        FailurePolicy::RollbackAll,
+        FailurePolicy::RollbackFailed,
+        FailurePolicy::RollbackIfAllFail,
+        FailurePolicy::None,
+    ];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailurePolicy::RollbackAll => "rollback-all",
+            FailurePolicy::RollbackFailed => "rollback-failed",
+            FailurePolicy::RollbackIfAllFail => "rollback-if-all-fail",
+            FailurePolicy::None => "none",
+        }
+    }
+}
+
+impl fmt::Display for FailurePolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for FailurePolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let wanted = s.trim().to_ascii_lowercase().replace('_', "-");
+        FailurePolicy::ALL
+            .into_iter()
+            .find(|p| p.as_str() == wanted)
+            .ok_or_else(|| one_of_message(s, &FailurePolicy::ALL.map(FailurePolicy::as_str)))
+    }
+}
+
+/// `FailurePolicy::from_str` without the message (for flag parsers that report their own).
+pub fn parse_failure_policy(s: &str) -> Option<FailurePolicy> {
+    s.parse().ok()
+}
+
+/// What happens on SIGINT/SIGTERM to targets that received the new revision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CancelPolicy {
+    #[default]
+    Rollback,
+    Leave,
+}
+
+impl CancelPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CancelPolicy::Rollback => "rollback",
+            CancelPolicy::Leave => "leave",
+        }
+    }
+}
+
+impl fmt::Display for CancelPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for CancelPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "rollback" => Ok(CancelPolicy::Rollback),
+            "leave" => Ok(CancelPolicy::Leave),
+            _ => Err(one_of_message(s, &["rollback", "leave"])),
+        }
+    }
+}
+
+impl FromStr for UnschedulablePolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "warn" => Ok(UnschedulablePolicy::Warn),
+            "fail" => Ok(UnschedulablePolicy::Fail),
+            _ => Err(one_of_message(s, &["warn", "fail"])),
+        }
+    }
+}
+
+fn one_of_message(got: &str, choices: &[&str]) -> String {
+    let mut msg = format!("{got:?} is not one of {}", choices.join(", "));
+    if let Some(near) = nearest(got, choices) {
+        msg.push_str(&format!("; did you mean {near:?}?"));
+    }
+    msg
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RollbackConfig {
+    /// Deadline of a rollback's rollout (default: `wait.timeout`).
+    pub timeout: Option<Duration>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockConfig {
+    /// How long to wait for another run's lock (2m).
+    pub timeout: Duration,
+}
+
+impl Default for LockConfig {
+    fn default() -> Self {
+        LockConfig {
+            timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+/// The GitHub sink (`github:`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GithubConfig {
+    /// One GitHub deployment per target, with its statuses (default false).
+    pub deployments: bool,
+    /// All GitHub calls of a run together, retries included (default 30s).
+    pub timeout: Duration,
+}
+
+impl Default for GithubConfig {
+    fn default() -> Self {
+        GithubConfig {
+            deployments: false,
+            timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A command of a script stage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScriptCommand {
+    /// Run with `sh -c`.
+    Shell(String),
+    /// Run directly, no shell.
+    Argv(Vec<String>),
+}
+
+/// One problem with the configuration, located as precisely as possible.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigIssue {
+    /// "rollguard.yaml:7", "rollguard.yaml", "--timeout" or "$ROLLGUARD_TIMEOUT".
+    pub location: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigIssue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.location, self.message)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error(
+        "cannot read config file {}: {source} (pass --config PATH, or create rollguard.yaml; `rollguard schema` describes it)",
+        path.display()
+    )]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}", issues_text(.0))]
+    Invalid(Vec<ConfigIssue>),
+}
+
+impl ConfigError {
+    /// The individual problems (empty for a read error).
+    pub fn issues(&self) -> &[ConfigIssue] {
+        match self {
+            ConfigError::Invalid(issues) => issues,
+            ConfigError::Read { .. } => &[],
+        }
+    }
+}
+
+fn issues_text(issues: &[ConfigIssue]) -> String {
+    issues
+        .iter()
+        .map(ConfigIssue::to_string)
+        .collect::<Vec<_>>()
+        .join("\n")
+}

@@ -1,0 +1,602 @@
+//! rollguard.yaml -> `Config`: the file is walked by hand over a line-aware YAML tree (not
+//! derived serde) so that every error names file and line, unknown keys suggest the nearest
+//! known key, and all problems are reported at once. The accepted keys are the `*_KEYS` lists
+//! below; the JSON Schema is checked against them by a test.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use super::model::*;
+use super::names::{dns_label_problem, nearest, target_name_problem};
+use super::overrides::{Overrides, apply_overrides, env_setting};
+use crate::util::duration::parse_duration;
+use crate::util::yaml::{self, Node, Tree};
+
+pub(super) const TOP_KEYS: &[&str] = &[
+    "app",
+    "namespace",
+    "manifests",
+    "render",
+    "targets",
+    "wait",
+    "concurrency",
+    "history",
+    "on_failure",
+    "on_cancel",
+    "rollback",
+    "lock",
+    "pipeline",
+    "github",
+];
+/// Keys that were accepted once and are now refused with a pointer to their replacement.
+const RETIRED_TOP_KEYS: &[&str] = &["stages"];
+pub(super) const TARGET_KEYS: &[&str] = &[
+    "name",
+    "context",
+    "kubeconfig",
+    "kubeconfig_env",
+    "namespace",
+    "environment",
+];
+pub(super) const WAIT_KEYS: &[&str] = &["timeout", "fail_fast"];
+pub(super) const FAIL_FAST_KEYS: &[&str] = &[
+    "reasons",
+    "err_image_pull_grace",
+    "crash_loop_restarts",
+    "unschedulable",
+    "unschedulable_grace",
+];
+pub(super) const HISTORY_KEYS: &[&str] = &["namespace", "keep"];
+pub(super) const ROLLBACK_KEYS: &[&str] = &["timeout"];
+pub(super) const LOCK_KEYS: &[&str] = &["timeout"];
+pub(super) const GITHUB_KEYS: &[&str] = &["deployments", "timeout"];
+
+/// The config file to read: the flag, else `ROLLGUARD_CONFIG`, else `INPUT_CONFIG`, else
+/// `./rollguard.yaml`.
+pub fn config_path(flag: Option<&Path>, env: &dyn Fn(&str) -> Option<String>) -> PathBuf {
+    flag.map(Path::to_path_buf)
+        .or_else(|| env_setting(env, "CONFIG").map(|(v, _)| PathBuf::from(v)))
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_FILE))
+}
+
+/// Reads, validates and overrides the config file at `path`.
+pub fn load(
+    path: &Path,
+    overrides: &Overrides,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse(&text, path, overrides, env)
+}
+
+/// Validates config text as if read from `source` (its folder is the base dir).
+pub fn parse(
+    text: &str,
+    source: &Path,
+    overrides: &Overrides,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
+    let base_dir = match source.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let mut ctx = Ctx {
+        file: source.display().to_string(),
+        issues: Vec::new(),
+    };
+    let root = match yaml::parse_single(text) {
+        Ok(root) => root,
+        Err(e) => {
+            ctx.at(e.line, format!("not valid YAML: {}", e.message));
+            return Err(ConfigError::Invalid(ctx.issues));
+        }
+    };
+    let mut config = ctx.config(&root, base_dir, source.to_path_buf());
+    apply_overrides(&mut ctx.issues, &mut config, overrides, env);
+    if ctx.issues.is_empty() {
+        Ok(config)
+    } else {
+        Err(ConfigError::Invalid(ctx.issues))
+    }
+}
+
+/// Collects issues while walking the tree.
+pub(super) struct Ctx {
+    file: String,
+    issues: Vec<ConfigIssue>,
+}
+
+impl Ctx {
+    pub(super) fn at(&mut self, line: usize, message: impl Into<String>) {
+        let location = if line > 0 {
+            format!("{}:{line}", self.file)
+        } else {
+            self.file.clone()
+        };
+        self.issues.push(ConfigIssue {
+            location,
+            message: message.into(),
+        });
+    }
+
+    /// Reports keys not in `allowed`, suggesting the nearest one. Returns the entries.
+    pub(super) fn mapping<'a>(
+        &mut self,
+        node: &'a Node,
+        section: &str,
+        allowed: &[&str],
+    ) -> Option<&'a [(Node, Node)]> {
+        match &node.value {
+            Tree::Map(entries) => {
+                for (key, _) in entries {
+                    let name = key.key_text();
+                    if !allowed.contains(&name.as_str()) {
+                        let mut msg = format!("unknown key {name:?} in {section}");
+                        match nearest(&name, allowed) {
+                            Some(near) => msg.push_str(&format!("; did you mean {near:?}?")),
+                            None => msg.push_str(&format!(" (known keys: {})", allowed.join(", "))),
+                        }
+                        self.at(key.line, msg);
+                    }
+                }
+                Some(entries)
+            }
+            Tree::Null => None,
+            other => {
+                self.at(
+                    node.line,
+                    format!("{section} must be a mapping, not {}", other.kind_name()),
+                );
+                None
+            }
+        }
+    }
+
+    /// A scalar as text; null is "not set".
+    pub(super) fn text(&mut self, node: Option<&Node>, what: &str) -> Option<(String, usize)> {
+        let node = node?;
+        let text = match &node.value {
+            Tree::Null => return None,
+            Tree::Str(s) => s.clone(),
+            Tree::Seq(_) | Tree::Map(_) => {
+                self.at(
+                    node.line,
+                    format!("{what} must be a string, not {}", node.value.kind_name()),
+                );
+                return None;
+            }
+            _ => node.key_text(),
+        };
+        Some((text, node.line))
+    }
+
+    pub(super) fn duration(&mut self, node: Option<&Node>, what: &str) -> Option<Duration> {
+        let node = node?;
+        let parsed = match &node.value {
+            Tree::Null => return None,
+            Tree::Int(i) if *i >= 0 => Ok(Duration::from_secs(i.unsigned_abs())),
+            Tree::UInt(u) => Ok(Duration::from_secs(*u)),
+            Tree::Str(s) => parse_duration(s).map_err(|e| e.to_string()),
+            other => Err(format!(
+                "must be a duration like \"90s\" or \"5m\", not {}",
+                other.kind_name()
+            )),
+        };
+        match parsed {
+            Ok(d) => Some(d),
+            Err(e) => {
+                self.at(node.line, format!("{what}: {e}"));
+                None
+            }
+        }
+    }
+
+    fn integer(&mut self, node: Option<&Node>, what: &str, min: i64) -> Option<i64> {
+        let node = node?;
+        let value = match &node.value {
+            Tree::Null => return None,
+            Tree::Int(i) => Some(*i),
+            Tree::UInt(u) => i64::try_from(*u).ok(),
+            Tree::Str(s) => s.trim().parse::<i64>().ok(),
+            _ => None,
+        };
+        match value {
+            Some(v) if v >= min => Some(v),
+            Some(v) => {
+                self.at(node.line, format!("{what} must be at least {min}, not {v}"));
+                None
+            }
+            None => {
+                self.at(
+                    node.line,
+                    format!("{what} must be an integer, not {}", node.value.kind_name()),
+                );
+                None
+            }
+        }
+    }
+
+    fn parsed<T: FromStr<Err = String>>(&mut self, node: Option<&Node>, what: &str) -> Option<T> {
+        let (text, line) = self.text(node, what)?;
+        match text.parse() {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.at(line, format!("{what}: {e}"));
+                None
+            }
+        }
+    }
+
+    fn dns_label(&mut self, node: Option<&Node>, what: &str) -> Option<String> {
+        let (text, line) = self.text(node, what)?;
+        match dns_label_problem(&text) {
+            None => Some(text),
+            Some(problem) => {
+                self.at(line, format!("{what} {text:?} {problem}"));
+                None
+            }
+        }
+    }
+
+    pub(super) fn strings(
+        &mut self,
+        node: Option<&Node>,
+        what: &str,
+    ) -> Option<Vec<(String, usize)>> {
+        let node = node?;
+        match &node.value {
+            Tree::Null => None,
+            Tree::Seq(items) => Some(
+                items
+                    .iter()
+                    .filter_map(|item| self.text(Some(item), what))
+                    .collect(),
+            ),
+            _ => self.text(Some(node), what).map(|t| vec![t]),
+        }
+    }
+
+    pub(super) fn command(&mut self, node: Option<&Node>, what: &str) -> Option<ScriptCommand> {
+        let node = node?;
+        match &node.value {
+            Tree::Null => None,
+            Tree::Seq(items) => {
+                let argv: Vec<String> = items
+                    .iter()
+                    .filter_map(|i| self.text(Some(i), what).map(|(t, _)| t))
+                    .collect();
+                if argv.is_empty() {
+                    self.at(node.line, format!("{what} must not be an empty list"));
+                    return None;
+                }
+                Some(ScriptCommand::Argv(argv))
+            }
+            _ => {
+                let (text, line) = self.text(Some(node), what)?;
+                if text.trim().is_empty() {
+                    self.at(line, format!("{what} must not be empty"));
+                    return None;
+                }
+                Some(ScriptCommand::Shell(text))
+            }
+        }
+    }
+
+    fn config(&mut self, root: &Node, base_dir: PathBuf, source: PathBuf) -> Config {
+        let mut config = Config {
+            app: String::new(),
+            namespace: None,
+            manifests: ManifestSource::Paths(Vec::new()),
+            targets: Vec::new(),
+            wait: WaitConfig::default(),
+            concurrency: 64,
+            history: HistoryConfig::default(),
+            on_failure: FailurePolicy::default(),
+            on_cancel: CancelPolicy::default(),
+            rollback: RollbackConfig::default(),
+            lock: LockConfig::default(),
+            github: GithubConfig::default(),
+            pipeline: super::default_pipeline(),
+            base_dir,
+            source,
+            kubeconfig: None,
+        };
+        if matches!(root.value, Tree::Null) {
+            self.at(
+                0,
+                "the file is empty: it needs at least `app`, `manifests` and `targets`",
+            );
+            return config;
+        }
+        let top_keys: Vec<&str> = TOP_KEYS.iter().chain(RETIRED_TOP_KEYS).copied().collect();
+        if self.mapping(root, "the top level", &top_keys).is_none() {
+            return config;
+        }
+        let get = |key: &str| root.get(key);
+
+        match self.dns_label(get("app"), "app") {
+            Some(app) => config.app = app,
+            None if get("app").is_none() => self.at(
+                0,
+                "missing required key \"app\" (the app's name, e.g. `app: shop`)",
+            ),
+            None => {}
+        }
+        config.namespace = self.dns_label(get("namespace"), "namespace");
+
+        let paths = self.strings(get("manifests"), "manifests entry");
+        let render = self.text(get("render"), "render");
+        match (paths, render) {
+            (Some(_), Some((_, line))) => self.at(
+                line,
+                "use either `manifests` (files, folders, globs) or `render` (a command), not both",
+            ),
+            (Some(paths), None) => {
+                if paths.is_empty() {
+                    self.at(
+                        get("manifests").map_or(0, |n| n.line),
+                        "manifests must list at least one file, folder or glob",
+                    );
+                }
+                for (p, line) in &paths {
+                    if p.trim().is_empty() {
+                        self.at(*line, "manifests entry must not be empty");
+                    }
+                }
+                config.manifests = ManifestSource::Paths(paths.into_iter().map(|(p, _)| p).collect());
+            }
+            (None, Some((command, line))) => {
+                if command.trim().is_empty() {
+                    self.at(line, "render must not be empty");
+                }
+                config.manifests = ManifestSource::Render { command };
+            }
+            (None, None) => self.at(
+                0,
+                "missing required key \"manifests\" (e.g. `manifests: [k8s/]`) or \"render\" (e.g. `render: kustomize build k8s`)",
+            ),
+        }
+
+        config.targets = self.targets(get("targets"));
+        // A target's kubeconfig file is relative to the config file, like the manifests.
+        for t in &mut config.targets {
+            if let Some(k) = &t.kubeconfig
+                && k.is_relative()
+                && config.base_dir != Path::new(".")
+            {
+                t.kubeconfig = Some(config.base_dir.join(k));
+            }
+        }
+
+        if let Some(wait) = get("wait")
+            && self.mapping(wait, "wait", WAIT_KEYS).is_some()
+        {
+            if let Some(t) = self.duration(wait.get("timeout"), "wait.timeout") {
+                config.wait.timeout = t;
+            }
+            if let Some(ff) = wait.get("fail_fast") {
+                config.wait.fail_fast = self.fail_fast(ff);
+            }
+        }
+        if let Some(c) = self.integer(get("concurrency"), "concurrency", 1) {
+            config.concurrency = usize::try_from(c).unwrap_or(usize::MAX);
+        }
+        if let Some(history) = get("history")
+            && self.mapping(history, "history", HISTORY_KEYS).is_some()
+        {
+            config.history.namespace =
+                self.dns_label(history.get("namespace"), "history.namespace");
+            if let Some(keep) = self.integer(history.get("keep"), "history.keep", 1) {
+                config.history.keep = usize::try_from(keep).unwrap_or(usize::MAX);
+            }
+        }
+        if let Some(p) = self.parsed(get("on_failure"), "on_failure") {
+            config.on_failure = p;
+        }
+        if let Some(p) = self.parsed(get("on_cancel"), "on_cancel") {
+            config.on_cancel = p;
+        }
+        if let Some(rb) = get("rollback")
+            && self.mapping(rb, "rollback", ROLLBACK_KEYS).is_some()
+        {
+            config.rollback.timeout = self.duration(rb.get("timeout"), "rollback.timeout");
+        }
+        if let Some(lock) = get("lock")
+            && self.mapping(lock, "lock", LOCK_KEYS).is_some()
+            && let Some(t) = self.duration(lock.get("timeout"), "lock.timeout")
+        {
+            config.lock.timeout = t;
+        }
+        if let Some(github) = get("github")
+            && self.mapping(github, "github", GITHUB_KEYS).is_some()
+        {
+            if let Some(on) = self.boolean(github.get("deployments"), "github.deployments") {
+                config.github.deployments = on;
+            }
+            if let Some(t) = self.positive_duration(github.get("timeout"), "github.timeout") {
+                config.github.timeout = t;
+            }
+        }
+        // The key's own line: its value (a list) starts on the next one.
+        if let Tree::Map(entries) = &root.value
+            && let Some((key, _)) = entries.iter().find(|(k, _)| k.key_text() == "stages")
+        {
+            self.old_stages_key(key);
+        }
+        config.pipeline = self.pipeline(get("pipeline"), &config.base_dir);
+        config
+    }
+
+    fn targets(&mut self, node: Option<&Node>) -> Vec<TargetConfig> {
+        let Some(node) = node else {
+            self.at(
+                0,
+                "missing required key \"targets\" (a list of clusters: `- name: eu` with `context: ...`)",
+            );
+            return Vec::new();
+        };
+        let items = match &node.value {
+            Tree::Seq(items) if !items.is_empty() => items,
+            Tree::Seq(_) | Tree::Null => {
+                self.at(node.line, "targets must list at least one target");
+                return Vec::new();
+            }
+            other => {
+                self.at(
+                    node.line,
+                    format!("targets must be a list, not {}", other.kind_name()),
+                );
+                return Vec::new();
+            }
+        };
+        let mut targets = Vec::new();
+        let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+        for (index, item) in items.iter().enumerate() {
+            let what = format!("targets[{index}]");
+            if self.mapping(item, &what, TARGET_KEYS).is_none() {
+                if matches!(item.value, Tree::Null) {
+                    self.at(item.line, format!("{what} is empty"));
+                }
+                continue;
+            }
+            let name = match self.text(item.get("name"), "target name") {
+                Some((name, line)) => {
+                    if let Some(problem) = target_name_problem(&name) {
+                        self.at(line, format!("target name {name:?} {problem}"));
+                    } else if let Some(first) = seen.get(&name) {
+                        self.at(
+                            line,
+                            format!("duplicate target name {name:?} (first at line {first}); names must be unique"),
+                        );
+                    } else {
+                        seen.insert(name.clone(), line);
+                    }
+                    name
+                }
+                None => {
+                    self.at(
+                        item.line,
+                        format!("{what} needs a `name` (used in every report)"),
+                    );
+                    String::new()
+                }
+            };
+            let label = if name.is_empty() {
+                what.clone()
+            } else {
+                format!("target {name:?}")
+            };
+            let context = self.text(item.get("context"), "context").map(|(t, _)| t);
+            let kubeconfig = self
+                .text(item.get("kubeconfig"), "kubeconfig")
+                .map(|(t, _)| PathBuf::from(t));
+            let kubeconfig_env = self
+                .text(item.get("kubeconfig_env"), "kubeconfig_env")
+                .map(|(t, _)| t);
+            if kubeconfig.is_some() && kubeconfig_env.is_some() {
+                self.at(
+                    item.line,
+                    format!("{label}: set `kubeconfig` or `kubeconfig_env`, not both"),
+                );
+            }
+            if context.is_none() && kubeconfig.is_none() && kubeconfig_env.is_none() {
+                self.at(
+                    item.line,
+                    format!(
+                        "{label} needs one of `context` (a context of --kubeconfig / $KUBECONFIG), \
+                         `kubeconfig` (a file) or `kubeconfig_env` (an environment variable holding a kubeconfig)"
+                    ),
+                );
+            }
+            if let Some(var) = &kubeconfig_env
+                && !var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            {
+                self.at(
+                    item.line,
+                    format!(
+                        "{label}: kubeconfig_env must be an environment variable name, not {var:?}"
+                    ),
+                );
+            }
+            let namespace = self.dns_label(item.get("namespace"), "target namespace");
+            let environment =
+                self.text(item.get("environment"), "environment")
+                    .and_then(|(env, line)| {
+                        if env.trim().is_empty()
+                            || env.len() > 255
+                            || env.chars().any(char::is_control)
+                        {
+                            self.at(
+                                line,
+                                format!("{label}: environment must be a GitHub environment name (1 to 255 characters, one line)"),
+                            );
+                            None
+                        } else {
+                            Some(env)
+                        }
+                    });
+            targets.push(TargetConfig {
+                name,
+                context,
+                kubeconfig,
+                kubeconfig_env,
+                namespace,
+                environment,
+                line: item.line,
+            });
+        }
+        targets
+    }
+
+    fn fail_fast(&mut self, node: &Node) -> FailFastConfig {
+        let mut ff = FailFastConfig::default();
+        if self
+            .mapping(node, "wait.fail_fast", FAIL_FAST_KEYS)
+            .is_none()
+        {
+            return ff;
+        }
+        if let Some(reasons) = self.strings(node.get("reasons"), "wait.fail_fast.reasons entry") {
+            for (reason, line) in &reasons {
+                if !DEFAULT_FAIL_FAST_REASONS.contains(&reason.as_str())
+                    && let Some(near) = nearest(reason, DEFAULT_FAIL_FAST_REASONS)
+                    && near != reason
+                {
+                    self.at(
+                        *line,
+                        format!("unknown fail-fast reason {reason:?}; did you mean {near:?}?"),
+                    );
+                }
+            }
+            ff.reasons = reasons.into_iter().map(|(r, _)| r).collect();
+        }
+        if let Some(d) = self.duration(
+            node.get("err_image_pull_grace"),
+            "wait.fail_fast.err_image_pull_grace",
+        ) {
+            ff.err_image_pull_grace = d;
+        }
+        if let Some(n) = self.integer(
+            node.get("crash_loop_restarts"),
+            "wait.fail_fast.crash_loop_restarts",
+            0,
+        ) {
+            ff.crash_loop_restarts = i32::try_from(n).unwrap_or(i32::MAX);
+        }
+        if let Some(p) = self.parsed(node.get("unschedulable"), "wait.fail_fast.unschedulable") {
+            ff.unschedulable = p;
+        }
+        if let Some(d) = self.duration(
+            node.get("unschedulable_grace"),
+            "wait.fail_fast.unschedulable_grace",
+        ) {
+            ff.unschedulable_grace = d;
+        }
+        ff
+    }
+}

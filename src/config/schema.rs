@@ -1,0 +1,121 @@
+//! The JSON Schema (draft 2020-12) of rollguard.yaml, for `rollguard schema` and editors.
+
+use serde_json::{Value, json};
+
+use super::model::DEFAULT_FAIL_FAST_REASONS;
+
+/// JSON Schema (draft 2020-12) of rollguard.yaml, for `rollguard schema` and editors.
+pub fn json_schema() -> Value {
+    let duration = json!({
+        "description": "a duration: \"90s\", \"5m\", \"1h30m\", \"250ms\", or a number of seconds",
+        "anyOf": [
+            {"type": "string", "pattern": "^\\s*(\\d+|((\\d+(\\.\\d+)?)(ms|s|m|h|d))+)\\s*$"},
+            {"type": "integer", "minimum": 0}
+        ]
+    });
+    let dns_label = json!({
+        "type": "string",
+        "pattern": "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+    });
+    let command = json!({
+        "anyOf": [
+            {"type": "string", "minLength": 1, "description": "run with sh -c"},
+            {"type": "array", "items": {"type": "string"}, "minItems": 1, "description": "argv, no shell"}
+        ]
+    });
+    // Apart, so that the json! macro below stays within its recursion limit.
+    let github = json!({
+        "type": "object",
+        "additionalProperties": false,
+        "properties": {
+            "deployments": {"type": "boolean", "description": "one GitHub deployment per target, with in_progress/success/failure statuses (default false)"},
+            "timeout": {"description": "bound on all GitHub calls of a run, retries included (default 30s)", "allOf": [duration]}
+        }
+    });
+    let mut schema = json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "urn:rollguard:config:v1",
+        "title": "rollguard.yaml",
+        "description": "Deploy Kubernetes manifests to many clusters at once, fail fast, roll back by itself.",
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["app", "targets"],
+        "oneOf": [{"required": ["manifests"]}, {"required": ["render"]}],
+        "properties": {
+            "app": {"description": "the app's name (a DNS label); one release history per app and target", "allOf": [dns_label]},
+            "namespace": {"description": "default namespace for namespaced objects without one", "allOf": [dns_label]},
+            "manifests": {
+                "description": "files, folders (*.yaml, *.yml, *.json, recursively) and globs, relative to this file",
+                "anyOf": [
+                    {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
+                    {"type": "string", "minLength": 1}
+                ]
+            },
+            "render": {"type": "string", "minLength": 1, "description": "a command (sh -c, in this file's folder) whose stdout is the manifests, e.g. \"kustomize build k8s\""},
+            "targets": {
+                "type": "array",
+                "minItems": 1,
+                "items": {
+                    "type": "object",
+                    "additionalProperties": false,
+                    "required": ["name"],
+                    "anyOf": [{"required": ["context"]}, {"required": ["kubeconfig"]}, {"required": ["kubeconfig_env"]}],
+                    "not": {"required": ["kubeconfig", "kubeconfig_env"]},
+                    "properties": {
+                        "name": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,63}$", "description": "the name used in every report (unique)"},
+                        "context": {"type": "string", "description": "a context of --kubeconfig / $KUBECONFIG (or of this target's kubeconfig)"},
+                        "kubeconfig": {"type": "string", "description": "path of this target's kubeconfig file"},
+                        "kubeconfig_env": {"type": "string", "pattern": "^[A-Za-z0-9_]+$", "description": "environment variable holding a whole kubeconfig (raw or base64)"},
+                        "namespace": {"description": "default namespace on this target", "allOf": [dns_label]}
+                    }
+                }
+            },
+            "wait": {
+                "type": "object",
+                "additionalProperties": false,
+                "properties": {
+                    "timeout": {"description": "deadline per target (default 5m)", "allOf": [duration]},
+                    "fail_fast": {
+                        "type": "object",
+                        "additionalProperties": false,
+                        "properties": {
+                            "reasons": {"type": "array", "items": {"type": "string"}, "description": "container waiting reasons that fail a target", "default": DEFAULT_FAIL_FAST_REASONS},
+                            "err_image_pull_grace": {"description": "how long ErrImagePull may persist (default 10s)", "allOf": [duration]},
+                            "crash_loop_restarts": {"type": "integer", "minimum": 0, "default": 2, "description": "CrashLoopBackOff fails at this restart count"},
+                            "unschedulable": {"enum": ["warn", "fail"], "default": "warn"},
+                            "unschedulable_grace": {"description": "with unschedulable: fail, how long a pod may stay unschedulable (default 60s)", "allOf": [duration]}
+                        }
+                    }
+                }
+            },
+            "concurrency": {"type": "integer", "minimum": 1, "default": 64, "description": "targets at once"},
+            "history": {
+                "type": "object",
+                "additionalProperties": false,
+                "properties": {
+                    "namespace": {"description": "namespace of the release records (default: the app's namespace)", "allOf": [dns_label]},
+                    "keep": {"type": "integer", "minimum": 1, "default": 10}
+                }
+            },
+            "on_failure": {"enum": ["rollback-all", "rollback-failed", "rollback-if-all-fail", "none"], "default": "rollback-all"},
+            "on_cancel": {"enum": ["rollback", "leave"], "default": "rollback"},
+            "rollback": {
+                "type": "object",
+                "additionalProperties": false,
+                "properties": {"timeout": {"description": "deadline of a rollback (default: wait.timeout)", "allOf": [duration]}}
+            },
+            "lock": {
+                "type": "object",
+                "additionalProperties": false,
+                "properties": {"timeout": {"description": "how long to wait for another run's lock (default 2m)", "allOf": [duration]}}
+            },
+            "pipeline": super::pipeline::pipeline_schema(&duration, &command)
+        }
+    });
+    schema["properties"]["github"] = github;
+    schema["properties"]["targets"]["items"]["properties"]["environment"] = json!({
+        "type": "string", "minLength": 1, "maxLength": 255,
+        "description": "GitHub environment of this target's deployment (default <app>/<name>)"
+    });
+    schema
+}

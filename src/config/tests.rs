@@ -1,0 +1,557 @@
+//! Table tests of the config: parsing, overrides, names, the schema.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::parse::*;
+use super::*;
+
+fn no_env(_: &str) -> Option<String> {
+    None
+}
+
+fn parse_ok(text: &str) -> Config {
+    parse(
+        text,
+        Path::new("rollguard.yaml"),
+        &Overrides::default(),
+        &no_env,
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn errors(text: &str) -> Vec<String> {
+    match parse(
+        text,
+        Path::new("rollguard.yaml"),
+        &Overrides::default(),
+        &no_env,
+    ) {
+        Ok(_) => panic!("expected errors for:\n{text}"),
+        Err(e) => e.issues().iter().map(|i| i.to_string()).collect(),
+    }
+}
+
+const MINIMAL: &str = r#"app: shop
+namespace: shop            # default namespace for namespaced objects without one
+manifests: [k8s/]          # files, folders, globs; or `render: "kustomize build k8s"`,
+                           # a command whose stdout is the manifests
+targets:
+  - name: eu               # the name used in every report
+    context: sim-1         # a context of --kubeconfig / $KUBECONFIG
+  - name: us
+    kubeconfig_env: KUBECONFIG_US   # whole kubeconfig in an env var (raw or base64), as CI secrets hold it
+wait:
+  timeout: 5m
+"#;
+
+#[test]
+fn minimal_file_from_the_issue() {
+    let c = parse_ok(MINIMAL);
+    assert_eq!(c.app, "shop");
+    assert_eq!(c.namespace.as_deref(), Some("shop"));
+    assert_eq!(c.manifests, ManifestSource::Paths(vec!["k8s/".into()]));
+    assert_eq!(c.targets.len(), 2);
+    assert_eq!(c.targets[0].name, "eu");
+    assert_eq!(c.targets[0].context.as_deref(), Some("sim-1"));
+    assert_eq!(c.targets[0].line, 6);
+    assert_eq!(
+        c.targets[1].kubeconfig_env.as_deref(),
+        Some("KUBECONFIG_US")
+    );
+    assert_eq!(c.wait.timeout, Duration::from_secs(300));
+    assert_eq!(c.concurrency, 64);
+    assert_eq!(c.history.keep, 10);
+    assert_eq!(c.on_failure, FailurePolicy::RollbackAll);
+    assert_eq!(c.on_cancel, CancelPolicy::Rollback);
+    assert_eq!(c.lock.timeout, Duration::from_secs(120));
+    assert_eq!(c.rollback_timeout(), Duration::from_secs(300));
+    assert_eq!(c.history_namespace(&c.targets[0], "ctx"), "shop");
+    assert_eq!(c.history_namespace(&c.targets[1], "ctx"), "shop");
+    assert_eq!(c.wait.fail_fast, FailFastConfig::default());
+    assert_eq!(c.base_dir, PathBuf::from("."));
+    assert_eq!(c.pipeline, default_pipeline());
+}
+
+#[test]
+fn full_file() {
+    let c = parse_ok(
+        r#"
+app: shop
+render: "kustomize build k8s"
+targets:
+  - {name: eu, context: ctx-eu, namespace: shop-eu}
+  - {name: us, kubeconfig: clusters/us.yaml, context: admin, environment: production-us}
+wait:
+  timeout: 90s
+  fail_fast:
+    reasons: [ImagePullBackOff, CrashLoopBackOff]
+    err_image_pull_grace: 20s
+    crash_loop_restarts: 3
+    unschedulable: fail
+    unschedulable_grace: 2m
+concurrency: 4
+history: {namespace: rollguard-system, keep: 5}
+on_failure: rollback-if-all-fail
+on_cancel: leave
+rollback: {timeout: 3m}
+lock: {timeout: 30}
+github: {deployments: true, timeout: 10s}
+pipeline:
+  - script:
+      name: migrate
+      run: ["./migrate.sh", "--up"]
+      rollback: ./migrate.sh --down
+      timeout: 10m
+      env: {DB: main, RETRIES: 3}
+  - apply
+  - script: {name: smoke, run: curl -fsS https://shop.example.com/healthz}
+"#,
+    );
+    assert_eq!(
+        c.manifests,
+        ManifestSource::Render {
+            command: "kustomize build k8s".into()
+        }
+    );
+    assert_eq!(c.targets[0].namespace.as_deref(), Some("shop-eu"));
+    assert_eq!(c.targets[0].environment, None);
+    assert_eq!(c.targets[1].environment.as_deref(), Some("production-us"));
+    assert_eq!(
+        c.github,
+        GithubConfig {
+            deployments: true,
+            timeout: Duration::from_secs(10)
+        }
+    );
+    assert_eq!(
+        c.targets[1].kubeconfig,
+        Some(PathBuf::from("clusters/us.yaml"))
+    );
+    assert_eq!(c.wait.timeout, Duration::from_secs(90));
+    let ff = &c.wait.fail_fast;
+    assert_eq!(ff.reasons, vec!["ImagePullBackOff", "CrashLoopBackOff"]);
+    assert_eq!(ff.err_image_pull_grace, Duration::from_secs(20));
+    assert_eq!(ff.crash_loop_restarts, 3);
+    assert_eq!(ff.unschedulable, UnschedulablePolicy::Fail);
+    assert_eq!(ff.unschedulable_grace, Duration::from_secs(120));
+    assert_eq!(c.concurrency, 4);
+    assert_eq!(
+        c.history_namespace(&c.targets[1], "ctx"),
+        "rollguard-system"
+    );
+    assert_eq!(c.namespace_for(&c.targets[0]), Some("shop-eu"));
+    assert_eq!(c.namespace_for(&c.targets[1]), None);
+    assert_eq!(
+        c.history_namespace(&c.targets[0], "ctx"),
+        "rollguard-system"
+    );
+    assert_eq!(c.default_namespace(&c.targets[0], "ctx"), "shop-eu");
+    assert_eq!(c.default_namespace(&c.targets[1], "ctx"), "ctx");
+    assert_eq!(c.history.keep, 5);
+    assert_eq!(c.on_failure, FailurePolicy::RollbackIfAllFail);
+    assert_eq!(c.on_cancel, CancelPolicy::Leave);
+    assert_eq!(c.rollback_timeout(), Duration::from_secs(180));
+    assert_eq!(c.lock.timeout, Duration::from_secs(30));
+    assert_eq!(c.pipeline.len(), 3);
+    let scripts: Vec<&ScriptStage> = script_stages(&c.pipeline).collect();
+    let m = scripts[0];
+    assert_eq!(
+        m.run,
+        ScriptCommand::Argv(vec!["./migrate.sh".into(), "--up".into()])
+    );
+    assert_eq!(
+        m.rollback,
+        Some(ScriptCommand::Shell("./migrate.sh --down".into()))
+    );
+    assert_eq!(c.pipeline[1], PipelineStage::Apply);
+    assert_eq!(m.timeout, Duration::from_secs(600));
+    assert_eq!(m.env.get("RETRIES").map(String::as_str), Some("3"));
+    assert_eq!(scripts[1].name, "smoke");
+}
+
+#[test]
+fn error_table() {
+    let base = "app: shop\nmanifests: [k8s/]\ntargets:\n  - name: eu\n    context: c\n";
+    let cases: Vec<(String, &str)> = vec![
+        (
+            format!("{base}wait:\n  timout: 5m\n"),
+            "rollguard.yaml:7: unknown key \"timout\" in wait; did you mean \"timeout\"?",
+        ),
+        (
+            format!("{base}targts: []\n"),
+            "rollguard.yaml:6: unknown key \"targts\" in the top level; did you mean \"targets\"?",
+        ),
+        (
+            format!("{base}  - name: us\n    contxt: c2\n"),
+            "rollguard.yaml:7: unknown key \"contxt\" in targets[1]; did you mean \"context\"?",
+        ),
+        (
+            format!("{base}github:\n  deployment: true\n"),
+            "rollguard.yaml:7: unknown key \"deployment\" in github; did you mean \"deployments\"?",
+        ),
+        (
+            format!("{base}github:\n  deployments: yes please\n"),
+            "rollguard.yaml:7: github.deployments must be true or false, not a string",
+        ),
+        (
+            format!("{base}zzz: 1\n"),
+            "rollguard.yaml:6: unknown key \"zzz\" in the top level (known keys: app,",
+        ),
+        (
+            base.replace("app: shop", "app: Shop_1"),
+            "rollguard.yaml:1: app \"Shop_1\" must be a DNS label",
+        ),
+        (
+            format!("{base}  - name: eu\n    context: c2\n"),
+            "rollguard.yaml:6: duplicate target name \"eu\" (first at line 4)",
+        ),
+        (
+            format!("{base}  - name: \"\"\n    context: c2\n"),
+            "rollguard.yaml:6: target name \"\" must not be empty",
+        ),
+        (
+            format!("{base}  - name: us\n"),
+            "rollguard.yaml:6: target \"us\" needs one of `context`",
+        ),
+        (
+            format!("{base}  - name: us\n    kubeconfig: a\n    kubeconfig_env: B\n"),
+            "rollguard.yaml:6: target \"us\": set `kubeconfig` or `kubeconfig_env`, not both",
+        ),
+        (
+            format!("{base}  - context: c2\n"),
+            "rollguard.yaml:6: targets[1] needs a `name`",
+        ),
+        (
+            format!("{base}wait:\n  timeout: 5 minutes\n"),
+            "rollguard.yaml:7: wait.timeout: invalid duration \"5 minutes\"",
+        ),
+        (
+            format!("{base}history:\n  keep: 0\n"),
+            "rollguard.yaml:7: history.keep must be at least 1, not 0",
+        ),
+        (
+            format!("{base}concurrency: many\n"),
+            "rollguard.yaml:6: concurrency must be an integer, not a string",
+        ),
+        (
+            format!("{base}on_failure: rollback-al\n"),
+            "rollguard.yaml:6: on_failure: \"rollback-al\" is not one of rollback-all, rollback-failed, rollback-if-all-fail, none; did you mean \"rollback-all\"?",
+        ),
+        (
+            format!("{base}wait:\n  fail_fast:\n    unschedulable: maybe\n"),
+            "rollguard.yaml:8: wait.fail_fast.unschedulable: \"maybe\" is not one of warn, fail",
+        ),
+        (
+            format!("{base}wait:\n  fail_fast:\n    reasons: [ImagePullBackof]\n"),
+            "rollguard.yaml:8: unknown fail-fast reason \"ImagePullBackof\"; did you mean \"ImagePullBackOff\"?",
+        ),
+        (
+            format!("{base}render: make manifests\n"),
+            "rollguard.yaml:6: use either `manifests` (files, folders, globs) or `render` (a command), not both",
+        ),
+        (
+            "app: shop\ntargets:\n  - {name: eu, context: c}\n".into(),
+            "rollguard.yaml: missing required key \"manifests\"",
+        ),
+        (
+            "app: shop\nmanifests: [k8s]\n".into(),
+            "rollguard.yaml: missing required key \"targets\"",
+        ),
+        (
+            "app: shop\nmanifests: [k8s]\ntargets: []\n".into(),
+            "rollguard.yaml:3: targets must list at least one target",
+        ),
+        ("".into(), "rollguard.yaml: the file is empty"),
+        (
+            "- a\n- b\n".into(),
+            "rollguard.yaml:1: the top level must be a mapping, not a list",
+        ),
+        ("app: shop\n  bad: [\n".into(), "rollguard.yaml:"),
+        (
+            format!("{base}stages:\n  - name: m\n    script: x\n    when: before\n"),
+            "rollguard.yaml:6: `stages:` is gone: list the stages in order under `pipeline:`",
+        ),
+    ];
+    for (text, want) in cases {
+        let errs = errors(&text);
+        assert!(
+            errs.iter().any(|e| e.starts_with(want)),
+            "want {want:?}\ngot {errs:#?}\nfor:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn all_errors_are_reported_at_once() {
+    let errs = errors(
+        "app: Bad\nmanifests: [k8s]\ntargets:\n  - name: eu\nwait:\n  timout: 1\nconcurency: 2\n",
+    );
+    assert_eq!(errs.len(), 4, "{errs:#?}");
+}
+
+fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+    move |k| {
+        pairs
+            .iter()
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| v.to_string())
+    }
+}
+
+#[test]
+fn precedence_flags_over_rollguard_env_over_input_env_over_file() {
+    let file = "app: shop\nmanifests: [k8s]\ntargets: [{name: eu, context: c}]\nwait: {timeout: 1m}\non_failure: none\n";
+    let src = Path::new("rollguard.yaml");
+    type Case = (
+        Overrides,
+        &'static [(&'static str, &'static str)],
+        u64,
+        FailurePolicy,
+    );
+    let cases: Vec<Case> = vec![
+        (Overrides::default(), &[], 60, FailurePolicy::None),
+        (
+            Overrides::default(),
+            &[
+                ("INPUT_TIMEOUT", "2m"),
+                ("INPUT_ON_FAILURE", "rollback-failed"),
+            ],
+            120,
+            FailurePolicy::RollbackFailed,
+        ),
+        (
+            Overrides::default(),
+            &[("INPUT_TIMEOUT", "2m"), ("ROLLGUARD_TIMEOUT", "3m")],
+            180,
+            FailurePolicy::None,
+        ),
+        (
+            Overrides::default(),
+            &[("INPUT_TIMEOUT", ""), ("INPUT_ON_FAILURE", "")],
+            60,
+            FailurePolicy::None,
+        ),
+        (
+            Overrides {
+                timeout: Some(Duration::from_secs(240)),
+                on_failure: Some(FailurePolicy::RollbackAll),
+                ..Default::default()
+            },
+            &[
+                ("INPUT_TIMEOUT", "2m"),
+                ("ROLLGUARD_TIMEOUT", "3m"),
+                ("ROLLGUARD_ON_FAILURE", "none"),
+            ],
+            240,
+            FailurePolicy::RollbackAll,
+        ),
+    ];
+    for (flags, env, secs, policy) in cases {
+        let c = parse(file, src, &flags, &env_of(env)).unwrap();
+        assert_eq!(c.wait.timeout, Duration::from_secs(secs), "{env:?}");
+        assert_eq!(c.on_failure, policy, "{env:?}");
+    }
+}
+
+#[test]
+fn env_overrides_other_settings_and_errors() {
+    let file = "app: shop\nmanifests: [k8s]\ntargets: [{name: eu, context: c}]\n";
+    let env = env_of(&[
+        ("INPUT_CONCURRENCY", "3"),
+        ("ROLLGUARD_ON_CANCEL", "leave"),
+        ("INPUT_LOCK_TIMEOUT", "10s"),
+        ("INPUT_ROLLBACK_TIMEOUT", "1m"),
+        ("INPUT_KUBECONFIG", "/tmp/kc"),
+        ("INPUT_NAMESPACE", "web"),
+    ]);
+    let c = parse(
+        file,
+        Path::new("x/rollguard.yaml"),
+        &Overrides::default(),
+        &env,
+    )
+    .unwrap();
+    assert_eq!(c.concurrency, 3);
+    assert_eq!(c.on_cancel, CancelPolicy::Leave);
+    assert_eq!(c.lock.timeout, Duration::from_secs(10));
+    assert_eq!(c.rollback.timeout, Some(Duration::from_secs(60)));
+    assert_eq!(c.kubeconfig, Some(PathBuf::from("/tmp/kc")));
+    assert_eq!(c.namespace.as_deref(), Some("web"));
+    assert_eq!(c.base_dir, PathBuf::from("x"));
+
+    let with_kc = "app: shop\nmanifests: [k8s]\ntargets: [{name: eu, kubeconfig: kc/eu.yaml}, {name: us, kubeconfig: /abs/us.yaml}]\n";
+    let c = parse(
+        with_kc,
+        Path::new("deploy/rollguard.yaml"),
+        &Overrides::default(),
+        &no_env,
+    )
+    .unwrap();
+    assert_eq!(
+        c.targets[0].kubeconfig,
+        Some(PathBuf::from("deploy/kc/eu.yaml"))
+    );
+    assert_eq!(c.targets[1].kubeconfig, Some(PathBuf::from("/abs/us.yaml")));
+
+    let bad = env_of(&[("INPUT_TIMEOUT", "soon"), ("ROLLGUARD_CONCURRENCY", "0")]);
+    let err = parse(
+        file,
+        Path::new("rollguard.yaml"),
+        &Overrides::default(),
+        &bad,
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("$INPUT_TIMEOUT: invalid duration \"soon\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("$ROLLGUARD_CONCURRENCY: concurrency must be"),
+        "{text}"
+    );
+}
+
+#[test]
+fn context_selection() {
+    let file = "app: shop\nmanifests: [k8s]\ntargets:\n  - {name: eu, context: sim-1}\n  - {name: us, context: sim-2}\n  - {name: ap, context: sim-3}\n";
+    let src = Path::new("rollguard.yaml");
+    let names = |flags: Overrides,
+                 env: &'static [(&'static str, &'static str)]|
+     -> Result<Vec<String>, String> {
+        parse(file, src, &flags, &env_of(env))
+            .map(|c| c.targets.into_iter().map(|t| t.name).collect())
+            .map_err(|e| e.to_string())
+    };
+    let flags = |c: &[&str]| Overrides {
+        contexts: c.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    };
+    assert_eq!(names(flags(&[]), &[]).unwrap(), vec!["eu", "us", "ap"]);
+    assert_eq!(names(flags(&["us"]), &[]).unwrap(), vec!["us"]);
+    assert_eq!(
+        names(flags(&["sim-3", "eu"]), &[]).unwrap(),
+        vec!["eu", "ap"]
+    );
+    assert_eq!(names(flags(&["eu,us"]), &[]).unwrap(), vec!["eu", "us"]);
+    assert_eq!(
+        names(flags(&[]), &[("INPUT_CONTEXTS", "ap\nus")]).unwrap(),
+        vec!["us", "ap"]
+    );
+    assert_eq!(
+        names(flags(&["eu"]), &[("INPUT_CONTEXTS", "ap")]).unwrap(),
+        vec!["eu"]
+    );
+    let err = names(flags(&["ue"]), &[]).unwrap_err();
+    assert!(
+        err.starts_with("--context: no target is named \"ue\""),
+        "{err}"
+    );
+    assert!(err.contains("did you mean \"us\"?"), "{err}");
+}
+
+#[test]
+fn config_path_precedence() {
+    assert_eq!(config_path(None, &no_env), PathBuf::from("rollguard.yaml"));
+    assert_eq!(
+        config_path(None, &env_of(&[("INPUT_CONFIG", "deploy/rg.yaml")])),
+        PathBuf::from("deploy/rg.yaml")
+    );
+    assert_eq!(
+        config_path(
+            Some(Path::new("a.yaml")),
+            &env_of(&[("INPUT_CONFIG", "b.yaml")])
+        ),
+        PathBuf::from("a.yaml")
+    );
+}
+
+#[test]
+fn load_reads_file_and_reports_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rollguard.yaml");
+    std::fs::write(&path, MINIMAL).unwrap();
+    let c = load(&path, &Overrides::default(), &no_env).unwrap();
+    assert_eq!(c.base_dir, dir.path());
+    let err = load(
+        &dir.path().join("nope.yaml"),
+        &Overrides::default(),
+        &no_env,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("cannot read config file"), "{err}");
+}
+
+#[test]
+fn nearest_table() {
+    let keys = TOP_KEYS;
+    let cases = [
+        ("timout", Some("timeout"), &["timeout"][..]),
+        ("targets", Some("targets"), keys),
+        ("targts", Some("targets"), keys),
+        ("Namespace", Some("namespace"), keys),
+        ("onfailure", Some("on_failure"), keys),
+        ("xyz", None, keys),
+        ("histroy", Some("history"), keys),
+    ];
+    for (word, want, candidates) in cases {
+        assert_eq!(nearest(word, candidates), want, "{word}");
+    }
+}
+
+/// Every key the parser accepts is in the schema, and nothing else.
+#[test]
+fn schema_matches_parser_keys() {
+    let schema = json_schema();
+    let keys = |v: &Value| -> Vec<String> {
+        let mut k: Vec<String> = v["properties"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        k.sort();
+        k
+    };
+    let sorted = |k: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = k.iter().map(|s| s.to_string()).collect();
+        v.sort();
+        v
+    };
+    let p = &schema["properties"];
+    assert_eq!(keys(&schema), sorted(TOP_KEYS));
+    assert_eq!(keys(&p["targets"]["items"]), sorted(TARGET_KEYS));
+    assert_eq!(keys(&p["wait"]), sorted(WAIT_KEYS));
+    assert_eq!(
+        keys(&p["wait"]["properties"]["fail_fast"]),
+        sorted(FAIL_FAST_KEYS)
+    );
+    assert_eq!(keys(&p["history"]), sorted(HISTORY_KEYS));
+    assert_eq!(keys(&p["rollback"]), sorted(ROLLBACK_KEYS));
+    assert_eq!(keys(&p["lock"]), sorted(LOCK_KEYS));
+    assert_eq!(keys(&p["github"]), sorted(GITHUB_KEYS));
+    assert_eq!(
+        keys(&p["pipeline"]["items"]["oneOf"][1]["properties"]["script"]),
+        sorted(super::pipeline::SCRIPT_KEYS)
+    );
+    assert_eq!(
+        schema["$schema"],
+        "https://json-schema.org/draft/2020-12/schema"
+    );
+    let policies: Vec<&str> = FailurePolicy::ALL.iter().map(|p| p.as_str()).collect();
+    assert_eq!(
+        parse_failure_policy("rollback_failed"),
+        Some(FailurePolicy::RollbackFailed)
+    );
+    assert_eq!(parse_failure_policy("sometimes"), None);
+    assert_eq!(p["on_failure"]["enum"], json!(policies));
+}
+
+/// docs/config-schema.json is `json_schema()`; regenerate with UPDATE_SCHEMAS=1.
+#[test]
+fn docs_schema_is_current() {
+    crate::util::generated_docs::assert_current("config-schema.json", &json_schema());
+}

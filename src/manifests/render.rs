@@ -1,0 +1,108 @@
+//! The `render` command (kustomize, helm template, ...): run with `sh -c` under a deadline,
+//! its whole process group killed past it; its stdout is the manifests.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::model::*;
+
+/// The origin file name of objects read from a render command's output.
+pub const RENDER_ORIGIN: &str = "<render>";
+
+/// How long a render command may run (kustomize and helm template finish in seconds).
+pub const RENDER_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Runs `command` with `sh -c` in `dir`; its stdout is the manifests.
+pub fn render(command: &str, dir: &Path) -> Result<String, ManifestError> {
+    render_with_timeout(command, dir, RENDER_TIMEOUT)
+}
+
+/// `render` with a deadline: past it the command's whole process group is killed.
+pub fn render_with_timeout(
+    command: &str,
+    dir: &Path,
+    timeout: Duration,
+) -> Result<String, ManifestError> {
+    let fail = |status: String, stderr: String| ManifestError::Render {
+        command: command.to_string(),
+        status,
+        stderr,
+    };
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(command)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // Its own process group, so a timeout also stops what the shell started.
+    #[cfg(unix)]
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| fail(format!("could not start sh: {e}"), String::new()))?;
+    // Pipes are drained on threads so a chatty command never blocks on a full pipe.
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let stdout = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
+    );
+    let stderr = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
+    );
+    let started = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Ok(status),
+            Ok(None) if started.elapsed() >= timeout => {
+                kill_group(&mut child);
+                let _ = child.wait();
+                break Err(format!(
+                    "did not finish within {}",
+                    crate::util::duration::format_duration(timeout)
+                ));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => break Err(format!("could not wait for it: {e}")),
+        }
+    };
+    let stdout = stdout.join().unwrap_or_default();
+    let stderr = String::from_utf8_lossy(&stderr.join().unwrap_or_default()).into_owned();
+    // The end of stderr is where the reason usually is.
+    let tail = {
+        let lines: Vec<&str> = stderr.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    };
+    let status = status.map_err(|why| fail(why, tail.clone()))?;
+    if !status.success() {
+        return Err(fail(status.to_string(), tail));
+    }
+    String::from_utf8(stdout)
+        .map_err(|_| fail("its output is not UTF-8".to_string(), String::new()))
+}
+
+fn kill_group(child: &mut std::process::Child) {
+    #[cfg(unix)]
+    {
+        // The group id is the child's pid (process_group(0) above).
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", child.id())])
+            .stderr(Stdio::null())
+            .status();
+    }
+    let _ = child.kill();
+}
