@@ -21,6 +21,10 @@ pub struct Cli {
 pub enum Command {
     /// Apply the manifests to every target at once and wait for the rollout.
     Deploy(DeployArgs),
+    /// What a deploy would change on every target (server-side dry run), nothing written.
+    Diff(DiffArgs),
+    /// The plan: as `diff`, or with --offline against a git ref, no cluster at all.
+    Plan(PlanArgs),
     /// Print the JSON Schema of rollguard.yaml (for editors).
     Schema,
     /// Start three simulated clusters and show a deploy, a fast failure and the report.
@@ -59,20 +63,100 @@ pub struct DeployArgs {
     /// Take ownership of fields that another field manager owns.
     #[arg(long)]
     pub force_conflicts: bool,
-    /// Send every apply with dryRun=All: nothing is stored, nothing is waited for.
+    /// Show what would change instead (as `rollguard diff`): nothing is written.
     #[arg(long)]
     pub dry_run: bool,
     /// rollback-all | rollback-failed | rollback-if-all-fail | none
-    #[arg(long, value_name = "POLICY")]
+    #[arg(long, value_name = "POLICY", conflicts_with = "dry_run")]
     pub on_failure: Option<String>,
     /// How many targets run at once.
     #[arg(long, value_name = "N")]
     pub concurrency: Option<usize>,
     /// How long to wait for another run's deploy lock, e.g. 2m (lock.timeout).
-    #[arg(long, value_name = "DUR", value_parser = parse_duration_arg)]
+    #[arg(long, value_name = "DUR", value_parser = parse_duration_arg, conflicts_with = "dry_run")]
     pub lock_timeout: Option<Duration>,
+    /// With --dry-run: how the plan is printed and what the exit code says.
+    #[command(flatten)]
+    pub plan_output: PlanOutput,
     #[command(flatten)]
     pub github: GithubArgs,
+}
+
+/// How a plan is printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PlanFormat {
+    /// Per target the changes and diffs, then the summary line.
+    #[default]
+    Text,
+    /// The plan as JSON (docs/plan-schema.json).
+    Json,
+}
+
+impl std::str::FromStr for PlanFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "text" => Ok(PlanFormat::Text),
+            "json" => Ok(PlanFormat::Json),
+            other => Err(format!("unknown output format `{other}`: use text or json")),
+        }
+    }
+}
+
+/// How a plan is printed and what its exit code says (`diff`, `plan`, `deploy --dry-run`).
+#[derive(Debug, Clone, Args, Default)]
+pub struct PlanOutput {
+    /// Exit 0 for no changes, 2 for changes, 1 for an error (terraform's -detailed-exitcode).
+    #[arg(long)]
+    pub exit_code: bool,
+    /// text or json (the plan, docs/plan-schema.json).
+    #[arg(
+        short = 'o',
+        long = "output",
+        default_value = "text",
+        value_name = "FORMAT"
+    )]
+    pub format: PlanFormat,
+}
+
+/// `rollguard diff`.
+#[derive(Debug, Clone, Args)]
+pub struct DiffArgs {
+    #[command(flatten)]
+    pub files: ConfigFiles,
+    /// Only the targets with this context (or target name); repeatable.
+    #[arg(long = "context", value_name = "NAME")]
+    pub contexts: Vec<String>,
+    /// Deadline per target, e.g. 90s, 5m (default: the config's wait.timeout).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration_arg)]
+    pub timeout: Option<Duration>,
+    /// The commit being planned (default: $GITHUB_SHA, then `git rev-parse HEAD`).
+    #[arg(long, value_name = "SHA")]
+    pub commit: Option<String>,
+    /// Also write the JSON report (with the plan in its `plan` field) here.
+    #[arg(long, value_name = "PATH")]
+    pub report: Option<PathBuf>,
+    /// Dry-run the applies taking ownership of fields another manager owns, as the deploy would.
+    #[arg(long)]
+    pub force_conflicts: bool,
+    /// How many targets are asked at once.
+    #[arg(long, value_name = "N")]
+    pub concurrency: Option<usize>,
+    #[command(flatten)]
+    pub output: PlanOutput,
+}
+
+/// `rollguard plan`.
+#[derive(Debug, Clone, Args)]
+pub struct PlanArgs {
+    /// No cluster at all: compare the manifests with those of a git ref.
+    #[arg(long)]
+    pub offline: bool,
+    /// The ref to compare with [default: the merge base with the default branch, else HEAD~1].
+    #[arg(long, value_name = "REF", requires = "offline")]
+    pub against: Option<String>,
+    #[command(flatten)]
+    pub diff: DiffArgs,
 }
 
 /// Where the report goes besides the terminal: GitHub, and a markdown file.
@@ -217,7 +301,7 @@ impl std::str::FromStr for ShowFormat {
     }
 }
 
-fn parse_duration_arg(text: &str) -> Result<Duration, String> {
+pub fn parse_duration_arg(text: &str) -> Result<Duration, String> {
     crate::util::duration::parse_duration(text).map_err(|e| e.to_string())
 }
 
@@ -239,7 +323,6 @@ mod tests {
             "--timeout",
             "30s",
             "--force-conflicts",
-            "--dry-run",
             "--on-failure",
             "none",
             "--concurrency",
@@ -254,7 +337,8 @@ mod tests {
         assert_eq!(args.files.config, Some(PathBuf::from("x.yaml")));
         assert_eq!(args.contexts, vec!["a", "b"]);
         assert_eq!(args.timeout, Some(Duration::from_secs(30)));
-        assert!(args.force_conflicts && args.dry_run);
+        assert!(args.force_conflicts && !args.dry_run);
+        assert_eq!(args.on_failure.as_deref(), Some("none"));
         assert_eq!(args.concurrency, Some(4));
         assert!(Cli::try_parse_from(["rollguard", "deploy", "--timeout", "soon"]).is_err());
         // GitHub flags: --pr must be a number from 1, --github and --no-github exclude each other.
@@ -283,5 +367,41 @@ mod tests {
             let argv: Vec<&str> = ["rollguard", "deploy"].iter().chain(bad).copied().collect();
             assert!(Cli::try_parse_from(argv).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn dry_run_flags() {
+        let parse = |args: &[&str]| {
+            let mut all = vec!["rollguard"];
+            all.extend_from_slice(args);
+            Cli::try_parse_from(all)
+        };
+        let Command::Deploy(args) = parse(&["deploy", "--dry-run", "--exit-code", "-o", "json"])
+            .expect("parses")
+            .command
+        else {
+            panic!("deploy expected")
+        };
+        assert!(args.dry_run && args.plan_output.exit_code);
+        assert_eq!(args.plan_output.format, PlanFormat::Json);
+        // A dry run has no failure policy and takes no lock: those flags would do nothing.
+        assert!(parse(&["deploy", "--dry-run", "--on-failure", "none"]).is_err());
+        assert!(parse(&["deploy", "--dry-run", "--lock-timeout", "1m"]).is_err());
+        assert!(
+            parse(&["diff", "-o", "yaml"]).is_err(),
+            "unknown formats are refused"
+        );
+        let Command::Plan(plan) = parse(&["plan", "--offline", "--against", "main"])
+            .expect("parses")
+            .command
+        else {
+            panic!("plan expected")
+        };
+        assert!(plan.offline);
+        assert_eq!(plan.against.as_deref(), Some("main"));
+        assert!(
+            parse(&["plan", "--against", "main"]).is_err(),
+            "--against needs --offline"
+        );
     }
 }

@@ -15,8 +15,44 @@ pub mod exit {
     pub const BAD_INPUT: i32 = 2;
     /// A rollback failed.
     pub const ROLLBACK_FAILED: i32 = 3;
+    /// An internal error (a bug): rollguard stopped where it was.
+    pub const INTERNAL: i32 = 4;
     /// Cancelled by SIGINT or SIGTERM.
     pub const CANCELLED: i32 = 130;
+}
+
+/// Says a panic as one line that names the place and asks for a report (not Rust's
+/// "thread 'x' panicked" text). A panic in one target's task fails that target only (the
+/// others go on, records and locks are settled); anywhere else the binary exits with
+/// [`exit::INTERNAL`].
+pub fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "no message".to_string());
+        let location = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        eprintln!(
+            "rollguard: internal error{location}: {message}. This is a bug: please report it with this line. Locks lapse by themselves after their lease; a record left pending is marked abandoned by the next run."
+        );
+    }));
+}
+
+/// Test-only fault injection (debug builds): `ROLLGUARD_TEST_PANIC=<place>` panics there,
+/// so that the end-to-end tests can prove what a panic leaves behind.
+#[track_caller]
+pub fn test_panic_point(place: &str) {
+    #[cfg(debug_assertions)]
+    if std::env::var("ROLLGUARD_TEST_PANIC").is_ok_and(|p| p == place) {
+        panic!("test panic at {place}");
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = place;
 }
 
 /// Errors that end a run before or outside the per-target work (per-target failures go into
@@ -37,6 +73,9 @@ pub enum Error {
     },
     #[error("demo: {0}")]
     Demo(String),
+    /// Reading another commit's manifests with git failed (`plan --offline`).
+    #[error("{0}")]
+    Git(String),
 }
 
 impl Error {
@@ -44,7 +83,7 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Config(_) | Error::Manifest(_) | Error::Usage(_) => exit::BAD_INPUT,
-            Error::WriteReport { .. } | Error::Demo(_) => exit::FAILED,
+            Error::WriteReport { .. } | Error::Demo(_) | Error::Git(_) => exit::FAILED,
         }
     }
 }

@@ -25,7 +25,8 @@ fn main() {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
     let stderr_layer = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
+        // Every event is scrubbed of the secret values the run knows before it is written.
+        .with_writer(rollguard::report::redact::ScrubbingStderr)
         .with_ansi(
             std::io::IsTerminal::is_terminal(&std::io::stderr())
                 && std::env::var_os("NO_COLOR").is_none(),
@@ -54,10 +55,21 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let code = runtime.block_on(run(cli)).unwrap_or_else(|e| {
-        eprintln!("rollguard: {e}");
-        e.exit_code()
-    });
+    rollguard::error::install_panic_hook();
+    // A panic in the run is an exit code, not an abort; the hook has said it.
+    let run = std::panic::AssertUnwindSafe(run(cli));
+    let code = match runtime.block_on(futures::FutureExt::catch_unwind(run)) {
+        Ok(Ok(code)) => code,
+        Ok(Err(e)) => {
+            // Errors may quote server text or a render command's stderr.
+            rollguard::report::redact::print_err(&format!("rollguard: {e}"));
+            e.exit_code()
+        }
+        Err(_) => rollguard::error::exit::INTERNAL,
+    };
+    // Locks dropped by a panic (here or in a target's task) are being released: wait for
+    // that, bounded; nothing to wait for without a panic.
+    runtime.block_on(rollguard::release::lock::wait_for_panic_releases());
     // Watches and renewals may still hold tasks: do not wait for them.
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
     std::process::exit(code);

@@ -10,11 +10,15 @@
 //! 3. `config`: rollguard.yaml + flags + env -> Config
 //! 4. `manifests`: load, parse, order and render the manifests
 //! 5. `kube`: everything that talks to a cluster (connect, retry, apply, wait, health rules)
-//! 6. `release`: release records, the lock, the release side of a deploy
-//! 7. `engine`: plan, fleet, one target's run, the failure policy, conclusion, re-apply
-//! 8. `error`: the run's top-level error and the exit codes
-//! 9. `cli`: the clap types
-//! 10. `commands`: one module per user command
+//! 6. `stages`: script stages' child processes (env, temporary kubeconfig, process-group
+//!    kill, output) and the pure decisions around them
+//! 7. `release`: release records, the lock, the release side of a deploy
+//! 8. `engine`: plan, fleet, one target's run, the failure policy, conclusion, re-apply
+//! 9. `github`: the GitHub sink (PR comment, step summary, outputs, annotations, log
+//!    groups, Deployments), told the report once the engine is done
+//! 10. `error`: the run's top-level error and the exit codes
+//! 11. `cli`: the clap types
+//! 12. `commands`: one module per user command
 //!
 //! Data flows down this list as a run goes: config and manifests make a plan, the engine
 //! drives kube and release per target, and everything ends in the report (the lowest, since
@@ -27,18 +31,27 @@ use std::path::Path;
 
 use layer_graph::{cycle_problems, layer_problems, read_graph};
 
-const LAYERS: [&str; 10] = [
+const LAYERS: [&str; 12] = [
     "util",
     "report",
     "config",
     "manifests",
     "kube",
+    "stages",
     "release",
     "engine",
+    "github",
     "error",
     "cli",
     "commands",
 ];
+
+/// Cycles that the script-stages work brought in with the merge of main, not yet untangled:
+/// `config::pipeline` walks `pipeline:` with the parser's `Ctx` while `config::parse` calls it
+/// (and `model`/`pipeline` name each other's types); `engine::scripts` uses `TargetRun` and
+/// `finish` of `engine::target_run`, which calls it. Listed so that any *other* cycle fails
+/// now; the test also fails once one of these is gone, so the list only shrinks.
+const KNOWN_CYCLES: [&[&str]; 0] = [];
 
 fn graph() -> layer_graph::Graph {
     read_graph(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &[])
@@ -65,7 +78,23 @@ fn the_graph_is_read() {
 fn no_module_imports_a_module_that_imports_it() {
     let graph = graph();
     assert!(graph.problems.is_empty(), "{}", graph.problems.join("\n"));
-    let found = cycle_problems(&graph);
+    let known: Vec<Vec<String>> = KNOWN_CYCLES
+        .iter()
+        .map(|c| c.iter().map(|m| m.to_string()).collect())
+        .collect();
+    let cycles = layer_graph::cycles(&graph.edges);
+    for k in &known {
+        assert!(
+            cycles.contains(k),
+            "the known cycle {k:?} is gone (or changed): update KNOWN_CYCLES; found {cycles:?}"
+        );
+    }
+    let found: Vec<String> = cycle_problems(&graph)
+        .into_iter()
+        .zip(&cycles)
+        .filter(|(_, c)| !known.contains(c))
+        .map(|(text, _)| text)
+        .collect();
     assert!(
         found.is_empty(),
         "modules import each other; move what both need into the lower one:\n{}",

@@ -38,10 +38,32 @@ pub use sim::cluster::{Cluster, Sim, SimError, SimOptions};
 pub use storage::store::{EventKind, Store, WatchEvent};
 
 /// The `shared/` folder (recordings and manifest corpus) beside the repository: the first
-/// ancestor of this crate's directory that has one. Used by tests.
+/// ancestor of this crate's directory that has one. Used by tests. When it is missing and
+/// `ROLLGUARD_REQUIRE_SHARED=1` is set (CI), this panics: a run that must compare with the
+/// recordings never skips them.
 pub fn shared_dir() -> Option<std::path::PathBuf> {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+    let found = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .ancestors()
         .map(|dir| dir.join("shared"))
-        .find(|dir| dir.join("apiserver-recordings").is_dir())
+        .find(|dir| dir.join("apiserver-recordings").is_dir());
+    if found.is_none() && std::env::var("ROLLGUARD_REQUIRE_SHARED").as_deref() == Ok("1") {
+        panic!(
+            "ROLLGUARD_REQUIRE_SHARED=1, but no ancestor of {} has shared/apiserver-recordings: \
+             put the shared folder beside the repository, or unset the variable to skip these tests",
+            env!("CARGO_MANIFEST_DIR")
+        );
+    }
+    found
+}
+
+/// For a test that needs `shared/`: the folder, or None after printing why `test` skips.
+pub fn shared_for_test(test: &str) -> Option<std::path::PathBuf> {
+    let found = shared_dir();
+    if found.is_none() {
+        eprintln!(
+            "skipped: {test}: no shared/apiserver-recordings beside the repository \
+             (set ROLLGUARD_REQUIRE_SHARED=1 to make this a failure)"
+        );
+    }
+    found
 }

@@ -220,6 +220,9 @@ fn deployment_path(ns: &str, name: &str) -> String {
 
 #[tokio::test]
 async fn ssa_create_update_noop_match_recordings() {
+    let Some(_shared) = kube_sim::shared_for_test("ssa_create_update_noop_match_recordings") else {
+        return;
+    };
     let sim = plain_sim().await;
     let api = Api::new(&sim, 0);
     api.create_namespace("rec-x").await;
@@ -304,6 +307,10 @@ async fn ssa_create_update_noop_match_recordings() {
 
 #[tokio::test]
 async fn ssa_conflicts_and_force_match_recordings() {
+    let Some(_shared) = kube_sim::shared_for_test("ssa_conflicts_and_force_match_recordings")
+    else {
+        return;
+    };
     let sim = plain_sim().await;
     let api = Api::new(&sim, 0);
     api.create_namespace("rec-x").await;
@@ -341,6 +348,9 @@ async fn ssa_conflicts_and_force_match_recordings() {
 
 #[tokio::test]
 async fn dry_run_stores_nothing() {
+    let Some(_shared) = kube_sim::shared_for_test("dry_run_stores_nothing") else {
+        return;
+    };
     let sim = plain_sim().await;
     let api = Api::new(&sim, 0);
     api.create_namespace("rec-x").await;
@@ -403,6 +413,9 @@ async fn dry_run_stores_nothing() {
 
 #[tokio::test]
 async fn errors_match_recordings() {
+    let Some(_shared) = kube_sim::shared_for_test("errors_match_recordings") else {
+        return;
+    };
     let sim = plain_sim().await;
     let api = Api::new(&sim, 0);
     api.create_namespace("rec-x").await;
@@ -545,6 +558,9 @@ async fn errors_match_recordings() {
 
 #[tokio::test]
 async fn lease_concurrency_matches_recordings() {
+    let Some(_shared) = kube_sim::shared_for_test("lease_concurrency_matches_recordings") else {
+        return;
+    };
     let sim = plain_sim().await;
     let api = Api::new(&sim, 0);
     api.create_namespace("rec-lease").await;
@@ -620,6 +636,9 @@ async fn lease_concurrency_matches_recordings() {
 
 #[tokio::test]
 async fn deletes_answer_as_recorded() {
+    let Some(_shared) = kube_sim::shared_for_test("deletes_answer_as_recorded") else {
+        return;
+    };
     let sim = plain_sim().await;
     let api = Api::new(&sim, 0);
     api.create_namespace("rec-x").await;
@@ -834,6 +853,9 @@ async fn lists_select_and_paginate() {
 
 #[tokio::test]
 async fn watch_from_resource_version_and_too_old() {
+    let Some(_shared) = kube_sim::shared_for_test("watch_from_resource_version_and_too_old") else {
+        return;
+    };
     let sim = plain_sim().await;
     let api = Api::new(&sim, 0);
     api.create_namespace("rec-x").await;
@@ -942,6 +964,9 @@ async fn selector_watches_see_objects_enter_and_leave() {
 
 #[tokio::test]
 async fn watch_initial_events_and_bookmarks() {
+    let Some(_shared) = kube_sim::shared_for_test("watch_initial_events_and_bookmarks") else {
+        return;
+    };
     let sim = plain_sim().await;
     let api = Api::new(&sim, 0);
     api.create_namespace("rec-x").await;
@@ -1022,6 +1047,9 @@ async fn watch_initial_events_and_bookmarks() {
 
 #[tokio::test]
 async fn discovery_matches_recordings() {
+    let Some(_shared) = kube_sim::shared_for_test("discovery_matches_recordings") else {
+        return;
+    };
     let sim = plain_sim().await;
     let api = Api::new(&sim, 0);
     assert_eq!(
@@ -1161,6 +1189,9 @@ async fn discovery_matches_recordings() {
 
 #[tokio::test]
 async fn crd_is_served_after_create() {
+    let Some(_shared) = kube_sim::shared_for_test("crd_is_served_after_create") else {
+        return;
+    };
     let sim = plain_sim().await;
     let api = Api::new(&sim, 0);
     let crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
@@ -1564,6 +1595,9 @@ async fn garbage_input_never_breaks_the_server() {
 
 #[tokio::test]
 async fn scale_and_status_subresources() {
+    let Some(_shared) = kube_sim::shared_for_test("scale_and_status_subresources") else {
+        return;
+    };
     let sim = plain_sim().await;
     let api = Api::new(&sim, 0);
     api.create_namespace("rec-x").await;
@@ -1654,6 +1688,11 @@ fn without_identity(mut value: Value) -> Value {
 
 #[tokio::test]
 async fn kinds_without_a_controller_are_stored_as_recorded() {
+    let Some(_shared) =
+        kube_sim::shared_for_test("kinds_without_a_controller_are_stored_as_recorded")
+    else {
+        return;
+    };
     let sim = plain_sim().await;
     let api = Api::new(&sim, 0);
     for (path, name) in [
@@ -1713,4 +1752,430 @@ async fn kinds_without_a_controller_are_stored_as_recorded() {
         )
         .await;
     assert_eq!(created.status, 201);
+}
+
+/// RFC 7386 merge of `patch` into `target` (to build PUT bodies from a GET).
+fn merged(mut target: Value, patch: &Value) -> Value {
+    match (target.as_object_mut(), patch.as_object()) {
+        (Some(t), Some(p)) => {
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    let current = t.remove(k).unwrap_or(Value::Null);
+                    t.insert(k.clone(), merged(current, v));
+                }
+            }
+            target
+        }
+        _ => patch.clone(),
+    }
+}
+
+/// Each forbidden update of section 10, by PUT, merge patch, strategic merge patch and
+/// server-side apply with force, answers what the real server answered.
+#[tokio::test]
+async fn immutable_fields_answer_as_recorded() {
+    let Some(_shared) = kube_sim::shared_for_test("immutable_fields_answer_as_recorded") else {
+        return;
+    };
+    let sim = plain_sim().await;
+    let api = Api::new(&sim, 0);
+    api.create_namespace("rec-val").await;
+    let job_patch = json!({"spec": {"template": {"spec": {"containers": [
+        {"name": "work", "image": "registry.example/web:v2"}]}}}});
+    let cases = [
+        (
+            "/apis/apps/v1/namespaces/rec-val/deployments/imm-deploy",
+            "10-deployment",
+            recording("10-deployment-selector-merge-patch-request-body.json"),
+            "10-deployment-selector-ssa-force-request-body.yaml",
+            "10-deployment-selector-put-422-response.json",
+        ),
+        (
+            "/apis/apps/v1/namespaces/rec-val/daemonsets/imm-ds",
+            "10-daemonset",
+            recording("10-deployment-selector-merge-patch-request-body.json"),
+            "10-daemonset-selector-ssa-force-request-body.yaml",
+            "10-daemonset-selector-put-422-response.json",
+        ),
+        (
+            "/apis/apps/v1/namespaces/rec-val/statefulsets/imm-sts",
+            "10-statefulset",
+            json!({"spec": {"serviceName": "other"}}),
+            "10-statefulset-volumeclaimtemplates-ssa-force-request-body.yaml",
+            "10-statefulset-volumeclaimtemplates-put-422-response.json",
+        ),
+        (
+            "/api/v1/namespaces/rec-val/services/imm-svc",
+            "10-service",
+            json!({"spec": {"clusterIP": "10.96.200.11"}}),
+            "10-service-clusterip-ssa-force-request-body.yaml",
+            "10-service-clusterip-put-422-response.json",
+        ),
+        (
+            "/apis/batch/v1/namespaces/rec-val/jobs/imm-job",
+            "10-job",
+            job_patch,
+            "10-job-template-ssa-force-request-body.yaml",
+            "10-job-template-put-422-response.json",
+        ),
+    ];
+    for (path, prefix, patch, ssa_body, expected) in cases {
+        let created = api
+            .apply(
+                &format!("{path}?fieldManager=rec"),
+                &recording(&format!("{prefix}-create-request-body.yaml")),
+            )
+            .await;
+        assert_eq!(
+            created.status,
+            201,
+            "{path}: {}",
+            String::from_utf8_lossy(&created.body)
+        );
+        let expected = recording(expected);
+        let mut current = api.get(path).await.json();
+        if let Some(meta) = current["metadata"].as_object_mut() {
+            meta.remove("managedFields");
+        }
+        if let Some(map) = current.as_object_mut() {
+            map.remove("status");
+        }
+        let put_body = merged(current, &patch);
+        let answers = [
+            (
+                "PUT",
+                api.send("PUT", path, Some(JSON), put_body.to_string())
+                    .await,
+            ),
+            (
+                "merge patch",
+                api.send("PATCH", path, Some(MERGE), patch.to_string())
+                    .await,
+            ),
+            (
+                "strategic merge patch",
+                api.send(
+                    "PATCH",
+                    path,
+                    Some("application/strategic-merge-patch+json"),
+                    patch.to_string(),
+                )
+                .await,
+            ),
+            (
+                "server-side apply, forced",
+                api.apply(
+                    &format!("{path}?fieldManager=rec&force=true"),
+                    &recording(ssa_body),
+                )
+                .await,
+            ),
+        ];
+        for (method, answer) in answers {
+            assert_eq!(
+                answer.status,
+                422,
+                "{path} {method}: {}",
+                String::from_utf8_lossy(&answer.body)
+            );
+            let got = answer.json();
+            if prefix == "10-job" {
+                // The real server prints the template as its internal Go type; the code,
+                // reason, field path and the message's frame are what a client can match.
+                assert_eq!(got["reason"], expected["reason"], "{path} {method}");
+                let cause = &got["details"]["causes"][0];
+                let recorded = &expected["details"]["causes"][0];
+                assert_eq!(cause["field"], recorded["field"], "{path} {method}");
+                assert_eq!(cause["reason"], recorded["reason"], "{path} {method}");
+                let message = got["message"].as_str().unwrap_or_default();
+                assert!(
+                    message.starts_with(
+                        "Job.batch \"imm-job\" is invalid: spec.template: Invalid value: {"
+                    ) && message.ends_with("}: field is immutable"),
+                    "{path} {method}: {message}"
+                );
+            } else {
+                assert_eq!(got, expected, "{path} {method}");
+            }
+        }
+        // Nothing changed (the controllers may have written status since).
+        let after = api.get(path).await.json();
+        let created = created.json();
+        assert_eq!(after["spec"], created["spec"], "{path}");
+        assert_eq!(
+            after["metadata"]["generation"], created["metadata"]["generation"],
+            "{path}"
+        );
+    }
+
+    // Changing only the plural clusterIPs is a different error.
+    let only_ips = api
+        .send(
+            "PATCH",
+            "/api/v1/namespaces/rec-val/services/imm-svc",
+            Some(MERGE),
+            recording("10-service-clusterips-only-merge-patch-request-body.json").to_string(),
+        )
+        .await;
+    assert_eq!(only_ips.status, 422);
+    assert_eq!(
+        only_ips.json(),
+        recording("10-service-clusterips-only-merge-patch-422-response.json")
+    );
+
+    // What may change still can: a StatefulSet's replicas, a Service without clusterIP in a PUT.
+    let scaled = api
+        .send(
+            "PATCH",
+            "/apis/apps/v1/namespaces/rec-val/statefulsets/imm-sts",
+            Some(MERGE),
+            json!({"spec": {"replicas": 2}}).to_string(),
+        )
+        .await;
+    assert_eq!(
+        scaled.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&scaled.body)
+    );
+}
+
+/// Section 11: what a create is refused for, as the real server words it.
+#[tokio::test]
+async fn create_time_validation_answers_as_recorded() {
+    let Some(_shared) = kube_sim::shared_for_test("create_time_validation_answers_as_recorded")
+    else {
+        return;
+    };
+    let sim = plain_sim().await;
+    let api = Api::new(&sim, 0);
+    api.create_namespace("rec-val").await;
+    for (path, name) in [
+        (
+            "/apis/apps/v1/namespaces/rec-val/deployments",
+            "11-deployment-no-selector",
+        ),
+        (
+            "/apis/apps/v1/namespaces/rec-val/deployments",
+            "11-deployment-selector-mismatch",
+        ),
+        (
+            "/api/v1/namespaces/rec-val/services",
+            "11-service-port-zero",
+        ),
+        (
+            "/api/v1/namespaces/rec-val/configmaps",
+            "11-configmap-invalid-key",
+        ),
+        (
+            "/api/v1/namespaces/rec-val/pods",
+            "11-pod-duplicate-container-name",
+        ),
+    ] {
+        let body = recording(&format!("{name}-request-body.json"));
+        let answer = api.send("POST", path, Some(JSON), body.to_string()).await;
+        assert_eq!(
+            answer.status,
+            422,
+            "{name}: {}",
+            String::from_utf8_lossy(&answer.body)
+        );
+        assert_eq!(
+            answer.json(),
+            recording(&format!("{name}-422-response.json")),
+            "{name}"
+        );
+        let object = body["metadata"]["name"].as_str().unwrap_or_default();
+        let stored = api.get(&format!("{path}/{object}")).await;
+        assert_eq!(stored.status, 404, "{name}: nothing stored");
+    }
+}
+
+/// Section 12: Secret data that is not base64 is refused before validation (400 for a
+/// create, 500 for server-side apply); stringData is merged into data and never returned.
+#[tokio::test]
+async fn secrets_decode_as_recorded() {
+    let Some(_shared) = kube_sim::shared_for_test("secrets_decode_as_recorded") else {
+        return;
+    };
+    let sim = plain_sim().await;
+    let api = Api::new(&sim, 0);
+    api.create_namespace("rec-val").await;
+    let secrets = "/api/v1/namespaces/rec-val/secrets";
+    let bad = api
+        .send(
+            "POST",
+            secrets,
+            Some(JSON),
+            recording("12-secret-data-not-base64-post-request-body.json").to_string(),
+        )
+        .await;
+    assert_eq!(bad.status, 400);
+    assert_eq!(
+        bad.json(),
+        recording("12-secret-data-not-base64-post-400-response.json")
+    );
+    let bad_apply = api
+        .apply(
+            &format!("{secrets}/sec-badb64?fieldManager=rec"),
+            &recording("12-secret-data-not-base64-ssa-request-body.yaml"),
+        )
+        .await;
+    assert_eq!(bad_apply.status, 500);
+    assert_eq!(
+        bad_apply.json(),
+        recording("12-secret-data-not-base64-ssa-500-response.json")
+    );
+    assert_eq!(api.get(&format!("{secrets}/sec-badb64")).await.status, 404);
+
+    for name in [
+        "12-secret-stringdata-only-create",
+        "12-secret-data-and-stringdata-same-key-create",
+    ] {
+        let body = recording(&format!("{name}-request-body.json"));
+        let created = api
+            .send("POST", secrets, Some(JSON), body.to_string())
+            .await;
+        assert_eq!(
+            created.status,
+            201,
+            "{name}: {}",
+            String::from_utf8_lossy(&created.body)
+        );
+        let created = created.json();
+        assert_eq!(
+            without_identity(created.clone()),
+            without_identity(recording(&format!("{name}-response.json"))),
+            "{name}"
+        );
+        let object = body["metadata"]["name"].as_str().unwrap_or_default();
+        let read = api.get(&format!("{secrets}/{object}")).await.json();
+        assert_eq!(read, created, "{name}: stringData is never returned");
+    }
+    let applied = api
+        .apply(
+            &format!("{secrets}/sec-stringdata-ssa?fieldManager=rec"),
+            &recording("12-secret-stringdata-only-ssa-request-body.yaml"),
+        )
+        .await;
+    assert_eq!(applied.status, 201);
+    assert_eq!(
+        without_identity(applied.json()),
+        without_identity(recording("12-secret-stringdata-only-ssa-response.json"))
+    );
+}
+
+/// Values of the wrong type or range and oversized objects are refused before anything is
+/// stored: the typed-patch 500 for server-side apply, Go's decoder error for other writes,
+/// 422 for the size limits, 413 past the request body limit.
+#[tokio::test]
+async fn types_and_sizes_are_refused() {
+    let sim = plain_sim().await;
+    let api = Api::new(&sim, 0);
+    api.create_namespace("t").await;
+    let deployment = |replicas: Value| {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "t"},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{"name": "web", "image": "web:1"}]}}}})
+    };
+    let path = "/apis/apps/v1/namespaces/t/deployments";
+    let applied = api
+        .apply(
+            &format!("{path}/web?fieldManager=rg"),
+            &deployment(json!("2")),
+        )
+        .await;
+    assert_eq!(applied.status, 500);
+    assert_eq!(
+        applied.json()["message"],
+        "failed to create typed patch object (t/web; apps/v1, Kind=Deployment): .spec.replicas: expected numeric (int or float), got string"
+    );
+    let posted = api
+        .send("POST", path, Some(JSON), deployment(json!("2")).to_string())
+        .await;
+    assert_eq!(posted.status, 400);
+    assert_eq!(
+        posted.json()["message"],
+        "Deployment in version \"v1\" cannot be handled as a Deployment: json: cannot unmarshal string into Go struct field Deployment.spec.replicas of type int32"
+    );
+    let huge = api
+        .send(
+            "POST",
+            path,
+            Some(JSON),
+            deployment(json!(99_999_999_999i64)).to_string(),
+        )
+        .await;
+    assert_eq!(huge.status, 400);
+    assert_eq!(
+        huge.json()["message"],
+        "Deployment in version \"v1\" cannot be handled as a Deployment: json: cannot unmarshal number 99999999999 into Go struct field Deployment.spec.replicas of type int32"
+    );
+    assert_eq!(api.get(&format!("{path}/web")).await.status, 404);
+
+    let secret = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "s", "namespace": "t"}, "stringData": {"a": ["not", "a", "string"]}});
+    let listed = api
+        .send(
+            "POST",
+            "/api/v1/namespaces/t/secrets",
+            Some(JSON),
+            secret.to_string(),
+        )
+        .await;
+    assert_eq!(listed.status, 400);
+    assert_eq!(
+        listed.json()["message"],
+        "Secret in version \"v1\" cannot be handled as a Secret: json: cannot unmarshal array into Go struct field Secret.stringData of type string"
+    );
+
+    let configmap = |bytes: usize| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big", "namespace": "t"},
+            "data": {"blob": "x".repeat(bytes)}})
+    };
+    let too_big = api
+        .send(
+            "POST",
+            "/api/v1/namespaces/t/configmaps",
+            Some(JSON),
+            configmap(2 * 1024 * 1024).to_string(),
+        )
+        .await;
+    assert_eq!(too_big.status, 422);
+    assert_eq!(
+        too_big.json()["message"],
+        "ConfigMap \"big\" is invalid: []: Too long: may not be more than 1048576 bytes"
+    );
+    let past_limit = api
+        .send(
+            "POST",
+            "/api/v1/namespaces/t/configmaps",
+            Some(JSON),
+            configmap(5 * 1024 * 1024).to_string(),
+        )
+        .await;
+    assert_eq!(past_limit.status, 413);
+    assert_eq!(
+        past_limit.json()["message"],
+        "Request entity too large: limit is 3145728"
+    );
+    let annotated = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "a", "namespace": "t", "annotations": {"x": "y".repeat(300 * 1024)}}});
+    let annotated = api
+        .send(
+            "POST",
+            "/api/v1/namespaces/t/configmaps",
+            Some(JSON),
+            annotated.to_string(),
+        )
+        .await;
+    assert_eq!(annotated.status, 422);
+    assert_eq!(
+        annotated.json()["message"],
+        "ConfigMap \"a\" is invalid: metadata.annotations: Too long: may not be more than 262144 bytes"
+    );
 }

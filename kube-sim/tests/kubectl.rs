@@ -96,6 +96,10 @@ fn kubectl_present() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_apply_get_delete_microservices_demo() {
+    let Some(_shared) = kube_sim::shared_for_test("kubectl_apply_get_delete_microservices_demo")
+    else {
+        return;
+    };
     kubectl_present();
     let sim = Sim::start(SimOptions::default()).await.unwrap();
     let kubectl = Kubectl::new(&sim);
@@ -288,6 +292,11 @@ async fn kubectl_sees_errors_and_discovery() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_is_told_of_fields_the_kind_does_not_declare() {
+    let Some(_shared) =
+        kube_sim::shared_for_test("kubectl_is_told_of_fields_the_kind_does_not_declare")
+    else {
+        return;
+    };
     kubectl_present();
     let sim = Sim::start(SimOptions::default()).await.unwrap();
     let kubectl = Kubectl::new(&sim);
@@ -348,4 +357,113 @@ async fn kubectl_is_told_of_fields_the_kind_does_not_declare() {
         ])
         .await;
     assert!(!policy.contains("imagePullPolice"), "{policy}");
+}
+
+/// Each class of what kube-sim now refuses or serves, proven with the real kubectl: the
+/// object is applied, then the forbidden change, and kubectl's exit code and message are
+/// what a real cluster gives.
+#[tokio::test]
+async fn kubectl_sees_what_a_real_server_refuses() {
+    kubectl_present();
+    let sim = Sim::start(SimOptions::default()).await.unwrap();
+    let kubectl = Kubectl::new(&sim);
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_string_lossy().into_owned()
+    };
+
+    // Groups it did not serve before: a webhook configuration is stored (and has no effect).
+    let out = kubectl
+        .ok(&["api-resources", "--api-group=admissionregistration.k8s.io"])
+        .await;
+    assert!(out.contains("validatingwebhookconfigurations"), "{out}");
+    let webhook = write(
+        "webhook.yaml",
+        "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\n\
+         metadata:\n  name: check\nwebhooks:\n- name: check.example.io\n  clientConfig:\n    \
+         service: {namespace: default, name: nope, path: /validate}\n  rules:\n  - \
+         {operations: [CREATE], apiGroups: [\"\"], apiVersions: [v1], resources: [configmaps]}\n  \
+         sideEffects: None\n  admissionReviewVersions: [v1]\n",
+    );
+    kubectl.ok(&["apply", "-f", &webhook]).await;
+    let out = kubectl
+        .ok(&[
+            "get",
+            "validatingwebhookconfigurations",
+            "check",
+            "-o",
+            "jsonpath={.webhooks[0].timeoutSeconds}",
+        ])
+        .await;
+    assert_eq!(out, "10", "the server's default");
+
+    // An immutable field: the selector of a Deployment.
+    let deployment = |labels: &str, replicas: &str| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: default\n\
+             spec:\n  replicas: {replicas}\n  selector:\n    matchLabels: {labels}\n  template:\n    \
+             metadata:\n      labels: {labels}\n    spec:\n      containers:\n      - name: web\n        \
+             image: web:v1\n"
+        )
+    };
+    let first = write("web.yaml", &deployment("{app: web}", "1"));
+    kubectl.ok(&["apply", "--server-side", "-f", &first]).await;
+    let changed = write("web-tier.yaml", &deployment("{app: web, tier: fe}", "1"));
+    for extra in [&["--server-side", "--force-conflicts"][..], &[][..]] {
+        let mut args = vec!["apply", "-f", changed.as_str()];
+        args.extend_from_slice(extra);
+        let out = kubectl.run(&args).await;
+        assert!(!out.ok, "{args:?} must fail");
+        assert!(
+            out.stderr.contains(
+                "The Deployment \"web\" is invalid: spec.selector: Invalid value: {\"matchLabels\":{\"app\":\"web\",\"tier\":\"fe\"}}: field is immutable"
+            ),
+            "{args:?}: {}",
+            out.stderr
+        );
+    }
+
+    // A value of the wrong type.
+    let typed = write("web-typed.yaml", &deployment("{app: web}", "\"2\""));
+    let out = kubectl.run(&["apply", "--server-side", "-f", &typed]).await;
+    assert!(!out.ok);
+    assert!(
+        out.stderr
+            .contains(".spec.replicas: expected numeric (int or float), got string"),
+        "{}",
+        out.stderr
+    );
+
+    // Secret data that is not base64.
+    let secret = write(
+        "secret.yaml",
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: s\n  namespace: default\n\
+         data:\n  password: REPLACE_ME_NOT_BASE64!\n",
+    );
+    let out = kubectl.run(&["create", "-f", &secret]).await;
+    assert!(!out.ok);
+    assert!(
+        out.stderr.contains("illegal base64 data at input byte 7"),
+        "{}",
+        out.stderr
+    );
+
+    // A ConfigMap over the 1 MiB limit.
+    let big = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big\n  namespace: default\n\
+         data:\n  blob: {}\n",
+        "x".repeat(1024 * 1024 + 1)
+    );
+    let big = write("big.yaml", &big);
+    let out = kubectl.run(&["create", "-f", &big]).await;
+    assert!(!out.ok);
+    assert!(
+        out.stderr
+            .contains("Too long: may not be more than 1048576 bytes"),
+        "{}",
+        out.stderr
+    );
+    kubectl.ok(&["get", "deployment", "web"]).await;
 }

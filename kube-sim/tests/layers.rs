@@ -11,8 +11,9 @@
 //! 5. `http`: the server, request handlers, watch streams, tables, faults and counters
 //! 6. `sim`: clusters put together (store + controllers + server), kubeconfig, certificates
 //!
-//! Items defined in `lib.rs` itself (`shared_dir`) sit below every layer; the re-exports in
-//! `lib.rs` are for users of the crate, and code inside it names the real module.
+//! Items defined in `lib.rs` itself (`shared_dir`, `shared_for_test`) sit below every layer;
+//! the re-exports in `lib.rs` are for users of the crate, and code inside it names the real
+//! module.
 
 #[path = "support/layer_graph.rs"]
 mod layer_graph;
@@ -31,7 +32,7 @@ const LAYERS: [&str; 6] = [
     "sim",
 ];
 /// Items of lib.rs itself that modules may use.
-const ROOT_ITEMS: [&str; 1] = ["shared_dir"];
+const ROOT_ITEMS: [&str; 2] = ["shared_dir", "shared_for_test"];
 
 fn graph() -> layer_graph::Graph {
     read_graph(

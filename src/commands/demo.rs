@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::cli::{ConfigFiles, DemoArgs, DeployArgs};
-use crate::commands::deploy::{cancel_on_signals, env_snapshot, finish_report, plan, run_plan};
+use crate::commands::deploy::{
+    cancel_on_signals, env_snapshot, finish_report, plan_off_runtime, run_plan,
+};
 use crate::error::{Error, exit};
 use crate::report::{Report, TargetOutcome};
 use crate::util::duration::format_duration;
@@ -109,6 +111,7 @@ fn step_args(dir: &Path, kubeconfig: &Path, report: Option<&Path>) -> DeployArgs
         on_failure: None,
         concurrency: None,
         lock_timeout: None,
+        plan_output: Default::default(),
         github: Default::default(),
     }
 }
@@ -135,7 +138,7 @@ async fn deploy_version(
         env.remove(key);
     }
     env.insert("GITHUB_SHA".into(), format!("demo-{version}"));
-    let plan = Arc::new(plan(&args, env)?);
+    let plan = Arc::new(plan_off_runtime(&args, env).await?);
     let report = run_plan(plan.clone(), cancel_on_signals()).await;
     finish_report(&report, args.report.as_ref(), &plan.env)?;
     Ok(report)

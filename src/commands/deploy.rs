@@ -54,8 +54,14 @@ pub fn plan(args: &DeployArgs, env: HashMap<String, String>) -> Result<Plan, Err
     if !missing.is_empty() {
         return Err(config::ConfigError::Invalid(missing).into());
     }
+    // Every target's kubeconfig is checked offline first (bad access is bad input), then
+    // targets that share one cluster and namespace are refused.
+    crate::kube::connect::check_targets(&config, &config.targets, &lookup)?;
     refuse_overlapping_targets(&config, &path, &lookup)?;
     let manifests = manifests::load(&config)?;
+    // Every secret value of the manifests is known to the scrubber before anything can
+    // print one.
+    crate::report::redact::learn(manifests.objects.iter().map(|o| &o.body));
     let commit = crate::util::git::detect_commit(args.commit.as_deref(), &lookup, &config.base_dir);
     let options = DeployOptions {
         force_conflicts: args.force_conflicts,
@@ -110,14 +116,21 @@ async fn wait_for_signal() {
     let _ = tokio::signal::ctrl_c().await;
 }
 
+/// [`plan`] on a blocking thread: a `render:` command and git block, and the async
+/// runtime's threads must not (a test keeps every such call site off them).
+pub async fn plan_off_runtime(
+    args: &DeployArgs,
+    env: HashMap<String, String>,
+) -> Result<Plan, Error> {
+    let args = args.clone();
+    tokio::task::spawn_blocking(move || plan(&args, env))
+        .await
+        .map_err(|e| Error::Usage(format!("internal error while reading the inputs: {e}")))?
+}
+
 /// `rollguard deploy`.
 pub async fn deploy(args: DeployArgs, env: HashMap<String, String>) -> Result<i32, Error> {
-    let plan = Arc::new(plan(&args, env)?);
-    if plan.options.dry_run {
-        for line in crate::stages::plan::describe_pipeline(&plan.config.pipeline) {
-            eprintln!("{line}");
-        }
-    }
+    let plan = Arc::new(plan_off_runtime(&args, env).await?);
     // GitHub starts after validation (bad input reaches no sink) and never holds up the deploy.
     let sink = github::Sink::start(github_context(&args, &plan), sink_options(&plan));
     let cancel = cancel_on_signals();
@@ -125,6 +138,9 @@ pub async fn deploy(args: DeployArgs, env: HashMap<String, String>) -> Result<i3
     report.run_url = sink.run_url();
     finish_report(&report, args.report.as_ref(), &plan.env)?;
     let report_path = args.report.as_ref().map(|p| p.display().to_string());
+    // rollguard's one value scrubber (every secret value the run has seen), on every body
+    // that leaves for GitHub or a file: API comments do not pass the runner's masking.
+    let scrub = crate::report::redact::scrub;
     if let Some(path) = &args.github.report_markdown {
         let full_report = FullReport {
             run_url: None,
@@ -157,13 +173,6 @@ pub async fn deploy(args: DeployArgs, env: HashMap<String, String>) -> Result<i3
     } else {
         report::exit_code(&report)
     })
-}
-
-/// rollguard's secret scrubber, for every body that leaves for GitHub or a file.
-/// PENDING(issue 13): the value scrubber (`report::redact::scrub`) lands with the dry-run
-/// branch; until then the report's structure is the only protection (it holds no bodies).
-fn scrub(text: &str) -> String {
-    text.to_string()
 }
 
 fn github_context(args: &DeployArgs, plan: &Plan) -> GithubContext {
@@ -238,12 +247,10 @@ pub fn finish_report(
     env: &HashMap<String, String>,
 ) -> Result<(), Error> {
     let lookup = |k: &str| env.get(k).cloned();
-    println!(
-        "{}",
-        report::to_table(report, progress::table_color(&lookup))
-    );
+    crate::report::redact::print_out(&report::to_table(report, progress::table_color(&lookup)));
     if let Some(path) = path {
-        std::fs::write(path, report::to_json(report)).map_err(|source| Error::WriteReport {
+        let json = crate::report::redact::scrub(&report::to_json(report));
+        std::fs::write(path, json).map_err(|source| Error::WriteReport {
             path: path.clone(),
             source,
         })?;
@@ -252,8 +259,8 @@ pub fn finish_report(
 }
 
 /// Two targets that resolve (offline, from their kubeconfigs) to one cluster and namespace
-/// are refused before any cluster is touched. A target whose kubeconfig cannot be read here
-/// is left to fail on its own when it connects.
+/// are refused before any cluster is touched. Runs after
+/// [`check_targets`](crate::kube::connect::check_targets), so every kubeconfig reads here.
 fn refuse_overlapping_targets(
     config: &config::Config,
     path: &std::path::Path,

@@ -3,6 +3,7 @@
 #[cfg(feature = "demo")]
 pub mod demo;
 pub mod deploy;
+pub mod diff;
 pub mod release;
 
 use crate::cli::{Cli, Command};
@@ -13,7 +14,10 @@ use crate::error::{Error, exit};
 pub async fn run(cli: Cli) -> Result<i32, Error> {
     let env = deploy::env_snapshot();
     match cli.command {
+        Command::Deploy(args) if args.dry_run => diff::dry_run(args, env).await,
         Command::Deploy(args) => deploy::deploy(args, env).await,
+        Command::Diff(args) => diff::diff(args, env).await,
+        Command::Plan(args) => diff::plan(args, env).await,
         Command::Schema => {
             let schema = config::json_schema();
             println!(

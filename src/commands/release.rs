@@ -129,17 +129,8 @@ pub fn render_show(record: &ReleaseRecord, format: ShowFormat) -> Result<String,
 /// (the latter stay in place: rollback never prunes). Secret values are not compared in
 /// the text, only named.
 pub fn change_summary(current: Option<&ReleaseRecord>, to: &ReleaseRecord) -> Vec<String> {
-    let body_map = |r: Option<&ReleaseRecord>| -> Vec<(String, Value)> {
-        let Some(r) = r else { return Vec::new() };
-        let mut bodies = r.manifests.clone().unwrap_or_default();
-        crate::release::fill_namespaces(&mut bodies, &r.objects);
-        bodies
-            .into_iter()
-            .filter_map(|b| crate::release::ObjectRef::from_body(&b).map(|o| (o.to_string(), b)))
-            .collect()
-    };
-    let now = body_map(current);
-    let then = body_map(Some(to));
+    let now = named_bodies(current);
+    let then = named_bodies(Some(to));
     let mut lines = Vec::new();
     for (name, body) in &then {
         match now.iter().find(|(n, _)| n == name) {
@@ -150,15 +141,34 @@ pub fn change_summary(current: Option<&ReleaseRecord>, to: &ReleaseRecord) -> Ve
             Some(_) => {}
         }
     }
-    for (name, _) in &now {
-        if !then.iter().any(|(n, _)| n == name) {
-            lines.push(format!(
-                "  = {name} (not in v{}; left in place)",
-                to.revision
-            ));
-        }
+    for name in left_in_place(current, to) {
+        lines.push(format!(
+            "  = {name} (not in v{}; left in place)",
+            to.revision
+        ));
     }
     lines
+}
+
+/// A record's manifests by name ("Deployment shop/web"), namespaces filled in as applied.
+fn named_bodies(r: Option<&ReleaseRecord>) -> Vec<(String, Value)> {
+    let Some(r) = r else { return Vec::new() };
+    let mut bodies = r.manifests.clone().unwrap_or_default();
+    crate::release::fill_namespaces(&mut bodies, &r.objects);
+    bodies
+        .into_iter()
+        .filter_map(|b| crate::release::ObjectRef::from_body(&b).map(|o| (o.to_string(), b)))
+        .collect()
+}
+
+/// Objects of the current release that `to` lacks: a rollback leaves them in place.
+pub fn left_in_place(current: Option<&ReleaseRecord>, to: &ReleaseRecord) -> Vec<String> {
+    let then = named_bodies(Some(to));
+    named_bodies(current)
+        .into_iter()
+        .map(|(name, _)| name)
+        .filter(|name| !then.iter().any(|(n, _)| n == name))
+        .collect()
 }
 
 /// Run a release command; returns the exit code (errors are printed).
@@ -170,7 +180,7 @@ pub async fn run(command: ReleaseCommand, env: HashMap<String, String>) -> i32 {
         ReleaseCommand::Unlock(args) => unlock(args, env).await,
     };
     result.unwrap_or_else(|e| {
-        eprintln!("rollguard: {e}");
+        redact::print_err(&format!("rollguard: {e}"));
         e.exit_code()
     })
 }
@@ -244,8 +254,10 @@ async fn connect_all(
 ) -> Vec<Result<Connected, String>> {
     let lookup = |k: &str| env.get(k).cloned();
     let settings = ReleaseSettings::from_config(config);
+    // Nothing cancels these commands (a signal ends the process); connect wants a token.
+    let never = tokio_util::sync::CancellationToken::new();
     futures::future::join_all(targets.iter().map(|target| async {
-        let access = connect(target, cli_kubeconfig, &config.base_dir, &lookup)
+        let access = connect(target, cli_kubeconfig, &config.base_dir, &lookup, &never)
             .await
             .map_err(|e| format!("target {}: {e}", target.name))?;
         let namespace = config.history_namespace(target, &access.context_namespace);
@@ -273,14 +285,16 @@ pub async fn history(args: HistoryArgs, env: Env) -> Result<i32, ManageError> {
     for connected in connect_all(&config, &targets, config.kubeconfig.as_deref(), &env).await {
         match connected {
             Ok(c) => match c.store.list().await {
-                Ok(records) => print!("{}", history_table(&c.target.name, &records)),
+                Ok(records) => {
+                    redact::print_out(history_table(&c.target.name, &records).trim_end())
+                }
                 Err(e) => {
-                    eprintln!("target {}: {e}", c.target.name);
+                    redact::print_err(&format!("target {}: {e}", c.target.name));
                     code = exit::FAILED;
                 }
             },
             Err(e) => {
-                eprintln!("{e}");
+                redact::print_err(&e);
                 code = exit::FAILED;
             }
         }
@@ -298,18 +312,23 @@ pub async fn show(args: ShowArgs, env: Env) -> Result<i32, ManageError> {
         let c = match connected {
             Ok(c) => c,
             Err(e) => {
-                eprintln!("{e}");
+                redact::print_err(&e);
                 code = exit::FAILED;
                 continue;
             }
         };
-        match c.store.get(args.revision).await {
+        let fetched = c.store.get(args.revision).await;
+        if let Ok(record) = &fetched {
+            // Structure redacts; the scrubber is the second line for the printed text.
+            redact::learn(record.manifests.iter().flatten());
+        }
+        match fetched {
             Ok(record) => match render_show(&record, args.output) {
                 Ok(text) => {
                     if several && args.output == ShowFormat::Yaml {
                         println!("# target {}", c.target.name);
                     }
-                    println!("{}", text.trim_end());
+                    redact::print_out(text.trim_end());
                 }
                 Err(e) => {
                     eprintln!(
@@ -320,7 +339,7 @@ pub async fn show(args: ShowArgs, env: Env) -> Result<i32, ManageError> {
                 }
             },
             Err(e) => {
-                eprintln!("target {}: {e}", c.target.name);
+                redact::print_err(&format!("target {}: {e}", c.target.name));
                 code = exit::FAILED;
             }
         }
@@ -337,7 +356,7 @@ pub async fn unlock(args: UnlockArgs, env: Env) -> Result<i32, ManageError> {
         let c = match connected {
             Ok(c) => c,
             Err(e) => {
-                eprintln!("{e}");
+                redact::print_err(&e);
                 code = exit::FAILED;
                 continue;
             }
@@ -361,7 +380,7 @@ pub async fn unlock(args: UnlockArgs, env: Env) -> Result<i32, ManageError> {
                 ),
             },
             Err(e) => {
-                eprintln!("target {}: {e}", c.target.name);
+                redact::print_err(&format!("target {}: {e}", c.target.name));
                 code = exit::FAILED;
             }
         }
@@ -379,6 +398,8 @@ struct Planned {
     destination: String,
     default_namespace: String,
     changes: Vec<String>,
+    /// Objects of the current release the destination lacks (left in place).
+    left_in_place: Vec<String>,
     headline: String,
     /// The revision rolled back from and the script stages it ran (their rollback commands
     /// run after the manifests).
@@ -392,12 +413,21 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
     let targets = select_targets(&config, &args.selection.targets)?;
     let settings = ReleaseSettings::from_config(&config);
     let lookup = |k: &str| env.get(k).cloned();
+    // A rollback writes: bad access on any selected target is bad input before the first write.
+    crate::kube::connect::check_targets(&config, &targets, &lookup)?;
 
     // From git: the same manifests and commit for every target, read once.
     let from_git = match &args.from_git {
         Some(sha) => {
-            let bodies = reapply::manifests_from_git(&config, sha).map_err(ManageError::Usage)?;
-            let commit = git::commit_info(&config.base_dir, sha).ok();
+            let bodies = reapply::manifests_from_git_off_runtime(&config, sha)
+                .await
+                .map_err(ManageError::Usage)?;
+            let (base_dir, sha_text) = (config.base_dir.clone(), sha.clone());
+            let commit =
+                tokio::task::spawn_blocking(move || git::commit_info(&base_dir, &sha_text))
+                    .await
+                    .ok()
+                    .and_then(Result::ok);
             Some((bodies, commit))
         }
         None => None,
@@ -491,14 +521,31 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
             Err(e) => problems.push(e),
         }
     }
+    // The manifests of both sides may hold Secrets: the scrubber knows them before output.
     for p in &ready {
-        println!("{}", p.headline);
-        for line in &p.changes {
-            println!("{line}");
+        redact::learn(p.bodies.iter());
+    }
+    let interactive = !args.yes && std::io::stdin().is_terminal();
+    let mut plan_failed = false;
+    if problems.is_empty() && (args.dry_run || interactive) {
+        // What the clusters say a rollback would change: the same diff as `rollguard diff`.
+        let deadline = Instant::now() + settings.rollback_timeout;
+        let plan = rollback_plan(&config, &ready, args.force_conflicts, deadline).await;
+        for p in &ready {
+            redact::print_out(&p.headline);
+        }
+        crate::commands::diff::print_plan(&plan, crate::cli::PlanFormat::Text, &lookup);
+        plan_failed = plan.has_errors();
+    } else {
+        for p in &ready {
+            redact::print_out(&p.headline);
+            for line in &p.changes {
+                redact::print_out(line);
+            }
         }
     }
     for (e, _) in &problems {
-        eprintln!("{e}");
+        redact::print_err(e);
     }
     let release_all = |ready: Vec<Planned>| async move {
         for p in ready {
@@ -519,9 +566,9 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
     }
     if args.dry_run {
         println!("dry run: nothing changed");
-        return Ok(exit::OK);
+        return Ok(if plan_failed { exit::FAILED } else { exit::OK });
     }
-    if !args.yes && std::io::stdin().is_terminal() && !confirm(ready.len()) {
+    if interactive && !confirm(ready.len()) {
         release_all(ready).await;
         println!("nothing changed");
         return Ok(exit::OK);
@@ -564,7 +611,7 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
                 "target {name}: rolled back to {} (recorded as v{revision})",
                 p.destination
             ),
-            Err((why, _)) => println!("target {name}: rollback failed: {why}"),
+            Err((why, _)) => redact::print_out(&format!("target {name}: rollback failed: {why}")),
         }
         summary.push(RollbackResult {
             target: name.clone(),
@@ -608,22 +655,58 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
         for r in results {
             let ok = r.outcome == crate::report::StageOutcome::Succeeded;
             commands_ok &= ok;
-            println!(
+            redact::print_out(&format!(
                 "target {name}: rollback command of stage {} ({}): {}{}",
                 r.name,
                 r.scope,
                 r.outcome.as_str(),
                 r.message.map(|m| format!(": {m}")).unwrap_or_default()
-            );
+            ));
         }
     }
-    println!("{}", policy::summary(&summary));
+    redact::print_out(&policy::summary(&summary));
     release_all(ready).await;
     Ok(if commands_ok && results.iter().all(Result::is_ok) {
         exit::OK
     } else {
         exit::ROLLBACK_FAILED
     })
+}
+
+/// Every ready target's rollback plan at once: its live objects against the destination's
+/// manifests, by server-side dry run; what only the current release has stays in place.
+async fn rollback_plan(
+    config: &Config,
+    ready: &[Planned],
+    force: bool,
+    deadline: Instant,
+) -> crate::report::ChangePlan {
+    use crate::report::plan::{PlanMode, TargetPlan};
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let targets = futures::future::join_all(ready.iter().map(|p| {
+        let set = crate::engine::reapply::manifest_set_from_bodies(&p.bodies, &p.destination);
+        let cancel = cancel.clone();
+        async move {
+            let mut start = TargetPlan::new(p.connected.target.name.clone());
+            start.to = Some(p.destination.clone());
+            let mut plan = crate::commands::diff::diff_target(
+                &p.connected.access,
+                &set,
+                p.default_namespace.clone(),
+                force,
+                crate::kube::apply::field_manager(&config.app),
+                deadline,
+                ("live".to_string(), p.destination.clone()),
+                &cancel,
+                start,
+            )
+            .await;
+            plan.dropped = p.left_in_place.clone();
+            plan
+        }
+    }))
+    .await;
+    crate::report::ChangePlan::new(config.app.clone(), PlanMode::Rollback, None, targets)
 }
 
 /// Choose the destination of one target and describe the change.
@@ -658,6 +741,7 @@ async fn plan_one(
             pseudo.manifests = Some(bodies.clone());
             Planned {
                 changes: change_summary(current.as_ref(), &pseudo),
+                left_in_place: left_in_place(current.as_ref(), &pseudo),
                 headline: format!("target {name}: {from} -> commit {short}"),
                 bodies: bodies.clone(),
                 commit: commit.clone(),
@@ -674,12 +758,14 @@ async fn plan_one(
             let revision = policy::choose_manual_target(&records, args.revision, args.force)
                 .map_err(|e| (e.to_string(), exit::BAD_INPUT))?;
             let to = store.get(revision).await.map_err(unreachable)?;
-            let bodies =
-                reapply::record_manifests(config, &to).map_err(|e| (e, exit::BAD_INPUT))?;
+            let bodies = reapply::record_manifests(config, &to)
+                .await
+                .map_err(|e| (e, exit::BAD_INPUT))?;
             let mut with_bodies = to.clone();
             with_bodies.manifests = Some(bodies.clone());
             Planned {
                 changes: change_summary(current.as_ref(), &with_bodies),
+                left_in_place: left_in_place(current.as_ref(), &with_bodies),
                 headline: format!(
                     "target {name}: {from} -> v{revision} ({}, {})",
                     to.status,
@@ -834,7 +920,7 @@ mod tests {
         for format in [ShowFormat::Yaml, ShowFormat::Json] {
             let text = render_show(&r, format).unwrap();
             assert!(!text.contains("hunter2"), "{text}");
-            assert!(text.contains("<redacted 7 bytes>"), "{text}");
+            assert!(text.contains(&redact::marker(b"hunter2")), "{text}");
             assert!(text.contains("cfg"));
         }
         let yaml = render_show(&r, ShowFormat::Yaml).unwrap();

@@ -14,9 +14,9 @@ mod tests;
 pub use model::*;
 pub use names::{dns_label_problem, nearest};
 pub use overrides::Overrides;
-pub use parse::{config_path, load, parse};
+pub use parse::{config_path, load, missing_working_dirs, parse};
 pub use pipeline::{
-    DEFAULT_KILL_GRACE, DEFAULT_SCRIPT_TIMEOUT, PipelineStage, Scope, ScriptStage,
-    default_pipeline, missing_working_dirs, script_stages,
+    DEFAULT_KILL_GRACE, DEFAULT_SCRIPT_TIMEOUT, PipelineStage, Scope, ScriptCommand, ScriptStage,
+    default_pipeline, script_stages,
 };
 pub use schema::json_schema;

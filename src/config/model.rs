@@ -7,6 +7,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use super::names::nearest;
+use super::pipeline::PipelineStage;
 
 /// The default config file name, looked up in the current directory.
 pub const DEFAULT_CONFIG_FILE: &str = "rollguard.yaml";
@@ -43,7 +44,7 @@ pub struct Config {
     pub lock: LockConfig,
     pub github: GithubConfig,
     /// The stages of a deploy in order: `apply` once, script stages around it.
-    pub pipeline: Vec<super::PipelineStage>,
+    pub pipeline: Vec<PipelineStage>,
     /// Folder of the config file; manifest paths and render commands are relative to it.
     pub base_dir: PathBuf,
     /// The config file's path as given, for messages.
@@ -323,15 +324,6 @@ impl Default for GithubConfig {
             timeout: Duration::from_secs(30),
         }
     }
-}
-
-/// A command of a script stage.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ScriptCommand {
-    /// Run with `sh -c`.
-    Shell(String),
-    /// Run directly, no shell.
-    Argv(Vec<String>),
 }
 
 /// One problem with the configuration, located as precisely as possible.

@@ -9,7 +9,8 @@ use super::model::{CancelPolicy, Config, ConfigIssue, FailurePolicy};
 use super::names::{dns_label_problem, nearest};
 use crate::util::duration::parse_duration;
 
-/// Settings given on the command line (filled by cli.rs); they win over env and file.
+/// Settings given on the command line (the commands fill them from the flags); they win
+/// over env and file.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Overrides {
     pub kubeconfig: Option<PathBuf>,

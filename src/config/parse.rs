@@ -3,7 +3,7 @@
 //! known key, and all problems are reported at once. The accepted keys are the `*_KEYS` lists
 //! below; the JSON Schema is checked against them by a test.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
@@ -11,7 +11,11 @@ use std::time::Duration;
 use super::model::*;
 use super::names::{dns_label_problem, nearest, target_name_problem};
 use super::overrides::{Overrides, apply_overrides, env_setting};
-use crate::util::duration::parse_duration;
+use super::pipeline::{
+    DEFAULT_KILL_GRACE, DEFAULT_SCRIPT_TIMEOUT, PipelineStage, RESERVED_NAMES, SCRIPT_KEYS, Scope,
+    ScriptCommand, ScriptStage, default_pipeline, script_stages,
+};
+use crate::util::duration::{bounded, parse_duration};
 use crate::util::yaml::{self, Node, Tree};
 
 pub(super) const TOP_KEYS: &[&str] = &[
@@ -179,8 +183,13 @@ impl Ctx {
         let node = node?;
         let parsed = match &node.value {
             Tree::Null => return None,
-            Tree::Int(i) if *i >= 0 => Ok(Duration::from_secs(i.unsigned_abs())),
-            Tree::UInt(u) => Ok(Duration::from_secs(*u)),
+            Tree::Int(i) if *i >= 0 => {
+                bounded(Duration::from_secs(i.unsigned_abs()), &i.to_string())
+                    .map_err(|e| e.to_string())
+            }
+            Tree::UInt(u) => {
+                bounded(Duration::from_secs(*u), &u.to_string()).map_err(|e| e.to_string())
+            }
             Tree::Str(s) => parse_duration(s).map_err(|e| e.to_string()),
             other => Err(format!(
                 "must be a duration like \"90s\" or \"5m\", not {}",
@@ -301,7 +310,7 @@ impl Ctx {
             rollback: RollbackConfig::default(),
             lock: LockConfig::default(),
             github: GithubConfig::default(),
-            pipeline: super::default_pipeline(),
+            pipeline: default_pipeline(),
             base_dir,
             source,
             kubeconfig: None,
@@ -599,4 +608,331 @@ impl Ctx {
         }
         ff
     }
+}
+
+// The `pipeline:` walk (the model and its schema are in pipeline.rs).
+impl Ctx {
+    /// The old `stages:` key (never ran anything): refused, pointing at `pipeline:`.
+    pub(super) fn old_stages_key(&mut self, node: &Node) {
+        self.at(
+            node.line,
+            "`stages:` is gone: list the stages in order under `pipeline:` instead, e.g. \
+             `pipeline: [{script: {name: migrate, run: ./migrate.sh}}, apply, {script: {name: smoke, run: ./smoke.sh}}]` \
+             (`when: before|after` becomes the position relative to `apply`)",
+        );
+    }
+
+    pub(super) fn pipeline(&mut self, node: Option<&Node>, base_dir: &Path) -> Vec<PipelineStage> {
+        let Some(node) = node else {
+            return default_pipeline();
+        };
+        let items = match &node.value {
+            Tree::Seq(items) if !items.is_empty() => items,
+            Tree::Seq(_) | Tree::Null => {
+                self.at(
+                    node.line,
+                    "pipeline must list its stages, at least `- apply`",
+                );
+                return default_pipeline();
+            }
+            other => {
+                self.at(
+                    node.line,
+                    format!(
+                        "pipeline must be a list of stages (`- apply`, `- script: {{...}}`), not {}",
+                        other.kind_name()
+                    ),
+                );
+                return default_pipeline();
+            }
+        };
+        let mut stages = Vec::new();
+        let mut apply_lines = Vec::new();
+        let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+        for (index, item) in items.iter().enumerate() {
+            let what = format!("pipeline[{index}]");
+            match &item.value {
+                Tree::Str(s) if s == "apply" => {
+                    apply_lines.push(item.line);
+                    stages.push(PipelineStage::Apply);
+                }
+                Tree::Map(entries) if entries.len() == 1 && entries[0].0.key_text() == "script" => {
+                    if let Some(stage) =
+                        self.script_stage(&entries[0].1, &what, base_dir, &mut seen)
+                    {
+                        stages.push(PipelineStage::Script(stage));
+                    }
+                }
+                Tree::Map(entries) if entries.len() == 1 && entries[0].0.key_text() == "apply" => {
+                    self.at(
+                        item.line,
+                        format!("{what}: `apply` takes no settings: write `- apply`"),
+                    );
+                }
+                _ => {
+                    let mut msg =
+                        format!("{what} must be `apply` or `script: {{name: ..., run: ...}}`");
+                    let word = match &item.value {
+                        Tree::Str(s) => Some(s.clone()),
+                        Tree::Map(entries) => entries.first().map(|(k, _)| k.key_text()),
+                        _ => None,
+                    };
+                    if let Some(word) = word
+                        && let Some(near) = nearest(&word, &["apply", "script"])
+                    {
+                        msg.push_str(&format!("; did you mean {near:?}?"));
+                    }
+                    self.at(item.line, msg);
+                }
+            }
+        }
+        match apply_lines.as_slice() {
+            [] => self.at(
+                node.line,
+                "pipeline has no `apply` stage: list `- apply` exactly once (where the manifests are applied and waited for)",
+            ),
+            [_] => {}
+            [first, rest @ ..] => {
+                for line in rest {
+                    self.at(
+                        *line,
+                        format!("`apply` may appear only once in pipeline (first at line {first})"),
+                    );
+                }
+            }
+        }
+        stages
+    }
+
+    fn script_stage(
+        &mut self,
+        node: &Node,
+        what: &str,
+        base_dir: &Path,
+        seen: &mut BTreeMap<String, usize>,
+    ) -> Option<ScriptStage> {
+        let section = format!("{what}.script");
+        self.mapping(node, &section, SCRIPT_KEYS)?;
+        let name = match self.text(node.get("name"), "stage name") {
+            Some((name, line)) => {
+                if name.trim().is_empty() {
+                    self.at(line, "stage name must not be empty");
+                } else if RESERVED_NAMES.contains(&name.as_str()) {
+                    self.at(
+                        line,
+                        format!(
+                            "stage name {name:?} is reserved (it names a built-in phase: {}); pick another",
+                            RESERVED_NAMES.join(", ")
+                        ),
+                    );
+                } else if !name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+                {
+                    self.at(
+                        line,
+                        format!(
+                            "stage name {name:?} may only contain letters, digits, '-', '_' and '.'"
+                        ),
+                    );
+                } else if let Some(first) = seen.get(&name) {
+                    self.at(
+                        line,
+                        format!("duplicate stage name {name:?} (first at line {first})"),
+                    );
+                } else {
+                    seen.insert(name.clone(), line);
+                }
+                name
+            }
+            None => {
+                self.at(
+                    node.line,
+                    format!("{section} needs a `name` (used in logs and reports)"),
+                );
+                String::new()
+            }
+        };
+        let label = if name.is_empty() {
+            section.clone()
+        } else {
+            format!("stage {name:?}")
+        };
+        let run = self.command(node.get("run"), &format!("{label} run"));
+        if run.is_none() && node.get("run").is_none() {
+            self.at(
+                node.line,
+                format!(
+                    "{label} needs `run` (a shell command, or an argv list run without a shell)"
+                ),
+            );
+        }
+        let rollback = self.command(node.get("rollback"), &format!("{label} rollback"));
+        let timeout = self
+            .positive_duration(node.get("timeout"), &format!("{label} timeout"))
+            .unwrap_or(DEFAULT_SCRIPT_TIMEOUT);
+        let kill_grace = self
+            .positive_duration(node.get("kill_grace"), &format!("{label} kill_grace"))
+            .unwrap_or(DEFAULT_KILL_GRACE);
+        let env = self.stage_env(node.get("env"), &label);
+        let working_dir = match self.text(node.get("working_dir"), &format!("{label} working_dir"))
+        {
+            Some((dir, line)) if dir.trim().is_empty() => {
+                self.at(line, format!("{label} working_dir must not be empty"));
+                base_dir.to_path_buf()
+            }
+            Some((dir, _)) => {
+                let dir = PathBuf::from(dir);
+                if dir.is_absolute() {
+                    dir
+                } else {
+                    base_dir.join(dir)
+                }
+            }
+            None => base_dir.to_path_buf(),
+        };
+        let shell = match self.strings(node.get("shell"), &format!("{label} shell")) {
+            None => vec!["sh".to_string(), "-c".to_string()],
+            Some(parts) => {
+                // A string is split on spaces ("bash -eu -c"); a list is taken as it is.
+                let single = matches!(node.get("shell").map(|n| &n.value), Some(Tree::Str(_)));
+                let words: Vec<String> = if single {
+                    parts
+                        .iter()
+                        .flat_map(|(p, _)| p.split_whitespace().map(str::to_string))
+                        .collect()
+                } else {
+                    parts.into_iter().map(|(p, _)| p).collect()
+                };
+                if words.is_empty() || words[0].trim().is_empty() {
+                    self.at(
+                        node.get("shell").map_or(node.line, |n| n.line),
+                        format!("{label} shell must name a program, e.g. `bash -c`"),
+                    );
+                }
+                words
+            }
+        };
+        let continue_on_error = self
+            .boolean(
+                node.get("continue_on_error"),
+                &format!("{label} continue_on_error"),
+            )
+            .unwrap_or(false);
+        let dry_run = self
+            .boolean(node.get("dry_run"), &format!("{label} dry_run"))
+            .unwrap_or(false);
+        let scope = match self.text(node.get("scope"), &format!("{label} scope")) {
+            None => Scope::Target,
+            Some((s, line)) => match s.as_str() {
+                "target" => Scope::Target,
+                "fleet" => Scope::Fleet,
+                other => {
+                    let mut msg = format!(
+                        "{label} scope must be \"target\" (once per target) or \"fleet\" (once for the whole deploy), not {other:?}"
+                    );
+                    if let Some(near) = nearest(other, &["target", "fleet"]) {
+                        msg.push_str(&format!("; did you mean {near:?}?"));
+                    }
+                    self.at(line, msg);
+                    Scope::Target
+                }
+            },
+        };
+        Some(ScriptStage {
+            name,
+            run: run?,
+            rollback,
+            timeout,
+            env,
+            working_dir,
+            shell,
+            continue_on_error,
+            scope,
+            kill_grace,
+            dry_run,
+            line: node.line,
+        })
+    }
+
+    fn positive_duration(&mut self, node: Option<&Node>, what: &str) -> Option<Duration> {
+        let line = node.map_or(0, |n| n.line);
+        let d = self.duration(node, what)?;
+        if d.is_zero() {
+            self.at(line, format!("{what} must be more than 0s"));
+            return None;
+        }
+        Some(d)
+    }
+
+    fn boolean(&mut self, node: Option<&Node>, what: &str) -> Option<bool> {
+        let node = node?;
+        match &node.value {
+            Tree::Null => None,
+            Tree::Bool(b) => Some(*b),
+            other => {
+                self.at(
+                    node.line,
+                    format!("{what} must be true or false, not {}", other.kind_name()),
+                );
+                None
+            }
+        }
+    }
+
+    fn stage_env(&mut self, node: Option<&Node>, label: &str) -> BTreeMap<String, String> {
+        let mut env = BTreeMap::new();
+        let Some(node) = node else { return env };
+        match &node.value {
+            Tree::Map(entries) => {
+                let mut keys = HashSet::new();
+                for (k, v) in entries {
+                    let key = k.key_text();
+                    if key.is_empty()
+                        || key.starts_with(|c: char| c.is_ascii_digit())
+                        || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                    {
+                        self.at(
+                            k.line,
+                            format!("{label}: env name {key:?} is not a valid variable name (letters, digits, '_')"),
+                        );
+                    } else if !keys.insert(key.clone()) {
+                        self.at(k.line, format!("{label}: env {key:?} is set twice"));
+                    }
+                    let value = match &v.value {
+                        Tree::Null => String::new(),
+                        Tree::Bool(b) => b.to_string(),
+                        _ => self
+                            .text(Some(v), &format!("{label}: env {key}"))
+                            .map(|(t, _)| t)
+                            .unwrap_or_default(),
+                    };
+                    env.insert(key, value);
+                }
+            }
+            Tree::Null => {}
+            other => self.at(
+                node.line,
+                format!("{label}: env must be a mapping, not {}", other.kind_name()),
+            ),
+        }
+        env
+    }
+}
+
+/// Script stages whose `working_dir` is not a folder: checked with the config, before any
+/// cluster is touched (a stage that cannot start would fail a deploy half-way).
+pub fn missing_working_dirs(config: &Config) -> Vec<ConfigIssue> {
+    let file = config.source.display().to_string();
+    script_stages(&config.pipeline)
+        .filter(|s| !s.working_dir.is_dir())
+        .map(|s| ConfigIssue {
+            location: format!("{file}:{}", s.line),
+            message: format!(
+                "stage {:?}: working_dir {} is not a folder; create it or fix `working_dir` (relative paths are relative to this file)",
+                s.name,
+                s.working_dir.display()
+            ),
+        })
+        .collect()
 }

@@ -229,6 +229,14 @@ fn error_table() {
             "rollguard.yaml:7: wait.timeout: invalid duration \"5 minutes\"",
         ),
         (
+            format!("{base}wait:\n  timeout: 18446744073709551615\n"),
+            "rollguard.yaml:7: wait.timeout: invalid duration \"18446744073709551615\": longer than the maximum of 24h",
+        ),
+        (
+            format!("{base}lock:\n  timeout: 18446744073709551615s\n"),
+            "rollguard.yaml:7: lock.timeout: invalid duration \"18446744073709551615s\": longer than the maximum of 24h",
+        ),
+        (
             format!("{base}history:\n  keep: 0\n"),
             "rollguard.yaml:7: history.keep must be at least 1, not 0",
         ),
@@ -554,4 +562,174 @@ fn schema_matches_parser_keys() {
 #[test]
 fn docs_schema_is_current() {
     crate::util::generated_docs::assert_current("config-schema.json", &json_schema());
+}
+
+/// The `pipeline:` walk.
+mod pipeline {
+    use super::super::*;
+    use std::path::{Path, PathBuf};
+    use std::time::Duration;
+
+    const BASE: &str = "app: shop\nmanifests: [k8s]\ntargets:\n  - {name: eu, context: a}\n";
+
+    fn parse_text(text: &str) -> Result<Vec<PipelineStage>, Vec<String>> {
+        parse(
+            text,
+            Path::new("ci/rollguard.yaml"),
+            &Overrides::default(),
+            &|_| None,
+        )
+        .map(|c| c.pipeline)
+        .map_err(|e| e.issues().iter().map(ToString::to_string).collect())
+    }
+
+    fn script(stage: &PipelineStage) -> &ScriptStage {
+        match stage {
+            PipelineStage::Script(s) => s,
+            PipelineStage::Apply => panic!("script stage expected"),
+        }
+    }
+
+    #[test]
+    fn the_issue_example_and_defaults() {
+        let text = format!(
+            "{BASE}pipeline:
+  - script: {{name: migrate, run: ./db/migrate up, rollback: ./db/migrate down, timeout: 2m, scope: fleet}}
+  - apply
+  - script: {{name: smoke, run: [./scripts/smoke.sh, --fast], timeout: 1m}}
+"
+        );
+        let p = parse_text(&text).unwrap_or_else(|e| panic!("{e:#?}"));
+        assert_eq!(p.len(), 3);
+        assert_eq!(p[1], PipelineStage::Apply);
+        let m = script(&p[0]);
+        assert_eq!(m.name, "migrate");
+        assert_eq!(m.scope, Scope::Fleet);
+        assert_eq!(m.timeout, Duration::from_secs(120));
+        assert_eq!(
+            m.rollback,
+            Some(ScriptCommand::Shell("./db/migrate down".into()))
+        );
+        assert_eq!(m.argv(&m.run), vec!["sh", "-c", "./db/migrate up"]);
+        assert_eq!(m.working_dir, PathBuf::from("ci"));
+        assert_eq!(m.kill_grace, DEFAULT_KILL_GRACE);
+        assert!(!m.continue_on_error && !m.dry_run);
+        let s = script(&p[2]);
+        assert_eq!(s.scope, Scope::Target);
+        assert_eq!(s.argv(&s.run), vec!["./scripts/smoke.sh", "--fast"]);
+        assert_eq!(s.rollback, None);
+        // Without `pipeline:` there is only the apply stage.
+        assert_eq!(parse_text(BASE).unwrap_or_default(), default_pipeline());
+    }
+
+    #[test]
+    fn every_key() {
+        let text = format!(
+            "{BASE}pipeline:
+  - apply
+  - script:
+      name: smoke
+      run: ./smoke
+      timeout: 30s
+      env: {{URL: http://x, RETRIES: 3, LOUD: true}}
+      working_dir: /srv
+      shell: bash -eu -c
+      continue_on_error: true
+      scope: target
+      kill_grace: 1s
+      dry_run: true
+"
+        );
+        let p = parse_text(&text).unwrap_or_else(|e| panic!("{e:#?}"));
+        let s = script(&p[1]);
+        assert_eq!(s.timeout, Duration::from_secs(30));
+        assert_eq!(s.env.get("RETRIES").map(String::as_str), Some("3"));
+        assert_eq!(s.env.get("LOUD").map(String::as_str), Some("true"));
+        assert_eq!(s.working_dir, PathBuf::from("/srv"));
+        assert_eq!(s.argv(&s.run), vec!["bash", "-eu", "-c", "./smoke"]);
+        assert!(s.continue_on_error && s.dry_run);
+        assert_eq!(s.kill_grace, Duration::from_secs(1));
+    }
+
+    #[test]
+    fn errors_name_file_and_line() {
+        let p = |body: &str| format!("{BASE}pipeline:\n{body}");
+        let cases: Vec<(String, &str)> = vec![
+            (
+                format!("{BASE}stages:\n  - name: m\n    script: x\n    when: before\n"),
+                "ci/rollguard.yaml:5: `stages:` is gone: list the stages in order under `pipeline:`",
+            ),
+            (
+                p("  - script: {name: m, run: x}\n"),
+                "ci/rollguard.yaml:6: pipeline has no `apply` stage",
+            ),
+            (
+                p("  - apply\n  - apply\n"),
+                "ci/rollguard.yaml:7: `apply` may appear only once in pipeline (first at line 6)",
+            ),
+            (
+                p("  - aply\n"),
+                "ci/rollguard.yaml:6: pipeline[0] must be `apply` or `script: {name: ..., run: ...}`; did you mean \"apply\"?",
+            ),
+            (
+                p("  - apply\n  - script: {name: s, run: x, timout: 1m}\n"),
+                "ci/rollguard.yaml:7: unknown key \"timout\" in pipeline[1].script; did you mean \"timeout\"?",
+            ),
+            (
+                p("  - apply\n  - script: {run: x}\n"),
+                "ci/rollguard.yaml:7: pipeline[1].script needs a `name`",
+            ),
+            (
+                p("  - apply\n  - script: {name: s}\n"),
+                "ci/rollguard.yaml:7: stage \"s\" needs `run`",
+            ),
+            (
+                p("  - apply\n  - script: {name: wait, run: x}\n"),
+                "ci/rollguard.yaml:7: stage name \"wait\" is reserved",
+            ),
+            (
+                p("  - apply\n  - script: {name: s, run: x}\n  - script: {name: s, run: y}\n"),
+                "ci/rollguard.yaml:8: duplicate stage name \"s\" (first at line 7)",
+            ),
+            (
+                p("  - apply\n  - script: {name: s, run: x, scope: fleat}\n"),
+                "ci/rollguard.yaml:7: stage \"s\" scope must be \"target\"",
+            ),
+            (
+                p("  - apply\n  - script: {name: s, run: x, timeout: soon}\n"),
+                "ci/rollguard.yaml:7: stage \"s\" timeout:",
+            ),
+            (
+                p("  - apply\n  - script: {name: s, run: x, timeout: 0s}\n"),
+                "ci/rollguard.yaml:7: stage \"s\" timeout must be more than 0s",
+            ),
+            (
+                p("  - apply\n  - script: {name: s, run: x, continue_on_error: yes please}\n"),
+                "ci/rollguard.yaml:7: stage \"s\" continue_on_error must be true or false",
+            ),
+            (
+                p("  - apply\n  - script: {name: s, run: []}\n"),
+                "ci/rollguard.yaml:7: stage \"s\" run must not be an empty list",
+            ),
+            (
+                p("  - apply\n  - script: {name: s, run: x, env: {1X: y}}\n"),
+                "ci/rollguard.yaml:7: stage \"s\": env name \"1X\" is not a valid variable name",
+            ),
+            (
+                p("  - {apply: {}}\n"),
+                "ci/rollguard.yaml:6: pipeline[0]: `apply` takes no settings",
+            ),
+            (
+                format!("{BASE}pipeline: apply\n"),
+                "ci/rollguard.yaml:5: pipeline must be a list of stages",
+            ),
+        ];
+        for (text, want) in cases {
+            let errs = parse_text(&text).expect_err(&text);
+            assert!(
+                errs.iter().any(|e| e.starts_with(want)),
+                "want {want:?}\ngot {errs:#?}\nfor:\n{text}"
+            );
+        }
+    }
 }

@@ -18,10 +18,17 @@ use crate::release::session::{ReleaseSettings, applied_ref};
 use crate::release::{ObjectRef, ReleaseOrigin, ReleaseStatus, RunInfo};
 use crate::report::progress::{Progress, Stage};
 use crate::report::{Failure, PhaseTiming, RollbackReport, TargetOutcome};
+use crate::util::duration::format_duration;
 
 /// How long the rollbacks may take after a cancel signal: GitHub sends SIGKILL 10 s after
 /// SIGINT, and the records and the report must be written before that.
 pub const CANCEL_ROLLBACK_BUDGET: Duration = Duration::from_secs(4);
+
+/// How long writing a target's record, and then releasing its lock, may each take, so that
+/// rollguard always exits: a stalled server costs at most this, then a warning.
+pub const CONCLUDE_STEP_BUDGET: Duration = Duration::from_secs(15);
+/// The same after a cancel signal, within GitHub's grace before SIGKILL.
+pub const CANCEL_CONCLUDE_STEP_BUDGET: Duration = Duration::from_secs(2);
 
 /// After every target finished its deploy: write each target's record, decide with the
 /// failure policy (or `on_cancel`) which targets roll back, run those rollbacks all at once
@@ -33,6 +40,7 @@ pub async fn conclude(
     cancel: &CancellationToken,
     progress: &Progress,
 ) -> String {
+    crate::error::test_panic_point("conclude");
     let cancelled = cancel.is_cancelled();
     // A signal that arrives while the rollbacks run leaves them CANCEL_ROLLBACK_BUDGET to
     // finish, so that the records and the report are still written before a SIGKILL.
@@ -156,21 +164,32 @@ async fn settle_target(
         ),
     };
     let applied: Vec<ObjectRef> = run.applied.iter().map(applied_ref).collect();
-    match release
-        .store
-        .finish_with_stages(
+    let step_budget = if context.cancelled {
+        CANCEL_CONCLUDE_STEP_BUDGET
+    } else {
+        CONCLUDE_STEP_BUDGET
+    };
+    let finished = tokio::time::timeout(
+        step_budget,
+        release.store.finish_with_stages(
             release.record.revision,
             status,
             reason,
             Some(applied.clone()),
             run.report.stages.clone(),
-        )
-        .await
-    {
-        Ok(record) => release.record = record,
-        Err(e) => run.report.warnings.push(format!(
+        ),
+    )
+    .await;
+    match finished {
+        Ok(Ok(record)) => release.record = record,
+        Ok(Err(e)) => run.report.warnings.push(format!(
             "could not write release record v{}: {e}",
             release.record.revision
+        )),
+        Err(_) => run.report.warnings.push(format!(
+            "could not write release record v{} within {}: the cluster did not answer; the next run marks it abandoned",
+            release.record.revision,
+            format_duration(step_budget)
         )),
     }
     let result = if roll_back {
@@ -181,10 +200,16 @@ async fn settle_target(
     if let Some(release) = run.release.as_ref() {
         run.report.warnings.extend(release.store.take_warnings());
     }
-    if let Some(release) = run.release.as_mut()
-        && let Some(warning) = release.unlock().await
-    {
-        run.report.warnings.push(warning);
+    if let Some(release) = run.release.as_mut() {
+        match tokio::time::timeout(step_budget, release.unlock()).await {
+            Ok(None) => {}
+            Ok(Some(warning)) => run.report.warnings.push(warning),
+            // The lock is dropped with the future: its renewal stops, so it lapses.
+            Err(_) => run.report.warnings.push(format!(
+                "could not release the lock within {}: the cluster did not answer; it lapses by itself after its lease duration",
+                format_duration(step_budget)
+            )),
+        }
     }
     result
 }

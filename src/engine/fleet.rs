@@ -10,11 +10,11 @@ use jiff::Timestamp;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::config::{PipelineStage, TargetConfig};
+use crate::config::{FailurePolicy, PipelineStage, TargetConfig};
 use crate::engine::plan::Plan;
 use crate::engine::scripts::fleet_script;
 use crate::engine::target_run::{
-    TargetRun, complete, deploy_target, finish, reach_target, run_stages, stop_unlocked,
+    TargetRun, complete, deploy_target, finish, preflight, run_stages, stop_unlocked,
 };
 use crate::release::lock::{LockError, LockGuard, lock_key, lock_order};
 use crate::release::session::{PrepareError, ReleaseSettings, take_lock};
@@ -23,113 +23,143 @@ use crate::report::{Failure, Report, TargetOutcome, TargetReport};
 use crate::stages::plan::{Step, steps};
 
 /// Runs every target of the plan through the pipeline and returns their runs in config
-/// order: each target runs its own stages in its own task, and at a fleet stage every target
-/// waits for the others, the script runs once, then they go on. Before the first stage every
-/// target is reached (no write), then every target's lock is taken in the one global lock
-/// order ([`take_locks`]), so nothing is written anywhere before all locks are held.
+/// order. First the preflight of every target (connect, discover the kinds), all before any
+/// target writes; under `rollback-all` a target failing it stops the run there, the others
+/// `skipped`: nothing was written, so the fleet stays on one version with nothing to roll
+/// back. Then every target's lock is taken in the one global lock order ([`take_locks`]), so
+/// nothing is written anywhere before all locks are held. Then each target runs its own
+/// stages in its own task, and at a fleet stage every target waits for the others, the
+/// script runs once, then they go on.
 pub async fn run_targets(
     plan: Arc<Plan>,
     cancel: CancellationToken,
     progress: Progress,
 ) -> Vec<TargetRun> {
-    let mut runs: Option<Vec<TargetRun>> = None;
+    let concurrency = plan.config.concurrency.max(1);
+    let mut checked = preflight_all(&plan, &cancel, &progress).await;
+    if let Some(reason) = preflight_stop(plan.config.on_failure, &checked) {
+        for run in checked.iter_mut().filter(|r| !r.done) {
+            run.report.message = Some(reason.clone());
+            finish(run, &progress, TargetOutcome::Skipped);
+        }
+        return checked;
+    }
+
+    let mut runs = checked;
+    let mut locked = false;
     for step in steps(&plan.config.pipeline) {
         match step {
             Step::Targets(stages) => {
                 let stages = Arc::new(stages);
-                let tasks: Vec<(String, TargetTask)> = match runs.take() {
-                    None => {
-                        let reached = reach_all(&plan, &cancel, &progress).await;
-                        let locks = if plan.options.dry_run {
-                            reached.iter().map(|_| Ok(None)).collect()
-                        } else {
-                            take_locks(&plan, &reached, &cancel).await
-                        };
-                        reached
-                            .into_iter()
-                            .zip(locks)
-                            .map(|(mut run, lock)| {
-                                let (plan, cancel, progress) =
-                                    (plan.clone(), cancel.clone(), progress.clone());
-                                let stages = stages.clone();
-                                let name = run.target.name.clone();
-                                let task: TargetTask = Box::pin(async move {
-                                    if run.done {
+                // The first target step takes every lock (in the global order) and opens
+                // the records first.
+                let first = !std::mem::replace(&mut locked, true);
+                let locks: Vec<Result<Option<HeldLock>, Box<LockRefusal>>> =
+                    if !first || plan.options.dry_run {
+                        runs.iter().map(|_| Ok(None)).collect()
+                    } else {
+                        for run in runs.iter_mut().filter(|r| !r.done) {
+                            run.clock.start("lock");
+                        }
+                        take_locks(&plan, &runs, &cancel).await
+                    };
+                let tasks: Vec<(String, TargetTask)> = std::mem::take(&mut runs)
+                    .into_iter()
+                    .zip(locks)
+                    .map(|(mut run, lock)| {
+                        let (plan, cancel, progress) =
+                            (plan.clone(), cancel.clone(), progress.clone());
+                        let stages = stages.clone();
+                        let name = run.target.name.clone();
+                        let task: TargetTask = Box::pin(async move {
+                            if run.done {
+                                return run;
+                            }
+                            if first {
+                                let lock = match lock {
+                                    Ok(Some((lock, notes))) => {
+                                        run.report.warnings.extend(notes);
+                                        Some(lock)
+                                    }
+                                    Ok(None) => None,
+                                    Err(refusal) => {
+                                        let LockRefusal {
+                                            outcome,
+                                            failure,
+                                            message,
+                                        } = *refusal;
+                                        stop_unlocked(
+                                            &mut run, &progress, outcome, failure, message,
+                                        );
                                         return run;
                                     }
-                                    let lock = match lock {
-                                        Ok(Some((lock, notes))) => {
-                                            run.report.warnings.extend(notes);
-                                            Some(lock)
-                                        }
-                                        Ok(None) => None,
-                                        Err(refusal) => {
-                                            let LockRefusal {
-                                                outcome,
-                                                failure,
-                                                message,
-                                            } = *refusal;
-                                            stop_unlocked(
-                                                &mut run, &progress, outcome, failure, message,
-                                            );
-                                            return run;
-                                        }
-                                    };
-                                    deploy_target(
-                                        &plan, &mut run, lock, &stages, &cancel, &progress,
-                                    )
+                                };
+                                deploy_target(&plan, &mut run, lock, &stages, &cancel, &progress)
                                     .await;
-                                    run
-                                });
-                                (name, task)
-                            })
-                            .collect()
-                    }
-                    Some(previous) => previous
-                        .into_iter()
-                        .map(|mut run| {
-                            let (plan, cancel, progress) =
-                                (plan.clone(), cancel.clone(), progress.clone());
-                            let stages = stages.clone();
-                            let name = run.target.name.clone();
-                            let task: TargetTask = Box::pin(async move {
+                            } else {
                                 run_stages(&plan, &mut run, &stages, &cancel, &progress).await;
-                                run
-                            });
-                            (name, task)
-                        })
-                        .collect(),
-                };
-                runs = Some(run_all(tasks, plan.config.concurrency.max(1), &progress).await);
+                            }
+                            run
+                        });
+                        (name, task)
+                    })
+                    .collect();
+                runs = run_all(tasks, concurrency, &progress).await;
             }
             Step::Fleet(index) => {
-                let (Some(runs), Some(PipelineStage::Script(stage))) =
-                    (runs.as_mut(), plan.config.pipeline.get(index))
-                else {
+                let Some(PipelineStage::Script(stage)) = plan.config.pipeline.get(index) else {
                     continue;
                 };
+                if !locked {
+                    continue;
+                }
                 if cancel.is_cancelled() {
                     for run in runs.iter_mut().filter(|r| !r.done) {
                         finish(run, &progress, TargetOutcome::Cancelled);
                     }
                     continue;
                 }
-                fleet_script(&plan, runs, stage, &cancel, &progress).await;
+                fleet_script(&plan, &mut runs, stage, &cancel, &progress).await;
             }
         }
     }
-    let mut runs = runs.unwrap_or_default();
     for run in &mut runs {
         complete(run, &progress);
     }
     runs
 }
 
+/// Under `rollback-all`, why the targets that passed the preflight do not start: the names
+/// of the targets that failed it. None: every target passed, the run was cancelled (the
+/// cancel path says so), or the policy lets the reachable targets go on.
+pub fn preflight_stop(policy: FailurePolicy, checked: &[TargetRun]) -> Option<String> {
+    if policy != FailurePolicy::RollbackAll
+        || checked
+            .iter()
+            .any(|r| r.done && r.report.outcome == TargetOutcome::Cancelled)
+    {
+        return None;
+    }
+    let failed: Vec<&str> = checked
+        .iter()
+        .filter(|r| r.done && r.report.outcome == TargetOutcome::Failed)
+        .map(|r| r.target.name.as_str())
+        .collect();
+    if failed.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "not deployed: {} failed the preflight and on_failure is rollback-all (the fleet stays on one version); fix {} and run again",
+        failed.join(", "),
+        if failed.len() == 1 { "it" } else { "them" }
+    ))
+}
+
 type TargetTask = std::pin::Pin<Box<dyn std::future::Future<Output = TargetRun> + Send>>;
 
-/// Every target reached at once (connect, discover: no write); a run that failed there is
-/// `done`.
-async fn reach_all(
+/// The preflight of every target at once (connect, discover: no write); a run that failed
+/// there is `done`.
+async fn preflight_all(
     plan: &Arc<Plan>,
     cancel: &CancellationToken,
     progress: &Progress,
@@ -150,7 +180,7 @@ async fn reach_all(
                         "cancelled before it started",
                     );
                 }
-                reach_target(&plan, &target, &cancel, &progress).await
+                preflight(&plan, &target, &cancel, &progress).await
             });
             (name, task)
         })
@@ -360,8 +390,47 @@ pub async fn deploy(plan: Arc<Plan>, cancel: CancellationToken, progress: Progre
     let mut runs = run_targets(plan.clone(), cancel.clone(), progress.clone()).await;
     // Records, the failure policy (or on_cancel) and the rollbacks, all at once.
     crate::engine::conclude::conclude(&plan, &mut runs, &cancel, &progress).await;
+    let change_plan = plan.options.dry_run.then(|| dry_run_plan(&plan, &mut runs));
     let targets: Vec<TargetReport> = runs.into_iter().map(|r| r.report).collect();
-    build_report(&plan, targets, started_at)
+    let mut report = build_report(&plan, targets, started_at);
+    if change_plan.is_some() {
+        report.plan = change_plan;
+        report.refresh();
+    }
+    report
+}
+
+/// A dry run's plan: every target's answer; a target that stopped before it was asked
+/// (unreachable, a kind it does not serve, a script) is an error with its failures.
+fn dry_run_plan(plan: &Plan, runs: &mut [TargetRun]) -> crate::report::ChangePlan {
+    use crate::report::plan::{PlanMode, TargetPlan};
+    let targets = runs
+        .iter_mut()
+        .map(|run| {
+            let mut target = run
+                .plan
+                .take()
+                .unwrap_or_else(|| TargetPlan::new(run.report.name.clone()));
+            if target.errors.is_empty() && run.report.outcome != TargetOutcome::Deployed {
+                target.errors = run.report.failures.clone();
+                if target.errors.is_empty() {
+                    target.errors.push(Failure {
+                        object: "target".into(),
+                        reason: run.report.outcome.as_str().to_string(),
+                        message: run.report.reason().unwrap_or_default(),
+                        ..Default::default()
+                    });
+                }
+            }
+            target
+        })
+        .collect();
+    crate::report::ChangePlan::new(
+        plan.config.app.clone(),
+        PlanMode::DryRun,
+        plan.commit.clone(),
+        targets,
+    )
 }
 
 /// The report of a run.
@@ -375,4 +444,72 @@ pub fn build_report(plan: &Plan, targets: Vec<TargetReport>, started_at: Timesta
     );
     report.dry_run = plan.options.dry_run;
     report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(name: &str, outcome: Option<TargetOutcome>) -> TargetRun {
+        let target = TargetConfig {
+            name: name.to_string(),
+            context: None,
+            kubeconfig: None,
+            kubeconfig_env: None,
+            namespace: None,
+            environment: None,
+            line: 0,
+        };
+        match outcome {
+            Some(outcome) => skipped(&target, outcome, "x"),
+            None => TargetRun::new(&target, Timestamp::now()),
+        }
+    }
+
+    #[test]
+    fn preflight_stops_only_rollback_all_on_a_failure() {
+        use FailurePolicy::{RollbackAll, RollbackFailed, RollbackIfAllFail};
+        let ok = |n| run(n, None);
+        let failed = |n| run(n, Some(TargetOutcome::Failed));
+        let cancelled = |n| run(n, Some(TargetOutcome::Cancelled));
+        let cases: Vec<(FailurePolicy, Vec<TargetRun>, Option<&str>)> = vec![
+            (RollbackAll, vec![ok("eu"), ok("us"), ok("ap")], None),
+            (
+                RollbackAll,
+                vec![ok("eu"), failed("us"), ok("ap")],
+                Some("us failed"),
+            ),
+            (
+                RollbackAll,
+                vec![failed("eu"), failed("us"), ok("ap")],
+                Some("eu, us failed"),
+            ),
+            (
+                RollbackAll,
+                vec![ok("eu"), failed("us"), cancelled("ap")],
+                None,
+            ),
+            (RollbackFailed, vec![ok("eu"), failed("us"), ok("ap")], None),
+            (
+                RollbackIfAllFail,
+                vec![ok("eu"), failed("us"), ok("ap")],
+                None,
+            ),
+            (
+                FailurePolicy::None,
+                vec![ok("eu"), failed("us"), ok("ap")],
+                None,
+            ),
+        ];
+        for (policy, checked, want) in cases {
+            let got = preflight_stop(policy, &checked);
+            match want {
+                Some(part) => assert!(
+                    got.as_deref().is_some_and(|g| g.contains(part)),
+                    "{policy:?}: {got:?}"
+                ),
+                None => assert_eq!(got, None, "{policy:?}"),
+            }
+        }
+    }
 }

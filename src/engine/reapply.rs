@@ -30,7 +30,7 @@ pub async fn stored_manifests(
     access: &ClusterAccess,
 ) -> Result<Vec<serde_json::Value>, String> {
     match store.get(record.revision).await {
-        Ok(full) => record_manifests(config, &full),
+        Ok(full) => record_manifests(config, &full).await,
         // Unreadable manifests: the record's commit can still rebuild them from git.
         Err(e @ ReleaseError::Corrupt { .. }) => {
             tracing::warn!(
@@ -39,7 +39,9 @@ pub async fn stored_manifests(
             );
             let mut head = record.clone();
             head.manifests = None;
-            record_manifests(config, &head).map_err(|why| format!("{e}; and from git: {why}"))
+            record_manifests(config, &head)
+                .await
+                .map_err(|why| format!("{e}; and from git: {why}"))
         }
         Err(e) => {
             let why = match e.kube_error() {
@@ -52,7 +54,7 @@ pub async fn stored_manifests(
 }
 
 /// The manifests of a record: as stored, else rebuilt from git at its commit.
-pub fn record_manifests(
+pub async fn record_manifests(
     config: &Config,
     record: &ReleaseRecord,
 ) -> Result<Vec<serde_json::Value>, String> {
@@ -65,18 +67,35 @@ pub fn record_manifests(
             record.revision
         )
     })?;
-    manifests_from_git(config, &commit.sha)
+    manifests_from_git_off_runtime(config, &commit.sha).await
+}
+
+/// [`manifests_from_git`] on a blocking thread: git and a `render:` command block, and the
+/// async runtime's threads must not (a test keeps every such call site off them).
+pub async fn manifests_from_git_off_runtime(
+    config: &Config,
+    sha: &str,
+) -> Result<Vec<serde_json::Value>, String> {
+    let (config, sha) = (config.clone(), sha.to_string());
+    tokio::task::spawn_blocking(move || manifests_from_git(&config, &sha))
+        .await
+        .map_err(|e| format!("internal error reading the manifests from git: {e}"))?
 }
 
 /// The manifests of the config's manifest source at commit `sha`, from a temporary checkout.
 pub fn manifests_from_git(config: &Config, sha: &str) -> Result<Vec<serde_json::Value>, String> {
+    let set = manifests_at_commit(config, sha)?;
+    Ok(set.objects.into_iter().map(|o| o.body).collect())
+}
+
+/// The validated manifest set of the config's source at commit `sha` (a `render:` command
+/// runs in the checkout), read from a temporary checkout that is removed afterwards.
+pub fn manifests_at_commit(config: &Config, sha: &str) -> Result<ManifestSet, String> {
     let checkout =
         crate::util::git::Checkout::at(&config.base_dir, sha).map_err(|e| e.to_string())?;
     let mut at_commit = config.clone();
     at_commit.base_dir = checkout.map_path(&config.base_dir);
-    let set = crate::manifests::load(&at_commit)
-        .map_err(|e| format!("manifests at commit {sha}: {e}"))?;
-    Ok(set.objects.into_iter().map(|o| o.body).collect())
+    crate::manifests::load(&at_commit).map_err(|e| format!("manifests at commit {sha}: {e}"))
 }
 
 /// A manifest set from stored bodies (in their stored, already sorted, order).
@@ -223,7 +242,7 @@ impl ReApply<'_> {
                     fail_fast: self.fail_fast.clone(),
                 };
                 let waited = wait_for_rollout(
-                    &access.client,
+                    &access.watch_client,
                     &applied.applied,
                     &wait,
                     &keep_going,

@@ -1,6 +1,6 @@
-//! Script stages inside the deploy: a target's scripts in its own run, fleet scripts once
-//! between the steps of every target, and the rollback commands after a target's manifests
-//! were rolled back. Running a command is `crate::stages`; the decisions are `stages::plan`.
+//! Script stages across targets: fleet scripts once between the steps of every target, and
+//! the rollback commands after a target's manifests were rolled back (a target's own scripts
+//! run in `target_run`). Running a command is `crate::stages`; the decisions are `stages::plan`.
 
 use std::time::Duration;
 
@@ -10,58 +10,16 @@ use tracing::Instrument;
 
 use crate::config::{FailurePolicy, PipelineStage, ScriptStage};
 use crate::engine::plan::Plan;
-use crate::engine::target_run::{TargetRun, finish};
+use crate::engine::target_run::{
+    DRY_RUN_NOTE, TargetRun, failure_text, finish, record_run, target_deployment,
+};
 use crate::report::progress::{Progress, Stage};
-use crate::report::{Failure, StageOutcome, StageResult, TargetOutcome};
+use crate::report::{StageOutcome, StageResult, TargetOutcome};
 use crate::stages::env::{Deployment, common};
 use crate::stages::{self, Which, plan as decide};
 
 /// Less than this left of the cancel budget: a rollback command is not started at all.
 const MIN_COMMAND_TIME: Duration = Duration::from_millis(200);
-
-const DRY_RUN_NOTE: &str = "not run in a dry run (set `dry_run: true` on the stage to run it)";
-
-/// The deployment a target's script runs in.
-fn target_deployment(plan: &Plan, run: &TargetRun, stage: &str, rollback: bool) -> Deployment {
-    let namespace = match (&run.release, &run.access) {
-        (Some(release), _) => Some(release.default_namespace.clone()),
-        (None, Some(access)) => Some(
-            plan.config
-                .default_namespace(&run.target, &access.context_namespace),
-        ),
-        (None, None) => plan.config.namespace.clone(),
-    };
-    let last_good = run.release.as_ref().and_then(|r| r.last_good.as_ref());
-    Deployment {
-        app: plan.config.app.clone(),
-        target: Some(run.target.name.clone()),
-        targets: vec![run.target.name.clone()],
-        namespace,
-        revision: run.report.revision,
-        commit: plan.commit.as_ref().map(|c| c.sha.clone()),
-        previous_commit: last_good.and_then(|g| g.commit.as_ref().map(|c| c.sha.clone())),
-        previous_revision: last_good.map(|g| g.revision),
-        stage: stage.to_string(),
-        fleet: false,
-        is_rollback: rollback,
-        dry_run: plan.options.dry_run,
-        failed_stage: rollback.then(|| decide::failed_stage(&run.report.stages)),
-        failure: rollback.then(|| failure_text(run)),
-    }
-}
-
-/// Why a target is rolled back, in one line (ROLLGUARD_FAILURE).
-fn failure_text(run: &TargetRun) -> String {
-    run.report
-        .failures
-        .first()
-        .map(Failure::headline)
-        .or_else(|| run.report.message.clone())
-        .unwrap_or_else(|| match run.report.outcome {
-            TargetOutcome::Cancelled => "cancelled".to_string(),
-            _ => "another target failed".to_string(),
-        })
-}
 
 /// The deployment a fleet script runs in: what all its targets share.
 fn fleet_deployment(plan: &Plan, runs: &[&TargetRun], stage: &str, rollback: bool) -> Deployment {
@@ -99,85 +57,6 @@ fn fleet_deployment(plan: &Plan, runs: &[&TargetRun], stage: &str, rollback: boo
             .then(|| runs.first().map(|r| failure_text(r)))
             .flatten(),
     }
-}
-
-/// Records the result of a stage's `run` on a target; ends the run when it failed.
-fn record_run(
-    plan: &Plan,
-    run: &mut TargetRun,
-    stage: &ScriptStage,
-    result: StageResult,
-    progress: &Progress,
-) {
-    run.clock.script(&result);
-    let outcome = result.outcome;
-    let message = result.message.clone().unwrap_or_default();
-    let scope = match stage.scope {
-        crate::config::Scope::Fleet => " (fleet)",
-        crate::config::Scope::Target => "",
-    };
-    let where_ = format!("{}:{}", plan.config.source.display(), stage.line);
-    run.report.stages.push(result);
-    match outcome {
-        StageOutcome::Warned => run.report.warnings.push(format!(
-            "stage {}{scope} {message}; continue_on_error is set, so the deploy went on (its last lines are in the report)",
-            stage.name
-        )),
-        StageOutcome::Stopped => finish(run, progress, TargetOutcome::Cancelled),
-        StageOutcome::Failed | StageOutcome::TimedOut => {
-            run.report.failures.push(Failure {
-                object: format!("stage {}{scope}", stage.name),
-                reason: match outcome {
-                    StageOutcome::TimedOut => "ScriptTimeout".to_string(),
-                    _ => "ScriptFailed".to_string(),
-                },
-                message: format!(
-                    "{message} (stage at {where_}); its output is in the log (stage={}) and its last lines in the report",
-                    stage.name
-                ),
-                ..Failure::default()
-            });
-            finish(run, progress, TargetOutcome::Failed);
-        }
-        StageOutcome::Succeeded | StageOutcome::NotRun => {}
-    }
-}
-
-/// A target-scoped script stage of one target.
-pub async fn target_script(
-    plan: &Plan,
-    run: &mut TargetRun,
-    stage: &ScriptStage,
-    cancel: &CancellationToken,
-    progress: &Progress,
-) {
-    if plan.options.dry_run && !stage.dry_run {
-        run.report
-            .stages
-            .push(stages::not_run(stage, Which::Run, DRY_RUN_NOTE));
-        return;
-    }
-    let Some(access) = run.access.clone() else {
-        return;
-    };
-    // Cancelled before it started: it never ran, so it has nothing to roll back.
-    if cancel.is_cancelled() {
-        return finish(run, progress, TargetOutcome::Cancelled);
-    }
-    progress.update(&run.target.name, Stage::Script(stage.name.clone()));
-    run.clock.start(&stage.name);
-    let deployment = target_deployment(plan, run, &stage.name, false);
-    let (result, _) = stages::run_command(
-        stage,
-        Which::Run,
-        &access.script_kubeconfig,
-        &deployment,
-        &plan.scripts,
-        cancel,
-        None,
-    )
-    .await;
-    record_run(plan, run, stage, result, progress);
 }
 
 /// A fleet stage: runs once for the targets that go on (see `plan::fleet_participants`);
@@ -259,8 +138,12 @@ fn fleet_kubeconfig(runs: &[&TargetRun]) -> ::kube::config::Kubeconfig {
         .filter_map(|r| {
             let access = r.access.as_ref()?;
             let ctx = access.script_kubeconfig.current_context.as_deref();
-            stages::kubeconfig::single_context(&access.script_kubeconfig, ctx, Some(&r.target.name))
-                .ok()
+            crate::kube::connect::single_context(
+                &access.script_kubeconfig,
+                ctx,
+                Some(&r.target.name),
+            )
+            .ok()
         })
         .collect();
     stages::kubeconfig::merged(parts.iter())

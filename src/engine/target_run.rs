@@ -1,4 +1,4 @@
-//! One target: connect -> discover/validate ([`reach_target`], no write); then, once the
+//! One target: connect -> discover/validate ([`preflight`], no write); then, once the
 //! fleet took every target's lock in its one global order, record + its stages of the
 //! pipeline (apply + wait, target scripts) ([`deploy_target`]), into a `TargetReport`. Fleet
 //! stages, which every target reaches first, are run by `fleet.rs` between calls of
@@ -10,7 +10,7 @@ use jiff::Timestamp;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{PipelineStage, TargetConfig};
+use crate::config::{PipelineStage, ScriptStage, TargetConfig};
 use crate::engine::plan::Plan;
 use crate::kube::apply::{
     AppliedObject, ApplyError, ApplyOptions, MAX_IN_FLIGHT, Resolution, apply_failures,
@@ -22,6 +22,9 @@ use crate::release::lock::LockGuard;
 use crate::release::session::{PrepareError, TargetRelease, open_records};
 use crate::report::progress::{Progress, Stage};
 use crate::report::{Failure, PhaseTiming, TargetOutcome, TargetReport};
+use crate::report::{StageOutcome, StageResult};
+use crate::stages::env::Deployment;
+use crate::stages::{self, Which, plan as decide};
 
 /// The result of one target's run, with what the rollback step needs.
 pub struct TargetRun {
@@ -42,6 +45,8 @@ pub struct TargetRun {
     pub(crate) clock: PhaseClock,
     /// The run ended (failed, cancelled or stopped): later stages do not run.
     pub done: bool,
+    /// A dry run's answer: what the apply stage would change on this target.
+    pub plan: Option<crate::report::plan::TargetPlan>,
 }
 
 impl TargetRun {
@@ -57,6 +62,7 @@ impl TargetRun {
             resolution: None,
             clock: PhaseClock::new(),
             done: false,
+            plan: None,
         }
     }
 
@@ -106,24 +112,25 @@ fn round_ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1000.0).round() / 1000.0
 }
 
-/// The first part of one target's run: connect, then discover and check that the target
-/// serves every kind, with no write. A run that is not `done` afterwards waits for the
-/// fleet's lock step, then goes on with [`deploy_target`]. Never panics on cluster errors:
-/// every problem ends in the report.
-pub async fn reach_target(
+/// The first round trip of a target: connect, then discover and check that the target
+/// serves every kind, with no write. Every target passes this before any target writes (see
+/// `fleet.rs`); a target that does not is `done` (failed, or cancelled). A run that is not
+/// `done` afterwards waits for the fleet's lock step, then goes on with [`deploy_target`].
+/// Never panics on cluster errors: every problem ends in the report.
+pub async fn preflight(
     plan: &Plan,
     target: &TargetConfig,
     cancel: &CancellationToken,
     progress: &Progress,
 ) -> TargetRun {
     let mut run = TargetRun::new(target, Timestamp::now());
-    reach(plan, &mut run, cancel, progress).await;
+    connect_and_discover(plan, &mut run, cancel, progress).await;
     run
 }
 
-/// The rest of a reached target's run up to its first fleet stage, with its lock held (None
-/// in a dry run): the release record, then `stages` (indices into the pipeline). A run that
-/// is not `done` afterwards goes on with [`run_stages`].
+/// The rest of a preflighted target's run up to its first fleet stage, with its lock held
+/// (None in a dry run): the release record, then `stages` (indices into the pipeline). A run
+/// that is not `done` afterwards goes on with [`run_stages`].
 pub async fn deploy_target(
     plan: &Plan,
     run: &mut TargetRun,
@@ -135,6 +142,7 @@ pub async fn deploy_target(
     if let Some(lock) = lock {
         open(plan, run, lock, progress).await;
     }
+    crate::error::test_panic_point("target");
     run_stages(plan, run, stages, cancel, progress).await;
 }
 
@@ -152,7 +160,12 @@ pub fn stop_unlocked(
     finish(run, progress, outcome);
 }
 
-async fn reach(plan: &Plan, run: &mut TargetRun, cancel: &CancellationToken, progress: &Progress) {
+async fn connect_and_discover(
+    plan: &Plan,
+    run: &mut TargetRun,
+    cancel: &CancellationToken,
+    progress: &Progress,
+) {
     let target = run.target.clone();
     let deadline = Instant::now() + plan.config.wait.timeout;
     let name = target.name.clone();
@@ -165,6 +178,7 @@ async fn reach(plan: &Plan, run: &mut TargetRun, cancel: &CancellationToken, pro
         plan.options.cli_kubeconfig.as_deref(),
         &plan.config.base_dir,
         &env,
+        cancel,
     )
     .await
     {
@@ -192,11 +206,8 @@ async fn reach(plan: &Plan, run: &mut TargetRun, cancel: &CancellationToken, pro
             return finish(run, progress, TargetOutcome::Failed);
         }
     };
-
-    // The fleet takes the locks next, in its one global order.
-    if !plan.options.dry_run {
-        run.clock.start("lock");
-    }
+    // The fleet takes the locks next, in its one global order (none in a dry run).
+    run.clock.stop();
 }
 
 /// With the lock held: abandoned records, the last good record, this run's pending record.
@@ -272,7 +283,7 @@ pub async fn run_stages(
         match plan.config.pipeline.get(index) {
             Some(PipelineStage::Apply) => apply_and_wait(plan, run, cancel, progress).await,
             Some(PipelineStage::Script(stage)) => {
-                crate::engine::scripts::target_script(plan, run, stage, cancel, progress).await
+                target_script(plan, run, stage, cancel, progress).await
             }
             None => {}
         }
@@ -329,10 +340,46 @@ async fn apply_and_wait(
             total: plan.manifests.objects.len(),
         },
     );
+    if plan.options.dry_run {
+        // A dry run asks the server what the apply would change (GETs and dryRun=All
+        // applies, no namespace created, no CRD established) and waits for nothing.
+        let options = crate::kube::diff::DiffOptions {
+            default_namespace: plan
+                .config
+                .default_namespace(&target, &access.context_namespace),
+            force: plan.options.force_conflicts,
+            field_manager: field_manager(&plan.config.app),
+            max_in_flight: MAX_IN_FLIGHT,
+            deadline,
+            before_label: "live".into(),
+            after_label: "dry run".into(),
+        };
+        let (found, cancelled) = crate::kube::diff::plan_resolved(
+            &name,
+            &access.client,
+            &access.server,
+            &plan.manifests,
+            &resolution,
+            &options,
+            cancel,
+        )
+        .await;
+        let errors = found.errors.clone();
+        run.plan = Some(found);
+        if cancelled {
+            return finish(run, progress, TargetOutcome::Cancelled);
+        }
+        if !errors.is_empty() {
+            run.report.failures = errors;
+            return finish(run, progress, TargetOutcome::Failed);
+        }
+        run.clock.stop();
+        return;
+    }
     let options = ApplyOptions {
         field_manager: field_manager(&plan.config.app),
         force: plan.options.force_conflicts,
-        dry_run: plan.options.dry_run,
+        dry_run: false,
         default_namespace: plan
             .config
             .default_namespace(&target, &access.context_namespace),
@@ -350,7 +397,7 @@ async fn apply_and_wait(
         &report_progress,
     )
     .await;
-    run.received_new_revision = !plan.options.dry_run && !outcome.applied.is_empty();
+    run.received_new_revision = !outcome.applied.is_empty();
     run.report.warnings.extend(outcome.warnings);
     run.applied = outcome.applied;
     if let Some(why) = lock_lost(run) {
@@ -367,11 +414,6 @@ async fn apply_and_wait(
     }
     tracing::info!(objects = run.applied.len(), "applied");
 
-    if plan.options.dry_run {
-        run.clock.stop();
-        return;
-    }
-
     run.clock.start("wait");
     let wait_options = WaitOptions {
         deadline,
@@ -380,7 +422,7 @@ async fn apply_and_wait(
     };
     let report_wait = |p| progress.update(&name, Stage::Waiting(p));
     let waited = wait_for_rollout(
-        &access.client,
+        &access.watch_client,
         &run.applied,
         &wait_options,
         cancel,
@@ -426,4 +468,137 @@ pub fn finish(run: &mut TargetRun, progress: &Progress, outcome: TargetOutcome) 
             message: run.report.message.clone(),
         },
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// A target's own script stages (fleet scripts and rollback commands: `scripts.rs`).
+// ---------------------------------------------------------------------------------------
+
+pub(crate) const DRY_RUN_NOTE: &str =
+    "not run in a dry run (set `dry_run: true` on the stage to run it)";
+
+/// The deployment a target's script runs in.
+pub(crate) fn target_deployment(
+    plan: &Plan,
+    run: &TargetRun,
+    stage: &str,
+    rollback: bool,
+) -> Deployment {
+    let namespace = match (&run.release, &run.access) {
+        (Some(release), _) => Some(release.default_namespace.clone()),
+        (None, Some(access)) => Some(
+            plan.config
+                .default_namespace(&run.target, &access.context_namespace),
+        ),
+        (None, None) => plan.config.namespace.clone(),
+    };
+    let last_good = run.release.as_ref().and_then(|r| r.last_good.as_ref());
+    Deployment {
+        app: plan.config.app.clone(),
+        target: Some(run.target.name.clone()),
+        targets: vec![run.target.name.clone()],
+        namespace,
+        revision: run.report.revision,
+        commit: plan.commit.as_ref().map(|c| c.sha.clone()),
+        previous_commit: last_good.and_then(|g| g.commit.as_ref().map(|c| c.sha.clone())),
+        previous_revision: last_good.map(|g| g.revision),
+        stage: stage.to_string(),
+        fleet: false,
+        is_rollback: rollback,
+        dry_run: plan.options.dry_run,
+        failed_stage: rollback.then(|| decide::failed_stage(&run.report.stages)),
+        failure: rollback.then(|| failure_text(run)),
+    }
+}
+
+/// Why a target is rolled back, in one line (ROLLGUARD_FAILURE).
+pub(crate) fn failure_text(run: &TargetRun) -> String {
+    run.report
+        .failures
+        .first()
+        .map(Failure::headline)
+        .or_else(|| run.report.message.clone())
+        .unwrap_or_else(|| match run.report.outcome {
+            TargetOutcome::Cancelled => "cancelled".to_string(),
+            _ => "another target failed".to_string(),
+        })
+}
+
+/// Records the result of a stage's `run` on a target; ends the run when it failed.
+pub(crate) fn record_run(
+    plan: &Plan,
+    run: &mut TargetRun,
+    stage: &ScriptStage,
+    result: StageResult,
+    progress: &Progress,
+) {
+    run.clock.script(&result);
+    let outcome = result.outcome;
+    let message = result.message.clone().unwrap_or_default();
+    let scope = match stage.scope {
+        crate::config::Scope::Fleet => " (fleet)",
+        crate::config::Scope::Target => "",
+    };
+    let where_ = format!("{}:{}", plan.config.source.display(), stage.line);
+    run.report.stages.push(result);
+    match outcome {
+        StageOutcome::Warned => run.report.warnings.push(format!(
+            "stage {}{scope} {message}; continue_on_error is set, so the deploy went on (its last lines are in the report)",
+            stage.name
+        )),
+        StageOutcome::Stopped => finish(run, progress, TargetOutcome::Cancelled),
+        StageOutcome::Failed | StageOutcome::TimedOut => {
+            run.report.failures.push(Failure {
+                object: format!("stage {}{scope}", stage.name),
+                reason: match outcome {
+                    StageOutcome::TimedOut => "ScriptTimeout".to_string(),
+                    _ => "ScriptFailed".to_string(),
+                },
+                message: format!(
+                    "{message} (stage at {where_}); its output is in the log (stage={}) and its last lines in the report",
+                    stage.name
+                ),
+                ..Failure::default()
+            });
+            finish(run, progress, TargetOutcome::Failed);
+        }
+        StageOutcome::Succeeded | StageOutcome::NotRun => {}
+    }
+}
+
+/// A target-scoped script stage of one target.
+pub async fn target_script(
+    plan: &Plan,
+    run: &mut TargetRun,
+    stage: &ScriptStage,
+    cancel: &CancellationToken,
+    progress: &Progress,
+) {
+    if plan.options.dry_run && !stage.dry_run {
+        run.report
+            .stages
+            .push(stages::not_run(stage, Which::Run, DRY_RUN_NOTE));
+        return;
+    }
+    let Some(access) = run.access.clone() else {
+        return;
+    };
+    // Cancelled before it started: it never ran, so it has nothing to roll back.
+    if cancel.is_cancelled() {
+        return finish(run, progress, TargetOutcome::Cancelled);
+    }
+    progress.update(&run.target.name, Stage::Script(stage.name.clone()));
+    run.clock.start(&stage.name);
+    let deployment = target_deployment(plan, run, &stage.name, false);
+    let (result, _) = stages::run_command(
+        stage,
+        Which::Run,
+        &access.script_kubeconfig,
+        &deployment,
+        &plan.scripts,
+        cancel,
+        None,
+    )
+    .await;
+    record_run(plan, run, stage, result, progress);
 }

@@ -175,8 +175,8 @@ pub async fn pr_for_commit<T: Transport>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::api::tests::{Scripted, answer};
     use super::*;
+    use crate::github::api::tests::{Scripted, answer};
     use std::time::Duration;
 
     fn repo() -> Repo {

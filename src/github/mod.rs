@@ -246,36 +246,79 @@ impl Sink {
             }
         }
         // The PR comment.
-        let pr = match &ctx.pr {
-            PrSource::Number(n) => Some(*n),
-            PrSource::Commit(sha) => match comments::pr_for_commit(&client, &repo, sha).await {
-                Ok(Some(n)) => Some(n),
-                Ok(None) => {
-                    messages.note(&format!(
-                        "commit {sha} is on no pull request of {repo}; no PR comment"
-                    ));
-                    None
-                }
-                Err(e) => {
-                    messages.warn(&e.to_string());
-                    None
-                }
-            },
-            PrSource::None(why) => {
-                messages.note(&format!("no pull request to comment on: {why}"));
+        let marker = comments::marker(Purpose::Deploy, &app);
+        let limit = COMMENT_LIMIT - marker.len() - 1;
+        let body = report_body(run.report, limit, full_report, run.scrub);
+        post_comment(&client, &ctx, &repo, &marker, &body, &messages).await;
+    }
+}
+
+/// Posts `body` (escaped and scrubbed by the caller, at most [`COMMENT_LIMIT`] with the marker)
+/// as the sticky comment of `purpose` for `app` on the run's pull request: what
+/// `rollguard diff` calls for its plan (`Purpose::Plan`). Never fails: a problem is a
+/// warning, no pull request a note.
+pub async fn post_sticky_comment(ctx: &GithubContext, purpose: Purpose, app: &str, body: &str) {
+    let messages = Messages {
+        in_actions: ctx.in_actions,
+    };
+    if !ctx.enabled {
+        return;
+    }
+    let (Some(token), Some(repo)) = (&ctx.token, &ctx.repo) else {
+        let e = if ctx.token.is_none() {
+            GithubError::NoToken
+        } else {
+            GithubError::NoRepository
+        };
+        messages.warn(&e.to_string());
+        return;
+    };
+    match Octo::new(&ctx.api_url, token) {
+        Ok(octo) => {
+            let client = Client::new(octo, ctx.api_url.clone(), ctx.budget);
+            let marker = comments::marker(purpose, app);
+            post_comment(&client, ctx, repo, &marker, body, &messages).await;
+        }
+        Err(e) => messages.warn(&e.to_string()),
+    }
+}
+
+/// Finds the pull request (the event's, `--pr`, or the commit's) and posts the comment.
+async fn post_comment<T: Transport>(
+    client: &Client<T>,
+    ctx: &GithubContext,
+    repo: &context::Repo,
+    marker: &str,
+    body: &str,
+    messages: &Messages,
+) {
+    let pr = match &ctx.pr {
+        PrSource::Number(n) => Some(*n),
+        PrSource::Commit(sha) => match comments::pr_for_commit(client, repo, sha).await {
+            Ok(Some(n)) => Some(n),
+            Ok(None) => {
+                messages.note(&format!(
+                    "commit {sha} is on no pull request of {repo}; no PR comment"
+                ));
                 None
             }
-        };
-        if let Some(pr) = pr {
-            let marker = comments::marker(Purpose::Deploy, &app);
-            let limit = COMMENT_LIMIT - marker.len() - 1;
-            let body = report_body(run.report, limit, full_report, run.scrub);
-            match comments::post_sticky(&client, &ctx.api_url, &repo, pr, &marker, &body).await {
-                Ok(Posted::Created(id)) => tracing::info!(pr, id, "created the PR comment"),
-                Ok(Posted::Updated(id)) => tracing::info!(pr, id, "updated the PR comment"),
-                Err(e) => messages.warn(&e.to_string()),
+            Err(e) => {
+                messages.warn(&e.to_string());
+                None
             }
+        },
+        PrSource::None(why) => {
+            messages.note(&format!("no pull request to comment on: {why}"));
+            None
         }
+    };
+    let Some(pr) = pr else {
+        return;
+    };
+    match comments::post_sticky(client, &ctx.api_url, repo, pr, marker, body).await {
+        Ok(Posted::Created(id)) => tracing::info!(pr, id, "created the PR comment"),
+        Ok(Posted::Updated(id)) => tracing::info!(pr, id, "updated the PR comment"),
+        Err(e) => messages.warn(&e.to_string()),
     }
 }
 

@@ -142,7 +142,8 @@ fn gvk_of(obj: &ManifestObject) -> GroupVersionKind {
     GroupVersionKind::gvk(obj.group(), obj.version(), &obj.kind)
 }
 
-fn kind_key(obj: &ManifestObject) -> (String, String) {
+/// The key kinds are resolved by: (apiVersion, kind).
+pub fn kind_key(obj: &ManifestObject) -> (String, String) {
     (obj.api_version.clone(), obj.kind.clone())
 }
 
@@ -403,7 +404,7 @@ fn kept_response(obj: Value, resource: &ApiResource, dry_run: bool) -> Option<Va
 }
 
 /// True for the 404 an object in a namespace that does not exist gets.
-fn is_missing_namespace(f: &ObjectFailure) -> bool {
+pub fn is_missing_namespace(f: &ObjectFailure) -> bool {
     f.reason == "NotFound" && f.message.contains("namespaces \"")
 }
 
@@ -446,7 +447,8 @@ async fn discover_once(client: &Client, groups: &[&str]) -> Result<Discovery, ku
     }
 }
 
-fn dynamic_api(
+/// The API of one resolved kind, in a namespace or cluster-wide.
+pub fn dynamic_api(
     client: &Client,
     resolved: &Resolved,
     namespace: Option<&str>,
@@ -527,6 +529,11 @@ pub struct Resolution {
 }
 
 impl Resolution {
+    /// How the target serves this object's kind (None: a kind a CRD of the set will serve).
+    pub fn resolved(&self, obj: &ManifestObject) -> Option<&Resolved> {
+        self.kinds.get(&kind_key(obj))
+    }
+
     /// How many distinct kinds were resolved (CRD-provided kinds come later).
     pub fn len(&self) -> usize {
         self.kinds.len()
@@ -781,7 +788,7 @@ async fn apply_phases(
 pub const NOT_APPLIED: &str = "NotApplied";
 
 /// An object that was never sent, because the deadline had passed.
-fn not_applied(display: String, obj: &ManifestObject) -> ObjectFailure {
+pub(crate) fn not_applied(display: String, obj: &ManifestObject) -> ObjectFailure {
     ObjectFailure {
         object: display,
         origin: obj.origin.to_string(),

@@ -11,16 +11,20 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use base64::Engine as _;
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::config::{KubeConfigOptions, Kubeconfig, NamedContext};
 
-use crate::config::TargetConfig;
+use crate::config::{Config, ConfigError, ConfigIssue, TargetConfig};
 use crate::kube::retry::{error_chain_text, io_error_kind, is_tls_problem, root_cause_text};
 use crate::report::Failure;
 
 /// A connected target.
 #[derive(Clone)]
 pub struct ClusterAccess {
+    /// For every request but watches: each read must come within the request timeout.
     pub client: kube::Client,
+    /// For watches, which stay open and silent for minutes: no read timeout (a watch is
+    /// bounded by its caller's deadline).
+    pub watch_client: kube::Client,
     /// The namespace of the kubeconfig context (or "default").
     pub context_namespace: String,
     /// The API server URL, for messages.
@@ -50,6 +54,8 @@ impl TargetError {
 
 /// How long a TCP + TLS connect may take before the attempt counts as failed.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a request (not a watch) may wait for the server's next bytes.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Where a kubeconfig was read from, for messages.
 fn describe_source(source: &KubeconfigSource) -> String {
@@ -160,74 +166,111 @@ fn read_kubeconfig(
     Ok((config, KubeconfigSource::Files(files)))
 }
 
-/// Where a target points, read from its kubeconfig without touching the network: the
-/// context's cluster server and namespace. For validation (two targets on one cluster and
-/// namespace); a kubeconfig that cannot be read here is reported when the target connects.
-pub fn locate_offline(
+/// The part of `full` that `context` (None: its current-context) needs, renamed to `rename`
+/// when given (with its cluster and user, so that several such parts merge without clashes).
+pub fn single_context(
+    full: &Kubeconfig,
+    context: Option<&str>,
+    rename: Option<&str>,
+) -> Result<Kubeconfig, String> {
+    let wanted = context
+        .or(full.current_context.as_deref())
+        .ok_or("the kubeconfig names no context and has no current-context")?;
+    let named = full
+        .contexts
+        .iter()
+        .find(|c| c.name == wanted)
+        .ok_or_else(|| format!("context {wanted:?} is not in the kubeconfig"))?;
+    let mut ctx = named
+        .context
+        .clone()
+        .ok_or_else(|| format!("context {wanted:?} is empty"))?;
+    let mut cluster = full
+        .clusters
+        .iter()
+        .find(|c| c.name == ctx.cluster)
+        .cloned()
+        .ok_or_else(|| {
+            format!(
+                "cluster {:?} of context {wanted:?} is not in the kubeconfig",
+                ctx.cluster
+            )
+        })?;
+    let mut user = match &ctx.user {
+        Some(u) => Some(
+            full.auth_infos
+                .iter()
+                .find(|a| &a.name == u)
+                .cloned()
+                .ok_or_else(|| {
+                    format!("user {u:?} of context {wanted:?} is not in the kubeconfig")
+                })?,
+        ),
+        None => None,
+    };
+    let name = rename.unwrap_or(wanted).to_string();
+    if rename.is_some() {
+        cluster.name = name.clone();
+        ctx.cluster = name.clone();
+        if let Some(user) = &mut user {
+            user.name = name.clone();
+            ctx.user = Some(name.clone());
+        }
+    }
+    Ok(Kubeconfig {
+        clusters: vec![cluster],
+        auth_infos: user.into_iter().collect(),
+        contexts: vec![NamedContext {
+            name: name.clone(),
+            context: Some(ctx),
+            ..named.clone()
+        }],
+        current_context: Some(name),
+        kind: Some("Config".into()),
+        api_version: Some("v1".into()),
+        ..Kubeconfig::default()
+    })
+}
+
+/// A target's kubeconfig, read and checked offline: its context, cluster, user and
+/// credentials source exist. Building the client from it sends no request.
+pub struct ResolvedTarget {
+    kubeconfig: Kubeconfig,
+    source: KubeconfigSource,
+    context: String,
+    /// The context's user, for messages about its credentials.
+    user: Option<String>,
+}
+
+/// Reads a target's kubeconfig and checks, without any request, everything that can be
+/// checked: the context exists, names a cluster with a server and a user that exist, and the
+/// user's credentials source is there (token file, client certificate and key files, the
+/// exec plugin's command on `PATH`). Run for every target before anything is written.
+pub fn resolve(
     target: &TargetConfig,
     cli_kubeconfig: Option<&Path>,
     base_dir: &Path,
     env: &(dyn Fn(&str) -> Option<String> + Sync),
-) -> Result<(String, Option<String>), TargetError> {
+) -> Result<ResolvedTarget, TargetError> {
     let (kubeconfig, source) = read_kubeconfig(target, cli_kubeconfig, base_dir, env)?;
-    let context_name = target
+    let where_ = describe_source(&source);
+    let context = match target
         .context
         .clone()
         .or_else(|| kubeconfig.current_context.clone())
-        .ok_or_else(|| {
-            TargetError::new(
-                "ContextNotFound",
-                format!(
-                    "kubeconfig {} names no current context",
-                    describe_source(&source)
-                ),
-            )
-        })?;
-    let context = kubeconfig
-        .contexts
-        .iter()
-        .find(|c| c.name == context_name)
-        .and_then(|c| c.context.as_ref())
-        .ok_or_else(|| {
-            TargetError::new(
-                "ContextNotFound",
-                format!(
-                    "context {context_name:?} is not in kubeconfig {}",
-                    describe_source(&source)
-                ),
-            )
-        })?;
-    let server = kubeconfig
-        .clusters
-        .iter()
-        .find(|c| c.name == context.cluster)
-        .and_then(|c| c.cluster.as_ref())
-        .and_then(|c| c.server.clone())
-        .ok_or_else(|| {
-            TargetError::new(
-                "Kubeconfig",
-                format!(
-                    "cluster {:?} of context {context_name:?} has no server in kubeconfig {}",
-                    context.cluster,
-                    describe_source(&source)
-                ),
-            )
-        })?;
-    Ok((server, context.namespace.clone()))
-}
-
-/// Builds a client for a target. No request is sent yet: the first request (discovery) shows
-/// whether the cluster answers, and its error goes through [`describe_error`].
-pub async fn connect(
-    target: &TargetConfig,
-    cli_kubeconfig: Option<&Path>,
-    base_dir: &Path,
-    env: &(dyn Fn(&str) -> Option<String> + Sync),
-) -> Result<ClusterAccess, TargetError> {
-    let (kubeconfig, source) = read_kubeconfig(target, cli_kubeconfig, base_dir, env)?;
-    if let Some(context) = &target.context
-        && !kubeconfig.contexts.iter().any(|c| &c.name == context)
     {
+        Some(context) => context,
+        None => {
+            return Err(TargetError::new(
+                "ContextNotFound",
+                format!(
+                    "kubeconfig {where_} sets no current-context and the target names no `context`: set one"
+                ),
+            ));
+        }
+    };
+    let named = kubeconfig.contexts.iter().find(|c| c.name == context);
+    let Some(ctx) = named.and_then(|c| c.context.as_ref()) else {
         let available: Vec<&str> = kubeconfig
             .contexts
             .iter()
@@ -236,8 +279,7 @@ pub async fn connect(
         return Err(TargetError::new(
             "ContextNotFound",
             format!(
-                "context {context:?} is not in kubeconfig {} (it has: {})",
-                describe_source(&source),
+                "context {context:?} is not in kubeconfig {where_} (it has: {})",
                 if available.is_empty() {
                     "no contexts".to_string()
                 } else {
@@ -245,17 +287,268 @@ pub async fn connect(
                 }
             ),
         ));
+    };
+    let cluster = kubeconfig
+        .clusters
+        .iter()
+        .find(|c| c.name == ctx.cluster)
+        .and_then(|c| c.cluster.as_ref());
+    let Some(cluster) = cluster else {
+        return Err(TargetError::new(
+            "Kubeconfig",
+            format!(
+                "context {context:?} names cluster {:?}, which is not in kubeconfig {where_}: add it or fix the context",
+                ctx.cluster
+            ),
+        ));
+    };
+    if cluster
+        .server
+        .as_deref()
+        .is_none_or(|s| s.trim().is_empty())
+    {
+        return Err(TargetError::new(
+            "Kubeconfig",
+            format!(
+                "cluster {:?} of kubeconfig {where_} has no `server`: set the API server URL",
+                ctx.cluster
+            ),
+        ));
     }
-    let script_kubeconfig =
-        crate::stages::kubeconfig::single_context(&kubeconfig, target.context.as_deref(), None)
-            .map_err(|why| {
-                TargetError::new(
-                    "Kubeconfig",
-                    format!("kubeconfig {}: {why}", describe_source(&source)),
-                )
-            })?;
+    if let Some(ca) = &cluster.certificate_authority {
+        check_file(ca, "certificate-authority", &where_)?;
+    }
+    if let Some(user) = &ctx.user {
+        let auth = kubeconfig
+            .auth_infos
+            .iter()
+            .find(|u| &u.name == user)
+            .and_then(|u| u.auth_info.as_ref());
+        let Some(auth) = auth else {
+            return Err(TargetError::new(
+                "Kubeconfig",
+                format!(
+                    "context {context:?} names user {user:?}, which is not in kubeconfig {where_}: add it or fix the context"
+                ),
+            ));
+        };
+        check_credentials(auth, user, &where_, env)?;
+    }
+    let user = ctx.user.clone();
+    Ok(ResolvedTarget {
+        kubeconfig,
+        source,
+        context,
+        user,
+    })
+}
+
+/// [`resolve`] for every one of `targets`: all problems at once, each located at its
+/// target's entry in the config file, so that bad access is bad input (exit 2) before any
+/// target is written to.
+pub fn check_targets(
+    config: &Config,
+    targets: &[TargetConfig],
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> Result<(), ConfigError> {
+    for (variable, checked) in [
+        (
+            "ROLLGUARD_EXEC_TIMEOUT",
+            crate::kube::exec_auth::plugin_timeout(env),
+        ),
+        ("ROLLGUARD_REQUEST_TIMEOUT", request_timeout(env)),
+    ] {
+        if let Err(why) = checked {
+            return Err(ConfigError::Invalid(vec![ConfigIssue {
+                location: format!("${variable}"),
+                message: why,
+            }]));
+        }
+    }
+    let issues: Vec<ConfigIssue> = targets
+        .iter()
+        .filter_map(|target| {
+            let e = resolve(target, config.kubeconfig.as_deref(), &config.base_dir, env).err()?;
+            let file = config.source.display();
+            Some(ConfigIssue {
+                location: if target.line > 0 {
+                    format!("{file}:{}", target.line)
+                } else {
+                    file.to_string()
+                },
+                message: format!("target {:?}: {}: {}", target.name, e.reason, e.message),
+            })
+        })
+        .collect();
+    if issues.is_empty() {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid(issues))
+    }
+}
+
+/// Where a target points, read from its kubeconfig without touching the network (through
+/// [`resolve`]): the context's cluster server and namespace. For validation (two targets on
+/// one cluster and namespace), after [`check_targets`] has passed.
+pub fn locate_offline(
+    target: &TargetConfig,
+    cli_kubeconfig: Option<&Path>,
+    base_dir: &Path,
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> Result<(String, Option<String>), TargetError> {
+    let resolved = resolve(target, cli_kubeconfig, base_dir, env)?;
+    // resolve() checked that the context, its cluster and the cluster's server exist.
+    let ctx = resolved
+        .kubeconfig
+        .contexts
+        .iter()
+        .find(|c| c.name == resolved.context)
+        .and_then(|c| c.context.as_ref());
+    let server = ctx.and_then(|ctx| {
+        resolved
+            .kubeconfig
+            .clusters
+            .iter()
+            .find(|c| c.name == ctx.cluster)
+            .and_then(|c| c.cluster.as_ref())
+            .and_then(|c| c.server.clone())
+    });
+    match (ctx, server) {
+        (Some(ctx), Some(server)) => Ok((server, ctx.namespace.clone())),
+        _ => Err(TargetError::new(
+            "Kubeconfig",
+            format!(
+                "context {:?} of kubeconfig {} has no cluster server",
+                resolved.context,
+                describe_source(&resolved.source)
+            ),
+        )),
+    }
+}
+
+/// The user's credentials source is present: files exist, the exec command is found.
+fn check_credentials(
+    auth: &kube::config::AuthInfo,
+    user: &str,
+    where_: &str,
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> Result<(), TargetError> {
+    let what = |field: &str| format!("user {user:?}: {field}");
+    if let Some(file) = &auth.token_file {
+        check_file(file, &what("tokenFile"), where_)?;
+    }
+    if let Some(file) = &auth.client_certificate {
+        check_file(file, &what("client-certificate"), where_)?;
+    }
+    if let Some(file) = &auth.client_key {
+        check_file(file, &what("client-key"), where_)?;
+    }
+    let has_cert = auth.client_certificate.is_some() || auth.client_certificate_data.is_some();
+    let has_key = auth.client_key.is_some() || auth.client_key_data.is_some();
+    if has_cert != has_key {
+        return Err(TargetError::new(
+            "Credentials",
+            format!(
+                "{} in kubeconfig {where_} has a client {} without its {}: set both",
+                what("client certificate"),
+                if has_cert { "certificate" } else { "key" },
+                if has_cert { "key" } else { "certificate" }
+            ),
+        ));
+    }
+    if let Some(exec) = &auth.exec {
+        let Some(command) = exec.command.as_deref().filter(|c| !c.trim().is_empty()) else {
+            return Err(TargetError::new(
+                "Credentials",
+                format!("{} in kubeconfig {where_} has no command", what("exec")),
+            ));
+        };
+        if find_command(command, env).is_none() {
+            return Err(TargetError::new(
+                "Credentials",
+                format!(
+                    "{} in kubeconfig {where_}: command {command:?} is not found{}: install it or fix the path",
+                    what("exec"),
+                    if command.contains('/') {
+                        ""
+                    } else {
+                        " on PATH"
+                    }
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_file(file: &str, what: &str, where_: &str) -> Result<(), TargetError> {
+    match std::fs::metadata(file) {
+        Ok(meta) if meta.is_file() => Ok(()),
+        Ok(_) => Err(TargetError::new(
+            "Credentials",
+            format!("{what} {file} of kubeconfig {where_} is not a file"),
+        )),
+        Err(e) => Err(TargetError::new(
+            "Credentials",
+            format!("{what} {file} of kubeconfig {where_} cannot be read: {e}"),
+        )),
+    }
+}
+
+/// Where `command` runs from: a path (it has a '/'), else the first `PATH` entry that has
+/// an executable file of that name (as the shell finds it).
+pub fn find_command(
+    command: &str,
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> Option<PathBuf> {
+    let executable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| {
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                m.is_file() && m.permissions().mode() & 0o111 != 0
+            }
+            #[cfg(not(unix))]
+            {
+                m.is_file()
+            }
+        })
+    };
+    if command.contains('/') {
+        let path = PathBuf::from(command);
+        return executable(&path).then_some(path);
+    }
+    let path = env("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(command))
+        .find(|p| executable(p))
+}
+
+/// Builds a client for a target. No request is sent yet: the first request (discovery) shows
+/// whether the cluster answers, and its error goes through [`describe_error`].
+/// An exec credential plugin runs here, under [`exec_auth`](crate::kube::exec_auth)'s
+/// deadline and stopped by `cancel`.
+pub async fn connect(
+    target: &TargetConfig,
+    cli_kubeconfig: Option<&Path>,
+    base_dir: &Path,
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Result<ClusterAccess, TargetError> {
+    let ResolvedTarget {
+        kubeconfig,
+        source,
+        context,
+        user,
+    } = resolve(target, cli_kubeconfig, base_dir, env)?;
+    let script_kubeconfig = single_context(&kubeconfig, Some(&context), None).map_err(|why| {
+        TargetError::new(
+            "Kubeconfig",
+            format!("kubeconfig {}: {why}", describe_source(&source)),
+        )
+    })?;
     let options = KubeConfigOptions {
-        context: target.context.clone(),
+        context: Some(context),
         ..Default::default()
     };
     let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
@@ -270,33 +563,63 @@ pub async fn connect(
                 ),
             )
         })?;
-    // Our own retry (retry.rs) is bounded by the target's deadline; kube's is not.
+    if config.auth_info.exec.is_some() {
+        config.auth_info = crate::kube::exec_auth::resolve_exec(
+            &config.auth_info,
+            user.as_deref().unwrap_or_default(),
+            env,
+            crate::kube::exec_auth::plugin_timeout(env).map_err(|why| {
+                TargetError::new("Credentials", format!("$ROLLGUARD_EXEC_TIMEOUT: {why}"))
+            })?,
+            cancel,
+        )
+        .await?;
+    }
+    // Our own retry (kube/retry.rs) is bounded by the target's deadline; kube's is not.
     config.default_retry = false;
     config.connect_timeout = Some(CONNECT_TIMEOUT);
-    // Watches stay open for minutes: no read timeout; each request is bounded in retry.rs.
+    // Watches stay open for minutes: no read timeout on them; `bounded` below is for the rest.
     config.read_timeout = None;
     let server = config.cluster_url.to_string();
     let context_namespace = config.default_namespace.clone();
-    let client = build_client(config).map_err(|e| {
-        let reason = if is_tls_problem(&e) {
-            "TLS"
-        } else {
-            "Kubeconfig"
-        };
-        TargetError::new(
-            reason,
-            format!(
-                "cannot build a client for {server}: {}",
-                error_chain_text(&e)
-            ),
-        )
-    })?;
+    let mut bounded = config.clone();
+    // A server that accepted the request and never answers fails it after this, in every
+    // command (lock, records and unlock included), whatever deadline the caller has.
+    bounded.read_timeout = Some(request_timeout(env).map_err(|why| {
+        TargetError::new("Kubeconfig", format!("$ROLLGUARD_REQUEST_TIMEOUT: {why}"))
+    })?);
+    let build = |config: kube::Config| {
+        build_client(config).map_err(|e| {
+            let reason = if is_tls_problem(&e) {
+                "TLS"
+            } else {
+                "Kubeconfig"
+            };
+            TargetError::new(
+                reason,
+                format!(
+                    "cannot build a client for {server}: {}",
+                    error_chain_text(&e)
+                ),
+            )
+        })
+    };
     Ok(ClusterAccess {
-        client,
+        client: build(bounded)?,
+        watch_client: build(config)?,
         context_namespace,
         server,
         script_kubeconfig,
     })
+}
+
+/// How long a request may wait for the server's next bytes (default 30 s;
+/// `ROLLGUARD_REQUEST_TIMEOUT` changes it). Checked offline with the targets.
+pub fn request_timeout(env: &(dyn Fn(&str) -> Option<String> + Sync)) -> Result<Duration, String> {
+    match env("ROLLGUARD_REQUEST_TIMEOUT") {
+        None => Ok(REQUEST_TIMEOUT),
+        Some(text) => crate::util::duration::parse_duration(&text).map_err(|e| e.to_string()),
+    }
 }
 
 /// A client without any retry layer: every call goes through rollguard's one retry policy

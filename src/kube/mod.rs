@@ -2,6 +2,9 @@
 
 pub mod apply;
 pub mod connect;
+pub mod diff;
+pub mod exec_auth;
 pub mod health;
+pub mod normalize;
 pub mod retry;
 pub mod wait;

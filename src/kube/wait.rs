@@ -443,7 +443,14 @@ pub async fn wait_for_rollout(
         }
         if !failures.is_empty() {
             dedup_failures(&mut failures);
-            add_events(client, &mut failures, &tracked, cancel).await;
+            add_events(
+                client,
+                &mut failures,
+                &tracked,
+                (&store, &pod_sources, &rs_sources),
+                cancel,
+            )
+            .await;
             return WaitOutcome {
                 result: Err(WaitFailure::Failed(failures)),
                 warnings: warnings.into_iter().collect(),
@@ -479,7 +486,14 @@ pub async fn wait_for_rollout(
                         events: Vec::new(),
                     })
                     .collect();
-                add_events(client, &mut failures, &tracked, cancel).await;
+                add_events(
+                client,
+                &mut failures,
+                &tracked,
+                (&store, &pod_sources, &rs_sources),
+                cancel,
+            )
+            .await;
                 return WaitOutcome { result: Err(WaitFailure::Timeout(failures)), warnings: warnings.into_iter().collect() };
             }
             _ = escalation => {}
@@ -555,13 +569,92 @@ fn dedup_failures(failures: &mut Vec<Failure>) {
     });
 }
 
-/// Adds the recent Warning events of each failed object and its pod.
+/// How many Warning events a failure carries (the newest).
+const EVENTS_PER_FAILURE: usize = 8;
+
+/// An object that events can be about, as an event's `involvedObject` names it. The uid
+/// tells a Deployment `web` from the Service `web` beside it and from an earlier,
+/// deleted `web` (empty: not known, matched by kind, namespace and name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvolvedRef {
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+impl InvolvedRef {
+    fn of(kind: &str, namespace: &str, object: &Value) -> Option<InvolvedRef> {
+        Some(InvolvedRef {
+            kind: kind.to_string(),
+            namespace: namespace.to_string(),
+            name: str_at(object, &["metadata", "name"])?.to_string(),
+            uid: str_at(object, &["metadata", "uid"])
+                .unwrap_or_default()
+                .to_string(),
+        })
+    }
+}
+
+/// What a failure's events are about: the object itself, the ReplicaSets it owns and the
+/// failing pod, nothing else.
+fn involved_refs(
+    t: &Tracked<'_>,
+    f: &Failure,
+    store: &Store,
+    pod_sources: &HashMap<String, usize>,
+    rs_sources: &HashMap<String, usize>,
+) -> Vec<InvolvedRef> {
+    let a = t.applied;
+    let ns = a.namespace.clone().unwrap_or_default();
+    let current = t
+        .source
+        .and_then(|s| store.get(s, &ns, &a.name))
+        .or(a.response.as_ref());
+    let uid = current
+        .and_then(|c| str_at(c, &["metadata", "uid"]))
+        .unwrap_or_default()
+        .to_string();
+    let mut refs = vec![InvolvedRef {
+        kind: a.resource.kind.clone(),
+        namespace: ns.clone(),
+        name: a.name.clone(),
+        uid: uid.clone(),
+    }];
+    if let Some(&rs) = rs_sources.get(&ns)
+        && !uid.is_empty()
+    {
+        refs.extend(
+            store
+                .all(rs)
+                .filter(|r| owned_by(r, &uid))
+                .filter_map(|r| InvolvedRef::of("ReplicaSet", &ns, r)),
+        );
+    }
+    if let Some(pod) = &f.pod {
+        let known = pod_sources
+            .get(&ns)
+            .and_then(|&s| store.get(s, &ns, pod))
+            .and_then(|p| InvolvedRef::of("Pod", &ns, p));
+        refs.push(known.unwrap_or_else(|| InvolvedRef {
+            kind: "Pod".into(),
+            namespace: ns.clone(),
+            name: pod.clone(),
+            uid: String::new(),
+        }));
+    }
+    refs
+}
+
+/// Adds the recent Warning events of each failed object, its ReplicaSets and its pod.
 async fn add_events(
     client: &Client,
     failures: &mut [Failure],
     tracked: &[Tracked<'_>],
+    related: (&Store, &HashMap<String, usize>, &HashMap<String, usize>),
     cancel: &CancellationToken,
 ) {
+    let (store, pod_sources, rs_sources) = related;
     let budget = RetryBudget {
         max_attempts: Some(2),
         attempt_timeout: Duration::from_secs(3),
@@ -571,35 +664,58 @@ async fn add_events(
         let Some(t) = tracked.iter().find(|t| t.applied.display == f.object) else {
             continue;
         };
-        let ns = t
-            .applied
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into());
-        let mut names = vec![t.applied.name.clone()];
-        names.extend(f.pod.clone());
-        for name in names {
-            let api: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), &ns);
-            let params = ListParams::default().fields(&format!("involvedObject.name={name}"));
+        let refs = involved_refs(t, f, store, pod_sources, rs_sources);
+        let mut values: Vec<Value> = Vec::new();
+        for r in &refs {
+            let api: Api<k8s_openapi::api::core::v1::Event> =
+                Api::namespaced(client.clone(), &r.namespace);
+            // The server narrows by kind and name; uid and namespace are checked below.
+            let params = ListParams::default().fields(&format!(
+                "involvedObject.kind={},involvedObject.name={}",
+                r.kind, r.name
+            ));
             if let Ok(list) = with_retry("list events", &budget, cancel, || api.list(&params)).await
             {
-                let values: Vec<Value> = list
-                    .items
-                    .iter()
-                    .filter_map(|e| serde_json::to_value(e).ok())
-                    .collect();
-                f.events.extend(warning_events(&values, &name, 5));
+                values.extend(
+                    list.items
+                        .iter()
+                        .filter_map(|e| serde_json::to_value(e).ok()),
+                );
             }
         }
+        f.events = warning_events(&values, &refs, EVENTS_PER_FAILURE);
     }
 }
 
-/// The newest `limit` Warning events about `name`, oldest first, as "Reason: message (xN)".
-pub fn warning_events(events: &[Value], name: &str, limit: usize) -> Vec<String> {
+/// True when `event` is about `r`: same kind, namespace and name, and the same uid when
+/// both sides know it.
+pub fn event_is_about(event: &Value, r: &InvolvedRef) -> bool {
+    let involved = |field: &str| str_at(event, &["involvedObject", field]);
+    let namespace = involved("namespace")
+        .or_else(|| str_at(event, &["metadata", "namespace"]))
+        .unwrap_or_default();
+    let uid = involved("uid").unwrap_or_default();
+    involved("kind") == Some(r.kind.as_str())
+        && involved("name") == Some(r.name.as_str())
+        && namespace == r.namespace
+        && (uid.is_empty() || r.uid.is_empty() || uid == r.uid)
+}
+
+/// The newest `limit` Warning events about any of `refs`, oldest first, each once, as
+/// "kind name: Reason: message (xN)".
+pub fn warning_events(events: &[Value], refs: &[InvolvedRef], limit: usize) -> Vec<String> {
+    let mut seen = BTreeSet::new();
     let mut warnings: Vec<(&str, String)> = events
         .iter()
         .filter(|e| e.get("type").and_then(Value::as_str) == Some("Warning"))
-        .filter(|e| str_at(e, &["involvedObject", "name"]) == Some(name))
+        .filter(|e| refs.iter().any(|r| event_is_about(e, r)))
+        .filter(|e| {
+            let id = (
+                str_at(e, &["metadata", "namespace"]).unwrap_or_default(),
+                str_at(e, &["metadata", "name"]).unwrap_or_default(),
+            );
+            id.1.is_empty() || seen.insert(id)
+        })
         .map(|e| {
             let when = str_at(e, &["lastTimestamp"])
                 .or_else(|| str_at(e, &["eventTime"]))
@@ -650,19 +766,48 @@ mod tests {
 
     #[test]
     fn warning_events_newest_last_and_limited() {
+        let pod = |name: &str, uid: &str| InvolvedRef {
+            kind: "Pod".into(),
+            namespace: "shop".into(),
+            name: name.into(),
+            uid: uid.into(),
+        };
+        let ev = |kind: &str, name: &str, ns: &str, uid: &str, reason: &str, at: u32| {
+            json!({"type": "Warning", "reason": reason, "message": "m",
+                "metadata": {"name": format!("{name}.{reason}"), "namespace": ns},
+                "involvedObject": {"kind": kind, "name": name, "namespace": ns, "uid": uid},
+                "lastTimestamp": format!("2026-01-01T00:00:0{at}Z")})
+        };
         let events = vec![
-            json!({"type": "Warning", "reason": "Failed", "message": "pull a", "involvedObject": {"kind": "Pod", "name": "p"}, "lastTimestamp": "2026-01-01T00:00:02Z", "count": 3}),
-            json!({"type": "Normal", "reason": "Pulling", "message": "x", "involvedObject": {"kind": "Pod", "name": "p"}, "lastTimestamp": "2026-01-01T00:00:03Z"}),
-            json!({"type": "Warning", "reason": "BackOff", "message": "back-off", "involvedObject": {"kind": "Pod", "name": "p"}, "lastTimestamp": "2026-01-01T00:00:04Z"}),
-            json!({"type": "Warning", "reason": "Other", "message": "y", "involvedObject": {"name": "q"}, "lastTimestamp": "2026-01-01T00:00:05Z"}),
-            json!({"type": "Warning", "reason": "Old", "message": "z", "involvedObject": {"kind": "Pod", "name": "p"}, "lastTimestamp": "2026-01-01T00:00:01Z"}),
+            ev("Pod", "p", "shop", "u1", "Failed", 2),
+            json!({"type": "Normal", "reason": "Pulling", "message": "x", "involvedObject": {"kind": "Pod", "name": "p", "namespace": "shop"}, "lastTimestamp": "2026-01-01T00:00:03Z"}),
+            ev("Pod", "p", "shop", "u1", "BackOff", 4),
+            ev("Pod", "q", "shop", "u9", "Other", 5),
+            ev("Pod", "p", "shop", "u1", "Old", 1),
+            // Same name, another kind, namespace or uid (a deleted, earlier pod): not ours.
+            ev(
+                "Service",
+                "p",
+                "shop",
+                "s1",
+                "FailedToUpdateEndpointSlices",
+                6,
+            ),
+            ev("Pod", "p", "other", "u1", "Elsewhere", 7),
+            ev("Pod", "p", "shop", "u0", "Stale", 8),
+            // The same event listed twice (it matched two refs) counts once.
+            ev("Pod", "p", "shop", "u1", "BackOff", 4),
         ];
-        assert_eq!(
-            warning_events(&events, "p", 2),
-            vec![
-                "pod p: Failed: pull a (x3)".to_string(),
-                "pod p: BackOff: back-off".to_string()
-            ]
+        let p = |limit| warning_events(&events, &[pod("p", "u1")], limit);
+        assert_eq!(p(2), vec!["pod p: Failed: m", "pod p: BackOff: m"]);
+        assert_eq!(p(10).len(), 3, "{:?}", p(10));
+        // A uid not known yet matches by kind, namespace and name.
+        let unknown = warning_events(&events, &[pod("p", "")], 10);
+        assert!(unknown.iter().any(|e| e.contains("Stale")), "{unknown:?}");
+        assert!(
+            !unknown
+                .iter()
+                .any(|e| e.contains("Endpoint") || e.contains("Elsewhere"))
         );
     }
 }

@@ -81,6 +81,9 @@ pub fn render_with_timeout(
         }
     };
     let stdout = stdout.join().unwrap_or_default();
+    // Its stderr may quote what it rendered (and the error message will show that stderr):
+    // the scrubber learns the Secrets of whatever part of the output parses, first.
+    learn_secrets(&String::from_utf8_lossy(&stdout));
     let stderr = String::from_utf8_lossy(&stderr.join().unwrap_or_default()).into_owned();
     // The end of stderr is where the reason usually is.
     let tail = {
@@ -93,6 +96,22 @@ pub fn render_with_timeout(
     }
     String::from_utf8(stdout)
         .map_err(|_| fail("its output is not UTF-8".to_string(), String::new()))
+}
+
+/// Teaches the scrubber the Secret values of `text`, document by document, so that one
+/// broken document does not hide the others.
+fn learn_secrets(text: &str) {
+    let origin = Path::new(RENDER_ORIGIN);
+    match super::parse(text, origin) {
+        Ok(objects) => crate::report::redact::learn(objects.iter().map(|o| &o.body)),
+        Err(_) => {
+            for document in text.split("\n---") {
+                if let Ok(objects) = super::parse(document, origin) {
+                    crate::report::redact::learn(objects.iter().map(|o| &o.body));
+                }
+            }
+        }
+    }
 }
 
 fn kill_group(child: &mut std::process::Child) {

@@ -584,6 +584,21 @@ fn render_command_output_and_errors() {
 }
 
 #[test]
+fn a_failing_render_quoting_a_secret_in_stderr_is_scrubbed() {
+    let dir = tempfile::tempdir().unwrap();
+    let command = "printf 'apiVersion: v1\\nkind: Secret\\nmetadata: {name: s}\\nstringData: {k: render-leak-5e1f}\\n'; \
+                   echo 'bad value render-leak-5e1f' >&2; exit 1";
+    let err = render(command, dir.path()).unwrap_err().to_string();
+    assert!(err.contains("bad value"), "{err}");
+    let shown = crate::report::redact::scrub(&err);
+    assert!(!shown.contains("render-leak-5e1f"), "{shown}");
+    assert!(
+        shown.contains(&crate::report::redact::marker(b"render-leak-5e1f")),
+        "{shown}"
+    );
+}
+
+#[test]
 fn render_timeout_kills_the_command_and_its_children() {
     let dir = tempfile::tempdir().unwrap();
     let started = Instant::now();

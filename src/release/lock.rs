@@ -170,7 +170,10 @@ pub enum LockError {
         waited: u64,
         lease_seconds: i64,
     },
-    #[error("{action} (Lease {lease} in namespace {namespace}): {source}")]
+    #[error(
+        "{action} (Lease {lease} in namespace {namespace}): {}",
+        crate::kube::connect::describe_error(source, "the API server")
+    )]
     Kube {
         action: String,
         lease: String,
@@ -394,6 +397,19 @@ pub struct LockGuard {
     took_over_from: Option<String>,
 }
 
+/// How long releasing a lock dropped by a panic may take.
+pub const PANIC_RELEASE_BUDGET: Duration = Duration::from_secs(3);
+
+/// The releases of locks dropped by a panic, for the binary to wait for before it exits.
+static PANIC_RELEASES: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Waits (at most [`PANIC_RELEASE_BUDGET`]) for the releases of locks dropped by a panic.
+pub async fn wait_for_panic_releases() {
+    let handles = std::mem::take(&mut *PANIC_RELEASES.lock().unwrap_or_else(|p| p.into_inner()));
+    let _ = tokio::time::timeout(PANIC_RELEASE_BUDGET, futures::future::join_all(handles)).await;
+}
+
 impl LockGuard {
     fn start(
         api: Api<Lease>,
@@ -516,6 +532,30 @@ impl Drop for LockGuard {
     fn drop(&mut self) {
         if let Some(renewer) = self.renewer.take() {
             renewer.abort();
+        }
+        // Dropped by a panic's unwinding: release it anyway (best effort, bounded), so
+        // that the next run does not wait out the lease.
+        if std::thread::panicking()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let guard = LockGuard {
+                api: self.api.clone(),
+                name: self.name.clone(),
+                holder: self.holder.clone(),
+                lease: self.lease.clone(),
+                renewer: None,
+                lost: self.lost.clone(),
+                lost_why: self.lost_why.clone(),
+                took_over_from: None,
+            };
+            let release = async move {
+                let _ = tokio::time::timeout(PANIC_RELEASE_BUDGET, guard.release()).await;
+            };
+            let handle = runtime.spawn(release);
+            PANIC_RELEASES
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(handle);
         }
     }
 }

@@ -13,6 +13,7 @@
 //!   `stages[]`? {`name`, `scope`, `rollback`?, `outcome` (`succeeded` | `failed` | `timed-out` |
 //!   `warned` | `stopped` | `not-run`), `exit_code`?, `seconds`, `message`?, `output[]`? (the
 //!   last 20 lines of a failed or warned script, secret values redacted)}.
+//! - `plan`? (dry runs): the plan, as `rollguard diff -o json` prints it (`plan_schema`).
 
 use super::model::Report;
 use serde_json::{Value, json};
@@ -31,6 +32,12 @@ pub fn to_json(report: &Report) -> String {
 
 /// JSON Schema (draft 2020-12) of the report file.
 pub fn report_schema() -> Value {
+    // A dry run's plan, as `rollguard diff -o json` prints it (docs/plan-schema.json).
+    let mut plan = super::plan::plan_schema();
+    if let Some(map) = plan.as_object_mut() {
+        map.remove("$schema");
+        map.remove("$id");
+    }
     let outcome = json!({
         "type": "string",
         "enum": ["deployed", "failed", "rolled-back", "rollback-failed", "skipped", "cancelled"]
@@ -129,7 +136,8 @@ pub fn report_schema() -> Value {
             "finished_at": time,
             "dry_run": {"type": "boolean"},
             "run_url": {"type": "string"},
-            "targets": {"type": "array", "items": target}
+            "targets": {"type": "array", "items": target},
+            "plan": plan
         }
     })
 }
@@ -219,5 +227,16 @@ mod tests {
         let r = full_report();
         let back: Report = serde_json::from_str(&to_json(&r)).unwrap();
         assert_eq!(back, r);
+    }
+
+    #[test]
+    fn serialized_plan_matches_schema_and_round_trips() {
+        let plan = crate::report::plan::tests::sample();
+        let value: Value = serde_json::from_str(&crate::report::plan::to_json(&plan)).unwrap();
+        check(&value, &crate::report::plan::plan_schema(), "$");
+        assert_eq!(value["mode"], "dry-run");
+        assert_eq!(value["targets"][2]["status"], "error");
+        let back: ChangePlan = serde_json::from_str(&crate::report::plan::to_json(&plan)).unwrap();
+        assert_eq!(back, plan);
     }
 }

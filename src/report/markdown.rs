@@ -10,7 +10,8 @@ use std::fmt::Write as _;
 
 use super::escape::{code, code_block, html_text, link_url, mermaid, text};
 use super::model::{
-    Failure, Report, StageOutcome, StageResult, TargetOutcome, TargetReport, clip, cut_to,
+    ChangePlan, Failure, PlanMode, PlanStatus, PlannedChange, Report, StageOutcome, StageResult,
+    TargetOutcome, TargetPlan, TargetReport, clip, cut_to,
 };
 use crate::util::duration::format_duration;
 
@@ -501,6 +502,112 @@ fn gantt(report: &Report) -> String {
     out
 }
 
+/// The plan as Markdown for the PR's plan comment (and step summary), at most `limit` bytes,
+/// scrubbed of every known secret value:
+/// a table of counts per target, then per target the changes, each update's diff in a
+/// collapsed block cut per object past [`super::diff::MAX_DIFF_LINES`] lines with a note;
+/// sections that do not fit are left out with a note, never silently.
+pub fn plan_to_markdown(plan: &ChangePlan, limit: usize) -> String {
+    // The comment's hidden marker (github::comments::marker, Purpose::Plan) is put first by
+    // the poster.
+    let mut head = String::new();
+    let what = match plan.mode {
+        PlanMode::DryRun => "Plan (server-side dry run)",
+        PlanMode::Offline => "Plan (offline)",
+        PlanMode::Rollback => "Rollback plan",
+    };
+    head.push_str(&format!(
+        "### rollguard: {} of `{}`\n\n",
+        what,
+        code(&plan.app)
+    ));
+    if let Some(commit) = &plan.commit {
+        head.push_str(&format!("Commit `{}`", commit.short_sha()));
+        if let Some(against) = &plan.against {
+            head.push_str(&format!(" compared with `{}`", against.short_sha()));
+        }
+        head.push_str("\n\n");
+    }
+    head.push_str(&format!("**{}**\n\n", text(&plan.summary)));
+    head.push_str("| target | create | update | unchanged | left in place | status |\n|---|---:|---:|---:|---:|---|\n");
+    for t in &plan.targets {
+        let status = match t.status {
+            PlanStatus::Changes => "changes",
+            PlanStatus::NoChanges => "no changes",
+            PlanStatus::Error => "error",
+        };
+        head.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} |\n",
+            text(&t.name),
+            t.create.len(),
+            t.update.len(),
+            t.unchanged.len(),
+            t.dropped.len(),
+            status
+        ));
+    }
+    let sections: Vec<String> = plan
+        .targets
+        .iter()
+        .filter(|t| t.changes() > 0 || !t.errors.is_empty() || !t.dropped.is_empty())
+        .map(|t| super::redact::scrub(&plan_section(t)))
+        .collect();
+    let head = super::redact::scrub(&head);
+    let mut out = cut_to(head, limit.saturating_sub(NOTE_RESERVE));
+    let mut left_out = 0;
+    for section in &sections {
+        if left_out == 0 && out.len() + section.len() + NOTE_RESERVE <= limit {
+            out.push_str(section);
+        } else {
+            left_out += 1;
+        }
+    }
+    if left_out > 0 {
+        out.push_str(&format!(
+            "\n_Plan truncated to stay under {limit} characters: {left_out} target section(s) left out. \
+             `rollguard diff -o json` and the job log have everything._\n"
+        ));
+    }
+    cut_to(out, limit)
+}
+
+fn plan_section(t: &TargetPlan) -> String {
+    let mut out = format!("\n#### {}\n\n", text(&t.name));
+    for e in &t.errors {
+        out.push_str(&format!("- :x: {}\n", text(&e.headline())));
+    }
+    let line = |sign: &str, c: &PlannedChange| {
+        let mut l = format!("- {sign} `{}`", code(&c.object));
+        if let Some(note) = &c.note {
+            l.push_str(&format!(": would create ({})", text(note)));
+        }
+        l.push('\n');
+        l
+    };
+    for c in &t.create {
+        out.push_str(&line("create", c));
+    }
+    for c in &t.update {
+        out.push_str(&line("update", c));
+        if let Some(diff) = &c.diff {
+            let shown = super::diff::render(diff, super::diff::DiffStyle::plain(), "");
+            // A fence longer than any run of backticks in the diff, so it cannot end early.
+            let longest = shown.split(|ch| ch != '`').map(str::len).max().unwrap_or(0);
+            let fence = "`".repeat(longest.max(2) + 1);
+            out.push_str(&format!(
+                "\n  <details><summary>diff</summary>\n\n{fence}diff\n{shown}{fence}\n\n  </details>\n\n"
+            ));
+        }
+    }
+    for d in &t.dropped {
+        out.push_str(&format!(
+            "- left in place `{}`: no longer in the manifests (rollguard never prunes)\n",
+            code(d)
+        ));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -762,5 +869,30 @@ mod tests {
         assert_eq!(largest_fitting(10, |_| true), Some(10));
         assert_eq!(largest_fitting(10, |_| false), None);
         assert_eq!(largest_fitting(0, |_| true), Some(0));
+    }
+
+    #[test]
+    fn plan_comment_has_diffs_notes_and_limit() {
+        let plan = crate::report::plan::tests::sample();
+        let md = plan_to_markdown(&plan, COMMENT_LIMIT);
+        assert!(
+            md.starts_with("### rollguard: Plan (server-side dry run) of `shop`"),
+            "{md}"
+        );
+        assert!(md.contains("| eu | 1 | 1 | 1 | 0 | changes |"), "{md}");
+        assert!(md.contains("```diff\n--- live\n"), "{md}");
+        assert!(md.contains("+image: web:v2\n"), "{md}");
+        assert!(
+            md.contains("would create (CRD not yet on the cluster)"),
+            "{md}"
+        );
+        assert!(md.contains(":x: cluster: ConnectionRefused"), "{md}");
+        let mut big = plan.clone();
+        big.targets[0].update[0].diff = Some("+x\n".repeat(5000));
+        let md = plan_to_markdown(&big, 900);
+        assert!(md.len() <= 900, "{}", md.len());
+        assert!(md.contains("Plan truncated"), "{md}");
+        let md = plan_to_markdown(&big, COMMENT_LIMIT);
+        assert!(md.contains("diff cut here: 4800 more line(s)"), "{md}");
     }
 }

@@ -4,17 +4,21 @@
 //! comment and step summary (`to_markdown`), the terminal's final table (`to_table`) and the
 //! exit code. It carries no object bodies, so Secret values cannot leak through it.
 
+pub mod diff;
 pub mod escape;
 mod json;
 mod markdown;
 mod model;
+pub mod plan;
 pub mod progress;
 pub mod redact;
 mod terminal;
 
 pub use json::{report_schema, to_json};
 pub use markdown::{
-    COMMENT_LIMIT, FullReport, MarkdownOptions, STEP_SUMMARY_LIMIT, icon, to_markdown,
+    COMMENT_LIMIT, FullReport, MarkdownOptions, STEP_SUMMARY_LIMIT, icon, plan_to_markdown,
+    to_markdown,
 };
 pub use model::*;
+pub use plan::ChangePlan;
 pub use terminal::to_table;

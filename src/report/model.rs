@@ -296,6 +296,10 @@ pub struct Report {
     /// Where the run happened (CI run URL) when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_url: Option<String>,
+    /// What a dry run found would change (`rollguard diff`, `deploy --dry-run`): the source
+    /// of the PR's plan comment (`plan_to_markdown`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<ChangePlan>,
 }
 
 impl Report {
@@ -318,6 +322,7 @@ impl Report {
             targets,
             dry_run: false,
             run_url: None,
+            plan: None,
         };
         report.summary = summary_line(&report);
         report
@@ -379,6 +384,10 @@ const SUMMARY_REASON_CHARS: usize = 120;
 /// "deployed to 3 of 3", "rolled back 2 of 3; eu: connection refused",
 /// "deployed to 2 of 3, 1 failed; us: Deployment shop/web: ...: ImagePullBackOff: ...".
 pub fn summary_line(report: &Report) -> String {
+    // A dry run's summary is its plan's: "would change N objects on K of M targets".
+    if let Some(plan) = &report.plan {
+        return plan.summary.clone();
+    }
     let targets = &report.targets;
     let total = targets.len();
     let count = |o: TargetOutcome| targets.iter().filter(|t| t.outcome == o).count();
@@ -471,6 +480,201 @@ pub(crate) fn clip(text: &str, max: usize) -> String {
     let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
     out.push('…');
     out
+}
+
+// ---------------------------------------------------------------------------------------
+// The plan: what a deploy (or a rollback) would change on each target, computed by the
+// clusters themselves (server-side apply with `dryRun=All`) or offline against a git ref.
+// Rendered by `plan.rs` (text, JSON, schema) and `markdown.rs` (the PR plan comment).
+// ---------------------------------------------------------------------------------------
+
+/// How the plan was computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PlanMode {
+    /// `rollguard diff` / `deploy --dry-run`: each cluster's dry-run answer vs its live objects.
+    DryRun,
+    /// `rollguard plan --offline`: this commit's manifests vs those of a git ref; no cluster.
+    Offline,
+    /// `rollguard rollback --dry-run`: the live objects vs the revision a rollback would apply.
+    Rollback,
+}
+
+/// What the plan says of one target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PlanStatus {
+    /// Something would be created or updated.
+    Changes,
+    /// Everything is as it would be after the deploy.
+    NoChanges,
+    /// The plan could not be computed for this target (see `errors`).
+    Error,
+}
+
+/// One object that would be created or updated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedChange {
+    /// "Deployment shop/web"
+    pub object: String,
+    /// Where it is written: "k8s/web.yaml:12" (None for objects of a record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
+    /// Why the server could not check it, e.g. "CRD not yet on the cluster".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// The unified diff of the normalised objects (updates only; whole, never cut here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diff: Option<String>,
+}
+
+/// One target's plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TargetPlan {
+    pub name: String,
+    pub status: PlanStatus,
+    /// A rollback's destination, e.g. "v3".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    #[serde(default)]
+    pub create: Vec<PlannedChange>,
+    #[serde(default)]
+    pub update: Vec<PlannedChange>,
+    #[serde(default)]
+    pub unchanged: Vec<String>,
+    /// Objects the compared side has and this one does not: left in place, never pruned.
+    #[serde(default)]
+    pub dropped: Vec<String>,
+    #[serde(default)]
+    pub errors: Vec<Failure>,
+    #[serde(default)]
+    pub warnings: Vec<String>,
+}
+
+impl TargetPlan {
+    pub fn new(name: impl Into<String>) -> TargetPlan {
+        TargetPlan {
+            name: name.into(),
+            status: PlanStatus::NoChanges,
+            to: None,
+            create: Vec::new(),
+            update: Vec::new(),
+            unchanged: Vec::new(),
+            dropped: Vec::new(),
+            errors: Vec::new(),
+            warnings: Vec::new(),
+        }
+    }
+
+    /// Objects that would change (created or updated).
+    pub fn changes(&self) -> usize {
+        self.create.len() + self.update.len()
+    }
+
+    /// Sets `status` from what was found.
+    pub fn settle(&mut self) {
+        self.status = if !self.errors.is_empty() {
+            PlanStatus::Error
+        } else if self.changes() > 0 {
+            PlanStatus::Changes
+        } else {
+            PlanStatus::NoChanges
+        };
+    }
+}
+
+/// The plan of a run (`-o json`, schema version 1).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChangePlan {
+    /// Schema version of this document; 1.
+    pub version: u32,
+    pub app: String,
+    pub mode: PlanMode,
+    pub commit: Option<CommitInfo>,
+    /// Offline: the ref compared with (its commit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub against: Option<CommitInfo>,
+    /// "would change 3 objects on 2 of 3 targets" (see `summary_line`).
+    pub summary: String,
+    /// Objects that would change, over all targets.
+    pub changes: usize,
+    /// Targets with at least one change.
+    pub targets_changed: usize,
+    pub targets: Vec<TargetPlan>,
+}
+
+impl ChangePlan {
+    /// A plan of finished targets, with counts and summary computed.
+    pub fn new(
+        app: impl Into<String>,
+        mode: PlanMode,
+        commit: Option<CommitInfo>,
+        mut targets: Vec<TargetPlan>,
+    ) -> ChangePlan {
+        targets.iter_mut().for_each(TargetPlan::settle);
+        let mut plan = ChangePlan {
+            version: 1,
+            app: app.into(),
+            mode,
+            commit,
+            against: None,
+            summary: String::new(),
+            changes: targets.iter().map(TargetPlan::changes).sum(),
+            targets_changed: targets.iter().filter(|t| t.changes() > 0).count(),
+            targets,
+        };
+        plan.summary = plan_summary_line(&plan);
+        plan
+    }
+
+    pub fn has_errors(&self) -> bool {
+        self.targets.iter().any(|t| t.status == PlanStatus::Error)
+    }
+
+    /// The exit code: 1 when a target could not be planned; with `detailed` (`--exit-code`,
+    /// terraform's `-detailed-exitcode`) 2 for changes and 0 for none, else 0.
+    pub fn exit_code(&self, detailed: bool) -> i32 {
+        if self.has_errors() {
+            1
+        } else if detailed && self.changes > 0 {
+            2
+        } else {
+            0
+        }
+    }
+}
+
+/// "would change N objects on K of M targets", then the targets that could not be planned.
+pub fn plan_summary_line(plan: &ChangePlan) -> String {
+    let total = plan.targets.len();
+    let objects = if plan.changes == 1 {
+        "object"
+    } else {
+        "objects"
+    };
+    let targets = if total == 1 { "target" } else { "targets" };
+    let mut line = if total == 0 {
+        "no targets".to_string()
+    } else {
+        format!(
+            "would change {} {objects} on {} of {total} {targets}",
+            plan.changes, plan.targets_changed
+        )
+    };
+    let failed: Vec<&TargetPlan> = plan
+        .targets
+        .iter()
+        .filter(|t| t.status == PlanStatus::Error)
+        .collect();
+    if !failed.is_empty() {
+        let names: Vec<&str> = failed.iter().map(|t| t.name.as_str()).collect();
+        line.push_str(&format!(
+            "; {} could not be planned: {}",
+            failed.len(),
+            names.join(", ")
+        ));
+    }
+    line
 }
 
 #[cfg(test)]

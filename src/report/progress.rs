@@ -182,7 +182,7 @@ async fn render(
                     let changed_kind = stages.get(&target).map(std::mem::discriminant) != Some(std::mem::discriminant(&stage));
                     if mode == Mode::Lines && changed_kind {
                         let elapsed = format_duration(started.elapsed());
-                        let _ = writeln!(stderr, "[{elapsed:>6}] {target:<width_name$}  {}", describe_stage(&stage));
+                        let _ = writeln!(stderr, "[{elapsed:>6}] {target:<width_name$}  {}", super::redact::scrub(&describe_stage(&stage)));
                     }
                     stages.insert(target, stage);
                     dirty = true;
@@ -199,7 +199,7 @@ async fn render(
                         let elapsed = format_duration(started.elapsed());
                         for t in &targets {
                             if let Some(stage @ (Stage::Waiting(_) | Stage::Applying { .. } | Stage::RollingBack(_))) = stages.get(t) {
-                                let _ = writeln!(stderr, "[{elapsed:>6}] {t:<width_name$}  {}", describe_stage(stage));
+                                let _ = writeln!(stderr, "[{elapsed:>6}] {t:<width_name$}  {}", super::redact::scrub(&describe_stage(stage)));
                             }
                         }
                     }
@@ -228,7 +228,8 @@ fn draw_live(
     }
     for t in targets {
         let stage = stages.get(t).cloned().unwrap_or(Stage::Queued);
-        let text = fit(&describe_stage(&stage), 100);
+        // Stage messages quote servers and pods: scrubbed of known secret values.
+        let text = fit(&super::redact::scrub(&describe_stage(&stage)), 100);
         let text = if color { colored(&stage, text) } else { text };
         frame.push_str(&format!("\x1b[2K{t:<width_name$}  {text}\n"));
     }

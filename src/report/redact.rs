@@ -1,22 +1,94 @@
-//! Secret values never leave the process: before a manifest is shown (`rollguard show`,
-//! diffs, reports), the values of a Secret's `data` and `stringData` become
-//! `"<redacted N bytes>"`, keeping the keys so that the shape stays reviewable.
+//! Secret values never leave the process, by two lines of defence:
+//!
+//! 1. **By structure** ([`redact_object`]): before an object is shown (`show`, diffs, plans,
+//!    reports), every value of a Secret's `data` and `stringData`, and every annotation of
+//!    that Secret that embeds one (kubectl's last-applied copy, or any other), becomes
+//!    `<redacted sha256:1f2e3d4c>`: a short hash of the value, so that a change is visible
+//!    without the value. `data` is hashed decoded, so the same value has the same marker
+//!    under `data` and `stringData`.
+//! 2. **By value** ([`Scrubber`]): every secret value rollguard has seen (in the manifests, in
+//!    records, in live Secrets), with its base64 and escaped forms, is replaced by its marker
+//!    in any text rollguard writes: the log writer ([`ScrubbingStderr`]), the terminal and
+//!    report writers ([`print_out`], [`print_err`], [`scrub`]), error messages. This is what
+//!    the GitHub runner does for registered secrets; it catches a value quoted in a server's
+//!    error message, a render command's stderr or a script's output.
+
+use std::borrow::Cow;
+use std::io::Write;
+use std::sync::{OnceLock, RwLock};
 
 use base64::Engine;
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 /// Annotation in which `kubectl apply` keeps a full copy of the object (values included).
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
-/// The placeholder for a value of `len` bytes.
-pub fn placeholder(len: usize) -> String {
-    format!("<redacted {len} bytes>")
+/// Values shorter than this are not scrubbed from free text: replacing every "1" or "ab"
+/// would make logs unreadable and protect nothing. Structural redaction still covers them.
+pub const MIN_SCRUB_LEN: usize = 4;
+
+/// The marker for a secret value: `<redacted sha256:XXXXXXXX>` (first 8 hex digits).
+pub fn marker(value: &[u8]) -> String {
+    let digest = Sha256::digest(value);
+    format!("<redacted sha256:{}>", hex::encode(&digest[..4]))
 }
 
 /// Whether an object body is a core Secret.
 pub fn is_secret(body: &Value) -> bool {
     body.get("kind").and_then(Value::as_str) == Some("Secret")
         && body.get("apiVersion").and_then(Value::as_str) == Some("v1")
+}
+
+/// The bytes of a `data` value: base64-decoded when it decodes, else the text itself.
+fn data_bytes(value: &Value) -> Vec<u8> {
+    match value.as_str() {
+        Some(text) => base64::engine::general_purpose::STANDARD
+            .decode(text.trim())
+            .unwrap_or_else(|_| text.as_bytes().to_vec()),
+        None => value.to_string().into_bytes(),
+    }
+}
+
+fn string_bytes(value: &Value) -> Vec<u8> {
+    match value.as_str() {
+        Some(text) => text.as_bytes().to_vec(),
+        None => value.to_string().into_bytes(),
+    }
+}
+
+/// The secret values of a Secret body (decoded `data`, raw `stringData`); none for others.
+pub fn secret_values(body: &Value) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    if body.get("kind").and_then(Value::as_str) == Some("List") {
+        for item in body
+            .get("items")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            out.extend(secret_values(item));
+        }
+        return out;
+    }
+    if !is_secret(body) {
+        return out;
+    }
+    for (key, bytes) in [("data", true), ("stringData", false)] {
+        for value in body
+            .get(key)
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+        {
+            out.push(if bytes {
+                data_bytes(value.1)
+            } else {
+                string_bytes(value.1)
+            });
+        }
+    }
+    out
 }
 
 /// A copy of the object with Secret values redacted; other objects are returned unchanged.
@@ -43,99 +115,212 @@ pub fn redact_in_place(body: &mut Value) {
     if !is_secret(body) {
         return;
     }
+    let values = secret_values(body);
     if let Some(data) = body.get_mut("data").and_then(Value::as_object_mut) {
         for value in data.values_mut() {
-            // data values are base64: count the decoded bytes, as `kubectl describe` does.
-            let len = match value.as_str() {
-                Some(text) => base64::engine::general_purpose::STANDARD
-                    .decode(text.trim())
-                    .map(|bytes| bytes.len())
-                    .unwrap_or(text.len()),
-                None => value.to_string().len(),
-            };
-            *value = Value::String(placeholder(len));
+            *value = Value::String(marker(&data_bytes(value)));
         }
     }
     if let Some(data) = body.get_mut("stringData").and_then(Value::as_object_mut) {
         for value in data.values_mut() {
-            let len = match value.as_str() {
-                Some(text) => text.len(),
-                None => value.to_string().len(),
-            };
-            *value = Value::String(placeholder(len));
+            *value = Value::String(marker(&string_bytes(value)));
         }
     }
     if let Some(annotations) = body
         .pointer_mut("/metadata/annotations")
         .and_then(Value::as_object_mut)
-        && let Some(value) = annotations.get_mut(LAST_APPLIED)
     {
-        let len = value.as_str().map(str::len).unwrap_or(0);
-        *value = Value::String(placeholder(len));
+        for (key, value) in annotations.iter_mut() {
+            let text = string_bytes(value);
+            if key == LAST_APPLIED || embeds_any(&text, &values) {
+                *value = Value::String(marker(&text));
+            }
+        }
     }
 }
 
-/// Shortest secret value the scrubber looks for: shorter ones ("1", "no") would blank out
-/// ordinary words everywhere and say little about the secret.
-const MIN_SCRUBBED_LEN: usize = 3;
+/// Whether `text` contains any of the values, as they are or in base64.
+fn embeds_any(text: &[u8], values: &[Vec<u8>]) -> bool {
+    let text = String::from_utf8_lossy(text);
+    values
+        .iter()
+        .filter(|v| v.len() >= MIN_SCRUB_LEN)
+        .any(|v| forms(v).iter().any(|form| text.contains(form.as_str())))
+}
 
-/// What replaces a known secret value in free text.
-pub const SCRUBBED: &str = "<redacted>";
+/// The forms in which a value may appear in text: as it is (when it is text), each of its
+/// lines when it has several, escaped as JSON and Rust's `{:?}` would print it, and base64
+/// (standard, URL-safe, with and without padding).
+fn forms(value: &[u8]) -> Vec<String> {
+    use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
+    let mut out = Vec::new();
+    if let Ok(text) = std::str::from_utf8(value) {
+        out.push(text.to_string());
+        let json = Value::String(text.to_string()).to_string();
+        out.push(json[1..json.len() - 1].to_string());
+        let debug = format!("{text:?}");
+        out.push(debug[1..debug.len() - 1].to_string());
+        if text.contains('\n') {
+            out.extend(
+                text.lines()
+                    .map(str::trim)
+                    .filter(|l| l.len() >= MIN_SCRUB_LEN)
+                    .map(str::to_string),
+            );
+        }
+    }
+    for engine in [&STANDARD, &STANDARD_NO_PAD, &URL_SAFE, &URL_SAFE_NO_PAD] {
+        out.push(engine.encode(value));
+    }
+    out.retain(|f| f.len() >= MIN_SCRUB_LEN);
+    out.sort();
+    out.dedup();
+    out
+}
 
-/// Replaces the known secret values (those of the manifests' Secrets) in free text, such as
-/// a script's output, which no structural redaction can reach.
+/// Every known secret value in every form it may take, each with its marker.
 #[derive(Debug, Clone, Default)]
 pub struct Scrubber {
-    /// Longest first, so that a value containing another is replaced whole.
-    values: Vec<String>,
+    /// (needle, marker), longest needle first so a longer form is replaced before a part of it.
+    needles: Vec<(String, String)>,
 }
 
 impl Scrubber {
-    /// The values of every Secret among `bodies`: `stringData`, and `data` both as stored
-    /// (base64) and decoded; a multi-line value also line by line, since output is.
-    pub fn from_objects<'a>(bodies: impl IntoIterator<Item = &'a Value>) -> Scrubber {
-        let mut values = Vec::new();
-        let mut add = |text: &str| {
-            for candidate in std::iter::once(text).chain(text.lines()) {
-                let candidate = candidate.trim();
-                if candidate.len() >= MIN_SCRUBBED_LEN {
-                    values.push(candidate.to_string());
-                }
-            }
-        };
-        for body in bodies {
-            if !is_secret(body) {
-                continue;
-            }
-            for (key, base64) in [("data", true), ("stringData", false)] {
-                let Some(map) = body.get(key).and_then(Value::as_object) else {
-                    continue;
-                };
-                for value in map.values().filter_map(Value::as_str) {
-                    add(value);
-                    if base64
-                        && let Ok(bytes) =
-                            base64::engine::general_purpose::STANDARD.decode(value.trim())
-                    {
-                        add(&String::from_utf8_lossy(&bytes));
-                    }
-                }
+    /// Learns one secret value (values shorter than [`MIN_SCRUB_LEN`] are ignored).
+    pub fn add_value(&mut self, value: &[u8]) {
+        if value.len() < MIN_SCRUB_LEN {
+            return;
+        }
+        let mark = marker(value);
+        for form in forms(value) {
+            if !self.needles.iter().any(|(n, _)| *n == form) {
+                self.needles.push((form, mark.clone()));
             }
         }
-        values.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
-        values.dedup();
-        Scrubber { values }
+        self.needles
+            .sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
     }
 
-    /// `text` with every known secret value replaced by [`SCRUBBED`].
+    /// A scrubber of the Secret values among `bodies` (e.g. the manifests, for a script's
+    /// output).
+    pub fn from_objects<'a>(bodies: impl IntoIterator<Item = &'a Value>) -> Scrubber {
+        let mut scrubber = Scrubber::default();
+        for body in bodies {
+            scrubber.add_object(body);
+        }
+        scrubber
+    }
+
+    /// Learns the values of a Secret body (nothing for other objects).
+    pub fn add_object(&mut self, body: &Value) {
+        for value in secret_values(body) {
+            self.add_value(&value);
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.needles.is_empty()
+    }
+
+    /// The text with every known value replaced by its marker.
     pub fn scrub(&self, text: &str) -> String {
-        let mut out = text.to_string();
-        for value in &self.values {
-            if out.contains(value.as_str()) {
-                out = out.replace(value.as_str(), SCRUBBED);
+        self.scrub_cow(text).into_owned()
+    }
+
+    /// [`Scrubber::scrub`] without a copy when nothing is found.
+    pub fn scrub_cow<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        let mut out = Cow::Borrowed(text);
+        for (needle, mark) in &self.needles {
+            if out.contains(needle.as_str()) {
+                out = Cow::Owned(out.replace(needle.as_str(), mark));
             }
         }
         out
+    }
+}
+
+/// The process-wide scrubber: secrets are learned as soon as they are read, and every sink
+/// scrubs with it (one list, like the runner's registered secrets).
+fn global() -> &'static RwLock<Scrubber> {
+    static GLOBAL: OnceLock<RwLock<Scrubber>> = OnceLock::new();
+    GLOBAL.get_or_init(|| RwLock::new(Scrubber::default()))
+}
+
+/// Teaches the process-wide scrubber the values of these objects (Secrets only).
+pub fn learn<'a>(bodies: impl IntoIterator<Item = &'a Value>) {
+    let mut scrubber = match global().write() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    for body in bodies {
+        scrubber.add_object(body);
+    }
+}
+
+/// Teaches the process-wide scrubber one value (e.g. a token a script stage receives).
+pub fn learn_value(value: &[u8]) {
+    match global().write() {
+        Ok(mut guard) => guard.add_value(value),
+        Err(poisoned) => poisoned.into_inner().add_value(value),
+    }
+}
+
+/// `text` with every secret value known to the process replaced by its marker.
+pub fn scrub(text: &str) -> String {
+    let scrubber = match global().read() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    scrubber.scrub(text)
+}
+
+/// Prints a line on stdout, scrubbed.
+pub fn print_out(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{}", scrub(text));
+}
+
+/// Prints a line on stderr, scrubbed.
+pub fn print_err(text: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "{}", scrub(text));
+}
+
+/// The log writer: stderr, every event scrubbed before it is written (use with
+/// `tracing_subscriber::fmt().with_writer(ScrubbingStderr)`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ScrubbingStderr;
+
+/// One log event, buffered whole so that a value is never split across two writes.
+#[derive(Debug, Default)]
+pub struct ScrubbedEvent {
+    buf: Vec<u8>,
+}
+
+impl Write for ScrubbedEvent {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        Ok(data.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for ScrubbedEvent {
+    fn drop(&mut self) {
+        if self.buf.is_empty() {
+            return;
+        }
+        let text = scrub(&String::from_utf8_lossy(&self.buf));
+        let _ = std::io::stderr().lock().write_all(text.as_bytes());
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for ScrubbingStderr {
+    type Writer = ScrubbedEvent;
+    fn make_writer(&'a self) -> ScrubbedEvent {
+        ScrubbedEvent::default()
     }
 }
 
@@ -144,6 +329,19 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn m(value: &str) -> String {
+        marker(value.as_bytes())
+    }
+
+    #[test]
+    fn marker_is_short_and_stable() {
+        assert_eq!(m("hunter2"), m("hunter2"));
+        assert_ne!(m("hunter2"), m("hunter3"));
+        let text = m("hunter2");
+        assert!(text.starts_with("<redacted sha256:") && text.ends_with('>'));
+        assert_eq!(text.len(), "<redacted sha256:>".len() + 8, "{text}");
+    }
+
     #[test]
     fn redact_table() {
         let cases = vec![
@@ -151,13 +349,13 @@ mod tests {
                 json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db"},
                        "data": {"password": "aHVudGVyMg=="}, "stringData": {"user": "admin"}}),
                 json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db"},
-                       "data": {"password": "<redacted 7 bytes>"},
-                       "stringData": {"user": "<redacted 5 bytes>"}}),
+                       "data": {"password": m("hunter2")},
+                       "stringData": {"user": m("admin")}}),
             ),
-            // Not base64: count the text.
+            // Not base64: hash the text.
             (
                 json!({"apiVersion": "v1", "kind": "Secret", "data": {"k": "!!"}}),
-                json!({"apiVersion": "v1", "kind": "Secret", "data": {"k": "<redacted 2 bytes>"}}),
+                json!({"apiVersion": "v1", "kind": "Secret", "data": {"k": m("!!")}}),
             ),
             // ConfigMaps are shown as they are.
             (
@@ -174,14 +372,18 @@ mod tests {
                 json!({"apiVersion": "v1", "kind": "List", "items": [
                     {"apiVersion": "v1", "kind": "Secret", "stringData": {"t": "abc"}}]}),
                 json!({"apiVersion": "v1", "kind": "List", "items": [
-                    {"apiVersion": "v1", "kind": "Secret", "stringData": {"t": "<redacted 3 bytes>"}}]}),
+                    {"apiVersion": "v1", "kind": "Secret", "stringData": {"t": m("abc")}}]}),
             ),
-            // kubectl's last-applied copy holds the values too.
+            // kubectl's last-applied copy holds the values; so may any other annotation.
             (
                 json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"annotations": {
-                    "kubectl.kubernetes.io/last-applied-configuration": "{\"data\":1}", "a": "b"}}}),
+                    LAST_APPLIED: "{\"data\":1}", "a": "b",
+                    "copy": "token=s3cr3t-token", "b64": "czNjcjN0LXRva2Vu"}},
+                    "stringData": {"t": "s3cr3t-token"}}),
                 json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"annotations": {
-                    "kubectl.kubernetes.io/last-applied-configuration": "<redacted 10 bytes>", "a": "b"}}}),
+                    LAST_APPLIED: m("{\"data\":1}"), "a": "b",
+                    "copy": m("token=s3cr3t-token"), "b64": m("czNjcjN0LXRva2Vu")}},
+                    "stringData": {"t": m("s3cr3t-token")}}),
             ),
         ];
         for (input, want) in cases {
@@ -190,29 +392,96 @@ mod tests {
     }
 
     #[test]
+    fn same_value_same_marker_in_data_and_string_data() {
+        let a = redact_object(&json!({"apiVersion": "v1", "kind": "Secret",
+            "data": {"k": "aHVudGVyMg=="}}));
+        let b = redact_object(&json!({"apiVersion": "v1", "kind": "Secret",
+            "stringData": {"k": "hunter2"}}));
+        assert_eq!(a["data"]["k"], b["stringData"]["k"]);
+    }
+
+    #[test]
     fn no_value_survives() {
         let secret = json!({"apiVersion": "v1", "kind": "Secret",
             "data": {"a": "c2VjcmV0LXZhbHVl"}, "stringData": {"b": "another-secret"}});
         let text = serde_json::to_string(&redact_objects(&[secret])).unwrap();
         assert!(!text.contains("c2VjcmV0LXZhbHVl") && !text.contains("another-secret"));
+        assert!(!text.contains("secret-value"));
     }
 
     #[test]
-    fn scrubber_table() {
+    fn scrub_table() {
+        let mut s = Scrubber::from_objects([&json!({"apiVersion": "v1", "kind": "Secret",
+            "data": {"a": "aHVudGVyMi1wYXNz"},
+            "stringData": {"pem": "-----BEGIN-----\nAAAAsecretline\n-----END-----", "q": "say \"hi\"!"}})]);
+        s.add_value(b"abc"); // too short: ignored
+        let hunter = m("hunter2-pass");
+        let cases: Vec<(&str, String)> = vec![
+            ("nothing here", "nothing here".into()),
+            ("password hunter2-pass.", format!("password {hunter}.")),
+            ("b64 aHVudGVyMi1wYXNz!", format!("b64 {hunter}!")),
+            ("nopad aHVudGVyMi1wYXNz", format!("nopad {hunter}")),
+            // A line of a multi-line value is replaced by the whole value's marker.
+            (
+                "a line: AAAAsecretline",
+                "a line: ".to_string() + &m("-----BEGIN-----\nAAAAsecretline\n-----END-----"),
+            ),
+            (
+                r#"json {"q":"say \"hi\"!"}"#,
+                format!(r#"json {{"q":"{}"}}"#, m("say \"hi\"!")),
+            ),
+            ("abc stays", "abc stays".into()),
+        ];
+        for (input, want) in cases {
+            assert_eq!(s.scrub(input), want, "{input}");
+        }
+        assert!(Scrubber::default().is_empty());
+    }
+
+    #[test]
+    fn the_log_writer_scrubs_whole_events() {
+        learn([&json!({"apiVersion": "v1", "kind": "Secret",
+            "stringData": {"k": "writer-test-value-77"}})]);
+        assert_eq!(
+            scrub("x writer-test-value-77 y"),
+            format!("x {} y", m("writer-test-value-77"))
+        );
+        let mut event = ScrubbedEvent::default();
+        event.write_all(b"part writer-test-").unwrap();
+        event.write_all(b"value-77\n").unwrap();
+        assert_eq!(
+            scrub(&String::from_utf8_lossy(&event.buf)),
+            format!("part {}\n", m("writer-test-value-77"))
+        );
+        event.buf.clear();
+    }
+
+    #[test]
+    fn scrubber_from_objects_table() {
         let secret = json!({"apiVersion": "v1", "kind": "Secret",
             "data": {"password": "aHVudGVyMg=="},
             "stringData": {"token": "tok-123456", "cert": "line-one\nline-two", "tiny": "ab"}});
         let config =
             json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"k": "public-value"}});
         let s = Scrubber::from_objects([&secret, &config]);
+        let cert = m("line-one\nline-two");
         let cases = [
-            ("connecting with hunter2", "connecting with <redacted>"),
-            ("raw aHVudGVyMg== seen", "raw <redacted> seen"),
-            ("Authorization: tok-123456!", "Authorization: <redacted>!"),
-            ("line-two of the cert", "<redacted> of the cert"),
+            (
+                "connecting with hunter2",
+                format!("connecting with {}", m("hunter2")),
+            ),
+            (
+                "raw aHVudGVyMg== seen",
+                format!("raw {} seen", m("hunter2")),
+            ),
+            (
+                "Authorization: tok-123456!",
+                format!("Authorization: {}!", m("tok-123456")),
+            ),
+            ("line-two of the cert", format!("{cert} of the cert")),
             // Too short to scrub, and ConfigMap values are not secret.
-            ("ab public-value", "ab public-value"),
-            ("", ""),
+            ("ab public-value", "ab public-value".to_string()),
+            ("", String::new()),
         ];
         for (input, want) in cases {
             assert_eq!(s.scrub(input), want, "{input}");

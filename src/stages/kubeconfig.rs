@@ -1,79 +1,14 @@
-//! The kubeconfig a script gets: only its own target's cluster, user and context (a fleet
-//! script: every target's, each context named after its target), in a temporary file of mode
-//! 0600 that is removed when the script is done, and before a hard exit on a second signal.
+//! The kubeconfig a script gets: only its own target's cluster, user and context (cut out by
+//! `kube::connect::single_context`; a fleet script: every target's, each context named after
+//! its target), in a temporary file of mode 0600 that is removed when the script is done, and
+//! before a hard exit on a second signal.
 
 use std::collections::HashSet;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use kube::config::{Kubeconfig, NamedContext};
-
-/// The part of `full` that `context` (None: its current-context) needs, renamed to `rename`
-/// when given (with its cluster and user, so that several such parts merge without clashes).
-pub fn single_context(
-    full: &Kubeconfig,
-    context: Option<&str>,
-    rename: Option<&str>,
-) -> Result<Kubeconfig, String> {
-    let wanted = context
-        .or(full.current_context.as_deref())
-        .ok_or("the kubeconfig names no context and has no current-context")?;
-    let named = full
-        .contexts
-        .iter()
-        .find(|c| c.name == wanted)
-        .ok_or_else(|| format!("context {wanted:?} is not in the kubeconfig"))?;
-    let mut ctx = named
-        .context
-        .clone()
-        .ok_or_else(|| format!("context {wanted:?} is empty"))?;
-    let mut cluster = full
-        .clusters
-        .iter()
-        .find(|c| c.name == ctx.cluster)
-        .cloned()
-        .ok_or_else(|| {
-            format!(
-                "cluster {:?} of context {wanted:?} is not in the kubeconfig",
-                ctx.cluster
-            )
-        })?;
-    let mut user = match &ctx.user {
-        Some(u) => Some(
-            full.auth_infos
-                .iter()
-                .find(|a| &a.name == u)
-                .cloned()
-                .ok_or_else(|| {
-                    format!("user {u:?} of context {wanted:?} is not in the kubeconfig")
-                })?,
-        ),
-        None => None,
-    };
-    let name = rename.unwrap_or(wanted).to_string();
-    if rename.is_some() {
-        cluster.name = name.clone();
-        ctx.cluster = name.clone();
-        if let Some(user) = &mut user {
-            user.name = name.clone();
-            ctx.user = Some(name.clone());
-        }
-    }
-    Ok(Kubeconfig {
-        clusters: vec![cluster],
-        auth_infos: user.into_iter().collect(),
-        contexts: vec![NamedContext {
-            name: name.clone(),
-            context: Some(ctx),
-            ..named.clone()
-        }],
-        current_context: Some(name),
-        kind: Some("Config".into()),
-        api_version: Some("v1".into()),
-        ..Kubeconfig::default()
-    })
-}
+use kube::config::Kubeconfig;
 
 /// Every target's single-context kubeconfig in one (no current-context: a fleet script names
 /// the target it means with `--context <target>`).
@@ -151,6 +86,7 @@ impl Drop for TempKubeconfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kube::connect::single_context;
 
     const FULL: &str = r#"
 apiVersion: v1

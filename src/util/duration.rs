@@ -10,9 +10,33 @@ pub struct DurationError {
     pub reason: &'static str,
 }
 
-/// Parses a duration made of `<number><unit>` parts (units: ms, s, m, h, d).
-/// A bare number is taken as seconds, so `timeout: 300` works as users expect.
+/// The longest duration any setting accepts (documented in the README). Deadlines are
+/// `Instant + duration`; a bound keeps that sum far from overflow on every platform, and no
+/// CI step waits longer than a day.
+pub const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+
+const TOO_LONG: &str = "longer than the maximum of 24h";
+
+/// Refuses a duration above [`MAX_DURATION`]; `input` is the text the user wrote.
+pub fn bounded(d: Duration, input: &str) -> Result<Duration, DurationError> {
+    if d > MAX_DURATION {
+        return Err(DurationError {
+            input: input.to_string(),
+            reason: TOO_LONG,
+        });
+    }
+    Ok(d)
+}
+
+/// Parses a duration made of `<number><unit>` parts (units: ms, s, m, h, d), at most
+/// [`MAX_DURATION`]. A bare number is taken as seconds, so `timeout: 300` works as users
+/// expect.
 pub fn parse_duration(input: &str) -> Result<Duration, DurationError> {
+    let total = parse_unbounded(input)?;
+    bounded(total, input)
+}
+
+fn parse_unbounded(input: &str) -> Result<Duration, DurationError> {
     let fail = |reason| DurationError {
         input: input.to_string(),
         reason,
@@ -49,11 +73,9 @@ pub fn parse_duration(input: &str) -> Result<Duration, DurationError> {
             _ => return Err(fail("unknown unit (use ms, s, m, h or d)")),
         };
         rest = &rest[unit_len..];
-        let part = Duration::try_from_secs_f64(number * seconds_per_unit)
-            .map_err(|_| fail("out of range"))?;
-        total = total
-            .checked_add(part)
-            .ok_or_else(|| fail("out of range"))?;
+        let part =
+            Duration::try_from_secs_f64(number * seconds_per_unit).map_err(|_| fail(TOO_LONG))?;
+        total = total.checked_add(part).ok_or_else(|| fail(TOO_LONG))?;
     }
     Ok(total)
 }
@@ -111,6 +133,17 @@ mod tests {
             ("5m3", None),
             ("-5s", None),
             ("1..5s", None),
+            ("24h", Some(86_400_000)),
+            ("24h1ms", None),
+            ("2d", None),
+            ("86401", None),
+            ("18446744073709551615", None),
+            ("18446744073709551615s", None),
+            ("18446744073709551616s", None),
+            ("1e300s", None),
+            ("99999999999999999999999999h", None),
+            ("inf", None),
+            ("NaNs", None),
         ];
         for (input, want) in cases {
             let got = parse_duration(input).ok().map(|d| d.as_millis() as u64);
@@ -123,6 +156,16 @@ mod tests {
         let err = parse_duration("5x").unwrap_err().to_string();
         assert!(err.contains("\"5x\""), "{err}");
         assert!(err.contains("unknown unit"), "{err}");
+    }
+
+    #[test]
+    fn too_long_says_the_maximum() {
+        let err = parse_duration("18446744073709551615s")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("maximum of 24h"), "{err}");
+        assert!(bounded(MAX_DURATION, "1d").is_ok());
+        assert!(bounded(MAX_DURATION + Duration::from_nanos(1), "x").is_err());
     }
 
     #[test]

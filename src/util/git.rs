@@ -180,6 +180,56 @@ pub fn detect_commit(
     })
 }
 
+/// The repository's default branch: origin's HEAD (`origin/main`), else a local `main` or
+/// `master`. None when there is no such branch.
+pub fn default_branch(dir: &Path) -> Result<Option<String>, GitError> {
+    if let Ok(name) = git(
+        dir,
+        &["symbolic-ref", "-q", "--short", "refs/remotes/origin/HEAD"],
+    )? && !name.is_empty()
+    {
+        return Ok(Some(name));
+    }
+    for branch in ["main", "master"] {
+        if git(
+            dir,
+            &[
+                "rev-parse",
+                "--verify",
+                "-q",
+                &format!("refs/heads/{branch}"),
+            ],
+        )?
+        .is_ok()
+        {
+            return Ok(Some(branch.to_string()));
+        }
+    }
+    Ok(None)
+}
+
+/// What an offline plan compares with by default: the merge base of HEAD with the default
+/// branch (a pull request's starting point), unless that is HEAD itself (on the default
+/// branch, or no such branch), then `HEAD~1` (the last commit's change).
+pub fn default_base(dir: &Path) -> Result<String, GitError> {
+    let head = git_ok(dir, &["rev-parse", "--verify", "HEAD^{commit}"])?;
+    if let Some(branch) = default_branch(dir)?
+        && let Ok(base) = git(dir, &["merge-base", "HEAD", &branch])?
+        && !base.is_empty()
+        && base != head
+    {
+        return Ok(base);
+    }
+    match git(dir, &["rev-parse", "--verify", "-q", "HEAD~1^{commit}"])? {
+        Ok(parent) => Ok(parent),
+        Err(_) => Err(GitError::Failed {
+            args: "rev-parse HEAD~1".into(),
+            dir: dir.to_path_buf(),
+            detail: "HEAD has no parent and no default branch to compare with; name a ref with --against".into(),
+        }),
+    }
+}
+
 /// Make sure `sha` is present, fetching that one commit from origin if needed.
 pub fn ensure_commit(dir: &Path, sha: &str) -> Result<(), GitError> {
     if has_commit(dir, sha)? {
@@ -377,6 +427,28 @@ mod tests {
         let err = Checkout::at(&clone, missing).unwrap_err();
         assert!(matches!(err, GitError::Unreachable { .. }), "{err}");
         assert!(err.to_string().contains(missing));
+    }
+
+    #[test]
+    fn default_base_is_the_merge_base_else_the_parent() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        run(dir, &["init", "-q"]);
+        let first = commit(dir, "a.yaml", "1\n", "first");
+        let second = commit(dir, "a.yaml", "2\n", "second");
+        // On the default branch: the parent.
+        assert_eq!(default_base(dir).unwrap(), first);
+        run(dir, &["checkout", "-q", "-b", "feature"]);
+        commit(dir, "a.yaml", "3\n", "third");
+        commit(dir, "a.yaml", "4\n", "fourth");
+        // On a branch: where it left main.
+        assert_eq!(default_branch(dir).unwrap().as_deref(), Some("main"));
+        assert_eq!(default_base(dir).unwrap(), second);
+        let lone = tempfile::tempdir().unwrap();
+        run(lone.path(), &["init", "-q"]);
+        commit(lone.path(), "a.yaml", "1\n", "only");
+        let err = default_base(lone.path()).unwrap_err().to_string();
+        assert!(err.contains("--against"), "{err}");
     }
 
     #[test]

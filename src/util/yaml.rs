@@ -1,6 +1,6 @@
-//! YAML reading shared by config.rs and manifest.rs: a value tree that remembers the line of
-//! every node, multi-document splitting that keeps going past a broken document, and the
-//! parser limits used against hostile input.
+//! The one YAML reader, shared by config/ and manifests/: a value tree that remembers the
+//! line of every node, multi-document splitting that keeps going past a broken document, and
+//! the parser limits used against hostile input.
 
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};

@@ -177,11 +177,12 @@ impl Runner {
                     !run.contains("${{"),
                     "run: must take inputs through env:, never by substitution (script injection): {run}"
                 );
+                // Evaluated when the step starts, as the runner does (steps.*.outputs).
                 let env = s["env"]
                     .as_object()
                     .map(|m| {
                         m.iter()
-                            .map(|(k, v)| (k.clone(), self.eval(v.as_str().unwrap_or(""))))
+                            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
                             .collect()
                     })
                     .unwrap_or_default();
@@ -213,7 +214,7 @@ impl Runner {
             .env("GITHUB_OUTPUT", &output)
             .env("GITHUB_STEP_SUMMARY", &summary)
             .env("RUST_LOG", "rollguard=info")
-            .envs(&step.env)
+            .envs(step.env.iter().map(|(k, v)| (k, self.eval(v))))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -137,3 +137,145 @@ async fn a_wrong_token_is_reported_as_unauthorized() {
     let failure = run.target("us")["failures"][0].clone();
     assert_eq!(failure["reason"], "Unauthorized", "{failure:#}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_rollback_all_a_target_failing_the_preflight_stops_the_run_before_any_write() {
+    let env = TestEnv::start(3, "").await;
+    env.cluster(2).set_down(true);
+    env.write("rollguard.yaml", &config(3, "60s"));
+    env.write("k8s/app.yaml", &small_app("example.com/web:v1"));
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 1, "{}", run.output());
+    assert_eq!(run.outcome("us"), "failed", "{}", run.output());
+    assert_eq!(
+        run.target("us")["failures"][0]["reason"],
+        "ConnectionRefused",
+        "{}",
+        run.output()
+    );
+    for name in ["eu", "ap"] {
+        assert_eq!(run.outcome(name), "skipped", "{}", run.output());
+        let message = run.target(name)["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("us failed the preflight") && message.contains("rollback-all"),
+            "{name}: {message}"
+        );
+    }
+    // Not even the lock or a release record: nothing to roll back anywhere.
+    assert_eq!(env.writes(1), 0, "{}", run.output());
+    assert_eq!(env.writes(3), 0, "{}", run.output());
+
+    // Other policies go on with the reachable targets.
+    let run = env.deploy(&["--on-failure", "rollback-failed"]).await;
+    assert_eq!(run.code, 1, "{}", run.output());
+    assert_eq!(run.outcome("eu"), "deployed", "{}", run.output());
+    assert_eq!(run.outcome("ap"), "deployed", "{}", run.output());
+    assert_eq!(run.outcome("us"), "failed", "{}", run.output());
+}
+
+/// A Warning Event about `kind` shop/`name` with `uid`, as another controller records it.
+fn warning_event(
+    kind: &str,
+    api_version: &str,
+    name: &str,
+    uid: &str,
+    reason: &str,
+) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": format!("{name}.{reason}"), "namespace": "shop"},
+        "involvedObject": {"kind": kind, "apiVersion": api_version, "name": name, "namespace": "shop", "uid": uid},
+        "reason": reason,
+        "message": format!("{reason} happened"),
+        "type": "Warning",
+        "count": 1,
+        "firstTimestamp": "2026-01-01T00:00:00Z",
+        "lastTimestamp": "2026-01-01T00:00:00Z",
+        "source": {"component": "test"},
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_shows_the_events_of_its_object_replicasets_and_pods_only() {
+    use crate::harness::{create, list};
+    let env = TestEnv::start(1, "").await;
+    env.write("rollguard.yaml", &config(1, "5m"));
+    let service = "---\napiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  selector:\n    app: web\n  ports:\n    - port: 80\n";
+    env.write(
+        "k8s/app.yaml",
+        &format!("{}{service}", small_app("example.com/web:v1")),
+    );
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+
+    // A Service named like the Deployment with Warning events (the endpoints controller
+    // records these on a real cluster), and an event of an earlier, deleted Deployment `web`.
+    let client = env.client(1).await;
+    let uid = |objects: Vec<serde_json::Value>| {
+        objects
+            .iter()
+            .find(|o| o["metadata"]["name"] == "web")
+            .and_then(|o| o["metadata"]["uid"].as_str())
+            .expect("web has a uid")
+            .to_string()
+    };
+    let service_uid = uid(list(&client, "v1", "Service", "services", "shop").await);
+    let deployment_uid = uid(list(&client, "apps/v1", "Deployment", "deployments", "shop").await);
+    for event in [
+        warning_event(
+            "Service",
+            "v1",
+            "web",
+            &service_uid,
+            "FailedToUpdateEndpointSlices",
+        ),
+        warning_event(
+            "Deployment",
+            "apps/v1",
+            "web",
+            "uid-of-a-deleted-web",
+            "StaleDeploymentEvent",
+        ),
+        warning_event(
+            "Deployment",
+            "apps/v1",
+            "web",
+            &deployment_uid,
+            "OwnDeploymentEvent",
+        ),
+    ] {
+        create(&client, "v1", "Event", "events", "shop", event).await;
+    }
+
+    env.write(
+        "k8s/app.yaml",
+        &format!("{}{service}", small_app("nginx:doesnotexist")),
+    );
+    let run = env.deploy(&["--on-failure", "none"]).await;
+    assert_eq!(run.code, 1, "{}", run.output());
+    let failure = first_failure(&run, "eu");
+    assert_eq!(failure["reason"], "ImagePullBackOff", "{failure:#}");
+    let events: Vec<&str> = failure["events"]
+        .as_array()
+        .map(|e| e.iter().filter_map(|e| e.as_str()).collect())
+        .unwrap_or_default();
+    let pod = failure["pod"].as_str().unwrap_or_default();
+    assert!(
+        events
+            .iter()
+            .any(|e| e.starts_with(&format!("pod {pod}: "))),
+        "the failing pod's events: {events:?}"
+    );
+    assert!(
+        events.iter().any(|e| e.contains("OwnDeploymentEvent")),
+        "the Deployment's own events: {events:?}"
+    );
+    for foreign in ["FailedToUpdateEndpointSlices", "StaleDeploymentEvent"] {
+        assert!(
+            !events.iter().any(|e| e.contains(foreign)),
+            "{foreign} is not about this Deployment: {events:?}"
+        );
+        assert!(!run.stdout.contains(foreign), "{}", run.output());
+    }
+}

@@ -522,3 +522,52 @@ async fn deployments_get_their_statuses_in_order() {
     );
     assert!(state.statuses.iter().all(|s| s.log_url.as_deref() == Some("https://github.com/octo/shop/actions/runs/4242")));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_value_reaches_no_github_sink() {
+    const VALUE: &str = "hunter2-very-secret-value";
+    let env = TestEnv::start(1, "- {image: \"*\", behaviour: Ready}\n").await;
+    env.write("rollguard.yaml", &config(1, "60s"));
+    let secret = format!(
+        "---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: db\nstringData:\n  password: {VALUE}\n"
+    );
+    env.write("k8s/app.yaml", &format!("{}{secret}", small_app(GOOD)));
+    // The value reaches the report through the commit subject (someone pasted it there).
+    let sha = git_commit(&env, &format!("rotate the db password to {VALUE}"));
+    let gh = FakeGithub::start().await;
+    let vars = actions_env(&env, &gh.url(), "pull_request");
+    let pairs: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let markdown = env.path("report.md");
+    let markdown_arg = markdown.display().to_string();
+    let run = env
+        .deploy_with_env(
+            &["--commit", &sha, "--report-markdown", &markdown_arg],
+            &pairs,
+        )
+        .await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    let comment = marker_comments(&gh, PR).pop().expect("a comment");
+    assert!(comment.contains("rotate the db password to"), "{comment}");
+    let sinks = [
+        ("comment", comment),
+        (
+            "step summary",
+            std::fs::read_to_string(env.path("summary.md")).expect("summary"),
+        ),
+        (
+            "outputs",
+            std::fs::read_to_string(env.path("output.txt")).expect("outputs"),
+        ),
+        (
+            "--report-markdown",
+            std::fs::read_to_string(&markdown).expect("markdown"),
+        ),
+        ("stdout", run.stdout.clone()),
+    ];
+    for (name, text) in sinks {
+        assert!(
+            !text.contains(VALUE),
+            "the secret value is in the {name}:\n{text}"
+        );
+    }
+}

@@ -243,8 +243,13 @@ impl TestEnv {
     }
 
     /// Runs `rollguard <command> --config <dir>/rollguard.yaml --kubeconfig <kc>` plus `extra`
-    /// (history, show, rollback, unlock).
+    /// (history, show, rollback, unlock, diff, plan).
     pub async fn command(&self, command: &str, extra: &[&str]) -> Run {
+        self.command_env(command, extra, &[]).await
+    }
+
+    /// [`TestEnv::command`] with extra environment variables (e.g. `RUST_LOG=trace`).
+    pub async fn command_env(&self, command: &str, extra: &[&str], env: &[(&str, &str)]) -> Run {
         let mut args: Vec<String> = vec![
             command.into(),
             "--config".into(),
@@ -253,7 +258,25 @@ impl TestEnv {
             self.kubeconfig.display().to_string(),
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
-        rollguard(&args, self.dir.path(), &[]).await
+        rollguard(&args, self.dir.path(), env).await
+    }
+
+    /// Every request cluster `sim-N` has answered (reads, writes, dry runs).
+    pub fn requests(&self, cluster: usize) -> u64 {
+        self.cluster(cluster).counters().counts.values().sum()
+    }
+
+    /// The names of the namespaces of cluster `sim-N`.
+    pub async fn namespaces(&self, cluster: usize) -> Vec<String> {
+        use k8s_openapi::api::core::v1::Namespace;
+        let api: Api<Namespace> = Api::all(self.client(cluster).await);
+        api.list(&ListParams::default())
+            .await
+            .expect("list namespaces")
+            .items
+            .into_iter()
+            .filter_map(|n| n.metadata.name)
+            .collect()
     }
 
     /// Writes an executable shell script (for script stages).
@@ -386,6 +409,25 @@ pub async fn list(
         .collect()
 }
 
+/// Creates an object (e.g. an Event another controller would record) in a namespace.
+pub async fn create(
+    client: &kube::Client,
+    api_version: &str,
+    kind: &str,
+    plural: &str,
+    ns: &str,
+    body: Value,
+) {
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let gvk = kube::core::GroupVersionKind::gvk(group, version, kind);
+    let resource = kube::discovery::ApiResource::from_gvk_with_plural(&gvk, plural);
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
+    let object: DynamicObject = serde_json::from_value(body).expect("object");
+    api.create(&Default::default(), &object)
+        .await
+        .expect("create");
+}
+
 /// True when a Deployment has all replicas updated, ready and available for its generation.
 pub fn deployment_available(d: &Value) -> bool {
     let want = d["spec"]["replicas"].as_i64().unwrap_or(1);
@@ -426,4 +468,27 @@ pub fn corpus_file(rel: &str) -> String {
         }
     }
     panic!("corpus file {rel} not found next to {}", root.display());
+}
+
+/// git with a fixed identity, in `dir`.
+pub fn git(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+        .args([
+            "-c",
+            "init.defaultBranch=main",
+            "-c",
+            "protocol.file.allow=always",
+        ])
+        .args(args)
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }

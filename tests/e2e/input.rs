@@ -61,5 +61,197 @@ async fn schema_prints_json() {
     let run = rollguard(&["schema".to_string()], dir.path(), &[]).await;
     assert_eq!(run.code, 0, "{}", run.output());
     let schema: serde_json::Value = serde_json::from_str(&run.stdout).expect("schema is JSON");
-    assert!(schema.is_object());
+    // What editors rely on: every top-level key of rollguard.yaml, no other, the required ones.
+    let mut keys: Vec<&str> = schema["properties"]
+        .as_object()
+        .map(|p| p.keys().map(String::as_str).collect())
+        .unwrap_or_default();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        [
+            "app",
+            "concurrency",
+            "github",
+            "history",
+            "lock",
+            "manifests",
+            "namespace",
+            "on_cancel",
+            "on_failure",
+            "pipeline",
+            "render",
+            "rollback",
+            "targets",
+            "wait"
+        ],
+        "{schema:#}"
+    );
+    assert_eq!(
+        schema["additionalProperties"], false,
+        "unknown keys are errors"
+    );
+    assert_eq!(schema["required"], serde_json::json!(["app", "targets"]));
+    assert_eq!(
+        schema["properties"]["targets"]["items"]["required"],
+        serde_json::json!(["name"])
+    );
+    assert!(
+        schema["properties"]["wait"]["properties"]["timeout"].is_object(),
+        "{schema:#}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn durations_past_the_maximum_are_bad_input() {
+    let env = TestEnv::start(1, "").await;
+    env.write("k8s/app.yaml", &small_app("example.com/web:v1"));
+    // u64::MAX seconds overflowed `Instant + Duration` once; every source of a duration is bounded.
+    for (file_timeout, flags) in [
+        ("60s", &["--timeout", "18446744073709551615s"][..]),
+        ("60s", &["--lock-timeout", "25h"][..]),
+        ("18446744073709551615", &[][..]),
+        ("2d", &[][..]),
+    ] {
+        env.write("rollguard.yaml", &config(1, file_timeout));
+        let run = env.deploy(flags).await;
+        assert_eq!(run.code, 2, "{flags:?} / {file_timeout}: {}", run.output());
+        assert!(
+            run.stderr.contains("longer than the maximum of 24h"),
+            "{}",
+            run.output()
+        );
+        assert!(!run.stderr.contains("panicked"), "{}", run.output());
+    }
+    assert_eq!(env.writes(1), 0);
+}
+
+/// A kubeconfig for one user `u` with these credentials, never contacted.
+fn kubeconfig_with_user(user: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters:\n- name: k\n  cluster:\n    server: https://127.0.0.1:9\ncontexts:\n- name: c\n  context: {{cluster: k, user: u}}\nusers:\n- name: u\n  user:\n{user}"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_access_on_one_target_is_bad_input_with_zero_writes() {
+    let env = TestEnv::start(3, "").await;
+    env.write("k8s/app.yaml", &small_app("example.com/web:v1"));
+    env.write("garbage.kubeconfig", "clusters: [oops\n");
+    env.write(
+        "exec.kubeconfig",
+        &kubeconfig_with_user(
+            "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: rollguard-no-such-plugin\n",
+        ),
+    );
+    env.write(
+        "tokenfile.kubeconfig",
+        &kubeconfig_with_user("    tokenFile: /nonexistent/token\n"),
+    );
+    env.write(
+        "nouser.kubeconfig",
+        &kubeconfig_with_user("    token: abc\n").replace("user: u}", "user: ghost}"),
+    );
+    let good = "  - name: eu\n    context: sim-1\n  - name: ap\n    context: sim-3\n";
+    // (the bad target's entry, what the message must say)
+    let cases = [
+        (
+            "    context: sim-9\n",
+            "context \"sim-9\" is not in kubeconfig",
+        ),
+        (
+            "    kubeconfig_env: KUBECONFIG_US\n",
+            "KUBECONFIG_US (kubeconfig_env) is not set",
+        ),
+        ("    kubeconfig: garbage.kubeconfig\n", "garbage.kubeconfig"),
+        (
+            "    kubeconfig: exec.kubeconfig\n",
+            "\"rollguard-no-such-plugin\" is not found on PATH",
+        ),
+        (
+            "    kubeconfig: tokenfile.kubeconfig\n",
+            "tokenFile /nonexistent/token",
+        ),
+        (
+            "    kubeconfig: nouser.kubeconfig\n",
+            "names user \"ghost\", which is not in kubeconfig",
+        ),
+    ];
+    for (entry, want) in cases {
+        env.write(
+            "rollguard.yaml",
+            &format!(
+                "app: shop\nnamespace: shop\nmanifests: [k8s/]\ntargets:\n{good}  - name: us\n{entry}"
+            ),
+        );
+        let run = env.deploy(&[]).await;
+        assert_eq!(run.code, 2, "{entry}: {}", run.output());
+        // The config file, the target's line and name, and the reason.
+        assert!(
+            run.stderr.contains("rollguard.yaml:9: target \"us\""),
+            "{entry}: {}",
+            run.output()
+        );
+        assert!(
+            run.stderr.contains(want),
+            "{entry}: want {want:?}: {}",
+            run.output()
+        );
+        for cluster in 1..=3 {
+            assert_eq!(env.writes(cluster), 0, "{entry}: sim-{cluster} got a write");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_is_one_line_and_a_distinct_exit_code() {
+    let env = TestEnv::start(2, "").await;
+    env.write("rollguard.yaml", &config(2, "60s"));
+    env.write("k8s/app.yaml", &small_app("example.com/web:v1"));
+    let mut args: Vec<String> = [
+        "deploy",
+        "--config",
+        &env.path("rollguard.yaml").display().to_string(),
+        "--kubeconfig",
+        &env.kubeconfig.display().to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+
+    // In a target's task: that target fails, the run goes on to the end (report, exit 1).
+    let run = rollguard(&args, env.dir.path(), &[("ROLLGUARD_TEST_PANIC", "target")]).await;
+    assert_eq!(run.code, 1, "{}", run.output());
+    assert!(run.stdout.contains("InternalError"), "{}", run.output());
+    assert!(
+        run.stderr.contains("rollguard: internal error at src/"),
+        "{}",
+        run.output()
+    );
+    assert!(!run.stderr.contains("panicked at"), "{}", run.output());
+
+    // Outside a target: exit 4, said once. The locks the panicking targets held were
+    // released, not left to lapse: this run does not wait for them.
+    args.extend(["--on-failure".to_string(), "none".to_string()]);
+    let run = rollguard(
+        &args,
+        env.dir.path(),
+        &[("ROLLGUARD_TEST_PANIC", "conclude")],
+    )
+    .await;
+    assert_eq!(run.code, 4, "{}", run.output());
+    assert!(!run.stderr.contains("is held by"), "{}", run.output());
+    assert_eq!(
+        run.stderr
+            .matches("rollguard: internal error at src/engine/conclude.rs")
+            .count(),
+        1,
+        "{}",
+        run.output()
+    );
+    assert!(!run.stderr.contains("panicked at"), "{}", run.output());
+    // Its locks too.
+    let run = rollguard(&args, env.dir.path(), &[]).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    assert!(!run.stderr.contains("is held by"), "{}", run.output());
 }

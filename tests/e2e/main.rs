@@ -5,7 +5,9 @@
 mod action;
 mod apply;
 mod concurrency;
+mod credentials;
 mod deploy;
+mod diff;
 mod failures;
 mod fake_github;
 mod github;
@@ -15,3 +17,4 @@ mod real;
 mod release;
 mod runtime_root;
 mod stages;
+mod stalled;

@@ -7,7 +7,7 @@ use rollguard::release::{ReleaseKind, ReleaseRecord, ReleaseStatus, ReleaseStore
 use serde_json::Value;
 
 use crate::harness::{
-    Run, TestEnv, config, deployment_available, list, rollguard, signal, small_app,
+    Run, TestEnv, config, deployment_available, git, list, rollguard, signal, small_app,
 };
 
 pub(crate) const GOOD: &str = "example.com/web:v1";
@@ -502,24 +502,30 @@ async fn history_show_and_manual_rollback() {
     assert_eq!(shown.code, 0, "{}", shown.output());
     assert!(!shown.stdout.contains("hunter2"), "Secret value leaked");
     assert!(
-        shown.stdout.contains("<redacted 7 bytes>"),
+        shown.stdout.contains("<redacted sha256:"),
         "{}",
         shown.output()
     );
     let record: Value = serde_json::from_str(&shown.stdout).expect("show -o json is JSON");
     assert_eq!(record["revision"], 1);
 
-    // A failed revision is refused without --force.
+    // A revision that does not exist is refused (a failed one: see below).
     let mut refused = base("rollback");
     refused.extend(["--revision".into(), "9".into(), "--yes".into()]);
-    assert_eq!(rollguard(&refused, env.dir.path(), &[]).await.code, 2);
+    let refused = rollguard(&refused, env.dir.path(), &[]).await;
+    assert_eq!(refused.code, 2, "{}", refused.output());
+    assert!(
+        refused.stderr.contains("revision 9 does not exist"),
+        "{}",
+        refused.output()
+    );
 
     let mut dry = base("rollback");
     dry.extend(["--revision".into(), "1".into(), "--dry-run".into()]);
     let dry = rollguard(&dry, env.dir.path(), &[]).await;
     assert_eq!(dry.code, 0, "{}", dry.output());
     assert!(
-        dry.stdout.contains("Deployment shop/web (changed)"),
+        dry.stdout.contains("  ~ Deployment shop/web"),
         "{}",
         dry.output()
     );
@@ -544,29 +550,6 @@ async fn history_show_and_manual_rollback() {
     let unlock = rollguard(&base("unlock"), env.dir.path(), &[]).await;
     assert_eq!(unlock.code, 0, "{}", unlock.output());
     assert!(unlock.stdout.contains("no lock"), "{}", unlock.output());
-}
-
-/// git with a fixed identity, in `dir`.
-fn git(dir: &std::path::Path, args: &[&str]) -> String {
-    let out = std::process::Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
-        .args([
-            "-c",
-            "init.defaultBranch=main",
-            "-c",
-            "protocol.file.allow=always",
-        ])
-        .args(args)
-        .output()
-        .expect("git runs");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -762,4 +745,46 @@ async fn a_record_too_large_for_a_secret_rolls_back_from_git() {
         recs[2].commit.as_ref().map(|c| c.sha.as_str()),
         Some(v1.as_str())
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_revision_is_refused_without_force() {
+    let env = TestEnv::start(1, "").await;
+    env.write("rollguard.yaml", &config(1, "60s"));
+    env.write("k8s/app.yaml", &small_app(GOOD));
+    assert_eq!(env.deploy(&[]).await.code, 0);
+    env.write("k8s/app.yaml", &small_app("nginx:doesnotexist"));
+    let failed = env.deploy(&["--on-failure", "none"]).await;
+    assert_eq!(failed.code, 1, "{}", failed.output());
+    assert_eq!(failed.target("eu")["revision"], 2, "{}", failed.output());
+
+    let mut refused: Vec<String> = [
+        "rollback",
+        "--config",
+        &env.path("rollguard.yaml").display().to_string(),
+        "--kubeconfig",
+        &env.kubeconfig.display().to_string(),
+        "--revision",
+        "2",
+        "--yes",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let run = rollguard(&refused, env.dir.path(), &[]).await;
+    assert_eq!(run.code, 2, "{}", run.output());
+    assert!(
+        run.stderr.contains("revision 2 is failed") && run.stderr.contains("--force"),
+        "{}",
+        run.output()
+    );
+    assert_eq!(
+        image(&web(&env, 1).await),
+        "nginx:doesnotexist",
+        "nothing was applied"
+    );
+    // With --force it goes (and makes a new revision).
+    refused.push("--force".into());
+    let forced = rollguard(&refused, env.dir.path(), &[]).await;
+    assert_ne!(forced.code, 2, "{}", forced.output());
 }

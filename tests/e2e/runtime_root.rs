@@ -54,6 +54,15 @@ fn runtime_root() -> Option<PathBuf> {
     Some(root)
 }
 
+/// A host tool's absolute path, from this process's PATH.
+fn host_tool(name: &str) -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("{name} is not on PATH; it comes with util-linux / coreutils"))
+}
+
 /// True when the ELF file has a PT_INTERP program header (it is dynamically linked).
 fn has_interpreter(path: &Path) -> bool {
     let elf = std::fs::read(path).expect("binary readable");
@@ -96,7 +105,39 @@ impl Work {
             &kubeconfig.replace("https://127.0.0.1:", "https://localhost:"),
         );
         work.write("rollguard.yaml", &config(targets, "60s"));
-        // A container runtime writes /etc/hosts into every container.
+        // A container runtime gives every container the OCI default devices (git opens
+        // /dev/null and /dev/urandom, Rust's Stdio::null /dev/null) and writes /etc/hosts.
+        std::fs::create_dir_all(root.join("dev")).expect("dev");
+        for (name, minor) in [
+            ("null", 3),
+            ("zero", 5),
+            ("full", 7),
+            ("random", 8),
+            ("urandom", 9),
+        ] {
+            let dev = root.join("dev").join(name);
+            if dev.exists() {
+                continue;
+            }
+            let c_path = std::ffi::CString::new(dev.as_os_str().as_encoded_bytes()).expect("path");
+            // SAFETY: c_path is a valid C string; 1:minor are the memory devices.
+            let made = unsafe {
+                libc::mknod(
+                    c_path.as_ptr(),
+                    libc::S_IFCHR | 0o666,
+                    libc::makedev(1, minor),
+                )
+            };
+            let error = std::io::Error::last_os_error();
+            // Tests run in parallel and may race to make the same node.
+            assert!(
+                made == 0 || error.kind() == std::io::ErrorKind::AlreadyExists,
+                "mknod {}: {error}",
+                dev.display()
+            );
+            std::fs::set_permissions(&dev, std::os::unix::fs::PermissionsExt::from_mode(0o666))
+                .expect("chmod device");
+        }
         std::fs::create_dir_all(root.join("etc")).expect("etc");
         std::fs::write(
             root.join("etc/hosts"),
@@ -137,8 +178,10 @@ impl Work {
     /// `unshare --pid --fork chroot --userspec=UID:GID ROOT ARGS...` with only the
     /// environment the image sets, plus the kubeconfig.
     fn spawn(&self, root: &Path, args: &[String]) -> tokio::process::Child {
-        let mut cmd = tokio::process::Command::new("unshare");
-        cmd.args(["--pid", "--fork", "--kill-child", "chroot"])
+        // The environment is the image's, so the host tools go by absolute path.
+        let mut cmd = tokio::process::Command::new(host_tool("unshare"));
+        cmd.args(["--pid", "--fork", "--kill-child"])
+            .arg(host_tool("chroot"))
             .arg(format!("--userspec={IMAGE_UID}:{IMAGE_UID}"))
             .arg(root)
             .args(args)

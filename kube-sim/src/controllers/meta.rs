@@ -143,36 +143,6 @@ pub fn int_or_percent(value: &Value, total: i64, round_up: bool, default: &str) 
     }
 }
 
-/// Does a label selector (`matchLabels` and `matchExpressions`) select these labels?
-/// An empty or missing selector selects nothing, as for workload selectors.
-pub fn selector_matches(selector: &Value, labels: &Value) -> bool {
-    let match_labels = selector["matchLabels"].as_object();
-    let expressions = selector["matchExpressions"].as_array();
-    if match_labels.is_none_or(Map::is_empty) && expressions.is_none_or(Vec::is_empty) {
-        return false;
-    }
-    let label = |key: &str| labels[key].as_str();
-    let labels_ok = match_labels
-        .into_iter()
-        .flatten()
-        .all(|(k, v)| label(k) == v.as_str());
-    let expressions_ok = expressions.into_iter().flatten().all(|expr| {
-        let key = expr["key"].as_str().unwrap_or_default();
-        let values: Vec<&str> = expr["values"]
-            .as_array()
-            .map(|v| v.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
-        match expr["operator"].as_str().unwrap_or_default() {
-            "In" => label(key).is_some_and(|v| values.contains(&v)),
-            "NotIn" => label(key).is_none_or(|v| !values.contains(&v)),
-            "Exists" => label(key).is_some(),
-            "DoesNotExist" => label(key).is_none(),
-            _ => false,
-        }
-    });
-    labels_ok && expressions_ok
-}
-
 /// JSON with object keys sorted, so a hash does not depend on the order fields arrived in.
 pub fn canonical_json(value: &Value) -> String {
     fn write(value: &Value, out: &mut String) {
@@ -335,31 +305,6 @@ mod tests {
                 want,
                 "{value} of {total}"
             );
-        }
-    }
-
-    #[test]
-    fn selectors() {
-        let labels = json!({"app": "web", "tier": "fe"});
-        let cases = [
-            (json!({"matchLabels": {"app": "web"}}), true),
-            (json!({"matchLabels": {"app": "db"}}), false),
-            (json!({}), false),
-            (
-                json!({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["fe", "be"]}]}),
-                true,
-            ),
-            (
-                json!({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["fe"]}]}),
-                false,
-            ),
-            (
-                json!({"matchLabels": {"app": "web"}, "matchExpressions": [{"key": "x", "operator": "DoesNotExist"}]}),
-                true,
-            ),
-        ];
-        for (selector, want) in cases {
-            assert_eq!(selector_matches(&selector, &labels), want, "{selector}");
         }
     }
 

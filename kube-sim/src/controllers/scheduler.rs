@@ -15,7 +15,11 @@ fn term_matches(term: &Value, node: &NodeInfo) -> bool {
         return false;
     }
     let labels_ok = expressions.is_none_or(|e| {
-        e.is_empty() || meta::selector_matches(&json!({"matchExpressions": e}), &node.labels)
+        e.is_empty()
+            || crate::semantics::selectors::selector_matches(
+                &json!({"matchExpressions": e}),
+                &node.labels,
+            )
     });
     let fields_ok = fields.into_iter().flatten().all(|f| {
         let values: Vec<&str> = f["values"]

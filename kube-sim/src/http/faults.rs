@@ -29,6 +29,10 @@ pub struct Faults {
     /// as the counters name them (`leases.coordination.k8s.io`, `secrets`): to stall one
     /// kind of call (a lock's renewals) while the rest of the API answers.
     pub only_resources: Vec<String>,
+    /// Requests are accepted (TLS completed, request read) and never answered, as by a
+    /// stalled server or a black-holing proxy. They are not counted: nothing is done. Not
+    /// limited by `only_resources`.
+    pub never_answer: bool,
 }
 
 impl Faults {

@@ -586,9 +586,30 @@ fn create(
     let mut body = parse_body(req, info)?;
     check_kind(&body, info)?;
     check_namespace(&mut body, info, namespace)?;
+    check_decodes(info, &body)?;
     let warnings = drop_undeclared_fields(req, info, &mut body)?;
     let created = store.create_with(rt, body, &write_options(req))?;
     Ok(Reply::created(created).with_warnings(warnings))
+}
+
+/// A body the real server cannot decode into its type is refused with 400 before anything
+/// else looks at it (e.g. a Secret value that is not base64).
+fn check_decodes(info: &ResourceInfo, body: &Value) -> Result<(), ApiError> {
+    // The kind's own decoding rules first: they name the field as Go does.
+    let error = crate::semantics::decode::decode_error(&info.api_version(), &info.kind, body)
+        .or_else(|| {
+            info.declaration()
+                .and_then(|d| crate::semantics::schema::type_error(d, body))
+                .map(|e| e.go_message(&info.kind))
+        });
+    match error {
+        Some(error) => Err(ApiError::bad_request(format!(
+            "{kind} in version \"{version}\" cannot be handled as a {kind}: {error}",
+            kind = info.kind,
+            version = info.version,
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// A create or update with fields its kind does not declare: by `fieldValidation`, they are
@@ -639,6 +660,7 @@ fn update(
     }
     check_kind(&body, info)?;
     check_namespace(&mut body, info, namespace)?;
+    check_decodes(info, &body)?;
     let warnings = drop_undeclared_fields(req, info, &mut body)?;
     let body_name = body
         .pointer("/metadata/name")
@@ -824,6 +846,7 @@ fn patch(
         )));
     }
     // The patched object is judged as an update's body would be.
+    check_decodes(info, &target)?;
     let warnings = drop_undeclared_fields(req, info, &mut target)?;
     let mut opts = write_options(req);
     opts.expected_resource_version = Some(current_rv);

@@ -27,8 +27,8 @@ use crate::model::error::{ApiError, qualified_resource};
 use crate::model::resource::new_uid;
 use crate::storage::store::Store;
 
-/// Largest request body accepted.
-const MAX_BODY: usize = 16 * 1024 * 1024;
+/// Largest request body accepted: the real server's default (`--max-request-body-bytes`).
+const MAX_BODY: usize = 3 * 1024 * 1024;
 
 /// The shared state of one running cluster.
 pub struct ClusterState {
@@ -462,6 +462,9 @@ async fn answer(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<Ap
         || path == "/apis"
         || path.starts_with("/apis/");
     let content_type = header_str(&req, header::CONTENT_TYPE).to_string();
+    if is_api && state.faults().never_answer {
+        std::future::pending::<()>().await;
+    }
     let mut faulted_resource = None;
     if let Route::Resource(p) = &route {
         let verb = handlers::verb_of(&method, p, &query, &content_type);
@@ -535,9 +538,12 @@ async fn answer(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<Ap
         Route::Resource(p) => {
             let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
                 Ok(collected) => collected.to_bytes(),
-                Err(e) => {
-                    let err =
-                        ApiError::new(413, "RequestEntityTooLarge", format!("request body: {e}"));
+                Err(_) => {
+                    let err = ApiError::new(
+                        413,
+                        "RequestEntityTooLarge",
+                        format!("Request entity too large: limit is {MAX_BODY}"),
+                    );
                     return error_response(&err, pretty);
                 }
             };

@@ -127,6 +127,40 @@ impl ApiError {
         .with_details(Value::Object(details))
     }
 
+    /// 422 Invalid for the field errors of one object, as the real server words it:
+    /// `Deployment.apps "web" is invalid: spec.selector: ...`, several errors in brackets,
+    /// one cause each; details.kind is the Kind.
+    pub fn invalid_fields(kind: &str, group: &str, name: &str, errors: &[FieldError]) -> Self {
+        let subject = if group.is_empty() {
+            format!("{kind} \"{name}\"")
+        } else {
+            format!("{kind}.{group} \"{name}\"")
+        };
+        let listed: Vec<String> = errors
+            .iter()
+            .map(|e| format!("{}: {}", e.field, e.message))
+            .collect();
+        let joined = match listed.as_slice() {
+            [one] => one.clone(),
+            many => format!("[{}]", many.join(", ")),
+        };
+        let mut details = Map::new();
+        if !name.is_empty() {
+            details.insert("name".into(), json!(name));
+        }
+        if !group.is_empty() {
+            details.insert("group".into(), json!(group));
+        }
+        details.insert("kind".into(), json!(kind));
+        let causes: Vec<Value> = errors
+            .iter()
+            .map(|e| json!({"reason": e.reason, "message": e.message, "field": e.field}))
+            .collect();
+        details.insert("causes".into(), Value::Array(causes));
+        Self::new(422, "Invalid", format!("{subject} is invalid: {joined}"))
+            .with_details(Value::Object(details))
+    }
+
     /// `Kind "" is invalid: metadata.name: Required value: name or generateName is required`
     pub fn name_required(kind: &str) -> Self {
         let mut details = Map::new();
@@ -295,6 +329,64 @@ impl ApiError {
         status.insert("code".into(), json!(self.code));
         Value::Object(status)
     }
+}
+
+/// One field error, as `field.Error` prints it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldError {
+    /// `spec.selector`, `data[a b]`, `spec.containers[1].name`.
+    pub field: String,
+    /// `FieldValueInvalid`, `FieldValueRequired`, `FieldValueForbidden`, ...
+    pub reason: &'static str,
+    /// The error without its field: `Invalid value: {...}: field is immutable`.
+    pub message: String,
+}
+
+impl FieldError {
+    pub fn invalid(field: impl Into<String>, value: &Value, detail: &str) -> Self {
+        Self {
+            field: field.into(),
+            reason: "FieldValueInvalid",
+            message: format!("Invalid value: {}: {detail}", printed(value)),
+        }
+    }
+
+    pub fn required(field: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            reason: "FieldValueRequired",
+            message: "Required value".into(),
+        }
+    }
+
+    pub fn forbidden(field: impl Into<String>, detail: &str) -> Self {
+        Self {
+            field: field.into(),
+            reason: "FieldValueForbidden",
+            message: format!("Forbidden: {detail}"),
+        }
+    }
+
+    pub fn too_long(field: impl Into<String>, max_bytes: usize) -> Self {
+        Self {
+            field: field.into(),
+            reason: "FieldValueTooLong",
+            message: format!("Too long: may not be more than {max_bytes} bytes"),
+        }
+    }
+
+    pub fn duplicate(field: impl Into<String>, value: &Value) -> Self {
+        Self {
+            field: field.into(),
+            reason: "FieldValueDuplicate",
+            message: format!("Duplicate value: {}", printed(value)),
+        }
+    }
+}
+
+/// A value as v1.36 prints it in an error: JSON (strings quoted, objects compact).
+fn printed(value: &Value) -> String {
+    serde_json::to_string(value).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -55,6 +55,46 @@ pub fn prepare(
         name,
         kind.namespaced,
     )?;
+    let object = if namespace.is_empty() {
+        name.to_string()
+    } else {
+        format!("{namespace}/{name}")
+    };
+    let gvk = match kind.api_version.split_once('/') {
+        Some(_) => format!("{}, Kind={}", kind.api_version, kind.kind),
+        None => format!("/{}, Kind={}", kind.api_version, kind.kind),
+    };
+    // A value of the wrong type fails the typed patch, as structured-merge-diff says it.
+    let type_error = kind
+        .declaration
+        .and_then(|d| crate::semantics::schema::type_error(d, &config));
+    if let Some(e) = type_error.as_ref().filter(|e| !e.out_of_range) {
+        return Err(ApiError::new(
+            500,
+            "",
+            format!(
+                "failed to create typed patch object ({object}; {}, Kind={}): {}: expected {}, got {}",
+                kind.api_version,
+                kind.kind,
+                e.path.apply_path,
+                e.schema_type(),
+                e.schema_found()
+            ),
+        ));
+    }
+    // The server converts the merged object to its type: what does not decode is a 500.
+    let decode_error = type_error
+        .map(|e| e.go_message(kind.kind))
+        .or_else(|| crate::semantics::decode::decode_error(&kind.api_version, kind.kind, &config));
+    if let Some(error) = decode_error {
+        return Err(ApiError::new(
+            500,
+            "",
+            format!(
+                "failed to convert new object ({object}; {gvk}) to proper version: unable to convert unstructured object to {gvk}: error decoding from json: {error}"
+            ),
+        ));
+    }
     let undeclared: Vec<String> = kind
         .declaration
         .map(|d| crate::semantics::schema::undeclared(d, &mut config, false))
@@ -63,11 +103,6 @@ pub fn prepare(
         .map(|u| u.apply_path)
         .collect();
     if !undeclared.is_empty() {
-        let object = if namespace.is_empty() {
-            name.to_string()
-        } else {
-            format!("{namespace}/{name}")
-        };
         return Err(ApiError::undeclared_fields(
             &object,
             &kind.api_version,

@@ -2,7 +2,9 @@
 //! managed fields, the schema check, selectors, server-side apply and the patch types.
 
 pub mod apply;
+pub mod decode;
 pub mod defaults;
 pub mod managed_fields;
 pub mod schema;
 pub mod selectors;
+pub mod validation;

@@ -9,6 +9,140 @@ use serde_json::{Map, Value, json};
 
 use crate::semantics::managed_fields::{ListType, item_key, list_type};
 
+/// Calls the generic function `$f::<T>($object)` with the k8s-openapi type `T` of a built-in
+/// kind, or gives None for a kind without one here: the one list of typed kinds.
+macro_rules! with_builtin_type {
+    ($group:expr, $version:expr, $kind:expr, $f:ident, $object:expr) => {{
+        use k8s_openapi::api::{
+            admissionregistration, apps, authentication, authorization, autoscaling, batch,
+            certificates, coordination, core, discovery, events, flowcontrol, networking, node,
+            policy, rbac, scheduling, storage,
+        };
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions;
+        use k8s_openapi::kube_aggregator::pkg::apis::apiregistration;
+        match ($group, $version, $kind) {
+            ("", "v1", "Binding") => $f::<core::v1::Binding>($object),
+            ("", "v1", "ComponentStatus") => $f::<core::v1::ComponentStatus>($object),
+            ("", "v1", "ConfigMap") => $f::<core::v1::ConfigMap>($object),
+            ("", "v1", "Event") => $f::<core::v1::Event>($object),
+            ("", "v1", "Node") => $f::<core::v1::Node>($object),
+            ("", "v1", "Endpoints") => $f::<core::v1::Endpoints>($object),
+            ("", "v1", "LimitRange") => $f::<core::v1::LimitRange>($object),
+            ("", "v1", "Namespace") => $f::<core::v1::Namespace>($object),
+            ("", "v1", "PersistentVolume") => $f::<core::v1::PersistentVolume>($object),
+            ("", "v1", "PersistentVolumeClaim") => $f::<core::v1::PersistentVolumeClaim>($object),
+            ("", "v1", "Pod") => $f::<core::v1::Pod>($object),
+            ("", "v1", "PodTemplate") => $f::<core::v1::PodTemplate>($object),
+            ("", "v1", "ReplicationController") => $f::<core::v1::ReplicationController>($object),
+            ("", "v1", "ResourceQuota") => $f::<core::v1::ResourceQuota>($object),
+            ("", "v1", "Secret") => $f::<core::v1::Secret>($object),
+            ("", "v1", "Service") => $f::<core::v1::Service>($object),
+            ("", "v1", "ServiceAccount") => $f::<core::v1::ServiceAccount>($object),
+            ("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration") => {
+                $f::<admissionregistration::v1::MutatingWebhookConfiguration>($object)
+            }
+            ("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration") => {
+                $f::<admissionregistration::v1::ValidatingWebhookConfiguration>($object)
+            }
+            ("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicy") => {
+                $f::<admissionregistration::v1::ValidatingAdmissionPolicy>($object)
+            }
+            ("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicyBinding") => {
+                $f::<admissionregistration::v1::ValidatingAdmissionPolicyBinding>($object)
+            }
+            ("apiregistration.k8s.io", "v1", "APIService") => {
+                $f::<apiregistration::v1::APIService>($object)
+            }
+            ("authentication.k8s.io", "v1", "SelfSubjectReview") => {
+                $f::<authentication::v1::SelfSubjectReview>($object)
+            }
+            ("authentication.k8s.io", "v1", "TokenReview") => {
+                $f::<authentication::v1::TokenReview>($object)
+            }
+            ("authorization.k8s.io", "v1", "LocalSubjectAccessReview") => {
+                $f::<authorization::v1::LocalSubjectAccessReview>($object)
+            }
+            ("authorization.k8s.io", "v1", "SelfSubjectAccessReview") => {
+                $f::<authorization::v1::SelfSubjectAccessReview>($object)
+            }
+            ("authorization.k8s.io", "v1", "SelfSubjectRulesReview") => {
+                $f::<authorization::v1::SelfSubjectRulesReview>($object)
+            }
+            ("authorization.k8s.io", "v1", "SubjectAccessReview") => {
+                $f::<authorization::v1::SubjectAccessReview>($object)
+            }
+            ("certificates.k8s.io", "v1", "CertificateSigningRequest") => {
+                $f::<certificates::v1::CertificateSigningRequest>($object)
+            }
+            ("flowcontrol.apiserver.k8s.io", "v1", "FlowSchema") => {
+                $f::<flowcontrol::v1::FlowSchema>($object)
+            }
+            ("flowcontrol.apiserver.k8s.io", "v1", "PriorityLevelConfiguration") => {
+                $f::<flowcontrol::v1::PriorityLevelConfiguration>($object)
+            }
+            ("apiextensions.k8s.io", "v1", "CustomResourceDefinition") => {
+                $f::<apiextensions::v1::CustomResourceDefinition>($object)
+            }
+            ("apps", "v1", "ControllerRevision") => $f::<apps::v1::ControllerRevision>($object),
+            ("apps", "v1", "DaemonSet") => $f::<apps::v1::DaemonSet>($object),
+            ("apps", "v1", "Deployment") => $f::<apps::v1::Deployment>($object),
+            ("apps", "v1", "ReplicaSet") => $f::<apps::v1::ReplicaSet>($object),
+            ("apps", "v1", "StatefulSet") => $f::<apps::v1::StatefulSet>($object),
+            ("autoscaling", "v1", "HorizontalPodAutoscaler") => {
+                $f::<autoscaling::v1::HorizontalPodAutoscaler>($object)
+            }
+            ("autoscaling", "v2", "HorizontalPodAutoscaler") => {
+                $f::<autoscaling::v2::HorizontalPodAutoscaler>($object)
+            }
+            ("batch", "v1", "CronJob") => $f::<batch::v1::CronJob>($object),
+            ("batch", "v1", "Job") => $f::<batch::v1::Job>($object),
+            ("coordination.k8s.io", "v1", "Lease") => $f::<coordination::v1::Lease>($object),
+            ("discovery.k8s.io", "v1", "EndpointSlice") => {
+                $f::<discovery::v1::EndpointSlice>($object)
+            }
+            ("events.k8s.io", "v1", "Event") => $f::<events::v1::Event>($object),
+            ("networking.k8s.io", "v1", "IPAddress") => $f::<networking::v1::IPAddress>($object),
+            ("networking.k8s.io", "v1", "Ingress") => $f::<networking::v1::Ingress>($object),
+            ("networking.k8s.io", "v1", "ServiceCIDR") => {
+                $f::<networking::v1::ServiceCIDR>($object)
+            }
+            ("networking.k8s.io", "v1", "IngressClass") => {
+                $f::<networking::v1::IngressClass>($object)
+            }
+            ("networking.k8s.io", "v1", "NetworkPolicy") => {
+                $f::<networking::v1::NetworkPolicy>($object)
+            }
+            ("node.k8s.io", "v1", "RuntimeClass") => $f::<node::v1::RuntimeClass>($object),
+            ("policy", "v1", "PodDisruptionBudget") => {
+                $f::<policy::v1::PodDisruptionBudget>($object)
+            }
+            ("rbac.authorization.k8s.io", "v1", "ClusterRole") => {
+                $f::<rbac::v1::ClusterRole>($object)
+            }
+            ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding") => {
+                $f::<rbac::v1::ClusterRoleBinding>($object)
+            }
+            ("rbac.authorization.k8s.io", "v1", "Role") => $f::<rbac::v1::Role>($object),
+            ("rbac.authorization.k8s.io", "v1", "RoleBinding") => {
+                $f::<rbac::v1::RoleBinding>($object)
+            }
+            ("scheduling.k8s.io", "v1", "PriorityClass") => {
+                $f::<scheduling::v1::PriorityClass>($object)
+            }
+            ("storage.k8s.io", "v1", "CSIDriver") => $f::<storage::v1::CSIDriver>($object),
+            ("storage.k8s.io", "v1", "CSINode") => $f::<storage::v1::CSINode>($object),
+            ("storage.k8s.io", "v1", "CSIStorageCapacity") => {
+                $f::<storage::v1::CSIStorageCapacity>($object)
+            }
+            ("storage.k8s.io", "v1", "StorageClass") => $f::<storage::v1::StorageClass>($object),
+            ("storage.k8s.io", "v1", "VolumeAttachment") => {
+                $f::<storage::v1::VolumeAttachment>($object)
+            }
+            _ => None,
+        }
+    }};
+}
+
 /// What declares the fields of a kind.
 #[derive(Clone, Copy, Debug)]
 pub enum Declaration<'a> {
@@ -187,32 +321,184 @@ impl Walk {
     }
 
     fn here(&self) -> Undeclared {
-        let mut apply_path = String::new();
-        let mut decoder_path = String::new();
-        for step in &self.path {
-            match step {
-                Step::Field(f) => {
-                    apply_path.push('.');
-                    apply_path.push_str(f);
-                    if !decoder_path.is_empty() {
-                        decoder_path.push('.');
-                    }
-                    decoder_path.push_str(f);
+        paths_of(&self.path)
+    }
+}
+
+/// A field's path both ways the server writes it.
+fn paths_of(steps: &[Step]) -> Undeclared {
+    let mut apply_path = String::new();
+    let mut decoder_path = String::new();
+    for step in steps {
+        match step {
+            Step::Field(f) => {
+                apply_path.push('.');
+                apply_path.push_str(f);
+                if !decoder_path.is_empty() {
+                    decoder_path.push('.');
                 }
-                Step::Item { index, key } => {
-                    match key.as_deref().and_then(key_label) {
-                        Some(label) => apply_path.push_str(&label),
-                        None => apply_path.push_str(&format!("[{index}]")),
-                    }
-                    decoder_path.push_str(&format!("[{index}]"));
+                decoder_path.push_str(f);
+            }
+            Step::Item { index, key } => {
+                match key.as_deref().and_then(key_label) {
+                    Some(label) => apply_path.push_str(&label),
+                    None => apply_path.push_str(&format!("[{index}]")),
                 }
+                decoder_path.push_str(&format!("[{index}]"));
             }
         }
-        Undeclared {
-            apply_path,
-            decoder_path,
+    }
+    Undeclared {
+        apply_path,
+        decoder_path,
+    }
+}
+
+/// A field whose value is not of the type its kind declares (or out of its range).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TypeError {
+    /// Where, both ways the server writes it.
+    pub path: Undeclared,
+    /// The value found there.
+    pub value: Value,
+    /// The declared type in Go's words (`int32`, `string`, `bool`), or as the type is named.
+    pub expected: String,
+    /// A number of the right kind but too large (or fractional) for the declared type.
+    pub out_of_range: bool,
+}
+
+impl TypeError {
+    /// The JSON type of the value as Go's decoder names it (`string`, `number`, ...).
+    pub fn found(&self) -> &'static str {
+        match self.value {
+            Value::Null => "null",
+            Value::Bool(_) => "bool",
+            Value::Number(_) => "number",
+            Value::String(_) => "string",
+            Value::Array(_) => "array",
+            Value::Object(_) => "object",
         }
     }
+
+    /// The declared type as structured-merge-diff names it in a typed-patch error.
+    pub fn schema_type(&self) -> &str {
+        match self.expected.as_str() {
+            "int32" | "int64" | "float64" => "numeric (int or float)",
+            "bool" => "boolean",
+            "string" => "string",
+            "array" => "list",
+            other => other,
+        }
+    }
+
+    /// Go's decoder on this value: `json: cannot unmarshal string into Go struct field
+    /// Deployment.spec.replicas of type int32` (the real server names the innermost Go
+    /// struct, e.g. `DeploymentSpec`; here the kind stands for it).
+    pub fn go_message(&self, kind: &str) -> String {
+        let found = if self.out_of_range {
+            format!("number {}", self.value)
+        } else {
+            self.found().to_string()
+        };
+        format!(
+            "json: cannot unmarshal {found} into Go struct field {kind}.{} of type {}",
+            self.path.decoder_path, self.expected
+        )
+    }
+
+    /// What structured-merge-diff calls the value it got instead.
+    pub fn schema_found(&self) -> &'static str {
+        match self.value {
+            Value::Bool(_) => "boolean",
+            Value::Number(_) => "numeric",
+            Value::Array(_) => "list",
+            Value::Object(_) => "map",
+            _ => self.found(),
+        }
+    }
+}
+
+/// The first field of a built-in object that does not parse as its declared type: a string
+/// where an int32 belongs, a number too large for it, a list where a string belongs. From
+/// the same k8s-openapi types the undeclared-field check uses; None for custom resources
+/// (their schemas are not type-checked here) and kinds without a type here.
+pub fn type_error(declaration: Declaration<'_>, object: &Value) -> Option<TypeError> {
+    let Declaration::Builtin {
+        group,
+        version,
+        kind,
+    } = declaration
+    else {
+        return None;
+    };
+    let (segments, message) = with_builtin_type!(group, version, kind, first_error, object)??;
+    // Walk the object along the failed path, naming keyed list items as the server does.
+    let mut steps = Vec::new();
+    let mut here = object;
+    for segment in segments {
+        match segment {
+            PathPart::Key(key) => {
+                here = here.get(&key).unwrap_or(&Value::Null);
+                steps.push(Step::Field(key));
+            }
+            PathPart::Index(index) => {
+                let field = match steps.last() {
+                    Some(Step::Field(f)) => f.clone(),
+                    _ => String::new(),
+                };
+                let items = here.as_array().map(Vec::as_slice).unwrap_or_default();
+                let key = match list_type(&field, items) {
+                    ListType::Map(keys) => items.get(index).and_then(|i| item_key(&keys, i)),
+                    _ => None,
+                };
+                here = items.get(index).unwrap_or(&Value::Null);
+                steps.push(Step::Item { index, key });
+            }
+        }
+    }
+    let expected_rust = message.rsplit_once(", expected ").map(|(_, e)| e)?;
+    let expected = match expected_rust.trim() {
+        "i32" => "int32",
+        "i64" => "int64",
+        "f64" => "float64",
+        "a string" | "string" => "string",
+        "a boolean" | "bool" => "bool",
+        "a sequence" => "array",
+        "a map" => "object",
+        other => other,
+    }
+    .to_string();
+    let out_of_range = here.is_number() && matches!(expected.as_str(), "int32" | "int64");
+    Some(TypeError {
+        path: paths_of(&steps),
+        value: here.clone(),
+        expected,
+        out_of_range,
+    })
+}
+
+enum PathPart {
+    Key(String),
+    Index(usize),
+}
+
+/// Where and why `T` refuses `value`, or None when it parses.
+fn first_error<T: serde::de::DeserializeOwned>(
+    value: &Value,
+) -> Option<Option<(Vec<PathPart>, String)>> {
+    let Err(error) = serde_path_to_error::deserialize::<_, T>(value) else {
+        return Some(None);
+    };
+    let parts = error
+        .path()
+        .iter()
+        .filter_map(|segment| match segment {
+            serde_path_to_error::Segment::Map { key } => Some(PathPart::Key(key.clone())),
+            serde_path_to_error::Segment::Seq { index } => Some(PathPart::Index(*index)),
+            _ => None,
+        })
+        .collect();
+    Some(Some((parts, error.inner().to_string())))
 }
 
 /// `[name="web"]` from an item key `k:{"name":"web"}`.
@@ -229,8 +515,6 @@ fn via<T: serde::de::DeserializeOwned + serde::Serialize>(value: &Value) -> Opti
     serde_json::to_value(&typed).ok()
 }
 
-/// The object through its k8s-openapi type and back: fields the type does not declare are
-/// dropped (the types ignore unknown fields when they parse).
 /// Whether the built-in kind has a type here to check its objects against.
 pub fn has_builtin_type(group: &str, version: &str, kind: &str) -> bool {
     let api_version = if group.is_empty() {
@@ -242,122 +526,10 @@ pub fn has_builtin_type(group: &str, version: &str, kind: &str) -> bool {
     typed_round_trip(group, version, kind, &object).is_some()
 }
 
+/// The object through its k8s-openapi type and back: fields the type does not declare are
+/// dropped (the types ignore unknown fields when they parse).
 fn typed_round_trip(group: &str, version: &str, kind: &str, object: &Value) -> Option<Value> {
-    use k8s_openapi::api::{
-        admissionregistration, apps, authentication, authorization, autoscaling, batch,
-        certificates, coordination, core, discovery, events, flowcontrol, networking, node, policy,
-        rbac, scheduling, storage,
-    };
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions;
-    use k8s_openapi::kube_aggregator::pkg::apis::apiregistration;
-    match (group, version, kind) {
-        ("", "v1", "Binding") => via::<core::v1::Binding>(object),
-        ("", "v1", "ComponentStatus") => via::<core::v1::ComponentStatus>(object),
-        ("", "v1", "ConfigMap") => via::<core::v1::ConfigMap>(object),
-        ("", "v1", "Event") => via::<core::v1::Event>(object),
-        ("", "v1", "Node") => via::<core::v1::Node>(object),
-        ("", "v1", "Endpoints") => via::<core::v1::Endpoints>(object),
-        ("", "v1", "LimitRange") => via::<core::v1::LimitRange>(object),
-        ("", "v1", "Namespace") => via::<core::v1::Namespace>(object),
-        ("", "v1", "PersistentVolume") => via::<core::v1::PersistentVolume>(object),
-        ("", "v1", "PersistentVolumeClaim") => via::<core::v1::PersistentVolumeClaim>(object),
-        ("", "v1", "Pod") => via::<core::v1::Pod>(object),
-        ("", "v1", "PodTemplate") => via::<core::v1::PodTemplate>(object),
-        ("", "v1", "ReplicationController") => via::<core::v1::ReplicationController>(object),
-        ("", "v1", "ResourceQuota") => via::<core::v1::ResourceQuota>(object),
-        ("", "v1", "Secret") => via::<core::v1::Secret>(object),
-        ("", "v1", "Service") => via::<core::v1::Service>(object),
-        ("", "v1", "ServiceAccount") => via::<core::v1::ServiceAccount>(object),
-        ("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration") => {
-            via::<admissionregistration::v1::MutatingWebhookConfiguration>(object)
-        }
-        ("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration") => {
-            via::<admissionregistration::v1::ValidatingWebhookConfiguration>(object)
-        }
-        ("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicy") => {
-            via::<admissionregistration::v1::ValidatingAdmissionPolicy>(object)
-        }
-        ("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicyBinding") => {
-            via::<admissionregistration::v1::ValidatingAdmissionPolicyBinding>(object)
-        }
-        ("apiregistration.k8s.io", "v1", "APIService") => {
-            via::<apiregistration::v1::APIService>(object)
-        }
-        ("authentication.k8s.io", "v1", "SelfSubjectReview") => {
-            via::<authentication::v1::SelfSubjectReview>(object)
-        }
-        ("authentication.k8s.io", "v1", "TokenReview") => {
-            via::<authentication::v1::TokenReview>(object)
-        }
-        ("authorization.k8s.io", "v1", "LocalSubjectAccessReview") => {
-            via::<authorization::v1::LocalSubjectAccessReview>(object)
-        }
-        ("authorization.k8s.io", "v1", "SelfSubjectAccessReview") => {
-            via::<authorization::v1::SelfSubjectAccessReview>(object)
-        }
-        ("authorization.k8s.io", "v1", "SelfSubjectRulesReview") => {
-            via::<authorization::v1::SelfSubjectRulesReview>(object)
-        }
-        ("authorization.k8s.io", "v1", "SubjectAccessReview") => {
-            via::<authorization::v1::SubjectAccessReview>(object)
-        }
-        ("certificates.k8s.io", "v1", "CertificateSigningRequest") => {
-            via::<certificates::v1::CertificateSigningRequest>(object)
-        }
-        ("flowcontrol.apiserver.k8s.io", "v1", "FlowSchema") => {
-            via::<flowcontrol::v1::FlowSchema>(object)
-        }
-        ("flowcontrol.apiserver.k8s.io", "v1", "PriorityLevelConfiguration") => {
-            via::<flowcontrol::v1::PriorityLevelConfiguration>(object)
-        }
-        ("apiextensions.k8s.io", "v1", "CustomResourceDefinition") => {
-            via::<apiextensions::v1::CustomResourceDefinition>(object)
-        }
-        ("apps", "v1", "ControllerRevision") => via::<apps::v1::ControllerRevision>(object),
-        ("apps", "v1", "DaemonSet") => via::<apps::v1::DaemonSet>(object),
-        ("apps", "v1", "Deployment") => via::<apps::v1::Deployment>(object),
-        ("apps", "v1", "ReplicaSet") => via::<apps::v1::ReplicaSet>(object),
-        ("apps", "v1", "StatefulSet") => via::<apps::v1::StatefulSet>(object),
-        ("autoscaling", "v1", "HorizontalPodAutoscaler") => {
-            via::<autoscaling::v1::HorizontalPodAutoscaler>(object)
-        }
-        ("autoscaling", "v2", "HorizontalPodAutoscaler") => {
-            via::<autoscaling::v2::HorizontalPodAutoscaler>(object)
-        }
-        ("batch", "v1", "CronJob") => via::<batch::v1::CronJob>(object),
-        ("batch", "v1", "Job") => via::<batch::v1::Job>(object),
-        ("coordination.k8s.io", "v1", "Lease") => via::<coordination::v1::Lease>(object),
-        ("discovery.k8s.io", "v1", "EndpointSlice") => via::<discovery::v1::EndpointSlice>(object),
-        ("events.k8s.io", "v1", "Event") => via::<events::v1::Event>(object),
-        ("networking.k8s.io", "v1", "IPAddress") => via::<networking::v1::IPAddress>(object),
-        ("networking.k8s.io", "v1", "Ingress") => via::<networking::v1::Ingress>(object),
-        ("networking.k8s.io", "v1", "ServiceCIDR") => via::<networking::v1::ServiceCIDR>(object),
-        ("networking.k8s.io", "v1", "IngressClass") => via::<networking::v1::IngressClass>(object),
-        ("networking.k8s.io", "v1", "NetworkPolicy") => {
-            via::<networking::v1::NetworkPolicy>(object)
-        }
-        ("node.k8s.io", "v1", "RuntimeClass") => via::<node::v1::RuntimeClass>(object),
-        ("policy", "v1", "PodDisruptionBudget") => via::<policy::v1::PodDisruptionBudget>(object),
-        ("rbac.authorization.k8s.io", "v1", "ClusterRole") => via::<rbac::v1::ClusterRole>(object),
-        ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding") => {
-            via::<rbac::v1::ClusterRoleBinding>(object)
-        }
-        ("rbac.authorization.k8s.io", "v1", "Role") => via::<rbac::v1::Role>(object),
-        ("rbac.authorization.k8s.io", "v1", "RoleBinding") => via::<rbac::v1::RoleBinding>(object),
-        ("scheduling.k8s.io", "v1", "PriorityClass") => {
-            via::<scheduling::v1::PriorityClass>(object)
-        }
-        ("storage.k8s.io", "v1", "CSIDriver") => via::<storage::v1::CSIDriver>(object),
-        ("storage.k8s.io", "v1", "CSINode") => via::<storage::v1::CSINode>(object),
-        ("storage.k8s.io", "v1", "CSIStorageCapacity") => {
-            via::<storage::v1::CSIStorageCapacity>(object)
-        }
-        ("storage.k8s.io", "v1", "StorageClass") => via::<storage::v1::StorageClass>(object),
-        ("storage.k8s.io", "v1", "VolumeAttachment") => {
-            via::<storage::v1::VolumeAttachment>(object)
-        }
-        _ => None,
-    }
+    with_builtin_type!(group, version, kind, via, object)
 }
 
 /// How an object schema declares the field `key`; None: not at all.
@@ -394,6 +566,53 @@ fn escape(key: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn type_errors_table() {
+        let deployment = Declaration::Builtin {
+            group: "apps",
+            version: "v1",
+            kind: "Deployment",
+        };
+        let template = json!({"metadata": {"labels": {"app": "w"}},
+            "spec": {"containers": [{"name": "web", "image": "w", "ports": [{"containerPort": "80"}]}]}});
+        let cases = [
+            (json!({"spec": {"replicas": 2}}), None),
+            (
+                json!({"spec": {"replicas": "2"}}),
+                Some((".spec.replicas", "spec.replicas", "int32", false)),
+            ),
+            (
+                json!({"spec": {"replicas": 99999999999i64}}),
+                Some((".spec.replicas", "spec.replicas", "int32", true)),
+            ),
+            (
+                json!({"spec": {"paused": "yes"}}),
+                Some((".spec.paused", "spec.paused", "bool", false)),
+            ),
+            (
+                json!({"spec": {"template": template}}),
+                Some((
+                    ".spec.template.spec.containers[name=\"web\"].ports[containerPort=\"80\",protocol=\"TCP\"].containerPort",
+                    "spec.template.spec.containers[0].ports[0].containerPort",
+                    "int32",
+                    false,
+                )),
+            ),
+        ];
+        for (object, want) in cases {
+            let got = type_error(deployment, &object);
+            let got = got.as_ref().map(|e| {
+                (
+                    e.path.apply_path.as_str(),
+                    e.path.decoder_path.as_str(),
+                    e.expected.as_str(),
+                    e.out_of_range,
+                )
+            });
+            assert_eq!(got, want, "{object}");
+        }
+    }
     use serde_json::json;
 
     fn widget_schema() -> Value {
@@ -584,6 +803,11 @@ mod tests {
     /// Real manifests nobody here wrote must pass: a false "undeclared" would refuse them.
     #[test]
     fn every_object_of_the_corpus_declares_all_its_fields() {
+        let Some(_shared) =
+            crate::shared_for_test("every_object_of_the_corpus_declares_all_its_fields")
+        else {
+            return;
+        };
         let corpus = crate::shared_dir()
             .expect("shared/ must be beside the repository")
             .join("corpus");

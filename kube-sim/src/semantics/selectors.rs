@@ -1,7 +1,7 @@
 //! Label selectors (`a=b`, `a==b`, `a!=b`, `a in (x,y)`, `a notin (x)`, `a`, `!a`) and
 //! field selectors (`metadata.name=x`, `metadata.namespace!=y`, a few pod fields).
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum LabelRequirement {
@@ -212,6 +212,36 @@ impl FieldSelector {
     }
 }
 
+/// Does a label selector (`matchLabels` and `matchExpressions`) select these labels?
+/// An empty or missing selector selects nothing, as for workload selectors.
+pub fn selector_matches(selector: &Value, labels: &Value) -> bool {
+    let match_labels = selector["matchLabels"].as_object();
+    let expressions = selector["matchExpressions"].as_array();
+    if match_labels.is_none_or(Map::is_empty) && expressions.is_none_or(Vec::is_empty) {
+        return false;
+    }
+    let label = |key: &str| labels[key].as_str();
+    let labels_ok = match_labels
+        .into_iter()
+        .flatten()
+        .all(|(k, v)| label(k) == v.as_str());
+    let expressions_ok = expressions.into_iter().flatten().all(|expr| {
+        let key = expr["key"].as_str().unwrap_or_default();
+        let values: Vec<&str> = expr["values"]
+            .as_array()
+            .map(|v| v.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        match expr["operator"].as_str().unwrap_or_default() {
+            "In" => label(key).is_some_and(|v| values.contains(&v)),
+            "NotIn" => label(key).is_none_or(|v| !values.contains(&v)),
+            "Exists" => label(key).is_some(),
+            "DoesNotExist" => label(key).is_none(),
+            _ => false,
+        }
+    });
+    labels_ok && expressions_ok
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -276,5 +306,30 @@ mod tests {
         }
         assert!(FieldSelector::parse("deployments", "spec.replicas=1").is_err());
         assert!(FieldSelector::parse("pods", "nonsense").is_err());
+    }
+
+    #[test]
+    fn label_selector_objects_table() {
+        let labels = json!({"app": "web", "tier": "fe"});
+        let cases = [
+            (json!({"matchLabels": {"app": "web"}}), true),
+            (json!({"matchLabels": {"app": "db"}}), false),
+            (json!({}), false),
+            (
+                json!({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["fe", "be"]}]}),
+                true,
+            ),
+            (
+                json!({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["fe"]}]}),
+                false,
+            ),
+            (
+                json!({"matchLabels": {"app": "web"}, "matchExpressions": [{"key": "x", "operator": "DoesNotExist"}]}),
+                true,
+            ),
+        ];
+        for (selector, want) in cases {
+            assert_eq!(selector_matches(&selector, &labels), want, "{selector}");
+        }
     }
 }

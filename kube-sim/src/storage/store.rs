@@ -13,8 +13,9 @@ use tokio::sync::broadcast;
 use crate::model::clock::{Clock, format_time};
 use crate::model::error::ApiError;
 use crate::model::resource::{ResourceType, generated_name, metadata_mut, new_uid};
-use crate::semantics::defaults;
 use crate::semantics::managed_fields::{self, UpdateRecord};
+use crate::semantics::validation;
+use crate::semantics::{decode, defaults};
 use crate::storage::registry::{Registry, ResourceInfo};
 
 /// Events kept for watches that start from an older resourceVersion.
@@ -564,6 +565,7 @@ impl Store {
         let now = self.now();
         // Order as in the real server: defaulting, then field ownership, then what
         // admission and the create strategy add (which nobody owns).
+        decode::merge_string_data(rt, &mut obj);
         defaults::on_write(rt, &mut obj);
         if opts.ownership == Ownership::Update {
             managed_fields::record_update(
@@ -579,6 +581,15 @@ impl Store {
             );
         }
         defaults::on_create(rt, &mut obj, &now);
+        let errors = validation::on_create(rt, &obj);
+        if !errors.is_empty() {
+            return Err(ApiError::invalid_fields(
+                &info.kind,
+                &info.group,
+                &name,
+                &errors,
+            ));
+        }
 
         let mut inner = self.lock();
         if info.namespaced {
@@ -757,7 +768,20 @@ impl Store {
             } else {
                 meta.remove("namespace");
             }
+            decode::merge_string_data(rt, &mut obj);
             defaults::on_write(rt, &mut obj);
+            // As the update strategy prepares it, then validation: the same answer for
+            // PUT, every patch type and server-side apply, which all end here.
+            validation::prepare_update(rt, old_obj, &mut obj);
+            let errors = validation::on_update(rt, old_obj, &obj);
+            if !errors.is_empty() {
+                return Err(ApiError::invalid_fields(
+                    &info.kind,
+                    &info.group,
+                    &name,
+                    &errors,
+                ));
+            }
             obj
         };
         set_resource_version(&mut new, old_rv);
@@ -1552,7 +1576,8 @@ mod tests {
         let child = json!({"metadata": {"name": "web-1", "namespace": "default",
             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
                 "uid": owner["metadata"]["uid"], "controller": true}]},
-            "spec": {"selector": {"matchLabels": {"app": "web"}}}});
+            "spec": {"selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}}}}});
         s.create(&rs, child, "t").unwrap();
         s.delete(&deployments(), "default", "web").unwrap();
         assert!(s.get(&rs, "default", "web-1").is_none());

@@ -1,0 +1,295 @@
+//! `rollguard diff` (and `deploy --dry-run`, the same thing) and `rollguard plan`: what a
+//! deploy would change on each target, asked of every target at once with server-side
+//! applies in `dryRun=All` (`kube::diff`), or, with `plan --offline`, computed without any
+//! cluster by comparing the manifests with those of a git ref. Nothing is written anywhere:
+//! no lock, no release record, no namespace, no script.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use jiff::Timestamp;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::{DeployArgs, DiffArgs, PlanArgs, PlanFormat};
+use crate::engine::plan::Plan;
+use crate::error::{Error, exit};
+use crate::kube::apply::{ApplyError, MAX_IN_FLIGHT, apply_failures, resolve_set};
+use crate::kube::connect::ClusterAccess;
+use crate::kube::diff::{DiffOptions, Sides, compare_sets, plan_resolved};
+use crate::manifests::ManifestSet;
+use crate::report::diff::{DiffStyle, MAX_DIFF_LINES};
+use crate::report::plan::{ChangePlan, PlanMode, TargetPlan, to_json, to_text};
+use crate::report::redact;
+use crate::report::{Failure, Report, TargetOutcome, TargetReport};
+use crate::util::git;
+
+/// The deploy flags `diff` stands for (the deploy's loader reads config and manifests).
+fn as_deploy(args: &DiffArgs) -> DeployArgs {
+    DeployArgs {
+        files: args.files.clone(),
+        contexts: args.contexts.clone(),
+        timeout: args.timeout,
+        commit: args.commit.clone(),
+        report: args.report.clone(),
+        force_conflicts: args.force_conflicts,
+        dry_run: true,
+        on_failure: None,
+        concurrency: args.concurrency,
+        lock_timeout: None,
+        plan_output: args.output.clone(),
+        github: Default::default(),
+    }
+}
+
+/// Loads and validates (the deploy's loader, which also teaches the scrubber every secret
+/// value of the manifests), off the async runtime's threads (`render:` commands and git
+/// block).
+async fn load(args: &DeployArgs, env: HashMap<String, String>) -> Result<Plan, Error> {
+    crate::commands::deploy::plan_off_runtime(args, env).await
+}
+
+/// `rollguard diff`.
+pub async fn diff(args: DiffArgs, env: HashMap<String, String>) -> Result<i32, Error> {
+    dry_run(as_deploy(&args), env).await
+}
+
+/// `rollguard plan`: offline, or as `diff`.
+pub async fn plan(args: PlanArgs, env: HashMap<String, String>) -> Result<i32, Error> {
+    if !args.offline {
+        return diff(args.diff, env).await;
+    }
+    let cluster_flags = [
+        ("--kubeconfig", args.diff.files.kubeconfig.is_some()),
+        ("--timeout", args.diff.timeout.is_some()),
+        ("--force-conflicts", args.diff.force_conflicts),
+        ("--concurrency", args.diff.concurrency.is_some()),
+    ];
+    if let Some((flag, _)) = cluster_flags.iter().find(|(_, set)| *set) {
+        return Err(Error::Usage(format!(
+            "{flag} is about clusters and `plan --offline` asks none: drop {flag}, or drop --offline"
+        )));
+    }
+    offline(args, env).await
+}
+
+/// `rollguard deploy --dry-run` and `rollguard diff`: every target at once, through the
+/// deploy's own pipeline with its apply stage asking the servers instead of writing (no lock,
+/// no record, no namespace; script stages only listed, unless one says `dry_run: true`).
+pub async fn dry_run(args: DeployArgs, env: HashMap<String, String>) -> Result<i32, Error> {
+    let gh = &args.github;
+    if gh.github || gh.github_token.is_some() || gh.pr.is_some() {
+        return Err(Error::Usage(
+            "--github, --github-token and --pr post a deploy's report; a dry run does not post \
+             its plan yet: drop them, and use --report-markdown PATH to get the plan's markdown"
+                .into(),
+        ));
+    }
+    let plan = Arc::new(load(&args, env).await?);
+    for line in crate::stages::plan::describe_pipeline(&plan.config.pipeline) {
+        redact::print_err(&line);
+    }
+    let cancel = crate::commands::deploy::cancel_on_signals();
+    let report = crate::commands::deploy::run_plan(plan.clone(), cancel.clone()).await;
+    if cancel.is_cancelled() {
+        return Ok(exit::CANCELLED);
+    }
+    let change_plan = report.plan.clone().unwrap_or_else(|| {
+        ChangePlan::new(
+            plan.config.app.clone(),
+            PlanMode::DryRun,
+            plan.commit.clone(),
+            Vec::new(),
+        )
+    });
+    let lookup = |k: &str| plan.env.get(k).cloned();
+    print_plan(&change_plan, args.plan_output.format, &lookup);
+    if let Some(path) = &args.report {
+        write_json(&crate::report::to_json(&report), path)?;
+    }
+    if let Some(path) = &args.github.report_markdown {
+        let markdown = crate::report::plan_to_markdown(&change_plan, crate::report::COMMENT_LIMIT);
+        std::fs::write(path, markdown).map_err(|source| Error::WriteReport {
+            path: path.clone(),
+            source,
+        })?;
+    }
+    Ok(change_plan.exit_code(args.plan_output.exit_code))
+}
+
+/// Writes a JSON document, scrubbed of every known secret value.
+fn write_json(text: &str, path: &PathBuf) -> Result<(), Error> {
+    std::fs::write(path, redact::scrub(text)).map_err(|source| Error::WriteReport {
+        path: path.clone(),
+        source,
+    })
+}
+
+/// Prints the plan on stdout (scrubbed): text, coloured on a terminal without NO_COLOR; or JSON.
+pub fn print_plan(plan: &ChangePlan, format: PlanFormat, env: &dyn Fn(&str) -> Option<String>) {
+    let text = match format {
+        PlanFormat::Json => to_json(plan),
+        PlanFormat::Text => {
+            let style = DiffStyle {
+                color: crate::report::progress::table_color(env),
+                max_lines: MAX_DIFF_LINES,
+            };
+            to_text(plan, style)
+        }
+    };
+    redact::print_out(text.trim_end());
+}
+
+/// The JSON report of a dry run: one target entry per target (deployed: it would deploy;
+/// failed: it could not be planned), and the plan.
+fn write_report(
+    plan: &Plan,
+    change_plan: &ChangePlan,
+    started_at: Timestamp,
+    path: &PathBuf,
+) -> Result<(), Error> {
+    let targets = change_plan
+        .targets
+        .iter()
+        .map(|t| {
+            let outcome = if t.errors.is_empty() {
+                TargetOutcome::Deployed
+            } else {
+                TargetOutcome::Failed
+            };
+            let mut report = TargetReport::new(t.name.clone(), outcome, started_at);
+            report.finished_at = Timestamp::now();
+            report.failures = t.errors.clone();
+            report.warnings = t.warnings.clone();
+            report.message = t.errors.first().map(Failure::headline);
+            report
+        })
+        .collect();
+    let mut report = Report::new(
+        plan.config.app.clone(),
+        plan.commit.clone(),
+        started_at,
+        Timestamp::now(),
+        targets,
+    );
+    report.dry_run = true;
+    report.plan = Some(change_plan.clone());
+    report.refresh();
+    write_json(&crate::report::to_json(&report), path)
+}
+
+/// The plan of one connected target for `set` (also `rollback --dry-run`'s, with the
+/// revision's manifests): discovery, then the server's dry-run answers against live objects.
+#[allow(clippy::too_many_arguments)]
+pub async fn diff_target(
+    access: &ClusterAccess,
+    set: &ManifestSet,
+    default_namespace: String,
+    force: bool,
+    field_manager: String,
+    deadline: Instant,
+    (before_label, after_label): (String, String),
+    cancel: &CancellationToken,
+    mut out: TargetPlan,
+) -> TargetPlan {
+    let resolution = match resolve_set(&access.client, set, deadline, cancel).await {
+        Ok(resolution) => resolution,
+        Err(ApplyError::Cancelled) => return out,
+        Err(e) => {
+            tracing::info!("{e}");
+            out.errors = apply_failures(&e, &access.server);
+            return out;
+        }
+    };
+    let options = DiffOptions {
+        default_namespace,
+        force,
+        field_manager,
+        max_in_flight: MAX_IN_FLIGHT,
+        deadline,
+        before_label,
+        after_label,
+    };
+    let (mut planned, _) = plan_resolved(
+        &out.name,
+        &access.client,
+        &access.server,
+        set,
+        &resolution,
+        &options,
+        cancel,
+    )
+    .await;
+    planned.to = out.to.take();
+    planned.dropped = std::mem::take(&mut out.dropped);
+    planned
+}
+
+/// `rollguard plan --offline`: this commit's manifests (validated) against a git ref's. All
+/// of it reads files and runs git (and `render:` commands): on a blocking thread.
+async fn offline(args: PlanArgs, env: HashMap<String, String>) -> Result<i32, Error> {
+    tokio::task::spawn_blocking(move || offline_blocking(args, env))
+        .await
+        .map_err(|e| Error::Usage(format!("internal error while planning offline: {e}")))?
+}
+
+fn offline_blocking(args: PlanArgs, env: HashMap<String, String>) -> Result<i32, Error> {
+    let deploy_args = as_deploy(&args.diff);
+    let plan = crate::commands::deploy::plan(&deploy_args, env)?;
+    let dir = &plan.config.base_dir;
+    let git_failed = |e: git::GitError| Error::Git(e.to_string());
+    let base = match &args.against {
+        Some(reference) => reference.clone(),
+        None => git::default_base(dir).map_err(git_failed)?,
+    };
+    let against = git::commit_info(dir, &base).map_err(|e| {
+        Error::Usage(format!(
+            "--against {base}: {e}. Name a commit, branch or tag of this repository"
+        ))
+    })?;
+    let mut against = against;
+    if args.against.is_some() && against.r#ref.is_none() {
+        against.r#ref = Some(base.clone());
+    }
+    let old = crate::engine::reapply::manifests_at_commit(&plan.config, &against.sha)
+        .map_err(Error::Git)?;
+    redact::learn(old.objects.iter().map(|o| &o.body));
+    let before = against.short_sha().to_string();
+    let after = plan
+        .commit
+        .as_ref()
+        .map(|c| format!("{} (working tree)", c.short_sha()))
+        .unwrap_or_else(|| "working tree".to_string());
+    let sides = Sides {
+        before: &before,
+        after: &after,
+    };
+    let targets = plan
+        .config
+        .targets
+        .iter()
+        .map(|t| {
+            compare_sets(
+                &old.objects,
+                &plan.manifests.objects,
+                plan.config.namespace_for(t),
+                &t.name,
+                sides,
+            )
+        })
+        .collect();
+    let mut change_plan = ChangePlan::new(
+        plan.config.app.clone(),
+        PlanMode::Offline,
+        plan.commit.clone(),
+        targets,
+    );
+    change_plan.against = Some(against);
+    let lookup = |k: &str| plan.env.get(k).cloned();
+    print_plan(&change_plan, args.diff.output.format, &lookup);
+    if let Some(path) = &args.diff.report {
+        write_report(&plan, &change_plan, Timestamp::now(), path)?;
+    }
+    Ok(change_plan.exit_code(args.diff.output.exit_code))
+}

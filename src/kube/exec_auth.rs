@@ -1,0 +1,362 @@
+//! Exec credential plugins (`aws eks get-token`, `gke-gcloud-auth-plugin`, `kubelogin`, ...)
+//! run by rollguard rather than by kube: kube runs them on a blocking thread with no time
+//! limit and copies their whole output, credentials included, into its errors. Here a plugin
+//! has a deadline ([`PLUGIN_TIMEOUT`]), runs in its own process group that is killed on
+//! timeout, on cancel and when its run is dropped, its stdout (the credential) is read in
+//! bounded memory and never shown; a failure says the exit code and the last lines of
+//! stderr, with anything shaped like a credential masked.
+
+use std::collections::VecDeque;
+use std::process::Stdio;
+use std::time::Duration;
+
+use base64::Engine as _;
+use kube::config::{AuthInfo, ExecConfig};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
+use tokio_util::sync::CancellationToken;
+
+use crate::kube::connect::{TargetError, find_command};
+
+/// How long a plugin may run; `aws eks get-token` and friends answer in about a second.
+pub const PLUGIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// The plugin deadline: `ROLLGUARD_EXEC_TIMEOUT` (a duration, e.g. `10s`), else
+/// [`PLUGIN_TIMEOUT`]. Checked offline with the targets, so a bad value is bad input.
+pub fn plugin_timeout(env: &(dyn Fn(&str) -> Option<String> + Sync)) -> Result<Duration, String> {
+    match env("ROLLGUARD_EXEC_TIMEOUT") {
+        None => Ok(PLUGIN_TIMEOUT),
+        Some(text) => crate::util::duration::parse_duration(&text).map_err(|e| e.to_string()),
+    }
+}
+
+/// The most a plugin may print on stdout (an ExecCredential is a few KiB).
+pub const MAX_PLUGIN_OUTPUT: usize = 1024 * 1024;
+/// Lines of stderr kept for the message, and the length of each.
+const STDERR_LINES: usize = 5;
+const STDERR_LINE_CHARS: usize = 300;
+
+/// Runs the exec plugin of `user` and returns the kubeconfig user to connect with: the same
+/// user with the plugin's token or client certificate in place of the plugin.
+pub async fn resolve_exec(
+    auth: &AuthInfo,
+    user: &str,
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
+    timeout: Duration,
+    cancel: &CancellationToken,
+) -> Result<AuthInfo, TargetError> {
+    let Some(exec) = &auth.exec else {
+        return Ok(auth.clone());
+    };
+    let stdout = run_plugin(exec, user, env, timeout, cancel).await?;
+    let credential = parse_credential(&stdout).map_err(|why| plugin_error(exec, user, &why))?;
+    let mut resolved: AuthInfo = serde_json::from_value(credential).map_err(|_| {
+        plugin_error(
+            exec,
+            user,
+            "printed a credential that is not usable (its output is not shown: it holds credentials)",
+        )
+    })?;
+    resolved.impersonate = auth.impersonate.clone();
+    resolved.impersonate_uid = auth.impersonate_uid.clone();
+    resolved.impersonate_groups = auth.impersonate_groups.clone();
+    Ok(resolved)
+}
+
+fn command_name(exec: &ExecConfig) -> &str {
+    exec.command.as_deref().unwrap_or_default()
+}
+
+fn plugin_error(exec: &ExecConfig, user: &str, why: &str) -> TargetError {
+    TargetError {
+        reason: "Credentials".into(),
+        message: format!(
+            "exec credential plugin {:?} of user {user:?} {why}",
+            command_name(exec)
+        ),
+    }
+}
+
+/// The kubeconfig user fields for the `status` of an ExecCredential the plugin printed.
+/// Pure, so that every shape is tested by table; the texts never quote the output.
+pub fn parse_credential(stdout: &[u8]) -> Result<Value, String> {
+    let parsed: Value = serde_json::from_slice(stdout)
+        .ok()
+        .or_else(|| serde_saphyr::from_slice(stdout).ok())
+        .ok_or_else(|| {
+            format!(
+                "printed no ExecCredential JSON ({} bytes; its output is not shown: it holds credentials): run it by hand to see what it says",
+                stdout.len()
+            )
+        })?;
+    let status = parsed.get("status").cloned().unwrap_or(Value::Null);
+    let text = |key: &str| {
+        status
+            .get(key)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+    };
+    if let Some(token) = text("token") {
+        return Ok(json!({ "token": token }));
+    }
+    if let (Some(cert), Some(key)) = (text("clientCertificateData"), text("clientKeyData")) {
+        // The kubeconfig fields hold base64 of the PEM the plugin gives.
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        return Ok(json!({
+            "client-certificate-data": b64(cert),
+            "client-key-data": b64(key),
+        }));
+    }
+    Err(
+        "returned no credentials (no status.token, nor status.clientCertificateData with clientKeyData): check that it is logged in and configured for this cluster"
+            .into(),
+    )
+}
+
+/// Masks words shaped like credentials (long runs of token characters) in a line of a
+/// plugin's stderr, and bounds its length.
+pub fn mask_credentials(line: &str) -> String {
+    let is_token_char = |c: char| c.is_ascii_alphanumeric() || "-_.+/=".contains(c);
+    let mut out = String::new();
+    let mut word = String::new();
+    let flush = |word: &mut String, out: &mut String| {
+        if word.len() >= 20 && word.chars().any(|c| c.is_ascii_digit()) {
+            out.push_str("[masked]");
+        } else {
+            out.push_str(word);
+        }
+        word.clear();
+    };
+    for c in line.chars() {
+        if is_token_char(c) {
+            word.push(c);
+        } else {
+            flush(&mut word, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut word, &mut out);
+    if out.chars().count() > STDERR_LINE_CHARS {
+        out = out.chars().take(STDERR_LINE_CHARS).collect::<String>() + "...";
+    }
+    out
+}
+
+/// Kills the plugin's whole process group when dropped (timeout, cancel, or the connect
+/// itself abandoned), so nothing it started outlives it.
+struct GroupKill(Option<i32>);
+
+impl Drop for GroupKill {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0.filter(|&p| p > 1) {
+            // SAFETY: kill() only sends a signal; a negative pid addresses the group of the
+            // child started below with its own group (never our group: pgid > 1 is its pid).
+            unsafe {
+                libc::kill(-pgid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+async fn run_plugin(
+    exec: &ExecConfig,
+    user: &str,
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
+    timeout: Duration,
+    cancel: &CancellationToken,
+) -> Result<Vec<u8>, TargetError> {
+    let command = command_name(exec);
+    let program = find_command(command, env).ok_or_else(|| {
+        plugin_error(
+            exec,
+            user,
+            "is not found on PATH: install it or fix the command",
+        )
+    })?;
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(exec.args.iter().flatten())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .process_group(0);
+    for pair in exec.env.iter().flatten() {
+        if let (Some(name), Some(value)) = (pair.get("name"), pair.get("value")) {
+            cmd.env(name, value);
+        }
+    }
+    let mut spec = json!({ "interactive": false });
+    if exec.provide_cluster_info
+        && let Some(cluster) = &exec.cluster
+    {
+        spec["cluster"] = serde_json::to_value(cluster).unwrap_or(Value::Null);
+    }
+    let info = json!({
+        "apiVersion": exec.api_version.as_deref().unwrap_or("client.authentication.k8s.io/v1"),
+        "kind": "ExecCredential",
+        "spec": spec,
+    });
+    cmd.env("KUBERNETES_EXEC_INFO", info.to_string());
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| plugin_error(exec, user, &format!("could not be started: {e}")))?;
+    let _group = GroupKill(child.id().and_then(|id| i32::try_from(id).ok()));
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    let work = async {
+        let (out, err, status) =
+            tokio::join!(read_bounded(stdout), read_tail(stderr), child.wait());
+        (out, err, status)
+    };
+    let (out, err, status) = tokio::select! {
+        done = tokio::time::timeout(timeout, work) => match done {
+            Ok(done) => done,
+            Err(_) => {
+                return Err(plugin_error(
+                    exec,
+                    user,
+                    &format!(
+                        "did not finish within {}; it was stopped",
+                        crate::util::duration::format_duration(timeout)
+                    ),
+                ));
+            }
+        },
+        _ = cancel.cancelled() => {
+            return Err(plugin_error(exec, user, "was stopped: the run was cancelled"));
+        }
+    };
+    let tail = if err.is_empty() {
+        String::new()
+    } else {
+        format!("; its stderr ends: {}", err.join(" | "))
+    };
+    let status =
+        status.map_err(|e| plugin_error(exec, user, &format!("could not be waited for: {e}")))?;
+    if !status.success() {
+        let how = match status.code() {
+            Some(code) => format!("exited with code {code}"),
+            None => "was killed by a signal".to_string(),
+        };
+        return Err(plugin_error(exec, user, &format!("{how}{tail}")));
+    }
+    out.ok_or_else(|| {
+        plugin_error(
+            exec,
+            user,
+            &format!(
+                "printed more than {} KiB (an ExecCredential is a few KiB)",
+                MAX_PLUGIN_OUTPUT / 1024
+            ),
+        )
+    })
+}
+
+/// All of `pipe`, or None past [`MAX_PLUGIN_OUTPUT`] (the rest is drained, not kept).
+async fn read_bounded(pipe: Option<impl AsyncRead + Unpin>) -> Option<Vec<u8>> {
+    let mut pipe = pipe?;
+    let mut kept = Vec::new();
+    let mut buf = [0u8; 8192];
+    let mut over = false;
+    loop {
+        match pipe.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) if !over && kept.len() + n <= MAX_PLUGIN_OUTPUT => {
+                kept.extend_from_slice(&buf[..n])
+            }
+            Ok(_) => {
+                over = true;
+                kept = Vec::new();
+            }
+        }
+    }
+    (!over).then_some(kept)
+}
+
+/// The last lines of stderr, masked; lines are read in bounded memory.
+async fn read_tail(pipe: Option<impl AsyncRead + Unpin>) -> Vec<String> {
+    let Some(pipe) = pipe else {
+        return Vec::new();
+    };
+    let mut reader = BufReader::new(pipe);
+    let mut lines = VecDeque::new();
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        // A line longer than the cap is cut: `take` bounds one read_until.
+        let mut limited = (&mut reader).take(64 * 1024);
+        match limited.read_until(b'\n', &mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {
+                let line = String::from_utf8_lossy(&buf).trim_end().to_string();
+                if line.is_empty() {
+                    continue;
+                }
+                if lines.len() == STDERR_LINES {
+                    lines.pop_front();
+                }
+                lines.push_back(mask_credentials(&line));
+            }
+        }
+    }
+    lines.into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_from_the_plugin_output() {
+        let token = parse_credential(br#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"abc"}}"#);
+        assert_eq!(token, Ok(json!({"token": "abc"})));
+        let yaml = parse_credential(b"kind: ExecCredential\nstatus:\n  token: t1\n");
+        assert_eq!(yaml, Ok(json!({"token": "t1"})));
+        let cert =
+            parse_credential(br#"{"status":{"clientCertificateData":"C","clientKeyData":"K"}}"#)
+                .expect("cert");
+        assert_eq!(cert["client-certificate-data"], "Qw==");
+        for (output, want) in [
+            (&br#"{"status":{}}"#[..], "returned no credentials"),
+            (br#"{"status":{"token":""}}"#, "returned no credentials"),
+            (br#"{"kind":"ExecCredential"}"#, "returned no credentials"),
+            (
+                br#"{"status":{"clientCertificateData":"C"}}"#,
+                "returned no credentials",
+            ),
+            (
+                br#"{"status":{"token":"secret-tok"#,
+                "printed no ExecCredential JSON",
+            ),
+        ] {
+            let err = parse_credential(output).expect_err("refused");
+            assert!(err.contains(want), "{err}");
+            assert!(
+                !err.contains("secret-tok"),
+                "the output is never quoted: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn stderr_lines_are_masked_and_bounded() {
+        let cases = [
+            ("error: access denied", "error: access denied"),
+            (
+                "bad token eyJhbGciOiJSUzI1NiIsImtpZCI6IjEyMyJ9.payload",
+                "bad token [masked]",
+            ),
+            (
+                "see https://example.com/docs",
+                "see https://example.com/docs",
+            ),
+            (
+                "k8s-aws-v1.aHR0cHM6Ly9zdHMuYW1hem9uYXdzLmNvbS8_QWN0aW9u",
+                "[masked]",
+            ),
+        ];
+        for (line, want) in cases {
+            assert_eq!(mask_credentials(line), want, "{line}");
+        }
+        assert!(mask_credentials(&"a ".repeat(1000)).chars().count() <= STDERR_LINE_CHARS + 3);
+    }
+}

@@ -1,0 +1,477 @@
+//! What a release record is: its labels and keys, status, kind and origin, the commit and run
+//! it came from, the objects it applied; the release errors; and the pure decisions over
+//! records (next revision, last good, what to prune, supersede or mark abandoned).
+
+use std::fmt;
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use crate::util::git::CommitInfo;
+
+/// Secret `type` of a release record.
+pub const RECORD_TYPE: &str = "rollguard.dev/release.v1";
+/// Key of the Secret's data that holds the gzip'd JSON record (without its manifests).
+pub const DATA_KEY: &str = "release";
+/// Key of the Secret's data that holds the gzip'd JSON array of the manifests.
+pub const MANIFESTS_KEY: &str = "manifests";
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+pub const LABEL_APP: &str = "rollguard.dev/app";
+pub const LABEL_REVISION: &str = "rollguard.dev/revision";
+pub const LABEL_STATUS: &str = "rollguard.dev/status";
+/// Reason written on a `pending` record whose run died before finishing it.
+pub const ABANDONED: &str = "abandoned";
+
+/// Kubernetes refuses Secrets whose data exceeds 1 MiB; keep room for metadata and labels.
+pub const MAX_RECORD_BYTES: usize = 1024 * 1024 - 64 * 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReleaseStatus {
+    Pending,
+    Deployed,
+    Superseded,
+    Failed,
+}
+
+impl ReleaseStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReleaseStatus::Pending => "pending",
+            ReleaseStatus::Deployed => "deployed",
+            ReleaseStatus::Superseded => "superseded",
+            ReleaseStatus::Failed => "failed",
+        }
+    }
+
+    /// A record that was running healthy at some point: a valid rollback destination.
+    pub fn was_good(self) -> bool {
+        matches!(self, ReleaseStatus::Deployed | ReleaseStatus::Superseded)
+    }
+}
+
+impl fmt::Display for ReleaseStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What made a revision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReleaseKind {
+    /// A normal `rollguard deploy`.
+    #[default]
+    Deploy,
+    /// An automatic rollback after a failed or cancelled deploy.
+    Rollback,
+    /// `rollguard rollback` by hand.
+    ManualRollback,
+}
+
+/// Why a revision exists, given to [`ReleaseStore::begin`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleaseOrigin {
+    Deploy,
+    /// Re-applies the manifests of revision `to`.
+    Rollback {
+        to: u64,
+    },
+    ManualRollback {
+        to: u64,
+    },
+    /// `rollguard rollback --from-git SHA`: manifests rebuilt from a commit, no revision.
+    ManualFromGit,
+}
+
+impl ReleaseOrigin {
+    pub(super) fn kind(self) -> ReleaseKind {
+        match self {
+            ReleaseOrigin::Deploy => ReleaseKind::Deploy,
+            ReleaseOrigin::Rollback { .. } => ReleaseKind::Rollback,
+            ReleaseOrigin::ManualRollback { .. } | ReleaseOrigin::ManualFromGit => {
+                ReleaseKind::ManualRollback
+            }
+        }
+    }
+
+    pub(super) fn rollback_of(self) -> Option<u64> {
+        match self {
+            ReleaseOrigin::Deploy | ReleaseOrigin::ManualFromGit => None,
+            ReleaseOrigin::Rollback { to } | ReleaseOrigin::ManualRollback { to } => Some(to),
+        }
+    }
+}
+
+/// Where a revision was made: the CI run URL when there is one, and the host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct RunInfo {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    pub host: String,
+}
+
+impl RunInfo {
+    /// From GitHub Actions variables when present (GITHUB_SERVER_URL/GITHUB_REPOSITORY/
+    /// actions/runs/GITHUB_RUN_ID), always with the host name.
+    pub fn from_env(env: &dyn Fn(&str) -> Option<String>) -> RunInfo {
+        RunInfo {
+            url: ci_run_url(env),
+            host: host_name(env),
+        }
+    }
+}
+
+/// `https://github.com/owner/repo/actions/runs/123` when all three variables are set.
+pub fn ci_run_url(env: &dyn Fn(&str) -> Option<String>) -> Option<String> {
+    let server = env("GITHUB_SERVER_URL").filter(|s| !s.is_empty())?;
+    let repo = env("GITHUB_REPOSITORY").filter(|s| !s.is_empty())?;
+    let run = env("GITHUB_RUN_ID").filter(|s| !s.is_empty())?;
+    Some(format!(
+        "{}/{}/actions/runs/{}",
+        server.trim_end_matches('/'),
+        repo,
+        run
+    ))
+}
+
+/// The machine's name, without a crate: the kernel's answer, else the usual variables.
+pub fn host_name(env: &dyn Fn(&str) -> Option<String>) -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .or_else(|| env("HOSTNAME").filter(|s| !s.is_empty()))
+        .or_else(|| env("COMPUTERNAME").filter(|s| !s.is_empty()))
+        .unwrap_or_else(|| "unknown-host".to_string())
+}
+
+/// One applied object, enough to name it and to compare revisions.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ObjectRef {
+    pub api_version: String,
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+impl ObjectRef {
+    /// The API group ("" for core), so that apps/v1 and apps/v1beta1 compare equal.
+    pub fn group(&self) -> &str {
+        match self.api_version.split_once('/') {
+            Some((group, _)) => group,
+            None => "",
+        }
+    }
+
+    /// Identity across API versions: group, kind, namespace, name.
+    pub fn identity(&self) -> (String, String, Option<String>, String) {
+        (
+            self.group().to_string(),
+            self.kind.clone(),
+            self.namespace.clone(),
+            self.name.clone(),
+        )
+    }
+
+    /// From an object body (apiVersion, kind, metadata.name/namespace).
+    pub fn from_body(body: &serde_json::Value) -> Option<ObjectRef> {
+        let text = |v: &serde_json::Value| v.as_str().map(str::to_string);
+        Some(ObjectRef {
+            api_version: text(body.get("apiVersion")?)?,
+            kind: text(body.get("kind")?)?,
+            namespace: body.pointer("/metadata/namespace").and_then(text),
+            name: text(body.pointer("/metadata/name")?)?,
+        })
+    }
+}
+
+impl fmt::Display for ObjectRef {
+    /// "Deployment shop/web", or "Namespace shop" for cluster-scoped objects.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{} {}/{}", self.kind, ns, self.name),
+            None => write!(f, "{} {}", self.kind, self.name),
+        }
+    }
+}
+
+/// The content of one release record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReleaseRecord {
+    pub app: String,
+    /// The target name of the run that wrote it (informative; the cluster is the target).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    pub revision: u64,
+    pub status: ReleaseStatus,
+    /// Why it failed (e.g. `abandoned`, or the failure message).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub kind: ReleaseKind,
+    /// For a rollback: the revision whose manifests it re-applied (its origin).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback_of: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<CommitInfo>,
+    pub started_at: Timestamp,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Timestamp>,
+    #[serde(default)]
+    pub run: RunInfo,
+    /// Digest of the manifest set as applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// The namespace given to namespaced objects without one when they were applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_namespace: Option<String>,
+    /// Every object the revision applied, in apply order.
+    #[serde(default)]
+    pub objects: Vec<ObjectRef>,
+    /// The object bodies as applied (namespaced objects without a namespace went to
+    /// `default_namespace`), in apply order. Filled only by [`ReleaseStore::get`]: lists
+    /// leave it `None`. Stored under [`MANIFESTS_KEY`], not in the record's own JSON; when
+    /// they did not fit in a Secret they are rebuilt from git at `commit`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifests: Option<Vec<serde_json::Value>>,
+    /// True when `manifests` were left out because of the Secret size limit.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub manifests_omitted: bool,
+    /// The script stages this revision ran and how they ended (without their output), so that
+    /// a later manual rollback knows whose rollback commands are due.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<crate::report::StageResult>,
+}
+
+#[cfg(test)]
+impl ReleaseRecord {
+    /// A record of app `shop` with nothing but a revision and a status, for tests to adjust.
+    pub(crate) fn for_test(revision: u64, status: ReleaseStatus) -> Self {
+        ReleaseRecord {
+            app: "shop".into(),
+            target: None,
+            revision,
+            status,
+            reason: None,
+            kind: ReleaseKind::Deploy,
+            rollback_of: None,
+            commit: None,
+            started_at: Timestamp::UNIX_EPOCH,
+            finished_at: None,
+            run: RunInfo::default(),
+            digest: None,
+            default_namespace: None,
+            objects: vec![],
+            manifests: None,
+            manifests_omitted: false,
+            stages: Vec::new(),
+        }
+    }
+}
+
+impl ReleaseRecord {
+    pub fn secret_name(&self) -> String {
+        secret_name(&self.app, self.revision)
+    }
+
+    /// Wall time from start to finish, when finished.
+    pub fn duration(&self) -> Option<std::time::Duration> {
+        let finished = self.finished_at?;
+        let span = finished.duration_since(self.started_at);
+        std::time::Duration::try_from(span).ok()
+    }
+
+    /// A short human note for `history`: the reason, the rollback origin, omitted manifests.
+    pub fn note(&self) -> String {
+        let mut parts = Vec::new();
+        match (self.kind, self.rollback_of) {
+            (ReleaseKind::Rollback, Some(to)) => parts.push(format!("rollback to v{to}")),
+            (ReleaseKind::ManualRollback, Some(to)) => {
+                parts.push(format!("manual rollback to v{to}"))
+            }
+            (ReleaseKind::ManualRollback, None) => {
+                parts.push("manual rollback from git".to_string())
+            }
+            _ => {}
+        }
+        if let Some(reason) = &self.reason {
+            parts.push(reason.clone());
+        }
+        if self.manifests_omitted {
+            parts.push("manifests not stored (too large): rebuilt from git".to_string());
+        }
+        parts.join("; ")
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReleaseError {
+    // Said as the connect errors are (reason, then what to do), not as kube's chain.
+    #[error(
+        "{action} in namespace {namespace}: {}",
+        crate::kube::connect::describe_error(source, "the API server")
+    )]
+    Kube {
+        action: String,
+        namespace: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+    #[error("cancelled while {action} in namespace {namespace}")]
+    Cancelled { action: String, namespace: String },
+    #[error("release record {name} in namespace {namespace} is unreadable: {reason}")]
+    Corrupt {
+        name: String,
+        namespace: String,
+        reason: String,
+    },
+    #[error("revision {revision} of app {app} not found in namespace {namespace}")]
+    NotFound {
+        app: String,
+        namespace: String,
+        revision: u64,
+    },
+    #[error(
+        "release record {name} in namespace {namespace} kept changing under us; is another rollguard run writing it without the lock?"
+    )]
+    Conflict { name: String, namespace: String },
+    #[error(
+        "release record {name} in namespace {namespace} is {from} and cannot become {to}; did another run take the lock over?"
+    )]
+    Transition {
+        name: String,
+        namespace: String,
+        from: ReleaseStatus,
+        to: ReleaseStatus,
+    },
+    #[error("could not encode release record: {0}")]
+    Encode(String),
+}
+
+impl ReleaseError {
+    /// The API or transport error underneath, if any (to describe it like other target errors).
+    pub fn kube_error(&self) -> Option<&kube::Error> {
+        match self {
+            ReleaseError::Kube { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+pub type Result<T, E = ReleaseError> = std::result::Result<T, E>;
+
+/// Give stored bodies without a namespace the one they were applied in (from the applied
+/// objects), to show them as applied and name them fully. Records store them as given (with
+/// their default namespace), so that equal manifests keep equal digests.
+pub fn fill_namespaces(bodies: &mut [serde_json::Value], applied: &[ObjectRef]) {
+    for body in bodies.iter_mut() {
+        let Some(r) = ObjectRef::from_body(body) else {
+            continue;
+        };
+        if r.namespace.is_some() {
+            continue;
+        }
+        let found = applied.iter().find(|a| {
+            a.namespace.is_some() && a.group() == r.group() && a.kind == r.kind && a.name == r.name
+        });
+        if let Some(namespace) = found.and_then(|a| a.namespace.clone())
+            && let Some(metadata) = body.get_mut("metadata").and_then(|m| m.as_object_mut())
+        {
+            metadata.insert(
+                "namespace".to_string(),
+                serde_json::Value::String(namespace),
+            );
+        }
+    }
+}
+
+/// Secret name of a revision: `rollguard.<app>.v<revision>`.
+pub fn secret_name(app: &str, revision: u64) -> String {
+    format!("rollguard.{app}.v{revision}")
+}
+
+/// The next revision: one above the highest ever kept (pruning never drops the newest).
+pub fn next_revision(existing: &[u64]) -> u64 {
+    existing.iter().copied().max().unwrap_or(0) + 1
+}
+
+/// Last good: the newest record with status `deployed`.
+pub fn last_good(records: &[ReleaseRecord]) -> Option<&ReleaseRecord> {
+    records
+        .iter()
+        .filter(|r| r.status == ReleaseStatus::Deployed)
+        .max_by_key(|r| r.revision)
+}
+
+/// Revisions to delete so that at most `keep` remain, never the last good one (newest
+/// `deployed`) and never a `pending` one (a run may still be writing it). The newest are kept.
+pub fn prune_choice(records: &[(u64, ReleaseStatus)], keep: usize) -> Vec<u64> {
+    let keep = keep.max(1);
+    let last_good = records
+        .iter()
+        .filter(|(_, s)| *s == ReleaseStatus::Deployed)
+        .map(|(r, _)| *r)
+        .max();
+    // The newest stays too: the next revision is one above the highest kept, so dropping
+    // it would hand its number out again.
+    let newest = records.iter().map(|(r, _)| *r).max();
+    let protected = |rev: u64, status: ReleaseStatus| {
+        Some(rev) == last_good || Some(rev) == newest || status == ReleaseStatus::Pending
+    };
+    let mut newest_first: Vec<(u64, ReleaseStatus)> = records.to_vec();
+    newest_first.sort_by_key(|(rev, _)| std::cmp::Reverse(*rev));
+    let protected_count = newest_first
+        .iter()
+        .filter(|(r, s)| protected(*r, *s))
+        .count();
+    // Room for unprotected records once the protected ones are counted.
+    let mut room = keep.saturating_sub(protected_count);
+    let mut doomed = Vec::new();
+    for (rev, status) in newest_first {
+        if protected(rev, status) {
+            continue;
+        }
+        if room > 0 {
+            room -= 1;
+        } else {
+            doomed.push(rev);
+        }
+    }
+    doomed.sort_unstable();
+    doomed
+}
+
+/// After `revision` was deployed: the older `deployed` records that become `superseded`.
+pub fn supersede_choice(records: &[(u64, ReleaseStatus)], revision: u64) -> Vec<u64> {
+    let mut older: Vec<u64> = records
+        .iter()
+        .filter(|(r, s)| *r < revision && *s == ReleaseStatus::Deployed)
+        .map(|(r, _)| *r)
+        .collect();
+    older.sort_unstable();
+    older
+}
+
+/// Records a dead run left `pending` (to be marked failed/abandoned), oldest first.
+pub fn abandoned_choice(records: &[(u64, ReleaseStatus)]) -> Vec<u64> {
+    let mut pending: Vec<u64> = records
+        .iter()
+        .filter(|(_, s)| *s == ReleaseStatus::Pending)
+        .map(|(r, _)| *r)
+        .collect();
+    pending.sort_unstable();
+    pending
+}
+
+/// Whether a status change is allowed: records move forward only
+/// (pending -> deployed|failed, deployed -> superseded, and a re-mark to the same status).
+pub fn transition_allowed(from: ReleaseStatus, to: ReleaseStatus) -> bool {
+    use ReleaseStatus::*;
+    from == to
+        || matches!(
+            (from, to),
+            (Pending, Deployed) | (Pending, Failed) | (Deployed, Superseded) | (Deployed, Failed)
+        )
+}
