@@ -72,8 +72,12 @@ pub fn read_plan(
     if !missing.is_empty() {
         return Err(config::ConfigError::Invalid(missing).into());
     }
+    // Every target's kubeconfig is checked offline first (bad access is bad input), then
+    // targets that share one cluster and namespace are refused: not for `plan --offline`,
+    // which asks no cluster.
     if access == Access::Check {
         crate::kube::connect::check_targets(&config, &config.targets, &lookup)?;
+        refuse_overlapping_targets(&config, &path, &lookup)?;
     }
     let manifests = manifests::load(&config)?;
     // Every secret value of the manifests is known to the scrubber before anything can
@@ -180,7 +184,12 @@ pub async fn deploy(args: DeployArgs, env: HashMap<String, String>) -> Result<i3
         scrub: &scrub,
     })
     .await;
-    Ok(if cancel.is_cancelled() {
+    // A rollback that failed after a cancel is the more serious outcome: exit 3, not 130.
+    let rollback_failed = report
+        .targets
+        .iter()
+        .any(|t| t.outcome == report::TargetOutcome::RollbackFailed);
+    Ok(if cancel.is_cancelled() && !rollback_failed {
         exit::CANCELLED
     } else {
         report::exit_code(&report)
@@ -268,4 +277,44 @@ pub fn finish_report(
         })?;
     }
     Ok(())
+}
+
+/// Two targets that resolve (offline, from their kubeconfigs) to one cluster and namespace
+/// are refused before any cluster is touched. Runs after
+/// [`check_targets`](crate::kube::connect::check_targets), so every kubeconfig reads here.
+fn refuse_overlapping_targets(
+    config: &config::Config,
+    path: &std::path::Path,
+    lookup: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> Result<(), Error> {
+    use crate::engine::overlap::{Placement, describe, overlapping};
+    let placements: Vec<Placement> = config
+        .targets
+        .iter()
+        .filter_map(|t| {
+            let (server, context_ns) = crate::kube::connect::locate_offline(
+                t,
+                config.kubeconfig.as_deref(),
+                &config.base_dir,
+                lookup,
+            )
+            .ok()?;
+            // As kube does: a context without a namespace means "default".
+            let context_ns = context_ns.unwrap_or_else(|| "default".to_string());
+            let namespace = config.default_namespace(t, &context_ns);
+            let history_namespace = config.history_namespace(t, &context_ns);
+            Some(Placement {
+                target: t.name.clone(),
+                line: t.line,
+                server,
+                namespace,
+                history_namespace,
+            })
+        })
+        .collect();
+    let pairs = overlapping(&placements);
+    if pairs.is_empty() {
+        return Ok(());
+    }
+    Err(Error::Usage(describe(&pairs, &path.display().to_string())))
 }

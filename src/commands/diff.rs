@@ -197,6 +197,7 @@ pub async fn diff_target(
     set: &ManifestSet,
     default_namespace: String,
     force: bool,
+    field_manager: String,
     deadline: Instant,
     (before_label, after_label): (String, String),
     cancel: &CancellationToken,
@@ -214,6 +215,7 @@ pub async fn diff_target(
     let options = DiffOptions {
         default_namespace,
         force,
+        field_manager,
         max_in_flight: MAX_IN_FLIGHT,
         deadline,
         before_label,

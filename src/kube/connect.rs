@@ -370,6 +370,45 @@ pub fn check_targets(
     }
 }
 
+/// Where a target points, read from its kubeconfig without touching the network (through
+/// [`resolve`]): the context's cluster server and namespace. For validation (two targets on
+/// one cluster and namespace), after [`check_targets`] has passed.
+pub fn locate_offline(
+    target: &TargetConfig,
+    cli_kubeconfig: Option<&Path>,
+    base_dir: &Path,
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> Result<(String, Option<String>), TargetError> {
+    let resolved = resolve(target, cli_kubeconfig, base_dir, env)?;
+    // resolve() checked that the context, its cluster and the cluster's server exist.
+    let ctx = resolved
+        .kubeconfig
+        .contexts
+        .iter()
+        .find(|c| c.name == resolved.context)
+        .and_then(|c| c.context.as_ref());
+    let server = ctx.and_then(|ctx| {
+        resolved
+            .kubeconfig
+            .clusters
+            .iter()
+            .find(|c| c.name == ctx.cluster)
+            .and_then(|c| c.cluster.as_ref())
+            .and_then(|c| c.server.clone())
+    });
+    match (ctx, server) {
+        (Some(ctx), Some(server)) => Ok((server, ctx.namespace.clone())),
+        _ => Err(TargetError::new(
+            "Kubeconfig",
+            format!(
+                "context {:?} of kubeconfig {} has no cluster server",
+                resolved.context,
+                describe_source(&resolved.source)
+            ),
+        )),
+    }
+}
+
 /// The user's credentials source is present: files exist, the exec command is found.
 fn check_credentials(
     auth: &kube::config::AuthInfo,
@@ -537,25 +576,24 @@ pub fn request_timeout(env: &(dyn Fn(&str) -> Option<String> + Sync)) -> Result<
     }
 }
 
-/// A client whose every request (ours, and the release records' and lock's) retries 429, 503
-/// and 504 answers a few times with jittered exponential backoff (honouring Retry-After).
-/// Bounded (8 retries, at most 2 s apart), unlike kube's default policy (15 retries, up to
-/// 1000 s), so it stays well inside a target's deadline; rollguard's own `kube/retry.rs` adds
-/// dropped connections and other 5xx on top, up to the deadline.
+/// A client without any retry layer: every call goes through rollguard's one retry policy
+/// (`retry.rs`), which knows the target's deadline. A layer here would retry under it, so
+/// one 503 would cost attempts times retries, and its waits would ignore the deadline.
 fn build_client(config: kube::Config) -> Result<kube::Client, kube::Error> {
-    use kube::client::retry::RetryPolicy;
-    let policy = RetryPolicy::new(Duration::from_millis(50), Duration::from_secs(2), 8, true)
-        .map_err(|e| kube::Error::Service(Box::new(e)))?;
-    let builder = kube::client::ClientBuilder::try_from(config)?;
-    // The retry layer needs a cloneable service: a buffer in front of kube's stack.
-    Ok(builder
-        .with_layer(&tower::buffer::BufferLayer::new(1024))
-        .with_layer(&tower::retry::RetryLayer::new(policy))
-        .build())
+    kube::Client::try_from(config)
 }
 
 /// Turns an API or transport error into the report's reason and a message saying what to do.
 pub fn describe_error(err: &kube::Error, server: &str) -> TargetError {
+    if let Some(wait) = crate::kube::retry::rate_limited(err) {
+        return TargetError::new(
+            "RateLimited",
+            format!(
+                "{server}: {}",
+                crate::kube::retry::rate_limited_message(wait)
+            ),
+        );
+    }
     if let kube::Error::Api(status) = err {
         return match status.code {
             401 => TargetError::new(

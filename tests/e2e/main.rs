@@ -4,6 +4,7 @@
 
 mod action;
 mod apply;
+mod concurrency;
 mod credentials;
 mod deploy;
 mod diff;

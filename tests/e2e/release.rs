@@ -10,7 +10,7 @@ use crate::harness::{
     Run, TestEnv, config, deployment_available, git, list, rollguard, signal, small_app,
 };
 
-const GOOD: &str = "example.com/web:v1";
+pub(crate) const GOOD: &str = "example.com/web:v1";
 const BAD: &str = "example.com/web:v2";
 
 /// Three clusters where `BAD` cannot be pulled on sim-2 (target `us`) and runs everywhere else.
@@ -24,18 +24,18 @@ async fn fleet_with_bad_us() -> TestEnv {
 }
 
 /// The release records of app `shop` on cluster `sim-N`, oldest first.
-async fn records(env: &TestEnv, cluster: usize) -> Vec<ReleaseRecord> {
+pub(crate) async fn records(env: &TestEnv, cluster: usize) -> Vec<ReleaseRecord> {
     ReleaseStore::new(env.client(cluster).await, "shop", "shop", 10)
         .list()
         .await
         .expect("records readable")
 }
 
-fn statuses(records: &[ReleaseRecord]) -> Vec<(u64, ReleaseStatus)> {
+pub(crate) fn statuses(records: &[ReleaseRecord]) -> Vec<(u64, ReleaseStatus)> {
     records.iter().map(|r| (r.revision, r.status)).collect()
 }
 
-async fn web(env: &TestEnv, cluster: usize) -> Value {
+pub(crate) async fn web(env: &TestEnv, cluster: usize) -> Value {
     let client = env.client(cluster).await;
     list(&client, "apps/v1", "Deployment", "deployments", "shop")
         .await
@@ -44,7 +44,7 @@ async fn web(env: &TestEnv, cluster: usize) -> Value {
         .expect("Deployment web exists")
 }
 
-fn image(d: &Value) -> String {
+pub(crate) fn image(d: &Value) -> String {
     d["spec"]["template"]["spec"]["containers"][0]["image"]
         .as_str()
         .unwrap_or_default()
@@ -52,7 +52,7 @@ fn image(d: &Value) -> String {
 }
 
 /// The Deployment runs `want` and all its pods are ready.
-async fn assert_runs(env: &TestEnv, cluster: usize, want: &str) {
+pub(crate) async fn assert_runs(env: &TestEnv, cluster: usize, want: &str) {
     let d = web(env, cluster).await;
     assert_eq!(image(&d), want, "sim-{cluster}");
     assert!(
@@ -63,7 +63,7 @@ async fn assert_runs(env: &TestEnv, cluster: usize, want: &str) {
 }
 
 /// Deploys `GOOD` everywhere (revision 1), which must succeed.
-async fn first_good_deploy(env: &TestEnv) {
+pub(crate) async fn first_good_deploy(env: &TestEnv) {
     env.write("k8s/app.yaml", &small_app(GOOD));
     let run = env.deploy(&[]).await;
     assert_eq!(run.code, 0, "{}", run.output());
@@ -299,7 +299,7 @@ async fn a_cluster_down_fails_its_rollback_but_not_the_others() {
 }
 
 /// Waits until revision `revision` exists on `sim-N` with status pending.
-async fn wait_for_pending(env: &TestEnv, cluster: usize, revision: u64) {
+pub(crate) async fn wait_for_pending(env: &TestEnv, cluster: usize, revision: u64) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let recs = records(env, cluster).await;
