@@ -391,6 +391,7 @@ mod tests {
                 line: 1,
             },
             body,
+            source: None,
         }
     }
 

@@ -15,3 +15,6 @@ mod real;
 mod release;
 mod runtime_root;
 mod stages;
+// `rollguard demo` in a pseudo-terminal: the demo needs the `demo` feature (on by default).
+#[cfg(feature = "demo")]
+mod terminal;
