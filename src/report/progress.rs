@@ -387,7 +387,9 @@ mod tests {
     #[test]
     fn mode_from_terminal_term_and_no_color() {
         use Mode::*;
-        let cases: [(bool, Option<&str>, Option<&str>, Mode, bool); 10] = [
+        // (stderr is a terminal, TERM, NO_COLOR) -> mode, colour allowed
+        type Case = (bool, Option<&'static str>, Option<&'static str>, Mode, bool);
+        let cases: [Case; 10] = [
             // (stderr is a terminal, TERM, NO_COLOR) -> mode, colour allowed
             (
                 true,
