@@ -781,6 +781,13 @@ async fn a_deploy_from_a_dirty_tree_is_recorded_as_dirty() {
         "revision 1 clean, revision 2 dirty:\n{}",
         history.output()
     );
+    // `show` prints the record itself, which says it too.
+    let shown = env
+        .command("show", &["--revision", "2", "-o", "json"])
+        .await;
+    assert_eq!(shown.code, 0, "{}", shown.output());
+    let record: Value = serde_json::from_str(&shown.stdout).expect("show -o json is JSON");
+    assert_eq!(record["commit"]["dirty"], true, "{record:#}");
     let recs = records(&env, 1).await;
     assert_eq!(
         recs.iter()
