@@ -30,7 +30,7 @@ pub fn short_commit(record: &ReleaseRecord) -> String {
     let Some(commit) = &record.commit else {
         return "-".to_string();
     };
-    let sha: String = commit.sha.chars().take(7).collect();
+    let sha = commit.label();
     match &commit.message {
         Some(m) if !m.is_empty() => {
             let mut text = format!("{sha} {m}");
@@ -855,6 +855,7 @@ mod tests {
                 sha: "0123456789abcdef".into(),
                 r#ref: None,
                 message: Some("bump web to v2".into()),
+                dirty: false,
             }),
             started_at: "2026-11-30T09:00:00Z".parse().unwrap(),
             finished_at: Some("2026-11-30T09:01:05Z".parse().unwrap()),

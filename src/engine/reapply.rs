@@ -115,6 +115,7 @@ pub fn manifest_set_from_bodies(bodies: &[serde_json::Value], source: &str) -> M
                     line: i + 1,
                 },
                 body: body.clone(),
+                source: None,
             })
         })
         .collect();

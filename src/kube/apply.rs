@@ -260,6 +260,8 @@ pub fn conflict_fields(status: &kube::core::Status) -> Vec<String> {
 
 /// A failed apply of one object, in words.
 pub fn describe_apply_error(obj: &ManifestObject, err: &kube::Error) -> ObjectFailure {
+    // A refused field is named where it is written, not where its object starts.
+    let mut origin = obj.origin.clone();
     let (reason, message) = match err {
         kube::Error::Api(status) if status.code == 409 && status.reason == "Conflict" => {
             let fields = conflict_fields(status);
@@ -283,6 +285,9 @@ pub fn describe_apply_error(obj: &ManifestObject, err: &kube::Error) -> ObjectFa
         ),
         kube::Error::Api(status) if !undeclared_fields(&status.message).is_empty() => {
             let paths = undeclared_fields(&status.message);
+            if let Some(first) = paths.first() {
+                origin = obj.field_origin(first);
+            }
             let (what, fix, them) = match paths.as_slice() {
                 [one] => (
                     format!("{one} is not a field"),
@@ -359,7 +364,7 @@ pub fn describe_apply_error(obj: &ManifestObject, err: &kube::Error) -> ObjectFa
     };
     ObjectFailure {
         object: obj.display_name(),
-        origin: obj.origin.to_string(),
+        origin: origin.to_string(),
         reason,
         message,
     }
@@ -1028,6 +1033,7 @@ mod tests {
                 line: 3,
             },
             body,
+            source: None,
         }
     }
 
@@ -1143,8 +1149,11 @@ mod tests {
         for (message, want) in cases {
             assert_eq!(undeclared_fields(message), want, "{message}");
         }
-        let shared =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/apiserver-recordings");
+        // The rest compares with what a real API server answered.
+        let Some(shared) = crate::util::shared::shared_for_test("undeclared_fields_table") else {
+            return;
+        };
+        let shared = shared.join("apiserver-recordings");
         let recorded = |name: &str| -> kube::core::Status {
             let text = std::fs::read_to_string(shared.join(name))
                 .unwrap_or_else(|e| panic!("recording {name}: {e}"));
@@ -1247,11 +1256,52 @@ mod tests {
     }
 
     #[test]
+    fn a_refused_field_is_named_at_its_own_line() {
+        let text = "\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+spec:
+  template:
+    spec:
+      containers:
+        - name: sidecar
+          image: busybox
+        - name: web
+          image: nginx
+          imagePullPolicyy: Always
+";
+        let objs =
+            crate::manifests::parse(text, std::path::Path::new("k8s/web.yaml")).expect("parses");
+        let status: kube::core::Status = serde_json::from_value(json!({
+            "code": 500, "reason": "InternalError",
+            "message": "failed to create typed patch object (shop/web; apps/v1, Kind=Deployment): .spec.template.spec.containers[name=\"web\"].imagePullPolicyy: field not declared in schema",
+        }))
+        .expect("status");
+        let failure = describe_apply_error(&objs[0], &kube::Error::Api(Box::new(status)));
+        assert_eq!(failure.reason, "FieldNotDeclared");
+        assert_eq!(failure.origin, "k8s/web.yaml:13");
+        // Without the source (a stored release), the object's first line.
+        let stored = ManifestObject {
+            source: None,
+            ..objs[0].clone()
+        };
+        let status: kube::core::Status = serde_json::from_value(json!({
+            "code": 500, "reason": "InternalError",
+            "message": ".spec.template.spec.containers[name=\"web\"].imagePullPolicyy: field not declared in schema",
+        }))
+        .expect("status");
+        let failure = describe_apply_error(&stored, &kube::Error::Api(Box::new(status)));
+        assert_eq!(failure.origin, "k8s/web.yaml:1");
+    }
+
+    #[test]
     fn conflicts_name_fields_and_owner() {
-        let text = std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../shared/apiserver-recordings/05-error-409-ssa-conflict-two-fields.json"),
-        );
+        // The recorded answer when shared/ is there, else the same answer written out.
+        let text = std::fs::read_to_string(crate::util::shared::shared_path(
+            "apiserver-recordings/05-error-409-ssa-conflict-two-fields.json",
+        ));
         let status: kube::core::Status = match text {
             Ok(t) => serde_json::from_str(&t).expect("recording parses"),
             Err(_) => serde_json::from_value(json!({

@@ -405,6 +405,7 @@ mod tests {
                 line: 1,
             },
             body,
+            source: None,
         }
     }
 

@@ -3,6 +3,7 @@
 
 use serde_json::Value;
 use std::path::Path;
+use std::sync::Arc;
 
 use super::model::*;
 use crate::util::yaml::{self, Node, Tree};
@@ -208,5 +209,6 @@ fn collect(
             line,
         },
         body,
+        source: node.map(|n| Arc::new(n.clone())),
     });
 }

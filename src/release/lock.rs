@@ -23,6 +23,7 @@ use crate::kube::retry::{RetryBudget, RetryError, retry_call, with_retry};
 /// Default `leaseDurationSeconds`.
 pub const DEFAULT_LEASE_SECONDS: u64 = 30;
 /// Environment knob for a shorter lease (tests, demos): whole seconds, at least 1.
+/// (In config::env_vars::ENV_SETTINGS as `LEASE_SECONDS`, which the README lists.)
 pub const LEASE_SECONDS_ENV: &str = "ROLLGUARD_LEASE_SECONDS";
 
 /// Pause after losing a race for the Lease, before looking at it again.

@@ -607,6 +607,7 @@ mod tests {
             sha: format!("sha-{image}"),
             r#ref: None,
             message: Some(format!("deploy {image}")),
+            dirty: false,
         });
         d
     }

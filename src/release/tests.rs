@@ -88,6 +88,7 @@ fn record(revision: u64, status: ReleaseStatus) -> ReleaseRecord {
             sha: "abc".into(),
             r#ref: Some("refs/heads/main".into()),
             message: Some("fix".into()),
+            dirty: false,
         }),
         digest: Some("d".into()),
         manifests: Some(vec![serde_json::json!({"kind": "ConfigMap"})]),

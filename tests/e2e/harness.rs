@@ -455,19 +455,16 @@ pub fn assert_no_ansi(run: &Run) {
     );
 }
 
-/// A file of the shared corpus of real manifests (`../shared/corpus`).
-pub fn corpus_file(rel: &str) -> String {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    // The corpus sits beside the repository (../shared), or beside the worktree folder.
-    for base in [
-        root.join("../shared/corpus"),
-        root.join("../../shared/corpus"),
-    ] {
-        if let Ok(text) = std::fs::read_to_string(base.join(rel)) {
-            return text;
-        }
-    }
-    panic!("corpus file {rel} not found next to {}", root.display());
+/// A file of the shared corpus of real manifests (`shared/corpus` beside the repository), for
+/// `test`: None, after saying why `test` skips, when there is no shared folder (a plain clone;
+/// with ROLLGUARD_REQUIRE_SHARED=1 that fails instead). kube-sim's lookup, the one rule.
+pub fn corpus_file(test: &str, rel: &str) -> Option<String> {
+    let shared = kube_sim::shared_for_test(test)?;
+    let path = shared.join("corpus").join(rel);
+    Some(
+        std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("corpus file {}: {e}", path.display())),
+    )
 }
 
 /// git with a fixed identity, in `dir`.

@@ -18,3 +18,6 @@ mod release;
 mod runtime_root;
 mod stages;
 mod stalled;
+// `rollguard demo` in a pseudo-terminal: the demo needs the `demo` feature (on by default).
+#[cfg(feature = "demo")]
+mod terminal;

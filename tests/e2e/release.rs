@@ -788,3 +788,59 @@ async fn a_failed_revision_is_refused_without_force() {
     let forced = rollguard(&refused, env.dir.path(), &[]).await;
     assert_ne!(forced.code, 2, "{}", forced.output());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deploy_from_a_dirty_tree_is_recorded_as_dirty() {
+    let env = TestEnv::start(1, "").await;
+    env.write("rollguard.yaml", &config(1, "60s"));
+    env.write("k8s/app.yaml", &small_app(GOOD));
+    let dir = env.dir.path();
+    git(dir, &["init", "-q"]);
+    git(dir, &["add", "rollguard.yaml", "k8s"]);
+    git(dir, &["commit", "-q", "-m", "shop v1"]);
+    let sha = git(dir, &["rev-parse", "HEAD"]);
+    let short = &sha[..7];
+
+    // Clean (the kubeconfig and the report are untracked, which does not count).
+    let clean = env.deploy(&[]).await;
+    assert_eq!(clean.code, 0, "{}", clean.output());
+    let commit = &clean.report.as_ref().expect("report")["commit"];
+    assert_eq!(commit["sha"], sha.as_str(), "{commit}");
+    assert!(commit.get("dirty").is_none(), "{commit}");
+
+    // A change to a tracked file, not committed: deployed, and said to be.
+    env.write("k8s/app.yaml", &small_app("example.com/web:v3"));
+    let dirty = env.deploy(&[]).await;
+    assert_eq!(dirty.code, 0, "{}", dirty.output());
+    let commit = &dirty.report.as_ref().expect("report")["commit"];
+    assert_eq!(commit["sha"], sha.as_str(), "{commit}");
+    assert_eq!(commit["dirty"], true, "{commit}");
+
+    let history = env.command("history", &[]).await;
+    assert_eq!(history.code, 0, "{}", history.output());
+    let rows: Vec<&str> = history
+        .stdout
+        .lines()
+        .filter(|l| l.contains(short))
+        .collect();
+    assert_eq!(rows.len(), 2, "{}", history.output());
+    assert!(
+        !rows[0].contains("(dirty)") && rows[1].contains(&format!("{short} (dirty)")),
+        "revision 1 clean, revision 2 dirty:\n{}",
+        history.output()
+    );
+    // `show` prints the record itself, which says it too.
+    let shown = env
+        .command("show", &["--revision", "2", "-o", "json"])
+        .await;
+    assert_eq!(shown.code, 0, "{}", shown.output());
+    let record: Value = serde_json::from_str(&shown.stdout).expect("show -o json is JSON");
+    assert_eq!(record["commit"]["dirty"], true, "{record:#}");
+    let recs = records(&env, 1).await;
+    assert_eq!(
+        recs.iter()
+            .map(|r| r.commit.as_ref().is_some_and(|c| c.dirty))
+            .collect::<Vec<_>>(),
+        vec![false, true]
+    );
+}
