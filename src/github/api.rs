@@ -114,17 +114,29 @@ const MAX_BACKOFF: Duration = Duration::from_secs(8);
 /// A GitHub API client: a transport, the run's deadline and the retry rules.
 pub struct Client<T> {
     transport: T,
-    deadline: Instant,
+    /// Reset by [`Client::restart_budget`] when the run's report is ready: the deploy's own
+    /// length never eats the report's budget.
+    deadline: std::sync::Mutex<Instant>,
     budget: Duration,
     /// The API base, for messages.
     api: String,
 }
 
 impl<T: Transport> Client<T> {
+    fn deadline(&self) -> Instant {
+        *self.deadline.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A whole budget again from now: the end of a run (comment, statuses) gets the same
+    /// bound as its start, however long the deploy took in between.
+    pub fn restart_budget(&self) {
+        *self.deadline.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now() + self.budget;
+    }
+
     pub fn new(transport: T, api: impl Into<String>, budget: Duration) -> Self {
         Client {
             transport,
-            deadline: Instant::now() + budget,
+            deadline: std::sync::Mutex::new(Instant::now() + budget),
             budget,
             api: api.into(),
         }
@@ -137,7 +149,7 @@ impl<T: Transport> Client<T> {
         let mut transport_failures = 0;
         loop {
             attempt += 1;
-            let left = self.deadline.saturating_duration_since(Instant::now());
+            let left = self.deadline().saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(self.out_of_time(what));
             }
@@ -175,7 +187,7 @@ impl<T: Transport> Client<T> {
                     ),
                 },
             };
-            let left = self.deadline.saturating_duration_since(Instant::now());
+            let left = self.deadline().saturating_duration_since(Instant::now());
             if wait >= left {
                 return Err(match limited {
                     Some(status) => GithubError::RateLimited {
@@ -222,7 +234,7 @@ impl<T: Transport> Client<T> {
 
     /// Time left of the budget.
     pub fn time_left(&self) -> Duration {
-        self.deadline.saturating_duration_since(Instant::now())
+        self.deadline().saturating_duration_since(Instant::now())
     }
 }
 
@@ -558,6 +570,19 @@ pub(crate) mod tests {
         let e = c.call("x", get()).await.unwrap_err();
         assert!(matches!(e, GithubError::RateLimited { .. }), "{e}");
         assert!(c.time_left() > Duration::from_secs(29), "did not wait");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_long_deploy_leaves_the_end_a_whole_budget() {
+        let c = Client::new(
+            Scripted::new(vec![]),
+            "https://api.github.com",
+            Duration::from_secs(30),
+        );
+        tokio::time::sleep(Duration::from_secs(45)).await;
+        assert_eq!(c.time_left(), Duration::ZERO, "the start's budget is spent");
+        c.restart_budget();
+        assert_eq!(c.time_left(), Duration::from_secs(30));
     }
 
     #[tokio::test(start_paused = true)]

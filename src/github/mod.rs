@@ -210,6 +210,8 @@ impl Sink {
         let (Some(client), Some(repo)) = (client, ctx.repo.clone()) else {
             return;
         };
+        // The start's budget covered creating the Deployments; the end gets its own.
+        client.restart_budget();
         // Deployments: wait for the background start (within the budget), then final statuses.
         if let Some(handle) = started {
             let left = client.time_left();

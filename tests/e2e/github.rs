@@ -295,7 +295,7 @@ async fn deployed_rolled_back_and_rollback_failed_in_one_comment() {
         run.output()
     );
     let mine = marker_comments(&gh, PR);
-    assert_eq!(mine.len(), 1);
+    assert_eq!(mine.len(), 1, "{}", run.output());
     let comment = &mine[0];
     for want in [
         "| eu | ✅ deployed | v2 |",
@@ -306,7 +306,11 @@ async fn deployed_rolled_back_and_rollback_failed_in_one_comment() {
         "[workflow run](https://github.com/octo/shop/actions/runs/4242)",
         "```mermaid\ngantt\n",
     ] {
-        assert!(comment.contains(want), "{want:?} not in\n{comment}");
+        assert!(
+            comment.contains(want),
+            "{want:?} not in\n{comment}\n{}",
+            run.output()
+        );
     }
     // The step summary is the same report.
     let summary = std::fs::read_to_string(env.path("summary.md")).expect("step summary");
