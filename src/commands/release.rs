@@ -554,6 +554,7 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
             force_conflicts: args.force_conflicts,
             fail_fast: config.wait.fail_fast.clone(),
             run: run.clone(),
+            secrets: config.history.secrets,
         }
         .run()
     }))
@@ -781,6 +782,7 @@ fn empty_record(config: &Config) -> ReleaseRecord {
         objects: Vec::new(),
         manifests: None,
         manifests_omitted: false,
+        other_namespace_secrets: None,
         stages: Vec::new(),
     }
 }

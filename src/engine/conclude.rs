@@ -39,7 +39,7 @@ pub async fn conclude(
     cancel: &CancellationToken,
     progress: &Progress,
 ) -> String {
-    crate::error::test_panic_point("conclude");
+    crate::util::test_panic_point("conclude");
     let cancelled = cancel.is_cancelled();
     // A signal that arrives while the rollbacks run leaves them CANCEL_ROLLBACK_BUDGET to
     // finish, so that the records and the report are still written before a SIGKILL.
@@ -321,6 +321,7 @@ async fn roll_back_manifests(
                     force_conflicts: plan.options.force_conflicts,
                     fail_fast: plan.config.wait.fail_fast.clone(),
                     run: RunInfo::from_env(&|k| plan.env(k)),
+                    secrets: plan.config.history.secrets,
                 }
                 .run()
                 .await

@@ -138,7 +138,7 @@ pub async fn run_target(
         return;
     }
     lock_and_record(plan, run, cancel, progress).await;
-    crate::error::test_panic_point("target");
+    crate::util::test_panic_point("target");
     run_stages(plan, run, stages, cancel, progress).await;
 }
 
@@ -205,14 +205,20 @@ async fn lock_and_record(
     };
     if !plan.options.dry_run {
         run.clock.start("lock");
-        let prepared = match plan.recorded_manifests() {
+        let history_namespace = plan
+            .config
+            .history_namespace(&target, &access.context_namespace);
+        let default_namespace = plan
+            .config
+            .default_namespace(&target, &access.context_namespace);
+        let prepared = match plan.recorded_manifests(&history_namespace, &default_namespace) {
             Ok(manifests) => {
                 let commit = plan.commit.as_ref();
                 prepare(
                     &plan.config,
                     &target,
                     &access,
-                    manifests,
+                    &manifests,
                     commit,
                     &env,
                     cancel,

@@ -502,13 +502,12 @@ pub async fn connect(
         context,
         user,
     } = resolve(target, cli_kubeconfig, base_dir, env)?;
-    let script_kubeconfig =
-        single_context(&kubeconfig, Some(&context), None).map_err(|why| {
-            TargetError::new(
-                "Kubeconfig",
-                format!("kubeconfig {}: {why}", describe_source(&source)),
-            )
-        })?;
+    let script_kubeconfig = single_context(&kubeconfig, Some(&context), None).map_err(|why| {
+        TargetError::new(
+            "Kubeconfig",
+            format!("kubeconfig {}: {why}", describe_source(&source)),
+        )
+    })?;
     let options = KubeConfigOptions {
         context: Some(context),
         ..Default::default()

@@ -146,12 +146,16 @@ pub async fn prepare(
     }
     let store = ReleaseStore::new(access.client.clone(), app, &namespace, settings.keep);
     let begun = async {
-        for revision in store.mark_abandoned().await? {
-            notes.push(format!(
-                "release v{revision} was left pending by a run that died: marked failed (abandoned)"
-            ));
-        }
+        let abandoned = store.mark_abandoned().await?;
         let records = store.list().await?;
+        for revision in abandoned {
+            notes.push(match records.iter().find(|r| r.revision == revision) {
+                Some(r) => crate::release::abandoned_note(r, lock.took_over_from().is_some()),
+                None => format!(
+                    "release v{revision} was left pending by a run that did not finish it: marked failed (abandoned)"
+                ),
+            });
+        }
         let last_good = crate::release::last_good(&records).cloned();
         let mut draft = ReleaseDraft::new(manifests.clone());
         draft.commit = commit.cloned();

@@ -187,6 +187,7 @@ impl ReleaseStore {
             )),
             default_namespace,
             objects: manifests.objects,
+            other_namespace_secrets: manifests.other_namespace_secrets.clone(),
             manifests: None,
             manifests_omitted: false,
             stages: Vec::new(),
