@@ -19,6 +19,9 @@ pub struct DeployOptions {
     pub cli_kubeconfig: Option<PathBuf>,
 }
 
+/// Encoded record manifests by the indices of the Secrets they keep as digests.
+type RecordedManifests = HashMap<Vec<usize>, Result<EncodedManifests, String>>;
+
 /// Everything a deploy needs, validated before any cluster is touched.
 #[derive(Debug, Clone)]
 pub struct Plan {
@@ -30,7 +33,7 @@ pub struct Plan {
     pub env: HashMap<String, String>,
     /// The manifests as release records store them: encoded once per set of Secrets kept as
     /// digests (`history.secrets`), shared by every target with that set.
-    recorded: Arc<Mutex<HashMap<Vec<usize>, Result<EncodedManifests, String>>>>,
+    recorded: Arc<Mutex<RecordedManifests>>,
     /// What every script stage run shares: the secret scrubber, the environment.
     pub scripts: crate::stages::Shared,
 }

@@ -62,7 +62,7 @@ impl ReadError {
 pub fn size_text(bytes: u64) -> String {
     if bytes >= MIB {
         let mib = bytes as f64 / MIB as f64;
-        if bytes % MIB == 0 {
+        if bytes.is_multiple_of(MIB) {
             format!("{} MiB", bytes / MIB)
         } else {
             format!("{mib:.1} MiB")
