@@ -144,6 +144,9 @@ pub struct DiffArgs {
     pub concurrency: Option<usize>,
     #[command(flatten)]
     pub output: PlanOutput,
+    /// The plan's PR comment (its own, beside the deploy's) and `--report-markdown`.
+    #[command(flatten)]
+    pub github: GithubArgs,
 }
 
 /// `rollguard plan`.

@@ -27,10 +27,11 @@ fn main() {
     let stderr_layer = tracing_subscriber::fmt::layer()
         // Every event is scrubbed of the secret values the run knows before it is written.
         .with_writer(rollguard::report::redact::ScrubbingStderr)
-        .with_ansi(
-            std::io::IsTerminal::is_terminal(&std::io::stderr())
-                && std::env::var_os("NO_COLOR").is_none(),
-        )
+        .with_ansi(rollguard::report::progress::color_allowed(
+            stderr_is_terminal,
+            std::env::var("TERM").ok().as_deref(),
+            std::env::var("NO_COLOR").ok().as_deref(),
+        ))
         .with_filter(filter);
     // Each target's info lines are also kept, whatever stderr shows, for the per-target log
     // groups at the end of a GitHub Actions run.

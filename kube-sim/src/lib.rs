@@ -38,18 +38,24 @@ pub use sim::cluster::{Cluster, Sim, SimError, SimOptions};
 pub use storage::store::{EventKind, Store, WatchEvent};
 
 /// The `shared/` folder (recordings and manifest corpus) beside the repository: the first
-/// ancestor of this crate's directory that has one. Used by tests. When it is missing and
-/// `ROLLGUARD_REQUIRE_SHARED=1` is set (CI), this panics: a run that must compare with the
-/// recordings never skips them.
+/// ancestor of this crate's directory that has one, or the folder `ROLLGUARD_SHARED_DIR` names
+/// (which replaces the search: pointing it at an empty folder shows what a plain clone does).
+/// Used by tests. When it is missing and `ROLLGUARD_REQUIRE_SHARED=1` is set (CI), this
+/// panics: a run that must compare with the recordings never skips them.
 pub fn shared_dir() -> Option<std::path::PathBuf> {
-    let found = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .map(|dir| dir.join("shared"))
-        .find(|dir| dir.join("apiserver-recordings").is_dir());
+    let has_recordings = |dir: &std::path::Path| dir.join("apiserver-recordings").is_dir();
+    let found = match std::env::var_os("ROLLGUARD_SHARED_DIR").filter(|v| !v.is_empty()) {
+        Some(dir) => Some(std::path::PathBuf::from(dir)).filter(|d| has_recordings(d)),
+        None => std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .ancestors()
+            .map(|dir| dir.join("shared"))
+            .find(|dir| has_recordings(dir)),
+    };
     if found.is_none() && std::env::var("ROLLGUARD_REQUIRE_SHARED").as_deref() == Ok("1") {
         panic!(
-            "ROLLGUARD_REQUIRE_SHARED=1, but no ancestor of {} has shared/apiserver-recordings: \
-             put the shared folder beside the repository, or unset the variable to skip these tests",
+            "ROLLGUARD_REQUIRE_SHARED=1, but no shared/apiserver-recordings was found (searched \
+             the ancestors of {}, or ROLLGUARD_SHARED_DIR when set): put the shared folder \
+             beside the repository, or unset the variable to skip these tests",
             env!("CARGO_MANIFEST_DIR")
         );
     }

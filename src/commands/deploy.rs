@@ -28,6 +28,24 @@ pub fn env_snapshot() -> HashMap<String, String> {
 
 /// Loads and validates everything; no cluster is touched here.
 pub fn plan(args: &DeployArgs, env: HashMap<String, String>) -> Result<Plan, Error> {
+    read_plan(args, env, Access::Check)
+}
+
+/// Whether [`read_plan`] checks every target's kubeconfig and credentials offline: every
+/// command that talks to clusters does; `plan --offline` asks none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Check,
+    NotNeeded,
+}
+
+/// The config, the manifests and the commit, validated (and, with [`Access::Check`], every
+/// target's access): everything a run needs before it touches a cluster.
+pub fn read_plan(
+    args: &DeployArgs,
+    env: HashMap<String, String>,
+    access: Access,
+) -> Result<Plan, Error> {
     let lookup = |k: &str| env.get(k).cloned();
     let path = config::config_path(args.files.config.as_deref(), &lookup);
     let on_failure = match &args.on_failure {
@@ -54,7 +72,13 @@ pub fn plan(args: &DeployArgs, env: HashMap<String, String>) -> Result<Plan, Err
     if !missing.is_empty() {
         return Err(config::ConfigError::Invalid(missing).into());
     }
-    crate::kube::connect::check_targets(&config, &config.targets, &lookup)?;
+    // Every target's kubeconfig is checked offline first (bad access is bad input), then
+    // targets that share one cluster and namespace are refused: not for `plan --offline`,
+    // which asks no cluster.
+    if access == Access::Check {
+        crate::kube::connect::check_targets(&config, &config.targets, &lookup)?;
+        refuse_overlapping_targets(&config, &path, &lookup)?;
+    }
     let manifests = manifests::load(&config)?;
     // Every secret value of the manifests is known to the scrubber before anything can
     // print one.
@@ -83,7 +107,7 @@ pub fn cancel_on_signals() -> CancellationToken {
             } else {
                 // No destructor runs after exit: stop the scripts and remove their
                 // kubeconfigs first.
-                crate::stages::process::kill_all_now();
+                crate::util::process_group::kill_all_now();
                 crate::stages::kubeconfig::remove_all_now();
                 std::process::exit(exit::CANCELLED);
             }
@@ -160,14 +184,19 @@ pub async fn deploy(args: DeployArgs, env: HashMap<String, String>) -> Result<i3
         scrub: &scrub,
     })
     .await;
-    Ok(if cancel.is_cancelled() {
+    // A rollback that failed after a cancel is the more serious outcome: exit 3, not 130.
+    let rollback_failed = report
+        .targets
+        .iter()
+        .any(|t| t.outcome == report::TargetOutcome::RollbackFailed);
+    Ok(if cancel.is_cancelled() && !rollback_failed {
         exit::CANCELLED
     } else {
         report::exit_code(&report)
     })
 }
 
-fn github_context(args: &DeployArgs, plan: &Plan) -> GithubContext {
+pub(crate) fn github_context(args: &DeployArgs, plan: &Plan) -> GithubContext {
     let flags = GithubFlags {
         enabled: if args.github.no_github {
             Some(false)
@@ -248,4 +277,44 @@ pub fn finish_report(
         })?;
     }
     Ok(())
+}
+
+/// Two targets that resolve (offline, from their kubeconfigs) to one cluster and namespace
+/// are refused before any cluster is touched. Runs after
+/// [`check_targets`](crate::kube::connect::check_targets), so every kubeconfig reads here.
+fn refuse_overlapping_targets(
+    config: &config::Config,
+    path: &std::path::Path,
+    lookup: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> Result<(), Error> {
+    use crate::engine::overlap::{Placement, describe, overlapping};
+    let placements: Vec<Placement> = config
+        .targets
+        .iter()
+        .filter_map(|t| {
+            let (server, context_ns) = crate::kube::connect::locate_offline(
+                t,
+                config.kubeconfig.as_deref(),
+                &config.base_dir,
+                lookup,
+            )
+            .ok()?;
+            // As kube does: a context without a namespace means "default".
+            let context_ns = context_ns.unwrap_or_else(|| "default".to_string());
+            let namespace = config.default_namespace(t, &context_ns);
+            let history_namespace = config.history_namespace(t, &context_ns);
+            Some(Placement {
+                target: t.name.clone(),
+                line: t.line,
+                server,
+                namespace,
+                history_namespace,
+            })
+        })
+        .collect();
+    let pairs = overlapping(&placements);
+    if pairs.is_empty() {
+        return Ok(());
+    }
+    Err(Error::Usage(describe(&pairs, &path.display().to_string())))
 }

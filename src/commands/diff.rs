@@ -39,14 +39,8 @@ fn as_deploy(args: &DiffArgs) -> DeployArgs {
         concurrency: args.concurrency,
         lock_timeout: None,
         plan_output: args.output.clone(),
-        github: Default::default(),
+        github: args.github.clone(),
     }
-}
-
-/// Loads and validates (the deploy's loader, which also teaches the scrubber every secret
-/// value of the manifests).
-fn load(args: &DeployArgs, env: HashMap<String, String>) -> Result<Plan, Error> {
-    crate::commands::deploy::plan(args, env)
 }
 
 /// `rollguard diff`.
@@ -77,15 +71,9 @@ pub async fn plan(args: PlanArgs, env: HashMap<String, String>) -> Result<i32, E
 /// deploy's own pipeline with its apply stage asking the servers instead of writing (no lock,
 /// no record, no namespace; script stages only listed, unless one says `dry_run: true`).
 pub async fn dry_run(args: DeployArgs, env: HashMap<String, String>) -> Result<i32, Error> {
-    let gh = &args.github;
-    if gh.github || gh.github_token.is_some() || gh.pr.is_some() {
-        return Err(Error::Usage(
-            "--github, --github-token and --pr post a deploy's report; a dry run does not post \
-             its plan yet: drop them, and use --report-markdown PATH to get the plan's markdown"
-                .into(),
-        ));
-    }
-    let plan = Arc::new(load(&args, env)?);
+    // The deploy's loader, off the runtime (render commands and git block); it also teaches
+    // the scrubber every secret value of the manifests.
+    let plan = Arc::new(crate::commands::deploy::plan_off_runtime(&args, env).await?);
     for line in crate::stages::plan::describe_pipeline(&plan.config.pipeline) {
         redact::print_err(&line);
     }
@@ -107,14 +95,37 @@ pub async fn dry_run(args: DeployArgs, env: HashMap<String, String>) -> Result<i
     if let Some(path) = &args.report {
         write_json(&crate::report::to_json(&report), path)?;
     }
+    publish_plan(&change_plan, &args, &plan).await?;
+    Ok(change_plan.exit_code(args.plan_output.exit_code))
+}
+
+/// The plan as markdown: to `--report-markdown`, and as the plan's own sticky PR comment
+/// (never its deploy comment) when GitHub is on. GitHub is a sink: its problems are warnings.
+async fn publish_plan(
+    change_plan: &ChangePlan,
+    args: &DeployArgs,
+    plan: &Plan,
+) -> Result<(), Error> {
+    let app = &plan.config.app;
+    let marker = crate::github::comments::marker(crate::github::comments::Purpose::Plan, app);
+    let limit = crate::report::COMMENT_LIMIT - marker.len() - 1;
+    // Scrubbed here as well: a comment posted through the API passes no runner masking.
+    let markdown = redact::scrub(&crate::report::plan_to_markdown(change_plan, limit));
     if let Some(path) = &args.github.report_markdown {
-        let markdown = crate::report::plan_to_markdown(&change_plan, crate::report::COMMENT_LIMIT);
-        std::fs::write(path, markdown).map_err(|source| Error::WriteReport {
+        std::fs::write(path, &markdown).map_err(|source| Error::WriteReport {
             path: path.clone(),
             source,
         })?;
     }
-    Ok(change_plan.exit_code(args.plan_output.exit_code))
+    let ctx = crate::commands::deploy::github_context(args, plan);
+    crate::github::post_sticky_comment(
+        &ctx,
+        crate::github::comments::Purpose::Plan,
+        app,
+        &markdown,
+    )
+    .await;
+    Ok(())
 }
 
 /// Writes a JSON document, scrubbed of every known secret value.
@@ -186,6 +197,7 @@ pub async fn diff_target(
     set: &ManifestSet,
     default_namespace: String,
     force: bool,
+    field_manager: String,
     deadline: Instant,
     (before_label, after_label): (String, String),
     cancel: &CancellationToken,
@@ -203,6 +215,7 @@ pub async fn diff_target(
     let options = DiffOptions {
         default_namespace,
         force,
+        field_manager,
         max_in_flight: MAX_IN_FLIGHT,
         deadline,
         before_label,
@@ -223,10 +236,28 @@ pub async fn diff_target(
     planned
 }
 
-/// `rollguard plan --offline`: this commit's manifests (validated) against a git ref's.
+/// `rollguard plan --offline`: this commit's manifests (validated) against a git ref's. All
+/// of it is files and git: it runs on a blocking thread.
 async fn offline(args: PlanArgs, env: HashMap<String, String>) -> Result<i32, Error> {
+    let exit_code = args.diff.output.exit_code;
+    let (change_plan, plan, deploy_args) =
+        tokio::task::spawn_blocking(move || offline_blocking(args, env))
+            .await
+            .map_err(|e| Error::Usage(format!("internal error while planning offline: {e}")))??;
+    publish_plan(&change_plan, &deploy_args, &plan).await?;
+    Ok(change_plan.exit_code(exit_code))
+}
+
+fn offline_blocking(
+    args: PlanArgs,
+    env: HashMap<String, String>,
+) -> Result<(ChangePlan, Plan, DeployArgs), Error> {
     let deploy_args = as_deploy(&args.diff);
-    let plan = load(&deploy_args, env)?;
+    let plan = crate::commands::deploy::read_plan(
+        &deploy_args,
+        env,
+        crate::commands::deploy::Access::NotNeeded,
+    )?;
     let dir = &plan.config.base_dir;
     let git_failed = |e: git::GitError| Error::Git(e.to_string());
     let base = match &args.against {
@@ -281,5 +312,5 @@ async fn offline(args: PlanArgs, env: HashMap<String, String>) -> Result<i32, Er
     if let Some(path) = &args.diff.report {
         write_report(&plan, &change_plan, Timestamp::now(), path)?;
     }
-    Ok(change_plan.exit_code(args.diff.output.exit_code))
+    Ok((change_plan, plan, deploy_args))
 }

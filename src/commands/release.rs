@@ -30,7 +30,7 @@ pub fn short_commit(record: &ReleaseRecord) -> String {
     let Some(commit) = &record.commit else {
         return "-".to_string();
     };
-    let sha: String = commit.sha.chars().take(7).collect();
+    let sha = commit.label();
     match &commit.message {
         Some(m) if !m.is_empty() => {
             let mut text = format!("{sha} {m}");
@@ -436,26 +436,65 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
     let holder = lock::holder_identity(&lookup);
     let lock_options = LockOptions::from_env(settings.lock_timeout, &lookup);
     let connected = connect_all(&config, &targets, config.kubeconfig.as_deref(), &env).await;
-    let plans = futures::future::join_all(connected.into_iter().map(|c| {
-        let (config, holder, lock_options, from_git, args) =
-            (&config, &holder, &lock_options, &from_git, &args);
+    // The locks first, one at a time in the global lock order (as a deploy takes them), so
+    // that a rollback and a deploy over the same clusters never wait for each other in a
+    // cycle.
+    let mut locks: Vec<Option<Result<LockGuard, String>>> =
+        connected.iter().map(|_| None).collect();
+    if !args.dry_run {
+        let reachable: Vec<usize> = (0..connected.len())
+            .filter(|i| connected[*i].is_ok())
+            .collect();
+        let keys: Vec<(String, String)> = reachable
+            .iter()
+            .filter_map(|i| connected[*i].as_ref().ok())
+            .map(|c| lock::lock_key(&c.access.server, &c.namespace))
+            .collect();
+        let mut gave_up = false;
+        for position in lock::lock_order(&keys) {
+            let i = reachable[position];
+            let Ok(c) = &connected[i] else { continue };
+            if gave_up {
+                locks[i] = Some(Err(format!(
+                    "target {}: not rolled back: another target's lock could not be taken",
+                    c.target.name
+                )));
+                continue;
+            }
+            let taken = Lock::acquire(
+                c.access.client.clone(),
+                &config.app,
+                &c.namespace,
+                &holder,
+                &lock_options,
+            )
+            .await
+            .map_err(|e| format!("target {}: {e}", c.target.name));
+            gave_up = taken.is_err();
+            locks[i] = Some(taken);
+        }
+        if gave_up {
+            for slot in locks.iter_mut() {
+                if let Some(Ok(_)) = slot
+                    && let Some(Ok(guard)) = slot.take()
+                {
+                    let _ = guard.release().await;
+                    *slot = Some(Err(
+                        "not rolled back: another target's lock could not be taken".into(),
+                    ));
+                }
+            }
+        }
+    }
+    let plans = futures::future::join_all(connected.into_iter().zip(locks).map(|(c, lock)| {
+        let (config, from_git, args) = (&config, &from_git, &args);
         async move {
             let c = c.map_err(|e| (e, exit::FAILED))?;
             let name = c.target.name.clone();
-            let lock = if args.dry_run {
-                None
-            } else {
-                Some(
-                    Lock::acquire(
-                        c.access.client.clone(),
-                        &config.app,
-                        &c.namespace,
-                        holder,
-                        lock_options,
-                    )
-                    .await
-                    .map_err(|e| (format!("target {name}: {e}"), exit::FAILED))?,
-                )
+            let lock = match lock {
+                Some(Ok(lock)) => Some(lock),
+                Some(Err(why)) => return Err((why, exit::FAILED)),
+                None => None,
             };
             let planned = plan_one(config, c, args, from_git).await;
             match planned {
@@ -551,6 +590,12 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
             deadline,
             cancelled: false,
             stop: tokio_util::sync::CancellationToken::new(),
+            lost: p
+                .lock
+                .as_ref()
+                .map(lock::LockGuard::lost_token)
+                .unwrap_or_default(),
+            field_manager: crate::kube::apply::field_manager(&config.app),
             force_conflicts: args.force_conflicts,
             fail_fast: config.wait.fail_fast.clone(),
             run: run.clone(),
@@ -650,6 +695,7 @@ async fn rollback_plan(
                 &set,
                 p.default_namespace.clone(),
                 force,
+                crate::kube::apply::field_manager(&config.app),
                 deadline,
                 ("live".to_string(), p.destination.clone()),
                 &cancel,
@@ -811,6 +857,7 @@ mod tests {
                 sha: "0123456789abcdef".into(),
                 r#ref: None,
                 message: Some("bump web to v2".into()),
+                dirty: false,
             }),
             started_at: "2026-11-30T09:00:00Z".parse().unwrap(),
             finished_at: Some("2026-11-30T09:01:05Z".parse().unwrap()),

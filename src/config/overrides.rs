@@ -32,7 +32,9 @@ pub(super) fn env_setting(
     env: &dyn Fn(&str) -> Option<String>,
     name: &str,
 ) -> Option<(String, String)> {
-    [format!("ROLLGUARD_{name}"), format!("INPUT_{name}")]
+    // A name missing from the table is read nowhere (a test checks that none is missing).
+    super::env_vars::setting(name)?
+        .variables()
         .into_iter()
         .find_map(|var| {
             env(&var)

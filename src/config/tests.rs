@@ -739,3 +739,105 @@ mod pipeline {
         }
     }
 }
+
+#[test]
+fn readme_lists_every_env_variable() {
+    crate::util::generated_docs::assert_readme_section(
+        "env-vars",
+        &super::env_vars::readme_table(),
+    );
+}
+
+/// The names after `prefix` in string literals of `text` (`"ROLLGUARD_TIMEOUT"` -> TIMEOUT).
+fn names_after(text: &str, prefix: &str) -> Vec<String> {
+    text.match_indices(prefix)
+        .map(|(i, _)| {
+            text[i + prefix.len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                .collect::<String>()
+        })
+        .filter(|name| !name.is_empty())
+        .collect()
+}
+
+#[test]
+fn every_env_variable_the_code_reads_is_in_the_table() {
+    use super::env_vars::{ENV_SETTINGS, setting};
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = vec![src.clone()];
+    let mut read = Vec::new();
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+            continue;
+        }
+        let rel = path.strip_prefix(&src).unwrap().display().to_string();
+        // Test code, the variables rollguard sets for scripts (the README's script table), and
+        // the test-only fault hook (read by debug builds alone).
+        if !rel.ends_with(".rs")
+            || rel.ends_with("tests.rs")
+            || rel == "stages/env.rs"
+            || rel == "util/fault.rs"
+        {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or("");
+        for prefix in ["\"ROLLGUARD_", "\"INPUT_"] {
+            for name in names_after(code, prefix) {
+                read.push((rel.clone(), format!("{}{name}", &prefix[1..])));
+            }
+        }
+        // Settings looked up by name: `env_setting(env, "X")` and `setting!(flag, "X", parse)`.
+        for name in names_after(code, "env_setting(env, \"") {
+            read.push((rel.clone(), format!("ROLLGUARD_{name}")));
+        }
+        for line in code.lines().filter(|l| l.contains("setting!(")) {
+            if let Some((_, after)) = line.split_once(", \"") {
+                for name in names_after(&format!("\"{after}"), "\"") {
+                    read.push((rel.clone(), format!("ROLLGUARD_{name}")));
+                }
+            }
+        }
+    }
+    assert!(
+        read.iter().any(|(_, v)| v == "ROLLGUARD_TIMEOUT")
+            && read.iter().any(|(_, v)| v == "ROLLGUARD_LEASE_SECONDS"),
+        "the scan found too little: {read:?}"
+    );
+    let listed: Vec<String> = ENV_SETTINGS.iter().flat_map(|s| s.variables()).collect();
+    for (file, var) in &read {
+        assert!(
+            listed.contains(var),
+            "src/{file} reads {var}, which config::env_vars::ENV_SETTINGS does not list: add it there (and run UPDATE_README=1 cargo test --lib readme)"
+        );
+    }
+    // And the other way: every listed setting is read somewhere.
+    for s in ENV_SETTINGS {
+        let var = format!("ROLLGUARD_{}", s.name);
+        assert!(
+            read.iter().any(|(_, v)| *v == var),
+            "{var} is listed in ENV_SETTINGS but nothing in src/ reads it: remove it"
+        );
+        assert_eq!(setting(s.name), Some(s));
+    }
+}
+
+#[test]
+fn env_settings_are_read_as_rollguard_then_input() {
+    let env = env_of(&[("INPUT_TIMEOUT", "2m"), ("ROLLGUARD_TIMEOUT", "3m")]);
+    assert_eq!(
+        super::overrides::env_setting(&env, "TIMEOUT"),
+        Some(("3m".to_string(), "$ROLLGUARD_TIMEOUT".to_string()))
+    );
+    let env = env_of(&[("INPUT_TIMEOUT", "2m"), ("ROLLGUARD_TIMEOUT", " ")]);
+    assert_eq!(
+        super::overrides::env_setting(&env, "TIMEOUT"),
+        Some(("2m".to_string(), "$INPUT_TIMEOUT".to_string()))
+    );
+    // LEASE_SECONDS has no INPUT_ form; a name outside the table reads nothing.
+    let env = env_of(&[("INPUT_LEASE_SECONDS", "3"), ("ROLLGUARD_BOGUS", "x")]);
+    assert_eq!(super::overrides::env_setting(&env, "LEASE_SECONDS"), None);
+    assert_eq!(super::overrides::env_setting(&env, "BOGUS"), None);
+}

@@ -13,6 +13,7 @@ use crate::engine::policy::{
 };
 use crate::engine::reapply::{ReApply, stored_manifests};
 use crate::engine::target_run::TargetRun;
+use crate::kube::apply::field_manager;
 use crate::release::session::{ReleaseSettings, applied_ref};
 use crate::release::{ObjectRef, ReleaseOrigin, ReleaseStatus, RunInfo};
 use crate::report::progress::{Progress, Stage};
@@ -39,7 +40,7 @@ pub async fn conclude(
     cancel: &CancellationToken,
     progress: &Progress,
 ) -> String {
-    crate::util::test_panic_point("conclude");
+    crate::util::fault::test_panic_point("conclude");
     let cancelled = cancel.is_cancelled();
     // A signal that arrives while the rollbacks run leaves them CANCEL_ROLLBACK_BUDGET to
     // finish, so that the records and the report are still written before a SIGKILL.
@@ -68,6 +69,14 @@ pub async fn conclude(
     } else {
         targets_to_roll_back(settings.on_failure, &states)
     };
+    // A target whose lock was lost belongs to another run now: it is never rolled back.
+    let decisions: Vec<bool> = decisions
+        .into_iter()
+        .zip(runs.iter())
+        .map(|(roll_back, run)| {
+            roll_back && run.release.as_ref().is_none_or(|r| r.lock_lost().is_none())
+        })
+        .collect();
     let budget = if cancelled {
         settings.rollback_timeout.min(CANCEL_ROLLBACK_BUDGET)
     } else {
@@ -134,6 +143,11 @@ async fn settle_target(
     roll_back: bool,
 ) -> Option<RollbackResult> {
     let release = run.release.as_mut()?;
+    // The lock is someone else's now: their records are not ours to write.
+    if let Some(why) = release.lock_lost() {
+        tracing::info!("{why}: leaving the release records to the new holder");
+        return None;
+    }
     let (status, reason) = match run.report.outcome {
         TargetOutcome::Deployed => (ReleaseStatus::Deployed, None),
         TargetOutcome::Cancelled => (ReleaseStatus::Failed, Some("cancelled".to_string())),
@@ -183,6 +197,9 @@ async fn settle_target(
     } else {
         None
     };
+    if let Some(release) = run.release.as_ref() {
+        run.report.warnings.extend(release.store.take_warnings());
+    }
     if let Some(release) = run.release.as_mut() {
         match tokio::time::timeout(step_budget, release.unlock()).await {
             Ok(None) => {}
@@ -296,36 +313,52 @@ async fn roll_back_manifests(
         .map(ToString::to_string)
         .collect();
     progress.update(&name, Stage::RollingBack(format!("to v{}", good.revision)));
+    // Losing the lock mid-rollback stops it at once, like the end of the budget.
+    let stop = stop.child_token();
+    let _end = stop.clone().drop_guard();
+    tokio::spawn({
+        let (stop, lost) = (stop.clone(), release.lost_token());
+        async move {
+            tokio::select! {
+                _ = lost.cancelled() => stop.cancel(),
+                _ = stop.cancelled() => {}
+            }
+        }
+    });
     let rollback_started = Instant::now();
     let attempt = match run.access.as_ref() {
         None => Err(("no connection to the cluster".to_string(), false)),
         Some(access) => match stored_manifests(&release.store, &plan.config, &good, access).await {
             Err(why) => Err((why, false)),
-            Ok(bodies) => {
-                ReApply {
-                    access,
-                    store: &release.store,
-                    target: &name,
-                    default_namespace: good
-                        .default_namespace
-                        .clone()
-                        .unwrap_or_else(|| release.default_namespace.clone()),
-                    bodies,
-                    commit: good.commit.clone(),
-                    origin: ReleaseOrigin::Rollback { to: good.revision },
-                    destination: format!("v{}", good.revision),
-                    timeout: settings.rollback_timeout,
-                    deadline,
-                    cancelled,
-                    stop: stop.clone(),
-                    force_conflicts: plan.options.force_conflicts,
-                    fail_fast: plan.config.wait.fail_fast.clone(),
-                    run: RunInfo::from_env(&|k| plan.env(k)),
-                    secrets: plan.config.history.secrets,
-                }
-                .run()
-                .await
+            Ok(bodies) => ReApply {
+                access,
+                store: &release.store,
+                target: &name,
+                default_namespace: good
+                    .default_namespace
+                    .clone()
+                    .unwrap_or_else(|| release.default_namespace.clone()),
+                bodies,
+                commit: good.commit.clone(),
+                origin: ReleaseOrigin::Rollback { to: good.revision },
+                destination: format!("v{}", good.revision),
+                timeout: settings.rollback_timeout,
+                deadline,
+                cancelled,
+                stop: stop.clone(),
+                lost: release.lost_token(),
+                field_manager: field_manager(&plan.config.app),
+                force_conflicts: plan.options.force_conflicts,
+                fail_fast: plan.config.wait.fail_fast.clone(),
+                run: RunInfo::from_env(&|k| plan.env(k)),
+                secrets: plan.config.history.secrets,
             }
+            .run()
+            .await
+            .map_err(|(why, sent)| match release.lock_lost() {
+                Some(lost) => (format!("{why}; {lost}"), false),
+                None => (why, sent),
+            }),
         },
     };
     let (outcome, ok, message) = match attempt {
@@ -349,7 +382,9 @@ async fn roll_back_manifests(
         "rollback",
         (rollback_started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
     ));
-    if !cancelled {
+    // A rollback that failed says so even after a cancel: the cluster is not where the
+    // cancel left it to be (exit 3), and the message says what was re-applied and what not.
+    if !cancelled || outcome == TargetOutcome::RollbackFailed {
         run.report.outcome = outcome;
     }
     run.report.finished_at = jiff::Timestamp::now();

@@ -13,7 +13,11 @@ use tracing::Instrument;
 use crate::config::{FailurePolicy, PipelineStage, TargetConfig};
 use crate::engine::plan::Plan;
 use crate::engine::scripts::fleet_script;
-use crate::engine::target_run::{TargetRun, complete, finish, preflight, run_stages, run_target};
+use crate::engine::target_run::{
+    TargetRun, complete, deploy_target, finish, preflight, run_stages, stop_unlocked,
+};
+use crate::release::lock::{LockError, LockGuard, lock_key, lock_order};
+use crate::release::session::{PrepareError, ReleaseSettings, take_lock};
 use crate::report::progress::{Progress, Stage};
 use crate::report::{Failure, Report, TargetOutcome, TargetReport};
 use crate::stages::plan::{Step, steps};
@@ -22,36 +26,23 @@ use crate::stages::plan::{Step, steps};
 /// order. First the preflight of every target (connect, discover the kinds), all before any
 /// target writes; under `rollback-all` a target failing it stops the run there, the others
 /// `skipped`: nothing was written, so the fleet stays on one version with nothing to roll
-/// back. Then each target runs its own stages in its own task, and at a fleet stage every
-/// target waits for the others, the script runs once, then they go on.
+/// back. Then every target's lock is taken in the one global lock order ([`take_locks`]), so
+/// nothing is written anywhere before all locks are held. Then each target runs its own
+/// stages in its own task, and at a fleet stage every target waits for the others, the
+/// script runs once, then they go on.
 pub async fn run_targets(
     plan: Arc<Plan>,
     cancel: CancellationToken,
     progress: Progress,
 ) -> Vec<TargetRun> {
     let concurrency = plan.config.concurrency.max(1);
-    let checks: Vec<(String, TargetTask)> = plan
-        .config
-        .targets
-        .iter()
-        .map(|target| {
-            let (plan, cancel, progress) = (plan.clone(), cancel.clone(), progress.clone());
-            let (target, name) = (target.clone(), target.name.clone());
-            let task: TargetTask = Box::pin(async move {
-                if cancel.is_cancelled() {
-                    return skipped(
-                        &target,
-                        TargetOutcome::Cancelled,
-                        "cancelled before it started",
-                    );
-                }
-                preflight(&plan, &target, &cancel, &progress).await
-            });
-            (name, task)
-        })
-        .collect();
-    let mut checked = run_all(checks, concurrency, &progress).await;
-    if let Some(reason) = preflight_stop(plan.config.on_failure, &checked) {
+    let mut checked = preflight_all(&plan, &cancel, &progress).await;
+    // A dry run writes nothing, so nothing needs to stay on one version: every reachable
+    // target is still planned.
+    let stop = (!plan.options.dry_run)
+        .then(|| preflight_stop(plan.config.on_failure, &checked))
+        .flatten();
+    if let Some(reason) = stop {
         for run in checked.iter_mut().filter(|r| !r.done) {
             run.report.message = Some(reason.clone());
             finish(run, &progress, TargetOutcome::Skipped);
@@ -65,18 +56,51 @@ pub async fn run_targets(
         match step {
             Step::Targets(stages) => {
                 let stages = Arc::new(stages);
-                // The first target step takes the lock and opens the record first.
+                // The first target step takes every lock (in the global order) and opens
+                // the records first.
                 let first = !std::mem::replace(&mut locked, true);
+                let locks: Vec<Result<Option<HeldLock>, Box<LockRefusal>>> =
+                    if !first || plan.options.dry_run {
+                        runs.iter().map(|_| Ok(None)).collect()
+                    } else {
+                        for run in runs.iter_mut().filter(|r| !r.done) {
+                            run.clock.start("lock");
+                        }
+                        take_locks(&plan, &runs, &cancel).await
+                    };
                 let tasks: Vec<(String, TargetTask)> = std::mem::take(&mut runs)
                     .into_iter()
-                    .map(|mut run| {
+                    .zip(locks)
+                    .map(|(mut run, lock)| {
                         let (plan, cancel, progress) =
                             (plan.clone(), cancel.clone(), progress.clone());
                         let stages = stages.clone();
                         let name = run.target.name.clone();
                         let task: TargetTask = Box::pin(async move {
+                            if run.done {
+                                return run;
+                            }
                             if first {
-                                run_target(&plan, &mut run, &cancel, &progress, &stages).await;
+                                let lock = match lock {
+                                    Ok(Some((lock, notes))) => {
+                                        run.report.warnings.extend(notes);
+                                        Some(lock)
+                                    }
+                                    Ok(None) => None,
+                                    Err(refusal) => {
+                                        let LockRefusal {
+                                            outcome,
+                                            failure,
+                                            message,
+                                        } = *refusal;
+                                        stop_unlocked(
+                                            &mut run, &progress, outcome, failure, message,
+                                        );
+                                        return run;
+                                    }
+                                };
+                                deploy_target(&plan, &mut run, lock, &stages, &cancel, &progress)
+                                    .await;
                             } else {
                                 run_stages(&plan, &mut run, &stages, &cancel, &progress).await;
                             }
@@ -137,6 +161,173 @@ pub fn preflight_stop(policy: FailurePolicy, checked: &[TargetRun]) -> Option<St
 }
 
 type TargetTask = std::pin::Pin<Box<dyn std::future::Future<Output = TargetRun> + Send>>;
+
+/// The preflight of every target at once (connect, discover: no write); a run that failed
+/// there is `done`.
+async fn preflight_all(
+    plan: &Arc<Plan>,
+    cancel: &CancellationToken,
+    progress: &Progress,
+) -> Vec<TargetRun> {
+    let tasks: Vec<(String, TargetTask)> = plan
+        .config
+        .targets
+        .iter()
+        .map(|target| {
+            let (plan, cancel, progress) = (plan.clone(), cancel.clone(), progress.clone());
+            let name = target.name.clone();
+            let target = target.clone();
+            let task: TargetTask = Box::pin(async move {
+                if cancel.is_cancelled() {
+                    return skipped(
+                        &target,
+                        TargetOutcome::Cancelled,
+                        "cancelled before it started",
+                    );
+                }
+                preflight(&plan, &target, &cancel, &progress).await
+            });
+            (name, task)
+        })
+        .collect();
+    run_all(tasks, plan.config.concurrency.max(1), progress).await
+}
+
+/// A lock taken, with the notes for the report (a lease taken over).
+type HeldLock = (LockGuard, Vec<String>);
+
+/// Why a reached target does not go on to deploy.
+pub struct LockRefusal {
+    outcome: TargetOutcome,
+    failure: Option<Failure>,
+    message: Option<String>,
+}
+
+/// Takes the lock of every reached target before anything is written anywhere, one Lease at
+/// a time in the one global order ([`lock_order`]: by cluster server, then namespace), all
+/// within one lock timeout. Waiting for a held Lease, a run holds only Leases earlier in
+/// that order, which the holder, having passed them, never waits for: two runs over the
+/// same clusters can therefore never wait for each other in a cycle (the deadlock in which
+/// both timed out and rolled back). When one lock cannot be taken in time the run deploys
+/// nothing: it releases what it holds and every target reports why, so a run never rolls
+/// back targets another run is deploying.
+async fn take_locks(
+    plan: &Plan,
+    reached: &[TargetRun],
+    cancel: &CancellationToken,
+) -> Vec<Result<Option<HeldLock>, Box<LockRefusal>>> {
+    let mut locks: Vec<Option<Result<Option<HeldLock>, Box<LockRefusal>>>> =
+        reached.iter().map(|_| None).collect();
+    let candidates: Vec<usize> = (0..reached.len())
+        .filter(|i| !reached[*i].done && reached[*i].access.is_some())
+        .collect();
+    let keys: Vec<(String, String)> = candidates
+        .iter()
+        .filter_map(|i| {
+            let run = &reached[*i];
+            let access = run.access.as_ref()?;
+            let namespace = plan
+                .config
+                .history_namespace(&run.target, &access.context_namespace);
+            Some(lock_key(&access.server, &namespace))
+        })
+        .collect();
+    let timeout = ReleaseSettings::from_config(&plan.config).lock_timeout;
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut abort: Option<(TargetOutcome, String)> = None;
+    let mut previous: Option<usize> = None;
+    for position in lock_order(&keys) {
+        let i = candidates[position];
+        let run = &reached[i];
+        let Some(access) = run.access.as_ref() else {
+            continue;
+        };
+        let target = &run.target;
+        // Validation refuses such configs; a kubeconfig read differently at run time must
+        // still not make a run wait for its own Lease.
+        if let Some(before) = previous.filter(|p| keys[*p] == keys[position]) {
+            let e = LockError::SameLease {
+                first: reached[candidates[before]].target.name.clone(),
+                second: target.name.clone(),
+                lease: crate::release::lock::lease_name(&plan.config.app),
+                namespace: keys[position].1.clone(),
+                server: access.server.clone(),
+            };
+            locks[i] = Some(Err(Box::new(LockRefusal {
+                outcome: TargetOutcome::Failed,
+                failure: Some(PrepareError::Lock(e).failure(&access.server)),
+                message: None,
+            })));
+            continue;
+        }
+        previous = Some(position);
+        if let Some((outcome, why)) = &abort {
+            locks[i] = Some(Err(Box::new(LockRefusal {
+                outcome: *outcome,
+                failure: None,
+                message: Some(why.clone()),
+            })));
+            continue;
+        }
+        let span = tracing::error_span!("target", target = %target.name);
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let env = |k: &str| plan.env(k);
+        let taken = take_lock(&plan.config, target, access, left, &env, cancel)
+            .instrument(span)
+            .await;
+        locks[i] = Some(match taken {
+            Ok((guard, notes)) => Ok(Some((guard, notes))),
+            Err(PrepareError::Cancelled) => {
+                abort = Some((
+                    TargetOutcome::Cancelled,
+                    "cancelled while waiting for the locks".into(),
+                ));
+                Err(Box::new(LockRefusal {
+                    outcome: TargetOutcome::Cancelled,
+                    failure: None,
+                    message: Some("cancelled while waiting for its lock".into()),
+                }))
+            }
+            Err(e) => {
+                let failure = e.failure(&access.server);
+                tracing::info!("{e}");
+                if matches!(e, PrepareError::Lock(LockError::Timeout { .. })) {
+                    abort = Some((
+                        TargetOutcome::Skipped,
+                        format!(
+                            "not deployed: the lock of target {} could not be taken in time (see there); a run takes every target's lock before its first write, so it deployed nowhere",
+                            target.name
+                        ),
+                    ));
+                }
+                Err(Box::new(LockRefusal {
+                    outcome: TargetOutcome::Failed,
+                    failure: Some(failure),
+                    message: None,
+                }))
+            }
+        });
+    }
+    // A run that gives up deploys nowhere: the locks it took go back, for the other run.
+    if let Some((outcome, why)) = &abort {
+        for slot in locks.iter_mut() {
+            if let Some(Ok(Some(_))) = slot {
+                if let Some(Ok(Some((guard, _)))) = slot.take() {
+                    let _ = guard.release().await;
+                }
+                *slot = Some(Err(Box::new(LockRefusal {
+                    outcome: *outcome,
+                    failure: None,
+                    message: Some(why.clone()),
+                })));
+            }
+        }
+    }
+    locks
+        .into_iter()
+        .map(|slot| slot.unwrap_or(Ok(None)))
+        .collect()
+}
 
 /// Runs one task per target, at most `concurrency` at once, each in its own tokio task inside
 /// the span `target=<name>`; results in the order given.

@@ -2,13 +2,14 @@
 //! record, server-side apply without pruning, wait, finish the record. Used by the automatic
 //! rollback and by `rollguard rollback`.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, FailFastConfig, SecretsPolicy};
-use crate::kube::apply::{ApplyOptions, MAX_IN_FLIGHT, apply_failures, apply_set};
+use crate::kube::apply::{AppliedObject, ApplyOptions, MAX_IN_FLIGHT, apply_failures, apply_set};
 use crate::kube::connect::{ClusterAccess, describe_error};
 use crate::kube::wait::{WaitFailure, WaitOptions, wait_for_rollout};
 use crate::manifests::{ManifestObject, ManifestSet, Origin};
@@ -128,10 +129,40 @@ pub fn manifest_set_from_bodies(bodies: &[serde_json::Value], source: &str) -> M
                     line: i + 1,
                 },
                 body: body.clone(),
+                source: None,
             })
         })
         .collect();
     ManifestSet { objects }
+}
+
+/// What an unfinished rollback did: "re-applied: ConfigMap web-config; not re-applied:
+/// Deployment web" (by kind and name, in apply order).
+pub fn rollback_progress(set: &ManifestSet, applied: &[AppliedObject]) -> String {
+    let sent: HashSet<(&str, &str)> = applied
+        .iter()
+        .map(|a| (a.resource.kind.as_str(), a.name.as_str()))
+        .collect();
+    let (done, left): (Vec<&ManifestObject>, Vec<&ManifestObject>) = set
+        .objects
+        .iter()
+        .partition(|o| sent.contains(&(o.kind.as_str(), o.name.as_str())));
+    let names = |objects: &[&ManifestObject]| {
+        if objects.is_empty() {
+            "nothing".to_string()
+        } else {
+            objects
+                .iter()
+                .map(|o| format!("{} {}", o.kind, o.name))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    };
+    format!(
+        "re-applied: {}; not re-applied: {}",
+        names(&done),
+        names(&left)
+    )
 }
 
 /// One re-apply of stored (or rebuilt) manifests as a new revision on one target.
@@ -152,6 +183,10 @@ pub struct ReApply<'a> {
     pub cancelled: bool,
     /// Stops the apply and the wait early (a late signal); the rollback then counts as sent.
     pub stop: CancellationToken,
+    /// Fires when the target's lock is lost: the record is then left to the new holder.
+    pub lost: CancellationToken,
+    /// The app's field manager.
+    pub field_manager: String,
     /// `--force-conflicts` of the run.
     pub force_conflicts: bool,
     pub fail_fast: FailFastConfig,
@@ -196,6 +231,7 @@ impl ReApply<'_> {
         let revision = record.revision;
         let set = manifest_set_from_bodies(&self.bodies, to);
         let options = ApplyOptions {
+            field_manager: self.field_manager.clone(),
             force: self.force_conflicts,
             dry_run: false,
             default_namespace: self.default_namespace.clone(),
@@ -207,16 +243,25 @@ impl ReApply<'_> {
         let keep_going = self.stop.clone();
         let applied = apply_set(&access.client, &set, &options, &keep_going, &|_, _| {}).await;
         let outcome = match &applied.result {
-            Err(e) => Err((
-                format!(
-                    "rollback to {to}: {}",
-                    apply_failures(e, &access.server)
-                        .first()
-                        .map(Failure::headline)
-                        .unwrap_or_else(|| e.to_string())
-                ),
-                false,
-            )),
+            Err(e) => {
+                let why = apply_failures(e, &access.server)
+                    .first()
+                    .map(Failure::headline)
+                    .unwrap_or_else(|| {
+                        if self.stop.is_cancelled() {
+                            "stopped: its time ran out".to_string()
+                        } else {
+                            e.to_string()
+                        }
+                    });
+                Err((
+                    format!(
+                        "rollback to {to}: {why}; {}",
+                        rollback_progress(&set, &applied.applied)
+                    ),
+                    false,
+                ))
+            }
             Ok(()) => {
                 let wait = WaitOptions {
                     deadline: self.deadline,
@@ -252,6 +297,14 @@ impl ReApply<'_> {
                 }
             }
         };
+        if self.lost.is_cancelled() {
+            return Err((
+                format!(
+                    "rollback to {to} stopped: the lock was lost; its record v{revision} is left to the new holder"
+                ),
+                false,
+            ));
+        }
         let objects = Some(applied.applied.iter().map(applied_ref).collect());
         let (status, reason) = match &outcome {
             Ok(()) => (ReleaseStatus::Deployed, None),

@@ -1,6 +1,8 @@
-//! One target: connect -> discover/validate -> lock + record, then its stages of the
-//! pipeline (apply + wait, target scripts), into a `TargetReport`. Fleet stages, which every
-//! target reaches first, are run by `fleet.rs` between calls of [`run_stages`].
+//! One target: connect -> discover/validate ([`preflight`], no write); then, once the
+//! fleet took every target's lock in its one global order, record + its stages of the
+//! pipeline (apply + wait, target scripts) ([`deploy_target`]), into a `TargetReport`. Fleet
+//! stages, which every target reaches first, are run by `fleet.rs` between calls of
+//! [`run_stages`].
 
 use std::time::Duration;
 
@@ -12,11 +14,12 @@ use crate::config::{PipelineStage, ScriptStage, TargetConfig};
 use crate::engine::plan::Plan;
 use crate::kube::apply::{
     AppliedObject, ApplyError, ApplyOptions, MAX_IN_FLIGHT, Resolution, apply_failures,
-    apply_resolved, resolve_set,
+    apply_resolved, field_manager, resolve_set,
 };
 use crate::kube::connect::{ClusterAccess, connect, target_failure};
 use crate::kube::wait::{WaitFailure, WaitOptions, wait_for_rollout};
-use crate::release::session::{PrepareError, TargetRelease, prepare};
+use crate::release::lock::LockGuard;
+use crate::release::session::{PrepareError, TargetRelease, open_records};
 use crate::report::progress::{Progress, Stage};
 use crate::report::{Failure, PhaseTiming, TargetOutcome, TargetReport};
 use crate::report::{StageOutcome, StageResult};
@@ -109,10 +112,11 @@ fn round_ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1000.0).round() / 1000.0
 }
 
-/// The first round trip of a target: connect and discover the kinds the manifests use.
-/// Every target passes this before any target writes (see `fleet.rs`); a target that does
-/// not is `done` (failed, or cancelled). Never panics on cluster errors: every problem ends
-/// in the report.
+/// The first round trip of a target: connect, then discover and check that the target
+/// serves every kind, with no write. Every target passes this before any target writes (see
+/// `fleet.rs`); a target that does not is `done` (failed, or cancelled). A run that is not
+/// `done` afterwards waits for the fleet's lock step, then goes on with [`deploy_target`].
+/// Never panics on cluster errors: every problem ends in the report.
 pub async fn preflight(
     plan: &Plan,
     target: &TargetConfig,
@@ -124,22 +128,36 @@ pub async fn preflight(
     run
 }
 
-/// After every target's preflight: the lock and record, then `stages` (indices into the
-/// pipeline), up to the first fleet stage. A run that is not `done` afterwards goes on with
-/// [`run_stages`].
-pub async fn run_target(
+/// The rest of a preflighted target's run up to its first fleet stage, with its lock held
+/// (None in a dry run): the release record, then `stages` (indices into the pipeline). A run
+/// that is not `done` afterwards goes on with [`run_stages`].
+pub async fn deploy_target(
     plan: &Plan,
     run: &mut TargetRun,
+    lock: Option<LockGuard>,
+    stages: &[usize],
     cancel: &CancellationToken,
     progress: &Progress,
-    stages: &[usize],
 ) {
-    if run.done {
-        return;
+    if let Some(lock) = lock {
+        open(plan, run, lock, progress).await;
     }
-    lock_and_record(plan, run, cancel, progress).await;
-    crate::util::test_panic_point("target");
+    crate::util::fault::test_panic_point("target");
     run_stages(plan, run, stages, cancel, progress).await;
+}
+
+/// The target did not get its lock (or was stopped before it): it ends here, with nothing
+/// written by this run.
+pub fn stop_unlocked(
+    run: &mut TargetRun,
+    progress: &Progress,
+    outcome: TargetOutcome,
+    failure: Option<Failure>,
+    message: Option<String>,
+) {
+    run.report.failures.extend(failure);
+    run.report.message = message;
+    finish(run, progress, outcome);
 }
 
 async fn connect_and_discover(
@@ -188,62 +206,74 @@ async fn connect_and_discover(
             return finish(run, progress, TargetOutcome::Failed);
         }
     };
+    // The fleet takes the locks next, in its one global order (none in a dry run).
     run.clock.stop();
 }
 
-/// The lock, abandoned records, the last good record, this run's pending record.
-async fn lock_and_record(
-    plan: &Plan,
-    run: &mut TargetRun,
-    cancel: &CancellationToken,
-    progress: &Progress,
-) {
-    let target = run.target.clone();
-    let env = |k: &str| plan.env(k);
+/// With the lock held: abandoned records, the last good record, this run's pending record.
+async fn open(plan: &Plan, run: &mut TargetRun, lock: LockGuard, progress: &Progress) {
     let Some(access) = run.access.clone() else {
         return;
     };
-    if !plan.options.dry_run {
-        run.clock.start("lock");
-        let history_namespace = plan
-            .config
-            .history_namespace(&target, &access.context_namespace);
-        let default_namespace = plan
-            .config
-            .default_namespace(&target, &access.context_namespace);
-        let prepared = match plan.recorded_manifests(&history_namespace, &default_namespace) {
-            Ok(manifests) => {
-                let commit = plan.commit.as_ref();
-                prepare(
-                    &plan.config,
-                    &target,
-                    &access,
-                    &manifests,
-                    commit,
-                    &env,
-                    cancel,
-                )
-                .await
-            }
-            Err(e) => Err(PrepareError::History(e)),
-        };
-        match prepared {
-            Ok((release, notes)) => {
-                run.report.revision = Some(release.record.revision);
-                run.report.warnings.extend(notes);
-                run.release = Some(release);
-            }
-            Err(PrepareError::Cancelled) => {
-                return finish(run, progress, TargetOutcome::Cancelled);
-            }
-            Err(e) => {
-                tracing::info!("{e}");
-                run.report.failures.push(e.failure(&access.server));
-                return finish(run, progress, TargetOutcome::Failed);
-            }
+    let target = run.target.clone();
+    let env = |k: &str| plan.env(k);
+    // Secrets of other namespaces are recorded by digest (history.secrets: digest): which
+    // ones those are depends on this target's history and default namespaces.
+    let history_namespace = plan
+        .config
+        .history_namespace(&target, &access.context_namespace);
+    let default_namespace = plan
+        .config
+        .default_namespace(&target, &access.context_namespace);
+    let opened = match plan.recorded_manifests(&history_namespace, &default_namespace) {
+        Ok(manifests) => {
+            open_records(
+                &plan.config,
+                &target,
+                &access,
+                lock,
+                &manifests,
+                plan.commit.as_ref(),
+                &env,
+            )
+            .await
+        }
+        Err(e) => {
+            let _ = lock.release().await;
+            Err(PrepareError::History(e))
+        }
+    };
+    match opened {
+        Ok((release, notes)) => {
+            run.report.revision = Some(release.record.revision);
+            run.report.warnings.extend(notes);
+            run.release = Some(release);
+        }
+        Err(e) => {
+            tracing::info!("{e}");
+            run.report.failures.push(e.failure(&access.server));
+            return finish(run, progress, TargetOutcome::Failed);
         }
     }
     run.clock.stop();
+}
+
+/// The failure of a target whose lock was lost: it stopped at once, and nothing more was
+/// written for it (no apply, no rollback, no record).
+pub fn lock_lost_failure(why: &str) -> Failure {
+    Failure {
+        object: "lock".into(),
+        reason: "LockLost".into(),
+        message: format!(
+            "{why}. rollguard stopped this target at once: nothing more was applied, nothing rolled back and no record written, so the new holder's deploy stands"
+        ),
+        ..Default::default()
+    }
+}
+
+/// Why the run no longer holds its target's lock, when it lost it.
+fn lock_lost(run: &TargetRun) -> Option<String> {
+    run.release.as_ref().and_then(TargetRelease::lock_lost)
 }
 
 /// Runs the target-scoped `stages` (indices into the pipeline) of a run that is not done.
@@ -290,6 +320,26 @@ async fn apply_and_wait(
     // does not count.
     let deadline = Instant::now() + plan.config.wait.timeout;
 
+    // Losing the lock stops this target's apply and wait at once, like a cancel.
+    let stop = cancel.child_token();
+    let lost = run
+        .release
+        .as_ref()
+        .map(TargetRelease::lost_token)
+        .unwrap_or_default();
+    tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            tokio::select! {
+                _ = lost.cancelled() => stop.cancel(),
+                _ = stop.cancelled() => {}
+            }
+        }
+    });
+    // Ends the task above when this stage returns.
+    let _end = stop.clone().drop_guard();
+    let cancel = &stop;
+
     run.clock.start("apply");
     progress.update(
         &name,
@@ -306,6 +356,7 @@ async fn apply_and_wait(
                 .config
                 .default_namespace(&target, &access.context_namespace),
             force: plan.options.force_conflicts,
+            field_manager: field_manager(&plan.config.app),
             max_in_flight: MAX_IN_FLIGHT,
             deadline,
             before_label: "live".into(),
@@ -334,6 +385,7 @@ async fn apply_and_wait(
         return;
     }
     let options = ApplyOptions {
+        field_manager: field_manager(&plan.config.app),
         force: plan.options.force_conflicts,
         dry_run: false,
         default_namespace: plan
@@ -356,6 +408,10 @@ async fn apply_and_wait(
     run.received_new_revision = !outcome.applied.is_empty();
     run.report.warnings.extend(outcome.warnings);
     run.applied = outcome.applied;
+    if let Some(why) = lock_lost(run) {
+        run.report.failures = vec![lock_lost_failure(&why)];
+        return finish(run, progress, TargetOutcome::Failed);
+    }
     if let Err(e) = outcome.result {
         if matches!(e, ApplyError::Cancelled) {
             return finish(run, progress, TargetOutcome::Cancelled);
@@ -383,6 +439,10 @@ async fn apply_and_wait(
     .await;
     run.report.warnings.extend(waited.warnings);
     run.clock.stop();
+    if let Some(why) = lock_lost(run) {
+        run.report.failures = vec![lock_lost_failure(&why)];
+        return finish(run, progress, TargetOutcome::Failed);
+    }
     match waited.result {
         Ok(()) => {}
         Err(WaitFailure::Cancelled) => finish(run, progress, TargetOutcome::Cancelled),

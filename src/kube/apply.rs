@@ -6,6 +6,7 @@
 //! in order; within a phase up to `max_in_flight` requests are in flight.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -22,12 +23,30 @@ use crate::kube::retry::{RetryBudget, RetryError, with_retry};
 use crate::manifests::{ManifestObject, ManifestSet};
 use crate::report::Failure;
 
-/// The field manager of every apply rollguard makes.
-pub const FIELD_MANAGER: &str = "rollguard";
+/// The field manager every app shared before managers were per app. Objects it still owns
+/// are taken over once, on purpose, by the app's own manager ([`field_manager`]).
+pub const LEGACY_FIELD_MANAGER: &str = "rollguard";
+
+/// The field manager of an app's applies: `rollguard-<app>`. Per app, so that two apps that
+/// declare the same object meet as a Conflict instead of silently taking each other's fields.
+pub fn field_manager(app: &str) -> String {
+    format!("{LEGACY_FIELD_MANAGER}-{app}")
+}
+
+/// Who a field manager is, in words: `app web (field manager "rollguard-web")`.
+pub fn describe_manager(manager: &str) -> String {
+    let bare = manager.trim_matches('"');
+    match bare.strip_prefix("rollguard-") {
+        Some(app) if !app.is_empty() => format!("app {app} (field manager \"{bare}\")"),
+        _ => format!("\"{bare}\""),
+    }
+}
 
 /// How to apply.
 #[derive(Debug, Clone)]
 pub struct ApplyOptions {
+    /// The field manager ([`field_manager`] of the app).
+    pub field_manager: String,
     /// Take ownership of fields another manager owns (`--force-conflicts`).
     pub force: bool,
     /// `dryRun=All`: the server answers with the would-be objects and stores nothing.
@@ -52,6 +71,8 @@ pub struct AppliedObject {
     /// run). `None` when it was already healthy: nothing is left to watch, and with many
     /// objects on many targets the bodies are most of the memory.
     pub response: Option<Value>,
+    /// Something the report should say about this object (a field-manager takeover).
+    pub note: Option<String>,
 }
 
 /// Why one object could not be applied.
@@ -231,7 +252,7 @@ pub fn conflict_fields(status: &kube::core::Status) -> Vec<String> {
             if owner.is_empty() {
                 c.field.clone()
             } else {
-                format!("{} (owned by {owner})", c.field)
+                format!("{} (owned by {})", c.field, describe_manager(owner))
             }
         })
         .collect()
@@ -239,6 +260,8 @@ pub fn conflict_fields(status: &kube::core::Status) -> Vec<String> {
 
 /// A failed apply of one object, in words.
 pub fn describe_apply_error(obj: &ManifestObject, err: &kube::Error) -> ObjectFailure {
+    // A refused field is named where it is written, not where its object starts.
+    let mut origin = obj.origin.clone();
     let (reason, message) = match err {
         kube::Error::Api(status) if status.code == 409 && status.reason == "Conflict" => {
             let fields = conflict_fields(status);
@@ -254,8 +277,17 @@ pub fn describe_apply_error(obj: &ManifestObject, err: &kube::Error) -> ObjectFa
                 ),
             )
         }
+        kube::Error::Api(_) if crate::kube::retry::rate_limited(err).is_some() => (
+            "RateLimited".to_string(),
+            crate::kube::retry::rate_limited_message(
+                crate::kube::retry::rate_limited(err).unwrap_or_default(),
+            ),
+        ),
         kube::Error::Api(status) if !undeclared_fields(&status.message).is_empty() => {
             let paths = undeclared_fields(&status.message);
+            if let Some(first) = paths.first() {
+                origin = obj.field_origin(first);
+            }
             let (what, fix, them) = match paths.as_slice() {
                 [one] => (
                     format!("{one} is not a field"),
@@ -285,6 +317,26 @@ pub fn describe_apply_error(obj: &ManifestObject, err: &kube::Error) -> ObjectFa
                 ),
             )
         }
+        kube::Error::Api(status)
+            if status
+                .message
+                .contains(crate::kube::retry::TYPED_PATCH_FAILED) =>
+        {
+            // `failed to create typed patch object (ns/name; v, Kind=K): .spec.replicas:
+            // expected numeric (int or float), got string`: the field and why, without the
+            // object (the failure names it).
+            let why = status
+                .message
+                .split_once("): ")
+                .map_or(status.message.as_str(), |(_, why)| why);
+            (
+                "InvalidField".to_string(),
+                format!(
+                    "{why} in {} {}: fix the value's type in the manifest (quote strings, not numbers)",
+                    obj.api_version, obj.kind
+                ),
+            )
+        }
         kube::Error::Api(status) => (
             if status.reason.is_empty() {
                 format!("HTTP{}", status.code)
@@ -296,6 +348,15 @@ pub fn describe_apply_error(obj: &ManifestObject, err: &kube::Error) -> ObjectFa
                 status.code, status.message
             ),
         ),
+        other if crate::kube::retry::io_error_kind(other) == Some(std::io::ErrorKind::TimedOut) => {
+            (
+                "Timeout".to_string(),
+                format!(
+                    "sent, but no answer came before the deadline, so whether the server applied it is unknown ({})",
+                    crate::kube::retry::error_chain_text(other)
+                ),
+            )
+        }
         other => (
             "Unreachable".to_string(),
             crate::kube::retry::error_chain_text(other),
@@ -303,7 +364,7 @@ pub fn describe_apply_error(obj: &ManifestObject, err: &kube::Error) -> ObjectFa
     };
     ObjectFailure {
         object: obj.display_name(),
-        origin: obj.origin.to_string(),
+        origin: origin.to_string(),
         reason,
         message,
     }
@@ -603,10 +664,12 @@ async fn apply_phases(
             match ensure_namespace(client, ns, &budget, cancel).await {
                 Ok(()) => {}
                 Err((_, RetryError::Cancelled)) => return Err(ApplyError::Cancelled),
-                Err((_, RetryError::Api(source))) => {
+                Err((step, e)) => {
                     return Err(ApplyError::Namespace {
                         name: ns.clone(),
-                        source,
+                        source: e.into_kube().unwrap_or_else(|| {
+                            crate::kube::retry::timeout_error(step, Duration::ZERO)
+                        }),
                     });
                 }
             }
@@ -615,9 +678,24 @@ async fn apply_phases(
 
     let total = set.objects.len();
     let mut done = 0usize;
-    for phase in set.phases() {
+    let phases = set.phases();
+    let unsent = |kinds: &HashMap<(String, String), Resolved>, o: &ManifestObject| {
+        let namespaced = kinds.get(&kind_key(o)).is_none_or(|r| r.namespaced);
+        let ns = effective_namespace(o, namespaced, &options.default_namespace);
+        not_applied(display_of(o, ns.as_deref()), o)
+    };
+    for (index, phase) in phases.iter().enumerate() {
         if cancel.is_cancelled() {
             return Err(ApplyError::Cancelled);
+        }
+        // Past the deadline nothing more is sent: every object left is reported as such.
+        if Instant::now() >= options.deadline {
+            let left = phases[index..]
+                .iter()
+                .flat_map(|p| p.objects.iter())
+                .map(|o| unsent(&kinds, o))
+                .collect::<Vec<_>>();
+            return Err(ApplyError::Objects(left));
         }
         // Kinds served by CRDs of an earlier phase are discovered now.
         if phase
@@ -674,7 +752,10 @@ async fn apply_phases(
         let mut failures = Vec::new();
         for r in results {
             match r {
-                Ok(a) => applied.push(a),
+                Ok(mut a) => {
+                    warnings.extend(a.note.take());
+                    applied.push(a);
+                }
                 // A dry run creates no namespace, so objects in a namespace of this set
                 // (or one rollguard would create) cannot be checked: the server says 404.
                 Err(f) if options.dry_run && is_missing_namespace(&f) => {
@@ -684,6 +765,15 @@ async fn apply_phases(
             }
         }
         if !failures.is_empty() {
+            // When the deadline stopped this phase, the later phases were never sent either.
+            if failures.iter().any(|f| f.reason == NOT_APPLIED) {
+                failures.extend(
+                    phases[index + 1..]
+                        .iter()
+                        .flat_map(|p| p.objects.iter())
+                        .map(|o| unsent(&kinds, o)),
+                );
+            }
             return Err(ApplyError::Objects(failures));
         }
         if !options.dry_run {
@@ -699,6 +789,54 @@ async fn apply_phases(
     Ok(())
 }
 
+/// The reason of an object the deadline kept from being sent.
+pub const NOT_APPLIED: &str = "NotApplied";
+
+/// An object that was never sent, because the deadline had passed.
+pub(crate) fn not_applied(display: String, obj: &ManifestObject) -> ObjectFailure {
+    ObjectFailure {
+        object: display,
+        origin: obj.origin.to_string(),
+        reason: NOT_APPLIED.into(),
+        message: "not applied (deadline): the target's deadline passed before it was sent".into(),
+    }
+}
+
+/// How an object is named in reports: "Deployment shop/web".
+fn display_of(obj: &ManifestObject, namespace: Option<&str>) -> String {
+    match namespace {
+        Some(ns) => format!("{} {}/{}", obj.kind, ns, obj.name),
+        None => format!("{} {}", obj.kind, obj.name),
+    }
+}
+
+/// True when every conflicting field of a 409 is owned by the old shared manager only: the
+/// app's own earlier applies, which its manager takes over on purpose.
+fn conflicts_only_with_legacy(err: &kube::Error) -> bool {
+    let kube::Error::Api(status) = err else {
+        return false;
+    };
+    let Some(details) = status.details.as_ref().filter(|_| status.code == 409) else {
+        return false;
+    };
+    let legacy = format!("conflict with \"{LEGACY_FIELD_MANAGER}\"");
+    !details.causes.is_empty()
+        && details.causes.iter().all(|c| {
+            c.message.trim() == legacy
+                || c.message.trim() == format!("conflict with {LEGACY_FIELD_MANAGER}")
+        })
+}
+
+/// True when the object's managedFields still hold an apply of the old shared manager.
+fn owned_by_legacy(obj: &DynamicObject) -> bool {
+    obj.metadata.managed_fields.as_ref().is_some_and(|entries| {
+        entries.iter().any(|e| {
+            e.manager.as_deref() == Some(LEGACY_FIELD_MANAGER)
+                && e.operation.as_deref() == Some("Apply")
+        })
+    })
+}
+
 async fn apply_one(
     client: &Client,
     obj: &ManifestObject,
@@ -708,22 +846,55 @@ async fn apply_one(
     cancel: &CancellationToken,
 ) -> Result<AppliedObject, ObjectFailure> {
     let namespace = effective_namespace(obj, resolved.namespaced, &options.default_namespace);
+    let display = display_of(obj, namespace.as_deref());
+    if Instant::now() >= options.deadline {
+        return Err(not_applied(display, obj));
+    }
     let body = prepare_body(&obj.body, namespace.as_deref());
     let api = dynamic_api(client, &resolved, namespace.as_deref());
-    let mut params = PatchParams::apply(FIELD_MANAGER);
+    let mut params = PatchParams::apply(&options.field_manager);
     params.force = options.force;
     params.dry_run = options.dry_run;
     let started = Instant::now();
     let patch = Patch::Apply(&body);
-    let result = with_retry("apply", budget, cancel, || {
+    let mut result = with_retry("apply", budget, cancel, || {
         api.patch(&obj.name, &params, &patch)
     })
     .await;
+    let mut note = None;
+    // Fields the old shared manager holds with other values are this app's own earlier
+    // applies: taken over once, on purpose, and said in the report.
+    if let Err(RetryError::Api(err)) = &result
+        && options.field_manager != LEGACY_FIELD_MANAGER
+        && !options.force
+        && conflicts_only_with_legacy(err)
+    {
+        let mut forced = params.clone();
+        forced.force = true;
+        result = with_retry("apply", budget, cancel, || {
+            api.patch(&obj.name, &forced, &patch)
+        })
+        .await;
+    }
+    if let Ok(returned) = &result
+        && !options.dry_run
+        && options.field_manager != LEGACY_FIELD_MANAGER
+        && owned_by_legacy(returned)
+    {
+        note = Some(
+            release_legacy(
+                &api,
+                obj,
+                &body,
+                budget,
+                cancel,
+                &display,
+                &options.field_manager,
+            )
+            .await,
+        );
+    }
     tracing::debug!(object = %obj.display_name(), ms = started.elapsed().as_millis() as u64, ok = result.is_ok(), "applied");
-    let display = match &namespace {
-        Some(ns) => format!("{} {}/{}", obj.kind, ns, obj.name),
-        None => format!("{} {}", obj.kind, obj.name),
-    };
     match result {
         Ok(returned) => Ok(AppliedObject {
             display,
@@ -735,6 +906,7 @@ async fn apply_one(
             resource: resolved.resource,
             name: obj.name.clone(),
             namespace,
+            note,
         }),
         Err(RetryError::Cancelled) => Err(ObjectFailure {
             object: display,
@@ -742,11 +914,49 @@ async fn apply_one(
             reason: "Cancelled".into(),
             message: "cancelled before it was applied".into(),
         }),
+        Err(RetryError::NotSent) => Err(not_applied(display, obj)),
         Err(RetryError::Api(err)) => {
             let mut failure = describe_apply_error(obj, &err);
             failure.object = display;
             Err(failure)
         }
+    }
+}
+
+/// Hands the old shared manager's fields to the app's manager: an apply by the old manager
+/// with no fields gives up all it owned (the app's manager co-owns every field it sends, so
+/// those stay; fields only the old manager held, from manifests no longer sent, go, as any
+/// apply would drop them). Returns the report's note.
+async fn release_legacy(
+    api: &Api<DynamicObject>,
+    obj: &ManifestObject,
+    body: &Value,
+    budget: &RetryBudget,
+    cancel: &CancellationToken,
+    display: &str,
+    manager: &str,
+) -> String {
+    let mut empty = serde_json::json!({
+        "apiVersion": body.get("apiVersion").cloned().unwrap_or(Value::Null),
+        "kind": body.get("kind").cloned().unwrap_or(Value::Null),
+        "metadata": {"name": obj.name},
+    });
+    if let Some(ns) = body.pointer("/metadata/namespace").cloned() {
+        empty["metadata"]["namespace"] = ns;
+    }
+    let params = PatchParams::apply(LEGACY_FIELD_MANAGER);
+    let patch = Patch::Apply(&empty);
+    match with_retry("release old field manager", budget, cancel, || {
+        api.patch(&obj.name, &params, &patch)
+    })
+    .await
+    {
+        Ok(_) => format!(
+            "{display}: took over the fields of the old shared field manager \"{LEGACY_FIELD_MANAGER}\" for \"{manager}\" (once; rollguard now applies with one field manager per app)"
+        ),
+        Err(e) => format!(
+            "{display}: could not hand the fields of the old shared field manager \"{LEGACY_FIELD_MANAGER}\" to \"{manager}\" ({e}); the next deploy tries again"
+        ),
     }
 }
 
@@ -823,6 +1033,7 @@ mod tests {
                 line: 3,
             },
             body,
+            source: None,
         }
     }
 
@@ -938,8 +1149,11 @@ mod tests {
         for (message, want) in cases {
             assert_eq!(undeclared_fields(message), want, "{message}");
         }
-        let shared =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/apiserver-recordings");
+        // The rest compares with what a real API server answered.
+        let Some(shared) = crate::util::shared::shared_for_test("undeclared_fields_table") else {
+            return;
+        };
+        let shared = shared.join("apiserver-recordings");
         let recorded = |name: &str| -> kube::core::Status {
             let text = std::fs::read_to_string(shared.join(name))
                 .unwrap_or_else(|e| panic!("recording {name}: {e}"));
@@ -980,11 +1194,114 @@ mod tests {
     }
 
     #[test]
-    fn conflicts_name_fields_and_owner() {
-        let text = std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../shared/apiserver-recordings/05-error-409-ssa-conflict-two-fields.json"),
+    fn managers_in_words() {
+        let cases = [
+            (
+                "\"rollguard-web\"",
+                "app web (field manager \"rollguard-web\")",
+            ),
+            ("rollguard-web", "app web (field manager \"rollguard-web\")"),
+            ("\"kubectl\"", "\"kubectl\""),
+            ("\"rollguard\"", "\"rollguard\""),
+        ];
+        for (manager, want) in cases {
+            assert_eq!(describe_manager(manager), want);
+        }
+        assert_eq!(field_manager("shop"), "rollguard-shop");
+    }
+
+    #[test]
+    fn typed_patch_and_rate_limit_failures_name_the_field() {
+        let obj = object("apps/v1", "Deployment", "web", Some("shop"), json!({}));
+        let typed = kube::Error::Api(Box::new(kube::core::Status {
+            code: 500,
+            message: "failed to create typed patch object (shop/web; apps/v1, Kind=Deployment): .spec.replicas: expected numeric (int or float), got string".into(),
+            ..Default::default()
+        }));
+        let f = describe_apply_error(&obj, &typed);
+        assert_eq!(f.reason, "InvalidField");
+        assert!(
+            f.message.starts_with(
+                ".spec.replicas: expected numeric (int or float), got string in apps/v1 Deployment"
+            ),
+            "{}",
+            f.message
         );
+        assert_eq!(f.origin, "k8s/x.yaml:3");
+    }
+
+    #[test]
+    fn conflicts_with_the_old_manager_only_are_taken_over() {
+        let conflict = |owners: &[&str]| {
+            let causes: Vec<Value> = owners
+                .iter()
+                .map(|o| json!({"reason": "FieldManagerConflict", "message": format!("conflict with \"{o}\""), "field": ".data.x"}))
+                .collect();
+            kube::Error::Api(Box::new(
+                serde_json::from_value(json!({"code": 409, "reason": "Conflict", "message": "Apply failed", "details": {"causes": causes}}))
+                    .expect("status"),
+            ))
+        };
+        assert!(conflicts_only_with_legacy(&conflict(&["rollguard"])));
+        assert!(conflicts_only_with_legacy(&conflict(&[
+            "rollguard",
+            "rollguard"
+        ])));
+        assert!(!conflicts_only_with_legacy(&conflict(&[
+            "rollguard",
+            "kubectl"
+        ])));
+        assert!(!conflicts_only_with_legacy(&conflict(&["rollguard-other"])));
+        assert!(!conflicts_only_with_legacy(&conflict(&[])));
+    }
+
+    #[test]
+    fn a_refused_field_is_named_at_its_own_line() {
+        let text = "\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+spec:
+  template:
+    spec:
+      containers:
+        - name: sidecar
+          image: busybox
+        - name: web
+          image: nginx
+          imagePullPolicyy: Always
+";
+        let objs =
+            crate::manifests::parse(text, std::path::Path::new("k8s/web.yaml")).expect("parses");
+        let status: kube::core::Status = serde_json::from_value(json!({
+            "code": 500, "reason": "InternalError",
+            "message": "failed to create typed patch object (shop/web; apps/v1, Kind=Deployment): .spec.template.spec.containers[name=\"web\"].imagePullPolicyy: field not declared in schema",
+        }))
+        .expect("status");
+        let failure = describe_apply_error(&objs[0], &kube::Error::Api(Box::new(status)));
+        assert_eq!(failure.reason, "FieldNotDeclared");
+        assert_eq!(failure.origin, "k8s/web.yaml:13");
+        // Without the source (a stored release), the object's first line.
+        let stored = ManifestObject {
+            source: None,
+            ..objs[0].clone()
+        };
+        let status: kube::core::Status = serde_json::from_value(json!({
+            "code": 500, "reason": "InternalError",
+            "message": ".spec.template.spec.containers[name=\"web\"].imagePullPolicyy: field not declared in schema",
+        }))
+        .expect("status");
+        let failure = describe_apply_error(&stored, &kube::Error::Api(Box::new(status)));
+        assert_eq!(failure.origin, "k8s/web.yaml:1");
+    }
+
+    #[test]
+    fn conflicts_name_fields_and_owner() {
+        // The recorded answer when shared/ is there, else the same answer written out.
+        let text = std::fs::read_to_string(crate::util::shared::shared_path(
+            "apiserver-recordings/05-error-409-ssa-conflict-two-fields.json",
+        ));
         let status: kube::core::Status = match text {
             Ok(t) => serde_json::from_str(&t).expect("recording parses"),
             Err(_) => serde_json::from_value(json!({

@@ -33,24 +33,7 @@ pub struct ClusterAccess {
     pub script_kubeconfig: Kubeconfig,
 }
 
-/// Why a target could not be reached, as it goes into the report.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{reason}: {message}")]
-pub struct TargetError {
-    /// A short machine-friendly reason: Kubeconfig, ContextNotFound, ConnectionRefused, DNS,
-    /// TLS, Unauthorized, Forbidden, Timeout, Unreachable, ApiError.
-    pub reason: String,
-    pub message: String,
-}
-
-impl TargetError {
-    fn new(reason: &str, message: impl Into<String>) -> Self {
-        TargetError {
-            reason: reason.to_string(),
-            message: message.into(),
-        }
-    }
-}
+pub use crate::kube::error::TargetError;
 
 /// How long a TCP + TLS connect may take before the attempt counts as failed.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -387,6 +370,45 @@ pub fn check_targets(
     }
 }
 
+/// Where a target points, read from its kubeconfig without touching the network (through
+/// [`resolve`]): the context's cluster server and namespace. For validation (two targets on
+/// one cluster and namespace), after [`check_targets`] has passed.
+pub fn locate_offline(
+    target: &TargetConfig,
+    cli_kubeconfig: Option<&Path>,
+    base_dir: &Path,
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> Result<(String, Option<String>), TargetError> {
+    let resolved = resolve(target, cli_kubeconfig, base_dir, env)?;
+    // resolve() checked that the context, its cluster and the cluster's server exist.
+    let ctx = resolved
+        .kubeconfig
+        .contexts
+        .iter()
+        .find(|c| c.name == resolved.context)
+        .and_then(|c| c.context.as_ref());
+    let server = ctx.and_then(|ctx| {
+        resolved
+            .kubeconfig
+            .clusters
+            .iter()
+            .find(|c| c.name == ctx.cluster)
+            .and_then(|c| c.cluster.as_ref())
+            .and_then(|c| c.server.clone())
+    });
+    match (ctx, server) {
+        (Some(ctx), Some(server)) => Ok((server, ctx.namespace.clone())),
+        _ => Err(TargetError::new(
+            "Kubeconfig",
+            format!(
+                "context {:?} of kubeconfig {} has no cluster server",
+                resolved.context,
+                describe_source(&resolved.source)
+            ),
+        )),
+    }
+}
+
 /// The user's credentials source is present: files exist, the exec command is found.
 fn check_credentials(
     auth: &kube::config::AuthInfo,
@@ -424,7 +446,7 @@ fn check_credentials(
                 format!("{} in kubeconfig {where_} has no command", what("exec")),
             ));
         };
-        if find_command(command, env).is_none() {
+        if crate::util::process_group::find_command(command, env).is_none() {
             return Err(TargetError::new(
                 "Credentials",
                 format!(
@@ -454,35 +476,6 @@ fn check_file(file: &str, what: &str, where_: &str) -> Result<(), TargetError> {
             format!("{what} {file} of kubeconfig {where_} cannot be read: {e}"),
         )),
     }
-}
-
-/// Where `command` runs from: a path (it has a '/'), else the first `PATH` entry that has
-/// an executable file of that name (as the shell finds it).
-pub fn find_command(
-    command: &str,
-    env: &(dyn Fn(&str) -> Option<String> + Sync),
-) -> Option<PathBuf> {
-    let executable = |p: &Path| {
-        std::fs::metadata(p).is_ok_and(|m| {
-            #[cfg(unix)]
-            {
-                use std::os::unix::fs::PermissionsExt;
-                m.is_file() && m.permissions().mode() & 0o111 != 0
-            }
-            #[cfg(not(unix))]
-            {
-                m.is_file()
-            }
-        })
-    };
-    if command.contains('/') {
-        let path = PathBuf::from(command);
-        return executable(&path).then_some(path);
-    }
-    let path = env("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(command))
-        .find(|p| executable(p))
 }
 
 /// Builds a client for a target. No request is sent yet: the first request (discovery) shows
@@ -583,25 +576,24 @@ pub fn request_timeout(env: &(dyn Fn(&str) -> Option<String> + Sync)) -> Result<
     }
 }
 
-/// A client whose every request (ours, and the release records' and lock's) retries 429, 503
-/// and 504 answers a few times with jittered exponential backoff (honouring Retry-After).
-/// Bounded (8 retries, at most 2 s apart), unlike kube's default policy (15 retries, up to
-/// 1000 s), so it stays well inside a target's deadline; rollguard's own `kube/retry.rs` adds
-/// dropped connections and other 5xx on top, up to the deadline.
+/// A client without any retry layer: every call goes through rollguard's one retry policy
+/// (`retry.rs`), which knows the target's deadline. A layer here would retry under it, so
+/// one 503 would cost attempts times retries, and its waits would ignore the deadline.
 fn build_client(config: kube::Config) -> Result<kube::Client, kube::Error> {
-    use kube::client::retry::RetryPolicy;
-    let policy = RetryPolicy::new(Duration::from_millis(50), Duration::from_secs(2), 8, true)
-        .map_err(|e| kube::Error::Service(Box::new(e)))?;
-    let builder = kube::client::ClientBuilder::try_from(config)?;
-    // The retry layer needs a cloneable service: a buffer in front of kube's stack.
-    Ok(builder
-        .with_layer(&tower::buffer::BufferLayer::new(1024))
-        .with_layer(&tower::retry::RetryLayer::new(policy))
-        .build())
+    kube::Client::try_from(config)
 }
 
 /// Turns an API or transport error into the report's reason and a message saying what to do.
 pub fn describe_error(err: &kube::Error, server: &str) -> TargetError {
+    if let Some(wait) = crate::kube::retry::rate_limited(err) {
+        return TargetError::new(
+            "RateLimited",
+            format!(
+                "{server}: {}",
+                crate::kube::retry::rate_limited_message(wait)
+            ),
+        );
+    }
     if let kube::Error::Api(status) = err {
         return match status.code {
             401 => TargetError::new(

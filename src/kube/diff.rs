@@ -14,8 +14,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::kube::apply::{
-    FIELD_MANAGER, ObjectFailure, Resolution, describe_apply_error, dynamic_api,
-    effective_namespace, is_missing_namespace, prepare_body,
+    NOT_APPLIED, ObjectFailure, Resolution, describe_apply_error, dynamic_api, effective_namespace,
+    is_missing_namespace, not_applied, prepare_body,
 };
 use crate::kube::normalize::{comparable, to_yaml};
 use crate::kube::retry::{RetryBudget, RetryError, with_retry};
@@ -150,6 +150,9 @@ pub struct DiffOptions {
     pub default_namespace: String,
     /// `--force-conflicts`: the dry run takes ownership as the deploy would.
     pub force: bool,
+    /// The field manager the deploy would apply with (`rollguard-<app>`), so that the server
+    /// answers for the same owner.
+    pub field_manager: String,
     /// Requests in flight per target.
     pub max_in_flight: usize,
     /// Nothing is attempted after this instant.
@@ -210,6 +213,13 @@ pub async fn diff_resolved(
                 out.cancelled = true;
                 return out;
             }
+            Err(RetryError::NotSent) => out.failures.push(ObjectFailure {
+                object: format!("Namespace {ns}"),
+                origin: String::new(),
+                reason: NOT_APPLIED.into(),
+                message: "not asked (deadline): the target's deadline passed before it was sent"
+                    .into(),
+            }),
             Err(RetryError::Api(e)) => out.failures.push(ObjectFailure {
                 object: format!("Namespace {ns}"),
                 origin: String::new(),
@@ -301,6 +311,9 @@ async fn diff_one(
     let live = match with_retry("get", budget, cancel, || api.get_opt(&obj.name)).await {
         Ok(found) => found.map(|o| serde_json::to_value(o).unwrap_or(Value::Null)),
         Err(RetryError::Cancelled) => return Err(failure("Cancelled", "cancelled".into())),
+        Err(RetryError::NotSent) => {
+            return Err(not_applied(shown_name.clone(), obj));
+        }
         Err(RetryError::Api(e)) => {
             let mut f = describe_apply_error(obj, &e);
             f.object = shown_name.clone();
@@ -314,7 +327,7 @@ async fn diff_one(
     }
 
     let body = prepare_body(&obj.body, namespace.as_deref());
-    let mut params = PatchParams::apply(FIELD_MANAGER);
+    let mut params = PatchParams::apply(&options.field_manager);
     params.force = options.force;
     params.dry_run = true;
     let patch = Patch::Apply(&body);
@@ -340,6 +353,7 @@ async fn diff_one(
             ))
         }
         Err(RetryError::Cancelled) => Err(failure("Cancelled", "cancelled".into())),
+        Err(RetryError::NotSent) => Err(not_applied(shown_name, obj)),
         Err(RetryError::Api(e)) => {
             let mut f = describe_apply_error(obj, &e);
             f.object = shown_name.clone();
@@ -391,6 +405,7 @@ mod tests {
                 line: 1,
             },
             body,
+            source: None,
         }
     }
 

@@ -16,7 +16,8 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
 use tokio_util::sync::CancellationToken;
 
-use crate::kube::connect::{TargetError, find_command};
+use crate::kube::error::TargetError;
+use crate::util::process_group::{GroupGuard, find_command};
 
 /// How long a plugin may run; `aws eks get-token` and friends answer in about a second.
 pub const PLUGIN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -141,22 +142,6 @@ pub fn mask_credentials(line: &str) -> String {
     out
 }
 
-/// Kills the plugin's whole process group when dropped (timeout, cancel, or the connect
-/// itself abandoned), so nothing it started outlives it.
-struct GroupKill(Option<i32>);
-
-impl Drop for GroupKill {
-    fn drop(&mut self) {
-        if let Some(pgid) = self.0.filter(|&p| p > 1) {
-            // SAFETY: kill() only sends a signal; a negative pid addresses the group of the
-            // child started below with its own group (never our group: pgid > 1 is its pid).
-            unsafe {
-                libc::kill(-pgid, libc::SIGKILL);
-            }
-        }
-    }
-}
-
 async fn run_plugin(
     exec: &ExecConfig,
     user: &str,
@@ -199,7 +184,11 @@ async fn run_plugin(
     let mut child = cmd
         .spawn()
         .map_err(|e| plugin_error(exec, user, &format!("could not be started: {e}")))?;
-    let _group = GroupKill(child.id().and_then(|id| i32::try_from(id).ok()));
+    // Killed with its group when this returns (the plugin's work is done or abandoned).
+    let _group = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .map(GroupGuard::new);
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
     let work = async {

@@ -3,6 +3,7 @@
 pub mod apply;
 pub mod connect;
 pub mod diff;
+pub mod error;
 pub mod exec_auth;
 pub mod health;
 pub mod normalize;

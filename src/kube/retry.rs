@@ -1,10 +1,16 @@
 //! Retries of transient Kubernetes API errors with exponential backoff and jitter, bounded by
 //! the target's deadline.
 //!
-//! kube's own retry layer is switched off for rollguard clients (see `kube/connect.rs`): it
-//! retries up to 15 times with delays of up to 1000 s, which ignores our per-target deadline,
-//! and it does not retry dropped connections. Here every attempt and every sleep stays inside
-//! the deadline, and 4xx answers other than 429 are never retried.
+//! This is the one retry policy of every API call rollguard makes (apply, discovery, the
+//! Lease, the release records, events). kube's own retry layer is off for rollguard clients
+//! (`kube/connect.rs` builds them without one): its delays ignore the per-target deadline,
+//! and a layer under this one would multiply attempts (one 503 cost 9 requests). Here every
+//! attempt and every sleep stays inside the deadline, at most [`MAX_ATTEMPTS`] requests are
+//! sent per call, a 429 waits its Retry-After only when that fits before the deadline,
+//! nothing is sent once the deadline has passed, and 4xx answers other than 408 and 429 are
+//! never retried. A server that accepted a request and then stays silent is cut off by the
+//! client's read timeout (`ROLLGUARD_REQUEST_TIMEOUT`, `kube/connect.rs`), which counts here
+//! as an unanswered attempt.
 
 use std::future::Future;
 use std::time::Duration;
@@ -47,15 +53,26 @@ pub fn classify(err: &kube::Error) -> ErrorClass {
 /// How the API server says that a server-side apply holds a field the kind's schema lacks.
 pub const FIELD_NOT_DECLARED: &str = "field not declared in schema";
 
+/// How the API server starts the 500 it answers for a server-side apply whose body does not
+/// fit the kind's schema (an undeclared field, a wrongly typed value such as
+/// `.spec.replicas: expected numeric (int or float), got string`): the manifest's fault.
+pub const TYPED_PATCH_FAILED: &str = "failed to create typed patch object";
+
+/// Requests one retried call may send at most, whatever its deadline.
+pub const MAX_ATTEMPTS: u32 = 8;
+
 /// The decision for an HTTP status answered by the API server.
 pub fn classify_status(code: u16, message: &str, retry_after_seconds: u32) -> ErrorClass {
     let retry_after =
         (retry_after_seconds > 0).then(|| Duration::from_secs(u64::from(retry_after_seconds)));
     match code {
-        429 => ErrorClass::Transient { retry_after },
-        // A server-side apply with a field unknown to the schema answers 500 on some
-        // releases (see the apiserver recordings): that is the manifest's fault, not transient.
-        500 if message.contains(FIELD_NOT_DECLARED) => ErrorClass::Permanent,
+        408 | 429 => ErrorClass::Transient { retry_after },
+        // A server-side apply whose body does not fit the schema (a field unknown to it, a
+        // value of the wrong type) answers 500 (see the apiserver recordings): that is the
+        // manifest's fault, not transient.
+        500 if message.contains(FIELD_NOT_DECLARED) || message.contains(TYPED_PATCH_FAILED) => {
+            ErrorClass::Permanent
+        }
         500 | 502 | 503 | 504 => ErrorClass::Transient { retry_after },
         _ => ErrorClass::Permanent,
     }
@@ -117,6 +134,10 @@ pub struct RetryBudget {
     pub deadline: Instant,
     /// At most this many attempts (None: until the deadline).
     pub max_attempts: Option<u32>,
+    /// At most this many attempts that got no answer at all (refused, dropped, timed out):
+    /// a server that answers 5xx is there and may recover, one that does not answer is
+    /// likely down (None: no limit of its own).
+    pub max_unanswered: Option<u32>,
     /// One attempt may take at most this long.
     pub attempt_timeout: Duration,
     pub base_delay: Duration,
@@ -124,52 +145,122 @@ pub struct RetryBudget {
 }
 
 impl RetryBudget {
-    /// Retries until the deadline.
+    /// Retries until the deadline, at most [`MAX_ATTEMPTS`] requests.
     pub fn until(deadline: Instant) -> Self {
         RetryBudget {
             deadline,
-            max_attempts: None,
+            max_attempts: Some(MAX_ATTEMPTS),
+            max_unanswered: None,
             attempt_timeout: Duration::from_secs(30),
             base_delay: Duration::from_millis(100),
             max_delay: Duration::from_secs(5),
         }
     }
 
-    /// A few quick attempts, for the first contact with a cluster: a target that is down
-    /// should fail in seconds, not at the end of its deadline.
+    /// The first contact with a cluster: a target that does not answer should fail in
+    /// seconds (three unanswered attempts), not at the end of its deadline; one that answers
+    /// 5xx gets a few more attempts, since one discovery attempt is two requests.
     pub fn first_contact(deadline: Instant) -> Self {
         RetryBudget {
-            max_attempts: Some(3),
+            max_attempts: Some(MAX_ATTEMPTS + 2),
+            max_unanswered: Some(3),
             attempt_timeout: Duration::from_secs(10),
             ..RetryBudget::until(deadline)
         }
     }
+
+    /// For bookkeeping calls (the Lease, release records) that have no deadline of their own:
+    /// a few seconds of retries, enough to ride out a burst of 5xx.
+    pub fn bookkeeping() -> Self {
+        RetryBudget {
+            attempt_timeout: Duration::from_secs(10),
+            ..RetryBudget::until(Instant::now() + BOOKKEEPING_WINDOW)
+        }
+    }
 }
+
+/// How long a bookkeeping call (Lease, release record) keeps retrying.
+pub const BOOKKEEPING_WINDOW: Duration = Duration::from_secs(20);
 
 /// Why a retried operation gave up.
 #[derive(Debug, thiserror::Error)]
 pub enum RetryError {
+    /// The last answer (or transport error). A 429 whose Retry-After did not fit before the
+    /// deadline ends here too: [`rate_limited`] tells it apart.
     #[error("{0}")]
     Api(kube::Error),
+    /// The deadline had passed before this request was sent: nothing reached the server.
+    #[error("not sent: the deadline had passed")]
+    NotSent,
     #[error("cancelled")]
     Cancelled,
 }
 
 impl RetryError {
+    /// The error as a kube error (a deadline before sending becomes a timeout); None when
+    /// cancelled.
     pub fn into_kube(self) -> Option<kube::Error> {
         match self {
             RetryError::Api(e) => Some(e),
+            RetryError::NotSent => Some(timeout_error("not sent", Duration::ZERO)),
             RetryError::Cancelled => None,
         }
     }
 }
 
+/// One call that is not cancelled (the Lease, a release record) under the retry policy: the
+/// error it ends with, as a kube error.
+pub async fn retry_call<T, F, Fut>(
+    what: &str,
+    budget: &RetryBudget,
+    op: F,
+) -> Result<T, kube::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, kube::Error>>,
+{
+    with_retry(what, budget, &CancellationToken::new(), op)
+        .await
+        .map_err(|e| {
+            e.into_kube()
+                .unwrap_or_else(|| timeout_error(what, Duration::ZERO))
+        })
+}
+
+/// The wait a 429 asked for (its Retry-After), when the error is one.
+pub fn rate_limited(err: &kube::Error) -> Option<Duration> {
+    match err {
+        kube::Error::Api(status) if status.code == 429 => Some(Duration::from_secs(u64::from(
+            status
+                .details
+                .as_ref()
+                .map(|d| d.retry_after_seconds)
+                .unwrap_or(0),
+        ))),
+        _ => None,
+    }
+}
+
 /// A timeout of one attempt, as a kube error so that callers see one error type.
 pub fn timeout_error(what: &str, after: Duration) -> kube::Error {
+    let text = if after.is_zero() {
+        format!("{what}: the deadline had passed")
+    } else {
+        format!("{what}: no answer within {}s", after.as_secs_f64())
+    };
     kube::Error::Service(Box::new(std::io::Error::new(
         std::io::ErrorKind::TimedOut,
-        format!("{what}: no answer within {}s", after.as_secs_f64()),
+        text,
     )))
+}
+
+/// "the server asked to wait 100s (429 Too Many Requests, Retry-After), which does not fit
+/// before the deadline" — said the same way wherever a 429 ends a call.
+pub fn rate_limited_message(wait: Duration) -> String {
+    format!(
+        "the API server answered 429 Too Many Requests and asked to wait {}s (Retry-After), longer than the time left before this target's deadline; retry later or raise wait.timeout",
+        wait.as_secs()
+    )
 }
 
 /// Runs `op` until it succeeds, fails permanently, the budget runs out or `cancel` fires.
@@ -184,11 +275,19 @@ where
     Fut: Future<Output = Result<T, kube::Error>>,
 {
     let mut attempt: u32 = 0;
+    let mut unanswered: u32 = 0;
     loop {
         let remaining = budget.deadline.saturating_duration_since(Instant::now());
-        let attempt_timeout = budget
-            .attempt_timeout
-            .min(remaining.max(Duration::from_millis(50)));
+        // Past the deadline nothing is sent: the caller reports it as not applied rather
+        // than as a request of unknown fate.
+        if remaining.is_zero() {
+            return Err(if attempt == 0 {
+                RetryError::NotSent
+            } else {
+                RetryError::Api(timeout_error(what, Duration::ZERO))
+            });
+        }
+        let attempt_timeout = budget.attempt_timeout.min(remaining);
         let result = tokio::select! {
             _ = cancel.cancelled() => return Err(RetryError::Cancelled),
             r = tokio::time::timeout(attempt_timeout, op()) => r,
@@ -203,7 +302,12 @@ where
             ErrorClass::Permanent => return Err(RetryError::Api(err)),
             ErrorClass::Transient { retry_after } => retry_after,
         };
-        if budget.max_attempts.is_some_and(|max| attempt >= max) {
+        if !matches!(err, kube::Error::Api(_)) {
+            unanswered += 1;
+        }
+        if budget.max_attempts.is_some_and(|max| attempt >= max)
+            || budget.max_unanswered.is_some_and(|max| unanswered >= max)
+        {
             return Err(RetryError::Api(err));
         }
         let delay = retry_after.unwrap_or_else(|| {
@@ -275,6 +379,18 @@ mod tests {
                 ".spec.foo: field not declared in schema",
                 0,
                 ErrorClass::Permanent,
+            ),
+            (
+                500,
+                "failed to create typed patch object (shop/web; apps/v1, Kind=Deployment): .spec.replicas: expected numeric (int or float), got string",
+                0,
+                ErrorClass::Permanent,
+            ),
+            (
+                408,
+                "timeout",
+                0,
+                ErrorClass::Transient { retry_after: None },
             ),
             (400, "bad", 0, ErrorClass::Permanent),
             (401, "Unauthorized", 0, ErrorClass::Permanent),
@@ -361,6 +477,113 @@ mod tests {
             .await;
         assert!(matches!(result, Err(RetryError::Api(_))));
         assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    fn too_many(retry_after: u32) -> kube::Error {
+        kube::Error::Api(Box::new(
+            serde_json::from_value(serde_json::json!({
+                "code": 429, "message": "slow down", "reason": "TooManyRequests",
+                "details": {"retryAfterSeconds": retry_after}
+            }))
+            .expect("status"),
+        ))
+    }
+
+    #[tokio::test]
+    async fn a_429_whose_wait_does_not_fit_ends_at_once_as_rate_limited() {
+        let calls = Arc::new(AtomicU32::new(0));
+        let budget = RetryBudget::until(Instant::now() + Duration::from_secs(5));
+        let c = calls.clone();
+        let result: Result<(), _> =
+            with_retry("test", &budget, &CancellationToken::new(), move || {
+                let c = c.clone();
+                async move {
+                    c.fetch_add(1, Ordering::SeqCst);
+                    Err(too_many(100))
+                }
+            })
+            .await;
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        let Err(RetryError::Api(err)) = result else {
+            panic!("expected the 429")
+        };
+        assert_eq!(rate_limited(&err), Some(Duration::from_secs(100)));
+        assert!(rate_limited_message(Duration::from_secs(100)).contains("wait 100s"));
+    }
+
+    #[tokio::test]
+    async fn attempts_are_bounded_and_nothing_is_sent_past_the_deadline() {
+        let calls = Arc::new(AtomicU32::new(0));
+        let budget = RetryBudget {
+            base_delay: Duration::from_millis(1),
+            max_delay: Duration::from_millis(2),
+            ..RetryBudget::until(Instant::now() + Duration::from_secs(30))
+        };
+        let c = calls.clone();
+        let result: Result<(), _> =
+            with_retry("test", &budget, &CancellationToken::new(), move || {
+                let c = c.clone();
+                async move {
+                    c.fetch_add(1, Ordering::SeqCst);
+                    Err(api_error(503, "busy"))
+                }
+            })
+            .await;
+        assert!(matches!(result, Err(RetryError::Api(_))));
+        assert_eq!(calls.load(Ordering::SeqCst), MAX_ATTEMPTS);
+
+        let past = RetryBudget::until(Instant::now());
+        let result: Result<(), _> =
+            with_retry("test", &past, &CancellationToken::new(), || async {
+                panic!("sent past the deadline")
+            })
+            .await;
+        assert!(matches!(result, Err(RetryError::NotSent)));
+    }
+
+    #[tokio::test]
+    async fn first_contact_gives_up_after_three_unanswered_attempts_but_retries_5xx_longer() {
+        let budget = |calls: Arc<AtomicU32>, answer: bool| {
+            let c = calls.clone();
+            move || {
+                let c = c.clone();
+                async move {
+                    c.fetch_add(1, Ordering::SeqCst);
+                    if answer {
+                        Err::<(), _>(api_error(500, "busy"))
+                    } else {
+                        Err(kube::Error::Service(Box::new(std::io::Error::new(
+                            std::io::ErrorKind::ConnectionRefused,
+                            "refused",
+                        ))))
+                    }
+                }
+            }
+        };
+        let fast = |b: RetryBudget| RetryBudget {
+            base_delay: Duration::from_millis(1),
+            max_delay: Duration::from_millis(2),
+            ..b
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let refused = Arc::new(AtomicU32::new(0));
+        let _ = with_retry(
+            "t",
+            &fast(RetryBudget::first_contact(deadline)),
+            &CancellationToken::new(),
+            budget(refused.clone(), false),
+        )
+        .await;
+        assert_eq!(refused.load(Ordering::SeqCst), 3);
+        let busy = Arc::new(AtomicU32::new(0));
+        let _ = with_retry(
+            "t",
+            &fast(RetryBudget::first_contact(deadline)),
+            &CancellationToken::new(),
+            budget(busy.clone(), true),
+        )
+        .await;
+        assert_eq!(busy.load(Ordering::SeqCst), MAX_ATTEMPTS + 2);
     }
 
     #[tokio::test]

@@ -6,6 +6,9 @@ use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::util::yaml::Node;
 
 use super::order::{PHASE_NAMES, apply_rank, is_cluster_scoped_kind};
 
@@ -37,6 +40,9 @@ pub struct ManifestObject {
     pub origin: Origin,
     /// The object as it will be applied (`metadata.managedFields` removed).
     pub body: Value,
+    /// The YAML document it was read from, with the line of every node, to name the line of
+    /// one field (a refused, misspelt one). None for JSON files and stored releases.
+    pub source: Option<Arc<Node>>,
 }
 
 impl ManifestObject {
@@ -51,6 +57,16 @@ impl ManifestObject {
         self.api_version
             .rsplit_once('/')
             .map_or(self.api_version.as_str(), |(_, version)| version)
+    }
+
+    /// Where the field at `path` (as the API server writes it, `.spec.x[name="a"].y`) is
+    /// written; the object's own origin when the source does not say.
+    pub fn field_origin(&self, path: &str) -> Origin {
+        let line = self.source.as_ref().and_then(|n| n.line_of_path(path));
+        Origin {
+            file: self.origin.file.clone(),
+            line: line.unwrap_or(self.origin.line),
+        }
     }
 
     /// "Deployment shop/web", or "Namespace shop" without a namespace.

@@ -3,6 +3,7 @@
 
 use serde_json::Value;
 use std::path::Path;
+use std::sync::Arc;
 
 use super::model::*;
 use crate::util::bounded;
@@ -241,5 +242,6 @@ fn collect(
             line,
         },
         body,
+        source: node.map(|n| Arc::new(n.clone())),
     });
 }

@@ -156,13 +156,9 @@ fn learn_secrets(text: &str) {
 }
 
 fn kill_group(child: &mut std::process::Child) {
-    #[cfg(unix)]
-    {
-        // The group id is the child's pid (process_group(0) above).
-        let _ = Command::new("kill")
-            .args(["-KILL", "--", &format!("-{}", child.id())])
-            .stderr(Stdio::null())
-            .status();
+    // The group id is the child's pid (process_group(0) above).
+    if let Ok(pgid) = i32::try_from(child.id()) {
+        crate::util::process_group::signal_group(pgid, libc::SIGKILL);
     }
     let _ = child.kill();
 }

@@ -14,12 +14,16 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{DeleteParams, ObjectMeta, PostParams, Preconditions};
 use kube::{Api, Client};
-use tokio::sync::{Mutex, watch};
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
+
+use crate::kube::retry::{RetryBudget, RetryError, retry_call, with_retry};
 
 /// Default `leaseDurationSeconds`.
 pub const DEFAULT_LEASE_SECONDS: u64 = 30;
 /// Environment knob for a shorter lease (tests, demos): whole seconds, at least 1.
+/// (In config::env_vars::ENV_SETTINGS as `LEASE_SECONDS`, which the README lists.)
 pub const LEASE_SECONDS_ENV: &str = "ROLLGUARD_LEASE_SECONDS";
 
 /// Pause after losing a race for the Lease, before looking at it again.
@@ -178,8 +182,37 @@ pub enum LockError {
         #[source]
         source: Box<kube::Error>,
     },
+    #[error(
+        "targets {first} and {second} resolve to the same lock (Lease {lease} in namespace {namespace} on {server}): give them different namespaces or history.namespace, or drop one"
+    )]
+    SameLease {
+        first: String,
+        second: String,
+        lease: String,
+        namespace: String,
+        server: String,
+    },
     #[error(transparent)]
     Namespace(#[from] crate::release::ReleaseError),
+}
+
+/// A Lease's place in the one global order every run takes locks in: the cluster's server
+/// (normalised, so `https://A:6443/` and `https://a:6443` are one) and the namespace.
+pub fn lock_key(server: &str, namespace: &str) -> (String, String) {
+    (
+        server.trim().trim_end_matches('/').to_ascii_lowercase(),
+        namespace.to_string(),
+    )
+}
+
+/// The order to take the locks of `keys` in (indices into `keys`): sorted by key, ties by
+/// position. Every run sorts the same way, so no two runs ever wait for each other in a
+/// cycle: whichever holds the first contended Lease proceeds, the other waits holding only
+/// Leases that come earlier, which the first never waits for.
+pub fn lock_order(keys: &[(String, String)]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..keys.len()).collect();
+    order.sort_by(|a, b| keys[*a].cmp(&keys[*b]).then(a.cmp(b)));
+    order
 }
 
 /// Acquiring the lock.
@@ -205,8 +238,15 @@ impl Lock {
         };
         let started = tokio::time::Instant::now();
         let mut announced = false;
+        // Every Lease call retries transient errors (the retry policy of retry.rs). A create
+        // or replace whose answer was lost comes back as AlreadyExists or Conflict: the loop
+        // then reads the Lease again and finds itself the holder (Decision::Renew).
         loop {
-            let current = match api.get_opt(&name).await {
+            let got = retry_call("read the lock", &RetryBudget::bookkeeping(), || {
+                api.get_opt(&name)
+            })
+            .await;
+            let current = match got {
                 Ok(lease) => lease,
                 Err(kube::Error::Api(s)) if s.is_not_found() => None,
                 Err(e) => return Err(err("reading the lock", e)),
@@ -216,7 +256,13 @@ impl Lock {
             match decide(state.as_ref(), holder, now) {
                 Decision::Create => {
                     let lease = new_lease(&name, namespace, holder, options, now, 0, None);
-                    match api.create(&PostParams::default(), &lease).await {
+                    let post = PostParams::default();
+                    let created =
+                        retry_call("create the lock", &RetryBudget::bookkeeping(), || {
+                            api.create(&post, &lease)
+                        })
+                        .await;
+                    match created {
                         Ok(created) => {
                             return Ok(LockGuard::start(api, created, holder, options, None));
                         }
@@ -246,7 +292,13 @@ impl Lock {
                         transitions,
                         Some(&current.metadata),
                     );
-                    match api.replace(&name, &PostParams::default(), &lease).await {
+                    let post = PostParams::default();
+                    let replaced =
+                        retry_call("take over the lock", &RetryBudget::bookkeeping(), || {
+                            api.replace(&name, &post, &lease)
+                        })
+                        .await;
+                    match replaced {
                         Ok(taken) => {
                             let lapsed = previous.filter(|p| p != holder);
                             if let Some(p) = &lapsed {
@@ -341,7 +393,8 @@ pub struct LockGuard {
     holder: String,
     lease: Arc<Mutex<Lease>>,
     renewer: Option<tokio::task::JoinHandle<()>>,
-    lost: watch::Receiver<bool>,
+    lost: CancellationToken,
+    lost_why: Arc<std::sync::Mutex<Option<String>>>,
     took_over_from: Option<String>,
 }
 
@@ -368,16 +421,21 @@ impl LockGuard {
     ) -> LockGuard {
         let name = lease.metadata.name.clone().unwrap_or_default();
         let shared = Arc::new(Mutex::new(lease));
-        let (lost_tx, lost) = watch::channel(false);
+        let lost = CancellationToken::new();
+        let lost_why = Arc::new(std::sync::Mutex::new(None));
         // Renewal logs carry the caller's span (the target's name).
         let renewer = tokio::spawn(
             renew_loop(
-                api.clone(),
-                name.clone(),
-                holder.to_string(),
-                shared.clone(),
-                options.renew_every,
-                lost_tx,
+                Renewal {
+                    api: api.clone(),
+                    name: name.clone(),
+                    holder: holder.to_string(),
+                    lease: shared.clone(),
+                    every: options.renew_every,
+                    lease_duration: options.lease_duration,
+                },
+                lost.clone(),
+                lost_why.clone(),
             )
             .instrument(tracing::Span::current()),
         );
@@ -388,6 +446,7 @@ impl LockGuard {
             lease: shared,
             renewer: Some(renewer),
             lost,
+            lost_why,
             took_over_from,
         }
     }
@@ -401,9 +460,27 @@ impl LockGuard {
         &self.holder
     }
 
-    /// True once another holder took the Lease (our renewals had stopped for too long).
+    /// True once the Lease is no longer ours: another holder took it, or no renewal
+    /// succeeded for a whole lease duration (so another run may have taken it by now).
     pub fn is_lost(&self) -> bool {
-        *self.lost.borrow()
+        self.lost.is_cancelled()
+    }
+
+    /// Fires when the lock is lost: whoever holds it must stop writing at once.
+    pub fn lost_token(&self) -> CancellationToken {
+        self.lost.clone()
+    }
+
+    /// Why the lock was lost, naming the new holder when known.
+    pub fn lost_reason(&self) -> Option<String> {
+        if !self.is_lost() {
+            return None;
+        }
+        self.lost_why
+            .lock()
+            .ok()
+            .and_then(|why| why.clone())
+            .or_else(|| Some(format!("lock {} was lost", self.name)))
     }
 
     /// Stop renewing and delete the Lease (only if it is still ours).
@@ -419,7 +496,12 @@ impl LockGuard {
             namespace: lease.metadata.namespace.clone().unwrap_or_default(),
             source: Box::new(e),
         };
-        let current = match self.api.get_opt(&self.name).await {
+        let budget = RetryBudget::bookkeeping();
+        let found = retry_call("read the lock to release it", &budget, || {
+            self.api.get_opt(&self.name)
+        })
+        .await;
+        let current = match found {
             Ok(Some(current)) => current,
             Ok(None) => return Ok(()),
             Err(kube::Error::Api(s)) if s.is_not_found() => return Ok(()),
@@ -435,7 +517,11 @@ impl LockGuard {
             }),
             ..DeleteParams::default()
         };
-        match self.api.delete(&self.name, &dp).await {
+        let deleted = retry_call("release the lock", &budget, || {
+            self.api.delete(&self.name, &dp)
+        })
+        .await;
+        match deleted {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.is_not_found() || s.is_conflict() => Ok(()),
             Err(e) => Err(err("releasing the lock", e)),
@@ -460,6 +546,7 @@ impl Drop for LockGuard {
                 lease: self.lease.clone(),
                 renewer: None,
                 lost: self.lost.clone(),
+                lost_why: self.lost_why.clone(),
                 took_over_from: None,
             };
             let release = async move {
@@ -474,42 +561,101 @@ impl Drop for LockGuard {
     }
 }
 
-async fn renew_loop(
+/// What the renewal task works on.
+struct Renewal {
     api: Api<Lease>,
     name: String,
     holder: String,
     lease: Arc<Mutex<Lease>>,
     every: Duration,
-    lost: watch::Sender<bool>,
+    lease_duration: Duration,
+}
+
+/// Renews every `every`, each renewal retried (retry.rs) until the lease would lapse. The
+/// lock counts as lost once another holder has it, or once a whole lease duration passed
+/// since the last renewal the server confirmed: from then on another run may hold it, so
+/// this run must not write (client-go's leader election gives up the same way).
+async fn renew_loop(
+    renewal: Renewal,
+    lost: CancellationToken,
+    lost_why: Arc<std::sync::Mutex<Option<String>>>,
 ) {
+    let Renewal {
+        api,
+        name,
+        holder,
+        lease,
+        every,
+        lease_duration,
+    } = renewal;
+    let never = CancellationToken::new();
+    let give_up = |why: String| {
+        tracing::error!("{why}; stopping this target's writes");
+        if let Ok(mut slot) = lost_why.lock() {
+            *slot = Some(why);
+        }
+        lost.cancel();
+    };
+    // Counted from before the request that confirmed it, so the estimate errs early.
+    let mut confirmed = tokio::time::Instant::now();
     loop {
         tokio::time::sleep(every).await;
+        let expires = confirmed + lease_duration;
         let mut next = lease.lock().await.clone();
         if let Some(spec) = next.spec.as_mut() {
             spec.renew_time = Some(MicroTime(Timestamp::now()));
         }
         next.metadata.managed_fields = None;
-        match api.replace(&name, &PostParams::default(), &next).await {
-            Ok(renewed) => *lease.lock().await = renewed,
-            Err(kube::Error::Api(s)) if s.is_conflict() || s.is_not_found() => {
+        let sent = tokio::time::Instant::now();
+        let budget = RetryBudget {
+            attempt_timeout: every.max(Duration::from_millis(200)),
+            ..RetryBudget::until(expires)
+        };
+        let post = PostParams::default();
+        let result = with_retry("renew the lock", &budget, &never, || {
+            api.replace(&name, &post, &next)
+        })
+        .await;
+        match result {
+            Ok(renewed) => {
+                *lease.lock().await = renewed;
+                confirmed = sent;
+            }
+            Err(RetryError::Api(kube::Error::Api(s))) if s.is_conflict() || s.is_not_found() => {
                 // Our copy is stale: if the Lease is still ours, continue from the fresh one.
-                match api.get_opt(&name).await {
+                let fresh = with_retry(
+                    "read the lock",
+                    &RetryBudget::until(expires),
+                    &never,
+                    || api.get_opt(&name),
+                )
+                .await;
+                match fresh {
                     Ok(Some(fresh))
                         if LeaseState::from_lease(&fresh).holder.as_deref()
                             == Some(holder.as_str()) =>
                     {
                         *lease.lock().await = fresh;
                     }
-                    Ok(_) => {
-                        tracing::error!("lock {name}: lost to another holder; stopping renewals");
-                        let _ = lost.send(true);
+                    Ok(fresh) => {
+                        let other = fresh
+                            .as_ref()
+                            .and_then(|l| LeaseState::from_lease(l).holder)
+                            .unwrap_or_else(|| "nobody (it was deleted)".to_string());
+                        give_up(format!("lock {name} was lost: it is now held by {other}"));
                         return;
                     }
                     Err(e) => tracing::warn!("lock {name}: could not re-read the lease: {e}"),
                 }
             }
-            // Transient trouble: the lease has room for two missed renewals.
-            Err(e) => tracing::warn!("lock {name}: renewal failed, will retry: {e}"),
+            Err(e) => tracing::warn!("lock {name}: renewal failed: {e}"),
+        }
+        if tokio::time::Instant::now() >= confirmed + lease_duration {
+            give_up(format!(
+                "lock {name} was lost: no renewal succeeded for its whole lease duration ({}s), so another run may hold it now",
+                lease_duration.as_secs()
+            ));
+            return;
         }
     }
 }
@@ -536,13 +682,17 @@ pub async fn force_unlock(
         namespace: namespace.to_string(),
         source: Box::new(e),
     };
-    let previous = match api.get_opt(&name).await {
+    let budget = RetryBudget::bookkeeping();
+    let found = retry_call("read the lock", &budget, || api.get_opt(&name)).await;
+    let previous = match found {
         Ok(lease) => lease.as_ref().map(LeaseState::from_lease),
         Err(kube::Error::Api(s)) if s.is_not_found() => None,
         Err(e) => return Err(err("reading the lock", e)),
     };
     if previous.is_some() {
-        match api.delete(&name, &DeleteParams::default()).await {
+        let delete = DeleteParams::default();
+        let deleted = retry_call("delete the lock", &budget, || api.delete(&name, &delete)).await;
+        match deleted {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.is_not_found() => {}
             Err(e) => return Err(err("deleting the lock", e)),
@@ -563,7 +713,11 @@ pub async fn inspect(
 ) -> Result<Option<LeaseState>, LockError> {
     let api: Api<Lease> = Api::namespaced(client, namespace);
     let name = lease_name(app);
-    match api.get_opt(&name).await {
+    let found = retry_call("read the lock", &RetryBudget::bookkeeping(), || {
+        api.get_opt(&name)
+    })
+    .await;
+    match found {
         Ok(lease) => Ok(lease.as_ref().map(LeaseState::from_lease)),
         Err(kube::Error::Api(s)) if s.is_not_found() => Ok(None),
         Err(e) => Err(LockError::Kube {
@@ -633,6 +787,55 @@ mod tests {
         for (lease, want) in cases {
             assert_eq!(decide(lease.as_ref(), "me", now), want, "{lease:?}");
         }
+    }
+
+    #[test]
+    fn lock_order_table() {
+        let k = |server: &str, ns: &str| lock_key(server, ns);
+        type Case = (Vec<(String, String)>, Vec<usize>);
+        let cases: Vec<Case> = vec![
+            (vec![], vec![]),
+            (
+                vec![k("https://b", "shop"), k("https://a", "shop")],
+                vec![1, 0],
+            ),
+            (
+                vec![
+                    k("https://a", "z"),
+                    k("https://a", "b"),
+                    k("https://0", "z"),
+                ],
+                vec![2, 1, 0],
+            ),
+            // One server spelt two ways sorts as one.
+            (
+                vec![k("https://B:6443/", "x"), k("https://a:6443", "x")],
+                vec![1, 0],
+            ),
+            // Ties keep config order.
+            (vec![k("https://a", "x"), k("https://a", "x")], vec![0, 1]),
+        ];
+        for (keys, want) in cases {
+            assert_eq!(lock_order(&keys), want, "{keys:?}");
+        }
+        // Two runs with their targets in different orders take the Leases in one order.
+        let run_a = vec![
+            k("https://c", "s"),
+            k("https://a", "s"),
+            k("https://b", "s"),
+        ];
+        let run_b = vec![
+            k("https://b", "s"),
+            k("https://c", "s"),
+            k("https://a", "s"),
+        ];
+        let ordered = |keys: &[(String, String)]| -> Vec<(String, String)> {
+            lock_order(keys)
+                .into_iter()
+                .map(|i| keys[i].clone())
+                .collect()
+        };
+        assert_eq!(ordered(&run_a), ordered(&run_b));
     }
 
     #[test]

@@ -426,8 +426,11 @@ pub fn prune_choice(records: &[(u64, ReleaseStatus)], keep: usize) -> Vec<u64> {
         .filter(|(_, s)| *s == ReleaseStatus::Deployed)
         .map(|(r, _)| *r)
         .max();
+    // The newest stays too: the next revision is one above the highest kept, so dropping
+    // it would hand its number out again.
+    let newest = records.iter().map(|(r, _)| *r).max();
     let protected = |rev: u64, status: ReleaseStatus| {
-        Some(rev) == last_good || status == ReleaseStatus::Pending
+        Some(rev) == last_good || Some(rev) == newest || status == ReleaseStatus::Pending
     };
     let mut newest_first: Vec<(u64, ReleaseStatus)> = records.to_vec();
     newest_first.sort_by_key(|(rev, _)| std::cmp::Reverse(*rev));

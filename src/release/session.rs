@@ -1,5 +1,6 @@
 //! The release side of one target's deploy: the release settings, the lock and this run's
-//! pending record taken before the apply (`prepare`), and the lock given back after.
+//! pending record taken before the apply (`take_lock`, `open_records`), and the lock given
+//! back after.
 
 use std::time::Duration;
 
@@ -52,6 +53,19 @@ pub struct TargetRelease {
 }
 
 impl TargetRelease {
+    /// Why this run no longer holds the target's lock, when it lost it.
+    pub fn lock_lost(&self) -> Option<String> {
+        self.lock.as_ref().and_then(LockGuard::lost_reason)
+    }
+
+    /// Fires when the lock is lost (never, once released).
+    pub fn lost_token(&self) -> CancellationToken {
+        self.lock
+            .as_ref()
+            .map(LockGuard::lost_token)
+            .unwrap_or_default()
+    }
+
     /// Release the lock (a failure only delays the next run until the lease lapses).
     pub async fn unlock(&mut self) -> Option<String> {
         let lock = self.lock.take()?;
@@ -84,6 +98,7 @@ impl PrepareError {
         };
         let (object, reason) = match self {
             PrepareError::Lock(LockError::Timeout { .. }) => ("lock", "LockTimeout".to_string()),
+            PrepareError::Lock(LockError::SameLease { .. }) => ("lock", "SameLock".to_string()),
             PrepareError::Lock(_) => ("lock", "LockError".to_string()),
             PrepareError::History(_) => ("release history", "HistoryError".to_string()),
             PrepareError::Cancelled => ("lock", "Cancelled".to_string()),
@@ -110,43 +125,67 @@ pub fn applied_ref(applied: &AppliedObject) -> ObjectRef {
     }
 }
 
-/// Before applying to a target: take the lock (waiting up to lock.timeout), mark records a
-/// dead run left pending as abandoned, read the last good record and begin this run's
-/// record. Returns notes for the report (a lock taken over, abandoned records).
-/// `manifests` are the run's manifests as records store them (encoded once per run).
-pub async fn prepare(
+/// Who holds a target's lock: the run, and the target (two targets of one run never share a
+/// Lease: validation refuses two targets on one cluster and namespace).
+pub fn lock_holder(target: &TargetConfig, env: &(dyn Fn(&str) -> Option<String> + Sync)) -> String {
+    format!(
+        "{} target {}",
+        crate::release::lock::holder_identity(env),
+        target.name
+    )
+}
+
+/// Take one target's lock, waiting up to `timeout` for another holder. Returns the guard and
+/// a note when an expired lease was taken over.
+pub async fn take_lock(
     config: &Config,
     target: &TargetConfig,
     access: &ClusterAccess,
+    timeout: Duration,
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
+    cancel: &CancellationToken,
+) -> Result<(LockGuard, Vec<String>), PrepareError> {
+    let namespace = config.history_namespace(target, &access.context_namespace);
+    let holder = lock_holder(target, env);
+    let options = LockOptions::from_env(timeout, env);
+    let lock = tokio::select! {
+        lock = Lock::acquire(access.client.clone(), &config.app, &namespace, &holder, &options) => lock?,
+        _ = cancel.cancelled() => return Err(PrepareError::Cancelled),
+    };
+    let notes = lock
+        .took_over_from()
+        .map(|previous| format!("took over the lock from {previous}, whose lease had expired"))
+        .into_iter()
+        .collect();
+    Ok((lock, notes))
+}
+
+/// With the lock held: mark records a dead run left pending as abandoned, supersede
+/// `deployed` records an interrupted run left beside a newer one, read the last good record
+/// and begin this run's record. Returns notes for the report. On an error the lock is
+/// released. `manifests` are the run's manifests as records store them (encoded once).
+pub async fn open_records(
+    config: &Config,
+    target: &TargetConfig,
+    access: &ClusterAccess,
+    lock: LockGuard,
     manifests: &EncodedManifests,
     commit: Option<&CommitInfo>,
     env: &(dyn Fn(&str) -> Option<String> + Sync),
-    cancel: &CancellationToken,
 ) -> Result<(TargetRelease, Vec<String>), PrepareError> {
     let settings = ReleaseSettings::from_config(config);
     let default_namespace = config.default_namespace(target, &access.context_namespace);
     let namespace = config.history_namespace(target, &access.context_namespace);
-    // Per target, so two targets that share a cluster and namespace never share the lock.
-    let holder = format!(
-        "{} target {}",
-        crate::release::lock::holder_identity(env),
-        target.name
-    );
-    let options = LockOptions::from_env(settings.lock_timeout, env);
-    let app = &config.app;
-    let lock = tokio::select! {
-        lock = Lock::acquire(access.client.clone(), app, &namespace, &holder, &options) => lock?,
-        _ = cancel.cancelled() => return Err(PrepareError::Cancelled),
-    };
     let mut notes = Vec::new();
-    if let Some(previous) = lock.took_over_from() {
-        notes.push(format!(
-            "took over the lock from {previous}, whose lease had expired"
-        ));
-    }
-    let store = ReleaseStore::new(access.client.clone(), app, &namespace, settings.keep);
+    let store = ReleaseStore::new(
+        access.client.clone(),
+        &config.app,
+        &namespace,
+        settings.keep,
+    );
     let begun = async {
         let abandoned = store.mark_abandoned().await?;
+        let repaired = store.repair().await?;
         let records = store.list().await?;
         for revision in abandoned {
             notes.push(match records.iter().find(|r| r.revision == revision) {
@@ -155,6 +194,11 @@ pub async fn prepare(
                     "release v{revision} was left pending by a run that did not finish it: marked failed (abandoned)"
                 ),
             });
+        }
+        for revision in repaired {
+            notes.push(format!(
+                "release v{revision} was still marked deployed beside a newer deployed one (an earlier run stopped while tidying): marked superseded"
+            ));
         }
         let last_good = crate::release::last_good(&records).cloned();
         let mut draft = ReleaseDraft::new(manifests.clone());

@@ -3,6 +3,7 @@
 //! missing.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Secret;
@@ -38,12 +39,25 @@ impl ReleaseDraft {
 }
 
 /// Records of one app in one cluster's history namespace.
+///
+/// Every call retries transient errors (`kube/retry.rs`). Writes are idempotent and ordered so
+/// that the records stay consistent whatever fails when: a create whose answer was lost is
+/// recognised as ours; status changes are conditional PUTs (resourceVersion) that only move
+/// forward; a new record becomes `deployed` before older ones are `superseded`, so the
+/// newest `deployed` record is always the last good one, and [`ReleaseStore::repair`] (run
+/// at the start of every deploy) supersedes any older `deployed` record a failure left
+/// behind; pruning is best effort and never fails the caller.
 #[derive(Clone)]
 pub struct ReleaseStore {
     client: Client,
     app: String,
     namespace: String,
     keep: usize,
+    /// Problems that did not fail the call (a prune or supersede that did not go through),
+    /// for the report: see [`ReleaseStore::take_warnings`].
+    warnings: Arc<std::sync::Mutex<Vec<String>>>,
+    /// The first retry delay (tests shorten it).
+    retry_base: std::time::Duration,
 }
 
 impl ReleaseStore {
@@ -54,7 +68,45 @@ impl ReleaseStore {
             app: app.to_string(),
             namespace: namespace.to_string(),
             keep,
+            warnings: Arc::default(),
+            retry_base: std::time::Duration::from_millis(100),
         }
+    }
+
+    /// The same store with another first retry delay (tests: no sleeping through faults).
+    pub fn with_retry_base(mut self, base: std::time::Duration) -> ReleaseStore {
+        self.retry_base = base;
+        self
+    }
+
+    /// The warnings collected so far (emptied).
+    pub fn take_warnings(&self) -> Vec<String> {
+        self.warnings
+            .lock()
+            .map(|mut w| std::mem::take(&mut *w))
+            .unwrap_or_default()
+    }
+
+    fn warn(&self, text: String) {
+        tracing::warn!("{text}");
+        if let Ok(mut w) = self.warnings.lock() {
+            w.push(text);
+        }
+    }
+
+    /// One API call under the retry policy (transient errors retried for a few seconds).
+    async fn call<T, F, Fut>(&self, what: &str, op: F) -> std::result::Result<T, kube::Error>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, kube::Error>>,
+    {
+        use crate::kube::retry::retry_call;
+        let budget = RetryBudget {
+            base_delay: self.retry_base,
+            max_delay: (self.retry_base * 20).min(RetryBudget::bookkeeping().max_delay),
+            ..RetryBudget::bookkeeping()
+        };
+        retry_call(what, &budget, op).await
     }
 
     pub fn namespace(&self) -> &str {
@@ -86,7 +138,8 @@ impl ReleaseStore {
     /// must not block deploys).
     pub async fn list(&self) -> Result<Vec<ReleaseRecord>> {
         let lp = ListParams::default().labels(&self.selector());
-        let list = match self.api().list(&lp).await {
+        let api = self.api();
+        let list = match self.call("list release records", || api.list(&lp)).await {
             Ok(list) => list,
             // No namespace yet means no history yet.
             Err(kube::Error::Api(status)) if status.is_not_found() => return Ok(Vec::new()),
@@ -127,7 +180,11 @@ impl ReleaseStore {
             namespace: self.namespace.clone(),
             revision,
         };
-        match self.api().get_opt(&name).await {
+        let api = self.api();
+        match self
+            .call("read a release record", || api.get_opt(&name))
+            .await
+        {
             Ok(Some(secret)) => Ok(secret),
             Ok(None) => Err(not_found()),
             Err(kube::Error::Api(status)) if status.is_not_found() => Err(not_found()),
@@ -196,9 +253,20 @@ impl ReleaseStore {
         for _ in 0..5 {
             record.revision = revision;
             let secret = self.to_secret(&mut record, None, Some(manifests.gz.to_vec()))?;
-            match self.api().create(&PostParams::default(), &secret).await {
+            let api = self.api();
+            let post = PostParams::default();
+            let created = self
+                .call("create a release record", || api.create(&post, &secret))
+                .await;
+            match created {
                 Ok(_) => return Ok(record),
-                Err(kube::Error::Api(status)) if status.is_already_exists() => revision += 1,
+                // A retried create whose first answer was lost finds its own record: done.
+                Err(kube::Error::Api(status)) if status.is_already_exists() => {
+                    if self.is_ours(revision, &record).await {
+                        return Ok(record);
+                    }
+                    revision += 1
+                }
                 Err(e) => {
                     return Err(self.kube_err(
                         format!("creating release record {}", record.secret_name()),
@@ -211,6 +279,20 @@ impl ReleaseStore {
             "no free revision number after v{revision} for app {}",
             self.app
         )))
+    }
+
+    /// True when the stored record of `revision` is the one `mine` describes (same start
+    /// time, digest and run): a create that went through although its answer was lost.
+    async fn is_ours(&self, revision: u64, mine: &ReleaseRecord) -> bool {
+        let Ok(secret) = self.get_secret(revision).await else {
+            return false;
+        };
+        self.decode_secret(&secret, false).is_ok_and(|stored| {
+            stored.started_at == mine.started_at
+                && stored.digest == mine.digest
+                && stored.run == mine.run
+                && stored.target == mine.target
+        })
     }
 
     /// Build the Secret for a record, on top of `base` (whose manifests it keeps unless new
@@ -291,11 +373,14 @@ impl ReleaseStore {
             let updated = self.to_secret(&mut record, Some(&secret), moved)?;
             drop(secret);
             let name = record.secret_name();
-            match self
-                .api()
-                .replace(&name, &PostParams::default(), &updated)
-                .await
-            {
+            let api = self.api();
+            let post = PostParams::default();
+            let replaced = self
+                .call("update a release record", || {
+                    api.replace(&name, &post, &updated)
+                })
+                .await;
+            match replaced {
                 Ok(_) => return Ok(record),
                 // Someone changed it between our read and write: read again.
                 Err(kube::Error::Api(status)) if status.is_conflict() => {}
@@ -363,19 +448,62 @@ impl ReleaseStore {
                 }
             })
             .await?;
-        let mut statuses = self.statuses().await?;
+        // The record is final from here: what follows is tidying, which a failure only
+        // postpones (the newest `deployed` record is the last good one either way, and the
+        // next deploy's repair supersedes what is left).
+        let mut statuses = match self.statuses().await {
+            Ok(statuses) => statuses,
+            Err(e) => {
+                self.warn(format!(
+                    "release history not tidied after v{revision}: {e}; the next deploy does it"
+                ));
+                return Ok(record);
+            }
+        };
         if status == ReleaseStatus::Deployed {
             for older in supersede_choice(&statuses, revision) {
-                self.update(older, ReleaseStatus::Superseded, |_| {})
-                    .await?;
-                for entry in statuses.iter_mut().filter(|(r, _)| *r == older) {
-                    entry.1 = ReleaseStatus::Superseded;
+                match self.update(older, ReleaseStatus::Superseded, |_| {}).await {
+                    Ok(_) => {
+                        for entry in statuses.iter_mut().filter(|(r, _)| *r == older) {
+                            entry.1 = ReleaseStatus::Superseded;
+                        }
+                    }
+                    Err(e) => self.warn(format!(
+                        "release v{older} could not be marked superseded: {e}; v{revision} is the last good one all the same, and the next deploy marks it"
+                    )),
                 }
             }
         }
-        self.delete_revisions(&prune_choice(&statuses, self.keep))
-            .await?;
+        if let Err(e) = self
+            .delete_revisions(&prune_choice(&statuses, self.keep))
+            .await
+        {
+            self.warn(format!(
+                "old release records not pruned: {e}; the next deploy tries again"
+            ));
+        }
         Ok(record)
+    }
+
+    /// Supersedes every `deployed` record older than the newest one: a run that failed
+    /// between marking its record deployed and superseding the older ones left them so.
+    /// Call with the lock held. Returns the revisions marked.
+    pub async fn repair(&self) -> Result<Vec<u64>> {
+        let statuses = self.statuses().await?;
+        let newest = statuses
+            .iter()
+            .filter(|(_, s)| *s == ReleaseStatus::Deployed)
+            .map(|(r, _)| *r)
+            .max();
+        let Some(newest) = newest else {
+            return Ok(Vec::new());
+        };
+        let stale = supersede_choice(&statuses, newest);
+        for older in &stale {
+            self.update(*older, ReleaseStatus::Superseded, |_| {})
+                .await?;
+        }
+        Ok(stale)
     }
 
     async fn statuses(&self) -> Result<Vec<(u64, ReleaseStatus)>> {
@@ -397,7 +525,12 @@ impl ReleaseStore {
     async fn delete_revisions(&self, doomed: &[u64]) -> Result<()> {
         for revision in doomed {
             let name = secret_name(&self.app, *revision);
-            match self.api().delete(&name, &DeleteParams::default()).await {
+            let api = self.api();
+            let delete = DeleteParams::default();
+            match self
+                .call("prune a release record", || api.delete(&name, &delete))
+                .await
+            {
                 Ok(_) => {}
                 Err(kube::Error::Api(status)) if status.is_not_found() => {}
                 Err(e) => return Err(self.kube_err(format!("pruning release record {name}"), e)),
@@ -444,6 +577,13 @@ pub async fn ensure_namespace(client: &Client, namespace: &str) -> Result<()> {
                     source: Box::new(source),
                 },
                 RetryError::Cancelled => ReleaseError::Cancelled { action, namespace },
+                e @ RetryError::NotSent => ReleaseError::Kube {
+                    action,
+                    namespace,
+                    source: Box::new(e.into_kube().unwrap_or_else(|| {
+                        crate::kube::retry::timeout_error("namespace", std::time::Duration::ZERO)
+                    })),
+                },
             }
         })
 }
@@ -468,6 +608,7 @@ mod tests {
             sha: format!("sha-{image}"),
             r#ref: None,
             message: Some(format!("deploy {image}")),
+            dirty: false,
         });
         d
     }
@@ -680,5 +821,131 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(r.revision, 2);
+    }
+
+    /// The record store driven through random failure points, against kube-sim with faults:
+    /// every request may be answered 500 before it is done, and a write may be done and its
+    /// answer lost (500); runs may die between opening and finishing their record. Over many
+    /// cases (the seed, in the message, draws the plan: rates, runs, outcomes; kube-sim draws
+    /// which requests fail), the invariants hold after every run:
+    /// - statuses only move forward;
+    /// - the newest `deployed` record is one a run meant to deploy, and a finish that
+    ///   returned Ok for `deployed` made its record the last good one;
+    /// - two `deployed` records remain only when that run warned, and the next run's repair
+    ///   leaves at most one;
+    /// - revisions are never reused by two runs, and the last good record is never pruned.
+    #[tokio::test]
+    async fn records_stay_consistent_under_random_failures() {
+        use rand::{Rng, SeedableRng};
+        let cluster = TestCluster::start().await;
+        cluster.add_namespace("shop");
+        let faults = |fail_before: f64, lost: f64| kube_sim::Faults {
+            error_rate: fail_before,
+            error_status: 500,
+            lost_answer_rate: lost,
+            ..Default::default()
+        };
+        for seed in 0..80u64 {
+            let mut plan = rand::rngs::StdRng::seed_from_u64(seed);
+            let fail_before = plan.random_range(0.0..0.5);
+            let fail_after = plan.random_range(0.0..0.3);
+            let keep = plan.random_range(1..5usize);
+            let runs = plan.random_range(1..8usize);
+            // One app per case: its own history in the one cluster.
+            let app = format!("p{seed}");
+            let store = ReleaseStore::new(cluster.client(), &app, "shop", keep)
+                .with_retry_base(std::time::Duration::from_micros(100));
+            let checker = ReleaseStore::new(cluster.client(), &app, "shop", keep);
+            let mut seen: BTreeMap<u64, ReleaseStatus> = BTreeMap::new();
+            let mut meant_deployed: Vec<u64> = Vec::new();
+            let mut begun: Vec<u64> = Vec::new();
+            let mut last_ok_deployed: Option<u64> = None;
+            for run in 0..runs {
+                let healthy = plan.random_bool(0.6);
+                let dies = plan.random_bool(0.15);
+                cluster.set_faults(faults(fail_before, fail_after));
+                let _ = store.take_warnings();
+                let opened = async {
+                    store.mark_abandoned().await?;
+                    store.repair().await?;
+                    let records = store.list().await?;
+                    store
+                        .begin_after(draft(&format!("v{run}")), ReleaseOrigin::Deploy, &records)
+                        .await
+                }
+                .await;
+                let mut finished_ok = false;
+                if let Ok(record) = &opened {
+                    assert!(
+                        !begun.contains(&record.revision),
+                        "seed {seed}: revision {} reused",
+                        record.revision
+                    );
+                    begun.push(record.revision);
+                    if !dies {
+                        let status = if healthy { Deployed } else { Failed };
+                        if healthy {
+                            meant_deployed.push(record.revision);
+                        }
+                        finished_ok = store.finish(record.revision, status, None).await.is_ok();
+                        if finished_ok && healthy {
+                            last_ok_deployed = Some(record.revision);
+                        }
+                    }
+                }
+                let warned = !store.take_warnings().is_empty();
+                cluster.set_faults(kube_sim::Faults::default());
+                let now = statuses(&checker).await;
+                for (revision, status) in &now {
+                    if let Some(before) = seen.get(revision) {
+                        assert!(
+                            transition_allowed(*before, *status),
+                            "seed {seed}: v{revision} went from {before} to {status}"
+                        );
+                    }
+                    seen.insert(*revision, *status);
+                }
+                let deployed: Vec<u64> = now
+                    .iter()
+                    .filter(|(_, s)| *s == Deployed)
+                    .map(|(r, _)| *r)
+                    .collect();
+                if let Some(newest) = deployed.iter().max() {
+                    assert!(
+                        meant_deployed.contains(newest),
+                        "seed {seed}: v{newest} is deployed but its run did not deploy it: {now:?}"
+                    );
+                }
+                if finished_ok && healthy && !dies {
+                    assert_eq!(
+                        deployed.iter().max().copied(),
+                        opened.as_ref().ok().map(|r| r.revision),
+                        "seed {seed}: {now:?}"
+                    );
+                }
+                if let Some(good) = last_ok_deployed {
+                    assert!(
+                        deployed.iter().max().is_some_and(|newest| *newest >= good),
+                        "seed {seed}: the last good v{good} is gone: {now:?}"
+                    );
+                }
+                assert!(
+                    deployed.len() <= 1 || warned || opened.is_err() || !finished_ok,
+                    "seed {seed}: two deployed records without a warning: {now:?}"
+                );
+            }
+            // The next run, without faults, repairs what is left.
+            store.mark_abandoned().await.unwrap();
+            store.repair().await.unwrap();
+            let now = statuses(&checker).await;
+            assert!(
+                now.iter().filter(|(_, s)| *s == Deployed).count() <= 1,
+                "seed {seed}: after repair: {now:?}"
+            );
+            assert!(
+                now.iter().all(|(_, s)| *s != Pending),
+                "seed {seed}: {now:?}"
+            );
+        }
     }
 }

@@ -31,8 +31,8 @@ fn prune_table() {
             2,
             &[2, 3],
         ),
-        // keep 1 keeps only the last good one.
-        (&[(1, Superseded), (2, Deployed), (3, Failed)], 1, &[1, 3]),
+        // keep 1 keeps the last good one, and the newest (so no revision repeats).
+        (&[(1, Superseded), (2, Deployed), (3, Failed)], 1, &[1]),
         // Pending records are never pruned.
         (&[(1, Failed), (2, Failed), (3, Pending)], 1, &[1, 2]),
         // keep 0 is treated as 1.
@@ -88,6 +88,7 @@ fn record(revision: u64, status: ReleaseStatus) -> ReleaseRecord {
             sha: "abc".into(),
             r#ref: Some("refs/heads/main".into()),
             message: Some("fix".into()),
+            dirty: false,
         }),
         digest: Some("d".into()),
         manifests: Some(vec![serde_json::json!({"kind": "ConfigMap"})]),

@@ -1,7 +1,7 @@
 //! The `--report` JSON file.
 //!
 //! Fields (schema version 1; `report_schema()` is the machine-readable form):
-//! - `version` (1), `app`, `commit` ({`sha`, `ref`?, `message`?} or null), `outcome`, `summary`,
+//! - `version` (1), `app`, `commit` ({`sha`, `ref`?, `message`?, `dirty`?} or null), `outcome`, `summary`,
 //!   `started_at`, `finished_at` (RFC 3339), `dry_run`, `run_url`?
 //! - `targets[]`: `name`, `outcome` (`deployed` | `failed` | `rolled-back` | `rollback-failed` |
 //!   `skipped` | `cancelled`), `revision` (number or null), `started_at`, `finished_at`,
@@ -127,7 +127,8 @@ pub fn report_schema() -> Value {
                 "properties": {
                     "sha": {"type": "string"},
                     "ref": {"type": "string"},
-                    "message": {"type": "string", "description": "first line of the commit message"}
+                    "message": {"type": "string", "description": "first line of the commit message"},
+                    "dirty": {"type": "boolean", "description": "true when the working tree had uncommitted changes to tracked files (commit taken from git); absent when clean"}
                 }
             },
             "outcome": outcome,

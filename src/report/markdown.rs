@@ -297,6 +297,9 @@ fn head(report: &Report) -> String {
     let mut facts = Vec::new();
     if let Some(commit) = &report.commit {
         let mut c = format!("commit `{}`", code(commit.short_sha()));
+        if commit.dirty {
+            c.push_str(" (dirty: uncommitted changes were deployed)");
+        }
         if let Some(r) = &commit.r#ref {
             let _ = write!(c, " on `{}`", code(r));
         }
@@ -324,6 +327,7 @@ const TABLE_HEADER: &str = "| target | outcome | revision | commit | duration | 
 fn row(report: &Report, t: &TargetReport) -> String {
     let revision = t.revision.map(|r| format!("v{r}")).unwrap_or_default();
     let commit = match (&report.commit, t.revision) {
+        (Some(c), Some(_)) if c.dirty => format!("`{}` (dirty)", code(c.short_sha())),
         (Some(c), Some(_)) => format!("`{}`", code(c.short_sha())),
         _ => String::new(),
     };
@@ -657,6 +661,22 @@ mod tests {
     #[test]
     fn snapshot_three_targets() {
         insta::assert_snapshot!(to_markdown(&three_targets(), &options(COMMENT_LIMIT)));
+    }
+
+    #[test]
+    fn a_dirty_tree_is_said_in_the_header_and_the_table() {
+        let mut r = three_targets();
+        let clean = to_markdown(&r, &options(COMMENT_LIMIT));
+        assert!(!clean.contains("dirty"), "{clean}");
+        if let Some(c) = r.commit.as_mut() {
+            c.dirty = true;
+        }
+        let md = to_markdown(&r, &options(COMMENT_LIMIT));
+        assert!(
+            md.contains("commit `0123456` (dirty: uncommitted changes were deployed)"),
+            "{md}"
+        );
+        assert!(md.contains("| `0123456` (dirty) |"), "{md}");
     }
 
     #[test]

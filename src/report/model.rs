@@ -709,6 +709,7 @@ pub(crate) mod tests {
                 sha: "0123456789abcdef0123456789abcdef01234567".into(),
                 r#ref: Some("main".into()),
                 message: Some("Bump web to v2".into()),
+                dirty: false,
             }),
             ts(0),
             ts(20),

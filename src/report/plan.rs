@@ -106,7 +106,8 @@ pub fn plan_schema() -> Value {
         "properties": {
             "sha": {"type": "string"},
             "ref": {"type": "string"},
-            "message": {"type": "string", "description": "first line of the commit message"}
+            "message": {"type": "string", "description": "first line of the commit message"},
+                    "dirty": {"type": "boolean", "description": "true when the working tree had uncommitted changes to tracked files (commit taken from git); absent when clean"}
         }
     });
     let change = json!({

@@ -1,5 +1,6 @@
-//! Live per-target progress on stderr: redrawn lines on a terminal, concise periodic lines
-//! otherwise (CI logs). ANSI codes only on a terminal and never with NO_COLOR.
+//! Live per-target progress on stderr: redrawn lines, cut to the terminal's width, on a
+//! terminal that can move the cursor; concise periodic lines otherwise (CI logs, pipes,
+//! `TERM=dumb`). `NO_COLOR` turns colour off, not the redraw.
 
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
@@ -52,20 +53,72 @@ pub enum Mode {
     Quiet,
 }
 
-/// Terminal on stderr -> live; otherwise lines. Color unless NO_COLOR is set (any value).
-pub fn detect_mode(env: &dyn Fn(&str) -> Option<String>) -> Mode {
-    if std::io::stderr().is_terminal() {
+/// Live redrawn lines on a terminal that can move the cursor; plain lines otherwise. `TERM`
+/// unset, empty or `dumb` means a terminal without cursor movement (an editor's shell, a
+/// serial console). `NO_COLOR` (set and not empty, as no-color.org defines it) turns colour
+/// off and nothing else.
+pub fn decide_mode(stderr_is_terminal: bool, term: Option<&str>, no_color: Option<&str>) -> Mode {
+    if stderr_is_terminal && capable(term) {
         Mode::Live {
-            color: env("NO_COLOR").is_none(),
+            color: !no_color_set(no_color),
         }
     } else {
         Mode::Lines
     }
 }
 
-/// Whether the final table may use color: only on a terminal stdout, never with NO_COLOR.
+/// Whether output to a stream may use ANSI colour: a terminal that is not dumb, and no
+/// `NO_COLOR`. The one rule for the progress view, the final table, diffs and log lines.
+pub fn color_allowed(is_terminal: bool, term: Option<&str>, no_color: Option<&str>) -> bool {
+    is_terminal && capable(term) && !no_color_set(no_color)
+}
+
+fn capable(term: Option<&str>) -> bool {
+    !matches!(term, None | Some("" | "dumb"))
+}
+
+fn no_color_set(no_color: Option<&str>) -> bool {
+    no_color.is_some_and(|v| !v.is_empty())
+}
+
+/// The mode for this process's stderr.
+pub fn detect_mode(env: &dyn Fn(&str) -> Option<String>) -> Mode {
+    decide_mode(
+        std::io::stderr().is_terminal(),
+        env("TERM").as_deref(),
+        env("NO_COLOR").as_deref(),
+    )
+}
+
+/// Whether the final table may use colour (it goes to stdout).
 pub fn table_color(env: &dyn Fn(&str) -> Option<String>) -> bool {
-    std::io::stdout().is_terminal() && env("NO_COLOR").is_none()
+    color_allowed(
+        std::io::stdout().is_terminal(),
+        env("TERM").as_deref(),
+        env("NO_COLOR").as_deref(),
+    )
+}
+
+/// Columns of the live view: the terminal's own width when it tells one, else `COLUMNS`, else
+/// 80. Asked again at every redraw, so that a resized window is followed.
+pub fn decide_width(terminal_columns: Option<u16>, columns_var: Option<&str>) -> usize {
+    terminal_columns
+        .filter(|&c| c > 0)
+        .map(usize::from)
+        .or_else(|| {
+            columns_var
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .filter(|&c| c > 0)
+        })
+        .unwrap_or(80)
+}
+
+/// The width stderr's terminal reports (TIOCGWINSZ), if it is one.
+fn stderr_columns() -> Option<u16> {
+    // SAFETY: TIOCGWINSZ only writes a `winsize` into the struct we pass; fd 2 stays ours.
+    let mut size: libc::winsize = unsafe { std::mem::zeroed() };
+    let ok = unsafe { libc::ioctl(libc::STDERR_FILENO, libc::TIOCGWINSZ, &mut size) } == 0;
+    ok.then_some(size.ws_col)
 }
 
 /// The words for a stage, without color.
@@ -117,15 +170,50 @@ fn colored(stage: &Stage, text: String) -> String {
     format!("\x1b[{code}m{text}\x1b[0m")
 }
 
-/// Cuts a line to `width` characters (live lines must not wrap, or redraw breaks).
+/// Display columns of `text` (a CJK character takes two, a combining mark none).
+fn columns(text: &str) -> usize {
+    unicode_width::UnicodeWidthStr::width(text)
+}
+
+/// Cuts `text` to at most `width` display columns, ending in `…` when cut: a live line that
+/// wraps breaks the redraw, which moves the cursor up by lines, not by rows.
 fn fit(text: &str, width: usize) -> String {
-    if text.chars().count() <= width {
-        text.to_string()
-    } else {
-        let mut s: String = text.chars().take(width.saturating_sub(1)).collect();
-        s.push('…');
-        s
+    if columns(text) <= width {
+        return text.to_string();
     }
+    let mut out = String::new();
+    let mut used = 0;
+    for c in text.chars() {
+        let w = unicode_width::UnicodeWidthChar::width(c).unwrap_or(0);
+        if used + w + 1 > width {
+            break;
+        }
+        used += w;
+        out.push(c);
+    }
+    if width > 0 {
+        out.push('…');
+    }
+    out
+}
+
+/// `text` padded with spaces to `width` display columns.
+fn pad(text: &str, width: usize) -> String {
+    let fill = width.saturating_sub(columns(text));
+    format!("{text}{}", " ".repeat(fill))
+}
+
+/// One live line: the name column, then the stage's words, together at most `width` columns.
+fn live_line(target: &str, stage: &Stage, width_name: usize, width: usize, color: bool) -> String {
+    // Stage messages quote servers and pods: scrubbed of known secret values.
+    let words = super::redact::scrub(&describe_stage(stage)).replace(['\r', '\n', '\t'], " ");
+    let head = format!("{}  ", pad(target, width_name));
+    if columns(&head) >= width {
+        return fit(target, width);
+    }
+    let text = fit(&words, width - columns(&head));
+    let text = if color { colored(stage, text) } else { text };
+    format!("{head}{text}")
 }
 
 /// The sending side, cloned into every target task.
@@ -162,7 +250,7 @@ async fn render(
     mode: Mode,
     mut rx: mpsc::UnboundedReceiver<(String, Stage)>,
 ) {
-    let width_name = targets.iter().map(String::len).max().unwrap_or(4).max(4);
+    let width_name = targets.iter().map(|t| columns(t)).max().unwrap_or(4).max(4);
     let mut stages: HashMap<String, Stage> =
         targets.iter().map(|t| (t.clone(), Stage::Queued)).collect();
     let started = Instant::now();
@@ -192,7 +280,8 @@ async fn render(
             _ = ticker.tick() => {
                 match mode {
                     Mode::Live { color } if dirty => {
-                        drawn = draw_live(&mut stderr, &targets, &stages, width_name, color, drawn);
+                        let width = decide_width(stderr_columns(), std::env::var("COLUMNS").ok().as_deref());
+                        drawn = draw_live(&mut stderr, &targets, &stages, width_name, width, color, drawn);
                         dirty = false;
                     }
                     Mode::Lines => {
@@ -209,7 +298,16 @@ async fn render(
         }
     }
     if let Mode::Live { color } = mode {
-        draw_live(&mut stderr, &targets, &stages, width_name, color, drawn);
+        let width = decide_width(stderr_columns(), std::env::var("COLUMNS").ok().as_deref());
+        draw_live(
+            &mut stderr,
+            &targets,
+            &stages,
+            width_name,
+            width,
+            color,
+            drawn,
+        );
     }
     let _ = stderr.flush();
 }
@@ -219,19 +317,20 @@ fn draw_live(
     targets: &[String],
     stages: &HashMap<String, Stage>,
     width_name: usize,
+    width: usize,
     color: bool,
     previously_drawn: usize,
 ) -> usize {
     let mut frame = String::new();
     if previously_drawn > 0 {
-        frame.push_str(&format!("\x1b[{previously_drawn}F"));
+        // Back to the first line of the last frame, and clear everything below it: a frame
+        // drawn before a resize may have left longer lines behind.
+        frame.push_str(&format!("\x1b[{previously_drawn}F\x1b[J"));
     }
     for t in targets {
         let stage = stages.get(t).cloned().unwrap_or(Stage::Queued);
-        // Stage messages quote servers and pods: scrubbed of known secret values.
-        let text = fit(&super::redact::scrub(&describe_stage(&stage)), 100);
-        let text = if color { colored(&stage, text) } else { text };
-        frame.push_str(&format!("\x1b[2K{t:<width_name$}  {text}\n"));
+        frame.push_str(&live_line(t, &stage, width_name, width, color));
+        frame.push('\n');
     }
     let _ = out.write_all(frame.as_bytes());
     let _ = out.flush();
@@ -268,14 +367,130 @@ mod tests {
             .into_iter()
             .collect();
         let mut out = Vec::new();
-        assert_eq!(draw_live(&mut out, &targets, &stages, 4, false, 2), 2);
+        assert_eq!(draw_live(&mut out, &targets, &stages, 4, 80, false, 2), 2);
         let text = String::from_utf8(out).expect("utf8");
-        assert!(text.starts_with("\x1b[2F"));
-        assert!(text.contains("eu    connecting"));
+        assert!(text.starts_with("\x1b[2F\x1b[J"), "{text:?}");
+        assert!(text.contains("eu    connecting\n"), "{text:?}");
         assert!(
             !text.contains("\x1b[3"),
             "no color codes when color is off: {text:?}"
         );
-        assert_eq!(fit("abcdef", 4), "abc…");
+        let mut out = Vec::new();
+        draw_live(&mut out, &targets, &stages, 4, 80, true, 0);
+        let text = String::from_utf8(out).expect("utf8");
+        assert!(
+            text.starts_with("eu    \x1b[36mconnecting\x1b[0m\n"),
+            "{text:?}"
+        );
+    }
+
+    #[test]
+    fn mode_from_terminal_term_and_no_color() {
+        use Mode::*;
+        // (stderr is a terminal, TERM, NO_COLOR) -> mode, colour allowed
+        type Case = (bool, Option<&'static str>, Option<&'static str>, Mode, bool);
+        let cases: [Case; 10] = [
+            // (stderr is a terminal, TERM, NO_COLOR) -> mode, colour allowed
+            (
+                true,
+                Some("xterm-256color"),
+                None,
+                Live { color: true },
+                true,
+            ),
+            (true, Some("xterm"), Some("1"), Live { color: false }, false),
+            // NO_COLOR set but empty does not count (no-color.org).
+            (true, Some("xterm"), Some(""), Live { color: true }, true),
+            (true, Some("dumb"), None, Lines, false),
+            (true, Some("dumb"), Some("1"), Lines, false),
+            (true, Some(""), None, Lines, false),
+            (true, None, None, Lines, false),
+            (false, Some("xterm"), None, Lines, false),
+            (false, Some("xterm"), Some("1"), Lines, false),
+            (false, None, None, Lines, false),
+        ];
+        for (tty, term, no_color, mode, color) in cases {
+            assert_eq!(
+                decide_mode(tty, term, no_color),
+                mode,
+                "{tty} {term:?} {no_color:?}"
+            );
+            assert_eq!(
+                color_allowed(tty, term, no_color),
+                color,
+                "{tty} {term:?} {no_color:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn width_from_the_terminal_then_columns_then_80() {
+        let cases: [(Option<u16>, Option<&str>, usize); 8] = [
+            (Some(132), None, 132),
+            (Some(132), Some("60"), 132),
+            (Some(0), Some("60"), 60),
+            (None, Some(" 72 "), 72),
+            (None, Some("0"), 80),
+            (None, Some("wide"), 80),
+            (None, Some("-5"), 80),
+            (None, None, 80),
+        ];
+        for (tty, var, want) in cases {
+            assert_eq!(decide_width(tty, var), want, "{tty:?} {var:?}");
+        }
+    }
+
+    #[test]
+    fn lines_are_cut_by_display_width() {
+        let cases: [(&str, usize, &str); 7] = [
+            ("abcdef", 6, "abcdef"),
+            ("abcdef", 4, "abc…"),
+            ("abcdef", 1, "…"),
+            ("abcdef", 0, ""),
+            // Two columns per CJK character: 5 columns hold two of them and the ellipsis.
+            ("日本語テキスト", 5, "日本…"),
+            ("日本語", 6, "日本語"),
+            // A combining accent takes no column.
+            ("e\u{301}e\u{301}e\u{301}", 3, "e\u{301}e\u{301}e\u{301}"),
+        ];
+        for (text, width, want) in cases {
+            let got = fit(text, width);
+            assert_eq!(got, want, "{text:?} at {width}");
+            assert!(columns(&got) <= width, "{got:?} wider than {width}");
+        }
+    }
+
+    #[test]
+    fn a_live_line_never_exceeds_the_width() {
+        let failed = Stage::Finished {
+            outcome: TargetOutcome::Failed,
+            message: Some(format!(
+                "Deployment shop/web: ImagePullBackOff: {}",
+                "x".repeat(200)
+            )),
+        };
+        for width in [1, 5, 10, 40, 80, 200] {
+            for color in [false, true] {
+                for name in ["eu", "a-very-long-target-name-of-a-cluster", "東京"] {
+                    let line = live_line(name, &failed, 6, width, color);
+                    let plain = line.replace("\x1b[31m", "").replace("\x1b[0m", "");
+                    assert!(
+                        columns(&plain) <= width,
+                        "{name} at {width}: {} columns: {plain:?}",
+                        columns(&plain)
+                    );
+                    assert!(!plain.contains('\n'), "{plain:?}");
+                }
+            }
+        }
+        assert_eq!(
+            live_line("eu", &failed, 4, 30, false),
+            "eu    failed: Deployment shop…"
+        );
+        let multi = Stage::Script("smoke\nsecond line".into());
+        assert_eq!(
+            live_line("eu", &multi, 4, 80, false),
+            "eu    running script stage smoke second line"
+        );
     }
 }

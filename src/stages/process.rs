@@ -2,10 +2,9 @@
 //! output read line by line, a deadline, and a kill of the whole group (SIGTERM, then SIGKILL
 //! after a grace) on timeout, on cancel, and for anything a script left running behind it.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
@@ -14,6 +13,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::report::redact::Scrubber;
+use crate::util::process_group::{GroupGuard, group_alive, signal_group};
 
 /// Lines of output kept for the report when a script fails or warns.
 pub const TAIL_LINES: usize = 20;
@@ -105,88 +105,6 @@ pub struct Outcome {
     pub tail: Vec<String>,
     /// It exited but left processes running in its group; they were killed.
     pub left_processes: bool,
-}
-
-/// Process groups of running scripts, so that a second signal (which exits at once) can
-/// still kill them.
-static LIVE_GROUPS: Mutex<Option<HashSet<i32>>> = Mutex::new(None);
-
-fn live_groups(f: impl FnOnce(&mut HashSet<i32>)) {
-    let mut guard = LIVE_GROUPS.lock().unwrap_or_else(|p| p.into_inner());
-    f(guard.get_or_insert_with(HashSet::new));
-}
-
-/// SIGKILL every running script's process group (before a hard exit).
-pub fn kill_all_now() {
-    live_groups(|groups| {
-        for pgid in groups.drain() {
-            signal_group(pgid, libc::SIGKILL);
-        }
-    });
-}
-
-fn signal_group(pgid: i32, signal: i32) {
-    // SAFETY: killpg only sends a signal; pgid is the group of a child we started (never 0
-    // or 1, which would address our own group or every process).
-    if pgid > 1 {
-        unsafe {
-            libc::killpg(pgid, signal);
-        }
-    }
-}
-
-/// Unregisters and SIGKILLs the group when the run is dropped half-way (its future was
-/// cancelled), so no script outlives its run.
-struct GroupGuard {
-    pgid: i32,
-    done: bool,
-}
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        if !self.done {
-            signal_group(self.pgid, libc::SIGKILL);
-        }
-        let pgid = self.pgid;
-        live_groups(|groups| {
-            groups.remove(&pgid);
-        });
-    }
-}
-
-/// Whether any process of group `pgid` is still running (zombies do not count: they are
-/// dead, only not yet reaped by whoever inherited them).
-pub fn group_alive(pgid: i32) -> bool {
-    if let Ok(entries) = std::fs::read_dir("/proc") {
-        return entries.flatten().any(|entry| {
-            let name = entry.file_name();
-            let Some(pid) = name
-                .to_str()
-                .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
-            else {
-                return false;
-            };
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|stat| parse_stat(&stat))
-                .is_some_and(|(state, group)| group == pgid && state != 'Z' && state != 'X')
-        });
-    }
-    // No /proc: ask the kernel (this counts zombies, so a group may look alive until the
-    // grace is over; it is then SIGKILLed, which is harmless).
-    // SAFETY: signal 0 only checks for existence.
-    unsafe { libc::killpg(pgid, 0) == 0 }
-}
-
-/// (state, process group) from the text of /proc/<pid>/stat. The command name is in
-/// parentheses and may hold spaces or parentheses itself, so fields count from the last ')'.
-pub fn parse_stat(stat: &str) -> Option<(char, i32)> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    let _ppid = fields.next()?;
-    let pgrp = fields.next()?.parse().ok()?;
-    Some((state, pgrp))
 }
 
 /// The last `n` lines.
@@ -283,10 +201,7 @@ pub async fn run(
         let _ = child.start_kill();
         return not_started("it exited before it could be watched".into(), started);
     };
-    live_groups(|groups| {
-        groups.insert(pgid);
-    });
-    let mut guard = GroupGuard { pgid, done: false };
+    let mut guard = GroupGuard::new(pgid);
     let (sender, mut lines) = mpsc::channel::<(Stream, String)>(256);
     if let Some(out) = child.stdout.take() {
         tokio::spawn(read_lines(out, Stream::Stdout, sender.clone()));
@@ -371,7 +286,7 @@ pub async fn run(
             end = End::Stopped;
         }
     }
-    guard.done = true;
+    guard.done();
     drop(guard);
     // Phase 3: what is still in the pipes.
     let drain_until = Instant::now() + DRAIN_TIMEOUT;
@@ -403,19 +318,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stat_table() {
-        let cases = [
-            ("123 (sh) S 1 123 123 0 -1", Some(('S', 123))),
-            ("9 (we (ird) name) Z 1 77 77 0", Some(('Z', 77))),
-            ("garbage", None),
-            ("1 (x) R 0 notanumber", None),
-        ];
-        for (stat, want) in cases {
-            assert_eq!(parse_stat(stat), want, "{stat}");
-        }
-    }
-
-    #[test]
     fn end_words() {
         let t = Duration::from_secs(60);
         assert_eq!(End::Exited(3).describe(t), "exited with code 3");
@@ -443,7 +345,7 @@ mod tests {
     async fn output_is_scrubbed_tailed_and_streamed() {
         let secret = serde_json::json!({"apiVersion": "v1", "kind": "Secret", "stringData": {"p": "hunter2"}});
         let scrubber = Scrubber::from_objects([&secret]);
-        let seen = Mutex::new(Vec::new());
+        let seen = std::sync::Mutex::new(Vec::new());
         let on_line = |s: Stream, l: &str| {
             if let Ok(mut v) = seen.lock() {
                 v.push(format!("{}:{l}", s.as_str()));

@@ -51,6 +51,10 @@ pub struct CommitInfo {
     /// First line of the commit message when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The working tree had uncommitted changes to tracked files: what was deployed is not
+    /// exactly this commit. Records written before this field read as clean.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dirty: bool,
 }
 
 impl CommitInfo {
@@ -58,6 +62,20 @@ impl CommitInfo {
     pub fn short_sha(&self) -> &str {
         self.sha.get(..7).unwrap_or(&self.sha)
     }
+
+    /// The short sha for people: `3a30e4b`, or `3a30e4b (dirty)`.
+    pub fn label(&self) -> String {
+        if self.dirty {
+            format!("{} (dirty)", self.short_sha())
+        } else {
+            self.short_sha().to_string()
+        }
+    }
+}
+
+/// Whether `git status --porcelain --untracked-files=no` output lists any change.
+pub fn porcelain_is_dirty(status: &str) -> bool {
+    status.lines().any(|line| !line.trim().is_empty())
 }
 
 /// Run git in `dir`; Ok(stdout) on success, Err(stderr) on a non-zero exit.
@@ -138,6 +156,7 @@ pub fn commit_info(dir: &Path, rev: &str) -> Result<CommitInfo, GitError> {
         sha,
         r#ref,
         message,
+        dirty: false,
     })
 }
 
@@ -161,6 +180,7 @@ pub fn detect_commit(
             sha,
             r#ref: env_ref.or_else(branch),
             message,
+            dirty: false,
         });
     }
     if let Some(sha) = non_empty(env("GITHUB_SHA")) {
@@ -169,14 +189,20 @@ pub fn detect_commit(
             sha,
             r#ref: env_ref,
             message,
+            dirty: false,
         });
     }
     let sha = git(&["rev-parse", "HEAD"])?;
     let message = subject(&sha);
+    // Uncommitted changes to tracked files are deployed too: say so. Untracked files are
+    // left out (build output, editor files); a failing `git status` leaves it clean.
+    let status = self::git(dir, &["status", "--porcelain", "--untracked-files=no"]);
+    let dirty = matches!(status, Ok(Ok(out)) if porcelain_is_dirty(&out));
     Some(CommitInfo {
         sha,
         r#ref: env_ref.or_else(branch),
         message,
+        dirty,
     })
 }
 
@@ -515,5 +541,52 @@ mod tests {
         assert_eq!(c.sha.len(), 40);
         assert_eq!(c.message.as_deref(), Some("First commit"));
         assert_eq!(c.r#ref.as_deref(), Some("trunk"));
+        assert!(!c.dirty, "{c:?}");
+        // An untracked file leaves it clean; a change to a tracked one makes it dirty.
+        std::fs::write(dir.path().join("new"), "y").unwrap();
+        assert!(!detect_commit(None, &no_env, dir.path()).unwrap().dirty);
+        std::fs::write(dir.path().join("f"), "changed").unwrap();
+        let c = detect_commit(None, &no_env, dir.path()).unwrap();
+        assert!(c.dirty, "{c:?}");
+        assert_eq!(c.label(), format!("{} (dirty)", &c.sha[..7]));
+        // A commit given from outside says nothing about this tree.
+        assert!(
+            !detect_commit(Some("feedbeef"), &no_env, dir.path())
+                .unwrap()
+                .dirty
+        );
+    }
+
+    #[test]
+    fn porcelain_status_table() {
+        let cases = [
+            ("", false),
+            ("\n", false),
+            (" M src/main.rs", true),
+            ("M  k8s/app.yaml\n", true),
+            ("D  old.yaml", true),
+            ("R  a.yaml -> b.yaml", true),
+            ("UU conflict.yaml", true),
+        ];
+        for (status, want) in cases {
+            assert_eq!(porcelain_is_dirty(status), want, "{status:?}");
+        }
+    }
+
+    #[test]
+    fn dirty_is_kept_and_old_records_read_clean() {
+        let dirty = CommitInfo {
+            sha: "3a30e4b0000000000000000000000000000000000".into(),
+            dirty: true,
+            ..Default::default()
+        };
+        let json = serde_json::to_value(&dirty).unwrap();
+        assert_eq!(json["dirty"], true);
+        assert_eq!(serde_json::from_value::<CommitInfo>(json).unwrap(), dirty);
+        let old: CommitInfo = serde_json::from_str(r#"{"sha": "3a30e4b"}"#).unwrap();
+        assert!(!old.dirty);
+        assert_eq!(old.label(), "3a30e4b");
+        let clean = serde_json::to_value(&old).unwrap();
+        assert!(clean.get("dirty").is_none(), "{clean}");
     }
 }

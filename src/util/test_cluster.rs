@@ -35,6 +35,11 @@ impl TestCluster {
         self.client.clone()
     }
 
+    /// Switches kube-sim faults on (or off, with `Faults::default()`).
+    pub fn set_faults(&self, faults: kube_sim::Faults) {
+        self.sim.clusters()[0].set_faults(faults);
+    }
+
     fn store(&self) -> std::sync::Arc<kube_sim::Store> {
         self.sim.clusters()[0].store()
     }

@@ -97,6 +97,103 @@ impl Node {
     }
 }
 
+/// A bracketed step of a field path as the API server writes it (structured-merge-diff's
+/// form); `.name` steps are matched against the keys directly, since a key may hold dots.
+#[derive(Debug, PartialEq)]
+enum Step {
+    /// `[3]`
+    Index(usize),
+    /// `[name="web",port=80]`: the list item with these keys.
+    Keys(Vec<(String, Value)>),
+    /// `[="a"]`: the item of a set with this value.
+    SetValue(Value),
+}
+
+impl Node {
+    /// The line of the node at `path`, a field path as the API server writes it in a refusal
+    /// (`.spec.template.spec.containers[name="web"].imagePullPolice`): for a field, the line of
+    /// its key, so a misspelt field is named where it is written. None when the path does not
+    /// lead through this tree.
+    pub fn line_of_path(&self, path: &str) -> Option<usize> {
+        let mut node = self;
+        let mut line = self.line;
+        let mut rest = path;
+        while !rest.is_empty() {
+            if let Some(after) = rest.strip_prefix('.') {
+                // The longest key that the rest begins with, so `example.com/x` stays one key.
+                let Tree::Map(entries) = &node.value else {
+                    return None;
+                };
+                let (key, value) = entries
+                    .iter()
+                    .filter(|(k, _)| {
+                        let k = k.key_text();
+                        after.starts_with(&k)
+                            && matches!(after.as_bytes().get(k.len()), None | Some(b'.' | b'['))
+                    })
+                    .max_by_key(|(k, _)| k.key_text().len())?;
+                line = key.line;
+                node = value;
+                rest = &after[key.key_text().len()..];
+            } else if rest.starts_with('[') {
+                let (step, after) = parse_bracket(rest)?;
+                let Tree::Seq(items) = &node.value else {
+                    return None;
+                };
+                let item = match step {
+                    Step::Index(i) => items.get(i)?,
+                    Step::Keys(keys) => items.iter().find(|item| {
+                        keys.iter()
+                            .all(|(k, v)| item.get(k).is_some_and(|n| n.to_json() == *v))
+                    })?,
+                    Step::SetValue(v) => items.iter().find(|item| item.to_json() == v)?,
+                };
+                line = item.line;
+                node = item;
+                rest = after;
+            } else {
+                return None;
+            }
+        }
+        Some(line)
+    }
+}
+
+/// `[...]` at the start of `text`: the step and what follows it.
+fn parse_bracket(text: &str) -> Option<(Step, &str)> {
+    let inner = text.strip_prefix('[')?;
+    if let Some(value) = inner.strip_prefix('=') {
+        let (value, after) = json_prefix(value)?;
+        return Some((Step::SetValue(value), after.strip_prefix(']')?));
+    }
+    let digits = inner.bytes().take_while(u8::is_ascii_digit).count();
+    if digits > 0 && inner.as_bytes().get(digits) == Some(&b']') {
+        return Some((
+            Step::Index(inner[..digits].parse().ok()?),
+            &inner[digits + 1..],
+        ));
+    }
+    let mut keys = Vec::new();
+    let mut rest = inner;
+    loop {
+        let eq = rest.find('=')?;
+        let key = rest[..eq].to_string();
+        let (value, after) = json_prefix(&rest[eq + 1..])?;
+        keys.push((key, value));
+        if let Some(after) = after.strip_prefix(']') {
+            return Some((Step::Keys(keys), after));
+        }
+        rest = after.strip_prefix(',')?;
+    }
+}
+
+/// One JSON value at the start of `text`, and the text after it.
+fn json_prefix(text: &str) -> Option<(Value, &str)> {
+    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+    let value = stream.next()?.ok()?;
+    Some((value, &text[stream.byte_offset()..]))
+}
+
 /// Deserialized through serde-saphyr's `Spanned` so each child gets its location.
 struct Raw(Tree);
 
@@ -563,6 +660,59 @@ mod tests {
         assert_eq!(items[0].line, 3);
         assert_eq!(items[1].line, 4);
         assert_eq!(items[1].get("b").unwrap().get("c").unwrap().line, 5);
+    }
+
+    #[test]
+    fn lines_of_field_paths_as_the_server_writes_them() {
+        let text = "\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  annotations:
+    example.com/team: shop
+spec:
+  template:
+    spec:
+      containers:
+        - name: sidecar
+          image: busybox
+        - name: web
+          image: nginx
+          imagePullPolicyy: Always
+          ports:
+            - containerPort: 80
+              protocol: TCP
+      finalizers: [a, b]
+";
+        let node = parse_single(text).unwrap();
+        let cases: [(&str, Option<usize>); 12] = [
+            ("", Some(1)),
+            (".kind", Some(2)),
+            (".metadata.annotations.example.com/team", Some(6)),
+            (
+                ".spec.template.spec.containers[name=\"web\"].imagePullPolicyy",
+                Some(15),
+            ),
+            (
+                ".spec.template.spec.containers[name=\"sidecar\"].image",
+                Some(12),
+            ),
+            (".spec.template.spec.containers[1].image", Some(14)),
+            (
+                ".spec.template.spec.containers[name=\"web\"].ports[containerPort=80,protocol=\"TCP\"].protocol",
+                Some(18),
+            ),
+            (".spec.template.spec.finalizers[=\"b\"]", Some(19)),
+            // Paths that do not lead through the tree.
+            (".spec.template.spec.containers[name=\"db\"].image", None),
+            (".spec.replicas", None),
+            (".metadata.name.first", None),
+            (".spec.template.spec.containers[name=\"web\"", None),
+        ];
+        for (path, want) in cases {
+            assert_eq!(node.line_of_path(path), want, "{path}");
+        }
     }
 
     #[test]

@@ -86,14 +86,20 @@ async fn a_field_the_crd_does_not_declare_fails_at_once_naming_the_field() {
         &[("k8s/crd.yaml", &strict), ("k8s/widget.yaml", &widget)],
         "widgets.example.com",
         ".spec.colour is not a field of example.com/v1 Widget: fix its name or indentation, or add it to the CRD's schema",
-        "k8s/widget.yaml:1",
+        // The field's own line, not the object's first.
+        "k8s/widget.yaml:7",
     )
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_misspelt_field_in_a_deployment_fails_at_once_naming_it() {
-    let redis = corpus_file("example-voting-app/k8s-specifications/redis-deployment.yaml");
+    let Some(redis) = corpus_file(
+        "a_misspelt_field_in_a_deployment_fails_at_once_naming_it",
+        "example-voting-app/k8s-specifications/redis-deployment.yaml",
+    ) else {
+        return;
+    };
     let misspelt = redis.replace(
         "      - image: redis:alpine\n",
         "      - image: redis:alpine\n        imagePullPolice: Always\n",
@@ -103,7 +109,30 @@ async fn a_misspelt_field_in_a_deployment_fails_at_once_naming_it() {
         &[("k8s/redis.yaml", &misspelt)],
         "deployments.apps",
         ".spec.template.spec.containers[name=\"redis\"].imagePullPolice is not a field of apps/v1 Deployment: fix its name or indentation",
-        "k8s/redis.yaml:1",
+        "k8s/redis.yaml:19",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_misspelt_field_deep_in_a_pod_template_is_named_at_its_own_line() {
+    let app = small_app("example.com/web:v1");
+    let misspelt = app.replace(
+        "          image: example.com/web:v1\n",
+        "          image: example.com/web:v1\n          imagePullPolicyy: Always\n",
+    );
+    assert_ne!(misspelt, app, "small_app changed: fix this test");
+    let line = misspelt
+        .lines()
+        .position(|l| l.contains("imagePullPolicyy"))
+        .map(|i| i + 1);
+    // The Deployment starts on line 8; the misspelt field is 17 lines further down.
+    assert_eq!(line, Some(25));
+    fails_at_once_naming_the_field(
+        &[("k8s/app.yaml", &misspelt)],
+        "deployments.apps",
+        ".spec.template.spec.containers[name=\"web\"].imagePullPolicyy is not a field of apps/v1 Deployment: fix its name or indentation",
+        "k8s/app.yaml:25",
     )
     .await;
 }

@@ -571,3 +571,55 @@ async fn a_secret_value_reaches_no_github_sink() {
         );
     }
 }
+
+/// `rollguard diff` posts the plan under its own marker: a PR shows one plan comment and one
+/// deploy comment per app, each updated in place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plan_has_its_own_comment_beside_the_deploys() {
+    let env = TestEnv::start(1, "- {image: \"*\", behaviour: Ready}\n").await;
+    env.write("rollguard.yaml", &config(1, "60s"));
+    env.write("k8s/app.yaml", &small_app(GOOD));
+    let gh = FakeGithub::start().await;
+    let vars = actions_env(&env, &gh.url(), "pull_request");
+    let pairs: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let plans = |gh: &FakeGithub| -> Vec<String> {
+        gh.comments_on(PR)
+            .into_iter()
+            .filter(|c| c.body.starts_with("<!-- rollguard:plan:app=shop -->"))
+            .map(|c| c.body)
+            .collect()
+    };
+
+    let first = env.command_env("diff", &["--commit", SHA], &pairs).await;
+    assert_eq!(first.code, 0, "{}", first.output());
+    let plan = plans(&gh);
+    assert_eq!(plan.len(), 1, "{}", first.output());
+    assert!(
+        plan[0].contains("Plan (server-side dry run)"),
+        "{}",
+        plan[0]
+    );
+    assert!(
+        marker_comments(&gh, PR).is_empty(),
+        "a plan is no deploy comment"
+    );
+
+    let deploy = deploy_in_actions(&env, &vars, &[]).await;
+    assert_eq!(deploy.code, 0, "{}", deploy.output());
+    env.write("k8s/app.yaml", &small_app(BAD));
+    let second = env.command_env("diff", &["--commit", SHA], &pairs).await;
+    assert_eq!(second.code, 0, "{}", second.output());
+    let plan = plans(&gh);
+    assert_eq!(plan.len(), 1, "updated in place:\n{}", second.output());
+    assert!(
+        plan[0].contains(BAD),
+        "the second plan shows the new image:\n{}",
+        plan[0]
+    );
+    assert_eq!(marker_comments(&gh, PR).len(), 1);
+    assert_eq!(
+        gh.comments_on(PR).len(),
+        2,
+        "one plan and one deploy comment"
+    );
+}

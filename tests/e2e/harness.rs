@@ -166,7 +166,13 @@ impl TestEnv {
     /// Starts `rollguard deploy` (as [`TestEnv::deploy`] runs it) in the background with
     /// extra environment variables; stdout and stderr are piped.
     pub fn spawn_deploy(&self, envs: &[(&str, &str)]) -> tokio::process::Child {
-        let report = self.path("report.json");
+        self.spawn_deploy_to("report.json", envs)
+    }
+
+    /// [`TestEnv::spawn_deploy`] with the report written to `report` in the scratch folder
+    /// (runs started together, as separate processes, as CI starts them).
+    pub fn spawn_deploy_to(&self, report: &str, envs: &[(&str, &str)]) -> tokio::process::Child {
+        let report = self.path(report);
         let _ = std::fs::remove_file(&report);
         let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_rollguard"));
         cmd.arg("deploy")
@@ -192,6 +198,48 @@ impl TestEnv {
             cmd.env(k, v);
         }
         cmd.spawn().expect("rollguard starts")
+    }
+
+    /// Waits for a spawned run (at most 120 s) and reads its report.
+    pub async fn finish(&self, child: tokio::process::Child, report: &str) -> Run {
+        let started = Instant::now();
+        let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+            .await
+            .expect("rollguard finished within 120 s")
+            .expect("rollguard ran");
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            report: std::fs::read_to_string(self.path(report))
+                .ok()
+                .and_then(|t| serde_json::from_str(&t).ok()),
+            elapsed: started.elapsed(),
+        }
+    }
+
+    /// Server-side applies `body` to cluster `sim-N` as field manager `manager` (what another
+    /// tool, or an older rollguard, left behind).
+    pub async fn apply_as(&self, cluster: usize, manager: &str, body: &Value) {
+        let client = self.client(cluster).await;
+        let api_version = body["apiVersion"].as_str().expect("apiVersion");
+        let kind = body["kind"].as_str().expect("kind");
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let gvk = kube::core::GroupVersionKind::gvk(group, version, kind);
+        let plural = format!("{}s", kind.to_ascii_lowercase());
+        let resource = kube::discovery::ApiResource::from_gvk_with_plural(&gvk, &plural);
+        let name = body["metadata"]["name"].as_str().expect("name");
+        let api: Api<DynamicObject> = match body["metadata"]["namespace"].as_str() {
+            Some(ns) => Api::namespaced_with(client, ns, &resource),
+            None => Api::all_with(client, &resource),
+        };
+        api.patch(
+            name,
+            &kube::api::PatchParams::apply(manager),
+            &kube::api::Patch::Apply(body),
+        )
+        .await
+        .expect("apply as another manager");
     }
 
     /// Runs `rollguard <command> --config <dir>/rollguard.yaml --kubeconfig <kc>` plus `extra`
@@ -407,19 +455,16 @@ pub fn assert_no_ansi(run: &Run) {
     );
 }
 
-/// A file of the shared corpus of real manifests (`../shared/corpus`).
-pub fn corpus_file(rel: &str) -> String {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    // The corpus sits beside the repository (../shared), or beside the worktree folder.
-    for base in [
-        root.join("../shared/corpus"),
-        root.join("../../shared/corpus"),
-    ] {
-        if let Ok(text) = std::fs::read_to_string(base.join(rel)) {
-            return text;
-        }
-    }
-    panic!("corpus file {rel} not found next to {}", root.display());
+/// A file of the shared corpus of real manifests (`shared/corpus` beside the repository), for
+/// `test`: None, after saying why `test` skips, when there is no shared folder (a plain clone;
+/// with ROLLGUARD_REQUIRE_SHARED=1 that fails instead). kube-sim's lookup, the one rule.
+pub fn corpus_file(test: &str, rel: &str) -> Option<String> {
+    let shared = kube_sim::shared_for_test(test)?;
+    let path = shared.join("corpus").join(rel);
+    Some(
+        std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("corpus file {}: {e}", path.display())),
+    )
 }
 
 /// git with a fixed identity, in `dir`.

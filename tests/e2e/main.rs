@@ -4,6 +4,7 @@
 
 mod action;
 mod apply;
+mod concurrency;
 mod credentials;
 mod deploy;
 mod diff;
@@ -18,3 +19,6 @@ mod release;
 mod runtime_root;
 mod stages;
 mod stalled;
+// `rollguard demo` in a pseudo-terminal: the demo needs the `demo` feature (on by default).
+#[cfg(feature = "demo")]
+mod terminal;

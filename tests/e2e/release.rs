@@ -10,7 +10,7 @@ use crate::harness::{
     Run, TestEnv, config, deployment_available, git, list, rollguard, signal, small_app,
 };
 
-const GOOD: &str = "example.com/web:v1";
+pub(crate) const GOOD: &str = "example.com/web:v1";
 const BAD: &str = "example.com/web:v2";
 
 /// Three clusters where `BAD` cannot be pulled on sim-2 (target `us`) and runs everywhere else.
@@ -24,18 +24,18 @@ async fn fleet_with_bad_us() -> TestEnv {
 }
 
 /// The release records of app `shop` on cluster `sim-N`, oldest first.
-async fn records(env: &TestEnv, cluster: usize) -> Vec<ReleaseRecord> {
+pub(crate) async fn records(env: &TestEnv, cluster: usize) -> Vec<ReleaseRecord> {
     ReleaseStore::new(env.client(cluster).await, "shop", "shop", 10)
         .list()
         .await
         .expect("records readable")
 }
 
-fn statuses(records: &[ReleaseRecord]) -> Vec<(u64, ReleaseStatus)> {
+pub(crate) fn statuses(records: &[ReleaseRecord]) -> Vec<(u64, ReleaseStatus)> {
     records.iter().map(|r| (r.revision, r.status)).collect()
 }
 
-async fn web(env: &TestEnv, cluster: usize) -> Value {
+pub(crate) async fn web(env: &TestEnv, cluster: usize) -> Value {
     let client = env.client(cluster).await;
     list(&client, "apps/v1", "Deployment", "deployments", "shop")
         .await
@@ -44,7 +44,7 @@ async fn web(env: &TestEnv, cluster: usize) -> Value {
         .expect("Deployment web exists")
 }
 
-fn image(d: &Value) -> String {
+pub(crate) fn image(d: &Value) -> String {
     d["spec"]["template"]["spec"]["containers"][0]["image"]
         .as_str()
         .unwrap_or_default()
@@ -52,7 +52,7 @@ fn image(d: &Value) -> String {
 }
 
 /// The Deployment runs `want` and all its pods are ready.
-async fn assert_runs(env: &TestEnv, cluster: usize, want: &str) {
+pub(crate) async fn assert_runs(env: &TestEnv, cluster: usize, want: &str) {
     let d = web(env, cluster).await;
     assert_eq!(image(&d), want, "sim-{cluster}");
     assert!(
@@ -63,7 +63,7 @@ async fn assert_runs(env: &TestEnv, cluster: usize, want: &str) {
 }
 
 /// Deploys `GOOD` everywhere (revision 1), which must succeed.
-async fn first_good_deploy(env: &TestEnv) {
+pub(crate) async fn first_good_deploy(env: &TestEnv) {
     env.write("k8s/app.yaml", &small_app(GOOD));
     let run = env.deploy(&[]).await;
     assert_eq!(run.code, 0, "{}", run.output());
@@ -299,7 +299,7 @@ async fn a_cluster_down_fails_its_rollback_but_not_the_others() {
 }
 
 /// Waits until revision `revision` exists on `sim-N` with status pending.
-async fn wait_for_pending(env: &TestEnv, cluster: usize, revision: u64) {
+pub(crate) async fn wait_for_pending(env: &TestEnv, cluster: usize, revision: u64) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let recs = records(env, cluster).await;
@@ -941,4 +941,60 @@ async fn secrets_of_other_namespaces_are_digests_in_records_and_rollback_restore
     show.extend(["--revision".into(), revision.to_string()]);
     let shown = rollguard(&show, &work, &[]).await;
     assert!(shown.stdout.contains("kept: store"), "{}", shown.output());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deploy_from_a_dirty_tree_is_recorded_as_dirty() {
+    let env = TestEnv::start(1, "").await;
+    env.write("rollguard.yaml", &config(1, "60s"));
+    env.write("k8s/app.yaml", &small_app(GOOD));
+    let dir = env.dir.path();
+    git(dir, &["init", "-q"]);
+    git(dir, &["add", "rollguard.yaml", "k8s"]);
+    git(dir, &["commit", "-q", "-m", "shop v1"]);
+    let sha = git(dir, &["rev-parse", "HEAD"]);
+    let short = &sha[..7];
+
+    // Clean (the kubeconfig and the report are untracked, which does not count).
+    let clean = env.deploy(&[]).await;
+    assert_eq!(clean.code, 0, "{}", clean.output());
+    let commit = &clean.report.as_ref().expect("report")["commit"];
+    assert_eq!(commit["sha"], sha.as_str(), "{commit}");
+    assert!(commit.get("dirty").is_none(), "{commit}");
+
+    // A change to a tracked file, not committed: deployed, and said to be.
+    env.write("k8s/app.yaml", &small_app("example.com/web:v3"));
+    let dirty = env.deploy(&[]).await;
+    assert_eq!(dirty.code, 0, "{}", dirty.output());
+    let commit = &dirty.report.as_ref().expect("report")["commit"];
+    assert_eq!(commit["sha"], sha.as_str(), "{commit}");
+    assert_eq!(commit["dirty"], true, "{commit}");
+
+    let history = env.command("history", &[]).await;
+    assert_eq!(history.code, 0, "{}", history.output());
+    let rows: Vec<&str> = history
+        .stdout
+        .lines()
+        .filter(|l| l.contains(short))
+        .collect();
+    assert_eq!(rows.len(), 2, "{}", history.output());
+    assert!(
+        !rows[0].contains("(dirty)") && rows[1].contains(&format!("{short} (dirty)")),
+        "revision 1 clean, revision 2 dirty:\n{}",
+        history.output()
+    );
+    // `show` prints the record itself, which says it too.
+    let shown = env
+        .command("show", &["--revision", "2", "-o", "json"])
+        .await;
+    assert_eq!(shown.code, 0, "{}", shown.output());
+    let record: Value = serde_json::from_str(&shown.stdout).expect("show -o json is JSON");
+    assert_eq!(record["commit"]["dirty"], true, "{record:#}");
+    let recs = records(&env, 1).await;
+    assert_eq!(
+        recs.iter()
+            .map(|r| r.commit.as_ref().is_some_and(|c| c.dirty))
+            .collect::<Vec<_>>(),
+        vec![false, true]
+    );
 }

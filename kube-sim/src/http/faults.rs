@@ -21,8 +21,17 @@ pub struct Faults {
     pub drop_watch_after_events: Option<u64>,
     /// Watch streams end after this many milliseconds.
     pub drop_watch_after_ms: Option<u64>,
+    /// Share of writes (0.0 to 1.0) that are done and then answered with `error_status`, as
+    /// when an answer is lost: tests that retried writes are idempotent. Not limited by
+    /// `only_resources`.
+    pub lost_answer_rate: f64,
+    /// When not empty, latency and errors apply only to requests on these resources, named
+    /// as the counters name them (`leases.coordination.k8s.io`, `secrets`): to stall one
+    /// kind of call (a lock's renewals) while the rest of the API answers.
+    pub only_resources: Vec<String>,
     /// Requests are accepted (TLS completed, request read) and never answered, as by a
-    /// stalled server or a black-holing proxy. They are not counted: nothing is done.
+    /// stalled server or a black-holing proxy. They are not counted: nothing is done. Not
+    /// limited by `only_resources`.
     pub never_answer: bool,
 }
 
@@ -33,6 +42,20 @@ impl Faults {
             400..=599 => self.error_status,
             _ => 503,
         }
+    }
+
+    /// Whether latency and errors apply to a request on `resource` (None: not a resource).
+    pub fn applies_to(&self, resource: Option<&str>) -> bool {
+        self.only_resources.is_empty()
+            || resource.is_some_and(|r| {
+                let base = r.split('/').next().unwrap_or(r);
+                self.only_resources.iter().any(|o| o == base)
+            })
+    }
+
+    /// Whether the answer to this write is replaced by an error (drawing a random number).
+    pub fn roll_lost_answer(&self) -> bool {
+        self.lost_answer_rate > 0.0 && rand::random::<f64>() < self.lost_answer_rate
     }
 
     /// Whether this request should fail (drawing a random number).
@@ -210,5 +233,24 @@ mod tests {
         };
         assert_eq!(f.status(), 429);
         assert!(!Faults::default().roll_error());
+    }
+
+    #[test]
+    fn faults_on_some_resources_only() {
+        let all = Faults::default();
+        assert!(all.applies_to(None) && all.applies_to(Some("secrets")));
+        let leases = Faults {
+            only_resources: vec!["leases.coordination.k8s.io".into()],
+            ..Faults::default()
+        };
+        let cases = [
+            (Some("leases.coordination.k8s.io"), true),
+            (Some("leases.coordination.k8s.io/status"), true),
+            (Some("secrets"), false),
+            (None, false),
+        ];
+        for (resource, want) in cases {
+            assert_eq!(leases.applies_to(resource), want, "{resource:?}");
+        }
     }
 }

@@ -382,7 +382,17 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 pub async fn handle(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<ApiBody> {
     let method = req.method().clone();
     let uri = req.uri().clone();
+    let path = uri.path();
+    let is_api = path == "/api" || path.starts_with("/api/") || path.starts_with("/apis/");
+    let is_write = matches!(method.as_str(), "POST" | "PUT" | "PATCH" | "DELETE");
     let resp = answer(state.clone(), req).await;
+    // A write that was done, answered with an error: the client cannot tell it happened.
+    let faults = state.faults();
+    let resp = if is_api && is_write && faults.roll_lost_answer() {
+        injected_error(&faults, false)
+    } else {
+        resp
+    };
     tracing::debug!(cluster = %state.name, "{method} {uri} -> {}", resp.status().as_u16());
     resp
 }
@@ -455,6 +465,7 @@ async fn answer(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<Ap
     if is_api && state.faults().never_answer {
         std::future::pending::<()>().await;
     }
+    let mut faulted_resource = None;
     if let Route::Resource(p) = &route {
         let verb = handlers::verb_of(&method, p, &query, &content_type);
         let rt = crate::model::resource::ResourceType::new(&p.group, &p.version, &p.resource);
@@ -464,11 +475,12 @@ async fn answer(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<Ap
         }
         let dry_run = query.get("dryRun").is_some_and(|v| !v.is_empty());
         state.counters.record(verb, &resource, dry_run);
+        faulted_resource = Some(resource);
     } else if is_api {
         state.counters.record("discovery", &path, false);
     }
-    if is_api {
-        let faults = state.faults();
+    let faults = state.faults();
+    if is_api && faults.applies_to(faulted_resource.as_deref()) {
         if faults.latency_ms > 0 {
             tokio::time::sleep(Duration::from_millis(faults.latency_ms)).await;
         }

@@ -599,6 +599,9 @@ mod tests {
 
     #[test]
     fn recorded_deployments() {
+        let Some(_shared) = crate::util::shared::shared_for_test("recorded_deployments") else {
+            return;
+        };
         use Status::*;
         let cases = [
             ("02-ssa-apply1-response.json", InProgress),
@@ -634,6 +637,10 @@ mod tests {
     /// List items have no apiVersion/kind: the verdicts must not change without them.
     #[test]
     fn kindless_objects_from_lists() {
+        let Some(_shared) = crate::util::shared::shared_for_test("kindless_objects_from_lists")
+        else {
+            return;
+        };
         let strip = |mut v: Value| {
             let m = v.as_object_mut().unwrap();
             m.remove("kind");
@@ -692,6 +699,9 @@ mod tests {
 
     #[test]
     fn recorded_replicasets() {
+        let Some(_shared) = crate::util::shared::shared_for_test("recorded_replicasets") else {
+            return;
+        };
         let list = recording("02-replicasets-list.json");
         for rs in list["items"].as_array().unwrap() {
             let a = assess(rs);

@@ -350,6 +350,11 @@ mod tests {
 
     #[test]
     fn recorded_deployment_finds_its_new_replicaset() {
+        let Some(_shared) =
+            crate::util::shared::shared_for_test("recorded_deployment_finds_its_new_replicaset")
+        else {
+            return;
+        };
         // After revision 2: two ReplicaSets, the new one at revision 2.
         let deploy = recording("02-ssa-apply2-get-after-7.5s.json");
         let list = recording("02-replicasets-list.json");
@@ -379,6 +384,11 @@ mod tests {
 
     #[test]
     fn recorded_deployment_after_revision_4() {
+        let Some(_shared) =
+            crate::util::shared::shared_for_test("recorded_deployment_after_revision_4")
+        else {
+            return;
+        };
         let deploy = recording("02-deployment-final-get.json");
         let list = recording("02-replicasets-list-after-revision-4.json");
         let rss = list["items"].as_array().unwrap().clone();
