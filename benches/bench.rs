@@ -6,6 +6,8 @@
 //! `cargo build --release -p kube-sim`) for the kube-sim figures, and in-process kube-sim
 //! clusters (`kube_sim::Sim`) for the rest. BENCHMARKS.md keeps the latest output.
 
+#[path = "../tests/support/fuzz.rs"]
+mod fuzz_inputs;
 mod sections;
 mod support;
 
@@ -16,7 +18,7 @@ use support::procs;
 use support::table::{self, Row, Verdict};
 
 /// Every section: (name, title, budget).
-const SECTIONS: [(&str, &str, u64); 7] = [
+const SECTIONS: [(&str, &str, u64); 8] = [
     (
         "sim",
         "kube-sim: applies/s, 100 watchers, RSS with 10,000 objects (issue 2)",
@@ -52,6 +54,11 @@ const SECTIONS: [(&str, &str, u64); 7] = [
         "start: process start -> first request to a cluster; binary size (issue 15)",
         60,
     ),
+    (
+        "fuzz",
+        "fuzz: hostile inputs (peak RSS each) and mutated configs and manifests (issue 9)",
+        150,
+    ),
 ];
 
 /// The whole run stops starting sections after this long.
@@ -84,6 +91,7 @@ async fn run_section(name: &str, scratch: &Path, kube_sim: &Result<PathBuf, Stri
         "memory" => sections::fleet::memory(scratch).await,
         "rollback" => sections::rollback::run(scratch).await,
         "start" => sections::start::run(scratch).await,
+        "fuzz" => sections::fuzz::run(scratch).await,
         _ => vec![Row::skipped(name, "unknown section")],
     }
 }

@@ -3,6 +3,7 @@
 pub mod apply;
 pub mod detect;
 pub mod fleet;
+pub mod fuzz;
 pub mod rollback;
 pub mod sim;
 pub mod start;

@@ -599,6 +599,7 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
             force_conflicts: args.force_conflicts,
             fail_fast: config.wait.fail_fast.clone(),
             run: run.clone(),
+            secrets: config.history.secrets,
         }
         .run()
     }))
@@ -827,6 +828,7 @@ fn empty_record(config: &Config) -> ReleaseRecord {
         objects: Vec::new(),
         manifests: None,
         manifests_omitted: false,
+        other_namespace_secrets: None,
         stages: Vec::new(),
     }
 }

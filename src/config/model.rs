@@ -171,6 +171,8 @@ pub struct HistoryConfig {
     pub namespace: Option<String>,
     /// Records kept per app and target (10, at least 1).
     pub keep: usize,
+    /// How records keep Secrets of namespaces other than the history namespace.
+    pub secrets: SecretsPolicy,
 }
 
 impl Default for HistoryConfig {
@@ -178,6 +180,43 @@ impl Default for HistoryConfig {
         HistoryConfig {
             namespace: None,
             keep: 10,
+            secrets: SecretsPolicy::default(),
+        }
+    }
+}
+
+/// `history.secrets`: what a release record keeps of a Secret whose namespace is not the
+/// history namespace. A copy would let whoever reads Secrets in the history namespace read
+/// it, hence the default: a digest, and the Secret re-read from git on rollback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SecretsPolicy {
+    Store,
+    #[default]
+    Digest,
+}
+
+impl SecretsPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SecretsPolicy::Store => "store",
+            SecretsPolicy::Digest => "digest",
+        }
+    }
+}
+
+impl fmt::Display for SecretsPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for SecretsPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "store" => Ok(SecretsPolicy::Store),
+            "digest" => Ok(SecretsPolicy::Digest),
+            _ => Err(one_of_message(s, &["store", "digest"])),
         }
     }
 }

@@ -15,6 +15,7 @@ use super::pipeline::{
     DEFAULT_KILL_GRACE, DEFAULT_SCRIPT_TIMEOUT, PipelineStage, RESERVED_NAMES, SCRIPT_KEYS, Scope,
     ScriptCommand, ScriptStage, default_pipeline, script_stages,
 };
+use crate::util::bounded as capped;
 use crate::util::duration::{bounded, parse_duration};
 use crate::util::yaml::{self, Node, Tree};
 
@@ -52,7 +53,7 @@ pub(super) const FAIL_FAST_KEYS: &[&str] = &[
     "unschedulable",
     "unschedulable_grace",
 ];
-pub(super) const HISTORY_KEYS: &[&str] = &["namespace", "keep"];
+pub(super) const HISTORY_KEYS: &[&str] = &["namespace", "keep", "secrets"];
 pub(super) const ROLLBACK_KEYS: &[&str] = &["timeout"];
 pub(super) const LOCK_KEYS: &[&str] = &["timeout"];
 pub(super) const GITHUB_KEYS: &[&str] = &["deployments", "timeout"];
@@ -71,10 +72,25 @@ pub fn load(
     overrides: &Overrides,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Config, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let text = match capped::read_file(path, capped::MAX_CONFIG_FILE, "the config file") {
+        Ok(text) => text,
+        Err(capped::ReadError::Io(source)) => {
+            return Err(ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+        Err(e) => {
+            let location = match e.line() {
+                0 => path.display().to_string(),
+                line => format!("{}:{line}", path.display()),
+            };
+            return Err(ConfigError::Invalid(vec![ConfigIssue {
+                location,
+                message: e.to_string(),
+            }]));
+        }
+    };
     parse(&text, path, overrides, env)
 }
 
@@ -105,6 +121,14 @@ pub fn parse(
     if ctx.issues.is_empty() {
         Ok(config)
     } else {
+        let file = ctx.file.clone();
+        capped::cap_issues(&mut ctx.issues, |more| ConfigIssue {
+            location: file,
+            message: format!(
+                "... and {more} more problems (only the first {} are shown)",
+                capped::MAX_ISSUES_PER_FILE
+            ),
+        });
         Err(ConfigError::Invalid(ctx.issues))
     }
 }
@@ -402,6 +426,9 @@ impl Ctx {
                 self.dns_label(history.get("namespace"), "history.namespace");
             if let Some(keep) = self.integer(history.get("keep"), "history.keep", 1) {
                 config.history.keep = usize::try_from(keep).unwrap_or(usize::MAX);
+            }
+            if let Some(p) = self.parsed(history.get("secrets"), "history.secrets") {
+                config.history.secrets = p;
             }
         }
         if let Some(p) = self.parsed(get("on_failure"), "on_failure") {

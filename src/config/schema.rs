@@ -94,7 +94,8 @@ pub fn json_schema() -> Value {
                 "additionalProperties": false,
                 "properties": {
                     "namespace": {"description": "namespace of the release records (default: the app's namespace)", "allOf": [dns_label]},
-                    "keep": {"type": "integer", "minimum": 1, "default": 10}
+                    "keep": {"type": "integer", "minimum": 1, "default": 10},
+                    "secrets": {"enum": ["digest", "store"], "default": "digest", "description": "Secrets of other namespaces in a release record: only a digest (re-read from git on rollback), or stored"}
                 }
             },
             "on_failure": {"enum": ["rollback-all", "rollback-failed", "rollback-if-all-fail", "none"], "default": "rollback-all"},

@@ -64,6 +64,7 @@ fn minimal_file_from_the_issue() {
     assert_eq!(c.wait.timeout, Duration::from_secs(300));
     assert_eq!(c.concurrency, 64);
     assert_eq!(c.history.keep, 10);
+    assert_eq!(c.history.secrets, SecretsPolicy::Digest);
     assert_eq!(c.on_failure, FailurePolicy::RollbackAll);
     assert_eq!(c.on_cancel, CancelPolicy::Rollback);
     assert_eq!(c.lock.timeout, Duration::from_secs(120));
@@ -93,7 +94,7 @@ wait:
     unschedulable: fail
     unschedulable_grace: 2m
 concurrency: 4
-history: {namespace: rollguard-system, keep: 5}
+history: {namespace: rollguard-system, keep: 5, secrets: store}
 on_failure: rollback-if-all-fail
 on_cancel: leave
 rollback: {timeout: 3m}
@@ -151,6 +152,7 @@ pipeline:
     assert_eq!(c.default_namespace(&c.targets[0], "ctx"), "shop-eu");
     assert_eq!(c.default_namespace(&c.targets[1], "ctx"), "ctx");
     assert_eq!(c.history.keep, 5);
+    assert_eq!(c.history.secrets, SecretsPolicy::Store);
     assert_eq!(c.on_failure, FailurePolicy::RollbackIfAllFail);
     assert_eq!(c.on_cancel, CancelPolicy::Leave);
     assert_eq!(c.rollback_timeout(), Duration::from_secs(180));
@@ -230,7 +232,7 @@ fn error_table() {
         ),
         (
             format!("{base}wait:\n  timeout: 18446744073709551615\n"),
-            "rollguard.yaml:7: wait.timeout: invalid duration \"18446744073709551615\": longer than the maximum of 24h",
+            "rollguard.yaml:7: not valid YAML: number 18446744073709551615 does not fit in a 64-bit integer (the widest Kubernetes has); quote it if it is text",
         ),
         (
             format!("{base}lock:\n  timeout: 18446744073709551615s\n"),
@@ -239,6 +241,10 @@ fn error_table() {
         (
             format!("{base}history:\n  keep: 0\n"),
             "rollguard.yaml:7: history.keep must be at least 1, not 0",
+        ),
+        (
+            format!("{base}history:\n  keep: 2\n  secrets: digests\n"),
+            "rollguard.yaml:8: history.secrets: \"digests\" is not one of store, digest; did you mean \"digest\"?",
         ),
         (
             format!("{base}concurrency: many\n"),

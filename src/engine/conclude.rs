@@ -351,6 +351,7 @@ async fn roll_back_manifests(
                 force_conflicts: plan.options.force_conflicts,
                 fail_fast: plan.config.wait.fail_fast.clone(),
                 run: RunInfo::from_env(&|k| plan.env(k)),
+                secrets: plan.config.history.secrets,
             }
             .run()
             .await

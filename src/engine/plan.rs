@@ -3,11 +3,11 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex};
 
 use crate::config::Config;
 use crate::manifests::ManifestSet;
-use crate::release::{EncodedManifests, ReleaseError};
+use crate::release::{EncodedManifests, ReleaseError, other_namespace_secrets};
 use crate::util::git::CommitInfo;
 
 /// Options of a deploy that come from flags, not from the config file.
@@ -19,6 +19,9 @@ pub struct DeployOptions {
     pub cli_kubeconfig: Option<PathBuf>,
 }
 
+/// Encoded record manifests by the indices of the Secrets they keep as digests.
+type RecordedManifests = HashMap<Vec<usize>, Result<EncodedManifests, String>>;
+
 /// Everything a deploy needs, validated before any cluster is touched.
 #[derive(Debug, Clone)]
 pub struct Plan {
@@ -28,8 +31,9 @@ pub struct Plan {
     pub options: DeployOptions,
     /// A snapshot of the environment (kubeconfig_env variables, KUBECONFIG, HOME).
     pub env: HashMap<String, String>,
-    /// The manifests as release records store them: encoded once, shared by every target.
-    recorded: OnceLock<Result<EncodedManifests, String>>,
+    /// The manifests as release records store them: encoded once per set of Secrets kept as
+    /// digests (`history.secrets`), shared by every target with that set.
+    recorded: Arc<Mutex<RecordedManifests>>,
     /// What every script stage run shares: the secret scrubber, the environment.
     pub scripts: crate::stages::Shared,
 }
@@ -60,21 +64,38 @@ impl Plan {
             commit,
             options,
             env,
-            recorded: OnceLock::new(),
+            recorded: Arc::default(),
             scripts,
         }
     }
 
-    /// The manifests encoded for the release records (the first target to ask encodes them).
-    pub fn recorded_manifests(&self) -> Result<&EncodedManifests, ReleaseError> {
-        self.recorded
-            .get_or_init(|| {
-                let bodies: Vec<&serde_json::Value> =
-                    self.manifests.objects.iter().map(|o| &o.body).collect();
-                EncodedManifests::encode(&bodies).map_err(|e| e.to_string())
+    /// The manifests encoded for the release records of a target whose records live in
+    /// `history_namespace` and whose objects without a namespace go to `default_namespace`.
+    pub fn recorded_manifests(
+        &self,
+        history_namespace: &str,
+        default_namespace: &str,
+    ) -> Result<EncodedManifests, ReleaseError> {
+        let bodies: Vec<&serde_json::Value> =
+            self.manifests.objects.iter().map(|o| &o.body).collect();
+        let others = other_namespace_secrets(&bodies, history_namespace, default_namespace);
+        let mut cache = self
+            .recorded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        cache
+            .entry(others.clone())
+            .or_insert_with(|| {
+                EncodedManifests::encode_for_history(
+                    &bodies,
+                    &others,
+                    self.config.history.secrets,
+                    default_namespace,
+                )
+                .map_err(|e| e.to_string())
             })
-            .as_ref()
-            .map_err(|e| ReleaseError::Encode(e.clone()))
+            .clone()
+            .map_err(ReleaseError::Encode)
     }
 
     pub fn env(&self, key: &str) -> Option<String> {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, FailFastConfig};
+use crate::config::{Config, FailFastConfig, SecretsPolicy};
 use crate::kube::apply::{AppliedObject, ApplyOptions, MAX_IN_FLIGHT, apply_failures, apply_set};
 use crate::kube::connect::{ClusterAccess, describe_error};
 use crate::kube::wait::{WaitFailure, WaitOptions, wait_for_rollout};
@@ -16,7 +16,7 @@ use crate::manifests::{ManifestObject, ManifestSet, Origin};
 use crate::release::session::applied_ref;
 use crate::release::{
     EncodedManifests, ObjectRef, ReleaseDraft, ReleaseError, ReleaseOrigin, ReleaseRecord,
-    ReleaseStatus, ReleaseStore, RunInfo,
+    ReleaseStatus, ReleaseStore, RunInfo, fill_secret_stubs, other_namespace_secrets, stub_digest,
 };
 use crate::report::Failure;
 use crate::util::git::CommitInfo;
@@ -53,13 +53,27 @@ pub async fn stored_manifests(
     }
 }
 
-/// The manifests of a record: as stored, else rebuilt from git at its commit.
+/// The manifests of a record: as stored (Secrets kept only as digests re-read from git at
+/// its commit), else rebuilt from git at its commit.
 pub async fn record_manifests(
     config: &Config,
     record: &ReleaseRecord,
 ) -> Result<Vec<serde_json::Value>, String> {
     if let Some(bodies) = &record.manifests {
-        return Ok(bodies.clone());
+        let mut bodies = bodies.clone();
+        if bodies.iter().any(|b| stub_digest(b).is_some()) {
+            let commit = record.commit.as_ref().ok_or_else(|| {
+                format!(
+                    "release v{} keeps Secrets of other namespaces only as digests (history.secrets: digest) and has no commit to re-read them from git: restore them by hand or roll back to another revision",
+                    record.revision
+                )
+            })?;
+            let from_git = manifests_from_git_off_runtime(config, &commit.sha).await?;
+            let default_namespace = record.default_namespace.clone().unwrap_or_default();
+            fill_secret_stubs(&mut bodies, &from_git, &default_namespace, &commit.sha)
+                .map_err(|why| format!("release v{}: {why}", record.revision))?;
+        }
+        return Ok(bodies);
     }
     let commit = record.commit.as_ref().ok_or_else(|| {
         format!(
@@ -178,6 +192,8 @@ pub struct ReApply<'a> {
     pub fail_fast: FailFastConfig,
     /// Where the new record says it ran.
     pub run: RunInfo,
+    /// `history.secrets`: how the new record keeps Secrets of other namespaces.
+    pub secrets: SecretsPolicy,
 }
 
 impl ReApply<'_> {
@@ -190,8 +206,18 @@ impl ReApply<'_> {
             None => e.to_string(),
         };
         let to = &self.destination;
-        let manifests = EncodedManifests::encode(&self.bodies)
-            .map_err(|e| (format!("rollback to {to}: {e}"), false))?;
+        let others = other_namespace_secrets(
+            &self.bodies,
+            self.store.namespace(),
+            &self.default_namespace,
+        );
+        let manifests = EncodedManifests::encode_for_history(
+            &self.bodies,
+            &others,
+            self.secrets,
+            &self.default_namespace,
+        )
+        .map_err(|e| (format!("rollback to {to}: {e}"), false))?;
         let mut draft = ReleaseDraft::new(manifests);
         draft.commit = self.commit.clone();
         draft.target = Some(self.target.to_string());

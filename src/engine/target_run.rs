@@ -217,14 +217,22 @@ async fn open(plan: &Plan, run: &mut TargetRun, lock: LockGuard, progress: &Prog
     };
     let target = run.target.clone();
     let env = |k: &str| plan.env(k);
-    let opened = match plan.recorded_manifests() {
+    // Secrets of other namespaces are recorded by digest (history.secrets: digest): which
+    // ones those are depends on this target's history and default namespaces.
+    let history_namespace = plan
+        .config
+        .history_namespace(&target, &access.context_namespace);
+    let default_namespace = plan
+        .config
+        .default_namespace(&target, &access.context_namespace);
+    let opened = match plan.recorded_manifests(&history_namespace, &default_namespace) {
         Ok(manifests) => {
             open_records(
                 &plan.config,
                 &target,
                 &access,
                 lock,
-                manifests,
+                &manifests,
                 plan.commit.as_ref(),
                 &env,
             )

@@ -97,7 +97,10 @@ pub enum GithubError {
         api: String,
         reason: String,
     },
-    #[error("cannot {what}: out of time (GitHub calls of a run are bounded to {budget:?} in all)")]
+    #[error(
+        "cannot {what}: out of time (GitHub calls of a run are bounded to {} in all; github.timeout sets it)",
+        crate::util::duration::format_duration(*budget)
+    )]
     OutOfTime { what: String, budget: Duration },
     #[error("cannot {what}: unexpected answer from GitHub: {reason}")]
     BadResponse { what: String, reason: String },
@@ -160,8 +163,8 @@ impl<T: Transport> Client<T> {
             .await;
             let response = match answer {
                 Err(_) => Err(TransportError(format!(
-                    "no answer within {:?}",
-                    left.min(ATTEMPT_TIMEOUT)
+                    "no answer within {}",
+                    crate::util::duration::format_duration(left.min(ATTEMPT_TIMEOUT))
                 ))),
                 Ok(r) => r,
             };
@@ -194,8 +197,9 @@ impl<T: Transport> Client<T> {
                         what: what.to_string(),
                         status,
                         wait: format!(
-                            "to retry after {wait:?}, more than is left of the {:?} bound on GitHub calls",
-                            self.budget
+                            "to retry after {}, more than is left of the {} bound on GitHub calls (github.timeout)",
+                            crate::util::duration::format_duration(wait),
+                            crate::util::duration::format_duration(self.budget)
                         ),
                     },
                     None => self.out_of_time(what),

@@ -8,6 +8,7 @@ use super::model::*;
 use super::parse::parse;
 use super::render::{RENDER_ORIGIN, render};
 use crate::config::{Config, ManifestSource};
+use crate::util::bounded;
 
 /// Loads, validates and orders the manifests of `config`.
 pub fn load(config: &Config) -> Result<ManifestSet, ManifestError> {
@@ -22,19 +23,38 @@ pub fn load(config: &Config) -> Result<ManifestSet, ManifestError> {
                 _ => file.to_path_buf(),
             };
             let mut objects = Vec::new();
+            let mut total: u64 = 0;
             for file in &files {
-                match std::fs::read_to_string(file) {
+                let problem = |line: usize, message: String| ManifestIssue {
+                    origin: Origin {
+                        file: shown(file),
+                        line,
+                    },
+                    message,
+                };
+                // The total is checked from the sizes before reading, so a set of files
+                // over it is refused without holding them.
+                let size = std::fs::metadata(file).map_or(0, |m| m.len());
+                if size <= bounded::MAX_MANIFEST_FILE {
+                    total = total.saturating_add(size);
+                }
+                if total > bounded::MAX_MANIFESTS_TOTAL {
+                    issues.push(problem(
+                        0,
+                        format!(
+                            "all manifest files together pass the {} cap here ({} files in all); deploy fewer objects per app",
+                            bounded::size_text(bounded::MAX_MANIFESTS_TOTAL),
+                            files.len()
+                        ),
+                    ));
+                    break;
+                }
+                match bounded::read_file(file, bounded::MAX_MANIFEST_FILE, "one manifest file") {
                     Ok(text) => match parse(&text, &shown(file)) {
                         Ok(mut objs) => objects.append(&mut objs),
                         Err(e) => issues.extend(e.issues().iter().cloned()),
                     },
-                    Err(e) => issues.push(ManifestIssue {
-                        origin: Origin {
-                            file: shown(file),
-                            line: 0,
-                        },
-                        message: format!("cannot read: {e}"),
-                    }),
+                    Err(e) => issues.push(problem(e.line(), e.to_string())),
                 }
             }
             (objects, issues, format!("manifests {}", entries.join(", ")))

@@ -6,11 +6,24 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::model::*;
+use crate::util::bounded;
 use crate::util::yaml::{self, Node, Tree};
 
 /// Parses one file's text: multi-document YAML, or JSON (one value or a stream) for *.json.
 /// All problems of the file are returned together.
 pub fn parse(text: &str, file: &Path) -> Result<Vec<ManifestObject>, ManifestError> {
+    yaml::on_parser_stack(|| parse_here(text, file)).unwrap_or_else(|message| {
+        Err(ManifestError::Invalid(vec![ManifestIssue {
+            origin: Origin {
+                file: file.to_path_buf(),
+                line: 0,
+            },
+            message,
+        }]))
+    })
+}
+
+fn parse_here(text: &str, file: &Path) -> Result<Vec<ManifestObject>, ManifestError> {
     let mut objects = Vec::new();
     let mut issues = Vec::new();
     let issue = |line: usize, message: String| ManifestIssue {
@@ -35,9 +48,10 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<ManifestObject>, ManifestErr
             let start_line = line_of_offset(text, skip_ws(text, stream.byte_offset()));
             match stream.next() {
                 None => break,
-                Some(Ok(value)) => {
-                    collect(&value, start_line, None, file, &mut objects, &mut issues)
-                }
+                Some(Ok(value)) => match yaml::json_number_problem(&value) {
+                    Some(problem) => issues.push(issue(start_line, problem)),
+                    None => collect(&value, start_line, None, file, &mut objects, &mut issues),
+                },
                 Some(Err(e)) => {
                     issues.push(issue(e.line(), format!("not valid JSON: {e}")));
                     break;
@@ -45,7 +59,14 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<ManifestObject>, ManifestErr
             }
         }
     } else {
-        for doc in yaml::split_documents(text) {
+        let docs = match yaml::split_documents(text) {
+            Ok(docs) => docs,
+            Err(e) => {
+                issues.push(issue(e.line, e.message));
+                Vec::new()
+            }
+        };
+        for doc in docs {
             match yaml::parse_document(&doc) {
                 Ok(node) => {
                     if matches!(node.value, Tree::Null) {
@@ -65,6 +86,18 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<ManifestObject>, ManifestErr
             }
         }
     }
+    let last_line = issues
+        .get(bounded::MAX_ISSUES_PER_FILE)
+        .map_or(0, |i| i.origin.line);
+    bounded::cap_issues(&mut issues, |more| {
+        issue(
+            last_line,
+            format!(
+                "... and {more} more problems in this file (only the first {} are shown)",
+                bounded::MAX_ISSUES_PER_FILE
+            ),
+        )
+    });
     if issues.is_empty() {
         Ok(objects)
     } else {

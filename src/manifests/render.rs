@@ -1,11 +1,15 @@
 //! The `render` command (kustomize, helm template, ...): run with `sh -c` under a deadline,
 //! its whole process group killed past it; its stdout is the manifests.
 
+use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::model::*;
+use crate::util::bounded::{MAX_RENDER_OUTPUT, decode, size_text};
 
 /// The origin file name of objects read from a render command's output.
 pub const RENDER_ORIGIN: &str = "<render>";
@@ -42,28 +46,45 @@ pub fn render_with_timeout(
     let mut child = cmd
         .spawn()
         .map_err(|e| fail(format!("could not start sh: {e}"), String::new()))?;
-    // Pipes are drained on threads so a chatty command never blocks on a full pipe.
-    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+    // Pipes are drained on threads so a chatty command never blocks on a full pipe; stdout is
+    // kept up to the cap (then the command is stopped), stderr only its last bytes.
+    let over = Arc::new(AtomicBool::new(false));
+    let stdout = {
+        let pipe = child.stdout.take();
+        let over = Arc::clone(&over);
         std::thread::spawn(move || {
             let mut buf = Vec::new();
-            if let Some(mut p) = pipe {
-                let _ = p.read_to_end(&mut buf);
+            if let Some(p) = pipe {
+                let _ = p
+                    .take(MAX_RENDER_OUTPUT.saturating_add(1))
+                    .read_to_end(&mut buf);
+            }
+            if buf.len() as u64 > MAX_RENDER_OUTPUT {
+                over.store(true, Ordering::Relaxed);
+                buf = Vec::new();
             }
             buf
         })
     };
-    let stdout = drain(
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
-    );
-    let stderr = drain(
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
-    );
+    let stderr = {
+        let pipe = child.stderr.take();
+        std::thread::spawn(move || {
+            let mut tail = Vec::new();
+            if let Some(mut p) = pipe {
+                let mut chunk = [0u8; 8192];
+                while let Ok(n) = p.read(&mut chunk) {
+                    if n == 0 {
+                        break;
+                    }
+                    tail.extend_from_slice(&chunk[..n]);
+                    if tail.len() > STDERR_KEPT {
+                        tail.drain(..tail.len() - STDERR_KEPT);
+                    }
+                }
+            }
+            tail
+        })
+    };
     let started = Instant::now();
     let status = loop {
         match child.try_wait() {
@@ -74,6 +95,14 @@ pub fn render_with_timeout(
                 break Err(format!(
                     "did not finish within {}",
                     crate::util::duration::format_duration(timeout)
+                ));
+            }
+            Ok(None) if over.load(Ordering::Relaxed) => {
+                kill_group(&mut child);
+                let _ = child.wait();
+                break Err(format!(
+                    "its output passed the {} cap on render output and it was stopped; render less (one app per config)",
+                    size_text(MAX_RENDER_OUTPUT)
                 ));
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(20)),
@@ -91,12 +120,24 @@ pub fn render_with_timeout(
         lines[lines.len().saturating_sub(20)..].join("\n")
     };
     let status = status.map_err(|why| fail(why, tail.clone()))?;
+    // It may have exited (SIGPIPE, 141) before the poll saw the cap passed.
+    if over.load(Ordering::Relaxed) {
+        return Err(fail(
+            format!(
+                "its output passed the {} cap on render output; render less (one app per config)",
+                size_text(MAX_RENDER_OUTPUT)
+            ),
+            tail,
+        ));
+    }
     if !status.success() {
         return Err(fail(status.to_string(), tail));
     }
-    String::from_utf8(stdout)
-        .map_err(|_| fail("its output is not UTF-8".to_string(), String::new()))
+    decode(stdout).map_err(|e| fail(format!("its output {e}"), String::new()))
 }
+
+/// Bytes of stderr kept: enough for the last 20 lines of any real tool.
+const STDERR_KEPT: usize = 64 * 1024;
 
 /// Teaches the scrubber the Secret values of `text`, document by document, so that one
 /// broken document does not hide the others.
@@ -115,13 +156,9 @@ fn learn_secrets(text: &str) {
 }
 
 fn kill_group(child: &mut std::process::Child) {
-    #[cfg(unix)]
-    {
-        // The group id is the child's pid (process_group(0) above).
-        let _ = Command::new("kill")
-            .args(["-KILL", "--", &format!("-{}", child.id())])
-            .stderr(Stdio::null())
-            .status();
+    // The group id is the child's pid (process_group(0) above).
+    if let Ok(pgid) = i32::try_from(child.id()) {
+        crate::util::process_group::signal_group(pgid, libc::SIGKILL);
     }
     let _ = child.kill();
 }

@@ -700,3 +700,158 @@ fn large_sets_parse_fast() {
     let set = ManifestSet::new(objs, Some("shop")).unwrap();
     let _ = set.digest();
 }
+
+/// Peak RSS of this process so far (VmHWM), in KiB; 0 where /proc is missing.
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Every hostile input through the real loader (files on disk, `load`): an error naming the
+/// file and line, no panic, quickly.
+#[test]
+fn hostile_manifest_files_are_refused_with_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let k8s = dir.path().join("k8s");
+    std::fs::create_dir(&k8s).unwrap();
+    let mut bomb = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+    for i in 1..12 {
+        let prev = format!("*a{}", i - 1);
+        bomb.push_str(&format!(
+            "a{i}: &a{i} [{}]\n",
+            [prev.as_str(); 10].join(", ")
+        ));
+    }
+    let cm = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n";
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("bomb.yaml", format!("{cm}---\n{bomb}").into_bytes(), "k8s/bomb.yaml:10: not valid YAML: its aliases (`*name`) expand past the cap of 200,000 replayed nodes"),
+        (
+            "deep.yaml",
+            format!("{cm}---\nx: {}{}\n", "[".repeat(10_000), "]".repeat(10_000)).into_bytes(),
+            "k8s/deep.yaml:5: not valid YAML: nested deeper than 100 levels (the cap)",
+        ),
+        ("utf8.yaml", b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: \xff}\n".to_vec(), "k8s/utf8.yaml:3: is not UTF-8 text: byte 0xff at line 3"),
+        ("nul.yaml", b"apiVersion: v1\nkind: Config\0Map\n".to_vec(), "k8s/nul.yaml:2: contains a NUL byte at line 2, column 13"),
+        ("keys.yaml", format!("{cm}data:\n  1: a\n  \"1\": b\n").into_bytes(), "k8s/keys.yaml:6: not valid YAML: key \"1\" collides with key 1 at line 5"),
+        ("dup.yaml", format!("{cm}data: {{}}\ndata: {{}}\n").into_bytes(), "k8s/dup.yaml:5: not valid YAML: duplicate mapping key: data"),
+        (
+            "merge.yaml",
+            format!("{cm}x: &x {{\"1\": a}}\ndata:\n  <<: *x\n  1: b\n").into_bytes(),
+            "k8s/merge.yaml:6: not valid YAML: key \"1\" collides with key 1 at line 7: both are the key \"1\"; keep one",
+        ),
+        (
+            "int.yaml",
+            b"apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: w}\nspec:\n  replicas: 99999999999999999999999\n".to_vec(),
+            "k8s/int.yaml:5: not valid YAML: number 1e23 does not fit in a 64-bit integer",
+        ),
+        ("docs.yaml", "a: 1\n---\n".repeat(100_000).into_bytes(), "k8s/docs.yaml:20000: more than 10000 YAML documents in one file (the cap); split the file"),
+    ];
+    for (name, bytes, expected) in cases {
+        std::fs::remove_dir_all(&k8s).unwrap();
+        std::fs::create_dir(&k8s).unwrap();
+        std::fs::write(k8s.join(name), &bytes).unwrap();
+        let c = config_for(
+            dir.path(),
+            "app: shop\nmanifests: [k8s/]\ntargets: [{name: eu, context: c}]\n",
+        );
+        let started = Instant::now();
+        let err = load(&c).unwrap_err().to_string();
+        let shown = err.replace(&format!("{}/", dir.path().display()), "");
+        assert!(shown.starts_with(expected), "{name}: {shown}");
+        assert_eq!(shown.lines().count(), 1, "{name}: {shown}");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{name}: {:?}",
+            started.elapsed()
+        );
+    }
+}
+
+#[test]
+fn errors_are_capped_per_file() {
+    let text = "a: 1\n---\n".repeat(5_000);
+    let issues = parse_str(&text).unwrap_err();
+    assert_eq!(issues.len(), 21, "{issues:?}");
+    assert!(
+        issues[0].starts_with("k8s/app.yaml:1: object is missing apiVersion"),
+        "{}",
+        issues[0]
+    );
+    assert_eq!(
+        issues[20],
+        "k8s/app.yaml:41: ... and 4980 more problems in this file (only the first 20 are shown)"
+    );
+}
+
+/// A 200 MB manifest file is refused from its size, before a byte is read: memory stays flat.
+#[test]
+fn size_caps_are_checked_before_reading() {
+    let dir = tempfile::tempdir().unwrap();
+    let k8s = dir.path().join("k8s");
+    std::fs::create_dir(&k8s).unwrap();
+    let big = std::fs::File::create(k8s.join("big.yaml")).unwrap();
+    big.set_len(200 * 1024 * 1024).unwrap();
+    let c = config_for(
+        dir.path(),
+        "app: shop\nmanifests: [k8s/]\ntargets: [{name: eu, context: c}]\n",
+    );
+    let before = peak_rss_kib();
+    let err = load(&c).unwrap_err().to_string();
+    let shown = err.replace(&format!("{}/", dir.path().display()), "");
+    assert_eq!(
+        shown,
+        "k8s/big.yaml: is 200 MiB, over the 16 MiB cap on one manifest file; split it or leave out what is not deployed"
+    );
+    assert!(
+        peak_rss_kib() < before + 50 * 1024,
+        "{before} -> {}",
+        peak_rss_kib()
+    );
+
+    // Three files of 12 MiB: the third passes the 32 MiB cap on all manifests together.
+    std::fs::remove_file(k8s.join("big.yaml")).unwrap();
+    for name in ["a.yaml", "b.yaml", "c.yaml"] {
+        let line = "# padding padding padding padding padding padding padding padding\n";
+        std::fs::write(k8s.join(name), line.repeat(12 * 1024 * 1024 / line.len())).unwrap();
+    }
+    let err = load(&c).unwrap_err().to_string();
+    let shown = err.replace(&format!("{}/", dir.path().display()), "");
+    assert!(
+        shown.contains(
+            "k8s/c.yaml: all manifest files together pass the 32 MiB cap here (3 files in all)"
+        ),
+        "{shown}"
+    );
+}
+
+/// `render: yes` (endless output) is stopped at the cap and says so, not "exit status: 141".
+#[test]
+fn render_output_is_capped() {
+    let dir = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let err = render("yes", dir.path()).unwrap_err().to_string();
+    assert!(
+        err.starts_with(
+            "render command `yes` failed (its output passed the 32 MiB cap on render output"
+        ),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    let err = render("printf 'a: \\377\\n'", dir.path())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("its output is not UTF-8 text: byte 0xff at line 1"),
+        "{err}"
+    );
+}

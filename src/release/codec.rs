@@ -11,14 +11,127 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::record::*;
+use crate::config::SecretsPolicy;
 
-/// The manifests of a revision, encoded once and shared by the records of every target.
+/// The manifests of a revision, encoded once and shared by the records of every target
+/// (of every target whose history namespace keeps the same Secrets as digests).
 #[derive(Debug, Clone)]
 pub struct EncodedManifests {
     /// gzip'd JSON array of the bodies.
     pub(super) gz: Arc<[u8]>,
     pub digest: String,
     pub objects: Vec<ObjectRef>,
+    /// Secrets of namespaces other than the history namespace, and how they are kept.
+    pub other_namespace_secrets: Option<OtherNamespaceSecrets>,
+}
+
+/// Secrets of other namespaces than the history namespace in a record (`history.secrets`):
+/// `kept` is `digest` (the body is a stub with its digest; rollback re-reads it from git at
+/// the record's commit) or `store`. `rollguard show` prints it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct OtherNamespaceSecrets {
+    pub kept: String,
+    /// `namespace/name` of each.
+    pub names: Vec<String>,
+}
+
+/// The annotation of a Secret stub: the digest of the Secret as applied.
+pub const SECRET_DIGEST_ANNOTATION: &str = "rollguard.dev/secret-digest";
+
+/// Indices of the Secrets among `bodies` whose namespace (their own, else
+/// `default_namespace`) is not `history_namespace`.
+pub fn other_namespace_secrets<B: std::borrow::Borrow<serde_json::Value>>(
+    bodies: &[B],
+    history_namespace: &str,
+    default_namespace: &str,
+) -> Vec<usize> {
+    bodies
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| {
+            let b = b.borrow();
+            crate::report::redact::is_secret(b)
+                && secret_namespace(b, default_namespace) != history_namespace
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
+fn secret_namespace<'a>(body: &'a serde_json::Value, default_namespace: &'a str) -> &'a str {
+    body.pointer("/metadata/namespace")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or(default_namespace)
+}
+
+/// What a record keeps of a Secret under `history.secrets: digest`: its identity and the
+/// digest of its body, no data.
+pub fn secret_stub(body: &serde_json::Value) -> serde_json::Value {
+    let mut metadata = serde_json::Map::new();
+    for key in ["name", "namespace"] {
+        if let Some(v) = body.pointer(&format!("/metadata/{key}")) {
+            metadata.insert(key.to_string(), v.clone());
+        }
+    }
+    metadata.insert(
+        "annotations".to_string(),
+        serde_json::json!({ SECRET_DIGEST_ANNOTATION: crate::manifests::digest_bodies(&[body]) }),
+    );
+    serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": metadata})
+}
+
+/// The digest a Secret stub holds, None for any other body.
+pub fn stub_digest(body: &serde_json::Value) -> Option<&str> {
+    if !crate::report::redact::is_secret(body)
+        || body.get("data").is_some()
+        || body.get("stringData").is_some()
+    {
+        return None;
+    }
+    body.pointer("/metadata/annotations")?
+        .get(SECRET_DIGEST_ANNOTATION)?
+        .as_str()
+}
+
+/// Replaces each stub among `bodies` by the Secret of the same namespace and name among
+/// `from_git` (namespaces defaulting to `default_namespace`) whose digest is the stub's.
+pub fn fill_secret_stubs(
+    bodies: &mut [serde_json::Value],
+    from_git: &[serde_json::Value],
+    default_namespace: &str,
+    commit: &str,
+) -> std::result::Result<(), String> {
+    for body in bodies.iter_mut() {
+        let Some(digest) = stub_digest(body).map(str::to_string) else {
+            continue;
+        };
+        let namespace = secret_namespace(body, default_namespace).to_string();
+        let name = body
+            .pointer("/metadata/name")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let found = from_git.iter().find(|g| {
+            crate::report::redact::is_secret(g)
+                && g.pointer("/metadata/name")
+                    .and_then(serde_json::Value::as_str)
+                    == Some(&name)
+                && secret_namespace(g, default_namespace) == namespace
+        });
+        match found {
+            Some(g) if crate::manifests::digest_bodies(&[g]) == digest => *body = g.clone(),
+            Some(_) => {
+                return Err(format!(
+                    "Secret {namespace}/{name} at commit {commit} is not the one the release applied (its digest differs; history.secrets: digest keeps only the digest): restore it by hand or roll back to another revision"
+                ));
+            }
+            None => {
+                return Err(format!(
+                    "Secret {namespace}/{name} is not in the manifests at commit {commit} (history.secrets: digest keeps only its digest): restore it by hand or roll back to another revision"
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 impl EncodedManifests {
@@ -28,13 +141,62 @@ impl EncodedManifests {
     where
         B: std::borrow::Borrow<serde_json::Value> + Serialize,
     {
+        Self::encode_for_history(bodies, &[], SecretsPolicy::Store, "")
+    }
+
+    /// [`EncodedManifests::encode`] for a record in `history_namespace`: the Secrets of other
+    /// namespaces (`others`, from [`other_namespace_secrets`]) kept as `policy` says. The
+    /// digest and the object list are those of the real bodies.
+    pub fn encode_for_history<B>(
+        bodies: &[B],
+        others: &[usize],
+        policy: SecretsPolicy,
+        default_namespace: &str,
+    ) -> Result<EncodedManifests>
+    where
+        B: std::borrow::Borrow<serde_json::Value> + Serialize,
+    {
+        let gz = if policy == SecretsPolicy::Digest && !others.is_empty() {
+            let kept: Vec<serde_json::Value> = bodies
+                .iter()
+                .enumerate()
+                .map(|(i, b)| {
+                    if others.contains(&i) {
+                        secret_stub(b.borrow())
+                    } else {
+                        b.borrow().clone()
+                    }
+                })
+                .collect();
+            gzip_json(&kept)?
+        } else {
+            gzip_json(bodies)?
+        };
+        let other_namespace_secrets = (!others.is_empty()).then(|| OtherNamespaceSecrets {
+            kept: policy.as_str().to_string(),
+            names: others
+                .iter()
+                .filter_map(|i| bodies.get(*i))
+                .map(|b| {
+                    let b = b.borrow();
+                    format!(
+                        "{}/{}",
+                        secret_namespace(b, default_namespace),
+                        b.pointer("/metadata/name")
+                            .and_then(serde_json::Value::as_str)
+                            .unwrap_or("")
+                    )
+                })
+                .collect(),
+        });
         Ok(EncodedManifests {
-            gz: gzip_json(bodies)?.into(),
+            gz: gz.into(),
             digest: crate::manifests::digest_bodies(bodies),
             objects: bodies
                 .iter()
                 .filter_map(|b| ObjectRef::from_body(b.borrow()))
                 .collect(),
+            other_namespace_secrets,
         })
     }
 }

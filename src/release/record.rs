@@ -239,6 +239,9 @@ pub struct ReleaseRecord {
     /// True when `manifests` were left out because of the Secret size limit.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub manifests_omitted: bool,
+    /// Secrets of namespaces other than the history namespace: stored, or only digests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub other_namespace_secrets: Option<super::OtherNamespaceSecrets>,
     /// The script stages this revision ran and how they ended (without their output), so that
     /// a later manual rollback knows whose rollback commands are due.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -266,6 +269,7 @@ impl ReleaseRecord {
             objects: vec![],
             manifests: None,
             manifests_omitted: false,
+            other_namespace_secrets: None,
             stages: Vec::new(),
         }
     }
@@ -301,6 +305,14 @@ impl ReleaseRecord {
         }
         if self.manifests_omitted {
             parts.push("manifests not stored (too large): rebuilt from git".to_string());
+        }
+        if let Some(o) = &self.other_namespace_secrets
+            && o.kept == "digest"
+        {
+            parts.push(format!(
+                "Secrets of other namespaces kept as digests: {}",
+                o.names.join(", ")
+            ));
         }
         parts.join("; ")
     }
@@ -452,6 +464,28 @@ pub fn supersede_choice(records: &[(u64, ReleaseStatus)], revision: u64) -> Vec<
         .collect();
     older.sort_unstable();
     older
+}
+
+/// What a run says of a record it found `pending` and marked abandoned: the run that wrote
+/// it (its CI URL, else its host), when it started, and what the lock tells of its end:
+/// a Lease left to expire means that run died or lost this cluster before it ended; a
+/// released one means it ended but could not finish the record.
+pub fn abandoned_note(record: &ReleaseRecord, lock_expired: bool) -> String {
+    let run = match (&record.run.url, record.run.host.as_str()) {
+        (Some(url), "") => format!("run {url}"),
+        (Some(url), host) => format!("run {url} (host {host})"),
+        (None, "") => "a run of unknown origin".to_string(),
+        (None, host) => format!("a run on host {host}"),
+    };
+    let ended = if lock_expired {
+        "its lock expired unreleased, so it died or lost this cluster before it ended"
+    } else {
+        "its lock was released, so it ended but could not finish the record"
+    };
+    format!(
+        "release v{} was left pending by {run}, started {:.0}: {ended}; marked failed (abandoned)",
+        record.revision, record.started_at
+    )
 }
 
 /// Records a dead run left `pending` (to be marked failed/abandoned), oldest first.

@@ -1,5 +1,6 @@
 //! The release side of one target's deploy: the release settings, the lock and this run's
-//! pending record taken before the apply (`prepare`), and the lock given back after.
+//! pending record taken before the apply (`take_lock`, `open_records`), and the lock given
+//! back after.
 
 use std::time::Duration;
 
@@ -183,17 +184,22 @@ pub async fn open_records(
         settings.keep,
     );
     let begun = async {
-        for revision in store.mark_abandoned().await? {
-            notes.push(format!(
-                "release v{revision} was left pending by a run that died: marked failed (abandoned)"
-            ));
+        let abandoned = store.mark_abandoned().await?;
+        let repaired = store.repair().await?;
+        let records = store.list().await?;
+        for revision in abandoned {
+            notes.push(match records.iter().find(|r| r.revision == revision) {
+                Some(r) => crate::release::abandoned_note(r, lock.took_over_from().is_some()),
+                None => format!(
+                    "release v{revision} was left pending by a run that did not finish it: marked failed (abandoned)"
+                ),
+            });
         }
-        for revision in store.repair().await? {
+        for revision in repaired {
             notes.push(format!(
                 "release v{revision} was still marked deployed beside a newer deployed one (an earlier run stopped while tidying): marked superseded"
             ));
         }
-        let records = store.list().await?;
         let last_good = crate::release::last_good(&records).cloned();
         let mut draft = ReleaseDraft::new(manifests.clone());
         draft.commit = commit.cloned();

@@ -244,6 +244,7 @@ impl ReleaseStore {
             )),
             default_namespace,
             objects: manifests.objects,
+            other_namespace_secrets: manifests.other_namespace_secrets.clone(),
             manifests: None,
             manifests_omitted: false,
             stages: Vec::new(),

@@ -251,3 +251,129 @@ fn object_ref_from_body_and_display() {
     );
     assert!(ObjectRef::from_body(&serde_json::json!({"kind": "X"})).is_none());
 }
+
+fn secret(namespace: Option<&str>, name: &str, value: &str) -> serde_json::Value {
+    let mut body = serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": name}, "stringData": {"password": value}});
+    if let Some(ns) = namespace {
+        body["metadata"]["namespace"] = ns.into();
+    }
+    body
+}
+
+#[test]
+fn secrets_of_other_namespaces_table() {
+    let cm = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "db"}});
+    let bodies = vec![
+        secret(None, "here", "a"),
+        secret(Some("shop"), "here-too", "b"),
+        secret(Some("db"), "there", "c"),
+        cm,
+    ];
+    let cases: &[(&str, &str, &[usize])] = &[
+        ("shop", "shop", &[2]),
+        ("rollguard-system", "shop", &[0, 1, 2]),
+        ("db", "shop", &[0, 1]),
+        ("db", "db", &[1]),
+    ];
+    for (history, default, want) in cases {
+        assert_eq!(
+            other_namespace_secrets(&bodies, history, default),
+            want.to_vec(),
+            "{history} {default}"
+        );
+    }
+}
+
+#[test]
+fn digest_policy_keeps_stubs_and_git_fills_them_back() {
+    let bodies = vec![
+        secret(Some("db"), "there", "sekret-77"),
+        secret(None, "here", "x"),
+    ];
+    let others = other_namespace_secrets(&bodies, "shop", "shop");
+    let digested = EncodedManifests::encode_for_history(
+        &bodies,
+        &others,
+        crate::config::SecretsPolicy::Digest,
+        "shop",
+    )
+    .unwrap();
+    let stored: Vec<serde_json::Value> = gunzip_json(&digested.gz).unwrap();
+    assert!(
+        !serde_json::to_string(&stored)
+            .unwrap()
+            .contains("sekret-77")
+    );
+    assert!(stub_digest(&stored[0]).is_some());
+    assert_eq!(stored[1], bodies[1]);
+    assert_eq!(digested.digest, crate::manifests::digest_bodies(&bodies));
+    assert_eq!(
+        digested.other_namespace_secrets,
+        Some(OtherNamespaceSecrets {
+            kept: "digest".into(),
+            names: vec!["db/there".into()]
+        })
+    );
+    let kept = EncodedManifests::encode_for_history(
+        &bodies,
+        &others,
+        crate::config::SecretsPolicy::Store,
+        "shop",
+    )
+    .unwrap();
+    let stored_whole: Vec<serde_json::Value> = gunzip_json(&kept.gz).unwrap();
+    assert_eq!(stored_whole, bodies);
+    assert_eq!(kept.other_namespace_secrets.unwrap().kept, "store");
+
+    // Filled back from git only with the very same Secret.
+    let mut filled = stored.clone();
+    fill_secret_stubs(&mut filled, &bodies, "shop", "abc").unwrap();
+    assert_eq!(filled, bodies);
+    let changed = vec![secret(Some("db"), "there", "other-value")];
+    let err = fill_secret_stubs(&mut stored.clone(), &changed, "shop", "abc").unwrap_err();
+    assert!(
+        err.starts_with("Secret db/there at commit abc is not the one the release applied"),
+        "{err}"
+    );
+    let err = fill_secret_stubs(&mut stored.clone(), &[], "shop", "abc").unwrap_err();
+    assert!(
+        err.starts_with("Secret db/there is not in the manifests at commit abc"),
+        "{err}"
+    );
+    // A real Secret with data is never taken for a stub.
+    assert!(stub_digest(&bodies[0]).is_none());
+}
+
+#[test]
+fn abandoned_note_says_what_is_known() {
+    let mut r = ReleaseRecord::for_test(4, Pending);
+    r.started_at = "2026-12-01T10:00:00Z".parse().unwrap();
+    let cases = [
+        (
+            Some("https://github.com/o/r/actions/runs/7"),
+            "ci-1",
+            true,
+            "release v4 was left pending by run https://github.com/o/r/actions/runs/7 (host ci-1), started 2026-12-01T10:00:00Z: its lock expired unreleased, so it died or lost this cluster before it ended; marked failed (abandoned)",
+        ),
+        (
+            None,
+            "laptop",
+            false,
+            "release v4 was left pending by a run on host laptop, started 2026-12-01T10:00:00Z: its lock was released, so it ended but could not finish the record; marked failed (abandoned)",
+        ),
+        (
+            None,
+            "",
+            true,
+            "release v4 was left pending by a run of unknown origin, started 2026-12-01T10:00:00Z: its lock expired unreleased, so it died or lost this cluster before it ended; marked failed (abandoned)",
+        ),
+    ];
+    for (url, host, expired, want) in cases {
+        r.run = RunInfo {
+            url: url.map(str::to_string),
+            host: host.to_string(),
+        };
+        assert_eq!(abandoned_note(&r, expired), want);
+    }
+}

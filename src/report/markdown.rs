@@ -417,7 +417,7 @@ fn details(t: &TargetReport, d: Detail) -> String {
             .collect();
         let _ = writeln!(
             out,
-            "Revision(s) {} were left pending by a run that died and are now marked failed (abandoned).\n",
+            "Revision(s) {} were left pending by a run that did not finish them (the warnings say which run and whether it ended) and are now marked failed (abandoned).\n",
             revs.join(", ")
         );
     }

@@ -1,6 +1,7 @@
-//! Small shared helpers: durations, git, process groups, the YAML reader, test faults,
-//! generated-docs checks.
+//! Small shared helpers: durations, git, process groups, the YAML reader, capped reading,
+//! test faults, generated-docs checks.
 
+pub mod bounded;
 pub mod duration;
 pub mod fault;
 #[cfg(test)]

@@ -56,6 +56,15 @@ impl Node {
         }
     }
 
+    /// The key as written, for messages: `1`, `"1"`, `~`.
+    fn source_text(&self) -> String {
+        match &self.value {
+            Tree::Str(s) => format!("{s:?}"),
+            Tree::Null => "null".to_string(),
+            _ => self.key_text(),
+        }
+    }
+
     /// Converts to JSON, dropping line information.
     pub fn to_json(&self) -> Value {
         match &self.value {
@@ -271,7 +280,9 @@ impl<'de> Visitor<'de> for RawVisitor {
 /// document storms) fails with a message instead of eating memory.
 pub fn options() -> serde_saphyr::Options {
     let mut budget = serde_saphyr::Budget::default();
-    budget.max_depth = 100;
+    budget.max_depth = MAX_DEPTH;
+    budget.flow_nesting_limit = MAX_DEPTH;
+    budget.max_merge_keys = 10_000;
     budget.max_documents = 10_000;
     budget.max_aliases = 10_000;
     budget.max_nodes = 2_000_000;
@@ -287,6 +298,12 @@ pub fn options() -> serde_saphyr::Options {
     opts
 }
 
+/// Nesting deeper than this is refused (real manifests nest about 15 deep).
+pub const MAX_DEPTH: usize = 100;
+
+/// Documents in one file or output; past it the file is refused before any is parsed.
+pub const MAX_DOCUMENTS: usize = 10_000;
+
 /// One document of a multi-document stream, with the 1-based line its text starts on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DocText {
@@ -298,7 +315,8 @@ pub struct DocText {
 /// a document, so this is exact), so that every document is parsed on its own: one broken
 /// document does not hide the errors or objects of the others. Marker lines become blank so
 /// line numbers inside each document stay those of the file.
-pub fn split_documents(text: &str) -> Vec<DocText> {
+/// More than [`MAX_DOCUMENTS`] is an error at the line of the first one past the cap.
+pub fn split_documents(text: &str) -> Result<Vec<DocText>, ParseError> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut docs = Vec::new();
     let mut current = String::new();
@@ -308,10 +326,18 @@ pub fn split_documents(text: &str) -> Vec<DocText> {
         let is_start = line == "---" || line.starts_with("--- ") || line.starts_with("---\t");
         let is_end = line == "..." || line.starts_with("... ") || line.starts_with("...\t");
         if is_start || is_end {
-            docs.push(DocText {
-                first_line,
-                text: std::mem::take(&mut current),
-            });
+            let text = std::mem::take(&mut current);
+            if !is_blank_yaml(&text) {
+                if docs.len() == MAX_DOCUMENTS {
+                    return Err(ParseError {
+                        line: first_line,
+                        message: format!(
+                            "more than {MAX_DOCUMENTS} YAML documents in one file (the cap); split the file"
+                        ),
+                    });
+                }
+                docs.push(DocText { first_line, text });
+            }
             first_line = index + 1;
             // Content after `--- ` (e.g. `--- {a: 1}`) belongs to the new document.
             let rest = if is_start { &line[3..] } else { "" };
@@ -323,12 +349,21 @@ pub fn split_documents(text: &str) -> Vec<DocText> {
         current.push_str(line);
         current.push('\n');
     }
-    docs.push(DocText {
-        first_line,
-        text: current,
-    });
-    docs.retain(|d| !is_blank_yaml(&d.text));
-    docs
+    if !is_blank_yaml(&current) {
+        if docs.len() == MAX_DOCUMENTS {
+            return Err(ParseError {
+                line: first_line,
+                message: format!(
+                    "more than {MAX_DOCUMENTS} YAML documents in one file (the cap); split the file"
+                ),
+            });
+        }
+        docs.push(DocText {
+            first_line,
+            text: current,
+        });
+    }
+    Ok(docs)
 }
 
 /// True when a document holds only whitespace, comments or directives.
@@ -354,6 +389,7 @@ pub fn parse_document(doc: &DocText) -> Result<Node, ParseError> {
         Ok(Some(node)) => {
             let mut node = located(node);
             shift_lines(&mut node, offset);
+            check_tree(&node)?;
             Ok(node)
         }
         Ok(None) => Ok(Node {
@@ -368,10 +404,116 @@ pub fn parse_document(doc: &DocText) -> Result<Node, ParseError> {
                 .map_or(doc.first_line, |l| l + offset);
             Err(ParseError {
                 line,
-                message: clean_message(&e.to_string()),
+                message: shift_message_lines(&clean_message(&e.to_string()), offset),
             })
         }
     }
+}
+
+/// What serde-saphyr accepts but Kubernetes (JSON) cannot hold: keys that become the same
+/// JSON key (`1` and `"1"`, `~` and `null`), lists or mappings as keys, and integers past
+/// i64 (serde-saphyr reads them as floats: `1e+23` would be sent). The first one found.
+fn check_tree(node: &Node) -> Result<(), ParseError> {
+    match &node.value {
+        Tree::Seq(items) => items.iter().try_for_each(check_tree),
+        Tree::Map(entries) => {
+            let mut seen: std::collections::HashMap<String, &Node> =
+                std::collections::HashMap::new();
+            for (key, value) in entries {
+                if matches!(key.value, Tree::Seq(_) | Tree::Map(_)) {
+                    return Err(ParseError {
+                        line: key.line,
+                        message: format!(
+                            "{} used as a mapping key: Kubernetes keys are strings",
+                            key.value.kind_name()
+                        ),
+                    });
+                }
+                let text = key.key_text();
+                // serde-saphyr refused keys written alike and skipped merged keys the mapping
+                // sets itself: two keys left with one text are written differently (`~`,
+                // `null`), and JSON would keep only one.
+                if let Some(first) = seen.get(&text) {
+                    return Err(ParseError {
+                        line: key.line,
+                        message: format!(
+                            "key {} collides with key {} at line {}: both are the key {text:?}; keep one",
+                            key.source_text(),
+                            first.source_text(),
+                            first.line
+                        ),
+                    });
+                }
+                seen.insert(text, key);
+                check_tree(key)?;
+                check_tree(value)?;
+            }
+            Ok(())
+        }
+        Tree::Float(f) if f.is_finite() && f.fract() == 0.0 && f.abs() >= I64_BOUND => {
+            Err(out_of_range(node.line, &format!("{f:e}")))
+        }
+        Tree::UInt(u) if i64::try_from(*u).is_err() => Err(out_of_range(node.line, &u.to_string())),
+        _ => Ok(()),
+    }
+}
+
+/// 2^63: integral floats this large were integers too big for i64 in the file (or floats
+/// with no fraction that no Kubernetes field takes).
+const I64_BOUND: f64 = 9_223_372_036_854_775_808.0;
+
+fn out_of_range(line: usize, shown: &str) -> ParseError {
+    ParseError {
+        line,
+        message: format!(
+            "number {shown} does not fit in a 64-bit integer (the widest Kubernetes has); quote it if it is text"
+        ),
+    }
+}
+
+/// The first number of a JSON value (read by serde_json, which also turns integers past
+/// u64 into floats) that does not fit in an i64, said as for YAML.
+pub fn json_number_problem(value: &Value) -> Option<String> {
+    match value {
+        Value::Number(n) => {
+            let too_big = match (n.as_u64(), n.as_f64()) {
+                (Some(u), _) => i64::try_from(u).is_err(),
+                (None, Some(f)) if n.as_i64().is_none() => {
+                    f.is_finite() && f.fract() == 0.0 && f.abs() >= I64_BOUND
+                }
+                _ => false,
+            };
+            let shown = match n.as_u64() {
+                Some(u) => u.to_string(),
+                None => format!("{:e}", n.as_f64().unwrap_or_default()),
+            };
+            too_big.then(|| out_of_range(0, &shown).message)
+        }
+        Value::Array(items) => items.iter().find_map(json_number_problem),
+        Value::Object(map) => map.values().find_map(json_number_problem),
+        _ => None,
+    }
+}
+
+/// Line numbers inside a message (`... at line 3 ...`) made the file's, like `line` itself.
+fn shift_message_lines(message: &str, offset: usize) -> String {
+    if offset == 0 {
+        return message.to_string();
+    }
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(pos) = rest.find("line ") {
+        let (head, tail) = rest.split_at(pos + "line ".len());
+        out.push_str(head);
+        let digits = tail.len() - tail.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        match tail[..digits].parse::<usize>() {
+            Ok(n) => out.push_str(&(n + offset).to_string()),
+            Err(_) => out.push_str(&tail[..digits]),
+        }
+        rest = &tail[digits..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Makes lines relative to a document absolute within its file.
@@ -389,9 +531,35 @@ fn shift_lines(node: &mut Node, offset: usize) {
     }
 }
 
+/// Stack of the thread YAML is parsed on. serde-saphyr deserializes recursively: a document
+/// at the depth cap takes about 2 MiB of stack in a debug build (a 2 MiB runtime thread
+/// overflowed at 99 levels); the stack is reserved, not used, so a generous one costs little.
+const PARSER_STACK: usize = 64 * 1024 * 1024;
+
+/// Runs `f` (a parse) on a thread with [`PARSER_STACK`], so that no nesting within the caps
+/// overflows the caller's stack. Err when the thread cannot start.
+pub fn on_parser_stack<T: Send>(f: impl FnOnce() -> T + Send) -> Result<T, String> {
+    std::thread::scope(|scope| {
+        let handle = std::thread::Builder::new()
+            .name("yaml-parser".into())
+            .stack_size(PARSER_STACK)
+            .spawn_scoped(scope, f)
+            .map_err(|e| format!("cannot start the YAML parser's thread: {e}"))?;
+        // A panic in the parse stays a panic (the caller's hook reports it).
+        Ok(handle
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+    })
+}
+
 /// Parses a whole single-document text (a config file).
 pub fn parse_single(text: &str) -> Result<Node, ParseError> {
-    let docs = split_documents(text);
+    on_parser_stack(|| parse_single_here(text))
+        .unwrap_or_else(|message| Err(ParseError { line: 0, message }))
+}
+
+fn parse_single_here(text: &str) -> Result<Node, ParseError> {
+    let docs = split_documents(text)?;
     match docs.len() {
         0 => Ok(Node {
             line: 1,
@@ -405,10 +573,47 @@ pub fn parse_single(text: &str) -> Result<Node, ParseError> {
     }
 }
 
+/// serde-saphyr says a breached limit in Rust's Debug form (`budget breached: Depth { depth:
+/// 101 }`) and a replay limit with its counters: said here in words, with the cap.
+fn budget_message(first: &str) -> Option<String> {
+    if first.starts_with("recursion limit exceeded") {
+        return Some(format!("nested deeper than {MAX_DEPTH} levels (the cap)"));
+    }
+    if first.starts_with("alias replay limit exceeded") || first.contains("alias expansion") {
+        return Some(
+            "its aliases (`*name`) expand past the cap of 200,000 replayed nodes (an alias bomb?); write the values out or use fewer aliases".to_string(),
+        );
+    }
+    let rest = first.strip_prefix("budget breached: ")?;
+    let kind: String = rest
+        .chars()
+        .take_while(char::is_ascii_alphanumeric)
+        .collect();
+    let said = match kind.as_str() {
+        "Depth" => format!("nested deeper than {MAX_DEPTH} levels (the cap)"),
+        "Aliases" | "AliasAnchorRatio" => {
+            "more aliases (`*name`) than the cap of 10,000, or too many per anchor (an alias bomb?)"
+                .to_string()
+        }
+        "Anchors" => "more anchors (`&name`) than the parser's cap".to_string(),
+        "Documents" => format!("more than {MAX_DOCUMENTS} YAML documents (the cap)"),
+        "Events" | "Nodes" => {
+            "more YAML nodes than the cap of 2,000,000 in one document".to_string()
+        }
+        "ScalarBytes" => "more text in values than the parser's cap of 64 MiB".to_string(),
+        "MergeKeys" => "more merge keys (`<<`) than the cap of 10,000".to_string(),
+        _ => format!("past a limit of the YAML parser ({kind})"),
+    };
+    Some(said)
+}
+
 /// serde-saphyr messages end with " at line X column Y"; we print file:line ourselves, drop
 /// advice meant for programmers, and add a hint for the classic indentation mistakes.
 fn clean_message(message: &str) -> String {
     let first = message.lines().next().unwrap_or(message).trim();
+    if let Some(said) = budget_message(first) {
+        return said;
+    }
     let mut text = match first.rfind(" at line ") {
         Some(pos) => &first[..pos],
         None => first,
@@ -433,7 +638,7 @@ mod tests {
     #[test]
     fn splits_documents_with_lines() {
         let text = "a: 1\n---\n# only a comment\n---\nb: 2\r\n\r\nc: 3\n--- {d: 4}\n...\n";
-        let docs = split_documents(text);
+        let docs = split_documents(text).unwrap();
         let firsts: Vec<usize> = docs.iter().map(|d| d.first_line).collect();
         assert_eq!(firsts, vec![1, 4, 8]);
         let node = parse_document(&docs[1]).unwrap();
@@ -446,7 +651,8 @@ mod tests {
 
     #[test]
     fn lines_of_nested_nodes() {
-        let docs = split_documents("kind: List\nitems:\n  - a: 1\n  - b:\n      c: [1, 2]\n");
+        let docs =
+            split_documents("kind: List\nitems:\n  - a: 1\n  - b:\n      c: [1, 2]\n").unwrap();
         let node = parse_document(&docs[0]).unwrap();
         let Tree::Seq(items) = &node.get("items").unwrap().value else {
             panic!()
@@ -512,19 +718,19 @@ spec:
     #[test]
     fn scalar_types() {
         let node = parse_single(
-            "s: \"5\"\ni: 5\nf: 1.5\nb: true\nn: ~\nbig: 18446744073709551615\nneg: -3\nmode: 0644\ny: yes\n",
+            "s: \"5\"\ni: 5\nf: 1.5\nb: true\nn: ~\nbig: 9223372036854775807\nneg: -3\nmode: 0644\ny: yes\n",
         )
         .unwrap();
         assert_eq!(
             node.to_json(),
             serde_json::json!({"s": "5", "i": 5, "f": 1.5, "b": true, "n": null,
-                "big": 18446744073709551615u64, "neg": -3, "mode": 420, "y": "yes"})
+                "big": 9223372036854775807i64, "neg": -3, "mode": 420, "y": "yes"})
         );
     }
 
     #[test]
     fn errors_carry_file_lines() {
-        let docs = split_documents("a: 1\n---\nb: 2\nc: [1, 2\nd: 3\n");
+        let docs = split_documents("a: 1\n---\nb: 2\nc: [1, 2\nd: 3\n").unwrap();
         assert!(parse_document(&docs[0]).is_ok());
         let err = parse_document(&docs[1]).unwrap_err();
         assert!(err.line >= 4, "{err:?}");
@@ -583,5 +789,165 @@ spec:
     fn several_documents_refused_for_single() {
         let err = parse_single("a: 1\n---\nb: 2\n").unwrap_err();
         assert_eq!(err.line, 2);
+    }
+
+    /// Each hostile input: an error with the file's line and a whole message, quickly.
+    #[test]
+    fn hostile_inputs_are_errors_with_lines() {
+        let bomb = {
+            let mut t = String::from("kind: x\n\na0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+            for i in 1..12 {
+                let prev = format!("*a{}", i - 1);
+                t.push_str(&format!(
+                    "a{i}: &a{i} [{}]\n",
+                    [prev.as_str(); 10].join(", ")
+                ));
+            }
+            t
+        };
+        let deep_flow = format!("a: {}{}\n", "[".repeat(10_000), "]".repeat(10_000));
+        // (10,000 lines of growing indentation would be 50 MB: 1,000 show the same.)
+        let deep_block = (0..1_000)
+            .map(|i| format!("{}k{i}:\n", " ".repeat(i)))
+            .collect::<String>();
+        let cases: Vec<(&str, String, usize, &str)> = vec![
+            (
+                "alias bomb",
+                bomb,
+                8,
+                "expand past the cap of 200,000 replayed nodes (an alias bomb?); write the values out",
+            ),
+            (
+                "nesting 10,000 deep (flow)",
+                deep_flow,
+                1,
+                "nested deeper than 100 levels (the cap)",
+            ),
+            (
+                "nesting 10,000 deep (block)",
+                deep_block,
+                101,
+                "nested deeper than 100 levels (the cap)",
+            ),
+            (
+                "nesting 10,000 deep (compact)",
+                format!("{}x\n", "- ".repeat(10_000)),
+                1,
+                "nested deeper than 100 levels (the cap)",
+            ),
+            (
+                "colliding keys 1 and \"1\"",
+                "a: 1\n1: x\n\"1\": y\n".into(),
+                3,
+                "collides with key 1 at line 2",
+            ),
+            (
+                "colliding keys ~ and null",
+                "~: x\nnull: y\n".into(),
+                2,
+                "collides",
+            ),
+            (
+                "complex key",
+                "? [a, b]\n: x\n".into(),
+                1,
+                "a list used as a mapping key",
+            ),
+            (
+                "duplicate key",
+                "a: 1\nb: 2\na: 3\n".into(),
+                3,
+                "duplicate mapping key: a",
+            ),
+            (
+                "merge collision",
+                "b: &b {x: 1}\nc:\n  <<: *b\n  1: y\n  \"1\": z\n".into(),
+                5,
+                "collides",
+            ),
+            (
+                "integer past u64",
+                "a: 1\nreplicas: 99999999999999999999999\n".into(),
+                2,
+                "number 1e23 does not fit in a 64-bit integer",
+            ),
+            (
+                "integer past i64",
+                "replicas: 9223372036854775808\n".into(),
+                1,
+                "does not fit in a 64-bit integer",
+            ),
+            (
+                "negative past i64",
+                "x: 1\n\nreplicas: -99999999999999999999\n".into(),
+                3,
+                "does not fit in a 64-bit integer",
+            ),
+        ];
+        for (what, text, line, part) in cases {
+            let started = std::time::Instant::now();
+            let err = parse_single(&text).unwrap_err();
+            if line > 0 {
+                assert_eq!(err.line, line, "{what}: {err:?}");
+            }
+            assert!(err.message.contains(part), "{what}: {err:?}");
+            assert!(!err.message.ends_with(' '), "{what}: cut message {err:?}");
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(5),
+                "{what}"
+            );
+        }
+    }
+
+    #[test]
+    fn json_numbers_past_i64_are_found() {
+        let cases = [
+            (
+                r#"{"a": [1, {"b": 99999999999999999999999}]}"#,
+                Some("number 1e23 does not fit"),
+            ),
+            (
+                r#"{"a": 9223372036854775808}"#,
+                Some("number 9223372036854775808 does not fit"),
+            ),
+            (
+                r#"{"a": 9223372036854775807, "b": -9223372036854775808, "c": 1.5, "d": -2.5e10}"#,
+                None,
+            ),
+        ];
+        for (text, want) in cases {
+            let value: Value = serde_json::from_str(text).unwrap();
+            let got = json_number_problem(&value);
+            match want {
+                Some(part) => assert!(
+                    got.as_deref().is_some_and(|g| g.contains(part)),
+                    "{text}: {got:?}"
+                ),
+                None => assert_eq!(got, None, "{text}"),
+            }
+        }
+    }
+
+    #[test]
+    fn error_lines_inside_messages_are_the_files() {
+        assert_eq!(
+            shift_message_lines("a at line 3, and line 10 b", 5),
+            "a at line 8, and line 15 b"
+        );
+        assert_eq!(shift_message_lines("the line x", 5), "the line x");
+        assert_eq!(shift_message_lines("line 2", 0), "line 2");
+    }
+
+    #[test]
+    fn documents_past_the_cap_are_refused_before_parsing() {
+        let text = "a: 1\n---\n".repeat(100_000);
+        let err = split_documents(&text).unwrap_err();
+        assert_eq!(err.line, 2 * MAX_DOCUMENTS, "{err:?}");
+        assert!(
+            err.message.contains("more than 10000 YAML documents"),
+            "{err:?}"
+        );
+        let text = "a: 1\n---\n".repeat(MAX_DOCUMENTS);
+        assert_eq!(split_documents(&text).unwrap().len(), MAX_DOCUMENTS);
     }
 }

@@ -107,20 +107,23 @@ async fn durations_past_the_maximum_are_bad_input() {
     let env = TestEnv::start(1, "").await;
     env.write("k8s/app.yaml", &small_app("example.com/web:v1"));
     // u64::MAX seconds overflowed `Instant + Duration` once; every source of a duration is bounded.
-    for (file_timeout, flags) in [
-        ("60s", &["--timeout", "18446744073709551615s"][..]),
-        ("60s", &["--lock-timeout", "25h"][..]),
-        ("18446744073709551615", &[][..]),
-        ("2d", &[][..]),
+    // A bare number past i64 is refused by the YAML reader already, with its line.
+    let too_long = "longer than the maximum of 24h";
+    for (file_timeout, flags, said) in [
+        ("60s", &["--timeout", "18446744073709551615s"][..], too_long),
+        ("60s", &["--lock-timeout", "25h"][..], too_long),
+        (
+            "18446744073709551615",
+            &[][..],
+            "rollguard.yaml:5: not valid YAML: number 18446744073709551615 does not fit in a 64-bit integer",
+        ),
+        ("9223372036854775807", &[][..], too_long),
+        ("2d", &[][..], too_long),
     ] {
         env.write("rollguard.yaml", &config(1, file_timeout));
         let run = env.deploy(flags).await;
         assert_eq!(run.code, 2, "{flags:?} / {file_timeout}: {}", run.output());
-        assert!(
-            run.stderr.contains("longer than the maximum of 24h"),
-            "{}",
-            run.output()
-        );
+        assert!(run.stderr.contains(said), "{}", run.output());
         assert!(!run.stderr.contains("panicked"), "{}", run.output());
     }
     assert_eq!(env.writes(1), 0);

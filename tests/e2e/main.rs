@@ -12,6 +12,7 @@ mod failures;
 mod fake_github;
 mod github;
 mod harness;
+mod hostile;
 mod input;
 mod real;
 mod release;

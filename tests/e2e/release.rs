@@ -353,6 +353,15 @@ async fn a_killed_run_never_wedges_the_next_one() {
     let warnings = report["targets"][0]["warnings"].to_string();
     assert!(warnings.contains("abandoned"), "{warnings}");
     assert!(warnings.contains("took over the lock"), "{warnings}");
+    // What is known of the killed run: where it ran, and that it never released its lock.
+    assert!(
+        warnings.contains("release v2 was left pending by ")
+            && warnings.contains("host ")
+            && warnings.contains(
+                "its lock expired unreleased, so it died or lost this cluster before it ended"
+            ),
+        "{warnings}"
+    );
     let recs = records(&env, 1).await;
     assert_eq!(
         statuses(&recs),
@@ -787,6 +796,151 @@ async fn a_failed_revision_is_refused_without_force() {
     refused.push("--force".into());
     let forced = rollguard(&refused, env.dir.path(), &[]).await;
     assert_ne!(forced.code, 2, "{}", forced.output());
+}
+
+/// Every key of the Secrets in namespace `ns` of cluster 1, inflated when gzip'd, as text.
+async fn raw_secret_text(env: &TestEnv, ns: &str) -> String {
+    use std::io::Read;
+    let client = env.client(1).await;
+    let mut text = String::new();
+    for secret in list(&client, "v1", "Secret", "secrets", ns).await {
+        for (_, value) in secret["data"].as_object().into_iter().flatten() {
+            let bytes = base64::Engine::decode(
+                &base64::engine::general_purpose::STANDARD,
+                value.as_str().unwrap_or(""),
+            )
+            .expect("base64 data");
+            let mut inflated = Vec::new();
+            match flate2::read::GzDecoder::new(&bytes[..]).read_to_end(&mut inflated) {
+                Ok(_) => text.push_str(&String::from_utf8_lossy(&inflated)),
+                Err(_) => text.push_str(&String::from_utf8_lossy(&bytes)),
+            }
+            text.push('\n');
+        }
+    }
+    text
+}
+
+fn app_with_secret_elsewhere(image: &str, password: &str) -> String {
+    format!(
+        "{}---\napiVersion: v1\nkind: Namespace\nmetadata: {{name: vault}}\n---\napiVersion: v1\nkind: Secret\nmetadata: {{name: db, namespace: vault}}\nstringData: {{password: {password}}}\n",
+        small_app(image)
+    )
+}
+
+/// history.secrets: digest (the default) keeps no value of a Secret of another namespace in
+/// the record, and a rollback restores that Secret from git; `store` keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_of_other_namespaces_are_digests_in_records_and_rollback_restores_them() {
+    let env = TestEnv::start(
+        1,
+        &format!("- {{image: \"{BAD}\", behaviour: ImagePullBackOff}}\n"),
+    )
+    .await;
+    let work = env.path("work");
+    std::fs::create_dir_all(work.join("k8s")).expect("mkdir");
+    git(&work, &["init", "-q"]);
+    std::fs::write(work.join("rollguard.yaml"), config(1, "60s")).expect("write");
+    std::fs::write(
+        work.join("k8s/app.yaml"),
+        app_with_secret_elsewhere(GOOD, "other-ns-value-v1"),
+    )
+    .expect("write");
+    git(&work, &["add", "."]);
+    git(&work, &["commit", "-q", "-m", "v1"]);
+    let args = |command: &str| -> Vec<String> {
+        vec![
+            command.into(),
+            "--config".into(),
+            work.join("rollguard.yaml").display().to_string(),
+            "--kubeconfig".into(),
+            env.kubeconfig.display().to_string(),
+        ]
+    };
+    let first = rollguard(&args("deploy"), &work, &[]).await;
+    assert_eq!(first.code, 0, "{}", first.output());
+    let stored = raw_secret_text(&env, "shop").await;
+    assert!(stored.contains("rollguard.dev/secret-digest"), "{stored}");
+    for leak in ["other-ns-value-v1", "b3RoZXItbnMtdmFsdWUtdjE"] {
+        assert!(
+            !stored.contains(leak),
+            "the record holds the Secret's value: {stored}"
+        );
+    }
+    let mut show = args("show");
+    show.extend(["--revision".into(), "1".into()]);
+    let shown = rollguard(&show, &work, &[]).await;
+    assert_eq!(shown.code, 0, "{}", shown.output());
+    assert!(
+        shown.stdout.contains("other_namespace_secrets:")
+            && shown.stdout.contains("kept: digest")
+            && shown.stdout.contains("vault/db"),
+        "{}",
+        shown.output()
+    );
+
+    std::fs::write(
+        work.join("k8s/app.yaml"),
+        app_with_secret_elsewhere(BAD, "other-ns-value-v2"),
+    )
+    .expect("write");
+    git(&work, &["commit", "-qam", "v2"]);
+    let second = rollguard(&args("deploy"), &work, &[]).await;
+    assert_eq!(second.code, 1, "{}", second.output());
+    assert!(second.stdout.contains("rolled-back"), "{}", second.output());
+    assert_runs(&env, 1, GOOD).await;
+    let client = env.client(1).await;
+    let secrets = list(&client, "v1", "Secret", "secrets", "vault").await;
+    let db = secrets
+        .iter()
+        .find(|s| s["metadata"]["name"] == "db")
+        .expect("Secret vault/db");
+    let restored = db["data"]["password"]
+        .as_str()
+        .map(|b| {
+            base64::Engine::decode(&base64::engine::general_purpose::STANDARD, b).expect("base64")
+        })
+        .or_else(|| {
+            db["stringData"]["password"]
+                .as_str()
+                .map(|s| s.as_bytes().to_vec())
+        })
+        .expect("a password");
+    assert_eq!(restored, b"other-ns-value-v1", "{db}");
+    assert!(
+        !raw_secret_text(&env, "shop")
+            .await
+            .contains("other-ns-value")
+    );
+
+    // `store`: the record keeps the Secret as applied, and says so.
+    std::fs::write(
+        work.join("rollguard.yaml"),
+        format!("{}history:\n  secrets: store\n", config(1, "60s")),
+    )
+    .expect("write");
+    std::fs::write(
+        work.join("k8s/app.yaml"),
+        app_with_secret_elsewhere(GOOD, "other-ns-value-v3"),
+    )
+    .expect("write");
+    git(&work, &["commit", "-qam", "v3"]);
+    let third = rollguard(&args("deploy"), &work, &[]).await;
+    assert_eq!(third.code, 0, "{}", third.output());
+    assert!(
+        raw_secret_text(&env, "shop")
+            .await
+            .contains("other-ns-value-v3")
+    );
+    let revision = records(&env, 1)
+        .await
+        .last()
+        .map(|r| r.revision)
+        .expect("a record");
+    let mut show = args("show");
+    show.extend(["--revision".into(), revision.to_string()]);
+    let shown = rollguard(&show, &work, &[]).await;
+    assert!(shown.stdout.contains("kept: store"), "{}", shown.output());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
