@@ -83,6 +83,10 @@ fn main() -> ExitCode {
 }
 
 async fn serve(opts: SimOptions, kubeconfig: PathBuf) -> Result<(), Box<dyn std::error::Error>> {
+    // The handlers before `ready`: a SIGTERM right after it must stop us cleanly, not kill us.
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
     let sim = Sim::start(opts).await?;
     sim.write_kubeconfig(&kubeconfig)?;
     {
@@ -90,18 +94,10 @@ async fn serve(opts: SimOptions, kubeconfig: PathBuf) -> Result<(), Box<dyn std:
         writeln!(stdout, "ready")?;
         stdout.flush()?;
     }
-    wait_for_signal().await?;
-    sim.shutdown();
-    Ok(())
-}
-
-async fn wait_for_signal() -> std::io::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
     }
+    sim.shutdown();
     Ok(())
 }

@@ -329,6 +329,12 @@ pub fn describe_apply_error(obj: &ManifestObject, err: &kube::Error) -> ObjectFa
                 .message
                 .split_once("): ")
                 .map_or(status.message.as_str(), |(_, why)| why);
+            // The value's own line, as for an undeclared field.
+            if let Some((path, _)) = why.split_once(": ")
+                && path.starts_with('.')
+            {
+                origin = obj.field_origin(path);
+            }
             (
                 "InvalidField".to_string(),
                 format!(

@@ -59,6 +59,18 @@ async fn fails_at_once_naming_the_field(
     message: &str,
     origin: &str,
 ) {
+    fails_at_once(files, resource, "FieldNotDeclared", message, origin).await;
+}
+
+/// One apply of `resource`, refused, and the target failed at once with `reason`, the
+/// message and the field's file and line (never retried: the body will not change).
+async fn fails_at_once(
+    files: &[(&str, &str)],
+    resource: &str,
+    reason: &str,
+    message: &str,
+    origin: &str,
+) {
     let env = TestEnv::start(1, "").await;
     env.write("rollguard.yaml", &config(1, "2m"));
     for (path, text) in files {
@@ -67,7 +79,7 @@ async fn fails_at_once_naming_the_field(
     let run = env.deploy(&["--on-failure", "none"]).await;
     assert_eq!(run.code, 1, "{}", run.output());
     let failure = run.target("eu")["failures"][0].clone();
-    assert_eq!(failure["reason"], "FieldNotDeclared", "{failure:#}");
+    assert_eq!(failure["reason"], reason, "{failure:#}");
     let text = failure["message"].as_str().unwrap_or("");
     assert!(text.starts_with(message), "{failure:#}");
     assert!(text.ends_with(&format!(" ({origin})")), "{failure:#}");
@@ -133,6 +145,25 @@ async fn a_misspelt_field_deep_in_a_pod_template_is_named_at_its_own_line() {
         "deployments.apps",
         ".spec.template.spec.containers[name=\"web\"].imagePullPolicyy is not a field of apps/v1 Deployment: fix its name or indentation",
         "k8s/app.yaml:25",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrongly_typed_value_fails_at_once_naming_the_field_and_its_line() {
+    let app = small_app("example.com/web:v1");
+    let quoted = app.replace("  replicas: 2\n", "  replicas: \"2\"\n");
+    assert_ne!(quoted, app, "small_app changed: fix this test");
+    let line = quoted
+        .lines()
+        .position(|l| l.contains("replicas: \"2\""))
+        .map_or(0, |i| i + 1);
+    fails_at_once(
+        &[("k8s/app.yaml", &quoted)],
+        "deployments.apps",
+        "InvalidField",
+        ".spec.replicas: expected numeric (int or float), got string in apps/v1 Deployment",
+        &format!("k8s/app.yaml:{line}"),
     )
     .await;
 }
