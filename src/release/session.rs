@@ -135,7 +135,7 @@ pub async fn prepare(
     let options = LockOptions::from_env(settings.lock_timeout, env);
     let app = &config.app;
     let lock = tokio::select! {
-        lock = Lock::acquire(access.client.clone(), app, &namespace, &holder, &options) => lock?,
+        lock = Lock::acquire(access.client.clone(), &access.server, app, &namespace, &holder, &options) => lock?,
         _ = cancel.cancelled() => return Err(PrepareError::Cancelled),
     };
     let mut notes = Vec::new();
@@ -144,7 +144,7 @@ pub async fn prepare(
             "took over the lock from {previous}, whose lease had expired"
         ));
     }
-    let store = ReleaseStore::new(access.client.clone(), app, &namespace, settings.keep);
+    let store = ReleaseStore::for_access(access, app, &namespace, settings.keep);
     let begun = async {
         for revision in store.mark_abandoned().await? {
             notes.push(format!(
