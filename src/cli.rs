@@ -400,7 +400,10 @@ mod tests {
                 assert_eq!(selection.targets, ["eu", "us"], "{argv:?}");
             }
         }
-        assert!(Cli::try_parse_from(["rollguard", "schema"]).is_ok_and(|c| c.command.selection().is_none()));
+        assert!(
+            Cli::try_parse_from(["rollguard", "schema"])
+                .is_ok_and(|c| c.command.selection().is_none())
+        );
     }
 
     #[test]

@@ -53,7 +53,10 @@ pub async fn plan(args: PlanArgs, env: HashMap<String, String>) -> Result<i32, E
         return diff(args.diff, env).await;
     }
     let cluster_flags = [
-        ("--kubeconfig", args.diff.selection.files.kubeconfig.is_some()),
+        (
+            "--kubeconfig",
+            args.diff.selection.files.kubeconfig.is_some(),
+        ),
         ("--timeout", args.diff.timeout.is_some()),
         ("--force-conflicts", args.diff.force_conflicts),
         ("--concurrency", args.diff.concurrency.is_some()),

@@ -132,7 +132,9 @@ pub fn render_documents(
         return Ok(String::new());
     }
     match format {
-        RecordFormat::Json => serde_json::to_string_pretty(&Keyed(entries)).map_err(|e| e.to_string()),
+        RecordFormat::Json => {
+            serde_json::to_string_pretty(&Keyed(entries)).map_err(|e| e.to_string())
+        }
         RecordFormat::Yaml => {
             let mut out = String::new();
             for entry in entries {
@@ -401,9 +403,10 @@ pub async fn unlock(args: UnlockArgs, env: Env) -> Result<i32, ManageError> {
     let config = load_config(&args.selection, &env)?;
     let app = &config.app;
     let (said, code) = for_each_target(&config, &env, |c| async move {
-        let unlocked = lock::force_unlock(c.access.client.clone(), &c.access.server, app, &c.namespace)
-            .await
-            .map_err(|e| (e.to_string(), exit::FAILED))?;
+        let unlocked =
+            lock::force_unlock(c.access.client.clone(), &c.access.server, app, &c.namespace)
+                .await
+                .map_err(|e| (e.to_string(), exit::FAILED))?;
         Ok(match unlocked.previous {
             Some(previous) => format!(
                 "released lock {} in namespace {} (held by {}{})",
@@ -415,7 +418,10 @@ pub async fn unlock(args: UnlockArgs, env: Env) -> Result<i32, ManageError> {
                     .map(|t| format!(" since {t:.0}"))
                     .unwrap_or_default()
             ),
-            None => format!("no lock {} in namespace {}", unlocked.lease, unlocked.namespace),
+            None => format!(
+                "no lock {} in namespace {}",
+                unlocked.lease, unlocked.namespace
+            ),
         })
     })
     .await;
@@ -875,12 +881,18 @@ mod tests {
     #[test]
     fn history_clips_long_notes_so_that_lines_do_not_wrap() {
         let mut long = rec(3, ReleaseStatus::Failed);
-        long.reason = Some(format!("ImagePullBackOff: {}\nsecond line", "x".repeat(300)));
+        long.reason = Some(format!(
+            "ImagePullBackOff: {}\nsecond line",
+            "x".repeat(300)
+        ));
         let text = history_table("eu", &[rec(1, ReleaseStatus::Deployed), long]);
         let line = text.lines().nth(3).expect("the row of v3");
         let note = line.split("  ").last().unwrap_or_default();
         assert_eq!(display_width(note), NOTE_COLUMNS, "{line}");
-        assert!(note.starts_with("ImagePullBackOff: xxx") && note.ends_with('…'), "{line}");
+        assert!(
+            note.starts_with("ImagePullBackOff: xxx") && note.ends_with('…'),
+            "{line}"
+        );
         assert_eq!(text.lines().count(), 4, "one line per record:\n{text}");
     }
 
@@ -888,14 +900,22 @@ mod tests {
     fn show_and_history_documents_parse_with_several_targets() {
         let shown: Vec<(String, Value)> = ["eu", "us", "ap"]
             .iter()
-            .map(|t| (t.to_string(), shown_record(&rec(1, ReleaseStatus::Deployed)).unwrap()))
+            .map(|t| {
+                (
+                    t.to_string(),
+                    shown_record(&rec(1, ReleaseStatus::Deployed)).unwrap(),
+                )
+            })
             .collect();
         let json = render_documents(&shown, RecordFormat::Json).unwrap();
         let parsed: Value = serde_json::from_str(&json).expect("one JSON document");
         let keys: Vec<&String> = parsed.as_object().unwrap().keys().collect();
         assert_eq!(keys.len(), 3, "{json}");
         assert_eq!(parsed["us"]["revision"], 1);
-        assert!(json.find("\"eu\"") < json.find("\"us\"") && json.find("\"us\"") < json.find("\"ap\""), "config order: {json}");
+        assert!(
+            json.find("\"eu\"") < json.find("\"us\"") && json.find("\"us\"") < json.find("\"ap\""),
+            "config order: {json}"
+        );
         let yaml = render_documents(&shown, RecordFormat::Yaml).unwrap();
         let docs: Vec<Value> = serde_saphyr::from_multiple(&yaml).expect("a YAML stream");
         assert_eq!(docs.len(), 3, "{yaml}");
@@ -907,13 +927,23 @@ mod tests {
             assert!(text.contains(&redact::marker(b"hunter2")), "{text}");
         }
         let history = vec![
-            ("eu".to_string(), serde_json::to_value(vec![rec(1, ReleaseStatus::Superseded), rec(2, ReleaseStatus::Deployed)]).unwrap()),
+            (
+                "eu".to_string(),
+                serde_json::to_value(vec![
+                    rec(1, ReleaseStatus::Superseded),
+                    rec(2, ReleaseStatus::Deployed),
+                ])
+                .unwrap(),
+            ),
             ("us".to_string(), json!([])),
         ];
-        let parsed: Value = serde_json::from_str(&render_documents(&history, RecordFormat::Json).unwrap()).unwrap();
+        let parsed: Value =
+            serde_json::from_str(&render_documents(&history, RecordFormat::Json).unwrap()).unwrap();
         assert_eq!(parsed["eu"][1]["revision"], 2);
         assert_eq!(parsed["us"], json!([]));
-        let docs: Vec<Value> = serde_saphyr::from_multiple(&render_documents(&history, RecordFormat::Yaml).unwrap()).unwrap();
+        let docs: Vec<Value> =
+            serde_saphyr::from_multiple(&render_documents(&history, RecordFormat::Yaml).unwrap())
+                .unwrap();
         assert_eq!(docs.len(), 2);
         assert_eq!(docs[0]["eu"][0]["revision"], 1);
         assert_eq!(render_documents(&[], RecordFormat::Json).unwrap(), "");
@@ -938,7 +968,10 @@ mod tests {
             revision: 99,
         };
         assert_eq!(release_error_code(&missing), exit::BAD_INPUT);
-        assert_eq!(release_error_code(&ReleaseError::Encode("x".into())), exit::FAILED);
+        assert_eq!(
+            release_error_code(&ReleaseError::Encode("x".into())),
+            exit::FAILED
+        );
     }
 
     #[test]

@@ -716,7 +716,10 @@ mod tests {
             (FileOrigin::Target, "the target's `kubeconfig`"),
             (FileOrigin::Flag, "--kubeconfig or $ROLLGUARD_KUBECONFIG"),
             (FileOrigin::EnvVar, "($KUBECONFIG)"),
-            (FileOrigin::Home, "neither --kubeconfig nor $KUBECONFIG is set"),
+            (
+                FileOrigin::Home,
+                "neither --kubeconfig nor $KUBECONFIG is set",
+            ),
         ] {
             let text = missing_kubeconfig(Path::new("/home/u/.kube/config"), origin);
             assert!(
@@ -724,7 +727,12 @@ mod tests {
                     && text.contains(from),
                 "{origin:?}: {text}"
             );
-            for way in ["--kubeconfig PATH", "$KUBECONFIG", "`kubeconfig_env`", "`kubeconfig`"] {
+            for way in [
+                "--kubeconfig PATH",
+                "$KUBECONFIG",
+                "`kubeconfig_env`",
+                "`kubeconfig`",
+            ] {
                 assert!(text.contains(way), "{origin:?} lacks {way}: {text}");
             }
         }

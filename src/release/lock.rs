@@ -710,9 +710,16 @@ mod lease_tests {
     #[tokio::test]
     async fn acquire_release_and_timeout_naming_the_holder() {
         let fake = TestCluster::start().await;
-        let a = Lock::acquire(fake.client(), SERVER, "shop", "shop", "run-a", &quick(1000, 30))
-            .await
-            .unwrap();
+        let a = Lock::acquire(
+            fake.client(),
+            SERVER,
+            "shop",
+            "shop",
+            "run-a",
+            &quick(1000, 30),
+        )
+        .await
+        .unwrap();
         assert!(
             fake.has_namespace("shop"),
             "namespace created for the lease"
@@ -723,10 +730,17 @@ mod lease_tests {
         assert_eq!(lease["spec"]["leaseTransitions"], 0);
         assert!(a.took_over_from().is_none());
 
-        let err = Lock::acquire(fake.client(), SERVER, "shop", "shop", "run-b", &quick(300, 30))
-            .await
-            .err()
-            .expect("times out");
+        let err = Lock::acquire(
+            fake.client(),
+            SERVER,
+            "shop",
+            "shop",
+            "run-b",
+            &quick(300, 30),
+        )
+        .await
+        .err()
+        .expect("times out");
         let text = err.to_string();
         assert!(matches!(err, LockError::Timeout { .. }), "{text}");
         assert!(text.contains("held by run-a since "), "{text}");
@@ -734,9 +748,16 @@ mod lease_tests {
 
         a.release().await.unwrap();
         assert!(fake.get(LEASES, "rollguard-shop").is_none());
-        let b = Lock::acquire(fake.client(), SERVER, "shop", "shop", "run-b", &quick(300, 30))
-            .await
-            .unwrap();
+        let b = Lock::acquire(
+            fake.client(),
+            SERVER,
+            "shop",
+            "shop",
+            "run-b",
+            &quick(300, 30),
+        )
+        .await
+        .unwrap();
         b.release().await.unwrap();
     }
 
@@ -769,9 +790,16 @@ mod lease_tests {
                             "acquireTime": "2020-01-01T00:00:00.000000Z",
                             "renewTime": "2020-01-01T00:00:10.000000Z", "leaseTransitions": 4}}),
         );
-        let guard = Lock::acquire(fake.client(), SERVER, "shop", "shop", "run-b", &quick(500, 30))
-            .await
-            .unwrap();
+        let guard = Lock::acquire(
+            fake.client(),
+            SERVER,
+            "shop",
+            "shop",
+            "run-b",
+            &quick(500, 30),
+        )
+        .await
+        .unwrap();
         assert_eq!(guard.took_over_from(), Some("dead-run"));
         let lease = fake.get(LEASES, "rollguard-shop").unwrap();
         assert_eq!(lease["spec"]["holderIdentity"], "run-b");
@@ -783,13 +811,22 @@ mod lease_tests {
     async fn renewals_keep_it_and_a_waiter_gets_it_after_release() {
         let fake = TestCluster::start().await;
         // 2 s lease, renewed every ~667 ms: a waiter never sees it expire.
-        let a = Lock::acquire(fake.client(), SERVER, "shop", "shop", "run-a", &quick(1000, 2))
-            .await
-            .unwrap();
+        let a = Lock::acquire(
+            fake.client(),
+            SERVER,
+            "shop",
+            "shop",
+            "run-a",
+            &quick(1000, 2),
+        )
+        .await
+        .unwrap();
         let first = fake.get(LEASES, "rollguard-shop").unwrap()["spec"]["renewTime"].clone();
         let waiter = tokio::spawn({
             let client = fake.client();
-            async move { Lock::acquire(client, SERVER, "shop", "shop", "run-b", &quick(10_000, 2)).await }
+            async move {
+                Lock::acquire(client, SERVER, "shop", "shop", "run-b", &quick(10_000, 2)).await
+            }
         });
         tokio::time::sleep(Duration::from_millis(3000)).await;
         assert!(
@@ -808,14 +845,28 @@ mod lease_tests {
     #[tokio::test]
     async fn a_dropped_guard_lapses_and_is_taken_over() {
         let fake = TestCluster::start().await;
-        let a = Lock::acquire(fake.client(), SERVER, "shop", "shop", "run-a", &quick(1000, 1))
-            .await
-            .unwrap();
+        let a = Lock::acquire(
+            fake.client(),
+            SERVER,
+            "shop",
+            "shop",
+            "run-a",
+            &quick(1000, 1),
+        )
+        .await
+        .unwrap();
         // Like a killed process: renewals stop, the Lease stays.
         drop(a);
-        let b = Lock::acquire(fake.client(), SERVER, "shop", "shop", "run-b", &quick(5000, 1))
-            .await
-            .unwrap();
+        let b = Lock::acquire(
+            fake.client(),
+            SERVER,
+            "shop",
+            "shop",
+            "run-b",
+            &quick(5000, 1),
+        )
+        .await
+        .unwrap();
         assert_eq!(b.took_over_from(), Some("run-a"));
         b.release().await.unwrap();
     }
@@ -823,9 +874,16 @@ mod lease_tests {
     #[tokio::test]
     async fn losing_the_lease_is_noticed_and_unlock_forces() {
         let fake = TestCluster::start().await;
-        let a = Lock::acquire(fake.client(), SERVER, "shop", "shop", "run-a", &quick(1000, 1))
-            .await
-            .unwrap();
+        let a = Lock::acquire(
+            fake.client(),
+            SERVER,
+            "shop",
+            "shop",
+            "run-a",
+            &quick(1000, 1),
+        )
+        .await
+        .unwrap();
         let mut lease = fake.get(LEASES, "rollguard-shop").unwrap();
         lease["spec"]["holderIdentity"] = json!("intruder");
         fake.put_raw(LEASES, "rollguard-shop", lease);
@@ -839,7 +897,9 @@ mod lease_tests {
             .unwrap()
             .unwrap();
         assert_eq!(state.holder.as_deref(), Some("intruder"));
-        let unlocked = force_unlock(fake.client(), SERVER, "shop", "shop").await.unwrap();
+        let unlocked = force_unlock(fake.client(), SERVER, "shop", "shop")
+            .await
+            .unwrap();
         assert_eq!(
             unlocked.previous.and_then(|p| p.holder).as_deref(),
             Some("intruder")

@@ -329,7 +329,9 @@ pub enum ReleaseError {
         namespace: String,
         reason: String,
     },
-    #[error("revision {revision} of app {app} does not exist in namespace {namespace} (see `rollguard history`)")]
+    #[error(
+        "revision {revision} of app {app} does not exist in namespace {namespace} (see `rollguard history`)"
+    )]
     NotFound {
         app: String,
         namespace: String,

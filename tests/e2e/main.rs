@@ -12,6 +12,7 @@ mod fake_github;
 mod github;
 mod harness;
 mod input;
+mod messages;
 mod real;
 mod release;
 mod runtime_root;
