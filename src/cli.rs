@@ -33,6 +33,22 @@ pub enum Command {
     Release(ReleaseCommand),
 }
 
+impl Command {
+    /// The config and targets the command works on (none for `schema` and `demo`).
+    pub fn selection(&self) -> Option<&Selection> {
+        match self {
+            Command::Deploy(a) => Some(&a.selection),
+            Command::Diff(a) => Some(&a.selection),
+            Command::Plan(a) => Some(&a.diff.selection),
+            Command::Schema | Command::Demo(_) => None,
+            Command::Release(ReleaseCommand::History(a)) => Some(&a.selection),
+            Command::Release(ReleaseCommand::Show(a)) => Some(&a.selection),
+            Command::Release(ReleaseCommand::Rollback(a)) => Some(&a.selection),
+            Command::Release(ReleaseCommand::Unlock(a)) => Some(&a.selection),
+        }
+    }
+}
+
 /// `--config` and `--kubeconfig`, the same for every command that reads the config.
 #[derive(Debug, Clone, Default, Args)]
 pub struct ConfigFiles {
@@ -47,10 +63,7 @@ pub struct ConfigFiles {
 #[derive(Debug, Clone, Args)]
 pub struct DeployArgs {
     #[command(flatten)]
-    pub files: ConfigFiles,
-    /// Deploy only to the targets with this context (or target name); repeatable.
-    #[arg(long = "context", value_name = "NAME")]
-    pub contexts: Vec<String>,
+    pub selection: Selection,
     /// Deadline per target for apply and rollout, e.g. 90s, 5m.
     #[arg(long, value_name = "DUR", value_parser = parse_duration_arg)]
     pub timeout: Option<Duration>,
@@ -123,10 +136,7 @@ pub struct PlanOutput {
 #[derive(Debug, Clone, Args)]
 pub struct DiffArgs {
     #[command(flatten)]
-    pub files: ConfigFiles,
-    /// Only the targets with this context (or target name); repeatable.
-    #[arg(long = "context", value_name = "NAME")]
-    pub contexts: Vec<String>,
+    pub selection: Selection,
     /// Deadline per target, e.g. 90s, 5m (default: the config's wait.timeout).
     #[arg(long, value_name = "DUR", value_parser = parse_duration_arg)]
     pub timeout: Option<Duration>,
@@ -222,13 +232,13 @@ pub enum ReleaseCommand {
     Unlock(UnlockArgs),
 }
 
-/// Which config and which targets a command works on.
-#[derive(Debug, Clone, Args)]
+/// Which config and which targets a command works on (every command that selects targets).
+#[derive(Debug, Clone, Default, Args)]
 pub struct Selection {
     #[command(flatten)]
     pub files: ConfigFiles,
-    /// Only this target (repeatable; default: every target of the config).
-    #[arg(long = "target", value_name = "NAME")]
+    /// Only the target with this name or context (repeatable, or a,b; default: every target).
+    #[arg(long = "target", visible_alias = "context", value_name = "NAME")]
     pub targets: Vec<String>,
 }
 
@@ -236,6 +246,9 @@ pub struct Selection {
 pub struct HistoryArgs {
     #[command(flatten)]
     pub selection: Selection,
+    /// yaml or json: one document for every target [default: a table per target].
+    #[arg(short = 'o', long = "output", value_name = "FORMAT")]
+    pub output: Option<RecordFormat>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -245,14 +258,14 @@ pub struct ShowArgs {
     /// The revision to show (see `rollguard history`).
     #[arg(long, value_name = "N")]
     pub revision: u64,
-    /// yaml or json.
+    /// yaml (a document per target) or json (one object keyed by target).
     #[arg(
         short = 'o',
         long = "output",
         default_value = "yaml",
         value_name = "FORMAT"
     )]
-    pub output: ShowFormat,
+    pub output: RecordFormat,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -285,20 +298,20 @@ pub struct UnlockArgs {
     pub selection: Selection,
 }
 
-/// Output format of `show`.
+/// Output format of release records (`show`, `history -o`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ShowFormat {
+pub enum RecordFormat {
     #[default]
     Yaml,
     Json,
 }
 
-impl std::str::FromStr for ShowFormat {
+impl std::str::FromStr for RecordFormat {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
-            "yaml" | "yml" => Ok(ShowFormat::Yaml),
-            "json" => Ok(ShowFormat::Json),
+            "yaml" | "yml" => Ok(RecordFormat::Yaml),
+            "json" => Ok(RecordFormat::Json),
             other => Err(format!("unknown output format `{other}`: use yaml or json")),
         }
     }
@@ -337,8 +350,8 @@ mod tests {
         let Command::Deploy(args) = cli.command else {
             panic!("deploy expected")
         };
-        assert_eq!(args.files.config, Some(PathBuf::from("x.yaml")));
-        assert_eq!(args.contexts, vec!["a", "b"]);
+        assert_eq!(args.selection.files.config, Some(PathBuf::from("x.yaml")));
+        assert_eq!(args.selection.targets, vec!["a", "b"]);
         assert_eq!(args.timeout, Some(Duration::from_secs(30)));
         assert!(args.force_conflicts && !args.dry_run);
         assert_eq!(args.on_failure.as_deref(), Some("none"));
@@ -370,6 +383,27 @@ mod tests {
             let argv: Vec<&str> = ["rollguard", "deploy"].iter().chain(bad).copied().collect();
             assert!(Cli::try_parse_from(argv).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn every_command_that_selects_targets_takes_target_and_context() {
+        for command in [
+            "deploy", "diff", "plan", "history", "show", "rollback", "unlock",
+        ] {
+            for flag in ["--target", "--context"] {
+                let mut argv = vec!["rollguard", command, flag, "eu", flag, "us"];
+                if command == "show" {
+                    argv.extend(["--revision", "1"]);
+                }
+                let cli = Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+                let selection = cli.command.selection().expect("selects targets");
+                assert_eq!(selection.targets, ["eu", "us"], "{argv:?}");
+            }
+        }
+        assert!(
+            Cli::try_parse_from(["rollguard", "schema"])
+                .is_ok_and(|c| c.command.selection().is_none())
+        );
     }
 
     #[test]

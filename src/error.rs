@@ -19,6 +19,41 @@ pub mod exit {
     pub const INTERNAL: i32 = 4;
     /// Cancelled by SIGINT or SIGTERM.
     pub const CANCELLED: i32 = 130;
+
+    /// Every exit code and what it means, for every command: the README's table is
+    /// [`markdown_table`] (a test keeps the two equal).
+    pub const TABLE: [(i32, &str); 6] = [
+        (
+            OK,
+            "success: every target deployed, or the command did what it was asked on every target",
+        ),
+        (
+            FAILED,
+            "a target failed: apply error, fail-fast pod problem, timeout, unreachable cluster, credentials refused (401/403); `diff --exit-code`: an error",
+        ),
+        (
+            BAD_INPUT,
+            "bad input, found before anything was written anywhere: the config, a flag, a manifest, a target's kubeconfig, context or credentials file, a revision that does not exist (`show`, `rollback`) or that a rollback refuses; `diff --exit-code`: there are changes",
+        ),
+        (
+            ROLLBACK_FAILED,
+            "a rollback failed (the automatic one of a deploy, or `rollback`)",
+        ),
+        (
+            INTERNAL,
+            "internal error (a bug): said in one line with its place; a panic in one target fails only that target (exit 1), elsewhere the run stops here; the locks it held are released",
+        ),
+        (CANCELLED, "cancelled (SIGINT / SIGTERM)"),
+    ];
+
+    /// [`TABLE`] as the README shows it.
+    pub fn markdown_table() -> String {
+        let mut out = String::from("| code | meaning |\n|---:|---|\n");
+        for (code, meaning) in TABLE {
+            out.push_str(&format!("| {code} | {meaning} |\n"));
+        }
+        out
+    }
 }
 
 /// Says a panic as one line that names the place and asks for a report (not Rust's
@@ -79,6 +114,20 @@ impl Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_readme_says_the_exit_codes_of_the_code() {
+        let readme = include_str!("../README.md");
+        let table = exit::markdown_table();
+        assert!(
+            readme.contains(&table),
+            "README.md's exit code table differs from src/error.rs: put this under `### Exit codes`:\n{table}"
+        );
+        let mut codes: Vec<i32> = exit::TABLE.iter().map(|(c, _)| *c).collect();
+        codes.sort_unstable();
+        codes.dedup();
+        assert_eq!(codes.len(), exit::TABLE.len(), "a code listed twice");
+    }
 
     #[test]
     fn input_errors_exit_2() {

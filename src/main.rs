@@ -12,18 +12,9 @@ const MAX_WORKERS: usize = 4;
 
 fn main() {
     let cli = Cli::parse();
-    // Logs go to stderr (stdout carries the final table); RUST_LOG overrides the level.
-    // On a terminal the live progress and the final table say what went wrong; log lines
-    // would only break the redrawn lines there, so the default is quieter.
+    // Logs go to stderr (stdout carries the final table). Without RUST_LOG only rollguard's
+    // own lines (report/log_filter.rs); RUST_LOG replaces that filter.
     let stderr_is_terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    // In CI logs script stages' output is shown too, line by line as it comes.
-    let default_level = if stderr_is_terminal {
-        "error".to_string()
-    } else {
-        format!("warn,{}=info", rollguard::stages::OUTPUT_LOG_TARGET)
-    };
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
     let stderr_layer = tracing_subscriber::fmt::layer()
         // Every event is scrubbed of the secret values the run knows before it is written.
         .with_writer(rollguard::report::redact::ScrubbingStderr)
@@ -31,8 +22,15 @@ fn main() {
             stderr_is_terminal,
             std::env::var("TERM").ok().as_deref(),
             std::env::var("NO_COLOR").ok().as_deref(),
-        ))
-        .with_filter(filter);
+        ));
+    let stderr_layer = match EnvFilter::try_from_default_env() {
+        Ok(filter) => stderr_layer.with_filter(filter).boxed(),
+        Err(_) => stderr_layer
+            .with_filter(rollguard::report::log_filter::default_filter(
+                stderr_is_terminal,
+            ))
+            .boxed(),
+    };
     // Each target's info lines are also kept, whatever stderr shows, for the per-target log
     // groups at the end of a GitHub Actions run.
     let capture = rollguard::github::logs::capture_layer()

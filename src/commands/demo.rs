@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::cli::{ConfigFiles, DemoArgs, DeployArgs};
+use crate::cli::{ConfigFiles, DemoArgs, DeployArgs, Selection};
 use crate::commands::deploy::{
     cancel_on_signals, env_snapshot, finish_report, plan_off_runtime, run_plan,
 };
@@ -98,11 +98,13 @@ fn write(path: &Path, text: &str) -> Result<(), Error> {
 
 fn step_args(dir: &Path, kubeconfig: &Path, report: Option<&Path>) -> DeployArgs {
     DeployArgs {
-        files: ConfigFiles {
-            config: Some(dir.join("rollguard.yaml")),
-            kubeconfig: Some(kubeconfig.to_path_buf()),
+        selection: Selection {
+            files: ConfigFiles {
+                config: Some(dir.join("rollguard.yaml")),
+                kubeconfig: Some(kubeconfig.to_path_buf()),
+            },
+            targets: Vec::new(),
         },
-        contexts: Vec::new(),
         timeout: None,
         commit: None,
         report: report.map(Path::to_path_buf),

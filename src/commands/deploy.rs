@@ -47,7 +47,7 @@ pub fn read_plan(
     access: Access,
 ) -> Result<Plan, Error> {
     let lookup = |k: &str| env.get(k).cloned();
-    let path = config::config_path(args.files.config.as_deref(), &lookup);
+    let path = config::config_path(args.selection.files.config.as_deref(), &lookup);
     let on_failure = match &args.on_failure {
         Some(text) => Some(
             text.parse::<config::FailurePolicy>()
@@ -59,8 +59,8 @@ pub fn read_plan(
         return Err(Error::Usage("--concurrency must be at least 1".into()));
     }
     let overrides = Overrides {
-        kubeconfig: args.files.kubeconfig.clone(),
-        contexts: args.contexts.clone(),
+        kubeconfig: args.selection.files.kubeconfig.clone(),
+        targets: args.selection.targets.clone(),
         timeout: args.timeout,
         on_failure,
         concurrency: args.concurrency,

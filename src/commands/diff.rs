@@ -28,8 +28,7 @@ use crate::util::git;
 /// The deploy flags `diff` stands for (the deploy's loader reads config and manifests).
 fn as_deploy(args: &DiffArgs) -> DeployArgs {
     DeployArgs {
-        files: args.files.clone(),
-        contexts: args.contexts.clone(),
+        selection: args.selection.clone(),
         timeout: args.timeout,
         commit: args.commit.clone(),
         report: args.report.clone(),
@@ -54,7 +53,10 @@ pub async fn plan(args: PlanArgs, env: HashMap<String, String>) -> Result<i32, E
         return diff(args.diff, env).await;
     }
     let cluster_flags = [
-        ("--kubeconfig", args.diff.files.kubeconfig.is_some()),
+        (
+            "--kubeconfig",
+            args.diff.selection.files.kubeconfig.is_some(),
+        ),
         ("--timeout", args.diff.timeout.is_some()),
         ("--force-conflicts", args.diff.force_conflicts),
         ("--concurrency", args.diff.concurrency.is_some()),

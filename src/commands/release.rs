@@ -1,49 +1,53 @@
 //! The release commands for humans: `history`, `show`, `rollback`, `unlock`.
 //!
 //! Formatting is pure (tested by table); the commands connect to each selected target, read
-//! its records, and for `rollback` re-apply a chosen revision as a new one.
+//! its records, and for `rollback` re-apply a chosen revision as a new one. Every target
+//! problem is said as deploy says it: the config and each target's kubeconfig are checked
+//! offline first (bad input, exit 2), and an error of a cluster is said through
+//! `kube::connect`'s one table of reasons, with the server's address.
 
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
-use std::path::Path;
 
+use serde::ser::{SerializeMap, Serializer};
 use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::cli::{
-    HistoryArgs, ReleaseCommand, RollbackArgs, Selection, ShowArgs, ShowFormat, UnlockArgs,
+    HistoryArgs, RecordFormat, ReleaseCommand, RollbackArgs, Selection, ShowArgs, UnlockArgs,
 };
 use crate::config::{self, Config, ConfigError, Overrides, TargetConfig};
 use crate::engine::policy::{self, RollbackResult};
 use crate::engine::reapply::{self, ReApply};
 use crate::error::exit;
-use crate::kube::connect::{ClusterAccess, connect};
+use crate::kube::connect::{ClusterAccess, check_targets, connect};
 use crate::release::lock::{self, Lock, LockGuard, LockOptions};
 use crate::release::session::ReleaseSettings;
-use crate::release::{self, ReleaseOrigin, ReleaseRecord, ReleaseStore};
-use crate::report::redact;
+use crate::release::{self, ReleaseError, ReleaseOrigin, ReleaseRecord, ReleaseStore};
+use crate::report::{clip_columns, display_width, redact};
 use crate::util::duration::format_duration;
 use crate::util::git::{self, CommitInfo};
 
-/// Short commit for a table: "abc1234 first line" (trimmed to 50 chars).
+/// Terminal columns of a NOTE cell in `history` (longer notes end in an ellipsis), so that a
+/// line fits a terminal of about 120 columns.
+pub const NOTE_COLUMNS: usize = 60;
+/// Terminal columns of a COMMIT cell ("abc1234 first line of the message").
+pub const COMMIT_COLUMNS: usize = 50;
+
+/// Short commit for a table: "abc1234 first line", at most [`COMMIT_COLUMNS`] wide.
 pub fn short_commit(record: &ReleaseRecord) -> String {
     let Some(commit) = &record.commit else {
         return "-".to_string();
     };
     let sha = commit.label();
     match &commit.message {
-        Some(m) if !m.is_empty() => {
-            let mut text = format!("{sha} {m}");
-            if text.chars().count() > 50 {
-                text = text.chars().take(49).collect::<String>() + "…";
-            }
-            text
-        }
+        Some(m) if !m.is_empty() => clip_columns(&format!("{sha} {m}"), COMMIT_COLUMNS),
         _ => sha,
     }
 }
 
-/// The `history` table of one target, oldest first.
+/// The `history` table of one target, oldest first. Cells are one line each and NOTE is
+/// clipped, so that no line wraps.
 pub fn history_table(target: &str, records: &[ReleaseRecord]) -> String {
     let mut rows: Vec<[String; 6]> = vec![[
         "REVISION".into(),
@@ -53,22 +57,23 @@ pub fn history_table(target: &str, records: &[ReleaseRecord]) -> String {
         "DURATION".into(),
         "NOTE".into(),
     ]];
+    let one_line = |text: String| text.replace(['\r', '\n'], " ");
     for r in records {
         rows.push([
             r.revision.to_string(),
             r.status.to_string(),
-            short_commit(r),
+            one_line(short_commit(r)),
             format!("{:.0}", r.started_at),
             r.duration()
                 .map(format_duration)
                 .unwrap_or_else(|| "-".into()),
-            r.note(),
+            clip_columns(&one_line(r.note()), NOTE_COLUMNS),
         ]);
     }
     let mut widths = [0usize; 6];
     for row in &rows {
         for (i, cell) in row.iter().enumerate() {
-            widths[i] = widths[i].max(cell.chars().count());
+            widths[i] = widths[i].max(display_width(cell));
         }
     }
     let mut out = format!("target {target}:\n");
@@ -82,7 +87,7 @@ pub fn history_table(target: &str, records: &[ReleaseRecord]) -> String {
             line.push(' ');
             line.push_str(cell);
             if i + 1 < row.len() {
-                line.push_str(&" ".repeat(widths[i] - cell.chars().count() + 1));
+                line.push_str(&" ".repeat(widths[i] - display_width(cell) + 1));
             }
         }
         out.push_str(line.trim_end());
@@ -102,26 +107,55 @@ pub fn redacted_record(record: &ReleaseRecord) -> ReleaseRecord {
     out
 }
 
-/// `show` output: the record (Secret values redacted). YAML: the record without its
-/// manifests, then each manifest as its own document; JSON: one object.
-pub fn render_show(record: &ReleaseRecord, format: ShowFormat) -> Result<String, String> {
-    let shown = redacted_record(record);
+/// An object whose keys keep the given order (the config's order of targets).
+struct Keyed<'a>(&'a [(String, Value)]);
+
+impl serde::Serialize for Keyed<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (key, value) in self.0 {
+            map.serialize_entry(key, value)?;
+        }
+        map.end()
+    }
+}
+
+/// `show` and `history -o`: every target's value as one document. JSON: one object keyed
+/// by target name, in the config's order. YAML: a stream of one document per target, `---`
+/// between them, each a mapping from the target's name to the same value as in the JSON.
+/// Nothing at all when no target has a value (each one's error is on stderr).
+pub fn render_documents(
+    entries: &[(String, Value)],
+    format: RecordFormat,
+) -> Result<String, String> {
+    if entries.is_empty() {
+        return Ok(String::new());
+    }
     match format {
-        ShowFormat::Json => serde_json::to_string_pretty(&shown).map_err(|e| e.to_string()),
-        ShowFormat::Yaml => {
-            let mut head = shown.clone();
-            head.manifests = None;
-            let mut out = serde_saphyr::to_string(&head).map_err(|e| e.to_string())?;
-            for manifest in shown.manifests.iter().flatten() {
-                if !out.ends_with('\n') {
-                    out.push('\n');
+        RecordFormat::Json => {
+            serde_json::to_string_pretty(&Keyed(entries)).map_err(|e| e.to_string())
+        }
+        RecordFormat::Yaml => {
+            let mut out = String::new();
+            for entry in entries {
+                if !out.is_empty() {
+                    if !out.ends_with('\n') {
+                        out.push('\n');
+                    }
+                    out.push_str("---\n");
                 }
-                out.push_str("---\n");
-                out.push_str(&serde_saphyr::to_string(manifest).map_err(|e| e.to_string())?);
+                let one = serde_saphyr::to_string(&Keyed(std::slice::from_ref(entry)))
+                    .map_err(|e| e.to_string())?;
+                out.push_str(&one);
             }
             Ok(out)
         }
     }
+}
+
+/// A record as `show` prints it: Secret values redacted, manifests named as applied.
+pub fn shown_record(record: &ReleaseRecord) -> Result<Value, String> {
+    serde_json::to_value(redacted_record(record)).map_err(|e| e.to_string())
 }
 
 /// What a rollback to `to` would change, for the confirmation prompt: objects whose bodies
@@ -200,42 +234,42 @@ impl ManageError {
     }
 }
 
+/// The exit code of one target's release error: a revision that does not exist is a
+/// mistake in the input (as `rollback --revision` refusing it), anything else a failure of
+/// that target.
+pub fn release_error_code(e: &ReleaseError) -> i32 {
+    match e {
+        ReleaseError::NotFound { .. } => exit::BAD_INPUT,
+        _ => exit::FAILED,
+    }
+}
+
+/// The exit code of a command over several targets: 0 when every target succeeded, else
+/// the lowest code among those that did not (a target that failed, 1, before a refused
+/// input, 2), the same rule for every release command.
+pub fn combined_exit(codes: impl IntoIterator<Item = i32>) -> i32 {
+    codes
+        .into_iter()
+        .filter(|c| *c != exit::OK)
+        .min()
+        .unwrap_or(exit::OK)
+}
+
 type Env = HashMap<String, String>;
 
+/// The config with the targets of `--target` (by name or context, as deploy selects them),
+/// each one's kubeconfig, context and credentials checked offline as deploy checks them.
 fn load_config(selection: &Selection, env: &Env) -> Result<Config, ManageError> {
     let lookup = |k: &str| env.get(k).cloned();
     let path = config::config_path(selection.files.config.as_deref(), &lookup);
     let overrides = Overrides {
         kubeconfig: selection.files.kubeconfig.clone(),
+        targets: selection.targets.clone(),
         ..Overrides::default()
     };
-    Ok(config::load(&path, &overrides, &lookup)?)
-}
-
-/// The targets named by `--target` (by name or context), or all of them.
-pub fn select_targets(
-    config: &Config,
-    wanted: &[String],
-) -> Result<Vec<TargetConfig>, ManageError> {
-    if wanted.is_empty() {
-        return Ok(config.targets.clone());
-    }
-    let mut out = Vec::new();
-    for name in wanted {
-        let found = config
-            .targets
-            .iter()
-            .find(|t| &t.name == name || t.context.as_deref() == Some(name.as_str()))
-            .ok_or_else(|| {
-                let names: Vec<&str> = config.targets.iter().map(|t| t.name.as_str()).collect();
-                ManageError::Usage(format!(
-                    "--target {name}: no such target in the config (targets: {})",
-                    names.join(", ")
-                ))
-            })?;
-        out.push(found.clone());
-    }
-    Ok(out)
+    let config = config::load(&path, &overrides, &lookup)?;
+    check_targets(&config, &config.targets, &lookup)?;
+    Ok(config)
 }
 
 /// One connected target with its release store.
@@ -246,27 +280,20 @@ struct Connected {
     namespace: String,
 }
 
-async fn connect_all(
-    config: &Config,
-    targets: &[TargetConfig],
-    cli_kubeconfig: Option<&Path>,
-    env: &Env,
-) -> Vec<Result<Connected, String>> {
+/// Connects to every selected target at once; a target that fails says why as
+/// "target NAME: REASON: what happened and what to do".
+async fn connect_all(config: &Config, env: &Env) -> Vec<Result<Connected, String>> {
     let lookup = |k: &str| env.get(k).cloned();
     let settings = ReleaseSettings::from_config(config);
     // Nothing cancels these commands (a signal ends the process); connect wants a token.
     let never = tokio_util::sync::CancellationToken::new();
-    futures::future::join_all(targets.iter().map(|target| async {
+    let cli_kubeconfig = config.kubeconfig.as_deref();
+    futures::future::join_all(config.targets.iter().map(|target| async {
         let access = connect(target, cli_kubeconfig, &config.base_dir, &lookup, &never)
             .await
             .map_err(|e| format!("target {}: {e}", target.name))?;
         let namespace = config.history_namespace(target, &access.context_namespace);
-        let store = ReleaseStore::new(
-            access.client.clone(),
-            &config.app,
-            &namespace,
-            settings.keep,
-        );
+        let store = ReleaseStore::for_access(&access, &config.app, &namespace, settings.keep);
         Ok(Connected {
             target: target.clone(),
             access,
@@ -277,113 +304,129 @@ async fn connect_all(
     .await
 }
 
-/// `rollguard history`: every target's records, oldest first.
-pub async fn history(args: HistoryArgs, env: Env) -> Result<i32, ManageError> {
-    let config = load_config(&args.selection, &env)?;
-    let targets = select_targets(&config, &args.selection.targets)?;
-    let mut code = exit::OK;
-    for connected in connect_all(&config, &targets, config.kubeconfig.as_deref(), &env).await {
-        match connected {
-            Ok(c) => match c.store.list().await {
-                Ok(records) => {
-                    redact::print_out(history_table(&c.target.name, &records).trim_end())
-                }
-                Err(e) => {
-                    redact::print_err(&format!("target {}: {e}", c.target.name));
-                    code = exit::FAILED;
-                }
-            },
-            Err(e) => {
-                redact::print_err(&e);
-                code = exit::FAILED;
+/// Runs `each` on every connected target; says every error on stderr. Returns the values of
+/// the targets that gave one (in the config's order) and the command's exit code.
+async fn for_each_target<T, F, Fut>(config: &Config, env: &Env, each: F) -> (Vec<(String, T)>, i32)
+where
+    F: Fn(Connected) -> Fut,
+    Fut: std::future::Future<Output = Result<T, (String, i32)>>,
+{
+    let mut values = Vec::new();
+    let mut codes = Vec::new();
+    for connected in connect_all(config, env).await {
+        let result = match connected {
+            Ok(c) => {
+                let name = c.target.name.clone();
+                each(c)
+                    .await
+                    .map(|v| (name.clone(), v))
+                    .map_err(|(why, code)| (format!("target {name}: {why}"), code))
+            }
+            Err(why) => Err((why, exit::FAILED)),
+        };
+        match result {
+            Ok(value) => values.push(value),
+            Err((why, code)) => {
+                redact::print_err(&why);
+                codes.push(code);
             }
         }
     }
-    Ok(code)
+    (values, combined_exit(codes))
 }
 
-/// `rollguard show --revision N`: the record with its manifests, Secret values redacted.
-pub async fn show(args: ShowArgs, env: Env) -> Result<i32, ManageError> {
-    let config = load_config(&args.selection, &env)?;
-    let targets = select_targets(&config, &args.selection.targets)?;
-    let several = targets.len() > 1;
-    let mut code = exit::OK;
-    for connected in connect_all(&config, &targets, config.kubeconfig.as_deref(), &env).await {
-        let c = match connected {
-            Ok(c) => c,
-            Err(e) => {
-                redact::print_err(&e);
-                code = exit::FAILED;
-                continue;
-            }
-        };
-        let fetched = c.store.get(args.revision).await;
-        if let Ok(record) = &fetched {
-            // Structure redacts; the scrubber is the second line for the printed text.
-            redact::learn(record.manifests.iter().flatten());
+/// Prints `show` / `history -o` documents; a rendering problem is a failure (exit 1).
+fn print_documents(entries: &[(String, Value)], format: RecordFormat) -> i32 {
+    match render_documents(entries, format) {
+        Ok(text) if text.is_empty() => exit::OK,
+        Ok(text) => {
+            redact::print_out(text.trim_end());
+            exit::OK
         }
-        match fetched {
-            Ok(record) => match render_show(&record, args.output) {
-                Ok(text) => {
-                    if several && args.output == ShowFormat::Yaml {
-                        println!("# target {}", c.target.name);
-                    }
-                    redact::print_out(text.trim_end());
-                }
-                Err(e) => {
-                    eprintln!(
-                        "target {}: cannot render v{}: {e}",
-                        c.target.name, args.revision
-                    );
-                    code = exit::FAILED;
-                }
-            },
+        Err(e) => {
+            redact::print_err(&format!("rollguard: cannot render the records: {e}"));
+            exit::FAILED
+        }
+    }
+}
+
+/// `rollguard history`: every target's records, oldest first, as tables or one document.
+pub async fn history(args: HistoryArgs, env: Env) -> Result<i32, ManageError> {
+    let config = load_config(&args.selection, &env)?;
+    let (listed, code) = for_each_target(&config, &env, |c| async move {
+        let records = c.store.list().await.map_err(|e| {
+            let code = release_error_code(&e);
+            (e.to_string(), code)
+        })?;
+        Ok(records)
+    })
+    .await;
+    let Some(format) = args.output else {
+        for (name, records) in &listed {
+            redact::print_out(history_table(name, records).trim_end());
+        }
+        return Ok(code);
+    };
+    let mut entries = Vec::new();
+    for (name, records) in listed {
+        match serde_json::to_value(&records) {
+            Ok(value) => entries.push((name, value)),
             Err(e) => {
-                redact::print_err(&format!("target {}: {e}", c.target.name));
-                code = exit::FAILED;
+                redact::print_err(&format!("target {name}: cannot render its records: {e}"));
+                return Ok(exit::FAILED);
             }
         }
     }
-    Ok(code)
+    Ok(combined_exit([code, print_documents(&entries, format)]))
+}
+
+/// `rollguard show --revision N`: the record with its manifests, Secret values redacted,
+/// one document for every target.
+pub async fn show(args: ShowArgs, env: Env) -> Result<i32, ManageError> {
+    let config = load_config(&args.selection, &env)?;
+    let revision = args.revision;
+    let (shown, code) = for_each_target(&config, &env, |c| async move {
+        let record = c.store.get(revision).await.map_err(|e| {
+            let code = release_error_code(&e);
+            (e.to_string(), code)
+        })?;
+        // Structure redacts; the scrubber is the second line for the printed text.
+        redact::learn(record.manifests.iter().flatten());
+        shown_record(&record).map_err(|e| (format!("cannot render v{revision}: {e}"), exit::FAILED))
+    })
+    .await;
+    Ok(combined_exit([code, print_documents(&shown, args.output)]))
 }
 
 /// `rollguard unlock`: force-release the lock on each selected target.
 pub async fn unlock(args: UnlockArgs, env: Env) -> Result<i32, ManageError> {
     let config = load_config(&args.selection, &env)?;
-    let targets = select_targets(&config, &args.selection.targets)?;
-    let mut code = exit::OK;
-    for connected in connect_all(&config, &targets, config.kubeconfig.as_deref(), &env).await {
-        let c = match connected {
-            Ok(c) => c,
-            Err(e) => {
-                redact::print_err(&e);
-                code = exit::FAILED;
-                continue;
-            }
-        };
-        match lock::force_unlock(c.access.client.clone(), &config.app, &c.namespace).await {
-            Ok(unlocked) => match unlocked.previous {
-                Some(previous) => println!(
-                    "target {}: released lock {} in namespace {} (held by {}{})",
-                    c.target.name,
-                    unlocked.lease,
-                    unlocked.namespace,
-                    previous.holder.as_deref().unwrap_or("nobody"),
-                    previous
-                        .acquired_at
-                        .map(|t| format!(" since {t:.0}"))
-                        .unwrap_or_default()
-                ),
-                None => println!(
-                    "target {}: no lock {} in namespace {}",
-                    c.target.name, unlocked.lease, unlocked.namespace
-                ),
-            },
-            Err(e) => {
-                redact::print_err(&format!("target {}: {e}", c.target.name));
-                code = exit::FAILED;
-            }
-        }
+    let app = &config.app;
+    let (said, code) = for_each_target(&config, &env, |c| async move {
+        let unlocked =
+            lock::force_unlock(c.access.client.clone(), &c.access.server, app, &c.namespace)
+                .await
+                .map_err(|e| (e.to_string(), exit::FAILED))?;
+        Ok(match unlocked.previous {
+            Some(previous) => format!(
+                "released lock {} in namespace {} (held by {}{})",
+                unlocked.lease,
+                unlocked.namespace,
+                previous.holder.as_deref().unwrap_or("nobody"),
+                previous
+                    .acquired_at
+                    .map(|t| format!(" since {t:.0}"))
+                    .unwrap_or_default()
+            ),
+            None => format!(
+                "no lock {} in namespace {}",
+                unlocked.lease, unlocked.namespace
+            ),
+        })
+    })
+    .await;
+    for (name, line) in said {
+        redact::print_out(&format!("target {name}: {line}"));
     }
     Ok(code)
 }
@@ -409,12 +452,11 @@ struct Planned {
 
 /// `rollguard rollback`: re-apply an earlier revision (or a commit's manifests) as a new one.
 pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> {
+    // A rollback writes: bad access on any selected target is bad input before the first
+    // write (load_config checks every one).
     let config = load_config(&args.selection, &env)?;
-    let targets = select_targets(&config, &args.selection.targets)?;
     let settings = ReleaseSettings::from_config(&config);
     let lookup = |k: &str| env.get(k).cloned();
-    // A rollback writes: bad access on any selected target is bad input before the first write.
-    crate::kube::connect::check_targets(&config, &targets, &lookup)?;
 
     // From git: the same manifests and commit for every target, read once.
     let from_git = match &args.from_git {
@@ -435,7 +477,7 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
 
     let holder = lock::holder_identity(&lookup);
     let lock_options = LockOptions::from_env(settings.lock_timeout, &lookup);
-    let connected = connect_all(&config, &targets, config.kubeconfig.as_deref(), &env).await;
+    let connected = connect_all(&config, &env).await;
     // The locks first, one at a time in the global lock order (as a deploy takes them), so
     // that a rollback and a deploy over the same clusters never wait for each other in a
     // cycle.
@@ -463,6 +505,7 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
             }
             let taken = Lock::acquire(
                 c.access.client.clone(),
+                &c.access.server,
                 &config.app,
                 &c.namespace,
                 &holder,
@@ -557,12 +600,7 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
     if !problems.is_empty() {
         release_all(ready).await;
         // Unreachable targets fail (1); a refused choice is bad input (2).
-        let code = problems
-            .iter()
-            .map(|(_, c)| *c)
-            .min()
-            .unwrap_or(exit::FAILED);
-        return Ok(code);
+        return Ok(combined_exit(problems.iter().map(|(_, c)| *c)));
     }
     if args.dry_run {
         println!("dry run: nothing changed");
@@ -718,7 +756,10 @@ async fn plan_one(
     from_git: &Option<(Vec<Value>, Option<CommitInfo>)>,
 ) -> Result<Planned, (String, i32)> {
     let store = &connected.store;
-    let unreachable = |e: release::ReleaseError| (e.to_string(), exit::FAILED);
+    let unreachable = |e: ReleaseError| {
+        let code = release_error_code(&e);
+        (e.to_string(), code)
+    };
     let abandoned = store.mark_abandoned().await.map_err(unreachable)?;
     let records = store.list().await.map_err(unreachable)?;
     // A list holds no manifests; the change summary compares the current ones.
@@ -871,37 +912,6 @@ mod tests {
         }
     }
 
-    fn config_with(yaml: &str) -> Config {
-        config::parse(
-            yaml,
-            Path::new("/x/rollguard.yaml"),
-            &Overrides::default(),
-            &|_| None,
-        )
-        .unwrap()
-    }
-
-    #[test]
-    fn targets_selected_by_name_or_context() {
-        let config = config_with(
-            "app: shop\nnamespace: shop\nmanifests: [k8s/]\ntargets:\n  - {name: eu, context: sim-1}\n  - {name: us, context: sim-2}\n",
-        );
-        let names = |wanted: &[&str]| -> Result<Vec<String>, String> {
-            let wanted: Vec<String> = wanted.iter().map(|s| s.to_string()).collect();
-            select_targets(&config, &wanted)
-                .map(|ts| ts.into_iter().map(|t| t.name).collect())
-                .map_err(|e| e.to_string())
-        };
-        assert_eq!(names(&[]), Ok(vec!["eu".into(), "us".into()]));
-        assert_eq!(names(&["us"]), Ok(vec!["us".into()]));
-        assert_eq!(names(&["sim-1"]), Ok(vec!["eu".into()]));
-        let err = names(&["ap"]).unwrap_err();
-        assert!(
-            err.contains("--target ap") && err.contains("eu, us"),
-            "{err}"
-        );
-    }
-
     #[test]
     fn history_lists_every_revision() {
         let mut failed = rec(2, ReleaseStatus::Failed);
@@ -918,16 +928,99 @@ mod tests {
     }
 
     #[test]
-    fn show_redacts_in_both_formats() {
-        let r = rec(1, ReleaseStatus::Deployed);
-        for format in [ShowFormat::Yaml, ShowFormat::Json] {
-            let text = render_show(&r, format).unwrap();
+    fn history_clips_long_notes_so_that_lines_do_not_wrap() {
+        let mut long = rec(3, ReleaseStatus::Failed);
+        long.reason = Some(format!(
+            "ImagePullBackOff: {}\nsecond line",
+            "x".repeat(300)
+        ));
+        let text = history_table("eu", &[rec(1, ReleaseStatus::Deployed), long]);
+        let line = text.lines().nth(3).expect("the row of v3");
+        let note = line.split("  ").last().unwrap_or_default();
+        assert_eq!(display_width(note), NOTE_COLUMNS, "{line}");
+        assert!(
+            note.starts_with("ImagePullBackOff: xxx") && note.ends_with('…'),
+            "{line}"
+        );
+        assert_eq!(text.lines().count(), 4, "one line per record:\n{text}");
+    }
+
+    #[test]
+    fn show_and_history_documents_parse_with_several_targets() {
+        let shown: Vec<(String, Value)> = ["eu", "us", "ap"]
+            .iter()
+            .map(|t| {
+                (
+                    t.to_string(),
+                    shown_record(&rec(1, ReleaseStatus::Deployed)).unwrap(),
+                )
+            })
+            .collect();
+        let json = render_documents(&shown, RecordFormat::Json).unwrap();
+        let parsed: Value = serde_json::from_str(&json).expect("one JSON document");
+        let keys: Vec<&String> = parsed.as_object().unwrap().keys().collect();
+        assert_eq!(keys.len(), 3, "{json}");
+        assert_eq!(parsed["us"]["revision"], 1);
+        assert!(
+            json.find("\"eu\"") < json.find("\"us\"") && json.find("\"us\"") < json.find("\"ap\""),
+            "config order: {json}"
+        );
+        let yaml = render_documents(&shown, RecordFormat::Yaml).unwrap();
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&yaml).expect("a YAML stream");
+        assert_eq!(docs.len(), 3, "{yaml}");
+        for (doc, (name, value)) in docs.iter().zip(&shown) {
+            assert_eq!(doc[name.as_str()], *value, "{yaml}");
+        }
+        for text in [&json, &yaml] {
             assert!(!text.contains("hunter2"), "{text}");
             assert!(text.contains(&redact::marker(b"hunter2")), "{text}");
-            assert!(text.contains("cfg"));
         }
-        let yaml = render_show(&r, ShowFormat::Yaml).unwrap();
-        assert_eq!(yaml.matches("\n---\n").count(), 2, "{yaml}");
+        let history = vec![
+            (
+                "eu".to_string(),
+                serde_json::to_value(vec![
+                    rec(1, ReleaseStatus::Superseded),
+                    rec(2, ReleaseStatus::Deployed),
+                ])
+                .unwrap(),
+            ),
+            ("us".to_string(), json!([])),
+        ];
+        let parsed: Value =
+            serde_json::from_str(&render_documents(&history, RecordFormat::Json).unwrap()).unwrap();
+        assert_eq!(parsed["eu"][1]["revision"], 2);
+        assert_eq!(parsed["us"], json!([]));
+        let docs: Vec<Value> =
+            serde_saphyr::from_multiple(&render_documents(&history, RecordFormat::Yaml).unwrap())
+                .unwrap();
+        assert_eq!(docs.len(), 2);
+        assert_eq!(docs[0]["eu"][0]["revision"], 1);
+        assert_eq!(render_documents(&[], RecordFormat::Json).unwrap(), "");
+    }
+
+    #[test]
+    fn exit_codes_over_targets() {
+        // (per-target codes, the command's)
+        let cases: &[(&[i32], i32)] = &[
+            (&[], exit::OK),
+            (&[exit::OK, exit::OK], exit::OK),
+            (&[exit::OK, exit::BAD_INPUT], exit::BAD_INPUT),
+            (&[exit::BAD_INPUT, exit::FAILED], exit::FAILED),
+            (&[exit::FAILED, exit::OK], exit::FAILED),
+        ];
+        for (codes, want) in cases {
+            assert_eq!(combined_exit(codes.iter().copied()), *want, "{codes:?}");
+        }
+        let missing = ReleaseError::NotFound {
+            app: "shop".into(),
+            namespace: "shop".into(),
+            revision: 99,
+        };
+        assert_eq!(release_error_code(&missing), exit::BAD_INPUT);
+        assert_eq!(
+            release_error_code(&ReleaseError::Encode("x".into())),
+            exit::FAILED
+        );
     }
 
     #[test]

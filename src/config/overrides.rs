@@ -1,5 +1,5 @@
 //! Flags and `ROLLGUARD_*` / `INPUT_*` environment settings over the file's values, and the
-//! target selection by `--context`.
+//! target selection by `--target` (also spelt `--context`).
 
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -14,8 +14,8 @@ use crate::util::duration::parse_duration;
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Overrides {
     pub kubeconfig: Option<PathBuf>,
-    /// Pick targets by target name or context name (`--context a,b` or repeated).
-    pub contexts: Vec<String>,
+    /// Pick targets by target name or context name (`--target a,b` or repeated).
+    pub targets: Vec<String>,
     pub timeout: Option<Duration>,
     pub on_failure: Option<FailurePolicy>,
     pub on_cancel: Option<CancelPolicy>,
@@ -112,8 +112,8 @@ pub(super) fn apply_overrides(
     config.kubeconfig = setting!(flags.kubeconfig.clone(), "KUBECONFIG", path);
 
     // Target selection: flags, else ROLLGUARD_CONTEXTS / INPUT_CONTEXTS (also *_CONTEXT).
-    let (wanted, location) = if !flags.contexts.is_empty() {
-        (flags.contexts.clone(), "--context".to_string())
+    let (wanted, location) = if !flags.targets.is_empty() {
+        (flags.targets.clone(), "--target".to_string())
     } else if let Some((text, location)) =
         env_setting(env, "CONTEXTS").or_else(|| env_setting(env, "CONTEXT"))
     {

@@ -441,7 +441,7 @@ fn context_selection() {
             .map_err(|e| e.to_string())
     };
     let flags = |c: &[&str]| Overrides {
-        contexts: c.iter().map(|s| s.to_string()).collect(),
+        targets: c.iter().map(|s| s.to_string()).collect(),
         ..Default::default()
     };
     assert_eq!(names(flags(&[]), &[]).unwrap(), vec!["eu", "us", "ap"]);
@@ -461,7 +461,7 @@ fn context_selection() {
     );
     let err = names(flags(&["ue"]), &[]).unwrap_err();
     assert!(
-        err.starts_with("--context: no target is named \"ue\""),
+        err.starts_with("--target: no target is named \"ue\""),
         "{err}"
     );
     assert!(err.contains("did you mean \"us\"?"), "{err}");

@@ -267,6 +267,7 @@ impl ReApply<'_> {
                     deadline: self.deadline,
                     timeout: self.timeout,
                     fail_fast: self.fail_fast.clone(),
+                    server: self.access.server.clone(),
                 };
                 let waited = wait_for_rollout(
                     &access.watch_client,

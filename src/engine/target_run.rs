@@ -427,6 +427,7 @@ async fn apply_and_wait(
         deadline,
         timeout: plan.config.wait.timeout,
         fail_fast: plan.config.wait.fail_fast.clone(),
+        server: access.server.clone(),
     };
     let report_wait = |p| progress.update(&name, Stage::Waiting(p));
     let waited = wait_for_rollout(

@@ -74,23 +74,54 @@ pub fn decode_kubeconfig_env(text: &str) -> Result<String, String> {
     String::from_utf8(bytes).map_err(|_| "holds base64 that does not decode to text".to_string())
 }
 
+/// Where a target's kubeconfig path came from, for the message when the file is missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FileOrigin {
+    /// The target's `kubeconfig` in the config file.
+    Target,
+    /// `--kubeconfig` (or `$ROLLGUARD_KUBECONFIG` / `$INPUT_KUBECONFIG`).
+    Flag,
+    /// `$KUBECONFIG`.
+    EnvVar,
+    /// `~/.kube/config`, as nothing else named one.
+    Home,
+}
+
 /// The kubeconfig files to read when neither the target nor env names one.
 fn default_kubeconfig_files(
     cli_kubeconfig: Option<&Path>,
     env: &(dyn Fn(&str) -> Option<String> + Sync),
-) -> Vec<PathBuf> {
+) -> (Vec<PathBuf>, FileOrigin) {
     if let Some(path) = cli_kubeconfig {
-        return vec![path.to_path_buf()];
+        return (vec![path.to_path_buf()], FileOrigin::Flag);
     }
     if let Some(list) = env("KUBECONFIG").filter(|v| !v.trim().is_empty()) {
-        return std::env::split_paths(&list)
+        let files = std::env::split_paths(&list)
             .filter(|p| !p.as_os_str().is_empty())
             .collect();
+        return (files, FileOrigin::EnvVar);
     }
     let home = env("HOME")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("."));
-    vec![home.join(".kube").join("config")]
+    (vec![home.join(".kube").join("config")], FileOrigin::Home)
+}
+
+/// A kubeconfig file that does not exist: where its path came from, and every way to give
+/// one (a first run in CI usually has none of them set).
+fn missing_kubeconfig(file: &Path, origin: FileOrigin) -> String {
+    let from = match origin {
+        FileOrigin::Target => "the target's `kubeconfig` in the config file",
+        FileOrigin::Flag => "--kubeconfig or $ROLLGUARD_KUBECONFIG",
+        FileOrigin::EnvVar => "$KUBECONFIG",
+        FileOrigin::Home => "the default: neither --kubeconfig nor $KUBECONFIG is set",
+    };
+    format!(
+        "kubeconfig {} does not exist ({from}): give one with --kubeconfig PATH, with $KUBECONFIG, \
+         or in the target's entry of the config file with `kubeconfig_env` (an environment \
+         variable holding the whole file) or `kubeconfig` (a path)",
+        file.display()
+    )
 }
 
 fn read_kubeconfig(
@@ -117,22 +148,24 @@ fn read_kubeconfig(
         })?;
         return Ok((config, KubeconfigSource::Env(var.clone())));
     }
-    let files = match &target.kubeconfig {
-        Some(path) if path.is_relative() => vec![base_dir.join(path)],
-        Some(path) => vec![path.clone()],
+    let (files, origin) = match &target.kubeconfig {
+        Some(path) if path.is_relative() => (vec![base_dir.join(path)], FileOrigin::Target),
+        Some(path) => (vec![path.clone()], FileOrigin::Target),
         None => default_kubeconfig_files(cli_kubeconfig, env),
     };
     let mut merged: Option<Kubeconfig> = None;
     for file in &files {
         let one = Kubeconfig::read_from(file).map_err(|e| {
-            TargetError::new(
-                "Kubeconfig",
+            let message = if io_error_kind(&e) == Some(std::io::ErrorKind::NotFound) {
+                missing_kubeconfig(file, origin)
+            } else {
                 format!(
                     "cannot read kubeconfig {}: {}",
                     file.display(),
                     root_cause_text(&e)
-                ),
-            )
+                )
+            };
+            TargetError::new("Kubeconfig", message)
         })?;
         merged = Some(match merged {
             None => one,
@@ -690,20 +723,57 @@ mod tests {
     fn default_files_order() {
         let none = |_: &str| None;
         let p = PathBuf::from("/x/kc");
-        assert_eq!(default_kubeconfig_files(Some(&p), &none), vec![p.clone()]);
+        assert_eq!(
+            default_kubeconfig_files(Some(&p), &none),
+            (vec![p.clone()], FileOrigin::Flag)
+        );
         let env = |k: &str| match k {
             "KUBECONFIG" => Some("/a:/b".to_string()),
             _ => None,
         };
         assert_eq!(
             default_kubeconfig_files(None, &env),
-            vec![PathBuf::from("/a"), PathBuf::from("/b")]
+            (
+                vec![PathBuf::from("/a"), PathBuf::from("/b")],
+                FileOrigin::EnvVar
+            )
         );
         let home = |k: &str| (k == "HOME").then(|| "/home/u".to_string());
         assert_eq!(
             default_kubeconfig_files(None, &home),
-            vec![PathBuf::from("/home/u/.kube/config")]
+            (
+                vec![PathBuf::from("/home/u/.kube/config")],
+                FileOrigin::Home
+            )
         );
+    }
+
+    #[test]
+    fn a_missing_kubeconfig_says_where_its_path_came_from_and_every_way_to_give_one() {
+        for (origin, from) in [
+            (FileOrigin::Target, "the target's `kubeconfig`"),
+            (FileOrigin::Flag, "--kubeconfig or $ROLLGUARD_KUBECONFIG"),
+            (FileOrigin::EnvVar, "($KUBECONFIG)"),
+            (
+                FileOrigin::Home,
+                "neither --kubeconfig nor $KUBECONFIG is set",
+            ),
+        ] {
+            let text = missing_kubeconfig(Path::new("/home/u/.kube/config"), origin);
+            assert!(
+                text.starts_with("kubeconfig /home/u/.kube/config does not exist (")
+                    && text.contains(from),
+                "{origin:?}: {text}"
+            );
+            for way in [
+                "--kubeconfig PATH",
+                "$KUBECONFIG",
+                "`kubeconfig_env`",
+                "`kubeconfig`",
+            ] {
+                assert!(text.contains(way), "{origin:?} lacks {way}: {text}");
+            }
+        }
     }
 
     #[test]

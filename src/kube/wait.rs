@@ -35,6 +35,8 @@ pub struct WaitOptions {
     /// The configured timeout, for messages.
     pub timeout: Duration,
     pub fail_fast: FailFastConfig,
+    /// The API server's URL, for messages about the watches.
+    pub server: String,
 }
 
 /// Why a wait did not end with everything Current.
@@ -504,13 +506,13 @@ pub async fn wait_for_rollout(
                     while let Some(Some((source, item))) = events.now_or_never_ready() {
                         match item {
                             Ok(event) => store.apply(source, &sources[source].resource, event),
-                            Err(e) => last_watch_error = Some(watch_error_text(&e)),
+                            Err(e) => last_watch_error = Some(watch_error_text(&e, &options.server)),
                         }
                     }
                 }
                 Some((source, Err(e))) => {
                     tracing::debug!(source, error = %e, "watch error; the watcher retries with backoff");
-                    last_watch_error = Some(watch_error_text(&e));
+                    last_watch_error = Some(watch_error_text(&e, &options.server));
                 }
                 None => {
                     // Every watch ended (should not happen with backoff): wait for the deadline.
@@ -543,12 +545,12 @@ fn failed_reason(message: &str) -> String {
 /// A watcher's error said as rollguard says a connection problem (one table of reasons, in
 /// kube/connect.rs), not as kube's chain, whose wording depends on which call of the watch
 /// failed first.
-fn watch_error_text(e: &watcher::Error) -> String {
+fn watch_error_text(e: &watcher::Error, server: &str) -> String {
     match e {
         watcher::Error::InitialListFailed(inner)
         | watcher::Error::WatchStartFailed(inner)
         | watcher::Error::WatchFailed(inner) => {
-            crate::kube::connect::describe_error(inner, "the API server").message
+            crate::kube::connect::describe_error(inner, server).message
         }
         other => other.to_string(),
     }

@@ -173,12 +173,14 @@ pub enum LockError {
     },
     #[error(
         "{action} (Lease {lease} in namespace {namespace}): {}",
-        crate::kube::connect::describe_error(source, "the API server")
+        crate::kube::connect::describe_error(source, server)
     )]
     Kube {
         action: String,
         lease: String,
         namespace: String,
+        /// The API server's URL, for the message.
+        server: String,
         #[source]
         source: Box<kube::Error>,
     },
@@ -221,8 +223,10 @@ pub struct Lock;
 impl Lock {
     /// Take the lock of `app` in `namespace`, waiting up to `options.timeout` for another
     /// holder. Creates the namespace if missing. The guard renews the Lease until released.
+    /// `server` (the API server's URL) is for messages.
     pub async fn acquire(
         client: Client,
+        server: &str,
         app: &str,
         namespace: &str,
         holder: &str,
@@ -234,6 +238,7 @@ impl Lock {
             action: action.to_string(),
             lease: name.clone(),
             namespace: namespace.to_string(),
+            server: server.to_string(),
             source: Box::new(e),
         };
         let started = tokio::time::Instant::now();
@@ -264,7 +269,9 @@ impl Lock {
                         .await;
                     match created {
                         Ok(created) => {
-                            return Ok(LockGuard::start(api, created, holder, options, None));
+                            return Ok(LockGuard::start(
+                                api, server, created, holder, options, None,
+                            ));
                         }
                         // Another run created it first: look again (not in a hot loop).
                         Err(kube::Error::Api(s)) if s.is_already_exists() => {
@@ -272,7 +279,7 @@ impl Lock {
                             continue;
                         }
                         Err(kube::Error::Api(s)) if s.is_not_found() => {
-                            crate::release::ensure_namespace(&client, namespace).await?;
+                            crate::release::ensure_namespace(&client, server, namespace).await?;
                             continue;
                         }
                         Err(e) => return Err(err("creating the lock", e)),
@@ -306,7 +313,9 @@ impl Lock {
                                     "lock {name} in {namespace}: took over the expired lease of {p}"
                                 );
                             }
-                            return Ok(LockGuard::start(api, taken, holder, options, lapsed));
+                            return Ok(LockGuard::start(
+                                api, server, taken, holder, options, lapsed,
+                            ));
                         }
                         // Someone else moved first: look again.
                         Err(kube::Error::Api(s)) if s.is_conflict() || s.is_not_found() => {
@@ -389,6 +398,8 @@ fn new_lease(
 /// without release stops the renewals, so the Lease lapses after its duration.
 pub struct LockGuard {
     api: Api<Lease>,
+    /// The API server's URL, for messages.
+    server: String,
     name: String,
     holder: String,
     lease: Arc<Mutex<Lease>>,
@@ -414,6 +425,7 @@ pub async fn wait_for_panic_releases() {
 impl LockGuard {
     fn start(
         api: Api<Lease>,
+        server: &str,
         lease: Lease,
         holder: &str,
         options: &LockOptions,
@@ -441,6 +453,7 @@ impl LockGuard {
         );
         LockGuard {
             api,
+            server: server.to_string(),
             name,
             holder: holder.to_string(),
             lease: shared,
@@ -494,6 +507,7 @@ impl LockGuard {
             action: action.to_string(),
             lease: self.name.clone(),
             namespace: lease.metadata.namespace.clone().unwrap_or_default(),
+            server: self.server.clone(),
             source: Box::new(e),
         };
         let budget = RetryBudget::bookkeeping();
@@ -541,6 +555,7 @@ impl Drop for LockGuard {
         {
             let guard = LockGuard {
                 api: self.api.clone(),
+                server: self.server.clone(),
                 name: self.name.clone(),
                 holder: self.holder.clone(),
                 lease: self.lease.clone(),
@@ -671,6 +686,7 @@ pub struct Unlocked {
 /// Delete the Lease whoever holds it (for humans: `rollguard unlock`).
 pub async fn force_unlock(
     client: Client,
+    server: &str,
     app: &str,
     namespace: &str,
 ) -> Result<Unlocked, LockError> {
@@ -680,6 +696,7 @@ pub async fn force_unlock(
         action: action.to_string(),
         lease: name.clone(),
         namespace: namespace.to_string(),
+        server: server.to_string(),
         source: Box::new(e),
     };
     let budget = RetryBudget::bookkeeping();
@@ -708,6 +725,7 @@ pub async fn force_unlock(
 /// Read the Lease without touching it.
 pub async fn inspect(
     client: Client,
+    server: &str,
     app: &str,
     namespace: &str,
 ) -> Result<Option<LeaseState>, LockError> {
@@ -724,6 +742,7 @@ pub async fn inspect(
             action: "reading the lock".to_string(),
             lease: name,
             namespace: namespace.to_string(),
+            server: server.to_string(),
             source: Box::new(e),
         }),
     }
@@ -880,6 +899,7 @@ mod lease_tests {
     use serde_json::json;
 
     const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/shop/leases";
+    const SERVER: &str = "https://fake";
 
     fn quick(timeout_ms: u64, lease_secs: u64) -> LockOptions {
         let mut o = LockOptions::with_lease(
@@ -893,9 +913,16 @@ mod lease_tests {
     #[tokio::test]
     async fn acquire_release_and_timeout_naming_the_holder() {
         let fake = TestCluster::start().await;
-        let a = Lock::acquire(fake.client(), "shop", "shop", "run-a", &quick(1000, 30))
-            .await
-            .unwrap();
+        let a = Lock::acquire(
+            fake.client(),
+            SERVER,
+            "shop",
+            "shop",
+            "run-a",
+            &quick(1000, 30),
+        )
+        .await
+        .unwrap();
         assert!(
             fake.has_namespace("shop"),
             "namespace created for the lease"
@@ -906,10 +933,17 @@ mod lease_tests {
         assert_eq!(lease["spec"]["leaseTransitions"], 0);
         assert!(a.took_over_from().is_none());
 
-        let err = Lock::acquire(fake.client(), "shop", "shop", "run-b", &quick(300, 30))
-            .await
-            .err()
-            .expect("times out");
+        let err = Lock::acquire(
+            fake.client(),
+            SERVER,
+            "shop",
+            "shop",
+            "run-b",
+            &quick(300, 30),
+        )
+        .await
+        .err()
+        .expect("times out");
         let text = err.to_string();
         assert!(matches!(err, LockError::Timeout { .. }), "{text}");
         assert!(text.contains("held by run-a since "), "{text}");
@@ -917,9 +951,16 @@ mod lease_tests {
 
         a.release().await.unwrap();
         assert!(fake.get(LEASES, "rollguard-shop").is_none());
-        let b = Lock::acquire(fake.client(), "shop", "shop", "run-b", &quick(300, 30))
-            .await
-            .unwrap();
+        let b = Lock::acquire(
+            fake.client(),
+            SERVER,
+            "shop",
+            "shop",
+            "run-b",
+            &quick(300, 30),
+        )
+        .await
+        .unwrap();
         b.release().await.unwrap();
     }
 
@@ -929,8 +970,8 @@ mod lease_tests {
         fake.add_namespace("shop");
         let options = quick(400, 30);
         let (a, b) = tokio::join!(
-            Lock::acquire(fake.client(), "shop", "shop", "run-a", &options),
-            Lock::acquire(fake.client(), "shop", "shop", "run-b", &options),
+            Lock::acquire(fake.client(), SERVER, "shop", "shop", "run-a", &options),
+            Lock::acquire(fake.client(), SERVER, "shop", "shop", "run-b", &options),
         );
         assert!(a.is_ok() != b.is_ok(), "exactly one holds the lock");
         let winner = a.or(b).unwrap();
@@ -952,9 +993,16 @@ mod lease_tests {
                             "acquireTime": "2020-01-01T00:00:00.000000Z",
                             "renewTime": "2020-01-01T00:00:10.000000Z", "leaseTransitions": 4}}),
         );
-        let guard = Lock::acquire(fake.client(), "shop", "shop", "run-b", &quick(500, 30))
-            .await
-            .unwrap();
+        let guard = Lock::acquire(
+            fake.client(),
+            SERVER,
+            "shop",
+            "shop",
+            "run-b",
+            &quick(500, 30),
+        )
+        .await
+        .unwrap();
         assert_eq!(guard.took_over_from(), Some("dead-run"));
         let lease = fake.get(LEASES, "rollguard-shop").unwrap();
         assert_eq!(lease["spec"]["holderIdentity"], "run-b");
@@ -966,13 +1014,22 @@ mod lease_tests {
     async fn renewals_keep_it_and_a_waiter_gets_it_after_release() {
         let fake = TestCluster::start().await;
         // 2 s lease, renewed every ~667 ms: a waiter never sees it expire.
-        let a = Lock::acquire(fake.client(), "shop", "shop", "run-a", &quick(1000, 2))
-            .await
-            .unwrap();
+        let a = Lock::acquire(
+            fake.client(),
+            SERVER,
+            "shop",
+            "shop",
+            "run-a",
+            &quick(1000, 2),
+        )
+        .await
+        .unwrap();
         let first = fake.get(LEASES, "rollguard-shop").unwrap()["spec"]["renewTime"].clone();
         let waiter = tokio::spawn({
             let client = fake.client();
-            async move { Lock::acquire(client, "shop", "shop", "run-b", &quick(10_000, 2)).await }
+            async move {
+                Lock::acquire(client, SERVER, "shop", "shop", "run-b", &quick(10_000, 2)).await
+            }
         });
         tokio::time::sleep(Duration::from_millis(3000)).await;
         assert!(
@@ -991,14 +1048,28 @@ mod lease_tests {
     #[tokio::test]
     async fn a_dropped_guard_lapses_and_is_taken_over() {
         let fake = TestCluster::start().await;
-        let a = Lock::acquire(fake.client(), "shop", "shop", "run-a", &quick(1000, 1))
-            .await
-            .unwrap();
+        let a = Lock::acquire(
+            fake.client(),
+            SERVER,
+            "shop",
+            "shop",
+            "run-a",
+            &quick(1000, 1),
+        )
+        .await
+        .unwrap();
         // Like a killed process: renewals stop, the Lease stays.
         drop(a);
-        let b = Lock::acquire(fake.client(), "shop", "shop", "run-b", &quick(5000, 1))
-            .await
-            .unwrap();
+        let b = Lock::acquire(
+            fake.client(),
+            SERVER,
+            "shop",
+            "shop",
+            "run-b",
+            &quick(5000, 1),
+        )
+        .await
+        .unwrap();
         assert_eq!(b.took_over_from(), Some("run-a"));
         b.release().await.unwrap();
     }
@@ -1006,9 +1077,16 @@ mod lease_tests {
     #[tokio::test]
     async fn losing_the_lease_is_noticed_and_unlock_forces() {
         let fake = TestCluster::start().await;
-        let a = Lock::acquire(fake.client(), "shop", "shop", "run-a", &quick(1000, 1))
-            .await
-            .unwrap();
+        let a = Lock::acquire(
+            fake.client(),
+            SERVER,
+            "shop",
+            "shop",
+            "run-a",
+            &quick(1000, 1),
+        )
+        .await
+        .unwrap();
         let mut lease = fake.get(LEASES, "rollguard-shop").unwrap();
         lease["spec"]["holderIdentity"] = json!("intruder");
         fake.put_raw(LEASES, "rollguard-shop", lease);
@@ -1017,12 +1095,14 @@ mod lease_tests {
         // Release leaves the intruder's lease alone.
         a.release().await.unwrap();
         assert!(fake.get(LEASES, "rollguard-shop").is_some());
-        let state = inspect(fake.client(), "shop", "shop")
+        let state = inspect(fake.client(), SERVER, "shop", "shop")
             .await
             .unwrap()
             .unwrap();
         assert_eq!(state.holder.as_deref(), Some("intruder"));
-        let unlocked = force_unlock(fake.client(), "shop", "shop").await.unwrap();
+        let unlocked = force_unlock(fake.client(), SERVER, "shop", "shop")
+            .await
+            .unwrap();
         assert_eq!(
             unlocked.previous.and_then(|p| p.holder).as_deref(),
             Some("intruder")

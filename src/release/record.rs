@@ -320,14 +320,16 @@ impl ReleaseRecord {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReleaseError {
-    // Said as the connect errors are (reason, then what to do), not as kube's chain.
+    // Said as the connect errors are (reason, server, then what to do), not as kube's chain.
     #[error(
         "{action} in namespace {namespace}: {}",
-        crate::kube::connect::describe_error(source, "the API server")
+        crate::kube::connect::describe_error(source, server)
     )]
     Kube {
         action: String,
         namespace: String,
+        /// The API server's URL, for the message.
+        server: String,
         #[source]
         source: Box<kube::Error>,
     },
@@ -339,7 +341,9 @@ pub enum ReleaseError {
         namespace: String,
         reason: String,
     },
-    #[error("revision {revision} of app {app} not found in namespace {namespace}")]
+    #[error(
+        "revision {revision} of app {app} does not exist in namespace {namespace} (see `rollguard history`)"
+    )]
     NotFound {
         app: String,
         namespace: String,

@@ -149,7 +149,7 @@ pub async fn take_lock(
     let holder = lock_holder(target, env);
     let options = LockOptions::from_env(timeout, env);
     let lock = tokio::select! {
-        lock = Lock::acquire(access.client.clone(), &config.app, &namespace, &holder, &options) => lock?,
+        lock = Lock::acquire(access.client.clone(), &access.server, &config.app, &namespace, &holder, &options) => lock?,
         _ = cancel.cancelled() => return Err(PrepareError::Cancelled),
     };
     let notes = lock
@@ -177,12 +177,7 @@ pub async fn open_records(
     let default_namespace = config.default_namespace(target, &access.context_namespace);
     let namespace = config.history_namespace(target, &access.context_namespace);
     let mut notes = Vec::new();
-    let store = ReleaseStore::new(
-        access.client.clone(),
-        &config.app,
-        &namespace,
-        settings.keep,
-    );
+    let store = ReleaseStore::for_access(access, &config.app, &namespace, settings.keep);
     let begun = async {
         let abandoned = store.mark_abandoned().await?;
         let repaired = store.repair().await?;

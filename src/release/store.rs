@@ -50,6 +50,8 @@ impl ReleaseDraft {
 #[derive(Clone)]
 pub struct ReleaseStore {
     client: Client,
+    /// The API server's URL, for messages.
+    server: String,
     app: String,
     namespace: String,
     keep: usize,
@@ -62,9 +64,11 @@ pub struct ReleaseStore {
 
 impl ReleaseStore {
     /// `keep`: history.keep (at most this many records stay; the last good one always stays).
+    /// Errors name the server as "the API server"; [`ReleaseStore::for_access`] names it.
     pub fn new(client: Client, app: &str, namespace: &str, keep: usize) -> ReleaseStore {
         ReleaseStore {
             client,
+            server: "the API server".to_string(),
             app: app.to_string(),
             namespace: namespace.to_string(),
             keep,
@@ -109,6 +113,19 @@ impl ReleaseStore {
         retry_call(what, &budget, op).await
     }
 
+    /// The records on a connected target; errors name its server's URL.
+    pub fn for_access(
+        access: &crate::kube::connect::ClusterAccess,
+        app: &str,
+        namespace: &str,
+        keep: usize,
+    ) -> ReleaseStore {
+        ReleaseStore {
+            server: access.server.clone(),
+            ..ReleaseStore::new(access.client.clone(), app, namespace, keep)
+        }
+    }
+
     pub fn namespace(&self) -> &str {
         &self.namespace
     }
@@ -125,6 +142,7 @@ impl ReleaseStore {
         ReleaseError::Kube {
             action: action.into(),
             namespace: self.namespace.clone(),
+            server: self.server.clone(),
             source: Box::new(source),
         }
     }
@@ -204,7 +222,7 @@ impl ReleaseStore {
     /// Write a new `pending` record at the next revision (creating the history namespace
     /// if missing). Call with the lock held.
     pub async fn begin(&self, draft: ReleaseDraft, origin: ReleaseOrigin) -> Result<ReleaseRecord> {
-        ensure_namespace(&self.client, &self.namespace).await?;
+        ensure_namespace(&self.client, &self.server, &self.namespace).await?;
         let existing = self.list().await?;
         self.begin_after(draft, origin, &existing).await
     }
@@ -561,7 +579,7 @@ const NAMESPACE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(3
 
 /// Creates the history namespace when missing (kube's one namespace creation, with the
 /// errors said as release errors).
-pub async fn ensure_namespace(client: &Client, namespace: &str) -> Result<()> {
+pub async fn ensure_namespace(client: &Client, server: &str, namespace: &str) -> Result<()> {
     let budget = RetryBudget::until(tokio::time::Instant::now() + NAMESPACE_DEADLINE);
     // Nothing cancels a record's namespace: the run's cancel is handled around it.
     let never = tokio_util::sync::CancellationToken::new();
@@ -574,12 +592,14 @@ pub async fn ensure_namespace(client: &Client, namespace: &str) -> Result<()> {
                 RetryError::Api(source) => ReleaseError::Kube {
                     action,
                     namespace,
+                    server: server.to_string(),
                     source: Box::new(source),
                 },
                 RetryError::Cancelled => ReleaseError::Cancelled { action, namespace },
                 e @ RetryError::NotSent => ReleaseError::Kube {
                     action,
                     namespace,
+                    server: server.to_string(),
                     source: Box::new(e.into_kube().unwrap_or_else(|| {
                         crate::kube::retry::timeout_error("namespace", std::time::Duration::ZERO)
                     })),

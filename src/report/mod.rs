@@ -7,6 +7,7 @@
 pub mod diff;
 pub mod escape;
 mod json;
+pub mod log_filter;
 mod markdown;
 mod model;
 pub mod plan;

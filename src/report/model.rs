@@ -472,6 +472,32 @@ pub fn cut_to(mut text: String, limit: usize) -> String {
     text
 }
 
+/// How many terminal columns `text` takes (wide characters two, combining marks none).
+pub fn display_width(text: &str) -> usize {
+    unicode_width::UnicodeWidthStr::width(text)
+}
+
+/// Cuts text to at most `columns` terminal columns, marking the cut with an ellipsis (for
+/// table cells that must not wrap; [`clip`] counts characters, for limits in characters).
+pub fn clip_columns(text: &str, columns: usize) -> String {
+    if display_width(text) <= columns {
+        return text.to_string();
+    }
+    let budget = columns.saturating_sub(1);
+    let mut out = String::new();
+    let mut used = 0;
+    for c in text.chars() {
+        let w = unicode_width::UnicodeWidthChar::width(c).unwrap_or(0);
+        if used + w > budget {
+            break;
+        }
+        used += w;
+        out.push(c);
+    }
+    out.push('…');
+    out
+}
+
 /// Cuts text to at most `max` characters, marking the cut with an ellipsis.
 pub(crate) fn clip(text: &str, max: usize) -> String {
     if text.chars().count() <= max {
@@ -689,6 +715,25 @@ pub(crate) mod tests {
         let mut t = TargetReport::new(name, outcome, ts(0));
         t.finished_at = ts(12);
         t
+    }
+
+    #[test]
+    fn clip_columns_counts_terminal_columns() {
+        // (text, columns, clipped)
+        let cases = [
+            ("short", 10, "short"),
+            ("exactly ten", 11, "exactly ten"),
+            ("abcdefghij", 5, "abcd…"),
+            // Wide characters take two columns: 4 of them fill 8, the ellipsis one more.
+            ("日本語のノート", 9, "日本語の…"),
+            ("日本語のノート", 8, "日本語…"),
+            ("", 3, ""),
+        ];
+        for (text, columns, want) in cases {
+            let got = clip_columns(text, columns);
+            assert_eq!(got, want, "{text:?} in {columns}");
+            assert!(display_width(&got) <= columns, "{got:?}");
+        }
     }
 
     pub fn image_failure() -> Failure {

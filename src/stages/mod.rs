@@ -21,8 +21,8 @@ use env::Deployment;
 use kubeconfig::TempKubeconfig;
 use process::{End, Spec};
 
-/// The tracing target of script output lines (shown by default in CI logs, see main.rs).
-pub const OUTPUT_LOG_TARGET: &str = "rollguard::script";
+/// The tracing target of script output lines (shown by default in CI logs).
+pub use crate::report::log_filter::SCRIPT_OUTPUT_TARGET as OUTPUT_LOG_TARGET;
 
 /// What every script run of a deploy shares.
 #[derive(Debug, Clone, Default)]

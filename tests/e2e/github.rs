@@ -186,6 +186,17 @@ fn normalize(text: &str, dir: &std::path::Path) -> String {
             }
             continue;
         }
+        // How far the rollout got when the cluster went down is up to timing too.
+        let progress = "Waiting for deployment \"web\" ";
+        let line = match (line.find(progress), line.find(" \\(last watch error")) {
+            (Some(from), Some(to)) if from + progress.len() <= to => format!(
+                "{}<progress>{}",
+                &line[..from + progress.len()],
+                &line[to..]
+            ),
+            _ => line.to_string(),
+        };
+        let line = line.as_str();
         let line = if in_gantt && line.contains(" :") {
             // "  apply :120, 340": the phase stays, its times go.
             format!("{} :<start>, <end>", line.split(" :").next().unwrap_or(""))

@@ -334,7 +334,12 @@ pub async fn client_for(kubeconfig: &Path, context: &str) -> kube::Client {
     kube::Client::try_from(config).expect("client")
 }
 
-/// Runs the real binary with a clean environment plus `env`.
+/// `RUST_LOG` removed, for [`rollguard`]'s `env`: the binary's default log filter, as a user
+/// gets it (the harness otherwise sets `RUST_LOG=rollguard=info`).
+pub const DEFAULT_LOGS: (&str, &str) = ("RUST_LOG", "");
+
+/// Runs the real binary with a clean environment plus `env` ([`DEFAULT_LOGS`] removes
+/// `RUST_LOG`).
 pub async fn rollguard(args: &[String], cwd: &Path, env: &[(&str, &str)]) -> Run {
     let started = Instant::now();
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_rollguard"));
@@ -350,7 +355,11 @@ pub async fn rollguard(args: &[String], cwd: &Path, env: &[(&str, &str)]) -> Run
     }
     cmd.env("RUST_LOG", "rollguard=info");
     for (k, v) in env {
-        cmd.env(k, v);
+        if (*k, *v) == DEFAULT_LOGS {
+            cmd.env_remove(k);
+        } else {
+            cmd.env(k, v);
+        }
     }
     let out = tokio::time::timeout(Duration::from_secs(120), cmd.output())
         .await

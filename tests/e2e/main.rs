@@ -14,6 +14,7 @@ mod github;
 mod harness;
 mod hostile;
 mod input;
+mod messages;
 mod real;
 mod release;
 mod runtime_root;

@@ -515,8 +515,8 @@ async fn history_show_and_manual_rollback() {
         "{}",
         shown.output()
     );
-    let record: Value = serde_json::from_str(&shown.stdout).expect("show -o json is JSON");
-    assert_eq!(record["revision"], 1);
+    let shown: Value = serde_json::from_str(&shown.stdout).expect("show -o json is JSON");
+    assert_eq!(shown["eu"]["revision"], 1, "{shown:#}");
 
     // A revision that does not exist is refused (a failed one: see below).
     let mut refused = base("rollback");

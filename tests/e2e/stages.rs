@@ -557,7 +557,8 @@ async fn show_and_a_manual_rollback_know_the_stages_a_revision_ran() {
         .command("show", &["--revision", "2", "-o", "json"])
         .await;
     assert_eq!(shown.code, 0, "{}", shown.output());
-    let record: Value = serde_json::from_str(&shown.stdout).expect("show -o json is JSON");
+    let shown: Value = serde_json::from_str(&shown.stdout).expect("show -o json is JSON");
+    let record = &shown["eu"];
     assert_eq!(record["stages"][0]["name"], "smoke", "{record:#}");
     assert_eq!(record["stages"][0]["outcome"], "succeeded", "{record:#}");
 
