@@ -392,6 +392,8 @@ pub async fn unlock(args: UnlockArgs, env: Env) -> Result<i32, ManageError> {
 struct Planned {
     connected: Connected,
     lock: Option<LockGuard>,
+    /// The revisions kept on the target (the rollback's number is above every target's).
+    revisions: Vec<u64>,
     bodies: Vec<Value>,
     commit: Option<CommitInfo>,
     origin: ReleaseOrigin,
@@ -576,6 +578,13 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
 
     let run = release::RunInfo::from_env(&lookup);
     let deadline = Instant::now() + settings.rollback_timeout;
+    // One number for this rollback on every target, as a deploy's.
+    let revision = release::fleet_revision(
+        &ready
+            .iter()
+            .map(|p| p.revisions.clone())
+            .collect::<Vec<_>>(),
+    );
     let results = futures::future::join_all(ready.iter().map(|p| {
         ReApply {
             access: &p.connected.access,
@@ -585,6 +594,7 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
             bodies: p.bodies.clone(),
             commit: p.commit.clone(),
             origin: p.origin,
+            revision: Some(revision),
             destination: p.destination.clone(),
             timeout: settings.rollback_timeout,
             deadline,
@@ -749,6 +759,7 @@ async fn plan_one(
                 destination: format!("commit {short}"),
                 default_namespace,
                 lock: None,
+                revisions: records.iter().map(|r| r.revision).collect(),
                 connected,
                 from_revision: None,
                 ran: Vec::new(),
@@ -777,6 +788,7 @@ async fn plan_one(
                 destination: format!("v{revision}"),
                 default_namespace: to.default_namespace.clone().unwrap_or(default_namespace),
                 lock: None,
+                revisions: records.iter().map(|r| r.revision).collect(),
                 connected,
                 from_revision: None,
                 ran: Vec::new(),

@@ -82,9 +82,15 @@ pub async fn conclude(
     } else {
         settings.rollback_timeout
     };
+    // Every rollback of this run gets the one number after the run's own records.
+    let rollback_revision = crate::release::fleet_revision(&[runs
+        .iter()
+        .filter_map(|r| r.release.as_ref().map(|rel| rel.record.revision))
+        .collect()]);
     let context = Conclusion {
         plan,
         settings,
+        rollback_revision,
         cancelled,
         deadline: Instant::now() + budget,
         stop,
@@ -130,6 +136,8 @@ pub async fn conclude(
 struct Conclusion<'a> {
     plan: &'a Plan,
     settings: ReleaseSettings,
+    /// The number of every rollback record this run writes.
+    rollback_revision: u64,
     cancelled: bool,
     deadline: Instant,
     stop: CancellationToken,
@@ -280,6 +288,7 @@ async fn roll_back_manifests(
     let Conclusion {
         plan,
         settings,
+        rollback_revision,
         cancelled,
         deadline,
         stop,
@@ -341,6 +350,7 @@ async fn roll_back_manifests(
                 bodies,
                 commit: good.commit.clone(),
                 origin: ReleaseOrigin::Rollback { to: good.revision },
+                revision: Some(*rollback_revision),
                 destination: format!("v{}", good.revision),
                 timeout: settings.rollback_timeout,
                 deadline,
@@ -360,6 +370,13 @@ async fn roll_back_manifests(
             }),
         },
     };
+    if let Ok(revision) = &attempt {
+        run.report.warnings.extend(crate::release::revision_moved(
+            "the rollback",
+            *rollback_revision,
+            *revision,
+        ));
+    }
     let (outcome, ok, message) = match attempt {
         Ok(revision) => (
             TargetOutcome::RolledBack,

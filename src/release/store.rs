@@ -204,9 +204,19 @@ impl ReleaseStore {
     /// Write a new `pending` record at the next revision (creating the history namespace
     /// if missing). Call with the lock held.
     pub async fn begin(&self, draft: ReleaseDraft, origin: ReleaseOrigin) -> Result<ReleaseRecord> {
+        self.begin_numbered(draft, origin, None).await
+    }
+
+    /// [`ReleaseStore::begin`] at the run's revision `wanted` (see [`revision_on_target`]).
+    pub async fn begin_numbered(
+        &self,
+        draft: ReleaseDraft,
+        origin: ReleaseOrigin,
+        wanted: Option<u64>,
+    ) -> Result<ReleaseRecord> {
         ensure_namespace(&self.client, &self.namespace).await?;
         let existing = self.list().await?;
-        self.begin_after(draft, origin, &existing).await
+        self.begin_after(draft, origin, &existing, wanted).await
     }
 
     /// [`ReleaseStore::begin`] for a caller that just listed the records (and holds the lock,
@@ -216,9 +226,10 @@ impl ReleaseStore {
         draft: ReleaseDraft,
         origin: ReleaseOrigin,
         existing: &[ReleaseRecord],
+        wanted: Option<u64>,
     ) -> Result<ReleaseRecord> {
         let revisions: Vec<u64> = existing.iter().map(|r| r.revision).collect();
-        let mut revision = next_revision(&revisions);
+        let mut revision = revision_on_target(&revisions, wanted);
         let ReleaseDraft {
             manifests,
             commit,
@@ -868,7 +879,12 @@ mod tests {
                     store.repair().await?;
                     let records = store.list().await?;
                     store
-                        .begin_after(draft(&format!("v{run}")), ReleaseOrigin::Deploy, &records)
+                        .begin_after(
+                            draft(&format!("v{run}")),
+                            ReleaseOrigin::Deploy,
+                            &records,
+                            None,
+                        )
                         .await
                 }
                 .await;
