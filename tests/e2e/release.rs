@@ -788,3 +788,58 @@ async fn a_failed_revision_is_refused_without_force() {
     let forced = rollguard(&refused, env.dir.path(), &[]).await;
     assert_ne!(forced.code, 2, "{}", forced.output());
 }
+
+/// Issue 16: one revision number per run across the fleet, whatever each target's history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_revision_per_run_across_targets_whose_histories_differ() {
+    let rules = format!(
+        "- {{cluster: sim-2, image: \"{BAD}\", behaviour: ImagePullBackOff}}\n- {{image: \"*\", behaviour: Ready}}\n"
+    );
+    let env = TestEnv::start(2, &rules).await;
+    env.write("rollguard.yaml", &config(2, "60s"));
+    // eu alone, twice: eu has v1 and v2, us nothing.
+    for image in ["example.com/web:a", GOOD] {
+        env.write("k8s/app.yaml", &small_app(image));
+        let run = env.deploy(&["--context", "eu"]).await;
+        assert_eq!(run.code, 0, "{}", run.output());
+    }
+    let revisions = |recs: &[ReleaseRecord]| recs.iter().map(|r| r.revision).collect::<Vec<_>>();
+    assert_eq!(revisions(&records(&env, 1).await), vec![1, 2]);
+    assert!(records(&env, 2).await.is_empty());
+
+    // Both: one above the highest anywhere (v3), on us too (its numbers skip 1 and 2).
+    env.write("k8s/app.yaml", &small_app(GOOD));
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    for target in ["eu", "us"] {
+        assert_eq!(run.target(target)["revision"], 3, "{}", run.output());
+    }
+    assert_eq!(revisions(&records(&env, 1).await), vec![1, 2, 3]);
+    assert_eq!(revisions(&records(&env, 2).await), vec![3]);
+
+    // A failed deploy (us cannot pull) is v4 on both, rolled back to v3 on both as v5.
+    env.write("k8s/app.yaml", &small_app(BAD));
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 1, "{}", run.output());
+    for (target, cluster) in [("eu", 1), ("us", 2)] {
+        assert_eq!(run.outcome(target), "rolled-back", "{}", run.output());
+        assert_eq!(run.target(target)["revision"], 4, "{}", run.output());
+        assert_eq!(rollback_of(&run, target)["to_revision"], 3, "{}", run.output());
+        let recs = records(&env, cluster).await;
+        let last = recs.last().expect("a rollback record");
+        assert_eq!(
+            (last.revision, last.kind, last.rollback_of, last.status),
+            (5, ReleaseKind::Rollback, Some(3), ReleaseStatus::Deployed),
+            "sim-{cluster}: {:?}",
+            statuses(&recs)
+        );
+        assert!(
+            run.target(target)["warnings"]
+                .as_array()
+                .is_none_or(|w| w.iter().all(|w| !w.as_str().unwrap_or("").contains("recorded as"))),
+            "no number moved: {}",
+            run.output()
+        );
+        assert_runs(&env, cluster, GOOD).await;
+    }
+}
