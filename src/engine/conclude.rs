@@ -158,7 +158,10 @@ async fn settle_target(
     }
     let (status, reason) = match run.report.outcome {
         TargetOutcome::Deployed => (ReleaseStatus::Deployed, None),
-        TargetOutcome::Cancelled => (ReleaseStatus::Failed, Some("cancelled".to_string())),
+        TargetOutcome::Cancelled => (
+            ReleaseStatus::Failed,
+            Some(crate::util::process_group::cancelled_words()),
+        ),
         _ => (
             ReleaseStatus::Failed,
             Some(

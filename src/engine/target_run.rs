@@ -468,7 +468,7 @@ pub fn finish(run: &mut TargetRun, progress: &Progress, outcome: TargetOutcome) 
     run.report.finished_at = Timestamp::now();
     if run.report.message.is_none() {
         run.report.message = match outcome {
-            TargetOutcome::Cancelled => Some("cancelled".to_string()),
+            TargetOutcome::Cancelled => Some(crate::util::process_group::cancelled_words()),
             _ => run.report.failures.first().map(Failure::headline),
         };
     }
@@ -530,7 +530,7 @@ pub(crate) fn failure_text(run: &TargetRun) -> String {
         .map(Failure::headline)
         .or_else(|| run.report.message.clone())
         .unwrap_or_else(|| match run.report.outcome {
-            TargetOutcome::Cancelled => "cancelled".to_string(),
+            TargetOutcome::Cancelled => crate::util::process_group::cancelled_words(),
             _ => "another target failed".to_string(),
         })
 }

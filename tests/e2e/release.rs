@@ -386,6 +386,11 @@ async fn sigterm_rolls_back_writes_records_and_exits_130_in_time() {
         &std::fs::read_to_string(env.path("report.json")).expect("report written"),
     )
     .expect("report json");
+    // Issue 16: the signal that came, said once ("cancelled: cancelled" before).
+    assert!(
+        stderr.contains("cancelled by SIGTERM") && !stderr.contains("cancelled: cancelled"),
+        "{stderr}"
+    );
     for (i, cluster) in [1, 2].iter().enumerate() {
         let target = &report["targets"][i];
         assert_eq!(target["outcome"], "cancelled", "{report:#}");
@@ -394,7 +399,8 @@ async fn sigterm_rolls_back_writes_records_and_exits_130_in_time() {
         assert_eq!(image(&web(&env, *cluster).await), GOOD);
         let recs = records(&env, *cluster).await;
         assert_eq!(recs[1].status, ReleaseStatus::Failed);
-        assert_eq!(recs[1].reason.as_deref(), Some("cancelled"));
+        assert_eq!(recs[1].reason.as_deref(), Some("cancelled by SIGTERM"));
+        assert_eq!(target["message"], "cancelled by SIGTERM", "{report:#}");
         assert_eq!(recs[2].rollback_of, Some(1));
         assert_ne!(
             recs[2].status,
@@ -661,7 +667,7 @@ async fn on_cancel_leave_keeps_the_new_revision() {
         vec![(1, ReleaseStatus::Deployed), (2, ReleaseStatus::Failed)],
         "no rollback revision; v1 is still the last good one"
     );
-    assert_eq!(recs[1].reason.as_deref(), Some("cancelled"));
+    assert_eq!(recs[1].reason.as_deref(), Some("cancelled by SIGINT"));
 }
 
 /// A ConfigMap of about `bytes` characters that gzip cannot shrink much.
@@ -824,7 +830,12 @@ async fn one_revision_per_run_across_targets_whose_histories_differ() {
     for (target, cluster) in [("eu", 1), ("us", 2)] {
         assert_eq!(run.outcome(target), "rolled-back", "{}", run.output());
         assert_eq!(run.target(target)["revision"], 4, "{}", run.output());
-        assert_eq!(rollback_of(&run, target)["to_revision"], 3, "{}", run.output());
+        assert_eq!(
+            rollback_of(&run, target)["to_revision"],
+            3,
+            "{}",
+            run.output()
+        );
         let recs = records(&env, cluster).await;
         let last = recs.last().expect("a rollback record");
         assert_eq!(
@@ -834,9 +845,9 @@ async fn one_revision_per_run_across_targets_whose_histories_differ() {
             statuses(&recs)
         );
         assert!(
-            run.target(target)["warnings"]
-                .as_array()
-                .is_none_or(|w| w.iter().all(|w| !w.as_str().unwrap_or("").contains("recorded as"))),
+            run.target(target)["warnings"].as_array().is_none_or(|w| w
+                .iter()
+                .all(|w| !w.as_str().unwrap_or("").contains("recorded as"))),
             "no number moved: {}",
             run.output()
         );
