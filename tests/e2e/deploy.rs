@@ -125,7 +125,20 @@ async fn the_demo_catches_the_bad_image_and_rolls_back() {
             run.stderr
         );
     }
-    assert!(run.stdout.contains("rolled-back"), "{}", run.output());
+    // One number per run: v2 on all three, each rolled back to v1 as v3; the two that did
+    // not fail say why they were rolled back.
+    assert_eq!(
+        run.stdout.matches("rolled back 2 → 1 (as 3)").count(),
+        3,
+        "{}",
+        run.output()
+    );
+    assert_eq!(
+        run.stdout.matches("policy rollback-all: us failed").count(),
+        2,
+        "{}",
+        run.output()
+    );
     assert!(
         run.elapsed < std::time::Duration::from_secs(60),
         "took {:?}",

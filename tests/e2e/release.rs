@@ -735,7 +735,13 @@ async fn a_record_too_large_for_a_secret_rolls_back_from_git() {
     git(&work, &["commit", "-qam", "v2"]);
     let second = rollguard(&args, &work, &[]).await;
     assert_eq!(second.code, 1, "{}", second.output());
-    assert!(second.stdout.contains("rolled-back"), "{}", second.output());
+    // The table: what happened, and what runs now (the rollback's revision, v1's commit).
+    assert!(
+        second.stdout.contains("rolled back 2 → 1 (as 3)")
+            && second.stdout.contains(&format!("v3 ({})", &v1[..7])),
+        "{}",
+        second.output()
+    );
     assert_runs(&env, 1, GOOD).await;
     let recs = records(&env, 1).await;
     assert_eq!(
