@@ -617,10 +617,15 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
     for (p, result) in ready.iter().zip(&results) {
         let name = &p.connected.target.name;
         match result {
-            Ok(revision) => println!(
-                "target {name}: rolled back to {} (recorded as v{revision})",
-                p.destination
-            ),
+            Ok(recorded) => {
+                println!(
+                    "target {name}: rolled back to {} (recorded as v{recorded})",
+                    p.destination
+                );
+                if let Some(note) = release::revision_moved("the rollback", revision, *recorded) {
+                    println!("target {name}: {note}");
+                }
+            }
             Err((why, _)) => redact::print_out(&format!("target {name}: rollback failed: {why}")),
         }
         summary.push(RollbackResult {

@@ -273,7 +273,9 @@ mod tests {
     fn policy_reasons_name_the_targets_that_failed() {
         let state = |received, failed| TargetState { received, failed };
         let names = ["eu", "us", "ap"];
-        let cases: Vec<(Vec<TargetState>, Vec<bool>, Vec<Option<&str>>)> = vec![
+        // (targets, decisions, the reasons wanted)
+        type Case = (Vec<TargetState>, Vec<bool>, Vec<Option<&'static str>>);
+        let cases: Vec<Case> = vec![
             (
                 vec![state(true, false), state(true, true), state(true, false)],
                 vec![true, true, true],
