@@ -816,6 +816,36 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_runs_number_skips_ahead_and_a_taken_one_moves_on() {
+        let fake = TestCluster::start().await;
+        let store = ReleaseStore::new(fake.client(), "shop", "shop", 10);
+        let r = store
+            .begin_numbered(draft("v1"), ReleaseOrigin::Deploy, Some(5))
+            .await
+            .unwrap();
+        assert_eq!(r.revision, 5, "the run's number, skipping 1 to 4");
+        // Another run's (or an unreadable) record holds v7: the rollback moves to v8.
+        fake.put_raw(
+            SECRETS,
+            "rollguard.shop.v7",
+            json!({"metadata": {"name": "rollguard.shop.v7"}}),
+        );
+        let r = store
+            .begin_numbered(draft("v1"), ReleaseOrigin::Rollback { to: 5 }, Some(7))
+            .await
+            .unwrap();
+        assert_eq!(r.revision, 8);
+        assert!(revision_moved("the rollback", 7, r.revision).is_some_and(|n| n.contains("v8")));
+        // Never below what the target has.
+        let r = store
+            .begin_numbered(draft("v1"), ReleaseOrigin::Deploy, Some(2))
+            .await
+            .unwrap();
+        assert_eq!(r.revision, 9);
+        assert_eq!(revision_moved("this deploy", 9, 9), None);
+    }
+
+    #[tokio::test]
     async fn taken_name_moves_to_the_next_revision() {
         let fake = TestCluster::start().await;
         fake.add_namespace("shop");
