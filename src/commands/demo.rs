@@ -152,23 +152,27 @@ pub async fn run(args: DemoArgs) -> Result<i32, Error> {
         .map_err(|e| Error::Demo(format!("cannot create a temporary folder: {e}")))?;
     let kubeconfig = dir.path().join("kubeconfig");
     let rules = DEMO_RULES;
-    eprintln!(
-        "rollguard demo: starting three simulated clusters (kube-sim, {}x time)...",
-        args.time_scale
-    );
+    let scale = time_scale_note(args.time_scale);
+    eprintln!("rollguard demo: starting three simulated clusters (kube-sim; {scale})...");
     let sim = start_sim(3, args.time_scale, rules, &kubeconfig).await?;
     write(&dir.path().join("rollguard.yaml"), DEMO_CONFIG)?;
 
     eprintln!("\n== Step 1: deploy shop v1 to eu (sim-1), us (sim-2) and ap (sim-3) ==");
     let started = Instant::now();
     let first = deploy_version(dir.path(), &kubeconfig, "v1", None).await?;
-    eprintln!("step 1 took {}", format_duration(started.elapsed()));
+    eprintln!(
+        "step 1 took {} ({scale})",
+        format_duration(started.elapsed())
+    );
 
     eprintln!("\n== Step 2: deploy shop v2; its image cannot be pulled on us (sim-2) ==");
     let started = Instant::now();
     let second = deploy_version(dir.path(), &kubeconfig, "v2", args.report.as_deref()).await?;
-    eprintln!("step 2 took {}", format_duration(started.elapsed()));
-    for line in explain(&second) {
+    eprintln!(
+        "step 2 took {} ({scale})",
+        format_duration(started.elapsed())
+    );
+    for line in explain(&second, args.time_scale) {
         eprintln!("{line}");
     }
     if let Some(path) = &args.report {
@@ -187,9 +191,21 @@ pub async fn run(args: DemoArgs) -> Result<i32, Error> {
     Ok(if as_expected { exit::OK } else { exit::FAILED })
 }
 
-/// What step 2 showed, in words: how fast the failure was caught, and what became of
-/// every target.
-pub fn explain(report: &Report) -> Vec<String> {
+/// What the demo's times mean: they are real seconds, while the simulated clusters' clocks
+/// run `scale` times faster (pods start, images fail in simulated time).
+pub fn time_scale_note(scale: f64) -> String {
+    if scale == 1.0 {
+        "simulated time runs at real speed".to_string()
+    } else if scale > 1.0 {
+        format!("simulated time runs {scale}× faster")
+    } else {
+        format!("simulated time runs {}× slower", 1.0 / scale)
+    }
+}
+
+/// What step 2 showed, in words: how fast the failure was caught (in real seconds, with the
+/// simulation's time scale), and what became of every target.
+pub fn explain(report: &Report, time_scale: f64) -> Vec<String> {
     let mut lines = Vec::new();
     for t in &report.targets {
         if let Some(failure) = t.failures.first() {
@@ -199,10 +215,13 @@ pub fn explain(report: &Report) -> Vec<String> {
                 .find(|p| p.name == "wait")
                 .map(|p| p.seconds);
             lines.push(format!(
-                "{}: {} caught {} into the rollout (a plain `kubectl rollout status` waits for the 600s progress deadline)",
+                "{}: {} caught {} into the rollout ({}; a plain `kubectl rollout status` waits for the 600 s progress deadline)",
                 t.name,
                 failure.reason,
-                waited.map(|s| format!("{s:.1}s")).unwrap_or_else(|| "early".into()),
+                waited
+                    .map(|s| format!("{s:.1} s"))
+                    .unwrap_or_else(|| "early".into()),
+                time_scale_note(time_scale),
             ));
         }
     }
@@ -234,4 +253,42 @@ async fn start_sim(
     kube_sim::Sim::start_with_kubeconfig(options, kubeconfig)
         .await
         .map_err(|e| Error::Demo(format!("cannot start kube-sim: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{Failure, PhaseTiming, TargetReport};
+
+    #[test]
+    fn time_scale_said_with_every_time() {
+        let cases = [
+            (5.0, "simulated time runs 5× faster"),
+            (2.5, "simulated time runs 2.5× faster"),
+            (1.0, "simulated time runs at real speed"),
+            (0.5, "simulated time runs 2× slower"),
+        ];
+        for (scale, want) in cases {
+            assert_eq!(time_scale_note(scale), want);
+        }
+    }
+
+    #[test]
+    fn the_catch_is_quoted_with_the_time_scale() {
+        let at = jiff::Timestamp::UNIX_EPOCH;
+        let mut us = TargetReport::new("us", TargetOutcome::RolledBack, at);
+        us.failures.push(Failure {
+            object: "Deployment shop/web".into(),
+            reason: "ImagePullBackOff".into(),
+            message: "cannot pull".into(),
+            ..Default::default()
+        });
+        us.phases.push(PhaseTiming::new("wait", 0.52));
+        let report = Report::new("shop", None, at, at, vec![us]);
+        let lines = explain(&report, 5.0);
+        assert_eq!(
+            lines[0],
+            "us: ImagePullBackOff caught 0.5 s into the rollout (simulated time runs 5× faster; a plain `kubectl rollout status` waits for the 600 s progress deadline)"
+        );
+    }
 }

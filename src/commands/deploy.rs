@@ -99,9 +99,10 @@ pub fn cancel_on_signals() -> CancellationToken {
     tokio::spawn(async move {
         let mut count = 0;
         loop {
-            wait_for_signal().await;
+            let signal = wait_for_signal().await;
             count += 1;
             if count == 1 {
+                crate::util::process_group::note_cancel_signal(signal);
                 eprintln!("rollguard: cancelling (a second signal stops at once)");
                 token.cancel();
             } else {
@@ -116,25 +117,28 @@ pub fn cancel_on_signals() -> CancellationToken {
     cancel
 }
 
+/// Waits for SIGINT or SIGTERM; returns its name.
 #[cfg(unix)]
-async fn wait_for_signal() {
+async fn wait_for_signal() -> &'static str {
     use tokio::signal::unix::{SignalKind, signal};
     match signal(SignalKind::terminate()) {
         Ok(mut term) => {
             tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => "SIGINT",
+                _ = term.recv() => "SIGTERM",
             }
         }
         Err(_) => {
             let _ = tokio::signal::ctrl_c().await;
+            "SIGINT"
         }
     }
 }
 
 #[cfg(not(unix))]
-async fn wait_for_signal() {
+async fn wait_for_signal() -> &'static str {
     let _ = tokio::signal::ctrl_c().await;
+    "Ctrl-C"
 }
 
 /// [`plan`] on a blocking thread: a `render:` command and git block, and the async

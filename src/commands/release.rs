@@ -435,6 +435,8 @@ pub async fn unlock(args: UnlockArgs, env: Env) -> Result<i32, ManageError> {
 struct Planned {
     connected: Connected,
     lock: Option<LockGuard>,
+    /// The revisions kept on the target (the rollback's number is above every target's).
+    revisions: Vec<u64>,
     bodies: Vec<Value>,
     commit: Option<CommitInfo>,
     origin: ReleaseOrigin,
@@ -614,6 +616,13 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
 
     let run = release::RunInfo::from_env(&lookup);
     let deadline = Instant::now() + settings.rollback_timeout;
+    // One number for this rollback on every target, as a deploy's.
+    let revision = release::fleet_revision(
+        &ready
+            .iter()
+            .map(|p| p.revisions.clone())
+            .collect::<Vec<_>>(),
+    );
     let results = futures::future::join_all(ready.iter().map(|p| {
         ReApply {
             access: &p.connected.access,
@@ -623,6 +632,7 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
             bodies: p.bodies.clone(),
             commit: p.commit.clone(),
             origin: p.origin,
+            revision: Some(revision),
             destination: p.destination.clone(),
             timeout: settings.rollback_timeout,
             deadline,
@@ -646,10 +656,15 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
     for (p, result) in ready.iter().zip(&results) {
         let name = &p.connected.target.name;
         match result {
-            Ok(revision) => println!(
-                "target {name}: rolled back to {} (recorded as v{revision})",
-                p.destination
-            ),
+            Ok(recorded) => {
+                println!(
+                    "target {name}: rolled back to {} (recorded as v{recorded})",
+                    p.destination
+                );
+                if let Some(note) = release::revision_moved("the rollback", revision, *recorded) {
+                    println!("target {name}: {note}");
+                }
+            }
             Err((why, _)) => redact::print_out(&format!("target {name}: rollback failed: {why}")),
         }
         summary.push(RollbackResult {
@@ -791,6 +806,7 @@ async fn plan_one(
                 destination: format!("commit {short}"),
                 default_namespace,
                 lock: None,
+                revisions: records.iter().map(|r| r.revision).collect(),
                 connected,
                 from_revision: None,
                 ran: Vec::new(),
@@ -819,6 +835,7 @@ async fn plan_one(
                 destination: format!("v{revision}"),
                 default_namespace: to.default_namespace.clone().unwrap_or(default_namespace),
                 lock: None,
+                revisions: records.iter().map(|r| r.revision).collect(),
                 connected,
                 from_revision: None,
                 ran: Vec::new(),

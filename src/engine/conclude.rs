@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::engine::plan::Plan;
 use crate::engine::policy::{
-    RollbackResult, TargetState, left_in_place, summary, targets_to_roll_back,
+    RollbackResult, TargetState, left_in_place, policy_reasons, summary, targets_to_roll_back,
     targets_to_roll_back_on_cancel,
 };
 use crate::engine::reapply::{ReApply, stored_manifests};
@@ -77,14 +77,30 @@ pub async fn conclude(
             roll_back && run.release.as_ref().is_none_or(|r| r.lock_lost().is_none())
         })
         .collect();
+    // A target rolled back only because another failed says so.
+    if !cancelled {
+        let names: Vec<&str> = runs.iter().map(|r| r.report.name.as_str()).collect();
+        let reasons = policy_reasons(settings.on_failure, &states, &decisions, &names);
+        for (run, reason) in runs.iter_mut().zip(reasons) {
+            if let Some(reason) = reason {
+                run.report.message = Some(reason);
+            }
+        }
+    }
     let budget = if cancelled {
         settings.rollback_timeout.min(CANCEL_ROLLBACK_BUDGET)
     } else {
         settings.rollback_timeout
     };
+    // Every rollback of this run gets the one number after the run's own records.
+    let rollback_revision = crate::release::fleet_revision(&[runs
+        .iter()
+        .filter_map(|r| r.release.as_ref().map(|rel| rel.record.revision))
+        .collect()]);
     let context = Conclusion {
         plan,
         settings,
+        rollback_revision,
         cancelled,
         deadline: Instant::now() + budget,
         stop,
@@ -130,6 +146,8 @@ pub async fn conclude(
 struct Conclusion<'a> {
     plan: &'a Plan,
     settings: ReleaseSettings,
+    /// The number of every rollback record this run writes.
+    rollback_revision: u64,
     cancelled: bool,
     deadline: Instant,
     stop: CancellationToken,
@@ -150,7 +168,10 @@ async fn settle_target(
     }
     let (status, reason) = match run.report.outcome {
         TargetOutcome::Deployed => (ReleaseStatus::Deployed, None),
-        TargetOutcome::Cancelled => (ReleaseStatus::Failed, Some("cancelled".to_string())),
+        TargetOutcome::Cancelled => (
+            ReleaseStatus::Failed,
+            Some(crate::util::process_group::cancelled_words()),
+        ),
         _ => (
             ReleaseStatus::Failed,
             Some(
@@ -238,6 +259,8 @@ async fn roll_back_target(context: &Conclusion<'_>, run: &mut TargetRun) -> Opti
     .await;
     if !run.received_new_revision && run.report.stages.len() > before {
         run.report.rollback = Some(RollbackReport {
+            to_commit: None,
+            as_revision: None,
             to_revision: None,
             outcome: TargetOutcome::RolledBack,
             left_in_place: Vec::new(),
@@ -280,6 +303,7 @@ async fn roll_back_manifests(
     let Conclusion {
         plan,
         settings,
+        rollback_revision,
         cancelled,
         deadline,
         stop,
@@ -298,6 +322,8 @@ async fn roll_back_manifests(
     };
     let Some(good) = release.last_good.clone() else {
         run.report.rollback = Some(RollbackReport {
+            to_commit: None,
+            as_revision: None,
             to_revision: None,
             outcome: TargetOutcome::Failed,
             left_in_place: failed_objects.iter().map(ToString::to_string).collect(),
@@ -341,6 +367,7 @@ async fn roll_back_manifests(
                 bodies,
                 commit: good.commit.clone(),
                 origin: ReleaseOrigin::Rollback { to: good.revision },
+                revision: Some(*rollback_revision),
                 destination: format!("v{}", good.revision),
                 timeout: settings.rollback_timeout,
                 deadline,
@@ -361,6 +388,14 @@ async fn roll_back_manifests(
             }),
         },
     };
+    if let Ok(revision) = &attempt {
+        run.report.warnings.extend(crate::release::revision_moved(
+            "the rollback",
+            *rollback_revision,
+            *revision,
+        ));
+    }
+    let as_revision = attempt.as_ref().ok().copied();
     let (outcome, ok, message) = match attempt {
         Ok(revision) => (
             TargetOutcome::RolledBack,
@@ -372,6 +407,8 @@ async fn roll_back_manifests(
         Err((why, false)) => (TargetOutcome::RollbackFailed, false, why),
     };
     run.report.rollback = Some(RollbackReport {
+        to_commit: good.commit.as_ref().map(|c| c.short_sha().to_string()),
+        as_revision,
         to_revision: Some(good.revision),
         outcome,
         left_in_place: left,

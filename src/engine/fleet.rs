@@ -17,7 +17,9 @@ use crate::engine::target_run::{
     TargetRun, complete, deploy_target, finish, preflight, run_stages, stop_unlocked,
 };
 use crate::release::lock::{LockError, LockGuard, lock_key, lock_order};
-use crate::release::session::{PrepareError, ReleaseSettings, take_lock};
+use crate::release::session::{
+    OpenHistory, PrepareError, ReleaseSettings, read_history, take_lock,
+};
 use crate::report::progress::{Progress, Stage};
 use crate::report::{Failure, Report, TargetOutcome, TargetReport};
 use crate::stages::plan::{Step, steps};
@@ -59,15 +61,23 @@ pub async fn run_targets(
                 // The first target step takes every lock (in the global order) and opens
                 // the records first.
                 let first = !std::mem::replace(&mut locked, true);
-                let locks: Vec<Result<Option<HeldLock>, Box<LockRefusal>>> =
+                let locks: Vec<Result<Option<HeldHistory>, Box<LockRefusal>>> =
                     if !first || plan.options.dry_run {
                         runs.iter().map(|_| Ok(None)).collect()
                     } else {
                         for run in runs.iter_mut().filter(|r| !r.done) {
                             run.clock.start("lock");
                         }
-                        take_locks(&plan, &runs, &cancel).await
+                        let locks = take_locks(&plan, &runs, &cancel).await;
+                        read_histories(&plan, &runs, locks).await
                     };
+                // One number for the whole run, above every target's history.
+                let revision = crate::release::fleet_revision(
+                    &locks
+                        .iter()
+                        .filter_map(|l| l.as_ref().ok()?.as_ref().map(|(h, _)| h.revisions()))
+                        .collect::<Vec<_>>(),
+                );
                 let tasks: Vec<(String, TargetTask)> = std::mem::take(&mut runs)
                     .into_iter()
                     .zip(locks)
@@ -81,10 +91,10 @@ pub async fn run_targets(
                                 return run;
                             }
                             if first {
-                                let lock = match lock {
-                                    Ok(Some((lock, notes))) => {
+                                let history = match lock {
+                                    Ok(Some((history, notes))) => {
                                         run.report.warnings.extend(notes);
-                                        Some(lock)
+                                        Some((history, revision))
                                     }
                                     Ok(None) => None,
                                     Err(refusal) => {
@@ -99,8 +109,10 @@ pub async fn run_targets(
                                         return run;
                                     }
                                 };
-                                deploy_target(&plan, &mut run, lock, &stages, &cancel, &progress)
-                                    .await;
+                                deploy_target(
+                                    &plan, &mut run, history, &stages, &cancel, &progress,
+                                )
+                                .await;
                             } else {
                                 run_stages(&plan, &mut run, &stages, &cancel, &progress).await;
                             }
@@ -195,6 +207,47 @@ async fn preflight_all(
 
 /// A lock taken, with the notes for the report (a lease taken over).
 type HeldLock = (LockGuard, Vec<String>);
+
+/// A target's history read with its lock held, with the notes for the report.
+type HeldHistory = (OpenHistory, Vec<String>);
+
+/// With every lock held: each locked target's history, all at once (records a dead run left
+/// are repaired on the way), so that the run's revision can be above all of them. A target
+/// whose history cannot be read gives its lock back and fails.
+async fn read_histories(
+    plan: &Plan,
+    runs: &[TargetRun],
+    locks: Vec<Result<Option<HeldLock>, Box<LockRefusal>>>,
+) -> Vec<Result<Option<HeldHistory>, Box<LockRefusal>>> {
+    let reads = runs.iter().zip(locks).map(|(run, lock)| async move {
+        let Some((guard, mut notes)) = lock? else {
+            return Ok(None);
+        };
+        let Some(access) = run.access.as_ref() else {
+            let _ = guard.release().await;
+            return Ok(None);
+        };
+        let span = tracing::error_span!("target", target = %run.target.name);
+        match read_history(&plan.config, &run.target, access, guard)
+            .instrument(span)
+            .await
+        {
+            Ok(mut history) => {
+                notes.append(&mut history.notes);
+                Ok(Some((history, notes)))
+            }
+            Err(e) => {
+                tracing::info!("{e}");
+                Err(Box::new(LockRefusal {
+                    outcome: TargetOutcome::Failed,
+                    failure: Some(e.failure(&access.server)),
+                    message: None,
+                }))
+            }
+        }
+    });
+    futures::future::join_all(reads).await
+}
 
 /// Why a reached target does not go on to deploy.
 pub struct LockRefusal {

@@ -65,6 +65,30 @@ pub struct RollbackResult {
     pub message: Option<String>,
 }
 
+/// Why each target is rolled back that did not fail itself ("policy rollback-all: us
+/// failed"), by index; None for the others. `names` in the order of `targets`.
+pub fn policy_reasons(
+    policy: FailurePolicy,
+    targets: &[TargetState],
+    decisions: &[bool],
+    names: &[&str],
+) -> Vec<Option<String>> {
+    let failed: Vec<&str> = targets
+        .iter()
+        .zip(names)
+        .filter(|(t, _)| t.failed)
+        .map(|(_, n)| *n)
+        .collect();
+    targets
+        .iter()
+        .zip(decisions)
+        .map(|(t, roll_back)| {
+            (*roll_back && !t.failed && !failed.is_empty())
+                .then(|| format!("policy {policy}: {} failed", failed.join(", ")))
+        })
+        .collect()
+}
+
 /// "rolled back 2 of 3; eu: connection refused" (empty when nothing rolled back).
 pub fn summary(results: &[RollbackResult]) -> String {
     if results.is_empty() {
@@ -242,6 +266,46 @@ mod tests {
         ];
         for (failed, good, want) in cases {
             assert_eq!(left_in_place(&failed, &good), want, "{failed:?} {good:?}");
+        }
+    }
+
+    #[test]
+    fn policy_reasons_name_the_targets_that_failed() {
+        let state = |received, failed| TargetState { received, failed };
+        let names = ["eu", "us", "ap"];
+        // (targets, decisions, the reasons wanted)
+        type Case = (Vec<TargetState>, Vec<bool>, Vec<Option<&'static str>>);
+        let cases: Vec<Case> = vec![
+            (
+                vec![state(true, false), state(true, true), state(true, false)],
+                vec![true, true, true],
+                vec![
+                    Some("policy rollback-all: us failed"),
+                    None,
+                    Some("policy rollback-all: us failed"),
+                ],
+            ),
+            (
+                vec![state(true, true), state(true, true), state(true, false)],
+                vec![true, true, true],
+                vec![None, None, Some("policy rollback-all: eu, us failed")],
+            ),
+            // Not rolled back (nothing received): no reason to give.
+            (
+                vec![state(false, false), state(true, true), state(true, false)],
+                vec![false, true, true],
+                vec![None, None, Some("policy rollback-all: us failed")],
+            ),
+            (
+                vec![state(true, false), state(true, false), state(true, false)],
+                vec![false, false, false],
+                vec![None, None, None],
+            ),
+        ];
+        for (targets, decisions, want) in cases {
+            let got = policy_reasons(FailurePolicy::RollbackAll, &targets, &decisions, &names);
+            let want: Vec<Option<String>> = want.into_iter().map(|w| w.map(String::from)).collect();
+            assert_eq!(got, want, "{targets:?}");
         }
     }
 

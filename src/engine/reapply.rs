@@ -175,6 +175,9 @@ pub struct ReApply<'a> {
     pub bodies: Vec<serde_json::Value>,
     pub commit: Option<CommitInfo>,
     pub origin: ReleaseOrigin,
+    /// The number the run gives this rollback on every target it rolls back (None: this
+    /// target's next one).
+    pub revision: Option<u64>,
     /// For messages: "v3" or "commit abc1234".
     pub destination: String,
     pub timeout: Duration,
@@ -225,7 +228,7 @@ impl ReApply<'_> {
         draft.run = self.run.clone();
         let record = self
             .store
-            .begin(draft, self.origin)
+            .begin_numbered(draft, self.origin, self.revision)
             .await
             .map_err(|e| (format!("rollback to {to}: {}", describe(&e)), false))?;
         let revision = record.revision;

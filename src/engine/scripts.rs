@@ -307,6 +307,8 @@ pub fn mark_rollback_failed(run: &mut TargetRun, why: &str, cancelled: bool) {
         });
     } else {
         run.report.rollback = Some(crate::report::RollbackReport {
+            to_commit: None,
+            as_revision: None,
             to_revision: None,
             outcome: TargetOutcome::RollbackFailed,
             left_in_place: Vec::new(),

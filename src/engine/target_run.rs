@@ -18,8 +18,7 @@ use crate::kube::apply::{
 };
 use crate::kube::connect::{ClusterAccess, connect, target_failure};
 use crate::kube::wait::{WaitFailure, WaitOptions, wait_for_rollout};
-use crate::release::lock::LockGuard;
-use crate::release::session::{PrepareError, TargetRelease, open_records};
+use crate::release::session::{OpenHistory, PrepareError, TargetRelease, begin_record};
 use crate::report::progress::{Progress, Stage};
 use crate::report::{Failure, PhaseTiming, TargetOutcome, TargetReport};
 use crate::report::{StageOutcome, StageResult};
@@ -129,18 +128,19 @@ pub async fn preflight(
 }
 
 /// The rest of a preflighted target's run up to its first fleet stage, with its lock held
-/// (None in a dry run): the release record, then `stages` (indices into the pipeline). A run
-/// that is not `done` afterwards goes on with [`run_stages`].
+/// and its history read (None in a dry run), and the run's revision: the release record,
+/// then `stages` (indices into the pipeline). A run that is not `done` afterwards goes on
+/// with [`run_stages`].
 pub async fn deploy_target(
     plan: &Plan,
     run: &mut TargetRun,
-    lock: Option<LockGuard>,
+    history: Option<(OpenHistory, u64)>,
     stages: &[usize],
     cancel: &CancellationToken,
     progress: &Progress,
 ) {
-    if let Some(lock) = lock {
-        open(plan, run, lock, progress).await;
+    if let Some((history, revision)) = history {
+        open(plan, run, history, revision, progress).await;
     }
     crate::util::fault::test_panic_point("target");
     run_stages(plan, run, stages, cancel, progress).await;
@@ -210,9 +210,17 @@ async fn connect_and_discover(
     run.clock.stop();
 }
 
-/// With the lock held: abandoned records, the last good record, this run's pending record.
-async fn open(plan: &Plan, run: &mut TargetRun, lock: LockGuard, progress: &Progress) {
+/// With the lock held and the history read: the last good record and this run's pending
+/// record at the run's `revision`.
+async fn open(
+    plan: &Plan,
+    run: &mut TargetRun,
+    history: OpenHistory,
+    revision: u64,
+    progress: &Progress,
+) {
     let Some(access) = run.access.clone() else {
+        history.release().await;
         return;
     };
     let target = run.target.clone();
@@ -227,26 +235,29 @@ async fn open(plan: &Plan, run: &mut TargetRun, lock: LockGuard, progress: &Prog
         .default_namespace(&target, &access.context_namespace);
     let opened = match plan.recorded_manifests(&history_namespace, &default_namespace) {
         Ok(manifests) => {
-            open_records(
-                &plan.config,
+            begin_record(
+                history,
                 &target,
-                &access,
-                lock,
                 &manifests,
                 plan.commit.as_ref(),
                 &env,
+                revision,
             )
             .await
         }
         Err(e) => {
-            let _ = lock.release().await;
+            history.release().await;
             Err(PrepareError::History(e))
         }
     };
     match opened {
-        Ok((release, notes)) => {
+        Ok(release) => {
             run.report.revision = Some(release.record.revision);
-            run.report.warnings.extend(notes);
+            run.report.warnings.extend(crate::release::revision_moved(
+                "this deploy",
+                revision,
+                release.record.revision,
+            ));
             run.release = Some(release);
         }
         Err(e) => {
@@ -466,7 +477,7 @@ pub fn finish(run: &mut TargetRun, progress: &Progress, outcome: TargetOutcome) 
     run.report.finished_at = Timestamp::now();
     if run.report.message.is_none() {
         run.report.message = match outcome {
-            TargetOutcome::Cancelled => Some("cancelled".to_string()),
+            TargetOutcome::Cancelled => Some(crate::util::process_group::cancelled_words()),
             _ => run.report.failures.first().map(Failure::headline),
         };
     }
@@ -528,7 +539,7 @@ pub(crate) fn failure_text(run: &TargetRun) -> String {
         .map(Failure::headline)
         .or_else(|| run.report.message.clone())
         .unwrap_or_else(|| match run.report.outcome {
-            TargetOutcome::Cancelled => "cancelled".to_string(),
+            TargetOutcome::Cancelled => crate::util::process_group::cancelled_words(),
             _ => "another target failed".to_string(),
         })
 }

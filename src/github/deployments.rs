@@ -178,6 +178,8 @@ mod tests {
         let mut rolled = target("us", TargetOutcome::RolledBack);
         rolled.failures.push(image_failure());
         rolled.rollback = Some(RollbackReport {
+            to_commit: None,
+            as_revision: None,
             to_revision: Some(3),
             outcome: TargetOutcome::RolledBack,
             left_in_place: vec![],
@@ -188,6 +190,8 @@ mod tests {
         policy.rollback = rolled.rollback.clone();
         let mut broken = target("sa", TargetOutcome::RollbackFailed);
         broken.rollback = Some(RollbackReport {
+            to_commit: None,
+            as_revision: None,
             to_revision: Some(2),
             outcome: TargetOutcome::RollbackFailed,
             left_in_place: vec![],

@@ -413,6 +413,31 @@ pub fn next_revision(existing: &[u64]) -> u64 {
     existing.iter().copied().max().unwrap_or(0) + 1
 }
 
+/// The revision of a whole run: one above the highest revision of the app on any of its
+/// targets, so that one number names one run everywhere (`rollback --revision N` and
+/// `show --revision N` mean the same deploy on every target); a target's own numbers may
+/// skip. `histories`: the revisions kept on each target.
+pub fn fleet_revision(histories: &[Vec<u64>]) -> u64 {
+    next_revision(&histories.iter().flatten().copied().collect::<Vec<u64>>())
+}
+
+/// The number a new record gets on one target: the run's (`wanted`), unless this target's
+/// own history is already past it, for numbers on a target only ever increase.
+pub fn revision_on_target(existing: &[u64], wanted: Option<u64>) -> u64 {
+    let next = next_revision(existing);
+    wanted.map_or(next, |w| w.max(next))
+}
+
+/// Why a target's record did not get the run's number `wanted` (it got `got`), for the
+/// report; None when it did. `what`: "this deploy" or "the rollback".
+pub fn revision_moved(what: &str, wanted: u64, got: u64) -> Option<String> {
+    (got != wanted).then(|| {
+        format!(
+            "{what} is recorded as v{got} on this target, not v{wanted} as on the others: v{wanted} was taken here (a record rollguard could not read, or another run's); `rollguard history` shows both"
+        )
+    })
+}
+
 /// Last good: the newest record with status `deployed`.
 pub fn last_good(records: &[ReleaseRecord]) -> Option<&ReleaseRecord> {
     records

@@ -160,25 +160,44 @@ pub async fn take_lock(
     Ok((lock, notes))
 }
 
+/// One target's history, read with its lock held, before its record is begun: the fleet
+/// reads every target's first, so that the run's one revision is above all of them.
+pub struct OpenHistory {
+    store: ReleaseStore,
+    lock: LockGuard,
+    records: Vec<ReleaseRecord>,
+    default_namespace: String,
+    /// What was repaired on the way (records a dead run left), for the report.
+    pub notes: Vec<String>,
+}
+
+impl OpenHistory {
+    /// The revisions kept on this target.
+    pub fn revisions(&self) -> Vec<u64> {
+        self.records.iter().map(|r| r.revision).collect()
+    }
+
+    /// Gives the lock back without beginning a record.
+    pub async fn release(self) {
+        let _ = self.lock.release().await;
+    }
+}
+
 /// With the lock held: mark records a dead run left pending as abandoned, supersede
-/// `deployed` records an interrupted run left beside a newer one, read the last good record
-/// and begin this run's record. Returns notes for the report. On an error the lock is
-/// released. `manifests` are the run's manifests as records store them (encoded once).
-pub async fn open_records(
+/// `deployed` records an interrupted run left beside a newer one, and read the history. On an
+/// error the lock is released.
+pub async fn read_history(
     config: &Config,
     target: &TargetConfig,
     access: &ClusterAccess,
     lock: LockGuard,
-    manifests: &EncodedManifests,
-    commit: Option<&CommitInfo>,
-    env: &(dyn Fn(&str) -> Option<String> + Sync),
-) -> Result<(TargetRelease, Vec<String>), PrepareError> {
+) -> Result<OpenHistory, PrepareError> {
     let settings = ReleaseSettings::from_config(config);
     let default_namespace = config.default_namespace(target, &access.context_namespace);
     let namespace = config.history_namespace(target, &access.context_namespace);
     let mut notes = Vec::new();
     let store = ReleaseStore::for_access(access, &config.app, &namespace, settings.keep);
-    let begun = async {
+    let read = async {
         let abandoned = store.mark_abandoned().await?;
         let repaired = store.repair().await?;
         let records = store.list().await?;
@@ -195,29 +214,60 @@ pub async fn open_records(
                 "release v{revision} was still marked deployed beside a newer deployed one (an earlier run stopped while tidying): marked superseded"
             ));
         }
-        let last_good = crate::release::last_good(&records).cloned();
-        let mut draft = ReleaseDraft::new(manifests.clone());
-        draft.commit = commit.cloned();
-        draft.target = Some(target.name.clone());
-        draft.default_namespace = Some(default_namespace.clone());
-        draft.run = RunInfo::from_env(env);
-        let record = store
-            .begin_after(draft, ReleaseOrigin::Deploy, &records)
-            .await?;
-        Ok::<_, ReleaseError>((last_good, record))
+        Ok::<_, ReleaseError>(records)
     }
     .await;
-    match begun {
-        Ok((last_good, record)) => Ok((
-            TargetRelease {
-                store,
-                lock: Some(lock),
-                last_good,
-                record,
-                default_namespace,
-            },
+    match read {
+        Ok(records) => Ok(OpenHistory {
+            store,
+            lock,
+            records,
+            default_namespace,
             notes,
-        )),
+        }),
+        Err(e) => {
+            let _ = lock.release().await;
+            Err(e.into())
+        }
+    }
+}
+
+/// Begins this run's record at the run's `revision` (a target whose history is past it
+/// takes its own next one: see [`crate::release::revision_on_target`]), and reads the last
+/// good record. `manifests` are the run's manifests as records store them (encoded once).
+/// On an error the lock is released.
+pub async fn begin_record(
+    history: OpenHistory,
+    target: &TargetConfig,
+    manifests: &EncodedManifests,
+    commit: Option<&CommitInfo>,
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
+    revision: u64,
+) -> Result<TargetRelease, PrepareError> {
+    let OpenHistory {
+        store,
+        lock,
+        records,
+        default_namespace,
+        notes: _,
+    } = history;
+    let last_good = crate::release::last_good(&records).cloned();
+    let mut draft = ReleaseDraft::new(manifests.clone());
+    draft.commit = commit.cloned();
+    draft.target = Some(target.name.clone());
+    draft.default_namespace = Some(default_namespace.clone());
+    draft.run = RunInfo::from_env(env);
+    match store
+        .begin_after(draft, ReleaseOrigin::Deploy, &records, Some(revision))
+        .await
+    {
+        Ok(record) => Ok(TargetRelease {
+            store,
+            lock: Some(lock),
+            last_good,
+            record,
+            default_namespace,
+        }),
         Err(e) => {
             let _ = lock.release().await;
             Err(e.into())

@@ -222,9 +222,19 @@ impl ReleaseStore {
     /// Write a new `pending` record at the next revision (creating the history namespace
     /// if missing). Call with the lock held.
     pub async fn begin(&self, draft: ReleaseDraft, origin: ReleaseOrigin) -> Result<ReleaseRecord> {
+        self.begin_numbered(draft, origin, None).await
+    }
+
+    /// [`ReleaseStore::begin`] at the run's revision `wanted` (see [`revision_on_target`]).
+    pub async fn begin_numbered(
+        &self,
+        draft: ReleaseDraft,
+        origin: ReleaseOrigin,
+        wanted: Option<u64>,
+    ) -> Result<ReleaseRecord> {
         ensure_namespace(&self.client, &self.server, &self.namespace).await?;
         let existing = self.list().await?;
-        self.begin_after(draft, origin, &existing).await
+        self.begin_after(draft, origin, &existing, wanted).await
     }
 
     /// [`ReleaseStore::begin`] for a caller that just listed the records (and holds the lock,
@@ -234,9 +244,10 @@ impl ReleaseStore {
         draft: ReleaseDraft,
         origin: ReleaseOrigin,
         existing: &[ReleaseRecord],
+        wanted: Option<u64>,
     ) -> Result<ReleaseRecord> {
         let revisions: Vec<u64> = existing.iter().map(|r| r.revision).collect();
-        let mut revision = next_revision(&revisions);
+        let mut revision = revision_on_target(&revisions, wanted);
         let ReleaseDraft {
             manifests,
             commit,
@@ -827,6 +838,36 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_runs_number_skips_ahead_and_a_taken_one_moves_on() {
+        let fake = TestCluster::start().await;
+        let store = ReleaseStore::new(fake.client(), "shop", "shop", 10);
+        let r = store
+            .begin_numbered(draft("v1"), ReleaseOrigin::Deploy, Some(5))
+            .await
+            .unwrap();
+        assert_eq!(r.revision, 5, "the run's number, skipping 1 to 4");
+        // Another run's (or an unreadable) record holds v7: the rollback moves to v8.
+        fake.put_raw(
+            SECRETS,
+            "rollguard.shop.v7",
+            json!({"metadata": {"name": "rollguard.shop.v7"}}),
+        );
+        let r = store
+            .begin_numbered(draft("v1"), ReleaseOrigin::Rollback { to: 5 }, Some(7))
+            .await
+            .unwrap();
+        assert_eq!(r.revision, 8);
+        assert!(revision_moved("the rollback", 7, r.revision).is_some_and(|n| n.contains("v8")));
+        // Never below what the target has.
+        let r = store
+            .begin_numbered(draft("v1"), ReleaseOrigin::Deploy, Some(2))
+            .await
+            .unwrap();
+        assert_eq!(r.revision, 9);
+        assert_eq!(revision_moved("this deploy", 9, 9), None);
+    }
+
+    #[tokio::test]
     async fn taken_name_moves_to_the_next_revision() {
         let fake = TestCluster::start().await;
         fake.add_namespace("shop");
@@ -890,7 +931,12 @@ mod tests {
                     store.repair().await?;
                     let records = store.list().await?;
                     store
-                        .begin_after(draft(&format!("v{run}")), ReleaseOrigin::Deploy, &records)
+                        .begin_after(
+                            draft(&format!("v{run}")),
+                            ReleaseOrigin::Deploy,
+                            &records,
+                            None,
+                        )
                         .await
                 }
                 .await;

@@ -18,6 +18,45 @@ fn next_revision_table() {
 }
 
 #[test]
+fn fleet_revision_table() {
+    // Per target the revisions it keeps; the run's revision is one above them all.
+    let cases: &[(&[&[u64]], u64)] = &[
+        (&[], 1),
+        (&[&[], &[]], 1),
+        (&[&[1, 2], &[]], 3),
+        // eu at v10, us at v8 (partial deploys): the run is v11 on both.
+        (&[&[8, 9, 10], &[7, 8]], 11),
+        (&[&[3], &[5], &[4]], 6),
+    ];
+    for (histories, want) in cases {
+        let histories: Vec<Vec<u64>> = histories.iter().map(|h| h.to_vec()).collect();
+        assert_eq!(fleet_revision(&histories), *want, "{histories:?}");
+    }
+}
+
+#[test]
+fn revision_on_target_never_goes_back() {
+    let cases: &[(&[u64], Option<u64>, u64)] = &[
+        (&[], None, 1),
+        (&[1, 2], None, 3),
+        // The run's number, skipping on the target that is behind.
+        (&[1, 2], Some(7), 7),
+        (&[], Some(4), 4),
+        // A target already past the run's number (a record the fleet could not read):
+        // its own next one.
+        (&[1, 9], Some(5), 10),
+        (&[1, 4], Some(5), 5),
+    ];
+    for (existing, wanted, want) in cases {
+        assert_eq!(
+            revision_on_target(existing, *wanted),
+            *want,
+            "{existing:?} {wanted:?}"
+        );
+    }
+}
+
+#[test]
 fn prune_table() {
     type Case<'a> = (&'a [(u64, ReleaseStatus)], usize, &'a [u64]);
     let cases: &[Case] = &[

@@ -8,7 +8,7 @@
 //!   `phases[]` {`name`, `seconds`, `script`? (scope of a script stage), `exit_code`?},
 //!   `failures[]` {`object`, `pod`, `container`, `reason`,
 //!   `message`, `events`?}, `warnings[]`, `message`, `rollback` (null or {`to_revision`,
-//!   `outcome`, `left_in_place[]`, `message`}),
+//!   `outcome`, `left_in_place[]`, `message`, `to_commit`?, `as_revision`?}),
 //!   `abandoned_revisions`? (revisions a dead run left pending, now marked failed),
 //!   `stages[]`? {`name`, `scope`, `rollback`?, `outcome` (`succeeded` | `failed` | `timed-out` |
 //!   `warned` | `stopped` | `not-run`), `exit_code`?, `seconds`, `message`?, `output[]`? (the
@@ -88,7 +88,9 @@ pub fn report_schema() -> Value {
                     "to_revision": {"type": ["integer", "null"]},
                     "outcome": outcome,
                     "left_in_place": {"type": "array", "items": {"type": "string"}},
-                    "message": opt_string
+                    "message": opt_string,
+                    "to_commit": opt_string,
+                    "as_revision": {"type": ["integer", "null"]}
                 }
             },
             "abandoned_revisions": {"type": "array", "items": {"type": "integer"}},
@@ -176,6 +178,8 @@ mod tests {
         us.message = Some("m".into());
         us.abandoned_revisions = vec![4];
         us.rollback = Some(RollbackReport {
+            to_commit: None,
+            as_revision: None,
             to_revision: Some(3),
             outcome: TargetOutcome::RolledBack,
             left_in_place: vec!["ConfigMap shop/new".into()],

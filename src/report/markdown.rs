@@ -334,9 +334,15 @@ fn row(report: &Report, t: &TargetReport) -> String {
     let reason = t.reason().map(|r| text(&clip(&r, 200))).unwrap_or_default();
     let (back, left) = match &t.rollback {
         Some(rb) => {
+            // "v5 (`3a30e4b`)": the revision gone back to and its commit.
+            let commit = rb
+                .to_commit
+                .as_deref()
+                .map(|c| format!(" (`{}`)", code(c)))
+                .unwrap_or_default();
             let back = match rb.to_revision {
-                Some(rev) if rb.outcome == TargetOutcome::RolledBack => format!("v{rev}"),
-                Some(rev) => format!("v{rev} ({})", rb.outcome),
+                Some(rev) if rb.outcome == TargetOutcome::RolledBack => format!("v{rev}{commit}"),
+                Some(rev) => format!("v{rev}{commit} ({})", rb.outcome),
                 None => "nothing to go back to".to_string(),
             };
             let left = match rb.left_in_place.len() {
@@ -633,6 +639,8 @@ mod tests {
         eu.revision = Some(4);
         eu.failures.push(image_failure());
         eu.rollback = Some(RollbackReport {
+            to_commit: None,
+            as_revision: None,
             to_revision: Some(3),
             outcome: TargetOutcome::RollbackFailed,
             left_in_place: vec![],
@@ -640,8 +648,10 @@ mod tests {
         });
         let mut us = target("us", TargetOutcome::RolledBack);
         us.revision = Some(7);
-        us.message = Some("rolled back because eu failed (on_failure: rollback-all)".into());
+        us.message = Some("policy rollback-all: eu failed".into());
         us.rollback = Some(RollbackReport {
+            to_commit: Some("3a30e4b".into()),
+            as_revision: Some(8),
             to_revision: Some(6),
             outcome: TargetOutcome::RolledBack,
             left_in_place: vec!["ConfigMap shop/new-config".into()],
@@ -741,6 +751,8 @@ mod tests {
         let mut t = target("eu", TargetOutcome::Failed);
         t.failures.push(image_failure());
         t.rollback = Some(RollbackReport {
+            to_commit: None,
+            as_revision: None,
             to_revision: None,
             outcome: TargetOutcome::Failed,
             left_in_place: vec!["Deployment shop/web".into()],

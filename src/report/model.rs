@@ -202,6 +202,12 @@ pub struct RollbackReport {
     /// What happened, e.g. "connection refused" or why the rollback's rollout failed.
     #[serde(default)]
     pub message: Option<String>,
+    /// The commit (short sha) of the revision gone back to, when its record names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_commit: Option<String>,
+    /// The revision the rollback itself was recorded as (the run's revision + 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub as_revision: Option<u64>,
 }
 
 /// One target's part of the run.
@@ -258,6 +264,29 @@ impl TargetReport {
     }
 
     /// The shortest useful answer to "why is this target not deployed?".
+    /// The short form of [`TargetReport::reason`], for the table and the summary line: the
+    /// first failure's reason class (`ImagePullBackOff`, `ScriptFailed`), else the message's
+    /// first line. The full text is said once, in the details.
+    pub fn short_reason(&self) -> Option<String> {
+        let rollback = || {
+            self.rollback
+                .as_ref()
+                .and_then(|r| r.message.as_deref().map(first_line))
+        };
+        let own = || {
+            self.failures
+                .first()
+                .map(|f| f.reason.clone())
+                .or_else(|| self.message.as_deref().map(first_line))
+        };
+        // A failed rollback is what a reader must act on first, as in `reason`.
+        match self.outcome {
+            TargetOutcome::RollbackFailed => rollback().or_else(own),
+            _ => own().or_else(rollback),
+        }
+        .filter(|r| !r.is_empty())
+    }
+
     pub fn reason(&self) -> Option<String> {
         let own = || {
             self.failures
@@ -436,13 +465,8 @@ pub fn summary_line(report: &Report) -> String {
         // A target rolled back only because of the fleet policy has no reason of its own.
         .filter(|t| t.outcome != TargetOutcome::RolledBack || !t.failures.is_empty())
         .filter_map(|t| {
-            t.reason().map(|r| {
-                format!(
-                    "{}: {}",
-                    t.name,
-                    clip(&first_line(&r), SUMMARY_REASON_CHARS)
-                )
-            })
+            t.short_reason()
+                .map(|r| format!("{}: {}", t.name, clip(&r, SUMMARY_REASON_CHARS)))
         })
         .collect();
     for reason in reasons.iter().take(SUMMARY_REASONS) {
@@ -812,6 +836,8 @@ pub(crate) mod tests {
     fn summary_line_table() {
         let mut eu = target("eu", RollbackFailed);
         eu.rollback = Some(RollbackReport {
+            to_commit: None,
+            as_revision: None,
             to_revision: Some(3),
             outcome: RollbackFailed,
             left_in_place: vec![],
@@ -845,8 +871,8 @@ pub(crate) mod tests {
                     us_failed.clone(),
                     target("ap", Deployed),
                 ],
-                "deployed to 2 of 3, 1 failed; us: Deployment shop/web: pod web-7d9f-x container web: \
-                 ImagePullBackOff: Back-off pulling image \"nginx:doesnotexist\"",
+                // The short form: the failure in full is in the table's details.
+                "deployed to 2 of 3, 1 failed; us: ImagePullBackOff",
             ),
             (
                 vec![target("eu", Deployed), down.clone()],

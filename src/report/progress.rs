@@ -136,6 +136,8 @@ pub fn describe_stage(stage: &Stage) -> String {
         Stage::Finished { outcome, message } => {
             let word = outcome_word(*outcome);
             match message {
+                // "cancelled by SIGTERM", not "cancelled: cancelled by SIGTERM".
+                Some(m) if m.starts_with(word) => m.clone(),
                 Some(m) => format!("{word}: {m}"),
                 None => word.to_string(),
             }
@@ -168,6 +170,20 @@ fn colored(stage: &Stage, text: String) -> String {
         _ => "36",
     };
     format!("\x1b[{code}m{text}\x1b[0m")
+}
+
+/// Whether a stage gets a line of its own in CI logs: a new kind of stage, or apply progress
+/// that reached another quarter of the objects (so "applying 3/7" is counted as it goes
+/// without a line per object).
+fn worth_a_line(before: Option<&Stage>, now: &Stage) -> bool {
+    match (before, now) {
+        (Some(Stage::Applying { done: was, .. }), Stage::Applying { done, total }) => {
+            let quarter = |n: usize| (n * 4).checked_div(*total).unwrap_or(0);
+            done > was && (done == total || quarter(*done) > quarter(*was))
+        }
+        (Some(before), now) => std::mem::discriminant(before) != std::mem::discriminant(now),
+        (None, _) => true,
+    }
 }
 
 /// Display columns of `text` (a CJK character takes two, a combining mark none).
@@ -267,8 +283,7 @@ async fn render(
         tokio::select! {
             msg = rx.recv() => match msg {
                 Some((target, stage)) => {
-                    let changed_kind = stages.get(&target).map(std::mem::discriminant) != Some(std::mem::discriminant(&stage));
-                    if mode == Mode::Lines && changed_kind {
+                    if mode == Mode::Lines && worth_a_line(stages.get(&target), &stage) {
                         let elapsed = format_duration(started.elapsed());
                         let _ = writeln!(stderr, "[{elapsed:>6}] {target:<width_name$}  {}", super::redact::scrub(&describe_stage(&stage)));
                     }
@@ -358,6 +373,38 @@ mod tests {
             message: Some("ImagePullBackOff".into()),
         };
         assert_eq!(describe_stage(&f), "failed: ImagePullBackOff");
+        let c = Stage::Finished {
+            outcome: TargetOutcome::Cancelled,
+            message: Some("cancelled by SIGTERM".into()),
+        };
+        assert_eq!(describe_stage(&c), "cancelled by SIGTERM");
+    }
+
+    #[test]
+    fn apply_progress_gets_a_line_per_quarter_and_at_the_end() {
+        let applying = |done, total| Stage::Applying { done, total };
+        let cases = [
+            (None, applying(0, 7), true),
+            (Some(Stage::Connecting), applying(0, 7), true),
+            (Some(applying(0, 7)), applying(1, 7), false),
+            (Some(applying(1, 7)), applying(2, 7), true),
+            (Some(applying(2, 7)), applying(3, 7), false),
+            (Some(applying(3, 7)), applying(4, 7), true),
+            (Some(applying(6, 7)), applying(7, 7), true),
+            (Some(applying(0, 2)), applying(1, 2), true),
+            (Some(applying(0, 1)), applying(1, 1), true),
+            (Some(applying(3, 3)), applying(3, 3), false),
+            (Some(applying(0, 0)), applying(0, 0), false),
+            (Some(applying(7, 7)), Stage::Connecting, true),
+            (Some(Stage::Connecting), Stage::Connecting, false),
+        ];
+        for (before, now, want) in cases {
+            assert_eq!(
+                worth_a_line(before.as_ref(), &now),
+                want,
+                "{before:?} -> {now:?}"
+            );
+        }
     }
 
     #[test]

@@ -1,31 +1,20 @@
 //! The final table printed at the end of a run.
 
-use super::model::{Report, TargetOutcome, clip};
+use super::model::{Report, TargetOutcome, TargetReport, clip};
 use crate::util::duration::format_duration;
 
-const REASON_CHARS: usize = 160;
+/// The table's short reason (the reason class); the full text is in the details below it.
+const REASON_CHARS: usize = 48;
 
-/// A plain-text table, one row per target, then the summary line. With `color`, outcomes are
-/// colored with ANSI SGR codes; without, the output has no escape codes at all (not a TTY, or
-/// NO_COLOR set).
+/// A plain-text table, one row per target ([`table_row`]), the details of every failure in
+/// full, then the summary line. With `color`, what happened is colored with ANSI SGR codes;
+/// without, the output has no escape codes at all (not a TTY, or NO_COLOR set).
 pub fn to_table(report: &Report, color: bool) -> String {
-    let headers = ["TARGET", "OUTCOME", "REVISION", "DURATION", "REASON"];
+    let headers = ["TARGET", "HAPPENED", "RUNS NOW", "DURATION", "REASON"];
     let rows: Vec<[String; 5]> = report
         .targets
         .iter()
-        .map(|t| {
-            [
-                t.name.clone(),
-                t.outcome.to_string(),
-                t.revision
-                    .map(|r| r.to_string())
-                    .unwrap_or_else(|| "-".into()),
-                format_duration(t.duration()),
-                t.reason()
-                    .map(|r| clip(&r.replace(['\r', '\n'], " "), REASON_CHARS))
-                    .unwrap_or_default(),
-            ]
-        })
+        .map(|t| table_row(report, t))
         .collect();
     let mut widths = headers.map(|h| h.chars().count());
     for row in &rows {
@@ -68,28 +57,100 @@ pub fn to_table(report: &Report, color: bool) -> String {
     out
 }
 
+/// One target's row: its name, what happened (`deployed 7`, `rolled back 7 → 5 (as 8)`),
+/// what it runs now (`v8 (3a30e4b)`: the revision and its commit; `-` when not known), the
+/// duration and the short reason.
+pub fn table_row(report: &Report, t: &TargetReport) -> [String; 5] {
+    let revision = |r: Option<u64>| r.map(|r| format!(" {r}")).unwrap_or_default();
+    let back = t.rollback.as_ref().filter(|rb| {
+        rb.to_revision.is_some()
+            && matches!(
+                rb.outcome,
+                TargetOutcome::RolledBack | TargetOutcome::RollbackFailed
+            )
+    });
+    let went_back = |rb: &super::model::RollbackReport| {
+        let to = rb
+            .to_revision
+            .map(|r| format!(" → {r}"))
+            .unwrap_or_default();
+        let as_ = rb
+            .as_revision
+            .map(|r| format!(" (as {r})"))
+            .unwrap_or_default();
+        format!("{to}{as_}")
+    };
+    let new = revision(t.revision);
+    let happened = match (t.outcome, back) {
+        (TargetOutcome::Deployed, _) => format!("deployed{new}"),
+        (TargetOutcome::RolledBack, Some(rb)) => format!("rolled back{new}{}", went_back(rb)),
+        (TargetOutcome::RolledBack, None) => format!("rolled back{new}"),
+        (TargetOutcome::RollbackFailed, Some(rb)) => {
+            format!("rollback failed{new}{}", went_back(rb))
+        }
+        (TargetOutcome::RollbackFailed, None) => format!("rollback failed{new}"),
+        (TargetOutcome::Cancelled, Some(rb)) if rb.outcome == TargetOutcome::RolledBack => {
+            format!("cancelled{new}, rolled back{}", went_back(rb))
+        }
+        (TargetOutcome::Cancelled, _) => format!("cancelled{new}"),
+        (TargetOutcome::Failed, _) => format!("failed{new}"),
+        (TargetOutcome::Skipped, _) => "skipped".to_string(),
+    };
+    let with_commit = |rev: u64, commit: Option<&str>| match commit {
+        Some(c) => format!("v{rev} ({c})"),
+        None => format!("v{rev}"),
+    };
+    let ours = report.commit.as_ref().map(|c| c.short_sha());
+    let rolled_back = t
+        .rollback
+        .as_ref()
+        .filter(|rb| rb.outcome == TargetOutcome::RolledBack);
+    let runs_now = match (t.outcome, rolled_back) {
+        (TargetOutcome::Skipped | TargetOutcome::RollbackFailed, _) => None,
+        (_, Some(rb)) => rb
+            .as_revision
+            .or(rb.to_revision)
+            .map(|rev| with_commit(rev, rb.to_commit.as_deref())),
+        (_, None) => t.revision.map(|rev| with_commit(rev, ours)),
+    }
+    .unwrap_or_else(|| "-".to_string());
+    [
+        t.name.clone(),
+        happened,
+        runs_now,
+        format_duration(t.duration()),
+        t.short_reason()
+            .map(|r| clip(&r.replace(['\r', '\n'], " "), REASON_CHARS))
+            .unwrap_or_default(),
+    ]
+}
+
 /// Most recent Warning events shown per failure (the JSON report has them all).
 const EVENTS_SHOWN: usize = 5;
 
-/// What the table's one-line reasons leave out: the failures after a target's first, a
-/// reason the table had to clip, and the Warning events. One block per target.
+/// Every failure in full, once: each target's failures (with their Warning events), a failed
+/// rollback's message, and a reason the table could only give in short. One block per target.
 fn failure_details(report: &Report) -> String {
     let mut out = String::new();
     for target in &report.targets {
-        let in_table = target
-            .reason()
-            .filter(|r| r.chars().count() <= REASON_CHARS);
         let mut block = String::new();
         for failure in &target.failures {
-            let headline = failure.headline();
-            if failure.events.is_empty() && in_table.as_deref() == Some(headline.as_str()) {
-                continue;
-            }
-            block.push_str(&format!("  {headline}\n"));
+            block.push_str(&format!("  {}\n", failure.headline()));
             let skip = failure.events.len().saturating_sub(EVENTS_SHOWN);
             for event in &failure.events[skip..] {
                 block.push_str(&format!("    event: {event}\n"));
             }
+        }
+        if target.failures.is_empty()
+            && let Some(message) = &target.message
+            && (message.lines().count() > 1 || message.chars().count() > REASON_CHARS)
+        {
+            block.push_str(&format!("  {message}\n"));
+        }
+        if target.outcome == TargetOutcome::RollbackFailed
+            && let Some(why) = target.rollback.as_ref().and_then(|r| r.message.as_ref())
+        {
+            block.push_str(&format!("  rollback: {why}\n"));
         }
         if !block.is_empty() {
             out.push_str(&format!("{}:\n{block}", target.name));
@@ -143,14 +204,130 @@ mod tests {
 
     #[test]
     fn golden_plain_table() {
+        // The failure in full once, in the details; the table and the summary in short.
         let want = "\
-TARGET   OUTCOME   REVISION  DURATION  REASON
-eu       deployed  3         12s
-us-east  failed    12        12s       Deployment shop/web: pod web-7d9f-x container web: ImagePullBackOff: Back-off pulling image \"nginx:doesnotexist\"
+TARGET   HAPPENED    RUNS NOW       DURATION  REASON
+eu       deployed 3  v3 (0123456)   12s
+us-east  failed 12   v12 (0123456)  12s       ImagePullBackOff
 
-shop: deployed to 1 of 2, 1 failed; us-east: Deployment shop/web: pod web-7d9f-x container web: ImagePullBackOff: Back-off pulling image \"nginx:doesnotexist\"
+us-east:
+  Deployment shop/web: pod web-7d9f-x container web: ImagePullBackOff: Back-off pulling image \"nginx:doesnotexist\"
+
+shop: deployed to 1 of 2, 1 failed; us-east: ImagePullBackOff
 ";
         assert_eq!(to_table(&sample(), false), want);
+    }
+
+    #[test]
+    fn rows_say_what_runs_now_and_what_happened() {
+        let rollback = |outcome, to: Option<u64>, as_revision: Option<u64>| RollbackReport {
+            to_revision: to,
+            outcome,
+            left_in_place: vec![],
+            message: None,
+            to_commit: Some("3a30e4b".into()),
+            as_revision,
+        };
+        let with =
+            |outcome, revision: Option<u64>, rb: Option<RollbackReport>, message: Option<&str>| {
+                let mut t = target("eu", outcome);
+                t.revision = revision;
+                t.rollback = rb;
+                t.message = message.map(String::from);
+                t
+            };
+        use TargetOutcome::*;
+        let cases: Vec<(TargetReport, [&str; 3])> = vec![
+            (
+                with(Deployed, Some(7), None, None),
+                ["deployed 7", "v7 (abc1234)", ""],
+            ),
+            (
+                with(
+                    RolledBack,
+                    Some(7),
+                    Some(rollback(RolledBack, Some(5), Some(8))),
+                    Some("policy rollback-all: us failed"),
+                ),
+                [
+                    "rolled back 7 → 5 (as 8)",
+                    "v8 (3a30e4b)",
+                    "policy rollback-all: us failed",
+                ],
+            ),
+            (
+                with(
+                    RollbackFailed,
+                    Some(7),
+                    Some(RollbackReport {
+                        message: Some("connection refused".into()),
+                        ..rollback(RollbackFailed, Some(5), None)
+                    }),
+                    None,
+                ),
+                ["rollback failed 7 → 5", "-", "connection refused"],
+            ),
+            (
+                with(
+                    Cancelled,
+                    Some(7),
+                    Some(rollback(RolledBack, Some(5), Some(8))),
+                    Some("cancelled by SIGTERM"),
+                ),
+                [
+                    "cancelled 7, rolled back → 5 (as 8)",
+                    "v8 (3a30e4b)",
+                    "cancelled by SIGTERM",
+                ],
+            ),
+            (
+                with(Cancelled, Some(7), None, Some("cancelled by SIGINT")),
+                ["cancelled 7", "v7 (abc1234)", "cancelled by SIGINT"],
+            ),
+            // First deploy failing: nothing to go back to.
+            (
+                with(Failed, Some(1), Some(rollback(Failed, None, None)), None),
+                ["failed 1", "v1 (abc1234)", ""],
+            ),
+            (
+                with(Failed, None, None, Some("connection refused")),
+                ["failed", "-", "connection refused"],
+            ),
+            (
+                with(Skipped, None, None, Some("not deployed")),
+                ["skipped", "-", "not deployed"],
+            ),
+        ];
+        let mut r = report(vec![]);
+        r.commit = Some(crate::util::git::CommitInfo {
+            sha: "abc1234def".into(),
+            r#ref: None,
+            message: None,
+            dirty: false,
+        });
+        for (t, want) in cases {
+            let row = table_row(&r, &t);
+            assert_eq!(
+                [row[1].as_str(), row[2].as_str(), row[4].as_str()],
+                want,
+                "{t:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_long_failure_is_short_in_the_row_and_full_in_the_details() {
+        let mut us = target("us", TargetOutcome::Failed);
+        us.failures.push(Failure {
+            object: "stage smoke".into(),
+            reason: "ScriptFailed".into(),
+            message: "x".repeat(300),
+            ..Default::default()
+        });
+        let r = report(vec![us]);
+        let table = to_table(&r, false);
+        assert_eq!(table.matches(&"x".repeat(300)).count(), 1, "{table}");
+        assert_eq!(table_row(&r, &r.targets[0])[4], "ScriptFailed");
     }
 
     #[test]
@@ -179,6 +356,7 @@ shop: deployed to 1 of 2, 1 failed; us-east: Deployment shop/web: pod web-7d9f-x
         let got = failure_details(&report(vec![eu, us, plain, only_one]));
         let want = "\
 eu:
+  Deployment shop/web: pod web-7d9f-x container web: ImagePullBackOff: Back-off pulling image \"nginx:doesnotexist\"
   Deployment shop/api: Timeout: 2 of 3 updated replicas are available
 us:
   Deployment shop/web: pod web-7d9f-x container web: ImagePullBackOff: Back-off pulling image \"nginx:doesnotexist\"
@@ -187,6 +365,8 @@ us:
     event: Warning Failed pod/web-7d9f-x: pull 5
     event: Warning Failed pod/web-7d9f-x: pull 6
     event: Warning Failed pod/web-7d9f-x: pull 7
+sa:
+  Deployment shop/web: pod web-7d9f-x container web: ImagePullBackOff: Back-off pulling image \"nginx:doesnotexist\"
 ";
         assert_eq!(got, want);
     }
@@ -195,7 +375,7 @@ us:
     fn color_only_when_asked() {
         assert!(!to_table(&sample(), false).contains('\x1b'));
         let colored = to_table(&sample(), true);
-        assert!(colored.contains("\x1b[31mfailed  \x1b[0m"), "{colored:?}");
-        assert!(colored.contains("\x1b[32mdeployed\x1b[0m"), "{colored:?}");
+        assert!(colored.contains("\x1b[31mfailed 12 \x1b[0m"), "{colored:?}");
+        assert!(colored.contains("\x1b[32mdeployed 3\x1b[0m"), "{colored:?}");
     }
 }

@@ -15,6 +15,28 @@ fn live_groups(f: impl FnOnce(&mut HashSet<i32>)) {
     f(guard.get_or_insert_with(HashSet::new));
 }
 
+/// The signal that cancelled this run: process-wide, as the signal itself is, so that every
+/// cancelled target can say which one came.
+static CANCEL_SIGNAL: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+
+/// Notes the signal that cancels the run (the first one counts).
+pub fn note_cancel_signal(name: &'static str) {
+    let _ = CANCEL_SIGNAL.set(name);
+}
+
+/// How a cancelled target reads: "cancelled by SIGTERM", or "cancelled" when no signal came.
+pub fn cancelled_words() -> String {
+    cancelled_by(CANCEL_SIGNAL.get().copied())
+}
+
+/// [`cancelled_words`] for a given signal.
+pub fn cancelled_by(signal: Option<&str>) -> String {
+    match signal {
+        Some(name) => format!("cancelled by {name}"),
+        None => "cancelled".to_string(),
+    }
+}
+
 /// SIGKILL every running child's process group (before a hard exit).
 pub fn kill_all_now() {
     live_groups(|groups| {
@@ -133,6 +155,13 @@ pub fn find_command(
 }
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn cancel_words_name_the_signal() {
+        assert_eq!(super::cancelled_by(Some("SIGTERM")), "cancelled by SIGTERM");
+        assert_eq!(super::cancelled_by(Some("SIGINT")), "cancelled by SIGINT");
+        assert_eq!(super::cancelled_by(None), "cancelled");
+    }
+
     use super::*;
 
     #[test]

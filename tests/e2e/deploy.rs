@@ -108,7 +108,40 @@ async fn the_demo_catches_the_bad_image_and_rolls_back() {
         "{}",
         run.output()
     );
-    assert!(run.stdout.contains("rolled-back"), "{}", run.output());
+    // Issue 16: a time it quotes says the simulation's time scale, and the apply is
+    // counted as it goes (its four objects), not left at 0/4.
+    let caught = run
+        .stderr
+        .lines()
+        .find(|l| l.contains("ImagePullBackOff caught"))
+        .unwrap_or_default();
+    assert!(
+        caught.contains("(simulated time runs 5× faster;"),
+        "{caught}"
+    );
+    for target in ["eu", "us", "ap"] {
+        assert!(
+            run.stderr
+                .lines()
+                .any(|l| l.contains(&format!(" {target} ")) && l.ends_with("applying 4/4")),
+            "{target}: {}",
+            run.stderr
+        );
+    }
+    // One number per run: v2 on all three, each rolled back to v1 as v3; the two that did
+    // not fail say why they were rolled back.
+    assert_eq!(
+        run.stdout.matches("rolled back 2 → 1 (as 3)").count(),
+        3,
+        "{}",
+        run.output()
+    );
+    assert_eq!(
+        run.stdout.matches("policy rollback-all: us failed").count(),
+        2,
+        "{}",
+        run.output()
+    );
     assert!(
         run.elapsed < std::time::Duration::from_secs(60),
         "took {:?}",

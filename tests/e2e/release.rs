@@ -395,6 +395,11 @@ async fn sigterm_rolls_back_writes_records_and_exits_130_in_time() {
         &std::fs::read_to_string(env.path("report.json")).expect("report written"),
     )
     .expect("report json");
+    // Issue 16: the signal that came, said once ("cancelled: cancelled" before).
+    assert!(
+        stderr.contains("cancelled by SIGTERM") && !stderr.contains("cancelled: cancelled"),
+        "{stderr}"
+    );
     for (i, cluster) in [1, 2].iter().enumerate() {
         let target = &report["targets"][i];
         assert_eq!(target["outcome"], "cancelled", "{report:#}");
@@ -403,7 +408,8 @@ async fn sigterm_rolls_back_writes_records_and_exits_130_in_time() {
         assert_eq!(image(&web(&env, *cluster).await), GOOD);
         let recs = records(&env, *cluster).await;
         assert_eq!(recs[1].status, ReleaseStatus::Failed);
-        assert_eq!(recs[1].reason.as_deref(), Some("cancelled"));
+        assert_eq!(recs[1].reason.as_deref(), Some("cancelled by SIGTERM"));
+        assert_eq!(target["message"], "cancelled by SIGTERM", "{report:#}");
         assert_eq!(recs[2].rollback_of, Some(1));
         assert_ne!(
             recs[2].status,
@@ -670,7 +676,7 @@ async fn on_cancel_leave_keeps_the_new_revision() {
         vec![(1, ReleaseStatus::Deployed), (2, ReleaseStatus::Failed)],
         "no rollback revision; v1 is still the last good one"
     );
-    assert_eq!(recs[1].reason.as_deref(), Some("cancelled"));
+    assert_eq!(recs[1].reason.as_deref(), Some("cancelled by SIGINT"));
 }
 
 /// A ConfigMap of about `bytes` characters that gzip cannot shrink much.
@@ -738,7 +744,13 @@ async fn a_record_too_large_for_a_secret_rolls_back_from_git() {
     git(&work, &["commit", "-qam", "v2"]);
     let second = rollguard(&args, &work, &[]).await;
     assert_eq!(second.code, 1, "{}", second.output());
-    assert!(second.stdout.contains("rolled-back"), "{}", second.output());
+    // The table: what happened, and what runs now (the rollback's revision, v1's commit).
+    assert!(
+        second.stdout.contains("rolled back 2 → 1 (as 3)")
+            && second.stdout.contains(&format!("v3 ({})", &v1[..7])),
+        "{}",
+        second.output()
+    );
     assert_runs(&env, 1, GOOD).await;
     let recs = records(&env, 1).await;
     assert_eq!(
@@ -997,4 +1009,64 @@ async fn a_deploy_from_a_dirty_tree_is_recorded_as_dirty() {
             .collect::<Vec<_>>(),
         vec![false, true]
     );
+}
+
+/// Issue 16: one revision number per run across the fleet, whatever each target's history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_revision_per_run_across_targets_whose_histories_differ() {
+    let rules = format!(
+        "- {{cluster: sim-2, image: \"{BAD}\", behaviour: ImagePullBackOff}}\n- {{image: \"*\", behaviour: Ready}}\n"
+    );
+    let env = TestEnv::start(2, &rules).await;
+    env.write("rollguard.yaml", &config(2, "60s"));
+    // eu alone, twice: eu has v1 and v2, us nothing.
+    for image in ["example.com/web:a", GOOD] {
+        env.write("k8s/app.yaml", &small_app(image));
+        let run = env.deploy(&["--context", "eu"]).await;
+        assert_eq!(run.code, 0, "{}", run.output());
+    }
+    let revisions = |recs: &[ReleaseRecord]| recs.iter().map(|r| r.revision).collect::<Vec<_>>();
+    assert_eq!(revisions(&records(&env, 1).await), vec![1, 2]);
+    assert!(records(&env, 2).await.is_empty());
+
+    // Both: one above the highest anywhere (v3), on us too (its numbers skip 1 and 2).
+    env.write("k8s/app.yaml", &small_app(GOOD));
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    for target in ["eu", "us"] {
+        assert_eq!(run.target(target)["revision"], 3, "{}", run.output());
+    }
+    assert_eq!(revisions(&records(&env, 1).await), vec![1, 2, 3]);
+    assert_eq!(revisions(&records(&env, 2).await), vec![3]);
+
+    // A failed deploy (us cannot pull) is v4 on both, rolled back to v3 on both as v5.
+    env.write("k8s/app.yaml", &small_app(BAD));
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 1, "{}", run.output());
+    for (target, cluster) in [("eu", 1), ("us", 2)] {
+        assert_eq!(run.outcome(target), "rolled-back", "{}", run.output());
+        assert_eq!(run.target(target)["revision"], 4, "{}", run.output());
+        assert_eq!(
+            rollback_of(&run, target)["to_revision"],
+            3,
+            "{}",
+            run.output()
+        );
+        let recs = records(&env, cluster).await;
+        let last = recs.last().expect("a rollback record");
+        assert_eq!(
+            (last.revision, last.kind, last.rollback_of, last.status),
+            (5, ReleaseKind::Rollback, Some(3), ReleaseStatus::Deployed),
+            "sim-{cluster}: {:?}",
+            statuses(&recs)
+        );
+        assert!(
+            run.target(target)["warnings"].as_array().is_none_or(|w| w
+                .iter()
+                .all(|w| !w.as_str().unwrap_or("").contains("recorded as"))),
+            "no number moved: {}",
+            run.output()
+        );
+        assert_runs(&env, cluster, GOOD).await;
+    }
 }
