@@ -153,7 +153,8 @@ pub async fn run(args: DemoArgs) -> Result<i32, Error> {
     let kubeconfig = dir.path().join("kubeconfig");
     let rules = DEMO_RULES;
     let scale = time_scale_note(args.time_scale);
-    eprintln!("rollguard demo: starting three simulated clusters (kube-sim; {scale})...");
+    // Short enough for an 80-column terminal (tests/e2e/terminal.rs checks every row).
+    eprintln!("rollguard demo: three kube-sim clusters ({scale})");
     let sim = start_sim(3, args.time_scale, rules, &kubeconfig).await?;
     write(&dir.path().join("rollguard.yaml"), DEMO_CONFIG)?;
 

@@ -899,7 +899,11 @@ async fn secrets_of_other_namespaces_are_digests_in_records_and_rollback_restore
     git(&work, &["commit", "-qam", "v2"]);
     let second = rollguard(&args("deploy"), &work, &[]).await;
     assert_eq!(second.code, 1, "{}", second.output());
-    assert!(second.stdout.contains("rolled-back"), "{}", second.output());
+    assert!(
+        second.stdout.contains("rolled back 2 → 1"),
+        "{}",
+        second.output()
+    );
     assert_runs(&env, 1, GOOD).await;
     let client = env.client(1).await;
     let secrets = list(&client, "v1", "Secret", "secrets", "vault").await;
@@ -1000,8 +1004,8 @@ async fn a_deploy_from_a_dirty_tree_is_recorded_as_dirty() {
         .command("show", &["--revision", "2", "-o", "json"])
         .await;
     assert_eq!(shown.code, 0, "{}", shown.output());
-    let record: Value = serde_json::from_str(&shown.stdout).expect("show -o json is JSON");
-    assert_eq!(record["commit"]["dirty"], true, "{record:#}");
+    let shown: Value = serde_json::from_str(&shown.stdout).expect("show -o json is JSON");
+    assert_eq!(shown["eu"]["commit"]["dirty"], true, "{shown:#}");
     let recs = records(&env, 1).await;
     assert_eq!(
         recs.iter()
