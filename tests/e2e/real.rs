@@ -322,10 +322,27 @@ async fn missing_image_fails_fast_and_rolls_back_everywhere() {
             "every target's history shows the rollback:\n{}",
             history.output()
         );
-        assert!(
-            history.stdout.matches(&bad).count() >= n && history.stdout.contains("failed"),
+        // The table's NOTE is clipped to its column; the JSON has every record's reason whole.
+        let json = env.run("history", &["-o", "json"]).await;
+        assert_eq!(json.code, 0, "{}", json.output());
+        let histories: serde_json::Value =
+            serde_json::from_str(&json.stdout).expect("history -o json is one JSON document");
+        let failed_with_reason = histories
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(_, records)| {
+                records.as_array().into_iter().flatten().any(|r| {
+                    r["status"] == "failed"
+                        && r["reason"].as_str().is_some_and(|why| why.contains(&bad))
+                })
+            })
+            .count();
+        assert_eq!(
+            failed_with_reason,
+            n,
             "every target's history shows the failed revision and why:\n{}",
-            history.output()
+            json.output()
         );
     })
     .await;
