@@ -48,13 +48,18 @@ fn json_objects_may_not_repeat_a_key() {
     let text = "{\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\",\n \"metadata\": {\"name\": \"a\",\n  \"name\": \"b\"}}\n";
     let err = parse(text, Path::new("x.json")).unwrap_err().to_string();
     assert!(
-        err.starts_with("x.json:3: not valid JSON: key \"name\" is given twice in one object; keep one"),
+        err.starts_with(
+            "x.json:3: not valid JSON: key \"name\" is given twice in one object; keep one"
+        ),
         "{err}"
     );
     // Numbers, nesting and streams read as before.
     let ok = "{\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\", \"metadata\": {\"name\": \"a\"}, \"data\": {\"n\": \"1\"}, \"x\": [1, 2.5, -3, true, null]}";
     let objs = parse(ok, Path::new("x.json")).unwrap();
-    assert_eq!(objs[0].body["x"], serde_json::json!([1, 2.5, -3, true, null]));
+    assert_eq!(
+        objs[0].body["x"],
+        serde_json::json!([1, 2.5, -3, true, null])
+    );
 }
 
 #[test]
