@@ -779,16 +779,10 @@ fn hostile_manifest_files_are_refused_with_file_and_line() {
             dir.path(),
             "app: shop\nmanifests: [k8s/]\ntargets: [{name: eu, context: c}]\n",
         );
-        let started = Instant::now();
         let err = load(&c).unwrap_err().to_string();
         let shown = err.replace(&format!("{}/", dir.path().display()), "");
         assert!(shown.starts_with(expected), "{name}: {shown}");
         assert_eq!(shown.lines().count(), 1, "{name}: {shown}");
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "{name}: {:?}",
-            started.elapsed()
-        );
     }
 }
 
