@@ -4,6 +4,7 @@
 //! The results become one `Report`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
 use jiff::Timestamp;
@@ -256,14 +257,17 @@ pub struct LockRefusal {
     message: Option<String>,
 }
 
-/// Takes the lock of every reached target before anything is written anywhere, one Lease at
-/// a time in the one global order ([`lock_order`]: by cluster server, then namespace), all
-/// within one lock timeout. Waiting for a held Lease, a run holds only Leases earlier in
-/// that order, which the holder, having passed them, never waits for: two runs over the
-/// same clusters can therefore never wait for each other in a cycle (the deadlock in which
-/// both timed out and rolled back). When one lock cannot be taken in time the run deploys
-/// nothing: it releases what it holds and every target reports why, so a run never rolls
-/// back targets another run is deploying.
+/// Takes the lock of every reached target before anything is written anywhere, within one
+/// lock timeout, in two passes. First every Lease is tried at once, waiting for none (a
+/// fleet of 50 clusters takes its locks in one round trip, not 50). If one is held by
+/// another run, the locks after the first held one in the one global order ([`lock_order`]:
+/// by cluster server, then namespace) are given back, and from there the Leases are taken
+/// one at a time in that order, waiting for each. So a run waits for a Lease only while
+/// holding Leases earlier in that order, which the holder, having passed them, never waits
+/// for (the first pass waits for nothing): two runs over the same clusters can never wait
+/// for each other in a cycle (the deadlock in which both timed out and rolled back). When
+/// one lock cannot be taken in time the run deploys nothing: it releases what it holds and
+/// every target reports why, so a run never rolls back targets another run is deploying.
 async fn take_locks(
     plan: &Plan,
     reached: &[TargetRun],
@@ -287,49 +291,96 @@ async fn take_locks(
         .collect();
     let timeout = ReleaseSettings::from_config(&plan.config).lock_timeout;
     let deadline = tokio::time::Instant::now() + timeout;
+    let env = |k: &str| plan.env(k);
+    let attempt = |position: usize, wait: Duration| {
+        let run = &reached[candidates[position]];
+        let span = tracing::error_span!("target", target = %run.target.name);
+        let env = &env;
+        async move {
+            let Some(access) = run.access.as_ref() else {
+                return Err(PrepareError::Cancelled);
+            };
+            take_lock(&plan.config, &run.target, access, wait, env, cancel)
+                .instrument(span)
+                .await
+        }
+    };
+
+    // Validation refuses two targets on one Lease; a kubeconfig read differently at run time
+    // must still not make a run wait for its own Lease.
+    let order = lock_order(&keys);
+    let mut to_take = Vec::new();
+    for (n, &position) in order.iter().enumerate() {
+        let i = candidates[position];
+        match n.checked_sub(1).map(|m| order[m]).filter(|p| keys[*p] == keys[position]) {
+            Some(before) => {
+                let e = LockError::SameLease {
+                    first: reached[candidates[before]].target.name.clone(),
+                    second: reached[i].target.name.clone(),
+                    lease: crate::release::lock::lease_name(&plan.config.app),
+                    namespace: keys[position].1.clone(),
+                    server: reached[i]
+                        .access
+                        .as_ref()
+                        .map(|a| a.server.clone())
+                        .unwrap_or_default(),
+                };
+                let server = reached[i].access.as_ref().map(|a| a.server.as_str());
+                locks[i] = Some(Err(Box::new(LockRefusal {
+                    outcome: TargetOutcome::Failed,
+                    failure: Some(PrepareError::Lock(e).failure(server.unwrap_or_default())),
+                    message: None,
+                })));
+            }
+            None => to_take.push(position),
+        }
+    }
+
+    // First pass: all at once, waiting for none.
+    let mut taken: Vec<(usize, Option<Result<HeldLock, PrepareError>>)> =
+        futures::future::join_all(to_take.iter().map(|&position| async move {
+            (position, Some(attempt(position, Duration::ZERO).await))
+        }))
+        .await;
+    let busy = |t: &Option<Result<HeldLock, PrepareError>>| {
+        matches!(t, Some(Err(PrepareError::Lock(LockError::Timeout { .. }))))
+    };
+    if let Some(first_busy) = taken.iter().position(|(_, t)| busy(t)) {
+        // Give back what comes after the first held Lease, to take it again in order.
+        for (_, slot) in &mut taken[first_busy..] {
+            match slot.take() {
+                Some(Ok((guard, _))) => {
+                    let _ = guard.release().await;
+                }
+                Some(Err(PrepareError::Lock(LockError::Timeout { .. }))) | None => {}
+                other => *slot = other,
+            }
+        }
+    }
+
+    // Second pass (only after a held Lease): one at a time in the order, waiting for each.
     let mut abort: Option<(TargetOutcome, String)> = None;
-    let mut previous: Option<usize> = None;
-    for position in lock_order(&keys) {
+    for (position, slot) in taken {
         let i = candidates[position];
         let run = &reached[i];
-        let Some(access) = run.access.as_ref() else {
-            continue;
+        let result = match (slot, &abort) {
+            (Some(result), _) => result,
+            (None, Some((outcome, why))) => {
+                locks[i] = Some(Err(Box::new(LockRefusal {
+                    outcome: *outcome,
+                    failure: None,
+                    message: Some(why.clone()),
+                })));
+                continue;
+            }
+            (None, None) => {
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                attempt(position, left).await
+            }
         };
-        let target = &run.target;
-        // Validation refuses such configs; a kubeconfig read differently at run time must
-        // still not make a run wait for its own Lease.
-        if let Some(before) = previous.filter(|p| keys[*p] == keys[position]) {
-            let e = LockError::SameLease {
-                first: reached[candidates[before]].target.name.clone(),
-                second: target.name.clone(),
-                lease: crate::release::lock::lease_name(&plan.config.app),
-                namespace: keys[position].1.clone(),
-                server: access.server.clone(),
-            };
-            locks[i] = Some(Err(Box::new(LockRefusal {
-                outcome: TargetOutcome::Failed,
-                failure: Some(PrepareError::Lock(e).failure(&access.server)),
-                message: None,
-            })));
-            continue;
-        }
-        previous = Some(position);
-        if let Some((outcome, why)) = &abort {
-            locks[i] = Some(Err(Box::new(LockRefusal {
-                outcome: *outcome,
-                failure: None,
-                message: Some(why.clone()),
-            })));
-            continue;
-        }
-        let span = tracing::error_span!("target", target = %target.name);
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let env = |k: &str| plan.env(k);
-        let taken = take_lock(&plan.config, target, access, left, &env, cancel)
-            .instrument(span)
-            .await;
-        locks[i] = Some(match taken {
-            Ok((guard, notes)) => Ok(Some((guard, notes))),
+        let server = run.access.as_ref().map(|a| a.server.as_str()).unwrap_or_default();
+        locks[i] = Some(match result {
+            Ok(held) => Ok(Some(held)),
             Err(PrepareError::Cancelled) => {
                 abort = Some((
                     TargetOutcome::Cancelled,
@@ -342,14 +393,14 @@ async fn take_locks(
                 }))
             }
             Err(e) => {
-                let failure = e.failure(&access.server);
+                let failure = e.failure(server);
                 tracing::info!("{e}");
                 if matches!(e, PrepareError::Lock(LockError::Timeout { .. })) {
                     abort = Some((
                         TargetOutcome::Skipped,
                         format!(
                             "not deployed: the lock of target {} could not be taken in time (see there); a run takes every target's lock before its first write, so it deployed nowhere",
-                            target.name
+                            run.target.name
                         ),
                     ));
                 }
