@@ -467,3 +467,131 @@ async fn kubectl_sees_what_a_real_server_refuses() {
     );
     kubectl.ok(&["get", "deployment", "web"]).await;
 }
+
+/// An age as kubectl prints it (`3s`, `2m5s`, `5m`) in seconds; None for anything else
+/// (`<invalid>`, `<unknown>`).
+fn age_seconds(age: &str) -> Option<u64> {
+    let mut total = 0u64;
+    let mut digits = String::new();
+    for c in age.chars() {
+        if c.is_ascii_digit() {
+            digits.push(c);
+            continue;
+        }
+        let n: u64 = digits.parse().ok()?;
+        digits.clear();
+        total += n * match c {
+            's' => 1,
+            'm' => 60,
+            'h' => 3600,
+            'd' => 86400,
+            _ => return None,
+        };
+    }
+    digits.is_empty().then_some(total)
+}
+
+#[test]
+fn ages_are_read_as_kubectl_prints_them() {
+    assert_eq!(age_seconds("3s"), Some(3));
+    assert_eq!(age_seconds("2m5s"), Some(125));
+    assert_eq!(age_seconds("5m"), Some(300));
+    assert_eq!(age_seconds("<invalid>"), None);
+}
+
+/// The AGE (last column; for events LAST SEEN, the first) of every row of a `kubectl get`
+/// table, with the row.
+fn ages(table: &str, first_column: bool) -> Vec<(String, String)> {
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            let age = if first_column {
+                cols.first()?
+            } else {
+                cols.last()?
+            };
+            Some((line.to_string(), age.to_string()))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_shows_real_ages_and_events_at_time_scale_100() {
+    kubectl_present();
+    let sim = Sim::start(SimOptions {
+        time_scale: 100.0,
+        ..SimOptions::default()
+    })
+    .await
+    .unwrap();
+    let kubectl = Kubectl::new(&sim);
+    let file = kubectl._dir.path().join("web.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: default\n\
+         spec:\n  replicas: 2\n  selector:\n    matchLabels:\n      app: web\n  template:\n    \
+         metadata:\n      labels:\n        app: web\n    spec:\n      containers:\n      - name: web\n        \
+         image: example/web:v1\n",
+    )
+    .unwrap();
+    kubectl.ok(&["apply", "-f", file.to_str().unwrap()]).await;
+    let created = std::time::Instant::now();
+    // 3 s of real time: 300 simulated seconds, which a simulated timestamp would show as 5m.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut checked = 0;
+    for args in [
+        vec!["get", "pods"],
+        vec!["get", "deploy"],
+        vec!["get", "rs"],
+        // kubectl's own printing: it computes ages from the timestamps with its clock.
+        vec!["get", "pods", "--server-print=false"],
+        vec!["get", "deploy", "--server-print=false"],
+        vec!["get", "events"],
+    ] {
+        let out = kubectl.ok(&args).await;
+        let real = created.elapsed().as_secs() + 1;
+        let rows = ages(&out, args[1] == "events");
+        assert!(!rows.is_empty(), "{args:?}: {out}");
+        for (name, age) in rows {
+            let secs = age_seconds(&age)
+                .unwrap_or_else(|| panic!("{args:?}: {name} is {age} old:\n{out}"));
+            assert!(
+                secs <= real,
+                "{args:?}: {name} is {age} old after {real} s:\n{out}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 8);
+
+    // kubectl describe lists the Deployment's events (it selects them on involvedObject.*),
+    // with real ages.
+    let out = kubectl.ok(&["describe", "deployment", "web"]).await;
+    let events = out
+        .split("Events:")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no Events section:\n{out}"));
+    let line = events
+        .lines()
+        .find(|l| l.contains("ScalingReplicaSet"))
+        .unwrap_or_else(|| panic!("no ScalingReplicaSet event:\n{out}"));
+    assert!(line.contains("deployment-controller"), "{line}");
+    assert!(
+        line.contains("Scaled up replica set web-") && line.contains(" from 0 to 2"),
+        "{line}"
+    );
+    assert!(!out.contains("<invalid>"), "{out}");
+    let age = line.split_whitespace().nth(2).unwrap();
+    assert!(
+        age_seconds(age).is_some_and(|s| s <= created.elapsed().as_secs() + 1),
+        "{line}"
+    );
+    let out = kubectl.ok(&["describe", "pods"]).await;
+    assert!(!out.contains("<invalid>"), "{out}");
+    assert!(
+        out.contains("Started container web") || out.contains("Started"),
+        "{out}"
+    );
+}

@@ -238,6 +238,15 @@ pub fn on_create(rt: &ResourceType, obj: &mut Value, _now: &str) {
             }
         }
         ("", "pods") => pod_on_create(obj),
+        ("", "events") => {
+            // A core v1 Event always shows these, empty when the reporter left them out
+            // (as the controllers' Events are recorded: eventTime null, reportingInstance
+            // ""); nobody owns them then.
+            if let Some(map) = obj.as_object_mut() {
+                map.entry("eventTime").or_insert(Value::Null);
+                map.entry("reportingInstance").or_insert_with(|| json!(""));
+            }
+        }
         ("", "services") => {
             if let Some(spec) = object_at(obj, "spec") {
                 let headless = spec.get("clusterIP").and_then(Value::as_str) == Some("None");
