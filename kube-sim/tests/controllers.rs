@@ -355,8 +355,8 @@ async fn image_words_script_the_kubelet() {
             .create(&pods(), bare_pod(name, image), "test")
             .unwrap();
     }
-    let start = cluster.clock.now();
-    let sim_elapsed = || cluster.clock.now().duration_since(start).as_secs_f64();
+    let start = cluster.clock.sim_now();
+    let sim_elapsed = || cluster.clock.sim_now().duration_since(start).as_secs_f64();
 
     wait_until("good ready", Duration::from_secs(2), || {
         let pod = store.get(&pods(), "default", "good").unwrap();
