@@ -2655,3 +2655,91 @@ async fn no_served_timestamp_is_ahead_of_the_wall_clock_at_time_scale_100() {
         "{ahead:?} ahead"
     );
 }
+
+#[tokio::test]
+async fn events_k8s_io_writes_and_watches_the_core_events() {
+    let sim = plain_sim().await;
+    let api = Api::new(&sim, 0);
+    api.create_namespace("shop").await;
+    let mut watch = api
+        .watch("/apis/events.k8s.io/v1/namespaces/shop/events?watch=true&fieldSelector=regarding.name%3Dweb")
+        .await;
+    let event = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+        "metadata": {"name": "web.1", "namespace": "shop"},
+        "eventTime": "2026-12-01T09:37:09.375700Z", "reportingController": "example.com/ci",
+        "reportingInstance": "ci-1", "action": "Deploy", "reason": "Deployed", "type": "Normal",
+        "regarding": {"kind": "Deployment", "namespace": "shop", "name": "web", "apiVersion": "apps/v1"},
+        "note": "deployed by ci"});
+    let created = api
+        .send(
+            "POST",
+            "/apis/events.k8s.io/v1/namespaces/shop/events",
+            Some(JSON),
+            event.to_string(),
+        )
+        .await;
+    assert_eq!(
+        created.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&created.body)
+    );
+    let created = created.json();
+    assert_eq!(created["apiVersion"], "events.k8s.io/v1");
+    assert_eq!(created["note"], "deployed by ci");
+    // Stored once: core v1 reads it in its own shape.
+    let core = api.get("/api/v1/namespaces/shop/events/web.1").await.json();
+    assert_eq!(core["apiVersion"], "v1");
+    assert_eq!(core["message"], "deployed by ci");
+    assert_eq!(core["involvedObject"]["name"], "web");
+    assert_eq!(core["reportingComponent"], "example.com/ci");
+    assert_eq!(core["reportingInstance"], "ci-1");
+    assert_eq!(core["action"], "Deploy");
+    assert_eq!(core["metadata"]["uid"], created["metadata"]["uid"]);
+    // The watch on events.k8s.io/v1 sees it in that shape, selected on regarding.*.
+    let added = watch.next(Duration::from_secs(5)).await.expect("an event");
+    assert_eq!(added["type"], "ADDED");
+    assert_eq!(added["object"]["apiVersion"], "events.k8s.io/v1");
+    assert_eq!(added["object"]["regarding"]["name"], "web");
+    // A merge patch through events.k8s.io/v1 patches the view.
+    let patched = api
+        .send(
+            "PATCH",
+            "/apis/events.k8s.io/v1/namespaces/shop/events/web.1",
+            Some(MERGE),
+            json!({"note": "deployed again"}).to_string(),
+        )
+        .await;
+    assert_eq!(
+        patched.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&patched.body)
+    );
+    let core = api.get("/api/v1/namespaces/shop/events/web.1").await.json();
+    assert_eq!(core["message"], "deployed again");
+    let modified = watch.next(Duration::from_secs(5)).await.expect("an event");
+    assert_eq!(modified["type"], "MODIFIED");
+    assert_eq!(modified["object"]["note"], "deployed again");
+    let deleted = api
+        .send(
+            "DELETE",
+            "/apis/events.k8s.io/v1/namespaces/shop/events/web.1",
+            None,
+            Bytes::new(),
+        )
+        .await;
+    assert_eq!(deleted.status, 200);
+    assert_eq!(
+        api.get("/api/v1/namespaces/shop/events/web.1").await.status,
+        404
+    );
+    let missing = api
+        .get("/apis/events.k8s.io/v1/namespaces/shop/events/web.1")
+        .await;
+    assert_eq!(missing.status, 404);
+    assert_eq!(
+        missing.json()["message"],
+        "events.events.k8s.io \"web.1\" not found"
+    );
+}

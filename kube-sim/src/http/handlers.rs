@@ -970,7 +970,13 @@ fn delete(
     name: &str,
 ) -> Result<Reply, ApiError> {
     let opts = delete_options(req)?;
-    let deleted = store.delete_with(rt, namespace, name, &opts)?;
+    let deleted = store.delete_with(rt, namespace, name, &opts).map_err(|e| {
+        if e.code == 404 {
+            ApiError::not_found(&info.resource_type(), name)
+        } else {
+            e
+        }
+    })?;
     if !deleted.finished {
         return Ok(Reply::ok(served(info, deleted.object)));
     }
