@@ -9,8 +9,8 @@
 //!   timestamp a client sees is ahead of the wall clock. The one exception, as on a real
 //!   server, is a graceful pod deletion's `deletionTimestamp`: the moment the grace period
 //!   ends, which at time scale `s` is `grace / s` real seconds ahead (see the store).
-//! - **Simulated time** ([`Clock::sim_now`], [`Clock::elapsed`]) starts at the wall time
-//!   (to the whole second) when the clock is made and runs `scale` times faster. The
+//! - **Simulated time** ([`Clock::sim_now`], [`Clock::elapsed`]) meets the wall time at
+//!   the clock's anchor (its start, to the whole second) and runs `scale` times faster. The
 //!   controllers and the kubelet decide in it (a 0.5 s container start, a 10 s back-off, a
 //!   600 s progress deadline are simulated spans), and [`Clock::sleep`]/[`Clock::real`] turn
 //!   its spans into real ones. The controller loop maps the timestamps it reads from
@@ -18,7 +18,8 @@
 //!   time ([`Clock::wall_of`]), keeping its own writes' simulated instants so that the
 //!   whole-second rounding of a written timestamp costs no simulated precision.
 //!
-//! With scale 1 the two timelines are the same, to the start's fraction of a second.
+//! With scale 1 the two timelines are the same (up to the drift between the system's
+//! monotonic and wall clocks).
 
 use std::time::{Duration, Instant};
 
