@@ -270,6 +270,46 @@ async fn rolling_update_stays_within_surge_and_unavailable() {
     .await;
 }
 
+/// At time scale 100 a whole wall second of a stored timestamp is 100 simulated seconds:
+/// the deadline is still kept to the simulated second (the controllers keep their own
+/// writes' simulated times), and the condition's times are wall-clock times.
+#[tokio::test]
+async fn progress_deadline_is_kept_at_time_scale_100() {
+    let cluster = start("sim-1", 100.0, vec![]);
+    let store = &cluster.store;
+    let mut dep = deployment("stuck", 1, "example/doesnotexist:v1");
+    dep["spec"]["progressDeadlineSeconds"] = json!(120);
+    store.create(&deployments(), dep, "test").unwrap();
+    let started = cluster.clock.sim_now();
+    let dep = wait_until("deadline exceeded", Duration::from_secs(10), || {
+        let dep = store.get(&deployments(), "default", "stuck").unwrap();
+        (
+            (condition(&dep, "Progressing")["reason"] == "ProgressDeadlineExceeded")
+                .then(|| dep.clone()),
+            dep["status"].to_string(),
+        )
+    })
+    .await;
+    let elapsed = cluster.clock.sim_now().duration_since(started);
+    assert!(
+        elapsed >= jiff::SignedDuration::from_secs(120),
+        "flipped after {elapsed:?} simulated"
+    );
+    // Late by scheduling only (a second of real time is 100 simulated seconds here).
+    assert!(
+        elapsed < jiff::SignedDuration::from_secs(240),
+        "flipped only after {elapsed:?} simulated"
+    );
+    let flipped: jiff::Timestamp = condition(&dep, "Progressing")["lastUpdateTime"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let now = jiff::Timestamp::now();
+    assert!(flipped <= now, "{flipped} after {now}");
+    assert!(now.duration_since(flipped) < jiff::SignedDuration::from_secs(5));
+}
+
 #[tokio::test]
 async fn progress_deadline_passes_in_simulated_time() {
     let scale = 20.0;
