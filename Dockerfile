@@ -32,13 +32,16 @@ RUN case "$TARGETARCH" in \
 
 # ---- 2. the root file system, on the target platform (git and its libraries for that arch)
 FROM debian:bookworm-slim AS rootfs
+# 1 adds git's HTTPS transport (18 MB of libcurl and its libraries), for the git fallback in
+# shallow clones; release.yml pushes that build with the tag suffix -git-https.
+ARG GIT_HTTPS=0
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN apt-get update \
     && apt-get install -y --no-install-recommends git ca-certificates busybox-static \
     && rm -rf /var/lib/apt/lists/*
 COPY dist/rootfs.sh /usr/local/bin/rootfs.sh
 COPY --from=builder /out/rollguard /out/rollguard
-RUN /usr/local/bin/rootfs.sh /rootfs /out/rollguard
+RUN GIT_HTTPS="$GIT_HTTPS" /usr/local/bin/rootfs.sh /rootfs /out/rollguard
 
 # ---- 3. the image: the assembled root and nothing else
 FROM scratch

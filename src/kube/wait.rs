@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::FailFastConfig;
 use crate::kube::apply::AppliedObject;
-use crate::kube::health::{self, RevisionSelector, Severity, Status};
+use crate::kube::health::{self, RevisionSelector, Severity, Status, str_at};
 use crate::kube::retry::{RetryBudget, with_retry};
 use crate::report::Failure;
 use crate::report::progress::WaitProgress;
@@ -69,14 +69,6 @@ fn is_workload(resource: &ApiResource) -> bool {
         && WORKLOAD_KINDS.contains(&resource.kind.as_str())
 }
 
-fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
-    let mut cur = v;
-    for p in path {
-        cur = cur.get(p)?;
-    }
-    cur.as_str()
-}
-
 /// True when `obj` has an owner reference with this uid.
 pub fn owned_by(obj: &Value, owner_uid: &str) -> bool {
     obj.pointer("/metadata/ownerReferences")
@@ -89,7 +81,7 @@ pub fn owned_by(obj: &Value, owner_uid: &str) -> bool {
 
 /// True when the pod carries every label of the workload's `spec.selector.matchLabels` and,
 /// when given, the label of the new revision.
-pub fn pod_matches(pod: &Value, workload: &Value, revision: Option<&RevisionSelector>) -> bool {
+pub fn pod_of_workload(pod: &Value, workload: &Value, revision: Option<&RevisionSelector>) -> bool {
     let labels = pod.pointer("/metadata/labels").and_then(Value::as_object);
     let has = |k: &str, v: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str) == Some(v);
     let Some(match_labels) = workload
@@ -380,7 +372,7 @@ pub async fn wait_for_rollout(
             };
             for pod in store
                 .all(pods)
-                .filter(|p| pod_matches(p, current, revision.as_ref()))
+                .filter(|p| pod_of_workload(p, current, revision.as_ref()))
             {
                 for problem in health::pod_problems(pod, &options.fail_fast) {
                     let failure = Failure {
@@ -758,16 +750,16 @@ mod tests {
         let old_pod = json!({"metadata": {"labels": {"app": "web", "pod-template-hash": "old"}}});
         let other = json!({"metadata": {"labels": {"app": "db", "pod-template-hash": "new"}}});
         let sel = RevisionSelector::PodTemplateHash("new".into());
-        assert!(pod_matches(&new_pod, &deploy, Some(&sel)));
-        assert!(!pod_matches(&old_pod, &deploy, Some(&sel)));
-        assert!(!pod_matches(&other, &deploy, Some(&sel)));
-        assert!(pod_matches(&old_pod, &deploy, None));
+        assert!(pod_of_workload(&new_pod, &deploy, Some(&sel)));
+        assert!(!pod_of_workload(&old_pod, &deploy, Some(&sel)));
+        assert!(!pod_of_workload(&other, &deploy, Some(&sel)));
+        assert!(pod_of_workload(&old_pod, &deploy, None));
         let sts_sel = RevisionSelector::ControllerRevisionHash("web-5".into());
         let sts_pod =
             json!({"metadata": {"labels": {"app": "web", "controller-revision-hash": "web-5"}}});
-        assert!(pod_matches(&sts_pod, &deploy, Some(&sts_sel)));
+        assert!(pod_of_workload(&sts_pod, &deploy, Some(&sts_sel)));
         assert!(
-            !pod_matches(&new_pod, &json!({"spec": {}}), None),
+            !pod_of_workload(&new_pod, &json!({"spec": {}}), None),
             "no selector matches nothing"
         );
     }

@@ -43,12 +43,12 @@ fn parse_here(text: &str, file: &Path) -> Result<Vec<ManifestObject>, ManifestEr
 
     let is_json = file.extension().is_some_and(|e| e == "json");
     if is_json {
-        let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+        let mut stream = serde_json::Deserializer::from_str(text).into_iter::<StrictValue>();
         loop {
             let start_line = line_of_offset(text, skip_ws(text, stream.byte_offset()));
             match stream.next() {
                 None => break,
-                Some(Ok(value)) => match yaml::json_number_problem(&value) {
+                Some(Ok(StrictValue(value))) => match yaml::json_number_problem(&value) {
                     Some(problem) => issues.push(issue(start_line, problem)),
                     None => collect(&value, start_line, None, file, &mut objects, &mut issues),
                 },
@@ -244,4 +244,68 @@ fn collect(
         body,
         source: node.map(|n| Arc::new(n.clone())),
     });
+}
+
+/// A JSON value whose objects may not repeat a key: serde_json keeps the last one silently,
+/// and the YAML reader refuses the same (a key given twice is a mistake, with its line).
+struct StrictValue(Value);
+
+impl<'de> serde::Deserialize<'de> for StrictValue {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(StrictVisitor).map(StrictValue)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> serde::de::Visitor<'de> for StrictVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(StrictValue(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let StrictValue(value) = map.next_value()?;
+            if object.insert(key.clone(), value).is_some() {
+                return Err(serde::de::Error::custom(format!(
+                    "key {key:?} is given twice in one object; keep one"
+                )));
+            }
+        }
+        Ok(Value::Object(object))
+    }
 }

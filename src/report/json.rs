@@ -16,15 +16,25 @@
 //! - `plan`? (dry runs): the plan, as `rollguard diff -o json` prints it (`plan_schema`).
 
 use super::model::Report;
+use super::plan::ChangePlan;
 use serde_json::{Value, json};
 
 /// The report as pretty-printed JSON.
 pub fn to_json(report: &Report) -> String {
+    pretty(report, &report.app)
+}
+
+/// A dry run's plan as pretty-printed JSON (`rollguard diff -o json`).
+pub fn plan_to_json(plan: &ChangePlan) -> String {
+    pretty(plan, &plan.app)
+}
+
+fn pretty(value: &impl serde::Serialize, app: &str) -> String {
     // Serializing plain data with string keys cannot fail; fall back to a minimal document anyway.
-    serde_json::to_string_pretty(report).unwrap_or_else(|e| {
+    serde_json::to_string_pretty(value).unwrap_or_else(|e| {
         format!(
             "{{\"version\":1,\"app\":{},\"error\":{}}}",
-            Value::String(report.app.clone()),
+            Value::String(app.to_string()),
             Value::String(e.to_string())
         )
     })
@@ -237,11 +247,11 @@ mod tests {
     #[test]
     fn serialized_plan_matches_schema_and_round_trips() {
         let plan = crate::report::plan::tests::sample();
-        let value: Value = serde_json::from_str(&crate::report::plan::to_json(&plan)).unwrap();
+        let value: Value = serde_json::from_str(&plan_to_json(&plan)).unwrap();
         check(&value, &crate::report::plan::plan_schema(), "$");
         assert_eq!(value["mode"], "dry-run");
         assert_eq!(value["targets"][2]["status"], "error");
-        let back: ChangePlan = serde_json::from_str(&crate::report::plan::to_json(&plan)).unwrap();
+        let back: ChangePlan = serde_json::from_str(&plan_to_json(&plan)).unwrap();
         assert_eq!(back, plan);
     }
 }

@@ -15,7 +15,7 @@ pub mod progress;
 pub mod redact;
 mod terminal;
 
-pub use json::{report_schema, to_json};
+pub use json::{plan_to_json, report_schema, to_json};
 pub use markdown::{
     COMMENT_LIMIT, FullReport, MarkdownOptions, STEP_SUMMARY_LIMIT, icon, plan_to_markdown,
     to_markdown,

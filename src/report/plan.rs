@@ -86,17 +86,6 @@ fn suffix(c: &PlannedChange) -> String {
     out
 }
 
-/// The plan as pretty-printed JSON.
-pub fn to_json(plan: &ChangePlan) -> String {
-    serde_json::to_string_pretty(plan).unwrap_or_else(|e| {
-        format!(
-            "{{\"version\":1,\"app\":{},\"error\":{}}}",
-            Value::String(plan.app.clone()),
-            Value::String(e.to_string())
-        )
-    })
-}
-
 /// JSON Schema (draft 2020-12) of the plan (`-o json`, and the report's `plan`).
 pub fn plan_schema() -> Value {
     let opt_string = json!({"type": ["string", "null"]});

@@ -115,9 +115,20 @@ pub fn decide_width(terminal_columns: Option<u16>, columns_var: Option<&str>) ->
 
 /// The width stderr's terminal reports (TIOCGWINSZ), if it is one.
 fn stderr_columns() -> Option<u16> {
-    // SAFETY: TIOCGWINSZ only writes a `winsize` into the struct we pass; fd 2 stays ours.
+    terminal_columns(libc::STDERR_FILENO)
+}
+
+/// The width of the terminal stdout is (for the final table), None when it is not one.
+pub fn stdout_columns() -> Option<usize> {
+    terminal_columns(libc::STDOUT_FILENO)
+        .filter(|&c| c > 0)
+        .map(usize::from)
+}
+
+fn terminal_columns(fd: libc::c_int) -> Option<u16> {
+    // SAFETY: TIOCGWINSZ only writes a `winsize` into the struct we pass; the fd stays ours.
     let mut size: libc::winsize = unsafe { std::mem::zeroed() };
-    let ok = unsafe { libc::ioctl(libc::STDERR_FILENO, libc::TIOCGWINSZ, &mut size) } == 0;
+    let ok = unsafe { libc::ioctl(fd, libc::TIOCGWINSZ, &mut size) } == 0;
     ok.then_some(size.ws_col)
 }
 

@@ -1,25 +1,45 @@
 //! The final table printed at the end of a run.
 
-use super::model::{Report, TargetOutcome, TargetReport, clip};
+use super::model::{Report, TargetOutcome, TargetReport, clip, clip_columns, display_width};
 use crate::util::duration::format_duration;
 
 /// The table's short reason (the reason class); the full text is in the details below it.
 const REASON_CHARS: usize = 48;
 
+/// The narrowest the reason column gets on a narrow terminal.
+const MIN_REASON_COLUMNS: usize = 12;
+
 /// A plain-text table, one row per target ([`table_row`]), the details of every failure in
 /// full, then the summary line. With `color`, what happened is colored with ANSI SGR codes;
-/// without, the output has no escape codes at all (not a TTY, or NO_COLOR set).
-pub fn to_table(report: &Report, color: bool) -> String {
+/// without, the output has no escape codes at all (not a TTY, or NO_COLOR set). With
+/// `columns` (stdout is a terminal that wide), the reason column is cut so that rows do not
+/// wrap; the details below still say every reason in full.
+pub fn to_table(report: &Report, color: bool, columns: Option<usize>) -> String {
     let headers = ["TARGET", "HAPPENED", "RUNS NOW", "DURATION", "REASON"];
-    let rows: Vec<[String; 5]> = report
+    let mut rows: Vec<[String; 5]> = report
         .targets
         .iter()
         .map(|t| table_row(report, t))
         .collect();
-    let mut widths = headers.map(|h| h.chars().count());
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
+    let widths_of = |rows: &[[String; 5]]| {
+        let mut widths = headers.map(display_width);
+        for row in rows {
+            for (w, cell) in widths.iter_mut().zip(row) {
+                *w = (*w).max(display_width(cell));
+            }
+        }
+        widths
+    };
+    let mut widths = widths_of(&rows);
+    if let Some(columns) = columns {
+        // Four columns and their two-space gaps before the reason.
+        let before: usize = widths[..4].iter().sum::<usize>() + 4 * 2;
+        let room = columns.saturating_sub(before).max(MIN_REASON_COLUMNS);
+        if widths[4] > room {
+            for row in &mut rows {
+                row[4] = clip_columns(&row[4], room);
+            }
+            widths = widths_of(&rows);
         }
     }
 
@@ -170,7 +190,7 @@ fn push_line(out: &mut String, cells: &[String], sgr: Option<&str>) {
 }
 
 fn pad(text: &str, width: usize) -> String {
-    let len = text.chars().count();
+    let len = display_width(text);
     format!("{text}{}", " ".repeat(width.saturating_sub(len)))
 }
 
@@ -215,7 +235,7 @@ us-east:
 
 shop: deployed to 1 of 2, 1 failed; us-east: ImagePullBackOff
 ";
-        assert_eq!(to_table(&sample(), false), want);
+        assert_eq!(to_table(&sample(), false, None), want);
     }
 
     #[test]
@@ -325,7 +345,7 @@ shop: deployed to 1 of 2, 1 failed; us-east: ImagePullBackOff
             ..Default::default()
         });
         let r = report(vec![us]);
-        let table = to_table(&r, false);
+        let table = to_table(&r, false, None);
         assert_eq!(table.matches(&"x".repeat(300)).count(), 1, "{table}");
         assert_eq!(table_row(&r, &r.targets[0])[4], "ScriptFailed");
     }
@@ -372,9 +392,41 @@ sa:
     }
 
     #[test]
+    fn on_a_narrow_terminal_the_reason_is_cut_to_fit() {
+        let mut r = sample();
+        r.targets[1].failures.clear();
+        r.targets[1].message =
+            Some("the pods of Deployment shop/web never became ready in 10m0s, twice".into());
+        let wide = to_table(&r, false, None);
+        // (terminal columns, widest row at most)
+        for (columns, widest) in [(200, None), (80, Some(80)), (60, Some(60)), (10, None)] {
+            let table = to_table(&r, false, Some(columns));
+            let rows: Vec<&str> = table.lines().take(1 + r.targets.len()).collect();
+            let max = rows.iter().map(|l| display_width(l)).max().unwrap();
+            let cut = rows.iter().any(|l| l.ends_with('…'));
+            match widest {
+                Some(w) => assert!(max <= w && cut, "{columns}: {max}\n{table}"),
+                // Wide enough: as without a terminal.
+                None if columns > 100 => assert_eq!(table, wide),
+                // Too narrow to help: the reason keeps 12 columns, ellipsis included.
+                None => assert!(
+                    cut && rows.iter().any(|l| l.ends_with("the pods of…")),
+                    "{columns}\n{table}"
+                ),
+            }
+            // The details below the table keep every reason in full.
+            assert_eq!(
+                table.lines().skip(1 + r.targets.len()).collect::<Vec<_>>(),
+                wide.lines().skip(1 + r.targets.len()).collect::<Vec<_>>(),
+                "{columns}"
+            );
+        }
+    }
+
+    #[test]
     fn color_only_when_asked() {
-        assert!(!to_table(&sample(), false).contains('\x1b'));
-        let colored = to_table(&sample(), true);
+        assert!(!to_table(&sample(), false, None).contains('\x1b'));
+        let colored = to_table(&sample(), true, None);
         assert!(colored.contains("\x1b[31mfailed 12 \x1b[0m"), "{colored:?}");
         assert!(colored.contains("\x1b[32mdeployed 3\x1b[0m"), "{colored:?}");
     }

@@ -14,6 +14,8 @@ pub const MAX_MANIFESTS_TOTAL: u64 = 32 * MIB;
 pub const MAX_RENDER_OUTPUT: u64 = MAX_MANIFESTS_TOTAL;
 /// rollguard.yaml.
 pub const MAX_CONFIG_FILE: u64 = MIB;
+/// A kubeconfig file: one of a thousand clusters with their certificates inline is about 5 MiB.
+pub const MAX_KUBECONFIG_FILE: u64 = 16 * MIB;
 /// Problems reported per file: the first ones, then a count (a generated file of 100,000
 /// broken documents must not print 100,000 lines).
 pub const MAX_ISSUES_PER_FILE: usize = 20;

@@ -29,6 +29,14 @@ pub enum GitError {
         dir: PathBuf,
         detail: String,
     },
+    #[error(
+        "commit {sha} is not in the clone at {dir}, and this git cannot fetch it: it has no HTTPS \
+         transport (git-remote-https; the rollguard image leaves it out unless built with \
+         GIT_HTTPS=1). Check out enough history before rollguard runs (GitLab: GIT_DEPTH: 0; \
+         actions/checkout: fetch-depth: 0; Tekton git-clone: depth \"0\"), or use the image's \
+         -git-https tag"
+    )]
+    NoHttpsTransport { sha: String, dir: PathBuf },
     #[error("git {args} failed in {dir}: {detail}")]
     Failed {
         args: String,
@@ -279,6 +287,12 @@ pub fn ensure_commit(dir: &Path, sha: &str) -> Result<(), GitError> {
     match git(dir, depth_args)? {
         Ok(_) if has_commit(dir, sha)? => return Ok(()),
         Ok(_) => tried.push("fetch succeeded but the commit is still missing".to_string()),
+        Err(e) if lacks_https_transport(&e) => {
+            return Err(GitError::NoHttpsTransport {
+                sha: sha.to_string(),
+                dir: dir.to_path_buf(),
+            });
+        }
         Err(e) => tried.push(e),
     }
     Err(GitError::Unreachable {
@@ -286,6 +300,18 @@ pub fn ensure_commit(dir: &Path, sha: &str) -> Result<(), GitError> {
         dir: dir.to_path_buf(),
         detail: tried.join("; "),
     })
+}
+
+/// True when git's stderr says that it has no helper for an http(s) remote, as git built or
+/// installed without its curl-based transport answers (the slim image's git).
+fn lacks_https_transport(stderr: &str) -> bool {
+    [
+        "'remote-https' is not a git command",
+        "'remote-http' is not a git command",
+    ]
+    .iter()
+    .any(|m| stderr.contains(m))
+        || stderr.contains("Unable to find remote helper for 'http")
 }
 
 /// The files of one commit, in a temporary worktree removed on drop.
@@ -453,6 +479,25 @@ mod tests {
         let err = Checkout::at(&clone, missing).unwrap_err();
         assert!(matches!(err, GitError::Unreachable { .. }), "{err}");
         assert!(err.to_string().contains(missing));
+    }
+
+    #[test]
+    fn a_git_without_https_transport_is_told_apart() {
+        for (stderr, lacks) in [
+            (
+                "git: 'remote-https' is not a git command. See 'git --help'.\nfatal: remote helper 'https' aborted session",
+                true,
+            ),
+            ("git: 'remote-http' is not a git command.", true),
+            ("fatal: Unable to find remote helper for 'https'", true),
+            (
+                "fatal: unable to access 'https://localhost:1/x.git/': Failed to connect to localhost port 1",
+                false,
+            ),
+            ("fatal: remote error: upload-pack: not our ref abc", false),
+        ] {
+            assert_eq!(lacks_https_transport(stderr), lacks, "{stderr}");
+        }
     }
 
     #[test]

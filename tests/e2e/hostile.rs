@@ -54,6 +54,24 @@ async fn hostile_manifests_are_bad_input_with_file_and_line_and_zero_writes() {
         assert_eq!(env.writes(1), 0, "{what}: sim-1 got a write");
     }
 
+    // JSON too: serde_json would keep the last of two equal keys silently.
+    std::fs::remove_file(env.path("k8s/x.yaml")).unwrap();
+    env.write(
+        "k8s/x.json",
+        "{\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\",\n \"metadata\": {\"name\": \"a\",\n  \"name\": \"b\"}}\n",
+    );
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 2, "{}", run.output());
+    assert!(
+        run.stderr.contains(
+            "k8s/x.json:3: not valid JSON: key \"name\" is given twice in one object; keep one"
+        ),
+        "{}",
+        run.output()
+    );
+    assert_eq!(env.writes(1), 0);
+    std::fs::remove_file(env.path("k8s/x.json")).unwrap();
+
     // 200 MB: refused from its size (sparse: nothing to read anyway).
     let big = std::fs::File::create(env.path("k8s/x.yaml")).unwrap();
     big.set_len(200 * 1024 * 1024).unwrap();

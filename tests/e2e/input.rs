@@ -155,6 +155,11 @@ async fn bad_access_on_one_target_is_bad_input_with_zero_writes() {
         "nouser.kubeconfig",
         &kubeconfig_with_user("    token: abc\n").replace("user: u}", "user: ghost}"),
     );
+    // 200 MB (sparse): refused from its size before kube reads it into memory.
+    std::fs::File::create(env.path("huge.kubeconfig"))
+        .unwrap()
+        .set_len(200 * 1024 * 1024)
+        .unwrap();
     let good = "  - name: eu\n    context: sim-1\n  - name: ap\n    context: sim-3\n";
     // (the bad target's entry, what the message must say)
     let cases = [
@@ -178,6 +183,10 @@ async fn bad_access_on_one_target_is_bad_input_with_zero_writes() {
         (
             "    kubeconfig: nouser.kubeconfig\n",
             "names user \"ghost\", which is not in kubeconfig",
+        ),
+        (
+            "    kubeconfig: huge.kubeconfig\n",
+            "huge.kubeconfig is 200 MiB, over the 16 MiB cap on a kubeconfig file: is it the right file?",
         ),
     ];
     for (entry, want) in cases {

@@ -452,4 +452,56 @@ async fn runtime_root_git_fallback_fetches_a_commit_into_a_shallow_clone() {
         "git in the runtime root fetched {v1} into the shallow clone:\n{out}"
     );
     assert_eq!(image(&web(&env, 1).await), GOOD, "{out}");
+
+    // The default image's git has no HTTPS transport: a commit only an https origin has is
+    // refused with what to do, not with git's "'remote-https' is not a git command".
+    std::fs::write(repo.join("k8s/app.yaml"), small_app("example.com/web:v4")).expect("write");
+    git(&repo, &["commit", "-qam", "v4"]);
+    let v4 = git(&repo, &["rev-parse", "HEAD"]);
+    git(
+        &work.dir.path().join("ci"),
+        &["remote", "set-url", "origin", "https://localhost:1/app.git"],
+    );
+    if root.join("usr/lib/git-core/git-remote-https").exists() {
+        return; // the -git-https root: runtime_root_https_git_loads_its_transport covers it
+    }
+    let (code, out) = finish(run(format!("rollguard rollback --from-git {v4} --yes"))).await;
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        out.contains(&format!("commit {v4} is not in the clone at"))
+            && out.contains("this git cannot fetch it: it has no HTTPS transport")
+            && out.contains("GIT_DEPTH: 0"),
+        "{out}"
+    );
+    assert!(!out.contains("is not a git command"), "{out}");
+}
+
+/// The -git-https image's root (GIT_HTTPS=1 dist/rootfs.sh, in `ROLLGUARD_RUNTIME_ROOT_GIT_HTTPS`):
+/// git's curl transport and its two dozen libraries load in the empty root, as the image's uid,
+/// and reach the network: an https remote nobody listens on fails to connect, not for a
+/// missing helper or library.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runtime_root_https_git_loads_its_transport() {
+    const HTTPS_ROOT_ENV: &str = "ROLLGUARD_RUNTIME_ROOT_GIT_HTTPS";
+    let Some(root) = std::env::var_os(HTTPS_ROOT_ENV).filter(|v| !v.is_empty()) else {
+        println!(
+            "skipped: {HTTPS_ROOT_ENV} not set (.ci/run sets it to a root built by GIT_HTTPS=1 dist/rootfs.sh)"
+        );
+        return;
+    };
+    let root = PathBuf::from(root);
+    assert!(
+        root.join("usr/lib/git-core/git-remote-https").exists(),
+        "{} was not built with GIT_HTTPS=1",
+        root.display()
+    );
+    let env = TestEnv::start(1, "").await;
+    let work = Work::new(&root, &env, 1);
+    let args = ["/usr/bin/git", "ls-remote", "https://localhost:1/app.git"].map(String::from);
+    let (code, out) = finish(work.spawn(&root, &args)).await;
+    assert_eq!(code, 128, "{out}");
+    assert!(
+        out.contains("Failed to connect to localhost port 1"),
+        "{out}"
+    );
 }
