@@ -32,7 +32,7 @@ use serde_json::Value;
 
 use super::json::{Obj, Result, Zero, unconverted};
 use super::meta::{bytes_map, int_or_string, label_selector, object_meta, quantities};
-use super::pod::{local_object_reference, pod_template_spec};
+use super::pod::{local_object_reference, pod_template_spec, template_metadata};
 
 /// Each `(field, empty)` of a status: a create ignores status, so only an empty one passes.
 fn empty_status(fields: &[(&str, bool)]) -> Result<()> {
@@ -337,7 +337,7 @@ pub fn cron_job(c: CronJob) -> Result<Value> {
         o.msg(p, "jobTemplate", job_template, |t: JobTemplateSpec, p| {
             let JobTemplateSpec { metadata, spec } = t;
             let mut o = Obj::new();
-            o.msg(p, "metadata", metadata, object_meta)?;
+            template_metadata(&mut o, p, metadata)?;
             o.msg(p, "spec", spec, job_spec)?;
             Ok(o.done())
         })?;

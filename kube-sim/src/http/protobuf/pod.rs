@@ -11,6 +11,7 @@ use k8s_pb::api::core::v1::{
     SeccompProfile, SecretEnvSource, SecretKeySelector, SecretVolumeSource, SecurityContext,
     TcpSocketAction, Toleration, Volume, VolumeMount, VolumeSource,
 };
+use k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
 use super::json::{Obj, Result, Zero, unconverted};
@@ -19,9 +20,22 @@ use super::meta::{int_or_string, object_meta, quantities, quantity};
 pub fn pod_template_spec(t: PodTemplateSpec, path: &str) -> Result<Value> {
     let PodTemplateSpec { metadata, spec } = t;
     let mut o = Obj::new();
-    o.msg(path, "metadata", metadata, object_meta)?;
+    template_metadata(&mut o, path, metadata)?;
     o.msg(path, "spec", spec, pod_spec)?;
     Ok(o.done())
+}
+
+/// The metadata of a template: left out when empty, as the real server does (recording 14:
+/// kubectl sends `kubectl create job`'s empty template metadata, and kubectl-create's
+/// managed fields have no `f:metadata` for it).
+pub fn template_metadata(o: &mut Obj, path: &str, metadata: Option<ObjectMeta>) -> Result<()> {
+    if let Some(m) = metadata {
+        let m = object_meta(m, &super::json::join(path, "metadata"))?;
+        if m.as_object().is_some_and(|m| !m.is_empty()) {
+            o.put("metadata", m);
+        }
+    }
+    Ok(())
 }
 
 pub fn pod_spec(s: PodSpec, p: &str) -> Result<Value> {
