@@ -479,7 +479,13 @@ async fn kubectl_create_of_each_kind_goes_through_protobuf() {
     kubectl.ok(&["create", "namespace", "p"]).await;
     let cases: &[(&[&str], &str)] = &[
         (
-            &["deployment", "web", "--image=example/web:v1", "--replicas=0", "--port=8080"],
+            &[
+                "deployment",
+                "web",
+                "--image=example/web:v1",
+                "--replicas=0",
+                "--port=8080",
+            ],
             "deployment.apps/web created",
         ),
         (
@@ -487,7 +493,13 @@ async fn kubectl_create_of_each_kind_goes_through_protobuf() {
             "job.batch/j created",
         ),
         (
-            &["cronjob", "c", "--image=example/job:v1", "--schedule=*/5 * * * *", "--restart=OnFailure"],
+            &[
+                "cronjob",
+                "c",
+                "--image=example/job:v1",
+                "--schedule=*/5 * * * *",
+                "--restart=OnFailure",
+            ],
             "cronjob.batch/c created",
         ),
         (
@@ -499,39 +511,85 @@ async fn kubectl_create_of_each_kind_goes_through_protobuf() {
             "service/np created",
         ),
         (
-            &["role", "r", "--verb=get,list", "--resource=pods,deployments.apps"],
+            &[
+                "role",
+                "r",
+                "--verb=get,list",
+                "--resource=pods,deployments.apps",
+            ],
             "role.rbac.authorization.k8s.io/r created",
         ),
         (
-            &["rolebinding", "rb", "--role=r", "--user=alice", "--serviceaccount=p:default"],
+            &[
+                "rolebinding",
+                "rb",
+                "--role=r",
+                "--user=alice",
+                "--serviceaccount=p:default",
+            ],
             "rolebinding.rbac.authorization.k8s.io/rb created",
         ),
         (
-            &["clusterrole", "cr", "--verb=get", "--non-resource-url=/healthz"],
+            &[
+                "clusterrole",
+                "cr",
+                "--verb=get",
+                "--non-resource-url=/healthz",
+            ],
             "clusterrole.rbac.authorization.k8s.io/cr created",
         ),
         (
-            &["clusterrole", "agg", "--aggregation-rule=rbac.example.com/aggregate=true"],
+            &[
+                "clusterrole",
+                "agg",
+                "--aggregation-rule=rbac.example.com/aggregate=true",
+            ],
             "clusterrole.rbac.authorization.k8s.io/agg created",
         ),
         (
-            &["clusterrolebinding", "crb", "--clusterrole=cr", "--group=devs"],
+            &[
+                "clusterrolebinding",
+                "crb",
+                "--clusterrole=cr",
+                "--group=devs",
+            ],
             "clusterrolebinding.rbac.authorization.k8s.io/crb created",
         ),
         (
-            &["priorityclass", "high", "--value=1000", "--description=important"],
+            &[
+                "priorityclass",
+                "high",
+                "--value=1000",
+                "--description=important",
+            ],
             "priorityclass.scheduling.k8s.io/high created",
         ),
         (
-            &["poddisruptionbudget", "pdb", "--selector=app=web", "--min-available=50%"],
+            &[
+                "poddisruptionbudget",
+                "pdb",
+                "--selector=app=web",
+                "--min-available=50%",
+            ],
             "poddisruptionbudget.policy/pdb created",
         ),
         (
-            &["ingress", "ing", "--class=nginx", "--rule=foo.com/bar*=s:80,tls=cert", "--annotation=a=b"],
+            &[
+                "ingress",
+                "ing",
+                "--class=nginx",
+                "--rule=foo.com/bar*=s:80,tls=cert",
+                "--annotation=a=b",
+            ],
             "ingress.networking.k8s.io/ing created",
         ),
         (
-            &["quota", "q", "--hard=cpu=1,memory=1Gi,pods=10", "--scopes=NotBestEffort"],
+            &[
+                "quota",
+                "q",
+                "--hard=cpu=1,memory=1Gi,pods=10",
+                "--scopes=NotBestEffort",
+            ],
             "resourcequota/q created",
         ),
         (&["serviceaccount", "sa"], "serviceaccount/sa created"),
@@ -564,7 +622,9 @@ async fn kubectl_create_of_each_kind_goes_through_protobuf() {
     let get = |kind: &'static str, name: &'static str| {
         let kubectl = &kubectl;
         async move {
-            let text = kubectl.ok(&["-n", "p", "get", kind, name, "-o", "json"]).await;
+            let text = kubectl
+                .ok(&["-n", "p", "get", kind, name, "-o", "json"])
+                .await;
             serde_json::from_str::<Value>(&text).unwrap()
         }
     };
@@ -582,7 +642,10 @@ async fn kubectl_create_of_each_kind_goes_through_protobuf() {
     let c = &j["spec"]["template"]["spec"];
     assert_eq!(c["restartPolicy"], "Never");
     assert_eq!(c["containers"][0]["name"], "j");
-    assert_eq!(c["containers"][0]["command"], serde_json::json!(["date", "-u"]));
+    assert_eq!(
+        c["containers"][0]["command"],
+        serde_json::json!(["date", "-u"])
+    );
 
     let cj = get("cronjob", "c").await;
     assert_eq!(cj["spec"]["schedule"], "*/5 * * * *");
@@ -599,7 +662,10 @@ async fn kubectl_create_of_each_kind_goes_through_protobuf() {
     assert_eq!(s["spec"]["selector"]["app"], "s");
     let np = get("service", "np").await;
     assert_eq!(np["spec"]["type"], "NodePort");
-    assert_eq!(np["spec"]["ports"][0]["targetPort"], "https", "a named target port");
+    assert_eq!(
+        np["spec"]["ports"][0]["targetPort"], "https",
+        "a named target port"
+    );
 
     let r = get("role", "r").await;
     assert_eq!(r["rules"][0]["verbs"], serde_json::json!(["get", "list"]));
@@ -611,15 +677,15 @@ async fn kubectl_create_of_each_kind_goes_through_protobuf() {
             let groups = rule["apiGroups"].as_array().cloned().unwrap_or_default();
             let names = rule["resources"].as_array().cloned().unwrap_or_default();
             groups.into_iter().flat_map(move |g| {
-                names
-                    .clone()
-                    .into_iter()
-                    .map(move |n| format!("{}/{}", g.as_str().unwrap_or(""), n.as_str().unwrap_or("")))
+                names.clone().into_iter().map(move |n| {
+                    format!("{}/{}", g.as_str().unwrap_or(""), n.as_str().unwrap_or(""))
+                })
             })
         })
         .collect();
     assert!(
-        resources.contains(&"/pods".to_string()) && resources.contains(&"apps/deployments".to_string()),
+        resources.contains(&"/pods".to_string())
+            && resources.contains(&"apps/deployments".to_string()),
         "{resources:?}"
     );
     let rb = get("rolebinding", "rb").await;
@@ -628,13 +694,22 @@ async fn kubectl_create_of_each_kind_goes_through_protobuf() {
         serde_json::json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r"})
     );
     let subjects = rb["subjects"].as_array().unwrap();
-    assert!(subjects.iter().any(|s| s["kind"] == "User" && s["name"] == "alice"));
-    assert!(subjects.iter().any(|s| s["kind"] == "ServiceAccount"
-        && s["name"] == "default"
-        && s["namespace"] == "p"));
+    assert!(
+        subjects
+            .iter()
+            .any(|s| s["kind"] == "User" && s["name"] == "alice")
+    );
+    assert!(
+        subjects.iter().any(|s| s["kind"] == "ServiceAccount"
+            && s["name"] == "default"
+            && s["namespace"] == "p")
+    );
 
     let cr = get("clusterrole", "cr").await;
-    assert_eq!(cr["rules"][0]["nonResourceURLs"], serde_json::json!(["/healthz"]));
+    assert_eq!(
+        cr["rules"][0]["nonResourceURLs"],
+        serde_json::json!(["/healthz"])
+    );
     let agg = get("clusterrole", "agg").await;
     assert_eq!(
         agg["aggregationRule"]["clusterRoleSelectors"][0]["matchLabels"]["rbac.example.com/aggregate"],

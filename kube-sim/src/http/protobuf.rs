@@ -111,8 +111,7 @@ pub fn decode(body: &[u8], api_version: &str, kind: &str) -> Result<Value, Refus
 
 /// Decodes one message and checks that it holds everything the bytes carried.
 fn read<T: Message + Default>(bytes: &[u8], what: &str) -> Result<T, Refusal> {
-    let message =
-        T::decode(bytes).map_err(|e| Refusal::Malformed(format!("{what}: {e}")))?;
+    let message = T::decode(bytes).map_err(|e| Refusal::Malformed(format!("{what}: {e}")))?;
     nothing_dropped(bytes, &message.encode_to_vec(), what)?;
     Ok(message)
 }
@@ -124,8 +123,12 @@ fn read<T: Message + Default>(bytes: &[u8], what: &str) -> Result<T, Refusal> {
 /// field and prost leaves out empty map keys and values, and they carry nothing anyway.
 fn nothing_dropped(original: &[u8], again: &[u8], what: &str) -> Result<(), Refusal> {
     let (mut a, mut b) = (Vec::new(), Vec::new());
-    walk(original, &mut Vec::new(), &mut |path, leaf| a.push(leaf_hash(path, leaf)));
-    walk(again, &mut Vec::new(), &mut |path, leaf| b.push(leaf_hash(path, leaf)));
+    walk(original, &mut Vec::new(), &mut |path, leaf| {
+        a.push(leaf_hash(path, leaf))
+    });
+    walk(again, &mut Vec::new(), &mut |path, leaf| {
+        b.push(leaf_hash(path, leaf))
+    });
     a.sort_unstable();
     b.sort_unstable();
     if a == b {

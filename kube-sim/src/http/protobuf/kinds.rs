@@ -42,7 +42,9 @@ fn empty_status(fields: &[(&str, bool)]) -> Result<()> {
     Ok(())
 }
 
-fn with_metadata(metadata: Option<k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta>) -> Result<Obj> {
+fn with_metadata(
+    metadata: Option<k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta>,
+) -> Result<Obj> {
     let mut o = Obj::new();
     o.msg("", "metadata", metadata, object_meta)?;
     Ok(o)
@@ -128,7 +130,12 @@ pub fn service_account(s: ServiceAccount) -> Result<Value> {
         o.str("fieldPath", field_path);
         Ok(o.done())
     })?;
-    o.list("", "imagePullSecrets", image_pull_secrets, local_object_reference)?;
+    o.list(
+        "",
+        "imagePullSecrets",
+        image_pull_secrets,
+        local_object_reference,
+    )?;
     o.bool_ptr(
         "automountServiceAccountToken",
         automount_service_account_token,
@@ -453,7 +460,7 @@ fn service_port(s: ServicePort, p: &str) -> Result<Value> {
     // port, as it does for an absent one; so the zero is left out.
     if let Some(t) = target_port {
         let t = int_or_string(t, &super::json::join(p, "targetPort"))?;
-        if t != Value::from(0) {
+        if t != 0 {
             o.put("targetPort", t);
         }
     }
@@ -530,7 +537,12 @@ pub fn cluster_role(r: ClusterRole) -> Result<Value> {
                 cluster_role_selectors,
             } = a;
             let mut o = Obj::new();
-            o.list(p, "clusterRoleSelectors", cluster_role_selectors, label_selector)?;
+            o.list(
+                p,
+                "clusterRoleSelectors",
+                cluster_role_selectors,
+                label_selector,
+            )?;
             Ok(o.done())
         },
     )?;
@@ -702,18 +714,23 @@ fn ingress_backend(b: IngressBackend, p: &str) -> Result<Value> {
         })?;
         Ok(o.done())
     })?;
-    o.msg(p, "resource", resource, |r: TypedLocalObjectReference, _| {
-        let TypedLocalObjectReference {
-            api_group,
-            kind,
-            name,
-        } = r;
-        let mut o = Obj::new();
-        o.str_ptr("apiGroup", api_group);
-        o.str_always("kind", kind);
-        o.str_always("name", name);
-        Ok(o.done())
-    })?;
+    o.msg(
+        p,
+        "resource",
+        resource,
+        |r: TypedLocalObjectReference, _| {
+            let TypedLocalObjectReference {
+                api_group,
+                kind,
+                name,
+            } = r;
+            let mut o = Obj::new();
+            o.str_ptr("apiGroup", api_group);
+            o.str_always("kind", kind);
+            o.str_always("name", name);
+            Ok(o.done())
+        },
+    )?;
     Ok(o.done())
 }
 
@@ -734,7 +751,7 @@ pub fn resource_quota(q: ResourceQuota) -> Result<Value> {
             scope_selector,
         } = s;
         let mut o = Obj::new();
-        quantities(&mut o, p, "hard", hard);
+        quantities(&mut o, "hard", hard);
         o.strs("scopes", scopes);
         o.msg(p, "scopeSelector", scope_selector, |s: ScopeSelector, p| {
             let ScopeSelector { match_expressions } = s;

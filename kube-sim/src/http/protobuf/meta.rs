@@ -133,22 +133,23 @@ pub fn int_or_string(v: IntOrString, path: &str) -> Result<Value> {
 }
 
 pub fn quantity(q: Quantity, _path: &str) -> Result<Value> {
+    Ok(quantity_value(q))
+}
+
+/// A Quantity's JSON form: its string.
+fn quantity_value(q: Quantity) -> Value {
     let Quantity { string } = q;
-    Ok(json!(string.unwrap_or_default()))
+    json!(string.unwrap_or_default())
 }
 
 /// A `map<string, Quantity>` (resource lists), with `omitempty`.
-pub fn quantities(o: &mut Obj, path: &str, key: &str, map: BTreeMap<String, Quantity>) {
+pub fn quantities(o: &mut Obj, key: &str, map: BTreeMap<String, Quantity>) {
     if map.is_empty() {
         return;
     }
-    let base = join(path, key);
     let m: Map<String, Value> = map
         .into_iter()
-        .map(|(k, q)| {
-            let v = quantity(q, &base).unwrap_or(Value::Null);
-            (k, v)
-        })
+        .map(|(k, q)| (k, quantity_value(q)))
         .collect();
     o.put(key, Value::Object(m));
 }

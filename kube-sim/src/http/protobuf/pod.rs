@@ -121,7 +121,12 @@ pub fn pod_spec(s: PodSpec, p: &str) -> Result<Value> {
     o.bool("hostIPC", host_ipc);
     o.bool_ptr("shareProcessNamespace", share_process_namespace);
     o.msg(p, "securityContext", security_context, pod_security_context)?;
-    o.list(p, "imagePullSecrets", image_pull_secrets, local_object_reference)?;
+    o.list(
+        p,
+        "imagePullSecrets",
+        image_pull_secrets,
+        local_object_reference,
+    )?;
     o.str("hostname", hostname);
     o.str("subdomain", subdomain);
     o.str("schedulerName", scheduler_name);
@@ -131,7 +136,7 @@ pub fn pod_spec(s: PodSpec, p: &str) -> Result<Value> {
     o.str_ptr("runtimeClassName", runtime_class_name);
     o.bool_ptr("enableServiceLinks", enable_service_links);
     o.str_ptr("preemptionPolicy", preemption_policy);
-    quantities(&mut o, p, "overhead", overhead);
+    quantities(&mut o, "overhead", overhead);
     o.bool_ptr("setHostnameAsFQDN", set_hostname_as_fqdn);
     o.bool_ptr("hostUsers", host_users);
     o.msg(p, "resources", resources, resource_requirements)?;
@@ -318,16 +323,21 @@ fn env_from_source(e: EnvFromSource, p: &str) -> Result<Value> {
     } = e;
     let mut o = Obj::new();
     o.str("prefix", prefix);
-    o.msg(p, "configMapRef", config_map_ref, |r: ConfigMapEnvSource, _| {
-        let ConfigMapEnvSource {
-            local_object_reference,
-            optional,
-        } = r;
-        let mut o = Obj::new();
-        inline_name(&mut o, local_object_reference);
-        o.bool_ptr("optional", optional);
-        Ok(o.done())
-    })?;
+    o.msg(
+        p,
+        "configMapRef",
+        config_map_ref,
+        |r: ConfigMapEnvSource, _| {
+            let ConfigMapEnvSource {
+                local_object_reference,
+                optional,
+            } = r;
+            let mut o = Obj::new();
+            inline_name(&mut o, local_object_reference);
+            o.bool_ptr("optional", optional);
+            Ok(o.done())
+        },
+    )?;
     o.msg(p, "secretRef", secret_ref, |r: SecretEnvSource, _| {
         let SecretEnvSource {
             local_object_reference,
@@ -408,18 +418,23 @@ fn env_var_source(s: EnvVarSource, p: &str) -> Result<Value> {
             Ok(o.done())
         },
     )?;
-    o.msg(p, "secretKeyRef", secret_key_ref, |k: SecretKeySelector, _| {
-        let SecretKeySelector {
-            local_object_reference,
-            key,
-            optional,
-        } = k;
-        let mut o = Obj::new();
-        inline_name(&mut o, local_object_reference);
-        o.str_always("key", key);
-        o.bool_ptr("optional", optional);
-        Ok(o.done())
-    })?;
+    o.msg(
+        p,
+        "secretKeyRef",
+        secret_key_ref,
+        |k: SecretKeySelector, _| {
+            let SecretKeySelector {
+                local_object_reference,
+                key,
+                optional,
+            } = k;
+            let mut o = Obj::new();
+            inline_name(&mut o, local_object_reference);
+            o.str_always("key", key);
+            o.bool_ptr("optional", optional);
+            Ok(o.done())
+        },
+    )?;
     Ok(o.done())
 }
 
@@ -431,8 +446,8 @@ pub fn resource_requirements(r: ResourceRequirements, p: &str) -> Result<Value> 
     } = r;
     unconverted(p, "claims", claims.is_zero())?;
     let mut o = Obj::new();
-    quantities(&mut o, p, "limits", limits);
-    quantities(&mut o, p, "requests", requests);
+    quantities(&mut o, "limits", limits);
+    quantities(&mut o, "requests", requests);
     Ok(o.done())
 }
 
