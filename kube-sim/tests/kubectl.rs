@@ -647,6 +647,19 @@ async fn kubectl_create_of_each_kind_goes_through_protobuf() {
         serde_json::json!(["date", "-u"])
     );
 
+    // A Job made from the CronJob carries an owner reference and an annotation.
+    let out = kubectl
+        .ok(&["-n", "p", "create", "job", "from-c", "--from=cronjob/c"])
+        .await;
+    assert_eq!(out.trim(), "job.batch/from-c created");
+    let from = get("job", "from-c").await;
+    assert_eq!(from["metadata"]["ownerReferences"][0]["kind"], "CronJob");
+    assert_eq!(from["metadata"]["ownerReferences"][0]["name"], "c");
+    assert_eq!(
+        from["metadata"]["annotations"]["cronjob.kubernetes.io/instantiate"],
+        "manual"
+    );
+
     let cj = get("cronjob", "c").await;
     assert_eq!(cj["spec"]["schedule"], "*/5 * * * *");
     let t = &cj["spec"]["jobTemplate"]["spec"]["template"]["spec"];

@@ -17,9 +17,6 @@ mod kinds;
 mod meta;
 mod pod;
 
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
-
 use k8s_pb::apimachinery::pkg::runtime::{TypeMeta, Unknown};
 use prost::Message;
 use serde_json::{Value, json};
@@ -117,90 +114,93 @@ fn read<T: Message + Default>(bytes: &[u8], what: &str) -> Result<T, Refusal> {
 }
 
 /// prost skips the fields a message definition does not have. So that none is lost without a
-/// word, the decoded message is encoded again and both encodings are compared leaf by leaf
-/// (every length-delimited field that parses as a message is walked into, on both sides
-/// alike); empty leaves are left out, because Go writes the zero value of every non-pointer
-/// field and prost leaves out empty map keys and values, and they carry nothing anyway.
+/// word, the decoded message is encoded again and both encodings are compared: bytes that
+/// are the same are the same, and where they differ, both are read as messages and compared
+/// field by field, down to the leaf that one has and the other lacks. Empty fields are left
+/// out on both sides, because Go writes the zero value of every non-pointer field while
+/// prost leaves out empty map keys and values, and they carry nothing anyway.
 fn nothing_dropped(original: &[u8], again: &[u8], what: &str) -> Result<(), Refusal> {
-    let (mut a, mut b) = (Vec::new(), Vec::new());
-    walk(original, &mut Vec::new(), &mut |path, leaf| {
-        a.push(leaf_hash(path, leaf))
-    });
-    walk(again, &mut Vec::new(), &mut |path, leaf| {
-        b.push(leaf_hash(path, leaf))
-    });
-    a.sort_unstable();
-    b.sort_unstable();
-    if a == b {
+    let mut path = Vec::new();
+    if same(original, again, &mut path) {
         return Ok(());
     }
-    // One leaf of the body that the decoded message lacks, to name it.
-    let mut extra = None;
-    let (mut i, mut j) = (0, 0);
-    while i < a.len() {
-        if j < b.len() && a[i] == b[j] {
-            i += 1;
-            j += 1;
-        } else if j < b.len() && b[j] < a[i] {
-            j += 1;
-        } else {
-            extra = Some(a[i]);
-            break;
-        }
-    }
-    let mut found = None;
-    if let Some(h) = extra {
-        walk(original, &mut Vec::new(), &mut |path, leaf| {
-            if found.is_none() && leaf_hash(path, leaf) == h {
-                found = Some(
-                    path.iter()
-                        .map(u64::to_string)
-                        .collect::<Vec<_>>()
-                        .join("."),
-                );
-            }
-        });
-    }
+    let path = path
+        .iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(".");
     Err(Refusal::Unsupported(format!(
-        "{what} carries a field (field numbers from the object down: {}) that kube-sim's \
+        "{what} carries a field (field numbers from the object down: {path}) that kube-sim's \
          Kubernetes protobuf definitions (k8s-pb 0.9.0) do not have, or carries one twice; \
-         send this object as JSON",
-        found.unwrap_or_else(|| "unknown".into())
+         send this object as JSON"
     )))
 }
 
-/// How deep `walk` goes into nested messages (prost's own recursion limit).
+/// How deep the comparison goes into nested messages (prost's own recursion limit).
 const MAX_DEPTH: usize = 100;
 
-/// Calls `leaf` for each non-empty leaf field of a message, with its path of field numbers.
-fn walk(bytes: &[u8], path: &mut Vec<u64>, leaf: &mut dyn FnMut(&[u64], &[u8])) {
-    let Some(list) = fields(bytes) else {
-        leaf(path, bytes);
-        return;
+/// Whether two encodings carry the same non-empty fields. When not, `path` is left at the
+/// field numbers of the first difference.
+fn same(a: &[u8], b: &[u8], path: &mut Vec<u64>) -> bool {
+    if a == b {
+        return true;
+    }
+    if path.len() >= MAX_DEPTH {
+        return false;
+    }
+    let (Some(fa), Some(fb)) = (fields(a), fields(b)) else {
+        return false;
     };
-    for (number, wire, payload) in list {
+    let keep = |f: &(u64, u8, &[u8])| !empty(f.1, f.2, path.len());
+    let (fa, fb): (Vec<_>, Vec<_>) = (
+        fa.into_iter().filter(keep).collect(),
+        fb.into_iter().filter(keep).collect(),
+    );
+    let mut numbers: Vec<u64> = fa.iter().chain(&fb).map(|f| f.0).collect();
+    numbers.sort_unstable();
+    numbers.dedup();
+    for number in numbers {
+        let la: Vec<_> = fa.iter().filter(|f| f.0 == number).collect();
+        let mut lb: Vec<Option<_>> = fb.iter().filter(|f| f.0 == number).map(Some).collect();
         path.push(number);
-        let empty = match wire {
-            0 => payload.iter().all(|b| *b & 0x7f == 0),
-            1 | 5 => payload.iter().all(|b| *b == 0),
-            _ => payload.is_empty(),
-        };
-        if !empty {
-            if wire == 2 && path.len() < MAX_DEPTH && fields(payload).is_some() {
-                walk(payload, path, leaf);
-            } else {
-                leaf(path, payload);
+        if la.len() != lb.len() {
+            return false;
+        }
+        // Repeated fields and map entries come in the same order from Go and from prost;
+        // any other order is matched entry by entry.
+        for (i, x) in la.iter().enumerate() {
+            let matches = |y: &(u64, u8, &[u8]), path: &mut Vec<u64>| {
+                x.1 == y.1 && (x.2 == y.2 || (x.1 == 2 && same(x.2, y.2, path)))
+            };
+            let found = (i..lb.len())
+                .chain(0..i)
+                .find(|&j| lb[j].is_some_and(|y| matches(y, &mut path.clone())));
+            match found {
+                Some(j) => lb[j] = None,
+                None => {
+                    // Compared again on `path` itself, so that it ends at the difference.
+                    if let Some(Some(y)) = lb.get(i) {
+                        matches(y, path);
+                    }
+                    return false;
+                }
             }
         }
         path.pop();
     }
+    true
 }
 
-fn leaf_hash(path: &[u64], payload: &[u8]) -> u64 {
-    let mut h = DefaultHasher::new();
-    path.hash(&mut h);
-    payload.hash(&mut h);
-    h.finish()
+/// Whether a field carries nothing: a zero number, an empty string, or a message whose
+/// fields all carry nothing.
+fn empty(wire: u8, payload: &[u8], depth: usize) -> bool {
+    match wire {
+        0 => payload.iter().all(|b| *b & 0x7f == 0),
+        1 | 5 => payload.iter().all(|b| *b == 0),
+        _ if payload.is_empty() => true,
+        _ if depth >= MAX_DEPTH => false,
+        _ => fields(payload).is_some_and(|list| list.iter().all(|f| empty(f.1, f.2, depth + 1))),
+    }
 }
 
 /// The fields of a message as (number, wire type, payload), or None when the bytes are not

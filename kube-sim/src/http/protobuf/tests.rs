@@ -369,3 +369,61 @@ fn truncated_and_garbled_bodies_never_panic() {
     }
     let _ = decode(&[MAGIC, &deep].concat(), "v1", "Namespace");
 }
+
+/// A body near the server's 3 MiB limit decodes, and the check that nothing was dropped
+/// stays cheap (run with --nocapture to see the time).
+#[test]
+fn a_large_configmap_decodes() {
+    let data = (0..2500)
+        .map(|i| (format!("key-{i}"), "x".repeat(1000)))
+        .collect();
+    let cm = ConfigMap {
+        metadata: Some(meta("big")),
+        data,
+        ..ConfigMap::default()
+    };
+    let bytes = body("v1", "ConfigMap", &cm);
+    let started = std::time::Instant::now();
+    let v = decode(&bytes, "v1", "ConfigMap").unwrap();
+    eprintln!("decoded {} bytes in {:?}", bytes.len(), started.elapsed());
+    assert_eq!(v["data"].as_object().map(|m| m.len()), Some(2500));
+}
+
+fn envelope_of(raw: Vec<u8>) -> Vec<u8> {
+    let envelope = Unknown {
+        raw: Some(raw),
+        ..Unknown::default()
+    };
+    [MAGIC.to_vec(), envelope.encode_to_vec()].concat()
+}
+
+#[test]
+fn an_unknown_field_deep_down_is_named_by_its_path() {
+    // ObjectMeta with an extra field 99, as ConfigMap's field 1 (its metadata).
+    let mut meta_bytes = meta("cfg").encode_to_vec();
+    meta_bytes.extend_from_slice(&[0x98, 0x06, 0x07]);
+    let mut raw = vec![0x0a];
+    prost::encoding::encode_varint(meta_bytes.len() as u64, &mut raw);
+    raw.extend_from_slice(&meta_bytes);
+    let m = refusal(decode(&envelope_of(raw), "v1", "ConfigMap"));
+    assert!(
+        m.contains("field numbers from the object down: 1.99"),
+        "{m}"
+    );
+}
+
+#[test]
+fn map_entries_in_another_order_are_accepted() {
+    // Two ConfigMaps' bytes one after the other decode as one with both entries (protobuf
+    // merges); prost encodes them again sorted, the body had b before a.
+    let part = |k: &str| {
+        ConfigMap {
+            data: [(k.to_string(), "v".to_string())].into(),
+            ..ConfigMap::default()
+        }
+        .encode_to_vec()
+    };
+    let raw = [part("b"), part("a")].concat();
+    let v = decode(&envelope_of(raw), "v1", "ConfigMap").unwrap();
+    assert_eq!(v["data"], json!({"a": "v", "b": "v"}));
+}
