@@ -9,8 +9,10 @@
 //! PriorityClass, PodDisruptionBudget and Ingress (their v1 versions). Other kinds in
 //! protobuf, a field kube-sim does not convert (see `kinds` and `pod`), or a field the
 //! definitions do not know (a newer client) are refused with 415, naming what was not
-//! understood: nothing in a body is dropped without a word. Bytes that are not a valid
-//! encoding are refused with 400. Answers are always JSON.
+//! understood: nothing in a body is dropped without a word (a status must be empty, since a
+//! create ignores it; the nanoseconds of a Time have no place in its JSON form, as on the
+//! real server). A kind or apiVersion in the envelope other than the URL's, or bytes that
+//! are not a valid encoding, are refused with 400. Answers are always JSON.
 
 mod json;
 mod kinds;
