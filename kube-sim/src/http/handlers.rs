@@ -536,8 +536,12 @@ fn parse_body(req: &ApiRequest<'_>, info: &ResourceInfo) -> Result<Value, ApiErr
         }
         "application/yaml" | "application/x-yaml" | "text/yaml" => parse_yaml_or_json(req.body),
         crate::http::protobuf::MEDIA_TYPE => {
-            return crate::http::protobuf::decode(req.body, &info.kind).map_err(|e| {
-                ApiError::new(415, "UnsupportedMediaType", format!("protobuf body: {e}"))
+            use crate::http::protobuf::{Refusal, decode};
+            return decode(req.body, &info.api_version(), &info.kind).map_err(|e| match e {
+                Refusal::Malformed(e) => ApiError::bad_request(format!("protobuf body: {e}")),
+                Refusal::Unsupported(e) => {
+                    ApiError::new(415, "UnsupportedMediaType", format!("protobuf body: {e}"))
+                }
             });
         }
         _ => return Err(ApiError::unsupported_body_type()),

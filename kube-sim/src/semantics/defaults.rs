@@ -94,6 +94,8 @@ pub fn on_write(rt: &ResourceType, obj: &mut Value) {
         ("batch", "jobs") => {
             if let Some(spec) = object_at(obj, "spec") {
                 job_spec_defaults(spec);
+                // A default of the Job's own, owned by its creator (recordings 10 and 14).
+                default(spec, "manualSelector", json!(false));
             }
         }
         ("batch", "cronjobs") => {
@@ -355,6 +357,17 @@ fn job_on_create(obj: &mut Value) {
                     labels.insert(k.into(), json!(v));
                 }
             }
+        }
+    }
+    // A Job without labels of its own gets its template's (recordings 10 and 14).
+    let template_labels = obj.pointer("/spec/template/metadata/labels").cloned();
+    if let (Some(labels), Some(meta)) = (template_labels, object_at(obj, "metadata")) {
+        let has_labels = meta
+            .get("labels")
+            .and_then(Value::as_object)
+            .is_some_and(|l| !l.is_empty());
+        if !has_labels {
+            meta.insert("labels".into(), labels);
         }
     }
 }
