@@ -31,7 +31,7 @@ enum Command {
         /// YAML rules making images fail in chosen clusters.
         #[arg(long)]
         rules: Option<PathBuf>,
-        /// Simulated time runs this many times faster.
+        /// Simulated time runs this many times faster (timestamps stay on the wall clock).
         #[arg(long, default_value_t = 1.0)]
         time_scale: f64,
         /// Serve plain HTTP instead of HTTPS.

@@ -270,15 +270,17 @@ async fn rolling_update_stays_within_surge_and_unavailable() {
     .await;
 }
 
+/// At time scale 100 a whole wall second of a stored timestamp is 100 simulated seconds:
+/// the deadline is still kept to the simulated second (the controllers keep their own
+/// writes' simulated times), and the condition's times are wall-clock times.
 #[tokio::test]
-async fn progress_deadline_passes_in_simulated_time() {
-    let scale = 20.0;
-    let cluster = start("sim-1", scale, vec![]);
+async fn progress_deadline_is_kept_at_time_scale_100() {
+    let cluster = start("sim-1", 100.0, vec![]);
     let store = &cluster.store;
-    let mut dep = deployment("stuck", 2, "example/doesnotexist:v1");
-    dep["spec"]["progressDeadlineSeconds"] = json!(30);
+    let mut dep = deployment("stuck", 1, "example/doesnotexist:v1");
+    dep["spec"]["progressDeadlineSeconds"] = json!(120);
     store.create(&deployments(), dep, "test").unwrap();
-    let started = cluster.clock.now();
+    let started = cluster.clock.sim_now();
     let dep = wait_until("deadline exceeded", Duration::from_secs(10), || {
         let dep = store.get(&deployments(), "default", "stuck").unwrap();
         (
@@ -288,7 +290,45 @@ async fn progress_deadline_passes_in_simulated_time() {
         )
     })
     .await;
-    let elapsed = cluster.clock.now().duration_since(started);
+    let elapsed = cluster.clock.sim_now().duration_since(started);
+    assert!(
+        elapsed >= jiff::SignedDuration::from_secs(120),
+        "flipped after {elapsed:?} simulated"
+    );
+    // Late by scheduling only (a second of real time is 100 simulated seconds here).
+    assert!(
+        elapsed < jiff::SignedDuration::from_secs(240),
+        "flipped only after {elapsed:?} simulated"
+    );
+    let flipped: jiff::Timestamp = condition(&dep, "Progressing")["lastUpdateTime"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let now = jiff::Timestamp::now();
+    assert!(flipped <= now, "{flipped} after {now}");
+    assert!(now.duration_since(flipped) < jiff::SignedDuration::from_secs(5));
+}
+
+#[tokio::test]
+async fn progress_deadline_passes_in_simulated_time() {
+    let scale = 20.0;
+    let cluster = start("sim-1", scale, vec![]);
+    let store = &cluster.store;
+    let mut dep = deployment("stuck", 2, "example/doesnotexist:v1");
+    dep["spec"]["progressDeadlineSeconds"] = json!(30);
+    store.create(&deployments(), dep, "test").unwrap();
+    let started = cluster.clock.sim_now();
+    let dep = wait_until("deadline exceeded", Duration::from_secs(10), || {
+        let dep = store.get(&deployments(), "default", "stuck").unwrap();
+        (
+            (condition(&dep, "Progressing")["reason"] == "ProgressDeadlineExceeded")
+                .then(|| dep.clone()),
+            dep["status"].to_string(),
+        )
+    })
+    .await;
+    let elapsed = cluster.clock.sim_now().duration_since(started);
     assert!(
         elapsed >= jiff::SignedDuration::from_secs(30),
         "flipped after {elapsed:?} simulated"
@@ -355,8 +395,8 @@ async fn image_words_script_the_kubelet() {
             .create(&pods(), bare_pod(name, image), "test")
             .unwrap();
     }
-    let start = cluster.clock.now();
-    let sim_elapsed = || cluster.clock.now().duration_since(start).as_secs_f64();
+    let start = cluster.clock.sim_now();
+    let sim_elapsed = || cluster.clock.sim_now().duration_since(start).as_secs_f64();
 
     wait_until("good ready", Duration::from_secs(2), || {
         let pod = store.get(&pods(), "default", "good").unwrap();
@@ -972,11 +1012,11 @@ async fn a_pod_on_a_node_terminates_gracefully() {
         .unwrap()
         .parse()
         .unwrap();
-    // 30 simulated seconds ahead, less what passed since (ten times real time here: a slow
-    // machine may take a second of simulated time).
+    // 30 simulated seconds ahead, which at ten times real time is 3 s of wall time (less
+    // the whole-second rounding and what passed since): when the grace period really ends.
     let ahead = marked_at.duration_since(store.clock().now());
     assert!(
-        ahead.as_secs() >= 20 && ahead.as_secs() <= 30,
+        ahead.as_millis() >= 1000 && ahead.as_millis() <= 3000,
         "deletionTimestamp {ahead:?} ahead"
     );
     // Asked again, it answers with the pod as it is; it is still there.

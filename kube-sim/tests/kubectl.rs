@@ -467,3 +467,434 @@ async fn kubectl_sees_what_a_real_server_refuses() {
     );
     kubectl.ok(&["get", "deployment", "web"]).await;
 }
+
+/// An age as kubectl prints it (`3s`, `2m5s`, `5m`) in seconds; None for anything else
+/// (`<invalid>`, `<unknown>`).
+fn age_seconds(age: &str) -> Option<u64> {
+    let mut total = 0u64;
+    let mut digits = String::new();
+    for c in age.chars() {
+        if c.is_ascii_digit() {
+            digits.push(c);
+            continue;
+        }
+        let n: u64 = digits.parse().ok()?;
+        digits.clear();
+        total += n * match c {
+            's' => 1,
+            'm' => 60,
+            'h' => 3600,
+            'd' => 86400,
+            _ => return None,
+        };
+    }
+    digits.is_empty().then_some(total)
+}
+
+#[test]
+fn ages_are_read_as_kubectl_prints_them() {
+    assert_eq!(age_seconds("3s"), Some(3));
+    assert_eq!(age_seconds("2m5s"), Some(125));
+    assert_eq!(age_seconds("5m"), Some(300));
+    assert_eq!(age_seconds("<invalid>"), None);
+}
+
+/// The AGE (last column; for events LAST SEEN, the first) of every row of a `kubectl get`
+/// table, with the row.
+fn ages(table: &str, first_column: bool) -> Vec<(String, String)> {
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            let age = if first_column {
+                cols.first()?
+            } else {
+                cols.last()?
+            };
+            Some((line.to_string(), age.to_string()))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_shows_real_ages_and_events_at_time_scale_100() {
+    kubectl_present();
+    let sim = Sim::start(SimOptions {
+        time_scale: 100.0,
+        ..SimOptions::default()
+    })
+    .await
+    .unwrap();
+    let kubectl = Kubectl::new(&sim);
+    let file = kubectl._dir.path().join("web.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: default\n\
+         spec:\n  replicas: 2\n  selector:\n    matchLabels:\n      app: web\n  template:\n    \
+         metadata:\n      labels:\n        app: web\n    spec:\n      containers:\n      - name: web\n        \
+         image: example/web:v1\n",
+    )
+    .unwrap();
+    kubectl.ok(&["apply", "-f", file.to_str().unwrap()]).await;
+    let created = std::time::Instant::now();
+    // 3 s of real time: 300 simulated seconds, which a simulated timestamp would show as 5m.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut checked = 0;
+    for args in [
+        vec!["get", "pods"],
+        vec!["get", "deploy"],
+        vec!["get", "rs"],
+        // kubectl's own printing: it computes ages from the timestamps with its clock.
+        vec!["get", "pods", "--server-print=false"],
+        vec!["get", "deploy", "--server-print=false"],
+        vec!["get", "events"],
+    ] {
+        let out = kubectl.ok(&args).await;
+        let real = created.elapsed().as_secs() + 1;
+        let rows = ages(&out, args[1] == "events");
+        assert!(!rows.is_empty(), "{args:?}: {out}");
+        for (name, age) in rows {
+            let secs = age_seconds(&age)
+                .unwrap_or_else(|| panic!("{args:?}: {name} is {age} old:\n{out}"));
+            assert!(
+                secs <= real,
+                "{args:?}: {name} is {age} old after {real} s:\n{out}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 8);
+
+    // kubectl describe lists the Deployment's events (it selects them on involvedObject.*),
+    // with real ages.
+    let out = kubectl.ok(&["describe", "deployment", "web"]).await;
+    let events = out
+        .split("Events:")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no Events section:\n{out}"));
+    let line = events
+        .lines()
+        .find(|l| l.contains("ScalingReplicaSet"))
+        .unwrap_or_else(|| panic!("no ScalingReplicaSet event:\n{out}"));
+    assert!(line.contains("deployment-controller"), "{line}");
+    assert!(
+        line.contains("Scaled up replica set web-") && line.contains(" from 0 to 2"),
+        "{line}"
+    );
+    assert!(!out.contains("<invalid>"), "{out}");
+    let age = line.split_whitespace().nth(2).unwrap();
+    assert!(
+        age_seconds(age).is_some_and(|s| s <= created.elapsed().as_secs() + 1),
+        "{line}"
+    );
+    let out = kubectl.ok(&["describe", "pods"]).await;
+    assert!(!out.contains("<invalid>"), "{out}");
+    assert!(
+        out.contains("Started container web") || out.contains("Started"),
+        "{out}"
+    );
+
+/// Every typed `kubectl create` sends its object in protobuf (kubectl's -v=8 log shows the
+/// Content-Type): each is accepted, kubectl says what it created, and `kubectl get -o json`
+/// reads back what the command line said.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_create_of_each_kind_goes_through_protobuf() {
+    kubectl_present();
+    let sim = Sim::start(SimOptions::default()).await.unwrap();
+    let kubectl = Kubectl::new(&sim);
+    kubectl.ok(&["create", "namespace", "p"]).await;
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &[
+                "deployment",
+                "web",
+                "--image=example/web:v1",
+                "--replicas=0",
+                "--port=8080",
+            ],
+            "deployment.apps/web created",
+        ),
+        (
+            &["job", "j", "--image=example/job:v1", "--", "date", "-u"],
+            "job.batch/j created",
+        ),
+        (
+            &[
+                "cronjob",
+                "c",
+                "--image=example/job:v1",
+                "--schedule=*/5 * * * *",
+                "--restart=OnFailure",
+            ],
+            "cronjob.batch/c created",
+        ),
+        (
+            &["service", "clusterip", "s", "--tcp=80:8080"],
+            "service/s created",
+        ),
+        (
+            &["service", "nodeport", "np", "--tcp=443:https"],
+            "service/np created",
+        ),
+        (
+            &[
+                "role",
+                "r",
+                "--verb=get,list",
+                "--resource=pods,deployments.apps",
+            ],
+            "role.rbac.authorization.k8s.io/r created",
+        ),
+        (
+            &[
+                "rolebinding",
+                "rb",
+                "--role=r",
+                "--user=alice",
+                "--serviceaccount=p:default",
+            ],
+            "rolebinding.rbac.authorization.k8s.io/rb created",
+        ),
+        (
+            &[
+                "clusterrole",
+                "cr",
+                "--verb=get",
+                "--non-resource-url=/healthz",
+            ],
+            "clusterrole.rbac.authorization.k8s.io/cr created",
+        ),
+        (
+            &[
+                "clusterrole",
+                "agg",
+                "--aggregation-rule=rbac.example.com/aggregate=true",
+            ],
+            "clusterrole.rbac.authorization.k8s.io/agg created",
+        ),
+        (
+            &[
+                "clusterrolebinding",
+                "crb",
+                "--clusterrole=cr",
+                "--group=devs",
+            ],
+            "clusterrolebinding.rbac.authorization.k8s.io/crb created",
+        ),
+        (
+            &[
+                "priorityclass",
+                "high",
+                "--value=1000",
+                "--description=important",
+            ],
+            "priorityclass.scheduling.k8s.io/high created",
+        ),
+        (
+            &[
+                "poddisruptionbudget",
+                "pdb",
+                "--selector=app=web",
+                "--min-available=50%",
+            ],
+            "poddisruptionbudget.policy/pdb created",
+        ),
+        (
+            &[
+                "ingress",
+                "ing",
+                "--class=nginx",
+                "--rule=foo.com/bar*=s:80,tls=cert",
+                "--annotation=a=b",
+            ],
+            "ingress.networking.k8s.io/ing created",
+        ),
+        (
+            &[
+                "quota",
+                "q",
+                "--hard=cpu=1,memory=1Gi,pods=10",
+                "--scopes=NotBestEffort",
+            ],
+            "resourcequota/q created",
+        ),
+        (&["serviceaccount", "sa"], "serviceaccount/sa created"),
+        (
+            &["configmap", "cm", "--from-literal=k=v"],
+            "configmap/cm created",
+        ),
+        (
+            &["secret", "generic", "sec", "--from-literal=p=q"],
+            "secret/sec created",
+        ),
+    ];
+    for (args, said) in cases {
+        let mut all = vec!["-n", "p", "-v=8", "create"];
+        all.extend_from_slice(args);
+        let out = kubectl.run(&all).await;
+        assert!(
+            out.ok,
+            "kubectl create {args:?} failed:\n{}\n{}",
+            out.stdout, out.stderr
+        );
+        assert_eq!(out.stdout.trim(), *said, "kubectl create {args:?}");
+        assert!(
+            out.stderr
+                .contains("Content-Type: application/vnd.kubernetes.protobuf"),
+            "kubectl create {args:?} did not send protobuf:\n{}",
+            out.stderr
+        );
+    }
+    let get = |kind: &'static str, name: &'static str| {
+        let kubectl = &kubectl;
+        async move {
+            let text = kubectl
+                .ok(&["-n", "p", "get", kind, name, "-o", "json"])
+                .await;
+            serde_json::from_str::<Value>(&text).unwrap()
+        }
+    };
+    let d = get("deployment", "web").await;
+    assert_eq!(d["spec"]["replicas"], 0, "--replicas=0 is kept");
+    assert_eq!(d["metadata"]["labels"]["app"], "web");
+    assert_eq!(d["spec"]["selector"]["matchLabels"]["app"], "web");
+    let c = &d["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["name"], "web");
+    assert_eq!(c["image"], "example/web:v1");
+    assert_eq!(c["ports"][0]["containerPort"], 8080);
+    assert_eq!(d["spec"]["strategy"]["type"], "RollingUpdate");
+
+    let j = get("job", "j").await;
+    let c = &j["spec"]["template"]["spec"];
+    assert_eq!(c["restartPolicy"], "Never");
+    assert_eq!(c["containers"][0]["name"], "j");
+    assert_eq!(
+        c["containers"][0]["command"],
+        serde_json::json!(["date", "-u"])
+    );
+
+    // A Job made from the CronJob carries an owner reference and an annotation.
+    let out = kubectl
+        .ok(&["-n", "p", "create", "job", "from-c", "--from=cronjob/c"])
+        .await;
+    assert_eq!(out.trim(), "job.batch/from-c created");
+    let from = get("job", "from-c").await;
+    assert_eq!(from["metadata"]["ownerReferences"][0]["kind"], "CronJob");
+    assert_eq!(from["metadata"]["ownerReferences"][0]["name"], "c");
+    assert_eq!(
+        from["metadata"]["annotations"]["cronjob.kubernetes.io/instantiate"],
+        "manual"
+    );
+
+    let cj = get("cronjob", "c").await;
+    assert_eq!(cj["spec"]["schedule"], "*/5 * * * *");
+    let t = &cj["spec"]["jobTemplate"]["spec"]["template"]["spec"];
+    assert_eq!(t["restartPolicy"], "OnFailure");
+    assert_eq!(t["containers"][0]["image"], "example/job:v1");
+
+    let s = get("service", "s").await;
+    assert_eq!(s["spec"]["type"], "ClusterIP");
+    assert_eq!(
+        s["spec"]["ports"][0],
+        serde_json::json!({"name": "80-8080", "protocol": "TCP", "port": 80, "targetPort": 8080})
+    );
+    assert_eq!(s["spec"]["selector"]["app"], "s");
+    let np = get("service", "np").await;
+    assert_eq!(np["spec"]["type"], "NodePort");
+    assert_eq!(
+        np["spec"]["ports"][0]["targetPort"], "https",
+        "a named target port"
+    );
+
+    let r = get("role", "r").await;
+    assert_eq!(r["rules"][0]["verbs"], serde_json::json!(["get", "list"]));
+    let resources: Vec<String> = r["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|rule| {
+            let groups = rule["apiGroups"].as_array().cloned().unwrap_or_default();
+            let names = rule["resources"].as_array().cloned().unwrap_or_default();
+            groups.into_iter().flat_map(move |g| {
+                names.clone().into_iter().map(move |n| {
+                    format!("{}/{}", g.as_str().unwrap_or(""), n.as_str().unwrap_or(""))
+                })
+            })
+        })
+        .collect();
+    assert!(
+        resources.contains(&"/pods".to_string())
+            && resources.contains(&"apps/deployments".to_string()),
+        "{resources:?}"
+    );
+    let rb = get("rolebinding", "rb").await;
+    assert_eq!(
+        rb["roleRef"],
+        serde_json::json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r"})
+    );
+    let subjects = rb["subjects"].as_array().unwrap();
+    assert!(
+        subjects
+            .iter()
+            .any(|s| s["kind"] == "User" && s["name"] == "alice")
+    );
+    assert!(
+        subjects.iter().any(|s| s["kind"] == "ServiceAccount"
+            && s["name"] == "default"
+            && s["namespace"] == "p")
+    );
+
+    let cr = get("clusterrole", "cr").await;
+    assert_eq!(
+        cr["rules"][0]["nonResourceURLs"],
+        serde_json::json!(["/healthz"])
+    );
+    let agg = get("clusterrole", "agg").await;
+    assert_eq!(
+        agg["aggregationRule"]["clusterRoleSelectors"][0]["matchLabels"]["rbac.example.com/aggregate"],
+        "true"
+    );
+    let crb = get("clusterrolebinding", "crb").await;
+    assert_eq!(crb["roleRef"]["kind"], "ClusterRole");
+    assert_eq!(crb["subjects"][0]["kind"], "Group");
+    assert_eq!(crb["subjects"][0]["name"], "devs");
+
+    let pc = get("priorityclass", "high").await;
+    assert_eq!(pc["value"], 1000);
+    assert_eq!(pc["description"], "important");
+    assert_eq!(pc["preemptionPolicy"], "PreemptLowerPriority");
+
+    let pdb = get("poddisruptionbudget", "pdb").await;
+    assert_eq!(pdb["spec"]["minAvailable"], "50%");
+    assert_eq!(pdb["spec"]["selector"]["matchLabels"]["app"], "web");
+
+    let ing = get("ingress", "ing").await;
+    assert_eq!(ing["metadata"]["annotations"]["a"], "b");
+    assert_eq!(ing["spec"]["ingressClassName"], "nginx");
+    let rule = &ing["spec"]["rules"][0];
+    assert_eq!(rule["host"], "foo.com");
+    let path = &rule["http"]["paths"][0];
+    assert_eq!(path["path"], "/bar");
+    assert_eq!(path["pathType"], "Prefix");
+    assert_eq!(
+        path["backend"],
+        serde_json::json!({"service": {"name": "s", "port": {"number": 80}}})
+    );
+    assert_eq!(
+        ing["spec"]["tls"][0],
+        serde_json::json!({"hosts": ["foo.com"], "secretName": "cert"})
+    );
+
+    let q = get("quota", "q").await;
+    assert_eq!(
+        q["spec"]["hard"],
+        serde_json::json!({"cpu": "1", "memory": "1Gi", "pods": "10"})
+    );
+    assert_eq!(q["spec"]["scopes"], serde_json::json!(["NotBestEffort"]));
+
+    let sec = get("secret", "sec").await;
+    assert_eq!(sec["data"]["p"], "cQ==");
+    assert_eq!(get("configmap", "cm").await["data"]["k"], "v");
+    assert_eq!(get("serviceaccount", "sa").await["metadata"]["name"], "sa");
+}

@@ -31,7 +31,10 @@ impl EventSpec {
     }
 }
 
-/// The Event object for `spec` about `involved` (an object with apiVersion/kind/metadata).
+/// The Event object for `spec` about `involved` (an object with apiVersion/kind/metadata),
+/// made at `now`. Its name is `<involvedObject.name>.<now in UnixNano, as hex>`, as a real
+/// event recorder names it; a repeat keeps the name (the caller updates `count` and
+/// `lastTimestamp`), so the caller must not make two Events in one nanosecond.
 pub fn event_object(
     involved: &Value,
     spec: &EventSpec,
@@ -55,11 +58,13 @@ pub fn event_object(
         source["host"] = json!(host);
     }
     let now_text = crate::model::clock::format_time(now);
-    json!({
+    // eventTime and an empty reportingInstance are left out, as the controllers' event
+    // recorder sends them; the server shows them (null and "") and nobody owns them.
+    let mut event = json!({
         "apiVersion": "v1",
         "kind": "Event",
         "metadata": {
-            "name": format!("{}.{:x}", meta::name(involved), now.as_nanosecond() as u64 ^ u64::from(meta::fnv32a(spec.message.as_bytes()))),
+            "name": format!("{}.{:x}", meta::name(involved), now.as_nanosecond()),
             "namespace": meta::namespace(involved),
         },
         "involvedObject": involved_ref,
@@ -70,10 +75,12 @@ pub fn event_object(
         "lastTimestamp": now_text,
         "count": count,
         "type": spec.kind,
-        "eventTime": null,
         "reportingComponent": spec.component,
-        "reportingInstance": spec.host.clone().unwrap_or_default(),
-    })
+    });
+    if let Some(host) = &spec.host {
+        event["reportingInstance"] = json!(host);
+    }
+    event
 }
 
 fn waiting_reason(container: &Value) -> Option<&str> {
@@ -502,5 +509,22 @@ mod tests {
                 .unwrap()
                 .starts_with("web-1.")
         );
+    }
+
+    #[test]
+    fn event_names_are_the_creation_time_in_unix_nanos() {
+        // As recorded: rec-events.18ed17a64aaf5b74 was made at 09:37:09.3757 UTC.
+        let spec = EventSpec::new("Normal", "X", "one message".into(), "deployment-controller");
+        let other = EventSpec::new("Normal", "X", "another".into(), "deployment-controller");
+        let now = jiff::Timestamp::from_nanosecond(0x18ed17a64aaf5b74).unwrap();
+        assert_eq!(
+            crate::model::clock::format_time(now),
+            "2026-12-01T09:37:09Z"
+        );
+        for spec in [spec, other] {
+            let event = event_object(&pod(), &spec, now, 1, "2026-12-01T09:37:09Z");
+            assert_eq!(event["metadata"]["name"], "web-1.18ed17a64aaf5b74");
+            assert_eq!(event["lastTimestamp"], "2026-12-01T09:37:09Z");
+        }
     }
 }

@@ -10,7 +10,8 @@
 //! progress deadline), ReplicaSets, StatefulSets (OrderedReady or Parallel, partition,
 //! ControllerRevisions, volume claims), DaemonSets (one pod per simulated node), Jobs,
 //! CRD establishment, PersistentVolumeClaim binding, Events, and three Nodes per cluster
-//! (garbage collection by owner is the store's). All times are simulated (see [`crate::model::clock::Clock`]).
+//! (garbage collection by owner is the store's). The controllers decide in simulated time and
+//! write wall-clock timestamps (see [`crate::model::clock`]); the runner maps between the two.
 //!
 //! Pods follow the behaviour of their image (see [`crate::controllers::rules`]), in simulated time from
 //! when the kubelet takes the pod:
@@ -39,6 +40,7 @@ pub mod replicaset;
 pub mod rules;
 pub mod scheduler;
 pub mod statefulset;
+pub mod timeline;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -167,6 +169,16 @@ impl Kind {
 
 type Key = (Kind, String, String);
 
+/// The field manager of an Event's writes: the binary of the component that reports it
+/// (controllers' events are written by kube-controller-manager, as recorded).
+fn event_manager(component: &str) -> &'static str {
+    match component {
+        "kubelet" => KUBELET,
+        "default-scheduler" => "kube-scheduler",
+        _ => CONTROLLER_MANAGER,
+    }
+}
+
 fn key_of(kind: Kind, obj: &Value) -> Key {
     (
         kind,
@@ -215,6 +227,13 @@ struct Runner {
     next_node: usize,
     /// Involved uid -> (reason, message) -> record.
     event_records: HashMap<String, HashMap<(String, String), EventRecord>>,
+    /// Object uid -> (status as stored, the same status in simulated time): the status the
+    /// runner last wrote, so that reading it back costs no precision (a stored timestamp is
+    /// whole wall seconds, which at time scale 100 is 100 simulated seconds).
+    written: HashMap<String, (Value, Value)>,
+    /// When the last Event was made (UnixNano): the next is made at least a nanosecond
+    /// later, so that names (which are made of it) never collide.
+    last_event_at: i128,
 }
 
 impl Runner {
@@ -236,11 +255,71 @@ impl Runner {
             pods_placed: 0,
             next_node: 0,
             event_records: HashMap::new(),
+            written: HashMap::new(),
+            last_event_at: 0,
         }
     }
 
+    /// The simulated now, which the pure controllers decide in.
     fn now(&self) -> jiff::Timestamp {
+        self.ctx.clock.sim_now()
+    }
+
+    /// The wall-clock now, for what is written without passing through [`Runner::sim_view`]
+    /// (Events, Node heartbeats).
+    fn wall_now(&self) -> jiff::Timestamp {
         self.ctx.clock.now()
+    }
+
+    fn scaled(&self) -> bool {
+        self.ctx.clock.scale() != 1.0
+    }
+
+    /// The object as the controllers see it: its status times and creationTimestamp in
+    /// simulated time. A status the runner wrote itself comes back exactly as computed.
+    fn sim_view(&self, mut obj: Value) -> Value {
+        if !self.scaled() {
+            return obj;
+        }
+        let status = self
+            .written
+            .get(meta::uid(&obj))
+            .filter(|(stored, _)| *stored == obj["status"])
+            .map(|(_, sim)| sim.clone());
+        let clock = &self.ctx.clock;
+        timeline::map_object_times(&mut obj, &|ts| clock.sim_of(ts));
+        if let Some(sim) = status {
+            obj["status"] = sim;
+        }
+        obj
+    }
+
+    /// Maps simulated times back to wall times, never after the wall clock.
+    fn to_wall(&self, value: &mut Value, whole_object: bool) {
+        if !self.scaled() {
+            return;
+        }
+        let clock = &self.ctx.clock;
+        let now = clock.now();
+        let f = |ts| clock.wall_of(ts).min(now);
+        if whole_object {
+            timeline::map_object_times(value, &f);
+        } else {
+            timeline::map_times(value, &f);
+        }
+    }
+
+    /// Remembers the status just written (`stored`: the object the store returned; `sim`:
+    /// the status in simulated time) and returns the object as the controllers see it.
+    fn remember(&mut self, stored: Value, sim: Value) -> Value {
+        if !self.scaled() {
+            return stored;
+        }
+        self.written.insert(
+            meta::uid(&stored).to_string(),
+            (stored["status"].clone(), sim),
+        );
+        self.sim_view(stored)
     }
 
     async fn run(&mut self, mut rx: tokio::sync::broadcast::Receiver<Arc<WatchEvent>>) {
@@ -283,7 +362,7 @@ impl Runner {
             if self.store.get(&rt, "", &name).is_none() {
                 let _ = self.store.create(&rt, node, KUBELET);
             }
-            let status = nodes::node_status(index, self.now());
+            let status = nodes::node_status(index, self.wall_now());
             if let Err(err) = self.store.update_status(&rt, "", &name, status, KUBELET) {
                 tracing::warn!(node = %name, error = %err.message, "cannot write node status");
             }
@@ -383,6 +462,7 @@ impl Runner {
     fn forget(&mut self, kind: Kind, obj: &Value) {
         let uid = meta::uid(obj);
         self.event_records.remove(uid);
+        self.written.remove(uid);
         if kind == Kind::Pod {
             if let Some(state) = self.kubelet.remove(uid)
                 && let Some(load) = self.node_load.get_mut(state.node_index)
@@ -448,6 +528,7 @@ impl Runner {
             let Some(obj) = self.store.get(&kind.rt(), namespace, name) else {
                 continue;
             };
+            let obj = self.sim_view(obj);
             if !meta::well_formed(&obj) {
                 tracing::warn!(kind = ?kind, namespace = %namespace, name = %name, "malformed object; controllers leave it alone");
                 continue;
@@ -481,6 +562,7 @@ impl Runner {
             .filter(|(k, _, _)| *k == kind)
             .filter_map(|(k, ns, name)| self.store.get(&k.rt(), ns, name))
             .filter(|child| meta::controller_uid(child) == Some(meta::uid(owner)))
+            .map(|child| self.sim_view(child))
             .collect()
     }
 
@@ -516,18 +598,28 @@ impl Runner {
         }
     }
 
-    fn write_status(&self, kind: Kind, obj: &Value, status: Value, manager: &str) -> Option<Value> {
+    /// Writes a status computed in simulated time (`obj`: as the controllers see it) and
+    /// returns the object as the controllers see it, or None when nothing changed.
+    fn write_status(
+        &mut self,
+        kind: Kind,
+        obj: &Value,
+        status: Value,
+        manager: &str,
+    ) -> Option<Value> {
         if obj["status"] == status {
             return None;
         }
+        let mut wall = status.clone();
+        self.to_wall(&mut wall, false);
         match self.store.update_status(
             &kind.rt(),
             meta::namespace(obj),
             meta::name(obj),
-            status,
+            wall,
             manager,
         ) {
-            Ok(updated) => Some(updated),
+            Ok(updated) => Some(self.remember(updated, status)),
             Err(err) => {
                 if err.code != 404 {
                     tracing::warn!(kind = ?kind, name = meta::name(obj), error = %err.message, "status write failed");
@@ -538,7 +630,10 @@ impl Runner {
     }
 
     fn record(&mut self, involved: &Value, spec: EventSpec) {
-        let now = self.now();
+        let wall = self.wall_now();
+        let at = wall.as_nanosecond().max(self.last_event_at + 1);
+        self.last_event_at = at;
+        let now = jiff::Timestamp::from_nanosecond(at).unwrap_or(wall);
         let uid = meta::uid(involved).to_string();
         let rt = ResourceType::new("", "v1", "events");
         let slot = (spec.reason.clone(), spec.message.clone());
@@ -557,7 +652,9 @@ impl Runner {
                     for field in ["count", "lastTimestamp", "message"] {
                         stored[field] = event[field].clone();
                     }
-                    let _ = self.store.update(&rt, stored, spec.component);
+                    let _ = self
+                        .store
+                        .update(&rt, stored, event_manager(spec.component));
                 }
                 self.event_records
                     .entry(uid)
@@ -567,7 +664,7 @@ impl Runner {
             None => {
                 let first = crate::model::clock::format_time(now);
                 let event = events::event_object(involved, &spec, now, 1, &first);
-                if let Ok(created) = self.store.create(&rt, event, spec.component) {
+                if let Ok(created) = self.store.create(&rt, event, event_manager(spec.component)) {
                     let record = EventRecord {
                         name: meta::name(&created).to_string(),
                         namespace: meta::namespace(&created).to_string(),
@@ -627,7 +724,8 @@ impl Runner {
         {
             dep = updated;
         }
-        for rs in sync.update {
+        for mut rs in sync.update {
+            self.to_wall(&mut rs, true);
             if let Err(err) = self
                 .store
                 .update(&Kind::ReplicaSet.rt(), rs, CONTROLLER_MANAGER)
@@ -669,10 +767,17 @@ impl Runner {
         if let Some(status) = early_status {
             wanted["status"] = status;
         }
+        let sim_status = wanted["status"].clone();
+        let mut dep_wall = dep.clone();
+        self.to_wall(&mut dep_wall, true);
+        self.to_wall(&mut wanted, true);
         let options = crate::storage::store::WriteOptions::manager(CONTROLLER_MANAGER);
         let mut current = match self.store.update_status_with(&rt, wanted.clone(), &options) {
-            Ok(updated) => updated,
-            Err(_) => dep.clone(),
+            Ok(updated) => {
+                self.remember(updated.clone(), sim_status);
+                updated
+            }
+            Err(_) => dep_wall,
         };
         if meta::annotation(&current, deployment::REVISION) != Some(revision) {
             let mut plain = current.clone();
@@ -684,7 +789,7 @@ impl Runner {
                 current = updated;
             }
         }
-        current
+        self.sim_view(current)
     }
 
     fn sync_replicaset(&mut self, rs: &Value) {
@@ -762,7 +867,7 @@ impl Runner {
                     kind: "Normal",
                     reason: "SuccessfulCreate",
                     message: format!(
-                        "create Claim {name} Pod {pod_name} in StatefulSet {} success",
+                        "Create Claim {name} Pod {pod_name} in StatefulSet {} success",
                         meta::name(sts)
                     ),
                 });
@@ -900,11 +1005,10 @@ impl Runner {
             };
             if node_name.is_none() {
                 pod["spec"]["nodeName"] = json!(placement.node);
-                match self
-                    .store
-                    .update(&Kind::Pod.rt(), pod.clone(), "kube-scheduler")
-                {
-                    Ok(bound) => pod = bound,
+                let mut wall = pod.clone();
+                self.to_wall(&mut wall, true);
+                match self.store.update(&Kind::Pod.rt(), wall, "kube-scheduler") {
+                    Ok(bound) => pod = self.sim_view(bound),
                     Err(err) => {
                         tracing::warn!(pod = meta::name(&pod), error = %err.message, "cannot bind pod");
                         return;

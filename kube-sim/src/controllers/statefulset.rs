@@ -188,7 +188,7 @@ pub fn reconcile(
                 out.events.push(Note {
                     kind: "Normal",
                     reason: "SuccessfulCreate",
-                    message: format!("create Pod {name}-{i} in StatefulSet {name} successful"),
+                    message: format!("Create Pod {name}-{i} in StatefulSet {name} successful"),
                 });
                 if !parallel {
                     blocked = true;
@@ -215,7 +215,7 @@ pub fn reconcile(
             out.events.push(Note {
                 kind: "Normal",
                 reason: "SuccessfulDelete",
-                message: format!("delete Pod {name}-{i} in StatefulSet {name} successful"),
+                message: format!("Delete Pod {name}-{i} in StatefulSet {name} successful"),
             });
             blocked = true;
         }
@@ -232,7 +232,7 @@ pub fn reconcile(
                 out.events.push(Note {
                     kind: "Normal",
                     reason: "SuccessfulDelete",
-                    message: format!("delete Pod {name}-{i} in StatefulSet {name} successful"),
+                    message: format!("Delete Pod {name}-{i} in StatefulSet {name} successful"),
                 });
                 break;
             }

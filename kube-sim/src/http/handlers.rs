@@ -13,6 +13,7 @@ use crate::http::watch::WatchSpec;
 use crate::model::error::ApiError;
 use crate::model::resource::{ResourceType, metadata_mut};
 use crate::semantics::apply;
+use crate::semantics::event_views::{is_events_view, to_core_v1, to_events_v1};
 use crate::semantics::selectors::{FieldSelector, LabelSelector};
 use crate::storage::apply::ApplyRequest;
 use crate::storage::registry::ResourceInfo;
@@ -161,7 +162,12 @@ pub fn handle(store: &Store, req: &ApiRequest<'_>, path: &ResourcePath) -> Resul
         .lookup(&path.group, &path.version, &path.resource)
         .filter(|i| i.is_storable())
         .ok_or_else(resource_path_error)?;
-    let rt = info.resource_type();
+    // events.k8s.io/v1 Events are the core v1 Events, stored once and served in two shapes.
+    let rt = if is_events_view(&info.group, &info.resource) {
+        ResourceType::new("", "v1", "events")
+    } else {
+        info.resource_type()
+    };
     if !info.namespaced && path.namespace.is_some() {
         return Err(resource_path_error());
     }
@@ -276,11 +282,11 @@ fn get(
 ) -> Result<Reply, ApiError> {
     let obj = store
         .get(rt, namespace, name)
-        .ok_or_else(|| ApiError::not_found(rt, name))?;
+        .ok_or_else(|| ApiError::not_found(&info.resource_type(), name))?;
     if subresource == Some("scale") {
         return Ok(Reply::ok(scale_of(&obj, info)));
     }
-    Ok(Reply::ok(obj))
+    Ok(Reply::ok(served(info, obj)))
 }
 
 /// The autoscaling/v1 Scale of a workload.
@@ -321,14 +327,45 @@ fn scale_of(obj: &Value, _info: &ResourceInfo) -> Value {
     })
 }
 
+/// A stored object as this resource serves it (events.k8s.io/v1 shows core Events in its
+/// own shape; everything else is served as stored).
+fn served(info: &ResourceInfo, obj: Value) -> Value {
+    if is_events_view(&info.group, &info.resource) {
+        to_events_v1(&obj)
+    } else {
+        obj
+    }
+}
+
+fn served_ref<'a>(info: &ResourceInfo, obj: &'a Value) -> std::borrow::Cow<'a, Value> {
+    if is_events_view(&info.group, &info.resource) {
+        std::borrow::Cow::Owned(to_events_v1(obj))
+    } else {
+        std::borrow::Cow::Borrowed(obj)
+    }
+}
+
+/// A body written through this resource as it is stored (the inverse of [`served`]).
+fn stored(info: &ResourceInfo, obj: Value) -> Value {
+    if is_events_view(&info.group, &info.resource) {
+        to_core_v1(&obj)
+    } else {
+        obj
+    }
+}
+
 fn selectors(
     req: &ApiRequest<'_>,
     info: &ResourceInfo,
 ) -> Result<(LabelSelector, FieldSelector), ApiError> {
     let labels = LabelSelector::parse(req.param("labelSelector").unwrap_or(""))
         .map_err(ApiError::bad_request)?;
-    let fields = FieldSelector::parse(&info.resource, req.param("fieldSelector").unwrap_or(""))
-        .map_err(ApiError::bad_request)?;
+    let fields = FieldSelector::parse(
+        &info.group,
+        &info.resource,
+        req.param("fieldSelector").unwrap_or(""),
+    )
+    .map_err(ApiError::bad_request)?;
     Ok((labels, fields))
 }
 
@@ -367,7 +404,7 @@ fn list(
     let mut last_key = None;
     let strip_type = info.crd.is_none();
     for event in items {
-        let obj = &event.object;
+        let obj = &*served_ref(info, &event.object);
         let key = object_key(obj);
         if let Some(after) = &start_after
             && key <= *after
@@ -499,8 +536,12 @@ fn parse_body(req: &ApiRequest<'_>, info: &ResourceInfo) -> Result<Value, ApiErr
         }
         "application/yaml" | "application/x-yaml" | "text/yaml" => parse_yaml_or_json(req.body),
         crate::http::protobuf::MEDIA_TYPE => {
-            return crate::http::protobuf::decode(req.body, &info.kind).map_err(|e| {
-                ApiError::new(415, "UnsupportedMediaType", format!("protobuf body: {e}"))
+            use crate::http::protobuf::{Refusal, decode};
+            return decode(req.body, &info.api_version(), &info.kind).map_err(|e| match e {
+                Refusal::Malformed(e) => ApiError::bad_request(format!("protobuf body: {e}")),
+                Refusal::Unsupported(e) => {
+                    ApiError::new(415, "UnsupportedMediaType", format!("protobuf body: {e}"))
+                }
             });
         }
         _ => return Err(ApiError::unsupported_body_type()),
@@ -588,8 +629,8 @@ fn create(
     check_namespace(&mut body, info, namespace)?;
     check_decodes(info, &body)?;
     let warnings = drop_undeclared_fields(req, info, &mut body)?;
-    let created = store.create_with(rt, body, &write_options(req))?;
-    Ok(Reply::created(created).with_warnings(warnings))
+    let created = store.create_with(rt, stored(info, body), &write_options(req))?;
+    Ok(Reply::created(served(info, created)).with_warnings(warnings))
 }
 
 /// A body the real server cannot decode into its type is refused with 400 before anything
@@ -675,12 +716,13 @@ fn update(
         )));
     }
     let opts = write_options(req);
+    let body = stored(info, body);
     let updated = if subresource == Some("status") {
         store.update_status_with(rt, body, &opts)?
     } else {
         store.update_with(rt, body, &opts)?
     };
-    Ok(Reply::ok(updated).with_warnings(warnings))
+    Ok(Reply::ok(served(info, updated)).with_warnings(warnings))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -747,7 +789,7 @@ fn apply_patch(
             resource: rt,
             namespace: if info.namespaced { namespace } else { "" },
             name,
-            config,
+            config: stored(info, config),
             manager,
             force: req.flag("force"),
             dry_run: req.dry_run(),
@@ -755,9 +797,9 @@ fn apply_patch(
         },
     )?;
     Ok(if applied.created {
-        Reply::created(applied.object)
+        Reply::created(served(info, applied.object))
     } else {
-        Reply::ok(applied.object)
+        Reply::ok(served(info, applied.object))
     })
 }
 
@@ -785,7 +827,8 @@ fn patch(
     })?;
     let current = store
         .get(rt, namespace, name)
-        .ok_or_else(|| ApiError::not_found(rt, name))?;
+        .map(|obj| served(info, obj))
+        .ok_or_else(|| ApiError::not_found(&info.resource_type(), name))?;
     let current_rv = current
         .pointer("/metadata/resourceVersion")
         .and_then(Value::as_str)
@@ -850,12 +893,13 @@ fn patch(
     let warnings = drop_undeclared_fields(req, info, &mut target)?;
     let mut opts = write_options(req);
     opts.expected_resource_version = Some(current_rv);
+    let target = stored(info, target);
     let updated = if subresource == Some("status") {
         store.update_status_with(rt, target, &opts)?
     } else {
         store.update_with(rt, target, &opts)?
     };
-    Ok(Reply::ok(updated).with_warnings(warnings))
+    Ok(Reply::ok(served(info, updated)).with_warnings(warnings))
 }
 
 enum PatchKind {
@@ -930,9 +974,15 @@ fn delete(
     name: &str,
 ) -> Result<Reply, ApiError> {
     let opts = delete_options(req)?;
-    let deleted = store.delete_with(rt, namespace, name, &opts)?;
+    let deleted = store.delete_with(rt, namespace, name, &opts).map_err(|e| {
+        if e.code == 404 {
+            ApiError::not_found(&info.resource_type(), name)
+        } else {
+            e
+        }
+    })?;
     if !deleted.finished {
-        return Ok(Reply::ok(deleted.object));
+        return Ok(Reply::ok(served(info, deleted.object)));
     }
     let mut details = Map::new();
     details.insert("name".into(), json!(name));
@@ -964,7 +1014,7 @@ fn delete_collection(
     let (items, rv) = store.list_shared(rt, namespace);
     let mut deleted = Vec::new();
     for event in items {
-        let obj = &event.object;
+        let obj = &*served_ref(info, &event.object);
         if !labels.matches(obj) || !fields.matches(obj) {
             continue;
         }
@@ -977,7 +1027,7 @@ fn delete_collection(
             .and_then(Value::as_str)
             .unwrap_or("");
         match store.delete_with(rt, ns, name, &opts) {
-            Ok(d) => deleted.push(d.object),
+            Ok(d) => deleted.push(served(info, d.object)),
             Err(e) if e.code == 404 => {}
             Err(e) => return Err(e),
         }
@@ -999,12 +1049,17 @@ fn watch_spec(
     let (labels, mut fields) = selectors(req, info)?;
     if let Some(name) = name {
         // Watching one object: `/watch/.../name` or a `metadata.name` field selector.
-        let extra = FieldSelector::parse(&info.resource, &format!("metadata.name={name}"))
-            .map_err(ApiError::bad_request)?;
+        let extra = FieldSelector::parse(
+            &info.group,
+            &info.resource,
+            &format!("metadata.name={name}"),
+        )
+        .map_err(ApiError::bad_request)?;
         fields = if fields.is_empty() {
             extra
         } else {
             FieldSelector::parse(
+                &info.group,
                 &info.resource,
                 &format!(
                     "{},metadata.name={name}",
@@ -1031,7 +1086,11 @@ fn watch_spec(
         })?),
     };
     Ok(WatchSpec {
-        resource: info.resource_type(),
+        resource: if is_events_view(&info.group, &info.resource) {
+            ResourceType::new("", "v1", "events")
+        } else {
+            info.resource_type()
+        },
         info: info.clone(),
         namespace: path.namespace.clone(),
         labels,
@@ -1042,6 +1101,7 @@ fn watch_spec(
         timeout_seconds,
         metadata_only: table::wants_partial_metadata(req.accept),
         as_table: table::wants_table(req.accept),
+        events_view: is_events_view(&info.group, &info.resource),
     })
 }
 

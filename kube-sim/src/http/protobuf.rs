@@ -1,304 +1,263 @@
-//! Just enough of the Kubernetes protobuf encoding to accept what kubectl's typed clients
-//! send for `kubectl create namespace | configmap | secret | serviceaccount`. Other kinds
-//! in protobuf are refused with 415 (clients then have to use JSON, as kubectl apply does).
+//! Protobuf request bodies (`application/vnd.kubernetes.protobuf`), as kubectl's typed
+//! clients send them for `kubectl create <kind>`: decoded with the Kubernetes message
+//! definitions as published (the k8s-pb crate, generated from the upstream .proto files,
+//! so no field number is written here), then turned into the JSON object the rest of the
+//! server works on, as the real server's JSON of the same Go object would read.
+//!
+//! Accepted kinds: Namespace, ConfigMap, Secret, ServiceAccount, Service, ResourceQuota,
+//! Deployment, Job, CronJob, Role, RoleBinding, ClusterRole, ClusterRoleBinding,
+//! PriorityClass, PodDisruptionBudget and Ingress (their v1 versions). Other kinds in
+//! protobuf, a field kube-sim does not convert (see `kinds` and `pod`), or a field the
+//! definitions do not know (a newer client) are refused with 415, naming what was not
+//! understood: nothing in a body is dropped without a word (a status must be empty, since a
+//! create ignores it; the nanoseconds of a Time have no place in its JSON form, as on the
+//! real server). A kind or apiVersion in the envelope other than the URL's, or bytes that
+//! are not a valid encoding, are refused with 400. Answers are always JSON.
 
-use base64::Engine;
-use serde_json::{Map, Value, json};
+mod json;
+mod kinds;
+mod meta;
+mod pod;
+
+use k8s_pb::apimachinery::pkg::runtime::{TypeMeta, Unknown};
+use prost::Message;
+use serde_json::{Value, json};
+
+pub use json::Refusal;
+use json::Zero;
 
 /// The media type of Kubernetes protobuf bodies.
 pub const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
 
+/// What every Kubernetes protobuf body starts with, before its `runtime.Unknown` envelope.
 const MAGIC: &[u8] = b"k8s\x00";
 
-/// One decoded field: its number and payload.
-enum Field<'a> {
-    Varint(u64),
-    Bytes(&'a [u8]),
-    Fixed,
-}
+const ACCEPTED: &str = "Namespace, ConfigMap, Secret, ServiceAccount, Service, ResourceQuota, \
+     Deployment, Job, CronJob, Role, RoleBinding, ClusterRole, ClusterRoleBinding, PriorityClass, \
+     PodDisruptionBudget and Ingress";
 
-struct Reader<'a> {
-    data: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn new(data: &'a [u8]) -> Self {
-        Reader { data, pos: 0 }
+/// Decodes a protobuf request body for the resource of `api_version` and `kind` (the URL's)
+/// into its JSON form.
+pub fn decode(body: &[u8], api_version: &str, kind: &str) -> Result<Value, Refusal> {
+    let envelope = body.strip_prefix(MAGIC).ok_or_else(|| {
+        Refusal::Malformed(
+            "the body does not start with the Kubernetes protobuf magic number".into(),
+        )
+    })?;
+    let Unknown {
+        type_meta,
+        raw,
+        content_encoding,
+        content_type,
+    } = read::<Unknown>(envelope, "the envelope")?;
+    if !content_encoding.is_zero() {
+        return Err(Refusal::Unsupported(format!(
+            "contentEncoding {content_encoding:?} in the envelope is not supported"
+        )));
     }
-
-    fn varint(&mut self) -> Result<u64, String> {
-        let mut value = 0u64;
-        for shift in (0..64).step_by(7) {
-            let byte = *self.data.get(self.pos).ok_or("truncated varint")?;
-            self.pos += 1;
-            value |= u64::from(byte & 0x7f) << shift;
-            if byte & 0x80 == 0 {
-                return Ok(value);
-            }
+    if let Some(ct) = content_type.filter(|ct| !ct.is_empty() && ct != MEDIA_TYPE) {
+        return Err(Refusal::Unsupported(format!(
+            "contentType {ct:?} in the envelope is not supported"
+        )));
+    }
+    let TypeMeta {
+        api_version: body_api_version,
+        kind: body_kind,
+    } = type_meta.unwrap_or_default();
+    if let Some(k) = body_kind.filter(|k| !k.is_empty() && k != kind) {
+        return Err(Refusal::Malformed(format!(
+            "the object provided is unrecognized (must be of type {kind}): kind {k} does not match"
+        )));
+    }
+    if let Some(av) = body_api_version.filter(|av| !av.is_empty() && av != api_version) {
+        return Err(Refusal::Malformed(format!(
+            "the API version in the data ({av}) does not match the expected API version ({api_version})"
+        )));
+    }
+    let raw = raw.ok_or_else(|| Refusal::Malformed("the envelope carries no object".into()))?;
+    let object = match (api_version, kind) {
+        ("v1", "Namespace") => kinds::namespace(read(&raw, kind)?),
+        ("v1", "ConfigMap") => kinds::config_map(read(&raw, kind)?),
+        ("v1", "Secret") => kinds::secret(read(&raw, kind)?),
+        ("v1", "ServiceAccount") => kinds::service_account(read(&raw, kind)?),
+        ("v1", "Service") => kinds::service(read(&raw, kind)?),
+        ("v1", "ResourceQuota") => kinds::resource_quota(read(&raw, kind)?),
+        ("apps/v1", "Deployment") => kinds::deployment(read(&raw, kind)?),
+        ("batch/v1", "Job") => kinds::job(read(&raw, kind)?),
+        ("batch/v1", "CronJob") => kinds::cron_job(read(&raw, kind)?),
+        ("rbac.authorization.k8s.io/v1", "Role") => kinds::role(read(&raw, kind)?),
+        ("rbac.authorization.k8s.io/v1", "RoleBinding") => kinds::role_binding(read(&raw, kind)?),
+        ("rbac.authorization.k8s.io/v1", "ClusterRole") => kinds::cluster_role(read(&raw, kind)?),
+        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
+            kinds::cluster_role_binding(read(&raw, kind)?)
         }
-        Err("varint too long".into())
-    }
-
-    fn next(&mut self) -> Result<Option<(u64, Field<'a>)>, String> {
-        if self.pos >= self.data.len() {
-            return Ok(None);
+        ("scheduling.k8s.io/v1", "PriorityClass") => kinds::priority_class(read(&raw, kind)?),
+        ("policy/v1", "PodDisruptionBudget") => kinds::pod_disruption_budget(read(&raw, kind)?),
+        ("networking.k8s.io/v1", "Ingress") => kinds::ingress(read(&raw, kind)?),
+        _ => {
+            return Err(Refusal::Unsupported(format!(
+                "protobuf bodies are accepted for {ACCEPTED}, not {api_version} {kind}; send JSON"
+            )));
         }
-        let key = self.varint()?;
-        let number = key >> 3;
-        let field = match key & 7 {
-            0 => Field::Varint(self.varint()?),
-            1 => {
-                self.skip(8)?;
-                Field::Fixed
-            }
-            2 => {
-                let len = usize::try_from(self.varint()?).map_err(|_| "length too large")?;
-                let start = self.pos;
-                self.skip(len)?;
-                Field::Bytes(&self.data[start..start + len])
-            }
-            5 => {
-                self.skip(4)?;
-                Field::Fixed
-            }
-            other => return Err(format!("unsupported wire type {other}")),
-        };
-        Ok(Some((number, field)))
-    }
-
-    fn skip(&mut self, n: usize) -> Result<(), String> {
-        let end = self.pos.checked_add(n).ok_or("length overflow")?;
-        if end > self.data.len() {
-            return Err("truncated field".into());
-        }
-        self.pos = end;
-        Ok(())
-    }
+    }?;
+    let Value::Object(mut fields) = object else {
+        return Err(Refusal::Malformed("the object is not an object".into()));
+    };
+    fields.insert("apiVersion".into(), json!(api_version));
+    fields.insert("kind".into(), json!(kind));
+    Ok(Value::Object(fields))
 }
 
-fn text(bytes: &[u8]) -> Result<String, String> {
-    String::from_utf8(bytes.to_vec()).map_err(|_| "a string field is not UTF-8".to_string())
+/// Decodes one message and checks that it holds everything the bytes carried.
+fn read<T: Message + Default>(bytes: &[u8], what: &str) -> Result<T, Refusal> {
+    let message = T::decode(bytes).map_err(|e| Refusal::Malformed(format!("{what}: {e}")))?;
+    nothing_dropped(bytes, &message.encode_to_vec(), what)?;
+    Ok(message)
 }
 
-/// A `map<string, string>` (or bytes, base64-encoded) entry.
-fn map_entry(bytes: &[u8], base64_values: bool) -> Result<(String, Value), String> {
-    let mut r = Reader::new(bytes);
-    let (mut key, mut value) = (String::new(), Value::String(String::new()));
-    while let Some((n, f)) = r.next()? {
-        match (n, f) {
-            (1, Field::Bytes(b)) => key = text(b)?,
-            (2, Field::Bytes(b)) if base64_values => {
-                value = json!(base64::engine::general_purpose::STANDARD.encode(b));
-            }
-            (2, Field::Bytes(b)) => value = json!(text(b)?),
-            _ => {}
-        }
+/// prost skips the fields a message definition does not have. So that none is lost without a
+/// word, the decoded message is encoded again and both encodings are compared: bytes that
+/// are the same are the same, and where they differ, both are read as messages and compared
+/// field by field, down to the leaf that one has and the other lacks. Empty fields are left
+/// out on both sides, because Go writes the zero value of every non-pointer field while
+/// prost leaves out empty map keys and values, and they carry nothing anyway.
+fn nothing_dropped(original: &[u8], again: &[u8], what: &str) -> Result<(), Refusal> {
+    let mut path = Vec::new();
+    if same(original, again, &mut path) {
+        return Ok(());
     }
-    Ok((key, value))
+    let path = path
+        .iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(".");
+    Err(Refusal::Unsupported(format!(
+        "{what} carries a field (field numbers from the object down: {path}) that kube-sim's \
+         Kubernetes protobuf definitions (k8s-pb 0.9.0) do not have, or carries one twice; \
+         send this object as JSON"
+    )))
 }
 
-fn insert_entry(
-    map: &mut Map<String, Value>,
-    field: &str,
-    bytes: &[u8],
-    base64_values: bool,
-) -> Result<(), String> {
-    let (k, v) = map_entry(bytes, base64_values)?;
-    let entry = map.entry(field).or_insert_with(|| json!({}));
-    if let Some(m) = entry.as_object_mut() {
-        m.insert(k, v);
-    }
-    Ok(())
-}
+/// How deep the comparison goes into nested messages (prost's own recursion limit).
+const MAX_DEPTH: usize = 100;
 
-fn object_meta(bytes: &[u8]) -> Result<Value, String> {
-    let mut meta = Map::new();
-    let mut r = Reader::new(bytes);
-    while let Some((n, f)) = r.next()? {
-        match (n, f) {
-            (1, Field::Bytes(b)) => {
-                meta.insert("name".into(), json!(text(b)?));
-            }
-            (2, Field::Bytes(b)) => {
-                meta.insert("generateName".into(), json!(text(b)?));
-            }
-            (3, Field::Bytes(b)) => {
-                meta.insert("namespace".into(), json!(text(b)?));
-            }
-            (11, Field::Bytes(b)) => insert_entry(&mut meta, "labels", b, false)?,
-            (12, Field::Bytes(b)) => insert_entry(&mut meta, "annotations", b, false)?,
-            (14, Field::Bytes(b)) => {
-                let list = meta.entry("finalizers").or_insert_with(|| json!([]));
-                if let Some(a) = list.as_array_mut() {
-                    a.push(json!(text(b)?));
-                }
-            }
-            _ => {}
-        }
+/// Whether two encodings carry the same non-empty fields. When not, `path` is left at the
+/// field numbers of the first difference.
+fn same(a: &[u8], b: &[u8], path: &mut Vec<u64>) -> bool {
+    if a == b {
+        return true;
     }
-    Ok(Value::Object(meta))
-}
-
-/// Decodes a protobuf request body of the given kind into its JSON form.
-pub fn decode(body: &[u8], kind: &str) -> Result<Value, String> {
-    let envelope = body
-        .strip_prefix(MAGIC)
-        .ok_or("the body does not start with the Kubernetes protobuf magic number")?;
-    let mut r = Reader::new(envelope);
-    let (mut api_version, mut body_kind, mut raw) = (String::new(), String::new(), None);
-    while let Some((n, f)) = r.next()? {
-        match (n, f) {
-            (1, Field::Bytes(type_meta)) => {
-                let mut t = Reader::new(type_meta);
-                while let Some((tn, tf)) = t.next()? {
-                    match (tn, tf) {
-                        (1, Field::Bytes(b)) => api_version = text(b)?,
-                        (2, Field::Bytes(b)) => body_kind = text(b)?,
-                        _ => {}
-                    }
-                }
-            }
-            (2, Field::Bytes(b)) => raw = Some(b),
-            _ => {}
-        }
+    if path.len() >= MAX_DEPTH {
+        return false;
     }
-    let raw = raw.ok_or("the protobuf envelope carries no object")?;
-    if !body_kind.is_empty() && body_kind != kind {
-        return Err(format!("kind {body_kind} does not match {kind}"));
-    }
-    let mut obj = Map::new();
-    obj.insert(
-        "apiVersion".into(),
-        json!(if api_version.is_empty() {
-            "v1".to_string()
-        } else {
-            api_version
-        }),
+    let (Some(fa), Some(fb)) = (fields(a), fields(b)) else {
+        return false;
+    };
+    let keep = |f: &(u64, u8, &[u8])| !empty(f.1, f.2, path.len());
+    let (fa, fb): (Vec<_>, Vec<_>) = (
+        fa.into_iter().filter(keep).collect(),
+        fb.into_iter().filter(keep).collect(),
     );
-    obj.insert("kind".into(), json!(kind));
-    let mut r = Reader::new(raw);
-    while let Some((n, f)) = r.next()? {
-        let Field::Bytes(b) = f else {
-            if let (4, Field::Varint(v)) = (n, &f)
-                && matches!(kind, "ConfigMap")
-            {
-                obj.insert("immutable".into(), json!(*v != 0));
-            }
-            if let (5, Field::Varint(v)) = (n, &f)
-                && matches!(kind, "Secret")
-            {
-                obj.insert("immutable".into(), json!(*v != 0));
-            }
-            if let (4, Field::Varint(v)) = (n, &f)
-                && matches!(kind, "ServiceAccount")
-            {
-                obj.insert("automountServiceAccountToken".into(), json!(*v != 0));
-            }
-            continue;
-        };
-        match (kind, n) {
-            (_, 1) => {
-                obj.insert("metadata".into(), object_meta(b)?);
-            }
-            ("Namespace", 2) => {
-                let mut finalizers = Vec::new();
-                let mut s = Reader::new(b);
-                while let Some((sn, sf)) = s.next()? {
-                    if let (1, Field::Bytes(x)) = (sn, sf) {
-                        finalizers.push(json!(text(x)?));
+    let mut numbers: Vec<u64> = fa.iter().chain(&fb).map(|f| f.0).collect();
+    numbers.sort_unstable();
+    numbers.dedup();
+    for number in numbers {
+        let la: Vec<_> = fa.iter().filter(|f| f.0 == number).collect();
+        let mut lb: Vec<Option<_>> = fb.iter().filter(|f| f.0 == number).map(Some).collect();
+        path.push(number);
+        if la.len() != lb.len() {
+            return false;
+        }
+        // Repeated fields and map entries come in the same order from Go and from prost;
+        // any other order is matched entry by entry.
+        for (i, x) in la.iter().enumerate() {
+            let matches = |y: &(u64, u8, &[u8]), path: &mut Vec<u64>| {
+                x.1 == y.1 && (x.2 == y.2 || (x.1 == 2 && same(x.2, y.2, path)))
+            };
+            let found = (i..lb.len())
+                .chain(0..i)
+                .find(|&j| lb[j].is_some_and(|y| matches(y, &mut path.clone())));
+            match found {
+                Some(j) => lb[j] = None,
+                None => {
+                    // Compared again on `path` itself, so that it ends at the difference.
+                    if let Some(Some(y)) = lb.get(i) {
+                        matches(y, path);
                     }
+                    return false;
                 }
-                obj.insert("spec".into(), json!({"finalizers": finalizers}));
-            }
-            ("ConfigMap", 2) => insert_entry(&mut obj, "data", b, false)?,
-            ("ConfigMap", 3) => insert_entry(&mut obj, "binaryData", b, true)?,
-            ("Secret", 2) => insert_entry(&mut obj, "data", b, true)?,
-            ("Secret", 3) => {
-                obj.insert("type".into(), json!(text(b)?));
-            }
-            ("Secret", 4) => insert_entry(&mut obj, "stringData", b, false)?,
-            ("Namespace" | "ConfigMap" | "Secret" | "ServiceAccount", _) => {}
-            _ => {
-                return Err(format!(
-                    "protobuf bodies are accepted for Namespace, ConfigMap, Secret and ServiceAccount only, not {kind}; send JSON"
-                ));
             }
         }
+        path.pop();
     }
-    if !matches!(
-        kind,
-        "Namespace" | "ConfigMap" | "Secret" | "ServiceAccount"
-    ) {
-        return Err(format!(
-            "protobuf bodies are accepted for Namespace, ConfigMap, Secret and ServiceAccount only, not {kind}; send JSON"
-        ));
+    true
+}
+
+/// Whether a field carries nothing: a zero number, an empty string, or a message whose
+/// fields all carry nothing.
+fn empty(wire: u8, payload: &[u8], depth: usize) -> bool {
+    match wire {
+        0 => payload.iter().all(|b| *b & 0x7f == 0),
+        1 | 5 => payload.iter().all(|b| *b == 0),
+        _ if payload.is_empty() => true,
+        _ if depth >= MAX_DEPTH => false,
+        _ => fields(payload).is_some_and(|list| list.iter().all(|f| empty(f.1, f.2, depth + 1))),
     }
-    Ok(Value::Object(obj))
+}
+
+/// The fields of a message as (number, wire type, payload), or None when the bytes are not
+/// one.
+fn fields(bytes: &[u8]) -> Option<Vec<(u64, u8, &[u8])>> {
+    let mut out = Vec::new();
+    let mut pos = 0;
+    while pos < bytes.len() {
+        let (key, next) = varint(bytes, pos)?;
+        pos = next;
+        let number = key >> 3;
+        if number == 0 {
+            return None;
+        }
+        let wire = (key & 7) as u8;
+        let start = pos;
+        let end = match wire {
+            0 => varint(bytes, pos)?.1,
+            1 => pos.checked_add(8)?,
+            5 => pos.checked_add(4)?,
+            2 => {
+                let (len, next) = varint(bytes, pos)?;
+                let start_of_payload = next;
+                let end = start_of_payload.checked_add(usize::try_from(len).ok()?)?;
+                if end > bytes.len() {
+                    return None;
+                }
+                out.push((number, wire, &bytes[start_of_payload..end]));
+                pos = end;
+                continue;
+            }
+            _ => return None,
+        };
+        if end > bytes.len() {
+            return None;
+        }
+        out.push((number, wire, &bytes[start..end]));
+        pos = end;
+    }
+    Some(out)
+}
+
+/// A varint at `pos`: its value and the position after it.
+fn varint(bytes: &[u8], mut pos: usize) -> Option<(u64, usize)> {
+    let mut value = 0u64;
+    for shift in (0..64).step_by(7) {
+        let byte = *bytes.get(pos)?;
+        pos += 1;
+        value |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return Some((value, pos));
+        }
+    }
+    None
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn field(number: u64, bytes: &[u8]) -> Vec<u8> {
-        let mut out = vec![(number << 3 | 2) as u8, bytes.len() as u8];
-        out.extend_from_slice(bytes);
-        out
-    }
-
-    fn envelope(kind: &str, raw: &[u8]) -> Vec<u8> {
-        let type_meta = [field(1, b"v1"), field(2, kind.as_bytes())].concat();
-        [MAGIC.to_vec(), field(1, &type_meta), field(2, raw)].concat()
-    }
-
-    #[test]
-    fn decodes_a_namespace_like_kubectl_create_sends_it() {
-        let meta = field(1, b"demo");
-        let body = envelope(
-            "Namespace",
-            &[field(1, &meta), field(2, b""), field(3, b"")].concat(),
-        );
-        let v = decode(&body, "Namespace").unwrap();
-        assert_eq!(
-            v,
-            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "demo"}, "spec": {"finalizers": []}})
-        );
-    }
-
-    #[test]
-    fn decodes_configmap_data_and_labels() {
-        let label = [field(1, b"app"), field(2, b"web")].concat();
-        let meta = [field(1, b"cfg"), field(11, &label)].concat();
-        let entry = [field(1, b"k"), field(2, b"v")].concat();
-        let body = envelope("ConfigMap", &[field(1, &meta), field(2, &entry)].concat());
-        let v = decode(&body, "ConfigMap").unwrap();
-        assert_eq!(v["metadata"]["labels"]["app"], "web");
-        assert_eq!(v["data"]["k"], "v");
-    }
-
-    #[test]
-    fn secret_bytes_become_base64() {
-        let entry = [field(1, b"password"), field(2, b"hunter2")].concat();
-        let body = envelope(
-            "Secret",
-            &[
-                field(1, &field(1, b"s")),
-                field(2, &entry),
-                field(3, b"Opaque"),
-            ]
-            .concat(),
-        );
-        let v = decode(&body, "Secret").unwrap();
-        assert_eq!(v["data"]["password"], "aHVudGVyMg==");
-        assert_eq!(v["type"], "Opaque");
-    }
-
-    #[test]
-    fn refuses_garbage_and_other_kinds() {
-        assert!(decode(b"{}", "Namespace").is_err());
-        assert!(decode(b"k8s\x00\x0a\xff\xff\xff", "Namespace").is_err());
-        let body = envelope("Deployment", &field(1, &field(1, b"d")));
-        assert!(decode(&body, "Deployment").is_err());
-    }
-}
+mod tests;

@@ -550,9 +550,15 @@ pub fn table_for(
                     col("Message", "string", 0),
                     name_column_priority(1),
                 ],
+                // Either shape: core v1, or the events.k8s.io/v1 view of the same Event.
                 Box::new(|o: &Value| {
+                    let either = |core: &str, view: &str| {
+                        let t = text(o, core);
+                        if t.is_empty() { text(o, view) } else { t }
+                    };
                     let last = [
                         "/lastTimestamp",
+                        "/deprecatedLastTimestamp",
                         "/eventTime",
                         "/metadata/creationTimestamp",
                     ]
@@ -563,15 +569,15 @@ pub fn table_for(
                     .unwrap_or_else(|| "<unknown>".into());
                     let object = format!(
                         "{}/{}",
-                        text(o, "/involvedObject/kind").to_lowercase(),
-                        text(o, "/involvedObject/name")
+                        either("/involvedObject/kind", "/regarding/kind").to_lowercase(),
+                        either("/involvedObject/name", "/regarding/name")
                     );
                     vec![
                         json!(last),
                         json!(text(o, "/type")),
                         json!(text(o, "/reason")),
                         json!(object),
-                        json!(text(o, "/message")),
+                        json!(either("/message", "/note")),
                         json!(text(o, "/metadata/name")),
                     ]
                 }),

@@ -45,9 +45,22 @@ pub struct WatchSpec {
     pub metadata_only: bool,
     /// Send objects as one-row Tables (`kubectl get -w`).
     pub as_table: bool,
+    /// Serve the stored core Events as events.k8s.io/v1 Events (`resource` is then the
+    /// core `events`).
+    pub events_view: bool,
 }
 
 impl WatchSpec {
+    /// A stored object as this watch serves it.
+    pub fn served<'a>(&self, obj: &'a Value) -> std::borrow::Cow<'a, Value> {
+        if self.events_view {
+            std::borrow::Cow::Owned(crate::semantics::event_views::to_events_v1(obj))
+        } else {
+            std::borrow::Cow::Borrowed(obj)
+        }
+    }
+
+    /// Does the object (as served) match the watch's namespace and selectors?
     pub fn matches(&self, obj: &Value) -> bool {
         if let Some(ns) = &self.namespace
             && obj.pointer("/metadata/namespace").and_then(Value::as_str) != Some(ns.as_str())
@@ -231,7 +244,8 @@ impl WatchStream {
             return Ok(());
         }
         self.resource_active = true;
-        let matches = self.spec.matches(&event.object);
+        let served = self.spec.served(&event.object);
+        let matches = self.spec.matches(&served);
         let send = match &mut self.view {
             None => matches.then_some(event.kind.as_str()),
             Some(view) => {
@@ -246,8 +260,8 @@ impl WatchStream {
             }
         };
         if let Some(kind) = send {
-            if self.spec.metadata_only || self.spec.as_table {
-                self.emit(kind, &event.object).await?;
+            if self.spec.metadata_only || self.spec.as_table || self.spec.events_view {
+                self.emit(kind, &served).await?;
             } else {
                 let line =
                     self.source
@@ -315,11 +329,12 @@ async fn stream_events(w: &mut WatchStream) -> Result<(), Stop> {
                 w.view = Some(std::collections::HashSet::new());
             }
             for event in items {
-                if w.spec.matches(&event.object) {
+                let served = w.spec.served(&event.object);
+                if w.spec.matches(&served) {
                     if let Some(view) = &mut w.view {
-                        view.insert(object_key(&event.object));
+                        view.insert(object_key(&served));
                     }
-                    w.emit("ADDED", &event.object).await?;
+                    w.emit("ADDED", &served).await?;
                 }
             }
             w.delivered_rv = rv;
@@ -345,7 +360,7 @@ async fn stream_events(w: &mut WatchStream) -> Result<(), Stop> {
                     w.view = Some(
                         current
                             .iter()
-                            .filter(|e| w.spec.matches(&e.object))
+                            .filter(|e| w.spec.matches(&w.spec.served(&e.object)))
                             .map(|e| object_key(&e.object))
                             .collect(),
                     );

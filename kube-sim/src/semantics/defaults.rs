@@ -94,6 +94,8 @@ pub fn on_write(rt: &ResourceType, obj: &mut Value) {
         ("batch", "jobs") => {
             if let Some(spec) = object_at(obj, "spec") {
                 job_spec_defaults(spec);
+                // A default of the Job's own, owned by its creator (recordings 10 and 14).
+                default(spec, "manualSelector", json!(false));
             }
         }
         ("batch", "cronjobs") => {
@@ -238,6 +240,15 @@ pub fn on_create(rt: &ResourceType, obj: &mut Value, _now: &str) {
             }
         }
         ("", "pods") => pod_on_create(obj),
+        ("", "events") => {
+            // A core v1 Event always shows these, empty when the reporter left them out
+            // (as the controllers' Events are recorded: eventTime null, reportingInstance
+            // ""); nobody owns them then.
+            if let Some(map) = obj.as_object_mut() {
+                map.entry("eventTime").or_insert(Value::Null);
+                map.entry("reportingInstance").or_insert_with(|| json!(""));
+            }
+        }
         ("", "services") => {
             if let Some(spec) = object_at(obj, "spec") {
                 let headless = spec.get("clusterIP").and_then(Value::as_str) == Some("None");
@@ -346,6 +357,17 @@ fn job_on_create(obj: &mut Value) {
                     labels.insert(k.into(), json!(v));
                 }
             }
+        }
+    }
+    // A Job without labels of its own gets its template's (recordings 10 and 14).
+    let template_labels = obj.pointer("/spec/template/metadata/labels").cloned();
+    if let (Some(labels), Some(meta)) = (template_labels, object_at(obj, "metadata")) {
+        let has_labels = meta
+            .get("labels")
+            .and_then(Value::as_object)
+            .is_some_and(|l| !l.is_empty());
+        if !has_labels {
+            meta.insert("labels".into(), labels);
         }
     }
 }

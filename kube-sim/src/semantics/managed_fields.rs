@@ -72,8 +72,11 @@ pub fn list_type(field: &str, items: &[Value]) -> ListType {
 
 /// Maps that are owned as a whole.
 fn is_atomic_map(field: &str) -> bool {
-    // LabelSelectors are atomic structs.
-    matches!(field, "selector" | "objectSelector" | "namespaceSelector")
+    // LabelSelectors are atomic structs, and so is an Event's ObjectReference.
+    matches!(
+        field,
+        "selector" | "objectSelector" | "namespaceSelector" | "involvedObject" | "regarding"
+    )
 }
 
 /// Struct fields that are always present (not `omitempty`), so an update never "adds" them
@@ -93,6 +96,8 @@ fn is_always_present_struct(field: &str) -> bool {
             | "acceptedNames"
             | "loadBalancer"
             | "priorityLevelConfiguration"
+            // An Event's EventSource.
+            | "source"
     )
 }
 

@@ -4,6 +4,7 @@
 pub mod apply;
 pub mod decode;
 pub mod defaults;
+pub mod event_views;
 pub mod managed_fields;
 pub mod schema;
 pub mod selectors;

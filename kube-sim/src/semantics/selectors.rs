@@ -151,30 +151,53 @@ pub struct FieldSelector {
     requirements: Vec<(String, String, bool)>,
 }
 
-/// The JSON pointer of a field a selector may use on a resource.
-fn field_pointer(resource: &str, field: &str) -> Option<&'static str> {
+/// The JSON pointer of a field a selector may use on a resource (of `group`), in the object
+/// as that group serves it. Events differ by API: core v1 selects on `involvedObject.*`,
+/// events.k8s.io/v1 on `regarding.*` (and refuses `involvedObject.*`), as recorded.
+fn field_pointer(group: &str, resource: &str, field: &str) -> Option<&'static str> {
     match field {
         "metadata.name" => Some("/metadata/name"),
         "metadata.namespace" => Some("/metadata/namespace"),
-        _ => match (resource, field) {
-            ("pods", "status.phase") => Some("/status/phase"),
-            ("pods", "spec.nodeName") => Some("/spec/nodeName"),
-            ("pods", "spec.restartPolicy") => Some("/spec/restartPolicy"),
-            ("pods", "spec.schedulerName") => Some("/spec/schedulerName"),
-            ("pods", "spec.serviceAccountName") => Some("/spec/serviceAccountName"),
-            ("pods", "status.podIP") => Some("/status/podIP"),
-            ("events", "involvedObject.name") => Some("/involvedObject/name"),
-            ("events", "involvedObject.kind") => Some("/involvedObject/kind"),
-            ("events", "involvedObject.uid") => Some("/involvedObject/uid"),
-            ("events", "involvedObject.namespace") => Some("/involvedObject/namespace"),
-            ("secrets", "type") => Some("/type"),
+        _ => match (group, resource, field) {
+            ("", "pods", "status.phase") => Some("/status/phase"),
+            ("", "pods", "spec.nodeName") => Some("/spec/nodeName"),
+            ("", "pods", "spec.restartPolicy") => Some("/spec/restartPolicy"),
+            ("", "pods", "spec.schedulerName") => Some("/spec/schedulerName"),
+            ("", "pods", "spec.serviceAccountName") => Some("/spec/serviceAccountName"),
+            ("", "pods", "status.podIP") => Some("/status/podIP"),
+            ("", "events", "involvedObject.name") => Some("/involvedObject/name"),
+            ("", "events", "involvedObject.kind") => Some("/involvedObject/kind"),
+            ("", "events", "involvedObject.uid") => Some("/involvedObject/uid"),
+            ("", "events", "involvedObject.namespace") => Some("/involvedObject/namespace"),
+            ("", "events", "involvedObject.apiVersion") => Some("/involvedObject/apiVersion"),
+            ("", "events", "involvedObject.resourceVersion") => {
+                Some("/involvedObject/resourceVersion")
+            }
+            ("", "events", "involvedObject.fieldPath") => Some("/involvedObject/fieldPath"),
+            ("", "events", "reason") => Some("/reason"),
+            ("", "events", "reportingComponent") => Some("/reportingComponent"),
+            ("", "events", "source") => Some("/source/component"),
+            ("", "events", "type") => Some("/type"),
+            ("events.k8s.io", "events", "regarding.name") => Some("/regarding/name"),
+            ("events.k8s.io", "events", "regarding.kind") => Some("/regarding/kind"),
+            ("events.k8s.io", "events", "regarding.uid") => Some("/regarding/uid"),
+            ("events.k8s.io", "events", "regarding.namespace") => Some("/regarding/namespace"),
+            ("events.k8s.io", "events", "regarding.apiVersion") => Some("/regarding/apiVersion"),
+            ("events.k8s.io", "events", "regarding.resourceVersion") => {
+                Some("/regarding/resourceVersion")
+            }
+            ("events.k8s.io", "events", "regarding.fieldPath") => Some("/regarding/fieldPath"),
+            ("events.k8s.io", "events", "reason") => Some("/reason"),
+            ("events.k8s.io", "events", "reportingController") => Some("/reportingController"),
+            ("events.k8s.io", "events", "type") => Some("/type"),
+            ("", "secrets", "type") => Some("/type"),
             _ => None,
         },
     }
 }
 
 impl FieldSelector {
-    pub fn parse(resource: &str, s: &str) -> Result<Self, String> {
+    pub fn parse(group: &str, resource: &str, s: &str) -> Result<Self, String> {
         let mut requirements = Vec::new();
         if s.trim().is_empty() {
             return Ok(Self::default());
@@ -193,7 +216,7 @@ impl FieldSelector {
                 ));
             };
             let field = field.trim();
-            let pointer = field_pointer(resource, field)
+            let pointer = field_pointer(group, resource, field)
                 .ok_or_else(|| format!("field label not supported: {field}"))?;
             requirements.push((pointer.to_string(), value.trim().to_string(), equal));
         }
@@ -301,11 +324,11 @@ mod tests {
             ("status.phase=Running", true),
         ];
         for (selector, expected) in cases {
-            let parsed = FieldSelector::parse("pods", selector).unwrap();
+            let parsed = FieldSelector::parse("", "pods", selector).unwrap();
             assert_eq!(parsed.matches(&obj()), expected, "{selector}");
         }
-        assert!(FieldSelector::parse("deployments", "spec.replicas=1").is_err());
-        assert!(FieldSelector::parse("pods", "nonsense").is_err());
+        assert!(FieldSelector::parse("apps", "deployments", "spec.replicas=1").is_err());
+        assert!(FieldSelector::parse("", "pods", "nonsense").is_err());
     }
 
     #[test]
@@ -331,5 +354,30 @@ mod tests {
         for (selector, want) in cases {
             assert_eq!(selector_matches(&selector, &labels), want, "{selector}");
         }
+    }
+
+    #[test]
+    fn event_field_labels_differ_by_api() {
+        let core = json!({"involvedObject": {"kind": "Deployment", "name": "web"}, "source": {"component": "deployment-controller"}});
+        let view = json!({"regarding": {"kind": "Deployment", "name": "web"}, "reportingController": "deployment-controller"});
+        let sel = FieldSelector::parse(
+            "",
+            "events",
+            "involvedObject.name=web,involvedObject.kind=Deployment,source=deployment-controller",
+        )
+        .unwrap();
+        assert!(sel.matches(&core));
+        let sel = FieldSelector::parse(
+            "events.k8s.io",
+            "events",
+            "regarding.name=web,reportingController=deployment-controller",
+        )
+        .unwrap();
+        assert!(sel.matches(&view));
+        assert_eq!(
+            FieldSelector::parse("events.k8s.io", "events", "involvedObject.name=web").unwrap_err(),
+            "field label not supported: involvedObject.name"
+        );
+        assert!(FieldSelector::parse("", "events", "regarding.name=web").is_err());
     }
 }

@@ -20,7 +20,8 @@ use crate::storage::store::Store;
 pub struct SimOptions {
     /// Number of clusters, named sim-1 .. sim-N.
     pub clusters: usize,
-    /// Simulated time runs this many times faster than real time.
+    /// Simulated time (the controllers' and the kubelet's delays) runs this many times
+    /// faster than real time; timestamps in objects stay on the wall clock.
     pub time_scale: f64,
     /// A rules file (YAML) making images behave differently per cluster.
     pub rules_path: Option<PathBuf>,

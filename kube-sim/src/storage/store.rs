@@ -957,11 +957,20 @@ impl Store {
         let meta = metadata_mut(obj);
         match pod_grace {
             Some(grace) => {
-                let at = self
+                // A real server sets the deletionTimestamp ahead by the grace period: the
+                // moment the kubelet kills what is still running. Here that moment comes
+                // `grace` simulated seconds on, which is `grace / scale` of wall time, so the
+                // timestamp says when it really happens (kubectl's "Terminating (lasts ...)"
+                // reads as on a real cluster at scale 1). It is the one timestamp a client
+                // sees ahead of the wall clock, as on a real server.
+                let now = self.clock.now();
+                let ahead = self
                     .clock
-                    .now()
-                    .checked_add(jiff::SignedDuration::from_secs(grace))
-                    .unwrap_or_else(|_| self.clock.now());
+                    .real(std::time::Duration::from_secs(grace.unsigned_abs()));
+                let at = jiff::SignedDuration::try_from(ahead)
+                    .ok()
+                    .and_then(|d| now.checked_add(d).ok())
+                    .unwrap_or(now);
                 meta.insert("deletionTimestamp".into(), json!(format_time(at)));
                 meta.insert("deletionGracePeriodSeconds".into(), json!(grace));
             }
