@@ -2742,6 +2742,7 @@ async fn events_k8s_io_writes_and_watches_the_core_events() {
         missing.json()["message"],
         "events.events.k8s.io \"web.1\" not found"
     );
+}
 
 /// The bytes of a binary recording; a recording that cannot be read fails the test.
 fn recording_bytes(name: &str) -> Vec<u8> {

@@ -594,6 +594,7 @@ async fn kubectl_shows_real_ages_and_events_at_time_scale_100() {
         out.contains("Started container web") || out.contains("Started"),
         "{out}"
     );
+}
 
 /// Every typed `kubectl create` sends its object in protobuf (kubectl's -v=8 log shows the
 /// Content-Type): each is accepted, kubectl says what it created, and `kubectl get -o json`
