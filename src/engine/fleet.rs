@@ -312,7 +312,11 @@ async fn take_locks(
     let mut to_take = Vec::new();
     for (n, &position) in order.iter().enumerate() {
         let i = candidates[position];
-        match n.checked_sub(1).map(|m| order[m]).filter(|p| keys[*p] == keys[position]) {
+        match n
+            .checked_sub(1)
+            .map(|m| order[m])
+            .filter(|p| keys[*p] == keys[position])
+        {
             Some(before) => {
                 let e = LockError::SameLease {
                     first: reached[candidates[before]].target.name.clone(),
@@ -378,7 +382,11 @@ async fn take_locks(
                 attempt(position, left).await
             }
         };
-        let server = run.access.as_ref().map(|a| a.server.as_str()).unwrap_or_default();
+        let server = run
+            .access
+            .as_ref()
+            .map(|a| a.server.as_str())
+            .unwrap_or_default();
         locks[i] = Some(match result {
             Ok(held) => Ok(Some(held)),
             Err(PrepareError::Cancelled) => {
