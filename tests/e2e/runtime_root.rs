@@ -380,6 +380,9 @@ fn git(dir: &Path, args: &[&str]) -> String {
             "init.defaultBranch=main",
             "-c",
             "protocol.file.allow=always",
+            // The folders belong to the image's uid (chown_tree); this git runs as root.
+            "-c",
+            "safe.directory=*",
         ])
         .args(args)
         .output()
