@@ -55,6 +55,9 @@ fn main() {
         }
     };
     rollguard::error::install_panic_hook();
+    // A grandchild that leaves its script's process group (setsid) and outlives its parent
+    // becomes rollguard's child, so it can still be found and killed.
+    rollguard::util::process_group::become_subreaper();
     // A panic in the run is an exit code, not an abort; the hook has said it.
     let run = std::panic::AssertUnwindSafe(run(cli));
     let code = match runtime.block_on(futures::FutureExt::catch_unwind(run)) {
@@ -71,5 +74,7 @@ fn main() {
     runtime.block_on(rollguard::release::lock::wait_for_panic_releases());
     // Watches and renewals may still hold tasks: do not wait for them.
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+    // Nothing rollguard started outlives it.
+    rollguard::util::process_group::kill_leftovers();
     std::process::exit(code);
 }

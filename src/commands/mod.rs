@@ -13,6 +13,10 @@ use crate::error::{Error, exit};
 /// Runs a parsed command; returns the process exit code.
 pub async fn run(cli: Cli) -> Result<i32, Error> {
     let env = deploy::env_snapshot();
+    let lookup = |k: &str| env.get(k).cloned();
+    let git_timeout = crate::util::git::timeout_from_env(&lookup)
+        .map_err(|e| Error::Usage(format!("$ROLLGUARD_GIT_TIMEOUT: {e}")))?;
+    crate::util::git::set_timeout(git_timeout);
     match cli.command {
         Command::Deploy(args) if args.dry_run => diff::dry_run(args, env).await,
         Command::Deploy(args) => deploy::deploy(args, env).await,
