@@ -76,5 +76,6 @@ fn main() {
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
     // Nothing rollguard started outlives it.
     rollguard::util::process_group::kill_leftovers();
+    rollguard::stages::kubeconfig::remove_all_now();
     std::process::exit(code);
 }

@@ -226,11 +226,18 @@ pub enum ManageError {
     Usage(String),
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// The manifests of `--from-git` could not be read (git failed or ran out of time, or
+    /// they do not load): the run failed, as an offline plan against such a ref does.
+    #[error("{0}")]
+    FromGit(String),
 }
 
 impl ManageError {
     pub fn exit_code(&self) -> i32 {
-        exit::BAD_INPUT
+        match self {
+            ManageError::FromGit(_) => exit::FAILED,
+            _ => exit::BAD_INPUT,
+        }
     }
 }
 
@@ -443,29 +450,92 @@ struct Planned {
     destination: String,
     default_namespace: String,
     changes: Vec<String>,
+    /// The rollback commands it will run, as the prompt lists them.
+    commands: Vec<String>,
     /// Objects of the current release the destination lacks (left in place).
     left_in_place: Vec<String>,
     headline: String,
     /// The revision rolled back from and the script stages it ran (their rollback commands
     /// run after the manifests).
     from_revision: Option<u64>,
+    /// The revision chosen to go back to (None: from git).
+    chosen: Option<u64>,
     ran: Vec<crate::report::StageResult>,
 }
 
+/// The lines the prompt shows for the rollback commands due after the manifests: one per
+/// command, in the order they run. Pure; the commands come from the config by stage name.
+pub fn rollback_command_lines(
+    pipeline: &[config::PipelineStage],
+    ran: &[crate::report::StageResult],
+) -> Vec<String> {
+    use crate::stages::plan::{fleet_rollbacks, target_rollbacks};
+    let line = |i: usize, fleet: bool| match pipeline.get(i) {
+        Some(config::PipelineStage::Script(stage)) => stage.rollback.as_ref().map(|c| {
+            let text = match c {
+                config::ScriptCommand::Shell(text) => text.clone(),
+                config::ScriptCommand::Argv(argv) => argv.join(" "),
+            };
+            let once = if fleet { " (fleet, once)" } else { "" };
+            format!(
+                "  then the rollback command of stage {}{once}: {text}",
+                stage.name
+            )
+        }),
+        _ => None,
+    };
+    let mut lines: Vec<String> = target_rollbacks(pipeline, ran)
+        .into_iter()
+        .filter_map(|i| line(i, false))
+        .collect();
+    lines.extend(
+        fleet_rollbacks(pipeline, [ran])
+            .into_iter()
+            .filter_map(|i| line(i, true)),
+    );
+    lines
+}
+
+/// Whether a target's history, read again once its lock is held, still says what the person
+/// confirmed: the same newest revision, and the same revision to go back to. Pure.
+pub fn still_current(
+    planned_newest: Option<u64>,
+    planned_choice: Option<u64>,
+    newest: Option<u64>,
+    choice: Option<u64>,
+) -> Result<(), String> {
+    if newest != planned_newest {
+        let now = newest.map_or("no release".to_string(), |r| format!("v{r}"));
+        return Err(format!(
+            "its history changed while the rollback waited for confirmation (the newest release is now {now}): nothing was changed; run the rollback again to see what it would do"
+        ));
+    }
+    if choice != planned_choice {
+        return Err(
+            "the revision to go back to is no longer the one confirmed: nothing was changed; run the rollback again"
+                .to_string(),
+        );
+    }
+    Ok(())
+}
+
 /// `rollguard rollback`: re-apply an earlier revision (or a commit's manifests) as a new one.
+/// It plans and asks first, and takes the locks only once confirmed (a prompt blocks no
+/// deploy); SIGINT/SIGTERM stop it as they stop a deploy (scripts killed, records marked,
+/// locks released, exit 130).
 pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> {
     // A rollback writes: bad access on any selected target is bad input before the first
     // write (load_config checks every one).
     let config = load_config(&args.selection, &env)?;
-    let settings = ReleaseSettings::from_config(&config);
     let lookup = |k: &str| env.get(k).cloned();
+    let cancel = crate::commands::deploy::cancel_on_signals();
 
     // From git: the same manifests and commit for every target, read once.
     let from_git = match &args.from_git {
         Some(sha) => {
-            let bodies = reapply::manifests_from_git_off_runtime(&config, sha)
+            let bodies = reapply::manifests_from_git_off_runtime(&config, sha, None)
                 .await
-                .map_err(ManageError::Usage)?;
+                .map_err(ManageError::FromGit)?;
             let (base_dir, sha_text) = (config.base_dir.clone(), sha.clone());
             let commit =
                 tokio::task::spawn_blocking(move || git::commit_info(&base_dir, &sha_text))
@@ -476,88 +546,18 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
         }
         None => None,
     };
-
-    let holder = lock::holder_identity(&lookup);
-    let lock_options = LockOptions::from_env(settings.lock_timeout, &lookup);
     let connected = connect_all(&config, &env).await;
-    // The locks first, one at a time in the global lock order (as a deploy takes them), so
-    // that a rollback and a deploy over the same clusters never wait for each other in a
-    // cycle.
-    let mut locks: Vec<Option<Result<LockGuard, String>>> =
-        connected.iter().map(|_| None).collect();
-    if !args.dry_run {
-        let reachable: Vec<usize> = (0..connected.len())
-            .filter(|i| connected[*i].is_ok())
-            .collect();
-        let keys: Vec<(String, String)> = reachable
-            .iter()
-            .filter_map(|i| connected[*i].as_ref().ok())
-            .map(|c| lock::lock_key(&c.access.server, &c.namespace))
-            .collect();
-        let mut gave_up = false;
-        for position in lock::lock_order(&keys) {
-            let i = reachable[position];
-            let Ok(c) = &connected[i] else { continue };
-            if gave_up {
-                locks[i] = Some(Err(format!(
-                    "target {}: not rolled back: another target's lock could not be taken",
-                    c.target.name
-                )));
-                continue;
-            }
-            let taken = Lock::acquire(
-                c.access.client.clone(),
-                &c.access.server,
-                &config.app,
-                &c.namespace,
-                &holder,
-                &lock_options,
-            )
-            .await
-            .map_err(|e| format!("target {}: {e}", c.target.name));
-            gave_up = taken.is_err();
-            locks[i] = Some(taken);
-        }
-        if gave_up {
-            for slot in locks.iter_mut() {
-                if let Some(Ok(_)) = slot
-                    && let Some(Ok(guard)) = slot.take()
-                {
-                    let _ = guard.release().await;
-                    *slot = Some(Err(
-                        "not rolled back: another target's lock could not be taken".into(),
-                    ));
-                }
-            }
-        }
-    }
-    let plans = futures::future::join_all(connected.into_iter().zip(locks).map(|(c, lock)| {
+    let plans = futures::future::join_all(connected.into_iter().map(|c| {
         let (config, from_git, args) = (&config, &from_git, &args);
         async move {
             let c = c.map_err(|e| (e, exit::FAILED))?;
             let name = c.target.name.clone();
-            let lock = match lock {
-                Some(Ok(lock)) => Some(lock),
-                Some(Err(why)) => return Err((why, exit::FAILED)),
-                None => None,
-            };
-            let planned = plan_one(config, c, args, from_git).await;
-            match planned {
-                Ok(mut p) => {
-                    p.lock = lock;
-                    Ok(p)
-                }
-                Err(e) => {
-                    if let Some(lock) = lock {
-                        let _ = lock.release().await;
-                    }
-                    Err((format!("target {name}: {}", e.0), e.1))
-                }
-            }
+            plan_one(config, c, args, from_git)
+                .await
+                .map_err(|e| (format!("target {name}: {}", e.0), e.1))
         }
     }))
     .await;
-
     let mut ready = Vec::new();
     let mut problems = Vec::new();
     for plan in plans {
@@ -571,36 +571,18 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
         redact::learn(p.bodies.iter());
     }
     let interactive = !args.yes && std::io::stdin().is_terminal();
-    let mut plan_failed = false;
-    if problems.is_empty() && (args.dry_run || interactive) {
-        // What the clusters say a rollback would change: the same diff as `rollguard diff`.
-        let deadline = Instant::now() + settings.rollback_timeout;
-        let plan = rollback_plan(&config, &ready, args.force_conflicts, deadline).await;
-        for p in &ready {
-            redact::print_out(&p.headline);
-        }
-        crate::commands::diff::print_plan(&plan, crate::cli::PlanFormat::Text, &lookup);
-        plan_failed = plan.has_errors();
-    } else {
-        for p in &ready {
-            redact::print_out(&p.headline);
-            for line in &p.changes {
-                redact::print_out(line);
-            }
-        }
-    }
+    let plan_failed = show_rollback(
+        &config,
+        &ready,
+        &args,
+        interactive && problems.is_empty(),
+        &lookup,
+    )
+    .await;
     for (e, _) in &problems {
         redact::print_err(e);
     }
-    let release_all = |ready: Vec<Planned>| async move {
-        for p in ready {
-            if let Some(lock) = p.lock {
-                let _ = lock.release().await;
-            }
-        }
-    };
     if !problems.is_empty() {
-        release_all(ready).await;
         // Unreachable targets fail (1); a refused choice is bad input (2).
         return Ok(combined_exit(problems.iter().map(|(_, c)| *c)));
     }
@@ -608,12 +590,174 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
         println!("dry run: nothing changed");
         return Ok(if plan_failed { exit::FAILED } else { exit::OK });
     }
-    if interactive && !confirm(ready.len()) {
-        release_all(ready).await;
+    if interactive && !confirm(ready.len(), &cancel).await {
         println!("nothing changed");
-        return Ok(exit::OK);
+        return Ok(if cancel.is_cancelled() {
+            exit::CANCELLED
+        } else {
+            exit::FAILED
+        });
     }
+    // Confirmed: now the locks, then a second look at each history under them.
+    if let Err(code) = lock_and_check(&config, &mut ready, &args, &lookup, &cancel).await {
+        release_all(ready).await;
+        return Ok(code);
+    }
+    let code = apply_rollbacks(&config, &ready, &args, &env, &cancel).await;
+    release_all(ready).await;
+    Ok(if cancel.is_cancelled() && code != exit::ROLLBACK_FAILED {
+        exit::CANCELLED
+    } else {
+        code
+    })
+}
 
+/// Prints what the rollback will do: per target its headline, then (in a terminal or a dry
+/// run) the clusters' diff, else the change summary; and the rollback commands it will run.
+/// Returns whether the diff had errors.
+async fn show_rollback(
+    config: &Config,
+    ready: &[Planned],
+    args: &RollbackArgs,
+    diff: bool,
+    lookup: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> bool {
+    let mut plan_failed = false;
+    if args.dry_run || diff {
+        let settings = ReleaseSettings::from_config(config);
+        // What the clusters say a rollback would change: the same diff as `rollguard diff`.
+        let deadline = Instant::now() + settings.rollback_timeout;
+        let plan = rollback_plan(config, ready, args.force_conflicts, deadline).await;
+        for p in ready {
+            redact::print_out(&p.headline);
+        }
+        crate::commands::diff::print_plan(&plan, crate::cli::PlanFormat::Text, lookup);
+        plan_failed = plan.has_errors();
+        for p in ready.iter().filter(|p| !p.commands.is_empty()) {
+            redact::print_out(&format!("target {}:", p.connected.target.name));
+            for line in &p.commands {
+                redact::print_out(line);
+            }
+        }
+    } else {
+        for p in ready {
+            redact::print_out(&p.headline);
+            for line in p.changes.iter().chain(&p.commands) {
+                redact::print_out(line);
+            }
+        }
+    }
+    plan_failed
+}
+
+async fn release_all(ready: Vec<Planned>) {
+    for p in ready {
+        if let Some(lock) = p.lock {
+            let _ = lock.release().await;
+        }
+    }
+}
+
+/// Takes every target's lock, one at a time in the global lock order (as a deploy takes
+/// them, so a rollback and a deploy never wait for each other in a cycle); then, under the
+/// locks, marks abandoned records and checks that each history still says what was
+/// confirmed. Err(exit code) after saying why; the locks taken are in `ready` either way.
+async fn lock_and_check(
+    config: &Config,
+    ready: &mut [Planned],
+    args: &RollbackArgs,
+    lookup: &(dyn Fn(&str) -> Option<String> + Sync),
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Result<(), i32> {
+    let settings = ReleaseSettings::from_config(config);
+    let holder = lock::holder_identity(lookup);
+    let lock_options = LockOptions::from_env(settings.lock_timeout, lookup);
+    let keys: Vec<(String, String)> = ready
+        .iter()
+        .map(|p| lock::lock_key(&p.connected.access.server, &p.connected.namespace))
+        .collect();
+    for position in lock::lock_order(&keys) {
+        let Some(p) = ready.get_mut(position) else {
+            continue;
+        };
+        let c = &p.connected;
+        let taking = Lock::acquire(
+            c.access.client.clone(),
+            &c.access.server,
+            &config.app,
+            &c.namespace,
+            &holder,
+            &lock_options,
+        );
+        let taken = tokio::select! {
+            taken = taking => taken,
+            _ = cancel.cancelled() => {
+                redact::print_err("rollguard: cancelled while taking the locks: nothing was changed");
+                return Err(exit::CANCELLED);
+            }
+        };
+        match taken {
+            Ok(guard) => p.lock = Some(guard),
+            Err(e) => {
+                redact::print_err(&format!(
+                    "target {}: {e}; nothing was rolled back",
+                    c.target.name
+                ));
+                return Err(exit::FAILED);
+            }
+        }
+    }
+    let checks = futures::future::join_all(ready.iter().map(|p| recheck(p, args))).await;
+    let mut code = None;
+    for (p, check) in ready.iter().zip(checks) {
+        match check {
+            Ok(abandoned) if !abandoned.is_empty() => redact::print_out(&format!(
+                "target {}: marked abandoned: {}",
+                p.connected.target.name,
+                abandoned
+                    .iter()
+                    .map(|r| format!("v{r}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+            Ok(_) => {}
+            Err(why) => {
+                redact::print_err(&format!("target {}: {why}", p.connected.target.name));
+                code = Some(exit::FAILED);
+            }
+        }
+    }
+    code.map_or(Ok(()), Err)
+}
+
+/// One target's history read again under its lock: abandoned records marked, and the
+/// newest revision and the choice compared with what was confirmed.
+async fn recheck(p: &Planned, args: &RollbackArgs) -> Result<Vec<u64>, String> {
+    let store = &p.connected.store;
+    let abandoned = store.mark_abandoned().await.map_err(|e| e.to_string())?;
+    let records = store.list().await.map_err(|e| e.to_string())?;
+    let newest = records.iter().map(|r| r.revision).max();
+    let choice = match args.from_git {
+        Some(_) => None,
+        None => policy::choose_manual_target(&records, args.revision, args.force).ok(),
+    };
+    still_current(p.from_revision, p.chosen, newest, choice)?;
+    Ok(abandoned)
+}
+
+/// The rollback itself, once locked: every target's manifests at once, then the rollback
+/// commands of the stages the revisions it leaves ran. `cancel` (a signal) stops both: the
+/// re-apply ends and its record is marked, the scripts' process groups are killed. Returns
+/// the exit code.
+async fn apply_rollbacks(
+    config: &Config,
+    ready: &[Planned],
+    args: &RollbackArgs,
+    env: &Env,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> i32 {
+    let lookup = |k: &str| env.get(k).cloned();
+    let settings = ReleaseSettings::from_config(config);
     let run = release::RunInfo::from_env(&lookup);
     let deadline = Instant::now() + settings.rollback_timeout;
     // One number for this rollback on every target, as a deploy's.
@@ -637,7 +781,7 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
             timeout: settings.rollback_timeout,
             deadline,
             cancelled: false,
-            stop: tokio_util::sync::CancellationToken::new(),
+            stop: cancel.clone(),
             lost: p
                 .lock
                 .as_ref()
@@ -673,9 +817,28 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
             message: result.as_ref().err().map(|(why, _)| why.clone()),
         });
     }
-    // The script stages the rolled-back revisions ran: their rollback commands, after the
-    // manifests (the commands come from this config, by stage name: a record in the
-    // cluster never decides what runs here).
+    let commands_ok = run_rollback_commands(config, ready, env, cancel).await;
+    redact::print_out(&policy::summary(&summary));
+    // A re-apply that a signal stopped is the cancel (exit 130), as in a deploy.
+    let applied_ok = results
+        .iter()
+        .all(|r| r.is_ok() || (cancel.is_cancelled() && matches!(r, Err((_, true)))));
+    if commands_ok && applied_ok {
+        exit::OK
+    } else {
+        exit::ROLLBACK_FAILED
+    }
+}
+
+/// The script stages the rolled-back revisions ran: their rollback commands, after the
+/// manifests (the commands come from this config, by stage name: a record in the cluster
+/// never decides what runs here). Returns whether every one succeeded.
+async fn run_rollback_commands(
+    config: &Config,
+    ready: &[Planned],
+    env: &Env,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> bool {
     let due: Vec<_> = ready
         .iter()
         .filter(|p| !p.ran.is_empty())
@@ -704,10 +867,12 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
     let mut commands_ok = true;
     for (name, results) in names
         .iter()
-        .zip(crate::engine::scripts::manual_stage_rollbacks(&plan, due).await)
+        .zip(crate::engine::scripts::manual_stage_rollbacks(&plan, due, cancel).await)
     {
         for r in results {
-            let ok = r.outcome == crate::report::StageOutcome::Succeeded;
+            // Stopped by a signal is the cancel (exit 130), not a failed rollback command.
+            let ok = r.outcome == crate::report::StageOutcome::Succeeded
+                || (r.outcome == crate::report::StageOutcome::Stopped && cancel.is_cancelled());
             commands_ok &= ok;
             redact::print_out(&format!(
                 "target {name}: rollback command of stage {} ({}): {}{}",
@@ -718,13 +883,7 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
             ));
         }
     }
-    redact::print_out(&policy::summary(&summary));
-    release_all(ready).await;
-    Ok(if commands_ok && results.iter().all(Result::is_ok) {
-        exit::OK
-    } else {
-        exit::ROLLBACK_FAILED
-    })
+    commands_ok
 }
 
 /// Every ready target's rollback plan at once: its live objects against the destination's
@@ -775,7 +934,7 @@ async fn plan_one(
         let code = release_error_code(&e);
         (e.to_string(), code)
     };
-    let abandoned = store.mark_abandoned().await.map_err(unreachable)?;
+    // Abandoned records are marked once the lock is held (see `recheck`), not here.
     let records = store.list().await.map_err(unreachable)?;
     // A list holds no manifests; the change summary compares the current ones.
     let current = match records.iter().map(|r| r.revision).max() {
@@ -809,6 +968,8 @@ async fn plan_one(
                 revisions: records.iter().map(|r| r.revision).collect(),
                 connected,
                 from_revision: None,
+                chosen: None,
+                commands: Vec::new(),
                 ran: Vec::new(),
             }
         }
@@ -816,7 +977,7 @@ async fn plan_one(
             let revision = policy::choose_manual_target(&records, args.revision, args.force)
                 .map_err(|e| (e.to_string(), exit::BAD_INPUT))?;
             let to = store.get(revision).await.map_err(unreachable)?;
-            let bodies = reapply::record_manifests(config, &to)
+            let bodies = reapply::record_manifests(config, &to, None)
                 .await
                 .map_err(|e| (e, exit::BAD_INPUT))?;
             let mut with_bodies = to.clone();
@@ -838,6 +999,8 @@ async fn plan_one(
                 revisions: records.iter().map(|r| r.revision).collect(),
                 connected,
                 from_revision: None,
+                chosen: Some(revision),
+                commands: Vec::new(),
                 ran: Vec::new(),
             }
         }
@@ -846,24 +1009,7 @@ async fn plan_one(
     if let Some(current) = &current {
         planned.from_revision = Some(current.revision);
         planned.ran = current.stages.clone();
-        let due = crate::stages::plan::due_rollback_names(&config.pipeline, &current.stages);
-        if !due.is_empty() {
-            planned.changes.push(format!(
-                "  then the rollback commands of the script stages v{} ran: {}",
-                current.revision,
-                due.join(", ")
-            ));
-        }
-    }
-    if !abandoned.is_empty() {
-        planned.headline.push_str(&format!(
-            " (marked abandoned: {})",
-            abandoned
-                .iter()
-                .map(|r| format!("v{r}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
+        planned.commands = rollback_command_lines(&config.pipeline, &current.stages);
     }
     Ok(planned)
 }
@@ -891,15 +1037,23 @@ fn empty_record(config: &Config) -> ReleaseRecord {
     }
 }
 
-/// Ask on the terminal; anything but y/yes is no.
-fn confirm(targets: usize) -> bool {
+/// Ask on the terminal; anything but y/yes is no, and so is a signal while it waits (the
+/// read is on a blocking thread, left behind: the process ends soon after).
+async fn confirm(targets: usize, cancel: &tokio_util::sync::CancellationToken) -> bool {
     eprint!("Roll back {targets} target(s)? [y/N] ");
     let _ = std::io::stderr().flush();
-    let mut answer = String::new();
-    if std::io::stdin().read_line(&mut answer).is_err() {
-        return false;
+    let read = tokio::task::spawn_blocking(|| {
+        let mut answer = String::new();
+        std::io::stdin().read_line(&mut answer).map(|_| answer)
+    });
+    let answer = tokio::select! {
+        answer = read => answer,
+        _ = cancel.cancelled() => return false,
+    };
+    match answer {
+        Ok(Ok(answer)) => matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes"),
+        _ => false,
     }
-    matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes")
 }
 
 #[cfg(test)]

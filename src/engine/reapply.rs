@@ -28,9 +28,10 @@ pub async fn stored_manifests(
     config: &Config,
     record: &ReleaseRecord,
     access: &ClusterAccess,
+    until: Option<Instant>,
 ) -> Result<Vec<serde_json::Value>, String> {
     match store.get(record.revision).await {
-        Ok(full) => record_manifests(config, &full).await,
+        Ok(full) => record_manifests(config, &full, until).await,
         // Unreadable manifests: the record's commit can still rebuild them from git.
         Err(e @ ReleaseError::Corrupt { .. }) => {
             tracing::warn!(
@@ -39,7 +40,7 @@ pub async fn stored_manifests(
             );
             let mut head = record.clone();
             head.manifests = None;
-            record_manifests(config, &head)
+            record_manifests(config, &head, until)
                 .await
                 .map_err(|why| format!("{e}; and from git: {why}"))
         }
@@ -54,10 +55,12 @@ pub async fn stored_manifests(
 }
 
 /// The manifests of a record: as stored (Secrets kept only as digests re-read from git at
-/// its commit), else rebuilt from git at its commit.
+/// its commit), else rebuilt from git at its commit. `until`: the git fallback's deadline (a
+/// rollback's budget).
 pub async fn record_manifests(
     config: &Config,
     record: &ReleaseRecord,
+    until: Option<Instant>,
 ) -> Result<Vec<serde_json::Value>, String> {
     if let Some(bodies) = &record.manifests {
         let mut bodies = bodies.clone();
@@ -68,7 +71,7 @@ pub async fn record_manifests(
                     record.revision
                 )
             })?;
-            let from_git = manifests_from_git_off_runtime(config, &commit.sha).await?;
+            let from_git = manifests_from_git_off_runtime(config, &commit.sha, until).await?;
             let default_namespace = record.default_namespace.clone().unwrap_or_default();
             fill_secret_stubs(&mut bodies, &from_git, &default_namespace, &commit.sha)
                 .map_err(|why| format!("release v{}: {why}", record.revision))?;
@@ -81,19 +84,30 @@ pub async fn record_manifests(
             record.revision
         )
     })?;
-    manifests_from_git_off_runtime(config, &commit.sha).await
+    manifests_from_git_off_runtime(config, &commit.sha, until).await
 }
 
 /// [`manifests_from_git`] on a blocking thread: git and a `render:` command block, and the
-/// async runtime's threads must not (a test keeps every such call site off them).
+/// async runtime's threads must not (a test keeps every such call site off them). With
+/// `until`, every git and render command it runs is due by then, and so is its answer.
 pub async fn manifests_from_git_off_runtime(
     config: &Config,
     sha: &str,
+    until: Option<Instant>,
 ) -> Result<Vec<serde_json::Value>, String> {
     let (config, sha) = (config.clone(), sha.to_string());
-    tokio::task::spawn_blocking(move || manifests_from_git(&config, &sha))
-        .await
-        .map_err(|e| format!("internal error reading the manifests from git: {e}"))?
+    let std_until = until.map(Instant::into_std);
+    let work = tokio::task::spawn_blocking(move || {
+        crate::util::runner::within(std_until, || manifests_from_git(&config, &sha))
+    });
+    let done = match until {
+        Some(until) => tokio::time::timeout_at(until, work).await.map_err(|_| {
+            "reading the manifests from git did not finish within the rollback's time budget"
+                .to_string()
+        })?,
+        None => work.await,
+    };
+    done.map_err(|e| format!("internal error reading the manifests from git: {e}"))?
 }
 
 /// The manifests of the config's manifest source at commit `sha`, from a temporary checkout.
