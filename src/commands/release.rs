@@ -1195,6 +1195,41 @@ mod tests {
     }
 
     #[test]
+    fn a_history_that_moved_while_asking_is_refused() {
+        // (newest when planned, choice when planned, newest now, choice now) -> ok?
+        let cases = [
+            ((Some(2), Some(1), Some(2), Some(1)), None),
+            ((None, None, None, None), None),
+            (
+                (Some(2), Some(1), Some(3), Some(2)),
+                Some("the newest release is now v3"),
+            ),
+            (
+                (Some(2), Some(1), None, None),
+                Some("the newest release is now no release"),
+            ),
+            (
+                (Some(2), Some(1), Some(2), Some(0)),
+                Some("no longer the one confirmed"),
+            ),
+            ((Some(2), None, Some(2), None), None),
+        ];
+        for ((pn, pc, n, c), want) in cases {
+            let got = still_current(pn, pc, n, c);
+            match want {
+                None => assert!(got.is_ok(), "{got:?}"),
+                Some(text) => {
+                    let why = got.expect_err("refused");
+                    assert!(
+                        why.contains(text) && why.contains("nothing was changed"),
+                        "{why}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
     fn changes_for_prompt() {
         let current = rec(3, ReleaseStatus::Deployed);
         let mut to = rec(1, ReleaseStatus::Superseded);

@@ -731,3 +731,33 @@ async fn enormous_lines_of_a_script_keep_the_report_bounded() {
         run.stderr.len()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollback_command_output_during_a_deploy_names_its_target_and_stage() {
+    let env = env_with(
+        1,
+        "",
+        r#"  - apply
+  - script:
+      name: smoke
+      run: test ! -e fail
+      rollback: echo rollback-says-hi
+"#,
+    )
+    .await;
+    assert_eq!(env.deploy(&[]).await.code, 0);
+    env.write("fail", "");
+    env.write("k8s/app.yaml", &small_app(NEXT));
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.outcome("eu"), "rolled-back", "{}", run.output());
+    let line = run
+        .stderr
+        .lines()
+        .find(|l| l.contains("rollback-says-hi"))
+        .unwrap_or_else(|| panic!("no output line\n{}", run.output()));
+    // In the target's span (its log group in GitHub Actions), with the stage named.
+    assert!(
+        line.contains("target{target=eu}") && line.contains("stage=smoke"),
+        "{line}"
+    );
+}
