@@ -6,7 +6,7 @@
 
 use std::collections::HashSet;
 use std::io::Write as _;
-use std::os::unix::fs::OpenOptionsExt as _;
+use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -60,9 +60,10 @@ impl TempKubeconfig {
     /// of mode 0600 in a new directory of mode 0700 under the temporary directory.
     pub fn write(config: &Config) -> std::io::Result<TempKubeconfig> {
         let text = serde_json::to_vec_pretty(config).map_err(std::io::Error::other)?;
-        // tempfile makes the directory 0700 with a name no one else can take.
+        // A name no one else can take, created 0700 (tempfile's default follows the umask).
         let dir = tempfile::Builder::new()
             .prefix("rollguard-kubeconfig-")
+            .permissions(std::fs::Permissions::from_mode(0o700))
             .tempdir()?
             .keep();
         live_files(|files| {
