@@ -97,9 +97,8 @@ pub async fn manifests_from_git_off_runtime(
 ) -> Result<Vec<serde_json::Value>, String> {
     let (config, sha) = (config.clone(), sha.to_string());
     let std_until = until.map(Instant::into_std);
-    let work = tokio::task::spawn_blocking(move || {
-        crate::util::runner::within(std_until, || manifests_from_git(&config, &sha))
-    });
+    let work =
+        tokio::task::spawn_blocking(move || manifests_from_git_until(&config, &sha, std_until));
     let done = match until {
         Some(until) => tokio::time::timeout_at(until, work).await.map_err(|_| {
             "reading the manifests from git did not finish within the rollback's time budget"
@@ -108,6 +107,15 @@ pub async fn manifests_from_git_off_runtime(
         None => work.await,
     };
     done.map_err(|e| format!("internal error reading the manifests from git: {e}"))?
+}
+
+/// [`manifests_from_git`] with every git and render command due by `until`.
+pub fn manifests_from_git_until(
+    config: &Config,
+    sha: &str,
+    until: Option<std::time::Instant>,
+) -> Result<Vec<serde_json::Value>, String> {
+    crate::util::runner::within(until, || manifests_from_git(config, sha))
 }
 
 /// The manifests of the config's manifest source at commit `sha`, from a temporary checkout.
