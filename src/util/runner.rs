@@ -647,7 +647,9 @@ mod tests {
     #[test]
     fn lines_are_split_and_cut_table() {
         let long = vec![b'x'; LINE_CAP + 10];
-        let cases: Vec<(Vec<&[u8]>, Vec<(usize, u64)>)> = vec![
+        // (chunks read, (length, bytes cut) of each line)
+        type Case<'a> = (Vec<&'a [u8]>, Vec<(usize, u64)>);
+        let cases: Vec<Case> = vec![
             (vec![b"a\nbc\n"], vec![(1, 0), (2, 0)]),
             (vec![b"a", b"b\nc"], vec![(2, 0), (1, 0)]),
             (vec![b"\r\n"], vec![(0, 0)]),
