@@ -18,8 +18,6 @@ use std::io::Write as _;
 use std::path::Path;
 use std::sync::Arc;
 
-use serde_json::Value;
-
 use api::{Client, GithubError, Octo, Transport};
 use comments::{Posted, Purpose};
 use context::{GithubContext, PrSource};
@@ -27,7 +25,7 @@ use deployments::{Planned, State};
 use workflow::SourceLine;
 
 use crate::report::{
-    COMMENT_LIMIT, FullReport, MarkdownOptions, Report, STEP_SUMMARY_LIMIT, cut_to, to_markdown,
+    Clean, COMMENT_LIMIT, FullReport, MarkdownOptions, Report, STEP_SUMMARY_LIMIT, cut_to, to_markdown,
 };
 
 /// Title of rollguard's own warnings about GitHub.
@@ -69,7 +67,7 @@ pub fn report_body(
 ) -> String {
     // Scrub the text before it is escaped (escaping would hide a value from the scrubber),
     // then the body again as a second line.
-    let clean = scrub_report(report, scrub);
+    let clean = Clean::with(report, scrub);
     let mut room = limit;
     loop {
         let body = scrub(&to_markdown(
@@ -85,23 +83,6 @@ pub fn report_body(
         }
         room -= body.len() - limit + 64;
     }
-}
-
-/// Every string of the report through the scrubber (the JSON form covers every field).
-fn scrub_report(report: &Report, scrub: &dyn Fn(&str) -> String) -> Report {
-    fn walk(v: &mut Value, scrub: &dyn Fn(&str) -> String) {
-        match v {
-            Value::String(s) => *s = scrub(s),
-            Value::Array(items) => items.iter_mut().for_each(|i| walk(i, scrub)),
-            Value::Object(map) => map.values_mut().for_each(|i| walk(i, scrub)),
-            _ => {}
-        }
-    }
-    let Ok(mut value) = serde_json::to_value(report) else {
-        return report.clone();
-    };
-    walk(&mut value, scrub);
-    serde_json::from_value(value).unwrap_or_else(|_| report.clone())
 }
 
 /// The target-independent inputs of the sink.
@@ -339,6 +320,7 @@ pub struct Finish<'a> {
 
 /// Step summary, outputs, annotations and log groups: the runner's files and stdout.
 fn write_runner_files(ctx: &GithubContext, run: &Finish<'_>, messages: &Messages) {
+    let clean = Clean::with(run.report, run.scrub);
     if let Some(path) = &ctx.step_summary {
         // Other steps' summaries are in other files; what this step already wrote counts.
         let used = std::fs::metadata(path)
@@ -358,10 +340,7 @@ fn write_runner_files(ctx: &GithubContext, run: &Finish<'_>, messages: &Messages
         }
     }
     if let Some(path) = &ctx.output {
-        let outputs: Vec<(String, String)> = workflow::outputs(run.report, run.report_path)
-            .into_iter()
-            .map(|(k, v)| (k, (run.scrub)(&v)))
-            .collect();
+        let outputs = workflow::outputs(&clean, run.report_path);
         let written = workflow::output_file(&outputs, &workflow::random_token("ghadelimiter_"))
             .map_err(|e| e.to_string())
             .and_then(|text| append(path, &text).map_err(|e| e.to_string()));
@@ -373,8 +352,8 @@ fn write_runner_files(ctx: &GithubContext, run: &Finish<'_>, messages: &Messages
         }
     }
     let mut out = String::new();
-    for line in workflow::annotations(run.report, run.origin) {
-        out.push_str(&(run.scrub)(&line));
+    for line in workflow::annotations(&clean, run.origin) {
+        out.push_str(&line);
         out.push('\n');
     }
     let groups: Vec<_> = run
