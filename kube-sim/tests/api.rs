@@ -1427,9 +1427,16 @@ async fn tokens_rotate_over_the_control_endpoint() {
     let get = |token: String| {
         let api = &api;
         async move {
-            api.send_as("GET", "/api/v1/namespaces", None, Bytes::new(), Some(&token), JSON)
-                .await
-                .status
+            api.send_as(
+                "GET",
+                "/api/v1/namespaces",
+                None,
+                Bytes::new(),
+                Some(&token),
+                JSON,
+            )
+            .await
+            .status
         }
     };
     assert_eq!(get(old.clone()).await, 200);
@@ -1440,7 +1447,12 @@ async fn tokens_rotate_over_the_control_endpoint() {
     }
     assert_eq!(get(old.clone()).await, 200);
     let r = api
-        .send("POST", "/_sim/tokens", Some(JSON), r#"{"tokens": ["new-one", "new-two"]}"#)
+        .send(
+            "POST",
+            "/_sim/tokens",
+            Some(JSON),
+            r#"{"tokens": ["new-one", "new-two"]}"#,
+        )
         .await;
     assert_eq!((r.status, r.json()["accepted"].clone()), (200, json!(2)));
     assert_eq!(get(old.clone()).await, 401);

@@ -282,7 +282,8 @@ pub fn finish_report(
         progress::stdout_columns(),
     ));
     if let Some(path) = path {
-        let json = report::to_json(&clean);
+        // Scrubbed again as a whole: the second line (see report::Clean).
+        let json = crate::report::redact::scrub(&report::to_json(&clean));
         std::fs::write(path, json).map_err(|source| Error::WriteReport {
             path: path.clone(),
             source,

@@ -15,14 +15,11 @@ use crate::error::{Error, exit};
 /// are known to the scrubber. The kubeconfigs' credentials are learned as they are read
 /// (`kube::connect`), the manifests' Secret values as they are loaded.
 fn learn_environment(env: &std::collections::HashMap<String, String>) {
-    crate::report::redact::set_actions_log(
-        env.get("GITHUB_ACTIONS").is_some_and(|v| v == "true"),
-    );
+    crate::report::redact::set_actions_log(env.get("GITHUB_ACTIONS").is_some_and(|v| v == "true"));
     for (name, value) in env {
         // Shorter values are flags ("true", "1"), not tokens: scrubbing them would garble
         // every log line.
-        if crate::stages::env::is_withheld_credential(name) && value.trim().len() >= MIN_TOKEN_LEN
-        {
+        if crate::stages::env::is_withheld_credential(name) && value.trim().len() >= MIN_TOKEN_LEN {
             crate::report::redact::learn_value(value.trim().as_bytes());
         }
     }

@@ -25,7 +25,8 @@ use deployments::{Planned, State};
 use workflow::SourceLine;
 
 use crate::report::{
-    Clean, COMMENT_LIMIT, FullReport, MarkdownOptions, Report, STEP_SUMMARY_LIMIT, cut_to, to_markdown,
+    COMMENT_LIMIT, Clean, FullReport, MarkdownOptions, Report, STEP_SUMMARY_LIMIT, cut_to,
+    to_markdown,
 };
 
 /// Title of rollguard's own warnings about GitHub.
@@ -430,6 +431,79 @@ mod tests {
     use super::*;
     use crate::report::TargetOutcome;
     use crate::report::tests::{report, target};
+
+    /// Every sink, with one report whose texts quote a secret value that each medium's
+    /// escaping would change (`_` `*` for markdown, `"` for JSON, `%` and a line break for
+    /// workflow commands): the value appears in none, raw or escaped.
+    #[test]
+    fn every_sink_scrubs_before_it_escapes() {
+        use crate::report::redact;
+        use crate::report::{ChangePlan, PlanMode, TargetPlan};
+        let value = "s3cr_et*v%al\"ue\nline-two-9f3e";
+        redact::learn_value(value.as_bytes());
+        let poison = format!("the server said: {value}: no");
+        let mut t = target("eu", TargetOutcome::Failed);
+        t.message = Some(poison.clone());
+        let mut failure = crate::report::tests::image_failure();
+        failure.message = poison.clone();
+        failure.events = vec![poison.clone()];
+        t.failures.push(failure.clone());
+        t.warnings.push(poison.clone());
+        let r = report(vec![t]);
+        let mut tp = TargetPlan::new("eu");
+        tp.errors.push(failure);
+        tp.warnings.push(poison.clone());
+        let plan = ChangePlan::new("shop", PlanMode::DryRun, None, vec![tp]);
+
+        let clean = Clean::new(&r);
+        let clean_plan = Clean::new(&plan);
+        let origin = |_: &str| None;
+        let mut history = serde_json::json!([{"reason": poison}]);
+        crate::report::clean::scrub_tree(&mut history);
+        let sinks: Vec<(&str, String)> = vec![
+            ("table", crate::report::to_table(&clean, false, None)),
+            ("json", crate::report::to_json(&clean)),
+            (
+                "markdown",
+                report_body(&r, COMMENT_LIMIT, FullReport::default(), &redact::scrub),
+            ),
+            ("outputs", format!("{:?}", workflow::outputs(&clean, None))),
+            (
+                "annotations",
+                workflow::annotations(&clean, &origin).join("\n"),
+            ),
+            (
+                "plan markdown",
+                crate::report::plan_to_markdown(&clean_plan, COMMENT_LIMIT),
+            ),
+            ("plan json", crate::report::plan_to_json(&clean_plan)),
+            (
+                "history yaml",
+                serde_saphyr::to_string(&history).unwrap_or_default(),
+            ),
+            ("log", redact::log_text(&poison)),
+        ];
+        let forms = [
+            value.to_string(),
+            crate::report::escape::text(value),
+            serde_json::to_string(value).unwrap_or_default(),
+            workflow::escape_data(value),
+            "s3cr".to_string() + "_et*v%al",
+            "s3cr\\_et".to_string(),
+        ];
+        for (name, text) in &sinks {
+            for form in &forms {
+                assert!(
+                    !text.contains(form.as_str()),
+                    "{name} has {form:?}:\n{text}"
+                );
+            }
+            // Where the whole message is shown, its marker stands in for the value.
+            if ["json", "plan json", "history yaml", "log", "markdown"].contains(name) {
+                assert!(text.contains("redacted sha256:"), "{name}:\n{text}");
+            }
+        }
+    }
 
     #[test]
     fn body_is_scrubbed_before_escaping_and_fits() {

@@ -69,7 +69,10 @@ pub fn failed_on_its_own(t: &TargetReport) -> bool {
 
 /// One `::error` annotation per failed target, pointing at the failed object's manifest line
 /// when `origin` knows it (`origin` maps a failure's object, e.g. "Deployment shop/web").
-pub fn annotations(report: &Clean<Report>, origin: &dyn Fn(&str) -> Option<SourceLine>) -> Vec<String> {
+pub fn annotations(
+    report: &Clean<Report>,
+    origin: &dyn Fn(&str) -> Option<SourceLine>,
+) -> Vec<String> {
     report
         .targets
         .iter()

@@ -369,13 +369,24 @@ mod tests {
                 br#"{"status":{"token":"t","expirationTimestamp":"2026-01-02T03:04:05Z"}}"#,
                 Some("2026-01-02T03:04:05Z"),
             ),
-            (b"status:\n  token: t\n  expirationTimestamp: 2026-01-02T03:04:05Z\n", Some("2026-01-02T03:04:05Z")),
+            (
+                b"status:\n  token: t\n  expirationTimestamp: 2026-01-02T03:04:05Z\n",
+                Some("2026-01-02T03:04:05Z"),
+            ),
             (br#"{"status":{"token":"t"}}"#, None),
-            (br#"{"status":{"token":"t","expirationTimestamp":"soon"}}"#, None),
+            (
+                br#"{"status":{"token":"t","expirationTimestamp":"soon"}}"#,
+                None,
+            ),
         ];
         for (output, want) in cases {
             let want = want.map(|w| w.parse::<jiff::Timestamp>().unwrap());
-            assert_eq!(parse_expiration(output), want, "{}", String::from_utf8_lossy(output));
+            assert_eq!(
+                parse_expiration(output),
+                want,
+                "{}",
+                String::from_utf8_lossy(output)
+            );
         }
     }
 

@@ -21,7 +21,8 @@ pub fn learn_credentials(auth: &kube::config::AuthInfo) {
         learn_value(text.trim().as_bytes());
     }
     if let Some(data) = &auth.client_key_data
-        && let Ok(pem) = base64::engine::general_purpose::STANDARD.decode(data.expose_secret().trim())
+        && let Ok(pem) =
+            base64::engine::general_purpose::STANDARD.decode(data.expose_secret().trim())
     {
         learn_value(&pem);
     }
@@ -46,4 +47,3 @@ pub fn read_small(path: &Path) -> Option<String> {
         .then(|| std::fs::read_to_string(path).ok())
         .flatten()
 }
-

@@ -670,7 +670,10 @@ mod tests {
 
     #[test]
     fn snapshot_three_targets() {
-        insta::assert_snapshot!(to_markdown(&Clean::new(&three_targets()), &options(COMMENT_LIMIT)));
+        insta::assert_snapshot!(to_markdown(
+            &Clean::new(&three_targets()),
+            &options(COMMENT_LIMIT)
+        ));
     }
 
     #[test]

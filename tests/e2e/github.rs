@@ -45,7 +45,11 @@ pub(crate) fn actions_env(env: &TestEnv, api: &str, event: &str) -> Vec<(String,
     .collect()
 }
 
-pub(crate) async fn deploy_in_actions(env: &TestEnv, vars: &[(String, String)], extra: &[&str]) -> Run {
+pub(crate) async fn deploy_in_actions(
+    env: &TestEnv,
+    vars: &[(String, String)],
+    extra: &[&str],
+) -> Run {
     let pairs: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let mut args = vec!["--commit", SHA];
     args.extend_from_slice(extra);

@@ -90,10 +90,7 @@ async fn a_script_printing_its_environment_and_kubeconfig_leaks_no_credential() 
         exit 3
   - apply
 "#;
-    env.write(
-        "rollguard.yaml",
-        &format!("{}{pipeline}", config(1, "60s")),
-    );
+    env.write("rollguard.yaml", &format!("{}{pipeline}", config(1, "60s")));
     env.write("k8s/app.yaml", &small_app("example.com/web:v1"));
     let gh = FakeGithub::start().await;
     let mut vars = actions_env(&env, &gh.url(), "pull_request");
@@ -106,7 +103,11 @@ async fn a_script_printing_its_environment_and_kubeconfig_leaks_no_credential() 
 
     assert_eq!(run.code, 1, "{}", run.output());
     assert_eq!(run.outcome("eu"), "failed", "{}", run.output());
-    assert_eq!(env.read("peek.txt").trim(), "token=[] []", "withheld without pass_env");
+    assert_eq!(
+        env.read("peek.txt").trim(),
+        "token=[] []",
+        "withheld without pass_env"
+    );
     // The script did print them: scrubbed, they are markers.
     assert!(
         run.stderr.contains("raw: <redacted sha256:"),
@@ -115,15 +116,25 @@ async fn a_script_printing_its_environment_and_kubeconfig_leaks_no_credential() 
     );
     let comments: Vec<String> = gh.comments_on(PR).into_iter().map(|c| c.body).collect();
     assert!(!comments.is_empty(), "a PR comment: {}", run.output());
-    let report = run.report.as_ref().map(Value::to_string).unwrap_or_default();
-    assert!(report.contains("ScriptFailed") || report.contains("leak"), "{report}");
+    let report = run
+        .report
+        .as_ref()
+        .map(Value::to_string)
+        .unwrap_or_default();
+    assert!(
+        report.contains("ScriptFailed") || report.contains("leak"),
+        "{report}"
+    );
     assert_nowhere(
         &[TOKEN, kube_token, runtime],
         &[
             ("stdout", run.stdout.clone()),
             ("stderr", run.stderr.clone()),
             ("report", report),
-            ("markdown", std::fs::read_to_string(&markdown).unwrap_or_default()),
+            (
+                "markdown",
+                std::fs::read_to_string(&markdown).unwrap_or_default(),
+            ),
             ("step summary", env.read("summary.md")),
             ("outputs", env.read("output.txt")),
             ("PR comment", comments.join("\n")),
@@ -177,7 +188,13 @@ async fn a_secret_value_quoted_in_a_conflict_is_in_no_plan_comment_and_no_histor
     assert_eq!(failed.code, 1, "{}", failed.output());
     let json = env.command("history", &["-o", "json"]).await;
     let yaml = env.command("history", &["-o", "yaml"]).await;
-    assert_eq!((json.code, yaml.code), (0, 0), "{}\n{}", json.output(), yaml.output());
+    assert_eq!(
+        (json.code, yaml.code),
+        (0, 0),
+        "{}\n{}",
+        json.output(),
+        yaml.output()
+    );
     assert!(json.stdout.contains("\"revision\": 2"), "{}", json.output());
 
     let escaped = value.replace('_', "\\_");
@@ -253,8 +270,15 @@ async fn an_event_message_cannot_become_a_workflow_command() {
     let vars = actions_env(&env, &gh.url(), "push");
     let run: Run = deploy_in_actions(&env, &vars, &["--on-failure", "none"]).await;
     assert_eq!(run.code, 1, "{}", run.output());
-    let report = run.report.as_ref().map(Value::to_string).unwrap_or_default();
-    assert!(report.contains("::error title=X::y"), "the event is reported: {report}");
+    let report = run
+        .report
+        .as_ref()
+        .map(Value::to_string)
+        .unwrap_or_default();
+    assert!(
+        report.contains("::error title=X::y"),
+        "the event is reported: {report}"
+    );
     let forged = ["::error title=X", "::stop-commands::t", "::add-mask::"];
     for (name, text) in [("stdout", &run.stdout), ("stderr", &run.stderr)] {
         let lines = forged_command_lines(text, &forged);
@@ -320,7 +344,12 @@ async fn a_token_rotated_mid_wait_still_rolls_back_records_and_unlocks() {
         .lines()
         .filter(|l| l.trim() == pid)
         .count();
-    assert_eq!(ran, 2, "rollguard ran the plugin at connect and after the 401\n{}", run.output());
+    assert_eq!(
+        ran,
+        2,
+        "rollguard ran the plugin at connect and after the 401\n{}",
+        run.output()
+    );
     let recs = records(&env, 1).await;
     assert_eq!(
         statuses(&recs),
