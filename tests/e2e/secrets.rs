@@ -81,8 +81,9 @@ async fn a_script_printing_its_environment_and_kubeconfig_leaks_no_credential() 
       run: |
         env
         cat "$KUBECONFIG"
+        echo
         echo "github: $GITHUB_TOKEN"
-        T=$(sed -n 's/^ *token: *//p' "$KUBECONFIG" | tr -d "\"'")
+        T=$(grep -o '"token": *"[^"]*"' "$KUBECONFIG" | sed 's/.*: *"//; s/"$//')
         echo "raw: $T"
         printf %s "$T" | base64
         printf '%s\n' "$T" | sed 's/+/%2B/g; s#/#%2F#g; s/=/%3D/g'
@@ -153,18 +154,15 @@ async fn a_secret_value_quoted_in_a_conflict_is_in_no_plan_comment_and_no_histor
          apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: keys\ndata:\n  {value}: \"mine\"\n---\n{}",
         small_app("example.com/web:v1")
     );
-    env.write("k8s/app.yaml", &manifests);
-    // v1 deploys; then another manager takes the key, so the next apply conflicts on a field
-    // path that quotes the value.
+    // v1 deploys without the ConfigMap; then another manager owns its key, so applying
+    // rollguard's ConfigMap conflicts on a field path that quotes the value.
+    env.write("k8s/app.yaml", &small_app("example.com/web:v1"));
     let first = env.deploy(&[]).await;
     assert_eq!(first.code, 0, "{}", first.output());
     let cm = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "keys", "namespace": "shop"}, "data": {value: "theirs"}});
     env.apply_as(1, "someone-else", &cm).await;
-    env.write(
-        "k8s/app.yaml",
-        &manifests.replace("\"mine\"", "\"mine-too\""),
-    );
+    env.write("k8s/app.yaml", &manifests);
 
     let gh = FakeGithub::start().await;
     let vars = actions_env(&env, &gh.url(), "pull_request");
@@ -196,6 +194,14 @@ async fn a_secret_value_quoted_in_a_conflict_is_in_no_plan_comment_and_no_histor
         yaml.output()
     );
     assert!(json.stdout.contains("\"revision\": 2"), "{}", json.output());
+    // The stored message is there, its value a marker.
+    for run in [&json, &yaml] {
+        assert!(
+            run.stdout.contains("conflict") && run.stdout.contains("<redacted sha256:"),
+            "{}",
+            run.output()
+        );
+    }
 
     let escaped = value.replace('_', "\\_");
     for (name, text) in [
@@ -278,6 +284,13 @@ async fn an_event_message_cannot_become_a_workflow_command() {
     assert!(
         report.contains("::error title=X::y"),
         "the event is reported: {report}"
+    );
+    // The message was printed where a line starts, neutralised (so this test can fail).
+    let all = format!("{}{}", run.stdout, run.stderr);
+    assert!(
+        all.contains(":\u{200B}:error title=X::y"),
+        "{}",
+        run.output()
     );
     let forged = ["::error title=X", "::stop-commands::t", "::add-mask::"];
     for (name, text) in [("stdout", &run.stdout), ("stderr", &run.stderr)] {
