@@ -72,8 +72,8 @@ fn walk(v: &mut Value, scrub: &dyn Fn(&str) -> String) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::TargetOutcome;
-    use crate::report::tests::{report, target};
+    use crate::report::model::TargetOutcome;
+    use crate::report::model::tests::{report, target};
 
     #[test]
     fn every_string_is_scrubbed() {
