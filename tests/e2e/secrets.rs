@@ -332,14 +332,17 @@ fn use_rotating_plugin(env: &TestEnv, token_file: &str, runs: &str) {
     std::fs::write(&env.kubeconfig, serde_json::to_string(&kc).expect("json")).expect("write");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_token_rotated_mid_wait_still_rolls_back_records_and_unlocks() {
+/// Deploys a revision that never becomes ready with sim-1's user set up by `credentials`,
+/// rotates the token (in `token.txt` and on the server) while rollguard waits, and checks
+/// that the rollback, the records and the unlock all got through. Returns rollguard's pid
+/// and run.
+async fn rotate_mid_wait(credentials: fn(&TestEnv)) -> (TestEnv, String, Run) {
     use crate::release::{first_good_deploy, records, statuses, wait_for_pending};
     use rollguard::release::ReleaseStatus;
     let env = TestEnv::start(1, "").await;
     env.write("rollguard.yaml", &config(1, "6s"));
     first_good_deploy(&env).await;
-    use_rotating_plugin(&env, "token.txt", "runs.txt");
+    credentials(&env);
     env.write("k8s/app.yaml", &small_app("example.com/web:neverready"));
     let child = env.spawn_deploy(&[("ROLLGUARD_LEASE_SECONDS", "2")]);
     let pid = child.id().expect("running").to_string();
@@ -352,17 +355,6 @@ async fn a_token_rotated_mid_wait_still_rolls_back_records_and_unlocks() {
     let run = env.finish(child, "report.json").await;
     assert_eq!(run.code, 1, "{}", run.output());
     assert_eq!(run.outcome("eu"), "rolled-back", "{}", run.output());
-    let ran = env
-        .read("runs.txt")
-        .lines()
-        .filter(|l| l.trim() == pid)
-        .count();
-    assert_eq!(
-        ran,
-        2,
-        "rollguard ran the plugin at connect and after the 401\n{}",
-        run.output()
-    );
     let recs = records(&env, 1).await;
     assert_eq!(
         statuses(&recs),
@@ -383,4 +375,49 @@ async fn a_token_rotated_mid_wait_still_rolls_back_records_and_unlocks() {
     )
     .await;
     assert!(leases.is_empty(), "the lock was released: {leases:?}");
+    (env, pid, run)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_rotated_mid_wait_still_rolls_back_records_and_unlocks() {
+    let (env, pid, run) =
+        rotate_mid_wait(|env| use_rotating_plugin(env, "token.txt", "runs.txt")).await;
+    let ran = env
+        .read("runs.txt")
+        .lines()
+        .filter(|l| l.trim() == pid)
+        .count();
+    assert_eq!(
+        ran,
+        2,
+        "rollguard ran the plugin at connect and after the 401\n{}",
+        run.output()
+    );
+}
+
+/// Makes sim-1's user read its token from `token.txt` (a `tokenFile`).
+fn use_token_file(env: &TestEnv) {
+    let text = std::fs::read_to_string(&env.kubeconfig).expect("kubeconfig");
+    let mut kc: Value = serde_saphyr::from_str(&text).expect("kubeconfig yaml");
+    let user = kc["users"]
+        .as_array_mut()
+        .expect("users")
+        .iter_mut()
+        .find(|u| u["name"].as_str().is_some_and(|n| n.contains('1')))
+        .expect("user of sim-1");
+    let token = user["user"]["token"].as_str().expect("token").to_string();
+    env.write("token.txt", &token);
+    user["user"] = serde_json::json!({"tokenFile": env.path("token.txt").display().to_string()});
+    std::fs::write(&env.kubeconfig, serde_json::to_string(&kc).expect("json")).expect("write");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_file_is_read_again_after_a_401() {
+    let (_env, _pid, run) = rotate_mid_wait(use_token_file).await;
+    assert!(
+        run.stderr
+            .contains("refused the credentials (401): fetching them again"),
+        "{}",
+        run.output()
+    );
 }
