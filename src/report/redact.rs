@@ -152,8 +152,8 @@ fn embeds_any(text: &[u8], values: &[Vec<u8>]) -> bool {
 }
 
 /// The forms in which a value may appear in text: as it is (when it is text), each of its
-/// lines when it has several, escaped as JSON and Rust's `{:?}` would print it, and base64
-/// (standard, URL-safe, with and without padding).
+/// lines when it has several, escaped as JSON and Rust's `{:?}` would print it, URL-encoded,
+/// and base64 (standard, URL-safe, with and without padding, each also URL-encoded).
 fn forms(value: &[u8]) -> Vec<String> {
     use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
     let mut out = Vec::new();
@@ -523,6 +523,29 @@ mod tests {
             assert_eq!(s.scrub(input), want, "{input}");
         }
         assert!(Scrubber::default().is_empty());
+    }
+
+    #[test]
+    fn credentials_in_every_encoding() {
+        let mut s = Scrubber::default();
+        s.add_value(b"kube+tok/en=s3cr3t");
+        let mark = m("kube+tok/en=s3cr3t");
+        let cases = [
+            ("Bearer kube+tok/en=s3cr3t", format!("Bearer {mark}")),
+            ("?t=kube%2Btok%2Fen%3Ds3cr3t&x", format!("?t={mark}&x")),
+            ("b64 a3ViZSt0b2svZW49czNjcjN0", format!("b64 {mark}")),
+            ("q=a3ViZSt0b2svZW49czNjcjN0", format!("q={mark}")),
+        ];
+        for (input, want) in cases {
+            assert_eq!(s.scrub(input), want, "{input}");
+        }
+        // A whole kubeconfig is known whole, never line by line.
+        let mut doc = Scrubber::default();
+        doc.add_document(b"apiVersion: v1\nkind: Config\nusers: []\n");
+        assert_eq!(doc.scrub("kind: Config"), "kind: Config");
+        let mut merged = Scrubber::default();
+        merged.merge(&s);
+        assert_eq!(merged.scrub("kube+tok/en=s3cr3t"), mark);
     }
 
     #[test]
