@@ -312,6 +312,75 @@ fn with_bearer(mut request: Request<Body>, token: &str) -> Result<Request<Body>,
 mod tests {
     use super::*;
 
+    /// A server that accepts only the token in `accepted`, counting requests.
+    fn server(
+        accepted: Arc<std::sync::Mutex<String>>,
+        requests: Arc<AtomicU64>,
+    ) -> impl Service<
+        Request<Body>,
+        Response = Response<String>,
+        Error = BoxError,
+        Future = BoxFuture<'static, Result<Response<String>, BoxError>>,
+    > + Send
+    + 'static {
+        tower::service_fn(move |request: Request<Body>| {
+            let accepted = accepted.clone();
+            let requests = requests.clone();
+            let fut: BoxFuture<'static, Result<Response<String>, BoxError>> =
+                Box::pin(async move {
+                    requests.fetch_add(1, Ordering::SeqCst);
+                    let want = format!(
+                        "Bearer {}",
+                        accepted.lock().map(|a| a.clone()).unwrap_or_default()
+                    );
+                    let ok = request
+                        .headers()
+                        .get(AUTHORIZATION)
+                        .and_then(|v| v.to_str().ok())
+                        == Some(want.as_str());
+                    let mut response = Response::new(String::new());
+                    if !ok {
+                        *response.status_mut() = StatusCode::UNAUTHORIZED;
+                    }
+                    Ok(response)
+                });
+            fut
+        })
+    }
+
+    #[tokio::test]
+    async fn a_refused_token_is_read_again_once_and_the_request_sent_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        std::fs::write(&file, "first-token-1\n").unwrap();
+        let refresher = Refresher::file(file.clone()).unwrap();
+        let accepted = Arc::new(std::sync::Mutex::new("first-token-1".to_string()));
+        let requests = Arc::new(AtomicU64::new(0));
+        let mut service =
+            AuthLayer::new(refresher.clone()).layer(server(accepted.clone(), requests.clone()));
+        let get = || Request::get("/api").body(Body::empty()).unwrap();
+        assert_eq!(service.call(get()).await.unwrap().status(), StatusCode::OK);
+        assert_eq!(refresher.fetches(), 1);
+
+        // Rotated: one refused request, the file read again, the request sent again.
+        std::fs::write(&file, "second-token-2").unwrap();
+        *accepted.lock().unwrap() = "second-token-2".into();
+        requests.store(0, Ordering::SeqCst);
+        let calls: Vec<_> = (0..4).map(|_| service.call(get())).collect();
+        for response in futures::future::join_all(calls).await {
+            assert_eq!(response.unwrap().status(), StatusCode::OK);
+        }
+        // Concurrent 401s share one read of the file.
+        assert_eq!(refresher.fetches(), 2);
+        assert!(requests.load(Ordering::SeqCst) <= 8);
+
+        // A token that stays refused: the 401 is the answer, after one more read.
+        *accepted.lock().unwrap() = "someone-elses".into();
+        let response = service.call(get()).await.unwrap();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(refresher.fetches(), 3);
+    }
+
     #[test]
     fn needs_refresh_table() {
         let t0: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
