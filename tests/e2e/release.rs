@@ -1263,16 +1263,16 @@ fn pty() -> (std::fs::File, std::fs::File) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_rollback_prompt_lists_the_commands_blocks_nobody_and_n_exits_1() {
+/// Starts `rollguard rollback` on a pty, waits for its prompt, then deploys v4 meanwhile
+/// (which must go through at once: no lock is held at the prompt), answers `answer` and
+/// returns the rollback's exit code and stdout.
+async fn answer_after_a_deploy_meanwhile(env: &TestEnv, answer: &[u8]) -> (Option<i32>, String) {
     use std::io::Write;
     use tokio::io::AsyncReadExt;
-    let env = two_revisions_with_a_rollback_command("echo undone >> order.log").await;
     let (mut master, slave) = pty();
-    let mut child = spawn_command(&env, "rollback", &[], &[], std::process::Stdio::from(slave));
+    let mut child = spawn_command(env, "rollback", &[], &[], std::process::Stdio::from(slave));
     let mut stderr = child.stderr.take().expect("stderr");
     let mut seen = Vec::new();
-    let started = Instant::now();
     while !String::from_utf8_lossy(&seen).contains("[y/N]") {
         let mut buf = [0u8; 4096];
         let n = tokio::time::timeout(Duration::from_secs(60), stderr.read(&mut buf))
@@ -1285,23 +1285,53 @@ async fn the_rollback_prompt_lists_the_commands_blocks_nobody_and_n_exits_1() {
             String::from_utf8_lossy(&seen)
         );
         seen.extend_from_slice(&buf[..n]);
-        assert!(started.elapsed() < Duration::from_secs(60));
     }
-    // While it waits for an answer, it holds no lock: a deploy goes through at once.
     env.write("k8s/app.yaml", &small_app("example.com/web:v4"));
     let meanwhile = env.deploy(&["--lock-timeout", "1s"]).await;
     assert_eq!(meanwhile.code, 0, "{}", meanwhile.output());
-    master.write_all(b"n\n").expect("answer");
+    master.write_all(answer).expect("answer");
     let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
         .await
         .expect("rollguard ended")
         .expect("rollguard ran");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{stdout}");
-    assert!(
-        stdout.contains("then the rollback command of stage smoke: echo undone >> order.log"),
-        "{stdout}"
+    let mut rest = Vec::new();
+    let _ = stderr.read_to_end(&mut rest).await;
+    let text = format!(
+        "{}\n--- stderr\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&seen),
+        String::from_utf8_lossy(&rest)
     );
-    assert!(stdout.contains("nothing changed"), "{stdout}");
+    (out.status.code(), text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rollback_prompt_lists_the_commands_blocks_nobody_and_n_exits_1() {
+    let env = two_revisions_with_a_rollback_command("echo undone >> order.log").await;
+    let (code, text) = answer_after_a_deploy_meanwhile(&env, b"n\n").await;
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("then the rollback command of stage smoke: echo undone >> order.log"),
+        "{text}"
+    );
+    assert!(text.contains("nothing changed"), "{text}");
     assert_eq!(env.read("order.log"), "", "a rollback command ran");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_confirmed_after_the_history_moved_changes_nothing() {
+    let env = two_revisions_with_a_rollback_command("echo undone >> order.log").await;
+    let (code, text) = answer_after_a_deploy_meanwhile(&env, b"y\n").await;
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("its history changed while the rollback waited for confirmation")
+            && text.contains("the newest release is now v3"),
+        "{text}"
+    );
+    assert_eq!(env.read("order.log"), "", "a rollback command ran");
+    // The deploy made meanwhile stays; its lock was released.
+    let newest = records(&env, 1).await.into_iter().map(|r| r.revision).max();
+    assert_eq!(newest, Some(3));
+    let again = env.deploy(&["--lock-timeout", "1s"]).await;
+    assert_eq!(again.code, 0, "{}", again.output());
 }
