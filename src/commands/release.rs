@@ -478,39 +478,6 @@ struct Planned {
     ran: Vec<crate::report::StageResult>,
 }
 
-/// The lines the prompt shows for the rollback commands due after the manifests: one per
-/// command, in the order they run. Pure; the commands come from the config by stage name.
-pub fn rollback_command_lines(
-    pipeline: &[config::PipelineStage],
-    ran: &[crate::report::StageResult],
-) -> Vec<String> {
-    use crate::stages::plan::{fleet_rollbacks, target_rollbacks};
-    let line = |i: usize, fleet: bool| match pipeline.get(i) {
-        Some(config::PipelineStage::Script(stage)) => stage.rollback.as_ref().map(|c| {
-            let text = match c {
-                config::ScriptCommand::Shell(text) => text.clone(),
-                config::ScriptCommand::Argv(argv) => argv.join(" "),
-            };
-            let once = if fleet { " (fleet, once)" } else { "" };
-            format!(
-                "  then the rollback command of stage {}{once}: {text}",
-                stage.name
-            )
-        }),
-        _ => None,
-    };
-    let mut lines: Vec<String> = target_rollbacks(pipeline, ran)
-        .into_iter()
-        .filter_map(|i| line(i, false))
-        .collect();
-    lines.extend(
-        fleet_rollbacks(pipeline, [ran])
-            .into_iter()
-            .filter_map(|i| line(i, true)),
-    );
-    lines
-}
-
 /// Whether a target's history, read again once its lock is held, still says what the person
 /// confirmed: the same newest revision, and the same revision to go back to. Pure.
 pub fn still_current(
@@ -1024,7 +991,8 @@ async fn plan_one(
     if let Some(current) = &current {
         planned.from_revision = Some(current.revision);
         planned.ran = current.stages.clone();
-        planned.commands = rollback_command_lines(&config.pipeline, &current.stages);
+        planned.commands =
+            crate::stages::plan::rollback_command_lines(&config.pipeline, &current.stages);
     }
     Ok(planned)
 }
