@@ -29,6 +29,10 @@ use crate::util::process_group::{
 
 /// The longest line kept: the rest of a longer line is dropped (and counted).
 pub const LINE_CAP: usize = 4 * 1024;
+/// Bytes a line keeps past [`LINE_CAP`] until it has been through the transform: a secret
+/// value that crosses the cut is scrubbed whole first, then the line is cut (cut first, the
+/// value's first part would show).
+pub const SCRUB_SLACK: usize = 16 * 1024;
 /// Bytes of lines handed on (logged) per run; past it lines are only counted.
 pub const SHOWN_CAP: u64 = 4 * 1024 * 1024;
 /// Grace between SIGTERM and SIGKILL when rollguard is cancelled: the whole rollback must fit
@@ -178,8 +182,8 @@ pub struct Output {
     pub left_processes: bool,
 }
 
-/// Splits bytes into lines of at most [`LINE_CAP`] bytes; what a longer line has beyond that
-/// is dropped and counted. Pure, so that every shape is tested by table.
+/// Splits bytes into lines of at most [`LINE_CAP`] + [`SCRUB_SLACK`] bytes; what a longer
+/// line has beyond that is dropped and counted. Pure, so that every shape is tested by table.
 #[derive(Debug, Default)]
 pub struct LineSplitter {
     line: Vec<u8>,
@@ -202,7 +206,7 @@ impl LineSplitter {
                 Some(i) => (&bytes[..i], true),
                 None => (bytes, false),
             };
-            let room = LINE_CAP.saturating_sub(self.line.len());
+            let room = (LINE_CAP + SCRUB_SLACK).saturating_sub(self.line.len());
             let take = room.min(chunk.len());
             self.line.extend_from_slice(&chunk[..take]);
             self.dropped += (chunk.len() - take) as u64;
@@ -231,6 +235,26 @@ impl LineSplitter {
         self.open = false;
         line
     }
+}
+
+/// A line as it is shown: through `transform` (the scrubber) first, then cut at
+/// [`LINE_CAP`] with a note of what was dropped.
+pub fn shown_line(line: &Line, transform: &(dyn Fn(&str) -> String + Sync)) -> String {
+    let text = transform(&line.text);
+    if text.len() <= LINE_CAP {
+        return line_text(&Line {
+            text,
+            cut: line.cut,
+        });
+    }
+    let mut end = LINE_CAP;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    line_text(&Line {
+        text: text[..end].to_string(),
+        cut: line.cut + (text.len() - end) as u64,
+    })
 }
 
 /// What a cut line reads like: its first [`LINE_CAP`] bytes and a note.
@@ -448,7 +472,7 @@ pub async fn run(
     let mut handle = |chunk: Chunk| match chunk {
         Chunk::Overflow => overflowed = true,
         Chunk::Line(stream, line) => {
-            let text = transform(&line_text(&line));
+            let text = shown_line(&line, transform);
             shown += text.len() as u64;
             if shown <= SHOWN_CAP {
                 on_line(stream, &text);
@@ -646,15 +670,16 @@ mod tests {
 
     #[test]
     fn lines_are_split_and_cut_table() {
-        let long = vec![b'x'; LINE_CAP + 10];
+        const KEPT: usize = LINE_CAP + SCRUB_SLACK;
+        let long = vec![b'x'; KEPT + 10];
         // (chunks read, (length, bytes cut) of each line)
         type Case<'a> = (Vec<&'a [u8]>, Vec<(usize, u64)>);
         let cases: Vec<Case> = vec![
             (vec![b"a\nbc\n"], vec![(1, 0), (2, 0)]),
             (vec![b"a", b"b\nc"], vec![(2, 0), (1, 0)]),
             (vec![b"\r\n"], vec![(0, 0)]),
-            (vec![&long, b"\nz\n"], vec![(LINE_CAP, 10), (1, 0)]),
-            (vec![&long[..LINE_CAP], &long[..10]], vec![(LINE_CAP, 10)]),
+            (vec![&long, b"\nz\n"], vec![(KEPT, 10), (1, 0)]),
+            (vec![&long[..KEPT], &long[..10]], vec![(KEPT, 10)]),
             (vec![b""], vec![]),
         ];
         for (chunks, want) in cases {
@@ -667,6 +692,27 @@ mod tests {
             let got: Vec<(usize, u64)> = lines.iter().map(|l| (l.text.len(), l.cut)).collect();
             assert_eq!(got, want, "{chunks:?}");
         }
+    }
+
+    #[test]
+    fn a_secret_across_the_cut_is_scrubbed_before_the_line_is_cut() {
+        let secret = "s3cr3t-".repeat(40);
+        let scrub = |t: &str| t.replace(&secret, "<redacted>");
+        // The value starts 100 bytes before the cut and ends well after it.
+        let text = format!("{}{secret}{}", "x".repeat(LINE_CAP - 100), "y".repeat(50));
+        let shown = shown_line(&Line { text, cut: 0 }, &scrub);
+        assert!(!shown.contains("s3cr3t"), "{shown}");
+        assert!(shown.contains("<redacted>"), "{shown}");
+        // Longer than the cap after scrubbing: cut, with the note.
+        let long = shown_line(
+            &Line {
+                text: "z".repeat(LINE_CAP + 7),
+                cut: 3,
+            },
+            &|t: &str| t.to_string(),
+        );
+        assert!(long.starts_with(&"z".repeat(LINE_CAP)), "{long}");
+        assert!(long.contains("10 bytes more dropped"), "{long}");
     }
 
     #[test]
