@@ -95,31 +95,25 @@ pub async fn dry_run(args: DeployArgs, env: HashMap<String, String>) -> Result<i
     let lookup = |k: &str| plan.env.get(k).cloned();
     print_plan(&change_plan, args.plan_output.format, &lookup);
     if let Some(path) = &args.report {
-        write_json(&crate::report::to_json(&report), path)?;
+        let in_actions = crate::commands::deploy::github_context(&args, &plan).in_actions;
+        write_json(&crate::report::to_json(&report), path, in_actions);
     }
-    publish_plan(&change_plan, &args, &plan).await?;
+    publish_plan(&change_plan, &args, &plan).await;
     Ok(change_plan.exit_code(args.plan_output.exit_code))
 }
 
 /// The plan as markdown: to `--report-markdown`, and as the plan's own sticky PR comment
-/// (never its deploy comment) when GitHub is on. GitHub is a sink: its problems are warnings.
-async fn publish_plan(
-    change_plan: &ChangePlan,
-    args: &DeployArgs,
-    plan: &Plan,
-) -> Result<(), Error> {
+/// (never its deploy comment) when GitHub is on. Both are sinks: their problems are warnings.
+async fn publish_plan(change_plan: &ChangePlan, args: &DeployArgs, plan: &Plan) {
     let app = &plan.config.app;
     let marker = crate::github::comments::marker(crate::github::comments::Purpose::Plan, app);
     let limit = crate::report::COMMENT_LIMIT - marker.len() - 1;
     // Scrubbed here as well: a comment posted through the API passes no runner masking.
     let markdown = redact::scrub(&crate::report::plan_to_markdown(change_plan, limit));
-    if let Some(path) = &args.github.report_markdown {
-        std::fs::write(path, &markdown).map_err(|source| Error::WriteReport {
-            path: path.clone(),
-            source,
-        })?;
-    }
     let ctx = crate::commands::deploy::github_context(args, plan);
+    if let Some(path) = &args.github.report_markdown {
+        crate::commands::deploy::write_report_file(path, &markdown, ctx.in_actions);
+    }
     crate::github::post_sticky_comment(
         &ctx,
         crate::github::comments::Purpose::Plan,
@@ -127,15 +121,12 @@ async fn publish_plan(
         &markdown,
     )
     .await;
-    Ok(())
 }
 
-/// Writes a JSON document, scrubbed of every known secret value.
-fn write_json(text: &str, path: &PathBuf) -> Result<(), Error> {
-    std::fs::write(path, redact::scrub(text)).map_err(|source| Error::WriteReport {
-        path: path.clone(),
-        source,
-    })
+/// Writes a JSON document, scrubbed of every known secret value (a file that cannot be
+/// written is a warning).
+fn write_json(text: &str, path: &PathBuf, in_actions: bool) {
+    crate::commands::deploy::write_report_file(path, &redact::scrub(text), in_actions);
 }
 
 /// Prints the plan on stdout (scrubbed): text, coloured on a terminal without NO_COLOR; or JSON.
@@ -160,7 +151,8 @@ fn write_report(
     change_plan: &ChangePlan,
     started_at: Timestamp,
     path: &PathBuf,
-) -> Result<(), Error> {
+    in_actions: bool,
+) {
     let targets = change_plan
         .targets
         .iter()
@@ -188,7 +180,7 @@ fn write_report(
     report.dry_run = true;
     report.plan = Some(change_plan.clone());
     report.refresh();
-    write_json(&crate::report::to_json(&report), path)
+    write_json(&crate::report::to_json(&report), path, in_actions);
 }
 
 /// The plan of one connected target for `set` (also `rollback --dry-run`'s, with the
@@ -245,8 +237,8 @@ async fn offline(args: PlanArgs, env: HashMap<String, String>) -> Result<i32, Er
     let (change_plan, plan, deploy_args) =
         tokio::task::spawn_blocking(move || offline_blocking(args, env))
             .await
-            .map_err(|e| Error::Usage(format!("internal error while planning offline: {e}")))??;
-    publish_plan(&change_plan, &deploy_args, &plan).await?;
+            .map_err(|e| crate::error::join_failed("planning offline", e))??;
+    publish_plan(&change_plan, &deploy_args, &plan).await;
     Ok(change_plan.exit_code(exit_code))
 }
 
@@ -312,7 +304,8 @@ fn offline_blocking(
     let lookup = |k: &str| plan.env.get(k).cloned();
     print_plan(&change_plan, args.diff.output.format, &lookup);
     if let Some(path) = &args.diff.report {
-        write_report(&plan, &change_plan, Timestamp::now(), path)?;
+        let in_actions = crate::commands::deploy::github_context(&deploy_args, &plan).in_actions;
+        write_report(&plan, &change_plan, Timestamp::now(), path, in_actions);
     }
     Ok((change_plan, plan, deploy_args))
 }
