@@ -170,7 +170,10 @@ mod tests {
         let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let refused = exit::refused_command_line;
         assert_eq!(refused(&args(&["rollguard", "diff", "--bogus"])), 2);
-        assert_eq!(refused(&args(&["rollguard", "diff", "--exit-code", "--bogus"])), 1);
+        assert_eq!(
+            refused(&args(&["rollguard", "diff", "--exit-code", "--bogus"])),
+            1
+        );
         let under = Error::UnderExitCode(Box::new(Error::Usage("x".into())));
         assert_eq!(under.exit_code(), 1);
         assert_eq!(under.to_string(), "x");

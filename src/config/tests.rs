@@ -800,7 +800,10 @@ fn a_shell_that_cannot_be_found_is_bad_input() {
         assert_eq!(!issues.is_empty(), refused, "{settings}: {issues:?}");
         if let Some(issue) = issues.first() {
             assert!(issue.location.ends_with("rollguard.yaml:7"), "{issue}");
-            assert!(issue.message.contains("stage \"s\": shell program"), "{issue}");
+            assert!(
+                issue.message.contains("stage \"s\": shell program"),
+                "{issue}"
+            );
         }
     }
 }

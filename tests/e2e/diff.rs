@@ -476,7 +476,9 @@ async fn under_exit_code_bad_input_is_1_never_the_2_of_changes() {
     }
     // A flag clap refuses, the same.
     env.write("rollguard.yaml", &config(1, "60s"));
-    let run = env.command("diff", &["--exit-code", "--no-such-flag"]).await;
+    let run = env
+        .command("diff", &["--exit-code", "--no-such-flag"])
+        .await;
     assert_eq!(run.code, 1, "{}", run.output());
     assert_eq!(env.writes(1), 0);
 }
