@@ -106,9 +106,17 @@ pub enum Error {
     },
     #[error("demo: {0}")]
     Demo(String),
-    /// Reading another commit's manifests with git failed (`plan --offline`).
-    #[error("{0}")]
-    Git(String),
+    /// Reading another commit's manifests with git failed (`plan --offline`): git or the
+    /// network, never bad input.
+    #[error(transparent)]
+    Git(#[from] crate::engine::reapply::ManifestsError),
+    /// `plan --offline --against REF`: git cannot read the ref.
+    #[error("--against {reference}: {source}. Name a commit, branch or tag of this repository")]
+    Against {
+        reference: String,
+        #[source]
+        source: crate::util::git::GitError,
+    },
     /// Bad input under `--exit-code`, where 2 says "there are changes": exit 1.
     #[error(transparent)]
     UnderExitCode(Box<Error>),
@@ -139,6 +147,7 @@ impl Error {
             Error::WriteReport { .. }
             | Error::Demo(_)
             | Error::Git(_)
+            | Error::Against { .. }
             | Error::UnderExitCode(_) => exit::FAILED,
             Error::Internal { .. } => exit::INTERNAL,
         }

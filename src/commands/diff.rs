@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cli::{DeployArgs, DiffArgs, PlanArgs, PlanFormat};
 use crate::engine::plan::Plan;
+use crate::engine::reapply::ManifestsError;
 use crate::error::{Error, exit};
 use crate::kube::apply::{ApplyError, MAX_IN_FLIGHT, apply_failures, resolve_set};
 use crate::kube::connect::ClusterAccess;
@@ -253,22 +254,19 @@ fn offline_blocking(
         crate::commands::deploy::Access::NotNeeded,
     )?;
     let dir = &plan.config.base_dir;
-    let git_failed = |e: git::GitError| Error::Git(e.to_string());
     let base = match &args.against {
         Some(reference) => reference.clone(),
-        None => git::default_base(dir).map_err(git_failed)?,
+        None => git::default_base(dir).map_err(ManifestsError::from)?,
     };
-    let against = git::commit_info(dir, &base).map_err(|e| {
-        Error::Usage(format!(
-            "--against {base}: {e}. Name a commit, branch or tag of this repository"
-        ))
+    let against = git::commit_info(dir, &base).map_err(|source| Error::Against {
+        reference: base.clone(),
+        source,
     })?;
     let mut against = against;
     if args.against.is_some() && against.r#ref.is_none() {
         against.r#ref = Some(base.clone());
     }
-    let old = crate::engine::reapply::manifests_at_commit(&plan.config, &against.sha)
-        .map_err(Error::Git)?;
+    let old = crate::engine::reapply::manifests_at_commit(&plan.config, &against.sha)?;
     redact::learn(old.objects.iter().map(|o| &o.body));
     let before = against.short_sha().to_string();
     let after = plan

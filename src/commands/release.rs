@@ -226,11 +226,27 @@ pub enum ManageError {
     Usage(String),
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// `rollback --from-git`: the commit's manifests could not be read.
+    #[error(transparent)]
+    Manifests(#[from] reapply::ManifestsError),
 }
 
 impl ManageError {
     pub fn exit_code(&self) -> i32 {
+        match self {
+            ManageError::Usage(_) | ManageError::Config(_) => exit::BAD_INPUT,
+            ManageError::Manifests(e) => manifests_error_code(e),
+        }
+    }
+}
+
+/// A revision that keeps too little to roll back to is refused input (2); git, the network
+/// and the cluster are failures (1): a failed `git fetch` is never bad input.
+pub fn manifests_error_code(e: &reapply::ManifestsError) -> i32 {
+    if e.is_refusal() {
         exit::BAD_INPUT
+    } else {
+        exit::FAILED
     }
 }
 
@@ -463,9 +479,7 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
     // From git: the same manifests and commit for every target, read once.
     let from_git = match &args.from_git {
         Some(sha) => {
-            let bodies = reapply::manifests_from_git_off_runtime(&config, sha)
-                .await
-                .map_err(ManageError::Usage)?;
+            let bodies = reapply::manifests_from_git_off_runtime(&config, sha).await?;
             let (base_dir, sha_text) = (config.base_dir.clone(), sha.clone());
             let commit =
                 tokio::task::spawn_blocking(move || git::commit_info(&base_dir, &sha_text))
@@ -818,7 +832,7 @@ async fn plan_one(
             let to = store.get(revision).await.map_err(unreachable)?;
             let bodies = reapply::record_manifests(config, &to)
                 .await
-                .map_err(|e| (e, exit::BAD_INPUT))?;
+                .map_err(|e| (e.to_string(), manifests_error_code(&e)))?;
             let mut with_bodies = to.clone();
             with_bodies.manifests = Some(bodies.clone());
             Planned {

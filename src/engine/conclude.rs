@@ -355,7 +355,7 @@ async fn roll_back_manifests(
     let attempt = match run.access.as_ref() {
         None => Err(("no connection to the cluster".to_string(), false)),
         Some(access) => match stored_manifests(&release.store, &plan.config, &good, access).await {
-            Err(why) => Err((why, false)),
+            Err(why) => Err((why.to_string(), false)),
             Ok(bodies) => ReApply {
                 access,
                 store: &release.store,

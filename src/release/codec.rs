@@ -92,6 +92,27 @@ pub fn stub_digest(body: &serde_json::Value) -> Option<&str> {
         .as_str()
 }
 
+/// A Secret a release keeps only as a digest that git cannot give back as it was applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StubError {
+    #[error(
+        "Secret {namespace}/{name} at commit {commit} is not the one the release applied (its digest differs; history.secrets: digest keeps only the digest): restore it by hand or roll back to another revision"
+    )]
+    Differs {
+        namespace: String,
+        name: String,
+        commit: String,
+    },
+    #[error(
+        "Secret {namespace}/{name} is not in the manifests at commit {commit} (history.secrets: digest keeps only its digest): restore it by hand or roll back to another revision"
+    )]
+    Missing {
+        namespace: String,
+        name: String,
+        commit: String,
+    },
+}
+
 /// Replaces each stub among `bodies` by the Secret of the same namespace and name among
 /// `from_git` (namespaces defaulting to `default_namespace`) whose digest is the stub's.
 pub fn fill_secret_stubs(
@@ -99,7 +120,7 @@ pub fn fill_secret_stubs(
     from_git: &[serde_json::Value],
     default_namespace: &str,
     commit: &str,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), StubError> {
     for body in bodies.iter_mut() {
         let Some(digest) = stub_digest(body).map(str::to_string) else {
             continue;
@@ -120,14 +141,18 @@ pub fn fill_secret_stubs(
         match found {
             Some(g) if crate::manifests::digest_bodies(&[g]) == digest => *body = g.clone(),
             Some(_) => {
-                return Err(format!(
-                    "Secret {namespace}/{name} at commit {commit} is not the one the release applied (its digest differs; history.secrets: digest keeps only the digest): restore it by hand or roll back to another revision"
-                ));
+                return Err(StubError::Differs {
+                    namespace,
+                    name,
+                    commit: commit.to_string(),
+                });
             }
             None => {
-                return Err(format!(
-                    "Secret {namespace}/{name} is not in the manifests at commit {commit} (history.secrets: digest keeps only its digest): restore it by hand or roll back to another revision"
-                ));
+                return Err(StubError::Missing {
+                    namespace,
+                    name,
+                    commit: commit.to_string(),
+                });
             }
         }
     }
