@@ -481,11 +481,18 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
         Some(sha) => {
             let bodies = reapply::manifests_from_git_off_runtime(&config, sha).await?;
             let (base_dir, sha_text) = (config.base_dir.clone(), sha.clone());
+            // The commit's message is only for the record: without it the rollback goes on;
+            // a panic reading it is a bug (exit 4), not swallowed.
             let commit =
-                tokio::task::spawn_blocking(move || git::commit_info(&base_dir, &sha_text))
+                match tokio::task::spawn_blocking(move || git::commit_info(&base_dir, &sha_text))
                     .await
-                    .ok()
-                    .and_then(Result::ok);
+                {
+                    Ok(info) => info.ok(),
+                    Err(e) => match e.try_into_panic() {
+                        Ok(panic) => std::panic::resume_unwind(panic),
+                        Err(_) => None,
+                    },
+                };
             Some((bodies, commit))
         }
         None => None,

@@ -257,19 +257,39 @@ pub fn secret_data(
     Ok((data, omitted))
 }
 
+/// Why a record's Secret data does not read as a record.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    #[error("no `{key}` key")]
+    MissingKey { key: &'static str },
+    #[error("not gzip: {0}")]
+    NotGzip(#[source] std::io::Error),
+    #[error("not a release record: {0}")]
+    NotJson(#[source] serde_json::Error),
+    #[error("`{key}` key: {source}")]
+    InKey {
+        key: &'static str,
+        #[source]
+        source: Box<DecodeError>,
+    },
+}
+
 /// Read a record from its Secret's data, with its manifests when `with_manifests`.
 pub fn record_from_data(
     data: &BTreeMap<String, ByteString>,
     with_manifests: bool,
-) -> std::result::Result<ReleaseRecord, String> {
+) -> std::result::Result<ReleaseRecord, DecodeError> {
     let bytes = data
         .get(DATA_KEY)
-        .ok_or_else(|| format!("no `{DATA_KEY}` key"))?;
+        .ok_or(DecodeError::MissingKey { key: DATA_KEY })?;
     let mut record: ReleaseRecord = gunzip_json(&bytes.0)?;
     match data.get(MANIFESTS_KEY) {
         Some(bytes) if with_manifests => {
             record.manifests =
-                Some(gunzip_json(&bytes.0).map_err(|e| format!("`{MANIFESTS_KEY}` key: {e}"))?);
+                Some(gunzip_json(&bytes.0).map_err(|source| DecodeError::InKey {
+                    key: MANIFESTS_KEY,
+                    source: Box::new(source),
+                })?);
         }
         // Records of rollguard before 0.1's split hold their manifests inside the record.
         None if with_manifests => {}
@@ -301,12 +321,14 @@ pub(super) fn gzip_json<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>> {
     encoder.finish().map_err(|e| encode(&e))
 }
 
-pub(super) fn gunzip_json<T: DeserializeOwned>(bytes: &[u8]) -> std::result::Result<T, String> {
+pub(super) fn gunzip_json<T: DeserializeOwned>(
+    bytes: &[u8],
+) -> std::result::Result<T, DecodeError> {
     let mut json = Vec::new();
     // A bound on the inflated size guards against a hostile or corrupt record.
     flate2::read::GzDecoder::new(bytes)
         .take(256 * 1024 * 1024)
         .read_to_end(&mut json)
-        .map_err(|e| format!("not gzip: {e}"))?;
-    serde_json::from_slice(&json).map_err(|e| format!("not a release record: {e}"))
+        .map_err(DecodeError::NotGzip)?;
+    serde_json::from_slice(&json).map_err(DecodeError::NotJson)
 }
