@@ -686,12 +686,12 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
                     println!("target {name}: {note}");
                 }
             }
-            Err((why, _)) => redact::print_out(&format!("target {name}: rollback failed: {why}")),
+            Err(why) => redact::print_out(&format!("target {name}: rollback failed: {why}")),
         }
         summary.push(RollbackResult {
             target: name.clone(),
             ok: result.is_ok(),
-            message: result.as_ref().err().map(|(why, _)| why.clone()),
+            message: result.as_ref().err().map(ToString::to_string),
         });
     }
     // The script stages the rolled-back revisions ran: their rollback commands, after the

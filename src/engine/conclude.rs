@@ -382,9 +382,9 @@ async fn roll_back_manifests(
             }
             .run()
             .await
-            .map_err(|(why, sent)| match release.lock_lost() {
-                Some(lost) => (format!("{why}; {lost}"), false),
-                None => (why, sent),
+            .map_err(|e| match release.lock_lost() {
+                Some(lost) => (format!("{e}; {lost}"), false),
+                None => (e.to_string(), e.sent_unverified()),
             }),
         },
     };

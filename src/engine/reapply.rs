@@ -293,10 +293,66 @@ pub struct ReApply<'a> {
     pub secrets: SecretsPolicy,
 }
 
+/// Why a re-apply did not end healthy. `to` is where it went: "v3" or "commit abc1234".
+#[derive(Debug, thiserror::Error)]
+pub enum RollbackError {
+    #[error("rollback to {to}: {source}")]
+    Encode {
+        to: String,
+        #[source]
+        source: ReleaseError,
+    },
+    /// Its record could not be begun (`why` as the cluster errors are described).
+    #[error("rollback to {to}: {why}")]
+    Begin {
+        to: String,
+        why: String,
+        #[source]
+        source: ReleaseError,
+    },
+    /// The apply stopped: the first failure, then what was and was not re-applied.
+    #[error("rollback to {to}: {why}; {progress}")]
+    Apply {
+        to: String,
+        why: String,
+        progress: String,
+    },
+    /// The run was cancelled and the rollout had not finished when rollguard had to exit.
+    #[error("rollback to {to} sent; not yet healthy when rollguard had to exit")]
+    SentUnverified { to: String },
+    /// Re-applied, but the rollout failed or timed out.
+    #[error("rollback to {to}: {why}")]
+    Unhealthy { to: String, why: String },
+    #[error("rollback to {to} cancelled")]
+    Cancelled { to: String },
+    #[error(
+        "rollback to {to} stopped: the lock was lost; its record v{revision} is left to the new holder"
+    )]
+    LockLost { to: String, revision: u64 },
+    #[error("rollback to {to} applied, but its record v{revision} could not be written: {why}")]
+    Record {
+        to: String,
+        revision: u64,
+        why: String,
+        #[source]
+        source: ReleaseError,
+    },
+}
+
+impl RollbackError {
+    /// Sent, but not seen healthy because the run was cancelled: the outcome is
+    /// `cancelled`, not `rollback-failed`.
+    pub fn sent_unverified(&self) -> bool {
+        matches!(
+            self,
+            RollbackError::SentUnverified { .. } | RollbackError::Cancelled { .. }
+        )
+    }
+}
+
 impl ReApply<'_> {
-    /// Record, apply (server-side, never pruning) and wait. Ok(new revision);
-    /// Err((why, sent_but_unverified_because_cancelled)).
-    pub async fn run(self) -> Result<u64, (String, bool)> {
+    /// Record, apply (server-side, never pruning) and wait. Ok(new revision).
+    pub async fn run(self) -> Result<u64, RollbackError> {
         let access = self.access;
         let describe = |e: &ReleaseError| match e.kube_error() {
             Some(k) => describe_error(k, &access.server).message,
@@ -314,7 +370,10 @@ impl ReApply<'_> {
             self.secrets,
             &self.default_namespace,
         )
-        .map_err(|e| (format!("rollback to {to}: {e}"), false))?;
+        .map_err(|source| RollbackError::Encode {
+            to: to.clone(),
+            source,
+        })?;
         let mut draft = ReleaseDraft::new(manifests);
         draft.commit = self.commit.clone();
         draft.target = Some(self.target.to_string());
@@ -324,7 +383,11 @@ impl ReApply<'_> {
             .store
             .begin_numbered(draft, self.origin, self.revision)
             .await
-            .map_err(|e| (format!("rollback to {to}: {}", describe(&e)), false))?;
+            .map_err(|source| RollbackError::Begin {
+                to: to.clone(),
+                why: describe(&source),
+                source,
+            })?;
         let revision = record.revision;
         let set = manifest_set_from_bodies(&self.bodies, to);
         let options = ApplyOptions {
@@ -351,13 +414,11 @@ impl ReApply<'_> {
                             e.to_string()
                         }
                     });
-                Err((
-                    format!(
-                        "rollback to {to}: {why}; {}",
-                        rollback_progress(&set, &applied.applied)
-                    ),
-                    false,
-                ))
+                Err(RollbackError::Apply {
+                    to: to.clone(),
+                    why,
+                    progress: rollback_progress(&set, &applied.applied),
+                })
             }
             Ok(()) => {
                 let wait = WaitOptions {
@@ -376,50 +437,41 @@ impl ReApply<'_> {
                 .await;
                 match waited.result {
                     Ok(()) => Ok(()),
-                    Err(WaitFailure::Timeout(_)) if self.cancelled => Err((
-                        format!(
-                            "rollback to {to} sent; not yet healthy when rollguard had to exit"
-                        ),
-                        true,
-                    )),
-                    Err(WaitFailure::Failed(f)) | Err(WaitFailure::Timeout(f)) => Err((
-                        format!(
-                            "rollback to {to}: {}",
-                            f.first().map(Failure::headline).unwrap_or_default()
-                        ),
-                        false,
-                    )),
-                    Err(WaitFailure::Cancelled) => {
-                        Err((format!("rollback to {to} cancelled"), true))
+                    Err(WaitFailure::Timeout(_)) if self.cancelled => {
+                        Err(RollbackError::SentUnverified { to: to.clone() })
                     }
+                    Err(WaitFailure::Failed(f)) | Err(WaitFailure::Timeout(f)) => {
+                        Err(RollbackError::Unhealthy {
+                            to: to.clone(),
+                            why: f.first().map(Failure::headline).unwrap_or_default(),
+                        })
+                    }
+                    Err(WaitFailure::Cancelled) => Err(RollbackError::Cancelled { to: to.clone() }),
                 }
             }
         };
         if self.lost.is_cancelled() {
-            return Err((
-                format!(
-                    "rollback to {to} stopped: the lock was lost; its record v{revision} is left to the new holder"
-                ),
-                false,
-            ));
+            return Err(RollbackError::LockLost {
+                to: to.clone(),
+                revision,
+            });
         }
         let objects = Some(applied.applied.iter().map(applied_ref).collect());
         let (status, reason) = match &outcome {
             Ok(()) => (ReleaseStatus::Deployed, None),
-            Err((why, _)) => (ReleaseStatus::Failed, Some(why.clone())),
+            Err(e) => (ReleaseStatus::Failed, Some(e.to_string())),
         };
         if let Err(e) = self
             .store
             .finish_with_objects(revision, status, reason, objects)
             .await
         {
-            return Err((
-                format!(
-                    "rollback to {to} applied, but its record v{revision} could not be written: {}",
-                    describe(&e)
-                ),
-                false,
-            ));
+            return Err(RollbackError::Record {
+                to: to.clone(),
+                revision,
+                why: describe(&e),
+                source: e,
+            });
         }
         outcome.map(|()| revision)
     }
