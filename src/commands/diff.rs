@@ -5,7 +5,7 @@
 //! no lock, no release record, no namespace, no script.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::Arc;
 
 use jiff::Timestamp;
@@ -126,7 +126,7 @@ async fn publish_plan(change_plan: &ChangePlan, args: &DeployArgs, plan: &Plan) 
 
 /// Writes a JSON document, scrubbed of every known secret value (a file that cannot be
 /// written is a warning).
-fn write_json(text: &str, path: &PathBuf, in_actions: bool) {
+fn write_json(text: &str, path: &Path, in_actions: bool) {
     crate::commands::deploy::write_report_file(path, &redact::scrub(text), in_actions);
 }
 
@@ -151,7 +151,7 @@ fn write_report(
     plan: &Plan,
     change_plan: &ChangePlan,
     started_at: Timestamp,
-    path: &PathBuf,
+    path: &Path,
     in_actions: bool,
 ) {
     let targets = change_plan

@@ -665,7 +665,11 @@ mod tests {
             reason: reason.to_string(),
         };
         // (attempts, outcome of the others, what their message says)
-        let cases: Vec<(Vec<(&str, LockAttempt)>, Option<(TargetOutcome, &str)>)> = vec![
+        type Case<'a> = (
+            Vec<(&'a str, LockAttempt)>,
+            Option<(TargetOutcome, &'a str)>,
+        );
+        let cases: Vec<Case> = vec![
             (vec![("eu", Held), ("us", Held)], None),
             (vec![], None),
             (

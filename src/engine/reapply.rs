@@ -316,6 +316,8 @@ pub enum RollbackError {
         to: String,
         why: String,
         progress: String,
+        /// What was re-applied before it stopped.
+        reapplied: Vec<ObjectRef>,
     },
     /// The run was cancelled and the rollout had not finished when rollguard had to exit.
     #[error("rollback to {to} sent; not yet healthy when rollguard had to exit")]
@@ -347,6 +349,15 @@ impl RollbackError {
             self,
             RollbackError::SentUnverified { .. } | RollbackError::Cancelled { .. }
         )
+    }
+
+    /// What it had re-applied when its apply stopped (None: it stopped elsewhere).
+    pub fn stopped_after(&self) -> Option<&[ObjectRef]> {
+        match self {
+            RollbackError::Apply { reapplied, .. } => Some(reapplied),
+            RollbackError::Encode { .. } | RollbackError::Begin { .. } => Some(&[]),
+            _ => None,
+        }
     }
 }
 
@@ -418,6 +429,7 @@ impl ReApply<'_> {
                     to: to.clone(),
                     why,
                     progress: rollback_progress(&set, &applied.applied),
+                    reapplied: applied.applied.iter().map(applied_ref).collect(),
                 })
             }
             Ok(()) => {

@@ -451,3 +451,35 @@ async fn a_lock_refused_on_one_target_writes_nothing_anywhere_and_gives_back_the
         assert_runs(&env, cluster, "example.com/web:v2").await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_the_new_revision_never_reached_behind_a_429_is_failed_not_rollback_failed() {
+    let env = TestEnv::start(2, "").await;
+    env.write(
+        "rollguard.yaml",
+        &format!("{}on_failure: rollback-all\n", config(2, "5s")),
+    );
+    first_good_deploy(&env).await;
+    env.write("k8s/app.yaml", &small_app("example.com/web:v2"));
+    // eu's Deployments answer 429 asking for 100 s: the new image never reaches eu (its
+    // ConfigMap is unchanged), and its rollback cannot send the Deployment either.
+    env.cluster(1).set_faults(Faults {
+        error_rate: 1.0,
+        error_status: 429,
+        retry_after_seconds: 100,
+        only_resources: vec!["deployments.apps".into()],
+        ..Default::default()
+    });
+    let run = env.deploy(&[]).await;
+    env.cluster(1).set_faults(Faults::default());
+    assert_eq!(
+        run.code,
+        1,
+        "a failed deploy, not a failed rollback:\n{}",
+        run.output()
+    );
+    assert_eq!(run.outcome("eu"), "failed", "{}", run.output());
+    assert_eq!(run.outcome("us"), "rolled-back", "{}", run.output());
+    assert_runs(&env, 1, GOOD).await;
+    assert_runs(&env, 2, GOOD).await;
+}
