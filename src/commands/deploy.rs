@@ -268,7 +268,13 @@ pub async fn run_plan(plan: Arc<Plan>, cancel: CancellationToken) -> Report {
     let names = plan.config.targets.iter().map(|t| t.name.clone()).collect();
     let (progress, renderer) = progress::start(names, progress::detect_mode(&lookup));
     let report = crate::engine::fleet::deploy(plan.clone(), cancel, progress).await;
-    let _ = renderer.await;
+    // The records, rollbacks and locks are settled; a panic in the live view is still a
+    // bug (exit 4), not something to hide.
+    if let Err(e) = renderer.await
+        && let Ok(panic) = e.try_into_panic()
+    {
+        std::panic::resume_unwind(panic);
+    }
     report
 }
 
