@@ -23,7 +23,7 @@ use crate::manifests::ManifestSet;
 use crate::report::diff::{DiffStyle, MAX_DIFF_LINES};
 use crate::report::plan::{ChangePlan, PlanMode, TargetPlan, to_text};
 use crate::report::redact;
-use crate::report::{Failure, Report, TargetOutcome, TargetReport};
+use crate::report::{Clean, Failure, Report, TargetOutcome, TargetReport};
 use crate::util::git;
 
 /// The deploy flags `diff` stands for (the deploy's loader reads config and manifests).
@@ -97,7 +97,11 @@ pub async fn dry_run(args: DeployArgs, env: HashMap<String, String>) -> Result<i
     print_plan(&change_plan, args.plan_output.format, &lookup);
     if let Some(path) = &args.report {
         let in_actions = crate::commands::deploy::github_context(&args, &plan).in_actions;
-        write_json(&crate::report::to_json(&report), path, in_actions);
+        write_json(
+            &crate::report::to_json(&Clean::new(&report)),
+            path,
+            in_actions,
+        );
     }
     publish_plan(&change_plan, &args, &plan).await;
     Ok(change_plan.exit_code(args.plan_output.exit_code))
@@ -109,8 +113,12 @@ async fn publish_plan(change_plan: &ChangePlan, args: &DeployArgs, plan: &Plan) 
     let app = &plan.config.app;
     let marker = crate::github::comments::marker(crate::github::comments::Purpose::Plan, app);
     let limit = crate::report::COMMENT_LIMIT - marker.len() - 1;
-    // Scrubbed here as well: a comment posted through the API passes no runner masking.
-    let markdown = redact::scrub(&crate::report::plan_to_markdown(change_plan, limit));
+    // Scrubbed before it is escaped (Clean), then once more as a whole: a comment posted
+    // through the API passes no runner masking.
+    let markdown = redact::scrub(&crate::report::plan_to_markdown(
+        &Clean::new(change_plan),
+        limit,
+    ));
     let ctx = crate::commands::deploy::github_context(args, plan);
     if let Some(path) = &args.github.report_markdown {
         crate::commands::deploy::write_report_file(path, &markdown, ctx.in_actions);
@@ -132,14 +140,15 @@ fn write_json(text: &str, path: &Path, in_actions: bool) {
 
 /// Prints the plan on stdout (scrubbed): text, coloured on a terminal without NO_COLOR; or JSON.
 pub fn print_plan(plan: &ChangePlan, format: PlanFormat, env: &dyn Fn(&str) -> Option<String>) {
+    let plan = Clean::new(plan);
     let text = match format {
-        PlanFormat::Json => crate::report::plan_to_json(plan),
+        PlanFormat::Json => crate::report::plan_to_json(&plan),
         PlanFormat::Text => {
             let style = DiffStyle {
                 color: crate::report::progress::table_color(env),
                 max_lines: MAX_DIFF_LINES,
             };
-            to_text(plan, style)
+            to_text(&plan, style)
         }
     };
     redact::print_out(text.trim_end());
@@ -181,7 +190,11 @@ fn write_report(
     report.dry_run = true;
     report.plan = Some(change_plan.clone());
     report.refresh();
-    write_json(&crate::report::to_json(&report), path, in_actions);
+    write_json(
+        &crate::report::to_json(&Clean::new(&report)),
+        path,
+        in_actions,
+    );
 }
 
 /// The plan of one connected target for `set` (also `rollback --dry-run`'s, with the
