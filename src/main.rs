@@ -11,7 +11,20 @@ use tracing_subscriber::prelude::*;
 const MAX_WORKERS: usize = 4;
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            let args: Vec<String> = std::env::args().collect();
+            // --help and --version are not refusals.
+            let code = if e.use_stderr() {
+                rollguard::error::exit::refused_command_line(&args)
+            } else {
+                e.exit_code()
+            };
+            std::process::exit(code);
+        }
+    };
     // Logs go to stderr (stdout carries the final table). Without RUST_LOG only rollguard's
     // own lines (report/log_filter.rs); RUST_LOG replaces that filter.
     let stderr_is_terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());

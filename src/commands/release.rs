@@ -226,18 +226,27 @@ pub enum ManageError {
     Usage(String),
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// The manifests of `--from-git` could not be read (git failed or ran out of time, or
-    /// they do not load): the run failed, as an offline plan against such a ref does.
-    #[error("{0}")]
-    FromGit(String),
+    /// `rollback --from-git`: the commit's manifests could not be read.
+    #[error(transparent)]
+    Manifests(#[from] reapply::ManifestsError),
 }
 
 impl ManageError {
     pub fn exit_code(&self) -> i32 {
         match self {
-            ManageError::FromGit(_) => exit::FAILED,
-            _ => exit::BAD_INPUT,
+            ManageError::Usage(_) | ManageError::Config(_) => exit::BAD_INPUT,
+            ManageError::Manifests(e) => manifests_error_code(e),
         }
+    }
+}
+
+/// A revision that keeps too little to roll back to is refused input (2); git, the network
+/// and the cluster are failures (1): a failed `git fetch` is never bad input.
+pub fn manifests_error_code(e: &reapply::ManifestsError) -> i32 {
+    if e.is_refusal() {
+        exit::BAD_INPUT
+    } else {
+        exit::FAILED
     }
 }
 
@@ -515,15 +524,20 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
     // From git: the same manifests and commit for every target, read once.
     let from_git = match &args.from_git {
         Some(sha) => {
-            let bodies = reapply::manifests_from_git_off_runtime(&config, sha, None)
-                .await
-                .map_err(ManageError::FromGit)?;
+            let bodies = reapply::manifests_from_git_off_runtime(&config, sha, None).await?;
             let (base_dir, sha_text) = (config.base_dir.clone(), sha.clone());
+            // The commit's message is only for the record: without it the rollback goes on;
+            // a panic reading it is a bug (exit 4), not swallowed.
             let commit =
-                tokio::task::spawn_blocking(move || git::commit_info(&base_dir, &sha_text))
+                match tokio::task::spawn_blocking(move || git::commit_info(&base_dir, &sha_text))
                     .await
-                    .ok()
-                    .and_then(Result::ok);
+                {
+                    Ok(info) => info.ok(),
+                    Err(e) => match e.try_into_panic() {
+                        Ok(panic) => std::panic::resume_unwind(panic),
+                        Err(_) => None,
+                    },
+                };
             Some((bodies, commit))
         }
         None => None,
@@ -791,20 +805,21 @@ async fn apply_rollbacks(
                     println!("target {name}: {note}");
                 }
             }
-            Err((why, _)) => redact::print_out(&format!("target {name}: rollback failed: {why}")),
+            Err(why) => redact::print_out(&format!("target {name}: rollback failed: {why}")),
         }
         summary.push(RollbackResult {
             target: name.clone(),
             ok: result.is_ok(),
-            message: result.as_ref().err().map(|(why, _)| why.clone()),
+            message: result.as_ref().err().map(ToString::to_string),
         });
     }
     let commands_ok = run_rollback_commands(config, ready, env, cancel).await;
     redact::print_out(&policy::summary(&summary));
     // A re-apply that a signal stopped is the cancel (exit 130), as in a deploy.
-    let applied_ok = results
-        .iter()
-        .all(|r| r.is_ok() || (cancel.is_cancelled() && matches!(r, Err((_, true)))));
+    let applied_ok = results.iter().all(|r| match r {
+        Ok(_) => true,
+        Err(e) => cancel.is_cancelled() && e.sent_unverified(),
+    });
     if commands_ok && applied_ok {
         exit::OK
     } else {
@@ -961,7 +976,7 @@ async fn plan_one(
             let to = store.get(revision).await.map_err(unreachable)?;
             let bodies = reapply::record_manifests(config, &to, None)
                 .await
-                .map_err(|e| (e, exit::BAD_INPUT))?;
+                .map_err(|e| (e.to_string(), manifests_error_code(&e)))?;
             let mut with_bodies = to.clone();
             with_bodies.manifests = Some(bodies.clone());
             Planned {

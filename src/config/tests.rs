@@ -724,6 +724,26 @@ mod pipeline {
                 "ci/rollguard.yaml:7: stage \"s\": env name \"1X\" is not a valid variable name",
             ),
             (
+                p("  - apply\n  - script: {name: s, run: x, env: {A: \"a\\0b\"}}\n"),
+                "ci/rollguard.yaml:7: stage \"s\": env A contains a NUL byte",
+            ),
+            (
+                p("  - apply\n  - script:\n      name: s\n      run: \"echo \\0\"\n"),
+                "ci/rollguard.yaml:9: stage \"s\" run contains a NUL byte",
+            ),
+            (
+                p("  - apply\n  - script: {name: s, run: [echo, \"\\0\"]}\n"),
+                "ci/rollguard.yaml:7: stage \"s\" run contains a NUL byte",
+            ),
+            (
+                p("  - apply\n  - script: {name: s, run: x, rollback: \"y\\0\"}\n"),
+                "ci/rollguard.yaml:7: stage \"s\" rollback contains a NUL byte",
+            ),
+            (
+                p("  - apply\n  - script: {name: s, run: x, shell: \"ba\\0sh -c\"}\n"),
+                "ci/rollguard.yaml:7: stage \"s\" shell contains a NUL byte",
+            ),
+            (
                 p(
                     "  - apply\n  - script:\n      name: s\n      run: x\n      pass_env: GITHUB_TOKEN\n",
                 ),
@@ -755,6 +775,54 @@ mod pipeline {
             assert!(
                 errs.iter().any(|e| e.starts_with(want)),
                 "want {want:?}\ngot {errs:#?}\nfor:\n{text}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_shell_that_cannot_be_found_is_bad_input() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).expect("mkdir");
+    let program = bin.join("myshell");
+    std::fs::write(&program, "#!/bin/sh\n").expect("write");
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let bin_path = format!("{}:/usr/bin:/bin", bin.display());
+    // (the stage's settings, whether it is refused)
+    let cases: Vec<(String, bool)> = vec![
+        ("run: x".into(), false),
+        ("run: x, shell: myshell -c".into(), false),
+        ("run: x, shell: nosuchshell -c".into(), true),
+        ("run: x, shell: ./bin/myshell".into(), false),
+        ("run: x, shell: ./bin/nosuch".into(), true),
+        (format!("run: x, shell: {}", program.display()), false),
+        // Only a string command goes through the shell.
+        ("run: [x], shell: nosuchshell".into(), false),
+        ("run: [x], rollback: y, shell: nosuchshell".into(), true),
+        // The stage's own PATH is the one the script gets.
+        ("run: x, shell: myshell, env: {PATH: /nowhere}".into(), true),
+    ];
+    for (settings, refused) in cases {
+        let text = format!(
+            "app: shop\nmanifests: [k8s]\ntargets:\n  - {{name: eu, context: a}}\npipeline:\n  - apply\n  - script: {{name: s, {settings}}}\n"
+        );
+        let env = |k: &str| (k == "PATH").then(|| bin_path.clone());
+        let config = parse(
+            &text,
+            &dir.path().join("rollguard.yaml"),
+            &Overrides::default(),
+            &env,
+        )
+        .unwrap_or_else(|e| panic!("{settings}: {e}"));
+        let issues = missing_shells(&config, &env);
+        assert_eq!(!issues.is_empty(), refused, "{settings}: {issues:?}");
+        if let Some(issue) = issues.first() {
+            assert!(issue.location.ends_with("rollguard.yaml:7"), "{issue}");
+            assert!(
+                issue.message.contains("stage \"s\": shell program"),
+                "{issue}"
             );
         }
     }

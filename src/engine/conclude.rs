@@ -358,12 +358,15 @@ async fn roll_back_manifests(
     });
     let rollback_started = Instant::now();
     let attempt = match run.access.as_ref() {
-        None => Err(("no connection to the cluster".to_string(), false)),
+        None => Err((
+            "no connection to the cluster".to_string(),
+            TargetOutcome::RollbackFailed,
+        )),
         Some(access) => {
             match stored_manifests(&release.store, &plan.config, &good, access, Some(deadline))
                 .await
             {
-                Err(why) => Err((why, false)),
+                Err(why) => Err((why.to_string(), TargetOutcome::RollbackFailed)),
                 Ok(bodies) => ReApply {
                     access,
                     store: &release.store,
@@ -390,9 +393,16 @@ async fn roll_back_manifests(
                 }
                 .run()
                 .await
-                .map_err(|(why, sent)| match release.lock_lost() {
-                    Some(lost) => (format!("{why}; {lost}"), false),
-                    None => (why, sent),
+                .map_err(|e| match release.lock_lost() {
+                    Some(lost) => (format!("{e}; {lost}"), TargetOutcome::RollbackFailed),
+                    None => {
+                        let outcome = crate::engine::policy::unfinished_rollback_outcome(
+                            e.sent_unverified(),
+                            &failed_objects,
+                            e.stopped_after(),
+                        );
+                        (e.to_string(), outcome)
+                    }
                 }),
             }
         }
@@ -412,8 +422,8 @@ async fn roll_back_manifests(
             format!("rolled back to v{} (as v{revision})", good.revision),
         ),
         // Cancelled while the rollback was still rolling out: it was sent, not verified.
-        Err((why, true)) => (TargetOutcome::Cancelled, false, why),
-        Err((why, false)) => (TargetOutcome::RollbackFailed, false, why),
+        // Failed: nothing of the new revision stayed (policy::unfinished_rollback_outcome).
+        Err((why, outcome)) => (outcome, false, why),
     };
     run.report.rollback = Some(RollbackReport {
         to_commit: good.commit.as_ref().map(|c| c.short_sha().to_string()),

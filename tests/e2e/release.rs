@@ -654,6 +654,38 @@ async fn rollback_from_git_in_a_shallow_clone() {
         "{}",
         missing.output()
     );
+
+    // Origin out of reach: a fetch that failed is a failure (1), never bad input (2).
+    git(
+        &ci,
+        &[
+            "remote",
+            "set-url",
+            "origin",
+            "file:///nonexistent/origin.git",
+        ],
+    );
+    let unreachable = rollguard(
+        &args(
+            "rollback",
+            &[
+                "--from-git",
+                "0123456789abcdef0123456789abcdef01234567",
+                "--yes",
+            ],
+        ),
+        &ci,
+        &[],
+    )
+    .await;
+    assert_eq!(unreachable.code, 1, "{}", unreachable.output());
+    assert!(
+        unreachable
+            .stderr
+            .contains("could not be fetched from origin"),
+        "{}",
+        unreachable.output()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
