@@ -276,11 +276,13 @@ pub fn pod_problems(pod: &Value, policy: &FailFastConfig) -> Vec<PodProblem> {
             let restarts = int_at(cs, &["restartCount"]).unwrap_or(0);
             let message_now = str_at(cs, &["state", "waiting", "message"]).unwrap_or("");
             let severity = match reason {
-                // A pull error fails at once only when it says the pull cannot succeed.
-                "ErrImagePull" | "ImagePullBackOff" => match pulls::classify(reason, message_now) {
+                // A pull error fails at once only when it says the pull cannot succeed, and
+                // once the kubelet backs off from it (see `pulls::judge`).
+                "ImagePullBackOff" => match pulls::classify(reason, message_now) {
                     pulls::PullClass::Definitive(_) => Severity::Fatal,
                     _ => Severity::Transient,
                 },
+                "ErrImagePull" => Severity::Transient,
                 "CrashLoopBackOff" if restarts < i64::from(policy.crash_loop_restarts) => {
                     Severity::Transient
                 }

@@ -1,6 +1,7 @@
 //! Image-pull errors judged by what they say: a pull that cannot succeed fails the target at
-//! once; any other pull error is tolerated per container for `pull_grace`, counted from that
-//! container's first pull error, across ErrImagePull and ImagePullBackOff alike.
+//! once (as soon as the kubelet backs off from it); any other pull error is tolerated per
+//! container for `pull_grace`, counted from that container's first pull error, across
+//! ErrImagePull and ImagePullBackOff alike.
 //!
 //! Pure: the messages are the kubelet's (see shared/kubelet-pull-errors.md for real ones per
 //! runtime), and time is a monotonic offset given by the caller, so a node's or another
@@ -181,10 +182,14 @@ pub fn judge(
     if let PullClass::Definitive(why) = class {
         watch.definitive = Some((why, message.to_string()));
     }
+    let until = watch.first_error + grace;
     let verdict = match &watch.definitive {
+        // The kubelet shows ErrImagePull only until its next sync, then backs off: the
+        // verdict waits for that (about a second), so that a certain failure is always
+        // reported under the same reason, ImagePullBackOff.
+        Some(_) if reason == "ErrImagePull" && now < until => PullVerdict::Tolerated { until },
         Some((why, said)) => PullVerdict::Fails(format!("{said} (cannot succeed: {why})")),
         None => {
-            let until = watch.first_error + grace;
             if now >= until {
                 PullVerdict::GraceOver(format!(
                     "{} (image pulls have failed for {}, past pull_grace {})",
@@ -448,8 +453,28 @@ mod tests {
                 ],
             ),
             (
-                "NotFound fails at once",
-                vec![("ErrImagePull", NF.into(), 3, 'F', None)],
+                "NotFound fails once the kubelet backs off",
+                vec![
+                    ("ErrImagePull", NF.into(), 3, 'T', Some(63)),
+                    ("ImagePullBackOff", backoff(NF), 5, 'F', None),
+                ],
+            ),
+            (
+                "NotFound in ErrImagePull until the grace ends: certain then",
+                vec![
+                    ("ErrImagePull", NF.into(), 3, 'T', Some(63)),
+                    ("ErrImagePull", NF.into(), 63, 'F', None),
+                ],
+            ),
+            (
+                "InvalidImageName fails at once",
+                vec![(
+                    "InvalidImageName",
+                    "couldn't parse image name".into(),
+                    3,
+                    'F',
+                    None,
+                )],
             ),
             (
                 "NotFound seen in the back-off message",
@@ -458,7 +483,7 @@ mod tests {
             (
                 "a bare back-off after NotFound stays certain",
                 vec![
-                    ("ErrImagePull", NF.into(), 3, 'F', None),
+                    ("ErrImagePull", NF.into(), 3, 'T', Some(63)),
                     ("ImagePullBackOff", bare.into(), 5, 'F', None),
                 ],
             ),
@@ -473,7 +498,8 @@ mod tests {
                 "transient, then NotFound: certain from then on",
                 vec![
                     ("ErrImagePull", E503.into(), 0, 'T', Some(60)),
-                    ("ErrImagePull", NF.into(), 20, 'F', None),
+                    ("ErrImagePull", NF.into(), 20, 'T', Some(60)),
+                    ("ImagePullBackOff", bare.into(), 22, 'F', None),
                 ],
             ),
         ];
