@@ -89,7 +89,8 @@ pub enum RulesError {
         "invalid rules file {where_}: {message}\n  expected a YAML list like \
          `- {{cluster: sim-2, image: \"*:v2\", behaviour: ImagePullBackOff}}` with behaviour one of \
          Ready, ImagePullBackOff, CrashLoopBackOff, NeverReady, SlowStart, \
-         CreateContainerConfigError, CreateContainerError, InvalidImageName, OomKilled"
+         CreateContainerConfigError, CreateContainerError, InvalidImageName, OomKilled \
+         (an ImagePullBackOff rule may add `times: N` and `message: TEXT`)"
     )]
     Parse { where_: String, message: String },
     #[error("invalid rules file {where_}: rule {index} has an empty image pattern")]
