@@ -19,6 +19,7 @@ mod pulls;
 mod real;
 mod release;
 mod runtime_root;
+mod secrets;
 mod stages;
 mod stalled;
 // `rollguard demo` in a pseudo-terminal: the demo needs the `demo` feature (on by default).
