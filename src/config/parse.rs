@@ -48,11 +48,13 @@ pub(super) const TARGET_KEYS: &[&str] = &[
 pub(super) const WAIT_KEYS: &[&str] = &["timeout", "fail_fast"];
 pub(super) const FAIL_FAST_KEYS: &[&str] = &[
     "reasons",
-    "err_image_pull_grace",
+    "pull_grace",
     "crash_loop_restarts",
     "unschedulable",
     "unschedulable_grace",
 ];
+/// Fail-fast keys refused with a pointer to their replacement (see `fail_fast`).
+const RETIRED_FAIL_FAST_KEYS: &[&str] = &["err_image_pull_grace"];
 pub(super) const HISTORY_KEYS: &[&str] = &["namespace", "keep", "secrets"];
 pub(super) const ROLLBACK_KEYS: &[&str] = &["timeout"];
 pub(super) const LOCK_KEYS: &[&str] = &["timeout"];
@@ -617,10 +619,12 @@ impl Ctx {
 
     fn fail_fast(&mut self, node: &Node) -> FailFastConfig {
         let mut ff = FailFastConfig::default();
-        if self
-            .mapping(node, "wait.fail_fast", FAIL_FAST_KEYS)
-            .is_none()
-        {
+        let keys: Vec<&str> = FAIL_FAST_KEYS
+            .iter()
+            .chain(RETIRED_FAIL_FAST_KEYS)
+            .copied()
+            .collect();
+        if self.mapping(node, "wait.fail_fast", &keys).is_none() {
             return ff;
         }
         if let Some(reasons) = self.strings(node.get("reasons"), "wait.fail_fast.reasons entry") {
@@ -637,11 +641,19 @@ impl Ctx {
             }
             ff.reasons = reasons.into_iter().map(|(r, _)| r).collect();
         }
-        if let Some(d) = self.duration(
-            node.get("err_image_pull_grace"),
-            "wait.fail_fast.err_image_pull_grace",
-        ) {
-            ff.err_image_pull_grace = d;
+        if let Some(old) = node.get("err_image_pull_grace") {
+            // It covered ErrImagePull only; `pull_grace` means more, so the old key is not
+            // quietly read as the new one.
+            self.at(
+                old.line,
+                "`wait.fail_fast.err_image_pull_grace` is gone: use `pull_grace` (default 60s), \
+                 which tolerates pull errors that may pass (timeouts, 5xx, 429) across \
+                 ErrImagePull and ImagePullBackOff from a container's first pull error; \
+                 errors saying the image does not exist or access is denied fail at once",
+            );
+        }
+        if let Some(d) = self.duration(node.get("pull_grace"), "wait.fail_fast.pull_grace") {
+            ff.pull_grace = d;
         }
         if let Some(n) = self.integer(
             node.get("crash_loop_restarts"),

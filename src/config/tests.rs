@@ -89,7 +89,7 @@ wait:
   timeout: 90s
   fail_fast:
     reasons: [ImagePullBackOff, CrashLoopBackOff]
-    err_image_pull_grace: 20s
+    pull_grace: 20s
     crash_loop_restarts: 3
     unschedulable: fail
     unschedulable_grace: 2m
@@ -134,7 +134,7 @@ pipeline:
     assert_eq!(c.wait.timeout, Duration::from_secs(90));
     let ff = &c.wait.fail_fast;
     assert_eq!(ff.reasons, vec!["ImagePullBackOff", "CrashLoopBackOff"]);
-    assert_eq!(ff.err_image_pull_grace, Duration::from_secs(20));
+    assert_eq!(ff.pull_grace, Duration::from_secs(20));
     assert_eq!(ff.crash_loop_restarts, 3);
     assert_eq!(ff.unschedulable, UnschedulablePolicy::Fail);
     assert_eq!(ff.unschedulable_grace, Duration::from_secs(120));
@@ -287,6 +287,10 @@ fn error_table() {
         (
             format!("{base}stages:\n  - name: m\n    script: x\n    when: before\n"),
             "rollguard.yaml:6: `stages:` is gone: list the stages in order under `pipeline:`",
+        ),
+        (
+            format!("{base}wait:\n  fail_fast:\n    err_image_pull_grace: 10s\n"),
+            "rollguard.yaml:8: `wait.fail_fast.err_image_pull_grace` is gone: use `pull_grace`",
         ),
     ];
     for (text, want) in cases {
