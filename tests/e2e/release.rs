@@ -644,9 +644,9 @@ async fn rollback_from_git_in_a_shallow_clone() {
         &[],
     )
     .await;
-    // A commit git cannot fetch is a failure, not bad input (issue 21: a git failure is
-    // never exit 2).
-    assert_eq!(missing.code, 1, "{}", missing.output());
+    // A commit that origin says it does not have is a wrong name: bad input (2). Origin out
+    // of reach, below, is a failure (1): a git failure is never exit 2 (issue 21).
+    assert_eq!(missing.code, 2, "{}", missing.output());
     assert!(
         missing
             .stderr
