@@ -87,6 +87,7 @@ pub fn read_plan(
     let options = DeployOptions {
         force_conflicts: args.force_conflicts,
         dry_run: args.dry_run,
+        force: args.force,
         cli_kubeconfig: config.kubeconfig.clone(),
     };
     Ok(Plan::new(config, manifests, commit, options, env))

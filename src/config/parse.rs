@@ -849,6 +849,9 @@ impl Ctx {
         let dry_run = self
             .boolean(node.get("dry_run"), &format!("{label} dry_run"))
             .unwrap_or(false);
+        let always = self
+            .boolean(node.get("always"), &format!("{label} always"))
+            .unwrap_or(false);
         let scope = match self.text(node.get("scope"), &format!("{label} scope")) {
             None => Scope::Target,
             Some((s, line)) => match s.as_str() {
@@ -878,6 +881,7 @@ impl Ctx {
             scope,
             kill_grace,
             dry_run,
+            always,
             line: node.line,
         })
     }

@@ -619,7 +619,7 @@ mod pipeline {
         assert_eq!(m.argv(&m.run), vec!["sh", "-c", "./db/migrate up"]);
         assert_eq!(m.working_dir, PathBuf::from("ci"));
         assert_eq!(m.kill_grace, DEFAULT_KILL_GRACE);
-        assert!(!m.continue_on_error && !m.dry_run);
+        assert!(!m.continue_on_error && !m.dry_run && !m.always);
         let s = script(&p[2]);
         assert_eq!(s.scope, Scope::Target);
         assert_eq!(s.argv(&s.run), vec!["./scripts/smoke.sh", "--fast"]);
@@ -644,6 +644,7 @@ mod pipeline {
       scope: target
       kill_grace: 1s
       dry_run: true
+      always: true
 "
         );
         let p = parse_text(&text).unwrap_or_else(|e| panic!("{e:#?}"));
@@ -653,7 +654,7 @@ mod pipeline {
         assert_eq!(s.env.get("LOUD").map(String::as_str), Some("true"));
         assert_eq!(s.working_dir, PathBuf::from("/srv"));
         assert_eq!(s.argv(&s.run), vec!["bash", "-eu", "-c", "./smoke"]);
-        assert!(s.continue_on_error && s.dry_run);
+        assert!(s.continue_on_error && s.dry_run && s.always);
         assert_eq!(s.kill_grace, Duration::from_secs(1));
     }
 

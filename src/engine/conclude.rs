@@ -160,6 +160,10 @@ async fn settle_target(
     run: &mut TargetRun,
     roll_back: bool,
 ) -> Option<RollbackResult> {
+    // A target the deploy changed nothing on has no record to write: only its lock.
+    if let Some(history) = run.unchanged.as_mut().and_then(|u| u.history.take()) {
+        history.release().await;
+    }
     let release = run.release.as_mut()?;
     // The lock is someone else's now: their records are not ours to write.
     if let Some(why) = release.lock_lost() {

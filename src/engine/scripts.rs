@@ -23,16 +23,13 @@ const MIN_COMMAND_TIME: Duration = Duration::from_millis(200);
 
 /// The deployment a fleet script runs in: what all its targets share.
 fn fleet_deployment(plan: &Plan, runs: &[&TargetRun], stage: &str, rollback: bool) -> Deployment {
-    let last_goods: Vec<_> = runs
-        .iter()
-        .map(|r| r.release.as_ref().and_then(|x| x.last_good.as_ref()))
-        .collect();
+    let last_goods: Vec<_> = runs.iter().map(|r| r.last_good()).collect();
     Deployment {
         app: plan.config.app.clone(),
         target: None,
         targets: runs.iter().map(|r| r.target.name.clone()).collect(),
         namespace: plan.config.namespace.clone(),
-        revision: common(&runs.iter().map(|r| r.report.revision).collect::<Vec<_>>()),
+        revision: common(&runs.iter().map(|r| r.revision()).collect::<Vec<_>>()),
         commit: plan.commit.as_ref().map(|c| c.sha.clone()),
         previous_commit: common(
             &last_goods
@@ -86,10 +83,11 @@ pub async fn fleet_script(
             finish(run, progress, TargetOutcome::Skipped);
         }
     }
+    // A target on which the deploy changes nothing takes part only in an `always` stage.
     let mut taking_part: Vec<&mut TargetRun> = runs
         .iter_mut()
         .zip(&go)
-        .filter(|(_, go)| **go)
+        .filter(|(r, go)| **go && !r.skips(stage.always))
         .map(|(r, _)| r)
         .collect();
     if taking_part.is_empty() {

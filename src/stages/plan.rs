@@ -186,6 +186,7 @@ mod tests {
             scope,
             kill_grace: std::time::Duration::from_secs(1),
             dry_run: false,
+            always: false,
             line: 1,
         })
     }
