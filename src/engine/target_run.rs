@@ -726,7 +726,8 @@ pub async fn target_script(
         return finish(run, progress, TargetOutcome::Cancelled);
     }
     progress.update(&run.target.name, Stage::Script(stage.name.clone()));
-    run.clock.start(&stage.name);
+    // The stage's phase is the runner's timing (`record_run`): no phase of the clock's own.
+    run.clock.stop();
     let deployment = target_deployment(plan, run, &stage.name, false);
     let (result, _) = stages::run_command(
         stage,

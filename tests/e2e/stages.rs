@@ -156,6 +156,12 @@ if [ -e "fail-$ROLLGUARD_TARGET" ]; then echo "smoke: /healthz answered 503 on $
             && phases.iter().any(|p| p.0 == "apply"),
         "{phases:#?}"
     );
+    // Each phase once (a target script stage was listed twice, once without its exit code).
+    let mut names: Vec<&str> = phases.iter().map(|p| p.0.as_str()).collect();
+    let all = names.len();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), all, "{phases:#?}");
     // The record of v2 on us says which stages ran and how they ended.
     let records = ReleaseStore::new(env.client(2).await, "shop", "shop", 10)
         .list()
