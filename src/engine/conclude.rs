@@ -87,6 +87,11 @@ pub async fn conclude(
             }
         }
     }
+    for (run, roll_back) in runs.iter_mut().zip(&decisions) {
+        if *roll_back {
+            run.rollback_reason = Some(crate::engine::policy::rollback_reason(run.report.outcome));
+        }
+    }
     let budget = if cancelled {
         settings.rollback_timeout.min(CANCEL_ROLLBACK_BUDGET)
     } else {

@@ -15,7 +15,7 @@ use crate::engine::target_run::{
 };
 use crate::report::progress::{Progress, Stage};
 use crate::report::{StageOutcome, StageResult, TargetOutcome};
-use crate::stages::env::{Deployment, common};
+use crate::stages::env::{Deployment, RollbackReason, common};
 use crate::stages::{self, Which, plan as decide};
 
 /// Less than this left of the cancel budget: a rollback command is not started at all.
@@ -24,6 +24,13 @@ const MIN_COMMAND_TIME: Duration = Duration::from_millis(200);
 /// The deployment a fleet script runs in: what all its targets share.
 fn fleet_deployment(plan: &Plan, runs: &[&TargetRun], stage: &str, rollback: bool) -> Deployment {
     let last_goods: Vec<_> = runs.iter().map(|r| r.last_good()).collect();
+    // A fleet rollback is for its own failure when any target taking part failed itself.
+    let reason_of = |r: &TargetRun| r.rollback_reason.unwrap_or(RollbackReason::Failed);
+    let why = runs
+        .iter()
+        .find(|r| reason_of(r) == RollbackReason::Failed)
+        .or(runs.first())
+        .map(|r| (*r, reason_of(r)));
     Deployment {
         app: plan.config.app.clone(),
         target: None,
@@ -48,11 +55,15 @@ fn fleet_deployment(plan: &Plan, runs: &[&TargetRun], stage: &str, rollback: boo
         is_rollback: rollback,
         dry_run: plan.options.dry_run,
         failed_stage: rollback
-            .then(|| runs.first().map(|r| decide::failed_stage(&r.report.stages)))
+            .then(|| {
+                let (run, reason) = why?;
+                decide::rollback_failed_stage(reason, &run.report.stages)
+            })
             .flatten(),
         failure: rollback
-            .then(|| runs.first().map(|r| failure_text(r)))
+            .then(|| why.map(|(r, _)| failure_text(r)))
             .flatten(),
+        rollback_reason: rollback.then(|| why.map(|(_, reason)| reason)).flatten(),
     }
 }
 
@@ -339,6 +350,7 @@ pub async fn manual_stage_rollbacks(
             run.report.revision = Some(revision);
             run.report.stages = ran;
             run.report.message = Some("rolled back by hand (rollguard rollback)".to_string());
+            run.rollback_reason = Some(RollbackReason::Manual);
             run
         })
         .collect();

@@ -23,7 +23,7 @@ use crate::release::session::{OpenHistory, PrepareError, TargetRelease, begin_re
 use crate::report::progress::{Progress, Stage};
 use crate::report::{Failure, PhaseTiming, TargetOutcome, TargetReport};
 use crate::report::{StageOutcome, StageResult};
-use crate::stages::env::Deployment;
+use crate::stages::env::{Deployment, RollbackReason};
 use crate::stages::{self, Which, plan as decide};
 
 /// The result of one target's run, with what the rollback step needs.
@@ -49,6 +49,8 @@ pub struct TargetRun {
     pub plan: Option<crate::report::plan::TargetPlan>,
     /// The deploy changes nothing here: no record, only `always` stages run.
     pub unchanged: Option<Unchanged>,
+    /// Why the target rolls back, once that is decided.
+    pub rollback_reason: Option<RollbackReason>,
 }
 
 /// A target on which the deploy changes nothing.
@@ -74,6 +76,7 @@ impl TargetRun {
             done: false,
             plan: None,
             unchanged: None,
+            rollback_reason: None,
         }
     }
 
@@ -631,6 +634,8 @@ pub(crate) fn target_deployment(
         (None, None) => plan.config.namespace.clone(),
     };
     let last_good = run.last_good();
+    // A rollback not decided by conclude or by hand (none today) counts as the target's own.
+    let reason = rollback.then(|| run.rollback_reason.unwrap_or(RollbackReason::Failed));
     Deployment {
         app: plan.config.app.clone(),
         target: Some(run.target.name.clone()),
@@ -644,8 +649,10 @@ pub(crate) fn target_deployment(
         fleet: false,
         is_rollback: rollback,
         dry_run: plan.options.dry_run,
-        failed_stage: rollback.then(|| decide::failed_stage(&run.report.stages)),
+        failed_stage: reason
+            .and_then(|reason| decide::rollback_failed_stage(reason, &run.report.stages)),
         failure: rollback.then(|| failure_text(run)),
+        rollback_reason: reason,
     }
 }
 

@@ -354,6 +354,12 @@ async fn scripts_get_the_deployment_in_their_environment() {
         rollback.get("ROLLGUARD_FAILED_STAGE").map(String::as_str),
         Some("check")
     );
+    assert_eq!(
+        rollback
+            .get("ROLLGUARD_ROLLBACK_REASON")
+            .map(String::as_str),
+        Some("failed")
+    );
     let failure = rollback
         .get("ROLLGUARD_FAILURE")
         .cloned()
@@ -361,6 +367,42 @@ async fn scripts_get_the_deployment_in_their_environment() {
     assert!(
         failure.contains("stage check") && failure.contains("exited with code 7"),
         "{failure}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_rolled_back_by_policy_has_no_failed_stage() {
+    let env = TestEnv::start(
+        2,
+        "- {cluster: sim-2, image: \"example.com/web:v2\", behaviour: ImagePullBackOff}\n- {image: \"*\", behaviour: Ready}\n",
+    )
+    .await;
+    env.write(
+        "rollguard.yaml",
+        &format!(
+            "{}on_failure: rollback-all\npipeline:\n{}",
+            config(2, "60s"),
+            r#"  - script:
+      name: prep
+      run: "true"
+      rollback: echo "$ROLLGUARD_TARGET ${ROLLGUARD_FAILED_STAGE-unset} $ROLLGUARD_ROLLBACK_REASON" >> why.log
+  - apply
+"#
+        ),
+    );
+    env.write("k8s/app.yaml", &small_app(GOOD));
+    assert_eq!(env.deploy(&[]).await.code, 0);
+    env.write("k8s/app.yaml", &small_app(NEXT));
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 1, "{}", run.output());
+    let mut why = lines(&env.read("why.log"));
+    why.sort();
+    // us failed its rollout; eu was healthy and rolled back only because of rollback-all.
+    assert_eq!(
+        why,
+        vec!["eu unset policy", "us apply failed"],
+        "{}",
+        run.output()
     );
 }
 
@@ -545,7 +587,7 @@ async fn show_and_a_manual_rollback_know_the_stages_a_revision_ran() {
   - script:
       name: smoke
       run: "true"
-      rollback: echo "undo $ROLLGUARD_IS_ROLLBACK $ROLLGUARD_REVISION" >> order.log
+      rollback: echo "undo $ROLLGUARD_IS_ROLLBACK $ROLLGUARD_REVISION ${ROLLGUARD_FAILED_STAGE-unset} $ROLLGUARD_ROLLBACK_REASON" >> order.log
 "#,
     )
     .await;
@@ -582,7 +624,11 @@ async fn show_and_a_manual_rollback_know_the_stages_a_revision_ran() {
         "{}",
         back.output()
     );
-    assert_eq!(lines(&env.read("order.log")), vec!["undo true 2"]);
+    // Rolled back by hand: no stage failed.
+    assert_eq!(
+        lines(&env.read("order.log")),
+        vec!["undo true 2 unset manual"]
+    );
     assert_eq!(web_image(&env, 1).await, GOOD);
 }
 
