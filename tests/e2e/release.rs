@@ -1166,3 +1166,45 @@ async fn a_deploy_that_changes_nothing_records_nothing_and_runs_no_stage() {
 fn lines(text: &str) -> Vec<String> {
     text.lines().map(str::to_string).collect()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revision_that_names_different_runs_is_refused_with_the_runs() {
+    let env = TestEnv::start(2, "- {image: \"*\", behaviour: Ready}\n").await;
+    env.write("rollguard.yaml", &config(2, "60s"));
+    // Separate runs per target: each numbers only its own target's history, so v1 and v2
+    // name different runs on eu and us.
+    for (target, image) in [("eu", "a"), ("eu", "b"), ("us", "c"), ("us", "d")] {
+        env.write(
+            "k8s/app.yaml",
+            &small_app(&format!("example.com/web:{image}")),
+        );
+        let run = env.deploy(&["--target", target]).await;
+        assert_eq!(run.code, 0, "{}", run.output());
+    }
+    let shown = env.command("show", &["--revision", "1"]).await;
+    assert_eq!(shown.code, 2, "{}", shown.output());
+    assert!(
+        shown.stderr.contains("v1 names different runs")
+            && shown.stderr.contains("eu: deploy")
+            && shown.stderr.contains("us: deploy")
+            && shown.stderr.contains("--target"),
+        "{}",
+        shown.output()
+    );
+    let one = env
+        .command("show", &["--revision", "1", "--target", "eu"])
+        .await;
+    assert_eq!(one.code, 0, "{}", one.output());
+
+    let before: Vec<u64> = records(&env, 1).await.iter().map(|r| r.revision).collect();
+    let back = env.command("rollback", &["--revision", "1", "--yes"]).await;
+    assert_eq!(back.code, 2, "{}", back.output());
+    assert!(
+        back.stderr.contains("v1 names different runs"),
+        "{}",
+        back.output()
+    );
+    let after: Vec<u64> = records(&env, 1).await.iter().map(|r| r.revision).collect();
+    assert_eq!(before, after, "nothing rolled back");
+    assert_runs(&env, 1, "example.com/web:b").await;
+}
