@@ -83,7 +83,17 @@ pub fn read_plan(
     // Every secret value of the manifests is known to the scrubber before anything can
     // print one.
     crate::report::redact::learn(manifests.objects.iter().map(|o| &o.body));
-    let commit = crate::util::git::detect_commit(args.commit.as_deref(), &lookup, &config.base_dir);
+    // The manifest files read (not a render command's output): one not in the commit is
+    // deployed all the same, so the commit is marked dirty.
+    let mut files: Vec<&std::path::Path> = manifests
+        .objects
+        .iter()
+        .map(|o| o.origin.file.as_path())
+        .filter(|f| f.is_file())
+        .collect();
+    files.dedup();
+    let commit =
+        crate::util::git::detect_commit(args.commit.as_deref(), &lookup, &config.base_dir, &files);
     let options = DeployOptions {
         force_conflicts: args.force_conflicts,
         dry_run: args.dry_run,

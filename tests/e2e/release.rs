@@ -1015,6 +1015,18 @@ async fn a_deploy_from_a_dirty_tree_is_recorded_as_dirty() {
             .collect::<Vec<_>>(),
         vec![false, true]
     );
+
+    // Tracked files back as committed, and a new manifest file never added: it is deployed
+    // all the same, so the commit is dirty.
+    git(dir, &["checkout", "-q", "--", "k8s"]);
+    env.write(
+        "k8s/extra.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: extra\ndata: {a: b}\n",
+    );
+    let untracked = env.deploy(&[]).await;
+    assert_eq!(untracked.code, 0, "{}", untracked.output());
+    let commit = &untracked.report.as_ref().expect("report")["commit"];
+    assert_eq!(commit["dirty"], true, "{commit}");
 }
 
 /// Issue 16: one revision number per run across the fleet, whatever each target's history.
