@@ -79,7 +79,11 @@ pub fn read_plan(
         crate::kube::connect::check_targets(&config, &config.targets, &lookup)?;
         refuse_overlapping_targets(&config, &path, &lookup)?;
     }
-    let manifests = manifests::load(&config)?;
+    let (manifests, warnings) = manifests::load_noting(&config)?;
+    // Said once, before anything runs (the live view and the report are per target).
+    for warning in warnings {
+        crate::report::redact::print_err(&format!("warning: {warning}"));
+    }
     // Every secret value of the manifests is known to the scrubber before anything can
     // print one.
     crate::report::redact::learn(manifests.objects.iter().map(|o| &o.body));

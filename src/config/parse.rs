@@ -30,6 +30,7 @@ pub(super) const TOP_KEYS: &[&str] = &[
     "history",
     "on_failure",
     "on_cancel",
+    "render_hooks",
     "rollback",
     "lock",
     "pipeline",
@@ -331,6 +332,7 @@ impl Ctx {
             history: HistoryConfig::default(),
             on_failure: FailurePolicy::default(),
             on_cancel: CancelPolicy::default(),
+            render_hooks: RenderHooks::default(),
             rollback: RollbackConfig::default(),
             lock: LockConfig::default(),
             github: GithubConfig::default(),
@@ -436,6 +438,9 @@ impl Ctx {
         }
         if let Some(p) = self.parsed(get("on_cancel"), "on_cancel") {
             config.on_cancel = p;
+        }
+        if let Some(h) = self.parsed(get("render_hooks"), "render_hooks") {
+            config.render_hooks = h;
         }
         if let Some(rb) = get("rollback")
             && self.mapping(rb, "rollback", ROLLBACK_KEYS).is_some()

@@ -199,6 +199,10 @@ fn error_table() {
             "rollguard.yaml:7: github.deployments must be true or false, not a string",
         ),
         (
+            format!("{base}render_hooks: aply\n"),
+            "rollguard.yaml:6: render_hooks: \"aply\" is not one of skip, apply; did you mean \"apply\"?",
+        ),
+        (
             format!("{base}zzz: 1\n"),
             "rollguard.yaml:6: unknown key \"zzz\" in the top level (known keys: app,",
         ),
