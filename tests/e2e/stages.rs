@@ -137,6 +137,14 @@ if [ -e "fail-$ROLLGUARD_TARGET" ]; then echo "smoke: /healthz answered 503 on $
     );
     assert_eq!(us["failures"][0]["object"], "stage smoke");
     assert_eq!(us["failures"][0]["reason"], "ScriptFailed");
+    // The final output shows the script's last lines under its failure (on a terminal its
+    // output is logged nowhere else).
+    assert!(
+        run.stdout
+            .contains("    | smoke: /healthz answered 503 on us"),
+        "{}",
+        run.output()
+    );
     // The timeline has the script stages with their exit codes.
     let phases: Vec<(String, Value, Value)> = us["phases"]
         .as_array()
