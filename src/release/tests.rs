@@ -53,7 +53,9 @@ fn ambiguous_revision_table() {
     later.started_at = jiff::Timestamp::from_second(60).expect("time");
     let mut other_run = deploy_a.clone();
     other_run.run.id = Some("2-2".into());
-    let cases: Vec<(Vec<(&str, &ReleaseRecord)>, Option<&str>)> = vec![
+    // Per case: each target's record of v38, and a part of the refusal (None: no refusal).
+    type Case<'a> = (Vec<(&'a str, &'a ReleaseRecord)>, Option<&'a str>);
+    let cases: Vec<Case> = vec![
         (vec![], None),
         (vec![("eu", &deploy_a)], None),
         // One run on two targets: its records start moments apart.
