@@ -1419,6 +1419,51 @@ async fn faults_and_counters() {
     assert_eq!(r.status, 401);
 }
 
+#[tokio::test]
+async fn tokens_rotate_over_the_control_endpoint() {
+    let sim = plain_sim().await;
+    let api = Api::new(&sim, 0);
+    let old = api.token.clone();
+    let get = |token: String| {
+        let api = &api;
+        async move {
+            api.send_as(
+                "GET",
+                "/api/v1/namespaces",
+                None,
+                Bytes::new(),
+                Some(&token),
+                JSON,
+            )
+            .await
+            .status
+        }
+    };
+    assert_eq!(get(old.clone()).await, 200);
+    // Bad bodies are refused and change nothing.
+    for body in [r#"{}"#, r#"{"tokens": []}"#, r#"{"tokens": [""]}"#, "x"] {
+        let r = api.send("POST", "/_sim/tokens", Some(JSON), body).await;
+        assert_eq!(r.status, 400, "{body}");
+    }
+    assert_eq!(get(old.clone()).await, 200);
+    let r = api
+        .send(
+            "POST",
+            "/_sim/tokens",
+            Some(JSON),
+            r#"{"tokens": ["new-one", "new-two"]}"#,
+        )
+        .await;
+    assert_eq!((r.status, r.json()["accepted"].clone()), (200, json!(2)));
+    assert_eq!(get(old.clone()).await, 401);
+    assert_eq!(get("new-one".into()).await, 200);
+    assert_eq!(get("new-two".into()).await, 200);
+    // And in process, as the e2e tests rotate.
+    sim.clusters()[0].set_tokens(vec![old.clone()]);
+    assert_eq!(get(old).await, 200);
+    assert_eq!(get("new-one".into()).await, 401);
+}
+
 /// Polls until connecting to `addr` succeeds (`up`) or is refused, within `limit`.
 async fn wait_for_port(addr: &str, up: bool, limit: Duration) -> bool {
     let deadline = tokio::time::Instant::now() + limit;

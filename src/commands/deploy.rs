@@ -46,6 +46,9 @@ pub fn read_plan(
     env: HashMap<String, String>,
     access: Access,
 ) -> Result<Plan, Error> {
+    if let Some(token) = &args.github.github_token {
+        crate::report::redact::learn_value(token.trim().as_bytes());
+    }
     let lookup = |k: &str| env.get(k).cloned();
     let path = config::config_path(args.selection.files.config.as_deref(), &lookup);
     let on_failure = match &args.on_failure {
@@ -287,13 +290,15 @@ pub fn finish_report(
     env: &HashMap<String, String>,
 ) -> Result<(), Error> {
     let lookup = |k: &str| env.get(k).cloned();
+    let clean = report::Clean::new(report);
     crate::report::redact::print_out(&report::to_table(
-        report,
+        &clean,
         progress::table_color(&lookup),
         progress::stdout_columns(),
     ));
     if let Some(path) = path {
-        let json = crate::report::redact::scrub(&report::to_json(report));
+        // Scrubbed again as a whole: the second line (see report::Clean).
+        let json = crate::report::redact::scrub(&report::to_json(&clean));
         std::fs::write(path, json).map_err(|source| Error::WriteReport {
             path: path.clone(),
             source,

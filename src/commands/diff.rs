@@ -22,7 +22,7 @@ use crate::manifests::ManifestSet;
 use crate::report::diff::{DiffStyle, MAX_DIFF_LINES};
 use crate::report::plan::{ChangePlan, PlanMode, TargetPlan, to_text};
 use crate::report::redact;
-use crate::report::{Failure, Report, TargetOutcome, TargetReport};
+use crate::report::{Clean, Failure, Report, TargetOutcome, TargetReport};
 use crate::util::git;
 
 /// The deploy flags `diff` stands for (the deploy's loader reads config and manifests).
@@ -96,7 +96,7 @@ pub async fn dry_run(args: DeployArgs, env: HashMap<String, String>) -> Result<i
     let lookup = |k: &str| plan.env.get(k).cloned();
     print_plan(&change_plan, args.plan_output.format, &lookup);
     if let Some(path) = &args.report {
-        write_json(&crate::report::to_json(&report), path)?;
+        write_json(&crate::report::to_json(&Clean::new(&report)), path)?;
     }
     publish_plan(&change_plan, &args, &plan).await?;
     Ok(change_plan.exit_code(args.plan_output.exit_code))
@@ -112,8 +112,12 @@ async fn publish_plan(
     let app = &plan.config.app;
     let marker = crate::github::comments::marker(crate::github::comments::Purpose::Plan, app);
     let limit = crate::report::COMMENT_LIMIT - marker.len() - 1;
-    // Scrubbed here as well: a comment posted through the API passes no runner masking.
-    let markdown = redact::scrub(&crate::report::plan_to_markdown(change_plan, limit));
+    // Scrubbed before it is escaped (Clean), then once more as a whole: a comment posted
+    // through the API passes no runner masking.
+    let markdown = redact::scrub(&crate::report::plan_to_markdown(
+        &Clean::new(change_plan),
+        limit,
+    ));
     if let Some(path) = &args.github.report_markdown {
         std::fs::write(path, &markdown).map_err(|source| Error::WriteReport {
             path: path.clone(),
@@ -141,14 +145,15 @@ fn write_json(text: &str, path: &PathBuf) -> Result<(), Error> {
 
 /// Prints the plan on stdout (scrubbed): text, coloured on a terminal without NO_COLOR; or JSON.
 pub fn print_plan(plan: &ChangePlan, format: PlanFormat, env: &dyn Fn(&str) -> Option<String>) {
+    let plan = Clean::new(plan);
     let text = match format {
-        PlanFormat::Json => crate::report::plan_to_json(plan),
+        PlanFormat::Json => crate::report::plan_to_json(&plan),
         PlanFormat::Text => {
             let style = DiffStyle {
                 color: crate::report::progress::table_color(env),
                 max_lines: MAX_DIFF_LINES,
             };
-            to_text(plan, style)
+            to_text(&plan, style)
         }
     };
     redact::print_out(text.trim_end());
@@ -189,7 +194,7 @@ fn write_report(
     report.dry_run = true;
     report.plan = Some(change_plan.clone());
     report.refresh();
-    write_json(&crate::report::to_json(&report), path)
+    write_json(&crate::report::to_json(&Clean::new(&report)), path)
 }
 
 /// The plan of one connected target for `set` (also `rollback --dry-run`'s, with the

@@ -10,9 +10,28 @@ use crate::cli::{Cli, Command};
 use crate::config;
 use crate::error::{Error, exit};
 
+/// Before anything is printed or sent: in GitHub Actions, stdout and stderr are escaped for
+/// the runner; the runner's credentials (`GITHUB_TOKEN`, `ACTIONS_*_TOKEN`, any `*_TOKEN`)
+/// are known to the scrubber. The kubeconfigs' credentials are learned as they are read
+/// (`kube::connect`), the manifests' Secret values as they are loaded.
+fn learn_environment(env: &std::collections::HashMap<String, String>) {
+    crate::report::redact::set_actions_log(env.get("GITHUB_ACTIONS").is_some_and(|v| v == "true"));
+    for (name, value) in env {
+        // Shorter values are flags ("true", "1"), not tokens: scrubbing them would garble
+        // every log line.
+        if crate::stages::env::is_withheld_credential(name) && value.trim().len() >= MIN_TOKEN_LEN {
+            crate::report::redact::learn_value(value.trim().as_bytes());
+        }
+    }
+}
+
+/// The shortest environment value taken for a credential.
+const MIN_TOKEN_LEN: usize = 8;
+
 /// Runs a parsed command; returns the process exit code.
 pub async fn run(cli: Cli) -> Result<i32, Error> {
     let env = deploy::env_snapshot();
+    learn_environment(&env);
     match cli.command {
         Command::Deploy(args) if args.dry_run => diff::dry_run(args, env).await,
         Command::Deploy(args) => deploy::deploy(args, env).await,

@@ -337,7 +337,16 @@ where
 
 /// Prints `show` / `history -o` documents; a rendering problem is a failure (exit 1).
 fn print_documents(entries: &[(String, Value)], format: RecordFormat) -> i32 {
-    match render_documents(entries, format) {
+    // Scrubbed before JSON or YAML escapes (or folds) a value the scrubber would then miss.
+    let entries: Vec<(String, Value)> = entries
+        .iter()
+        .map(|(name, value)| {
+            let mut value = value.clone();
+            crate::report::clean::scrub_tree(&mut value);
+            (name.clone(), value)
+        })
+        .collect();
+    match render_documents(&entries, format) {
         Ok(text) if text.is_empty() => exit::OK,
         Ok(text) => {
             redact::print_out(text.trim_end());
@@ -354,10 +363,16 @@ fn print_documents(entries: &[(String, Value)], format: RecordFormat) -> i32 {
 pub async fn history(args: HistoryArgs, env: Env) -> Result<i32, ManageError> {
     let config = load_config(&args.selection, &env)?;
     let (listed, code) = for_each_target(&config, &env, |c| async move {
-        let records = c.store.list().await.map_err(|e| {
+        // With their manifests, so that the scrubber knows the Secret values a stored
+        // message may quote; the manifests themselves are not shown.
+        let mut records = c.store.list_with_manifests().await.map_err(|e| {
             let code = release_error_code(&e);
             (e.to_string(), code)
         })?;
+        for record in &mut records {
+            redact::learn(record.manifests.iter().flatten());
+            record.manifests = None;
+        }
         Ok(records)
     })
     .await;

@@ -807,6 +807,7 @@ impl Ctx {
             .positive_duration(node.get("kill_grace"), &format!("{label} kill_grace"))
             .unwrap_or(DEFAULT_KILL_GRACE);
         let env = self.stage_env(node.get("env"), &label);
+        let pass_env = self.pass_env(node.get("pass_env"), &label);
         let working_dir = match self.text(node.get("working_dir"), &format!("{label} working_dir"))
         {
             Some((dir, line)) if dir.trim().is_empty() => {
@@ -880,6 +881,7 @@ impl Ctx {
             rollback,
             timeout,
             env,
+            pass_env,
             working_dir,
             shell,
             continue_on_error,
@@ -914,6 +916,40 @@ impl Ctx {
                 None
             }
         }
+    }
+
+    /// `pass_env`: a list of variable names, each once.
+    fn pass_env(&mut self, node: Option<&Node>, label: &str) -> Vec<String> {
+        let what = format!("{label} pass_env");
+        if let Some(node) = node
+            && !matches!(node.value, Tree::Seq(_) | Tree::Null)
+        {
+            self.at(
+                node.line,
+                format!(
+                    "{what} must be a list of variable names, e.g. [GITHUB_TOKEN], not {}",
+                    node.value.kind_name()
+                ),
+            );
+            return Vec::new();
+        }
+        let mut names: Vec<String> = Vec::new();
+        for (name, line) in self.strings(node, &what).unwrap_or_default() {
+            if name.is_empty()
+                || name.starts_with(|c: char| c.is_ascii_digit())
+                || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            {
+                self.at(
+                    line,
+                    format!("{what}: {name:?} is not a valid variable name (letters, digits, '_')"),
+                );
+            } else if names.contains(&name) {
+                self.at(line, format!("{what}: {name:?} is listed twice"));
+            } else {
+                names.push(name);
+            }
+        }
+        names
     }
 
     fn stage_env(&mut self, node: Option<&Node>, label: &str) -> BTreeMap<String, String> {

@@ -18,6 +18,7 @@ pub(crate) const SCRIPT_KEYS: &[&str] = &[
     "rollback",
     "timeout",
     "env",
+    "pass_env",
     "working_dir",
     "shell",
     "continue_on_error",
@@ -90,6 +91,9 @@ pub struct ScriptStage {
     pub timeout: Duration,
     /// Overrides the variables rollguard sets.
     pub env: BTreeMap<String, String>,
+    /// Credential variables of rollguard's environment (`GITHUB_TOKEN`, `*_TOKEN`) the
+    /// script gets; without it, it gets none of them.
+    pub pass_env: Vec<String>,
     /// Absolute, or relative to the process's directory like `base_dir`.
     pub working_dir: PathBuf,
     /// The shell a string command runs with, e.g. `["sh", "-c"]`.
@@ -157,6 +161,7 @@ pub(crate) fn pipeline_schema(duration: &Value, command: &Value) -> Value {
                                 "rollback": command,
                                 "timeout": {"description": "default 10m; past it the process group is killed and the stage fails", "allOf": [duration]},
                                 "env": {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean", "null"]}, "description": "overrides the ROLLGUARD_* variables"},
+                                "pass_env": {"type": "array", "uniqueItems": true, "items": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"}, "description": "credential variables of rollguard's environment the script gets (GITHUB_TOKEN, ACTIONS_RUNTIME_TOKEN, any *_TOKEN): without this it gets none of them"},
                                 "working_dir": {"type": "string", "description": "default: the folder of rollguard.yaml"},
                                 "shell": {
                                     "description": "the shell a string command runs with (default \"sh -c\")",
@@ -188,6 +193,7 @@ mod tests {
             rollback: None,
             timeout: DEFAULT_SCRIPT_TIMEOUT,
             env: BTreeMap::new(),
+            pass_env: Vec::new(),
             working_dir: PathBuf::from("."),
             shell: vec!["bash".into(), "-eu".into(), "-c".into()],
             continue_on_error: false,

@@ -649,10 +649,12 @@ mod pipeline {
       kill_grace: 1s
       dry_run: true
       always: true
+      pass_env: [GITHUB_TOKEN, NPM_TOKEN]
 "
         );
         let p = parse_text(&text).unwrap_or_else(|e| panic!("{e:#?}"));
         let s = script(&p[1]);
+        assert_eq!(s.pass_env, vec!["GITHUB_TOKEN", "NPM_TOKEN"]);
         assert_eq!(s.timeout, Duration::from_secs(30));
         assert_eq!(s.env.get("RETRIES").map(String::as_str), Some("3"));
         assert_eq!(s.env.get("LOUD").map(String::as_str), Some("true"));
@@ -725,6 +727,24 @@ mod pipeline {
             (
                 p("  - apply\n  - script: {name: s, run: x, env: {1X: y}}\n"),
                 "ci/rollguard.yaml:7: stage \"s\": env name \"1X\" is not a valid variable name",
+            ),
+            (
+                p(
+                    "  - apply\n  - script:\n      name: s\n      run: x\n      pass_env: GITHUB_TOKEN\n",
+                ),
+                "ci/rollguard.yaml:10: stage \"s\" pass_env must be a list of variable names",
+            ),
+            (
+                p(
+                    "  - apply\n  - script:\n      name: s\n      run: x\n      pass_env:\n        - GITHUB_TOKEN\n        - 9X\n",
+                ),
+                "ci/rollguard.yaml:12: stage \"s\" pass_env: \"9X\" is not a valid variable name",
+            ),
+            (
+                p(
+                    "  - apply\n  - script:\n      name: s\n      run: x\n      pass_env: [A_TOKEN, A_TOKEN]\n",
+                ),
+                "ci/rollguard.yaml:10: stage \"s\" pass_env: \"A_TOKEN\" is listed twice",
             ),
             (
                 p("  - {apply: {}}\n"),

@@ -18,8 +18,6 @@ use std::io::Write as _;
 use std::path::Path;
 use std::sync::Arc;
 
-use serde_json::Value;
-
 use api::{Client, GithubError, Octo, Transport};
 use comments::{Posted, Purpose};
 use context::{GithubContext, PrSource};
@@ -27,7 +25,8 @@ use deployments::{Planned, State};
 use workflow::SourceLine;
 
 use crate::report::{
-    COMMENT_LIMIT, FullReport, MarkdownOptions, Report, STEP_SUMMARY_LIMIT, cut_to, to_markdown,
+    COMMENT_LIMIT, Clean, FullReport, MarkdownOptions, Report, STEP_SUMMARY_LIMIT, cut_to,
+    to_markdown,
 };
 
 /// Title of rollguard's own warnings about GitHub.
@@ -69,7 +68,7 @@ pub fn report_body(
 ) -> String {
     // Scrub the text before it is escaped (escaping would hide a value from the scrubber),
     // then the body again as a second line.
-    let clean = scrub_report(report, scrub);
+    let clean = Clean::with(report, scrub);
     let mut room = limit;
     loop {
         let body = scrub(&to_markdown(
@@ -85,23 +84,6 @@ pub fn report_body(
         }
         room -= body.len() - limit + 64;
     }
-}
-
-/// Every string of the report through the scrubber (the JSON form covers every field).
-fn scrub_report(report: &Report, scrub: &dyn Fn(&str) -> String) -> Report {
-    fn walk(v: &mut Value, scrub: &dyn Fn(&str) -> String) {
-        match v {
-            Value::String(s) => *s = scrub(s),
-            Value::Array(items) => items.iter_mut().for_each(|i| walk(i, scrub)),
-            Value::Object(map) => map.values_mut().for_each(|i| walk(i, scrub)),
-            _ => {}
-        }
-    }
-    let Ok(mut value) = serde_json::to_value(report) else {
-        return report.clone();
-    };
-    walk(&mut value, scrub);
-    serde_json::from_value(value).unwrap_or_else(|_| report.clone())
 }
 
 /// The target-independent inputs of the sink.
@@ -339,6 +321,7 @@ pub struct Finish<'a> {
 
 /// Step summary, outputs, annotations and log groups: the runner's files and stdout.
 fn write_runner_files(ctx: &GithubContext, run: &Finish<'_>, messages: &Messages) {
+    let clean = Clean::with(run.report, run.scrub);
     if let Some(path) = &ctx.step_summary {
         // Other steps' summaries are in other files; what this step already wrote counts.
         let used = std::fs::metadata(path)
@@ -358,10 +341,7 @@ fn write_runner_files(ctx: &GithubContext, run: &Finish<'_>, messages: &Messages
         }
     }
     if let Some(path) = &ctx.output {
-        let outputs: Vec<(String, String)> = workflow::outputs(run.report, run.report_path)
-            .into_iter()
-            .map(|(k, v)| (k, (run.scrub)(&v)))
-            .collect();
+        let outputs = workflow::outputs(&clean, run.report_path);
         let written = workflow::output_file(&outputs, &workflow::random_token("ghadelimiter_"))
             .map_err(|e| e.to_string())
             .and_then(|text| append(path, &text).map_err(|e| e.to_string()));
@@ -373,8 +353,8 @@ fn write_runner_files(ctx: &GithubContext, run: &Finish<'_>, messages: &Messages
         }
     }
     let mut out = String::new();
-    for line in workflow::annotations(run.report, run.origin) {
-        out.push_str(&(run.scrub)(&line));
+    for line in workflow::annotations(&clean, run.origin) {
+        out.push_str(&line);
         out.push('\n');
     }
     let groups: Vec<_> = run
@@ -451,6 +431,79 @@ mod tests {
     use super::*;
     use crate::report::TargetOutcome;
     use crate::report::tests::{report, target};
+
+    /// Every sink, with one report whose texts quote a secret value that each medium's
+    /// escaping would change (`_` `*` for markdown, `"` for JSON, `%` and a line break for
+    /// workflow commands): the value appears in none, raw or escaped.
+    #[test]
+    fn every_sink_scrubs_before_it_escapes() {
+        use crate::report::redact;
+        use crate::report::{ChangePlan, PlanMode, TargetPlan};
+        let value = "s3cr_et*v%al\"ue\nline-two-9f3e";
+        redact::learn_value(value.as_bytes());
+        let poison = format!("the server said: {value}: no");
+        let mut t = target("eu", TargetOutcome::Failed);
+        t.message = Some(poison.clone());
+        let mut failure = crate::report::tests::image_failure();
+        failure.message = poison.clone();
+        failure.events = vec![poison.clone()];
+        t.failures.push(failure.clone());
+        t.warnings.push(poison.clone());
+        let r = report(vec![t]);
+        let mut tp = TargetPlan::new("eu");
+        tp.errors.push(failure);
+        tp.warnings.push(poison.clone());
+        let plan = ChangePlan::new("shop", PlanMode::DryRun, None, vec![tp]);
+
+        let clean = Clean::new(&r);
+        let clean_plan = Clean::new(&plan);
+        let origin = |_: &str| None;
+        let mut history = serde_json::json!([{"reason": poison}]);
+        crate::report::clean::scrub_tree(&mut history);
+        let sinks: Vec<(&str, String)> = vec![
+            ("table", crate::report::to_table(&clean, false, None)),
+            ("json", crate::report::to_json(&clean)),
+            (
+                "markdown",
+                report_body(&r, COMMENT_LIMIT, FullReport::default(), &redact::scrub),
+            ),
+            ("outputs", format!("{:?}", workflow::outputs(&clean, None))),
+            (
+                "annotations",
+                workflow::annotations(&clean, &origin).join("\n"),
+            ),
+            (
+                "plan markdown",
+                crate::report::plan_to_markdown(&clean_plan, COMMENT_LIMIT),
+            ),
+            ("plan json", crate::report::plan_to_json(&clean_plan)),
+            (
+                "history yaml",
+                serde_saphyr::to_string(&history).unwrap_or_default(),
+            ),
+            ("log", redact::log_text(&poison)),
+        ];
+        let forms = [
+            value.to_string(),
+            crate::report::escape::text(value),
+            serde_json::to_string(value).unwrap_or_default(),
+            workflow::escape_data(value),
+            "s3cr".to_string() + "_et*v%al",
+            "s3cr\\_et".to_string(),
+        ];
+        for (name, text) in &sinks {
+            for form in &forms {
+                assert!(
+                    !text.contains(form.as_str()),
+                    "{name} has {form:?}:\n{text}"
+                );
+            }
+            // Where the whole message is shown, its marker stands in for the value.
+            if ["json", "plan json", "history yaml", "log", "markdown"].contains(name) {
+                assert!(text.contains("redacted sha256:"), "{name}:\n{text}");
+            }
+        }
+    }
 
     #[test]
     fn body_is_scrubbed_before_escaping_and_fits() {

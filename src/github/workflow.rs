@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::report::{Report, TargetOutcome, TargetReport, exit_code};
+use crate::report::{Clean, Report, TargetOutcome, TargetReport, exit_code};
 
 /// A workflow command's message.
 pub fn escape_data(s: &str) -> String {
@@ -69,7 +69,10 @@ pub fn failed_on_its_own(t: &TargetReport) -> bool {
 
 /// One `::error` annotation per failed target, pointing at the failed object's manifest line
 /// when `origin` knows it (`origin` maps a failure's object, e.g. "Deployment shop/web").
-pub fn annotations(report: &Report, origin: &dyn Fn(&str) -> Option<SourceLine>) -> Vec<String> {
+pub fn annotations(
+    report: &Clean<Report>,
+    origin: &dyn Fn(&str) -> Option<SourceLine>,
+) -> Vec<String> {
     report
         .targets
         .iter()
@@ -118,7 +121,7 @@ pub struct DelimiterInValue {
 /// written), `targets` (JSON: target name -> outcome) and, per outcome, the comma-separated
 /// target names (`deployed`, `failed`, `rolled_back`, `rollback_failed`, `skipped`,
 /// `cancelled`).
-pub fn outputs(report: &Report, report_path: Option<&str>) -> Vec<(String, String)> {
+pub fn outputs(report: &Clean<Report>, report_path: Option<&str>) -> Vec<(String, String)> {
     let targets: BTreeMap<&str, &str> = report
         .targets
         .iter()
@@ -223,7 +226,7 @@ mod tests {
                 line: 8,
             })
         };
-        let lines = annotations(&r, &origin);
+        let lines = annotations(&Clean::new(&r), &origin);
         assert_eq!(
             lines,
             vec![
@@ -255,7 +258,7 @@ mod tests {
         let mut us = target("us", TargetOutcome::Failed);
         us.message = Some("line one\nline two".into());
         let r = report(vec![target("eu", TargetOutcome::Deployed), us]);
-        let outs = outputs(&r, Some("report.json"));
+        let outs = outputs(&Clean::new(&r), Some("report.json"));
         let text = output_file(&outs, "EOF_x").unwrap();
         assert!(
             text.starts_with("outcome<<EOF_x\nfailed\nEOF_x\nexit_code<<EOF_x\n1\nEOF_x\n"),

@@ -8,12 +8,14 @@
 //! [`describe_error`].
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
 use kube::config::{KubeConfigOptions, Kubeconfig, NamedContext};
 
 use crate::config::{Config, ConfigError, ConfigIssue, TargetConfig};
+use crate::kube::credentials::{AuthLayer, Refresher};
 use crate::kube::retry::{error_chain_text, io_error_kind, is_tls_problem, root_cause_text};
 use crate::report::Failure;
 use crate::util::bounded;
@@ -138,9 +140,13 @@ fn read_kubeconfig(
                 format!("environment variable {var} (kubeconfig_env) is not set: export the kubeconfig into it"),
             )
         })?;
+        // The variable holds a whole kubeconfig (credentials included): known to the
+        // scrubber as it is and decoded, before anything can print it.
+        crate::report::redact::learn_document(raw.trim().as_bytes());
         let text = decode_kubeconfig_env(&raw).map_err(|why| {
             TargetError::new("Kubeconfig", format!("environment variable {var} {why}"))
         })?;
+        crate::report::redact::learn_document(text.trim().as_bytes());
         let config = Kubeconfig::from_yaml(&text).map_err(|e| {
             TargetError::new(
                 "Kubeconfig",
@@ -366,6 +372,7 @@ pub fn resolve(
             ));
         };
         check_credentials(auth, user, &where_, env)?;
+        crate::kube::known::learn_credentials(auth);
     }
     let user = ctx.user.clone();
     Ok(ResolvedTarget {
@@ -567,18 +574,8 @@ pub async fn connect(
                 ),
             )
         })?;
-    if config.auth_info.exec.is_some() {
-        config.auth_info = crate::kube::exec_auth::resolve_exec(
-            &config.auth_info,
-            user.as_deref().unwrap_or_default(),
-            env,
-            crate::kube::exec_auth::plugin_timeout(env).map_err(|why| {
-                TargetError::new("Credentials", format!("$ROLLGUARD_EXEC_TIMEOUT: {why}"))
-            })?,
-            cancel,
-        )
-        .await?;
-    }
+    let refresher =
+        refreshable_credential(&mut config.auth_info, user.as_deref(), env, cancel).await?;
     // Our own retry (kube/retry.rs) is bounded by the target's deadline; kube's is not.
     config.default_retry = false;
     config.connect_timeout = Some(CONNECT_TIMEOUT);
@@ -593,7 +590,7 @@ pub async fn connect(
         TargetError::new("Kubeconfig", format!("$ROLLGUARD_REQUEST_TIMEOUT: {why}"))
     })?);
     let build = |config: kube::Config| {
-        build_client(config).map_err(|e| {
+        build_client(config, refresher.clone()).map_err(|e| {
             let reason = if is_tls_problem(&e) {
                 "TLS"
             } else {
@@ -629,8 +626,54 @@ pub fn request_timeout(env: &(dyn Fn(&str) -> Option<String> + Sync)) -> Result<
 /// A client without any retry layer: every call goes through rollguard's one retry policy
 /// (`retry.rs`), which knows the target's deadline. A layer here would retry under it, so
 /// one 503 would cost attempts times retries, and its waits would ignore the deadline.
-fn build_client(config: kube::Config) -> Result<kube::Client, kube::Error> {
-    kube::Client::try_from(config)
+/// A refreshable credential is put on every request by its own layer (`credentials.rs`).
+fn build_client(
+    config: kube::Config,
+    refresher: Option<Arc<Refresher>>,
+) -> Result<kube::Client, kube::Error> {
+    let builder = kube::client::ClientBuilder::try_from(config)?;
+    Ok(match refresher {
+        Some(refresher) => builder.with_layer(&AuthLayer::new(refresher)).build(),
+        None => builder.build(),
+    })
+}
+
+/// A user whose token can change during the run (an exec plugin's, a token file's) gets a
+/// [`Refresher`] in place of kube's auth: the plugin runs here once (under its deadline,
+/// stopped by `cancel`) and again when its token expires or is refused. A plugin that gives
+/// a client certificate makes `auth` that certificate's user, for the whole run.
+async fn refreshable_credential(
+    auth: &mut kube::config::AuthInfo,
+    user: Option<&str>,
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Result<Option<Arc<Refresher>>, TargetError> {
+    if auth.exec.is_some() {
+        let timeout = crate::kube::exec_auth::plugin_timeout(env).map_err(|why| {
+            TargetError::new("Credentials", format!("$ROLLGUARD_EXEC_TIMEOUT: {why}"))
+        })?;
+        let user = user.unwrap_or_default();
+        return match Refresher::exec(auth, user, env, timeout, cancel).await? {
+            Ok(refresher) => {
+                // kube's own auth would set its header over this layer's.
+                auth.exec = None;
+                auth.token = None;
+                auth.token_file = None;
+                Ok(Some(refresher))
+            }
+            Err(certificate_user) => {
+                *auth = *certificate_user;
+                Ok(None)
+            }
+        };
+    }
+    // As kube does, an inline token wins over the file.
+    if auth.token.is_none()
+        && let Some(file) = auth.token_file.take()
+    {
+        return Refresher::file(PathBuf::from(file)).map(Some);
+    }
+    Ok(None)
 }
 
 /// Turns an API or transport error into the report's reason and a message saying what to do.

@@ -36,17 +36,33 @@ pub const MAX_PLUGIN_OUTPUT: usize = 1024 * 1024;
 const STDERR_LINES: usize = 5;
 const STDERR_LINE_CHARS: usize = 300;
 
-/// Runs the exec plugin of `user` and returns the kubeconfig user to connect with: the same
-/// user with the plugin's token or client certificate in place of the plugin.
-pub async fn resolve_exec(
+/// What an exec plugin gave.
+#[derive(Debug, Clone)]
+pub enum Fetched {
+    /// A bearer token, fetched again when it expires or is refused
+    /// ([`Refresher`](crate::kube::credentials::Refresher)).
+    Token {
+        token: String,
+        expires_at: Option<jiff::Timestamp>,
+    },
+    /// A client certificate: the kubeconfig user to connect with (used for the whole run).
+    Certificate(Box<AuthInfo>),
+}
+
+/// Runs the exec plugin of `user` once and returns its credential, known to the scrubber
+/// before it is returned.
+pub async fn fetch(
     auth: &AuthInfo,
     user: &str,
     env: &(dyn Fn(&str) -> Option<String> + Sync),
     timeout: Duration,
     cancel: &CancellationToken,
-) -> Result<AuthInfo, TargetError> {
+) -> Result<Fetched, TargetError> {
     let Some(exec) = &auth.exec else {
-        return Ok(auth.clone());
+        return Err(TargetError::new(
+            "Credentials",
+            format!("user {user:?} has no exec credential plugin"),
+        ));
     };
     let stdout = run_plugin(exec, user, env, timeout, cancel).await?;
     let credential = parse_credential(&stdout).map_err(|why| plugin_error(exec, user, &why))?;
@@ -57,10 +73,30 @@ pub async fn resolve_exec(
             "printed a credential that is not usable (its output is not shown: it holds credentials)",
         )
     })?;
+    crate::kube::known::learn_credentials(&resolved);
+    if let Some(token) = &resolved.token {
+        use secrecy::ExposeSecret as _;
+        return Ok(Fetched::Token {
+            token: token.expose_secret().trim().to_string(),
+            expires_at: parse_expiration(&stdout),
+        });
+    }
     resolved.impersonate = auth.impersonate.clone();
     resolved.impersonate_uid = auth.impersonate_uid.clone();
     resolved.impersonate_groups = auth.impersonate_groups.clone();
-    Ok(resolved)
+    Ok(Fetched::Certificate(Box::new(resolved)))
+}
+
+/// The `status.expirationTimestamp` of the ExecCredential a plugin printed (RFC 3339), if
+/// it gave one that parses. Pure.
+pub fn parse_expiration(stdout: &[u8]) -> Option<jiff::Timestamp> {
+    let parsed: Value = serde_json::from_slice(stdout)
+        .ok()
+        .or_else(|| serde_saphyr::from_slice(stdout).ok())?;
+    parsed
+        .pointer("/status/expirationTimestamp")
+        .and_then(Value::as_str)
+        .and_then(|t| t.parse().ok())
 }
 
 fn command_name(exec: &ExecConfig) -> &str {
@@ -322,6 +358,34 @@ mod tests {
             assert!(
                 !err.contains("secret-tok"),
                 "the output is never quoted: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn expiration_from_the_plugin_output() {
+        let cases: [(&[u8], Option<&str>); 4] = [
+            (
+                br#"{"status":{"token":"t","expirationTimestamp":"2026-01-02T03:04:05Z"}}"#,
+                Some("2026-01-02T03:04:05Z"),
+            ),
+            (
+                b"status:\n  token: t\n  expirationTimestamp: 2026-01-02T03:04:05Z\n",
+                Some("2026-01-02T03:04:05Z"),
+            ),
+            (br#"{"status":{"token":"t"}}"#, None),
+            (
+                br#"{"status":{"token":"t","expirationTimestamp":"soon"}}"#,
+                None,
+            ),
+        ];
+        for (output, want) in cases {
+            let want = want.map(|w| w.parse::<jiff::Timestamp>().unwrap());
+            assert_eq!(
+                parse_expiration(output),
+                want,
+                "{}",
+                String::from_utf8_lossy(output)
             );
         }
     }

@@ -2,10 +2,12 @@
 
 pub mod apply;
 pub mod connect;
+pub mod credentials;
 pub mod diff;
 pub mod error;
 pub mod exec_auth;
 pub mod health;
+pub mod known;
 pub mod normalize;
 pub mod retry;
 pub mod wait;

@@ -155,6 +155,16 @@ impl ReleaseStore {
     /// [`ReleaseStore::get`]). Unreadable ones are skipped with a warning (a corrupt record
     /// must not block deploys).
     pub async fn list(&self) -> Result<Vec<ReleaseRecord>> {
+        self.list_decoded(false).await
+    }
+
+    /// [`ReleaseStore::list`] with every record's manifests (for `history`, whose scrubber
+    /// must know the Secret values a stored message may quote).
+    pub async fn list_with_manifests(&self) -> Result<Vec<ReleaseRecord>> {
+        self.list_decoded(true).await
+    }
+
+    async fn list_decoded(&self, with_manifests: bool) -> Result<Vec<ReleaseRecord>> {
         let lp = ListParams::default().labels(&self.selector());
         let api = self.api();
         let list = match self.call("list release records", || api.list(&lp)).await {
@@ -165,7 +175,7 @@ impl ReleaseStore {
         };
         let mut out = Vec::new();
         for secret in list.items {
-            match self.decode_secret(&secret, false) {
+            match self.decode_secret(&secret, with_manifests) {
                 Ok(record) => out.push(record),
                 Err(e) => tracing::warn!("{e}; skipping it"),
             }
@@ -462,9 +472,12 @@ impl ReleaseStore {
             .into_iter()
             .map(|mut s| {
                 s.output.clear();
+                s.message = s.message.as_deref().map(crate::report::redact::scrub);
                 s
             })
             .collect();
+        // A record is a sink too: a message that quotes a secret value is stored scrubbed.
+        let reason = reason.as_deref().map(crate::report::redact::scrub);
         let record = self
             .update(revision, status, |r| {
                 r.reason = reason.clone();

@@ -10,6 +10,45 @@
 /// U+200B ZERO WIDTH SPACE: invisible, but breaks `@name`, `#123` and `https://` patterns.
 const ZWSP: char = '\u{200B}';
 
+/// Text for a GitHub Actions log (stdout or stderr of a step): the runner reads every line
+/// whose first non-blank characters are `::` as a workflow command (and `##[` anywhere as the
+/// old form), so in untrusted text those get a zero-width space between their two marks. A
+/// line break is `\n`, `\r\n` or a lone `\r` (the runner splits on each).
+pub fn actions_log(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.contains("::") && !s.contains("##[") {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    let mut line_start = true;
+    let mut rest = s;
+    while let Some(c) = rest.chars().next() {
+        if line_start {
+            let blank = rest.len() - rest.trim_start_matches([' ', '\t']).len();
+            out.push_str(&rest[..blank]);
+            rest = &rest[blank..];
+            line_start = false;
+            if rest.starts_with("::") {
+                out.push(':');
+                out.push(ZWSP);
+                out.push(':');
+                rest = &rest[2..];
+            }
+            continue;
+        }
+        if rest.starts_with("##[") {
+            out.push('#');
+            out.push(ZWSP);
+            out.push_str("#[");
+            rest = &rest[3..];
+            continue;
+        }
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
+        line_start = matches!(c, '\n' | '\r');
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// Plain text on one line: no markdown, HTML, links, mentions or references; safe in a table
 /// cell (pipes are escaped) and after a list bullet.
 pub fn text(s: &str) -> String {
@@ -253,6 +292,34 @@ mod tests {
         ];
         for (input, want) in cases {
             assert_eq!(text(input), want, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn actions_log_table() {
+        let z = ZWSP;
+        let cases: Vec<(&str, String)> = vec![
+            ("plain line", "plain line".into()),
+            ("a::b stays", "a::b stays".into()),
+            ("::error title=X::y", format!(":{z}:error title=X::y")),
+            (
+                "event\n::error title=X::y\n  ::stop-commands::t",
+                format!("event\n:{z}:error title=X::y\n  :{z}:stop-commands::t"),
+            ),
+            ("x\r::add-mask::v", format!("x\r:{z}:add-mask::v")),
+            ("x\r\n\t::warning::w", format!("x\r\n\t:{z}:warning::w")),
+            ("old ##[error]form", format!("old #{z}#[error]form")),
+            ("", String::new()),
+        ];
+        for (input, want) in cases {
+            let got = actions_log(input);
+            assert_eq!(got, want, "{input:?}");
+            // No line of the result is a command.
+            assert!(
+                got.split(['\n', '\r'])
+                    .all(|l| !l.trim_start().starts_with("::") && !l.contains("##[")),
+                "{got:?}"
+            );
         }
     }
 

@@ -16,18 +16,19 @@
 //!   nothing would change there, so nothing was recorded and only `always` stages ran).
 //! - `plan`? (dry runs): the plan, as `rollguard diff -o json` prints it (`plan_schema`).
 
+use super::clean::Clean;
 use super::model::Report;
 use super::plan::ChangePlan;
 use serde_json::{Value, json};
 
 /// The report as pretty-printed JSON.
-pub fn to_json(report: &Report) -> String {
-    pretty(report, &report.app)
+pub fn to_json(report: &Clean<Report>) -> String {
+    pretty(&**report, &report.app)
 }
 
 /// A dry run's plan as pretty-printed JSON (`rollguard diff -o json`).
-pub fn plan_to_json(plan: &ChangePlan) -> String {
-    pretty(plan, &plan.app)
+pub fn plan_to_json(plan: &Clean<ChangePlan>) -> String {
+    pretty(&**plan, &plan.app)
 }
 
 fn pretty(value: &impl serde::Serialize, app: &str) -> String {
@@ -225,7 +226,7 @@ mod tests {
 
     #[test]
     fn serialized_report_matches_schema() {
-        let value: Value = serde_json::from_str(&to_json(&full_report())).unwrap();
+        let value: Value = serde_json::from_str(&to_json(&Clean::new(&full_report()))).unwrap();
         check(&value, &report_schema(), "$");
         assert_eq!(value["targets"][1]["outcome"], "rolled-back");
         assert_eq!(value["commit"]["ref"], "main");
@@ -242,18 +243,18 @@ mod tests {
     #[test]
     fn round_trips() {
         let r = full_report();
-        let back: Report = serde_json::from_str(&to_json(&r)).unwrap();
+        let back: Report = serde_json::from_str(&to_json(&Clean::new(&r))).unwrap();
         assert_eq!(back, r);
     }
 
     #[test]
     fn serialized_plan_matches_schema_and_round_trips() {
         let plan = crate::report::plan::tests::sample();
-        let value: Value = serde_json::from_str(&plan_to_json(&plan)).unwrap();
+        let value: Value = serde_json::from_str(&plan_to_json(&Clean::new(&plan))).unwrap();
         check(&value, &crate::report::plan::plan_schema(), "$");
         assert_eq!(value["mode"], "dry-run");
         assert_eq!(value["targets"][2]["status"], "error");
-        let back: ChangePlan = serde_json::from_str(&plan_to_json(&plan)).unwrap();
+        let back: ChangePlan = serde_json::from_str(&plan_to_json(&Clean::new(&plan))).unwrap();
         assert_eq!(back, plan);
     }
 }

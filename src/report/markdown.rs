@@ -8,6 +8,7 @@
 
 use std::fmt::Write as _;
 
+use super::clean::Clean;
 use super::escape::{code, code_block, html_text, link_url, mermaid, text};
 use super::model::{
     ChangePlan, Failure, PlanMode, PlanStatus, PlannedChange, Report, StageOutcome, StageResult,
@@ -87,7 +88,7 @@ impl Cut {
 }
 
 /// Renders the report in at most `options.limit` bytes.
-pub fn to_markdown(report: &Report, options: &MarkdownOptions) -> String {
+pub fn to_markdown(report: &Clean<Report>, options: &MarkdownOptions) -> String {
     let limit = options.limit;
     let fits = |d: Detail| {
         let body = render(report, d, options);
@@ -513,11 +514,11 @@ fn gantt(report: &Report) -> String {
 }
 
 /// The plan as Markdown for the PR's plan comment (and step summary), at most `limit` bytes,
-/// scrubbed of every known secret value:
+/// from a plan already scrubbed of every known secret value (escaping comes after):
 /// a table of counts per target, then per target the changes, each update's diff in a
 /// collapsed block cut per object past [`super::diff::MAX_DIFF_LINES`] lines with a note;
 /// sections that do not fit are left out with a note, never silently.
-pub fn plan_to_markdown(plan: &ChangePlan, limit: usize) -> String {
+pub fn plan_to_markdown(plan: &Clean<ChangePlan>, limit: usize) -> String {
     // The comment's hidden marker (github::comments::marker, Purpose::Plan) is put first by
     // the poster.
     let mut head = String::new();
@@ -560,9 +561,8 @@ pub fn plan_to_markdown(plan: &ChangePlan, limit: usize) -> String {
         .targets
         .iter()
         .filter(|t| t.changes() > 0 || !t.errors.is_empty() || !t.dropped.is_empty())
-        .map(|t| super::redact::scrub(&plan_section(t)))
+        .map(plan_section)
         .collect();
-    let head = super::redact::scrub(&head);
     let mut out = cut_to(head, limit.saturating_sub(NOTE_RESERVE));
     let mut left_out = 0;
     for section in &sections {
@@ -670,18 +670,21 @@ mod tests {
 
     #[test]
     fn snapshot_three_targets() {
-        insta::assert_snapshot!(to_markdown(&three_targets(), &options(COMMENT_LIMIT)));
+        insta::assert_snapshot!(to_markdown(
+            &Clean::new(&three_targets()),
+            &options(COMMENT_LIMIT)
+        ));
     }
 
     #[test]
     fn a_dirty_tree_is_said_in_the_header_and_the_table() {
         let mut r = three_targets();
-        let clean = to_markdown(&r, &options(COMMENT_LIMIT));
+        let clean = to_markdown(&Clean::new(&r), &options(COMMENT_LIMIT));
         assert!(!clean.contains("dirty"), "{clean}");
         if let Some(c) = r.commit.as_mut() {
             c.dirty = true;
         }
-        let md = to_markdown(&r, &options(COMMENT_LIMIT));
+        let md = to_markdown(&Clean::new(&r), &options(COMMENT_LIMIT));
         assert!(
             md.contains("commit `0123456` (dirty: uncommitted changes were deployed)"),
             "{md}"
@@ -705,7 +708,7 @@ mod tests {
                 .chain(["```".to_string(), "@admin <b>".to_string()])
                 .collect(),
         });
-        let md = to_markdown(&report(vec![t]), &options(COMMENT_LIMIT));
+        let md = to_markdown(&Clean::new(&report(vec![t])), &options(COMMENT_LIMIT));
         assert!(
             md.contains("**script `migrate`**: failed: exited with code 3\n\n````text\n"),
             "{md}"
@@ -719,14 +722,14 @@ mod tests {
         );
         // Cut after the events: a note counts the log lines left out.
         let tight = to_markdown(
-            &report(vec![{
+            &Clean::new(&report(vec![{
                 let mut t = target("eu", TargetOutcome::Failed);
                 t.stages = vec![StageResult {
                     output: vec!["x".repeat(200); 20],
                     ..report_stage()
                 }];
                 t
-            }]),
+            }])),
             &options(2_000),
         );
         assert!(tight.len() <= 2_000);
@@ -758,7 +761,7 @@ mod tests {
             left_in_place: vec!["Deployment shop/web".into()],
             message: None,
         });
-        let md = to_markdown(&report(vec![t]), &options(COMMENT_LIMIT));
+        let md = to_markdown(&Clean::new(&report(vec![t])), &options(COMMENT_LIMIT));
         assert!(
             md.contains("there was no earlier good release to go back to; nothing was deleted\n"),
             "{md}"
@@ -787,7 +790,7 @@ mod tests {
         t.phases.push(PhaseTiming::new("x\nend", 1.0));
         let mut r = report(vec![t]);
         r.run_url = Some("javascript:alert(1)".into());
-        let md = to_markdown(&r, &options(COMMENT_LIMIT));
+        let md = to_markdown(&Clean::new(&r), &options(COMMENT_LIMIT));
         for bad in [
             "<script>",
             "<b>x",
@@ -836,7 +839,7 @@ mod tests {
             (50, 20, 5_000),
             (5, 1, 1_500),
         ] {
-            let md = to_markdown(&big_report(targets, failures), &options(limit));
+            let md = to_markdown(&Clean::new(&big_report(targets, failures)), &options(limit));
             assert!(
                 md.len() <= limit,
                 "{targets}x{failures}: {} > {limit}",
@@ -857,7 +860,7 @@ mod tests {
     #[test]
     fn events_go_before_pod_lines() {
         // One target, 200 failing pods: events are cut first, then pod lines.
-        let md = to_markdown(&big_report(1, 200), &options(COMMENT_LIMIT));
+        let md = to_markdown(&Clean::new(&big_report(1, 200)), &options(COMMENT_LIMIT));
         assert!(!md.contains("event: event"), "events should be cut first");
         let shown = md.matches("pod `web-").count();
         // Events are counted for the pods shown; a cut pod line takes its events along.
@@ -876,10 +879,10 @@ mod tests {
     fn oldest_events_are_cut_first() {
         // Just over the limit: only some events go, and those are the oldest.
         let r = big_report(3, 2);
-        let full = to_markdown(&r, &options(STEP_SUMMARY_LIMIT));
+        let full = to_markdown(&Clean::new(&r), &options(STEP_SUMMARY_LIMIT));
         assert!(!full.contains("Cut to stay"));
         assert!(full.contains("event: event 0\n") && full.contains("event: event 19\n"));
-        let md = to_markdown(&r, &options(full.len() - 1));
+        let md = to_markdown(&Clean::new(&r), &options(full.len() - 1));
         assert!(
             md.contains("event: event 19\n") && !md.contains("event: event 0\n"),
             "{md}"
@@ -889,7 +892,7 @@ mod tests {
 
     #[test]
     fn table_is_whole_when_sections_go() {
-        let md = to_markdown(&big_report(50, 20), &options(COMMENT_LIMIT));
+        let md = to_markdown(&Clean::new(&big_report(50, 20)), &options(COMMENT_LIMIT));
         for i in 0..50 {
             assert!(md.contains(&format!("| cluster-{i:03} |")));
         }
@@ -906,7 +909,7 @@ mod tests {
     #[test]
     fn plan_comment_has_diffs_notes_and_limit() {
         let plan = crate::report::plan::tests::sample();
-        let md = plan_to_markdown(&plan, COMMENT_LIMIT);
+        let md = plan_to_markdown(&Clean::new(&plan), COMMENT_LIMIT);
         assert!(
             md.starts_with("### rollguard: Plan (server-side dry run) of `shop`"),
             "{md}"
@@ -921,10 +924,10 @@ mod tests {
         assert!(md.contains(":x: cluster: ConnectionRefused"), "{md}");
         let mut big = plan.clone();
         big.targets[0].update[0].diff = Some("+x\n".repeat(5000));
-        let md = plan_to_markdown(&big, 900);
+        let md = plan_to_markdown(&Clean::new(&big), 900);
         assert!(md.len() <= 900, "{}", md.len());
         assert!(md.contains("Plan truncated"), "{md}");
-        let md = plan_to_markdown(&big, COMMENT_LIMIT);
+        let md = plan_to_markdown(&Clean::new(&big), COMMENT_LIMIT);
         assert!(md.contains("diff cut here: 4800 more line(s)"), "{md}");
     }
 }

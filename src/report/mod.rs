@@ -4,6 +4,7 @@
 //! comment and step summary (`to_markdown`), the terminal's final table (`to_table`) and the
 //! exit code. It carries no object bodies, so Secret values cannot leak through it.
 
+pub mod clean;
 pub mod diff;
 pub mod escape;
 mod json;
@@ -15,6 +16,7 @@ pub mod progress;
 pub mod redact;
 mod terminal;
 
+pub use clean::Clean;
 pub use json::{plan_to_json, report_schema, to_json};
 pub use markdown::{
     COMMENT_LIMIT, FullReport, MarkdownOptions, STEP_SUMMARY_LIMIT, icon, plan_to_markdown,

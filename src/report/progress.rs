@@ -296,7 +296,7 @@ async fn render(
                 Some((target, stage)) => {
                     if mode == Mode::Lines && worth_a_line(stages.get(&target), &stage) {
                         let elapsed = format_duration(started.elapsed());
-                        let _ = writeln!(stderr, "[{elapsed:>6}] {target:<width_name$}  {}", super::redact::scrub(&describe_stage(&stage)));
+                        let _ = writeln!(stderr, "[{elapsed:>6}] {target:<width_name$}  {}", super::redact::log_text(&describe_stage(&stage)));
                     }
                     stages.insert(target, stage);
                     dirty = true;
@@ -314,7 +314,7 @@ async fn render(
                         let elapsed = format_duration(started.elapsed());
                         for t in &targets {
                             if let Some(stage @ (Stage::Waiting(_) | Stage::Applying { .. } | Stage::RollingBack(_))) = stages.get(t) {
-                                let _ = writeln!(stderr, "[{elapsed:>6}] {t:<width_name$}  {}", super::redact::scrub(&describe_stage(stage)));
+                                let _ = writeln!(stderr, "[{elapsed:>6}] {t:<width_name$}  {}", super::redact::log_text(&describe_stage(stage)));
                             }
                         }
                     }

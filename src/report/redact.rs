@@ -7,7 +7,9 @@
 //!    without the value. `data` is hashed decoded, so the same value has the same marker
 //!    under `data` and `stringData`.
 //! 2. **By value** ([`Scrubber`]): every secret value rollguard has seen (in the manifests, in
-//!    records, in live Secrets), with its base64 and escaped forms, is replaced by its marker
+//!    records, in live Secrets) and every credential it holds (GitHub token, kubeconfig
+//!    tokens, passwords and keys, exec plugin tokens, token files, `kubeconfig_env` values),
+//!    with its base64, URL-encoded and escaped forms, is replaced by its marker
 //!    in any text rollguard writes: the log writer ([`ScrubbingStderr`]), the terminal and
 //!    report writers ([`print_out`], [`print_err`], [`scrub`]), error messages. This is what
 //!    the GitHub runner does for registered secrets; it catches a value quoted in a server's
@@ -15,6 +17,7 @@
 
 use std::borrow::Cow;
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{OnceLock, RwLock};
 
 use base64::Engine;
@@ -149,8 +152,8 @@ fn embeds_any(text: &[u8], values: &[Vec<u8>]) -> bool {
 }
 
 /// The forms in which a value may appear in text: as it is (when it is text), each of its
-/// lines when it has several, escaped as JSON and Rust's `{:?}` would print it, and base64
-/// (standard, URL-safe, with and without padding).
+/// lines when it has several, escaped as JSON and Rust's `{:?}` would print it, URL-encoded,
+/// and base64 (standard, URL-safe, with and without padding, each also URL-encoded).
 fn forms(value: &[u8]) -> Vec<String> {
     use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
     let mut out = Vec::new();
@@ -170,11 +173,29 @@ fn forms(value: &[u8]) -> Vec<String> {
         }
     }
     for engine in [&STANDARD, &STANDARD_NO_PAD, &URL_SAFE, &URL_SAFE_NO_PAD] {
-        out.push(engine.encode(value));
+        let encoded = engine.encode(value);
+        // base64 is URL-encoded in its turn (a token in a query string, a form).
+        out.push(url_encoded(encoded.as_bytes()));
+        out.push(encoded);
     }
+    out.push(url_encoded(value));
     out.retain(|f| f.len() >= MIN_SCRUB_LEN);
     out.sort();
     out.dedup();
+    out
+}
+
+/// `value` percent-encoded as a URL query or form encodes it: every byte but the unreserved
+/// `A-Z a-z 0-9 - . _ ~` becomes `%XX` (upper-case hex, as Go's and Rust's encoders write).
+fn url_encoded(value: &[u8]) -> String {
+    let mut out = String::with_capacity(value.len());
+    for &b in value {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
     out
 }
 
@@ -188,11 +209,28 @@ pub struct Scrubber {
 impl Scrubber {
     /// Learns one secret value (values shorter than [`MIN_SCRUB_LEN`] are ignored).
     pub fn add_value(&mut self, value: &[u8]) {
+        self.add_forms(value, forms(value));
+    }
+
+    /// Learns a whole document (a kubeconfig held in a variable): its forms as a whole, never
+    /// its lines one by one, which would scrub every `kind: Config` from the logs. The
+    /// credentials inside are learned on their own.
+    pub fn add_document(&mut self, value: &[u8]) {
+        let mut whole = forms(value);
+        if let Ok(text) = std::str::from_utf8(value)
+            && text.contains('\n')
+        {
+            whole.retain(|f| !text.lines().any(|l| l.trim() == f && l != text));
+        }
+        self.add_forms(value, whole);
+    }
+
+    fn add_forms(&mut self, value: &[u8], forms: Vec<String>) {
         if value.len() < MIN_SCRUB_LEN {
             return;
         }
         let mark = marker(value);
-        for form in forms(value) {
+        for form in forms {
             if !self.needles.iter().any(|(n, _)| *n == form) {
                 self.needles.push((form, mark.clone()));
             }
@@ -216,6 +254,17 @@ impl Scrubber {
         for value in secret_values(body) {
             self.add_value(&value);
         }
+    }
+
+    /// Learns every value `other` knows.
+    pub fn merge(&mut self, other: &Scrubber) {
+        for (needle, mark) in &other.needles {
+            if !self.needles.iter().any(|(n, _)| n == needle) {
+                self.needles.push((needle.clone(), mark.clone()));
+            }
+        }
+        self.needles
+            .sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
     }
 
     pub fn is_empty(&self) -> bool {
@@ -265,6 +314,44 @@ pub fn learn_value(value: &[u8]) {
     }
 }
 
+/// Teaches the process-wide scrubber a whole document (see [`Scrubber::add_document`]).
+pub fn learn_document(value: &[u8]) {
+    match global().write() {
+        Ok(mut guard) => guard.add_document(value),
+        Err(poisoned) => poisoned.into_inner().add_document(value),
+    }
+}
+
+/// A copy of the process-wide scrubber (for a script's output: every value known when it
+/// starts, its own kubeconfig's credentials included).
+pub fn snapshot() -> Scrubber {
+    match global().read() {
+        Ok(guard) => guard.clone(),
+        Err(poisoned) => poisoned.into_inner().clone(),
+    }
+}
+
+/// Whether stdout and stderr are read by a GitHub Actions runner, which runs any line that
+/// starts with `::` as a workflow command (set once at start, from `GITHUB_ACTIONS`).
+static ACTIONS_LOG: AtomicBool = AtomicBool::new(false);
+
+/// Says that stdout and stderr are a GitHub Actions log (see [`log_text`]).
+pub fn set_actions_log(on: bool) {
+    ACTIONS_LOG.store(on, Ordering::Relaxed);
+}
+
+/// Text for stdout or stderr: scrubbed first, then, in GitHub Actions, escaped for the runner
+/// so that no line of it can be read as a workflow command (rollguard's own commands are
+/// written apart from this, by `github::workflow`).
+pub fn log_text(text: &str) -> String {
+    let clean = scrub(text);
+    if ACTIONS_LOG.load(Ordering::Relaxed) {
+        super::escape::actions_log(&clean).into_owned()
+    } else {
+        clean
+    }
+}
+
 /// `text` with every secret value known to the process replaced by its marker.
 pub fn scrub(text: &str) -> String {
     let scrubber = match global().read() {
@@ -274,16 +361,16 @@ pub fn scrub(text: &str) -> String {
     scrubber.scrub(text)
 }
 
-/// Prints a line on stdout, scrubbed.
+/// Prints a line on stdout, scrubbed and escaped for the log ([`log_text`]).
 pub fn print_out(text: &str) {
     let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{}", scrub(text));
+    let _ = writeln!(out, "{}", log_text(text));
 }
 
-/// Prints a line on stderr, scrubbed.
+/// Prints a line on stderr, scrubbed and escaped for the log ([`log_text`]).
 pub fn print_err(text: &str) {
     let mut err = std::io::stderr().lock();
-    let _ = writeln!(err, "{}", scrub(text));
+    let _ = writeln!(err, "{}", log_text(text));
 }
 
 /// The log writer: stderr, every event scrubbed before it is written (use with
@@ -312,7 +399,7 @@ impl Drop for ScrubbedEvent {
         if self.buf.is_empty() {
             return;
         }
-        let text = scrub(&String::from_utf8_lossy(&self.buf));
+        let text = log_text(&String::from_utf8_lossy(&self.buf));
         let _ = std::io::stderr().lock().write_all(text.as_bytes());
     }
 }
@@ -436,6 +523,29 @@ mod tests {
             assert_eq!(s.scrub(input), want, "{input}");
         }
         assert!(Scrubber::default().is_empty());
+    }
+
+    #[test]
+    fn credentials_in_every_encoding() {
+        let mut s = Scrubber::default();
+        s.add_value(b"kube+tok/en=s3cr3t");
+        let mark = m("kube+tok/en=s3cr3t");
+        let cases = [
+            ("Bearer kube+tok/en=s3cr3t", format!("Bearer {mark}")),
+            ("?t=kube%2Btok%2Fen%3Ds3cr3t&x", format!("?t={mark}&x")),
+            ("b64 a3ViZSt0b2svZW49czNjcjN0", format!("b64 {mark}")),
+            ("q=a3ViZSt0b2svZW49czNjcjN0", format!("q={mark}")),
+        ];
+        for (input, want) in cases {
+            assert_eq!(s.scrub(input), want, "{input}");
+        }
+        // A whole kubeconfig is known whole, never line by line.
+        let mut doc = Scrubber::default();
+        doc.add_document(b"apiVersion: v1\nkind: Config\nusers: []\n");
+        assert_eq!(doc.scrub("kind: Config"), "kind: Config");
+        let mut merged = Scrubber::default();
+        merged.merge(&s);
+        assert_eq!(merged.scrub("kube+tok/en=s3cr3t"), mark);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The final table printed at the end of a run.
 
+use super::clean::Clean;
 use super::model::{Report, TargetOutcome, TargetReport, clip, clip_columns, display_width};
 use crate::util::duration::format_duration;
 
@@ -14,7 +15,7 @@ const MIN_REASON_COLUMNS: usize = 12;
 /// without, the output has no escape codes at all (not a TTY, or NO_COLOR set). With
 /// `columns` (stdout is a terminal that wide), the reason column is cut so that rows do not
 /// wrap; the details below still say every reason in full.
-pub fn to_table(report: &Report, color: bool, columns: Option<usize>) -> String {
+pub fn to_table(report: &Clean<Report>, color: bool, columns: Option<usize>) -> String {
     let headers = ["TARGET", "HAPPENED", "RUNS NOW", "DURATION", "REASON"];
     let mut rows: Vec<[String; 5]> = report
         .targets
@@ -258,7 +259,7 @@ us-east:
 
 shop: deployed to 1 of 2, 1 failed; us-east: ImagePullBackOff
 ";
-        assert_eq!(to_table(&sample(), false, None), want);
+        assert_eq!(to_table(&Clean::new(&sample()), false, None), want);
     }
 
     #[test]
@@ -368,7 +369,7 @@ shop: deployed to 1 of 2, 1 failed; us-east: ImagePullBackOff
             ..Default::default()
         });
         let r = report(vec![us]);
-        let table = to_table(&r, false, None);
+        let table = to_table(&Clean::new(&r), false, None);
         assert_eq!(table.matches(&"x".repeat(300)).count(), 1, "{table}");
         assert_eq!(table_row(&r, &r.targets[0])[4], "ScriptFailed");
     }
@@ -457,10 +458,10 @@ sa:
         r.targets[1].failures.clear();
         r.targets[1].message =
             Some("the pods of Deployment shop/web never became ready in 10m0s, twice".into());
-        let wide = to_table(&r, false, None);
+        let wide = to_table(&Clean::new(&r), false, None);
         // (terminal columns, widest row at most)
         for (columns, widest) in [(200, None), (80, Some(80)), (60, Some(60)), (10, None)] {
-            let table = to_table(&r, false, Some(columns));
+            let table = to_table(&Clean::new(&r), false, Some(columns));
             let rows: Vec<&str> = table.lines().take(1 + r.targets.len()).collect();
             let max = rows.iter().map(|l| display_width(l)).max().unwrap();
             let cut = rows.iter().any(|l| l.ends_with('…'));
@@ -485,8 +486,8 @@ sa:
 
     #[test]
     fn color_only_when_asked() {
-        assert!(!to_table(&sample(), false, None).contains('\x1b'));
-        let colored = to_table(&sample(), true, None);
+        assert!(!to_table(&Clean::new(&sample()), false, None).contains('\x1b'));
+        let colored = to_table(&Clean::new(&sample()), true, None);
         assert!(colored.contains("\x1b[31mfailed 12 \x1b[0m"), "{colored:?}");
         assert!(colored.contains("\x1b[32mdeployed 3\x1b[0m"), "{colored:?}");
     }

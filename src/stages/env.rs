@@ -45,6 +45,14 @@ impl RollbackReason {
     }
 }
 
+/// Credentials of the CI runner that a script does not get unless its stage lists them in
+/// `pass_env`: `GITHUB_TOKEN`, `ACTIONS_RUNTIME_TOKEN`, `ACTIONS_ID_TOKEN_REQUEST_TOKEN`, and
+/// any other variable named `*_TOKEN` (the runner's, or a workflow's own secret).
+pub fn is_withheld_credential(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    upper.ends_with("_TOKEN") || upper.ends_with("-TOKEN") || upper == "TOKEN"
+}
+
 /// The deployment a script runs in.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Deployment {
@@ -71,19 +79,31 @@ pub struct Deployment {
     pub rollback_reason: Option<RollbackReason>,
 }
 
+/// What a stage adds to or lets through rollguard's environment.
+#[derive(Debug, Clone, Copy)]
+pub struct StageEnv<'a> {
+    /// Wins over everything.
+    pub env: &'a BTreeMap<String, String>,
+    /// Withheld credentials ([`is_withheld_credential`]) the stage asks for.
+    pub pass_env: &'a [String],
+}
+
 /// The complete environment of a script. `inherited`: rollguard's environment; `hidden`:
 /// variables that must not reach scripts (the targets' `kubeconfig_env`, which hold other
-/// clusters' credentials); `stage_env` wins over everything.
+/// clusters' credentials); the runner's credentials only when `stage.pass_env` names them;
+/// `stage.env` wins over everything.
 pub fn script_env(
     inherited: &HashMap<String, String>,
     hidden: &[String],
     kubeconfig: &Path,
     deployment: &Deployment,
-    stage_env: &BTreeMap<String, String>,
+    stage: StageEnv<'_>,
 ) -> BTreeMap<String, String> {
+    let stage_env = stage.env;
     let mut env: BTreeMap<String, String> = inherited
         .iter()
         .filter(|(k, _)| !hidden.contains(k) && !VARIABLES.contains(&k.as_str()))
+        .filter(|(k, _)| !is_withheld_credential(k) || stage.pass_env.contains(k))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     env.insert("KUBECONFIG".into(), kubeconfig.display().to_string());
@@ -161,6 +181,11 @@ mod tests {
             ("KUBECONFIG_US", "secret kubeconfig"),
             ("ROLLGUARD_FAILURE", "stale"),
             ("ROLLGUARD_TIMEOUT", "5m"),
+            ("GITHUB_TOKEN", "ghs_runner"),
+            ("ACTIONS_RUNTIME_TOKEN", "runtime"),
+            ("ACTIONS_ID_TOKEN_REQUEST_TOKEN", "oidc"),
+            ("NPM_TOKEN", "npm"),
+            ("GITHUB_REPOSITORY", "o/r"),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -172,10 +197,19 @@ mod tests {
             &["KUBECONFIG_US".to_string()],
             Path::new("/tmp/kc"),
             &deployment(),
-            &stage_env,
+            StageEnv {
+                env: &stage_env,
+                pass_env: &["NPM_TOKEN".to_string()],
+            },
         );
         let get = |k: &str| env.get(k).map(String::as_str);
         let cases = [
+            // The runner's credentials only when the stage asks for them.
+            ("GITHUB_TOKEN", None),
+            ("ACTIONS_RUNTIME_TOKEN", None),
+            ("ACTIONS_ID_TOKEN_REQUEST_TOKEN", None),
+            ("NPM_TOKEN", Some("npm")),
+            ("GITHUB_REPOSITORY", Some("o/r")),
             ("PATH", Some("/bin")),
             ("KUBECONFIG", Some("/tmp/kc")),
             ("KUBECONFIG_US", None),
@@ -203,6 +237,23 @@ mod tests {
     }
 
     #[test]
+    fn withheld_credentials_table() {
+        for (name, withheld) in [
+            ("GITHUB_TOKEN", true),
+            ("ACTIONS_RUNTIME_TOKEN", true),
+            ("ACTIONS_ID_TOKEN_REQUEST_TOKEN", true),
+            ("INPUT_GITHUB_TOKEN", true),
+            ("INPUT_GITHUB-TOKEN", true),
+            ("npm_token", true),
+            ("GITHUB_TOKENS_URL", false),
+            ("ACTIONS_RUNTIME_URL", false),
+            ("PATH", false),
+        ] {
+            assert_eq!(is_withheld_credential(name), withheld, "{name}");
+        }
+    }
+
+    #[test]
     fn rollback_and_fleet_env() {
         let d = Deployment {
             target: None,
@@ -216,7 +267,11 @@ mod tests {
         };
         let overrides: BTreeMap<String, String> =
             [("ROLLGUARD_APP".to_string(), "mine".to_string())].into();
-        let env = script_env(&HashMap::new(), &[], Path::new("/k"), &d, &overrides);
+        let stage = StageEnv {
+            env: &overrides,
+            pass_env: &[],
+        };
+        let env = script_env(&HashMap::new(), &[], Path::new("/k"), &d, stage);
         let get = |k: &str| env.get(k).map(String::as_str);
         assert_eq!(get("ROLLGUARD_TARGETS"), Some("eu us"));
         assert_eq!(get("ROLLGUARD_TARGET"), None);

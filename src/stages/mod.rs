@@ -85,7 +85,10 @@ pub async fn run_command(
             &shared.hidden,
             temp.path(),
             deployment,
-            &stage.env,
+            env::StageEnv {
+                env: &stage.env,
+                pass_env: &stage.pass_env,
+            },
         ),
         working_dir: stage.working_dir.clone(),
         timeout,
@@ -95,7 +98,11 @@ pub async fn run_command(
     let on_line = |stream: process::Stream, line: &str| {
         tracing::info!(target: OUTPUT_LOG_TARGET, stage = %stage.name, stream = stream.as_str(), "{line}");
     };
-    let outcome = process::run(&spec, &shared.scrubber, stop, &on_line).await;
+    // Every value known when it starts: the manifests' Secrets and every credential (its own
+    // kubeconfig's token, the runner's tokens), so that no log line or file gets one.
+    let mut scrubber = crate::report::redact::snapshot();
+    scrubber.merge(&shared.scrubber);
+    let outcome = process::run(&spec, &scrubber, stop, &on_line).await;
     drop(temp);
     if outcome.left_processes {
         tracing::warn!(

@@ -190,6 +190,7 @@ mod tests {
             rollback: rollback.then(|| ScriptCommand::Shell("undo".into())),
             timeout: std::time::Duration::from_secs(1),
             env: Default::default(),
+            pass_env: Vec::new(),
             working_dir: ".".into(),
             shell: vec!["sh".into(), "-c".into()],
             continue_on_error: false,

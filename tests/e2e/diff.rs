@@ -190,7 +190,10 @@ async fn a_secret_change_shows_markers_and_no_value_anywhere() {
     let report: rollguard::report::Report =
         serde_json::from_str(&report_text).expect("the report parses");
     let plan = report.plan.as_ref().expect("the report carries the plan");
-    let markdown = rollguard::report::plan_to_markdown(plan, rollguard::report::COMMENT_LIMIT);
+    let markdown = rollguard::report::plan_to_markdown(
+        &rollguard::report::Clean::new(plan),
+        rollguard::report::COMMENT_LIMIT,
+    );
 
     // The change is visible: a marker on each side, per value.
     let marker = |v: &str| rollguard::report::redact::marker(v.as_bytes());

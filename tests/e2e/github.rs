@@ -6,14 +6,14 @@ use std::time::{Duration, Instant};
 use crate::fake_github::{FakeGithub, TOKEN};
 use crate::harness::{Run, TestEnv, config, list, small_app};
 
-const GOOD: &str = "example.com/web:v1";
+pub(crate) const GOOD: &str = "example.com/web:v1";
 const BAD: &str = "example.com/web:v2";
-const SHA: &str = "0123456789abcdef0123456789abcdef01234567";
-const PR: u64 = 12;
+pub(crate) const SHA: &str = "0123456789abcdef0123456789abcdef01234567";
+pub(crate) const PR: u64 = 12;
 
 /// A GitHub Actions job's environment for `event` (`pull_request` or `push`), with the API at
 /// `api`, the step summary and outputs files in the test folder.
-fn actions_env(env: &TestEnv, api: &str, event: &str) -> Vec<(String, String)> {
+pub(crate) fn actions_env(env: &TestEnv, api: &str, event: &str) -> Vec<(String, String)> {
     let event_path = env.path("event.json");
     let payload = match event {
         "pull_request" => format!("{{\"number\": {PR}, \"pull_request\": {{\"number\": {PR}}}}}"),
@@ -45,14 +45,18 @@ fn actions_env(env: &TestEnv, api: &str, event: &str) -> Vec<(String, String)> {
     .collect()
 }
 
-async fn deploy_in_actions(env: &TestEnv, vars: &[(String, String)], extra: &[&str]) -> Run {
+pub(crate) async fn deploy_in_actions(
+    env: &TestEnv,
+    vars: &[(String, String)],
+    extra: &[&str],
+) -> Run {
     let pairs: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let mut args = vec!["--commit", SHA];
     args.extend_from_slice(extra);
     env.deploy_with_env(&args, &pairs).await
 }
 
-fn marker_comments(gh: &FakeGithub, issue: u64) -> Vec<String> {
+pub(crate) fn marker_comments(gh: &FakeGithub, issue: u64) -> Vec<String> {
     gh.comments_on(issue)
         .into_iter()
         .filter(|c| c.body.starts_with("<!-- rollguard:deploy:app=shop -->"))

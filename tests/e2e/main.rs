@@ -18,6 +18,7 @@ mod messages;
 mod real;
 mod release;
 mod runtime_root;
+mod secrets;
 mod stages;
 mod stalled;
 // `rollguard demo` in a pseudo-terminal: the demo needs the `demo` feature (on by default).

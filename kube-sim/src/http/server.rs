@@ -34,7 +34,10 @@ const MAX_BODY: usize = 3 * 1024 * 1024;
 pub struct ClusterState {
     pub name: String,
     pub store: Arc<Store>,
+    /// The token of the kubeconfig written at start.
     pub token: String,
+    /// After a rotation (`POST /_sim/tokens`), the tokens accepted instead of `token`.
+    pub rotated: RwLock<Option<Vec<String>>>,
     pub faults: RwLock<Faults>,
     pub counters: CounterSet,
     /// true while the cluster refuses connections.
@@ -75,6 +78,20 @@ impl ClusterState {
 
     pub fn set_down(&self, down: bool) {
         self.down.send_replace(down);
+    }
+
+    /// Only `tokens` are accepted from now on.
+    pub fn set_tokens(&self, tokens: Vec<String>) {
+        *self.rotated.write().unwrap_or_else(|e| e.into_inner()) = Some(tokens);
+    }
+
+    /// The tokens accepted now.
+    pub fn accepted_tokens(&self) -> Vec<String> {
+        self.rotated
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .unwrap_or_else(|| vec![self.token.clone()])
     }
 }
 
@@ -360,7 +377,7 @@ enum Auth {
     Invalid,
 }
 
-fn authenticate(req: &Request<Incoming>, token: &str) -> Auth {
+fn authenticate(req: &Request<Incoming>, tokens: &[String]) -> Auth {
     let Some(value) = req.headers().get(header::AUTHORIZATION) else {
         return Auth::Anonymous;
     };
@@ -369,7 +386,13 @@ fn authenticate(req: &Request<Incoming>, token: &str) -> Auth {
         .strip_prefix("Bearer ")
         .or_else(|| value.strip_prefix("bearer "))
     {
-        Some(t) if constant_time_eq(t.trim().as_bytes(), token.as_bytes()) => Auth::Ok,
+        Some(t)
+            if tokens
+                .iter()
+                .any(|token| constant_time_eq(t.trim().as_bytes(), token.as_bytes())) =>
+        {
+            Auth::Ok
+        }
         _ => Auth::Invalid,
     }
 }
@@ -413,7 +436,7 @@ async fn answer(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<Ap
     let method = req.method().as_str().to_string();
 
     // Authentication. Health and version are public, as with anonymous auth on.
-    match authenticate(&req, &state.token) {
+    match authenticate(&req, &state.accepted_tokens()) {
         Auth::Ok => {}
         Auth::Invalid => return error_response(&ApiError::unauthorized(), pretty),
         Auth::Anonymous => {
@@ -680,7 +703,8 @@ fn injected_error(faults: &Faults, pretty: bool) -> Response<ApiBody> {
     resp
 }
 
-/// The `/_sim` control endpoint: faults and counters.
+/// The `/_sim` control endpoint: faults, counters and token rotation
+/// (`POST /_sim/tokens` with `{"tokens": ["..."]}`: only those are accepted from then on).
 async fn control(
     state: &Arc<ClusterState>,
     req: Request<Incoming>,
@@ -749,6 +773,35 @@ async fn control(
             let mut v = serde_json::to_value(faults).unwrap_or(json!({}));
             v["down_for_ms"] = json!(down_for_ms);
             json_response(200, &v, false)
+        }
+        ("POST" | "PUT", ["tokens"]) => {
+            let body = match Limited::new(req.into_body(), 64 * 1024).collect().await {
+                Ok(c) => c.to_bytes(),
+                Err(e) => {
+                    return error_response(&ApiError::bad_request(format!("body: {e}")), false);
+                }
+            };
+            let tokens: Vec<String> = match serde_json::from_slice::<Value>(&body)
+                .ok()
+                .and_then(|v| serde_json::from_value(v.get("tokens")?.clone()).ok())
+            {
+                Some(tokens) => tokens,
+                None => {
+                    return error_response(
+                        &ApiError::bad_request(r#"tokens JSON: want {"tokens": ["..."]}"#),
+                        false,
+                    );
+                }
+            };
+            if tokens.is_empty() || tokens.iter().any(|t| t.trim().is_empty()) {
+                return error_response(
+                    &ApiError::bad_request("tokens must be a non-empty list of non-empty tokens"),
+                    false,
+                );
+            }
+            let count = tokens.len();
+            state.set_tokens(tokens);
+            json_response(200, &json!({"accepted": count}), false)
         }
         ("GET", ["counters"]) => json_response(200, &state.counters.snapshot().to_json(), false),
         ("POST", ["counters", "reset"]) => {

@@ -82,9 +82,15 @@ impl Cluster {
         &self.url
     }
 
-    /// The bearer token clients must send.
+    /// The bearer token clients must send (the first one: see [`Cluster::set_tokens`]).
     pub fn token(&self) -> &str {
         &self.state.token
+    }
+
+    /// Rotates the credentials: from now on only `tokens` are accepted (what
+    /// `POST /_sim/tokens` does); connections already open stay open, as on a real server.
+    pub fn set_tokens(&self, tokens: Vec<String>) {
+        self.state.set_tokens(tokens);
     }
 
     /// PEM of the CA that signed the server certificate (HTTPS only).
@@ -186,6 +192,7 @@ impl Sim {
                 name: name.clone(),
                 store: store.clone(),
                 token: hex::encode(rand::random::<[u8; 20]>()),
+                rotated: RwLock::new(None),
                 faults: RwLock::new(Faults::default()),
                 counters: CounterSet::default(),
                 down,
