@@ -46,6 +46,16 @@ pub mod exit {
         (CANCELLED, "cancelled (SIGINT / SIGTERM)"),
     ];
 
+    /// The exit code of a command line clap refuses: bad input, but [`FAILED`] under
+    /// `--exit-code`, where [`BAD_INPUT`] says "there are changes".
+    pub fn refused_command_line(args: &[String]) -> i32 {
+        if args.iter().any(|a| a == "--exit-code") {
+            FAILED
+        } else {
+            BAD_INPUT
+        }
+    }
+
     /// [`TABLE`] as the README shows it.
     pub fn markdown_table() -> String {
         let mut out = String::from("| code | meaning |\n|---:|---|\n");
@@ -96,9 +106,37 @@ pub enum Error {
     },
     #[error("demo: {0}")]
     Demo(String),
-    /// Reading another commit's manifests with git failed (`plan --offline`).
-    #[error("{0}")]
-    Git(String),
+    /// Reading another commit's manifests with git failed (`plan --offline`): git or the
+    /// network, never bad input.
+    #[error(transparent)]
+    Git(#[from] crate::engine::reapply::ManifestsError),
+    /// `plan --offline --against REF`: git cannot read the ref.
+    #[error("--against {reference}: {source}. Name a commit, branch or tag of this repository")]
+    Against {
+        reference: String,
+        #[source]
+        source: crate::util::git::GitError,
+    },
+    /// Bad input under `--exit-code`, where 2 says "there are changes": exit 1.
+    #[error(transparent)]
+    UnderExitCode(Box<Error>),
+    /// A blocking task of the run ended without an answer (the runtime is shutting down).
+    #[error("internal error: {what} stopped: {source}")]
+    Internal {
+        what: &'static str,
+        #[source]
+        source: tokio::task::JoinError,
+    },
+}
+
+/// The end of a blocking task that did not return: a panic goes on unwinding (`main` has
+/// the hook's one line and exits [`exit::INTERNAL`]: a bug is never "bad input"), anything
+/// else is an internal error.
+pub fn join_failed(what: &'static str, e: tokio::task::JoinError) -> Error {
+    match e.try_into_panic() {
+        Ok(panic) => std::panic::resume_unwind(panic),
+        Err(source) => Error::Internal { what, source },
+    }
 }
 
 impl Error {
@@ -106,7 +144,12 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Config(_) | Error::Manifest(_) | Error::Usage(_) => exit::BAD_INPUT,
-            Error::WriteReport { .. } | Error::Demo(_) | Error::Git(_) => exit::FAILED,
+            Error::WriteReport { .. }
+            | Error::Demo(_)
+            | Error::Git(_)
+            | Error::Against { .. }
+            | Error::UnderExitCode(_) => exit::FAILED,
+            Error::Internal { .. } => exit::INTERNAL,
         }
     }
 }
@@ -133,5 +176,15 @@ mod tests {
     fn input_errors_exit_2() {
         assert_eq!(Error::Usage("x".into()).exit_code(), 2);
         assert_eq!(Error::Demo("x".into()).exit_code(), 1);
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let refused = exit::refused_command_line;
+        assert_eq!(refused(&args(&["rollguard", "diff", "--bogus"])), 2);
+        assert_eq!(
+            refused(&args(&["rollguard", "diff", "--exit-code", "--bogus"])),
+            1
+        );
+        let under = Error::UnderExitCode(Box::new(Error::Usage("x".into())));
+        assert_eq!(under.exit_code(), 1);
+        assert_eq!(under.to_string(), "x");
     }
 }

@@ -11,7 +11,20 @@ use tracing_subscriber::prelude::*;
 const MAX_WORKERS: usize = 4;
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            let args: Vec<String> = std::env::args().collect();
+            // --help and --version are not refusals.
+            let code = if e.use_stderr() {
+                rollguard::error::exit::refused_command_line(&args)
+            } else {
+                e.exit_code()
+            };
+            std::process::exit(code);
+        }
+    };
     // Logs go to stderr (stdout carries the final table). Without RUST_LOG only rollguard's
     // own lines (report/log_filter.rs); RUST_LOG replaces that filter.
     let stderr_is_terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -55,6 +68,9 @@ fn main() {
         }
     };
     rollguard::error::install_panic_hook();
+    // A grandchild that leaves its script's process group (setsid) and outlives its parent
+    // becomes rollguard's child, so it can still be found and killed.
+    rollguard::util::process_group::become_subreaper();
     // A panic in the run is an exit code, not an abort; the hook has said it.
     let run = std::panic::AssertUnwindSafe(run(cli));
     let code = match runtime.block_on(futures::FutureExt::catch_unwind(run)) {
@@ -71,5 +87,8 @@ fn main() {
     runtime.block_on(rollguard::release::lock::wait_for_panic_releases());
     // Watches and renewals may still hold tasks: do not wait for them.
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+    // Nothing rollguard started outlives it.
+    rollguard::util::process_group::kill_leftovers();
+    rollguard::stages::kubeconfig::remove_all_now();
     std::process::exit(code);
 }

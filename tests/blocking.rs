@@ -17,6 +17,7 @@ const BLOCKING: &[&str] = &[
 const BLOCKING_ENTRY_POINTS: &[&str] = &[
     "manifests::load(",
     "manifests_from_git(",
+    "manifests_from_git_until(",
     "git::commit_info(",
     "git::detect_commit(",
     "Checkout::at(",

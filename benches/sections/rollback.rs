@@ -66,6 +66,8 @@ async fn measure(scratch: &Path) -> Result<Vec<Row>, String> {
                 cluster: Some("sim-2".into()),
                 image: BAD.into(),
                 behaviour: Behaviour::ImagePullBackOff,
+                times: None,
+                message: None,
             }],
             ..SimOptions::default()
         },

@@ -1488,6 +1488,15 @@ async fn down_and_up_on_the_same_port() {
         wait_for_port(&addr, false, Duration::from_secs(3)).await,
         "connections refused while down"
     );
+    // The port stays reserved while down: a socket bound as an ephemeral one is (without
+    // SO_REUSEADDR) cannot take it, so no parallel test's server answers in its place.
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    let taken = socket.bind(addr.parse().expect("address"));
+    assert!(
+        taken.is_err(),
+        "the port of a down cluster could be bound by someone else"
+    );
+    drop(socket);
     cluster.set_down(false);
     assert!(
         wait_for_port(&addr, true, Duration::from_secs(3)).await,

@@ -593,6 +593,73 @@ async fn kubectl_shows_real_ages_and_events_at_time_scale_100() {
     assert!(out.contains("Started container web"), "{out}");
 }
 
+/// A scripted registry (`times`, `message`) reads in `kubectl describe pod` as a real
+/// kubelet's would: the pull error in the `Failed` event, the back-off, then the retry that
+/// pulls and starts the container; the built-in `doesnotexist` keeps containerd's NotFound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_describe_shows_scripted_pull_errors() {
+    kubectl_present();
+    const E503: &str = "failed to pull and unpack image \"docker.io/example/web:v2\": failed to resolve reference \"docker.io/example/web:v2\": pulling from host docker.io failed with status code [manifests v2]: 503 Service Unavailable";
+    // At time scale 10 each pull's ErrImagePull lasts 200 ms: long enough for the kubelet
+    // stand-in to write it (and its events) on a busy machine.
+    let sim = Sim::start(SimOptions {
+        time_scale: 10.0,
+        rules: kube_sim::rules::parse(&format!(
+            "- {{image: \"example/web:v2\", behaviour: ImagePullBackOff, times: 1, message: {}}}\n",
+            serde_json::to_string(E503).unwrap()
+        ))
+        .unwrap(),
+        ..SimOptions::default()
+    })
+    .await
+    .unwrap();
+    let kubectl = Kubectl::new(&sim);
+    for (name, image) in [
+        ("flaky", "example/web:v2"),
+        ("gone", "example/doesnotexist:v1"),
+    ] {
+        kubectl
+            .ok(&["run", name, "--image", image, "--restart", "Always"])
+            .await;
+    }
+    // One failed pull, a 10 s back-off, a pull that works: ~13 simulated seconds.
+    let mut running = false;
+    for _ in 0..200 {
+        let phase = kubectl
+            .ok(&["get", "pod", "flaky", "-o", "jsonpath={.status.phase}"])
+            .await;
+        if phase == "Running" {
+            running = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(running, "the scripted pod never started");
+    let out = kubectl.ok(&["describe", "pod", "flaky"]).await;
+    let events = out.split("Events:").nth(1).unwrap_or_default();
+    for want in [
+        format!("Failed to pull image \"example/web:v2\": {E503}"),
+        "Error: ErrImagePull".to_string(),
+        "Back-off pulling image \"example/web:v2\"".to_string(),
+        "Successfully pulled image \"example/web:v2\"".to_string(),
+        "Started container flaky".to_string(),
+    ] {
+        // kubectl wraps nothing in the Events table; the message sits on one line.
+        assert!(events.contains(&want), "{want:?} not in:\n{out}");
+    }
+    assert!(out.contains("State:          Running"), "{out}");
+    let out = kubectl.ok(&["describe", "pod", "gone"]).await;
+    assert!(
+        out.contains("Reason:       ErrImagePull")
+            || out.contains("Reason:       ImagePullBackOff"),
+        "{out}"
+    );
+    assert!(
+        out.contains("rpc error: code = NotFound desc = failed to pull and unpack image \"docker.io/example/doesnotexist:v1\""),
+        "{out}"
+    );
+}
+
 /// Every typed `kubectl create` sends its object in protobuf (kubectl's -v=8 log shows the
 /// Content-Type): each is accepted, kubectl says what it created, and `kubectl get -o json`
 /// reads back what the command line said.

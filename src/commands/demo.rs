@@ -143,7 +143,7 @@ async fn deploy_version(
     env.insert("GITHUB_SHA".into(), format!("demo-{version}"));
     let plan = Arc::new(plan_off_runtime(&args, env).await?);
     let report = run_plan(plan.clone(), cancel_on_signals()).await;
-    finish_report(&report, args.report.as_ref(), &plan.env)?;
+    finish_report(&report, args.report.as_ref(), &plan.env, false);
     Ok(report)
 }
 

@@ -28,6 +28,7 @@ pub fn env_snapshot() -> HashMap<String, String> {
 
 /// Loads and validates everything; no cluster is touched here.
 pub fn plan(args: &DeployArgs, env: HashMap<String, String>) -> Result<Plan, Error> {
+    crate::util::fault::test_panic_point("plan");
     read_plan(args, env, Access::Check)
 }
 
@@ -71,7 +72,8 @@ pub fn read_plan(
         ..Default::default()
     };
     let config = config::load(&path, &overrides, &lookup)?;
-    let missing = config::missing_working_dirs(&config);
+    let mut missing = config::missing_working_dirs(&config);
+    missing.extend(config::missing_shells(&config, &lookup));
     if !missing.is_empty() {
         return Err(config::ConfigError::Invalid(missing).into());
     }
@@ -168,19 +170,27 @@ pub async fn plan_off_runtime(
     let args = args.clone();
     tokio::task::spawn_blocking(move || plan(&args, env))
         .await
-        .map_err(|e| Error::Usage(format!("internal error while reading the inputs: {e}")))?
+        .map_err(|e| crate::error::join_failed("reading the inputs", e))?
 }
 
 /// `rollguard deploy`.
 pub async fn deploy(args: DeployArgs, env: HashMap<String, String>) -> Result<i32, Error> {
     let plan = Arc::new(plan_off_runtime(&args, env).await?);
     // GitHub starts after validation (bad input reaches no sink) and never holds up the deploy.
-    let sink = github::Sink::start(github_context(&args, &plan), sink_options(&plan));
+    let ctx = github_context(&args, &plan);
+    let in_actions = ctx.in_actions;
+    let sink = github::Sink::start(ctx, sink_options(&plan));
     let cancel = cancel_on_signals();
     let mut report = run_plan(plan.clone(), cancel.clone()).await;
     report.run_url = sink.run_url();
-    finish_report(&report, args.report.as_ref(), &plan.env)?;
-    let report_path = args.report.as_ref().map(|p| p.display().to_string());
+    // A report file that cannot be written is a warning: the other sinks still get the
+    // report (without a pointer to the missing file) and the exit code stays the run's.
+    let written = finish_report(&report, args.report.as_ref(), &plan.env, in_actions);
+    let report_path = args
+        .report
+        .as_ref()
+        .filter(|_| written)
+        .map(|p| p.display().to_string());
     // rollguard's one value scrubber (every secret value the run has seen), on every body
     // that leaves for GitHub or a file: API comments do not pass the runner's masking.
     let scrub = crate::report::redact::scrub;
@@ -190,10 +200,7 @@ pub async fn deploy(args: DeployArgs, env: HashMap<String, String>) -> Result<i3
             json_path: report_path.clone(),
         };
         let body = github::report_body(&report, COMMENT_LIMIT, full_report, &scrub);
-        std::fs::write(path, body).map_err(|source| Error::WriteReport {
-            path: path.clone(),
-            source,
-        })?;
+        write_report_file(path, &body, in_actions);
     }
     // After the deploy's own work (rollbacks, records): GitHub is only told what happened.
     let origin = |object: &str| manifest_line(&plan, object);
@@ -279,16 +286,24 @@ pub async fn run_plan(plan: Arc<Plan>, cancel: CancellationToken) -> Report {
     let names = plan.config.targets.iter().map(|t| t.name.clone()).collect();
     let (progress, renderer) = progress::start(names, progress::detect_mode(&lookup));
     let report = crate::engine::fleet::deploy(plan.clone(), cancel, progress).await;
-    let _ = renderer.await;
+    // The records, rollbacks and locks are settled; a panic in the live view is still a
+    // bug (exit 4), not something to hide.
+    if let Err(e) = renderer.await
+        && let Ok(panic) = e.try_into_panic()
+    {
+        std::panic::resume_unwind(panic);
+    }
     report
 }
 
-/// Prints the final table on stdout and writes the JSON report when asked.
+/// Prints the final table on stdout and writes the JSON report when asked; whether it was
+/// written (a file that cannot be is one warning).
 pub fn finish_report(
     report: &Report,
     path: Option<&PathBuf>,
     env: &HashMap<String, String>,
-) -> Result<(), Error> {
+    in_actions: bool,
+) -> bool {
     let lookup = |k: &str| env.get(k).cloned();
     let clean = report::Clean::new(report);
     crate::report::redact::print_out(&report::to_table(
@@ -296,15 +311,33 @@ pub fn finish_report(
         progress::table_color(&lookup),
         progress::stdout_columns(),
     ));
-    if let Some(path) = path {
+    path.is_some_and(|path| {
         // Scrubbed again as a whole: the second line (see report::Clean).
         let json = crate::report::redact::scrub(&report::to_json(&clean));
-        std::fs::write(path, json).map_err(|source| Error::WriteReport {
-            path: path.clone(),
-            source,
-        })?;
+        write_report_file(path, &json, in_actions)
+    })
+}
+
+/// Writes one of the run's report files (`--report`, `--report-markdown`); whether it was
+/// written. A file is a sink like GitHub: one that cannot be written is one warning (a
+/// `::warning` in GitHub Actions), never the run's outcome.
+pub fn write_report_file(path: &std::path::Path, text: &str, in_actions: bool) -> bool {
+    let Err(source) = std::fs::write(path, text) else {
+        return true;
+    };
+    let e = Error::WriteReport {
+        path: path.to_path_buf(),
+        source,
+    };
+    let text = format!(
+        "{e}. The run's outcome and exit code do not depend on it and the other reports were written; pass a path in a folder that exists and is writable"
+    );
+    if in_actions {
+        println!("{}", github::workflow::warning("rollguard: report", &text));
+    } else {
+        crate::report::redact::print_err(&format!("rollguard: warning: {text}"));
     }
-    Ok(())
+    false
 }
 
 /// Two targets that resolve (offline, from their kubeconfigs) to one cluster and namespace

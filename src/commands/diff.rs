@@ -5,7 +5,7 @@
 //! no lock, no release record, no namespace, no script.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::Arc;
 
 use jiff::Timestamp;
@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cli::{DeployArgs, DiffArgs, PlanArgs, PlanFormat};
 use crate::engine::plan::Plan;
+use crate::engine::reapply::ManifestsError;
 use crate::error::{Error, exit};
 use crate::kube::apply::{ApplyError, MAX_IN_FLIGHT, apply_failures, resolve_set};
 use crate::kube::connect::ClusterAccess;
@@ -96,19 +97,20 @@ pub async fn dry_run(args: DeployArgs, env: HashMap<String, String>) -> Result<i
     let lookup = |k: &str| plan.env.get(k).cloned();
     print_plan(&change_plan, args.plan_output.format, &lookup);
     if let Some(path) = &args.report {
-        write_json(&crate::report::to_json(&Clean::new(&report)), path)?;
+        let in_actions = crate::commands::deploy::github_context(&args, &plan).in_actions;
+        write_json(
+            &crate::report::to_json(&Clean::new(&report)),
+            path,
+            in_actions,
+        );
     }
-    publish_plan(&change_plan, &args, &plan).await?;
+    publish_plan(&change_plan, &args, &plan).await;
     Ok(change_plan.exit_code(args.plan_output.exit_code))
 }
 
 /// The plan as markdown: to `--report-markdown`, and as the plan's own sticky PR comment
-/// (never its deploy comment) when GitHub is on. GitHub is a sink: its problems are warnings.
-async fn publish_plan(
-    change_plan: &ChangePlan,
-    args: &DeployArgs,
-    plan: &Plan,
-) -> Result<(), Error> {
+/// (never its deploy comment) when GitHub is on. Both are sinks: their problems are warnings.
+async fn publish_plan(change_plan: &ChangePlan, args: &DeployArgs, plan: &Plan) {
     let app = &plan.config.app;
     let marker = crate::github::comments::marker(crate::github::comments::Purpose::Plan, app);
     let limit = crate::report::COMMENT_LIMIT - marker.len() - 1;
@@ -118,13 +120,10 @@ async fn publish_plan(
         &Clean::new(change_plan),
         limit,
     ));
-    if let Some(path) = &args.github.report_markdown {
-        std::fs::write(path, &markdown).map_err(|source| Error::WriteReport {
-            path: path.clone(),
-            source,
-        })?;
-    }
     let ctx = crate::commands::deploy::github_context(args, plan);
+    if let Some(path) = &args.github.report_markdown {
+        crate::commands::deploy::write_report_file(path, &markdown, ctx.in_actions);
+    }
     crate::github::post_sticky_comment(
         &ctx,
         crate::github::comments::Purpose::Plan,
@@ -132,15 +131,12 @@ async fn publish_plan(
         &markdown,
     )
     .await;
-    Ok(())
 }
 
-/// Writes a JSON document, scrubbed of every known secret value.
-fn write_json(text: &str, path: &PathBuf) -> Result<(), Error> {
-    std::fs::write(path, redact::scrub(text)).map_err(|source| Error::WriteReport {
-        path: path.clone(),
-        source,
-    })
+/// Writes a JSON document, scrubbed of every known secret value (a file that cannot be
+/// written is a warning).
+fn write_json(text: &str, path: &Path, in_actions: bool) {
+    crate::commands::deploy::write_report_file(path, &redact::scrub(text), in_actions);
 }
 
 /// Prints the plan on stdout (scrubbed): text, coloured on a terminal without NO_COLOR; or JSON.
@@ -165,8 +161,9 @@ fn write_report(
     plan: &Plan,
     change_plan: &ChangePlan,
     started_at: Timestamp,
-    path: &PathBuf,
-) -> Result<(), Error> {
+    path: &Path,
+    in_actions: bool,
+) {
     let targets = change_plan
         .targets
         .iter()
@@ -194,7 +191,11 @@ fn write_report(
     report.dry_run = true;
     report.plan = Some(change_plan.clone());
     report.refresh();
-    write_json(&crate::report::to_json(&Clean::new(&report)), path)
+    write_json(
+        &crate::report::to_json(&Clean::new(&report)),
+        path,
+        in_actions,
+    );
 }
 
 /// The plan of one connected target for `set` (also `rollback --dry-run`'s, with the
@@ -251,8 +252,8 @@ async fn offline(args: PlanArgs, env: HashMap<String, String>) -> Result<i32, Er
     let (change_plan, plan, deploy_args) =
         tokio::task::spawn_blocking(move || offline_blocking(args, env))
             .await
-            .map_err(|e| Error::Usage(format!("internal error while planning offline: {e}")))??;
-    publish_plan(&change_plan, &deploy_args, &plan).await?;
+            .map_err(|e| crate::error::join_failed("planning offline", e))??;
+    publish_plan(&change_plan, &deploy_args, &plan).await;
     Ok(change_plan.exit_code(exit_code))
 }
 
@@ -267,22 +268,19 @@ fn offline_blocking(
         crate::commands::deploy::Access::NotNeeded,
     )?;
     let dir = &plan.config.base_dir;
-    let git_failed = |e: git::GitError| Error::Git(e.to_string());
     let base = match &args.against {
         Some(reference) => reference.clone(),
-        None => git::default_base(dir).map_err(git_failed)?,
+        None => git::default_base(dir).map_err(ManifestsError::from)?,
     };
-    let against = git::commit_info(dir, &base).map_err(|e| {
-        Error::Usage(format!(
-            "--against {base}: {e}. Name a commit, branch or tag of this repository"
-        ))
+    let against = git::commit_info(dir, &base).map_err(|source| Error::Against {
+        reference: base.clone(),
+        source,
     })?;
     let mut against = against;
     if args.against.is_some() && against.r#ref.is_none() {
         against.r#ref = Some(base.clone());
     }
-    let old = crate::engine::reapply::manifests_at_commit(&plan.config, &against.sha)
-        .map_err(Error::Git)?;
+    let old = crate::engine::reapply::manifests_at_commit(&plan.config, &against.sha)?;
     redact::learn(old.objects.iter().map(|o| &o.body));
     let before = against.short_sha().to_string();
     let after = plan
@@ -318,7 +316,8 @@ fn offline_blocking(
     let lookup = |k: &str| plan.env.get(k).cloned();
     print_plan(&change_plan, args.diff.output.format, &lookup);
     if let Some(path) = &args.diff.report {
-        write_report(&plan, &change_plan, Timestamp::now(), path)?;
+        let in_actions = crate::commands::deploy::github_context(&deploy_args, &plan).in_actions;
+        write_report(&plan, &change_plan, Timestamp::now(), path, in_actions);
     }
     Ok((change_plan, plan, deploy_args))
 }

@@ -32,11 +32,24 @@ const MIN_TOKEN_LEN: usize = 8;
 pub async fn run(cli: Cli) -> Result<i32, Error> {
     let env = deploy::env_snapshot();
     learn_environment(&env);
+    let lookup = |k: &str| env.get(k).cloned();
+    let git_timeout = crate::util::git::timeout_from_env(&lookup)
+        .map_err(|e| Error::Usage(format!("$ROLLGUARD_GIT_TIMEOUT: {e}")))?;
+    crate::util::git::set_timeout(git_timeout);
     match cli.command {
-        Command::Deploy(args) if args.dry_run => diff::dry_run(args, env).await,
+        Command::Deploy(args) if args.dry_run => {
+            let detailed = args.plan_output.exit_code;
+            detailed_errors(detailed, diff::dry_run(args, env).await)
+        }
         Command::Deploy(args) => deploy::deploy(args, env).await,
-        Command::Diff(args) => diff::diff(args, env).await,
-        Command::Plan(args) => diff::plan(args, env).await,
+        Command::Diff(args) => {
+            let detailed = args.output.exit_code;
+            detailed_errors(detailed, diff::diff(args, env).await)
+        }
+        Command::Plan(args) => {
+            let detailed = args.diff.output.exit_code;
+            detailed_errors(detailed, diff::plan(args, env).await)
+        }
         Command::Schema => {
             let schema = config::json_schema();
             println!(
@@ -54,5 +67,16 @@ pub async fn run(cli: Cli) -> Result<i32, Error> {
                 .into(),
         )),
         Command::Release(command) => Ok(release::run(command, env).await),
+    }
+}
+
+/// Under `--exit-code` (terraform's `-detailed-exitcode`) 2 means "there are changes", so an
+/// error, bad input included, is 1 (a bug stays 4).
+fn detailed_errors(detailed: bool, result: Result<i32, Error>) -> Result<i32, Error> {
+    match result {
+        Err(e) if detailed && e.exit_code() == exit::BAD_INPUT => {
+            Err(Error::UnderExitCode(Box::new(e)))
+        }
+        other => other,
     }
 }

@@ -226,11 +226,27 @@ pub enum ManageError {
     Usage(String),
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// `rollback --from-git`: the commit's manifests could not be read.
+    #[error(transparent)]
+    Manifests(#[from] reapply::ManifestsError),
 }
 
 impl ManageError {
     pub fn exit_code(&self) -> i32 {
+        match self {
+            ManageError::Usage(_) | ManageError::Config(_) => exit::BAD_INPUT,
+            ManageError::Manifests(e) => manifests_error_code(e),
+        }
+    }
+}
+
+/// A revision that keeps too little to roll back to is refused input (2); git, the network
+/// and the cluster are failures (1): a failed `git fetch` is never bad input.
+pub fn manifests_error_code(e: &reapply::ManifestsError) -> i32 {
+    if e.is_refusal() {
         exit::BAD_INPUT
+    } else {
+        exit::FAILED
     }
 }
 
@@ -469,128 +485,93 @@ struct Planned {
     /// The revisions kept on the target (the rollback's number is above every target's).
     revisions: Vec<u64>,
     /// The record `--revision` chose, to tell whether the number names one run everywhere.
-    chosen: Option<ReleaseRecord>,
+    chosen_record: Option<ReleaseRecord>,
     bodies: Vec<Value>,
     commit: Option<CommitInfo>,
     origin: ReleaseOrigin,
     destination: String,
     default_namespace: String,
     changes: Vec<String>,
+    /// The rollback commands it will run, as the prompt lists them.
+    commands: Vec<String>,
     /// Objects of the current release the destination lacks (left in place).
     left_in_place: Vec<String>,
     headline: String,
     /// The revision rolled back from and the script stages it ran (their rollback commands
     /// run after the manifests).
     from_revision: Option<u64>,
+    /// The revision chosen to go back to (None: from git).
+    chosen: Option<u64>,
     ran: Vec<crate::report::StageResult>,
 }
 
+/// Whether a target's history, read again once its lock is held, still says what the person
+/// confirmed: the same newest revision, and the same revision to go back to. Pure.
+pub fn still_current(
+    planned_newest: Option<u64>,
+    planned_choice: Option<u64>,
+    newest: Option<u64>,
+    choice: Option<u64>,
+) -> Result<(), String> {
+    if newest != planned_newest {
+        let now = newest.map_or("no release".to_string(), |r| format!("v{r}"));
+        return Err(format!(
+            "its history changed while the rollback waited for confirmation (the newest release is now {now}): nothing was changed; run the rollback again to see what it would do"
+        ));
+    }
+    if choice != planned_choice {
+        return Err(
+            "the revision to go back to is no longer the one confirmed: nothing was changed; run the rollback again"
+                .to_string(),
+        );
+    }
+    Ok(())
+}
+
 /// `rollguard rollback`: re-apply an earlier revision (or a commit's manifests) as a new one.
+/// It plans and asks first, and takes the locks only once confirmed (a prompt blocks no
+/// deploy); SIGINT/SIGTERM stop it as they stop a deploy (scripts killed, records marked,
+/// locks released, exit 130).
 pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> {
     // A rollback writes: bad access on any selected target is bad input before the first
     // write (load_config checks every one).
     let config = load_config(&args.selection, &env)?;
-    let settings = ReleaseSettings::from_config(&config);
     let lookup = |k: &str| env.get(k).cloned();
+    let cancel = crate::commands::deploy::cancel_on_signals();
 
     // From git: the same manifests and commit for every target, read once.
     let from_git = match &args.from_git {
         Some(sha) => {
-            let bodies = reapply::manifests_from_git_off_runtime(&config, sha)
-                .await
-                .map_err(ManageError::Usage)?;
+            let bodies = reapply::manifests_from_git_off_runtime(&config, sha, None).await?;
             let (base_dir, sha_text) = (config.base_dir.clone(), sha.clone());
+            // The commit's message is only for the record: without it the rollback goes on;
+            // a panic reading it is a bug (exit 4), not swallowed.
             let commit =
-                tokio::task::spawn_blocking(move || git::commit_info(&base_dir, &sha_text))
+                match tokio::task::spawn_blocking(move || git::commit_info(&base_dir, &sha_text))
                     .await
-                    .ok()
-                    .and_then(Result::ok);
+                {
+                    Ok(info) => info.ok(),
+                    Err(e) => match e.try_into_panic() {
+                        Ok(panic) => std::panic::resume_unwind(panic),
+                        Err(_) => None,
+                    },
+                };
             Some((bodies, commit))
         }
         None => None,
     };
-
-    let holder = lock::holder_identity(&lookup);
-    let lock_options = LockOptions::from_env(settings.lock_timeout, &lookup);
     let connected = connect_all(&config, &env).await;
-    // The locks first, one at a time in the global lock order (as a deploy takes them), so
-    // that a rollback and a deploy over the same clusters never wait for each other in a
-    // cycle.
-    let mut locks: Vec<Option<Result<LockGuard, String>>> =
-        connected.iter().map(|_| None).collect();
-    if !args.dry_run {
-        let reachable: Vec<usize> = (0..connected.len())
-            .filter(|i| connected[*i].is_ok())
-            .collect();
-        let keys: Vec<(String, String)> = reachable
-            .iter()
-            .filter_map(|i| connected[*i].as_ref().ok())
-            .map(|c| lock::lock_key(&c.access.server, &c.namespace))
-            .collect();
-        let mut gave_up = false;
-        for position in lock::lock_order(&keys) {
-            let i = reachable[position];
-            let Ok(c) = &connected[i] else { continue };
-            if gave_up {
-                locks[i] = Some(Err(format!(
-                    "target {}: not rolled back: another target's lock could not be taken",
-                    c.target.name
-                )));
-                continue;
-            }
-            let taken = Lock::acquire(
-                c.access.client.clone(),
-                &c.access.server,
-                &config.app,
-                &c.namespace,
-                &holder,
-                &lock_options,
-            )
-            .await
-            .map_err(|e| format!("target {}: {e}", c.target.name));
-            gave_up = taken.is_err();
-            locks[i] = Some(taken);
-        }
-        if gave_up {
-            for slot in locks.iter_mut() {
-                if let Some(Ok(_)) = slot
-                    && let Some(Ok(guard)) = slot.take()
-                {
-                    let _ = guard.release().await;
-                    *slot = Some(Err(
-                        "not rolled back: another target's lock could not be taken".into(),
-                    ));
-                }
-            }
-        }
-    }
-    let plans = futures::future::join_all(connected.into_iter().zip(locks).map(|(c, lock)| {
+    let plans = futures::future::join_all(connected.into_iter().map(|c| {
         let (config, from_git, args) = (&config, &from_git, &args);
         async move {
             let c = c.map_err(|e| (e, exit::FAILED))?;
             let name = c.target.name.clone();
-            let lock = match lock {
-                Some(Ok(lock)) => Some(lock),
-                Some(Err(why)) => return Err((why, exit::FAILED)),
-                None => None,
-            };
-            let planned = plan_one(config, c, args, from_git).await;
-            match planned {
-                Ok(mut p) => {
-                    p.lock = lock;
-                    Ok(p)
-                }
-                Err(e) => {
-                    if let Some(lock) = lock {
-                        let _ = lock.release().await;
-                    }
-                    Err((format!("target {name}: {}", e.0), e.1))
-                }
-            }
+            plan_one(config, c, args, from_git)
+                .await
+                .map_err(|e| (format!("target {name}: {}", e.0), e.1))
         }
     }))
     .await;
-
     let mut ready = Vec::new();
     let mut problems = Vec::new();
     for plan in plans {
@@ -603,7 +584,7 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
     if let Some(revision) = args.revision {
         let runs: Vec<(&str, &ReleaseRecord)> = ready
             .iter()
-            .filter_map(|p| Some((p.connected.target.name.as_str(), p.chosen.as_ref()?)))
+            .filter_map(|p| Some((p.connected.target.name.as_str(), p.chosen_record.as_ref()?)))
             .collect();
         if let Some(why) = release::ambiguous_revision(revision, &runs) {
             problems.push((why, exit::BAD_INPUT));
@@ -614,36 +595,18 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
         redact::learn(p.bodies.iter());
     }
     let interactive = !args.yes && std::io::stdin().is_terminal();
-    let mut plan_failed = false;
-    if problems.is_empty() && (args.dry_run || interactive) {
-        // What the clusters say a rollback would change: the same diff as `rollguard diff`.
-        let deadline = Instant::now() + settings.rollback_timeout;
-        let plan = rollback_plan(&config, &ready, args.force_conflicts, deadline).await;
-        for p in &ready {
-            redact::print_out(&p.headline);
-        }
-        crate::commands::diff::print_plan(&plan, crate::cli::PlanFormat::Text, &lookup);
-        plan_failed = plan.has_errors();
-    } else {
-        for p in &ready {
-            redact::print_out(&p.headline);
-            for line in &p.changes {
-                redact::print_out(line);
-            }
-        }
-    }
+    let plan_failed = show_rollback(
+        &config,
+        &ready,
+        &args,
+        interactive && problems.is_empty(),
+        &lookup,
+    )
+    .await;
     for (e, _) in &problems {
         redact::print_err(e);
     }
-    let release_all = |ready: Vec<Planned>| async move {
-        for p in ready {
-            if let Some(lock) = p.lock {
-                let _ = lock.release().await;
-            }
-        }
-    };
     if !problems.is_empty() {
-        release_all(ready).await;
         // Unreachable targets fail (1); a refused choice is bad input (2).
         return Ok(combined_exit(problems.iter().map(|(_, c)| *c)));
     }
@@ -651,12 +614,174 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
         println!("dry run: nothing changed");
         return Ok(if plan_failed { exit::FAILED } else { exit::OK });
     }
-    if interactive && !confirm(ready.len()) {
-        release_all(ready).await;
+    if interactive && !confirm(ready.len(), &cancel).await {
         println!("nothing changed");
-        return Ok(exit::OK);
+        return Ok(if cancel.is_cancelled() {
+            exit::CANCELLED
+        } else {
+            exit::FAILED
+        });
     }
+    // Confirmed: now the locks, then a second look at each history under them.
+    if let Err(code) = lock_and_check(&config, &mut ready, &args, &lookup, &cancel).await {
+        release_all(ready).await;
+        return Ok(code);
+    }
+    let code = apply_rollbacks(&config, &ready, &args, &env, &cancel).await;
+    release_all(ready).await;
+    Ok(if cancel.is_cancelled() && code != exit::ROLLBACK_FAILED {
+        exit::CANCELLED
+    } else {
+        code
+    })
+}
 
+/// Prints what the rollback will do: per target its headline, then (in a terminal or a dry
+/// run) the clusters' diff, else the change summary; and the rollback commands it will run.
+/// Returns whether the diff had errors.
+async fn show_rollback(
+    config: &Config,
+    ready: &[Planned],
+    args: &RollbackArgs,
+    diff: bool,
+    lookup: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> bool {
+    let mut plan_failed = false;
+    if args.dry_run || diff {
+        let settings = ReleaseSettings::from_config(config);
+        // What the clusters say a rollback would change: the same diff as `rollguard diff`.
+        let deadline = Instant::now() + settings.rollback_timeout;
+        let plan = rollback_plan(config, ready, args.force_conflicts, deadline).await;
+        for p in ready {
+            redact::print_out(&p.headline);
+        }
+        crate::commands::diff::print_plan(&plan, crate::cli::PlanFormat::Text, lookup);
+        plan_failed = plan.has_errors();
+        for p in ready.iter().filter(|p| !p.commands.is_empty()) {
+            redact::print_out(&format!("target {}:", p.connected.target.name));
+            for line in &p.commands {
+                redact::print_out(line);
+            }
+        }
+    } else {
+        for p in ready {
+            redact::print_out(&p.headline);
+            for line in p.changes.iter().chain(&p.commands) {
+                redact::print_out(line);
+            }
+        }
+    }
+    plan_failed
+}
+
+async fn release_all(ready: Vec<Planned>) {
+    for p in ready {
+        if let Some(lock) = p.lock {
+            let _ = lock.release().await;
+        }
+    }
+}
+
+/// Takes every target's lock, one at a time in the global lock order (as a deploy takes
+/// them, so a rollback and a deploy never wait for each other in a cycle); then, under the
+/// locks, marks abandoned records and checks that each history still says what was
+/// confirmed. Err(exit code) after saying why; the locks taken are in `ready` either way.
+async fn lock_and_check(
+    config: &Config,
+    ready: &mut [Planned],
+    args: &RollbackArgs,
+    lookup: &(dyn Fn(&str) -> Option<String> + Sync),
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Result<(), i32> {
+    let settings = ReleaseSettings::from_config(config);
+    let holder = lock::holder_identity(lookup);
+    let lock_options = LockOptions::from_env(settings.lock_timeout, lookup);
+    let keys: Vec<(String, String)> = ready
+        .iter()
+        .map(|p| lock::lock_key(&p.connected.access.server, &p.connected.namespace))
+        .collect();
+    for position in lock::lock_order(&keys) {
+        let Some(p) = ready.get_mut(position) else {
+            continue;
+        };
+        let c = &p.connected;
+        let taking = Lock::acquire(
+            c.access.client.clone(),
+            &c.access.server,
+            &config.app,
+            &c.namespace,
+            &holder,
+            &lock_options,
+        );
+        let taken = tokio::select! {
+            taken = taking => taken,
+            _ = cancel.cancelled() => {
+                redact::print_err("rollguard: cancelled while taking the locks: nothing was changed");
+                return Err(exit::CANCELLED);
+            }
+        };
+        match taken {
+            Ok(guard) => p.lock = Some(guard),
+            Err(e) => {
+                redact::print_err(&format!(
+                    "target {}: {e}; nothing was rolled back",
+                    c.target.name
+                ));
+                return Err(exit::FAILED);
+            }
+        }
+    }
+    let checks = futures::future::join_all(ready.iter().map(|p| recheck(p, args))).await;
+    let mut code = None;
+    for (p, check) in ready.iter().zip(checks) {
+        match check {
+            Ok(abandoned) if !abandoned.is_empty() => redact::print_out(&format!(
+                "target {}: marked abandoned: {}",
+                p.connected.target.name,
+                abandoned
+                    .iter()
+                    .map(|r| format!("v{r}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+            Ok(_) => {}
+            Err(why) => {
+                redact::print_err(&format!("target {}: {why}", p.connected.target.name));
+                code = Some(exit::FAILED);
+            }
+        }
+    }
+    code.map_or(Ok(()), Err)
+}
+
+/// One target's history read again under its lock: abandoned records marked, and the
+/// newest revision and the choice compared with what was confirmed.
+async fn recheck(p: &Planned, args: &RollbackArgs) -> Result<Vec<u64>, String> {
+    let store = &p.connected.store;
+    let abandoned = store.mark_abandoned().await.map_err(|e| e.to_string())?;
+    let records = store.list().await.map_err(|e| e.to_string())?;
+    let newest = records.iter().map(|r| r.revision).max();
+    let choice = match args.from_git {
+        Some(_) => None,
+        None => policy::choose_manual_target(&records, args.revision, args.force).ok(),
+    };
+    still_current(p.from_revision, p.chosen, newest, choice)?;
+    Ok(abandoned)
+}
+
+/// The rollback itself, once locked: every target's manifests at once, then the rollback
+/// commands of the stages the revisions it leaves ran. `cancel` (a signal) stops both: the
+/// re-apply ends and its record is marked, the scripts' process groups are killed. Returns
+/// the exit code.
+async fn apply_rollbacks(
+    config: &Config,
+    ready: &[Planned],
+    args: &RollbackArgs,
+    env: &Env,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> i32 {
+    let lookup = |k: &str| env.get(k).cloned();
+    let settings = ReleaseSettings::from_config(config);
     let run = release::RunInfo::from_env(&lookup);
     let deadline = Instant::now() + settings.rollback_timeout;
     // One number for this rollback on every target, as a deploy's.
@@ -680,7 +805,7 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
             timeout: settings.rollback_timeout,
             deadline,
             cancelled: false,
-            stop: tokio_util::sync::CancellationToken::new(),
+            stop: cancel.clone(),
             lost: p
                 .lock
                 .as_ref()
@@ -708,17 +833,37 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
                     println!("target {name}: {note}");
                 }
             }
-            Err((why, _)) => redact::print_out(&format!("target {name}: rollback failed: {why}")),
+            Err(why) => redact::print_out(&format!("target {name}: rollback failed: {why}")),
         }
         summary.push(RollbackResult {
             target: name.clone(),
             ok: result.is_ok(),
-            message: result.as_ref().err().map(|(why, _)| why.clone()),
+            message: result.as_ref().err().map(ToString::to_string),
         });
     }
-    // The script stages the rolled-back revisions ran: their rollback commands, after the
-    // manifests (the commands come from this config, by stage name: a record in the
-    // cluster never decides what runs here).
+    let commands_ok = run_rollback_commands(config, ready, env, cancel).await;
+    redact::print_out(&policy::summary(&summary));
+    // A re-apply that a signal stopped is the cancel (exit 130), as in a deploy.
+    let applied_ok = results.iter().all(|r| match r {
+        Ok(_) => true,
+        Err(e) => cancel.is_cancelled() && e.sent_unverified(),
+    });
+    if commands_ok && applied_ok {
+        exit::OK
+    } else {
+        exit::ROLLBACK_FAILED
+    }
+}
+
+/// The script stages the rolled-back revisions ran: their rollback commands, after the
+/// manifests (the commands come from this config, by stage name: a record in the cluster
+/// never decides what runs here). Returns whether every one succeeded.
+async fn run_rollback_commands(
+    config: &Config,
+    ready: &[Planned],
+    env: &Env,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> bool {
     let due: Vec<_> = ready
         .iter()
         .filter(|p| !p.ran.is_empty())
@@ -747,10 +892,12 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
     let mut commands_ok = true;
     for (name, results) in names
         .iter()
-        .zip(crate::engine::scripts::manual_stage_rollbacks(&plan, due).await)
+        .zip(crate::engine::scripts::manual_stage_rollbacks(&plan, due, cancel).await)
     {
         for r in results {
-            let ok = r.outcome == crate::report::StageOutcome::Succeeded;
+            // Stopped by a signal is the cancel (exit 130), not a failed rollback command.
+            let ok = r.outcome == crate::report::StageOutcome::Succeeded
+                || (r.outcome == crate::report::StageOutcome::Stopped && cancel.is_cancelled());
             commands_ok &= ok;
             redact::print_out(&format!(
                 "target {name}: rollback command of stage {} ({}): {}{}",
@@ -761,13 +908,7 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
             ));
         }
     }
-    redact::print_out(&policy::summary(&summary));
-    release_all(ready).await;
-    Ok(if commands_ok && results.iter().all(Result::is_ok) {
-        exit::OK
-    } else {
-        exit::ROLLBACK_FAILED
-    })
+    commands_ok
 }
 
 /// Every ready target's rollback plan at once: its live objects against the destination's
@@ -818,7 +959,7 @@ async fn plan_one(
         let code = release_error_code(&e);
         (e.to_string(), code)
     };
-    let abandoned = store.mark_abandoned().await.map_err(unreachable)?;
+    // Abandoned records are marked once the lock is held (see `recheck`), not here.
     let records = store.list().await.map_err(unreachable)?;
     // A list holds no manifests; the change summary compares the current ones.
     let current = match records.iter().map(|r| r.revision).max() {
@@ -846,13 +987,15 @@ async fn plan_one(
                 bodies: bodies.clone(),
                 commit: commit.clone(),
                 origin: ReleaseOrigin::ManualFromGit,
-                chosen: None,
+                chosen_record: None,
                 destination: format!("commit {short}"),
                 default_namespace,
                 lock: None,
                 revisions: records.iter().map(|r| r.revision).collect(),
                 connected,
                 from_revision: None,
+                chosen: None,
+                commands: Vec::new(),
                 ran: Vec::new(),
             }
         }
@@ -860,9 +1003,9 @@ async fn plan_one(
             let revision = policy::choose_manual_target(&records, args.revision, args.force)
                 .map_err(|e| (e.to_string(), exit::BAD_INPUT))?;
             let to = store.get(revision).await.map_err(unreachable)?;
-            let bodies = reapply::record_manifests(config, &to)
+            let bodies = reapply::record_manifests(config, &to, None)
                 .await
-                .map_err(|e| (e, exit::BAD_INPUT))?;
+                .map_err(|e| (e.to_string(), manifests_error_code(&e)))?;
             let mut with_bodies = to.clone();
             with_bodies.manifests = Some(bodies.clone());
             Planned {
@@ -876,7 +1019,7 @@ async fn plan_one(
                 bodies,
                 commit: to.commit.clone(),
                 origin: ReleaseOrigin::ManualRollback { to: revision },
-                chosen: args.revision.is_some().then(|| ReleaseRecord {
+                chosen_record: args.revision.is_some().then(|| ReleaseRecord {
                     manifests: None,
                     ..to.clone()
                 }),
@@ -886,6 +1029,8 @@ async fn plan_one(
                 revisions: records.iter().map(|r| r.revision).collect(),
                 connected,
                 from_revision: None,
+                chosen: Some(revision),
+                commands: Vec::new(),
                 ran: Vec::new(),
             }
         }
@@ -894,24 +1039,8 @@ async fn plan_one(
     if let Some(current) = &current {
         planned.from_revision = Some(current.revision);
         planned.ran = current.stages.clone();
-        let due = crate::stages::plan::due_rollback_names(&config.pipeline, &current.stages);
-        if !due.is_empty() {
-            planned.changes.push(format!(
-                "  then the rollback commands of the script stages v{} ran: {}",
-                current.revision,
-                due.join(", ")
-            ));
-        }
-    }
-    if !abandoned.is_empty() {
-        planned.headline.push_str(&format!(
-            " (marked abandoned: {})",
-            abandoned
-                .iter()
-                .map(|r| format!("v{r}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
+        planned.commands =
+            crate::stages::plan::rollback_command_lines(&config.pipeline, &current.stages);
     }
     Ok(planned)
 }
@@ -939,15 +1068,23 @@ fn empty_record(config: &Config) -> ReleaseRecord {
     }
 }
 
-/// Ask on the terminal; anything but y/yes is no.
-fn confirm(targets: usize) -> bool {
+/// Ask on the terminal; anything but y/yes is no, and so is a signal while it waits (the
+/// read is on a blocking thread, left behind: the process ends soon after).
+async fn confirm(targets: usize, cancel: &tokio_util::sync::CancellationToken) -> bool {
     eprint!("Roll back {targets} target(s)? [y/N] ");
     let _ = std::io::stderr().flush();
-    let mut answer = String::new();
-    if std::io::stdin().read_line(&mut answer).is_err() {
-        return false;
+    let read = tokio::task::spawn_blocking(|| {
+        let mut answer = String::new();
+        std::io::stdin().read_line(&mut answer).map(|_| answer)
+    });
+    let answer = tokio::select! {
+        answer = read => answer,
+        _ = cancel.cancelled() => return false,
+    };
+    match answer {
+        Ok(Ok(answer)) => matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes"),
+        _ => false,
     }
-    matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes")
 }
 
 #[cfg(test)]
@@ -1086,6 +1223,41 @@ mod tests {
             release_error_code(&ReleaseError::Encode("x".into())),
             exit::FAILED
         );
+    }
+
+    #[test]
+    fn a_history_that_moved_while_asking_is_refused() {
+        // (newest when planned, choice when planned, newest now, choice now) -> ok?
+        let cases = [
+            ((Some(2), Some(1), Some(2), Some(1)), None),
+            ((None, None, None, None), None),
+            (
+                (Some(2), Some(1), Some(3), Some(2)),
+                Some("the newest release is now v3"),
+            ),
+            (
+                (Some(2), Some(1), None, None),
+                Some("the newest release is now no release"),
+            ),
+            (
+                (Some(2), Some(1), Some(2), Some(0)),
+                Some("no longer the one confirmed"),
+            ),
+            ((Some(2), None, Some(2), None), None),
+        ];
+        for ((pn, pc, n, c), want) in cases {
+            let got = still_current(pn, pc, n, c);
+            match want {
+                None => assert!(got.is_ok(), "{got:?}"),
+                Some(text) => {
+                    let why = got.expect_err("refused");
+                    assert!(
+                        why.contains(text) && why.contains("nothing was changed"),
+                        "{why}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

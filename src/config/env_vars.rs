@@ -88,6 +88,11 @@ pub const ENV_SETTINGS: &[EnvSetting] = &[
         meaning: "the deadline of a kubeconfig exec credential plugin (default 30s)",
     },
     EnvSetting {
+        name: "GIT_TIMEOUT",
+        input: false,
+        meaning: "the deadline of each git command (reading an older commit, fetching one into a shallow clone; default 60s)",
+    },
+    EnvSetting {
         name: "LEASE_SECONDS",
         input: false,
         meaning: "the deploy lock's Lease duration in whole seconds, at least 1 (default 30; for tests and demos)",

@@ -15,7 +15,7 @@ mod tests;
 pub use model::*;
 pub use names::{dns_label_problem, nearest};
 pub use overrides::Overrides;
-pub use parse::{config_path, load, missing_working_dirs, parse};
+pub use parse::{config_path, load, missing_shells, missing_working_dirs, parse};
 pub use pipeline::{
     DEFAULT_KILL_GRACE, DEFAULT_SCRIPT_TIMEOUT, PipelineStage, Scope, ScriptCommand, ScriptStage,
     default_pipeline, script_stages,

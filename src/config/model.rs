@@ -134,8 +134,10 @@ impl Default for WaitConfig {
 pub struct FailFastConfig {
     /// Container waiting reasons that fail the target (see `DEFAULT_FAIL_FAST_REASONS`).
     pub reasons: Vec<String>,
-    /// How long ErrImagePull may persist before it fails the target (10s).
-    pub err_image_pull_grace: Duration,
+    /// How long a container's pull errors that may pass (timeouts, 5xx, 429, ...) are
+    /// tolerated, from its first pull error, across ErrImagePull and ImagePullBackOff (60s).
+    /// Errors that say the pull cannot succeed (not found, denied) fail at once.
+    pub pull_grace: Duration,
     /// CrashLoopBackOff fails once restartCount reaches this (2).
     pub crash_loop_restarts: i32,
     pub unschedulable: UnschedulablePolicy,
@@ -150,7 +152,7 @@ impl Default for FailFastConfig {
                 .iter()
                 .map(|s| s.to_string())
                 .collect(),
-            err_image_pull_grace: Duration::from_secs(10),
+            pull_grace: Duration::from_secs(60),
             crash_loop_restarts: 2,
             unschedulable: UnschedulablePolicy::Warn,
             unschedulable_grace: Duration::from_secs(60),

@@ -49,11 +49,13 @@ pub(super) const TARGET_KEYS: &[&str] = &[
 pub(super) const WAIT_KEYS: &[&str] = &["timeout", "fail_fast"];
 pub(super) const FAIL_FAST_KEYS: &[&str] = &[
     "reasons",
-    "err_image_pull_grace",
+    "pull_grace",
     "crash_loop_restarts",
     "unschedulable",
     "unschedulable_grace",
 ];
+/// Fail-fast keys refused with a pointer to their replacement (see `fail_fast`).
+const RETIRED_FAIL_FAST_KEYS: &[&str] = &["err_image_pull_grace"];
 pub(super) const HISTORY_KEYS: &[&str] = &["namespace", "keep", "secrets"];
 pub(super) const ROLLBACK_KEYS: &[&str] = &["timeout"];
 pub(super) const LOCK_KEYS: &[&str] = &["timeout"];
@@ -300,10 +302,19 @@ impl Ctx {
         match &node.value {
             Tree::Null => None,
             Tree::Seq(items) => {
-                let argv: Vec<String> = items
+                let texts: Vec<(String, usize)> = items
                     .iter()
-                    .filter_map(|i| self.text(Some(i), what).map(|(t, _)| t))
+                    .filter_map(|i| self.text(Some(i), what))
                     .collect();
+                let count = texts.len();
+                let argv: Vec<String> = texts
+                    .into_iter()
+                    .filter(|(t, line)| self.passable(*line, what, t))
+                    .map(|(t, _)| t)
+                    .collect();
+                if argv.len() < count {
+                    return None;
+                }
                 if argv.is_empty() {
                     self.at(node.line, format!("{what} must not be an empty list"));
                     return None;
@@ -316,9 +327,26 @@ impl Ctx {
                     self.at(line, format!("{what} must not be empty"));
                     return None;
                 }
-                Some(ScriptCommand::Shell(text))
+                self.passable(line, what, &text)
+                    .then_some(ScriptCommand::Shell(text))
             }
         }
+    }
+
+    /// Whether `text` can reach a child process as an argument or environment value: the
+    /// OS cannot pass a NUL byte, so such a script would only fail when it starts, after
+    /// the deploy's first writes. Says so at `line` when it cannot.
+    fn passable(&mut self, line: usize, what: &str, text: &str) -> bool {
+        if !text.contains('\0') {
+            return true;
+        }
+        self.at(
+            line,
+            format!(
+                "{what} contains a NUL byte (\\0), which no program can receive as an argument or environment value; remove it"
+            ),
+        );
+        false
     }
 
     fn config(&mut self, root: &Node, base_dir: PathBuf, source: PathBuf) -> Config {
@@ -596,10 +624,12 @@ impl Ctx {
 
     fn fail_fast(&mut self, node: &Node) -> FailFastConfig {
         let mut ff = FailFastConfig::default();
-        if self
-            .mapping(node, "wait.fail_fast", FAIL_FAST_KEYS)
-            .is_none()
-        {
+        let keys: Vec<&str> = FAIL_FAST_KEYS
+            .iter()
+            .chain(RETIRED_FAIL_FAST_KEYS)
+            .copied()
+            .collect();
+        if self.mapping(node, "wait.fail_fast", &keys).is_none() {
             return ff;
         }
         if let Some(reasons) = self.strings(node.get("reasons"), "wait.fail_fast.reasons entry") {
@@ -616,11 +646,19 @@ impl Ctx {
             }
             ff.reasons = reasons.into_iter().map(|(r, _)| r).collect();
         }
-        if let Some(d) = self.duration(
-            node.get("err_image_pull_grace"),
-            "wait.fail_fast.err_image_pull_grace",
-        ) {
-            ff.err_image_pull_grace = d;
+        if let Some(old) = node.get("err_image_pull_grace") {
+            // It covered ErrImagePull only; `pull_grace` means more, so the old key is not
+            // quietly read as the new one.
+            self.at(
+                old.line,
+                "`wait.fail_fast.err_image_pull_grace` is gone: use `pull_grace` (default 60s), \
+                 which tolerates pull errors that may pass (timeouts, 5xx, 429) across \
+                 ErrImagePull and ImagePullBackOff from a container's first pull error; \
+                 errors saying the image does not exist or access is denied fail at once",
+            );
+        }
+        if let Some(d) = self.duration(node.get("pull_grace"), "wait.fail_fast.pull_grace") {
+            ff.pull_grace = d;
         }
         if let Some(n) = self.integer(
             node.get("crash_loop_restarts"),
@@ -829,6 +867,11 @@ impl Ctx {
             Some(parts) => {
                 // A string is split on spaces ("bash -eu -c"); a list is taken as it is.
                 let single = matches!(node.get("shell").map(|n| &n.value), Some(Tree::Str(_)));
+                let what = format!("{label} shell");
+                let parts: Vec<(String, usize)> = parts
+                    .into_iter()
+                    .filter(|(p, line)| self.passable(*line, &what, p))
+                    .collect();
                 let words: Vec<String> = if single {
                     parts
                         .iter()
@@ -971,11 +1014,13 @@ impl Ctx {
                     } else if !keys.insert(key.clone()) {
                         self.at(k.line, format!("{label}: env {key:?} is set twice"));
                     }
+                    let what = format!("{label}: env {key}");
                     let value = match &v.value {
                         Tree::Null => String::new(),
                         Tree::Bool(b) => b.to_string(),
                         _ => self
-                            .text(Some(v), &format!("{label}: env {key}"))
+                            .text(Some(v), &what)
+                            .filter(|(t, line)| self.passable(*line, &what, t))
                             .map(|(t, _)| t)
                             .unwrap_or_default(),
                     };
@@ -990,6 +1035,55 @@ impl Ctx {
         }
         env
     }
+}
+
+/// Script stages with a string command (`run` or `rollback`) whose `shell` program cannot
+/// be found (on the `PATH` the script gets: its stage's `env`, else rollguard's, as the
+/// process is started): checked with the config, before any cluster is touched, as a
+/// missing `working_dir` is.
+pub fn missing_shells(
+    config: &Config,
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> Vec<ConfigIssue> {
+    let file = config.source.display().to_string();
+    script_stages(&config.pipeline)
+        .filter(|s| {
+            std::iter::once(&s.run)
+                .chain(&s.rollback)
+                .any(|c| matches!(c, ScriptCommand::Shell(_)))
+        })
+        .filter_map(|s| {
+            let program = s.shell.first()?;
+            let path = |k: &str| match s.env.get(k) {
+                Some(v) => Some(v.clone()),
+                None => env(k),
+            };
+            // A relative path with a '/' is the working_dir's, where the script starts.
+            let resolved = if program.contains('/') && Path::new(program).is_relative() {
+                s.working_dir.join(program).display().to_string()
+            } else {
+                program.clone()
+            };
+            if crate::util::process_group::find_command(&resolved, &path).is_some() {
+                return None;
+            }
+            let where_ = if program.contains('/') {
+                "is not an executable file".to_string()
+            } else {
+                format!(
+                    "is not on PATH ({})",
+                    path("PATH").unwrap_or_else(|| "not set".into())
+                )
+            };
+            Some(ConfigIssue {
+                location: format!("{file}:{}", s.line),
+                message: format!(
+                    "stage {:?}: shell program {program:?} {where_}; install it, name it by its full path, or pick another `shell`",
+                    s.name
+                ),
+            })
+        })
+        .collect()
 }
 
 /// Script stages whose `working_dir` is not a folder: checked with the config, before any

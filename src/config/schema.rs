@@ -80,7 +80,7 @@ pub fn json_schema() -> Value {
                         "additionalProperties": false,
                         "properties": {
                             "reasons": {"type": "array", "items": {"type": "string"}, "description": "container waiting reasons that fail a target", "default": DEFAULT_FAIL_FAST_REASONS},
-                            "err_image_pull_grace": {"description": "how long ErrImagePull may persist (default 10s)", "allOf": [duration]},
+                            "pull_grace": {"description": "how long a container's pull errors that may pass (timeouts, 5xx, 429) are tolerated, from its first pull error, across ErrImagePull and ImagePullBackOff (default 60s); errors saying the image does not exist or access is denied fail at once", "allOf": [duration]},
                             "crash_loop_restarts": {"type": "integer", "minimum": 0, "default": 2, "description": "CrashLoopBackOff fails at this restart count"},
                             "unschedulable": {"enum": ["warn", "fail"], "default": "warn"},
                             "unschedulable_grace": {"description": "with unschedulable: fail, how long a pod may stay unschedulable (default 60s)", "allOf": [duration]}

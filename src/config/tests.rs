@@ -89,7 +89,7 @@ wait:
   timeout: 90s
   fail_fast:
     reasons: [ImagePullBackOff, CrashLoopBackOff]
-    err_image_pull_grace: 20s
+    pull_grace: 20s
     crash_loop_restarts: 3
     unschedulable: fail
     unschedulable_grace: 2m
@@ -134,7 +134,7 @@ pipeline:
     assert_eq!(c.wait.timeout, Duration::from_secs(90));
     let ff = &c.wait.fail_fast;
     assert_eq!(ff.reasons, vec!["ImagePullBackOff", "CrashLoopBackOff"]);
-    assert_eq!(ff.err_image_pull_grace, Duration::from_secs(20));
+    assert_eq!(ff.pull_grace, Duration::from_secs(20));
     assert_eq!(ff.crash_loop_restarts, 3);
     assert_eq!(ff.unschedulable, UnschedulablePolicy::Fail);
     assert_eq!(ff.unschedulable_grace, Duration::from_secs(120));
@@ -291,6 +291,10 @@ fn error_table() {
         (
             format!("{base}stages:\n  - name: m\n    script: x\n    when: before\n"),
             "rollguard.yaml:6: `stages:` is gone: list the stages in order under `pipeline:`",
+        ),
+        (
+            format!("{base}wait:\n  fail_fast:\n    err_image_pull_grace: 10s\n"),
+            "rollguard.yaml:8: `wait.fail_fast.err_image_pull_grace` is gone: use `pull_grace`",
         ),
     ];
     for (text, want) in cases {
@@ -729,6 +733,26 @@ mod pipeline {
                 "ci/rollguard.yaml:7: stage \"s\": env name \"1X\" is not a valid variable name",
             ),
             (
+                p("  - apply\n  - script: {name: s, run: x, env: {A: \"a\\0b\"}}\n"),
+                "ci/rollguard.yaml:7: stage \"s\": env A contains a NUL byte",
+            ),
+            (
+                p("  - apply\n  - script:\n      name: s\n      run: \"echo \\0\"\n"),
+                "ci/rollguard.yaml:9: stage \"s\" run contains a NUL byte",
+            ),
+            (
+                p("  - apply\n  - script: {name: s, run: [echo, \"\\0\"]}\n"),
+                "ci/rollguard.yaml:7: stage \"s\" run contains a NUL byte",
+            ),
+            (
+                p("  - apply\n  - script: {name: s, run: x, rollback: \"y\\0\"}\n"),
+                "ci/rollguard.yaml:7: stage \"s\" rollback contains a NUL byte",
+            ),
+            (
+                p("  - apply\n  - script: {name: s, run: x, shell: \"ba\\0sh -c\"}\n"),
+                "ci/rollguard.yaml:7: stage \"s\" shell contains a NUL byte",
+            ),
+            (
                 p(
                     "  - apply\n  - script:\n      name: s\n      run: x\n      pass_env: GITHUB_TOKEN\n",
                 ),
@@ -760,6 +784,54 @@ mod pipeline {
             assert!(
                 errs.iter().any(|e| e.starts_with(want)),
                 "want {want:?}\ngot {errs:#?}\nfor:\n{text}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_shell_that_cannot_be_found_is_bad_input() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).expect("mkdir");
+    let program = bin.join("myshell");
+    std::fs::write(&program, "#!/bin/sh\n").expect("write");
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let bin_path = format!("{}:/usr/bin:/bin", bin.display());
+    // (the stage's settings, whether it is refused)
+    let cases: Vec<(String, bool)> = vec![
+        ("run: x".into(), false),
+        ("run: x, shell: myshell -c".into(), false),
+        ("run: x, shell: nosuchshell -c".into(), true),
+        ("run: x, shell: ./bin/myshell".into(), false),
+        ("run: x, shell: ./bin/nosuch".into(), true),
+        (format!("run: x, shell: {}", program.display()), false),
+        // Only a string command goes through the shell.
+        ("run: [x], shell: nosuchshell".into(), false),
+        ("run: [x], rollback: y, shell: nosuchshell".into(), true),
+        // The stage's own PATH is the one the script gets.
+        ("run: x, shell: myshell, env: {PATH: /nowhere}".into(), true),
+    ];
+    for (settings, refused) in cases {
+        let text = format!(
+            "app: shop\nmanifests: [k8s]\ntargets:\n  - {{name: eu, context: a}}\npipeline:\n  - apply\n  - script: {{name: s, {settings}}}\n"
+        );
+        let env = |k: &str| (k == "PATH").then(|| bin_path.clone());
+        let config = parse(
+            &text,
+            &dir.path().join("rollguard.yaml"),
+            &Overrides::default(),
+            &env,
+        )
+        .unwrap_or_else(|e| panic!("{settings}: {e}"));
+        let issues = missing_shells(&config, &env);
+        assert_eq!(!issues.is_empty(), refused, "{settings}: {issues:?}");
+        if let Some(issue) = issues.first() {
+            assert!(issue.location.ends_with("rollguard.yaml:7"), "{issue}");
+            assert!(
+                issue.message.contains("stage \"s\": shell program"),
+                "{issue}"
             );
         }
     }
@@ -832,6 +904,8 @@ fn every_env_variable_the_code_reads_is_in_the_table() {
         "the scan found too little: {read:?}"
     );
     let listed: Vec<String> = ENV_SETTINGS.iter().flat_map(|s| s.variables()).collect();
+    // The runner sets this one in its children's environment; rollguard never reads it.
+    read.retain(|(_, var)| var != crate::util::process_group::MARKER_VAR);
     for (file, var) in &read {
         assert!(
             listed.contains(var),

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::engine::plan::Plan;
 use crate::engine::policy::{
@@ -114,7 +115,11 @@ pub async fn conclude(
     let settle = runs
         .iter_mut()
         .zip(decisions.clone())
-        .map(|(run, roll_back)| settle_target(&context, run, roll_back));
+        .map(|(run, roll_back)| {
+            // Its rollback and rollback commands log under its name, into its log group.
+            let span = tracing::error_span!("target", target = %run.report.name);
+            settle_target(&context, run, roll_back).instrument(span)
+        });
     let mut results: Vec<RollbackResult> = futures::future::join_all(settle)
         .await
         .into_iter()
@@ -362,40 +367,54 @@ async fn roll_back_manifests(
     });
     let rollback_started = Instant::now();
     let attempt = match run.access.as_ref() {
-        None => Err(("no connection to the cluster".to_string(), false)),
-        Some(access) => match stored_manifests(&release.store, &plan.config, &good, access).await {
-            Err(why) => Err((why, false)),
-            Ok(bodies) => ReApply {
-                access,
-                store: &release.store,
-                target: &name,
-                default_namespace: good
-                    .default_namespace
-                    .clone()
-                    .unwrap_or_else(|| release.default_namespace.clone()),
-                bodies,
-                commit: good.commit.clone(),
-                origin: ReleaseOrigin::Rollback { to: good.revision },
-                revision: Some(*rollback_revision),
-                destination: format!("v{}", good.revision),
-                timeout: settings.rollback_timeout,
-                deadline,
-                cancelled,
-                stop: stop.clone(),
-                lost: release.lost_token(),
-                field_manager: field_manager(&plan.config.app),
-                force_conflicts: plan.options.force_conflicts,
-                fail_fast: plan.config.wait.fail_fast.clone(),
-                run: RunInfo::from_env(&|k| plan.env(k)),
-                secrets: plan.config.history.secrets,
+        None => Err((
+            "no connection to the cluster".to_string(),
+            TargetOutcome::RollbackFailed,
+        )),
+        Some(access) => {
+            match stored_manifests(&release.store, &plan.config, &good, access, Some(deadline))
+                .await
+            {
+                Err(why) => Err((why.to_string(), TargetOutcome::RollbackFailed)),
+                Ok(bodies) => ReApply {
+                    access,
+                    store: &release.store,
+                    target: &name,
+                    default_namespace: good
+                        .default_namespace
+                        .clone()
+                        .unwrap_or_else(|| release.default_namespace.clone()),
+                    bodies,
+                    commit: good.commit.clone(),
+                    origin: ReleaseOrigin::Rollback { to: good.revision },
+                    revision: Some(*rollback_revision),
+                    destination: format!("v{}", good.revision),
+                    timeout: settings.rollback_timeout,
+                    deadline,
+                    cancelled,
+                    stop: stop.clone(),
+                    lost: release.lost_token(),
+                    field_manager: field_manager(&plan.config.app),
+                    force_conflicts: plan.options.force_conflicts,
+                    fail_fast: plan.config.wait.fail_fast.clone(),
+                    run: RunInfo::from_env(&|k| plan.env(k)),
+                    secrets: plan.config.history.secrets,
+                }
+                .run()
+                .await
+                .map_err(|e| match release.lock_lost() {
+                    Some(lost) => (format!("{e}; {lost}"), TargetOutcome::RollbackFailed),
+                    None => {
+                        let outcome = crate::engine::policy::unfinished_rollback_outcome(
+                            e.sent_unverified(),
+                            &failed_objects,
+                            e.stopped_after(),
+                        );
+                        (e.to_string(), outcome)
+                    }
+                }),
             }
-            .run()
-            .await
-            .map_err(|(why, sent)| match release.lock_lost() {
-                Some(lost) => (format!("{why}; {lost}"), false),
-                None => (why, sent),
-            }),
-        },
+        }
     };
     if let Ok(revision) = &attempt {
         run.report.warnings.extend(crate::release::revision_moved(
@@ -412,8 +431,8 @@ async fn roll_back_manifests(
             format!("rolled back to v{} (as v{revision})", good.revision),
         ),
         // Cancelled while the rollback was still rolling out: it was sent, not verified.
-        Err((why, true)) => (TargetOutcome::Cancelled, false, why),
-        Err((why, false)) => (TargetOutcome::RollbackFailed, false, why),
+        // Failed: nothing of the new revision stayed (policy::unfinished_rollback_outcome).
+        Err((why, outcome)) => (outcome, false, why),
     };
     run.report.rollback = Some(RollbackReport {
         to_commit: good.commit.as_ref().map(|c| c.short_sha().to_string()),

@@ -266,8 +266,9 @@ pub struct LockRefusal {
 /// holding Leases earlier in that order, which the holder, having passed them, never waits
 /// for (the first pass waits for nothing): two runs over the same clusters can never wait
 /// for each other in a cycle (the deadlock in which both timed out and rolled back). When
-/// one lock cannot be taken in time the run deploys nothing: it releases what it holds and
-/// every target reports why, so a run never rolls back targets another run is deploying.
+/// one lock cannot be taken, for whatever reason, the run deploys nothing ([`lock_stop`]):
+/// it releases what it holds and every target reports why, so a run never leaves the fleet
+/// split nor rolls back targets another run is deploying.
 async fn take_locks(
     plan: &Plan,
     reached: &[TargetRun],
@@ -349,6 +350,12 @@ async fn take_locks(
     let busy = |t: &Option<Result<HeldLock, PrepareError>>| {
         matches!(t, Some(Err(PrepareError::Lock(LockError::Timeout { .. }))))
     };
+    // A lock that failed for any other reason (a 403, a timeout, 5xx past the retries, two
+    // targets on one Lease) stops the run here: waiting for the busy ones would gain nothing.
+    let mut stopped = locks.iter().any(Option::is_some)
+        || taken
+            .iter()
+            .any(|(_, t)| matches!(t, Some(Err(_))) && !busy(t));
     if let Some(first_busy) = taken.iter().position(|(_, t)| busy(t)) {
         // Give back what comes after the first held Lease, to take it again in order.
         for (_, slot) in &mut taken[first_busy..] {
@@ -362,83 +369,151 @@ async fn take_locks(
         }
     }
 
-    // Second pass (only after a held Lease): one at a time in the order, waiting for each.
-    let mut abort: Option<(TargetOutcome, String)> = None;
+    // Second pass (only after a held Lease): one at a time in the order, waiting for each,
+    // until one fails.
     for (position, slot) in taken {
         let i = candidates[position];
-        let run = &reached[i];
-        let result = match (slot, &abort) {
-            (Some(result), _) => result,
-            (None, Some((outcome, why))) => {
-                locks[i] = Some(Err(Box::new(LockRefusal {
-                    outcome: *outcome,
-                    failure: None,
-                    message: Some(why.clone()),
-                })));
-                continue;
-            }
-            (None, None) => {
+        let result = match slot {
+            Some(result) => result,
+            // Left untried: the verdict below says why.
+            None if stopped => continue,
+            None => {
                 let left = deadline.saturating_duration_since(tokio::time::Instant::now());
                 attempt(position, left).await
             }
         };
-        let server = run
-            .access
-            .as_ref()
-            .map(|a| a.server.as_str())
-            .unwrap_or_default();
-        locks[i] = Some(match result {
-            Ok(held) => Ok(Some(held)),
-            Err(PrepareError::Cancelled) => {
-                abort = Some((
-                    TargetOutcome::Cancelled,
-                    "cancelled while waiting for the locks".into(),
-                ));
-                Err(Box::new(LockRefusal {
-                    outcome: TargetOutcome::Cancelled,
-                    failure: None,
-                    message: Some("cancelled while waiting for its lock".into()),
-                }))
-            }
-            Err(e) => {
-                let failure = e.failure(server);
-                tracing::info!("{e}");
-                if matches!(e, PrepareError::Lock(LockError::Timeout { .. })) {
-                    abort = Some((
-                        TargetOutcome::Skipped,
-                        format!(
-                            "not deployed: the lock of target {} could not be taken in time (see there); a run takes every target's lock before its first write, so it deployed nowhere",
-                            run.target.name
-                        ),
-                    ));
-                }
-                Err(Box::new(LockRefusal {
-                    outcome: TargetOutcome::Failed,
-                    failure: Some(failure),
-                    message: None,
-                }))
-            }
-        });
+        stopped |= result.is_err();
+        let server = reached[i].access.as_ref().map(|a| a.server.as_str());
+        locks[i] = Some(lock_entry(result, server.unwrap_or_default()));
     }
-    // A run that gives up deploys nowhere: the locks it took go back, for the other run.
-    if let Some((outcome, why)) = &abort {
-        for slot in locks.iter_mut() {
-            if let Some(Ok(Some(_))) = slot {
-                if let Some(Ok(Some((guard, _)))) = slot.take() {
-                    let _ = guard.release().await;
-                }
-                *slot = Some(Err(Box::new(LockRefusal {
-                    outcome: *outcome,
-                    failure: None,
-                    message: Some(why.clone()),
-                })));
-            }
-        }
-    }
+    settle_locks(reached, &candidates, &mut locks).await;
     locks
         .into_iter()
         .map(|slot| slot.unwrap_or(Ok(None)))
         .collect()
+}
+
+/// A lock attempt as the run keeps it: the lock held, or why not.
+fn lock_entry(
+    result: Result<HeldLock, PrepareError>,
+    server: &str,
+) -> Result<Option<HeldLock>, Box<LockRefusal>> {
+    match result {
+        Ok(held) => Ok(Some(held)),
+        Err(PrepareError::Cancelled) => Err(Box::new(LockRefusal {
+            outcome: TargetOutcome::Cancelled,
+            failure: None,
+            message: Some("cancelled while waiting for its lock".into()),
+        })),
+        Err(e) => {
+            tracing::info!("{e}");
+            Err(Box::new(LockRefusal {
+                outcome: TargetOutcome::Failed,
+                failure: Some(e.failure(server)),
+                message: None,
+            }))
+        }
+    }
+}
+
+/// Applies [`lock_stop`] to the candidates' locks: when the run cannot take every lock it
+/// writes nowhere, so the locks it holds go back (for the other run) and every candidate
+/// whose own lock did not fail says why it did not start.
+async fn settle_locks(
+    reached: &[TargetRun],
+    candidates: &[usize],
+    locks: &mut [Option<Result<Option<HeldLock>, Box<LockRefusal>>>],
+) {
+    let attempts: Vec<(&str, LockAttempt)> = candidates
+        .iter()
+        .map(|&i| {
+            let attempt = match &locks[i] {
+                Some(Ok(_)) => LockAttempt::Held,
+                Some(Err(r)) if r.outcome == TargetOutcome::Cancelled => LockAttempt::Cancelled,
+                Some(Err(r)) => LockAttempt::Failed {
+                    reason: r
+                        .failure
+                        .as_ref()
+                        .map_or_else(|| "LockError".to_string(), |f| f.reason.clone()),
+                },
+                None => LockAttempt::Untried,
+            };
+            (reached[i].target.name.as_str(), attempt)
+        })
+        .collect();
+    let Some((outcome, why)) = lock_stop(&attempts) else {
+        return;
+    };
+    for (&i, (_, attempt)) in candidates.iter().zip(&attempts) {
+        if matches!(attempt, LockAttempt::Failed { .. }) {
+            continue;
+        }
+        if let Some(Ok(Some((guard, _)))) = locks[i].take() {
+            let _ = guard.release().await;
+        }
+        locks[i] = Some(Err(Box::new(LockRefusal {
+            outcome,
+            failure: None,
+            message: Some(why.clone()),
+        })));
+    }
+}
+
+/// How one target's lock attempt ended, for [`lock_stop`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LockAttempt {
+    Held,
+    /// Its failure's reason (`Forbidden`, `LockTimeout`, ...); the target says it in full.
+    Failed {
+        reason: String,
+    },
+    Cancelled,
+    /// Not tried (or given back untried) because the run had stopped taking locks.
+    Untried,
+}
+
+/// Whether a run that tried its targets' locks stops before its first write, and then the
+/// outcome and message of every target whose own lock did not fail. None: every lock is
+/// held. A run writes nothing until it holds every lock, whatever made one fail, so that it
+/// never leaves the fleet split (a failed lock under `rollback-failed` once let the others
+/// deploy) and never rolls back targets another run is deploying.
+pub fn lock_stop(attempts: &[(&str, LockAttempt)]) -> Option<(TargetOutcome, String)> {
+    if attempts.iter().all(|(_, a)| *a == LockAttempt::Held) {
+        return None;
+    }
+    if attempts.iter().any(|(_, a)| *a == LockAttempt::Cancelled) {
+        return Some((
+            TargetOutcome::Cancelled,
+            "cancelled while waiting for the locks".into(),
+        ));
+    }
+    let mut names = Vec::new();
+    let mut reasons: Vec<&str> = Vec::new();
+    for (name, attempt) in attempts {
+        if let LockAttempt::Failed { reason } = attempt {
+            names.push(*name);
+            if !reasons.contains(&reason.as_str()) {
+                reasons.push(reason);
+            }
+        }
+    }
+    let (lock, it) = match names.len() {
+        0 => {
+            return Some((
+                TargetOutcome::Skipped,
+                "not started: not every target's lock was taken, and a run writes nothing before it holds them all; run again".into(),
+            ));
+        }
+        1 => (format!("the lock of target {}", names[0]), "it"),
+        _ => (format!("the locks of targets {}", names.join(", ")), "them"),
+    };
+    Some((
+        TargetOutcome::Skipped,
+        format!(
+            "not started: {lock} could not be taken ({}: see {it} for why); a run takes every target's lock before its first write, so nothing was written anywhere: fix {it} and run again",
+            reasons.join(", ")
+        ),
+    ))
 }
 
 /// Runs one task per target, at most `concurrency` at once, each in its own tokio task inside
@@ -580,6 +655,74 @@ mod tests {
         match outcome {
             Some(outcome) => skipped(&target, outcome, "x"),
             None => TargetRun::new(&target, Timestamp::now()),
+        }
+    }
+
+    #[test]
+    fn a_run_starts_only_with_every_lock_held() {
+        use LockAttempt::{Cancelled, Held, Untried};
+        let failed = |reason: &str| LockAttempt::Failed {
+            reason: reason.to_string(),
+        };
+        // (attempts, outcome of the others, what their message says)
+        type Case<'a> = (
+            Vec<(&'a str, LockAttempt)>,
+            Option<(TargetOutcome, &'a str)>,
+        );
+        let cases: Vec<Case> = vec![
+            (vec![("eu", Held), ("us", Held)], None),
+            (vec![], None),
+            (
+                vec![("eu", Held), ("us", failed("Forbidden")), ("ap", Held)],
+                Some((
+                    TargetOutcome::Skipped,
+                    "not started: the lock of target us could not be taken (Forbidden: see it for why)",
+                )),
+            ),
+            (
+                vec![("eu", failed("LockTimeout")), ("us", Untried)],
+                Some((
+                    TargetOutcome::Skipped,
+                    "the lock of target eu could not be taken",
+                )),
+            ),
+            (
+                vec![
+                    ("eu", failed("Timeout")),
+                    ("us", failed("Forbidden")),
+                    ("ap", failed("Forbidden")),
+                    ("sa", Held),
+                ],
+                Some((
+                    TargetOutcome::Skipped,
+                    "the locks of targets eu, us, ap could not be taken (Timeout, Forbidden: see them",
+                )),
+            ),
+            (
+                vec![("eu", Held), ("us", Cancelled), ("ap", failed("Forbidden"))],
+                Some((
+                    TargetOutcome::Cancelled,
+                    "cancelled while waiting for the locks",
+                )),
+            ),
+            (
+                vec![("eu", Held), ("us", Untried)],
+                Some((TargetOutcome::Skipped, "not every target's lock was taken")),
+            ),
+        ];
+        for (attempts, want) in cases {
+            let got = lock_stop(&attempts);
+            match (want, &got) {
+                (None, None) => {}
+                (Some((outcome, part)), Some((got_outcome, message))) => {
+                    assert_eq!(*got_outcome, outcome, "{attempts:?}");
+                    assert!(message.contains(part), "{attempts:?}: {message}");
+                    if outcome == TargetOutcome::Skipped {
+                        assert!(message.contains("run again"), "{message}");
+                    }
+                }
+                _ => panic!("{attempts:?}: got {got:?}"),
+            }
         }
     }
 

@@ -9,6 +9,7 @@ use std::collections::HashSet;
 
 use crate::config::FailurePolicy;
 use crate::release::{ObjectRef, ReleaseRecord, ReleaseStatus};
+use crate::report::TargetOutcome;
 use crate::stages::env::RollbackReason;
 
 /// What the policy needs to know of one target after the deploy phase.
@@ -180,6 +181,31 @@ pub fn choose_manual_target(
         .ok_or(RollbackChoiceError::NoEarlierGood)
 }
 
+/// What a rollback that did not end healthy leaves its target as. `sent_unverified`: the
+/// run was cancelled before its rollout was seen healthy. Otherwise the rollback failed,
+/// unless its apply stopped (`stopped_after`: what it had re-applied) having re-applied
+/// every object the failed revision sent (`sent`): then nothing of the new revision stayed,
+/// and what the rollback could not send never received it either (a 429 whose Retry-After
+/// passed the deadline, on both): the target only failed.
+pub fn unfinished_rollback_outcome(
+    sent_unverified: bool,
+    sent: &[ObjectRef],
+    stopped_after: Option<&[ObjectRef]>,
+) -> TargetOutcome {
+    if sent_unverified {
+        return TargetOutcome::Cancelled;
+    }
+    let Some(reapplied) = stopped_after else {
+        return TargetOutcome::RollbackFailed;
+    };
+    let back: HashSet<_> = reapplied.iter().map(ObjectRef::identity).collect();
+    if sent.iter().all(|o| back.contains(&o.identity())) {
+        TargetOutcome::Failed
+    } else {
+        TargetOutcome::RollbackFailed
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,6 +221,53 @@ mod tests {
             (Skipped, RollbackReason::Policy),
         ] {
             assert_eq!(rollback_reason(outcome), want, "{outcome:?}");
+        }
+    }
+
+    #[test]
+    fn an_unfinished_rollback_fails_its_target_only_when_something_of_the_new_revision_stayed() {
+        let object = |kind: &str, name: &str| ObjectRef {
+            api_version: if kind == "Deployment" {
+                "apps/v1"
+            } else {
+                "v1"
+            }
+            .into(),
+            kind: kind.into(),
+            namespace: Some("shop".into()),
+            name: name.into(),
+        };
+        let cm = object("ConfigMap", "web-config");
+        let web = object("Deployment", "web");
+        use TargetOutcome::{Cancelled, Failed, RollbackFailed};
+        // (sent_unverified, sent by the deploy, re-applied when the rollback's apply
+        // stopped (None: it finished, then failed), outcome)
+        let cases = [
+            (false, vec![cm.clone()], Some(vec![cm.clone()]), Failed),
+            (
+                false,
+                vec![cm.clone(), web.clone()],
+                Some(vec![cm.clone()]),
+                RollbackFailed,
+            ),
+            (false, vec![cm.clone()], Some(vec![]), RollbackFailed),
+            (
+                false,
+                vec![web.clone()],
+                Some(vec![cm.clone()]),
+                RollbackFailed,
+            ),
+            // Re-applied everything, then unhealthy: the rollback failed.
+            (false, vec![cm.clone()], None, RollbackFailed),
+            (true, vec![cm.clone()], Some(vec![]), Cancelled),
+            (true, vec![cm.clone()], None, Cancelled),
+        ];
+        for (unverified, sent, stopped_after, want) in cases {
+            assert_eq!(
+                unfinished_rollback_outcome(unverified, &sent, stopped_after.as_deref()),
+                want,
+                "{unverified} {sent:?} {stopped_after:?}"
+            );
         }
     }
 

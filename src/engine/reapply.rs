@@ -19,7 +19,91 @@ use crate::release::{
     ReleaseStatus, ReleaseStore, RunInfo, fill_secret_stubs, other_namespace_secrets, stub_digest,
 };
 use crate::report::Failure;
-use crate::util::git::CommitInfo;
+use crate::util::git::{CommitInfo, GitError};
+
+/// Why the manifests of an earlier revision or commit could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestsError {
+    /// git could not give the commit (no git, not a repository, a fetch that failed): a
+    /// failure of the environment, never bad input.
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error("manifests at commit {sha}: {source}")]
+    Load {
+        sha: String,
+        #[source]
+        source: crate::manifests::ManifestError,
+    },
+    #[error(
+        "release v{revision} keeps Secrets of other namespaces only as digests (history.secrets: digest) and has no commit to re-read them from git: restore them by hand or roll back to another revision"
+    )]
+    DigestsWithoutCommit { revision: u64 },
+    /// A Secret kept only as a digest is not at the commit as the release applied it.
+    #[error("release v{revision}: {source}")]
+    Stubs {
+        revision: u64,
+        #[source]
+        source: crate::release::StubError,
+    },
+    #[error("release v{revision} holds neither manifests nor a commit to rebuild them from")]
+    Empty { revision: u64 },
+    /// The stored manifests are unreadable, and git could not rebuild them either.
+    #[error("{corrupt}; and from git: {source}")]
+    CorruptAndGit {
+        corrupt: ReleaseError,
+        #[source]
+        source: Box<ManifestsError>,
+    },
+    /// The cluster did not give the record (`why` as the cluster errors are described).
+    #[error("reading release v{revision}: {why}")]
+    Read {
+        revision: u64,
+        why: String,
+        #[source]
+        source: ReleaseError,
+    },
+    /// git and the render command did not finish within the rollback's time budget.
+    #[error("reading the manifests from git did not finish within the rollback's time budget")]
+    OutOfTime,
+    /// The blocking task that reads git ended without an answer (the runtime is stopping).
+    #[error("internal error reading the manifests from git: {0}")]
+    Stopped(#[source] tokio::task::JoinError),
+}
+
+impl ManifestsError {
+    /// Whether the revision itself cannot be rolled back to (what it keeps is not enough):
+    /// a refusal of the input (exit 2). git, the manifests at a commit and the cluster are
+    /// failures (exit 1): a failed `git fetch` is never bad input.
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            ManifestsError::DigestsWithoutCommit { .. }
+            | ManifestsError::Stubs { .. }
+            | ManifestsError::Empty { .. } => true,
+            ManifestsError::Git(GitError::Unreachable { detail, .. }) => {
+                remote_lacks_commit(detail)
+            }
+            ManifestsError::Git(_)
+            | ManifestsError::Load { .. }
+            | ManifestsError::CorruptAndGit { .. }
+            | ManifestsError::Read { .. }
+            | ManifestsError::OutOfTime
+            | ManifestsError::Stopped(_) => false,
+        }
+    }
+}
+
+/// Whether git's answer to fetching one commit says that origin has no such commit (the
+/// name is wrong: bad input), rather than that origin could not be reached (a failure).
+pub fn remote_lacks_commit(git_stderr: &str) -> bool {
+    [
+        "not our ref",
+        "couldn't find remote ref",
+        "unadvertised object",
+        "fetch succeeded but the commit is still missing",
+    ]
+    .iter()
+    .any(|m| git_stderr.contains(m))
+}
 
 /// The manifests of the revision `record` names, read from the cluster only now: a deploy
 /// that succeeds never needs them.
@@ -28,9 +112,10 @@ pub async fn stored_manifests(
     config: &Config,
     record: &ReleaseRecord,
     access: &ClusterAccess,
-) -> Result<Vec<serde_json::Value>, String> {
+    until: Option<Instant>,
+) -> Result<Vec<serde_json::Value>, ManifestsError> {
     match store.get(record.revision).await {
-        Ok(full) => record_manifests(config, &full).await,
+        Ok(full) => record_manifests(config, &full, until).await,
         // Unreadable manifests: the record's commit can still rebuild them from git.
         Err(e @ ReleaseError::Corrupt { .. }) => {
             tracing::warn!(
@@ -39,16 +124,23 @@ pub async fn stored_manifests(
             );
             let mut head = record.clone();
             head.manifests = None;
-            record_manifests(config, &head)
+            record_manifests(config, &head, until)
                 .await
-                .map_err(|why| format!("{e}; and from git: {why}"))
+                .map_err(|source| ManifestsError::CorruptAndGit {
+                    corrupt: e,
+                    source: Box::new(source),
+                })
         }
         Err(e) => {
             let why = match e.kube_error() {
                 Some(k) => describe_error(k, &access.server).message,
                 None => e.to_string(),
             };
-            Err(format!("reading release v{}: {why}", record.revision))
+            Err(ManifestsError::Read {
+                revision: record.revision,
+                why,
+                source: e,
+            })
         }
     }
 }
@@ -58,58 +150,86 @@ pub async fn stored_manifests(
 pub async fn record_manifests(
     config: &Config,
     record: &ReleaseRecord,
-) -> Result<Vec<serde_json::Value>, String> {
+    until: Option<Instant>,
+) -> Result<Vec<serde_json::Value>, ManifestsError> {
+    let revision = record.revision;
     if let Some(bodies) = &record.manifests {
         let mut bodies = bodies.clone();
         if bodies.iter().any(|b| stub_digest(b).is_some()) {
-            let commit = record.commit.as_ref().ok_or_else(|| {
-                format!(
-                    "release v{} keeps Secrets of other namespaces only as digests (history.secrets: digest) and has no commit to re-read them from git: restore them by hand or roll back to another revision",
-                    record.revision
-                )
-            })?;
-            let from_git = manifests_from_git_off_runtime(config, &commit.sha).await?;
+            let commit = record
+                .commit
+                .as_ref()
+                .ok_or(ManifestsError::DigestsWithoutCommit { revision })?;
+            let from_git = manifests_from_git_off_runtime(config, &commit.sha, until).await?;
             let default_namespace = record.default_namespace.clone().unwrap_or_default();
             fill_secret_stubs(&mut bodies, &from_git, &default_namespace, &commit.sha)
-                .map_err(|why| format!("release v{}: {why}", record.revision))?;
+                .map_err(|source| ManifestsError::Stubs { revision, source })?;
         }
         return Ok(bodies);
     }
-    let commit = record.commit.as_ref().ok_or_else(|| {
-        format!(
-            "release v{} holds neither manifests nor a commit to rebuild them from",
-            record.revision
-        )
-    })?;
-    manifests_from_git_off_runtime(config, &commit.sha).await
+    let commit = record
+        .commit
+        .as_ref()
+        .ok_or(ManifestsError::Empty { revision })?;
+    manifests_from_git_off_runtime(config, &commit.sha, until).await
 }
 
 /// [`manifests_from_git`] on a blocking thread: git and a `render:` command block, and the
-/// async runtime's threads must not (a test keeps every such call site off them).
+/// async runtime's threads must not (a test keeps every such call site off them). With
+/// `until`, every git and render command it runs is due by then, and so is its answer.
 pub async fn manifests_from_git_off_runtime(
     config: &Config,
     sha: &str,
-) -> Result<Vec<serde_json::Value>, String> {
+    until: Option<Instant>,
+) -> Result<Vec<serde_json::Value>, ManifestsError> {
     let (config, sha) = (config.clone(), sha.to_string());
-    tokio::task::spawn_blocking(move || manifests_from_git(&config, &sha))
-        .await
-        .map_err(|e| format!("internal error reading the manifests from git: {e}"))?
+    let std_until = until.map(Instant::into_std);
+    let work =
+        tokio::task::spawn_blocking(move || manifests_from_git_until(&config, &sha, std_until));
+    let done = match until {
+        Some(until) => tokio::time::timeout_at(until, work)
+            .await
+            .map_err(|_| ManifestsError::OutOfTime)?,
+        None => work.await,
+    };
+    match done {
+        Ok(result) => result,
+        // A panic goes on unwinding: it is a bug (exit 4), not a failed rollback.
+        Err(e) => match e.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(e) => Err(ManifestsError::Stopped(e)),
+        },
+    }
+}
+
+/// [`manifests_from_git`] with every git and render command due by `until`.
+pub fn manifests_from_git_until(
+    config: &Config,
+    sha: &str,
+    until: Option<std::time::Instant>,
+) -> Result<Vec<serde_json::Value>, ManifestsError> {
+    crate::util::runner::within(until, || manifests_from_git(config, sha))
 }
 
 /// The manifests of the config's manifest source at commit `sha`, from a temporary checkout.
-pub fn manifests_from_git(config: &Config, sha: &str) -> Result<Vec<serde_json::Value>, String> {
+pub fn manifests_from_git(
+    config: &Config,
+    sha: &str,
+) -> Result<Vec<serde_json::Value>, ManifestsError> {
     let set = manifests_at_commit(config, sha)?;
     Ok(set.objects.into_iter().map(|o| o.body).collect())
 }
 
 /// The validated manifest set of the config's source at commit `sha` (a `render:` command
 /// runs in the checkout), read from a temporary checkout that is removed afterwards.
-pub fn manifests_at_commit(config: &Config, sha: &str) -> Result<ManifestSet, String> {
-    let checkout =
-        crate::util::git::Checkout::at(&config.base_dir, sha).map_err(|e| e.to_string())?;
+pub fn manifests_at_commit(config: &Config, sha: &str) -> Result<ManifestSet, ManifestsError> {
+    let checkout = crate::util::git::Checkout::at(&config.base_dir, sha)?;
     let mut at_commit = config.clone();
     at_commit.base_dir = checkout.map_path(&config.base_dir);
-    crate::manifests::load(&at_commit).map_err(|e| format!("manifests at commit {sha}: {e}"))
+    crate::manifests::load(&at_commit).map_err(|source| ManifestsError::Load {
+        sha: sha.to_string(),
+        source,
+    })
 }
 
 /// A manifest set from stored bodies (in their stored, already sorted, order).
@@ -199,10 +319,77 @@ pub struct ReApply<'a> {
     pub secrets: SecretsPolicy,
 }
 
+/// Why a re-apply did not end healthy. `to` is where it went: "v3" or "commit abc1234".
+#[derive(Debug, thiserror::Error)]
+pub enum RollbackError {
+    #[error("rollback to {to}: {source}")]
+    Encode {
+        to: String,
+        #[source]
+        source: ReleaseError,
+    },
+    /// Its record could not be begun (`why` as the cluster errors are described).
+    #[error("rollback to {to}: {why}")]
+    Begin {
+        to: String,
+        why: String,
+        #[source]
+        source: ReleaseError,
+    },
+    /// The apply stopped: the first failure, then what was and was not re-applied.
+    #[error("rollback to {to}: {why}; {progress}")]
+    Apply {
+        to: String,
+        why: String,
+        progress: String,
+        /// What was re-applied before it stopped.
+        reapplied: Vec<ObjectRef>,
+    },
+    /// The run was cancelled and the rollout had not finished when rollguard had to exit.
+    #[error("rollback to {to} sent; not yet healthy when rollguard had to exit")]
+    SentUnverified { to: String },
+    /// Re-applied, but the rollout failed or timed out.
+    #[error("rollback to {to}: {why}")]
+    Unhealthy { to: String, why: String },
+    #[error("rollback to {to} cancelled")]
+    Cancelled { to: String },
+    #[error(
+        "rollback to {to} stopped: the lock was lost; its record v{revision} is left to the new holder"
+    )]
+    LockLost { to: String, revision: u64 },
+    #[error("rollback to {to} applied, but its record v{revision} could not be written: {why}")]
+    Record {
+        to: String,
+        revision: u64,
+        why: String,
+        #[source]
+        source: ReleaseError,
+    },
+}
+
+impl RollbackError {
+    /// Sent, but not seen healthy because the run was cancelled: the outcome is
+    /// `cancelled`, not `rollback-failed`.
+    pub fn sent_unverified(&self) -> bool {
+        matches!(
+            self,
+            RollbackError::SentUnverified { .. } | RollbackError::Cancelled { .. }
+        )
+    }
+
+    /// What it had re-applied when its apply stopped (None: it stopped elsewhere).
+    pub fn stopped_after(&self) -> Option<&[ObjectRef]> {
+        match self {
+            RollbackError::Apply { reapplied, .. } => Some(reapplied),
+            RollbackError::Encode { .. } | RollbackError::Begin { .. } => Some(&[]),
+            _ => None,
+        }
+    }
+}
+
 impl ReApply<'_> {
-    /// Record, apply (server-side, never pruning) and wait. Ok(new revision);
-    /// Err((why, sent_but_unverified_because_cancelled)).
-    pub async fn run(self) -> Result<u64, (String, bool)> {
+    /// Record, apply (server-side, never pruning) and wait. Ok(new revision).
+    pub async fn run(self) -> Result<u64, RollbackError> {
         let access = self.access;
         let describe = |e: &ReleaseError| match e.kube_error() {
             Some(k) => describe_error(k, &access.server).message,
@@ -220,7 +407,10 @@ impl ReApply<'_> {
             self.secrets,
             &self.default_namespace,
         )
-        .map_err(|e| (format!("rollback to {to}: {e}"), false))?;
+        .map_err(|source| RollbackError::Encode {
+            to: to.clone(),
+            source,
+        })?;
         let mut draft = ReleaseDraft::new(manifests);
         draft.commit = self.commit.clone();
         draft.target = Some(self.target.to_string());
@@ -230,7 +420,11 @@ impl ReApply<'_> {
             .store
             .begin_numbered(draft, self.origin, self.revision)
             .await
-            .map_err(|e| (format!("rollback to {to}: {}", describe(&e)), false))?;
+            .map_err(|source| RollbackError::Begin {
+                to: to.clone(),
+                why: describe(&source),
+                source,
+            })?;
         let revision = record.revision;
         let set = manifest_set_from_bodies(&self.bodies, to);
         let options = ApplyOptions {
@@ -257,13 +451,12 @@ impl ReApply<'_> {
                             e.to_string()
                         }
                     });
-                Err((
-                    format!(
-                        "rollback to {to}: {why}; {}",
-                        rollback_progress(&set, &applied.applied)
-                    ),
-                    false,
-                ))
+                Err(RollbackError::Apply {
+                    to: to.clone(),
+                    why,
+                    progress: rollback_progress(&set, &applied.applied),
+                    reapplied: applied.applied.iter().map(applied_ref).collect(),
+                })
             }
             Ok(()) => {
                 let wait = WaitOptions {
@@ -282,51 +475,79 @@ impl ReApply<'_> {
                 .await;
                 match waited.result {
                     Ok(()) => Ok(()),
-                    Err(WaitFailure::Timeout(_)) if self.cancelled => Err((
-                        format!(
-                            "rollback to {to} sent; not yet healthy when rollguard had to exit"
-                        ),
-                        true,
-                    )),
-                    Err(WaitFailure::Failed(f)) | Err(WaitFailure::Timeout(f)) => Err((
-                        format!(
-                            "rollback to {to}: {}",
-                            f.first().map(Failure::headline).unwrap_or_default()
-                        ),
-                        false,
-                    )),
-                    Err(WaitFailure::Cancelled) => {
-                        Err((format!("rollback to {to} cancelled"), true))
+                    Err(WaitFailure::Timeout(_)) if self.cancelled => {
+                        Err(RollbackError::SentUnverified { to: to.clone() })
                     }
+                    Err(WaitFailure::Failed(f)) | Err(WaitFailure::Timeout(f)) => {
+                        Err(RollbackError::Unhealthy {
+                            to: to.clone(),
+                            why: f.first().map(Failure::headline).unwrap_or_default(),
+                        })
+                    }
+                    Err(WaitFailure::Cancelled) => Err(RollbackError::Cancelled { to: to.clone() }),
                 }
             }
         };
         if self.lost.is_cancelled() {
-            return Err((
-                format!(
-                    "rollback to {to} stopped: the lock was lost; its record v{revision} is left to the new holder"
-                ),
-                false,
-            ));
+            return Err(RollbackError::LockLost {
+                to: to.clone(),
+                revision,
+            });
         }
         let objects = Some(applied.applied.iter().map(applied_ref).collect());
         let (status, reason) = match &outcome {
             Ok(()) => (ReleaseStatus::Deployed, None),
-            Err((why, _)) => (ReleaseStatus::Failed, Some(why.clone())),
+            Err(e) => (ReleaseStatus::Failed, Some(e.to_string())),
         };
         if let Err(e) = self
             .store
             .finish_with_objects(revision, status, reason, objects)
             .await
         {
-            return Err((
-                format!(
-                    "rollback to {to} applied, but its record v{revision} could not be written: {}",
-                    describe(&e)
-                ),
-                false,
-            ));
+            return Err(RollbackError::Record {
+                to: to.clone(),
+                revision,
+                why: describe(&e),
+                source: e,
+            });
         }
         outcome.map(|()| revision)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::remote_lacks_commit;
+
+    #[test]
+    fn a_missing_commit_is_told_apart_from_an_unreachable_origin() {
+        // git 2.47's answers.
+        let cases = [
+            (
+                "fatal: remote error: upload-pack: not our ref 0123456789abcdef0123456789abcdef01234567",
+                true,
+            ),
+            ("fatal: couldn't find remote ref nosuchref", true),
+            (
+                "error: Server does not allow request for unadvertised object 0123456789abcdef",
+                true,
+            ),
+            ("fetch succeeded but the commit is still missing", true),
+            (
+                "fatal: unable to access 'https://127.0.0.1:1/x.git/': Failed to connect to 127.0.0.1 port 1 after 0 ms: Couldn't connect to server",
+                false,
+            ),
+            (
+                "fatal: '/nonexistent/origin.git' does not appear to be a git repository\nfatal: Could not read from remote repository.",
+                false,
+            ),
+            (
+                "fatal: unable to access 'https://github.com/o/r/': Could not resolve host: github.com",
+                false,
+            ),
+        ];
+        for (stderr, missing) in cases {
+            assert_eq!(remote_lacks_commit(stderr), missing, "{stderr}");
+        }
     }
 }

@@ -341,6 +341,7 @@ pub async fn manual_stage_rollbacks(
         u64,
         Vec<StageResult>,
     )>,
+    stop: &CancellationToken,
 ) -> Vec<Vec<StageResult>> {
     let mut runs: Vec<TargetRun> = targets
         .into_iter()
@@ -356,15 +357,15 @@ pub async fn manual_stage_rollbacks(
         .collect();
     let before: Vec<usize> = runs.iter().map(|r| r.report.stages.len()).collect();
     let deadline = Instant::now() + plan.config.rollback_timeout();
-    let stop = CancellationToken::new();
     let progress = Progress::quiet();
+    // `stop` (a signal) kills the running commands; the ones after it are not started.
     futures::future::join_all(runs.iter_mut().map(|run| {
         let span = tracing::error_span!("target", target = %run.target.name);
-        roll_back_target_stages(plan, run, false, deadline, &stop, &progress).instrument(span)
+        roll_back_target_stages(plan, run, false, deadline, stop, &progress).instrument(span)
     }))
     .await;
     let all = vec![true; runs.len()];
-    roll_back_fleet_stages(plan, &mut runs, &all, false, deadline, &stop).await;
+    roll_back_fleet_stages(plan, &mut runs, &all, false, deadline, stop).await;
     runs.into_iter()
         .zip(before)
         .map(|(run, n)| run.report.stages.into_iter().skip(n).collect())

@@ -343,8 +343,8 @@ fn write_runner_files(ctx: &GithubContext, run: &Finish<'_>, messages: &Messages
     if let Some(path) = &ctx.output {
         let outputs = workflow::outputs(&clean, run.report_path);
         let written = workflow::output_file(&outputs, &workflow::random_token("ghadelimiter_"))
-            .map_err(|e| e.to_string())
-            .and_then(|text| append(path, &text).map_err(|e| e.to_string()));
+            .map_err(OutputsError::from)
+            .and_then(|text| append(path, &text).map_err(OutputsError::from));
         if let Err(e) = written {
             messages.warn(&format!(
                 "cannot write the step outputs to {} (GITHUB_OUTPUT): {e}",
@@ -373,6 +373,15 @@ fn write_runner_files(ctx: &GithubContext, run: &Finish<'_>, messages: &Messages
     let mut stdout = std::io::stdout().lock();
     let _ = stdout.write_all(out.as_bytes());
     let _ = stdout.flush();
+}
+
+/// Why the step outputs could not be written.
+#[derive(Debug, thiserror::Error)]
+enum OutputsError {
+    #[error(transparent)]
+    Delimiter(#[from] workflow::DelimiterInValue),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
 }
 
 fn append(path: &Path, text: &str) -> std::io::Result<()> {

@@ -1,23 +1,21 @@
 //! Exec credential plugins (`aws eks get-token`, `gke-gcloud-auth-plugin`, `kubelogin`, ...)
 //! run by rollguard rather than by kube: kube runs them on a blocking thread with no time
 //! limit and copies their whole output, credentials included, into its errors. Here a plugin
-//! has a deadline ([`PLUGIN_TIMEOUT`]), runs in its own process group that is killed on
-//! timeout, on cancel and when its run is dropped, its stdout (the credential) is read in
-//! bounded memory and never shown; a failure says the exit code and the last lines of
+//! runs through the one child-process runner (`util::runner`): a deadline
+//! ([`PLUGIN_TIMEOUT`]), its own process group killed on timeout, on cancel and when its run
+//! is dropped; its stdout (the credential) is read in bounded memory and never shown; a failure says the exit code and the last lines of
 //! stderr, with anything shaped like a credential masked.
 
-use std::collections::VecDeque;
-use std::process::Stdio;
 use std::time::Duration;
 
 use base64::Engine as _;
 use kube::config::{AuthInfo, ExecConfig};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
 use tokio_util::sync::CancellationToken;
 
 use crate::kube::error::TargetError;
-use crate::util::process_group::{GroupGuard, find_command};
+use crate::util::process_group::find_command;
+use crate::util::runner::{self, End};
 
 /// How long a plugin may run; `aws eks get-token` and friends answer in about a second.
 pub const PLUGIN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -193,16 +191,10 @@ async fn run_plugin(
             "is not found on PATH: install it or fix the command",
         )
     })?;
-    let mut cmd = tokio::process::Command::new(program);
-    cmd.args(exec.args.iter().flatten())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .process_group(0);
+    let mut vars: Vec<(String, String)> = Vec::new();
     for pair in exec.env.iter().flatten() {
         if let (Some(name), Some(value)) = (pair.get("name"), pair.get("value")) {
-            cmd.env(name, value);
+            vars.push((name.clone(), value.clone()));
         }
     }
     let mut spec = json!({ "interactive": false });
@@ -216,114 +208,61 @@ async fn run_plugin(
         "kind": "ExecCredential",
         "spec": spec,
     });
-    cmd.env("KUBERNETES_EXEC_INFO", info.to_string());
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| plugin_error(exec, user, &format!("could not be started: {e}")))?;
-    // Killed with its group when this returns (the plugin's work is done or abandoned).
-    let _group = child
-        .id()
-        .and_then(|id| i32::try_from(id).ok())
-        .map(GroupGuard::new);
-    let stdout = child.stdout.take();
-    let stderr = child.stderr.take();
-    let work = async {
-        let (out, err, status) =
-            tokio::join!(read_bounded(stdout), read_tail(stderr), child.wait());
-        (out, err, status)
-    };
-    let (out, err, status) = tokio::select! {
-        done = tokio::time::timeout(timeout, work) => match done {
-            Ok(done) => done,
-            Err(_) => {
-                return Err(plugin_error(
-                    exec,
-                    user,
-                    &format!(
-                        "did not finish within {}; it was stopped",
-                        crate::util::duration::format_duration(timeout)
-                    ),
-                ));
-            }
-        },
-        _ = cancel.cancelled() => {
-            return Err(plugin_error(exec, user, "was stopped: the run was cancelled"));
-        }
-    };
-    let tail = if err.is_empty() {
+    vars.push(("KUBERNETES_EXEC_INFO".into(), info.to_string()));
+    let mut run_spec = runner::Spec::new(program, timeout).args(exec.args.iter().flatten());
+    run_spec.env = runner::Env::Inherit(vars);
+    // The credential is read whole, in bounded memory, and never shown.
+    run_spec.stdout = runner::Capture::Bytes(MAX_PLUGIN_OUTPUT);
+    run_spec.tail_lines = STDERR_LINES;
+    let out = runner::run(&run_spec, cancel, &mask_credentials, &|_, _| {}).await;
+    let lines: Vec<&String> = out.tail.iter().filter(|l| !l.trim().is_empty()).collect();
+    let tail = if lines.is_empty() {
         String::new()
     } else {
-        format!("; its stderr ends: {}", err.join(" | "))
+        let lines: Vec<&str> = lines.iter().map(|l| l.as_str()).collect();
+        format!("; its stderr ends: {}", lines.join(" | "))
     };
-    let status =
-        status.map_err(|e| plugin_error(exec, user, &format!("could not be waited for: {e}")))?;
-    if !status.success() {
-        let how = match status.code() {
-            Some(code) => format!("exited with code {code}"),
-            None => "was killed by a signal".to_string(),
-        };
-        return Err(plugin_error(exec, user, &format!("{how}{tail}")));
-    }
-    out.ok_or_else(|| {
-        plugin_error(
+    if out.overflowed {
+        return Err(plugin_error(
             exec,
             user,
             &format!(
                 "printed more than {} KiB (an ExecCredential is a few KiB)",
                 MAX_PLUGIN_OUTPUT / 1024
             ),
-        )
-    })
-}
-
-/// All of `pipe`, or None past [`MAX_PLUGIN_OUTPUT`] (the rest is drained, not kept).
-async fn read_bounded(pipe: Option<impl AsyncRead + Unpin>) -> Option<Vec<u8>> {
-    let mut pipe = pipe?;
-    let mut kept = Vec::new();
-    let mut buf = [0u8; 8192];
-    let mut over = false;
-    loop {
-        match pipe.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) if !over && kept.len() + n <= MAX_PLUGIN_OUTPUT => {
-                kept.extend_from_slice(&buf[..n])
-            }
-            Ok(_) => {
-                over = true;
-                kept = Vec::new();
-            }
-        }
+        ));
     }
-    (!over).then_some(kept)
-}
-
-/// The last lines of stderr, masked; lines are read in bounded memory.
-async fn read_tail(pipe: Option<impl AsyncRead + Unpin>) -> Vec<String> {
-    let Some(pipe) = pipe else {
-        return Vec::new();
-    };
-    let mut reader = BufReader::new(pipe);
-    let mut lines = VecDeque::new();
-    let mut buf = Vec::new();
-    loop {
-        buf.clear();
-        // A line longer than the cap is cut: `take` bounds one read_until.
-        let mut limited = (&mut reader).take(64 * 1024);
-        match limited.read_until(b'\n', &mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {
-                let line = String::from_utf8_lossy(&buf).trim_end().to_string();
-                if line.is_empty() {
-                    continue;
-                }
-                if lines.len() == STDERR_LINES {
-                    lines.pop_front();
-                }
-                lines.push_back(mask_credentials(&line));
-            }
-        }
+    match out.end {
+        End::Exited(0) => Ok(out.stdout),
+        End::TimedOut => Err(plugin_error(
+            exec,
+            user,
+            &format!(
+                "did not finish within {}; it was stopped",
+                crate::util::duration::format_duration(timeout)
+            ),
+        )),
+        End::Stopped => Err(plugin_error(
+            exec,
+            user,
+            "was stopped: the run was cancelled",
+        )),
+        End::NotStarted(why) => Err(plugin_error(
+            exec,
+            user,
+            &format!("could not be started: {why}"),
+        )),
+        End::Exited(code) => Err(plugin_error(
+            exec,
+            user,
+            &format!("exited with code {code}{tail}"),
+        )),
+        End::Signalled(_) => Err(plugin_error(
+            exec,
+            user,
+            &format!("was killed by a signal{tail}"),
+        )),
     }
-    lines.into()
 }
 
 #[cfg(test)]

@@ -4,9 +4,11 @@
 //! kind and namespace, with `default_backoff()` so a dropped watch relists), and so are the
 //! ReplicaSets and Pods of namespaces with workloads. After each event the pure rules decide:
 //! `health::assess` per object, and `health::pod_problems` for the pods of the workload's
-//! NEW revision only. Fatal pod problems fail at once; transient ones (ErrImagePull,
-//! Unschedulable) fail when they persist past their grace, checked by a timer at the exact
-//! instant the grace ends, never by polling.
+//! NEW revision only. Fatal pod problems fail at once; transient ones (Unschedulable, pull
+//! errors that may pass) fail when they persist past their grace, checked by a timer at the
+//! exact instant the grace ends, never by polling. Pull errors are judged by what they say
+//! (`health::pulls`), their grace counted per container from the first pull error this
+//! watcher saw, on its monotonic clock (never a node's timestamps).
 
 use std::collections::{BTreeSet, HashMap};
 use std::pin::Pin;
@@ -23,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::FailFastConfig;
 use crate::kube::apply::AppliedObject;
+use crate::kube::health::pulls::{self, PullVerdict, PullWatch};
 use crate::kube::health::{self, RevisionSelector, Severity, Status, str_at};
 use crate::kube::retry::{RetryBudget, with_retry};
 use crate::report::Failure;
@@ -313,6 +316,9 @@ pub async fn wait_for_rollout(
     let mut events = futures::stream::select_all(streams);
     let mut store = Store::default();
     let mut transient_since: HashMap<(String, Option<String>, String), Instant> = HashMap::new();
+    // Per (pod, container): its pull errors as this watcher saw them, on its own clock.
+    let started = Instant::now();
+    let mut pull_watches: HashMap<(String, Option<String>), PullWatch> = HashMap::new();
     let mut warnings: BTreeSet<String> = BTreeSet::new();
     let mut last_watch_error: Option<String> = None;
     let mut last_progress: Option<WaitProgress> = None;
@@ -383,6 +389,19 @@ pub async fn wait_for_rollout(
                         message: problem.message.clone(),
                         events: Vec::new(),
                     };
+                    if problem.is_pull() {
+                        let key = (problem.pod.clone(), problem.container.clone());
+                        let seen = now.saturating_duration_since(started);
+                        match judge_pull(&mut pull_watches, key, &problem, seen, options) {
+                            Ok(message) => failures.push(Failure { message, ..failure }),
+                            Err(until) => {
+                                let due = started + until;
+                                next_escalation =
+                                    Some(next_escalation.map_or(due, |n: Instant| n.min(due)));
+                            }
+                        }
+                        continue;
+                    }
                     match problem.severity {
                         Severity::Fatal => failures.push(failure),
                         Severity::Warning => {
@@ -515,6 +534,30 @@ pub async fn wait_for_rollout(
                 }
             }
         }
+    }
+}
+
+/// One container's pull error judged with what was seen of it before (`seen`: when, on
+/// the watcher's monotonic clock since the wait began): `Ok(message)` fails the target,
+/// `Err(until)` tolerates it until then.
+fn judge_pull(
+    watches: &mut HashMap<(String, Option<String>), PullWatch>,
+    key: (String, Option<String>),
+    problem: &health::PodProblem,
+    seen: Duration,
+    options: &WaitOptions,
+) -> Result<String, Duration> {
+    let (watch, verdict) = pulls::judge(
+        watches.get(&key),
+        &problem.reason,
+        &problem.message,
+        seen,
+        options.fail_fast.pull_grace,
+    );
+    watches.insert(key, watch);
+    match verdict {
+        PullVerdict::Fails(message) | PullVerdict::GraceOver(message) => Ok(message),
+        PullVerdict::Tolerated { until } => Err(until),
     }
 }
 

@@ -92,6 +92,27 @@ pub fn stub_digest(body: &serde_json::Value) -> Option<&str> {
         .as_str()
 }
 
+/// A Secret a release keeps only as a digest that git cannot give back as it was applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StubError {
+    #[error(
+        "Secret {namespace}/{name} at commit {commit} is not the one the release applied (its digest differs; history.secrets: digest keeps only the digest): restore it by hand or roll back to another revision"
+    )]
+    Differs {
+        namespace: String,
+        name: String,
+        commit: String,
+    },
+    #[error(
+        "Secret {namespace}/{name} is not in the manifests at commit {commit} (history.secrets: digest keeps only its digest): restore it by hand or roll back to another revision"
+    )]
+    Missing {
+        namespace: String,
+        name: String,
+        commit: String,
+    },
+}
+
 /// Replaces each stub among `bodies` by the Secret of the same namespace and name among
 /// `from_git` (namespaces defaulting to `default_namespace`) whose digest is the stub's.
 pub fn fill_secret_stubs(
@@ -99,7 +120,7 @@ pub fn fill_secret_stubs(
     from_git: &[serde_json::Value],
     default_namespace: &str,
     commit: &str,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), StubError> {
     for body in bodies.iter_mut() {
         let Some(digest) = stub_digest(body).map(str::to_string) else {
             continue;
@@ -120,14 +141,18 @@ pub fn fill_secret_stubs(
         match found {
             Some(g) if crate::manifests::digest_bodies(&[g]) == digest => *body = g.clone(),
             Some(_) => {
-                return Err(format!(
-                    "Secret {namespace}/{name} at commit {commit} is not the one the release applied (its digest differs; history.secrets: digest keeps only the digest): restore it by hand or roll back to another revision"
-                ));
+                return Err(StubError::Differs {
+                    namespace,
+                    name,
+                    commit: commit.to_string(),
+                });
             }
             None => {
-                return Err(format!(
-                    "Secret {namespace}/{name} is not in the manifests at commit {commit} (history.secrets: digest keeps only its digest): restore it by hand or roll back to another revision"
-                ));
+                return Err(StubError::Missing {
+                    namespace,
+                    name,
+                    commit: commit.to_string(),
+                });
             }
         }
     }
@@ -232,19 +257,39 @@ pub fn secret_data(
     Ok((data, omitted))
 }
 
+/// Why a record's Secret data does not read as a record.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    #[error("no `{key}` key")]
+    MissingKey { key: &'static str },
+    #[error("not gzip: {0}")]
+    NotGzip(#[source] std::io::Error),
+    #[error("not a release record: {0}")]
+    NotJson(#[source] serde_json::Error),
+    #[error("`{key}` key: {source}")]
+    InKey {
+        key: &'static str,
+        #[source]
+        source: Box<DecodeError>,
+    },
+}
+
 /// Read a record from its Secret's data, with its manifests when `with_manifests`.
 pub fn record_from_data(
     data: &BTreeMap<String, ByteString>,
     with_manifests: bool,
-) -> std::result::Result<ReleaseRecord, String> {
+) -> std::result::Result<ReleaseRecord, DecodeError> {
     let bytes = data
         .get(DATA_KEY)
-        .ok_or_else(|| format!("no `{DATA_KEY}` key"))?;
+        .ok_or(DecodeError::MissingKey { key: DATA_KEY })?;
     let mut record: ReleaseRecord = gunzip_json(&bytes.0)?;
     match data.get(MANIFESTS_KEY) {
         Some(bytes) if with_manifests => {
             record.manifests =
-                Some(gunzip_json(&bytes.0).map_err(|e| format!("`{MANIFESTS_KEY}` key: {e}"))?);
+                Some(gunzip_json(&bytes.0).map_err(|source| DecodeError::InKey {
+                    key: MANIFESTS_KEY,
+                    source: Box::new(source),
+                })?);
         }
         // Records of rollguard before 0.1's split hold their manifests inside the record.
         None if with_manifests => {}
@@ -276,12 +321,14 @@ pub(super) fn gzip_json<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>> {
     encoder.finish().map_err(|e| encode(&e))
 }
 
-pub(super) fn gunzip_json<T: DeserializeOwned>(bytes: &[u8]) -> std::result::Result<T, String> {
+pub(super) fn gunzip_json<T: DeserializeOwned>(
+    bytes: &[u8],
+) -> std::result::Result<T, DecodeError> {
     let mut json = Vec::new();
     // A bound on the inflated size guards against a hostile or corrupt record.
     flate2::read::GzDecoder::new(bytes)
         .take(256 * 1024 * 1024)
         .read_to_end(&mut json)
-        .map_err(|e| format!("not gzip: {e}"))?;
-    serde_json::from_slice(&json).map_err(|e| format!("not a release record: {e}"))
+        .map_err(DecodeError::NotGzip)?;
+    serde_json::from_slice(&json).map_err(DecodeError::NotJson)
 }

@@ -1,10 +1,13 @@
 //! The deploy lock of one app on one target: a `coordination.k8s.io/v1` Lease.
 //!
 //! The Lease `rollguard-<app>` in the history namespace names its holder (CI run, host, pid)
-//! and expires `leaseDurationSeconds` (30) after its last renewal, so a killed CI job never
-//! wedges later runs: they take it over once it expired. While held it is renewed in the
+//! and lapses when it has not been renewed for `leaseDurationSeconds` (30), so a killed CI
+//! job never wedges later runs: a waiter takes it over once it has seen it unchanged for that
+//! long. While held it is renewed in the
 //! background with a conditional PUT (the resourceVersion makes a stale writer fail with 409).
-//! The decision (create, take over, wait) is a pure function of the Lease and the clock.
+//! The decision (create, take over, wait) is a pure function of the Lease and what this run
+//! observed of it on its own monotonic clock: the holder's `renewTime` comes from another
+//! machine's clock, so it is only compared for change, never with ours.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -121,7 +124,8 @@ impl LeaseState {
 pub enum Decision {
     /// There is no Lease: create it.
     Create,
-    /// Free (released or expired): take it over (`previous` = the lapsed holder, if any).
+    /// Free (released, or unchanged for its whole duration as this run watched it): take it
+    /// over (`previous` = the lapsed holder, if any).
     TakeOver { previous: Option<String> },
     /// Ours already (e.g. a retried request): refresh it.
     Renew,
@@ -129,12 +133,44 @@ pub enum Decision {
     Wait {
         holder: String,
         since: Option<Timestamp>,
-        expires_at: Timestamp,
+        /// When it lapses unless it changes first, on the waiter's monotonic clock.
+        lapses_at: Duration,
     },
 }
 
-/// The pure core of acquiring: given the Lease (if any), who we are and the time.
-pub fn decide(lease: Option<&LeaseState>, me: &str, now: Timestamp) -> Decision {
+/// A Lease as a waiter last saw it, and since when (on the waiter's own monotonic clock,
+/// an offset from when it began waiting) it has looked exactly like that. The holder's
+/// `renewTime` is another machine's clock: it is compared for change, never with ours
+/// (client-go's leader election keeps the same observedTime).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observed {
+    pub lease: LeaseState,
+    pub since: Duration,
+}
+
+/// What the waiter knows after looking at `lease` at `now`: the same record keeps its first
+/// sighting, any change (a renewal, a new holder) starts the count again.
+pub fn observe(previous: Option<Observed>, lease: &LeaseState, now: Duration) -> Observed {
+    match previous {
+        Some(seen) if seen.lease == *lease => seen,
+        _ => Observed {
+            lease: lease.clone(),
+            since: now,
+        },
+    }
+}
+
+/// The pure core of acquiring: given the Lease (if any), who we are, what this run has
+/// observed of it and its monotonic `now`. Another holder's Lease is taken over only once
+/// it has stayed unchanged for its whole duration (`fallback_duration` when it names none)
+/// as this run watched it, whatever its timestamps say.
+pub fn decide(
+    lease: Option<&LeaseState>,
+    me: &str,
+    observed: Option<&Observed>,
+    now: Duration,
+    fallback_duration: Duration,
+) -> Decision {
     let Some(lease) = lease else {
         return Decision::Create;
     };
@@ -144,15 +180,24 @@ pub fn decide(lease: Option<&LeaseState>, me: &str, now: Timestamp) -> Decision 
     if holder == me {
         return Decision::Renew;
     }
-    match lease.expires_at() {
-        Some(expires_at) if expires_at > now => Decision::Wait {
+    let duration = u64::try_from(lease.duration_seconds)
+        .ok()
+        .filter(|s| *s > 0)
+        .map_or(fallback_duration, Duration::from_secs);
+    let unchanged_since = observed
+        .filter(|seen| seen.lease == *lease)
+        .map_or(now, |seen| seen.since);
+    let lapses_at = unchanged_since + duration;
+    if now >= lapses_at {
+        Decision::TakeOver {
+            previous: Some(holder),
+        }
+    } else {
+        Decision::Wait {
             holder,
             since: lease.acquired_at,
-            expires_at,
-        },
-        _ => Decision::TakeOver {
-            previous: Some(holder),
-        },
+            lapses_at,
+        }
     }
 }
 
@@ -160,7 +205,7 @@ pub fn decide(lease: Option<&LeaseState>, me: &str, now: Timestamp) -> Decision 
 pub enum LockError {
     #[error(
         "lock {lease} in namespace {namespace} is held by {holder}{since}; gave up after waiting {waited}s. \
-         If that run is gone, the lock lapses {lease_seconds}s after its last renewal; `rollguard unlock` releases it by force"
+         If that run is gone, the lock lapses once it has not been renewed for {lease_seconds}s (as a waiting run sees it, whatever the holder's clock says); `rollguard unlock` releases it by force"
     )]
     Timeout {
         lease: String,
@@ -243,6 +288,7 @@ impl Lock {
         };
         let started = tokio::time::Instant::now();
         let mut announced = false;
+        let mut observed: Option<Observed> = None;
         // Every Lease call retries transient errors (the retry policy of retry.rs). A create
         // or replace whose answer was lost comes back as AlreadyExists or Conflict: the loop
         // then reads the Lease again and finds itself the holder (Decision::Renew).
@@ -258,7 +304,16 @@ impl Lock {
             };
             let now = Timestamp::now();
             let state = current.as_ref().map(LeaseState::from_lease);
-            match decide(state.as_ref(), holder, now) {
+            let seen_at = started.elapsed();
+            observed = state.as_ref().map(|s| observe(observed.take(), s, seen_at));
+            let decision = decide(
+                state.as_ref(),
+                holder,
+                observed.as_ref(),
+                seen_at,
+                options.lease_duration,
+            );
+            match decision {
                 Decision::Create => {
                     let lease = new_lease(&name, namespace, holder, options, now, 0, None);
                     let post = PostParams::default();
@@ -328,7 +383,7 @@ impl Lock {
                 Decision::Wait {
                     holder: other,
                     since,
-                    expires_at,
+                    lapses_at,
                 } => {
                     let waited = started.elapsed();
                     if waited >= options.timeout {
@@ -348,10 +403,8 @@ impl Lock {
                             options.timeout.as_secs()
                         );
                     }
-                    // Wake at the earliest of: next poll, the lease's expiry, our deadline.
-                    let until_expiry = Duration::try_from(expires_at.duration_since(now))
-                        .unwrap_or_default()
-                        + Duration::from_millis(50);
+                    // Wake at the earliest of: next poll, the lease's lapse, our deadline.
+                    let until_expiry = lapses_at.saturating_sub(waited) + Duration::from_millis(50);
                     let until_deadline = options.timeout.saturating_sub(waited);
                     tokio::time::sleep(options.poll.min(until_expiry).min(until_deadline)).await;
                 }
@@ -768,44 +821,121 @@ mod tests {
 
     #[test]
     fn decide_table() {
-        let now = ts("2026-11-30T09:01:00Z");
-        let cases: Vec<(Option<LeaseState>, Decision)> = vec![
-            (None, Decision::Create),
+        let secs = Duration::from_secs;
+        let fallback = secs(30);
+        let other = |renewed: &str| state(Some("other"), Some(renewed), 30);
+        let seen = |lease: LeaseState, since: u64| Observed {
+            lease,
+            since: secs(since),
+        };
+        let wait = |lapses: u64| Decision::Wait {
+            holder: "other".into(),
+            since: Some(ts("2026-11-30T09:00:00Z")),
+            lapses_at: secs(lapses),
+        };
+        let take = Decision::TakeOver {
+            previous: Some("other".into()),
+        };
+        // (lease, observed before, monotonic now, decision)
+        type Case = (Option<LeaseState>, Option<Observed>, u64, Decision);
+        let cases: Vec<Case> = vec![
+            (None, None, 0, Decision::Create),
             (
                 Some(state(None, Some("2026-11-30T09:00:59Z"), 30)),
+                None,
+                0,
                 Decision::TakeOver { previous: None },
             ),
             (
                 Some(state(Some("me"), Some("2026-11-30T09:00:59Z"), 30)),
+                None,
+                0,
                 Decision::Renew,
             ),
-            // Alive: renewed 10 s ago with 30 s duration.
+            // First sight: alive for a whole duration from now, however old renewTime looks.
+            (Some(other("2020-01-01T00:00:00Z")), None, 5, wait(35)),
+            // Unchanged since 10 s ago: 20 s left.
             (
-                Some(state(Some("other"), Some("2026-11-30T09:00:50Z"), 30)),
-                Decision::Wait {
-                    holder: "other".into(),
-                    since: Some(ts("2026-11-30T09:00:00Z")),
-                    expires_at: ts("2026-11-30T09:01:20Z"),
-                },
+                Some(other("2026-11-30T09:00:50Z")),
+                Some(seen(other("2026-11-30T09:00:50Z"), 0)),
+                10,
+                wait(30),
             ),
-            // Expired: renewed 31 s ago.
+            // Unchanged for the whole 30 s (exactly at the end counts): lapsed.
             (
-                Some(state(Some("other"), Some("2026-11-30T09:00:29Z"), 30)),
-                Decision::TakeOver {
-                    previous: Some("other".into()),
-                },
+                Some(other("2026-11-30T09:00:50Z")),
+                Some(seen(other("2026-11-30T09:00:50Z"), 0)),
+                30,
+                take.clone(),
             ),
-            // Exactly at expiry counts as expired.
+            // Renewed meanwhile: the count starts again.
             (
-                Some(state(Some("other"), Some("2026-11-30T09:00:30Z"), 30)),
-                Decision::TakeOver {
-                    previous: Some("other".into()),
-                },
+                Some(other("2026-11-30T09:01:20Z")),
+                Some(seen(other("2026-11-30T09:00:50Z"), 0)),
+                30,
+                wait(60),
+            ),
+            // No duration in the Lease: ours.
+            (
+                Some(state(Some("other"), Some("2026-11-30T09:00:50Z"), 0)),
+                Some(seen(
+                    state(Some("other"), Some("2026-11-30T09:00:50Z"), 0),
+                    0,
+                )),
+                29,
+                wait(30),
             ),
         ];
-        for (lease, want) in cases {
-            assert_eq!(decide(lease.as_ref(), "me", now), want, "{lease:?}");
+        for (lease, observed, now, want) in cases {
+            assert_eq!(
+                decide(lease.as_ref(), "me", observed.as_ref(), secs(now), fallback),
+                want,
+                "{lease:?} seen {observed:?} at {now}"
+            );
         }
+    }
+
+    /// A waiter whose wall clock reads 09:00:00 polls every 5 s a Lease (30 s) whose holder
+    /// renews every 10 s with a clock minutes off ours, then stops renewing at 60 s.
+    #[test]
+    fn holder_clocks_minutes_off_do_not_decide() {
+        let secs = Duration::from_secs;
+        for skew_minutes in [-10i64, -3, 3, 10] {
+            let mut observed: Option<Observed> = None;
+            let mut taken_at = None;
+            for now in (0..=200u64).step_by(5) {
+                // The holder's last renewal happened at min(now, 60) rounded down to 10 s,
+                // written with its own clock.
+                let renewed_at = (now.min(60) / 10) * 10;
+                let holder_clock = ts("2026-11-30T09:00:00Z")
+                    .checked_add(jiff::SignedDuration::from_secs(
+                        skew_minutes * 60 + renewed_at as i64,
+                    ))
+                    .unwrap();
+                let mut lease = state(Some("other"), None, 30);
+                lease.renewed_at = Some(holder_clock);
+                observed = Some(observe(observed.take(), &lease, secs(now)));
+                let d = decide(Some(&lease), "me", observed.as_ref(), secs(now), secs(30));
+                if matches!(d, Decision::TakeOver { .. }) {
+                    taken_at = Some(now);
+                    break;
+                }
+            }
+            // Renewed last at 60 s, first seen so at 60 s: lapsed at 90 s, not sooner (a
+            // clock behind) and not minutes later (a clock ahead).
+            assert_eq!(taken_at, Some(90), "holder clock {skew_minutes} min off");
+        }
+    }
+
+    #[test]
+    fn observing_keeps_the_first_sighting_of_a_record() {
+        let a = state(Some("x"), Some("2026-11-30T09:00:00Z"), 30);
+        let b = state(Some("x"), Some("2026-11-30T09:00:10Z"), 30);
+        let s = Duration::from_secs;
+        let first = observe(None, &a, s(1));
+        assert_eq!(first.since, s(1));
+        assert_eq!(observe(Some(first.clone()), &a, s(9)).since, s(1));
+        assert_eq!(observe(Some(first), &b, s(9)).since, s(9));
     }
 
     #[test]
@@ -989,17 +1119,19 @@ mod lease_tests {
             "rollguard-shop",
             json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                    "metadata": {"name": "rollguard-shop", "namespace": "shop"},
-                   "spec": {"holderIdentity": "dead-run", "leaseDurationSeconds": 30,
+                   "spec": {"holderIdentity": "dead-run", "leaseDurationSeconds": 1,
                             "acquireTime": "2020-01-01T00:00:00.000000Z",
                             "renewTime": "2020-01-01T00:00:10.000000Z", "leaseTransitions": 4}}),
         );
+        // An old renewTime alone proves nothing (the holder's clock may be behind): it is
+        // taken over once this run has seen it unchanged for its duration.
         let guard = Lock::acquire(
             fake.client(),
             SERVER,
             "shop",
             "shop",
             "run-b",
-            &quick(500, 30),
+            &quick(5000, 1),
         )
         .await
         .unwrap();
@@ -1042,6 +1174,78 @@ mod lease_tests {
         a.release().await.unwrap();
         let b = waiter.await.unwrap().unwrap();
         assert_eq!(b.took_over_from(), None, "released, not expired");
+        b.release().await.unwrap();
+    }
+
+    /// A holder whose clock is 10 minutes behind ours renews (every 300 ms, 1 s lease): its
+    /// renewTime always looks 10 minutes old to a waiter, which still waits; once it stops
+    /// renewing the Lease is taken over.
+    #[tokio::test]
+    async fn a_holder_with_a_clock_10_minutes_behind_keeps_its_lock_while_it_renews() {
+        let fake = TestCluster::start().await;
+        fake.add_namespace("shop");
+        let behind = || {
+            MicroTime(
+                Timestamp::now()
+                    .checked_sub(jiff::SignedDuration::from_mins(10))
+                    .unwrap(),
+            )
+        };
+        let api: Api<Lease> = Api::namespaced(fake.client(), "shop");
+        let mut lease = new_lease(
+            "rollguard-shop",
+            "shop",
+            "behind-run",
+            &quick(1000, 1),
+            behind().0,
+            0,
+            None,
+        );
+        lease = api.create(&PostParams::default(), &lease).await.unwrap();
+        let stop = CancellationToken::new();
+        let renewer = tokio::spawn({
+            let stop = stop.clone();
+            async move {
+                while !stop.is_cancelled() {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    if let Some(spec) = lease.spec.as_mut() {
+                        spec.renew_time = Some(behind());
+                    }
+                    lease.metadata.managed_fields = None;
+                    lease = api
+                        .replace("rollguard-shop", &PostParams::default(), &lease)
+                        .await
+                        .unwrap();
+                }
+            }
+        });
+        let err = Lock::acquire(
+            fake.client(),
+            SERVER,
+            "shop",
+            "shop",
+            "run-b",
+            &quick(2500, 1),
+        )
+        .await
+        .err()
+        .expect("a renewed lock is not taken over");
+        assert!(matches!(err, LockError::Timeout { .. }), "{err}");
+        let held = fake.get(LEASES, "rollguard-shop").unwrap();
+        assert_eq!(held["spec"]["holderIdentity"], "behind-run");
+        stop.cancel();
+        renewer.await.unwrap();
+        let b = Lock::acquire(
+            fake.client(),
+            SERVER,
+            "shop",
+            "shop",
+            "run-b",
+            &quick(5000, 1),
+        )
+        .await
+        .unwrap();
+        assert_eq!(b.took_over_from(), Some("behind-run"));
         b.release().await.unwrap();
     }
 

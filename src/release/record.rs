@@ -356,7 +356,8 @@ pub enum ReleaseError {
     Corrupt {
         name: String,
         namespace: String,
-        reason: String,
+        #[source]
+        reason: super::codec::DecodeError,
     },
     #[error(
         "revision {revision} of app {app} does not exist in namespace {namespace} (see `rollguard history`)"

@@ -423,12 +423,16 @@ fn digest_policy_keeps_stubs_and_git_fills_them_back() {
     fill_secret_stubs(&mut filled, &bodies, "shop", "abc").unwrap();
     assert_eq!(filled, bodies);
     let changed = vec![secret(Some("db"), "there", "other-value")];
-    let err = fill_secret_stubs(&mut stored.clone(), &changed, "shop", "abc").unwrap_err();
+    let err = fill_secret_stubs(&mut stored.clone(), &changed, "shop", "abc")
+        .unwrap_err()
+        .to_string();
     assert!(
         err.starts_with("Secret db/there at commit abc is not the one the release applied"),
         "{err}"
     );
-    let err = fill_secret_stubs(&mut stored.clone(), &[], "shop", "abc").unwrap_err();
+    let err = fill_secret_stubs(&mut stored.clone(), &[], "shop", "abc")
+        .unwrap_err()
+        .to_string();
     assert!(
         err.starts_with("Secret db/there is not in the manifests at commit abc"),
         "{err}"

@@ -1,14 +1,18 @@
 //! The kubeconfig a script gets: only its own target's cluster, user and context (cut out by
 //! `kube::connect::single_context`; a fleet script: every target's, each context named after
-//! its target), in a temporary file of mode 0600 that is removed when the script is done, and
-//! before a hard exit on a second signal.
+//! its target), in a file of mode 0600 in a private temporary directory (0700), both removed
+//! when the script is done, when its run is cancelled, and before a hard exit on a second
+//! signal.
 
 use std::collections::HashSet;
 use std::io::Write as _;
+use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use kube::config::Kubeconfig;
+
+type Config = Kubeconfig;
 
 /// Every target's single-context kubeconfig in one (no current-context: a fleet script names
 /// the target it means with `--context <target>`).
@@ -26,7 +30,7 @@ pub fn merged<'a>(parts: impl IntoIterator<Item = &'a Kubeconfig>) -> Kubeconfig
     out
 }
 
-/// Paths of the temporary kubeconfigs that exist right now.
+/// The private directories of the temporary kubeconfigs that exist right now.
 static LIVE_FILES: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
 
 fn live_files(f: impl FnOnce(&mut HashSet<PathBuf>)) {
@@ -37,35 +41,46 @@ fn live_files(f: impl FnOnce(&mut HashSet<PathBuf>)) {
 /// Remove every temporary kubeconfig (before a hard exit, when no destructor runs).
 pub fn remove_all_now() {
     live_files(|files| {
-        for path in files.drain() {
-            let _ = std::fs::remove_file(path);
+        for dir in files.drain() {
+            let _ = std::fs::remove_dir_all(dir);
         }
     });
 }
 
-/// A kubeconfig written for one script run; removed on drop.
+/// A kubeconfig written for one script run, in a private directory of its own; both are
+/// removed on drop (and by [`remove_all_now`] before a hard exit).
 #[derive(Debug)]
 pub struct TempKubeconfig {
+    dir: PathBuf,
     path: PathBuf,
 }
 
 impl TempKubeconfig {
     /// Writes `config` (as JSON, which kubectl and every client read as YAML) to a new file
-    /// of mode 0600 in the temporary directory.
-    pub fn write(config: &Kubeconfig) -> std::io::Result<TempKubeconfig> {
+    /// of mode 0600 in a new directory of mode 0700 under the temporary directory.
+    pub fn write(config: &Config) -> std::io::Result<TempKubeconfig> {
         let text = serde_json::to_vec_pretty(config).map_err(std::io::Error::other)?;
-        // tempfile creates the file with mode 0600 and a name no one else can take.
-        let mut file = tempfile::Builder::new()
+        // A name no one else can take, created 0700 (tempfile's default follows the umask).
+        let dir = tempfile::Builder::new()
             .prefix("rollguard-kubeconfig-")
-            .suffix(".yaml")
-            .tempfile()?;
+            .permissions(std::fs::Permissions::from_mode(0o700))
+            .tempdir()?
+            .keep();
+        live_files(|files| {
+            files.insert(dir.clone());
+        });
+        let temp = TempKubeconfig {
+            path: dir.join("kubeconfig.yaml"),
+            dir,
+        };
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&temp.path)?;
         file.write_all(&text)?;
         file.flush()?;
-        let path = file.into_temp_path().keep().map_err(|e| e.error)?;
-        live_files(|files| {
-            files.insert(path.clone());
-        });
-        Ok(TempKubeconfig { path })
+        Ok(temp)
     }
 
     pub fn path(&self) -> &Path {
@@ -75,10 +90,10 @@ impl TempKubeconfig {
 
 impl Drop for TempKubeconfig {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-        let path = self.path.clone();
+        let _ = std::fs::remove_dir_all(&self.dir);
+        let dir = self.dir.clone();
         live_files(|files| {
-            files.remove(&path);
+            files.remove(&dir);
         });
     }
 }
@@ -157,9 +172,12 @@ contexts:
         let path = temp.path().to_path_buf();
         let mode = std::fs::metadata(&path).map(|m| m.permissions().mode() & 0o777);
         assert_eq!(mode.ok(), Some(0o600));
+        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let dir_mode = std::fs::metadata(&dir).map(|m| m.permissions().mode() & 0o777);
+        assert_eq!(dir_mode.ok(), Some(0o700));
         let back = Kubeconfig::read_from(&path).unwrap_or_default();
         assert_eq!(back.contexts.len(), 1);
         drop(temp);
-        assert!(!path.exists());
+        assert!(!path.exists() && !dir.exists());
     }
 }

@@ -111,22 +111,33 @@ fn rollbacks(pipeline: &[PipelineStage], ran: &[StageResult], scope: Scope) -> V
         .collect()
 }
 
-/// The rollback commands a revision that ran `ran` has due, by name, for prompts.
-pub fn due_rollback_names(pipeline: &[PipelineStage], ran: &[StageResult]) -> Vec<String> {
-    let name = |i: usize| match pipeline.get(i) {
-        Some(PipelineStage::Script(s)) => s.name.clone(),
-        _ => String::new(),
+/// The lines the prompt shows for the rollback commands due after the manifests: one per
+/// command, in the order they run. Pure; the commands come from the config by stage name.
+pub fn rollback_command_lines(pipeline: &[PipelineStage], ran: &[StageResult]) -> Vec<String> {
+    let line = |i: usize, fleet: bool| match pipeline.get(i) {
+        Some(PipelineStage::Script(stage)) => stage.rollback.as_ref().map(|c| {
+            let text = match c {
+                crate::config::ScriptCommand::Shell(text) => text.clone(),
+                crate::config::ScriptCommand::Argv(argv) => argv.join(" "),
+            };
+            let once = if fleet { " (fleet, once)" } else { "" };
+            format!(
+                "  then the rollback command of stage {}{once}: {text}",
+                stage.name
+            )
+        }),
+        _ => None,
     };
-    let mut names: Vec<String> = target_rollbacks(pipeline, ran)
+    let mut lines: Vec<String> = target_rollbacks(pipeline, ran)
         .into_iter()
-        .map(name)
+        .filter_map(|i| line(i, false))
         .collect();
-    names.extend(
+    lines.extend(
         fleet_rollbacks(pipeline, [ran])
             .into_iter()
-            .map(|i| format!("{} (fleet, once)", name(i))),
+            .filter_map(|i| line(i, true)),
     );
-    names
+    lines
 }
 
 /// The stage a failure came from, for ROLLGUARD_FAILED_STAGE: the first script whose `run`
@@ -321,8 +332,12 @@ mod tests {
         assert_eq!(fleet_rollbacks(&pipeline, [&deploy[..]]), vec![0]);
         assert_eq!(failed_stage(&deploy), "smoke");
         assert_eq!(
-            due_rollback_names(&pipeline, &deploy),
-            vec!["prep", "smoke", "migrate (fleet, once)"]
+            rollback_command_lines(&pipeline, &deploy),
+            vec![
+                "  then the rollback command of stage prep: undo",
+                "  then the rollback command of stage smoke: undo",
+                "  then the rollback command of stage migrate (fleet, once): undo",
+            ]
         );
         // Only the apply failed: the scripts before it roll back.
         let apply_failed = vec![ran("migrate", Succeeded), ran("prep", Warned)];

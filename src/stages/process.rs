@@ -1,30 +1,20 @@
-//! One script as a child process: its own process group, stdin closed, a clean environment,
-//! output read line by line, a deadline, and a kill of the whole group (SIGTERM, then SIGKILL
-//! after a grace) on timeout, on cancel, and for anything a script left running behind it.
+//! One script as a child process, through the one runner (`util::runner`): a clean
+//! environment, its own process group, a deadline and a kill of everything it started; here
+//! only what is a script's own: its output is scrubbed of secret values before anything sees
+//! it, and the last lines are kept for the report.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
-use tokio::sync::mpsc;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::report::redact::Scrubber;
-use crate::util::process_group::{GroupGuard, group_alive, signal_group};
+use crate::util::runner::{self, Capture, Env};
+pub use crate::util::runner::{CANCEL_KILL_GRACE, End, Stream};
 
 /// Lines of output kept for the report when a script fails or warns.
 pub const TAIL_LINES: usize = 20;
-/// Grace between SIGTERM and SIGKILL when rollguard is cancelled: the whole rollback must fit
-/// in the cancel budget, so a script gets at most this long to clean up.
-pub const CANCEL_KILL_GRACE: Duration = Duration::from_secs(1);
-/// How long output may still arrive after the process group is gone (a process that escaped
-/// the group with setsid may hold the pipes open).
-const DRAIN_TIMEOUT: Duration = Duration::from_millis(500);
-/// Between checks whether a signalled process group is gone.
-const GROUP_POLL: Duration = Duration::from_millis(25);
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -37,294 +27,59 @@ pub struct Spec {
     pub kill_grace: Duration,
 }
 
-/// Which pipe a line came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stream {
-    Stdout,
-    Stderr,
-}
-
-impl Stream {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Stream::Stdout => "stdout",
-            Stream::Stderr => "stderr",
-        }
-    }
-}
-
-/// How a script ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum End {
-    /// It exited by itself with this code.
-    Exited(i32),
-    /// It was ended by a signal it did not get from us.
-    Signalled(i32),
-    /// It ran past its timeout and was killed.
-    TimedOut,
-    /// rollguard was cancelled (or ran out of time) and killed it.
-    Stopped,
-    /// It could not be started (no such program, working_dir missing, ...).
-    NotStarted(String),
-}
-
-impl End {
-    pub fn succeeded(&self) -> bool {
-        matches!(self, End::Exited(0))
-    }
-
-    /// The exit code, when it exited by itself.
-    pub fn exit_code(&self) -> Option<i32> {
-        match self {
-            End::Exited(code) => Some(*code),
-            _ => None,
-        }
-    }
-
-    /// "exited with code 3", "timed out after 1m", ... for messages.
-    pub fn describe(&self, timeout: Duration) -> String {
-        match self {
-            End::Exited(code) => format!("exited with code {code}"),
-            End::Signalled(sig) => format!("was killed by signal {sig}"),
-            End::TimedOut => format!(
-                "ran past its timeout of {} and was killed",
-                crate::util::duration::format_duration(timeout)
-            ),
-            End::Stopped => "was stopped (rollguard was cancelled)".to_string(),
-            End::NotStarted(why) => format!("could not be started: {why}"),
-        }
-    }
-}
-
 /// The result of one run.
 #[derive(Debug, Clone)]
 pub struct Outcome {
     pub end: End,
     pub elapsed: Duration,
-    /// The last [`TAIL_LINES`] lines (stdout and stderr interleaved), secrets scrubbed.
+    /// The last [`TAIL_LINES`] lines (stdout and stderr interleaved), secrets scrubbed, each
+    /// cut at the runner's line cap.
     pub tail: Vec<String>,
-    /// It exited but left processes running in its group; they were killed.
+    /// It exited but left processes running; they were killed.
     pub left_processes: bool,
 }
 
-/// The last `n` lines.
-#[derive(Debug)]
-struct Tail {
-    lines: VecDeque<String>,
-}
-
-impl Tail {
-    fn push(&mut self, line: String) {
-        if self.lines.len() == TAIL_LINES {
-            self.lines.pop_front();
-        }
-        self.lines.push_back(line);
-    }
-}
-
-async fn read_lines(
-    reader: impl AsyncRead + Unpin,
-    stream: Stream,
-    sender: mpsc::Sender<(Stream, String)>,
-) {
-    let mut reader = BufReader::new(reader);
-    let mut buf = Vec::new();
-    loop {
-        buf.clear();
-        match reader.read_until(b'\n', &mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {
-                let text = String::from_utf8_lossy(&buf);
-                let line = text.trim_end_matches(['\n', '\r']).to_string();
-                if sender.send((stream, line)).await.is_err() {
-                    return;
-                }
-            }
-        }
-    }
-}
-
 /// Runs `spec` to its end. Every line of output is scrubbed of secret values, then given to
-/// `on_line` as it comes. `stop` kills the script at once (SIGTERM, SIGKILL after at most
-/// [`CANCEL_KILL_GRACE`]). Never panics; every way it can end is an [`End`].
+/// `on_line` as it comes. `stop` kills the script at once. Never panics.
 pub async fn run(
     spec: &Spec,
     scrubber: &Scrubber,
     stop: &CancellationToken,
     on_line: &(dyn Fn(Stream, &str) + Sync),
 ) -> Outcome {
-    let started = Instant::now();
-    let mut tail = Tail {
-        lines: VecDeque::new(),
-    };
-    let not_started = |why: String, started: Instant| Outcome {
-        end: End::NotStarted(why),
-        elapsed: started.elapsed(),
-        tail: Vec::new(),
-        left_processes: false,
-    };
     let Some((program, args)) = spec.argv.split_first() else {
-        return not_started("the command is empty".into(), started);
-    };
-    if stop.is_cancelled() {
         return Outcome {
-            end: End::Stopped,
+            end: End::NotStarted("the command is empty".into()),
             elapsed: Duration::ZERO,
             tail: Vec::new(),
             left_processes: false,
         };
-    }
-    let mut command = tokio::process::Command::new(program);
-    command
-        .args(args)
-        .env_clear()
-        .envs(&spec.env)
-        .current_dir(&spec.working_dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // Its own group, so that one signal reaches everything it starts.
-        .process_group(0);
-    let mut child = match command.spawn() {
-        Ok(child) => child,
-        Err(e) => {
-            return not_started(
-                format!(
-                    "{program}: {e} (working_dir {})",
-                    spec.working_dir.display()
-                ),
-                started,
-            );
-        }
     };
-    let Some(pgid) = child.id().and_then(|id| i32::try_from(id).ok()) else {
-        let _ = child.start_kill();
-        return not_started("it exited before it could be watched".into(), started);
+    let run_spec = runner::Spec {
+        program: program.into(),
+        args: args.iter().map(Into::into).collect(),
+        env: Env::Only(spec.env.clone()),
+        dir: Some(spec.working_dir.clone()),
+        timeout: spec.timeout,
+        kill_grace: spec.kill_grace,
+        stdout: Capture::Lines,
+        stderr: Capture::Lines,
+        tail_lines: TAIL_LINES,
     };
-    let mut guard = GroupGuard::new(pgid);
-    let (sender, mut lines) = mpsc::channel::<(Stream, String)>(256);
-    if let Some(out) = child.stdout.take() {
-        tokio::spawn(read_lines(out, Stream::Stdout, sender.clone()));
-    }
-    if let Some(err) = child.stderr.take() {
-        tokio::spawn(read_lines(err, Stream::Stderr, sender.clone()));
-    }
-    drop(sender);
-    let mut handle = |(stream, line): (Stream, String)| {
-        let line = scrubber.scrub(&line);
-        on_line(stream, &line);
-        tail.push(line);
-    };
-
-    let deadline = started + spec.timeout;
-    let mut lines_open = true;
-    // Phase 1: until it exits, times out, or we are told to stop.
-    let mut end = loop {
-        tokio::select! {
-            status = child.wait() => {
-                break match status {
-                    Ok(status) => exit_end(status),
-                    Err(e) => End::NotStarted(format!("waiting for it failed: {e}")),
-                };
-            }
-            _ = tokio::time::sleep_until(deadline) => break End::TimedOut,
-            _ = stop.cancelled() => break End::Stopped,
-            line = lines.recv(), if lines_open => match line {
-                Some(line) => handle(line),
-                None => lines_open = false,
-            },
-        }
-    };
-    // Phase 2: nothing of its group may survive it, whether it was killed or exited and left
-    // background processes.
-    let exited = matches!(end, End::Exited(_) | End::Signalled(_));
-    let left_processes = exited && group_alive(pgid);
-    if !exited || left_processes {
-        let grace = if stop.is_cancelled() {
-            spec.kill_grace.min(CANCEL_KILL_GRACE)
-        } else {
-            spec.kill_grace
-        };
-        signal_group(pgid, libc::SIGTERM);
-        let killed_at = Instant::now() + grace;
-        let mut reaped = exited;
-        loop {
-            if reaped && !group_alive(pgid) {
-                break;
-            }
-            if Instant::now() >= killed_at {
-                signal_group(pgid, libc::SIGKILL);
-                if !reaped {
-                    let _ = child.wait().await;
-                }
-                break;
-            }
-            tokio::select! {
-                status = child.wait(), if !reaped => {
-                    reaped = true;
-                    if let (End::TimedOut | End::Stopped, Err(e)) = (&end, &status) {
-                        tracing::debug!("waiting for a killed script: {e}");
-                    }
-                }
-                _ = tokio::time::sleep(GROUP_POLL) => {}
-                _ = stop.cancelled(), if !stop.is_cancelled() => {}
-                line = lines.recv(), if lines_open => match line {
-                    Some(line) => handle(line),
-                    None => lines_open = false,
-                },
-            }
-            // A cancel during the grace of a timeout shortens it.
-            if stop.is_cancelled() && killed_at > Instant::now() + CANCEL_KILL_GRACE {
-                signal_group(pgid, libc::SIGKILL);
-                if !reaped {
-                    let _ = child.wait().await;
-                }
-                break;
-            }
-        }
-        if stop.is_cancelled() && end == End::TimedOut {
-            end = End::Stopped;
-        }
-    }
-    guard.done();
-    drop(guard);
-    // Phase 3: what is still in the pipes.
-    let drain_until = Instant::now() + DRAIN_TIMEOUT;
-    while lines_open {
-        match tokio::time::timeout_at(drain_until, lines.recv()).await {
-            Ok(Some(line)) => handle(line),
-            Ok(None) | Err(_) => lines_open = false,
-        }
-    }
+    // Text from a script is untrusted: scrubbed before the log, the tail and the report.
+    let scrub = |line: &str| scrubber.scrub(line);
+    let out = runner::run(&run_spec, stop, &scrub, on_line).await;
     Outcome {
-        end,
-        elapsed: started.elapsed(),
-        tail: tail.lines.into_iter().collect(),
-        left_processes,
-    }
-}
-
-fn exit_end(status: std::process::ExitStatus) -> End {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => End::Exited(code),
-        (None, Some(sig)) => End::Signalled(sig),
-        (None, None) => End::Exited(-1),
+        end: out.end,
+        elapsed: out.elapsed,
+        tail: out.tail,
+        left_processes: out.left_processes,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn end_words() {
-        let t = Duration::from_secs(60);
-        assert_eq!(End::Exited(3).describe(t), "exited with code 3");
-        assert!(End::TimedOut.describe(t).contains("timeout of 1m"));
-        assert!(End::Exited(0).succeeded() && !End::Exited(1).succeeded());
-        assert_eq!(End::TimedOut.exit_code(), None);
-    }
 
     fn spec(script: &str, timeout: Duration) -> Spec {
         let mut env = BTreeMap::new();

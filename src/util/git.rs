@@ -3,20 +3,30 @@
 //! A record too large for a Secret keeps only its commit, and `rollguard rollback --from-git`
 //! names one; in both cases the manifests are read from a temporary worktree of that commit.
 //! CI checkouts are shallow, so a missing commit is fetched alone (`git fetch --depth 1
-//! origin SHA`). Everything runs the `git` binary: no libgit2 (a C build).
+//! origin SHA`). Everything runs the `git` binary (no libgit2, a C build) through the one
+//! child-process runner, each command under a deadline (`ROLLGUARD_GIT_TIMEOUT`, default
+//! 60 s) and within the cancel budget of its caller ([`runner::within`]).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::util::runner::{self, Capture, End, Env, Spec, run_blocking};
+
 #[derive(Debug, thiserror::Error)]
 pub enum GitError {
-    #[error("could not run git in {dir}: {source}. Is git installed?")]
-    Spawn {
+    #[error("could not run git in {dir}: {detail}. Is git installed?")]
+    Spawn { dir: PathBuf, detail: String },
+    #[error(
+        "git {args} in {dir} did not finish within {} and was stopped (ROLLGUARD_GIT_TIMEOUT sets that deadline; a remote that does not answer?)",
+        crate::util::duration::format_duration(*timeout)
+    )]
+    TimedOut {
+        args: String,
         dir: PathBuf,
-        #[source]
-        source: std::io::Error,
+        timeout: Duration,
     },
     #[error("{dir} is not inside a git repository: {detail}")]
     NotARepo { dir: PathBuf, detail: String },
@@ -86,33 +96,73 @@ pub fn porcelain_is_dirty(status: &str) -> bool {
     status.lines().any(|line| !line.trim().is_empty())
 }
 
-/// Run git in `dir`; Ok(stdout) on success, Err(stderr) on a non-zero exit.
+/// How long one git command may run unless `ROLLGUARD_GIT_TIMEOUT` says otherwise (a fetch
+/// of one commit takes seconds; a remote that never answers must not hold the run).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+/// The most a git command may print on stdout that rollguard keeps (shas, a subject line).
+const MAX_STDOUT: usize = 4 * 1024 * 1024;
+
+static TIMEOUT: OnceLock<Duration> = OnceLock::new();
+
+/// The git deadline from the environment: `ROLLGUARD_GIT_TIMEOUT` (a duration, e.g. `30s`),
+/// else [`DEFAULT_TIMEOUT`]. Read once when a command starts, so a bad value is bad input.
+pub fn timeout_from_env(
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Duration, crate::util::duration::DurationError> {
+    match env("ROLLGUARD_GIT_TIMEOUT").filter(|v| !v.trim().is_empty()) {
+        None => Ok(DEFAULT_TIMEOUT),
+        Some(text) => crate::util::duration::parse_duration(&text),
+    }
+}
+
+/// Sets the deadline of every git command of this process (the first call counts).
+pub fn set_timeout(timeout: Duration) {
+    let _ = TIMEOUT.set(timeout);
+}
+
+fn timeout() -> Duration {
+    TIMEOUT.get().copied().unwrap_or(DEFAULT_TIMEOUT)
+}
+
+/// Run git in `dir` under its deadline; Ok(stdout) on success, Err(stderr) on a non-zero exit.
 fn git(dir: &Path, args: &[&str]) -> Result<Result<String, String>, GitError> {
-    let output = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        // Hooks of the user's repository have no business running during a rollback.
+    let mut spec = Spec::new("git", timeout())
+        .args(["-C".as_ref(), dir.as_os_str()])
+        // Hooks of the user's repository have no business running during a rollback, and an
+        // auto-gc must not be left running in the background.
         .args([
             "-c",
             "core.hooksPath=/dev/null",
             "-c",
             "advice.detachedHead=false",
+            "-c",
+            "gc.auto=0",
         ])
-        .args(args)
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .output()
-        .map_err(|source| GitError::Spawn {
+        .args(args);
+    spec.env = Env::Inherit(vec![("GIT_TERMINAL_PROMPT".into(), "0".into())]);
+    spec.stdout = Capture::Bytes(MAX_STDOUT);
+    let timeout = runner::capped(spec.timeout);
+    let out = run_blocking(&spec, &|line| line.to_string());
+    let stderr = out.tail.join("\n").trim().to_string();
+    match out.end {
+        End::Exited(0) if !out.overflowed => {
+            Ok(Ok(String::from_utf8_lossy(&out.stdout).trim().to_string()))
+        }
+        End::Exited(_) | End::Signalled(_) => Ok(Err(stderr)),
+        End::NotStarted(why) => Err(GitError::Spawn {
             dir: dir.to_path_buf(),
-            source,
-        })?;
-    if output.status.success() {
-        Ok(Ok(String::from_utf8_lossy(&output.stdout)
-            .trim()
-            .to_string()))
-    } else {
-        Ok(Err(String::from_utf8_lossy(&output.stderr)
-            .trim()
-            .to_string()))
+            detail: why,
+        }),
+        End::TimedOut | End::Stopped if out.overflowed => Err(GitError::Failed {
+            args: args.join(" "),
+            dir: dir.to_path_buf(),
+            detail: format!("it printed more than {MAX_STDOUT} bytes and was stopped"),
+        }),
+        End::TimedOut | End::Stopped => Err(GitError::TimedOut {
+            args: args.join(" "),
+            dir: dir.to_path_buf(),
+            timeout,
+        }),
     }
 }
 
@@ -404,6 +454,7 @@ impl Drop for Checkout {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::process::Command;
 
     fn run(dir: &Path, args: &[&str]) -> String {
         let out = Command::new("git")

@@ -395,3 +395,91 @@ async fn a_cancel_whose_rollback_runs_out_of_budget_is_rollback_failed() {
     // It was not rolled back: the cluster is still on the cancelled revision.
     assert_ne!(image(&web(&env, 1).await), GOOD);
 }
+
+/// Writes to cluster `sim-N` other than to Leases (the locks), dry runs aside.
+fn writes_besides_locks(env: &TestEnv, cluster: usize) -> u64 {
+    env.cluster(cluster)
+        .counters()
+        .counts
+        .iter()
+        .filter(|(k, _)| {
+            !k.dry_run
+                && k.resource != "leases.coordination.k8s.io"
+                && kube_sim::faults::WRITE_VERBS.contains(&k.verb.as_str())
+        })
+        .map(|(_, n)| n)
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_refused_on_one_target_writes_nothing_anywhere_and_gives_back_the_others() {
+    let env = TestEnv::start(3, "").await;
+    env.write(
+        "rollguard.yaml",
+        &format!("{}on_failure: rollback-failed\n", config(3, "60s")),
+    );
+    first_good_deploy(&env).await;
+    env.write("k8s/app.yaml", &small_app("example.com/web:v2"));
+    // us's Lease answers 403 (RBAC without leases): not contention, not retried.
+    env.cluster(2).set_faults(Faults {
+        error_rate: 1.0,
+        error_status: 403,
+        only_resources: vec!["leases.coordination.k8s.io".into()],
+        ..Default::default()
+    });
+    let before: Vec<u64> = (1..=3).map(|c| writes_besides_locks(&env, c)).collect();
+    let run = env.deploy(&[]).await;
+    env.cluster(2).set_faults(Faults::default());
+    assert_eq!(run.code, 1, "{}", run.output());
+    let after: Vec<u64> = (1..=3).map(|c| writes_besides_locks(&env, c)).collect();
+    assert_eq!(after, before, "written before every lock was held");
+    assert_eq!(run.outcome("us"), "failed", "{}", run.output());
+    assert_eq!(run.target("us")["failures"][0]["object"], "lock");
+    for target in ["eu", "ap"] {
+        assert_eq!(run.outcome(target), "skipped", "{}", run.output());
+        let message = run.target(target)["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with("not started: the lock of target us could not be taken"),
+            "{target}: {message}"
+        );
+        assert!(run.target(target)["rollback"].is_null(), "{}", run.output());
+    }
+    // eu's and ap's locks were given back: the next run takes them at once.
+    let again = env.deploy(&["--lock-timeout", "1s"]).await;
+    assert_eq!(again.code, 0, "{}", again.output());
+    for cluster in 1..=3 {
+        assert_runs(&env, cluster, "example.com/web:v2").await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_the_new_revision_never_reached_behind_a_429_is_failed_not_rollback_failed() {
+    let env = TestEnv::start(2, "").await;
+    env.write(
+        "rollguard.yaml",
+        &format!("{}on_failure: rollback-all\n", config(2, "5s")),
+    );
+    first_good_deploy(&env).await;
+    env.write("k8s/app.yaml", &small_app("example.com/web:v2"));
+    // eu's Deployments answer 429 asking for 100 s: the new image never reaches eu (its
+    // ConfigMap is unchanged), and its rollback cannot send the Deployment either.
+    env.cluster(1).set_faults(Faults {
+        error_rate: 1.0,
+        error_status: 429,
+        retry_after_seconds: 100,
+        only_resources: vec!["deployments.apps".into()],
+        ..Default::default()
+    });
+    let run = env.deploy(&[]).await;
+    env.cluster(1).set_faults(Faults::default());
+    assert_eq!(
+        run.code,
+        1,
+        "a failed deploy, not a failed rollback:\n{}",
+        run.output()
+    );
+    assert_eq!(run.outcome("eu"), "failed", "{}", run.output());
+    assert_eq!(run.outcome("us"), "rolled-back", "{}", run.output());
+    assert_runs(&env, 1, GOOD).await;
+    assert_runs(&env, 2, GOOD).await;
+}

@@ -142,11 +142,8 @@ async fn the_demo_catches_the_bad_image_and_rolls_back() {
         "{}",
         run.output()
     );
-    assert!(
-        run.elapsed < std::time::Duration::from_secs(60),
-        "took {:?}",
-        run.elapsed
-    );
+    // Caught from the pods (the line above), not at a deadline: no wall-clock bound here,
+    // which a busy machine would break.
     assert_no_ansi(&run);
 }
 

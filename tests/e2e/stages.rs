@@ -621,8 +621,9 @@ async fn show_and_a_manual_rollback_know_the_stages_a_revision_ran() {
     let back = env.command("rollback", &["--yes"]).await;
     assert_eq!(back.code, 0, "{}", back.output());
     assert!(
-        back.stdout
-            .contains("then the rollback commands of the script stages v2 ran: smoke"),
+        back.stdout.contains(
+            "then the rollback command of stage smoke: echo \"undo $ROLLGUARD_IS_ROLLBACK $ROLLGUARD_REVISION\" >> order.log"
+        ),
         "{}",
         back.output()
     );
@@ -728,5 +729,95 @@ async fn secret_values_never_reach_the_log_or_the_report() {
             && line.ends_with('>'),
         "{output}\n{}",
         run.output()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enormous_lines_of_a_script_keep_the_report_bounded() {
+    // One 20 MB line, then twenty 2 MB lines: each line is cut at 4 KiB with a note, so the
+    // report holds at most 20 short lines.
+    let env = env_with(
+        1,
+        "",
+        r#"  - apply
+  - script:
+      name: spam
+      run: ./spam.sh
+"#,
+    )
+    .await;
+    env.write_script(
+        "spam.sh",
+        "head -c 20000000 /dev/zero | tr '\\0' x; echo\n\
+         i=0; while [ $i -lt 20 ]; do head -c 2000000 /dev/zero | tr '\\0' y; echo; i=$((i+1)); done\n\
+         exit 1",
+    );
+    let run = env.deploy(&[]).await;
+    assert_eq!(
+        run.code,
+        1,
+        "{}",
+        &run.output()[..run.output().len().min(4000)]
+    );
+    let size = std::fs::metadata(env.path("report.json"))
+        .map(|m| m.len())
+        .unwrap_or(0);
+    assert!(size > 0 && size < 400_000, "report.json is {size} bytes");
+    let output = run.target("eu")["stages"]
+        .as_array()
+        .and_then(|ss| ss.iter().find(|s| s["name"] == "spam"))
+        .map(|s| s["output"].clone())
+        .unwrap_or_default();
+    let lines: Vec<&str> = output
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(lines.len(), 20, "{lines:?}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.len() < 4200 && l.contains("[rollguard cut this line at 4 KiB")),
+        "{:?}",
+        lines
+            .iter()
+            .map(|l| &l[l.len().saturating_sub(80)..])
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        run.stderr.len() < 2_000_000,
+        "stderr is {} bytes",
+        run.stderr.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollback_command_output_during_a_deploy_names_its_target_and_stage() {
+    let env = env_with(
+        1,
+        "",
+        r#"  - apply
+  - script:
+      name: smoke
+      run: test ! -e fail
+      rollback: echo rollback-says-hi
+"#,
+    )
+    .await;
+    assert_eq!(env.deploy(&[]).await.code, 0);
+    env.write("fail", "");
+    env.write("k8s/app.yaml", &small_app(NEXT));
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.outcome("eu"), "rolled-back", "{}", run.output());
+    let line = run
+        .stderr
+        .lines()
+        .find(|l| l.contains("rollback-says-hi"))
+        .unwrap_or_else(|| panic!("no output line\n{}", run.output()));
+    // In the target's span (its log group in GitHub Actions), with the stage named.
+    assert!(
+        line.contains("target{target=eu}") && line.contains("stage=smoke"),
+        "{line}"
     );
 }

@@ -80,6 +80,6 @@ pub fn mutate(rng: &mut Rng, seed: &str) -> String {
     text
 }
 
-pub const CONFIG: &str = "app: shop\nnamespace: shop\nmanifests: [k8s/]\nwait:\n  timeout: 5m\n  fail_fast:\n    err_image_pull_grace: 10s\nhistory: {keep: 3}\non_failure: rollback-all\nlock: {timeout: 30}\ntargets:\n  - name: eu\n    context: sim-1\n  - name: us\n    kubeconfig_env: KC_US\n";
+pub const CONFIG: &str = "app: shop\nnamespace: shop\nmanifests: [k8s/]\nwait:\n  timeout: 5m\n  fail_fast:\n    pull_grace: 10s\nhistory: {keep: 3}\non_failure: rollback-all\nlock: {timeout: 30}\ntargets:\n  - name: eu\n    context: sim-1\n  - name: us\n    kubeconfig_env: KC_US\n";
 
 pub const MANIFEST: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web-config\n  labels: &l {app: web}\ndata:\n  greeting: hello\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  labels: *l\nspec:\n  replicas: 2\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      containers:\n        - name: web\n          image: nginx:1.27\n";

@@ -164,6 +164,15 @@ fn container_events(
             ));
         }
         if started_now && (!before["state"]["running"].is_object() || restarted) {
+            if matches!(reason_before, Some("ImagePullBackOff" | "ErrImagePull")) {
+                // The retry after a back-off that pulled the image.
+                out.push(kubelet(
+                    "Normal",
+                    "Pulling",
+                    format!("Pulling image \"{image}\""),
+                    name,
+                ));
+            }
             if before["containerID"].is_null() {
                 out.push(kubelet(
                     "Normal",
@@ -411,6 +420,20 @@ mod tests {
             )
             .is_empty()
         );
+        // A retry that pulls the image (a scripted `times: N`): pulling, pulled, started.
+        let running = json!({"startTime": "2026-11-30T08:00:00Z", "containerStatuses": [{"name": "web", "restartCount": 0,
+            "containerID": "containerd://abc", "state": {"running": {"startedAt": "2026-11-30T08:00:35Z"}}}]});
+        let events = kubelet_events(&pod(), &status("ImagePullBackOff", 0), &running, "n1");
+        assert_eq!(
+            reasons(&events),
+            [
+                "Normal Pulling",
+                "Normal Pulled",
+                "Normal Created",
+                "Normal Started"
+            ]
+        );
+        assert!(events[1].message.starts_with("Successfully pulled image"));
     }
 
     #[test]

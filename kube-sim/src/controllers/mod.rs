@@ -1067,10 +1067,10 @@ impl Runner {
         } else {
             waiting.remove(meta::name(&pod));
         }
-        let behaviour_of = |list: &[Value]| -> Vec<rules::Behaviour> {
+        let behaviour_of = |list: &[Value]| -> Vec<rules::ImageScript> {
             list.iter()
                 .map(|c| {
-                    rules::behaviour_for(
+                    rules::script_for(
                         &self.ctx.rules,
                         &self.ctx.cluster_name,
                         c["image"].as_str().unwrap_or_default(),
@@ -1102,7 +1102,7 @@ impl Runner {
             }
             let never_ready: Vec<bool> = behaviours
                 .iter()
-                .map(|b| *b == rules::Behaviour::NeverReady)
+                .map(|b| b.behaviour == rules::Behaviour::NeverReady)
                 .collect();
             for spec in events::readiness_failures(
                 &updated,
@@ -1164,8 +1164,13 @@ mod tests {
             let _ = crd::established_status(&obj, now);
             let _ = statefulset::claims_for(&obj, 0);
             let behaviours = [
-                rules::Behaviour::CrashLoopBackOff,
-                rules::Behaviour::ImagePullBackOff,
+                rules::Behaviour::CrashLoopBackOff.into(),
+                rules::Behaviour::ImagePullBackOff.into(),
+                rules::ImageScript {
+                    behaviour: rules::Behaviour::ImagePullBackOff,
+                    failing_pulls: Some(1),
+                    pull_message: Some("503 Service Unavailable".into()),
+                },
             ];
             for age in [0, 1, 100, 100_000] {
                 let later = meta::add(now, Duration::from_secs(age));

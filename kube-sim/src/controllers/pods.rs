@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use super::meta::{self, add};
-use crate::controllers::rules::Behaviour;
+use crate::controllers::rules::{Behaviour, ImageScript};
 
 /// Time from the kubelet taking a pod to its containers starting (sandbox + image present).
 pub const CREATE_DELAY: Duration = Duration::from_millis(500);
@@ -22,6 +22,8 @@ pub const SLOW_START: Duration = Duration::from_secs(20);
 pub const RUN_BEFORE_CRASH: Duration = Duration::from_secs(1);
 /// How long a run-to-completion container (restartPolicy Never/OnFailure) runs.
 pub const RUN_TO_COMPLETION: Duration = Duration::from_secs(2);
+/// How long a pull that succeeds takes (after failed ones: the kubelet's retry).
+pub const PULL_OK: Duration = Duration::from_millis(400);
 /// How long ErrImagePull shows before the kubelet backs off.
 pub const PULL_ATTEMPT: Duration = Duration::from_secs(2);
 /// The kubelet's back-off cap.
@@ -103,12 +105,13 @@ fn waiting(reason: &str, message: Option<String>) -> State {
 
 /// The kubelet's view of one container `elapsed` after it took the pod.
 pub fn container_at(
-    behaviour: Behaviour,
+    script: &ImageScript,
     spec: ContainerSpec,
     image: &str,
     labels: &CrashLabels<'_>,
     elapsed: Duration,
 ) -> ContainerView {
+    let behaviour = script.behaviour;
     let mut view = ContainerView {
         state: waiting("ContainerCreating", None),
         last_terminated: None,
@@ -124,37 +127,7 @@ pub fn container_at(
     }
     match behaviour {
         Behaviour::Ready | Behaviour::NeverReady | Behaviour::SlowStart => {
-            let start = CREATE_DELAY;
-            let ready_at = match behaviour {
-                Behaviour::Ready => Some(start + spec.ready_delay),
-                Behaviour::SlowStart => Some(SLOW_START.max(start + spec.ready_delay)),
-                _ => None,
-            };
-            let finish_at = (!spec.restart_always).then(|| {
-                (start + RUN_TO_COMPLETION).max(ready_at.unwrap_or_default() + RUN_TO_COMPLETION)
-            });
-            // A never-ready container in a Job still runs to completion.
-            if let Some(finish) = finish_at.filter(|&f| elapsed >= f) {
-                view.state = State::Terminated {
-                    exit_code: 0,
-                    reason: "Completed".into(),
-                    started: start,
-                    finished: finish,
-                };
-                view.ready_changed = finish;
-                view.done = true;
-                return view;
-            }
-            view.state = State::Running { started: start };
-            match ready_at {
-                Some(at) if elapsed >= at => {
-                    view.ready = true;
-                    view.ready_changed = at;
-                    view.next_change = finish_at;
-                }
-                Some(at) => view.next_change = Some(at),
-                None => view.next_change = finish_at,
-            }
+            run_ready(&mut view, behaviour, spec, CREATE_DELAY, elapsed);
         }
         Behaviour::CrashLoopBackOff | Behaviour::OomKilled => {
             let (exit_code, reason) = if behaviour == Behaviour::OomKilled {
@@ -164,33 +137,7 @@ pub fn container_at(
             };
             crash_loop(&mut view, spec, exit_code, reason, labels, elapsed);
         }
-        Behaviour::ImagePullBackOff => {
-            // ErrImagePull for one pull attempt, then ImagePullBackOff for a growing back-off.
-            let mut t = CREATE_DELAY;
-            let mut n = 0u32;
-            loop {
-                if elapsed < t + PULL_ATTEMPT {
-                    view.state = waiting("ErrImagePull", Some(pull_error(image)));
-                    view.next_change = Some(t + PULL_ATTEMPT);
-                    break;
-                }
-                t += PULL_ATTEMPT;
-                let wait = backoff(n);
-                if elapsed < t + wait {
-                    view.state = waiting(
-                        "ImagePullBackOff",
-                        Some(format!(
-                            "Back-off pulling image \"{image}\": ErrImagePull: {}",
-                            pull_error(image)
-                        )),
-                    );
-                    view.next_change = Some(t + wait);
-                    break;
-                }
-                t += wait;
-                n += 1;
-            }
-        }
+        Behaviour::ImagePullBackOff => pulls(&mut view, script, spec, image, elapsed),
         Behaviour::CreateContainerConfigError => {
             view.state = waiting(
                 "CreateContainerConfigError",
@@ -214,6 +161,99 @@ pub fn container_at(
         }
     }
     view
+}
+
+/// A container that runs from `start` (Ready, NeverReady or SlowStart).
+fn run_ready(
+    view: &mut ContainerView,
+    behaviour: Behaviour,
+    spec: ContainerSpec,
+    start: Duration,
+    elapsed: Duration,
+) {
+    let ready_at = match behaviour {
+        Behaviour::Ready => Some(start + spec.ready_delay),
+        Behaviour::SlowStart => Some(SLOW_START.max(start + spec.ready_delay)),
+        _ => None,
+    };
+    let finish_at = (!spec.restart_always)
+        .then(|| (start + RUN_TO_COMPLETION).max(ready_at.unwrap_or_default() + RUN_TO_COMPLETION));
+    // A never-ready container in a Job still runs to completion.
+    if let Some(finish) = finish_at.filter(|&f| elapsed >= f) {
+        view.state = State::Terminated {
+            exit_code: 0,
+            reason: "Completed".into(),
+            started: start,
+            finished: finish,
+        };
+        view.ready_changed = finish;
+        view.done = true;
+        return;
+    }
+    view.state = State::Running { started: start };
+    match ready_at {
+        Some(at) if elapsed >= at => {
+            view.ready = true;
+            view.ready_changed = at;
+            view.next_change = finish_at;
+        }
+        Some(at) => view.next_change = Some(at),
+        None => view.next_change = finish_at,
+    }
+}
+
+/// ErrImagePull for one pull attempt, then ImagePullBackOff for a growing back-off; with
+/// `failing_pulls`, the attempt after them pulls the image and the container starts.
+fn pulls(
+    view: &mut ContainerView,
+    script: &ImageScript,
+    spec: ContainerSpec,
+    image: &str,
+    elapsed: Duration,
+) {
+    let error = script
+        .pull_message
+        .clone()
+        .unwrap_or_else(|| pull_error(image));
+    let mut t = CREATE_DELAY;
+    let mut n = 0u32;
+    loop {
+        if script.failing_pulls.is_some_and(|times| n >= times) {
+            // This pull succeeds: the container runs once the image is in.
+            if elapsed < t + PULL_OK {
+                // The kubelet's status keeps the last back-off until the pull is done.
+                view.state = if n == 0 {
+                    waiting("ContainerCreating", None)
+                } else {
+                    waiting("ImagePullBackOff", Some(backoff_message(image, &error)))
+                };
+                view.next_change = Some(t + PULL_OK);
+            } else {
+                run_ready(view, Behaviour::Ready, spec, t + PULL_OK, elapsed);
+            }
+            return;
+        }
+        if elapsed < t + PULL_ATTEMPT {
+            view.state = waiting("ErrImagePull", Some(error));
+            view.next_change = Some(t + PULL_ATTEMPT);
+            return;
+        }
+        t += PULL_ATTEMPT;
+        let wait = backoff(n);
+        if elapsed < t + wait {
+            view.state = waiting("ImagePullBackOff", Some(backoff_message(image, &error)));
+            view.next_change = Some(t + wait);
+            return;
+        }
+        t += wait;
+        n += 1;
+    }
+}
+
+/// The kubelet's ImagePullBackOff message since Kubernetes 1.32: the back-off with the
+/// previous pull error.
+fn backoff_message(image: &str, error: &str) -> String {
+    format!("Back-off pulling image \"{image}\": ErrImagePull: {error}")
 }
 
 /// Names used in the CrashLoopBackOff message: container, pod, namespace, uid.
@@ -349,14 +389,14 @@ pub struct PodView {
 
 /// Computes a pod's status at `now`.
 ///
-/// `behaviours[i]` is the behaviour of container `i` (`init_behaviours` of init container
+/// `behaviours[i]` is what the kubelet does with container `i`'s image (`init_behaviours` of init container
 /// `i`); `blocked[i]` is `Some(message)` when container `i` references a ConfigMap/Secret (or
 /// key) that does not exist. Init containers run one after the other to completion before
 /// the containers start.
 pub fn pod_status_at(
     pod: &Value,
-    init_behaviours: &[Behaviour],
-    behaviours: &[Behaviour],
+    init_behaviours: &[ImageScript],
+    behaviours: &[ImageScript],
     blocked: &[Option<String>],
     placement: &Placement,
     base: jiff::Timestamp,
@@ -407,7 +447,8 @@ pub fn pod_status_at(
             namespace,
             uid: pod_uid,
         };
-        let behaviour = init_behaviours.get(i).copied().unwrap_or(Behaviour::Ready);
+        let ready = ImageScript::default();
+        let behaviour = init_behaviours.get(i).unwrap_or(&ready);
         let image = container["image"].as_str().unwrap_or_default();
         let mut view = container_at(
             behaviour,
@@ -447,7 +488,8 @@ pub fn pod_status_at(
     for (i, container) in containers.iter().enumerate() {
         let cname = container["name"].as_str().unwrap_or_default();
         let image = container["image"].as_str().unwrap_or_default();
-        let behaviour = behaviours.get(i).copied().unwrap_or(Behaviour::Ready);
+        let ready = ImageScript::default();
+        let behaviour = behaviours.get(i).unwrap_or(&ready);
         let spec = ContainerSpec::from_pod(pod, container);
         let labels = CrashLabels {
             container: cname,
@@ -901,7 +943,7 @@ mod tests {
 
     fn at(behaviour: Behaviour, spec: ContainerSpec, secs: f64) -> ContainerView {
         container_at(
-            behaviour,
+            &behaviour.into(),
             spec,
             "example/web:v1",
             &LABELS,
@@ -961,6 +1003,74 @@ mod tests {
                 "{behaviour:?} at {secs}s restarts"
             );
         }
+    }
+
+    /// `times: 2` with a 503 text: two failed pulls (ErrImagePull, back-off 10 s), then the
+    /// third pull at 0.5 + 2 + 10 + 2 + 20 = 34.5 s succeeds and the container starts.
+    #[test]
+    fn scripted_pulls_fail_n_times_then_start() {
+        const E503: &str = "failed to pull and unpack image \"docker.io/example/web:v1\": failed to resolve reference \"docker.io/example/web:v1\": pulling from host docker.io failed with status code [manifests v1]: 503 Service Unavailable";
+        let script = ImageScript {
+            behaviour: Behaviour::ImagePullBackOff,
+            failing_pulls: Some(2),
+            pull_message: Some(E503.into()),
+        };
+        let view = |secs: f64| {
+            container_at(
+                &script,
+                ALWAYS,
+                "example/web:v1",
+                &LABELS,
+                Duration::from_secs_f64(secs),
+            )
+        };
+        let cases = [
+            (1.0, "ErrImagePull", false),
+            (3.0, "ImagePullBackOff", false),
+            (13.0, "ErrImagePull", false),
+            (20.0, "ImagePullBackOff", false),
+            (34.7, "ImagePullBackOff", false),
+            (35.0, "Running", false),
+            (35.5, "Running", true),
+            (5000.0, "Running", true),
+        ];
+        for (secs, state, ready) in cases {
+            let v = view(secs);
+            assert_eq!(reason(&v), state, "at {secs}s");
+            assert_eq!(v.ready, ready, "at {secs}s");
+            assert_eq!(v.restart_count, 0, "at {secs}s");
+        }
+        let State::Waiting { message, .. } = view(1.0).state else {
+            panic!()
+        };
+        assert_eq!(message.as_deref(), Some(E503));
+        let State::Waiting { message, .. } = view(3.0).state else {
+            panic!()
+        };
+        assert_eq!(
+            message.as_deref(),
+            Some(
+                format!("Back-off pulling image \"example/web:v1\": ErrImagePull: {E503}").as_str()
+            )
+        );
+        // times: 0 pulls at once.
+        let first = ImageScript {
+            failing_pulls: Some(0),
+            ..script.clone()
+        };
+        let v = container_at(&first, ALWAYS, "x", &LABELS, Duration::from_secs(2));
+        assert_eq!((reason(&v), v.ready), ("Running".to_string(), true));
+        // The built-in word keeps containerd's NotFound text, with every pull failing.
+        let v = at(Behaviour::ImagePullBackOff, ALWAYS, 5000.0);
+        assert!(reason(&v).contains("ImagePull"), "{v:?}");
+        let State::Waiting { message, .. } = at(Behaviour::ImagePullBackOff, ALWAYS, 1.0).state
+        else {
+            panic!()
+        };
+        assert!(
+            message.is_some_and(|m| m.starts_with("rpc error: code = NotFound desc = ")
+                && m.ends_with("docker.io/example/web:v1: not found"))
+        );
     }
 
     #[test]
@@ -1040,7 +1150,7 @@ mod tests {
         let view = pod_status_at(
             &p,
             &[],
-            &[Behaviour::Ready],
+            &[Behaviour::Ready.into()],
             &[None],
             &placement(),
             base,
@@ -1083,7 +1193,7 @@ mod tests {
         let pending = pod_status_at(
             &p,
             &[],
-            &[Behaviour::ImagePullBackOff],
+            &[Behaviour::ImagePullBackOff.into()],
             &[None],
             &placement(),
             base,
@@ -1106,7 +1216,7 @@ mod tests {
         let blocked = pod_status_at(
             &p,
             &[],
-            &[Behaviour::Ready],
+            &[Behaviour::Ready.into()],
             &[Some("configmap \"x\" not found".into())],
             &placement(),
             base,
@@ -1130,8 +1240,8 @@ mod tests {
         let status_at = |init: Behaviour, secs: u64| {
             pod_status_at(
                 &p,
-                &[init],
-                &[Behaviour::Ready],
+                &[init.into()],
+                &[Behaviour::Ready.into()],
                 &[None],
                 &placement(),
                 base,
@@ -1173,7 +1283,7 @@ mod tests {
         let ok = pod_status_at(
             &p,
             &[],
-            &[Behaviour::Ready],
+            &[Behaviour::Ready.into()],
             &[None],
             &placement(),
             base,
@@ -1184,7 +1294,7 @@ mod tests {
         let bad = pod_status_at(
             &p,
             &[],
-            &[Behaviour::CrashLoopBackOff],
+            &[Behaviour::CrashLoopBackOff.into()],
             &[None],
             &placement(),
             base,

@@ -3,16 +3,20 @@
 //! A rules file (`--rules FILE`) is a YAML list such as
 //! `[{cluster: sim-2, image: "*:v2", behaviour: ImagePullBackOff}]`. The first rule whose
 //! cluster (absent = every cluster) and image glob match wins; when none matches, the built-in
-//! image words decide (`doesnotexist`, `crashloop`, `neverready`, `slowstart`).
+//! image words decide (`doesnotexist`, `crashloop`, `neverready`, `slowstart`). A pull rule
+//! may script the registry: `{image: "*:v2", behaviour: ImagePullBackOff, times: 2,
+//! message: "...503 Service Unavailable"}` fails the first two pulls with that text, then
+//! the image pulls and the container starts.
 
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
 /// What the simulated kubelet does with a container whose image matches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 pub enum Behaviour {
     /// Starts and is Ready after a short delay (or the readiness probe's initial delay).
+    #[default]
     Ready,
     /// ErrImagePull, then ImagePullBackOff, alternating with a growing back-off.
     #[serde(alias = "ErrImagePull")]
@@ -44,6 +48,33 @@ pub struct Rule {
     /// Glob over the image reference: `*` matches any run of characters, `?` one character.
     pub image: String,
     pub behaviour: Behaviour,
+    /// With `ImagePullBackOff`: only the first N pulls (of each pod's container) fail, then
+    /// the image pulls and the container starts.
+    #[serde(default)]
+    pub times: Option<u32>,
+    /// With `ImagePullBackOff`: the pull error as the kubelet shows it (the ErrImagePull
+    /// message); default containerd's NotFound text.
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+/// What the kubelet does with one image: its behaviour, and for pulls that fail, how.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ImageScript {
+    pub behaviour: Behaviour,
+    /// Pulls that fail before one succeeds (None: every pull fails).
+    pub failing_pulls: Option<u32>,
+    /// The pull error's text (None: containerd's NotFound for the image).
+    pub pull_message: Option<String>,
+}
+
+impl From<Behaviour> for ImageScript {
+    fn from(behaviour: Behaviour) -> Self {
+        ImageScript {
+            behaviour,
+            ..ImageScript::default()
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -58,11 +89,17 @@ pub enum RulesError {
         "invalid rules file {where_}: {message}\n  expected a YAML list like \
          `- {{cluster: sim-2, image: \"*:v2\", behaviour: ImagePullBackOff}}` with behaviour one of \
          Ready, ImagePullBackOff, CrashLoopBackOff, NeverReady, SlowStart, \
-         CreateContainerConfigError, CreateContainerError, InvalidImageName, OomKilled"
+         CreateContainerConfigError, CreateContainerError, InvalidImageName, OomKilled \
+         (an ImagePullBackOff rule may add `times: N` and `message: TEXT`)"
     )]
     Parse { where_: String, message: String },
     #[error("invalid rules file {where_}: rule {index} has an empty image pattern")]
     EmptyImage { where_: String, index: usize },
+    #[error(
+        "invalid rules file {where_}: rule {index} has `times` or `message`, which only \
+         `behaviour: ImagePullBackOff` uses"
+    )]
+    PullScriptWithoutPull { where_: String, index: usize },
 }
 
 /// Reads and parses a rules file.
@@ -95,18 +132,37 @@ fn parse_named(yaml: &str, where_: &str) -> Result<Vec<Rule>, RulesError> {
             index: index + 1,
         });
     }
+    if let Some(index) = rules.iter().position(|rule| {
+        rule.behaviour != Behaviour::ImagePullBackOff
+            && (rule.times.is_some() || rule.message.is_some())
+    }) {
+        return Err(RulesError::PullScriptWithoutPull {
+            where_: where_.to_string(),
+            index: index + 1,
+        });
+    }
     Ok(rules)
 }
 
 /// The behaviour of `image` in `cluster`: the first matching rule, else the built-in words.
 pub fn behaviour_for(rules: &[Rule], cluster: &str, image: &str) -> Behaviour {
+    script_for(rules, cluster, image).behaviour
+}
+
+/// What the kubelet does with `image` in `cluster`: the first matching rule, else the
+/// built-in words.
+pub fn script_for(rules: &[Rule], cluster: &str, image: &str) -> ImageScript {
     rules
         .iter()
         .find(|rule| {
             rule.cluster.as_deref().is_none_or(|c| c == cluster) && glob_match(&rule.image, image)
         })
-        .map(|rule| rule.behaviour)
-        .unwrap_or_else(|| builtin_behaviour(image))
+        .map(|rule| ImageScript {
+            behaviour: rule.behaviour,
+            failing_pulls: rule.times,
+            pull_message: rule.message.clone(),
+        })
+        .unwrap_or_else(|| builtin_behaviour(image).into())
 }
 
 /// The built-in image words, valid in every cluster.
@@ -202,6 +258,30 @@ mod tests {
         assert_eq!(
             behaviour_for(&rules, "sim-1", "x/crashloop:1"),
             Behaviour::Ready
+        );
+    }
+
+    #[test]
+    fn pull_rules_script_times_and_message() {
+        let rules = parse(
+            "- {image: \"*:v2\", behaviour: ImagePullBackOff, times: 2, message: \"503 Service Unavailable\"}\n",
+        )
+        .unwrap();
+        let script = script_for(&rules, "sim-1", "web:v2");
+        assert_eq!(script.behaviour, Behaviour::ImagePullBackOff);
+        assert_eq!(script.failing_pulls, Some(2));
+        assert_eq!(
+            script.pull_message.as_deref(),
+            Some("503 Service Unavailable")
+        );
+        assert_eq!(
+            script_for(&[], "sim-1", "x/doesnotexist:1"),
+            ImageScript::from(Behaviour::ImagePullBackOff)
+        );
+        let err = parse("- {image: x, behaviour: Ready, times: 2}").unwrap_err();
+        assert!(
+            matches!(err, RulesError::PullScriptWithoutPull { index: 1, .. }),
+            "{err}"
         );
     }
 

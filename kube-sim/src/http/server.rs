@@ -103,6 +103,17 @@ fn bind(address: SocketAddr) -> std::io::Result<TcpListener> {
     socket.listen(1024)
 }
 
+/// Holds `address` while the cluster is down: bound, not listening, so a client's connect
+/// is refused (as by a stopped server) and no other listener on this machine (a parallel
+/// test's cluster) can take the port and answer in its place. Binding an ephemeral port
+/// never picks a port another socket holds.
+fn reserve(address: SocketAddr) -> std::io::Result<TcpSocket> {
+    let socket = TcpSocket::new_v4()?;
+    socket.set_reuseaddr(true)?;
+    socket.bind(address)?;
+    Ok(socket)
+}
+
 /// Binds 127.0.0.1 on an ephemeral port.
 pub fn bind_ephemeral() -> std::io::Result<TcpListener> {
     bind(SocketAddr::from(([127, 0, 0, 1], 0)))
@@ -114,17 +125,29 @@ pub async fn run_listener(state: Arc<ClusterState>, first: TcpListener) {
     let mut down_rx = state.down.subscribe();
     let mut shutdown_rx = state.shutdown.subscribe();
     let mut listener = Some(first);
+    let mut reserved: Option<TcpSocket> = None;
     loop {
         if *shutdown_rx.borrow() {
             return;
         }
         if *down_rx.borrow_and_update() {
+            // The listener goes first (a listening socket's port cannot be bound again), the
+            // reservation follows at once.
             listener = None;
+            if reserved.is_none() {
+                reserved = reserve(state.address)
+                    .inspect_err(|e| {
+                        tracing::warn!(cluster = %state.name, "reserving {} while down: {e}", state.address)
+                    })
+                    .ok();
+            }
             tokio::select! {
                 _ = down_rx.changed() => continue,
                 _ = shutdown_rx.changed() => continue,
             }
         }
+        // Up again: listen beside the reservation (both bound with SO_REUSEADDR, the
+        // reservation not listening), then let the reservation go.
         let active = match listener.take() {
             Some(l) => l,
             None => match bind(state.address) {
@@ -136,6 +159,7 @@ pub async fn run_listener(state: Arc<ClusterState>, first: TcpListener) {
                 }
             },
         };
+        reserved = None;
         loop {
             tokio::select! {
                 accepted = active.accept() => {

@@ -1,10 +1,12 @@
 //! Health rules: pure functions of Kubernetes objects (as JSON), no I/O.
 //!
 //! `assess` follows kstatus (kubernetes-sigs/cli-utils) with kubectl's rollout-status order of
-//! checks for workloads; `pods` adds fail-fast on pods of the new revision.
+//! checks for workloads; `pods` adds fail-fast on pods of the new revision, `pulls` judges
+//! image-pull errors by what they say.
 
 mod kstatus;
 mod pods;
+pub mod pulls;
 mod status;
 
 pub use kstatus::{assess, assess_as, infer_type};

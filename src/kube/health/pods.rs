@@ -1,6 +1,7 @@
 //! Fail fast on pods of the new revision: which pods belong to it, and what is wrong with them.
 
 use super::kstatus::infer_type;
+use super::pulls;
 use super::status::{at, cond_field, condition, int_at, str_at};
 use crate::config::{FailFastConfig, UnschedulablePolicy};
 use crate::report::Failure;
@@ -198,8 +199,8 @@ pub fn label_selector(workload: &Value) -> Option<String> {
 pub enum Severity {
     /// Fails the target now.
     Fatal,
-    /// Fails the target if it persists past its grace (ErrImagePull, CrashLoopBackOff below
-    /// the restart threshold, Unschedulable with `unschedulable: fail`).
+    /// Fails the target if it persists past its grace (a pull error that may pass,
+    /// CrashLoopBackOff below the restart threshold, Unschedulable with `unschedulable: fail`).
     Transient,
     /// Reported, never fails the target.
     Warning,
@@ -229,6 +230,12 @@ impl PodProblem {
         }
     }
 
+    /// True for ErrImagePull and ImagePullBackOff: one pull error that the kubelet shows
+    /// under two reasons, judged by its message (see `pulls`).
+    pub fn is_pull(&self) -> bool {
+        matches!(self.reason.as_str(), "ErrImagePull" | "ImagePullBackOff")
+    }
+
     /// How long this problem may persist before the waiter fails the target; None for
     /// problems that never do (warnings) and Some(0) for fatal ones.
     pub fn grace(&self, policy: &FailFastConfig) -> Option<std::time::Duration> {
@@ -238,9 +245,7 @@ impl PodProblem {
             Severity::Transient if self.reason == "Unschedulable" => {
                 Some(policy.unschedulable_grace)
             }
-            Severity::Transient if self.reason == "ErrImagePull" => {
-                Some(policy.err_image_pull_grace)
-            }
+            Severity::Transient if self.is_pull() => Some(policy.pull_grace),
             // CrashLoopBackOff below the restart threshold: decided by restarts, not time.
             Severity::Transient => None,
         }
@@ -269,16 +274,21 @@ pub fn pod_problems(pod: &Value, policy: &FailFastConfig) -> Vec<PodProblem> {
                 continue;
             }
             let restarts = int_at(cs, &["restartCount"]).unwrap_or(0);
+            let message_now = str_at(cs, &["state", "waiting", "message"]).unwrap_or("");
             let severity = match reason {
+                // A pull error fails at once only when it says the pull cannot succeed, and
+                // once the kubelet backs off from it (see `pulls::judge`).
+                "ImagePullBackOff" => match pulls::classify(reason, message_now) {
+                    pulls::PullClass::Definitive(_) => Severity::Fatal,
+                    _ => Severity::Transient,
+                },
                 "ErrImagePull" => Severity::Transient,
                 "CrashLoopBackOff" if restarts < i64::from(policy.crash_loop_restarts) => {
                     Severity::Transient
                 }
                 _ => Severity::Fatal,
             };
-            let mut message = str_at(cs, &["state", "waiting", "message"])
-                .unwrap_or("")
-                .to_string();
+            let mut message = message_now.to_string();
             if reason == "CrashLoopBackOff" {
                 message = crash_details(cs, &message, restarts);
             }
@@ -587,7 +597,7 @@ mod tests {
                     json!([waiting(
                         "web",
                         "ImagePullBackOff",
-                        "Back-off pulling image \"nginx:doesnotexist\"",
+                        "Back-off pulling image \"nginx:doesnotexist\": ErrImagePull: rpc error: code = NotFound desc = failed to pull and unpack image \"docker.io/library/nginx:doesnotexist\": failed to resolve reference \"docker.io/library/nginx:doesnotexist\": docker.io/library/nginx:doesnotexist: not found",
                         0
                     )]),
                     json!([]),
@@ -595,6 +605,34 @@ mod tests {
                 ),
                 policy.clone(),
                 vec![("ImagePullBackOff", Some("web"), Fatal)],
+            ),
+            (
+                pod_with(
+                    json!([waiting(
+                        "web",
+                        "ImagePullBackOff",
+                        "Back-off pulling image \"nginx:1.27\": ErrImagePull: pulling from host docker.io failed with status code [manifests 1.27]: 503 Service Unavailable",
+                        0
+                    )]),
+                    json!([]),
+                    json!([]),
+                ),
+                policy.clone(),
+                vec![("ImagePullBackOff", Some("web"), Transient)],
+            ),
+            (
+                pod_with(
+                    json!([waiting(
+                        "web",
+                        "ImagePullBackOff",
+                        "Back-off pulling image \"nginx:doesnotexist\"",
+                        0
+                    )]),
+                    json!([]),
+                    json!([]),
+                ),
+                policy.clone(),
+                vec![("ImagePullBackOff", Some("web"), Transient)],
             ),
             (
                 pod_with(
@@ -768,10 +806,13 @@ mod tests {
             p("ImagePullBackOff", Severity::Fatal).grace(&policy),
             Some(Duration::ZERO)
         );
-        assert_eq!(
-            p("ErrImagePull", Severity::Transient).grace(&policy),
-            Some(Duration::from_secs(10))
-        );
+        for pull in ["ErrImagePull", "ImagePullBackOff"] {
+            assert_eq!(
+                p(pull, Severity::Transient).grace(&policy),
+                Some(Duration::from_secs(60)),
+                "{pull}"
+            );
+        }
         assert_eq!(
             p("Unschedulable", Severity::Transient).grace(&policy),
             Some(Duration::from_secs(60))
