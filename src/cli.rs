@@ -79,6 +79,9 @@ pub struct DeployArgs {
     /// Show what would change instead (as `rollguard diff`): nothing is written.
     #[arg(long)]
     pub dry_run: bool,
+    /// Deploy even when nothing would change: a new record, and every stage runs.
+    #[arg(long, conflicts_with = "dry_run")]
+    pub force: bool,
     /// rollback-all | rollback-failed | rollback-if-all-fail | none
     #[arg(long, value_name = "POLICY", conflicts_with = "dry_run")]
     pub on_failure: Option<String>,
@@ -353,7 +356,7 @@ mod tests {
         assert_eq!(args.selection.files.config, Some(PathBuf::from("x.yaml")));
         assert_eq!(args.selection.targets, vec!["a", "b"]);
         assert_eq!(args.timeout, Some(Duration::from_secs(30)));
-        assert!(args.force_conflicts && !args.dry_run);
+        assert!(args.force_conflicts && !args.dry_run && !args.force);
         assert_eq!(args.on_failure.as_deref(), Some("none"));
         assert_eq!(args.concurrency, Some(4));
         assert!(Cli::try_parse_from(["rollguard", "deploy", "--timeout", "soon"]).is_err());

@@ -62,14 +62,55 @@ pub fn shared_dir() -> Option<std::path::PathBuf> {
     found
 }
 
-/// For a test that needs `shared/`: the folder, or None after printing why `test` skips.
+/// For a test that needs `shared/`: the folder, or None after saying why `test` skips.
 pub fn shared_for_test(test: &str) -> Option<std::path::PathBuf> {
     let found = shared_dir();
     if found.is_none() {
-        eprintln!(
-            "skipped: {test}: no shared/apiserver-recordings beside the repository \
-             (set ROLLGUARD_REQUIRE_SHARED=1 to make this a failure)"
+        skip_test(
+            test,
+            "no shared/apiserver-recordings beside the repository \
+             (set ROLLGUARD_REQUIRE_SHARED=1 to make this a failure)",
         );
     }
     found
+}
+
+/// The tests of this process that skipped, with why.
+static SKIPPED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// Says that `test` skips (it returns at once and counts as passed) and why, where `cargo
+/// test` shows it: libtest captures what a passing test prints, so this writes to the
+/// process's stderr itself, and once more, counted, after the test binary's summary.
+pub fn skip_test(test: &str, reason: &str) {
+    use std::io::Write;
+    let line = format!("skipped: {test}: {reason}");
+    let _ = writeln!(std::io::stderr(), "{line}");
+    let mut skipped = SKIPPED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if skipped.is_empty() {
+        // SAFETY: atexit only registers a function; print_skipped is extern "C" and does
+        // not unwind (it ignores a failed write).
+        unsafe {
+            libc::atexit(print_skipped);
+        }
+    }
+    skipped.push(line);
+}
+
+/// At exit: how many tests skipped, and why (after libtest's "test result" line).
+extern "C" fn print_skipped() {
+    use std::io::Write;
+    let skipped = SKIPPED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut text = format!(
+        "\n{} test{} passed by skipping (not run here):\n",
+        skipped.len(),
+        if skipped.len() == 1 { "" } else { "s" }
+    );
+    for line in skipped.iter() {
+        text.push_str(&format!("  {line}\n"));
+    }
+    let _ = std::io::stderr().write_all(text.as_bytes());
 }

@@ -110,6 +110,7 @@ fn step_args(dir: &Path, kubeconfig: &Path, report: Option<&Path>) -> DeployArgs
         report: report.map(Path::to_path_buf),
         force_conflicts: false,
         dry_run: false,
+        force: false,
         on_failure: None,
         concurrency: None,
         lock_timeout: None,

@@ -84,14 +84,29 @@ pub fn read_plan(
         crate::kube::connect::check_targets(&config, &config.targets, &lookup)?;
         refuse_overlapping_targets(&config, &path, &lookup)?;
     }
-    let manifests = manifests::load(&config)?;
+    let (manifests, warnings) = manifests::load_noting(&config)?;
+    // Said once, before anything runs (the live view and the report are per target).
+    for warning in warnings {
+        crate::report::redact::print_err(&format!("warning: {warning}"));
+    }
     // Every secret value of the manifests is known to the scrubber before anything can
     // print one.
     crate::report::redact::learn(manifests.objects.iter().map(|o| &o.body));
-    let commit = crate::util::git::detect_commit(args.commit.as_deref(), &lookup, &config.base_dir);
+    // The manifest files read (not a render command's output): one not in the commit is
+    // deployed all the same, so the commit is marked dirty.
+    let mut files: Vec<&std::path::Path> = manifests
+        .objects
+        .iter()
+        .map(|o| o.origin.file.as_path())
+        .filter(|f| f.is_file())
+        .collect();
+    files.dedup();
+    let commit =
+        crate::util::git::detect_commit(args.commit.as_deref(), &lookup, &config.base_dir, &files);
     let options = DeployOptions {
         force_conflicts: args.force_conflicts,
         dry_run: args.dry_run,
+        force: args.force,
         cli_kubeconfig: config.kubeconfig.clone(),
     };
     Ok(Plan::new(config, manifests, commit, options, env))

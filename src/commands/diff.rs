@@ -35,6 +35,7 @@ fn as_deploy(args: &DiffArgs) -> DeployArgs {
         report: args.report.clone(),
         force_conflicts: args.force_conflicts,
         dry_run: true,
+        force: false,
         on_failure: None,
         concurrency: args.concurrency,
         lock_timeout: None,

@@ -416,17 +416,33 @@ pub async fn history(args: HistoryArgs, env: Env) -> Result<i32, ManageError> {
 pub async fn show(args: ShowArgs, env: Env) -> Result<i32, ManageError> {
     let config = load_config(&args.selection, &env)?;
     let revision = args.revision;
-    let (shown, code) = for_each_target(&config, &env, |c| async move {
-        let record = c.store.get(revision).await.map_err(|e| {
+    let (records, code) = for_each_target(&config, &env, |c| async move {
+        c.store.get(revision).await.map_err(|e| {
             let code = release_error_code(&e);
             (e.to_string(), code)
-        })?;
-        // Structure redacts; the scrubber is the second line for the printed text.
-        redact::learn(record.manifests.iter().flatten());
-        shown_record(&record).map_err(|e| (format!("cannot render v{revision}: {e}"), exit::FAILED))
+        })
     })
     .await;
-    Ok(combined_exit([code, print_documents(&shown, args.output)]))
+    let runs: Vec<(&str, &ReleaseRecord)> = records.iter().map(|(n, r)| (n.as_str(), r)).collect();
+    if let Some(why) = release::ambiguous_revision(revision, &runs) {
+        redact::print_err(&why);
+        return Ok(exit::BAD_INPUT);
+    }
+    let mut shown = Vec::new();
+    let mut codes = vec![code];
+    for (name, record) in &records {
+        // Structure redacts; the scrubber is the second line for the printed text.
+        redact::learn(record.manifests.iter().flatten());
+        match shown_record(record) {
+            Ok(value) => shown.push((name.clone(), value)),
+            Err(e) => {
+                redact::print_err(&format!("target {name}: cannot render v{revision}: {e}"));
+                codes.push(exit::FAILED);
+            }
+        }
+    }
+    codes.push(print_documents(&shown, args.output));
+    Ok(combined_exit(codes))
 }
 
 /// `rollguard unlock`: force-release the lock on each selected target.
@@ -468,6 +484,8 @@ struct Planned {
     lock: Option<LockGuard>,
     /// The revisions kept on the target (the rollback's number is above every target's).
     revisions: Vec<u64>,
+    /// The record `--revision` chose, to tell whether the number names one run everywhere.
+    chosen_record: Option<ReleaseRecord>,
     bodies: Vec<Value>,
     commit: Option<CommitInfo>,
     origin: ReleaseOrigin,
@@ -560,6 +578,16 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
         match plan {
             Ok(p) => ready.push(p),
             Err(e) => problems.push(e),
+        }
+    }
+    // One number may name different runs on different targets (after `--target` deploys).
+    if let Some(revision) = args.revision {
+        let runs: Vec<(&str, &ReleaseRecord)> = ready
+            .iter()
+            .filter_map(|p| Some((p.connected.target.name.as_str(), p.chosen_record.as_ref()?)))
+            .collect();
+        if let Some(why) = release::ambiguous_revision(revision, &runs) {
+            problems.push((why, exit::BAD_INPUT));
         }
     }
     // The manifests of both sides may hold Secrets: the scrubber knows them before output.
@@ -959,6 +987,7 @@ async fn plan_one(
                 bodies: bodies.clone(),
                 commit: commit.clone(),
                 origin: ReleaseOrigin::ManualFromGit,
+                chosen_record: None,
                 destination: format!("commit {short}"),
                 default_namespace,
                 lock: None,
@@ -990,6 +1019,10 @@ async fn plan_one(
                 bodies,
                 commit: to.commit.clone(),
                 origin: ReleaseOrigin::ManualRollback { to: revision },
+                chosen_record: args.revision.is_some().then(|| ReleaseRecord {
+                    manifests: None,
+                    ..to.clone()
+                }),
                 destination: format!("v{revision}"),
                 default_namespace: to.default_namespace.clone().unwrap_or(default_namespace),
                 lock: None,

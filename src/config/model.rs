@@ -40,6 +40,8 @@ pub struct Config {
     pub history: HistoryConfig,
     pub on_failure: FailurePolicy,
     pub on_cancel: CancelPolicy,
+    /// What happens to objects with a `helm.sh/hook` annotation (`helm template` output).
+    pub render_hooks: RenderHooks,
     pub rollback: RollbackConfig,
     pub lock: LockConfig,
     pub github: GithubConfig,
@@ -274,6 +276,28 @@ impl FromStr for FailurePolicy {
 /// `FailurePolicy::from_str` without the message (for flag parsers that report their own).
 pub fn parse_failure_policy(s: &str) -> Option<FailurePolicy> {
     s.parse().ok()
+}
+
+/// Objects with a `helm.sh/hook` annotation: Helm runs them around its own install (test
+/// Pods, migration Jobs); applied as ordinary objects they would pile up on every deploy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RenderHooks {
+    /// Left out of the deploy, with one warning naming them.
+    #[default]
+    Skip,
+    /// Applied as ordinary objects.
+    Apply,
+}
+
+impl FromStr for RenderHooks {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "skip" => Ok(RenderHooks::Skip),
+            "apply" => Ok(RenderHooks::Apply),
+            _ => Err(one_of_message(s, &["skip", "apply"])),
+        }
+    }
 }
 
 /// What happens on SIGINT/SIGTERM to targets that received the new revision.

@@ -30,6 +30,7 @@ pub(super) const TOP_KEYS: &[&str] = &[
     "history",
     "on_failure",
     "on_cancel",
+    "render_hooks",
     "rollback",
     "lock",
     "pipeline",
@@ -359,6 +360,7 @@ impl Ctx {
             history: HistoryConfig::default(),
             on_failure: FailurePolicy::default(),
             on_cancel: CancelPolicy::default(),
+            render_hooks: RenderHooks::default(),
             rollback: RollbackConfig::default(),
             lock: LockConfig::default(),
             github: GithubConfig::default(),
@@ -464,6 +466,9 @@ impl Ctx {
         }
         if let Some(p) = self.parsed(get("on_cancel"), "on_cancel") {
             config.on_cancel = p;
+        }
+        if let Some(h) = self.parsed(get("render_hooks"), "render_hooks") {
+            config.render_hooks = h;
         }
         if let Some(rb) = get("rollback")
             && self.mapping(rb, "rollback", ROLLBACK_KEYS).is_some()
@@ -893,6 +898,9 @@ impl Ctx {
         let dry_run = self
             .boolean(node.get("dry_run"), &format!("{label} dry_run"))
             .unwrap_or(false);
+        let always = self
+            .boolean(node.get("always"), &format!("{label} always"))
+            .unwrap_or(false);
         let scope = match self.text(node.get("scope"), &format!("{label} scope")) {
             None => Scope::Target,
             Some((s, line)) => match s.as_str() {
@@ -923,6 +931,7 @@ impl Ctx {
             scope,
             kill_grace,
             dry_run,
+            always,
             line: node.line,
         })
     }

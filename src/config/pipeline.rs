@@ -25,6 +25,7 @@ pub(crate) const SCRIPT_KEYS: &[&str] = &[
     "scope",
     "kill_grace",
     "dry_run",
+    "always",
 ];
 
 /// A script's timeout when it names none.
@@ -102,6 +103,9 @@ pub struct ScriptStage {
     pub kill_grace: Duration,
     /// Run in `deploy --dry-run` too (with ROLLGUARD_DRY_RUN=true).
     pub dry_run: bool,
+    /// Run also when the deploy changes nothing on the target (otherwise such a deploy runs
+    /// no stage; `--force` runs them all).
+    pub always: bool,
     /// Line in the config file, for messages.
     pub line: usize,
 }
@@ -166,7 +170,8 @@ pub(crate) fn pipeline_schema(duration: &Value, command: &Value) -> Value {
                                 "continue_on_error": {"type": "boolean", "default": false, "description": "a failure is a warning, not a failed target"},
                                 "scope": {"enum": ["target", "fleet"], "default": "target", "description": "once per target, or once for the whole deploy"},
                                 "kill_grace": {"description": "between SIGTERM and SIGKILL (default 5s)", "allOf": [duration]},
-                                "dry_run": {"type": "boolean", "default": false, "description": "run in deploy --dry-run too"}
+                                "dry_run": {"type": "boolean", "default": false, "description": "run in deploy --dry-run too"},
+                                "always": {"type": "boolean", "default": false, "description": "run also when the deploy changes nothing on the target"}
                             }
                         }
                     }
@@ -195,6 +200,7 @@ mod tests {
             scope: Scope::Target,
             kill_grace: DEFAULT_KILL_GRACE,
             dry_run: false,
+            always: false,
             line: 1,
         };
         assert_eq!(stage.argv(&stage.run), vec!["bash", "-eu", "-c", "echo hi"]);

@@ -100,6 +100,7 @@ pub fn json_schema() -> Value {
             },
             "on_failure": {"enum": ["rollback-all", "rollback-failed", "rollback-if-all-fail", "none"], "default": "rollback-all"},
             "on_cancel": {"enum": ["rollback", "leave"], "default": "rollback"},
+            "render_hooks": {"enum": ["skip", "apply"], "default": "skip", "description": "objects with a helm.sh/hook annotation (helm template output): left out with a warning, or applied as ordinary objects"},
             "rollback": {
                 "type": "object",
                 "additionalProperties": false,

@@ -199,6 +199,10 @@ fn error_table() {
             "rollguard.yaml:7: github.deployments must be true or false, not a string",
         ),
         (
+            format!("{base}render_hooks: aply\n"),
+            "rollguard.yaml:6: render_hooks: \"aply\" is not one of skip, apply; did you mean \"apply\"?",
+        ),
+        (
             format!("{base}zzz: 1\n"),
             "rollguard.yaml:6: unknown key \"zzz\" in the top level (known keys: app,",
         ),
@@ -623,7 +627,7 @@ mod pipeline {
         assert_eq!(m.argv(&m.run), vec!["sh", "-c", "./db/migrate up"]);
         assert_eq!(m.working_dir, PathBuf::from("ci"));
         assert_eq!(m.kill_grace, DEFAULT_KILL_GRACE);
-        assert!(!m.continue_on_error && !m.dry_run);
+        assert!(!m.continue_on_error && !m.dry_run && !m.always);
         let s = script(&p[2]);
         assert_eq!(s.scope, Scope::Target);
         assert_eq!(s.argv(&s.run), vec!["./scripts/smoke.sh", "--fast"]);
@@ -648,6 +652,7 @@ mod pipeline {
       scope: target
       kill_grace: 1s
       dry_run: true
+      always: true
       pass_env: [GITHUB_TOKEN, NPM_TOKEN]
 "
         );
@@ -659,7 +664,7 @@ mod pipeline {
         assert_eq!(s.env.get("LOUD").map(String::as_str), Some("true"));
         assert_eq!(s.working_dir, PathBuf::from("/srv"));
         assert_eq!(s.argv(&s.run), vec!["bash", "-eu", "-c", "./smoke"]);
-        assert!(s.continue_on_error && s.dry_run);
+        assert!(s.continue_on_error && s.dry_run && s.always);
         assert_eq!(s.kill_grace, Duration::from_secs(1));
     }
 

@@ -88,6 +88,11 @@ pub async fn conclude(
             }
         }
     }
+    for (run, roll_back) in runs.iter_mut().zip(&decisions) {
+        if *roll_back {
+            run.rollback_reason = Some(crate::engine::policy::rollback_reason(run.report.outcome));
+        }
+    }
     let budget = if cancelled {
         settings.rollback_timeout.min(CANCEL_ROLLBACK_BUDGET)
     } else {
@@ -165,6 +170,10 @@ async fn settle_target(
     run: &mut TargetRun,
     roll_back: bool,
 ) -> Option<RollbackResult> {
+    // A target the deploy changed nothing on has no record to write: only its lock.
+    if let Some(history) = run.unchanged.as_mut().and_then(|u| u.history.take()) {
+        history.release().await;
+    }
     let release = run.release.as_mut()?;
     // The lock is someone else's now: their records are not ours to write.
     if let Some(why) = release.lock_lost() {

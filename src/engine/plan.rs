@@ -15,6 +15,8 @@ use crate::util::git::CommitInfo;
 pub struct DeployOptions {
     pub force_conflicts: bool,
     pub dry_run: bool,
+    /// `--force`: deploy (record, run every stage) even where nothing would change.
+    pub force: bool,
     /// `--kubeconfig`, for targets that name no kubeconfig of their own.
     pub cli_kubeconfig: Option<PathBuf>,
 }

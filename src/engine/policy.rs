@@ -10,6 +10,7 @@ use std::collections::HashSet;
 use crate::config::FailurePolicy;
 use crate::release::{ObjectRef, ReleaseRecord, ReleaseStatus};
 use crate::report::TargetOutcome;
+use crate::stages::env::RollbackReason;
 
 /// What the policy needs to know of one target after the deploy phase.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,6 +38,17 @@ pub fn targets_to_roll_back(policy: FailurePolicy, targets: &[TargetState]) -> V
                 }
         })
         .collect()
+}
+
+/// Why a target of a deploy rolls back, from its outcome before the rollback: its own
+/// failure (`failed`, also one that happened before a cancel), else the policy
+/// (`on_failure` because another target failed, or `on_cancel` for one a signal stopped).
+pub fn rollback_reason(outcome: crate::report::TargetOutcome) -> RollbackReason {
+    use crate::report::TargetOutcome::{Failed, RollbackFailed};
+    match outcome {
+        Failed | RollbackFailed => RollbackReason::Failed,
+        _ => RollbackReason::Policy,
+    }
 }
 
 /// On cancellation (`on_cancel`): roll back every target that received the new revision,
@@ -197,6 +209,20 @@ pub fn unfinished_rollback_outcome(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rollback_reason_table() {
+        use crate::report::TargetOutcome::*;
+        for (outcome, want) in [
+            (Failed, RollbackReason::Failed),
+            (RollbackFailed, RollbackReason::Failed),
+            (Deployed, RollbackReason::Policy),
+            (Cancelled, RollbackReason::Policy),
+            (Skipped, RollbackReason::Policy),
+        ] {
+            assert_eq!(rollback_reason(outcome), want, "{outcome:?}");
+        }
+    }
 
     #[test]
     fn an_unfinished_rollback_fails_its_target_only_when_something_of_the_new_revision_stayed() {

@@ -15,7 +15,7 @@ use crate::engine::target_run::{
 };
 use crate::report::progress::{Progress, Stage};
 use crate::report::{StageOutcome, StageResult, TargetOutcome};
-use crate::stages::env::{Deployment, common};
+use crate::stages::env::{Deployment, RollbackReason, common};
 use crate::stages::{self, Which, plan as decide};
 
 /// Less than this left of the cancel budget: a rollback command is not started at all.
@@ -23,16 +23,20 @@ const MIN_COMMAND_TIME: Duration = Duration::from_millis(200);
 
 /// The deployment a fleet script runs in: what all its targets share.
 fn fleet_deployment(plan: &Plan, runs: &[&TargetRun], stage: &str, rollback: bool) -> Deployment {
-    let last_goods: Vec<_> = runs
+    let last_goods: Vec<_> = runs.iter().map(|r| r.last_good()).collect();
+    // A fleet rollback is for its own failure when any target taking part failed itself.
+    let reason_of = |r: &TargetRun| r.rollback_reason.unwrap_or(RollbackReason::Failed);
+    let why = runs
         .iter()
-        .map(|r| r.release.as_ref().and_then(|x| x.last_good.as_ref()))
-        .collect();
+        .find(|r| reason_of(r) == RollbackReason::Failed)
+        .or(runs.first())
+        .map(|r| (*r, reason_of(r)));
     Deployment {
         app: plan.config.app.clone(),
         target: None,
         targets: runs.iter().map(|r| r.target.name.clone()).collect(),
         namespace: plan.config.namespace.clone(),
-        revision: common(&runs.iter().map(|r| r.report.revision).collect::<Vec<_>>()),
+        revision: common(&runs.iter().map(|r| r.revision()).collect::<Vec<_>>()),
         commit: plan.commit.as_ref().map(|c| c.sha.clone()),
         previous_commit: common(
             &last_goods
@@ -51,11 +55,15 @@ fn fleet_deployment(plan: &Plan, runs: &[&TargetRun], stage: &str, rollback: boo
         is_rollback: rollback,
         dry_run: plan.options.dry_run,
         failed_stage: rollback
-            .then(|| runs.first().map(|r| decide::failed_stage(&r.report.stages)))
+            .then(|| {
+                let (run, reason) = why?;
+                decide::rollback_failed_stage(reason, &run.report.stages)
+            })
             .flatten(),
         failure: rollback
-            .then(|| runs.first().map(|r| failure_text(r)))
+            .then(|| why.map(|(r, _)| failure_text(r)))
             .flatten(),
+        rollback_reason: rollback.then(|| why.map(|(_, reason)| reason)).flatten(),
     }
 }
 
@@ -86,10 +94,11 @@ pub async fn fleet_script(
             finish(run, progress, TargetOutcome::Skipped);
         }
     }
+    // A target on which the deploy changes nothing takes part only in an `always` stage.
     let mut taking_part: Vec<&mut TargetRun> = runs
         .iter_mut()
         .zip(&go)
-        .filter(|(_, go)| **go)
+        .filter(|(r, go)| **go && !r.skips(stage.always))
         .map(|(r, _)| r)
         .collect();
     if taking_part.is_empty() {
@@ -342,6 +351,7 @@ pub async fn manual_stage_rollbacks(
             run.report.revision = Some(revision);
             run.report.stages = ran;
             run.report.message = Some("rolled back by hand (rollguard rollback)".to_string());
+            run.rollback_reason = Some(RollbackReason::Manual);
             run
         })
         .collect();

@@ -18,11 +18,12 @@ use crate::kube::apply::{
 };
 use crate::kube::connect::{ClusterAccess, connect, target_failure};
 use crate::kube::wait::{WaitFailure, WaitOptions, wait_for_rollout};
+use crate::release::ReleaseRecord;
 use crate::release::session::{OpenHistory, PrepareError, TargetRelease, begin_record};
 use crate::report::progress::{Progress, Stage};
 use crate::report::{Failure, PhaseTiming, TargetOutcome, TargetReport};
 use crate::report::{StageOutcome, StageResult};
-use crate::stages::env::Deployment;
+use crate::stages::env::{Deployment, RollbackReason};
 use crate::stages::{self, Which, plan as decide};
 
 /// The result of one target's run, with what the rollback step needs.
@@ -46,6 +47,18 @@ pub struct TargetRun {
     pub done: bool,
     /// A dry run's answer: what the apply stage would change on this target.
     pub plan: Option<crate::report::plan::TargetPlan>,
+    /// The deploy changes nothing here: no record, only `always` stages run.
+    pub unchanged: Option<Unchanged>,
+    /// Why the target rolls back, once that is decided.
+    pub rollback_reason: Option<RollbackReason>,
+}
+
+/// A target on which the deploy changes nothing.
+pub struct Unchanged {
+    /// The last good release, whose manifests are this deploy's and which the cluster runs.
+    pub last_good: ReleaseRecord,
+    /// The target's lock, held until the run ends (its `always` stages run under it).
+    pub history: Option<OpenHistory>,
 }
 
 impl TargetRun {
@@ -62,7 +75,32 @@ impl TargetRun {
             clock: PhaseClock::new(),
             done: false,
             plan: None,
+            unchanged: None,
+            rollback_reason: None,
         }
+    }
+
+    /// The last good release of the target before this run, when it was read.
+    pub fn last_good(&self) -> Option<&ReleaseRecord> {
+        match (&self.release, &self.unchanged) {
+            (Some(release), _) => release.last_good.as_ref(),
+            (None, Some(unchanged)) => Some(&unchanged.last_good),
+            (None, None) => None,
+        }
+    }
+
+    /// The revision this run stands for: the one it records, or on a target where it
+    /// changes nothing, the last good one (which the cluster runs).
+    pub fn revision(&self) -> Option<u64> {
+        self.report
+            .revision
+            .or_else(|| self.unchanged.as_ref().map(|u| u.last_good.revision))
+    }
+
+    /// Whether this run skips a stage on a target where it changes nothing: every stage but
+    /// a script with `always: true`.
+    pub fn skips(&self, always: bool) -> bool {
+        self.unchanged.is_some() && !always
     }
 
     /// Whether the run changed anything on its target: objects of the new revision, or a
@@ -140,7 +178,20 @@ pub async fn deploy_target(
     progress: &Progress,
 ) {
     if let Some((history, revision)) = history {
-        open(plan, run, history, revision, progress).await;
+        match unchanged_since(plan, run, &history, cancel).await {
+            Some(last_good) => {
+                // Nothing to apply and nothing to record: the lock is kept for the
+                // `always` stages and given back when the run ends.
+                run.resolution = None;
+                run.report.unchanged = true;
+                run.unchanged = Some(Unchanged {
+                    last_good,
+                    history: Some(history),
+                });
+                run.clock.stop();
+            }
+            None => open(plan, run, history, revision, progress).await,
+        }
     }
     crate::util::fault::test_panic_point("target");
     run_stages(plan, run, stages, cancel, progress).await;
@@ -208,6 +259,62 @@ async fn connect_and_discover(
     };
     // The fleet takes the locks next, in its one global order (none in a dry run).
     run.clock.stop();
+}
+
+/// The last good release when this deploy would change nothing on the target (and is not
+/// `--force`d): its record keeps the digest of these very manifests, and the server's dry
+/// run of them matches the live objects (the `diff` command's own comparison). A dry run that
+/// cannot tell (an error, a cancel) means "deploy".
+async fn unchanged_since(
+    plan: &Plan,
+    run: &TargetRun,
+    history: &OpenHistory,
+    cancel: &CancellationToken,
+) -> Option<ReleaseRecord> {
+    let (access, resolution) = (run.access.as_ref()?, run.resolution.as_ref()?);
+    let history_namespace = plan
+        .config
+        .history_namespace(&run.target, &access.context_namespace);
+    let default_namespace = history.default_namespace().to_string();
+    let manifests = plan
+        .recorded_manifests(&history_namespace, &default_namespace)
+        .ok()?;
+    let digest = crate::release::release_digest(&manifests.digest, Some(&default_namespace));
+    let last_good = history.last_good()?;
+    if !same_as_last_good(plan.options.force, last_good, &digest) {
+        return None;
+    }
+    let options = crate::kube::diff::DiffOptions {
+        default_namespace,
+        force: plan.options.force_conflicts,
+        field_manager: field_manager(&plan.config.app),
+        max_in_flight: MAX_IN_FLIGHT,
+        deadline: Instant::now() + plan.config.wait.timeout,
+        before_label: "live".into(),
+        after_label: "dry run".into(),
+    };
+    let (found, cancelled) = crate::kube::diff::plan_resolved(
+        &run.target.name,
+        &access.client,
+        &access.server,
+        &plan.manifests,
+        resolution,
+        &options,
+        cancel,
+    )
+    .await;
+    (!cancelled && changes_nothing(&found)).then(|| last_good.clone())
+}
+
+/// Whether a deploy of manifests with this record `digest` may be a no-op: not `--force`d,
+/// and the last good release applied the same manifests (with the same default namespace).
+pub fn same_as_last_good(force: bool, last_good: &ReleaseRecord, digest: &str) -> bool {
+    !force && last_good.digest.as_deref() == Some(digest)
+}
+
+/// Whether the server's dry run found nothing to create or update, and no error.
+pub fn changes_nothing(found: &crate::report::plan::TargetPlan) -> bool {
+    found.errors.is_empty() && found.changes() == 0
 }
 
 /// With the lock held and the history read: the last good record and this run's pending
@@ -299,7 +406,11 @@ pub async fn run_stages(
         if run.done {
             return;
         }
-        match plan.config.pipeline.get(index) {
+        let stage = plan.config.pipeline.get(index);
+        if run.skips(matches!(stage, Some(PipelineStage::Script(s)) if s.always)) {
+            continue;
+        }
+        match stage {
             Some(PipelineStage::Apply) => apply_and_wait(plan, run, cancel, progress).await,
             Some(PipelineStage::Script(stage)) => {
                 target_script(plan, run, stage, cancel, progress).await
@@ -312,6 +423,9 @@ pub async fn run_stages(
 /// Marks a run that went through its whole pipeline as deployed.
 pub fn complete(run: &mut TargetRun, progress: &Progress) {
     if !run.done {
+        if let Some(unchanged) = &run.unchanged {
+            run.report.message = Some(unchanged_message(unchanged.last_good.revision));
+        }
         finish(run, progress, TargetOutcome::Deployed);
     }
 }
@@ -468,6 +582,13 @@ async fn apply_and_wait(
     }
 }
 
+/// What a target on which the deploy changed nothing says.
+fn unchanged_message(last_good: u64) -> String {
+    format!(
+        "no changes: the manifests are those of v{last_good} and the cluster matches them, so nothing was applied or recorded and no stage ran but `always` ones (`--force` deploys anyway)"
+    )
+}
+
 /// Ends a run with `outcome`: later stages do not run.
 pub fn finish(run: &mut TargetRun, progress: &Progress, outcome: TargetOutcome) {
     run.clock.stop();
@@ -512,13 +633,15 @@ pub(crate) fn target_deployment(
         ),
         (None, None) => plan.config.namespace.clone(),
     };
-    let last_good = run.release.as_ref().and_then(|r| r.last_good.as_ref());
+    let last_good = run.last_good();
+    // A rollback not decided by conclude or by hand (none today) counts as the target's own.
+    let reason = rollback.then(|| run.rollback_reason.unwrap_or(RollbackReason::Failed));
     Deployment {
         app: plan.config.app.clone(),
         target: Some(run.target.name.clone()),
         targets: vec![run.target.name.clone()],
         namespace,
-        revision: run.report.revision,
+        revision: run.revision(),
         commit: plan.commit.as_ref().map(|c| c.sha.clone()),
         previous_commit: last_good.and_then(|g| g.commit.as_ref().map(|c| c.sha.clone())),
         previous_revision: last_good.map(|g| g.revision),
@@ -526,8 +649,10 @@ pub(crate) fn target_deployment(
         fleet: false,
         is_rollback: rollback,
         dry_run: plan.options.dry_run,
-        failed_stage: rollback.then(|| decide::failed_stage(&run.report.stages)),
+        failed_stage: reason
+            .and_then(|reason| decide::rollback_failed_stage(reason, &run.report.stages)),
         failure: rollback.then(|| failure_text(run)),
+        rollback_reason: reason,
     }
 }
 
@@ -608,7 +733,8 @@ pub async fn target_script(
         return finish(run, progress, TargetOutcome::Cancelled);
     }
     progress.update(&run.target.name, Stage::Script(stage.name.clone()));
-    run.clock.start(&stage.name);
+    // The stage's phase is the runner's timing (`record_run`): no phase of the clock's own.
+    run.clock.stop();
     let deployment = target_deployment(plan, run, &stage.name, false);
     let (result, _) = stages::run_command(
         stage,
@@ -621,4 +747,62 @@ pub async fn target_script(
     )
     .await;
     record_run(plan, run, stage, result, progress);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::release::ReleaseStatus;
+    use crate::report::Failure;
+    use crate::report::PlannedChange;
+    use crate::report::plan::TargetPlan;
+
+    #[test]
+    fn a_deploy_is_a_no_op_only_with_the_last_good_manifests_unforced() {
+        let record = |digest: Option<&str>| {
+            let mut r = ReleaseRecord::for_test(3, ReleaseStatus::Deployed);
+            r.digest = digest.map(str::to_string);
+            r
+        };
+        let cases = [
+            (false, Some("sha256:a"), "sha256:a", true),
+            (true, Some("sha256:a"), "sha256:a", false),
+            (false, Some("sha256:b"), "sha256:a", false),
+            // A record without a digest (an old rollguard's) cannot vouch for anything.
+            (false, None, "sha256:a", false),
+        ];
+        for (force, kept, digest, want) in cases {
+            assert_eq!(
+                same_as_last_good(force, &record(kept), digest),
+                want,
+                "{force} {kept:?} {digest}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_a_dry_run_without_changes_or_errors_changes_nothing() {
+        let change = PlannedChange {
+            object: "ConfigMap shop/x".into(),
+            origin: None,
+            note: None,
+            diff: None,
+        };
+        let mut unchanged = TargetPlan::new("eu");
+        unchanged.unchanged.push("ConfigMap shop/x".into());
+        let mut create = TargetPlan::new("eu");
+        create.create.push(change.clone());
+        let mut update = TargetPlan::new("eu");
+        update.update.push(change);
+        let mut error = TargetPlan::new("eu");
+        error.errors.push(Failure::default());
+        for (plan, want) in [
+            (unchanged, true),
+            (create, false),
+            (update, false),
+            (error, false),
+        ] {
+            assert_eq!(changes_nothing(&plan), want, "{plan:?}");
+        }
+    }
 }

@@ -7,11 +7,16 @@ use std::path::{Component, Path, PathBuf};
 use super::model::*;
 use super::parse::parse;
 use super::render::{RENDER_ORIGIN, render};
-use crate::config::{Config, ManifestSource};
+use crate::config::{Config, ManifestSource, RenderHooks};
 use crate::util::bounded;
 
 /// Loads, validates and orders the manifests of `config`.
 pub fn load(config: &Config) -> Result<ManifestSet, ManifestError> {
+    load_noting(config).map(|(set, _)| set)
+}
+
+/// [`load`], with the warnings for the user: the Helm hooks left out.
+pub fn load_noting(config: &Config) -> Result<(ManifestSet, Vec<String>), ManifestError> {
     let (objects, issues, what) = match &config.manifests {
         ManifestSource::Paths(entries) => {
             let (files, mut issues) = resolve_paths(&config.base_dir, entries, &config.source);
@@ -68,6 +73,22 @@ pub fn load(config: &Config) -> Result<ManifestSet, ManifestError> {
             (objects, issues, format!("the output of `{command}`"))
         }
     };
+    let (objects, hooks) = match config.render_hooks {
+        RenderHooks::Apply => (objects, Vec::new()),
+        RenderHooks::Skip => without_hooks(objects),
+    };
+    let warnings: Vec<String> = (!hooks.is_empty())
+        .then(|| {
+            format!(
+                "left out {} Helm hook object{} (helm.sh/hook annotation; Helm runs them around its own install, applied on every deploy they would pile up): {}. Set `render_hooks: apply` in {} to apply them as ordinary objects",
+                hooks.len(),
+                if hooks.len() == 1 { "" } else { "s" },
+                hooks.join(", "),
+                config.source.display()
+            )
+        })
+        .into_iter()
+        .collect();
     // Duplicates among what did parse are reported together with the per-file problems.
     let mut issues = issues;
     issues.extend(duplicates(&objects, config.namespace.as_deref()));
@@ -77,7 +98,26 @@ pub fn load(config: &Config) -> Result<ManifestSet, ManifestError> {
     if objects.is_empty() {
         return Err(ManifestError::Empty(what));
     }
-    ManifestSet::new(objects, config.namespace.as_deref())
+    Ok((
+        ManifestSet::new(objects, config.namespace.as_deref())?,
+        warnings,
+    ))
+}
+
+/// The objects without those carrying a `helm.sh/hook` annotation, and the names of those
+/// (with their file and line).
+pub fn without_hooks(objects: Vec<ManifestObject>) -> (Vec<ManifestObject>, Vec<String>) {
+    let (hooks, kept): (Vec<_>, Vec<_>) = objects.into_iter().partition(|o| {
+        o.body
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get("helm.sh/hook"))
+            .is_some()
+    });
+    let names = hooks
+        .iter()
+        .map(|o| format!("{} ({})", o.display_name(), o.origin))
+        .collect();
+    (kept, names)
 }
 
 /// Files named by the `manifests` entries: files as given, folders recursively (*.yaml,

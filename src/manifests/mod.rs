@@ -10,7 +10,7 @@ mod render;
 #[cfg(test)]
 mod tests;
 
-pub use load::load;
+pub use load::{load, load_noting};
 pub use model::*;
 pub use order::{apply_rank, is_cluster_scoped_kind};
 pub use parse::parse;

@@ -868,3 +868,30 @@ fn render_output_is_capped() {
         "{err}"
     );
 }
+
+#[test]
+fn helm_hooks_are_told_apart_by_their_annotation() {
+    let text = "apiVersion: v1
+kind: ConfigMap
+metadata: {name: app}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: web-test-connection
+  annotations: {helm.sh/hook: test}
+spec: {containers: [{name: t, image: busybox}]}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: other
+  annotations: {helm.sh/hook-weight: \"1\", team: shop}
+";
+    let objects = parse_str(text).expect("parses");
+    let (kept, hooks) = without_hooks(objects);
+    let names: Vec<String> = kept.iter().map(ManifestObject::display_name).collect();
+    // Only `helm.sh/hook` itself makes a hook.
+    assert_eq!(names, vec!["ConfigMap app", "ConfigMap other"]);
+    assert_eq!(hooks, vec!["Pod web-test-connection (k8s/app.yaml:5)"]);
+}

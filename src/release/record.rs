@@ -109,6 +109,10 @@ pub struct RunInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
     pub host: String,
+    /// This process's run, to tell apart runs that share a revision number on different
+    /// targets (records written before it have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
 }
 
 impl RunInfo {
@@ -118,8 +122,21 @@ impl RunInfo {
         RunInfo {
             url: ci_run_url(env),
             host: host_name(env),
+            id: Some(run_id().to_string()),
         }
     }
+}
+
+/// An id of this process's run, the same for every record it writes: its start time and pid.
+fn run_id() -> &'static str {
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        format!(
+            "{}-{}",
+            jiff::Timestamp::now().as_nanosecond(),
+            std::process::id()
+        )
+    })
 }
 
 /// `https://github.com/owner/repo/actions/runs/123` when all three variables are set.
@@ -437,6 +454,53 @@ pub fn revision_moved(what: &str, wanted: u64, got: u64) -> Option<String> {
             "{what} is recorded as v{got} on this target, not v{wanted} as on the others: v{wanted} was taken here (a record rollguard could not read, or another run's); `rollguard history` shows both"
         )
     })
+}
+
+/// What a record says of the run that wrote it, for people: "deploy of 3a30e4b",
+/// "rollback to v3 (after a failed deploy)", "manual rollback to v3".
+pub fn run_description(record: &ReleaseRecord) -> String {
+    let commit = record
+        .commit
+        .as_ref()
+        .map(|c| format!(" of {}", c.short_sha()))
+        .unwrap_or_default();
+    let to = record
+        .rollback_of
+        .map(|v| format!(" to v{v}"))
+        .unwrap_or_default();
+    let what = match record.kind {
+        ReleaseKind::Deploy => format!("deploy{commit}"),
+        ReleaseKind::Rollback => format!("rollback{to} (after a failed deploy)"),
+        ReleaseKind::ManualRollback => format!("manual rollback{to}{commit}"),
+    };
+    format!("{what}, started {:.0}", record.started_at)
+}
+
+/// When revision `revision` names different runs on different targets (a `--target` deploy
+/// numbers only its own targets' histories), the refusal naming each target's run; None when
+/// every target's record is of one run: the same run id (of the process that wrote it; older
+/// records have none), kind, destination and commit.
+pub fn ambiguous_revision(revision: u64, records: &[(&str, &ReleaseRecord)]) -> Option<String> {
+    let identity = |r: &ReleaseRecord| {
+        (
+            r.run.id.clone(),
+            r.kind,
+            r.rollback_of,
+            r.commit.as_ref().map(|c| c.sha.clone()),
+        )
+    };
+    let first = identity(records.first()?.1);
+    if records.iter().all(|(_, r)| identity(r) == first) {
+        return None;
+    }
+    let runs: Vec<String> = records
+        .iter()
+        .map(|(target, r)| format!("{target}: {}", run_description(r)))
+        .collect();
+    Some(format!(
+        "v{revision} names different runs on different targets ({}): pick the target with --target",
+        runs.join("; ")
+    ))
 }
 
 /// Last good: the newest record with status `deployed`.

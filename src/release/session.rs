@@ -177,6 +177,16 @@ impl OpenHistory {
         self.records.iter().map(|r| r.revision).collect()
     }
 
+    /// The newest `deployed` record of this target.
+    pub fn last_good(&self) -> Option<&ReleaseRecord> {
+        crate::release::last_good(&self.records)
+    }
+
+    /// The default namespace of the target's objects, as its records keep it.
+    pub fn default_namespace(&self) -> &str {
+        &self.default_namespace
+    }
+
     /// Gives the lock back without beginning a record.
     pub async fn release(self) {
         let _ = self.lock.release().await;

@@ -35,6 +35,59 @@ fn fleet_revision_table() {
 }
 
 #[test]
+fn ambiguous_revision_table() {
+    let rec = |kind: ReleaseKind, to: Option<u64>, sha: &str| {
+        let mut r = ReleaseRecord::for_test(38, Deployed);
+        r.kind = kind;
+        r.rollback_of = to;
+        r.commit = Some(CommitInfo {
+            sha: sha.to_string(),
+            ..Default::default()
+        });
+        r
+    };
+    let deploy_a = rec(ReleaseKind::Deploy, None, "aaaaaaaaaa");
+    let deploy_b = rec(ReleaseKind::Deploy, None, "bbbbbbbbbb");
+    let rollback = rec(ReleaseKind::Rollback, Some(36), "aaaaaaaaaa");
+    let mut later = deploy_a.clone();
+    later.started_at = jiff::Timestamp::from_second(60).expect("time");
+    let mut other_run = deploy_a.clone();
+    other_run.run.id = Some("2-2".into());
+    // Per case: each target's record of v38, and a part of the refusal (None: no refusal).
+    type Case<'a> = (Vec<(&'a str, &'a ReleaseRecord)>, Option<&'a str>);
+    let cases: Vec<Case> = vec![
+        (vec![], None),
+        (vec![("eu", &deploy_a)], None),
+        // One run on two targets: its records start moments apart.
+        (vec![("eu", &deploy_a), ("ap", &later)], None),
+        (
+            vec![("eu", &deploy_a), ("ap", &rollback)],
+            Some("eu: deploy of aaaaaaa, started 1970-01-01T00:00:00Z; ap: rollback to v36"),
+        ),
+        (
+            vec![("eu", &deploy_a), ("us", &deploy_b)],
+            Some("us: deploy of bbbbbbb"),
+        ),
+        // Two runs of one commit (`--target eu`, then `--target us`).
+        (
+            vec![("eu", &deploy_a), ("us", &other_run)],
+            Some("us: deploy of aaaaaaa"),
+        ),
+    ];
+    for (records, want) in cases {
+        let got = ambiguous_revision(38, &records);
+        match want {
+            None => assert_eq!(got, None, "{records:?}"),
+            Some(part) => assert!(
+                got.as_deref()
+                    .is_some_and(|g| g.contains(part) && g.contains("--target")),
+                "{got:?}"
+            ),
+        }
+    }
+}
+
+#[test]
 fn revision_on_target_never_goes_back() {
     let cases: &[(&[u64], Option<u64>, u64)] = &[
         (&[], None, 1),
@@ -416,6 +469,7 @@ fn abandoned_note_says_what_is_known() {
         r.run = RunInfo {
             url: url.map(str::to_string),
             host: host.to_string(),
+            id: None,
         };
         assert_eq!(abandoned_note(&r, expired), want);
     }

@@ -12,7 +12,8 @@
 //!   `abandoned_revisions`? (revisions a dead run left pending, now marked failed),
 //!   `stages[]`? {`name`, `scope`, `rollback`?, `outcome` (`succeeded` | `failed` | `timed-out` |
 //!   `warned` | `stopped` | `not-run`), `exit_code`?, `seconds`, `message`?, `output[]`? (the
-//!   last 20 lines of a failed or warned script, secret values redacted)}.
+//!   last 20 lines of a failed or warned script, secret values redacted)}, `unchanged`? (true:
+//!   nothing would change there, so nothing was recorded and only `always` stages ran).
 //! - `plan`? (dry runs): the plan, as `rollguard diff -o json` prints it (`plan_schema`).
 
 use super::clean::Clean;
@@ -105,6 +106,7 @@ pub fn report_schema() -> Value {
                 }
             },
             "abandoned_revisions": {"type": "array", "items": {"type": "integer"}},
+            "unchanged": {"type": "boolean", "description": "true: nothing would change here (the manifests are the last good release's and the cluster matches them), so nothing was recorded and only `always` stages ran"},
             "stages": {
                 "type": "array",
                 "description": "script stages and rollback commands run for this target, in the order they ran",

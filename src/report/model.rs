@@ -237,6 +237,10 @@ pub struct TargetReport {
     /// a fleet stage appears on every target that took part.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stages: Vec<StageResult>,
+    /// The deploy changed nothing here (the manifests are the last good release's and the
+    /// cluster matches them): nothing was recorded and only `always` stages ran.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unchanged: bool,
 }
 
 impl TargetReport {
@@ -255,6 +259,7 @@ impl TargetReport {
             rollback: None,
             abandoned_revisions: Vec::new(),
             stages: Vec::new(),
+            unchanged: false,
         }
     }
 
@@ -420,7 +425,12 @@ pub fn summary_line(report: &Report) -> String {
     let targets = &report.targets;
     let total = targets.len();
     let count = |o: TargetOutcome| targets.iter().filter(|t| t.outcome == o).count();
-    let deployed = count(TargetOutcome::Deployed);
+    // Deployed targets that changed nothing are said apart: "no changes on 2 of 3".
+    let unchanged = targets
+        .iter()
+        .filter(|t| t.outcome == TargetOutcome::Deployed && t.unchanged)
+        .count();
+    let deployed = count(TargetOutcome::Deployed) - unchanged;
     let failed = count(TargetOutcome::Failed);
     let rolled_back = count(TargetOutcome::RolledBack);
     let rollback_failed = count(TargetOutcome::RollbackFailed);
@@ -448,10 +458,16 @@ pub fn summary_line(report: &Report) -> String {
     if deployed > 0 && (deployed < total || parts.is_empty()) {
         parts.push(format!("{verb} {deployed} of {total}"));
     }
+    if unchanged > 0 {
+        parts.push(format!("no changes on {unchanged} of {total}"));
+    }
     if failed > 0 {
         parts.push(format!("{failed} failed"));
     }
-    if skipped > 0 && skipped < total && deployed + failed + rolled_back + rollback_failed > 0 {
+    if skipped > 0
+        && skipped < total
+        && deployed + unchanged + failed + rolled_back + rollback_failed > 0
+    {
         parts.push(format!("{skipped} skipped"));
     }
     if parts.is_empty() {
@@ -832,6 +848,12 @@ pub(crate) mod tests {
         assert_eq!(exit_code(&r), 130);
     }
 
+    fn unchanged(name: &str) -> TargetReport {
+        let mut t = target(name, Deployed);
+        t.unchanged = true;
+        t
+    }
+
     #[test]
     fn summary_line_table() {
         let mut eu = target("eu", RollbackFailed);
@@ -887,6 +909,18 @@ pub(crate) mod tests {
             (
                 vec![target("eu", Deployed), target("us", Skipped)],
                 "deployed to 1 of 2, 1 skipped",
+            ),
+            (
+                vec![unchanged("eu"), unchanged("us")],
+                "no changes on 2 of 2",
+            ),
+            (
+                vec![
+                    target("eu", Deployed),
+                    unchanged("us"),
+                    target("ap", Skipped),
+                ],
+                "deployed to 1 of 3, no changes on 1 of 3, 1 skipped",
             ),
         ];
         for (targets, want) in cases {

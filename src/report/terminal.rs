@@ -149,6 +149,24 @@ pub fn table_row(report: &Report, t: &TargetReport) -> [String; 5] {
 /// Most recent Warning events shown per failure (the JSON report has them all).
 const EVENTS_SHOWN: usize = 5;
 
+/// Last lines of a failed script shown under its failure (the JSON report has 20).
+const OUTPUT_SHOWN: usize = 10;
+
+/// The captured last lines of the script stage a failure names ("stage smoke",
+/// "stage migrate (fleet)"); empty for any other failure.
+fn script_output<'a>(target: &'a TargetReport, object: &str) -> &'a [String] {
+    let Some(name) = object.strip_prefix("stage ") else {
+        return &[];
+    };
+    let name = name.strip_suffix(" (fleet)").unwrap_or(name);
+    target
+        .stages
+        .iter()
+        .rev()
+        .find(|s| s.name == name && !s.rollback)
+        .map_or(&[], |s| s.output.as_slice())
+}
+
 /// Every failure in full, once: each target's failures (with their Warning events), a failed
 /// rollback's message, and a reason the table could only give in short. One block per target.
 fn failure_details(report: &Report) -> String {
@@ -160,6 +178,11 @@ fn failure_details(report: &Report) -> String {
             let skip = failure.events.len().saturating_sub(EVENTS_SHOWN);
             for event in &failure.events[skip..] {
                 block.push_str(&format!("    event: {event}\n"));
+            }
+            // A failed script's last lines: on a terminal its output is logged nowhere else.
+            let output = script_output(target, &failure.object);
+            for line in &output[output.len().saturating_sub(OUTPUT_SHOWN)..] {
+                block.push_str(&format!("    | {line}\n"));
             }
         }
         if target.failures.is_empty()
@@ -390,6 +413,43 @@ sa:
   Deployment shop/web: pod web-7d9f-x container web: ImagePullBackOff: Back-off pulling image \"nginx:doesnotexist\"
 ";
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn a_failed_scripts_last_lines_go_under_its_failure() {
+        let stage = |name: &str, rollback: bool, lines: std::ops::RangeInclusive<u32>| {
+            crate::report::StageResult {
+                name: name.into(),
+                scope: "target".into(),
+                rollback,
+                outcome: crate::report::StageOutcome::Failed,
+                exit_code: Some(1),
+                seconds: 0.1,
+                message: Some("exited with code 1".into()),
+                output: lines.map(|i| format!("{name} line {i}")).collect(),
+            }
+        };
+        let mut eu = target("eu", TargetOutcome::RolledBack);
+        eu.failures.push(Failure {
+            object: "stage smoke".into(),
+            reason: "ScriptFailed".into(),
+            message: "exited with code 1".into(),
+            ..Default::default()
+        });
+        eu.stages = vec![stage("smoke", false, 1..=12), stage("smoke", true, 1..=1)];
+        let got = failure_details(&report(vec![eu]));
+        let shown: Vec<&str> = got.lines().filter(|l| l.starts_with("    | ")).collect();
+        // The last ten lines of the run, not the rollback command's.
+        assert_eq!(shown.len(), 10, "{got}");
+        assert_eq!(shown[0], "    | smoke line 3", "{got}");
+        assert_eq!(shown[9], "    | smoke line 12", "{got}");
+        let mut fleet = target("us", TargetOutcome::Failed);
+        fleet.failures.push(Failure {
+            object: "stage migrate (fleet)".into(),
+            ..Default::default()
+        });
+        fleet.stages = vec![stage("migrate", false, 1..=1)];
+        assert!(failure_details(&report(vec![fleet])).contains("    | migrate line 1"),);
     }
 
     #[test]

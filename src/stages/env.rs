@@ -21,7 +21,29 @@ pub const VARIABLES: &[&str] = &[
     "ROLLGUARD_DRY_RUN",
     "ROLLGUARD_FAILED_STAGE",
     "ROLLGUARD_FAILURE",
+    "ROLLGUARD_ROLLBACK_REASON",
 ];
+
+/// Why a target rolls back (ROLLGUARD_ROLLBACK_REASON of its rollback commands).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RollbackReason {
+    /// The target itself failed (a stage, the apply or the rollout).
+    Failed,
+    /// `on_failure` (another target failed) or `on_cancel` rolled it back.
+    Policy,
+    /// `rollguard rollback`.
+    Manual,
+}
+
+impl RollbackReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RollbackReason::Failed => "failed",
+            RollbackReason::Policy => "policy",
+            RollbackReason::Manual => "manual",
+        }
+    }
+}
 
 /// Credentials of the CI runner that a script does not get unless its stage lists them in
 /// `pass_env`: `GITHUB_TOKEN`, `ACTIONS_RUNTIME_TOKEN`, `ACTIONS_ID_TOKEN_REQUEST_TOKEN`, and
@@ -49,9 +71,12 @@ pub struct Deployment {
     pub fleet: bool,
     pub is_rollback: bool,
     pub dry_run: bool,
-    /// During a rollback: the stage that failed ("apply" for the rollout) and why.
+    /// During a rollback: the stage that failed ("apply" for the rollout; only when the
+    /// target's own failure is the reason) and why.
     pub failed_stage: Option<String>,
     pub failure: Option<String>,
+    /// During a rollback: why it rolls back.
+    pub rollback_reason: Option<RollbackReason>,
 }
 
 /// What a stage adds to or lets through rollguard's environment.
@@ -109,6 +134,10 @@ pub fn script_env(
     if d.is_rollback {
         set("ROLLGUARD_FAILED_STAGE", d.failed_stage.clone());
         set("ROLLGUARD_FAILURE", d.failure.clone());
+        set(
+            "ROLLGUARD_ROLLBACK_REASON",
+            d.rollback_reason.map(|r| r.as_str().to_string()),
+        );
     }
     for (k, v) in stage_env {
         env.insert(k.clone(), v.clone());
@@ -186,6 +215,7 @@ mod tests {
             ("KUBECONFIG_US", None),
             ("ROLLGUARD_FAILURE", None),
             ("ROLLGUARD_FAILED_STAGE", None),
+            ("ROLLGUARD_ROLLBACK_REASON", None),
             ("ROLLGUARD_TIMEOUT", Some("5m")),
             ("ROLLGUARD_APP", Some("shop")),
             ("ROLLGUARD_TARGET", Some("eu")),
@@ -232,6 +262,7 @@ mod tests {
             is_rollback: true,
             failed_stage: Some("smoke".into()),
             failure: Some("exited with code 1".into()),
+            rollback_reason: Some(RollbackReason::Failed),
             ..deployment()
         };
         let overrides: BTreeMap<String, String> =
@@ -248,6 +279,7 @@ mod tests {
         assert_eq!(get("ROLLGUARD_IS_ROLLBACK"), Some("true"));
         assert_eq!(get("ROLLGUARD_FAILED_STAGE"), Some("smoke"));
         assert_eq!(get("ROLLGUARD_FAILURE"), Some("exited with code 1"));
+        assert_eq!(get("ROLLGUARD_ROLLBACK_REASON"), Some("failed"));
         assert_eq!(get("ROLLGUARD_APP"), Some("mine"));
     }
 

@@ -142,6 +142,16 @@ pub fn rollback_command_lines(pipeline: &[PipelineStage], ran: &[StageResult]) -
 
 /// The stage a failure came from, for ROLLGUARD_FAILED_STAGE: the first script whose `run`
 /// failed, else `apply` (the apply or the rollout failed).
+/// ROLLGUARD_FAILED_STAGE of a rollback command: the stage that failed, only when the
+/// target's own failure is why it rolls back (a target rolled back by policy or by hand had
+/// no failed stage).
+pub fn rollback_failed_stage(
+    reason: crate::stages::env::RollbackReason,
+    ran: &[StageResult],
+) -> Option<String> {
+    (reason == crate::stages::env::RollbackReason::Failed).then(|| failed_stage(ran))
+}
+
 pub fn failed_stage(ran: &[StageResult]) -> String {
     ran.iter()
         .find(|r| !r.rollback && fails_target(r.outcome))
@@ -198,6 +208,7 @@ mod tests {
             scope,
             kill_grace: std::time::Duration::from_secs(1),
             dry_run: false,
+            always: false,
             line: 1,
         })
     }
@@ -332,6 +343,20 @@ mod tests {
         let apply_failed = vec![ran("migrate", Succeeded), ran("prep", Warned)];
         assert_eq!(target_rollbacks(&pipeline, &apply_failed), vec![1]);
         assert_eq!(failed_stage(&apply_failed), "apply");
+        // Only the target's own failure names a failed stage.
+        use crate::stages::env::RollbackReason::{Failed as OwnFailure, Manual, Policy};
+        for (reason, ran, want) in [
+            (OwnFailure, &deploy, Some("smoke")),
+            (OwnFailure, &apply_failed, Some("apply")),
+            (Policy, &apply_failed, None),
+            (Manual, &deploy, None),
+        ] {
+            assert_eq!(
+                rollback_failed_stage(reason, ran).as_deref(),
+                want,
+                "{reason:?}"
+            );
+        }
         // Nothing rolls back anywhere: no fleet rollback either.
         assert_eq!(
             fleet_rollbacks(&pipeline, std::iter::empty()),

@@ -220,10 +220,12 @@ pub fn commit_info(dir: &Path, rev: &str) -> Result<CommitInfo, GitError> {
 
 /// The commit being deployed: `--commit`, else `GITHUB_SHA` (with `GITHUB_REF_NAME`), else
 /// `git rev-parse HEAD` in `dir`. None without any of them (no git, not a repository).
+/// `deployed`: the manifest files read; one that is not in the commit makes it dirty.
 pub fn detect_commit(
     flag: Option<&str>,
     env: &dyn Fn(&str) -> Option<String>,
     dir: &Path,
+    deployed: &[&Path],
 ) -> Option<CommitInfo> {
     let non_empty = |v: Option<String>| v.map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
     // Any failure (no git, not a repository, unknown sha) only leaves the field unknown.
@@ -252,10 +254,15 @@ pub fn detect_commit(
     }
     let sha = git(&["rev-parse", "HEAD"])?;
     let message = subject(&sha);
-    // Uncommitted changes to tracked files are deployed too: say so. Untracked files are
-    // left out (build output, editor files); a failing `git status` leaves it clean.
+    // Uncommitted changes to tracked files are deployed too: say so. Other untracked files
+    // are left out (build output, editor files), but not deployed manifests that are not in
+    // the commit (untracked or ignored); a failing git leaves it clean.
     let status = self::git(dir, &["status", "--porcelain", "--untracked-files=no"]);
-    let dirty = matches!(status, Ok(Ok(out)) if porcelain_is_dirty(&out));
+    let mut untracked = vec!["ls-files", "--others", "--"];
+    untracked.extend(deployed.iter().filter_map(|p| p.to_str()));
+    let dirty = matches!(status, Ok(Ok(out)) if porcelain_is_dirty(&out))
+        || (!deployed.is_empty()
+            && matches!(self::git(dir, &untracked), Ok(Ok(out)) if porcelain_is_dirty(&out)));
     Some(CommitInfo {
         sha,
         r#ref: env_ref.or_else(branch),
@@ -597,14 +604,14 @@ mod tests {
     fn detect_commit_sources() {
         let dir = tempfile::tempdir().unwrap();
         let env = env_of(&[("GITHUB_SHA", "abc123"), ("GITHUB_REF_NAME", "main")]);
-        let c = detect_commit(Some("feedbeef"), &env, dir.path()).unwrap();
+        let c = detect_commit(Some("feedbeef"), &env, dir.path(), &[]).unwrap();
         assert_eq!(c.sha, "feedbeef");
         assert_eq!(c.r#ref.as_deref(), Some("main"));
-        let c = detect_commit(None, &env, dir.path()).unwrap();
+        let c = detect_commit(None, &env, dir.path(), &[]).unwrap();
         assert_eq!(c.sha, "abc123");
         assert_eq!(c.message, None);
         // Not a git repository (or no git at all): unknown, and that is fine.
-        assert_eq!(detect_commit(None, &no_env, dir.path()), None);
+        assert_eq!(detect_commit(None, &no_env, dir.path(), &[]), None);
     }
 
     #[test]
@@ -633,21 +640,33 @@ mod tests {
             "-m",
             "First commit\n\nbody"
         ]));
-        let c = detect_commit(None, &no_env, dir.path()).unwrap();
+        let c = detect_commit(None, &no_env, dir.path(), &[]).unwrap();
         assert_eq!(c.sha.len(), 40);
         assert_eq!(c.message.as_deref(), Some("First commit"));
         assert_eq!(c.r#ref.as_deref(), Some("trunk"));
         assert!(!c.dirty, "{c:?}");
-        // An untracked file leaves it clean; a change to a tracked one makes it dirty.
+        // An untracked file leaves it clean, unless it is a deployed manifest; a change to a
+        // tracked one makes it dirty.
         std::fs::write(dir.path().join("new"), "y").unwrap();
-        assert!(!detect_commit(None, &no_env, dir.path()).unwrap().dirty);
+        let tracked = dir.path().join("f");
+        assert!(
+            !detect_commit(None, &no_env, dir.path(), &[&tracked])
+                .unwrap()
+                .dirty
+        );
+        let new = dir.path().join("new");
+        assert!(
+            detect_commit(None, &no_env, dir.path(), &[&tracked, &new])
+                .unwrap()
+                .dirty
+        );
         std::fs::write(dir.path().join("f"), "changed").unwrap();
-        let c = detect_commit(None, &no_env, dir.path()).unwrap();
+        let c = detect_commit(None, &no_env, dir.path(), &[]).unwrap();
         assert!(c.dirty, "{c:?}");
         assert_eq!(c.label(), format!("{} (dirty)", &c.sha[..7]));
         // A commit given from outside says nothing about this tree.
         assert!(
-            !detect_commit(Some("feedbeef"), &no_env, dir.path())
+            !detect_commit(Some("feedbeef"), &no_env, dir.path(), &[])
                 .unwrap()
                 .dirty
         );

@@ -291,12 +291,15 @@ fn parse_outputs(text: &str) -> BTreeMap<String, String> {
     out
 }
 
-fn target_dir() -> Option<String> {
+fn target_dir(test: &str) -> Option<String> {
     match std::env::var(TARGET_DIR_ENV).ok().filter(|v| !v.is_empty()) {
         Some(dir) => Some(dir),
         None => {
-            println!(
-                "skipped: {TARGET_DIR_ENV} not set (the action's source build needs a cargo target folder other than this test's; .ci/run sets it)"
+            kube_sim::skip_test(
+                test,
+                &format!(
+                    "{TARGET_DIR_ENV} not set (the action's source build needs a cargo target folder other than this test's; .ci/run sets it)"
+                ),
             );
             None
         }
@@ -319,7 +322,9 @@ async fn web_image(env: &TestEnv, cluster: usize) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn action_from_source_deploys_two_targets_and_a_sigint_to_its_step_rolls_back() {
-    let Some(target_dir) = target_dir() else {
+    let Some(target_dir) =
+        target_dir("action_from_source_deploys_two_targets_and_a_sigint_to_its_step_rolls_back")
+    else {
         return;
     };
     let env = TestEnv::start(2, "").await;

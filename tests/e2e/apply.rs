@@ -302,3 +302,60 @@ async fn the_report_has_the_documented_fields() {
     );
     assert_eq!(run.outcome("eu"), "deployed");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_hooks_are_left_out_with_one_warning_unless_render_hooks_apply() {
+    let env = TestEnv::start(1, "").await;
+    // What `helm template` writes: the chart's objects and a test hook.
+    env.write(
+        "helm-out.yaml",
+        &format!(
+            "{}---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: web-test-connection
+  annotations:
+    helm.sh/hook: test
+data: {{run: wget web}}
+",
+            small_app("example.com/web:v1")
+        ),
+    );
+    let with_render = |extra: &str| {
+        config(1, "60s").replace(
+            "manifests: [k8s/]\n",
+            &format!("render: cat helm-out.yaml\n{extra}"),
+        )
+    };
+    env.write("rollguard.yaml", &with_render(""));
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    let warnings: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.contains("web-test-connection"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{}", run.output());
+    assert!(
+        warnings[0].contains("Helm hook") && warnings[0].contains("render_hooks: apply"),
+        "{}",
+        run.output()
+    );
+    let names = |cms: Vec<serde_json::Value>| -> Vec<String> {
+        cms.iter()
+            .filter_map(|c| c["metadata"]["name"].as_str().map(str::to_string))
+            .collect()
+    };
+    let client = env.client(1).await;
+    let cms = names(list(&client, "v1", "ConfigMap", "configmaps", "shop").await);
+    assert!(cms.contains(&"web-config".to_string()), "{cms:?}");
+    assert!(!cms.contains(&"web-test-connection".to_string()), "{cms:?}");
+
+    env.write("rollguard.yaml", &with_render("render_hooks: apply\n"));
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    assert!(!run.stderr.contains("Helm hook"), "{}", run.output());
+    let cms = names(list(&client, "v1", "ConfigMap", "configmaps", "shop").await);
+    assert!(cms.contains(&"web-test-connection".to_string()), "{cms:?}");
+}

@@ -458,6 +458,20 @@ async fn a_target_that_cannot_be_planned_is_an_error_and_the_others_are_planned(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_null_in_the_manifests_is_no_phantom_change() {
+    let env = TestEnv::start(1, "").await;
+    env.write("rollguard.yaml", &config(1, "60s"));
+    // `limits:` with nothing after it, as charts render an empty value: a real server drops it.
+    let app = small_app(V1).replace(
+        "          image: ",
+        "          resources:\n            limits:\n          image: ",
+    );
+    deployed(&env, &app).await;
+    let run = env.command("diff", &["--exit-code"]).await;
+    assert_eq!(run.code, 0, "no change after a deploy:\n{}", run.output());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_exit_code_bad_input_is_1_never_the_2_of_changes() {
     let env = TestEnv::start(1, "").await;
     env.write("k8s/app.yaml", &small_app(V1));

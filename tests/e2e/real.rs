@@ -40,7 +40,10 @@ impl RealEnv {
     /// None (and a note on stderr) when no real clusters are configured.
     fn from_env(test: &str) -> Option<RealEnv> {
         let Some(kubeconfig) = std::env::var_os(KUBECONFIG_VAR) else {
-            eprintln!("skipped: {KUBECONFIG_VAR} not set");
+            kube_sim::skip_test(
+                &format!("real::{test}"),
+                &format!("{KUBECONFIG_VAR} not set"),
+            );
             return None;
         };
         let kubeconfig = PathBuf::from(kubeconfig);

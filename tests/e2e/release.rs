@@ -466,8 +466,10 @@ async fn a_second_run_waits_for_the_lock_then_proceeds_or_fails_clearly() {
             .is_some_and(|m| m.contains("held by") && m.contains(" since ")),
         "{failure:#}"
     );
-    // C waits for A and then deploys.
-    let c = rollguard(&args("c.json"), env.dir.path(), &[]).await;
+    // C waits for A and then deploys (--force: A's release already is what C deploys).
+    let mut c_args = args("c.json");
+    c_args.push("--force".into());
+    let c = rollguard(&c_args, env.dir.path(), &[]).await;
     assert_eq!(c.code, 0, "{}", c.output());
     let a = a.wait_with_output().await.expect("A exits");
     assert_eq!(a.status.code(), Some(0));
@@ -1047,6 +1049,18 @@ async fn a_deploy_from_a_dirty_tree_is_recorded_as_dirty() {
             .collect::<Vec<_>>(),
         vec![false, true]
     );
+
+    // Tracked files back as committed, and a new manifest file never added: it is deployed
+    // all the same, so the commit is dirty.
+    git(dir, &["checkout", "-q", "--", "k8s"]);
+    env.write(
+        "k8s/extra.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: extra\ndata: {a: b}\n",
+    );
+    let untracked = env.deploy(&[]).await;
+    assert_eq!(untracked.code, 0, "{}", untracked.output());
+    let commit = &untracked.report.as_ref().expect("report")["commit"];
+    assert_eq!(commit["dirty"], true, "{commit}");
 }
 
 /// Issue 16: one revision number per run across the fleet, whatever each target's history.
@@ -1058,7 +1072,8 @@ async fn one_revision_per_run_across_targets_whose_histories_differ() {
     let env = TestEnv::start(2, &rules).await;
     env.write("rollguard.yaml", &config(2, "60s"));
     // eu alone, twice: eu has v1 and v2, us nothing.
-    for image in ["example.com/web:a", GOOD] {
+    // (Not GOOD: the run on both below would change nothing on eu.)
+    for image in ["example.com/web:a", "example.com/web:b"] {
         env.write("k8s/app.yaml", &small_app(image));
         let run = env.deploy(&["--context", "eu"]).await;
         assert_eq!(run.code, 0, "{}", run.output());
@@ -1107,6 +1122,137 @@ async fn one_revision_per_run_across_targets_whose_histories_differ() {
         );
         assert_runs(&env, cluster, GOOD).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deploy_that_changes_nothing_records_nothing_and_runs_no_stage() {
+    let env = TestEnv::start(2, "- {image: \"*\", behaviour: Ready}\n").await;
+    env.write(
+        "rollguard.yaml",
+        &format!(
+            "{}pipeline:
+  - script: {{name: migrate, run: 'echo \"migrate $ROLLGUARD_TARGETS\" >> ran.log', scope: fleet}}
+  - apply
+  - script: {{name: smoke, run: 'echo \"smoke $ROLLGUARD_TARGET\" >> ran.log'}}
+  - script: {{name: probe, run: 'echo \"probe $ROLLGUARD_TARGET v$ROLLGUARD_REVISION\" >> always.log', always: true}}
+",
+            config(2, "60s")
+        ),
+    );
+    first_good_deploy(&env).await;
+    env.write("ran.log", "");
+    env.write("always.log", "");
+
+    // The same manifests again: nothing to apply anywhere.
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    for (target, cluster) in [("eu", 1), ("us", 2)] {
+        let t = run.target(target);
+        assert_eq!(t["outcome"], "deployed", "{}", run.output());
+        assert_eq!(t["unchanged"], true, "{}", run.output());
+        assert_eq!(t["revision"], Value::Null, "{}", run.output());
+        assert!(
+            t["message"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("no changes"),
+            "{}",
+            run.output()
+        );
+        assert_eq!(
+            statuses(&records(&env, cluster).await).len(),
+            1,
+            "sim-{cluster}"
+        );
+    }
+    let report = run.report.as_ref().expect("report");
+    assert_eq!(
+        report["summary"],
+        "no changes on 2 of 2",
+        "{}",
+        run.output()
+    );
+    assert!(run.stdout.contains("no changes"), "{}", run.output());
+    assert_eq!(env.read("ran.log"), "", "no stage but `always` ones ran");
+    let mut always = lines(&env.read("always.log"));
+    always.sort();
+    assert_eq!(always, vec!["probe eu v1", "probe us v1"]);
+
+    // A live object deleted by hand is a change, even with the same manifests.
+    let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(env.client(1).await, "shop");
+    api.delete("web-config", &Default::default())
+        .await
+        .expect("delete the ConfigMap");
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    assert_eq!(run.target("eu")["revision"], 2, "{}", run.output());
+    assert_eq!(run.target("us")["unchanged"], true, "{}", run.output());
+    assert_eq!(lines(&env.read("ran.log")), vec!["migrate eu", "smoke eu"]);
+
+    // --force deploys anyway: a record and every stage, on both.
+    env.write("ran.log", "");
+    let run = env.deploy(&["--force"]).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    for (target, cluster) in [("eu", 1), ("us", 2)] {
+        assert_eq!(run.target(target)["revision"], 3, "{}", run.output());
+        assert!(
+            run.target(target).get("unchanged").is_none(),
+            "{}",
+            run.output()
+        );
+        assert_eq!(
+            records(&env, cluster).await.len(),
+            2 + usize::from(cluster == 1)
+        );
+    }
+    assert_eq!(env.read("ran.log").lines().count(), 3, "{}", run.output());
+}
+
+fn lines(text: &str) -> Vec<String> {
+    text.lines().map(str::to_string).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revision_that_names_different_runs_is_refused_with_the_runs() {
+    let env = TestEnv::start(2, "- {image: \"*\", behaviour: Ready}\n").await;
+    env.write("rollguard.yaml", &config(2, "60s"));
+    // Separate runs per target: each numbers only its own target's history, so v1 and v2
+    // name different runs on eu and us.
+    for (target, image) in [("eu", "a"), ("eu", "b"), ("us", "c"), ("us", "d")] {
+        env.write(
+            "k8s/app.yaml",
+            &small_app(&format!("example.com/web:{image}")),
+        );
+        let run = env.deploy(&["--target", target]).await;
+        assert_eq!(run.code, 0, "{}", run.output());
+    }
+    let shown = env.command("show", &["--revision", "1"]).await;
+    assert_eq!(shown.code, 2, "{}", shown.output());
+    assert!(
+        shown.stderr.contains("v1 names different runs")
+            && shown.stderr.contains("eu: deploy")
+            && shown.stderr.contains("us: deploy")
+            && shown.stderr.contains("--target"),
+        "{}",
+        shown.output()
+    );
+    let one = env
+        .command("show", &["--revision", "1", "--target", "eu"])
+        .await;
+    assert_eq!(one.code, 0, "{}", one.output());
+
+    let before: Vec<u64> = records(&env, 1).await.iter().map(|r| r.revision).collect();
+    let back = env.command("rollback", &["--revision", "1", "--yes"]).await;
+    assert_eq!(back.code, 2, "{}", back.output());
+    assert!(
+        back.stderr.contains("v1 names different runs"),
+        "{}",
+        back.output()
+    );
+    let after: Vec<u64> = records(&env, 1).await.iter().map(|r| r.revision).collect();
+    assert_eq!(before, after, "nothing rolled back");
+    assert_runs(&env, 1, "example.com/web:b").await;
 }
 
 /// `rollguard <command> --config .. --kubeconfig ..` plus `extra`, in the background, with a

@@ -26,10 +26,13 @@ const GOOD: &str = "example.com/web:v1";
 const BAD: &str = "example.com/web:v2";
 
 /// The assembled root, or None (with the reason printed) when the variable is unset.
-fn runtime_root() -> Option<PathBuf> {
+fn runtime_root(test: &str) -> Option<PathBuf> {
     let Some(root) = std::env::var_os(ROOT_ENV).filter(|v| !v.is_empty()) else {
-        println!(
-            "skipped: {ROOT_ENV} not set (.ci/run sets it to a root built by dist/rootfs.sh and runs this as root)"
+        kube_sim::skip_test(
+            test,
+            &format!(
+                "{ROOT_ENV} not set (.ci/run sets it to a root built by dist/rootfs.sh and runs this as root)"
+            ),
         );
         return None;
     };
@@ -287,7 +290,9 @@ fn forked_child(unshare: u32) -> u32 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runtime_root_deploys_fails_and_rolls_back_as_non_root() {
-    let Some(root) = runtime_root() else { return };
+    let Some(root) = runtime_root("runtime_root_deploys_fails_and_rolls_back_as_non_root") else {
+        return;
+    };
     let env = TestEnv::start(
         2,
         &format!("- {{cluster: sim-2, image: \"{BAD}\", behaviour: ImagePullBackOff}}\n"),
@@ -324,7 +329,9 @@ async fn runtime_root_deploys_fails_and_rolls_back_as_non_root() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runtime_root_sigterm_to_pid_1_rolls_back() {
-    let Some(root) = runtime_root() else { return };
+    let Some(root) = runtime_root("runtime_root_sigterm_to_pid_1_rolls_back") else {
+        return;
+    };
     let env = TestEnv::start(1, "").await;
     let work = Work::new(&root, &env, 1);
     work.write("k8s/app.yaml", &small_app(GOOD));
@@ -397,7 +404,11 @@ fn git(dir: &Path, args: &[&str]) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runtime_root_git_fallback_fetches_a_commit_into_a_shallow_clone() {
-    let Some(root) = runtime_root() else { return };
+    let Some(root) =
+        runtime_root("runtime_root_git_fallback_fetches_a_commit_into_a_shallow_clone")
+    else {
+        return;
+    };
     let env = TestEnv::start(1, "").await;
     let work = Work::new(&root, &env, 1);
     // The app's repository with v1 then v3, a bare origin, and CI's shallow clone without v1.
@@ -487,8 +498,11 @@ async fn runtime_root_git_fallback_fetches_a_commit_into_a_shallow_clone() {
 async fn runtime_root_https_git_loads_its_transport() {
     const HTTPS_ROOT_ENV: &str = "ROLLGUARD_RUNTIME_ROOT_GIT_HTTPS";
     let Some(root) = std::env::var_os(HTTPS_ROOT_ENV).filter(|v| !v.is_empty()) else {
-        println!(
-            "skipped: {HTTPS_ROOT_ENV} not set (.ci/run sets it to a root built by GIT_HTTPS=1 dist/rootfs.sh)"
+        kube_sim::skip_test(
+            "runtime_root_https_git_loads_its_transport",
+            &format!(
+                "{HTTPS_ROOT_ENV} not set (.ci/run sets it to a root built by GIT_HTTPS=1 dist/rootfs.sh)"
+            ),
         );
         return;
     };
@@ -506,5 +520,28 @@ async fn runtime_root_https_git_loads_its_transport() {
     assert!(
         out.contains("Failed to connect to localhost port 1"),
         "{out}"
+    );
+}
+
+/// A skip is not invisible under `cargo test`: it is said as it happens (past libtest's
+/// capture) and counted after the summary. Runs this test binary on one skipping test.
+#[test]
+fn a_skip_is_said_and_counted_after_the_summary() {
+    let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "runtime_root::runtime_root_sigterm_to_pid_1_rolls_back",
+            "--exact",
+        ])
+        .env_remove(ROOT_ENV)
+        .output()
+        .expect("the test binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("test result: ok. 1 passed"), "{stdout}");
+    let said = format!("skipped: runtime_root_sigterm_to_pid_1_rolls_back: {ROOT_ENV} not set");
+    assert!(
+        stderr.contains(&said) && stderr.contains("1 test passed by skipping (not run here):"),
+        "{stderr}"
     );
 }

@@ -137,6 +137,14 @@ if [ -e "fail-$ROLLGUARD_TARGET" ]; then echo "smoke: /healthz answered 503 on $
     );
     assert_eq!(us["failures"][0]["object"], "stage smoke");
     assert_eq!(us["failures"][0]["reason"], "ScriptFailed");
+    // The final output shows the script's last lines under its failure (on a terminal its
+    // output is logged nowhere else).
+    assert!(
+        run.stdout
+            .contains("    | smoke: /healthz answered 503 on us"),
+        "{}",
+        run.output()
+    );
     // The timeline has the script stages with their exit codes.
     let phases: Vec<(String, Value, Value)> = us["phases"]
         .as_array()
@@ -156,6 +164,12 @@ if [ -e "fail-$ROLLGUARD_TARGET" ]; then echo "smoke: /healthz answered 503 on $
             && phases.iter().any(|p| p.0 == "apply"),
         "{phases:#?}"
     );
+    // Each phase once (a target script stage was listed twice, once without its exit code).
+    let mut names: Vec<&str> = phases.iter().map(|p| p.0.as_str()).collect();
+    let all = names.len();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), all, "{phases:#?}");
     // The record of v2 on us says which stages ran and how they ended.
     let records = ReleaseStore::new(env.client(2).await, "shop", "shop", 10)
         .list()
@@ -348,6 +362,12 @@ async fn scripts_get_the_deployment_in_their_environment() {
         rollback.get("ROLLGUARD_FAILED_STAGE").map(String::as_str),
         Some("check")
     );
+    assert_eq!(
+        rollback
+            .get("ROLLGUARD_ROLLBACK_REASON")
+            .map(String::as_str),
+        Some("failed")
+    );
     let failure = rollback
         .get("ROLLGUARD_FAILURE")
         .cloned()
@@ -355,6 +375,42 @@ async fn scripts_get_the_deployment_in_their_environment() {
     assert!(
         failure.contains("stage check") && failure.contains("exited with code 7"),
         "{failure}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_rolled_back_by_policy_has_no_failed_stage() {
+    let env = TestEnv::start(
+        2,
+        "- {cluster: sim-2, image: \"example.com/web:v2\", behaviour: ImagePullBackOff}\n- {image: \"*\", behaviour: Ready}\n",
+    )
+    .await;
+    env.write(
+        "rollguard.yaml",
+        &format!(
+            "{}on_failure: rollback-all\npipeline:\n{}",
+            config(2, "60s"),
+            r#"  - script:
+      name: prep
+      run: "true"
+      rollback: echo "$ROLLGUARD_TARGET ${ROLLGUARD_FAILED_STAGE-unset} $ROLLGUARD_ROLLBACK_REASON" >> why.log
+  - apply
+"#
+        ),
+    );
+    env.write("k8s/app.yaml", &small_app(GOOD));
+    assert_eq!(env.deploy(&[]).await.code, 0);
+    env.write("k8s/app.yaml", &small_app(NEXT));
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 1, "{}", run.output());
+    let mut why = lines(&env.read("why.log"));
+    why.sort();
+    // us failed its rollout; eu was healthy and rolled back only because of rollback-all.
+    assert_eq!(
+        why,
+        vec!["eu unset policy", "us apply failed"],
+        "{}",
+        run.output()
     );
 }
 
@@ -539,7 +595,7 @@ async fn show_and_a_manual_rollback_know_the_stages_a_revision_ran() {
   - script:
       name: smoke
       run: "true"
-      rollback: echo "undo $ROLLGUARD_IS_ROLLBACK $ROLLGUARD_REVISION" >> order.log
+      rollback: echo "undo $ROLLGUARD_IS_ROLLBACK $ROLLGUARD_REVISION ${ROLLGUARD_FAILED_STAGE-unset} $ROLLGUARD_ROLLBACK_REASON" >> order.log
 "#,
     )
     .await;
@@ -577,7 +633,11 @@ async fn show_and_a_manual_rollback_know_the_stages_a_revision_ran() {
         "{}",
         back.output()
     );
-    assert_eq!(lines(&env.read("order.log")), vec!["undo true 2"]);
+    // Rolled back by hand: no stage failed.
+    assert_eq!(
+        lines(&env.read("order.log")),
+        vec!["undo true 2 unset manual"]
+    );
     assert_eq!(web_image(&env, 1).await, GOOD);
 }
 

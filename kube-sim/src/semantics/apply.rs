@@ -168,8 +168,22 @@ pub fn new_object(prepared: &Prepared, by: &Applier<'_>) -> Value {
         subresource: None,
         fields: prepared.applied_set.clone(),
     };
+    // A real server decodes into its types, which have no null: `limits: null` is dropped.
+    drop_nulls(&mut obj);
     write_entries(&mut obj, &[entry]);
     obj
+}
+
+/// Removes every map entry whose value is null, at any depth (list items are kept).
+fn drop_nulls(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.retain(|_, v| !v.is_null());
+            map.values_mut().for_each(drop_nulls);
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_nulls),
+        _ => {}
+    }
 }
 
 /// Applies a configuration to the live object: 409 on fields another manager owns with a
@@ -207,6 +221,8 @@ pub fn merge_onto(
     // Merge the configuration into the live object.
     let mut merged = current.clone();
     merge_into("", &mut merged, config);
+    // Nulls below fields the live object did not have yet arrive with them.
+    drop_nulls(&mut merged);
 
     // Ownership after this apply.
     let previous = entries
@@ -793,6 +809,30 @@ mod tests {
         );
         assert_eq!(t["containers"][0]["image"], "x");
         assert_eq!(t["containers"][1]["image"], "z");
+    }
+
+    #[test]
+    fn an_apply_stores_no_null() {
+        let config = json!({"spec": {"containers": [{"name": "a", "resources": {"limits": null, "requests": {"cpu": "1"}}}]}});
+        let prepared = Prepared {
+            config: config.clone(),
+            applied_set: FieldSet::default(),
+            expected_resource_version: None,
+            status_only: false,
+        };
+        let by = Applier {
+            manager: "m",
+            subresource: None,
+            force: false,
+            api_version: "v1",
+            now: "2026-12-01T00:00:00Z",
+        };
+        let want = json!({"name": "a", "resources": {"requests": {"cpu": "1"}}});
+        // Created, and merged onto an object without that part.
+        let created = new_object(&prepared, &by);
+        assert_eq!(created["spec"]["containers"][0], want, "{created:#}");
+        let merged = merge_onto(&json!({"spec": {}}), &prepared, &by).expect("merges");
+        assert_eq!(merged["spec"]["containers"][0], want, "{merged:#}");
     }
 
     #[test]
