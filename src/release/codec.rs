@@ -257,23 +257,6 @@ pub fn secret_data(
     Ok((data, omitted))
 }
 
-/// Why a record's Secret data does not read as a record.
-#[derive(Debug, thiserror::Error)]
-pub enum DecodeError {
-    #[error("no `{key}` key")]
-    MissingKey { key: &'static str },
-    #[error("not gzip: {0}")]
-    NotGzip(#[source] std::io::Error),
-    #[error("not a release record: {0}")]
-    NotJson(#[source] serde_json::Error),
-    #[error("`{key}` key: {source}")]
-    InKey {
-        key: &'static str,
-        #[source]
-        source: Box<DecodeError>,
-    },
-}
-
 /// Read a record from its Secret's data, with its manifests when `with_manifests`.
 pub fn record_from_data(
     data: &BTreeMap<String, ByteString>,

@@ -265,6 +265,23 @@ pub struct ReleaseRecord {
     pub stages: Vec<crate::report::StageResult>,
 }
 
+/// Why a record's Secret data does not read as a record.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    #[error("no `{key}` key")]
+    MissingKey { key: &'static str },
+    #[error("not gzip: {0}")]
+    NotGzip(#[source] std::io::Error),
+    #[error("not a release record: {0}")]
+    NotJson(#[source] serde_json::Error),
+    #[error("`{key}` key: {source}")]
+    InKey {
+        key: &'static str,
+        #[source]
+        source: Box<DecodeError>,
+    },
+}
+
 #[cfg(test)]
 impl ReleaseRecord {
     /// A record of app `shop` with nothing but a revision and a status, for tests to adjust.
@@ -357,7 +374,7 @@ pub enum ReleaseError {
         name: String,
         namespace: String,
         #[source]
-        reason: super::codec::DecodeError,
+        reason: DecodeError,
     },
     #[error(
         "revision {revision} of app {app} does not exist in namespace {namespace} (see `rollguard history`)"

@@ -677,6 +677,25 @@ mod tests {
     }
 
     #[test]
+    fn an_unchanged_target_says_no_changes_in_the_summary_and_its_row() {
+        let mut eu = target("eu", TargetOutcome::Deployed);
+        eu.unchanged = true;
+        eu.message = Some("no changes: the manifests are those of v3".into());
+        let mut us = target("us", TargetOutcome::Deployed);
+        us.revision = Some(4);
+        let md = to_markdown(&Clean::new(&report(vec![eu, us])), &options(COMMENT_LIMIT));
+        assert!(md.contains("no changes on 1 of 2"), "{md}");
+        let row = md
+            .lines()
+            .find(|l| l.starts_with("| eu |"))
+            .unwrap_or_default();
+        assert!(
+            row.contains("no changes: the manifests are those of v3"),
+            "{md}"
+        );
+    }
+
+    #[test]
     fn a_dirty_tree_is_said_in_the_header_and_the_table() {
         let mut r = three_targets();
         let clean = to_markdown(&Clean::new(&r), &options(COMMENT_LIMIT));

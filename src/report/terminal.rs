@@ -417,18 +417,17 @@ sa:
 
     #[test]
     fn a_failed_scripts_last_lines_go_under_its_failure() {
-        let stage = |name: &str, rollback: bool, lines: std::ops::RangeInclusive<u32>| {
-            crate::report::StageResult {
+        let stage =
+            |name: &str, rollback: bool, lines: std::ops::RangeInclusive<u32>| StageResult {
                 name: name.into(),
                 scope: "target".into(),
                 rollback,
-                outcome: crate::report::StageOutcome::Failed,
+                outcome: StageOutcome::Failed,
                 exit_code: Some(1),
                 seconds: 0.1,
                 message: Some("exited with code 1".into()),
                 output: lines.map(|i| format!("{name} line {i}")).collect(),
-            }
-        };
+            };
         let mut eu = target("eu", TargetOutcome::RolledBack);
         eu.failures.push(Failure {
             object: "stage smoke".into(),

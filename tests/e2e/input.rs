@@ -81,6 +81,7 @@ async fn schema_prints_json() {
             "on_failure",
             "pipeline",
             "render",
+            "render_hooks",
             "rollback",
             "targets",
             "wait"
