@@ -1301,7 +1301,10 @@ mod tests {
         };
         assert_eq!(release_error_code(&missing), exit::BAD_INPUT);
         assert_eq!(
-            release_error_code(&ReleaseError::Encode("x".into())),
+            release_error_code(&ReleaseError::NoFreeRevision {
+                revision: 9,
+                app: "shop".into()
+            }),
             exit::FAILED
         );
     }
