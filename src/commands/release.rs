@@ -21,7 +21,7 @@ use crate::engine::policy::{self, RollbackResult};
 use crate::engine::reapply::{self, ReApply};
 use crate::error::exit;
 use crate::kube::connect::{ClusterAccess, check_targets, connect};
-use crate::release::lock::{self, Lock, LockGuard, LockOptions};
+use crate::release::lock::{self, Lock, LockError, LockGuard, LockOptions};
 use crate::release::session::ReleaseSettings;
 use crate::release::{self, ReleaseError, ReleaseOrigin, ReleaseRecord, ReleaseStore};
 use crate::report::{clip_columns, display_width, redact};
@@ -127,14 +127,12 @@ impl serde::Serialize for Keyed<'_> {
 pub fn render_documents(
     entries: &[(String, Value)],
     format: RecordFormat,
-) -> Result<String, String> {
+) -> Result<String, RenderError> {
     if entries.is_empty() {
         return Ok(String::new());
     }
     match format {
-        RecordFormat::Json => {
-            serde_json::to_string_pretty(&Keyed(entries)).map_err(|e| e.to_string())
-        }
+        RecordFormat::Json => Ok(serde_json::to_string_pretty(&Keyed(entries))?),
         RecordFormat::Yaml => {
             let mut out = String::new();
             for entry in entries {
@@ -144,8 +142,7 @@ pub fn render_documents(
                     }
                     out.push_str("---\n");
                 }
-                let one = serde_saphyr::to_string(&Keyed(std::slice::from_ref(entry)))
-                    .map_err(|e| e.to_string())?;
+                let one = serde_saphyr::to_string(&Keyed(std::slice::from_ref(entry)))?;
                 out.push_str(&one);
             }
             Ok(out)
@@ -154,8 +151,8 @@ pub fn render_documents(
 }
 
 /// A record as `show` prints it: Secret values redacted, manifests named as applied.
-pub fn shown_record(record: &ReleaseRecord) -> Result<Value, String> {
-    serde_json::to_value(redacted_record(record)).map_err(|e| e.to_string())
+pub fn shown_record(record: &ReleaseRecord) -> Result<Value, serde_json::Error> {
+    serde_json::to_value(redacted_record(record))
 }
 
 /// What a rollback to `to` would change, for the confirmation prompt: objects whose bodies
@@ -250,6 +247,87 @@ pub fn manifests_error_code(e: &reapply::ManifestsError) -> i32 {
     }
 }
 
+/// Why `show` or `history -o` could not render its documents (said as the serializer says it).
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
+    #[error("{0}")]
+    Yaml(#[from] serde_saphyr::SerializeError),
+}
+
+/// Why one target of a release command failed; said after "target NAME: " (see
+/// [`TargetProblem`]), its exit code decided by [`TargetFailure::exit_code`].
+#[derive(Debug, thiserror::Error)]
+pub enum TargetFailure {
+    /// The target could not be reached or its access is wrong (kube::connect's reasons).
+    #[error("{0}")]
+    Connect(#[source] crate::kube::connect::TargetError),
+    /// Reading its release history (a revision that does not exist included).
+    #[error("{0}")]
+    Release(#[from] ReleaseError),
+    /// `rollback` refused the revision asked for.
+    #[error("{0}")]
+    Choice(#[from] policy::RollbackChoiceError),
+    /// The destination's manifests could not be read (a record keeping too little, git).
+    #[error("{0}")]
+    Manifests(#[from] reapply::ManifestsError),
+    /// Taking or force-releasing its lock.
+    #[error("{0}")]
+    Lock(#[from] LockError),
+    /// Reading its history again once locked (marking abandoned records, listing).
+    #[error("{0}")]
+    Recheck(#[source] ReleaseError),
+    /// Its history, read again once locked, no longer says what was confirmed.
+    #[error("{0}")]
+    Moved(#[from] HistoryMoved),
+}
+
+impl TargetFailure {
+    /// The exit code of this target: refused input 2, every other failure 1.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            TargetFailure::Release(e) => release_error_code(e),
+            TargetFailure::Choice(_) => exit::BAD_INPUT,
+            TargetFailure::Manifests(e) => manifests_error_code(e),
+            TargetFailure::Connect(_)
+            | TargetFailure::Lock(_)
+            | TargetFailure::Recheck(_)
+            | TargetFailure::Moved(_) => exit::FAILED,
+        }
+    }
+}
+
+/// A problem of a release command over several targets, said on its own line.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetProblem {
+    #[error("target {target}: {source}")]
+    Target {
+        target: String,
+        #[source]
+        source: TargetFailure,
+    },
+    /// `--revision N` names different runs on different targets (the text says which).
+    #[error("{0}")]
+    Ambiguous(String),
+}
+
+impl TargetProblem {
+    fn on(target: &str, source: TargetFailure) -> TargetProblem {
+        TargetProblem::Target {
+            target: target.to_string(),
+            source,
+        }
+    }
+
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            TargetProblem::Target { source, .. } => source.exit_code(),
+            TargetProblem::Ambiguous(_) => exit::BAD_INPUT,
+        }
+    }
+}
+
 /// The exit code of one target's release error: a revision that does not exist is a
 /// mistake in the input (as `rollback --revision` refusing it), anything else a failure of
 /// that target.
@@ -298,7 +376,7 @@ struct Connected {
 
 /// Connects to every selected target at once; a target that fails says why as
 /// "target NAME: REASON: what happened and what to do".
-async fn connect_all(config: &Config, env: &Env) -> Vec<Result<Connected, String>> {
+async fn connect_all(config: &Config, env: &Env) -> Vec<Result<Connected, TargetProblem>> {
     let lookup = |k: &str| env.get(k).cloned();
     let settings = ReleaseSettings::from_config(config);
     // Nothing cancels these commands (a signal ends the process); connect wants a token.
@@ -307,7 +385,7 @@ async fn connect_all(config: &Config, env: &Env) -> Vec<Result<Connected, String
     futures::future::join_all(config.targets.iter().map(|target| async {
         let access = connect(target, cli_kubeconfig, &config.base_dir, &lookup, &never)
             .await
-            .map_err(|e| format!("target {}: {e}", target.name))?;
+            .map_err(|e| TargetProblem::on(&target.name, TargetFailure::Connect(e)))?;
         let namespace = config.history_namespace(target, &access.context_namespace);
         let store = ReleaseStore::for_access(&access, &config.app, &namespace, settings.keep);
         Ok(Connected {
@@ -325,7 +403,7 @@ async fn connect_all(config: &Config, env: &Env) -> Vec<Result<Connected, String
 async fn for_each_target<T, F, Fut>(config: &Config, env: &Env, each: F) -> (Vec<(String, T)>, i32)
 where
     F: Fn(Connected) -> Fut,
-    Fut: std::future::Future<Output = Result<T, (String, i32)>>,
+    Fut: std::future::Future<Output = Result<T, TargetFailure>>,
 {
     let mut values = Vec::new();
     let mut codes = Vec::new();
@@ -333,18 +411,18 @@ where
         let result = match connected {
             Ok(c) => {
                 let name = c.target.name.clone();
-                each(c)
-                    .await
-                    .map(|v| (name.clone(), v))
-                    .map_err(|(why, code)| (format!("target {name}: {why}"), code))
+                match each(c).await {
+                    Ok(v) => Ok((name, v)),
+                    Err(e) => Err(TargetProblem::on(&name, e)),
+                }
             }
-            Err(why) => Err((why, exit::FAILED)),
+            Err(problem) => Err(problem),
         };
         match result {
             Ok(value) => values.push(value),
-            Err((why, code)) => {
-                redact::print_err(&why);
-                codes.push(code);
+            Err(problem) => {
+                redact::print_err(&problem.to_string());
+                codes.push(problem.exit_code());
             }
         }
     }
@@ -381,10 +459,7 @@ pub async fn history(args: HistoryArgs, env: Env) -> Result<i32, ManageError> {
     let (listed, code) = for_each_target(&config, &env, |c| async move {
         // With their manifests, so that the scrubber knows the Secret values a stored
         // message may quote; the manifests themselves are not shown.
-        let mut records = c.store.list_with_manifests().await.map_err(|e| {
-            let code = release_error_code(&e);
-            (e.to_string(), code)
-        })?;
+        let mut records = c.store.list_with_manifests().await?;
         for record in &mut records {
             redact::learn(record.manifests.iter().flatten());
             record.manifests = None;
@@ -417,10 +492,7 @@ pub async fn show(args: ShowArgs, env: Env) -> Result<i32, ManageError> {
     let config = load_config(&args.selection, &env)?;
     let revision = args.revision;
     let (records, code) = for_each_target(&config, &env, |c| async move {
-        c.store.get(revision).await.map_err(|e| {
-            let code = release_error_code(&e);
-            (e.to_string(), code)
-        })
+        c.store.get(revision).await.map_err(TargetFailure::from)
     })
     .await;
     let runs: Vec<(&str, &ReleaseRecord)> = records.iter().map(|(n, r)| (n.as_str(), r)).collect();
@@ -452,8 +524,7 @@ pub async fn unlock(args: UnlockArgs, env: Env) -> Result<i32, ManageError> {
     let (said, code) = for_each_target(&config, &env, |c| async move {
         let unlocked =
             lock::force_unlock(c.access.client.clone(), &c.access.server, app, &c.namespace)
-                .await
-                .map_err(|e| (e.to_string(), exit::FAILED))?;
+                .await?;
         Ok(match unlocked.previous {
             Some(previous) => format!(
                 "released lock {} in namespace {} (held by {}{})",
@@ -512,20 +583,32 @@ pub fn still_current(
     planned_choice: Option<u64>,
     newest: Option<u64>,
     choice: Option<u64>,
-) -> Result<(), String> {
+) -> Result<(), HistoryMoved> {
     if newest != planned_newest {
-        let now = newest.map_or("no release".to_string(), |r| format!("v{r}"));
-        return Err(format!(
-            "its history changed while the rollback waited for confirmation (the newest release is now {now}): nothing was changed; run the rollback again to see what it would do"
-        ));
+        return Err(HistoryMoved::Newest { newest });
     }
     if choice != planned_choice {
-        return Err(
-            "the revision to go back to is no longer the one confirmed: nothing was changed; run the rollback again"
-                .to_string(),
-        );
+        return Err(HistoryMoved::Choice);
     }
     Ok(())
+}
+
+/// How a target's history moved while the rollback waited for confirmation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HistoryMoved {
+    #[error(
+        "its history changed while the rollback waited for confirmation (the newest release is now {}): nothing was changed; run the rollback again to see what it would do",
+        newest_text(*.newest)
+    )]
+    Newest { newest: Option<u64> },
+    #[error(
+        "the revision to go back to is no longer the one confirmed: nothing was changed; run the rollback again"
+    )]
+    Choice,
+}
+
+fn newest_text(newest: Option<u64>) -> String {
+    newest.map_or("no release".to_string(), |r| format!("v{r}"))
 }
 
 /// `rollguard rollback`: re-apply an earlier revision (or a commit's manifests) as a new one.
@@ -564,11 +647,11 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
     let plans = futures::future::join_all(connected.into_iter().map(|c| {
         let (config, from_git, args) = (&config, &from_git, &args);
         async move {
-            let c = c.map_err(|e| (e, exit::FAILED))?;
+            let c = c?;
             let name = c.target.name.clone();
             plan_one(config, c, args, from_git)
                 .await
-                .map_err(|e| (format!("target {name}: {}", e.0), e.1))
+                .map_err(|e| TargetProblem::on(&name, e))
         }
     }))
     .await;
@@ -587,7 +670,7 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
             .filter_map(|p| Some((p.connected.target.name.as_str(), p.chosen_record.as_ref()?)))
             .collect();
         if let Some(why) = release::ambiguous_revision(revision, &runs) {
-            problems.push((why, exit::BAD_INPUT));
+            problems.push(TargetProblem::Ambiguous(why));
         }
     }
     // The manifests of both sides may hold Secrets: the scrubber knows them before output.
@@ -603,12 +686,12 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
         &lookup,
     )
     .await;
-    for (e, _) in &problems {
-        redact::print_err(e);
+    for problem in &problems {
+        redact::print_err(&problem.to_string());
     }
     if !problems.is_empty() {
         // Unreachable targets fail (1); a refused choice is bad input (2).
-        return Ok(combined_exit(problems.iter().map(|(_, c)| *c)));
+        return Ok(combined_exit(problems.iter().map(TargetProblem::exit_code)));
     }
     if args.dry_run {
         println!("dry run: nothing changed");
@@ -723,16 +806,14 @@ async fn lock_and_check(
         match taken {
             Ok(guard) => p.lock = Some(guard),
             Err(e) => {
-                redact::print_err(&format!(
-                    "target {}: {e}; nothing was rolled back",
-                    c.target.name
-                ));
-                return Err(exit::FAILED);
+                let problem = TargetProblem::on(&c.target.name, e.into());
+                redact::print_err(&format!("{problem}; nothing was rolled back"));
+                return Err(problem.exit_code());
             }
         }
     }
     let checks = futures::future::join_all(ready.iter().map(|p| recheck(p, args))).await;
-    let mut code = None;
+    let mut codes = Vec::new();
     for (p, check) in ready.iter().zip(checks) {
         match check {
             Ok(abandoned) if !abandoned.is_empty() => redact::print_out(&format!(
@@ -745,21 +826,28 @@ async fn lock_and_check(
                     .join(", ")
             )),
             Ok(_) => {}
-            Err(why) => {
-                redact::print_err(&format!("target {}: {why}", p.connected.target.name));
-                code = Some(exit::FAILED);
+            Err(e) => {
+                let problem = TargetProblem::on(&p.connected.target.name, e);
+                redact::print_err(&problem.to_string());
+                codes.push(problem.exit_code());
             }
         }
     }
-    code.map_or(Ok(()), Err)
+    match combined_exit(codes) {
+        exit::OK => Ok(()),
+        code => Err(code),
+    }
 }
 
 /// One target's history read again under its lock: abandoned records marked, and the
 /// newest revision and the choice compared with what was confirmed.
-async fn recheck(p: &Planned, args: &RollbackArgs) -> Result<Vec<u64>, String> {
+async fn recheck(p: &Planned, args: &RollbackArgs) -> Result<Vec<u64>, TargetFailure> {
     let store = &p.connected.store;
-    let abandoned = store.mark_abandoned().await.map_err(|e| e.to_string())?;
-    let records = store.list().await.map_err(|e| e.to_string())?;
+    let abandoned = store
+        .mark_abandoned()
+        .await
+        .map_err(TargetFailure::Recheck)?;
+    let records = store.list().await.map_err(TargetFailure::Recheck)?;
     let newest = records.iter().map(|r| r.revision).max();
     let choice = match args.from_git {
         Some(_) => None,
@@ -953,17 +1041,13 @@ async fn plan_one(
     connected: Connected,
     args: &RollbackArgs,
     from_git: &Option<(Vec<Value>, Option<CommitInfo>)>,
-) -> Result<Planned, (String, i32)> {
+) -> Result<Planned, TargetFailure> {
     let store = &connected.store;
-    let unreachable = |e: ReleaseError| {
-        let code = release_error_code(&e);
-        (e.to_string(), code)
-    };
     // Abandoned records are marked once the lock is held (see `recheck`), not here.
-    let records = store.list().await.map_err(unreachable)?;
+    let records = store.list().await?;
     // A list holds no manifests; the change summary compares the current ones.
     let current = match records.iter().map(|r| r.revision).max() {
-        Some(revision) => Some(store.get(revision).await.map_err(unreachable)?),
+        Some(revision) => Some(store.get(revision).await?),
         None => None,
     };
     let default_namespace =
@@ -1000,12 +1084,9 @@ async fn plan_one(
             }
         }
         None => {
-            let revision = policy::choose_manual_target(&records, args.revision, args.force)
-                .map_err(|e| (e.to_string(), exit::BAD_INPUT))?;
-            let to = store.get(revision).await.map_err(unreachable)?;
-            let bodies = reapply::record_manifests(config, &to, None)
-                .await
-                .map_err(|e| (e.to_string(), manifests_error_code(&e)))?;
+            let revision = policy::choose_manual_target(&records, args.revision, args.force)?;
+            let to = store.get(revision).await?;
+            let bodies = reapply::record_manifests(config, &to, None).await?;
             let mut with_bodies = to.clone();
             with_bodies.manifests = Some(bodies.clone());
             Planned {
@@ -1220,7 +1301,10 @@ mod tests {
         };
         assert_eq!(release_error_code(&missing), exit::BAD_INPUT);
         assert_eq!(
-            release_error_code(&ReleaseError::Encode("x".into())),
+            release_error_code(&ReleaseError::NoFreeRevision {
+                revision: 9,
+                app: "shop".into()
+            }),
             exit::FAILED
         );
     }
@@ -1250,7 +1334,7 @@ mod tests {
             match want {
                 None => assert!(got.is_ok(), "{got:?}"),
                 Some(text) => {
-                    let why = got.expect_err("refused");
+                    let why = got.expect_err("refused").to_string();
                     assert!(
                         why.contains(text) && why.contains("nothing was changed"),
                         "{why}"

@@ -22,7 +22,7 @@ pub struct DeployOptions {
 }
 
 /// Encoded record manifests by the indices of the Secrets they keep as digests.
-type RecordedManifests = HashMap<Vec<usize>, Result<EncodedManifests, String>>;
+type RecordedManifests = HashMap<Vec<usize>, Result<EncodedManifests, crate::release::EncodeError>>;
 
 /// Everything a deploy needs, validated before any cluster is touched.
 #[derive(Debug, Clone)]
@@ -94,7 +94,6 @@ impl Plan {
                     self.config.history.secrets,
                     default_namespace,
                 )
-                .map_err(|e| e.to_string())
             })
             .clone()
             .map_err(ReleaseError::Encode)

@@ -407,9 +407,9 @@ impl ReApply<'_> {
             self.secrets,
             &self.default_namespace,
         )
-        .map_err(|source| RollbackError::Encode {
+        .map_err(|e| RollbackError::Encode {
             to: to.clone(),
-            source,
+            source: e.into(),
         })?;
         let mut draft = ReleaseDraft::new(manifests);
         draft.commit = self.commit.clone();

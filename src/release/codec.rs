@@ -2,7 +2,6 @@
 //! once per run), the size limit that leaves the manifests out, and the release digest.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::io::Read;
 use std::sync::Arc;
 
@@ -162,7 +161,7 @@ pub fn fill_secret_stubs(
 impl EncodedManifests {
     /// From object bodies as they will be applied; the object list and digest are derived
     /// (the list is replaced by what was really applied when the record finishes).
-    pub fn encode<B>(bodies: &[B]) -> Result<EncodedManifests>
+    pub fn encode<B>(bodies: &[B]) -> Result<EncodedManifests, EncodeError>
     where
         B: std::borrow::Borrow<serde_json::Value> + Serialize,
     {
@@ -177,7 +176,7 @@ impl EncodedManifests {
         others: &[usize],
         policy: SecretsPolicy,
         default_namespace: &str,
-    ) -> Result<EncodedManifests>
+    ) -> Result<EncodedManifests, EncodeError>
     where
         B: std::borrow::Borrow<serde_json::Value> + Serialize,
     {
@@ -297,11 +296,10 @@ pub fn release_digest(manifests_digest: &str, default_namespace: Option<&str>) -
     }
 }
 
-pub(super) fn gzip_json<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>> {
-    let encode = |e: &dyn fmt::Display| ReleaseError::Encode(e.to_string());
+pub(super) fn gzip_json<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, EncodeError> {
     let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    serde_json::to_writer(&mut encoder, value).map_err(|e| encode(&e))?;
-    encoder.finish().map_err(|e| encode(&e))
+    serde_json::to_writer(&mut encoder, value).map_err(|e| EncodeError::Json(Arc::new(e)))?;
+    encoder.finish().map_err(|e| EncodeError::Gzip(Arc::new(e)))
 }
 
 pub(super) fn gunzip_json<T: DeserializeOwned>(

@@ -398,7 +398,21 @@ pub enum ReleaseError {
         to: ReleaseStatus,
     },
     #[error("could not encode release record: {0}")]
-    Encode(String),
+    Encode(#[from] EncodeError),
+    #[error(
+        "could not encode release record: no free revision number after v{revision} for app {app}"
+    )]
+    NoFreeRevision { revision: u64, app: String },
+}
+
+/// Why a record or its manifests could not be encoded as gzip'd JSON. Clone (its sources
+/// shared) so that manifests encoded once for several targets keep their error.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum EncodeError {
+    #[error("{0}")]
+    Json(#[source] std::sync::Arc<serde_json::Error>),
+    #[error("{0}")]
+    Gzip(#[source] std::sync::Arc<std::io::Error>),
 }
 
 impl ReleaseError {

@@ -314,10 +314,10 @@ impl ReleaseStore {
                 }
             }
         }
-        Err(ReleaseError::Encode(format!(
-            "no free revision number after v{revision} for app {}",
-            self.app
-        )))
+        Err(ReleaseError::NoFreeRevision {
+            revision,
+            app: self.app.clone(),
+        })
     }
 
     /// True when the stored record of `revision` is the one `mine` describes (same start

@@ -124,8 +124,27 @@ fn timeout() -> Duration {
     TIMEOUT.get().copied().unwrap_or(DEFAULT_TIMEOUT)
 }
 
-/// Run git in `dir` under its deadline; Ok(stdout) on success, Err(stderr) on a non-zero exit.
-fn git(dir: &Path, args: &[&str]) -> Result<Result<String, String>, GitError> {
+/// How a git command that ran ended badly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GitExit {
+    /// It exited with this code (0 only when its stdout overflowed).
+    Code(i32),
+    /// A signal it did not get from us ended it.
+    Signal(i32),
+}
+
+/// A git command that ran and did not succeed: how it ended and what it said on stderr
+/// (trimmed). Its text is the stderr alone, as git's callers quote it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{stderr}")]
+struct GitFailure {
+    status: GitExit,
+    stderr: String,
+}
+
+/// Run git in `dir` under its deadline; Ok(stdout) on success, Err(the failure) when it ran
+/// and exited non-zero; the outer error when it could not run or did not end in time.
+fn git(dir: &Path, args: &[&str]) -> Result<Result<String, GitFailure>, GitError> {
     let mut spec = Spec::new("git", timeout())
         .args(["-C".as_ref(), dir.as_os_str()])
         // Hooks of the user's repository have no business running during a rollback, and an
@@ -148,7 +167,14 @@ fn git(dir: &Path, args: &[&str]) -> Result<Result<String, String>, GitError> {
         End::Exited(0) if !out.overflowed => {
             Ok(Ok(String::from_utf8_lossy(&out.stdout).trim().to_string()))
         }
-        End::Exited(_) | End::Signalled(_) => Ok(Err(stderr)),
+        End::Exited(code) => Ok(Err(GitFailure {
+            status: GitExit::Code(code),
+            stderr,
+        })),
+        End::Signalled(signal) => Ok(Err(GitFailure {
+            status: GitExit::Signal(signal),
+            stderr,
+        })),
         End::NotStarted(why) => Err(GitError::Spawn {
             dir: dir.to_path_buf(),
             detail: why,
@@ -167,10 +193,10 @@ fn git(dir: &Path, args: &[&str]) -> Result<Result<String, String>, GitError> {
 }
 
 fn git_ok(dir: &Path, args: &[&str]) -> Result<String, GitError> {
-    git(dir, args)?.map_err(|detail| GitError::Failed {
+    git(dir, args)?.map_err(|failure| GitError::Failed {
         args: args.join(" "),
         dir: dir.to_path_buf(),
-        detail,
+        detail: failure.stderr,
     })
 }
 
@@ -178,9 +204,9 @@ fn git_ok(dir: &Path, args: &[&str]) -> Result<String, GitError> {
 pub fn repo_root(dir: &Path) -> Result<PathBuf, GitError> {
     match git(dir, &["rev-parse", "--show-toplevel"])? {
         Ok(root) => Ok(PathBuf::from(root)),
-        Err(detail) => Err(GitError::NotARepo {
+        Err(failure) => Err(GitError::NotARepo {
             dir: dir.to_path_buf(),
-            detail,
+            detail: failure.stderr,
         }),
     }
 }
@@ -344,13 +370,13 @@ pub fn ensure_commit(dir: &Path, sha: &str) -> Result<(), GitError> {
     match git(dir, depth_args)? {
         Ok(_) if has_commit(dir, sha)? => return Ok(()),
         Ok(_) => tried.push("fetch succeeded but the commit is still missing".to_string()),
-        Err(e) if lacks_https_transport(&e) => {
+        Err(e) if lacks_https_transport(&e.stderr) => {
             return Err(GitError::NoHttpsTransport {
                 sha: sha.to_string(),
                 dir: dir.to_path_buf(),
             });
         }
-        Err(e) => tried.push(e),
+        Err(e) => tried.push(e.stderr),
     }
     Err(GitError::Unreachable {
         sha: sha.to_string(),
