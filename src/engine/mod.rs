@@ -4,6 +4,7 @@
 
 pub mod conclude;
 pub mod fleet;
+pub mod machine;
 pub mod overlap;
 pub mod plan;
 pub mod policy;
