@@ -159,8 +159,8 @@ fn rollback_all_rolls_back_healthy_and_baking_targets_at_once() {
                 "failed us",
                 &[
                     "rollback us: failed",
-                    &format!("rollback eu: policy rollback-all: us failed at 22:13:26"),
-                    &format!("rollback ap: policy rollback-all: us failed at 22:13:26"),
+                    "rollback eu: policy rollback-all: us failed at 22:13:26",
+                    "rollback ap: policy rollback-all: us failed at 22:13:26",
                 ],
             ),
             ("rolled-back eu", &[]),
@@ -485,9 +485,7 @@ fn a_lost_lock_is_never_rolled_back() {
             ("changed us", &[]),
             (
                 "stopped us",
-                &[&format!(
-                    "rollback us: policy rollback-all: eu failed at 22:13:21"
-                )],
+                &["rollback us: policy rollback-all: eu failed at 22:13:21"],
             ),
             ("rolled-back us", &[]),
         ],
