@@ -517,20 +517,23 @@ pub fn lock_stop(attempts: &[(&str, LockAttempt)]) -> Option<(TargetOutcome, Str
 }
 
 /// Runs one task per target, at most `concurrency` at once, each in its own tokio task inside
-/// the span `target=<name>`; results in the order given.
+/// the span `target=<name>`; results in the order given. The bound is a bound, not batches:
+/// a target that ends gives its slot to the next one at once, whatever the targets before it
+/// are still doing (an ordered `buffered` would hold the slot of every finished target until
+/// the slowest one before it ended).
 async fn run_all(
     tasks: Vec<(String, TargetTask)>,
     concurrency: usize,
     progress: &Progress,
 ) -> Vec<TargetRun> {
-    futures::stream::iter(tasks)
-        .map(|(name, task)| {
+    let mut done: Vec<(usize, TargetRun)> = futures::stream::iter(tasks.into_iter().enumerate())
+        .map(|(index, (name, task))| {
             // error level: the span (and so the target name) is on every line that is logged at all.
             let span = tracing::error_span!("target", target = %name);
             let handle = tokio::spawn(task.instrument(span));
             let progress = progress.clone();
             async move {
-                match handle.await {
+                let run = match handle.await {
                     Ok(run) => run,
                     Err(e) => {
                         // A panic in one target's task must not take the fleet down.
@@ -560,12 +563,15 @@ async fn run_all(
                         });
                         run
                     }
-                }
+                };
+                (index, run)
             }
         })
-        .buffered(concurrency)
+        .buffer_unordered(concurrency.max(1))
         .collect()
-        .await
+        .await;
+    done.sort_by_key(|(index, _)| *index);
+    done.into_iter().map(|(_, run)| run).collect()
 }
 
 fn skipped(target: &TargetConfig, outcome: TargetOutcome, message: &str) -> TargetRun {

@@ -570,7 +570,7 @@ async fn apply_and_wait(
         return finish(run, progress, TargetOutcome::Failed);
     }
     match waited.result {
-        Ok(()) => {}
+        Ok(()) => tracing::info!("rollout healthy"),
         Err(WaitFailure::Cancelled) => finish(run, progress, TargetOutcome::Cancelled),
         Err(WaitFailure::Failed(failures)) | Err(WaitFailure::Timeout(failures)) => {
             for f in &failures {

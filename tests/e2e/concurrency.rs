@@ -483,3 +483,37 @@ async fn a_target_the_new_revision_never_reached_behind_a_429_is_failed_not_roll
     assert_runs(&env, 1, GOOD).await;
     assert_runs(&env, 2, GOOD).await;
 }
+
+/// Issue 22.3: the bound is a bound, not batches. eu is slow (20 simulated seconds), us and
+/// ap are fast; with `--concurrency 2` ap starts the moment us ends, long before eu is healthy
+/// (an ordered buffer held us's slot until eu ended, so ap's apply came after eu's rollout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_target_gives_its_slot_to_the_next_at_once() {
+    let env = TestEnv::start(
+        3,
+        "- {cluster: sim-1, image: \"*\", behaviour: SlowStart}\n- {image: \"*\", behaviour: Ready}\n",
+    )
+    .await;
+    env.write("rollguard.yaml", &config(3, "120s"));
+    env.write("k8s/app.yaml", &small_app("example.com/web:v1"));
+    let run = env
+        .deploy_with_env(&["--concurrency", "2"], &[("RUST_LOG", "rollguard=info")])
+        .await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    let line_of = |target: &str, words: &str| {
+        run.stderr
+            .lines()
+            .position(|l| l.contains(&format!("target={target}")) && l.contains(words))
+            .unwrap_or_else(|| panic!("no `{words}` line of {target}:\n{}", run.output()))
+    };
+    assert!(
+        line_of("ap", "applied") < line_of("eu", "rollout healthy"),
+        "ap waited for the slow eu:\n{}",
+        run.output()
+    );
+    assert!(
+        line_of("us", "rollout healthy") < line_of("ap", "applied"),
+        "ap started before a slot was free:\n{}",
+        run.output()
+    );
+}
