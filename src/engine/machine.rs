@@ -42,6 +42,10 @@ pub enum Phase {
     Stopping,
     /// Healthy; its wave's bake runs (pods still watched).
     Baking,
+    /// Reached a fleet stage: waits (without a slot) for the rest of its wave.
+    AtStage,
+    /// Its wave's fleet stage runs.
+    InStage,
     /// Healthy and baked; finished as `deployed` once nothing can roll it back.
     Healthy,
     /// Failed under `rollback-if-all-fail`: waits for the last target to decide.
@@ -61,7 +65,12 @@ impl Phase {
     fn live(self) -> bool {
         matches!(
             self,
-            Phase::Queued | Phase::Running | Phase::Stopping | Phase::Baking
+            Phase::Queued
+                | Phase::Running
+                | Phase::Stopping
+                | Phase::Baking
+                | Phase::AtStage
+                | Phase::InStage
         )
     }
 }
@@ -82,7 +91,12 @@ pub struct TargetState {
 pub enum Event {
     /// The target's first change of the new revision (an object written, a script started).
     Changed(TargetId),
-    /// The rollout is healthy; the wave's bake starts (a bake of zero: `Baked` follows).
+    /// The target ran its part of the pipeline up to a fleet stage.
+    Reached(TargetId),
+    /// The fleet stage passed for this target: its next part of the pipeline may start.
+    StagePassed(TargetId),
+    /// The rollout is healthy and the pipeline done; the wave's bake starts (a bake of zero:
+    /// `Baked` follows).
     Healthy(TargetId),
     /// The bake passed without a problem.
     Baked(TargetId),
@@ -174,8 +188,11 @@ impl fmt::Display for EndWhy {
 /// What the coordinator tells an executor.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
-    /// Begin the pipeline (its lock is already held).
+    /// Run the next part of the pipeline, up to the next fleet stage or the end (its lock is
+    /// already held).
     Start(TargetId),
+    /// Run the next fleet stage once for these targets (every live target of `wave`).
+    FleetStage { wave: u32, targets: Vec<TargetId> },
     /// Stop applying or waiting; answer with `Stopped` (or `Failed`, if it failed first).
     Stop(TargetId),
     /// Roll back to the last good release; answer with `RollbackEnded`.
@@ -267,6 +284,16 @@ impl Fleet {
                     target.changed = true;
                 }
             }
+            Event::Reached(t) => {
+                if self.phase(t) == Some(Phase::Running) {
+                    self.set(t, Phase::AtStage);
+                }
+            }
+            Event::StagePassed(t) => {
+                if self.phase(t) == Some(Phase::InStage) {
+                    self.set(t, Phase::Queued);
+                }
+            }
             Event::Healthy(t) => self.healthy(t),
             Event::Baked(t) => {
                 if self.phase(t) == Some(Phase::Baking) {
@@ -345,7 +372,7 @@ impl Fleet {
         };
         if !matches!(
             target.phase,
-            Phase::Running | Phase::Stopping | Phase::Baking
+            Phase::Running | Phase::Stopping | Phase::Baking | Phase::InStage
         ) {
             return;
         }
@@ -390,12 +417,15 @@ impl Fleet {
                 at,
             };
             match self.targets[t].phase {
-                Phase::Queued => self.end(t, end, out),
                 Phase::Running => {
                     self.set(t, Phase::Stopping);
                     out.push(Command::Stop(t));
                 }
-                Phase::Baking | Phase::Healthy => self.roll_back_or_end(t, rollback, end, out),
+                // Queued: never started, or between two parts of its pipeline.
+                Phase::Queued | Phase::AtStage | Phase::Baking | Phase::Healthy => {
+                    self.roll_back_or_end(t, rollback, end, out)
+                }
+                // A fleet stage in progress says how it ended for each of its targets.
                 _ => {}
             }
         }
@@ -440,12 +470,15 @@ impl Fleet {
         self.halt = Some(Halt::Cancelled { signal });
         for t in 0..self.targets.len() {
             match self.targets[t].phase {
-                Phase::Queued => self.end(t, EndWhy::Cancelled { signal }, out),
+                Phase::Queued | Phase::AtStage | Phase::Healthy => {
+                    self.cancel_one(t, signal, false, out)
+                }
                 Phase::Running | Phase::Baking => {
                     self.set(t, Phase::Stopping);
                     out.push(Command::Stop(t));
                 }
-                Phase::Healthy => self.cancel_one(t, signal, false, out),
+                // The fleet stage sees the signal itself; its targets answer `Stopped`.
+                Phase::InStage => self.set(t, Phase::Stopping),
                 Phase::FailedPending => self.cancel_one(t, signal, true, out),
                 _ => {}
             }
@@ -493,6 +526,9 @@ impl Fleet {
         if self.failed_wave.as_ref().is_some_and(|(w, _)| *w < wave) {
             return;
         }
+        if self.fleet_stage_due(wave, out) {
+            return;
+        }
         let max_parallel = self
             .settings
             .max_parallel
@@ -516,6 +552,28 @@ impl Fleet {
                 in_wave += 1;
             }
         }
+    }
+
+    /// Every live target of `wave` reached its fleet stage: the stage runs once for them.
+    fn fleet_stage_due(&mut self, wave: u32, out: &mut Vec<Command>) -> bool {
+        let live: Vec<TargetId> = (0..self.targets.len())
+            .filter(|&t| self.targets[t].wave == wave && self.targets[t].phase.live())
+            .collect();
+        if live.is_empty()
+            || live
+                .iter()
+                .any(|&t| self.targets[t].phase != Phase::AtStage)
+        {
+            return false;
+        }
+        for &t in &live {
+            self.set(t, Phase::InStage);
+        }
+        out.push(Command::FleetStage {
+            wave,
+            targets: live,
+        });
+        true
     }
 
     /// When nothing can fail any more: healthy targets are deployed, and

@@ -34,6 +34,10 @@ fn words(fleet: &Fleet, commands: &[Command]) -> Vec<String> {
         .iter()
         .map(|c| match c {
             Command::Start(t) => format!("start {}", name(t)),
+            Command::FleetStage { wave, targets } => format!(
+                "stage {wave}: {}",
+                targets.iter().map(name).collect::<Vec<_>>().join(" ")
+            ),
             Command::Stop(t) => format!("stop {}", name(t)),
             Command::RollBack { target, why } => format!("rollback {}: {why}", name(target)),
             Command::End { target, why } => {
@@ -55,6 +59,8 @@ fn event(fleet: &Fleet, text: &str) -> Event {
     match verb {
         "changed" => Event::Changed(t),
         "healthy" => Event::Healthy(t),
+        "reached" => Event::Reached(t),
+        "passed" => Event::StagePassed(t),
         "baked" => Event::Baked(t),
         "failed" => Event::Failed {
             target: t,
@@ -555,4 +561,101 @@ fn events_for_unknown_targets_change_nothing() {
         assert!(f.handle(e, at(0)).is_empty());
     }
     assert_eq!(f.targets()[0].phase, Phase::Running);
+}
+
+#[test]
+fn a_fleet_stage_runs_once_every_live_target_of_the_wave_reached_it() {
+    // concurrency 1: a target waiting at the fleet stage gives its slot to the next.
+    run(
+        fleet(settings(RollbackFailed, 1), &["eu", "us", "ap@1"]),
+        &["start eu"],
+        &[
+            ("changed eu", &[]),
+            ("reached eu", &["start us"]),
+            ("reached us", &["stage 0: eu us"]),
+            ("passed eu", &["start eu"]),
+            ("passed us", &[]),
+            // A bake holds its slot.
+            ("healthy eu", &[]),
+            ("baked eu", &["start us"]),
+            ("healthy us", &[]),
+            ("baked us", &["start ap"]),
+            ("healthy ap", &[]),
+            (
+                "baked ap",
+                &["end eu: deployed", "end us: deployed", "end ap: deployed"],
+            ),
+        ],
+        &["eu=deployed", "us=deployed", "ap=deployed"],
+    );
+}
+
+#[test]
+fn a_target_that_failed_before_the_fleet_stage_does_not_take_part() {
+    run(
+        fleet(settings(RollbackFailed, 8), &["eu", "us"]),
+        &["start eu", "start us"],
+        &[
+            ("changed eu", &[]),
+            ("failed us", &["end us: failed"]),
+            ("reached eu", &["stage 0: eu"]),
+            ("passed eu", &["start eu"]),
+            ("healthy eu", &[]),
+            ("baked eu", &["end eu: deployed"]),
+        ],
+        &["eu=deployed", "us=failed"],
+    );
+}
+
+#[test]
+fn rollback_all_rolls_back_a_target_waiting_at_the_fleet_stage() {
+    run(
+        fleet(settings(RollbackAll, 8), &["eu", "us"]),
+        &["start eu", "start us"],
+        &[
+            ("changed eu", &[]),
+            ("reached eu", &[]),
+            ("changed us", &[]),
+            (
+                "failed us",
+                &["rollback us: failed", "rollback eu: policy rollback-all: us failed at 22:13:23"],
+            ),
+            ("rolled-back us", &[]),
+            ("rolled-back eu", &[]),
+        ],
+        &["eu=rolled-back", "us=rolled-back"],
+    );
+}
+
+#[test]
+fn a_fleet_stage_failing_fails_its_targets_and_a_cancel_in_it_stops_them() {
+    run(
+        fleet(settings(RollbackFailed, 8), &["eu", "us"]),
+        &["start eu", "start us"],
+        &[
+            ("changed eu", &[]),
+            ("reached eu", &[]),
+            ("changed us", &[]),
+            ("reached us", &["stage 0: eu us"]),
+            ("failed eu", &["rollback eu: failed"]),
+            ("failed us", &["rollback us: failed"]),
+            ("rolled-back eu", &[]),
+            ("rolled-back us", &[]),
+        ],
+        &["eu=rolled-back", "us=rolled-back"],
+    );
+    run(
+        fleet(settings(RollbackFailed, 8), &["eu", "us"]),
+        &["start eu", "start us"],
+        &[
+            ("changed eu", &[]),
+            ("reached eu", &[]),
+            ("reached us", &["stage 0: eu us"]),
+            ("cancel", &[]),
+            ("stopped eu", &["rollback eu: cancelled by SIGINT (on_cancel: rollback)"]),
+            ("stopped us", &["end us: cancelled"]),
+            ("rolled-back eu", &[]),
+        ],
+        &["eu=rolled-back", "us=cancelled"],
+    );
 }
