@@ -1,17 +1,14 @@
-//! After every target's deploy: write each record, decide with the failure policy (or
-//! `on_cancel`) which targets roll back, run those rollbacks at once, release the locks.
+//! A target's end as the coordinator decided it: its record written, its rollback (manifests
+//! re-applied, rollback commands), its lock released; then, once for the run, the fleet
+//! stages' rollback commands and the summary.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 use crate::engine::plan::Plan;
-use crate::engine::policy::{
-    RollbackResult, TargetState, left_in_place, policy_reasons, summary, targets_to_roll_back,
-    targets_to_roll_back_on_cancel,
-};
+use crate::engine::policy::{RollbackResult, left_in_place, summary};
 use crate::engine::reapply::{ReApply, stored_manifests};
 use crate::engine::target_run::TargetRun;
 use crate::kube::apply::field_manager;
@@ -31,108 +28,28 @@ pub const CONCLUDE_STEP_BUDGET: Duration = Duration::from_secs(15);
 /// The same after a cancel signal, within GitHub's grace before SIGKILL.
 pub const CANCEL_CONCLUDE_STEP_BUDGET: Duration = Duration::from_secs(2);
 
-/// After every target finished its deploy: write each target's record, decide with the
-/// failure policy (or `on_cancel`) which targets roll back, run those rollbacks all at once
-/// (one failing never stops the others), release the locks. The rollback summary
-/// ("rolled back 2 of 3; eu: connection refused") is logged and returned.
-pub async fn conclude(
+/// After every target settled: the rollback commands of the fleet stages of the targets
+/// that rolled back (`rolled_back[i]` for `runs[i]`), once each, then the summary
+/// ("rolled back 2 of 3; eu: connection refused"), logged and returned.
+pub async fn roll_back_fleet(
     plan: &Plan,
     runs: &mut [TargetRun],
+    rolled_back: &[bool],
+    mut results: Vec<RollbackResult>,
     cancel: &CancellationToken,
-    progress: &Progress,
+    rollback_stop: &CancellationToken,
 ) -> String {
     crate::util::fault::test_panic_point("conclude");
     let cancelled = cancel.is_cancelled();
-    // A signal that arrives while the rollbacks run leaves them CANCEL_ROLLBACK_BUDGET to
-    // finish, so that the records and the report are still written before a SIGKILL.
-    let stop = CancellationToken::new();
-    let stopper = tokio::spawn({
-        let (cancel, stop) = (cancel.clone(), stop.clone());
-        async move {
-            cancel.cancelled().await;
-            tokio::time::sleep(CANCEL_ROLLBACK_BUDGET).await;
-            stop.cancel();
-        }
-    });
     let settings = ReleaseSettings::from_config(&plan.config);
-    let states: Vec<TargetState> = runs
-        .iter()
-        .map(|r| TargetState {
-            received: r.changed_something() && r.release.is_some(),
-            failed: matches!(
-                r.report.outcome,
-                TargetOutcome::Failed | TargetOutcome::RollbackFailed | TargetOutcome::Cancelled
-            ),
-        })
-        .collect();
-    let decisions = if cancelled {
-        targets_to_roll_back_on_cancel(settings.on_cancel_rollback, &states)
-    } else {
-        targets_to_roll_back(settings.on_failure, &states)
-    };
-    // A target whose lock was lost belongs to another run now: it is never rolled back.
-    let decisions: Vec<bool> = decisions
-        .into_iter()
-        .zip(runs.iter())
-        .map(|(roll_back, run)| {
-            roll_back && run.release.as_ref().is_none_or(|r| r.lock_lost().is_none())
-        })
-        .collect();
-    // A target rolled back only because another failed says so.
-    if !cancelled {
-        let names: Vec<&str> = runs.iter().map(|r| r.report.name.as_str()).collect();
-        let reasons = policy_reasons(settings.on_failure, &states, &decisions, &names);
-        for (run, reason) in runs.iter_mut().zip(reasons) {
-            if let Some(reason) = reason {
-                run.report.message = Some(reason);
-            }
-        }
-    }
-    for (run, roll_back) in runs.iter_mut().zip(&decisions) {
-        if *roll_back {
-            run.rollback_reason = Some(crate::engine::policy::rollback_reason(run.report.outcome));
-        }
-    }
-    let budget = if cancelled {
-        settings.rollback_timeout.min(CANCEL_ROLLBACK_BUDGET)
-    } else {
-        settings.rollback_timeout
-    };
-    // Every rollback of this run gets the one number after the run's own records.
-    let rollback_revision = crate::release::fleet_revision(&[runs
-        .iter()
-        .filter_map(|r| r.release.as_ref().map(|rel| rel.record.revision))
-        .collect()]);
-    let context = Conclusion {
-        plan,
-        settings,
-        rollback_revision,
-        cancelled,
-        deadline: Instant::now() + budget,
-        stop,
-        progress,
-    };
-    let settle = runs
-        .iter_mut()
-        .zip(decisions.clone())
-        .map(|(run, roll_back)| {
-            // Its rollback and rollback commands log under its name, into its log group.
-            let span = tracing::error_span!("target", target = %run.report.name);
-            settle_target(&context, run, roll_back).instrument(span)
-        });
-    let mut results: Vec<RollbackResult> = futures::future::join_all(settle)
-        .await
-        .into_iter()
-        .flatten()
-        .collect();
-    // Fleet stages roll back once, after every affected target's own rollback.
+    let deadline = Instant::now() + rollback_budget(&settings, cancelled);
     crate::engine::scripts::roll_back_fleet_stages(
         plan,
         runs,
-        &decisions,
+        rolled_back,
         cancelled,
-        context.deadline,
-        &context.stop,
+        deadline,
+        rollback_stop,
     )
     .await;
     for result in &mut results {
@@ -144,7 +61,6 @@ pub async fn conclude(
             result.message = run.report.rollback.as_ref().and_then(|r| r.message.clone());
         }
     }
-    stopper.abort();
     let text = summary(&results);
     if !text.is_empty() {
         tracing::info!("{text}");
@@ -152,8 +68,33 @@ pub async fn conclude(
     text
 }
 
-/// What every target's part of [`conclude`] shares.
-struct Conclusion<'a> {
+/// How long the rollbacks may take: their timeout, within the cancel budget after a signal.
+fn rollback_budget(settings: &ReleaseSettings, cancelled: bool) -> Duration {
+    if cancelled {
+        settings.rollback_timeout.min(CANCEL_ROLLBACK_BUDGET)
+    } else {
+        settings.rollback_timeout
+    }
+}
+
+/// A token cancelled [`CANCEL_ROLLBACK_BUDGET`] after `cancel`: a signal that arrives while
+/// rollbacks run leaves them that long, so that the records and the report are still written
+/// before a SIGKILL. The task ends when the returned guard drops.
+pub fn rollback_stop(cancel: &CancellationToken) -> (CancellationToken, tokio::task::AbortHandle) {
+    let stop = CancellationToken::new();
+    let task = tokio::spawn({
+        let (cancel, stop) = (cancel.clone(), stop.clone());
+        async move {
+            cancel.cancelled().await;
+            tokio::time::sleep(CANCEL_ROLLBACK_BUDGET).await;
+            stop.cancel();
+        }
+    });
+    (stop, task.abort_handle())
+}
+
+/// What a target's record, rollback and unlock need ([`settle_target`]).
+pub(crate) struct Conclusion<'a> {
     plan: &'a Plan,
     settings: ReleaseSettings,
     /// The number of every rollback record this run writes.
@@ -164,8 +105,34 @@ struct Conclusion<'a> {
     progress: &'a Progress,
 }
 
-/// One target's part of [`conclude`].
-async fn settle_target(
+impl<'a> Conclusion<'a> {
+    /// The context of a target that ends or rolls back now: after a signal, the rollback
+    /// gets what is left of the cancel budget.
+    pub(crate) fn new(
+        plan: &'a Plan,
+        progress: &'a Progress,
+        rollback_revision: u64,
+        cancel: &CancellationToken,
+        stop: CancellationToken,
+    ) -> Self {
+        let settings = ReleaseSettings::from_config(&plan.config);
+        let cancelled = cancel.is_cancelled();
+        let deadline = Instant::now() + rollback_budget(&settings, cancelled);
+        Conclusion {
+            plan,
+            settings,
+            rollback_revision,
+            cancelled,
+            deadline,
+            stop,
+            progress,
+        }
+    }
+}
+
+/// One target's end: its record written with its outcome, its rollback when `roll_back`,
+/// its lock released.
+pub(crate) async fn settle_target(
     context: &Conclusion<'_>,
     run: &mut TargetRun,
     roll_back: bool,

@@ -1,7 +1,6 @@
-//! All targets at once, bounded by `config.concurrency`. Each target runs in its own task
-//! inside a tracing span `target=<name>`, so every log line names its target; a target that
-//! fails never stops the others. Fleet stages run once, between the steps of every target.
-//! The results become one `Report`.
+//! A deploy across the fleet: every target's preflight (no write), every lock in one global
+//! order, every history; then the coordinator (`coordinator.rs`) runs the targets; the
+//! results become one `Report`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,34 +10,30 @@ use jiff::Timestamp;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::config::{FailurePolicy, PipelineStage, TargetConfig};
+use crate::config::{FailurePolicy, TargetConfig};
+use crate::engine::coordinator::{Entrant, coordinate};
 use crate::engine::plan::Plan;
-use crate::engine::scripts::fleet_script;
-use crate::engine::target_run::{
-    TargetRun, complete, deploy_target, finish, preflight, run_stages, stop_unlocked,
-};
+use crate::engine::target_run::{TargetRun, finish, preflight, stop_unlocked};
 use crate::release::lock::{LockError, LockGuard, lock_key, lock_order};
 use crate::release::session::{
     OpenHistory, PrepareError, ReleaseSettings, read_history, take_lock,
 };
 use crate::report::progress::{Progress, Stage};
 use crate::report::{Failure, Report, TargetOutcome, TargetReport};
-use crate::stages::plan::{Step, steps};
 
 /// Runs every target of the plan through the pipeline and returns their runs in config
 /// order. First the preflight of every target (connect, discover the kinds), all before any
 /// target writes; under `rollback-all` a target failing it stops the run there, the others
 /// `skipped`: nothing was written, so the fleet stays on one version with nothing to roll
 /// back. Then every target's lock is taken in the one global lock order ([`take_locks`]), so
-/// nothing is written anywhere before all locks are held. Then each target runs its own
-/// stages in its own task, and at a fleet stage every target waits for the others, the
-/// script runs once, then they go on.
+/// nothing is written anywhere before all locks are held, and every history is read. Then
+/// the coordinator runs the targets that go on (waves, the bound, the failure policy, fleet
+/// stages, rollbacks, records).
 pub async fn run_targets(
     plan: Arc<Plan>,
     cancel: CancellationToken,
     progress: Progress,
 ) -> Vec<TargetRun> {
-    let concurrency = plan.config.concurrency.max(1);
     let mut checked = preflight_all(&plan, &cancel, &progress).await;
     // A dry run writes nothing, so nothing needs to stay on one version: every reachable
     // target is still planned.
@@ -52,99 +47,56 @@ pub async fn run_targets(
         }
         return checked;
     }
-
-    let mut runs = checked;
-    let mut locked = false;
-    for step in steps(&plan.config.pipeline) {
-        match step {
-            Step::Targets(stages) => {
-                let stages = Arc::new(stages);
-                // The first target step takes every lock (in the global order) and opens
-                // the records first.
-                let first = !std::mem::replace(&mut locked, true);
-                let locks: Vec<Result<Option<HeldHistory>, Box<LockRefusal>>> =
-                    if !first || plan.options.dry_run {
-                        runs.iter().map(|_| Ok(None)).collect()
-                    } else {
-                        for run in runs.iter_mut().filter(|r| !r.done) {
-                            run.clock.start("lock");
-                        }
-                        let locks = take_locks(&plan, &runs, &cancel).await;
-                        read_histories(&plan, &runs, locks).await
-                    };
-                // One number for the whole run, above every target's history.
-                let revision = crate::release::fleet_revision(
-                    &locks
-                        .iter()
-                        .filter_map(|l| l.as_ref().ok()?.as_ref().map(|(h, _)| h.revisions()))
-                        .collect::<Vec<_>>(),
-                );
-                let tasks: Vec<(String, TargetTask)> = std::mem::take(&mut runs)
-                    .into_iter()
-                    .zip(locks)
-                    .map(|(mut run, lock)| {
-                        let (plan, cancel, progress) =
-                            (plan.clone(), cancel.clone(), progress.clone());
-                        let stages = stages.clone();
-                        let name = run.target.name.clone();
-                        let task: TargetTask = Box::pin(async move {
-                            if run.done {
-                                return run;
-                            }
-                            if first {
-                                let history = match lock {
-                                    Ok(Some((history, notes))) => {
-                                        run.report.warnings.extend(notes);
-                                        Some((history, revision))
-                                    }
-                                    Ok(None) => None,
-                                    Err(refusal) => {
-                                        let LockRefusal {
-                                            outcome,
-                                            failure,
-                                            message,
-                                        } = *refusal;
-                                        stop_unlocked(
-                                            &mut run, &progress, outcome, failure, message,
-                                        );
-                                        return run;
-                                    }
-                                };
-                                deploy_target(
-                                    &plan, &mut run, history, &stages, &cancel, &progress,
-                                )
-                                .await;
-                            } else {
-                                run_stages(&plan, &mut run, &stages, &cancel, &progress).await;
-                            }
-                            run
-                        });
-                        (name, task)
-                    })
-                    .collect();
-                runs = run_all(tasks, concurrency, &progress).await;
-            }
-            Step::Fleet(index) => {
-                let Some(PipelineStage::Script(stage)) = plan.config.pipeline.get(index) else {
-                    continue;
-                };
-                if !locked {
-                    continue;
-                }
-                if cancel.is_cancelled() {
-                    for run in runs.iter_mut().filter(|r| !r.done) {
-                        finish(run, &progress, TargetOutcome::Cancelled);
-                    }
-                    continue;
-                }
-                fleet_script(&plan, &mut runs, stage, &cancel, &progress).await;
-            }
+    let locks = if plan.options.dry_run {
+        checked.iter().map(|_| Ok(None)).collect()
+    } else {
+        for run in checked.iter_mut().filter(|r| !r.done) {
+            run.clock.start("lock");
         }
+        let locks = take_locks(&plan, &checked, &cancel).await;
+        read_histories(&plan, &checked, locks).await
+    };
+    // One number for the whole run, above every target's history.
+    let revision = crate::release::fleet_revision(
+        &locks
+            .iter()
+            .filter_map(|l| l.as_ref().ok()?.as_ref().map(|(h, _)| h.revisions()))
+            .collect::<Vec<_>>(),
+    );
+    let mut slots: Vec<Option<TargetRun>> = Vec::new();
+    let mut entrants = Vec::new();
+    let mut places = Vec::new();
+    for (mut run, lock) in checked.into_iter().zip(locks) {
+        if run.done {
+            slots.push(Some(run));
+            continue;
+        }
+        let history = match lock {
+            Ok(Some((history, notes))) => {
+                run.report.warnings.extend(notes);
+                Some(history)
+            }
+            Ok(None) => None,
+            Err(refusal) => {
+                let LockRefusal {
+                    outcome,
+                    failure,
+                    message,
+                } = *refusal;
+                stop_unlocked(&mut run, &progress, outcome, failure, message);
+                slots.push(Some(run));
+                continue;
+            }
+        };
+        places.push(slots.len());
+        slots.push(None);
+        entrants.push(Entrant { run, history });
     }
-    for run in &mut runs {
-        complete(run, &progress);
+    let ran = coordinate(&plan, entrants, revision, &cancel, &progress).await;
+    for (place, run) in places.into_iter().zip(ran) {
+        slots[place] = Some(run);
     }
-    runs
+    slots.into_iter().flatten().collect()
 }
 
 /// Under `rollback-all`, why the targets that passed the preflight do not start: the names
@@ -586,8 +538,6 @@ fn skipped(target: &TargetConfig, outcome: TargetOutcome, message: &str) -> Targ
 pub async fn deploy(plan: Arc<Plan>, cancel: CancellationToken, progress: Progress) -> Report {
     let started_at = Timestamp::now();
     let mut runs = run_targets(plan.clone(), cancel.clone(), progress.clone()).await;
-    // Records, the failure policy (or on_cancel) and the rollbacks, all at once.
-    crate::engine::conclude::conclude(&plan, &mut runs, &cancel, &progress).await;
     let change_plan = plan.options.dry_run.then(|| dry_run_plan(&plan, &mut runs));
     let targets: Vec<TargetReport> = runs.into_iter().map(|r| r.report).collect();
     let mut report = build_report(&plan, targets, started_at);

@@ -3,6 +3,8 @@
 //! (the failure policy, the rollbacks by re-apply).
 
 pub mod conclude;
+pub mod coordinator;
+pub mod executor;
 pub mod fleet;
 pub mod machine;
 pub mod overlap;

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::config::{FailurePolicy, PipelineStage, ScriptStage};
+use crate::config::{PipelineStage, ScriptStage};
 use crate::engine::plan::Plan;
 use crate::engine::target_run::{
     DRY_RUN_NOTE, TargetRun, failure_text, finish, record_run, target_deployment,
@@ -67,41 +67,28 @@ fn fleet_deployment(plan: &Plan, runs: &[&TargetRun], stage: &str, rollback: boo
     }
 }
 
-/// A fleet stage: runs once for the targets that go on (see `plan::fleet_participants`);
-/// its result is recorded on each of them, and a failure fails all of them.
-pub async fn fleet_script(
+/// A fleet stage, once for `members` (the coordinator chose them: every live target of the
+/// wave); its result is recorded on each of them, and a failure fails all of them.
+pub async fn fleet_stage(
     plan: &Plan,
-    runs: &mut [TargetRun],
+    members: &mut [&mut TargetRun],
     stage: &ScriptStage,
     cancel: &CancellationToken,
     progress: &Progress,
 ) {
-    let ok: Vec<bool> = runs.iter().map(|r| !r.done).collect();
-    let stop_all = plan.config.on_failure == FailurePolicy::RollbackAll;
-    let go = decide::fleet_participants(stop_all, &ok);
-    let failed: Vec<String> = runs
-        .iter()
-        .filter(|r| r.done && r.report.outcome != TargetOutcome::Deployed)
-        .map(|r| r.target.name.clone())
-        .collect();
-    for (run, go) in runs.iter_mut().zip(&go) {
-        if !run.done && !go {
-            run.report.message = Some(format!(
-                "stopped before fleet stage {}: {} failed, and on_failure: rollback-all rolls every target back",
-                stage.name,
-                failed.join(", ")
-            ));
-            finish(run, progress, TargetOutcome::Skipped);
-        }
-    }
     // A target on which the deploy changes nothing takes part only in an `always` stage.
-    let mut taking_part: Vec<&mut TargetRun> = runs
+    let mut taking_part: Vec<&mut TargetRun> = members
         .iter_mut()
-        .zip(&go)
-        .filter(|(r, go)| **go && !r.skips(stage.always))
-        .map(|(r, _)| r)
+        .filter(|r| !r.done && !r.skips(stage.always))
+        .map(|r| &mut **r)
         .collect();
     if taking_part.is_empty() {
+        return;
+    }
+    if cancel.is_cancelled() {
+        for run in taking_part {
+            finish(run, progress, TargetOutcome::Cancelled);
+        }
         return;
     }
     if plan.options.dry_run && !stage.dry_run {

@@ -59,17 +59,6 @@ pub fn fails_target(outcome: StageOutcome) -> bool {
     )
 }
 
-/// Which targets go into a fleet stage, given whether each is still healthy (`ok`: every
-/// stage so far passed). With `rollback-all` one failed target rolls the whole fleet back,
-/// so the fleet stage (and what follows) would only be undone: nobody goes on. Otherwise the
-/// healthy targets go on without the failed ones.
-pub fn fleet_participants(stop_all_on_failure: bool, ok: &[bool]) -> Vec<bool> {
-    if stop_all_on_failure && ok.iter().any(|ok| !ok) {
-        return vec![false; ok.len()];
-    }
-    ok.to_vec()
-}
-
 /// The rollback commands a target runs, in pipeline order: those of the target-scoped script
 /// stages whose `run` started (including the one that failed) and that have a rollback
 /// command. `ran`: the stage results of the deploy.
@@ -294,19 +283,6 @@ mod tests {
             assert_eq!(stage_outcome(&end, tolerated), want, "{end:?} {tolerated}");
         }
         assert!(fails_target(Failed) && fails_target(TimedOut) && !fails_target(Warned));
-    }
-
-    #[test]
-    fn participants_table() {
-        let cases = [
-            (true, vec![true, true], vec![true, true]),
-            (true, vec![true, false], vec![false, false]),
-            (false, vec![true, false], vec![true, false]),
-            (false, vec![false, false], vec![false, false]),
-        ];
-        for (stop_all, ok, want) in cases {
-            assert_eq!(fleet_participants(stop_all, &ok), want, "{stop_all} {ok:?}");
-        }
     }
 
     #[test]

@@ -24,6 +24,11 @@ pub fn note_cancel_signal(name: &'static str) {
     let _ = CANCEL_SIGNAL.set(name);
 }
 
+/// The signal that cancelled this run, once one came.
+pub fn cancel_signal() -> Option<&'static str> {
+    CANCEL_SIGNAL.get().copied()
+}
+
 /// How a cancelled target reads: "cancelled by SIGTERM", or "cancelled" when no signal came.
 pub fn cancelled_words() -> String {
     cancelled_by(CANCEL_SIGNAL.get().copied())

@@ -618,7 +618,10 @@ fn rollback_all_rolls_back_a_target_waiting_at_the_fleet_stage() {
             ("changed us", &[]),
             (
                 "failed us",
-                &["rollback us: failed", "rollback eu: policy rollback-all: us failed at 22:13:23"],
+                &[
+                    "rollback us: failed",
+                    "rollback eu: policy rollback-all: us failed at 22:13:23",
+                ],
             ),
             ("rolled-back us", &[]),
             ("rolled-back eu", &[]),
@@ -652,7 +655,10 @@ fn a_fleet_stage_failing_fails_its_targets_and_a_cancel_in_it_stops_them() {
             ("reached eu", &[]),
             ("reached us", &["stage 0: eu us"]),
             ("cancel", &[]),
-            ("stopped eu", &["rollback eu: cancelled by SIGINT (on_cancel: rollback)"]),
+            (
+                "stopped eu",
+                &["rollback eu: cancelled by SIGINT (on_cancel: rollback)"],
+            ),
             ("stopped us", &["end us: cancelled"]),
             ("rolled-back eu", &[]),
         ],
