@@ -90,13 +90,21 @@ async fn rollback_all_brings_every_target_back() {
         );
         assert_runs(&env, cluster, GOOD).await;
         let recs = records(&env, cluster).await;
-        // v1 good, v2 the new one (failed on us, healthy then rolled back elsewhere), v3 the
-        // rollback to v1.
-        let v2 = if cluster == 2 {
+        // v1 good, v2 the new one, v3 the rollback to v1. v2 failed on us; elsewhere the
+        // policy stopped its wait at us's failure (failed, saying why), or it was healthy
+        // by then and is superseded by the rollback.
+        let v2 = if cluster == 2 || recs[1].status == ReleaseStatus::Failed {
             ReleaseStatus::Failed
         } else {
             ReleaseStatus::Superseded
         };
+        if cluster != 2 && v2 == ReleaseStatus::Failed {
+            let reason = recs[1].reason.clone().unwrap_or_default();
+            assert!(
+                reason.contains("policy rollback-all: us failed at"),
+                "sim-{cluster}: {reason}"
+            );
+        }
         assert_eq!(
             statuses(&recs),
             vec![
