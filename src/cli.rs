@@ -91,6 +91,9 @@ pub struct DeployArgs {
     /// How long to wait for another run's deploy lock, e.g. 2m (lock.timeout).
     #[arg(long, value_name = "DUR", value_parser = parse_duration_arg, conflicts_with = "dry_run")]
     pub lock_timeout: Option<Duration>,
+    /// Deploy only the targets of this wave (their `wave:`; after any --target selection).
+    #[arg(long, value_name = "N")]
+    pub wave: Option<u32>,
     /// With --dry-run: how the plan is printed and what the exit code says.
     #[command(flatten)]
     pub plan_output: PlanOutput,
