@@ -32,7 +32,7 @@ pub struct Config {
     /// Default namespace for namespaced objects without one.
     pub namespace: Option<String>,
     pub manifests: ManifestSource,
-    /// The targets to deploy to, after `--target` selection.
+    /// The targets to deploy to, after `--target` selection, then `--wave` selection.
     pub targets: Vec<TargetConfig>,
     pub wait: WaitConfig,
     /// Targets processed at once.
