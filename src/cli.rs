@@ -91,6 +91,9 @@ pub struct DeployArgs {
     /// How long to wait for another run's deploy lock, e.g. 2m (lock.timeout).
     #[arg(long, value_name = "DUR", value_parser = parse_duration_arg, conflicts_with = "dry_run")]
     pub lock_timeout: Option<Duration>,
+    /// Deploy only the targets of this wave (their `wave:`; after any --target selection).
+    #[arg(long, value_name = "N")]
+    pub wave: Option<u32>,
     /// With --dry-run: how the plan is printed and what the exit code says.
     #[command(flatten)]
     pub plan_output: PlanOutput,
@@ -359,7 +362,23 @@ mod tests {
         assert!(args.force_conflicts && !args.dry_run && !args.force);
         assert_eq!(args.on_failure.as_deref(), Some("none"));
         assert_eq!(args.concurrency, Some(4));
+        assert_eq!(args.wave, None);
         assert!(Cli::try_parse_from(["rollguard", "deploy", "--timeout", "soon"]).is_err());
+        // --wave: a wave number, with --dry-run too.
+        let Command::Deploy(args) =
+            Cli::try_parse_from(["rollguard", "deploy", "--wave", "2", "--dry-run"])
+                .expect("parses")
+                .command
+        else {
+            panic!("deploy expected")
+        };
+        assert_eq!(args.wave, Some(2));
+        for bad in ["-1", "x", "1.5"] {
+            assert!(
+                Cli::try_parse_from(["rollguard", "deploy", "--wave", bad]).is_err(),
+                "{bad}"
+            );
+        }
         // GitHub flags: --pr must be a number from 1, --github and --no-github exclude each other.
         let cli = Cli::try_parse_from([
             "rollguard",

@@ -114,6 +114,7 @@ fn step_args(dir: &Path, kubeconfig: &Path, report: Option<&Path>) -> DeployArgs
         on_failure: None,
         concurrency: None,
         lock_timeout: None,
+        wave: None,
         plan_output: Default::default(),
         github: Default::default(),
     }

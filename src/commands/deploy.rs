@@ -69,6 +69,7 @@ pub fn read_plan(
         on_failure,
         concurrency: args.concurrency,
         lock_timeout: args.lock_timeout,
+        wave: args.wave,
         ..Default::default()
     };
     let config = config::load(&path, &overrides, &lookup)?;
@@ -108,6 +109,7 @@ pub fn read_plan(
         dry_run: args.dry_run,
         force: args.force,
         cli_kubeconfig: config.kubeconfig.clone(),
+        wave: args.wave,
     };
     Ok(Plan::new(config, manifests, commit, options, env))
 }

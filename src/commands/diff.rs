@@ -39,6 +39,7 @@ fn as_deploy(args: &DiffArgs) -> DeployArgs {
         on_failure: None,
         concurrency: args.concurrency,
         lock_timeout: None,
+        wave: None,
         plan_output: args.output.clone(),
         github: args.github.clone(),
     }

@@ -32,11 +32,15 @@ pub struct Config {
     /// Default namespace for namespaced objects without one.
     pub namespace: Option<String>,
     pub manifests: ManifestSource,
-    /// The targets to deploy to, after `--target` selection.
+    /// The targets to deploy to, after `--target` selection, then `--wave` selection.
     pub targets: Vec<TargetConfig>,
     pub wait: WaitConfig,
     /// Targets processed at once.
     pub concurrency: usize,
+    /// The settings of waves by number (`waves:`), one entry per wave at most, each for a
+    /// wave some target is in. A wave without an entry has the defaults (see [`Config::bake`]
+    /// and [`Config::max_parallel`]).
+    pub waves: Vec<WaveConfig>,
     pub history: HistoryConfig,
     pub on_failure: FailurePolicy,
     pub on_cancel: CancelPolicy,
@@ -83,6 +87,64 @@ impl Config {
     pub fn rollback_timeout(&self) -> Duration {
         self.rollback.timeout.unwrap_or(self.wait.timeout)
     }
+
+    /// The entry of `waves:` for `wave`, if there is one.
+    pub fn wave_config(&self, wave: u32) -> Option<&WaveConfig> {
+        self.waves.iter().find(|w| w.wave == wave)
+    }
+
+    /// How long `wave` bakes once its targets are healthy: its entry's `bake`, else
+    /// `wait.bake` (default 0: the next wave starts at once).
+    pub fn bake(&self, wave: u32) -> Duration {
+        self.wave_config(wave)
+            .and_then(|w| w.bake)
+            .unwrap_or(self.wait.bake)
+    }
+
+    /// How many targets of `wave` run at once: its entry's `max_parallel`, else
+    /// `concurrency`.
+    pub fn max_parallel(&self, wave: u32) -> usize {
+        self.wave_config(wave)
+            .and_then(|w| w.max_parallel)
+            .unwrap_or(self.concurrency)
+    }
+
+    /// The waves the targets are in, in the order they run (ascending), each once.
+    pub fn wave_numbers(&self) -> Vec<u32> {
+        wave_numbers(&self.targets)
+    }
+}
+
+/// The waves `targets` are in, ascending, each once.
+pub fn wave_numbers(targets: &[TargetConfig]) -> Vec<u32> {
+    let mut waves: Vec<u32> = targets.iter().map(|t| t.wave).collect();
+    waves.sort_unstable();
+    waves.dedup();
+    waves
+}
+
+/// Waves as words for messages: "no wave", "wave 0", "waves 0, 1 and 3".
+pub fn waves_text(waves: &[u32]) -> String {
+    let words: Vec<String> = waves.iter().map(u32::to_string).collect();
+    match words.split_last() {
+        None => "no wave".to_string(),
+        Some((last, [])) => format!("wave {last}"),
+        Some((last, rest)) => format!("waves {} and {last}", rest.join(", ")),
+    }
+}
+
+/// One entry of `waves:`: the settings of the targets with `wave: <wave>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaveConfig {
+    /// The wave number the entry is for (targets' `wave:`).
+    pub wave: u32,
+    /// How long the wave's pods stay watched after they are healthy, before the next wave
+    /// starts (None: `wait.bake`).
+    pub bake: Option<Duration>,
+    /// Targets of this wave at once, at least 1 (None: `concurrency`).
+    pub max_parallel: Option<usize>,
+    /// Line of the entry in the config file, for messages.
+    pub line: usize,
 }
 
 /// Where the manifests come from.
@@ -109,6 +171,8 @@ pub struct TargetConfig {
     pub namespace: Option<String>,
     /// The GitHub environment of this target's deployment (default `<app>/<name>`).
     pub environment: Option<String>,
+    /// The wave this target deploys in (default 0); waves run in ascending order.
+    pub wave: u32,
     /// Line of this target in the config file (0 when unknown), for messages.
     pub line: usize,
 }
@@ -118,6 +182,8 @@ pub struct WaitConfig {
     /// Deadline per target for apply + rollout (default 5m).
     pub timeout: Duration,
     pub fail_fast: FailFastConfig,
+    /// The bake of waves whose `waves:` entry sets none (default 0).
+    pub bake: Duration,
 }
 
 impl Default for WaitConfig {
@@ -125,6 +191,7 @@ impl Default for WaitConfig {
         WaitConfig {
             timeout: Duration::from_secs(300),
             fail_fast: FailFastConfig::default(),
+            bake: Duration::ZERO,
         }
     }
 }

@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use super::model::{CancelPolicy, Config, ConfigIssue, FailurePolicy};
+use super::model::{
+    CancelPolicy, Config, ConfigIssue, FailurePolicy, TargetConfig, wave_numbers, waves_text,
+};
 use super::names::{dns_label_problem, nearest};
 use crate::util::duration::parse_duration;
 
@@ -24,6 +26,8 @@ pub struct Overrides {
     pub rollback_timeout: Option<Duration>,
     pub namespace: Option<String>,
     pub history_namespace: Option<String>,
+    /// `deploy --wave N`: only the targets of wave N (after the `--target` selection).
+    pub wave: Option<u32>,
 }
 
 /// Looks a setting up as `ROLLGUARD_<NAME>`, then `INPUT_<NAME>` (GitHub Action inputs).
@@ -128,6 +132,9 @@ pub(super) fn apply_overrides(
         .filter(|w| !w.is_empty())
         .map(str::to_string)
         .collect();
+    // Every wave of the config, before `--target` narrows the targets down.
+    let all_waves = wave_numbers(&config.targets);
+    let mut selected = true;
     if !wanted.is_empty() && !config.targets.is_empty() {
         let known: Vec<&str> = config.targets.iter().map(|t| t.name.as_str()).collect();
         for w in &wanted {
@@ -144,6 +151,7 @@ pub(super) fn apply_overrides(
                     msg.push_str(&format!("; did you mean {near:?}?"));
                 }
                 issue(location.clone(), msg);
+                selected = false;
             }
         }
         config.targets.retain(|t| {
@@ -152,4 +160,40 @@ pub(super) fn apply_overrides(
                 .any(|w| &t.name == w || t.context.as_deref() == Some(w.as_str()))
         });
     }
+    if let Some(wave) = flags.wave
+        && !all_waves.is_empty()
+        && let Err(message) = select_wave(&mut config.targets, wave, &all_waves, &wanted)
+    {
+        // A `--target` name already said wrong: an empty wave after it says nothing new.
+        if selected || !all_waves.contains(&wave) {
+            issue("--wave".to_string(), message);
+        }
+    }
+}
+
+/// Keeps the targets of `wave` (`--wave`), from those `--target` selected (`wanted`, empty:
+/// all). `all_waves`: the waves of every target of the config. Refuses a wave no target is
+/// in, and a selection that leaves no target.
+fn select_wave(
+    targets: &mut Vec<TargetConfig>,
+    wave: u32,
+    all_waves: &[u32],
+    wanted: &[String],
+) -> Result<(), String> {
+    if !all_waves.contains(&wave) {
+        return Err(format!(
+            "no target is in wave {wave}: the targets are in {} (a target without `wave:` is in wave 0); pick one of them",
+            waves_text(all_waves)
+        ));
+    }
+    let selected = wave_numbers(targets);
+    targets.retain(|t| t.wave == wave);
+    if targets.is_empty() {
+        return Err(format!(
+            "--wave {wave} and --target {} select no target: the targets selected are in {}; pick another wave or add a target of wave {wave}",
+            wanted.join(","),
+            waves_text(&selected)
+        ));
+    }
+    Ok(())
 }

@@ -27,6 +27,7 @@ pub(super) const TOP_KEYS: &[&str] = &[
     "targets",
     "wait",
     "concurrency",
+    "waves",
     "history",
     "on_failure",
     "on_cancel",
@@ -45,8 +46,10 @@ pub(super) const TARGET_KEYS: &[&str] = &[
     "kubeconfig_env",
     "namespace",
     "environment",
+    "wave",
 ];
-pub(super) const WAIT_KEYS: &[&str] = &["timeout", "fail_fast"];
+pub(super) const WAIT_KEYS: &[&str] = &["timeout", "fail_fast", "bake"];
+pub(super) const WAVE_KEYS: &[&str] = &["wave", "bake", "max_parallel"];
 pub(super) const FAIL_FAST_KEYS: &[&str] = &[
     "reasons",
     "pull_grace",
@@ -357,6 +360,7 @@ impl Ctx {
             targets: Vec::new(),
             wait: WaitConfig::default(),
             concurrency: 64,
+            waves: Vec::new(),
             history: HistoryConfig::default(),
             on_failure: FailurePolicy::default(),
             on_cancel: CancelPolicy::default(),
@@ -445,10 +449,14 @@ impl Ctx {
             if let Some(ff) = wait.get("fail_fast") {
                 config.wait.fail_fast = self.fail_fast(ff);
             }
+            if let Some(b) = self.duration(wait.get("bake"), "wait.bake") {
+                config.wait.bake = b;
+            }
         }
         if let Some(c) = self.integer(get("concurrency"), "concurrency", 1) {
             config.concurrency = usize::try_from(c).unwrap_or(usize::MAX);
         }
+        config.waves = self.waves(get("waves"), &config.targets);
         if let Some(history) = get("history")
             && self.mapping(history, "history", HISTORY_KEYS).is_some()
         {
@@ -609,6 +617,9 @@ impl Ctx {
                             Some(env)
                         }
                     });
+            let wave = self
+                .wave_number(item.get("wave"), &format!("{label} wave"))
+                .unwrap_or(0);
             targets.push(TargetConfig {
                 name,
                 context,
@@ -616,10 +627,106 @@ impl Ctx {
                 kubeconfig_env,
                 namespace,
                 environment,
+                wave,
                 line: item.line,
             });
         }
         targets
+    }
+
+    /// A wave number: an integer from 0 to 4294967295.
+    fn wave_number(&mut self, node: Option<&Node>, what: &str) -> Option<u32> {
+        let line = node.map_or(0, |n| n.line);
+        let n = self.integer(node, what, 0)?;
+        match u32::try_from(n) {
+            Ok(wave) => Some(wave),
+            Err(_) => {
+                self.at(
+                    line,
+                    format!("{what} must be at most {}, not {n}", u32::MAX),
+                );
+                None
+            }
+        }
+    }
+
+    /// `waves:`, a list of `{wave: N, bake: DUR, max_parallel: N}`: each entry for a wave
+    /// some target is in (an entry for no target is a typo that would quietly do nothing),
+    /// each wave once.
+    fn waves(&mut self, node: Option<&Node>, targets: &[TargetConfig]) -> Vec<WaveConfig> {
+        let Some(node) = node else {
+            return Vec::new();
+        };
+        let items = match &node.value {
+            Tree::Seq(items) => items,
+            Tree::Null => return Vec::new(),
+            other => {
+                self.at(
+                    node.line,
+                    format!(
+                        "waves must be a list of wave settings, e.g. `- {{wave: 0, bake: 10m}}`, not {}",
+                        other.kind_name()
+                    ),
+                );
+                return Vec::new();
+            }
+        };
+        let used = wave_numbers(targets);
+        let mut waves: Vec<WaveConfig> = Vec::new();
+        for (index, item) in items.iter().enumerate() {
+            let what = format!("waves[{index}]");
+            if self.mapping(item, &what, WAVE_KEYS).is_none() {
+                if matches!(item.value, Tree::Null) {
+                    self.at(item.line, format!("{what} is empty"));
+                }
+                continue;
+            }
+            let number_line = item.get("wave").map_or(item.line, |n| n.line);
+            let Some(wave) = self.wave_number(item.get("wave"), &format!("{what}.wave")) else {
+                if item.get("wave").is_none() {
+                    self.at(
+                        item.line,
+                        format!("{what} needs `wave` (the number its targets set in `wave:`)"),
+                    );
+                }
+                continue;
+            };
+            let label = format!("wave {wave}");
+            let bake = self.duration(item.get("bake"), &format!("{label} bake"));
+            let max_parallel = self
+                .integer(
+                    item.get("max_parallel"),
+                    &format!("{label} max_parallel"),
+                    1,
+                )
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+            if let Some(first) = waves.iter().find(|w| w.wave == wave) {
+                self.at(
+                    number_line,
+                    format!(
+                        "duplicate entry for wave {wave} in waves (first at line {}); set each wave once",
+                        first.line
+                    ),
+                );
+                continue;
+            }
+            if !targets.is_empty() && !used.contains(&wave) {
+                self.at(
+                    number_line,
+                    format!(
+                        "waves: no target is in wave {wave} (the targets are in {}); set `wave: {wave}` on a target or remove this entry",
+                        waves_text(&used)
+                    ),
+                );
+            }
+            waves.push(WaveConfig {
+                wave,
+                bake,
+                max_parallel,
+                line: item.line,
+            });
+        }
+        waves
     }
 
     fn fail_fast(&mut self, node: &Node) -> FailFastConfig {
@@ -906,11 +1013,12 @@ impl Ctx {
             Some((s, line)) => match s.as_str() {
                 "target" => Scope::Target,
                 "fleet" => Scope::Fleet,
+                "wave" => Scope::Wave,
                 other => {
                     let mut msg = format!(
-                        "{label} scope must be \"target\" (once per target) or \"fleet\" (once for the whole deploy), not {other:?}"
+                        "{label} scope must be \"target\" (once per target), \"fleet\" (once for the whole deploy) or \"wave\" (once per wave), not {other:?}"
                     );
-                    if let Some(near) = nearest(other, &["target", "fleet"]) {
+                    if let Some(near) = nearest(other, &Scope::ALL.map(Scope::as_str)) {
                         msg.push_str(&format!("; did you mean {near:?}?"));
                     }
                     self.at(line, msg);

@@ -64,13 +64,28 @@ pub enum Scope {
     Target,
     /// Once for the whole deploy: every target reaches it first, then all go on.
     Fleet,
+    /// Once per wave, for that wave's targets (`waves:`); outside the coordinator's waves it
+    /// runs as a fleet stage.
+    Wave,
 }
 
 impl Scope {
+    pub const ALL: [Scope; 3] = [Scope::Target, Scope::Fleet, Scope::Wave];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Scope::Target => "target",
             Scope::Fleet => "fleet",
+            Scope::Wave => "wave",
+        }
+    }
+
+    /// Whether the stage runs once for several targets (the ones that go on), rather than
+    /// inside each target's own pipeline.
+    pub fn is_shared(self) -> bool {
+        match self {
+            Scope::Target => false,
+            Scope::Fleet | Scope::Wave => true,
         }
     }
 }
@@ -168,7 +183,7 @@ pub(crate) fn pipeline_schema(duration: &Value, command: &Value) -> Value {
                                     "anyOf": [{"type": "string", "minLength": 1}, {"type": "array", "items": {"type": "string"}, "minItems": 1}]
                                 },
                                 "continue_on_error": {"type": "boolean", "default": false, "description": "a failure is a warning, not a failed target"},
-                                "scope": {"enum": ["target", "fleet"], "default": "target", "description": "once per target, or once for the whole deploy"},
+                                "scope": {"enum": Scope::ALL.map(Scope::as_str), "default": "target", "description": "once per target, once for the whole deploy (fleet), or once per wave for that wave's targets"},
                                 "kill_grace": {"description": "between SIGTERM and SIGKILL (default 5s)", "allOf": [duration]},
                                 "dry_run": {"type": "boolean", "default": false, "description": "run in deploy --dry-run too"},
                                 "always": {"type": "boolean", "default": false, "description": "run also when the deploy changes nothing on the target"}

@@ -32,6 +32,20 @@ pub fn json_schema() -> Value {
             "timeout": {"description": "bound on all GitHub calls of a run, retries included (default 30s)", "allOf": [duration]}
         }
     });
+    let waves = json!({
+        "type": "array",
+        "description": "settings of waves by number; waves run in ascending order, each once the one before is healthy and baked",
+        "items": {
+            "type": "object",
+            "additionalProperties": false,
+            "required": ["wave"],
+            "properties": {
+                "wave": {"type": "integer", "minimum": 0, "maximum": u32::MAX, "description": "the wave these settings are for (a `wave:` some target sets; each wave once)"},
+                "bake": {"description": "how long the wave's pods stay watched once healthy, before the next wave starts (default: wait.bake)", "allOf": [duration]},
+                "max_parallel": {"type": "integer", "minimum": 1, "description": "targets of this wave at once (default: concurrency)"}
+            }
+        }
+    });
     let mut schema = json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "urn:rollguard:config:v1",
@@ -75,6 +89,7 @@ pub fn json_schema() -> Value {
                 "additionalProperties": false,
                 "properties": {
                     "timeout": {"description": "deadline per target (default 5m)", "allOf": [duration]},
+                    "bake": {"description": "the bake of waves whose `waves:` entry sets none (default 0)", "allOf": [duration]},
                     "fail_fast": {
                         "type": "object",
                         "additionalProperties": false,
@@ -115,6 +130,11 @@ pub fn json_schema() -> Value {
         }
     });
     schema["properties"]["github"] = github;
+    schema["properties"]["waves"] = waves;
+    schema["properties"]["targets"]["items"]["properties"]["wave"] = json!({
+        "type": "integer", "minimum": 0, "maximum": u32::MAX, "default": 0,
+        "description": "the wave this target deploys in; waves run in ascending order"
+    });
     schema["properties"]["targets"]["items"]["properties"]["environment"] = json!({
         "type": "string", "minLength": 1, "maxLength": 255,
         "description": "GitHub environment of this target's deployment (default <app>/<name>)"

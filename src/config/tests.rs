@@ -555,6 +555,12 @@ fn schema_matches_parser_keys() {
     assert_eq!(keys(&p["rollback"]), sorted(ROLLBACK_KEYS));
     assert_eq!(keys(&p["lock"]), sorted(LOCK_KEYS));
     assert_eq!(keys(&p["github"]), sorted(GITHUB_KEYS));
+    assert_eq!(keys(&p["waves"]["items"]), sorted(WAVE_KEYS));
+    let scopes: Vec<&str> = Scope::ALL.iter().map(|s| s.as_str()).collect();
+    assert_eq!(
+        p["pipeline"]["items"]["oneOf"][1]["properties"]["script"]["properties"]["scope"]["enum"],
+        json!(scopes)
+    );
     assert_eq!(
         keys(&p["pipeline"]["items"]["oneOf"][1]["properties"]["script"]),
         sorted(super::pipeline::SCRIPT_KEYS)
@@ -634,6 +640,28 @@ mod pipeline {
         assert_eq!(s.rollback, None);
         // Without `pipeline:` there is only the apply stage.
         assert_eq!(parse_text(BASE).unwrap_or_default(), default_pipeline());
+    }
+
+    #[test]
+    fn scope_wave() {
+        let text = format!(
+            "{BASE}pipeline:\n  - script: {{name: warm, run: ./warm.sh, scope: wave}}\n  - apply\n"
+        );
+        let p = parse_text(&text).unwrap_or_else(|e| panic!("{e:#?}"));
+        let w = script(&p[0]);
+        assert_eq!(w.scope, Scope::Wave);
+        assert_eq!(w.scope.as_str(), "wave");
+        assert!(w.scope.is_shared() && Scope::Fleet.is_shared() && !Scope::Target.is_shared());
+        let errs = parse_text(&format!(
+            "{BASE}pipeline:\n  - apply\n  - script: {{name: s, run: x, scope: wav}}\n"
+        ))
+        .expect_err("wav is not a scope");
+        assert!(
+            errs.iter().any(|e| e.starts_with(
+                "ci/rollguard.yaml:7: stage \"s\" scope must be \"target\" (once per target), \"fleet\" (once for the whole deploy) or \"wave\" (once per wave), not \"wav\"; did you mean \"wave\"?"
+            )),
+            "{errs:#?}"
+        );
     }
 
     #[test]
@@ -939,4 +967,253 @@ fn env_settings_are_read_as_rollguard_then_input() {
     let env = env_of(&[("INPUT_LEASE_SECONDS", "3"), ("ROLLGUARD_BOGUS", "x")]);
     assert_eq!(super::overrides::env_setting(&env, "LEASE_SECONDS"), None);
     assert_eq!(super::overrides::env_setting(&env, "BOGUS"), None);
+}
+
+/// `wave:` on targets, `waves:`, `wait.bake`, their accessors and `--wave`.
+mod waves {
+    use super::super::parse::*;
+    use super::super::*;
+    use super::{errors, no_env, parse_ok};
+    use std::path::Path;
+    use std::time::Duration;
+
+    /// The example of issue 22.
+    const EXAMPLE: &str = "app: shop
+manifests: [k8s]
+concurrency: 8
+targets:
+  - {name: canary, context: eu-1, wave: 0}
+  - {name: eu, context: eu-2, wave: 1}
+  - {name: us, context: us-1, wave: 1}
+waves:
+  - {wave: 0, bake: 10m}
+  - {wave: 1, max_parallel: 1}
+wait:
+  bake: 2m
+";
+
+    const BASE: &str = "app: shop\nmanifests: [k8s]\ntargets:\n  - {name: eu, context: a}\n  - {name: us, context: b, wave: 2}\n";
+
+    #[test]
+    fn the_issue_example_parses() {
+        let c = parse_ok(EXAMPLE);
+        let waves: Vec<(&str, u32)> = c
+            .targets
+            .iter()
+            .map(|t| (t.name.as_str(), t.wave))
+            .collect();
+        assert_eq!(waves, vec![("canary", 0), ("eu", 1), ("us", 1)]);
+        assert_eq!(
+            c.waves,
+            vec![
+                WaveConfig {
+                    wave: 0,
+                    bake: Some(Duration::from_secs(600)),
+                    max_parallel: None,
+                    line: 9,
+                },
+                WaveConfig {
+                    wave: 1,
+                    bake: None,
+                    max_parallel: Some(1),
+                    line: 10,
+                },
+            ]
+        );
+        assert_eq!(c.wait.bake, Duration::from_secs(120));
+    }
+
+    #[test]
+    fn defaults() {
+        let c = parse_ok("app: shop\nmanifests: [k8s]\ntargets:\n  - {name: eu, context: a}\n");
+        assert_eq!(c.targets[0].wave, 0);
+        assert!(c.waves.is_empty());
+        assert_eq!(c.wait.bake, Duration::ZERO);
+        assert_eq!(c.bake(0), Duration::ZERO);
+        assert_eq!(c.max_parallel(0), 64);
+        assert_eq!(c.wave_numbers(), vec![0]);
+        // Block style, and an empty `waves:`.
+        let c = parse_ok(&format!(
+            "{BASE}waves:\n  - wave: 2\n    bake: 30s\n    max_parallel: 3\n"
+        ));
+        assert_eq!(c.bake(2), Duration::from_secs(30));
+        assert_eq!(c.max_parallel(2), 3);
+        assert_eq!(c.waves[0].line, 7);
+        assert!(parse_ok(&format!("{BASE}waves:\n")).waves.is_empty());
+        assert!(parse_ok(&format!("{BASE}waves: []\n")).waves.is_empty());
+    }
+
+    #[test]
+    fn bake_is_the_entry_s_else_wait_bake() {
+        let c = parse_ok(EXAMPLE);
+        assert_eq!(c.bake(0), Duration::from_secs(600), "its own");
+        assert_eq!(c.bake(1), Duration::from_secs(120), "no bake in its entry");
+        assert_eq!(c.bake(5), Duration::from_secs(120), "no entry");
+    }
+
+    #[test]
+    fn max_parallel_is_the_entry_s_else_concurrency() {
+        let c = parse_ok(EXAMPLE);
+        assert_eq!(c.max_parallel(1), 1, "its own");
+        assert_eq!(c.max_parallel(0), 8, "no max_parallel in its entry");
+        assert_eq!(c.max_parallel(5), 8, "no entry");
+    }
+
+    #[test]
+    fn wave_numbers_are_sorted_and_distinct() {
+        let c = parse_ok(
+            "app: shop\nmanifests: [k8s]\ntargets:\n  - {name: a, context: a, wave: 3}\n  - {name: b, context: b}\n  - {name: c, context: c, wave: 3}\n  - {name: d, context: d, wave: 1}\n",
+        );
+        assert_eq!(c.wave_numbers(), vec![0, 1, 3]);
+        assert_eq!(waves_text(&[]), "no wave");
+        assert_eq!(waves_text(&[4]), "wave 4");
+        assert_eq!(waves_text(&[0, 1, 3]), "waves 0, 1 and 3");
+    }
+
+    #[test]
+    fn error_table() {
+        let cases: Vec<(String, &str)> = vec![
+            (
+                format!("{BASE}  - {{name: ap, context: c, wave: -1}}\n"),
+                "rollguard.yaml:6: target \"ap\" wave must be at least 0, not -1",
+            ),
+            (
+                format!("{BASE}  - {{name: ap, context: c, wave: first}}\n"),
+                "rollguard.yaml:6: target \"ap\" wave must be an integer, not a string",
+            ),
+            (
+                format!("{BASE}  - {{name: ap, context: c, wave: 1.5}}\n"),
+                "rollguard.yaml:6: target \"ap\" wave must be an integer, not",
+            ),
+            (
+                format!("{BASE}  - {{name: ap, context: c, wave: 4294967296}}\n"),
+                "rollguard.yaml:6: target \"ap\" wave must be at most 4294967295, not 4294967296",
+            ),
+            (
+                format!("{BASE}  - {{name: ap, context: c, wav: 1}}\n"),
+                "rollguard.yaml:6: unknown key \"wav\" in targets[2]; did you mean \"wave\"?",
+            ),
+            (
+                format!("{BASE}waves: {{wave: 0}}\n"),
+                "rollguard.yaml:6: waves must be a list of wave settings",
+            ),
+            (
+                format!("{BASE}waves:\n  - {{wave: 0, bak: 1m}}\n"),
+                "rollguard.yaml:7: unknown key \"bak\" in waves[0]; did you mean \"bake\"?",
+            ),
+            (
+                format!("{BASE}waves:\n  - {{wave: 0}}\n  - {{max_paralel: 2, wave: 2}}\n"),
+                "rollguard.yaml:8: unknown key \"max_paralel\" in waves[1]; did you mean \"max_parallel\"?",
+            ),
+            (
+                format!("{BASE}waves:\n  - {{bake: 1m}}\n"),
+                "rollguard.yaml:7: waves[0] needs `wave`",
+            ),
+            (
+                format!("{BASE}waves:\n  - 0\n"),
+                "rollguard.yaml:7: waves[0] must be a mapping, not",
+            ),
+            (
+                format!("{BASE}waves:\n  - {{wave: 2, bake: 1m}}\n  - {{wave: 0}}\n  - wave: 2\n"),
+                "rollguard.yaml:9: duplicate entry for wave 2 in waves (first at line 7); set each wave once",
+            ),
+            (
+                format!("{BASE}waves:\n  - {{wave: 0}}\n  - {{wave: 1, bake: 1m}}\n"),
+                "rollguard.yaml:8: waves: no target is in wave 1 (the targets are in waves 0 and 2); set `wave: 1` on a target or remove this entry",
+            ),
+            (
+                format!("{BASE}waves:\n  - {{wave: 0, max_parallel: 0}}\n"),
+                "rollguard.yaml:7: wave 0 max_parallel must be at least 1, not 0",
+            ),
+            (
+                format!("{BASE}waves:\n  - {{wave: 0, max_parallel: all}}\n"),
+                "rollguard.yaml:7: wave 0 max_parallel must be an integer, not a string",
+            ),
+            (
+                format!("{BASE}waves:\n  - {{wave: 0, bake: 10 minutes}}\n"),
+                "rollguard.yaml:7: wave 0 bake: invalid duration \"10 minutes\"",
+            ),
+            (
+                format!("{BASE}waves:\n  - {{wave: 0, bake: 25h}}\n"),
+                "rollguard.yaml:7: wave 0 bake: invalid duration \"25h\": longer than the maximum of 24h",
+            ),
+            (
+                format!("{BASE}waves:\n  - {{wave: -2}}\n"),
+                "rollguard.yaml:7: waves[0].wave must be at least 0, not -2",
+            ),
+            (
+                format!("{BASE}wait:\n  bake: later\n"),
+                "rollguard.yaml:7: wait.bake: invalid duration \"later\"",
+            ),
+            (
+                format!("{BASE}wait:\n  bak: 1m\n"),
+                "rollguard.yaml:7: unknown key \"bak\" in wait; did you mean \"bake\"?",
+            ),
+            (
+                format!("{BASE}wave:\n  - {{wave: 0}}\n"),
+                "rollguard.yaml:6: unknown key \"wave\" in the top level; did you mean \"waves\"?",
+            ),
+        ];
+        for (text, want) in cases {
+            let errs = errors(&text);
+            assert!(
+                errs.iter().any(|e| e.starts_with(want)),
+                "want {want:?}\ngot {errs:#?}\nfor:\n{text}"
+            );
+        }
+    }
+
+    /// `--wave N` after `--target`: the result, or the message at `--wave`.
+    fn select(targets: &[&str], wave: Option<u32>) -> Result<Vec<String>, Vec<String>> {
+        let overrides = Overrides {
+            targets: targets.iter().map(|s| s.to_string()).collect(),
+            wave,
+            ..Default::default()
+        };
+        parse(EXAMPLE, Path::new("rollguard.yaml"), &overrides, &no_env)
+            .map(|c| c.targets.into_iter().map(|t| t.name).collect())
+            .map_err(|e| e.issues().iter().map(ToString::to_string).collect())
+    }
+
+    #[test]
+    fn wave_flag_selects_the_wave_s_targets() {
+        assert_eq!(select(&[], None).unwrap(), vec!["canary", "eu", "us"]);
+        assert_eq!(select(&[], Some(1)).unwrap(), vec!["eu", "us"]);
+        assert_eq!(select(&[], Some(0)).unwrap(), vec!["canary"]);
+        assert_eq!(select(&["us", "canary"], Some(1)).unwrap(), vec!["us"]);
+        // The waves of the settings stay: the coordinator asks them by number.
+        let overrides = Overrides {
+            wave: Some(1),
+            ..Default::default()
+        };
+        let c = parse(EXAMPLE, Path::new("rollguard.yaml"), &overrides, &no_env)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.wave_numbers(), vec![1]);
+        assert_eq!(c.max_parallel(1), 1);
+    }
+
+    #[test]
+    fn wave_flag_errors() {
+        assert_eq!(
+            select(&[], Some(7)).unwrap_err(),
+            vec![
+                "--wave: no target is in wave 7: the targets are in waves 0 and 1 (a target without `wave:` is in wave 0); pick one of them"
+            ]
+        );
+        assert_eq!(
+            select(&["canary"], Some(1)).unwrap_err(),
+            vec![
+                "--wave: --wave 1 and --target canary select no target: the targets selected are in wave 0; pick another wave or add a target of wave 1"
+            ]
+        );
+        // A wrong `--target` is said once, not again as an empty wave.
+        let errs = select(&["canry"], Some(1)).unwrap_err();
+        assert_eq!(errs.len(), 1, "{errs:#?}");
+        assert!(
+            errs[0].starts_with("--target: no target is named \"canry\""),
+            "{errs:#?}"
+        );
+        // Both wrong: both said.
+        assert_eq!(select(&["canry"], Some(7)).unwrap_err().len(), 2);
+    }
 }

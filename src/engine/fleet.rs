@@ -504,6 +504,7 @@ async fn run_all(
                             kubeconfig_env: None,
                             namespace: None,
                             environment: None,
+                            wave: 0,
                             line: 0,
                         };
                         let mut run = skipped(&target, TargetOutcome::Failed, &message);
@@ -606,6 +607,7 @@ mod tests {
             kubeconfig_env: None,
             namespace: None,
             environment: None,
+            wave: 0,
             line: 0,
         };
         match outcome {

@@ -19,6 +19,9 @@ pub struct DeployOptions {
     pub force: bool,
     /// `--kubeconfig`, for targets that name no kubeconfig of their own.
     pub cli_kubeconfig: Option<PathBuf>,
+    /// `--wave N`: run wave N only. The config's targets are already those of wave N (the
+    /// config refuses a wave no target is in, and a `--target` selection with none in it).
+    pub wave: Option<u32>,
 }
 
 /// Encoded record manifests by the indices of the Secrets they keep as digests.

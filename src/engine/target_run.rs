@@ -682,6 +682,7 @@ pub(crate) fn record_run(
     let message = result.message.clone().unwrap_or_default();
     let scope = match stage.scope {
         crate::config::Scope::Fleet => " (fleet)",
+        crate::config::Scope::Wave => " (wave)",
         crate::config::Scope::Target => "",
     };
     let where_ = format!("{}:{}", plan.config.source.display(), stage.line);

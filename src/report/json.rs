@@ -85,7 +85,7 @@ pub fn report_schema() -> Value {
                     "properties": {
                         "name": {"type": "string"},
                         "seconds": {"type": "number"},
-                        "script": {"enum": ["target", "fleet"], "description": "a script stage, and its scope"},
+                        "script": {"enum": ["target", "fleet", "wave"], "description": "a script stage, and its scope"},
                         "exit_code": {"type": "integer", "description": "a script stage's exit code"}
                     }
                 }
@@ -115,7 +115,7 @@ pub fn report_schema() -> Value {
                     "required": ["name", "scope", "outcome", "seconds"],
                     "properties": {
                         "name": {"type": "string"},
-                        "scope": {"enum": ["target", "fleet"]},
+                        "scope": {"enum": ["target", "fleet", "wave"]},
                         "rollback": {"type": "boolean", "description": "the stage's rollback command"},
                         "outcome": {"enum": ["succeeded", "failed", "timed-out", "warned", "stopped", "not-run"]},
                         "exit_code": {"type": "integer"},

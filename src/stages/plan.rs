@@ -2,7 +2,7 @@
 //! stages, how a run's end becomes a stage outcome, which targets go into a fleet stage, and
 //! which rollback commands run, in which order.
 
-use crate::config::{PipelineStage, Scope};
+use crate::config::PipelineStage;
 use crate::report::{StageOutcome, StageResult};
 
 use super::process::End;
@@ -23,7 +23,8 @@ pub enum Step {
 pub fn steps(pipeline: &[PipelineStage]) -> Vec<Step> {
     let mut steps = vec![Step::Targets(Vec::new())];
     for (i, stage) in pipeline.iter().enumerate() {
-        let fleet = matches!(stage, PipelineStage::Script(s) if s.scope == Scope::Fleet);
+        // A wave stage runs as a fleet stage here: the coordinator gives it its waves.
+        let fleet = matches!(stage, PipelineStage::Script(s) if s.scope.is_shared());
         if fleet {
             steps.push(Step::Fleet(i));
             steps.push(Step::Targets(Vec::new()));
@@ -63,7 +64,7 @@ pub fn fails_target(outcome: StageOutcome) -> bool {
 /// stages whose `run` started (including the one that failed) and that have a rollback
 /// command. `ran`: the stage results of the deploy.
 pub fn target_rollbacks(pipeline: &[PipelineStage], ran: &[StageResult]) -> Vec<usize> {
-    rollbacks(pipeline, ran, Scope::Target)
+    rollbacks(pipeline, ran, false)
 }
 
 /// The fleet stages' rollback commands due, in pipeline order, from the results of every
@@ -74,20 +75,22 @@ pub fn fleet_rollbacks<'a>(
 ) -> Vec<usize> {
     let mut due: Vec<usize> = rolling_back
         .into_iter()
-        .flat_map(|ran| rollbacks(pipeline, ran, Scope::Fleet))
+        .flat_map(|ran| rollbacks(pipeline, ran, true))
         .collect();
     due.sort_unstable();
     due.dedup();
     due
 }
 
-fn rollbacks(pipeline: &[PipelineStage], ran: &[StageResult], scope: Scope) -> Vec<usize> {
+/// `shared`: the rollbacks of stages run once for several targets (fleet, wave), else those
+/// of target-scoped stages.
+fn rollbacks(pipeline: &[PipelineStage], ran: &[StageResult], shared: bool) -> Vec<usize> {
     pipeline
         .iter()
         .enumerate()
         .filter_map(|(i, stage)| match stage {
             PipelineStage::Script(s)
-                if s.scope == scope
+                if s.scope.is_shared() == shared
                     && s.rollback.is_some()
                     && ran
                         .iter()
@@ -109,7 +112,11 @@ pub fn rollback_command_lines(pipeline: &[PipelineStage], ran: &[StageResult]) -
                 crate::config::ScriptCommand::Shell(text) => text.clone(),
                 crate::config::ScriptCommand::Argv(argv) => argv.join(" "),
             };
-            let once = if fleet { " (fleet, once)" } else { "" };
+            let once = if fleet {
+                format!(" ({}, once)", stage.scope)
+            } else {
+                String::new()
+            };
             format!(
                 "  then the rollback command of stage {}{once}: {text}",
                 stage.name
@@ -181,7 +188,7 @@ pub fn describe_pipeline(pipeline: &[PipelineStage]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{ScriptCommand, ScriptStage};
+    use crate::config::{Scope, ScriptCommand, ScriptStage};
 
     fn script(name: &str, scope: Scope, rollback: bool) -> PipelineStage {
         PipelineStage::Script(ScriptStage {
@@ -220,6 +227,7 @@ mod tests {
         use PipelineStage::Apply;
         let m = script("m", Scope::Fleet, true);
         let s = script("s", Scope::Target, true);
+        let w = script("w", Scope::Wave, true);
         let cases = vec![
             (vec![Apply], vec![Step::Targets(vec![0])]),
             (
@@ -233,6 +241,15 @@ mod tests {
             (
                 vec![s.clone(), Apply, m.clone()],
                 vec![Step::Targets(vec![0, 1]), Step::Fleet(2)],
+            ),
+            // A wave stage is a step of its own, as a fleet stage is.
+            (
+                vec![w.clone(), Apply, s.clone()],
+                vec![
+                    Step::Targets(vec![]),
+                    Step::Fleet(0),
+                    Step::Targets(vec![1, 2]),
+                ],
             ),
         ];
         for (pipeline, want) in cases {
@@ -313,6 +330,22 @@ mod tests {
                 "  then the rollback command of stage prep: undo",
                 "  then the rollback command of stage smoke: undo",
                 "  then the rollback command of stage migrate (fleet, once): undo",
+            ]
+        );
+        // A wave stage's rollback is due as a fleet stage's is, once, not per target.
+        let waved = vec![
+            script("warm", Scope::Wave, true),
+            PipelineStage::Apply,
+            script("smoke", Scope::Target, true),
+        ];
+        let wave_run = vec![ran("warm", Succeeded), ran("smoke", Failed)];
+        assert_eq!(target_rollbacks(&waved, &wave_run), vec![2]);
+        assert_eq!(fleet_rollbacks(&waved, [&wave_run[..]]), vec![0]);
+        assert_eq!(
+            rollback_command_lines(&waved, &wave_run),
+            vec![
+                "  then the rollback command of stage smoke: undo",
+                "  then the rollback command of stage warm (wave, once): undo",
             ]
         );
         // Only the apply failed: the scripts before it roll back.

@@ -331,3 +331,94 @@ async fn a_panic_while_planning_exits_4_naming_its_place() {
     assert_eq!(run.code, 4, "{}", run.output());
     assert_eq!(env.writes(1), 0);
 }
+
+/// A config of two targets in waves 0 (eu, sim-1) and 1 (us, sim-2), then `rest`.
+fn two_waves(rest: &str) -> String {
+    format!(
+        "app: shop\nnamespace: shop\nmanifests: [k8s/]\ntargets:\n  - {{name: eu, context: sim-1}}\n  - {{name: us, context: sim-2, wave: 1}}\n{rest}"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_waves_are_bad_input_at_their_line_and_nothing_is_asked() {
+    let env = TestEnv::start(2, "").await;
+    env.write("k8s/app.yaml", &small_app("example.com/web:v1"));
+    // (the rest of the config from line 7, what stderr says at which line)
+    let cases = [
+        (
+            "waves:\n  - {wave: 0, max_parallel: 0}\n",
+            "rollguard.yaml:8: wave 0 max_parallel must be at least 1, not 0",
+        ),
+        (
+            "waves:\n  - {wave: 1, bake: 1m}\n  - {wave: 1, bake: 2m}\n",
+            "rollguard.yaml:9: duplicate entry for wave 1 in waves (first at line 8)",
+        ),
+        (
+            "waves:\n  - {wave: 2, bake: 1m}\n",
+            "rollguard.yaml:8: waves: no target is in wave 2 (the targets are in waves 0 and 1)",
+        ),
+        (
+            "waves:\n  - {wave: 0, bak: 1m}\n",
+            "rollguard.yaml:8: unknown key \"bak\" in waves[0]; did you mean \"bake\"?",
+        ),
+        (
+            "waves:\n  - {wave: 0, bake: soon}\n",
+            "rollguard.yaml:8: wave 0 bake: invalid duration \"soon\"",
+        ),
+        (
+            "wait:\n  bake: soon\n",
+            "rollguard.yaml:8: wait.bake: invalid duration \"soon\"",
+        ),
+        (
+            "  - {name: ap, context: sim-2, namespace: other, wave: -1}\n",
+            "rollguard.yaml:7: target \"ap\" wave must be at least 0, not -1",
+        ),
+    ];
+    for (rest, want) in cases {
+        env.write("rollguard.yaml", &two_waves(rest));
+        let run = env.deploy(&[]).await;
+        assert_eq!(run.code, 2, "{want}: {}", run.output());
+        assert!(run.stderr.contains(want), "want {want}\n{}", run.output());
+        for cluster in 1..=2 {
+            assert_eq!(env.requests(cluster), 0, "{want}: sim-{cluster} was asked");
+            assert_eq!(env.writes(cluster), 0, "{want}: sim-{cluster} got a write");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wave_flag_that_selects_no_target_is_bad_input() {
+    let env = TestEnv::start(2, "").await;
+    env.write("k8s/app.yaml", &small_app("example.com/web:v1"));
+    env.write("rollguard.yaml", &two_waves(""));
+    for (flags, want) in [
+        (
+            &["--wave", "7"][..],
+            "--wave: no target is in wave 7: the targets are in waves 0 and 1",
+        ),
+        (
+            &["--wave", "7", "--dry-run"][..],
+            "--wave: no target is in wave 7: the targets are in waves 0 and 1",
+        ),
+        (
+            &["--target", "eu", "--wave", "1"][..],
+            "--wave: --wave 1 and --target eu select no target: the targets selected are in wave 0",
+        ),
+    ] {
+        let run = env.deploy(flags).await;
+        assert_eq!(run.code, 2, "{flags:?}: {}", run.output());
+        assert!(run.stderr.contains(want), "want {want}\n{}", run.output());
+        for cluster in 1..=2 {
+            assert_eq!(
+                env.requests(cluster),
+                0,
+                "{flags:?}: sim-{cluster} was asked"
+            );
+            assert_eq!(
+                env.writes(cluster),
+                0,
+                "{flags:?}: sim-{cluster} got a write"
+            );
+        }
+    }
+}
