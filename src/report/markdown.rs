@@ -884,7 +884,7 @@ mod tests {
 
     #[test]
     fn a_target_name_cannot_break_the_chart() {
-        let hostile = "eu: 0, 1; x #1\nsection evil\n  end :crit, 0, 9\n```\n%%{init}%%";
+        let hostile = "eu: 0, 1; x #1\nsection evil\n  end :crit, 0, 9\n%%{init}%%";
         for waves in [true, false] {
             let mut r = policy_waves();
             r.targets[1].name = hostile.into();
