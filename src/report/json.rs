@@ -173,6 +173,8 @@ mod tests {
     fn full_report() -> Report {
         let mut us = target("us", TargetOutcome::RolledBack);
         us.revision = Some(5);
+        us.wave = 1;
+        us.phases.push(PhaseTiming::new(BAKE_PHASE, 10.0));
         let mut failure = image_failure();
         failure.events = vec!["Failed: pull failed".into()];
         us.failures.push(failure.clone());
@@ -197,8 +199,8 @@ mod tests {
         us.message = Some("m".into());
         us.abandoned_revisions = vec![4];
         us.rollback = Some(RollbackReport {
-            started_at: None,
-            why: None,
+            started_at: Some(crate::report::model::tests::ts(3)),
+            why: Some("policy rollback-all: eu failed at 08:00:02".into()),
             to_commit: None,
             as_revision: None,
             to_revision: Some(3),
@@ -240,6 +242,11 @@ mod tests {
         assert_eq!(value["commit"]["ref"], "main");
         assert_eq!(value["targets"][1]["failures"][0]["pod"], "web-7d9f-x");
         assert_eq!(value["started_at"], "2027-01-15T08:00:00Z");
+        assert_eq!(value["targets"][1]["wave"], 1);
+        assert_eq!(
+            value["targets"][1]["rollback"]["started_at"],
+            "2027-01-15T08:00:03Z"
+        );
     }
 
     /// docs/report-schema.json is `report_schema()`; regenerate with UPDATE_SCHEMAS=1.
