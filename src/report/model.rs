@@ -239,6 +239,15 @@ impl RollbackReport {
             why: None,
         }
     }
+
+    /// The `why` of a rollback the failure policy ordered because another target failed:
+    /// "policy rollback-all: us failed at 12:03:04" (UTC, to the second).
+    pub fn policy_why(policy: &str, failed: &str, at: Timestamp) -> String {
+        format!(
+            "policy {policy}: {failed} failed at {}",
+            at.strftime("%H:%M:%S")
+        )
+    }
 }
 
 /// One target's part of the run.
@@ -929,6 +938,14 @@ pub(crate) mod tests {
             skipped("ap", 2),
             skipped("sa", 2),
         ])
+    }
+
+    #[test]
+    fn policy_why_names_the_policy_the_failed_target_and_the_second() {
+        assert_eq!(
+            RollbackReport::policy_why("rollback-all", "us", ts(9)),
+            "policy rollback-all: us failed at 08:00:09"
+        );
     }
 
     #[test]
