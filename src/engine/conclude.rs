@@ -240,6 +240,8 @@ async fn roll_back_target(context: &Conclusion<'_>, run: &mut TargetRun) -> Opti
     .await;
     if !run.received_new_revision && run.report.stages.len() > before {
         run.report.rollback = Some(RollbackReport {
+            started_at: None,
+            why: None,
             to_commit: None,
             as_revision: None,
             to_revision: None,
@@ -303,6 +305,8 @@ async fn roll_back_manifests(
     };
     let Some(good) = release.last_good.clone() else {
         run.report.rollback = Some(RollbackReport {
+            started_at: None,
+            why: None,
             to_commit: None,
             as_revision: None,
             to_revision: None,
@@ -402,6 +406,8 @@ async fn roll_back_manifests(
         Err((why, outcome)) => (outcome, false, why),
     };
     run.report.rollback = Some(RollbackReport {
+        started_at: None,
+        why: None,
         to_commit: good.commit.as_ref().map(|c| c.short_sha().to_string()),
         as_revision,
         to_revision: Some(good.revision),

@@ -303,6 +303,8 @@ pub fn mark_rollback_failed(run: &mut TargetRun, why: &str, cancelled: bool) {
         });
     } else {
         run.report.rollback = Some(crate::report::RollbackReport {
+            started_at: None,
+            why: None,
             to_commit: None,
             as_revision: None,
             to_revision: None,

@@ -178,6 +178,8 @@ mod tests {
         let mut rolled = target("us", TargetOutcome::RolledBack);
         rolled.failures.push(image_failure());
         rolled.rollback = Some(RollbackReport {
+            started_at: None,
+            why: None,
             to_commit: None,
             as_revision: None,
             to_revision: Some(3),
@@ -190,6 +192,8 @@ mod tests {
         policy.rollback = rolled.rollback.clone();
         let mut broken = target("sa", TargetOutcome::RollbackFailed);
         broken.rollback = Some(RollbackReport {
+            started_at: None,
+            why: None,
             to_commit: None,
             as_revision: None,
             to_revision: Some(2),

@@ -458,6 +458,10 @@ mod tests {
         failure.events = vec![poison.clone()];
         t.failures.push(failure.clone());
         t.warnings.push(poison.clone());
+        // The rollback's why is shown in the PR comment's table and details.
+        let mut rollback = crate::report::RollbackReport::new(TargetOutcome::RolledBack, Some(3));
+        rollback.why = Some(poison.clone());
+        t.rollback = Some(rollback);
         let r = report(vec![t]);
         let mut tp = TargetPlan::new("eu");
         tp.errors.push(failure);

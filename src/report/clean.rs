@@ -79,12 +79,22 @@ mod tests {
     fn every_string_is_scrubbed() {
         let mut t = target("eu", TargetOutcome::Failed);
         t.message = Some("token s3cr3t-v4lue quoted".into());
+        let mut rollback =
+            crate::report::model::RollbackReport::new(TargetOutcome::RolledBack, Some(3));
+        rollback.why = Some("policy rollback-all: s3cr3t-v4lue failed".into());
+        rollback.started_at = Some(crate::report::model::tests::ts(5));
+        t.rollback = Some(rollback);
         let r = report(vec![t]);
         let scrub = |s: &str| s.replace("s3cr3t-v4lue", "<redacted>");
         let clean = Clean::with(&r, &scrub);
         let text = serde_json::to_string(&*clean).unwrap();
         assert!(!text.contains("s3cr3t-v4lue"), "{text}");
         assert!(text.contains("token <redacted> quoted"), "{text}");
+        let why = clean.targets[0]
+            .rollback
+            .as_ref()
+            .and_then(|rb| rb.why.as_deref());
+        assert_eq!(why, Some("policy rollback-all: <redacted> failed"));
         // Nothing else changes.
         assert_eq!(Clean::with(&r, &|s: &str| s.to_string()).targets, r.targets);
     }

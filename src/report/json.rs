@@ -3,12 +3,15 @@
 //! Fields (schema version 1; `report_schema()` is the machine-readable form):
 //! - `version` (1), `app`, `commit` ({`sha`, `ref`?, `message`?, `dirty`?} or null), `outcome`, `summary`,
 //!   `started_at`, `finished_at` (RFC 3339), `dry_run`, `run_url`?
-//! - `targets[]`: `name`, `outcome` (`deployed` | `failed` | `rolled-back` | `rollback-failed` |
+//! - `targets[]`: `name`, `wave` (0 when the config sets none; absent in reports of older
+//!   versions, read as 0), `outcome` (`deployed` | `failed` | `rolled-back` | `rollback-failed` |
 //!   `skipped` | `cancelled`), `revision` (number or null), `started_at`, `finished_at`,
-//!   `phases[]` {`name`, `seconds`, `script`? (scope of a script stage), `exit_code`?},
+//!   `phases[]` {`name` (`connect`, `apply`, `wait`, `bake`, `rollback`, a script stage's name,
+//!   ...), `seconds`, `script`? (scope of a script stage), `exit_code`?},
 //!   `failures[]` {`object`, `pod`, `container`, `reason`,
 //!   `message`, `events`?}, `warnings[]`, `message`, `rollback` (null or {`to_revision`,
-//!   `outcome`, `left_in_place[]`, `message`, `to_commit`?, `as_revision`?}),
+//!   `outcome`, `left_in_place[]`, `message`, `to_commit`?, `as_revision`?, `started_at`? (when
+//!   the fleet decided the rollback), `why`? (e.g. `policy rollback-all: us failed at 12:03:04`)}),
 //!   `abandoned_revisions`? (revisions a dead run left pending, now marked failed),
 //!   `stages[]`? {`name`, `scope`, `rollback`?, `outcome` (`succeeded` | `failed` | `timed-out` |
 //!   `warned` | `stopped` | `not-run`), `exit_code`?, `seconds`, `message`?, `output[]`? (the
@@ -73,6 +76,7 @@ pub fn report_schema() -> Value {
         "required": ["name", "outcome", "revision", "started_at", "finished_at", "phases", "failures"],
         "properties": {
             "name": {"type": "string"},
+            "wave": {"type": "integer", "minimum": 0, "description": "the target's wave (`wave:` in the config, 0 when none is set); always written, absent in reports of older versions (read as 0)"},
             "outcome": outcome,
             "revision": {"type": ["integer", "null"], "minimum": 1},
             "started_at": time,
@@ -83,7 +87,7 @@ pub fn report_schema() -> Value {
                     "type": "object",
                     "required": ["name", "seconds"],
                     "properties": {
-                        "name": {"type": "string"},
+                        "name": {"type": "string", "description": "connect, lock, apply, wait, bake (a healthy target watched before the next wave), rollback, or a script stage's name"},
                         "seconds": {"type": "number"},
                         "script": {"enum": ["target", "fleet", "wave"], "description": "a script stage, and its scope"},
                         "exit_code": {"type": "integer", "description": "a script stage's exit code"}
@@ -102,7 +106,9 @@ pub fn report_schema() -> Value {
                     "left_in_place": {"type": "array", "items": {"type": "string"}},
                     "message": opt_string,
                     "to_commit": opt_string,
-                    "as_revision": {"type": ["integer", "null"]}
+                    "as_revision": {"type": ["integer", "null"]},
+                    "started_at": {"type": "string", "format": "date-time", "description": "when the fleet decided to roll this target back"},
+                    "why": {"type": "string", "description": "why it was rolled back, e.g. \"policy rollback-all: us failed at 12:03:04\", \"failed\", \"cancelled by SIGTERM (on_cancel: rollback)\""}
                 }
             },
             "abandoned_revisions": {"type": "array", "items": {"type": "integer"}},
@@ -167,6 +173,8 @@ mod tests {
     fn full_report() -> Report {
         let mut us = target("us", TargetOutcome::RolledBack);
         us.revision = Some(5);
+        us.wave = 1;
+        us.phases.push(PhaseTiming::new(BAKE_PHASE, 10.0));
         let mut failure = image_failure();
         failure.events = vec!["Failed: pull failed".into()];
         us.failures.push(failure.clone());
@@ -191,6 +199,8 @@ mod tests {
         us.message = Some("m".into());
         us.abandoned_revisions = vec![4];
         us.rollback = Some(RollbackReport {
+            started_at: Some(crate::report::model::tests::ts(3)),
+            why: Some("policy rollback-all: eu failed at 08:00:02".into()),
             to_commit: None,
             as_revision: None,
             to_revision: Some(3),
@@ -232,6 +242,11 @@ mod tests {
         assert_eq!(value["commit"]["ref"], "main");
         assert_eq!(value["targets"][1]["failures"][0]["pod"], "web-7d9f-x");
         assert_eq!(value["started_at"], "2027-01-15T08:00:00Z");
+        assert_eq!(value["targets"][1]["wave"], 1);
+        assert_eq!(
+            value["targets"][1]["rollback"]["started_at"],
+            "2027-01-15T08:00:03Z"
+        );
     }
 
     /// docs/report-schema.json is `report_schema()`; regenerate with UPDATE_SCHEMAS=1.

@@ -11,8 +11,8 @@ use std::fmt::Write as _;
 use super::clean::Clean;
 use super::escape::{code, code_block, html_text, link_url, mermaid, text};
 use super::model::{
-    ChangePlan, Failure, PlanMode, PlanStatus, PlannedChange, Report, StageOutcome, StageResult,
-    TargetOutcome, TargetPlan, TargetReport, clip, cut_to,
+    BAKE_PHASE, ChangePlan, Failure, PlanMode, PlanStatus, PlannedChange, ROLLBACK_PHASE, Report,
+    StageOutcome, StageResult, TargetOutcome, TargetPlan, TargetReport, clip, cut_to,
 };
 use crate::util::duration::format_duration;
 
@@ -346,6 +346,11 @@ fn row(report: &Report, t: &TargetReport) -> String {
                 Some(rev) => format!("v{rev}{commit} ({})", rb.outcome),
                 None => "nothing to go back to".to_string(),
             };
+            // Why it went back ("policy rollback-all: us failed at 12:03:04"), when known.
+            let back = match &rb.why {
+                Some(why) => format!("{back}: {}", text(&clip(why, 200))),
+                None => back,
+            };
             let left = match rb.left_in_place.len() {
                 0 => String::new(),
                 1 => text(&rb.left_in_place[0]),
@@ -441,6 +446,19 @@ fn details(t: &TargetReport, d: Detail) -> String {
             ),
         }
         out.push_str("\n\n");
+        let when = rb
+            .started_at
+            .map(|at| format!(" at {}", at.strftime("%H:%M:%S UTC")));
+        match (when, &rb.why) {
+            (None, None) => {}
+            (when, why) => {
+                let why = why
+                    .as_deref()
+                    .map(|w| format!(": {}", text(&clip(w, MESSAGE_CHARS))))
+                    .unwrap_or_default();
+                let _ = writeln!(out, "Rollback started{}{why}\n", when.unwrap_or_default());
+            }
+        }
         if !rb.left_in_place.is_empty() {
             out.push_str("Left in place (rollback never prunes; delete by hand if unwanted):\n\n");
             for obj in &rb.left_in_place {
@@ -481,11 +499,22 @@ fn failure_line(out: &mut String, f: &Failure, events: usize) {
 }
 
 fn has_gantt(report: &Report) -> bool {
-    report.targets.iter().any(|t| !t.phases.is_empty())
+    report.targets.iter().any(has_bars)
+}
+
+/// A target has something to draw: timed phases, or a rollback that started.
+fn has_bars(t: &TargetReport) -> bool {
+    !t.phases.is_empty()
+        || t.rollback
+            .as_ref()
+            .is_some_and(|rb| rb.started_at.is_some())
 }
 
 /// A Mermaid gantt chart of every target's phases, in a collapsed section. Times are
 /// milliseconds since the run started (`dateFormat x`), so the chart needs no time zone.
+/// One section per target; with more than one wave, one section per wave whose bars name
+/// their target. A bake is its own bar (`active`), a rollback a `crit` bar from the moment
+/// the fleet decided it. Every name goes through [`mermaid`]: it cannot end a bar or a section.
 fn gantt(report: &Report) -> String {
     if !has_gantt(report) {
         return String::new();
@@ -494,23 +523,80 @@ fn gantt(report: &Report) -> String {
         "\n<details><summary>Timeline</summary>\n\n```mermaid\ngantt\n  dateFormat x\n  axisFormat %M:%S\n",
     );
     let run_start = report.started_at.as_millisecond();
-    for t in report.targets.iter().filter(|t| !t.phases.is_empty()) {
-        let _ = writeln!(out, "  section {}", mermaid(&t.name));
-        let mut at = (t.started_at.as_millisecond() - run_start).max(0);
-        let end = (t.finished_at.as_millisecond() - run_start).max(0);
-        for (i, p) in t.phases.iter().enumerate() {
-            let ms = (p.seconds * 1000.0).round().max(1.0) as i64;
-            // A rollback runs once the fleet has decided, after a pause: it ends when the
-            // target finished, not right after the phase before it.
-            if i + 1 == t.phases.len() && p.name == "rollback" {
-                at = at.max(end - ms);
+    let waves = report.waves();
+    if waves.len() > 1 {
+        for wave in &waves {
+            let shown: Vec<&TargetReport> = wave
+                .targets
+                .iter()
+                .copied()
+                .filter(|t| has_bars(t))
+                .collect();
+            if shown.is_empty() {
+                continue;
             }
-            let _ = writeln!(out, "  {} :{at}, {}", mermaid(&p.name), at + ms);
-            at += ms;
+            let _ = writeln!(out, "  section wave {}", wave.number);
+            for t in shown {
+                bars(&mut out, t, run_start, Some(&t.name));
+            }
+        }
+    } else {
+        for t in report.targets.iter().filter(|t| has_bars(t)) {
+            let _ = writeln!(out, "  section {}", mermaid(&t.name));
+            bars(&mut out, t, run_start, None);
         }
     }
     out.push_str("```\n\n</details>\n");
     out
+}
+
+/// The bars of one target, each labelled `prefix phase` (the target's name when the section
+/// is a wave's).
+fn bars(out: &mut String, t: &TargetReport, run_start: i64, prefix: Option<&str>) {
+    let label = |name: &str| match prefix {
+        Some(p) => mermaid(&format!("{p} {name}")),
+        None => mermaid(name),
+    };
+    let offset = |ts: jiff::Timestamp| (ts.as_millisecond() - run_start).max(0);
+    let mut at = offset(t.started_at);
+    let end = offset(t.finished_at);
+    let rollback_at = t.rollback.as_ref().and_then(|rb| rb.started_at).map(offset);
+    let mut rollback_drawn = false;
+    for (i, p) in t.phases.iter().enumerate() {
+        let ms = (p.seconds * 1000.0).round().max(1.0) as i64;
+        let tag = match p.name.as_str() {
+            BAKE_PHASE => "active, ",
+            ROLLBACK_PHASE => "crit, ",
+            _ => "",
+        };
+        if p.name == ROLLBACK_PHASE {
+            match rollback_at {
+                Some(start) => {
+                    at = start;
+                    rollback_drawn = true;
+                }
+                // Not known when it started: it runs once the fleet has decided, after a
+                // pause, so it ends when the target finished, not right after the phase
+                // before it.
+                None if i + 1 == t.phases.len() => at = at.max(end - ms),
+                None => {}
+            }
+        }
+        let _ = writeln!(out, "  {} :{tag}{at}, {}", label(&p.name), at + ms);
+        at += ms;
+    }
+    if let Some(start) = rollback_at
+        && !rollback_drawn
+    {
+        // Started but not timed (still going when the run ended, or cut short): from the
+        // decision to the target's end.
+        let _ = writeln!(
+            out,
+            "  {} :crit, {start}, {}",
+            label(ROLLBACK_PHASE),
+            end.max(start + 1)
+        );
+    }
 }
 
 /// The plan as Markdown for the PR's plan comment (and step summary), at most `limit` bytes,
@@ -639,6 +725,8 @@ mod tests {
         eu.revision = Some(4);
         eu.failures.push(image_failure());
         eu.rollback = Some(RollbackReport {
+            started_at: None,
+            why: None,
             to_commit: None,
             as_revision: None,
             to_revision: Some(3),
@@ -650,6 +738,8 @@ mod tests {
         us.revision = Some(7);
         us.message = Some("policy rollback-all: eu failed".into());
         us.rollback = Some(RollbackReport {
+            started_at: None,
+            why: None,
             to_commit: Some("3a30e4b".into()),
             as_revision: Some(8),
             to_revision: Some(6),
@@ -674,6 +764,171 @@ mod tests {
             &Clean::new(&three_targets()),
             &options(COMMENT_LIMIT)
         ));
+    }
+
+    #[test]
+    fn snapshot_three_waves() {
+        insta::assert_snapshot!(to_markdown(
+            &Clean::new(&crate::report::model::tests::three_waves()),
+            &options(COMMENT_LIMIT)
+        ));
+    }
+
+    /// The Mermaid chart of a body, between its fences.
+    fn chart(md: &str) -> &str {
+        let start = md
+            .find("```mermaid\n")
+            .map_or(0, |i| i + "```mermaid\n".len());
+        let end = md[start..].find("```").map_or(md.len(), |i| start + i);
+        &md[start..end]
+    }
+
+    /// Wave 0 (canary) deployed and baked 10 s; in wave 1, us failed at 14 s and, under
+    /// rollback-all, the canary and us rolled back from 15 s; wave 2 was skipped.
+    fn policy_waves() -> Report {
+        let at = crate::report::model::tests::ts;
+        let mut canary = target("canary", TargetOutcome::RolledBack);
+        canary.phases = vec![
+            PhaseTiming::new("apply", 1.0),
+            PhaseTiming::new("wait", 1.0),
+            PhaseTiming::new(BAKE_PHASE, 10.0),
+            PhaseTiming::new(ROLLBACK_PHASE, 2.0),
+        ];
+        canary.finished_at = at(17);
+        let rollback = |started: i64, why: &str| {
+            Some(RollbackReport {
+                started_at: Some(at(started)),
+                why: Some(why.into()),
+                as_revision: Some(5),
+                ..RollbackReport::new(TargetOutcome::RolledBack, Some(3))
+            })
+        };
+        canary.rollback = rollback(15, "policy rollback-all: us failed at 08:00:14");
+        let mut us = target("us", TargetOutcome::RolledBack);
+        us.wave = 1;
+        us.started_at = at(12);
+        us.finished_at = at(16);
+        us.phases = vec![
+            PhaseTiming::new("apply", 1.0),
+            PhaseTiming::new("wait", 1.0),
+        ];
+        // Its rollback phase was not timed (cut short): the bar runs to its end.
+        us.rollback = rollback(15, "failed");
+        let mut sa = target("sa", TargetOutcome::Skipped);
+        sa.wave = 2;
+        report(vec![canary, us, sa])
+    }
+
+    #[test]
+    fn gantt_has_a_section_per_wave_a_bake_bar_and_rollbacks_from_their_start() {
+        let md = to_markdown(&Clean::new(&policy_waves()), &options(COMMENT_LIMIT));
+        assert_eq!(
+            chart(&md),
+            "gantt
+  dateFormat x
+  axisFormat %M:%S
+  section wave 0
+  canary apply :0, 1000
+  canary wait :1000, 2000
+  canary bake :active, 2000, 12000
+  canary rollback :crit, 15000, 17000
+  section wave 1
+  us apply :12000, 13000
+  us wait :13000, 14000
+  us rollback :crit, 15000, 16000
+",
+            "{md}"
+        );
+        // The table says why each went back.
+        assert!(
+            md.contains("| v3: policy rollback-all: us failed at 08:00:14 |"),
+            "{md}"
+        );
+        assert!(md.contains("| v3: failed |"), "{md}");
+        assert!(
+            md.contains(
+                "Rollback started at 08:00:15 UTC: policy rollback-all: us failed at 08:00:14\n"
+            ),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn one_wave_keeps_a_section_per_target_and_marks_bake_and_rollback() {
+        let mut r = policy_waves();
+        r.targets.iter_mut().for_each(|t| t.wave = 0);
+        r.targets.truncate(2);
+        if let Some(rb) = r.targets[0].rollback.as_mut() {
+            // Not known when it started: the rollback ends when the target did.
+            rb.started_at = None;
+        }
+        let md = to_markdown(&Clean::new(&r), &options(COMMENT_LIMIT));
+        assert_eq!(
+            chart(&md),
+            "gantt
+  dateFormat x
+  axisFormat %M:%S
+  section canary
+  apply :0, 1000
+  wait :1000, 2000
+  bake :active, 2000, 12000
+  rollback :crit, 15000, 17000
+  section us
+  apply :12000, 13000
+  wait :13000, 14000
+  rollback :crit, 15000, 16000
+",
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn a_target_name_cannot_break_the_chart() {
+        let hostile = "eu: 0, 1; x #1\nsection evil\n  end :crit, 0, 9\n%%{init}%%";
+        for waves in [true, false] {
+            let mut r = policy_waves();
+            r.targets[1].name = hostile.into();
+            if !waves {
+                r.targets.iter_mut().for_each(|t| t.wave = 0);
+            }
+            let md = to_markdown(&Clean::new(&r), &options(COMMENT_LIMIT));
+            // The only fence is the chart's, opened and closed once.
+            assert_eq!(md.matches("```").count(), 2, "{md}");
+            let lines: Vec<&str> = chart(&md).lines().collect();
+            let sections = lines.iter().filter(|l| l.starts_with("  section ")).count();
+            let bars: Vec<&str> = lines.iter().copied().filter(|l| l.contains(" :")).collect();
+            // Exactly what was drawn: 2 sections, 4 + 3 bars; nothing the name made up.
+            assert_eq!(
+                (lines.len(), sections, bars.len()),
+                (3 + 2 + 7, 2, 7),
+                "{md}"
+            );
+            for line in &lines[3..] {
+                let Some(rest) = line.strip_prefix("  ") else {
+                    panic!("{line:?} in\n{md}");
+                };
+                if let Some(section) = rest.strip_prefix("section ") {
+                    assert!(!section.contains([':', ';', '#', '%', '`']), "{line:?}");
+                    continue;
+                }
+                let (label, times) = rest.split_once(" :").unwrap_or_default();
+                assert!(
+                    !label.is_empty() && !label.contains([':', ';', '#', '%', '`', ',']),
+                    "{line:?}"
+                );
+                // Tags, then two numbers: the name cannot add a tag or a time.
+                let parts: Vec<&str> = times.split(", ").collect();
+                let (tags, numbers) = parts.split_at(parts.len().saturating_sub(2));
+                assert!(
+                    tags.iter().all(|t| ["active", "crit"].contains(t)),
+                    "{line:?}"
+                );
+                assert!(
+                    numbers.len() == 2 && numbers.iter().all(|n| n.parse::<i64>().is_ok()),
+                    "{line:?}"
+                );
+            }
+        }
     }
 
     #[test]
@@ -773,6 +1028,8 @@ mod tests {
         let mut t = target("eu", TargetOutcome::Failed);
         t.failures.push(image_failure());
         t.rollback = Some(RollbackReport {
+            started_at: None,
+            why: None,
             to_commit: None,
             as_revision: None,
             to_revision: None,

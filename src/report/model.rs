@@ -62,6 +62,13 @@ impl std::fmt::Display for TargetOutcome {
     }
 }
 
+/// The name of the phase in which a healthy target of a wave is watched before the next wave
+/// starts (`bake:`); the renderers show it as the wave's bake.
+pub const BAKE_PHASE: &str = "bake";
+
+/// The name of the phase in which a target goes back to its last good release.
+pub const ROLLBACK_PHASE: &str = "rollback";
+
 /// How long one step of a target took (connect, lock, apply, wait, rollback, ...).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PhaseTiming {
@@ -208,12 +215,49 @@ pub struct RollbackReport {
     /// The revision the rollback itself was recorded as (the run's revision + 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub as_revision: Option<u64>,
+    /// When the fleet decided to roll this target back (the rollback's first step started).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Timestamp>,
+    /// Why it was rolled back: "failed", "policy rollback-all: us failed at 12:03:04",
+    /// "cancelled by SIGTERM (on_cancel: rollback)".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+}
+
+impl RollbackReport {
+    /// A rollback with only its outcome and destination known yet; the rest is filled in as
+    /// the rollback goes.
+    pub fn new(outcome: TargetOutcome, to_revision: Option<u64>) -> RollbackReport {
+        RollbackReport {
+            to_revision,
+            outcome,
+            left_in_place: Vec::new(),
+            message: None,
+            to_commit: None,
+            as_revision: None,
+            started_at: None,
+            why: None,
+        }
+    }
+
+    /// The `why` of a rollback the failure policy ordered because another target failed:
+    /// "policy rollback-all: us failed at 12:03:04" (UTC, to the second).
+    pub fn policy_why(policy: &str, failed: &str, at: Timestamp) -> String {
+        format!(
+            "policy {policy}: {failed} failed at {}",
+            at.strftime("%H:%M:%S")
+        )
+    }
 }
 
 /// One target's part of the run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TargetReport {
     pub name: String,
+    /// The wave this target belongs to (`wave:` in the config; 0 when none is set). Waves run
+    /// in order, each after the previous one's targets are healthy and baked.
+    #[serde(default)]
+    pub wave: u32,
     pub outcome: TargetOutcome,
     /// The revision recorded for this deploy (None when nothing was recorded).
     pub revision: Option<u64>,
@@ -248,6 +292,7 @@ impl TargetReport {
     pub fn new(name: impl Into<String>, outcome: TargetOutcome, at: Timestamp) -> Self {
         TargetReport {
             name: name.into(),
+            wave: 0,
             outcome,
             revision: None,
             started_at: at,
@@ -266,6 +311,20 @@ impl TargetReport {
     /// Wall time of this target.
     pub fn duration(&self) -> Duration {
         elapsed(self.started_at, self.finished_at)
+    }
+
+    /// How long this target baked (its [`BAKE_PHASE`] phases), None when it did not bake.
+    pub fn bake(&self) -> Option<Duration> {
+        let seconds: f64 = self
+            .phases
+            .iter()
+            .filter(|p| p.name == BAKE_PHASE)
+            .map(|p| p.seconds)
+            .sum();
+        // A report read back from JSON may hold anything: no panic on NaN or overflow.
+        Duration::try_from_secs_f64(seconds)
+            .ok()
+            .filter(|d| !d.is_zero())
     }
 
     /// The shortest useful answer to "why is this target not deployed?".
@@ -366,6 +425,20 @@ impl Report {
         elapsed(self.started_at, self.finished_at)
     }
 
+    /// The targets by wave, waves in order and targets in config order within each.
+    pub fn waves(&self) -> Vec<Wave<'_>> {
+        let mut numbers: Vec<u32> = self.targets.iter().map(|t| t.wave).collect();
+        numbers.sort_unstable();
+        numbers.dedup();
+        numbers
+            .into_iter()
+            .map(|number| Wave {
+                number,
+                targets: self.targets.iter().filter(|t| t.wave == number).collect(),
+            })
+            .collect()
+    }
+
     /// Recomputes `outcome` and `summary` after targets or `dry_run` changed. An outcome set
     /// by hand that is more serious than the targets' (a cancelled run) is kept.
     pub fn refresh(&mut self) {
@@ -374,6 +447,32 @@ impl Report {
             self.outcome = from_targets;
         }
         self.summary = summary_line(self);
+    }
+}
+
+/// The targets of one wave of a report ([`Report::waves`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Wave<'a> {
+    pub number: u32,
+    pub targets: Vec<&'a TargetReport>,
+}
+
+impl Wave<'_> {
+    /// How long the wave baked: the longest bake of its targets (they bake together).
+    pub fn bake(&self) -> Option<Duration> {
+        self.targets.iter().filter_map(|t| t.bake()).max()
+    }
+
+    /// "wave 1", or "wave 1 (bake 10m)" when its targets baked.
+    pub fn heading(&self) -> String {
+        match self.bake() {
+            Some(bake) => format!(
+                "wave {} (bake {})",
+                self.number,
+                crate::util::duration::format_duration(bake)
+            ),
+            None => format!("wave {}", self.number),
+        }
     }
 }
 
@@ -802,6 +901,136 @@ pub(crate) mod tests {
         )
     }
 
+    /// Three waves (canary; eu, us; ap, sa): the canary's pods crash-loop 5 s into its bake,
+    /// it rolls back, the later waves are skipped.
+    pub fn three_waves() -> Report {
+        let mut canary = target("canary", TargetOutcome::RolledBack);
+        canary.revision = Some(4);
+        canary.failures.push(Failure {
+            reason: "CrashLoopBackOff".into(),
+            message: "back-off restarting failed container".into(),
+            ..image_failure()
+        });
+        canary.phases = vec![
+            PhaseTiming::new("connect", 0.25),
+            PhaseTiming::new("apply", 1.0),
+            PhaseTiming::new("wait", 2.0),
+            PhaseTiming::new(BAKE_PHASE, 5.0),
+            PhaseTiming::new(ROLLBACK_PHASE, 2.5),
+        ];
+        canary.rollback = Some(RollbackReport {
+            to_commit: Some("3a30e4b".into()),
+            as_revision: Some(5),
+            started_at: Some(ts(9)),
+            why: Some("failed".into()),
+            ..RollbackReport::new(TargetOutcome::RolledBack, Some(3))
+        });
+        let skipped = |name: &str, wave: u32| {
+            let mut t = TargetReport::new(name, TargetOutcome::Skipped, ts(9));
+            t.wave = wave;
+            t.message = Some("wave 0 failed (canary): this wave did not start".into());
+            t
+        };
+        report(vec![
+            canary,
+            skipped("eu", 1),
+            skipped("us", 1),
+            skipped("ap", 2),
+            skipped("sa", 2),
+        ])
+    }
+
+    #[test]
+    fn policy_why_names_the_policy_the_failed_target_and_the_second() {
+        assert_eq!(
+            RollbackReport::policy_why("rollback-all", "us", ts(9)),
+            "policy rollback-all: us failed at 08:00:09"
+        );
+    }
+
+    #[test]
+    fn waves_are_in_order_with_targets_in_config_order() {
+        let mut r = three_waves();
+        // Config order need not follow the waves: us, eu, ap, sa, canary.
+        r.targets.rotate_left(1);
+        r.targets.swap(0, 1);
+        let waves: Vec<(u32, Vec<&str>)> = r
+            .waves()
+            .iter()
+            .map(|w| {
+                (
+                    w.number,
+                    w.targets.iter().map(|t| t.name.as_str()).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            waves,
+            vec![
+                (0, vec!["canary"]),
+                (1, vec!["us", "eu"]),
+                (2, vec!["ap", "sa"]),
+            ]
+        );
+        let headings: Vec<String> = r.waves().iter().map(Wave::heading).collect();
+        assert_eq!(headings, ["wave 0 (bake 5s)", "wave 1", "wave 2"]);
+        assert!(report(vec![]).waves().is_empty());
+    }
+
+    #[test]
+    fn a_wave_bakes_as_long_as_its_longest_bake() {
+        let baked = |name: &str, seconds: f64| {
+            let mut t = target(name, Deployed);
+            t.phases = vec![
+                PhaseTiming::new("wait", 30.0),
+                PhaseTiming::new(BAKE_PHASE, seconds),
+            ];
+            t
+        };
+        let r = report(vec![baked("eu", 600.0), baked("us", 599.5)]);
+        assert_eq!(r.waves()[0].heading(), "wave 0 (bake 10m)");
+        // (bake phase seconds, bake): a report read back may hold anything.
+        let cases = [
+            (0.0, None),
+            (-1.0, None),
+            (f64::NAN, None),
+            (f64::INFINITY, None),
+            (1.5, Some(Duration::from_millis(1500))),
+        ];
+        for (seconds, want) in cases {
+            assert_eq!(baked("eu", seconds).bake(), want, "{seconds}");
+        }
+        assert_eq!(target("eu", Deployed).bake(), None);
+    }
+
+    #[test]
+    fn wave_and_rollback_why_in_json_and_old_reports_read_back() {
+        let r = three_waves();
+        let value = serde_json::to_value(&r).unwrap();
+        assert_eq!(value["targets"][0]["wave"], 0, "always written");
+        assert_eq!(value["targets"][4]["wave"], 2);
+        let rollback = &value["targets"][0]["rollback"];
+        assert_eq!(rollback["why"], "failed");
+        assert_eq!(rollback["started_at"], "2027-01-15T08:00:09Z");
+        // None is left out, not written as null.
+        let mut none = r.clone();
+        if let Some(rb) = none.targets[0].rollback.as_mut() {
+            rb.why = None;
+            rb.started_at = None;
+        }
+        let value = serde_json::to_value(&none).unwrap();
+        let rollback = value["targets"][0]["rollback"].as_object().unwrap();
+        assert!(!rollback.contains_key("why") && !rollback.contains_key("started_at"));
+        // A report of an older version: no wave, no started_at or why.
+        let mut old = serde_json::to_value(&none).unwrap();
+        for t in old["targets"].as_array_mut().unwrap() {
+            t.as_object_mut().unwrap().remove("wave");
+        }
+        let back: Report = serde_json::from_value(old).unwrap();
+        assert!(back.targets.iter().all(|t| t.wave == 0));
+        assert_eq!(back.targets[0].rollback, none.targets[0].rollback);
+    }
+
     use TargetOutcome::*;
 
     #[test]
@@ -858,6 +1087,8 @@ pub(crate) mod tests {
     fn summary_line_table() {
         let mut eu = target("eu", RollbackFailed);
         eu.rollback = Some(RollbackReport {
+            started_at: None,
+            why: None,
             to_commit: None,
             as_revision: None,
             to_revision: Some(3),

@@ -10,8 +10,9 @@ const REASON_CHARS: usize = 48;
 /// The narrowest the reason column gets on a narrow terminal.
 const MIN_REASON_COLUMNS: usize = 12;
 
-/// A plain-text table, one row per target ([`table_row`]), the details of every failure in
-/// full, then the summary line. With `color`, what happened is colored with ANSI SGR codes;
+/// A plain-text table, one row per target ([`table_row`]; under a heading per wave, "wave 1
+/// (bake 10m)", when the run has more than one), the details of every failure in full, then
+/// the summary line. With `color`, what happened is colored with ANSI SGR codes;
 /// without, the output has no escape codes at all (not a TTY, or NO_COLOR set). With
 /// `columns` (stdout is a terminal that wide), the reason column is cut so that rows do not
 /// wrap; the details below still say every reason in full.
@@ -47,7 +48,10 @@ pub fn to_table(report: &Clean<Report>, color: bool, columns: Option<usize>) -> 
     let mut out = String::new();
     let header: Vec<String> = headers.iter().zip(widths).map(|(h, w)| pad(h, w)).collect();
     push_line(&mut out, &header, color.then_some("1"));
-    for (row, target) in rows.iter().zip(&report.targets) {
+    let push_row = |out: &mut String, i: usize| {
+        let (Some(row), Some(target)) = (rows.get(i), report.targets.get(i)) else {
+            return;
+        };
         let cells: Vec<String> = row
             .iter()
             .zip(widths)
@@ -60,7 +64,24 @@ pub fn to_table(report: &Clean<Report>, color: bool, columns: Option<usize>) -> 
                 }
             })
             .collect();
-        push_line(&mut out, &cells, None);
+        push_line(out, &cells, None);
+    };
+    let waves = report.waves();
+    if waves.len() > 1 {
+        // A heading per wave, its targets under it in config order.
+        for wave in &waves {
+            push_line(&mut out, &[wave.heading()], color.then_some("1"));
+            for (i, _) in report
+                .targets
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| t.wave == wave.number)
+            {
+                push_row(&mut out, i);
+            }
+        }
+    } else {
+        (0..rows.len()).for_each(|i| push_row(&mut out, i));
     }
     out.push('\n');
     let details = failure_details(report);
@@ -263,8 +284,47 @@ shop: deployed to 1 of 2, 1 failed; us-east: ImagePullBackOff
     }
 
     #[test]
+    fn golden_table_by_wave() {
+        // A heading per wave (with its bake), targets under it in config order; the widths
+        // are the whole table's.
+        let mut r = crate::report::model::tests::three_waves();
+        // Config order need not follow the waves: us is listed first.
+        r.targets.swap(0, 2);
+        let want = "\
+TARGET  HAPPENED                  RUNS NOW      DURATION  REASON
+wave 0 (bake 5s)
+canary  rolled back 4 → 3 (as 5)  v5 (3a30e4b)  12s       CrashLoopBackOff
+wave 1
+us      skipped                   -             0ms       wave 0 failed (canary): this wave did not start
+eu      skipped                   -             0ms       wave 0 failed (canary): this wave did not start
+wave 2
+ap      skipped                   -             0ms       wave 0 failed (canary): this wave did not start
+sa      skipped                   -             0ms       wave 0 failed (canary): this wave did not start
+
+canary:
+  Deployment shop/web: pod web-7d9f-x container web: CrashLoopBackOff: back-off restarting failed container
+
+shop: rolled back 1 of 1, 4 skipped; canary: CrashLoopBackOff
+";
+        assert_eq!(to_table(&Clean::new(&r), false, None), want);
+        let colored = to_table(&Clean::new(&r), true, None);
+        assert!(colored.contains("\x1b[1mwave 1\x1b[0m\n"), "{colored:?}");
+    }
+
+    #[test]
+    fn one_wave_has_no_heading_whatever_its_number() {
+        let plain = to_table(&Clean::new(&sample()), false, None);
+        let mut r = sample();
+        r.targets.iter_mut().for_each(|t| t.wave = 3);
+        assert_eq!(to_table(&Clean::new(&r), false, None), plain);
+        assert!(!plain.contains("wave"), "{plain}");
+    }
+
+    #[test]
     fn rows_say_what_runs_now_and_what_happened() {
         let rollback = |outcome, to: Option<u64>, as_revision: Option<u64>| RollbackReport {
+            started_at: None,
+            why: None,
             to_revision: to,
             outcome,
             left_in_place: vec![],
@@ -304,6 +364,8 @@ shop: deployed to 1 of 2, 1 failed; us-east: ImagePullBackOff
                     RollbackFailed,
                     Some(7),
                     Some(RollbackReport {
+                        started_at: None,
+                        why: None,
                         message: Some("connection refused".into()),
                         ..rollback(RollbackFailed, Some(5), None)
                     }),
