@@ -41,6 +41,9 @@ pub struct Config {
     /// wave some target is in. A wave without an entry has the defaults (see [`Config::bake`]
     /// and [`Config::max_parallel`]).
     pub waves: Vec<WaveConfig>,
+    /// The lowest wave of every target of the file, before `--target` or `--wave` narrow the
+    /// targets down: a `scope: fleet` stage runs once per deploy, with this wave.
+    pub first_wave: u32,
     pub history: HistoryConfig,
     pub on_failure: FailurePolicy,
     pub on_cancel: CancelPolicy,

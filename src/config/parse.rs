@@ -361,6 +361,7 @@ impl Ctx {
             wait: WaitConfig::default(),
             concurrency: 64,
             waves: Vec::new(),
+            first_wave: 0,
             history: HistoryConfig::default(),
             on_failure: FailurePolicy::default(),
             on_cancel: CancelPolicy::default(),
@@ -457,6 +458,7 @@ impl Ctx {
             config.concurrency = usize::try_from(c).unwrap_or(usize::MAX);
         }
         config.waves = self.waves(get("waves"), &config.targets);
+        config.first_wave = config.targets.iter().map(|t| t.wave).min().unwrap_or(0);
         if let Some(history) = get("history")
             && self.mapping(history, "history", HISTORY_KEYS).is_some()
         {

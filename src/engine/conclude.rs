@@ -396,11 +396,11 @@ async fn roll_back_manifests(
     }
     let as_revision = attempt.as_ref().ok().copied();
     let (outcome, ok, message) = match attempt {
-        Ok(revision) => (
-            TargetOutcome::RolledBack,
-            true,
-            format!("rolled back to v{} (as v{revision})", good.revision),
-        ),
+        Ok(revision) => {
+            let message = format!("rolled back to v{} (as v{revision})", good.revision);
+            tracing::info!("{message}");
+            (TargetOutcome::RolledBack, true, message)
+        }
         // Cancelled while the rollback was still rolling out: it was sent, not verified.
         // Failed: nothing of the new revision stayed (policy::unfinished_rollback_outcome).
         Err((why, outcome)) => (outcome, false, why),

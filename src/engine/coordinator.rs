@@ -4,7 +4,6 @@
 //! decided. Modelled on cargo-nextest's dispatcher: executors report, one loop decides.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use jiff::Timestamp;
 use tokio::sync::{Mutex, mpsc};
@@ -48,7 +47,7 @@ pub async fn coordinate(
         rollback_revision: crate::release::fleet_revision(&[vec![revision]]),
         events: events_tx,
     };
-    let first_wave = entrants.iter().map(|e| wave_of(&e.run)).min().unwrap_or(0);
+    let first_wave = plan.config.first_wave;
     let mut fleet = Fleet::new(
         machine_settings(plan),
         entrants
@@ -113,8 +112,8 @@ fn signal_name() -> &'static str {
     crate::util::process_group::cancel_signal().unwrap_or("a signal")
 }
 
-fn wave_of(_run: &TargetRun) -> u32 {
-    0
+fn wave_of(run: &TargetRun) -> u32 {
+    run.target.wave
 }
 
 fn machine_settings(plan: &Plan) -> Settings {
@@ -128,7 +127,12 @@ fn machine_settings(plan: &Plan) -> Settings {
         },
         rollback_on_cancel: settings.on_cancel_rollback,
         concurrency: plan.config.concurrency.max(1),
-        max_parallel: Vec::new(),
+        max_parallel: plan
+            .config
+            .wave_numbers()
+            .into_iter()
+            .map(|wave| (wave, plan.config.max_parallel(wave)))
+            .collect(),
     }
 }
 
@@ -190,7 +194,7 @@ impl Crew {
             run: run.clone(),
             history: entrant.history.map(|h| (h, revision)),
             parts,
-            bake: Duration::ZERO,
+            bake: shared.plan.config.bake(wave),
             commands: rx,
             shared: shared.clone(),
         };

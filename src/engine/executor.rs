@@ -15,8 +15,8 @@ use crate::engine::plan::Plan;
 use crate::engine::policy::RollbackResult;
 use crate::engine::target_run::{TargetRun, complete, deploy_target, finish, run_stages};
 use crate::release::session::OpenHistory;
-use crate::report::TargetOutcome;
 use crate::report::progress::Progress;
+use crate::report::{BAKE_PHASE, TargetOutcome};
 use crate::stages::env::RollbackReason;
 
 /// What every executor of a run shares.
@@ -145,6 +145,7 @@ impl Executor {
         if self.bake.is_zero() {
             return self.send(Event::Baked(self.id));
         }
+        self.run.lock().await.clock.start(BAKE_PHASE);
         let stop = self.shared.cancel.child_token();
         let sleep = tokio::time::sleep(self.bake);
         let worked = listen(
@@ -158,6 +159,7 @@ impl Executor {
             &stop,
         )
         .await;
+        self.run.lock().await.clock.stop();
         let event = if worked.stop_asked || stop.is_cancelled() {
             Event::Stopped(self.id)
         } else {
@@ -233,7 +235,13 @@ pub(crate) async fn obey_rollback(
         &shared.cancel,
         shared.rollback_stop.clone(),
     );
-    settle_target(&context, run, true).await
+    let started_at = jiff::Timestamp::now();
+    let result = settle_target(&context, run, true).await;
+    if let Some(rollback) = run.report.rollback.as_mut() {
+        rollback.started_at = Some(started_at);
+        rollback.why = Some(why.to_string());
+    }
+    result
 }
 
 /// Ends the target as the coordinator decided: its record written, its lock released.

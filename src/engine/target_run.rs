@@ -64,8 +64,10 @@ pub struct Unchanged {
 impl TargetRun {
     /// A run of `target` that has done nothing yet.
     pub fn new(target: &TargetConfig, at: Timestamp) -> TargetRun {
+        let mut report = TargetReport::new(target.name.clone(), TargetOutcome::Failed, at);
+        report.wave = target.wave;
         TargetRun {
-            report: TargetReport::new(target.name.clone(), TargetOutcome::Failed, at),
+            report,
             access: None,
             applied: Vec::new(),
             received_new_revision: false,

@@ -25,3 +25,4 @@ mod stalled;
 // `rollguard demo` in a pseudo-terminal: the demo needs the `demo` feature (on by default).
 #[cfg(feature = "demo")]
 mod terminal;
+mod waves;

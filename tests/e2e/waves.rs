@@ -1,0 +1,249 @@
+//! Issue 22: the fleet acts the moment it knows. Waves run in order with a bake; the failure
+//! policy decides at the first failure; the bound is a bound.
+
+use serde_json::Value;
+
+use crate::harness::{TestEnv, small_app};
+use crate::release::{GOOD, assert_runs, first_good_deploy, records};
+
+const BAD: &str = "example.com/web:v2";
+
+/// Writes to cluster `sim-N` other than to Leases (the locks), dry runs aside.
+fn writes_besides_locks(env: &TestEnv, cluster: usize) -> u64 {
+    env.cluster(cluster)
+        .counters()
+        .counts
+        .iter()
+        .filter(|(k, _)| {
+            !k.dry_run
+                && k.resource != "leases.coordination.k8s.io"
+                && kube_sim::faults::WRITE_VERBS.contains(&k.verb.as_str())
+        })
+        .map(|(_, n)| n)
+        .sum()
+}
+
+/// `app: shop` with one target per (name, wave) on sim-1, sim-2, ... and `extra` top-level
+/// settings.
+fn wave_config(targets: &[(&str, u32)], extra: &str) -> String {
+    let mut text = String::from("app: shop\nnamespace: shop\nmanifests: [k8s/]\ntargets:\n");
+    for (i, (name, wave)) in targets.iter().enumerate() {
+        text.push_str(&format!(
+            "  - {{name: {name}, context: sim-{}, wave: {wave}}}\n",
+            i + 1
+        ));
+    }
+    text.push_str(extra);
+    text
+}
+
+/// The small app whose pods are ready only `delay` simulated seconds after they start
+/// (a readiness probe's initial delay): a slow but healthy rollout.
+fn slow_app(image: &str, delay: u32) -> String {
+    // The container is the last thing in the small app: the probe goes under it.
+    small_app(image)
+        + &format!(
+            "          readinessProbe:\n            initialDelaySeconds: {delay}\n            httpGet: {{path: /, port: 80}}\n"
+        )
+}
+
+fn timestamp(v: &Value) -> jiff::Timestamp {
+    v.as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("not a timestamp: {v}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_canary_skips_every_later_wave_with_no_write_but_its_lease() {
+    let rules = format!(
+        "- {{cluster: sim-1, image: \"{BAD}\", behaviour: ImagePullBackOff}}\n- {{image: \"*\", behaviour: Ready}}\n"
+    );
+    let env = TestEnv::start(5, &rules).await;
+    let targets = [("canary", 0), ("eu", 1), ("us", 1), ("ap", 2), ("sa", 2)];
+    env.write(
+        "rollguard.yaml",
+        &wave_config(&targets, "waves:\n  - {wave: 0, bake: 2s}\n"),
+    );
+    first_good_deploy(&env).await;
+    env.write("k8s/app.yaml", &small_app(BAD));
+    let before: Vec<u64> = (1..=5).map(|c| writes_besides_locks(&env, c)).collect();
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 1, "{}", run.output());
+    assert_eq!(run.outcome("canary"), "rolled-back", "{}", run.output());
+    assert_runs(&env, 1, GOOD).await;
+    for (i, (name, wave)) in targets.iter().enumerate().skip(1) {
+        let cluster = i + 1;
+        assert_eq!(run.outcome(name), "skipped", "{}", run.output());
+        assert_eq!(run.target(name)["wave"], *wave, "{}", run.output());
+        let message = run.target(name)["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("wave 0 failed (canary)"),
+            "{name}: {message}"
+        );
+        assert_eq!(
+            writes_besides_locks(&env, cluster),
+            before[i],
+            "{name} got a write besides its Lease"
+        );
+        // No new record: v1 is all there is.
+        assert_eq!(records(&env, cluster).await.len(), 1, "{name}");
+        assert_runs(&env, cluster, GOOD).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waves_run_in_order_each_after_the_one_before_baked() {
+    let env = TestEnv::start(3, "").await;
+    let targets = [("canary", 0), ("eu", 1), ("us", 1)];
+    env.write(
+        "rollguard.yaml",
+        &wave_config(
+            &targets,
+            "wait:\n  bake: 1s\nwaves:\n  - {wave: 1, max_parallel: 1}\n",
+        ),
+    );
+    env.write("k8s/app.yaml", &small_app(GOOD));
+    let run = env
+        .deploy_with_env(&[], &[("RUST_LOG", "rollguard=info")])
+        .await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    let line_of = |target: &str, words: &str| {
+        run.stderr
+            .lines()
+            .position(|l| l.contains(&format!("target={target}")) && l.contains(words))
+            .unwrap_or_else(|| panic!("no `{words}` line of {target}:\n{}", run.output()))
+    };
+    // Wave 1 starts after the canary's bake; max_parallel 1: one of its targets at a time.
+    let canary = line_of("canary", "rollout healthy");
+    let (eu, us) = (line_of("eu", "applied"), line_of("us", "applied"));
+    assert!(canary < eu && canary < us, "{}", run.output());
+    let first_done = line_of("eu", "rollout healthy").min(line_of("us", "rollout healthy"));
+    assert!(
+        first_done < eu.max(us),
+        "wave 1 ran two at once:\n{}",
+        run.output()
+    );
+    // The bake is in the timeline.
+    let phases = run.target("canary")["phases"].to_string();
+    assert!(phases.contains("\"bake\""), "{phases}");
+}
+
+/// rollback-all: us fails at once (the image does not exist); eu is healthy but slow (its pods
+/// are ready 100 simulated seconds after they start). eu's wait is stopped and its rollback
+/// starts within a second of us's failure; the deploy does not wait for eu's rollout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollback_all_stops_a_slow_target_at_the_first_failure() {
+    let rules = format!(
+        "- {{cluster: sim-2, image: \"{BAD}\", behaviour: ImagePullBackOff}}\n- {{image: \"*\", behaviour: Ready}}\n"
+    );
+    let env = TestEnv::start(2, &rules).await;
+    env.write(
+        "rollguard.yaml",
+        &wave_config(
+            &[("eu", 0), ("us", 0)],
+            "on_failure: rollback-all\nwait:\n  timeout: 300s\n",
+        ),
+    );
+    first_good_deploy(&env).await;
+    env.write("k8s/app.yaml", &slow_app(BAD, 100));
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 1, "{}", run.output());
+    for target in ["eu", "us"] {
+        assert_eq!(run.outcome(target), "rolled-back", "{}", run.output());
+    }
+    let started = |t: &str| timestamp(&run.target(t)["rollback"]["started_at"]);
+    let gap = started("eu").duration_since(started("us")).abs();
+    assert!(
+        gap.as_secs_f64() < 1.0,
+        "eu's rollback started {gap:?} after us's failure:\n{}",
+        run.output()
+    );
+    let why = run.target("eu")["rollback"]["why"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        why.starts_with("policy rollback-all: us failed at"),
+        "{why}"
+    );
+    assert_eq!(run.target("us")["rollback"]["why"], "failed");
+    // eu was stopped, never healthy: its v2 record failed with the policy's reason.
+    let recs = records(&env, 1).await;
+    let reason = recs[1].reason.clone().unwrap_or_default();
+    assert!(
+        reason.starts_with("stopped: policy rollback-all: us failed at"),
+        "{reason}"
+    );
+    assert_runs(&env, 1, GOOD).await;
+    assert_runs(&env, 2, GOOD).await;
+}
+
+/// rollback-failed: us fails and is rolled back (and healthy) while eu's slow rollout still
+/// goes on; eu is deployed in the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollback_failed_rolls_back_at_once_while_the_slow_target_waits() {
+    let rules = format!(
+        "- {{cluster: sim-2, image: \"{BAD}\", behaviour: ImagePullBackOff}}\n- {{image: \"*\", behaviour: Ready}}\n"
+    );
+    let env = TestEnv::start(2, &rules).await;
+    env.write(
+        "rollguard.yaml",
+        &wave_config(
+            &[("eu", 0), ("us", 0)],
+            "on_failure: rollback-failed\nwait:\n  timeout: 300s\n",
+        ),
+    );
+    first_good_deploy(&env).await;
+    env.write("k8s/app.yaml", &slow_app(BAD, 60));
+    let run = env
+        .deploy_with_env(&[], &[("RUST_LOG", "rollguard=info")])
+        .await;
+    assert_eq!(run.code, 1, "{}", run.output());
+    assert_eq!(run.outcome("us"), "rolled-back", "{}", run.output());
+    assert_eq!(run.outcome("eu"), "deployed", "{}", run.output());
+    let line_of = |target: &str, words: &str| {
+        run.stderr
+            .lines()
+            .position(|l| l.contains(&format!("target={target}")) && l.contains(words))
+            .unwrap_or_else(|| panic!("no `{words}` line of {target}:\n{}", run.output()))
+    };
+    assert!(
+        line_of("us", "rolled back to v1") < line_of("eu", "rollout healthy"),
+        "us waited for eu:\n{}",
+        run.output()
+    );
+}
+
+/// `--concurrency 1`, four targets, rollback-all: the first fails; the other three never
+/// start: no write but their Lease, skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollback_all_skips_the_queued_targets_with_no_write() {
+    let rules = format!(
+        "- {{cluster: sim-1, image: \"{BAD}\", behaviour: ImagePullBackOff}}\n- {{image: \"*\", behaviour: Ready}}\n"
+    );
+    let env = TestEnv::start(4, &rules).await;
+    let targets = [("eu", 0), ("us", 0), ("ap", 0), ("sa", 0)];
+    env.write(
+        "rollguard.yaml",
+        &wave_config(&targets, "on_failure: rollback-all\n"),
+    );
+    first_good_deploy(&env).await;
+    env.write("k8s/app.yaml", &small_app(BAD));
+    let before: Vec<u64> = (1..=4).map(|c| writes_besides_locks(&env, c)).collect();
+    let run = env.deploy(&["--concurrency", "1"]).await;
+    assert_eq!(run.code, 1, "{}", run.output());
+    assert_eq!(run.outcome("eu"), "rolled-back", "{}", run.output());
+    for (i, name) in ["us", "ap", "sa"].iter().enumerate() {
+        let cluster = i + 2;
+        assert_eq!(run.outcome(name), "skipped", "{}", run.output());
+        let message = run.target(name)["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("policy rollback-all: eu failed at"),
+            "{name}: {message}"
+        );
+        assert_eq!(
+            writes_besides_locks(&env, cluster),
+            before[cluster - 1],
+            "{name} got a write besides its Lease"
+        );
+    }
+}
