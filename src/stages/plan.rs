@@ -492,7 +492,8 @@ mod tests {
         ];
         let to_c = &all[..4];
         // (what ran, order, target stages due, fleet stages due)
-        let cases: Vec<(&[StageResult], RollbackOrder, Vec<usize>, Vec<usize>)> = vec![
+        type Row<'a> = (&'a [StageResult], RollbackOrder, Vec<usize>, Vec<usize>);
+        let cases: Vec<Row> = vec![
             (&all, Pipeline, vec![1, 2, 4], vec![0, 5]),
             (&all, Reverse, vec![4, 2, 1], vec![5, 0]),
             (to_c, Pipeline, vec![1, 2, 4], vec![0]),
