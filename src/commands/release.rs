@@ -1041,7 +1041,12 @@ async fn still_on_elsewhere(
         files: selection.files.clone(),
         targets: Vec::new(),
     };
-    let lookup = |k: &str| env.get(k).cloned();
+    // Every target of the file: the variables that select targets (as --target does) are
+    // left out too.
+    let lookup = |k: &str| match k {
+        "ROLLGUARD_CONTEXTS" | "INPUT_CONTEXTS" | "ROLLGUARD_CONTEXT" | "INPUT_CONTEXT" => None,
+        _ => env.get(k).cloned(),
+    };
     let path = config::config_path(every.files.config.as_deref(), &lookup);
     let overrides = Overrides {
         kubeconfig: every.files.kubeconfig.clone(),
