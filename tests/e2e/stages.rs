@@ -963,3 +963,49 @@ async fn a_manual_rollback_of_part_of_the_fleet_runs_the_fleet_rollback_only_whe
     );
     assert_eq!(web_image(&env, 2).await, GOOD);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_rollback_runs_once_when_every_target_that_took_part_rolled_back() {
+    let env = TestEnv::start(
+        2,
+        "- {cluster: sim-2, image: \"example.com/web:v2\", behaviour: ImagePullBackOff}\n- {image: \"*\", behaviour: Ready}\n",
+    )
+    .await;
+    env.write(
+        "rollguard.yaml",
+        &format!(
+            "{}on_failure: rollback-all\npipeline:\n{}",
+            config(2, "60s"),
+            r#"  - script:
+      name: migrate
+      run: echo "migrate up $ROLLGUARD_TARGETS" >> order.log
+      rollback: echo "migrate down $ROLLGUARD_TARGETS" >> order.log
+      scope: fleet
+  - apply
+"#
+        ),
+    );
+    env.write("k8s/app.yaml", &small_app(GOOD));
+    assert_eq!(env.deploy(&[]).await.code, 0);
+    env.write("order.log", "");
+    env.write("k8s/app.yaml", &small_app(NEXT));
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 1, "{}", run.output());
+    assert_eq!(run.outcome("eu"), "rolled-back", "{}", run.output());
+    assert_eq!(run.outcome("us"), "rolled-back", "{}", run.output());
+    // Both went back to v1 first: nobody runs the new code, so the database may go back.
+    assert_eq!(
+        lines(&env.read("order.log")),
+        vec!["migrate up eu us", "migrate down eu us"],
+        "{}",
+        run.output()
+    );
+    for target in ["eu", "us"] {
+        assert_eq!(
+            stage_list(&run, target).last(),
+            Some(&("migrate".into(), true, "succeeded".into())),
+            "{}",
+            run.output()
+        );
+    }
+}
