@@ -574,6 +574,9 @@ struct Planned {
     /// The revision chosen to go back to (None: from git).
     chosen: Option<u64>,
     ran: Vec<crate::report::StageResult>,
+    /// The record rolled back from (without manifests): which release the fleet stages'
+    /// rollback commands belong to.
+    from_record: Option<ReleaseRecord>,
 }
 
 /// Whether a target's history, read again once its lock is held, still says what the person
@@ -929,7 +932,9 @@ async fn apply_rollbacks(
             message: result.as_ref().err().map(ToString::to_string),
         });
     }
-    let commands_ok = run_rollback_commands(config, ready, env, cancel).await;
+    let recorded: Vec<Option<u64>> = results.iter().map(|r| r.as_ref().ok().copied()).collect();
+    let commands_ok =
+        run_rollback_commands(config, ready, &recorded, &args.selection, env, cancel).await;
     redact::print_out(&policy::summary(&summary));
     // A re-apply that a signal stopped is the cancel (exit 130), as in a deploy.
     let applied_ok = results.iter().all(|r| match r {
@@ -945,26 +950,42 @@ async fn apply_rollbacks(
 
 /// The script stages the rolled-back revisions ran: their rollback commands, after the
 /// manifests (the commands come from this config, by stage name: a record in the cluster
-/// never decides what runs here). Returns whether every one succeeded.
+/// never decides what runs here). A fleet stage's waits while a target outside `--target`
+/// that took part still runs the release (its records say so). `recorded[i]`: the revision
+/// `ready[i]`'s re-apply was recorded as, None when it did not finish. Returns whether every
+/// one succeeded (a fleet rollback held back is no failure: it runs with theirs).
 async fn run_rollback_commands(
     config: &Config,
     ready: &[Planned],
+    recorded: &[Option<u64>],
+    selection: &Selection,
     env: &Env,
     cancel: &tokio_util::sync::CancellationToken,
 ) -> bool {
-    let due: Vec<_> = ready
+    let due: Vec<crate::engine::scripts::ManualTarget> = ready
         .iter()
-        .filter(|p| !p.ran.is_empty())
-        .map(|p| {
-            (
-                p.connected.target.clone(),
-                p.connected.access.clone(),
-                p.from_revision.unwrap_or(0),
-                p.ran.clone(),
-            )
+        .zip(recorded)
+        .filter(|(p, _)| !p.ran.is_empty())
+        .map(|(p, recorded)| crate::engine::scripts::ManualTarget {
+            target: p.connected.target.clone(),
+            access: p.connected.access.clone(),
+            revision: p.from_revision.unwrap_or(0),
+            ran: p.ran.clone(),
+            recorded_as: *recorded,
         })
         .collect();
-    let names: Vec<String> = due.iter().map(|d| d.0.name.clone()).collect();
+    let fleet_due = !crate::stages::plan::fleet_rollbacks(
+        &config.pipeline,
+        due.iter().map(|d| d.ran.as_slice()),
+        config.rollback_order,
+    )
+    .is_empty();
+    let others = if fleet_due {
+        still_on_elsewhere(ready, selection, env).await
+    } else {
+        Vec::new()
+    };
+    let names: Vec<String> = due.iter().map(|d| d.target.name.clone()).collect();
     let mut plan = crate::engine::plan::Plan::new(
         config.clone(),
         crate::manifests::ManifestSet {
@@ -978,14 +999,13 @@ async fn run_rollback_commands(
     plan.scripts.scrubber =
         crate::report::redact::Scrubber::from_objects(ready.iter().flat_map(|p| p.bodies.iter()));
     let mut commands_ok = true;
-    for (name, results) in names
-        .iter()
-        .zip(crate::engine::scripts::manual_stage_rollbacks(&plan, due, cancel).await)
-    {
+    let results = crate::engine::scripts::manual_stage_rollbacks(&plan, due, others, cancel).await;
+    for (name, results) in names.iter().zip(results) {
         for r in results {
             // Stopped by a signal is the cancel (exit 130), not a failed rollback command.
             let ok = r.outcome == crate::report::StageOutcome::Succeeded
-                || (r.outcome == crate::report::StageOutcome::Stopped && cancel.is_cancelled());
+                || (r.outcome == crate::report::StageOutcome::Stopped && cancel.is_cancelled())
+                || crate::stages::plan::is_held(&r);
             commands_ok &= ok;
             redact::print_out(&format!(
                 "target {name}: rollback command of stage {} ({}): {}{}",
@@ -997,6 +1017,121 @@ async fn run_rollback_commands(
         }
     }
     commands_ok
+}
+
+/// The targets outside this rollback (`--target` chose others) that took part in a release
+/// it leaves and still run it, read from their records. A target whose records cannot be
+/// read counts as still on it (said on stderr): a fleet rollback ("migrate down") must not
+/// pull the ground from under a cluster nobody could look at.
+async fn still_on_elsewhere(
+    ready: &[Planned],
+    selection: &Selection,
+    env: &Env,
+) -> Vec<crate::engine::scripts::StillOn> {
+    let releases: Vec<&ReleaseRecord> = ready
+        .iter()
+        .filter(|p| !p.ran.is_empty())
+        .filter_map(|p| p.from_record.as_ref())
+        .collect();
+    let selected: Vec<&str> = ready
+        .iter()
+        .map(|p| p.connected.target.name.as_str())
+        .collect();
+    let every = Selection {
+        files: selection.files.clone(),
+        targets: Vec::new(),
+    };
+    // Every target of the file: the variables that select targets (as --target does) are
+    // left out too.
+    let lookup = |k: &str| match k {
+        "ROLLGUARD_CONTEXTS" | "INPUT_CONTEXTS" | "ROLLGUARD_CONTEXT" | "INPUT_CONTEXT" => None,
+        _ => env.get(k).cloned(),
+    };
+    let path = config::config_path(every.files.config.as_deref(), &lookup);
+    let overrides = Overrides {
+        kubeconfig: every.files.kubeconfig.clone(),
+        ..Overrides::default()
+    };
+    let all = match config::load(&path, &overrides, &lookup) {
+        Ok(all) => all,
+        // The same file loaded a moment ago with --target: nothing else can fail here.
+        Err(e) => {
+            redact::print_err(&format!(
+                "rollguard: could not read the other targets of {}: {e}",
+                path.display()
+            ));
+            return Vec::new();
+        }
+    };
+    let mut others = all.clone();
+    others
+        .targets
+        .retain(|t| !selected.contains(&t.name.as_str()));
+    if others.targets.is_empty() {
+        return Vec::new();
+    }
+    let mut still_on = Vec::new();
+    let connected = connect_all(&others, env).await;
+    for (target, connected) in others.targets.iter().zip(connected) {
+        let target = target.clone();
+        let records = match connected {
+            Ok(c) => c.store.list().await.map_err(|e| e.to_string()),
+            Err(TargetProblem::Target { source, .. }) => Err(source.to_string()),
+            Err(problem) => Err(problem.to_string()),
+        };
+        match records {
+            Ok(records) => {
+                if let Some(ran) = releases
+                    .iter()
+                    .find_map(|release| still_on_release(&records, release))
+                {
+                    still_on.push(crate::engine::scripts::StillOn { target, ran });
+                }
+            }
+            Err(why) => {
+                redact::print_err(&format!(
+                    "target {}: could not read its release records ({why}): counted as still on the release rolled back here, so its fleet stages' rollback commands wait; run the rollback again once it answers",
+                    target.name
+                ));
+                let ran = releases
+                    .iter()
+                    .flat_map(|r| r.stages.iter().cloned())
+                    .collect();
+                still_on.push(crate::engine::scripts::StillOn { target, ran });
+            }
+        }
+    }
+    still_on
+}
+
+/// Whether a target whose history is `records` took part in `release` (a record of the same
+/// run) and still runs it: None when it did not take part or went back to a revision before
+/// it; else the stages its record of that release lists. A newer deploy, or a rollback to
+/// that release or later, counts as still on it (it runs code at least as new). Pure.
+pub fn still_on_release(
+    records: &[ReleaseRecord],
+    release: &ReleaseRecord,
+) -> Option<Vec<crate::report::StageResult>> {
+    let mine = records.iter().find(|r| same_run(r, release))?;
+    let newest = records.iter().max_by_key(|r| r.revision)?;
+    let went_back = newest.revision > mine.revision
+        && newest.kind != release::ReleaseKind::Deploy
+        && newest.status == release::ReleaseStatus::Deployed
+        && newest.rollback_of.is_none_or(|to| to < mine.revision);
+    (!went_back).then(|| mine.stages.clone())
+}
+
+/// Whether two records (of two targets) were written by one run: the same revision, kind and
+/// commit, and the same run id when both have one (older records have none).
+pub fn same_run(a: &ReleaseRecord, b: &ReleaseRecord) -> bool {
+    let sha = |r: &ReleaseRecord| r.commit.as_ref().map(|c| c.sha.clone());
+    a.revision == b.revision
+        && a.kind == b.kind
+        && sha(a) == sha(b)
+        && match (&a.run.id, &b.run.id) {
+            (Some(x), Some(y)) => x == y,
+            _ => true,
+        }
 }
 
 /// Every ready target's rollback plan at once: its live objects against the destination's
@@ -1081,6 +1216,7 @@ async fn plan_one(
                 chosen: None,
                 commands: Vec::new(),
                 ran: Vec::new(),
+                from_record: None,
             }
         }
         None => {
@@ -1113,6 +1249,7 @@ async fn plan_one(
                 chosen: Some(revision),
                 commands: Vec::new(),
                 ran: Vec::new(),
+                from_record: None,
             }
         }
     };
@@ -1120,8 +1257,15 @@ async fn plan_one(
     if let Some(current) = &current {
         planned.from_revision = Some(current.revision);
         planned.ran = current.stages.clone();
-        planned.commands =
-            crate::stages::plan::rollback_command_lines(&config.pipeline, &current.stages);
+        planned.commands = crate::stages::plan::rollback_command_lines(
+            &config.pipeline,
+            &current.stages,
+            config.rollback_order,
+        );
+        planned.from_record = Some(ReleaseRecord {
+            manifests: None,
+            ..current.clone()
+        });
     }
     Ok(planned)
 }
@@ -1361,5 +1505,97 @@ mod tests {
                 "  = Secret shop/db (not in v1; left in place)",
             ]
         );
+    }
+
+    #[test]
+    fn which_other_targets_still_run_the_release_rolled_back() {
+        use crate::release::ReleaseKind;
+        let run = |revision: u64, id: &str, kind: ReleaseKind, status: ReleaseStatus| {
+            let mut r = rec(revision, status);
+            r.manifests = None;
+            r.kind = kind;
+            r.run.id = Some(id.into());
+            r
+        };
+        let deploy = |revision, id| run(revision, id, ReleaseKind::Deploy, ReleaseStatus::Deployed);
+        let back = |revision, id, to: u64| {
+            let mut r = run(revision, id, ReleaseKind::Rollback, ReleaseStatus::Deployed);
+            r.rollback_of = Some(to);
+            r
+        };
+        let mut release = deploy(2, "run-a");
+        release.stages = vec![crate::report::StageResult {
+            name: "migrate".into(),
+            scope: "fleet".into(),
+            rollback: false,
+            outcome: crate::report::StageOutcome::Succeeded,
+            exit_code: Some(0),
+            seconds: 0.1,
+            message: None,
+            output: vec![],
+        }];
+        let mut failed_back = back(3, "run-a", 1);
+        failed_back.status = ReleaseStatus::Failed;
+        // (case, the other target's records, still on the release)
+        let cases: Vec<(&str, Vec<ReleaseRecord>, bool)> = vec![
+            (
+                "still on it",
+                vec![deploy(1, "run-0"), release.clone()],
+                true,
+            ),
+            (
+                "rolled back by the deploy's policy",
+                vec![deploy(1, "run-0"), release.clone(), back(3, "run-a", 1)],
+                false,
+            ),
+            (
+                "rolled back by hand to before it",
+                vec![
+                    deploy(1, "run-0"),
+                    release.clone(),
+                    run(
+                        3,
+                        "run-b",
+                        ReleaseKind::ManualRollback,
+                        ReleaseStatus::Deployed,
+                    ),
+                ],
+                false,
+            ),
+            (
+                "a rollback that failed keeps it on the release",
+                vec![deploy(1, "run-0"), release.clone(), failed_back],
+                true,
+            ),
+            (
+                "a newer deploy runs newer code",
+                vec![deploy(1, "run-0"), release.clone(), deploy(3, "run-c")],
+                true,
+            ),
+            (
+                "the same number from another run (a --target deploy) is not this release",
+                vec![deploy(1, "run-0"), deploy(2, "run-z")],
+                false,
+            ),
+            ("no records", vec![], false),
+        ];
+        for (case, records, want) in cases {
+            let got = still_on_release(&records, &release);
+            assert_eq!(got.is_some(), want, "{case}");
+            if let Some(ran) = got {
+                assert_eq!(
+                    ran.len(),
+                    1,
+                    "{case}: the stages of its record of the release"
+                );
+            }
+        }
+        // Records written before run ids existed match on revision, kind and commit.
+        let mut old = release.clone();
+        old.run.id = None;
+        assert!(same_run(&old, &release));
+        let mut other_commit = release.clone();
+        other_commit.commit = None;
+        assert!(!same_run(&other_commit, &release));
     }
 }

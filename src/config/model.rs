@@ -50,6 +50,8 @@ pub struct Config {
     /// What happens to objects with a `helm.sh/hook` annotation (`helm template` output).
     pub render_hooks: RenderHooks,
     pub rollback: RollbackConfig,
+    /// The order in which script stages' rollback commands run.
+    pub rollback_order: RollbackOrder,
     pub lock: LockConfig,
     pub github: GithubConfig,
     /// The stages of a deploy in order: `apply` once, script stages around it.
@@ -346,6 +348,43 @@ impl FromStr for FailurePolicy {
 /// `FailurePolicy::from_str` without the message (for flag parsers that report their own).
 pub fn parse_failure_policy(s: &str) -> Option<FailurePolicy> {
     s.parse().ok()
+}
+
+/// The order of the rollback commands of script stages (a target's own, then the fleet
+/// stages' once): `pipeline` is PipeCD's SCRIPT_RUN order, which rollguard follows;
+/// `reverse` is last-first, undo as a stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RollbackOrder {
+    #[default]
+    Pipeline,
+    Reverse,
+}
+
+impl RollbackOrder {
+    pub const ALL: [RollbackOrder; 2] = [RollbackOrder::Pipeline, RollbackOrder::Reverse];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RollbackOrder::Pipeline => "pipeline",
+            RollbackOrder::Reverse => "reverse",
+        }
+    }
+}
+
+impl fmt::Display for RollbackOrder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for RollbackOrder {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let wanted = s.trim().to_ascii_lowercase();
+        RollbackOrder::ALL
+            .into_iter()
+            .find(|o| o.as_str() == wanted)
+            .ok_or_else(|| one_of_message(s, &RollbackOrder::ALL.map(RollbackOrder::as_str)))
+    }
 }
 
 /// Objects with a `helm.sh/hook` annotation: Helm runs them around its own install (test

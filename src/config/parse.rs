@@ -33,6 +33,7 @@ pub(super) const TOP_KEYS: &[&str] = &[
     "on_cancel",
     "render_hooks",
     "rollback",
+    "rollback_order",
     "lock",
     "pipeline",
     "github",
@@ -367,6 +368,7 @@ impl Ctx {
             on_cancel: CancelPolicy::default(),
             render_hooks: RenderHooks::default(),
             rollback: RollbackConfig::default(),
+            rollback_order: RollbackOrder::default(),
             lock: LockConfig::default(),
             github: GithubConfig::default(),
             pipeline: default_pipeline(),
@@ -484,6 +486,9 @@ impl Ctx {
             && self.mapping(rb, "rollback", ROLLBACK_KEYS).is_some()
         {
             config.rollback.timeout = self.duration(rb.get("timeout"), "rollback.timeout");
+        }
+        if let Some(o) = self.parsed(get("rollback_order"), "rollback_order") {
+            config.rollback_order = o;
         }
         if let Some(lock) = get("lock")
             && self.mapping(lock, "lock", LOCK_KEYS).is_some()

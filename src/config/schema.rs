@@ -121,6 +121,7 @@ pub fn json_schema() -> Value {
                 "additionalProperties": false,
                 "properties": {"timeout": {"description": "deadline of a rollback (default: wait.timeout)", "allOf": [duration]}}
             },
+            "rollback_order": {"enum": ["pipeline", "reverse"], "default": "pipeline", "description": "order of the script stages' rollback commands: pipeline order (PipeCD's SCRIPT_RUN order), or reverse (last-first)"},
             "lock": {
                 "type": "object",
                 "additionalProperties": false,

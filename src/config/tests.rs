@@ -67,6 +67,7 @@ fn minimal_file_from_the_issue() {
     assert_eq!(c.history.secrets, SecretsPolicy::Digest);
     assert_eq!(c.on_failure, FailurePolicy::RollbackAll);
     assert_eq!(c.on_cancel, CancelPolicy::Rollback);
+    assert_eq!(c.rollback_order, RollbackOrder::Pipeline);
     assert_eq!(c.lock.timeout, Duration::from_secs(120));
     assert_eq!(c.rollback_timeout(), Duration::from_secs(300));
     assert_eq!(c.history_namespace(&c.targets[0], "ctx"), "shop");
@@ -98,6 +99,7 @@ history: {namespace: rollguard-system, keep: 5, secrets: store}
 on_failure: rollback-if-all-fail
 on_cancel: leave
 rollback: {timeout: 3m}
+rollback_order: reverse
 lock: {timeout: 30}
 github: {deployments: true, timeout: 10s}
 pipeline:
@@ -156,6 +158,7 @@ pipeline:
     assert_eq!(c.on_failure, FailurePolicy::RollbackIfAllFail);
     assert_eq!(c.on_cancel, CancelPolicy::Leave);
     assert_eq!(c.rollback_timeout(), Duration::from_secs(180));
+    assert_eq!(c.rollback_order, RollbackOrder::Reverse);
     assert_eq!(c.lock.timeout, Duration::from_secs(30));
     assert_eq!(c.pipeline.len(), 3);
     let scripts: Vec<&ScriptStage> = script_stages(&c.pipeline).collect();
@@ -197,6 +200,10 @@ fn error_table() {
         (
             format!("{base}github:\n  deployments: yes please\n"),
             "rollguard.yaml:7: github.deployments must be true or false, not a string",
+        ),
+        (
+            format!("{base}rollback_order: revers\n"),
+            "rollguard.yaml:6: rollback_order: \"revers\" is not one of pipeline, reverse; did you mean \"reverse\"?",
         ),
         (
             format!("{base}render_hooks: aply\n"),

@@ -157,7 +157,7 @@ fn command_cap(cancelled: bool, deadline: Instant) -> Option<Option<Duration>> {
 
 const NO_TIME: &str = "not run: no time was left in the cancel budget";
 
-/// The rollback commands of a target's script stages that started, in pipeline order, after
+/// The rollback commands of a target's script stages that started, in `rollback_order`, after
 /// its manifests were rolled back. Every one runs even when an earlier one failed. Returns
 /// the names of those that failed or could not run.
 pub async fn roll_back_target_stages(
@@ -168,7 +168,11 @@ pub async fn roll_back_target_stages(
     stop: &CancellationToken,
     progress: &Progress,
 ) -> Vec<String> {
-    let due = decide::target_rollbacks(&plan.config.pipeline, &run.report.stages);
+    let due = decide::target_rollbacks(
+        &plan.config.pipeline,
+        &run.report.stages,
+        plan.config.rollback_order,
+    );
     let mut bad = Vec::new();
     let Some(access) = run.access.clone() else {
         return bad;
@@ -223,8 +227,11 @@ fn describe_bad(stage: &ScriptStage, result: &StageResult) -> String {
 }
 
 /// The rollback commands of the fleet stages that started, once each, after every rolled-back
-/// target's own rollback; `rolled_back[i]` says whether `runs[i]` rolled back. A failure
-/// makes every rolled-back target that took part in the stage `rollback-failed`.
+/// target's own rollback; `rolled_back[i]` says whether `runs[i]` rolled back. A stage's
+/// rollback runs only when no target that took part in it is still on the new revision
+/// (`plan::fleet_rollback_decision`); otherwise it is recorded as not run, with who holds it,
+/// on each rolled-back target that took part. A failure makes every rolled-back target that
+/// took part in the stage `rollback-failed`.
 pub async fn roll_back_fleet_stages(
     plan: &Plan,
     runs: &mut [TargetRun],
@@ -239,6 +246,7 @@ pub async fn roll_back_fleet_stages(
             .zip(rolled_back)
             .filter(|(_, rb)| **rb)
             .map(|(r, _)| r.report.stages.as_slice()),
+        plan.config.rollback_order,
     );
     for index in due {
         let Some(PipelineStage::Script(stage)) = plan.config.pipeline.get(index) else {
@@ -250,9 +258,19 @@ pub async fn roll_back_fleet_stages(
                 .iter()
                 .any(|s| s.name == stage.name && !s.rollback && s.outcome.started())
         };
+        let participants: Vec<(&str, decide::Standing)> = runs
+            .iter()
+            .filter(|r| took_part(r))
+            .map(|r| (r.target.name.as_str(), standing(r)))
+            .collect();
+        let decision = decide::fleet_rollback_decision(&participants);
         let members: Vec<usize> = (0..runs.len())
             .filter(|&i| rolled_back.get(i).copied().unwrap_or(false) && took_part(&runs[i]))
             .collect();
+        if let decide::FleetRollback::Hold { still_on } = decision {
+            hold_fleet_rollback(runs, &members, stage, &still_on);
+            continue;
+        }
         let result = match command_cap(cancelled, deadline) {
             None => {
                 tracing::warn!(stage = %stage.name, "rollback command of fleet stage {} {NO_TIME}", stage.name);
@@ -293,6 +311,47 @@ pub async fn roll_back_fleet_stages(
     }
 }
 
+/// Where a target that took part in a fleet stage stands, from what its run knows.
+fn standing(run: &TargetRun) -> decide::Standing {
+    // `as_revision` is set only once the re-apply of the release before finished.
+    let manifests_back = run
+        .report
+        .rollback
+        .as_ref()
+        .is_some_and(|r| r.as_revision.is_some());
+    decide::standing(
+        run.received_new_revision,
+        run.unchanged.is_some(),
+        manifests_back,
+    )
+}
+
+/// A fleet stage's rollback held back because `still_on` still run the new revision: said
+/// once in the log with what to do, and on each rolled-back target that took part, as a
+/// not-run stage result and in its rollback's message. The target's outcome stays: its own
+/// rollback did what it should.
+fn hold_fleet_rollback(
+    runs: &mut [TargetRun],
+    members: &[usize],
+    stage: &ScriptStage,
+    still_on: &[String],
+) {
+    tracing::warn!(stage = %stage.name, "{}", decide::held_warning(&stage.name, still_on));
+    let note = decide::held_note(still_on);
+    let result = stages::not_run(stage, Which::Rollback, &note);
+    for &i in members {
+        let run = &mut runs[i];
+        run.report.stages.push(result.clone());
+        if let Some(rollback) = run.report.rollback.as_mut() {
+            let said = format!("the rollback command of fleet stage {} {note}", stage.name);
+            rollback.message = Some(match rollback.message.take() {
+                Some(m) => format!("{m}; {said}"),
+                None => said,
+            });
+        }
+    }
+}
+
 /// A rollback command failed: the target is `rollback-failed` (its rollback report says why).
 pub fn mark_rollback_failed(run: &mut TargetRun, why: &str, cancelled: bool) {
     if let Some(rollback) = run.report.rollback.as_mut() {
@@ -318,45 +377,79 @@ pub fn mark_rollback_failed(run: &mut TargetRun, why: &str, cancelled: bool) {
     }
 }
 
+/// A target of a manual rollback whose rollback commands are due.
+pub struct ManualTarget {
+    pub target: crate::config::TargetConfig,
+    pub access: crate::kube::connect::ClusterAccess,
+    /// The revision rolled back from.
+    pub revision: u64,
+    /// The stages that revision ran.
+    pub ran: Vec<StageResult>,
+    /// The revision its re-apply was recorded as; None when the re-apply did not finish (the
+    /// target may still run the revision it left).
+    pub recorded_as: Option<u64>,
+}
+
+/// A target outside a manual rollback (`--target` chose others) that still runs a release
+/// being rolled back: a fleet stage that release ran waits for it.
+pub struct StillOn {
+    pub target: crate::config::TargetConfig,
+    /// The stages its record of that release lists.
+    pub ran: Vec<StageResult>,
+}
+
 /// After a manual rollback (`rollguard rollback`) away from revisions whose records list
 /// `ran`: the rollback commands of those stages, per target at once, then the fleet ones
-/// once. `targets`: each target with its connection, the revision rolled back from and the
-/// stages it ran. Returns, per target, the rollback commands' results.
+/// once, unless a target that took part still runs that release (`others`, or a target here
+/// whose re-apply did not finish). Returns, per target of `targets`, the rollback commands'
+/// results.
 pub async fn manual_stage_rollbacks(
     plan: &Plan,
-    targets: Vec<(
-        crate::config::TargetConfig,
-        crate::kube::connect::ClusterAccess,
-        u64,
-        Vec<StageResult>,
-    )>,
+    targets: Vec<ManualTarget>,
+    others: Vec<StillOn>,
     stop: &CancellationToken,
 ) -> Vec<Vec<StageResult>> {
+    let selected = targets.len();
     let mut runs: Vec<TargetRun> = targets
         .into_iter()
-        .map(|(target, access, revision, ran)| {
-            let mut run = TargetRun::new(&target, jiff::Timestamp::now());
-            run.access = Some(access);
-            run.report.revision = Some(revision);
-            run.report.stages = ran;
+        .map(|t| {
+            let mut run = TargetRun::new(&t.target, jiff::Timestamp::now());
+            run.access = Some(t.access);
+            run.received_new_revision = true;
+            run.report.revision = Some(t.revision);
+            run.report.stages = t.ran;
             run.report.message = Some("rolled back by hand (rollguard rollback)".to_string());
+            run.report.rollback = t
+                .recorded_as
+                .map(|as_revision| crate::report::RollbackReport {
+                    as_revision: Some(as_revision),
+                    ..crate::report::RollbackReport::new(TargetOutcome::RolledBack, None)
+                });
             run.rollback_reason = Some(RollbackReason::Manual);
             run
         })
         .collect();
+    // The others only count in the fleet stages' decision: no command runs for them.
+    runs.extend(others.into_iter().map(|o| {
+        let mut run = TargetRun::new(&o.target, jiff::Timestamp::now());
+        run.received_new_revision = true;
+        run.report.stages = o.ran;
+        run
+    }));
     let before: Vec<usize> = runs.iter().map(|r| r.report.stages.len()).collect();
     let deadline = Instant::now() + plan.config.rollback_timeout();
     let progress = Progress::quiet();
     // `stop` (a signal) kills the running commands; the ones after it are not started.
-    futures::future::join_all(runs.iter_mut().map(|run| {
+    futures::future::join_all(runs.iter_mut().take(selected).map(|run| {
         let span = tracing::error_span!("target", target = %run.target.name);
         roll_back_target_stages(plan, run, false, deadline, stop, &progress).instrument(span)
     }))
     .await;
-    let all = vec![true; runs.len()];
-    roll_back_fleet_stages(plan, &mut runs, &all, false, deadline, stop).await;
+    let rolled_back: Vec<bool> = (0..runs.len()).map(|i| i < selected).collect();
+    roll_back_fleet_stages(plan, &mut runs, &rolled_back, false, deadline, stop).await;
     runs.into_iter()
         .zip(before)
+        .take(selected)
         .map(|(run, n)| run.report.stages.into_iter().skip(n).collect())
         .collect()
 }

@@ -2,7 +2,7 @@
 //! stages, how a run's end becomes a stage outcome, which targets go into a fleet stage, and
 //! which rollback commands run, in which order.
 
-use crate::config::PipelineStage;
+use crate::config::{PipelineStage, RollbackOrder};
 use crate::report::{StageOutcome, StageResult};
 
 use super::process::End;
@@ -60,18 +60,24 @@ pub fn fails_target(outcome: StageOutcome) -> bool {
     )
 }
 
-/// The rollback commands a target runs, in pipeline order: those of the target-scoped script
-/// stages whose `run` started (including the one that failed) and that have a rollback
-/// command. `ran`: the stage results of the deploy.
-pub fn target_rollbacks(pipeline: &[PipelineStage], ran: &[StageResult]) -> Vec<usize> {
-    rollbacks(pipeline, ran, false)
+/// The rollback commands a target runs, in `order`: those of the target-scoped script stages
+/// whose `run` started (including the one that failed) and that have a rollback command.
+/// `ran`: the stage results of the deploy.
+pub fn target_rollbacks(
+    pipeline: &[PipelineStage],
+    ran: &[StageResult],
+    order: RollbackOrder,
+) -> Vec<usize> {
+    ordered(rollbacks(pipeline, ran, false), order)
 }
 
-/// The fleet stages' rollback commands due, in pipeline order, from the results of every
-/// target that rolls back (a fleet stage shows on each target that took part).
+/// The fleet stages' rollback commands due, in `order`, from the results of every target
+/// that rolls back (a fleet stage shows on each target that took part). Whether one of them
+/// runs is [`fleet_rollback_decision`]'s.
 pub fn fleet_rollbacks<'a>(
     pipeline: &[PipelineStage],
     rolling_back: impl IntoIterator<Item = &'a [StageResult]>,
+    order: RollbackOrder,
 ) -> Vec<usize> {
     let mut due: Vec<usize> = rolling_back
         .into_iter()
@@ -79,6 +85,15 @@ pub fn fleet_rollbacks<'a>(
         .collect();
     due.sort_unstable();
     due.dedup();
+    ordered(due, order)
+}
+
+/// Pipeline indices (ascending) in the rollback order: PipeCD's SCRIPT_RUN order (the
+/// pipeline's) by default, last-first under `rollback_order: reverse`.
+fn ordered(mut due: Vec<usize>, order: RollbackOrder) -> Vec<usize> {
+    if order == RollbackOrder::Reverse {
+        due.reverse();
+    }
     due
 }
 
@@ -103,9 +118,93 @@ fn rollbacks(pipeline: &[PipelineStage], ran: &[StageResult], shared: bool) -> V
         .collect()
 }
 
+/// Where a target that took part in a fleet stage stands when that stage's rollback is due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Standing {
+    /// No manifest of the new revision reached it (it stopped before its apply wrote).
+    NeverReceived,
+    /// Its manifests went back to the release before (the re-apply finished).
+    RolledBack,
+    /// It runs the new revision: deployed, not rolled back (policy, cancel, lock lost), or
+    /// its rollback did not finish.
+    OnNewRevision,
+}
+
+/// A participant's standing from what its run knows. `received`: objects of the new
+/// revision were written to it; `runs_new_manifests`: the deploy changed nothing there
+/// because it already runs them; `manifests_back`: its rollback re-applied the release
+/// before and finished (a failing rollback command after that does not undo it).
+pub fn standing(received: bool, runs_new_manifests: bool, manifests_back: bool) -> Standing {
+    if manifests_back {
+        Standing::RolledBack
+    } else if received || runs_new_manifests {
+        Standing::OnNewRevision
+    } else {
+        Standing::NeverReceived
+    }
+}
+
+/// Whether a fleet stage's rollback ("migrate down") runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FleetRollback {
+    /// Every target that took part is off the new revision.
+    Run,
+    /// Not now: these participants still run the new revision, which the rollback would
+    /// pull the ground from under.
+    Hold { still_on: Vec<String> },
+}
+
+/// A fleet stage's rollback runs only when no target that took part in it is still on the
+/// new revision: each either rolled its manifests back or never received them. Pure;
+/// `participants` as (target name, standing).
+pub fn fleet_rollback_decision(participants: &[(&str, Standing)]) -> FleetRollback {
+    let still_on: Vec<String> = participants
+        .iter()
+        .filter(|(_, s)| *s == Standing::OnNewRevision)
+        .map(|(name, _)| (*name).to_string())
+        .collect();
+    if still_on.is_empty() {
+        FleetRollback::Run
+    } else {
+        FleetRollback::Hold { still_on }
+    }
+}
+
+/// The note of a held fleet rollback, on its not-run stage result: `not run: eu, us still on
+/// the new revision`.
+pub fn held_note(still_on: &[String]) -> String {
+    format!("not run: {}{HELD}", still_on.join(", "))
+}
+
+const HELD: &str = " still on the new revision";
+
+/// Whether a stage result is a fleet rollback held by [`fleet_rollback_decision`] (not run
+/// on purpose, not a failure: it runs with the rollback of the targets that hold it).
+pub fn is_held(result: &StageResult) -> bool {
+    result.rollback
+        && result.outcome == StageOutcome::NotRun
+        && result
+            .message
+            .as_deref()
+            .is_some_and(|m| m.starts_with("not run: ") && m.ends_with(HELD))
+}
+
+/// The warning logged once for a held fleet rollback: what, and what to do.
+pub fn held_warning(stage: &str, still_on: &[String]) -> String {
+    let targets = still_on.join(",");
+    format!(
+        "the rollback command of fleet stage {stage} was not run: {} still on the new revision, which it would break; roll them back with `rollguard rollback --target {targets}`, and that rollback then runs it",
+        still_on.join(", ")
+    )
+}
+
 /// The lines the prompt shows for the rollback commands due after the manifests: one per
 /// command, in the order they run. Pure; the commands come from the config by stage name.
-pub fn rollback_command_lines(pipeline: &[PipelineStage], ran: &[StageResult]) -> Vec<String> {
+pub fn rollback_command_lines(
+    pipeline: &[PipelineStage],
+    ran: &[StageResult],
+    order: RollbackOrder,
+) -> Vec<String> {
     let line = |i: usize, fleet: bool| match pipeline.get(i) {
         Some(PipelineStage::Script(stage)) => stage.rollback.as_ref().map(|c| {
             let text = match c {
@@ -124,12 +223,12 @@ pub fn rollback_command_lines(pipeline: &[PipelineStage], ran: &[StageResult]) -
         }),
         _ => None,
     };
-    let mut lines: Vec<String> = target_rollbacks(pipeline, ran)
+    let mut lines: Vec<String> = target_rollbacks(pipeline, ran, order)
         .into_iter()
         .filter_map(|i| line(i, false))
         .collect();
     lines.extend(
-        fleet_rollbacks(pipeline, [ran])
+        fleet_rollbacks(pipeline, [ran], order)
             .into_iter()
             .filter_map(|i| line(i, true)),
     );
@@ -305,6 +404,7 @@ mod tests {
     #[test]
     fn rollback_order_table() {
         use StageOutcome::*;
+        const P: RollbackOrder = RollbackOrder::Pipeline;
         let pipeline = vec![
             script("migrate", Scope::Fleet, true),
             script("prep", Scope::Target, true),
@@ -321,11 +421,11 @@ mod tests {
             ran("smoke", Failed),
             ran("later", NotRun),
         ];
-        assert_eq!(target_rollbacks(&pipeline, &deploy), vec![1, 4]);
-        assert_eq!(fleet_rollbacks(&pipeline, [&deploy[..]]), vec![0]);
+        assert_eq!(target_rollbacks(&pipeline, &deploy, P), vec![1, 4]);
+        assert_eq!(fleet_rollbacks(&pipeline, [&deploy[..]], P), vec![0]);
         assert_eq!(failed_stage(&deploy), "smoke");
         assert_eq!(
-            rollback_command_lines(&pipeline, &deploy),
+            rollback_command_lines(&pipeline, &deploy, P),
             vec![
                 "  then the rollback command of stage prep: undo",
                 "  then the rollback command of stage smoke: undo",
@@ -350,7 +450,7 @@ mod tests {
         );
         // Only the apply failed: the scripts before it roll back.
         let apply_failed = vec![ran("migrate", Succeeded), ran("prep", Warned)];
-        assert_eq!(target_rollbacks(&pipeline, &apply_failed), vec![1]);
+        assert_eq!(target_rollbacks(&pipeline, &apply_failed, P), vec![1]);
         assert_eq!(failed_stage(&apply_failed), "apply");
         // Only the target's own failure names a failed stage.
         use crate::stages::env::RollbackReason::{Failed as OwnFailure, Manual, Policy};
@@ -368,15 +468,156 @@ mod tests {
         }
         // Nothing rolls back anywhere: no fleet rollback either.
         assert_eq!(
-            fleet_rollbacks(&pipeline, std::iter::empty()),
+            fleet_rollbacks(&pipeline, std::iter::empty(), P),
             Vec::<usize>::new()
         );
         // A rollback command's own result does not count as the stage having run.
         let mut only_rollback = ran("smoke", Succeeded);
         only_rollback.rollback = true;
         assert_eq!(
-            target_rollbacks(&pipeline, &[only_rollback]),
+            target_rollbacks(&pipeline, &[only_rollback], P),
             Vec::<usize>::new()
+        );
+    }
+
+    #[test]
+    fn pipeline_or_reverse_order_table() {
+        use RollbackOrder::{Pipeline, Reverse};
+        use StageOutcome::*;
+        let pipeline = vec![
+            script("m1", Scope::Fleet, true),
+            script("a", Scope::Target, true),
+            script("b", Scope::Target, true),
+            PipelineStage::Apply,
+            script("c", Scope::Target, true),
+            script("m2", Scope::Fleet, true),
+        ];
+        let all = vec![
+            ran("m1", Succeeded),
+            ran("a", Succeeded),
+            ran("b", Warned),
+            ran("c", Succeeded),
+            ran("m2", Failed),
+        ];
+        let to_c = &all[..4];
+        // (what ran, order, target stages due, fleet stages due)
+        type Row<'a> = (&'a [StageResult], RollbackOrder, Vec<usize>, Vec<usize>);
+        let cases: Vec<Row> = vec![
+            (&all, Pipeline, vec![1, 2, 4], vec![0, 5]),
+            (&all, Reverse, vec![4, 2, 1], vec![5, 0]),
+            (to_c, Pipeline, vec![1, 2, 4], vec![0]),
+            (to_c, Reverse, vec![4, 2, 1], vec![0]),
+            (&all[..1], Reverse, vec![], vec![0]),
+        ];
+        for (ran, order, targets, fleet) in cases {
+            assert_eq!(
+                target_rollbacks(&pipeline, ran, order),
+                targets,
+                "{order:?} {ran:?}"
+            );
+            assert_eq!(
+                fleet_rollbacks(&pipeline, [ran], order),
+                fleet,
+                "{order:?} {ran:?}"
+            );
+        }
+        // The prompt lists them in the order they run.
+        let names = |order| -> Vec<String> {
+            rollback_command_lines(&pipeline, &all, order)
+                .iter()
+                .filter_map(|l| {
+                    let name = l.split_whitespace().nth(6)?;
+                    Some(name.trim_end_matches(':').to_string())
+                })
+                .collect()
+        };
+        assert_eq!(names(Pipeline), vec!["a", "b", "c", "m1", "m2"]);
+        assert_eq!(names(Reverse), vec!["c", "b", "a", "m2", "m1"]);
+    }
+
+    #[test]
+    fn fleet_rollback_runs_only_when_no_participant_is_still_on_the_new_revision() {
+        use StageOutcome::NotRun;
+        use Standing::*;
+        let hold = |names: &[&str]| FleetRollback::Hold {
+            still_on: names.iter().map(|n| n.to_string()).collect(),
+        };
+        // (case, participants as (name, received, unchanged, manifests back), decision)
+        type Row = (
+            &'static str,
+            Vec<(&'static str, bool, bool, bool)>,
+            FleetRollback,
+        );
+        let cases: Vec<Row> = vec![
+            (
+                "all rolled back",
+                vec![("eu", true, false, true), ("us", true, false, true)],
+                FleetRollback::Run,
+            ),
+            (
+                "one still deployed (rollback-failed: only the other failed)",
+                vec![("eu", true, false, false), ("us", true, false, true)],
+                hold(&["eu"]),
+            ),
+            (
+                "one never received (failed before its apply wrote), the other rolled back",
+                vec![("eu", false, false, false), ("us", true, false, true)],
+                FleetRollback::Run,
+            ),
+            (
+                "cancelled before the apply, and cancelled then rolled back",
+                vec![("eu", false, false, false), ("us", true, false, true)],
+                FleetRollback::Run,
+            ),
+            (
+                "cancelled after the apply and left (on_cancel: leave, or no time left)",
+                vec![("eu", true, false, false), ("us", true, false, false)],
+                hold(&["eu", "us"]),
+            ),
+            (
+                "a rollback that failed to re-apply keeps the new revision",
+                vec![("eu", true, false, true), ("us", true, false, false)],
+                hold(&["us"]),
+            ),
+            (
+                "a rollback command that failed after the manifests went back",
+                vec![("eu", true, false, true)],
+                FleetRollback::Run,
+            ),
+            (
+                "a target the deploy changed nothing on runs the new manifests",
+                vec![("eu", false, true, false), ("us", true, false, true)],
+                hold(&["eu"]),
+            ),
+            ("nobody took part", vec![], FleetRollback::Run),
+        ];
+        for (case, rows, want) in cases {
+            let participants: Vec<(&str, Standing)> = rows
+                .iter()
+                .map(|(n, received, unchanged, back)| (*n, standing(*received, *unchanged, *back)))
+                .collect();
+            assert_eq!(fleet_rollback_decision(&participants), want, "{case}");
+        }
+        assert_eq!(standing(true, false, true), RolledBack);
+        assert_eq!(standing(false, false, false), NeverReceived);
+        assert_eq!(standing(true, true, false), OnNewRevision);
+        let note = held_note(&["eu".into(), "us".into()]);
+        assert_eq!(note, "not run: eu, us still on the new revision");
+        let mut held = ran("migrate", NotRun);
+        held.message = Some(note);
+        assert!(
+            !is_held(&held),
+            "a run that was not run is no held rollback"
+        );
+        held.rollback = true;
+        assert!(is_held(&held));
+        held.message = Some("not run: no time was left in the cancel budget".into());
+        assert!(!is_held(&held));
+        let warning = held_warning("migrate", &["eu".into(), "us".into()]);
+        assert!(
+            warning.contains("fleet stage migrate was not run: eu, us still on the new revision")
+                && warning.contains("`rollguard rollback --target eu,us`"),
+            "{warning}"
         );
     }
 }

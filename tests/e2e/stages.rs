@@ -99,13 +99,13 @@ if [ -e "fail-$ROLLGUARD_TARGET" ]; then echo "smoke: /healthz answered 503 on $
     // The two smoke tests run in parallel; everything else has one order.
     let mut middle = order.get(1..3).map(<[String]>::to_vec).unwrap_or_default();
     middle.sort();
-    assert_eq!(order.len(), 5, "{order:#?}\n{}", run.output());
+    assert_eq!(order.len(), 4, "{order:#?}\n{}", run.output());
     assert_eq!(order[0], "migrate up eu us");
     assert_eq!(middle, vec!["smoke eu", "smoke us"]);
-    // us rolled back its manifests first, then smoke's rollback ran there, then migrate's
-    // rollback ran once, for the target that rolled back. eu ran no rollback command.
+    // us rolled back its manifests first, then smoke's rollback ran there. migrate's
+    // rollback did not run: eu still runs the new code, which needs the migrated database.
+    // eu ran no rollback command.
     assert_eq!(order[3], format!("smoke rollback us sees {GOOD}"));
-    assert_eq!(order[4], "migrate down us");
     assert_eq!(web_image(&env, 1).await, NEXT);
     assert_eq!(web_image(&env, 2).await, GOOD);
 
@@ -115,10 +115,28 @@ if [ -e "fail-$ROLLGUARD_TARGET" ]; then echo "smoke: /healthz answered 503 on $
             ("migrate".into(), false, "succeeded".into()),
             ("smoke".into(), false, "failed".into()),
             ("smoke".into(), true, "succeeded".into()),
-            ("migrate".into(), true, "succeeded".into()),
+            ("migrate".into(), true, "not-run".into()),
         ],
         "{}",
         run.output()
+    );
+    let held = &run.target("us")["stages"][3];
+    assert_eq!(held["message"], "not run: eu still on the new revision");
+    let rollback_message = run.target("us")["rollback"]["message"].to_string();
+    assert!(
+        rollback_message.contains("fleet stage migrate not run: eu still on the new revision"),
+        "{rollback_message}"
+    );
+    let warned: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.contains("fleet stage migrate was not run: eu still on the new revision"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{}", run.stderr);
+    assert!(
+        warned[0].contains("rollguard rollback --target eu"),
+        "{}",
+        warned[0]
     );
     assert_eq!(
         stage_list(&run, "eu"),
@@ -197,6 +215,22 @@ if [ -e "fail-$ROLLGUARD_TARGET" ]; then echo "smoke: /healthz answered 503 on $
         "{}",
         run.stderr
     );
+
+    // Rolling eu back by hand (us is back already, its records say so) runs migrate's
+    // rollback: nobody is on the new revision any more.
+    env.write("order.log", "");
+    let back = env.command("rollback", &["--target", "eu", "--yes"]).await;
+    assert_eq!(back.code, 0, "{}", back.output());
+    assert_eq!(
+        lines(&env.read("order.log")),
+        vec![
+            format!("smoke rollback eu sees {GOOD}"),
+            "migrate down eu".into()
+        ],
+        "{}",
+        back.output()
+    );
+    assert_eq!(web_image(&env, 1).await, GOOD);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -824,4 +858,154 @@ async fn rollback_command_output_during_a_deploy_names_its_target_and_stage() {
         line.contains("target{target=eu}") && line.contains("stage=smoke"),
         "{line}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollback_commands_run_in_pipeline_order_or_last_first_under_reverse() {
+    let pipeline = r#"  - apply
+  - script: {name: a, run: echo run a >> order.log, rollback: echo undo a >> order.log}
+  - script: {name: b, run: echo run b >> order.log, rollback: echo undo b >> order.log}
+  - script:
+      name: c
+      run: echo run c >> order.log; test ! -e fail
+      rollback: echo undo c >> order.log
+"#;
+    for (extra, undo) in [
+        ("", ["undo a", "undo b", "undo c"]),
+        ("rollback_order: pipeline\n", ["undo a", "undo b", "undo c"]),
+        ("rollback_order: reverse\n", ["undo c", "undo b", "undo a"]),
+    ] {
+        let env = env_with(1, extra, pipeline).await;
+        let first = env.deploy(&[]).await;
+        assert_eq!(first.code, 0, "{}", first.output());
+        // A failed deploy's rollback.
+        env.write("order.log", "");
+        env.write("fail", "");
+        env.write("k8s/app.yaml", &small_app(NEXT));
+        let run = env.deploy(&[]).await;
+        assert_eq!(run.code, 1, "{extra}{}", run.output());
+        assert_eq!(run.outcome("eu"), "rolled-back", "{}", run.output());
+        let mut want = vec!["run a", "run b", "run c"];
+        want.extend(undo);
+        assert_eq!(
+            lines(&env.read("order.log")),
+            want,
+            "{extra}{}",
+            run.output()
+        );
+        // A rollback by hand: the same order, and the prompt lists them in it.
+        std::fs::remove_file(env.path("fail")).expect("remove fail");
+        let good = env.deploy(&[]).await;
+        assert_eq!(good.code, 0, "{}", good.output());
+        env.write("order.log", "");
+        let back = env.command("rollback", &["--yes"]).await;
+        assert_eq!(back.code, 0, "{extra}{}", back.output());
+        assert_eq!(
+            lines(&env.read("order.log")),
+            undo,
+            "{extra}{}",
+            back.output()
+        );
+        let listed: Vec<&str> = back
+            .stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix("  then the rollback command of stage "))
+            .filter_map(|l| l.split(':').next())
+            .collect();
+        let names: Vec<&str> = undo.iter().map(|u| &u[5..]).collect();
+        assert_eq!(listed, names, "{extra}{}", back.output());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manual_rollback_of_part_of_the_fleet_runs_the_fleet_rollback_only_when_the_rest_is_off_it()
+ {
+    let env = env_with(
+        2,
+        "",
+        r#"  - script:
+      name: migrate
+      run: echo "migrate up $ROLLGUARD_TARGETS" >> order.log
+      rollback: echo "migrate down $ROLLGUARD_TARGETS" >> order.log
+      scope: fleet
+  - apply
+"#,
+    )
+    .await;
+    assert_eq!(env.deploy(&[]).await.code, 0);
+    env.write("k8s/app.yaml", &small_app(NEXT));
+    let second = env.deploy(&[]).await;
+    assert_eq!(second.code, 0, "{}", second.output());
+    env.write("order.log", "");
+
+    // eu goes back; us, which took part in v2's migrate, still runs v2 (its records say so).
+    let eu = env.command("rollback", &["--target", "eu", "--yes"]).await;
+    assert_eq!(eu.code, 0, "{}", eu.output());
+    assert_eq!(env.read("order.log"), "", "{}", eu.output());
+    assert!(
+        eu.stdout.contains(
+            "target eu: rollback command of stage migrate (fleet): not-run: not run: us still on the new revision"
+        ),
+        "{}",
+        eu.output()
+    );
+    assert_eq!(web_image(&env, 1).await, GOOD);
+    assert_eq!(web_image(&env, 2).await, NEXT);
+
+    // Then us: nobody is on v2 any more, and migrate's rollback runs, once.
+    let us = env.command("rollback", &["--target", "us", "--yes"]).await;
+    assert_eq!(us.code, 0, "{}", us.output());
+    assert_eq!(
+        lines(&env.read("order.log")),
+        vec!["migrate down us"],
+        "{}",
+        us.output()
+    );
+    assert_eq!(web_image(&env, 2).await, GOOD);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_rollback_runs_once_when_every_target_that_took_part_rolled_back() {
+    let env = TestEnv::start(
+        2,
+        "- {cluster: sim-2, image: \"example.com/web:v2\", behaviour: ImagePullBackOff}\n- {image: \"*\", behaviour: Ready}\n",
+    )
+    .await;
+    env.write(
+        "rollguard.yaml",
+        &format!(
+            "{}on_failure: rollback-all\npipeline:\n{}",
+            config(2, "60s"),
+            r#"  - script:
+      name: migrate
+      run: echo "migrate up $ROLLGUARD_TARGETS" >> order.log
+      rollback: echo "migrate down $ROLLGUARD_TARGETS" >> order.log
+      scope: fleet
+  - apply
+"#
+        ),
+    );
+    env.write("k8s/app.yaml", &small_app(GOOD));
+    assert_eq!(env.deploy(&[]).await.code, 0);
+    env.write("order.log", "");
+    env.write("k8s/app.yaml", &small_app(NEXT));
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 1, "{}", run.output());
+    assert_eq!(run.outcome("eu"), "rolled-back", "{}", run.output());
+    assert_eq!(run.outcome("us"), "rolled-back", "{}", run.output());
+    // Both went back to v1 first: nobody runs the new code, so the database may go back.
+    assert_eq!(
+        lines(&env.read("order.log")),
+        vec!["migrate up eu us", "migrate down eu us"],
+        "{}",
+        run.output()
+    );
+    for target in ["eu", "us"] {
+        assert_eq!(
+            stage_list(&run, target).last(),
+            Some(&("migrate".into(), true, "succeeded".into())),
+            "{}",
+            run.output()
+        );
+    }
 }
