@@ -439,10 +439,16 @@ mod tests {
             script("smoke", Scope::Target, true),
         ];
         let wave_run = vec![ran("warm", Succeeded), ran("smoke", Failed)];
-        assert_eq!(target_rollbacks(&waved, &wave_run), vec![2]);
-        assert_eq!(fleet_rollbacks(&waved, [&wave_run[..]]), vec![0]);
         assert_eq!(
-            rollback_command_lines(&waved, &wave_run),
+            target_rollbacks(&waved, &wave_run, RollbackOrder::Pipeline),
+            vec![2]
+        );
+        assert_eq!(
+            fleet_rollbacks(&waved, [&wave_run[..]], RollbackOrder::Pipeline),
+            vec![0]
+        );
+        assert_eq!(
+            rollback_command_lines(&waved, &wave_run, RollbackOrder::Pipeline),
             vec![
                 "  then the rollback command of stage smoke: undo",
                 "  then the rollback command of stage warm (wave, once): undo",
