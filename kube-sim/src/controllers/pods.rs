@@ -128,7 +128,14 @@ pub fn container_at(
     match behaviour {
         Behaviour::Ready | Behaviour::NeverReady | Behaviour::SlowStart => {
             let unready_after = script.after.filter(|_| behaviour == Behaviour::NeverReady);
-            run_ready(&mut view, behaviour, spec, CREATE_DELAY, unready_after, elapsed);
+            run_ready(
+                &mut view,
+                behaviour,
+                spec,
+                CREATE_DELAY,
+                unready_after,
+                elapsed,
+            );
         }
         Behaviour::CrashLoopBackOff | Behaviour::OomKilled => {
             let (exit_code, reason) = if behaviour == Behaviour::OomKilled {
@@ -207,7 +214,11 @@ fn run_ready(
         Some(at) if unready.is_some() => {
             // Ready from `at` until readiness failed (never, when it failed first).
             let unready = unready.unwrap_or_default();
-            view.ready_changed = if unready > at { unready } else { Duration::ZERO };
+            view.ready_changed = if unready > at {
+                unready
+            } else {
+                Duration::ZERO
+            };
             view.next_change = finish_at;
         }
         Some(at) if elapsed >= at => {
@@ -1165,7 +1176,10 @@ mod tests {
             view(NeverReady, 2.0).next_change,
             Some(Duration::from_millis(3500))
         );
-        assert_eq!(view(NeverReady, 4.0).ready_changed, Duration::from_millis(3500));
+        assert_eq!(
+            view(NeverReady, 4.0).ready_changed,
+            Duration::from_millis(3500)
+        );
     }
 
     #[test]

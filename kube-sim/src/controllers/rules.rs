@@ -80,9 +80,11 @@ fn deserialize_after<'de, D: serde::Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Option<Duration>, D::Error> {
     let text = String::deserialize(deserializer)?;
-    parse_duration(&text)
-        .map(Some)
-        .ok_or_else(|| serde::de::Error::custom(format!("`after: {text}` is not a duration like 500ms, 5s, 1.5s or 2m")))
+    parse_duration(&text).map(Some).ok_or_else(|| {
+        serde::de::Error::custom(format!(
+            "`after: {text}` is not a duration like 500ms, 5s, 1.5s or 2m"
+        ))
+    })
 }
 
 /// A duration such as `500ms`, `5s`, `1.5s`, `2m` or `1h`; None when it is not one.
@@ -374,13 +376,20 @@ mod tests {
             assert_eq!(parse_duration(text), want, "{text:?}");
         }
         let err = parse("- {image: x, behaviour: CrashLoopBackOff, after: soon}").unwrap_err();
-        assert!(err.to_string().contains("`after: soon` is not a duration"), "{err}");
+        assert!(
+            err.to_string().contains("`after: soon` is not a duration"),
+            "{err}"
+        );
         let err = parse("- {image: x, behaviour: ImagePullBackOff, after: 5s}").unwrap_err();
         assert!(
             matches!(err, RulesError::AfterWithoutLateBehaviour { index: 1, .. }),
             "{err}"
         );
-        assert!(err.to_string().contains("only CrashLoopBackOff, OomKilled and NeverReady"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("only CrashLoopBackOff, OomKilled and NeverReady"),
+            "{err}"
+        );
     }
 
     #[test]
