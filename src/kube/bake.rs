@@ -931,7 +931,7 @@ mod tests {
         assert!(crash.message.contains("exit code 1 (Error)"), "{lines:#?}");
         assert!(crash.message.contains("during the bake"), "{lines:#?}");
         assert!(
-            crash.message.contains(&format!("kubectl logs")) && crash.message.contains(pod),
+            crash.message.contains("kubectl logs") && crash.message.contains(pod),
             "{lines:#?}"
         );
     }
