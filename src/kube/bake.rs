@@ -235,6 +235,23 @@ pub fn change_failure(
     }
 }
 
+/// The report entry for a workload that lost availability (`why`) during the bake.
+pub fn availability_failure(object: &AppliedObject, why: &str, into_bake: Duration) -> Failure {
+    Failure {
+        object: object.display.clone(),
+        pod: None,
+        container: None,
+        reason: "AvailabilityLost".into(),
+        message: format!(
+            "lost availability {}: {}; see `{}` and the events of its pods",
+            when(into_bake),
+            why.trim_end_matches('.'),
+            kubectl_object(object)
+        ),
+        events: Vec::new(),
+    }
+}
+
 /// A fail-fast problem seen during the bake: as the wait reports it, with where and what to
 /// look at.
 fn during_bake(mut failure: Failure, namespace: &str, into_bake: Duration) -> Failure {
@@ -403,18 +420,7 @@ impl Watched<'_> {
                     .and_then(|before| availability_lost(kind, before, current))
             };
             if let Some(why) = lost {
-                failures.push(Failure {
-                    object: a.display.clone(),
-                    pod: None,
-                    container: None,
-                    reason: "AvailabilityLost".into(),
-                    message: format!(
-                        "{why} {}; see `{}` and the events of its pods",
-                        when(into_bake),
-                        kubectl_object(a)
-                    ),
-                    events: Vec::new(),
-                });
+                failures.push(availability_failure(a, &why, into_bake));
             }
         }
         (failures, next)
@@ -794,6 +800,18 @@ mod tests {
             kubectl_object(&web()),
             "kubectl describe deployment -n shop web"
         );
+        let f = availability_failure(
+            &web(),
+            "condition Available is False (MinimumReplicasUnavailable): Deployment does not have minimum availability.",
+            Duration::from_millis(1400),
+        );
+        assert_eq!(
+            f.headline(),
+            "Deployment shop/web: AvailabilityLost: lost availability during the bake, 1.4s after \
+             the rollout was healthy: condition Available is False (MinimumReplicasUnavailable): \
+             Deployment does not have minimum availability; see `kubectl describe deployment -n \
+             shop web` and the events of its pods"
+        );
     }
 
     #[tokio::test]
@@ -932,6 +950,42 @@ mod tests {
         assert!(crash.message.contains("during the bake"), "{lines:#?}");
         assert!(
             crash.message.contains("kubectl logs") && crash.message.contains(pod),
+            "{lines:#?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn readiness_lost_after_a_healthy_start_fails_the_bake_on_availability() {
+        let rules = kube_sim::rules::parse("- {image: \"*:v2\", behaviour: NeverReady, after: 2s}")
+            .expect("rules");
+        let cluster = crate::util::test_cluster::TestCluster::start_with(rules).await;
+        let applied = healthy_web(&cluster, "example/web:v2").await;
+        let options = BakeOptions {
+            bake: Duration::from_secs(30),
+            fail_fast: FailFastConfig::default(),
+            server: "https://sim".into(),
+        };
+        let cancel = CancellationToken::new();
+        let result = watch_bake(&cluster.client(), &[applied], &options, &cancel, &|_| {}).await;
+        let Err(WaitFailure::Failed(failures)) = result else {
+            panic!("the bake passed or ended otherwise: {result:?}");
+        };
+        let lines: Vec<String> = failures.iter().map(Failure::headline).collect();
+        // No container exited or restarted: the Deployment says what was lost.
+        assert!(
+            failures.iter().all(|f| f.reason == "AvailabilityLost"),
+            "{lines:#?}"
+        );
+        assert_eq!(failures[0].object, "Deployment shop/web", "{lines:#?}");
+        assert!(
+            failures[0].message.contains("when the bake started")
+                || failures[0].message.contains("condition Available is False"),
+            "{lines:#?}"
+        );
+        assert!(
+            failures[0]
+                .message
+                .contains("see `kubectl describe deployment -n shop web`"),
             "{lines:#?}"
         );
     }
