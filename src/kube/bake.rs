@@ -916,9 +916,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_crash_after_a_healthy_start_fails_the_bake() {
-        // Ready 1 s after the pod is created, crashes 2.5 s after (sim time, scale 1).
+        // Ready 1 s after the pod is created, crashes 3.5 s after (sim time, scale 1): the
+        // rollout is healthy in between.
         let rules =
-            kube_sim::rules::parse("- {image: \"*:v2\", behaviour: CrashLoopBackOff, after: 2s}")
+            kube_sim::rules::parse("- {image: \"*:v2\", behaviour: CrashLoopBackOff, after: 3s}")
                 .expect("rules");
         let cluster = crate::util::test_cluster::TestCluster::start_with(rules).await;
         let applied = healthy_web(&cluster, "example/web:v2").await;
@@ -956,7 +957,7 @@ mod tests {
 
     #[tokio::test]
     async fn readiness_lost_after_a_healthy_start_fails_the_bake_on_availability() {
-        let rules = kube_sim::rules::parse("- {image: \"*:v2\", behaviour: NeverReady, after: 2s}")
+        let rules = kube_sim::rules::parse("- {image: \"*:v2\", behaviour: NeverReady, after: 3s}")
             .expect("rules");
         let cluster = crate::util::test_cluster::TestCluster::start_with(rules).await;
         let applied = healthy_web(&cluster, "example/web:v2").await;

@@ -47,6 +47,15 @@ pub enum Stage {
     },
 }
 
+impl Stage {
+    /// The bake's countdown with `left` of it, in whole seconds rounded up (a bake is never
+    /// shown as over before it is).
+    pub fn baking(left: Duration) -> Stage {
+        let left_secs = left.as_secs() + u64::from(left.subsec_nanos() > 0);
+        Stage::Baking { left_secs }
+    }
+}
+
 /// How progress is shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -404,6 +413,11 @@ mod tests {
         assert_eq!(baking(0), "baking, 0s left");
         assert_eq!(baking(600), "baking, 10m left");
         assert_eq!(baking(90), "baking, 1m30s left");
+        let rounded = |ms| Stage::baking(Duration::from_millis(ms));
+        assert_eq!(rounded(6_200), Stage::Baking { left_secs: 7 });
+        assert_eq!(rounded(7_000), Stage::Baking { left_secs: 7 });
+        assert_eq!(rounded(1), Stage::Baking { left_secs: 1 });
+        assert_eq!(rounded(0), Stage::Baking { left_secs: 0 });
     }
 
     /// The countdown ticks every second: CI logs get a line when the bake starts, then the
