@@ -68,6 +68,7 @@ async fn measure(scratch: &Path) -> Result<Vec<Row>, String> {
                 behaviour: Behaviour::ImagePullBackOff,
                 times: None,
                 message: None,
+                after: None,
             }],
             ..SimOptions::default()
         },

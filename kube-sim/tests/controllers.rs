@@ -1094,3 +1094,61 @@ async fn a_pod_on_a_node_terminates_gracefully() {
     assert!(forced.finished);
     assert!(store.get(&pods(), "default", "b").is_none());
 }
+
+/// `after:` runs the container healthy first: the Deployment becomes Available, then the
+/// container crashes `after` into its run, the pod turns not Ready, the Deployment loses
+/// availability and the restart count grows.
+#[tokio::test]
+async fn a_delayed_crash_loop_breaks_a_healthy_deployment() {
+    let rules =
+        rules::parse("- {image: \"*:v2\", behaviour: CrashLoopBackOff, after: 3s}").unwrap();
+    let cluster = start("sim-1", 10.0, rules);
+    let store = &cluster.store;
+    store
+        .create(
+            &deployments(),
+            deployment("web", 2, "example/web:v2"),
+            "test",
+        )
+        .unwrap();
+    let available = |store: &Store| {
+        let dep = store.get(&deployments(), "default", "web").unwrap();
+        let ok = condition(&dep, "Available")["status"] == "True"
+            && dep["status"]["availableReplicas"] == 2;
+        (ok, dep["status"].to_string())
+    };
+    let healthy_at = wait_until("available", Duration::from_secs(3), || {
+        let (ok, last) = available(store);
+        (ok.then(|| cluster.clock.elapsed()), last)
+    })
+    .await;
+    let restarted = |store: &Store| {
+        pods_of(store, "web").iter().all(|p| {
+            p["status"]["containerStatuses"][0]["restartCount"]
+                .as_i64()
+                .is_some_and(|n| n >= 1)
+        })
+    };
+    assert!(!restarted(store), "no restart while healthy");
+    let lost_at = wait_until("availability lost", Duration::from_secs(3), || {
+        let (ok, last) = available(store);
+        (
+            (!ok && pods_of(store, "web").iter().all(|p| !pod_ready(p)))
+                .then(|| cluster.clock.elapsed()),
+            last,
+        )
+    })
+    .await;
+    // Ready at 1 s (created 0.5 s, ready 0.5 s later), crashed at 3.5 s: about 2.5 s of
+    // simulated time healthy.
+    let healthy_for = lost_at.saturating_sub(healthy_at);
+    assert!(
+        healthy_for >= Duration::from_millis(1500),
+        "healthy for {healthy_for:?} only"
+    );
+    wait_until("restarted", Duration::from_secs(3), || {
+        let pods = pods_of(store, "web");
+        (restarted(store).then_some(()), format!("{pods:?}"))
+    })
+    .await;
+}

@@ -1,6 +1,7 @@
 //! Everything that talks to a cluster: connect, retry, apply, wait, and the pure health rules.
 
 pub mod apply;
+pub mod bake;
 pub mod connect;
 pub mod credentials;
 pub mod diff;

@@ -14,6 +14,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::pin::Pin;
 use std::time::Duration;
 
+use futures::stream::SelectAll;
 use futures::{Stream, StreamExt};
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams};
@@ -67,7 +68,7 @@ const WORKLOAD_KINDS: &[&str] = &[
     "Job",
 ];
 
-fn is_workload(resource: &ApiResource) -> bool {
+pub(super) fn is_workload(resource: &ApiResource) -> bool {
     (resource.group == "apps" || resource.group == "batch")
         && WORKLOAD_KINDS.contains(&resource.kind.as_str())
 }
@@ -118,26 +119,26 @@ pub fn revision_for_pods(
 }
 
 /// A watched stream: which source it is and its events.
-type SourceStream = Pin<
+pub(super) type SourceStream = Pin<
     Box<dyn Stream<Item = (usize, Result<watcher::Event<DynamicObject>, watcher::Error>)> + Send>,
 >;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum SourceKind {
+pub(super) enum SourceKind {
     Tracked,
     ReplicaSets,
     Pods,
 }
 
-struct Source {
-    kind: SourceKind,
-    namespace: Option<String>,
-    resource: ApiResource,
+pub(super) struct Source {
+    pub(super) kind: SourceKind,
+    pub(super) namespace: Option<String>,
+    pub(super) resource: ApiResource,
 }
 
 /// Objects seen by the watches, per source, by (namespace, name).
 #[derive(Default)]
-struct Store {
+pub(super) struct Store {
     objects: HashMap<usize, HashMap<(String, String), Value>>,
     init: HashMap<usize, HashMap<(String, String), Value>>,
 }
@@ -154,7 +155,7 @@ fn key_of(v: &Value) -> (String, String) {
 impl Store {
     /// Applies a watch event. Items of a LIST (the watcher's initial list) carry no
     /// apiVersion/kind: they are set from the watched resource, for the health rules.
-    fn apply(
+    pub(super) fn apply(
         &mut self,
         source: usize,
         resource: &ApiResource,
@@ -203,25 +204,77 @@ impl Store {
         }
     }
 
-    fn get(&self, source: usize, namespace: &str, name: &str) -> Option<&Value> {
+    pub(super) fn get(&self, source: usize, namespace: &str, name: &str) -> Option<&Value> {
         self.objects
             .get(&source)?
             .get(&(namespace.to_string(), name.to_string()))
     }
 
-    fn all(&self, source: usize) -> impl Iterator<Item = &Value> {
+    pub(super) fn all(&self, source: usize) -> impl Iterator<Item = &Value> {
         self.objects
             .get(&source)
             .into_iter()
             .flat_map(|m| m.values())
     }
+
+    /// True once the source's first list is in.
+    pub(super) fn listed(&self, source: usize) -> bool {
+        self.objects.contains_key(&source)
+    }
+
+    /// The pods of `workload`'s new revision seen by the watches (`sources`: its namespace's
+    /// ReplicaSet and Pod sources); none while the revision is not known yet.
+    pub(super) fn new_revision_pods(
+        &self,
+        kind: &str,
+        workload: &Value,
+        sources: (Option<usize>, Option<usize>),
+    ) -> Vec<&Value> {
+        let (rs_source, pod_source) = sources;
+        let uid = str_at(workload, &["metadata", "uid"]).unwrap_or("");
+        let owned: Vec<Value> = rs_source
+            .map(|s| {
+                self.all(s)
+                    .filter(|rs| !uid.is_empty() && owned_by(rs, uid))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        let (Some(revision), Some(pods)) = (revision_for_pods(kind, workload, &owned), pod_source)
+        else {
+            return Vec::new();
+        };
+        self.all(pods)
+            .filter(|p| pod_of_workload(p, workload, revision.as_ref()))
+            .collect()
+    }
 }
 
-struct Tracked<'a> {
-    applied: &'a AppliedObject,
-    source: Option<usize>,
-    done: bool,
-    last_message: String,
+/// One kube-runtime watcher per source (with `default_backoff()`, so a dropped watch
+/// relists), merged into one stream of (source index, event).
+pub(super) fn open_watches(client: &Client, sources: &[Source]) -> SelectAll<SourceStream> {
+    let streams: Vec<SourceStream> = sources
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let api: Api<DynamicObject> = match &s.namespace {
+                Some(ns) => Api::namespaced_with(client.clone(), ns, &s.resource),
+                None => Api::all_with(client.clone(), &s.resource),
+            };
+            let stream = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .map(move |e| (i, e));
+            Box::pin(stream) as SourceStream
+        })
+        .collect();
+    futures::stream::select_all(streams)
+}
+
+pub(super) struct Tracked<'a> {
+    pub(super) applied: &'a AppliedObject,
+    pub(super) source: Option<usize>,
+    pub(super) done: bool,
+    pub(super) last_message: String,
 }
 
 /// Waits until every applied object is Current, something fails, the deadline passes or
@@ -299,26 +352,9 @@ pub async fn wait_for_rollout(
         }
     }
 
-    let streams: Vec<SourceStream> = sources
-        .iter()
-        .enumerate()
-        .map(|(i, s)| {
-            let api: Api<DynamicObject> = match &s.namespace {
-                Some(ns) => Api::namespaced_with(client.clone(), ns, &s.resource),
-                None => Api::all_with(client.clone(), &s.resource),
-            };
-            let stream = watcher(api, watcher::Config::default())
-                .default_backoff()
-                .map(move |e| (i, e));
-            Box::pin(stream) as SourceStream
-        })
-        .collect();
-    let mut events = futures::stream::select_all(streams);
+    let mut events = open_watches(client, &sources);
     let mut store = Store::default();
-    let mut transient_since: HashMap<(String, Option<String>, String), Instant> = HashMap::new();
-    // Per (pod, container): its pull errors as this watcher saw them, on its own clock.
-    let started = Instant::now();
-    let mut pull_watches: HashMap<(String, Option<String>), PullWatch> = HashMap::new();
+    let mut problem_clock = ProblemClock::new(Instant::now());
     let mut warnings: BTreeSet<String> = BTreeSet::new();
     let mut last_watch_error: Option<String> = None;
     let mut last_progress: Option<WaitProgress> = None;
@@ -359,80 +395,19 @@ pub async fn wait_for_rollout(
             if !is_workload(&a.resource) {
                 continue;
             }
-            let uid = str_at(current, &["metadata", "uid"]).unwrap_or("");
-            let owned: Vec<Value> = rs_sources
-                .get(&ns)
-                .map(|&s| {
-                    store
-                        .all(s)
-                        .filter(|rs| !uid.is_empty() && owned_by(rs, uid))
-                        .cloned()
-                        .collect()
-                })
-                .unwrap_or_default();
-            let Some(revision) = revision_for_pods(&a.resource.kind, current, &owned) else {
-                continue;
-            };
-            let Some(&pods) = pod_sources.get(&ns) else {
-                continue;
-            };
-            for pod in store
-                .all(pods)
-                .filter(|p| pod_of_workload(p, current, revision.as_ref()))
-            {
+            let sources = (rs_sources.get(&ns).copied(), pod_sources.get(&ns).copied());
+            for pod in store.new_revision_pods(&a.resource.kind, current, sources) {
                 for problem in health::pod_problems(pod, &options.fail_fast) {
-                    let failure = Failure {
-                        object: a.display.clone(),
-                        pod: Some(problem.pod.clone()),
-                        container: problem.container.clone(),
-                        reason: problem.reason.clone(),
-                        message: problem.message.clone(),
-                        events: Vec::new(),
-                    };
-                    if problem.is_pull() {
-                        let key = (problem.pod.clone(), problem.container.clone());
-                        let seen = now.saturating_duration_since(started);
-                        match judge_pull(&mut pull_watches, key, &problem, seen, options) {
-                            Ok(message) => failures.push(Failure { message, ..failure }),
-                            Err(until) => {
-                                let due = started + until;
-                                next_escalation =
-                                    Some(next_escalation.map_or(due, |n: Instant| n.min(due)));
-                            }
+                    match problem_clock.judge(&a.display, &problem, &options.fail_fast, now) {
+                        Judged::Fails(failure) => failures.push(failure),
+                        Judged::Warns(line) => {
+                            warnings.insert(line);
                         }
-                        continue;
-                    }
-                    match problem.severity {
-                        Severity::Fatal => failures.push(failure),
-                        Severity::Warning => {
-                            warnings.insert(failure.headline());
+                        Judged::Tolerated(Some(due)) => {
+                            next_escalation =
+                                Some(next_escalation.map_or(due, |n: Instant| n.min(due)));
                         }
-                        // Transient: fails once it has lasted its grace; a transient
-                        // problem without a grace (CrashLoopBackOff below the restart
-                        // threshold) is decided by later pod states, not by time.
-                        Severity::Transient => {
-                            if let Some(grace) = problem.grace(&options.fail_fast) {
-                                let key = (
-                                    problem.pod.clone(),
-                                    problem.container.clone(),
-                                    problem.reason.clone(),
-                                );
-                                let since = *transient_since.entry(key).or_insert(now);
-                                let due = since + grace;
-                                if due <= now {
-                                    let mut failure = failure;
-                                    failure.message = format!(
-                                        "{} (for more than {})",
-                                        failure.message,
-                                        crate::util::duration::format_duration(grace)
-                                    );
-                                    failures.push(failure);
-                                } else {
-                                    next_escalation =
-                                        Some(next_escalation.map_or(due, |n: Instant| n.min(due)));
-                                }
-                            }
-                        }
+                        Judged::Tolerated(None) => {}
                     }
                 }
             }
@@ -537,32 +512,100 @@ pub async fn wait_for_rollout(
     }
 }
 
-/// One container's pull error judged with what was seen of it before (`seen`: when, on
-/// the watcher's monotonic clock since the wait began): `Ok(message)` fails the target,
-/// `Err(until)` tolerates it until then.
-fn judge_pull(
-    watches: &mut HashMap<(String, Option<String>), PullWatch>,
-    key: (String, Option<String>),
-    problem: &health::PodProblem,
-    seen: Duration,
-    options: &WaitOptions,
-) -> Result<String, Duration> {
-    let (watch, verdict) = pulls::judge(
-        watches.get(&key),
-        &problem.reason,
-        &problem.message,
-        seen,
-        options.fail_fast.pull_grace,
-    );
-    watches.insert(key, watch);
-    match verdict {
-        PullVerdict::Fails(message) | PullVerdict::GraceOver(message) => Ok(message),
-        PullVerdict::Tolerated { until } => Err(until),
+/// What a pod problem means now, judged as the wait judges it.
+#[derive(Debug)]
+pub(super) enum Judged {
+    /// Fails the target.
+    Fails(Failure),
+    /// Reported, never fails (e.g. unschedulable under the warn policy): the headline.
+    Warns(String),
+    /// Not yet: decide again at this instant (None: when the pod changes).
+    Tolerated(Option<Instant>),
+}
+
+/// What a watcher remembers of pod problems between its decisions, on its own monotonic
+/// clock (never a node's timestamps): when each transient problem was first seen, and each
+/// container's pull errors. One per wait, one per bake: a bake's graces count from its
+/// start.
+pub(super) struct ProblemClock {
+    started: Instant,
+    transient_since: HashMap<(String, Option<String>, String), Instant>,
+    pulls: HashMap<(String, Option<String>), PullWatch>,
+}
+
+impl ProblemClock {
+    pub(super) fn new(started: Instant) -> Self {
+        ProblemClock {
+            started,
+            transient_since: HashMap::new(),
+            pulls: HashMap::new(),
+        }
+    }
+
+    /// Judges one problem of a pod of `object` at `now`: fatal ones fail at once; pull
+    /// errors by what they say, with `pull_grace` from the container's first pull error;
+    /// other transient ones once they have lasted their grace (a transient problem without
+    /// a grace, CrashLoopBackOff below the restart threshold, is decided by later pod
+    /// states, not by time).
+    pub(super) fn judge(
+        &mut self,
+        object: &str,
+        problem: &health::PodProblem,
+        fail_fast: &FailFastConfig,
+        now: Instant,
+    ) -> Judged {
+        let failure = problem.to_failure(object);
+        if problem.is_pull() {
+            let key = (problem.pod.clone(), problem.container.clone());
+            let seen = now.saturating_duration_since(self.started);
+            let (watch, verdict) = pulls::judge(
+                self.pulls.get(&key),
+                &problem.reason,
+                &problem.message,
+                seen,
+                fail_fast.pull_grace,
+            );
+            self.pulls.insert(key, watch);
+            return match verdict {
+                PullVerdict::Fails(message) | PullVerdict::GraceOver(message) => {
+                    Judged::Fails(Failure { message, ..failure })
+                }
+                PullVerdict::Tolerated { until } => Judged::Tolerated(Some(self.started + until)),
+            };
+        }
+        match problem.severity {
+            Severity::Fatal => Judged::Fails(failure),
+            Severity::Warning => Judged::Warns(failure.headline()),
+            Severity::Transient => {
+                let Some(grace) = problem.grace(fail_fast) else {
+                    return Judged::Tolerated(None);
+                };
+                let key = (
+                    problem.pod.clone(),
+                    problem.container.clone(),
+                    problem.reason.clone(),
+                );
+                let since = *self.transient_since.entry(key).or_insert(now);
+                let due = since + grace;
+                if due <= now {
+                    Judged::Fails(Failure {
+                        message: format!(
+                            "{} (for more than {})",
+                            failure.message,
+                            crate::util::duration::format_duration(grace)
+                        ),
+                        ..failure
+                    })
+                } else {
+                    Judged::Tolerated(Some(due))
+                }
+            }
+        }
     }
 }
 
 /// Polls a stream once without waiting: `Some(item)` when one is ready now.
-trait NowOrNever: Stream + Unpin {
+pub(super) trait NowOrNever: Stream + Unpin {
     fn now_or_never_ready(&mut self) -> Option<Option<Self::Item>> {
         futures::FutureExt::now_or_never(self.next())
     }
@@ -580,7 +623,7 @@ fn failed_reason(message: &str) -> String {
 /// A watcher's error said as rollguard says a connection problem (one table of reasons, in
 /// kube/connect.rs), not as kube's chain, whose wording depends on which call of the watch
 /// failed first.
-fn watch_error_text(e: &watcher::Error, server: &str) -> String {
+pub(super) fn watch_error_text(e: &watcher::Error, server: &str) -> String {
     match e {
         watcher::Error::InitialListFailed(inner)
         | watcher::Error::WatchStartFailed(inner)
@@ -608,7 +651,7 @@ fn timeout_message(timeout: Duration, last: &str, watch_error: Option<&str>) -> 
 
 /// One failure per (object, pod, container, reason): several pods of a Deployment with the
 /// same problem say it once per pod, several problems of one pod stay apart.
-fn dedup_failures(failures: &mut Vec<Failure>) {
+pub(super) fn dedup_failures(failures: &mut Vec<Failure>) {
     let mut seen = BTreeSet::new();
     failures.retain(|f| {
         seen.insert((
@@ -698,7 +741,7 @@ fn involved_refs(
 }
 
 /// Adds the recent Warning events of each failed object, its ReplicaSets and its pod.
-async fn add_events(
+pub(super) async fn add_events(
     client: &Client,
     failures: &mut [Failure],
     tracked: &[Tracked<'_>],

@@ -32,6 +32,11 @@ pub enum Stage {
         total: usize,
     },
     Waiting(WaitProgress),
+    /// Healthy, and its wave's bake runs with the pods still watched: this much of it is left
+    /// (whole seconds, rounded up).
+    Baking {
+        left_secs: u64,
+    },
     /// Rolling back (used by the rollback step).
     RollingBack(String),
     /// A script stage (or its rollback command) is running.
@@ -40,6 +45,15 @@ pub enum Stage {
         outcome: TargetOutcome,
         message: Option<String>,
     },
+}
+
+impl Stage {
+    /// The bake's countdown with `left` of it, in whole seconds rounded up (a bake is never
+    /// shown as over before it is).
+    pub fn baking(left: Duration) -> Stage {
+        let left_secs = left.as_secs() + u64::from(left.subsec_nanos() > 0);
+        Stage::Baking { left_secs }
+    }
 }
 
 /// How progress is shown.
@@ -142,6 +156,11 @@ pub fn describe_stage(stage: &Stage) -> String {
             Some(w) => format!("waiting {}/{} ready; {w}", p.ready, p.total),
             None => format!("waiting {}/{} ready", p.ready, p.total),
         },
+        Stage::Baking { left_secs: 0 } => "baking, 0s left".into(),
+        Stage::Baking { left_secs } => format!(
+            "baking, {} left",
+            format_duration(Duration::from_secs(*left_secs))
+        ),
         Stage::RollingBack(what) => format!("rolling back: {what}"),
         Stage::Script(name) => format!("running script stage {name}"),
         Stage::Finished { outcome, message } => {
@@ -313,7 +332,7 @@ async fn render(
                     Mode::Lines => {
                         let elapsed = format_duration(started.elapsed());
                         for t in &targets {
-                            if let Some(stage @ (Stage::Waiting(_) | Stage::Applying { .. } | Stage::RollingBack(_))) = stages.get(t) {
+                            if let Some(stage @ (Stage::Waiting(_) | Stage::Baking { .. } | Stage::Applying { .. } | Stage::RollingBack(_))) = stages.get(t) {
                                 let _ = writeln!(stderr, "[{elapsed:>6}] {t:<width_name$}  {}", super::redact::log_text(&describe_stage(stage)));
                             }
                         }
@@ -389,6 +408,39 @@ mod tests {
             message: Some("cancelled by SIGTERM".into()),
         };
         assert_eq!(describe_stage(&c), "cancelled by SIGTERM");
+        let baking = |left_secs| describe_stage(&Stage::Baking { left_secs });
+        assert_eq!(baking(7), "baking, 7s left");
+        assert_eq!(baking(0), "baking, 0s left");
+        assert_eq!(baking(600), "baking, 10m left");
+        assert_eq!(baking(90), "baking, 1m30s left");
+        let rounded = |ms| Stage::baking(Duration::from_millis(ms));
+        assert_eq!(rounded(6_200), Stage::Baking { left_secs: 7 });
+        assert_eq!(rounded(7_000), Stage::Baking { left_secs: 7 });
+        assert_eq!(rounded(1), Stage::Baking { left_secs: 1 });
+        assert_eq!(rounded(0), Stage::Baking { left_secs: 0 });
+    }
+
+    /// The countdown ticks every second: CI logs get a line when the bake starts, then the
+    /// periodic summary, not a line per second.
+    #[test]
+    fn a_bake_countdown_gets_one_line() {
+        let baking = |left_secs| Stage::Baking { left_secs };
+        let waiting = Stage::Waiting(WaitProgress {
+            ready: 1,
+            total: 1,
+            waiting_for: None,
+        });
+        assert!(worth_a_line(Some(&waiting), &baking(10)));
+        assert!(!worth_a_line(Some(&baking(10)), &baking(9)));
+        assert!(worth_a_line(
+            Some(&baking(1)),
+            &Stage::Finished {
+                outcome: TargetOutcome::Deployed,
+                message: None
+            }
+        ));
+        let line = live_line("canary", &baking(7), 6, 80, true);
+        assert_eq!(line, "canary  \x1b[36mbaking, 7s left\x1b[0m");
     }
 
     #[test]

@@ -16,8 +16,15 @@ pub struct TestCluster {
 impl TestCluster {
     /// Starts one cluster (context `sim-1`) and connects to it over HTTPS on loopback.
     pub async fn start() -> TestCluster {
+        Self::start_with(Vec::new()).await
+    }
+
+    /// Starts one cluster whose kubelet follows `rules` (what images do, e.g. a crash loop
+    /// `after:` a healthy start), at time scale 1.
+    pub async fn start_with(rules: Vec<kube_sim::rules::Rule>) -> TestCluster {
         let sim = Sim::start(SimOptions {
             clusters: 1,
+            rules,
             ..SimOptions::default()
         })
         .await

@@ -1170,6 +1170,7 @@ mod tests {
                     behaviour: rules::Behaviour::ImagePullBackOff,
                     failing_pulls: Some(1),
                     pull_message: Some("503 Service Unavailable".into()),
+                    after: None,
                 },
             ];
             for age in [0, 1, 100, 100_000] {

@@ -127,7 +127,15 @@ pub fn container_at(
     }
     match behaviour {
         Behaviour::Ready | Behaviour::NeverReady | Behaviour::SlowStart => {
-            run_ready(&mut view, behaviour, spec, CREATE_DELAY, elapsed);
+            let unready_after = script.after.filter(|_| behaviour == Behaviour::NeverReady);
+            run_ready(
+                &mut view,
+                behaviour,
+                spec,
+                CREATE_DELAY,
+                unready_after,
+                elapsed,
+            );
         }
         Behaviour::CrashLoopBackOff | Behaviour::OomKilled => {
             let (exit_code, reason) = if behaviour == Behaviour::OomKilled {
@@ -135,7 +143,12 @@ pub fn container_at(
             } else {
                 (1, "Error")
             };
-            crash_loop(&mut view, spec, exit_code, reason, labels, elapsed);
+            let exit = Exit {
+                code: exit_code,
+                reason,
+                healthy_for: script.after,
+            };
+            crash_loop(&mut view, spec, &exit, labels, elapsed);
         }
         Behaviour::ImagePullBackOff => pulls(&mut view, script, spec, image, elapsed),
         Behaviour::CreateContainerConfigError => {
@@ -163,16 +176,21 @@ pub fn container_at(
     view
 }
 
-/// A container that runs from `start` (Ready, NeverReady or SlowStart).
+/// A container that runs from `start` (Ready, NeverReady or SlowStart). `unready_after`
+/// (NeverReady with `after:`): Ready as a healthy container first, then readiness fails
+/// that long after the start and never passes again.
 fn run_ready(
     view: &mut ContainerView,
     behaviour: Behaviour,
     spec: ContainerSpec,
     start: Duration,
+    unready_after: Option<Duration>,
     elapsed: Duration,
 ) {
+    let unready_at = unready_after.map(|after| start + after);
     let ready_at = match behaviour {
         Behaviour::Ready => Some(start + spec.ready_delay),
+        Behaviour::NeverReady if unready_at.is_some() => Some(start + spec.ready_delay),
         Behaviour::SlowStart => Some(SLOW_START.max(start + spec.ready_delay)),
         _ => None,
     };
@@ -191,11 +209,22 @@ fn run_ready(
         return;
     }
     view.state = State::Running { started: start };
+    let unready = unready_at.filter(|&u| elapsed >= u);
     match ready_at {
+        Some(at) if unready.is_some() => {
+            // Ready from `at` until readiness failed (never, when it failed first).
+            let unready = unready.unwrap_or_default();
+            view.ready_changed = if unready > at {
+                unready
+            } else {
+                Duration::ZERO
+            };
+            view.next_change = finish_at;
+        }
         Some(at) if elapsed >= at => {
             view.ready = true;
             view.ready_changed = at;
-            view.next_change = finish_at;
+            view.next_change = [finish_at, unready_at].into_iter().flatten().min();
         }
         Some(at) => view.next_change = Some(at),
         None => view.next_change = finish_at,
@@ -229,7 +258,7 @@ fn pulls(
                 };
                 view.next_change = Some(t + PULL_OK);
             } else {
-                run_ready(view, Behaviour::Ready, spec, t + PULL_OK, elapsed);
+                run_ready(view, Behaviour::Ready, spec, t + PULL_OK, None, elapsed);
             }
             return;
         }
@@ -264,24 +293,43 @@ pub struct CrashLabels<'a> {
     pub uid: &'a str,
 }
 
+/// How a crashing container exits.
+struct Exit<'a> {
+    code: i64,
+    reason: &'a str,
+    /// `after:` of the rule: the first run is a healthy one (Ready after the ready delay)
+    /// that lasts this long, instead of crashing after `RUN_BEFORE_CRASH`.
+    healthy_for: Option<Duration>,
+}
+
 fn crash_loop(
     view: &mut ContainerView,
     spec: ContainerSpec,
-    exit_code: i64,
-    reason: &str,
+    exit: &Exit<'_>,
     labels: &CrashLabels<'_>,
     elapsed: Duration,
 ) {
+    let (exit_code, reason) = (exit.code, exit.reason);
     let restarts = spec.restart_always || spec.restart_on_failure;
     let mut start = CREATE_DELAY;
     let mut run = 0u32;
     loop {
-        let finish = start + RUN_BEFORE_CRASH;
+        let healthy_run = exit.healthy_for.filter(|_| run == 0);
+        let finish = start + healthy_run.unwrap_or(RUN_BEFORE_CRASH);
         view.restart_count = run;
         if elapsed < finish {
             view.state = State::Running { started: start };
             view.ready_changed = if run == 0 { Duration::ZERO } else { start };
             view.next_change = Some(finish);
+            let ready_at = start + spec.ready_delay;
+            if healthy_run.is_some() && ready_at < finish {
+                if elapsed >= ready_at {
+                    view.ready = true;
+                    view.ready_changed = ready_at;
+                } else {
+                    view.next_change = Some(ready_at);
+                }
+            }
             return;
         }
         view.ready_changed = finish;
@@ -1014,6 +1062,7 @@ mod tests {
             behaviour: Behaviour::ImagePullBackOff,
             failing_pulls: Some(2),
             pull_message: Some(E503.into()),
+            after: None,
         };
         let view = |secs: f64| {
             container_at(
@@ -1070,6 +1119,66 @@ mod tests {
         assert!(
             message.is_some_and(|m| m.starts_with("rpc error: code = NotFound desc = ")
                 && m.ends_with("docker.io/example/web:v1: not found"))
+        );
+    }
+
+    /// `after: 3s`: healthy (Ready) from 1 s to 3.5 s, then the behaviour: a crash loop
+    /// from its first exit, or readiness that fails for good.
+    #[test]
+    fn after_runs_healthy_first() {
+        use Behaviour::*;
+        let view = |behaviour: Behaviour, secs: f64| {
+            let script = ImageScript {
+                behaviour,
+                after: Some(Duration::from_secs(3)),
+                ..ImageScript::default()
+            };
+            container_at(
+                &script,
+                ALWAYS,
+                "example/web:v2",
+                &LABELS,
+                Duration::from_secs_f64(secs),
+            )
+        };
+        // (behaviour, seconds, state, ready, restarts)
+        let cases = [
+            (CrashLoopBackOff, 0.7, "Running", false, 0),
+            (CrashLoopBackOff, 1.0, "Running", true, 0),
+            (CrashLoopBackOff, 3.4, "Running", true, 0),
+            (CrashLoopBackOff, 3.6, "Terminated:Error", false, 0),
+            (CrashLoopBackOff, 4.6, "Running", false, 1),
+            (CrashLoopBackOff, 5.6, "CrashLoopBackOff", false, 1),
+            (CrashLoopBackOff, 16.0, "Running", false, 2),
+            (OomKilled, 3.0, "Running", true, 0),
+            (OomKilled, 3.6, "Terminated:OOMKilled", false, 0),
+            (NeverReady, 1.0, "Running", true, 0),
+            (NeverReady, 3.4, "Running", true, 0),
+            (NeverReady, 3.6, "Running", false, 0),
+            (NeverReady, 5000.0, "Running", false, 0),
+        ];
+        for (behaviour, secs, state, ready, restarts) in cases {
+            let v = view(behaviour, secs);
+            assert_eq!(reason(&v), state, "{behaviour:?} at {secs}s");
+            assert_eq!(v.ready, ready, "{behaviour:?} at {secs}s ready");
+            assert_eq!(v.restart_count, restarts, "{behaviour:?} at {secs}s");
+        }
+        // The controller is woken when readiness comes and when it goes.
+        assert_eq!(
+            view(CrashLoopBackOff, 0.7).next_change,
+            Some(Duration::from_secs(1))
+        );
+        assert_eq!(
+            view(CrashLoopBackOff, 2.0).next_change,
+            Some(Duration::from_millis(3500))
+        );
+        assert_eq!(
+            view(NeverReady, 2.0).next_change,
+            Some(Duration::from_millis(3500))
+        );
+        assert_eq!(
+            view(NeverReady, 4.0).ready_changed,
+            Duration::from_millis(3500)
         );
     }
 

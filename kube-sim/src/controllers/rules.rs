@@ -6,9 +6,13 @@
 //! image words decide (`doesnotexist`, `crashloop`, `neverready`, `slowstart`). A pull rule
 //! may script the registry: `{image: "*:v2", behaviour: ImagePullBackOff, times: 2,
 //! message: "...503 Service Unavailable"}` fails the first two pulls with that text, then
-//! the image pulls and the container starts.
+//! the image pulls and the container starts. A rule with `after: 5s` (simulated time) lets
+//! the container run and be Ready first and shows its behaviour that long after the container
+//! started: `{image: "*:v2", behaviour: CrashLoopBackOff, after: 5s}` crashes then (the pod
+//! turns not Ready, its Deployment loses availability) and crash-loops from there on.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -56,6 +60,47 @@ pub struct Rule {
     /// message); default containerd's NotFound text.
     #[serde(default)]
     pub message: Option<String>,
+    /// With `CrashLoopBackOff`, `OomKilled` or `NeverReady`: the container first runs and is
+    /// Ready as a healthy one, then shows the behaviour this long (simulated time) after it
+    /// started: the first run exits (and the crash loop goes on from there), or readiness
+    /// fails. Written `500ms`, `5s`, `1.5s`, `2m`.
+    #[serde(default, deserialize_with = "deserialize_after")]
+    pub after: Option<Duration>,
+}
+
+/// Behaviours that can come after a healthy start (`after:`): a running container can
+/// crash or fail its readiness probe, but not fail to pull or be created.
+const LATE_BEHAVIOURS: &[Behaviour] = &[
+    Behaviour::CrashLoopBackOff,
+    Behaviour::OomKilled,
+    Behaviour::NeverReady,
+];
+
+fn deserialize_after<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Duration>, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    parse_duration(&text).map(Some).ok_or_else(|| {
+        serde::de::Error::custom(format!(
+            "`after: {text}` is not a duration like 500ms, 5s, 1.5s or 2m"
+        ))
+    })
+}
+
+/// A duration such as `500ms`, `5s`, `1.5s`, `2m` or `1h`; None when it is not one.
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number.parse().ok()?;
+    let seconds = match unit {
+        "ms" => number / 1000.0,
+        "s" => number,
+        "m" => number * 60.0,
+        "h" => number * 3600.0,
+        _ => return None,
+    };
+    Duration::try_from_secs_f64(seconds).ok()
 }
 
 /// What the kubelet does with one image: its behaviour, and for pulls that fail, how.
@@ -66,6 +111,8 @@ pub struct ImageScript {
     pub failing_pulls: Option<u32>,
     /// The pull error's text (None: containerd's NotFound for the image).
     pub pull_message: Option<String>,
+    /// The container runs healthy first and shows `behaviour` this long after it started.
+    pub after: Option<Duration>,
 }
 
 impl From<Behaviour> for ImageScript {
@@ -90,7 +137,8 @@ pub enum RulesError {
          `- {{cluster: sim-2, image: \"*:v2\", behaviour: ImagePullBackOff}}` with behaviour one of \
          Ready, ImagePullBackOff, CrashLoopBackOff, NeverReady, SlowStart, \
          CreateContainerConfigError, CreateContainerError, InvalidImageName, OomKilled \
-         (an ImagePullBackOff rule may add `times: N` and `message: TEXT`)"
+         (an ImagePullBackOff rule may add `times: N` and `message: TEXT`; a CrashLoopBackOff, \
+         OomKilled or NeverReady rule `after: 5s`)"
     )]
     Parse { where_: String, message: String },
     #[error("invalid rules file {where_}: rule {index} has an empty image pattern")]
@@ -100,6 +148,15 @@ pub enum RulesError {
          `behaviour: ImagePullBackOff` uses"
     )]
     PullScriptWithoutPull { where_: String, index: usize },
+    #[error(
+        "invalid rules file {where_}: rule {index} has `after` with behaviour {behaviour:?}; only \
+         CrashLoopBackOff, OomKilled and NeverReady can come after a healthy start"
+    )]
+    AfterWithoutLateBehaviour {
+        where_: String,
+        index: usize,
+        behaviour: Behaviour,
+    },
 }
 
 /// Reads and parses a rules file.
@@ -141,6 +198,16 @@ fn parse_named(yaml: &str, where_: &str) -> Result<Vec<Rule>, RulesError> {
             index: index + 1,
         });
     }
+    if let Some(index) = rules
+        .iter()
+        .position(|rule| rule.after.is_some() && !LATE_BEHAVIOURS.contains(&rule.behaviour))
+    {
+        return Err(RulesError::AfterWithoutLateBehaviour {
+            where_: where_.to_string(),
+            index: index + 1,
+            behaviour: rules[index].behaviour,
+        });
+    }
     Ok(rules)
 }
 
@@ -161,6 +228,7 @@ pub fn script_for(rules: &[Rule], cluster: &str, image: &str) -> ImageScript {
             behaviour: rule.behaviour,
             failing_pulls: rule.times,
             pull_message: rule.message.clone(),
+            after: rule.after,
         })
         .unwrap_or_else(|| builtin_behaviour(image).into())
 }
@@ -281,6 +349,45 @@ mod tests {
         let err = parse("- {image: x, behaviour: Ready, times: 2}").unwrap_err();
         assert!(
             matches!(err, RulesError::PullScriptWithoutPull { index: 1, .. }),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn after_delays_a_late_behaviour() {
+        let rules = parse("- {image: \"*:v2\", behaviour: CrashLoopBackOff, after: 1.5s}").unwrap();
+        let script = script_for(&rules, "sim-1", "web:v2");
+        assert_eq!(script.behaviour, Behaviour::CrashLoopBackOff);
+        assert_eq!(script.after, Some(Duration::from_millis(1500)));
+        assert_eq!(script_for(&rules, "sim-1", "web:v1").after, None);
+        let durations = [
+            ("500ms", Some(Duration::from_millis(500))),
+            ("5s", Some(Duration::from_secs(5))),
+            ("2m", Some(Duration::from_secs(120))),
+            ("1h", Some(Duration::from_secs(3600))),
+            (" 3s ", Some(Duration::from_secs(3))),
+            ("5", None),
+            ("s", None),
+            ("5d", None),
+            ("-1s", None),
+            ("", None),
+        ];
+        for (text, want) in durations {
+            assert_eq!(parse_duration(text), want, "{text:?}");
+        }
+        let err = parse("- {image: x, behaviour: CrashLoopBackOff, after: soon}").unwrap_err();
+        assert!(
+            err.to_string().contains("`after: soon` is not a duration"),
+            "{err}"
+        );
+        let err = parse("- {image: x, behaviour: ImagePullBackOff, after: 5s}").unwrap_err();
+        assert!(
+            matches!(err, RulesError::AfterWithoutLateBehaviour { index: 1, .. }),
+            "{err}"
+        );
+        assert!(
+            err.to_string()
+                .contains("only CrashLoopBackOff, OomKilled and NeverReady"),
             "{err}"
         );
     }

@@ -14,6 +14,6 @@ pub use pods::{
     PodProblem, RevisionSelector, Severity, label_selector, new_revision_selector, pod_matches,
     pod_problems,
 };
-/// The string at a path of keys, for the watch code beside these rules.
-pub(crate) use status::str_at;
 pub use status::{Assessment, Status, warning_event_line};
+/// The string at a path of keys, for the watch code beside these rules.
+pub(crate) use status::{condition, int_at, str_at};
