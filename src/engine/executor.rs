@@ -14,8 +14,10 @@ use crate::engine::machine::{Command, EndWhy, Event, RollbackWhy, TargetId};
 use crate::engine::plan::Plan;
 use crate::engine::policy::RollbackResult;
 use crate::engine::target_run::{TargetRun, complete, deploy_target, finish, run_stages};
+use crate::kube::bake::{BakeOptions, watch_bake};
+use crate::kube::wait::WaitFailure;
 use crate::release::session::OpenHistory;
-use crate::report::progress::Progress;
+use crate::report::progress::{Progress, Stage};
 use crate::report::{BAKE_PHASE, TargetOutcome};
 use crate::stages::env::RollbackReason;
 
@@ -140,31 +142,75 @@ impl Executor {
         }
     }
 
-    /// The wave's bake after a healthy rollout.
+    /// The wave's bake after a healthy rollout: the new revision's pods stay watched, and a
+    /// problem fails the target as during the wait.
     async fn bake(&mut self) {
         if self.bake.is_zero() {
             return self.send(Event::Baked(self.id));
         }
-        self.run.lock().await.clock.start(BAKE_PHASE);
+        let (name, watch) = {
+            let mut run = self.run.lock().await;
+            run.clock.start(BAKE_PHASE);
+            // Nothing of the new revision to watch (a dry run, a no-op deploy): the bake
+            // only waits.
+            let watch = run
+                .access
+                .as_ref()
+                .filter(|_| !run.applied.is_empty())
+                .map(|access| {
+                    (
+                        access.watch_client.clone(),
+                        run.applied.clone(),
+                        BakeOptions {
+                            bake: self.bake,
+                            fail_fast: self.shared.plan.config.wait.fail_fast.clone(),
+                            server: access.server.clone(),
+                        },
+                    )
+                });
+            (run.target.name.clone(), watch)
+        };
         let stop = self.shared.cancel.child_token();
-        let sleep = tokio::time::sleep(self.bake);
+        let progress = self.shared.progress.clone();
+        let report = |left: Duration| progress.update(&name, Stage::baking(left));
+        let mut baked = Ok(());
         let worked = listen(
             async {
-                tokio::select! {
-                    _ = sleep => {}
-                    _ = stop.cancelled() => {}
+                match &watch {
+                    Some((client, applied, options)) => {
+                        baked = watch_bake(client, applied, options, &stop, &report).await;
+                    }
+                    None => {
+                        tokio::select! {
+                            _ = tokio::time::sleep(self.bake) => {}
+                            _ = stop.cancelled() => baked = Err(WaitFailure::Cancelled),
+                        }
+                    }
                 }
             },
             &mut self.commands,
             &stop,
         )
         .await;
-        self.run.lock().await.clock.stop();
-        let event = if worked.stop_asked || stop.is_cancelled() {
-            Event::Stopped(self.id)
-        } else {
-            Event::Baked(self.id)
+        let mut run = self.run.lock().await;
+        run.clock.stop();
+        let event = match baked {
+            _ if worked.stop_asked => Event::Stopped(self.id),
+            Ok(()) => Event::Baked(self.id),
+            Err(WaitFailure::Cancelled) => Event::Stopped(self.id),
+            Err(WaitFailure::Failed(failures) | WaitFailure::Timeout(failures)) => {
+                for f in &failures {
+                    tracing::info!("{}", f.headline());
+                }
+                run.report.failures = failures;
+                finish(&mut run, &self.shared.progress, TargetOutcome::Failed);
+                Event::Failed {
+                    target: self.id,
+                    lock_lost: false,
+                }
+            }
         };
+        drop(run);
         self.send(event);
     }
 }

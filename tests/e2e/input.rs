@@ -83,8 +83,10 @@ async fn schema_prints_json() {
             "render",
             "render_hooks",
             "rollback",
+            "rollback_order",
             "targets",
-            "wait"
+            "wait",
+            "waves"
         ],
         "{schema:#}"
     );

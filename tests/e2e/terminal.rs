@@ -8,7 +8,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const ROWS: u16 = 24;
+// Tall enough for the final table, its details and the summary of the demo's second run.
+const ROWS: u16 = 40;
 const COLS: u16 = 80;
 const TARGETS: [&str; 3] = ["eu", "us", "ap"];
 
@@ -19,7 +20,7 @@ struct Session {
     report: serde_json::Value,
 }
 
-/// Runs `rollguard demo` on a new 80x24 pty with these extra variables.
+/// Runs `rollguard demo` on a new 80x40 pty with these extra variables.
 fn demo_in_pty(dir: &Path, env: &[(&str, &str)]) -> Session {
     let mut master: libc::c_int = -1;
     let mut slave: libc::c_int = -1;

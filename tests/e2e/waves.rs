@@ -247,3 +247,43 @@ async fn rollback_all_skips_the_queued_targets_with_no_write() {
         );
     }
 }
+
+/// The bake watches: the canary is healthy, then its pods crash-loop during its 10 s bake
+/// (60 simulated seconds after they started: 3 s): the wave fails, wave 1 never starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_during_the_bake_fails_the_wave_and_the_next_never_starts() {
+    let rules = format!(
+        "- {{cluster: sim-1, image: \"{BAD}\", behaviour: CrashLoopBackOff, after: 60s}}\n- {{image: \"*\", behaviour: Ready}}\n"
+    );
+    let env = TestEnv::start(3, &rules).await;
+    let targets = [("canary", 0), ("eu", 1), ("us", 1)];
+    env.write(
+        "rollguard.yaml",
+        &wave_config(&targets, "waves:\n  - {wave: 0, bake: 10s}\n"),
+    );
+    first_good_deploy(&env).await;
+    env.write("k8s/app.yaml", &small_app(BAD));
+    let before: Vec<u64> = (1..=3).map(|c| writes_besides_locks(&env, c)).collect();
+    let run = env
+        .deploy_with_env(&[], &[("RUST_LOG", "rollguard=info")])
+        .await;
+    assert_eq!(run.code, 1, "{}", run.output());
+    assert_eq!(run.outcome("canary"), "rolled-back", "{}", run.output());
+    // It was healthy first: the failure came during the bake.
+    assert!(
+        run.stderr
+            .lines()
+            .any(|l| l.contains("target=canary") && l.contains("rollout healthy")),
+        "{}",
+        run.output()
+    );
+    let failure = run.target("canary")["failures"][0].to_string();
+    assert!(failure.contains("during the bake"), "{failure}");
+    let phases = run.target("canary")["phases"].to_string();
+    assert!(phases.contains("\"bake\""), "{phases}");
+    for (i, name) in ["eu", "us"].iter().enumerate() {
+        assert_eq!(run.outcome(name), "skipped", "{}", run.output());
+        assert_eq!(writes_besides_locks(&env, i + 2), before[i + 1], "{name}");
+    }
+    assert_runs(&env, 1, GOOD).await;
+}
