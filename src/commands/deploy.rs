@@ -285,7 +285,12 @@ fn manifest_line(plan: &Plan, object: &str) -> Option<SourceLine> {
 /// Runs a plan with live progress on stderr.
 pub async fn run_plan(plan: Arc<Plan>, cancel: CancellationToken) -> Report {
     let lookup = |k: &str| plan.env.get(k).cloned();
-    let names = plan.config.targets.iter().map(|t| t.name.clone()).collect();
+    let names = plan
+        .config
+        .targets
+        .iter()
+        .map(|t| (t.name.clone(), t.wave))
+        .collect();
     let (progress, renderer) = progress::start(names, progress::detect_mode(&lookup));
     let report = crate::engine::fleet::deploy(plan.clone(), cancel, progress).await;
     // The records, rollbacks and locks are settled; a panic in the live view is still a

@@ -1,61 +1,14 @@
-//! The rollback decisions, as pure functions: which targets roll back under the failure
-//! policy or on cancel, what a rollback leaves in place, which revision a manual rollback goes
-//! to, and the summary line.
+//! The rollback decisions around a rollback, as pure functions: what a rollback leaves in
+//! place, which revision a manual rollback goes to, how an unfinished rollback ends, and the
+//! summary line. Which targets roll back, and when, is the machine's (`machine.rs`).
 //!
 //! A rollback never prunes: objects that the failed revision added and the last good one does
 //! not have stay, and are listed so that a human can decide.
 
 use std::collections::HashSet;
 
-use crate::config::FailurePolicy;
 use crate::release::{ObjectRef, ReleaseRecord, ReleaseStatus};
 use crate::report::TargetOutcome;
-use crate::stages::env::RollbackReason;
-
-/// What the policy needs to know of one target after the deploy phase.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TargetState {
-    /// At least one write of the new revision reached the cluster (it may be half-applied).
-    pub received: bool,
-    /// The target failed (apply error, fail-fast, timeout, unreachable).
-    pub failed: bool,
-}
-
-/// For each target, whether it rolls back. A target that never received the new revision
-/// has nothing to undo, whatever the policy.
-pub fn targets_to_roll_back(policy: FailurePolicy, targets: &[TargetState]) -> Vec<bool> {
-    let any_failed = targets.iter().any(|t| t.failed);
-    let all_failed = !targets.is_empty() && targets.iter().all(|t| t.failed);
-    targets
-        .iter()
-        .map(|t| {
-            t.received
-                && match policy {
-                    FailurePolicy::RollbackAll => any_failed,
-                    FailurePolicy::RollbackFailed => t.failed,
-                    FailurePolicy::RollbackIfAllFail => all_failed,
-                    FailurePolicy::None => false,
-                }
-        })
-        .collect()
-}
-
-/// Why a target of a deploy rolls back, from its outcome before the rollback: its own
-/// failure (`failed`, also one that happened before a cancel), else the policy
-/// (`on_failure` because another target failed, or `on_cancel` for one a signal stopped).
-pub fn rollback_reason(outcome: crate::report::TargetOutcome) -> RollbackReason {
-    use crate::report::TargetOutcome::{Failed, RollbackFailed};
-    match outcome {
-        Failed | RollbackFailed => RollbackReason::Failed,
-        _ => RollbackReason::Policy,
-    }
-}
-
-/// On cancellation (`on_cancel`): roll back every target that received the new revision,
-/// or leave everything as it is.
-pub fn targets_to_roll_back_on_cancel(rollback: bool, targets: &[TargetState]) -> Vec<bool> {
-    targets.iter().map(|t| rollback && t.received).collect()
-}
 
 /// Objects the failed revision applied that the last good one does not have: they stay in
 /// place (never pruned) and are reported. Compared by group, kind, namespace and name.
@@ -76,30 +29,6 @@ pub struct RollbackResult {
     pub ok: bool,
     /// Why it failed (first line), or a note.
     pub message: Option<String>,
-}
-
-/// Why each target is rolled back that did not fail itself ("policy rollback-all: us
-/// failed"), by index; None for the others. `names` in the order of `targets`.
-pub fn policy_reasons(
-    policy: FailurePolicy,
-    targets: &[TargetState],
-    decisions: &[bool],
-    names: &[&str],
-) -> Vec<Option<String>> {
-    let failed: Vec<&str> = targets
-        .iter()
-        .zip(names)
-        .filter(|(t, _)| t.failed)
-        .map(|(_, n)| *n)
-        .collect();
-    targets
-        .iter()
-        .zip(decisions)
-        .map(|(t, roll_back)| {
-            (*roll_back && !t.failed && !failed.is_empty())
-                .then(|| format!("policy {policy}: {} failed", failed.join(", ")))
-        })
-        .collect()
 }
 
 /// "rolled back 2 of 3; eu: connection refused" (empty when nothing rolled back).
@@ -211,20 +140,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rollback_reason_table() {
-        use crate::report::TargetOutcome::*;
-        for (outcome, want) in [
-            (Failed, RollbackReason::Failed),
-            (RollbackFailed, RollbackReason::Failed),
-            (Deployed, RollbackReason::Policy),
-            (Cancelled, RollbackReason::Policy),
-            (Skipped, RollbackReason::Policy),
-        ] {
-            assert_eq!(rollback_reason(outcome), want, "{outcome:?}");
-        }
-    }
-
-    #[test]
     fn an_unfinished_rollback_fails_its_target_only_when_something_of_the_new_revision_stayed() {
         let object = |kind: &str, name: &str| ObjectRef {
             api_version: if kind == "Deployment" {
@@ -285,50 +200,6 @@ mod tests {
         failed: true,
     };
 
-    #[test]
-    fn policy_table() {
-        use FailurePolicy::*;
-        let cases: Vec<(FailurePolicy, Vec<TargetState>, Vec<bool>)> = vec![
-            (RollbackAll, vec![OK, F, OK], vec![true, true, true]),
-            (RollbackAll, vec![OK, OK, OK], vec![false, false, false]),
-            (
-                RollbackAll,
-                vec![OK, UNREACHED, OK],
-                vec![true, false, true],
-            ),
-            (RollbackFailed, vec![OK, F, OK], vec![false, true, false]),
-            (RollbackFailed, vec![F, UNREACHED], vec![true, false]),
-            (
-                RollbackIfAllFail,
-                vec![OK, F, OK],
-                vec![false, false, false],
-            ),
-            (RollbackIfAllFail, vec![F, F, F], vec![true, true, true]),
-            (RollbackIfAllFail, vec![F, UNREACHED], vec![true, false]),
-            (None, vec![F, F], vec![false, false]),
-            (RollbackAll, vec![], vec![]),
-        ];
-        for (policy, targets, want) in cases {
-            assert_eq!(
-                targets_to_roll_back(policy, &targets),
-                want,
-                "{policy:?} {targets:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn cancel_table() {
-        assert_eq!(
-            targets_to_roll_back_on_cancel(true, &[OK, UNREACHED, F]),
-            vec![true, false, true]
-        );
-        assert_eq!(
-            targets_to_roll_back_on_cancel(false, &[OK, F]),
-            vec![false, false]
-        );
-    }
-
     fn obj(api: &str, kind: &str, ns: Option<&str>, name: &str) -> ObjectRef {
         ObjectRef {
             api_version: api.into(),
@@ -365,46 +236,6 @@ mod tests {
         ];
         for (failed, good, want) in cases {
             assert_eq!(left_in_place(&failed, &good), want, "{failed:?} {good:?}");
-        }
-    }
-
-    #[test]
-    fn policy_reasons_name_the_targets_that_failed() {
-        let state = |received, failed| TargetState { received, failed };
-        let names = ["eu", "us", "ap"];
-        // (targets, decisions, the reasons wanted)
-        type Case = (Vec<TargetState>, Vec<bool>, Vec<Option<&'static str>>);
-        let cases: Vec<Case> = vec![
-            (
-                vec![state(true, false), state(true, true), state(true, false)],
-                vec![true, true, true],
-                vec![
-                    Some("policy rollback-all: us failed"),
-                    None,
-                    Some("policy rollback-all: us failed"),
-                ],
-            ),
-            (
-                vec![state(true, true), state(true, true), state(true, false)],
-                vec![true, true, true],
-                vec![None, None, Some("policy rollback-all: eu, us failed")],
-            ),
-            // Not rolled back (nothing received): no reason to give.
-            (
-                vec![state(false, false), state(true, true), state(true, false)],
-                vec![false, true, true],
-                vec![None, None, Some("policy rollback-all: us failed")],
-            ),
-            (
-                vec![state(true, false), state(true, false), state(true, false)],
-                vec![false, false, false],
-                vec![None, None, None],
-            ),
-        ];
-        for (targets, decisions, want) in cases {
-            let got = policy_reasons(FailurePolicy::RollbackAll, &targets, &decisions, &names);
-            let want: Vec<Option<String>> = want.into_iter().map(|w| w.map(String::from)).collect();
-            assert_eq!(got, want, "{targets:?}");
         }
     }
 

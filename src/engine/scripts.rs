@@ -51,7 +51,16 @@ fn fleet_deployment(plan: &Plan, runs: &[&TargetRun], stage: &str, rollback: boo
                 .collect::<Vec<_>>(),
         ),
         stage: stage.to_string(),
-        fleet: true,
+        // A shared stage's scope (`fleet` or `wave`) as the pipeline sets it.
+        scope: plan
+            .config
+            .pipeline
+            .iter()
+            .find_map(|s| match s {
+                PipelineStage::Script(s) if s.name == stage => Some(s.scope),
+                _ => None,
+            })
+            .unwrap_or(crate::config::Scope::Fleet),
         is_rollback: rollback,
         dry_run: plan.options.dry_run,
         failed_stage: rollback

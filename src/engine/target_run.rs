@@ -648,7 +648,7 @@ pub(crate) fn target_deployment(
         previous_commit: last_good.and_then(|g| g.commit.as_ref().map(|c| c.sha.clone())),
         previous_revision: last_good.map(|g| g.revision),
         stage: stage.to_string(),
-        fleet: false,
+        scope: crate::config::Scope::Target,
         is_rollback: rollback,
         dry_run: plan.options.dry_run,
         failed_stage: reason

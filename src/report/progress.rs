@@ -282,7 +282,8 @@ impl Progress {
 }
 
 /// Starts the renderer for these targets. Drop every `Progress` clone, then await the handle.
-pub fn start(targets: Vec<String>, mode: Mode) -> (Progress, JoinHandle<()>) {
+/// Starts the progress view of `targets` (name, wave), in config order.
+pub fn start(targets: Vec<(String, u32)>, mode: Mode) -> (Progress, JoinHandle<()>) {
     if mode == Mode::Quiet {
         return (Progress::quiet(), tokio::spawn(async {}));
     }
@@ -292,10 +293,12 @@ pub fn start(targets: Vec<String>, mode: Mode) -> (Progress, JoinHandle<()>) {
 }
 
 async fn render(
-    targets: Vec<String>,
+    waved: Vec<(String, u32)>,
     mode: Mode,
     mut rx: mpsc::UnboundedReceiver<(String, Stage)>,
 ) {
+    let rows = live_rows(&waved);
+    let targets: Vec<String> = waved.into_iter().map(|(name, _)| name).collect();
     let width_name = targets.iter().map(|t| columns(t)).max().unwrap_or(4).max(4);
     let mut stages: HashMap<String, Stage> =
         targets.iter().map(|t| (t.clone(), Stage::Queued)).collect();
@@ -326,7 +329,7 @@ async fn render(
                 match mode {
                     Mode::Live { color } if dirty => {
                         let width = decide_width(stderr_columns(), std::env::var("COLUMNS").ok().as_deref());
-                        drawn = draw_live(&mut stderr, &targets, &stages, width_name, width, color, drawn);
+                        drawn = draw_live(&mut stderr, &rows, &stages, width_name, width, color, drawn);
                         dirty = false;
                     }
                     Mode::Lines => {
@@ -346,7 +349,7 @@ async fn render(
         let width = decide_width(stderr_columns(), std::env::var("COLUMNS").ok().as_deref());
         draw_live(
             &mut stderr,
-            &targets,
+            &rows,
             &stages,
             width_name,
             width,
@@ -357,9 +360,41 @@ async fn render(
     let _ = stderr.flush();
 }
 
+/// A line of the live view: a wave's heading, or a target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum LiveRow {
+    Wave(u32),
+    Target(String),
+}
+
+/// The live view's lines: the targets in config order, grouped by wave in wave order under a
+/// heading each when there is more than one wave.
+fn live_rows(targets: &[(String, u32)]) -> Vec<LiveRow> {
+    let mut waves: Vec<u32> = targets.iter().map(|(_, w)| *w).collect();
+    waves.sort_unstable();
+    waves.dedup();
+    if waves.len() <= 1 {
+        return targets
+            .iter()
+            .map(|(name, _)| LiveRow::Target(name.clone()))
+            .collect();
+    }
+    let mut rows = Vec::new();
+    for wave in waves {
+        rows.push(LiveRow::Wave(wave));
+        rows.extend(
+            targets
+                .iter()
+                .filter(|(_, w)| *w == wave)
+                .map(|(name, _)| LiveRow::Target(name.clone())),
+        );
+    }
+    rows
+}
+
 fn draw_live(
     out: &mut impl Write,
-    targets: &[String],
+    rows: &[LiveRow],
     stages: &HashMap<String, Stage>,
     width_name: usize,
     width: usize,
@@ -372,19 +407,56 @@ fn draw_live(
         // drawn before a resize may have left longer lines behind.
         frame.push_str(&format!("\x1b[{previously_drawn}F\x1b[J"));
     }
-    for t in targets {
-        let stage = stages.get(t).cloned().unwrap_or(Stage::Queued);
-        frame.push_str(&live_line(t, &stage, width_name, width, color));
+    for row in rows {
+        match row {
+            LiveRow::Wave(wave) if color => frame.push_str(&format!("\x1b[1mwave {wave}\x1b[0m")),
+            LiveRow::Wave(wave) => frame.push_str(&format!("wave {wave}")),
+            LiveRow::Target(t) => {
+                let stage = stages.get(t).cloned().unwrap_or(Stage::Queued);
+                frame.push_str(&live_line(t, &stage, width_name, width, color));
+            }
+        }
         frame.push('\n');
     }
     let _ = out.write_all(frame.as_bytes());
     let _ = out.flush();
-    targets.len()
+    rows.len()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_live_view_groups_targets_by_wave_only_with_waves() {
+        let t = |name: &str| LiveRow::Target(name.to_string());
+        let waved = |list: &[(&str, u32)]| -> Vec<(String, u32)> {
+            list.iter().map(|(n, w)| (n.to_string(), *w)).collect()
+        };
+        assert_eq!(
+            live_rows(&waved(&[("eu", 0), ("us", 0)])),
+            vec![t("eu"), t("us")]
+        );
+        assert_eq!(live_rows(&waved(&[("eu", 3)])), vec![t("eu")]);
+        assert_eq!(
+            live_rows(&waved(&[("us", 1), ("canary", 0), ("ap", 1), ("sa", 2)])),
+            vec![
+                LiveRow::Wave(0),
+                t("canary"),
+                LiveRow::Wave(1),
+                t("us"),
+                t("ap"),
+                LiveRow::Wave(2),
+                t("sa")
+            ]
+        );
+        let mut frame = Vec::new();
+        let stages = HashMap::new();
+        let rows = live_rows(&waved(&[("eu", 1), ("canary", 0)]));
+        assert_eq!(draw_live(&mut frame, &rows, &stages, 6, 80, false, 0), 4);
+        let text = String::from_utf8(frame).expect("utf-8");
+        assert!(text.starts_with("wave 0\ncanary"), "{text:?}");
+    }
 
     #[test]
     fn stage_words() {

@@ -68,7 +68,8 @@ pub struct Deployment {
     pub previous_commit: Option<String>,
     pub previous_revision: Option<u64>,
     pub stage: String,
-    pub fleet: bool,
+    /// Where the stage runs: a `target` script, or one run once for several targets.
+    pub scope: crate::config::Scope,
     pub is_rollback: bool,
     pub dry_run: bool,
     /// During a rollback: the stage that failed ("apply" for the rollout; only when the
@@ -115,7 +116,10 @@ pub fn script_env(
     };
     set("ROLLGUARD_APP", Some(d.app.clone()));
     set("ROLLGUARD_TARGET", d.target.clone());
-    set("ROLLGUARD_TARGETS", d.fleet.then(|| d.targets.join(" ")));
+    set(
+        "ROLLGUARD_TARGETS",
+        d.scope.is_shared().then(|| d.targets.join(" ")),
+    );
     set("ROLLGUARD_NAMESPACE", d.namespace.clone());
     set("ROLLGUARD_REVISION", d.revision.map(|r| r.to_string()));
     set("ROLLGUARD_COMMIT", d.commit.clone());
@@ -127,7 +131,7 @@ pub fn script_env(
     set("ROLLGUARD_STAGE", Some(d.stage.clone()));
     set(
         "ROLLGUARD_SCOPE",
-        Some(if d.fleet { "fleet" } else { "target" }.to_string()),
+        Some(d.scope.as_str().to_string()),
     );
     set("ROLLGUARD_IS_ROLLBACK", Some(d.is_rollback.to_string()));
     set("ROLLGUARD_DRY_RUN", Some(d.dry_run.to_string()));
@@ -258,7 +262,7 @@ mod tests {
         let d = Deployment {
             target: None,
             targets: vec!["eu".into(), "us".into()],
-            fleet: true,
+            scope: crate::config::Scope::Fleet,
             is_rollback: true,
             failed_stage: Some("smoke".into()),
             failure: Some("exited with code 1".into()),
