@@ -35,6 +35,19 @@ pub(crate) struct Shared {
     pub events: mpsc::UnboundedSender<Event>,
 }
 
+impl Shared {
+    /// What a target's end or rollback needs, as of now (after a signal: its budget).
+    fn conclusion(&self) -> Conclusion<'_> {
+        Conclusion::new(
+            &self.plan,
+            &self.progress,
+            self.rollback_revision,
+            &self.cancel,
+            self.rollback_stop.clone(),
+        )
+    }
+}
+
 /// One target's executor.
 pub(crate) struct Executor {
     pub id: TargetId,
@@ -274,13 +287,7 @@ pub(crate) async fn obey_rollback(
         _ if !run.done => finish(run, &shared.progress, TargetOutcome::Cancelled),
         _ => {}
     }
-    let context = Conclusion::new(
-        &shared.plan,
-        &shared.progress,
-        shared.rollback_revision,
-        &shared.cancel,
-        shared.rollback_stop.clone(),
-    );
+    let context = shared.conclusion();
     let started_at = jiff::Timestamp::now();
     let result = settle_target(&context, run, true).await;
     if let Some(rollback) = run.report.rollback.as_mut() {
@@ -309,12 +316,6 @@ pub(crate) async fn obey_end(shared: &Shared, run: &Mutex<TargetRun>, why: EndWh
         EndWhy::Failed if !run.done => finish(run, &shared.progress, TargetOutcome::Failed),
         _ => {}
     }
-    let context = Conclusion::new(
-        &shared.plan,
-        &shared.progress,
-        shared.rollback_revision,
-        &shared.cancel,
-        shared.rollback_stop.clone(),
-    );
+    let context = shared.conclusion();
     settle_target(&context, run, false).await;
 }
