@@ -1,6 +1,8 @@
-//! The deploy run, as data walks through it: the plan, the fleet of targets (bounded
-//! concurrency, one task per target), one target's run (apply and wait), then the conclusion
-//! (the failure policy, the rollbacks by re-apply).
+//! The deploy run, as data walks through it: the plan; the fleet (`fleet.rs`: preflight,
+//! every lock, every history); the coordinator (`coordinator.rs`), one loop that feeds the
+//! machine (`machine.rs`: every target's state and the failure policy, pure) and sends its
+//! commands to one executor per target (`executor.rs`); a target's run (`target_run.rs`:
+//! apply and wait, its scripts); its end (`conclude.rs`: record, rollback by re-apply, unlock).
 
 pub mod conclude;
 pub mod coordinator;
