@@ -194,7 +194,12 @@ impl Crew {
             run: run.clone(),
             history: entrant.history.map(|h| (h, revision)),
             parts,
-            bake: shared.plan.config.bake(wave),
+            // A dry run deploys nothing, so nothing bakes.
+            bake: if shared.plan.options.dry_run {
+                std::time::Duration::ZERO
+            } else {
+                shared.plan.config.bake(wave)
+            },
             commands: rx,
             shared: shared.clone(),
         };
