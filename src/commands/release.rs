@@ -1101,19 +1101,20 @@ async fn still_on_elsewhere(
 
 /// Every target of `config` with its release records, or why they could not be read (its
 /// connection's or the listing's reason), all at once, in the config's order.
-async fn read_records(
-    config: &Config,
-    env: &Env,
-) -> Vec<(TargetConfig, Result<Vec<ReleaseRecord>, String>)> {
+async fn read_records(config: &Config, env: &Env) -> Vec<(TargetConfig, wave_gate::Records)> {
     let connected = connect_all(config, env).await;
-    let reads = config.targets.iter().zip(connected).map(|(target, connected)| async move {
-        let records = match connected {
-            Ok(c) => c.store.list().await.map_err(|e| e.to_string()),
-            Err(TargetProblem::Target { source, .. }) => Err(source.to_string()),
-            Err(problem) => Err(problem.to_string()),
-        };
-        (target.clone(), records)
-    });
+    let reads = config
+        .targets
+        .iter()
+        .zip(connected)
+        .map(|(target, connected)| async move {
+            let records = match connected {
+                Ok(c) => c.store.list().await.map_err(|e| e.to_string()),
+                Err(TargetProblem::Target { source, .. }) => Err(source.to_string()),
+                Err(problem) => Err(problem.to_string()),
+            };
+            (target.clone(), records)
+        });
     futures::future::join_all(reads).await
 }
 

@@ -10,12 +10,15 @@ use crate::config::TargetConfig;
 use crate::release::{ReleaseRecord, ReleaseStatus, last_good};
 use crate::util::git::CommitInfo;
 
+/// A target's release records, or why they could not be read.
+pub type Records = Result<Vec<ReleaseRecord>, String>;
+
 /// What one target of an earlier wave told: its records, or why they could not be read
 /// (unreachable cluster, refused credentials, a record that does not decode).
 #[derive(Debug, Clone)]
 pub struct Earlier {
     pub target: TargetConfig,
-    pub records: Result<Vec<ReleaseRecord>, String>,
+    pub records: Records,
 }
 
 /// Why one earlier target holds wave N back.
@@ -72,7 +75,10 @@ impl fmt::Display for NotOnCommit {
                 };
                 let newer = newer
                     .map(|(rev, status)| {
-                        format!(" (its newer v{rev} is {}: that deploy did not finish there)", status.as_str())
+                        format!(
+                            " (its newer v{rev} is {}: that deploy did not finish there)",
+                            status.as_str()
+                        )
                     })
                     .unwrap_or_default();
                 write!(f, "{runs}{newer}, this deploy is {this}; {first}")
@@ -188,7 +194,7 @@ mod tests {
         }
     }
 
-    fn earlier(name: &str, records: Result<Vec<ReleaseRecord>, String>) -> Earlier {
+    fn earlier(name: &str, records: Records) -> Earlier {
         let target = TargetConfig {
             name: name.to_string(),
             context: Some(format!("{name}-ctx")),
@@ -207,7 +213,7 @@ mod tests {
     #[test]
     fn an_earlier_wave_on_another_commit_holds_the_wave_back() {
         // (records of the one earlier target, what it says: None when the wave may start)
-        let cases: Vec<(Result<Vec<ReleaseRecord>, String>, Option<Behind>)> = vec![
+        let cases: Vec<(Records, Option<Behind>)> = vec![
             (Ok(vec![rec(1, Deployed, Some(A))]), None),
             (
                 Ok(vec![rec(1, Superseded, Some(B)), rec(2, Deployed, Some(A))]),

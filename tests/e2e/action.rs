@@ -601,7 +601,10 @@ async fn deploy_step_args(dir: &Path, inputs: &[(&str, &str)]) -> Vec<String> {
         BTreeMap::from([("path".to_string(), bin.display().to_string())]),
     );
     let steps = runner.steps();
-    let deploy = steps.iter().find(|s| s.id == "deploy").expect("a deploy step");
+    let deploy = steps
+        .iter()
+        .find(|s| s.id == "deploy")
+        .expect("a deploy step");
     let (code, out, _) = runner.run(deploy, dir, Duration::from_secs(30)).await;
     assert_eq!(code, 0, "{out}");
     let stdout = out

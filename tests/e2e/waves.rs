@@ -307,7 +307,10 @@ fn all_writes(env: &TestEnv, clusters: usize) -> Vec<u64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wave_1_deploys_after_wave_0_ran_the_same_commit() {
     let env = TestEnv::start(2, "- {image: \"*\", behaviour: Ready}\n").await;
-    env.write("rollguard.yaml", &wave_config(&[("canary", 0), ("eu", 1)], ""));
+    env.write(
+        "rollguard.yaml",
+        &wave_config(&[("canary", 0), ("eu", 1)], ""),
+    );
     env.write("k8s/app.yaml", &small_app(GOOD));
     let a = commit_all(&env, "v1");
     let run = env.deploy(&["--wave", "0"]).await;
@@ -320,7 +323,10 @@ async fn wave_1_deploys_after_wave_0_ran_the_same_commit() {
     assert_runs(&env, 2, GOOD).await;
     let eu = records(&env, 2).await;
     assert_eq!(eu.len(), 1, "{eu:?}");
-    assert_eq!(eu[0].commit.as_ref().map(|c| c.sha.as_str()), Some(a.as_str()));
+    assert_eq!(
+        eu[0].commit.as_ref().map(|c| c.sha.as_str()),
+        Some(a.as_str())
+    );
     // Wave 0 was left alone: its one record, no second run.
     assert_eq!(records(&env, 1).await.len(), 1);
 }
@@ -328,7 +334,10 @@ async fn wave_1_deploys_after_wave_0_ran_the_same_commit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wave_1_refuses_with_no_write_while_wave_0_runs_another_commit() {
     let env = TestEnv::start(2, "- {image: \"*\", behaviour: Ready}\n").await;
-    env.write("rollguard.yaml", &wave_config(&[("canary", 0), ("eu", 1)], ""));
+    env.write(
+        "rollguard.yaml",
+        &wave_config(&[("canary", 0), ("eu", 1)], ""),
+    );
     env.write("k8s/app.yaml", &small_app(GOOD));
 
     // No git, no --commit: nothing to compare wave 0's records with (bad input, exit 2).
@@ -336,7 +345,8 @@ async fn wave_1_refuses_with_no_write_while_wave_0_runs_another_commit() {
     let run = env.deploy(&["--wave", "1"]).await;
     assert_eq!(run.code, 2, "{}", run.output());
     assert!(
-        run.stderr.contains("deploy --wave 1: this deploy has no commit")
+        run.stderr
+            .contains("deploy --wave 1: this deploy has no commit")
             && run.stderr.contains("pass --commit SHA"),
         "{}",
         run.output()
