@@ -191,6 +191,18 @@ mod tests {
             refused(&args(&["rollguard", "diff", "--exit-code", "--bogus"])),
             1
         );
+        // `deploy --wave N`: no commit to check is input (pass --commit); an earlier wave on
+        // another commit is the clusters' state.
+        use crate::engine::wave_gate::WaveRefused;
+        assert_eq!(
+            Error::from(WaveRefused::NoCommit { wave: 1 }).exit_code(),
+            2
+        );
+        let behind = WaveRefused::Behind {
+            wave: 1,
+            behind: Vec::new(),
+        };
+        assert_eq!(Error::from(behind).exit_code(), 1);
         let under = Error::UnderExitCode(Box::new(Error::Usage("x".into())));
         assert_eq!(under.exit_code(), 1);
         assert_eq!(under.to_string(), "x");

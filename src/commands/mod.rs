@@ -42,9 +42,12 @@ pub async fn run(cli: Cli) -> Result<i32, Error> {
             let dry_run = async {
                 let plan = deploy::plan_off_runtime(&args, env).await?;
                 // A dry run writes nothing to hold back: it says what a deploy would refuse.
-                if let Err(refused) = release::check_earlier_waves(&plan).await {
+                if let Err(refused) = release::check_earlier_waves(&plan).await
+                    && let Some(wave) = args.wave
+                {
                     crate::report::redact::print_err(&format!(
-                        "rollguard: warning: without --dry-run this would not start: {refused}"
+                        "rollguard: warning: without --dry-run, deploy --wave {wave} would not start: {}",
+                        refused.reasons()
                     ));
                 }
                 diff::dry_run_plan(args, plan).await

@@ -96,28 +96,53 @@ impl fmt::Display for NotOnCommit {
 }
 
 /// Why `deploy --wave N` does not start. Nothing was written anywhere.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WaveRefused {
     /// The deploy has no commit to compare the earlier waves' records with.
-    #[error(
-        "deploy --wave {wave}: this deploy has no commit (no git repository around the config, no --commit, no $GITHUB_SHA), so nothing can say that waves before {wave} run what it deploys; run it from the git checkout the earlier waves were deployed from, or pass --commit SHA"
-    )]
     NoCommit { wave: u32 },
     /// Earlier targets are not on this commit: one line each.
-    #[error("deploy --wave {wave} refused, nothing was written: {}", lines(.behind))]
     Behind { wave: u32, behind: Vec<NotOnCommit> },
 }
 
-fn lines(behind: &[NotOnCommit]) -> String {
-    let n = behind.len();
-    let head = if n == 1 {
-        "1 target of an earlier wave is not on this deploy's commit".to_string()
-    } else {
-        format!("{n} targets of earlier waves are not on this deploy's commit")
-    };
-    let each: Vec<String> = behind.iter().map(|b| format!("\n  {b}")).collect();
-    format!("{head}:{}", each.concat())
+impl WaveRefused {
+    /// Why, without the refusal's own words: a dry run says it as a warning.
+    pub fn reasons(&self) -> String {
+        match self {
+            WaveRefused::NoCommit { wave } => format!(
+                "this deploy has no commit (no git repository around the config, no --commit, no $GITHUB_SHA), so nothing can say that the waves before {wave} run what it deploys; run it from the git checkout the earlier waves were deployed from, or pass --commit SHA"
+            ),
+            WaveRefused::Behind { behind, .. } => {
+                let n = behind.len();
+                let head = if n == 1 {
+                    "1 target of an earlier wave is not on this deploy's commit".to_string()
+                } else {
+                    format!("{n} targets of earlier waves are not on this deploy's commit")
+                };
+                let each: Vec<String> = behind.iter().map(|b| format!("\n  {b}")).collect();
+                format!("{head}:{}", each.concat())
+            }
+        }
+    }
+
+    fn wave(&self) -> u32 {
+        match self {
+            WaveRefused::NoCommit { wave } | WaveRefused::Behind { wave, .. } => *wave,
+        }
+    }
 }
+
+impl fmt::Display for WaveRefused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "deploy --wave {} refused, nothing was written: {}",
+            self.wave(),
+            self.reasons()
+        )
+    }
+}
+
+impl std::error::Error for WaveRefused {}
 
 /// Whether wave `wave` may start at `commit`: every earlier target's last good release
 /// (its newest `deployed` record) has the same commit sha. A dirty tree on either side is

@@ -346,7 +346,7 @@ async fn wave_1_refuses_with_no_write_while_wave_0_runs_another_commit() {
     assert_eq!(run.code, 2, "{}", run.output());
     assert!(
         run.stderr
-            .contains("deploy --wave 1: this deploy has no commit")
+            .contains("deploy --wave 1 refused, nothing was written: this deploy has no commit")
             && run.stderr.contains("pass --commit SHA"),
         "{}",
         run.output()
@@ -384,7 +384,7 @@ async fn wave_1_refuses_with_no_write_while_wave_0_runs_another_commit() {
     assert_eq!(run.code, 0, "{}", run.output());
     assert!(
         run.stderr
-            .contains("warning: without --dry-run this would not start")
+            .contains("warning: without --dry-run, deploy --wave 1 would not start: 1 target of an earlier wave is not on this deploy's commit:")
             && run.stderr.contains(&line),
         "{}",
         run.output()
