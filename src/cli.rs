@@ -92,6 +92,7 @@ pub struct DeployArgs {
     #[arg(long, value_name = "DUR", value_parser = parse_duration_arg, conflicts_with = "dry_run")]
     pub lock_timeout: Option<Duration>,
     /// Deploy only the targets of this wave (their `wave:`; after any --target selection).
+    /// A later wave starts only when every target of the earlier waves runs this commit.
     #[arg(long, value_name = "N")]
     pub wave: Option<u32>,
     /// With --dry-run: how the plan is printed and what the exit code says.

@@ -29,11 +29,11 @@ pub mod exit {
         ),
         (
             FAILED,
-            "a target failed: apply error, fail-fast pod problem, timeout, unreachable cluster, credentials refused (401/403); `diff --exit-code`: an error",
+            "a target failed: apply error, fail-fast pod problem, timeout, unreachable cluster, credentials refused (401/403); `deploy --wave N`: a target of an earlier wave does not run this commit, or cannot be read (nothing was written); `diff --exit-code`: an error",
         ),
         (
             BAD_INPUT,
-            "bad input, found before anything was written anywhere: the config, a flag, a manifest, a target's kubeconfig, context or credentials file, a revision that does not exist (`show`, `rollback`) or that a rollback refuses; `diff --exit-code`: there are changes",
+            "bad input, found before anything was written anywhere: the config, a flag, a manifest, a target's kubeconfig, context or credentials file, a revision that does not exist (`show`, `rollback`) or that a rollback refuses, `deploy --wave N` with no commit to check the earlier waves against; `diff --exit-code`: there are changes",
         ),
         (
             ROLLBACK_FAILED,
@@ -117,6 +117,10 @@ pub enum Error {
         #[source]
         source: crate::util::git::GitError,
     },
+    /// `deploy --wave N` did not start: an earlier wave is not on this commit (exit 1: the
+    /// clusters' state, not the input), or the deploy has no commit to check (exit 2).
+    #[error(transparent)]
+    WaveRefused(#[from] crate::engine::wave_gate::WaveRefused),
     /// Bad input under `--exit-code`, where 2 says "there are changes": exit 1.
     #[error(transparent)]
     UnderExitCode(Box<Error>),
@@ -150,6 +154,10 @@ impl Error {
             | Error::Against { .. }
             | Error::UnderExitCode(_) => exit::FAILED,
             Error::Internal { .. } => exit::INTERNAL,
+            Error::WaveRefused(crate::engine::wave_gate::WaveRefused::NoCommit { .. }) => {
+                exit::BAD_INPUT
+            }
+            Error::WaveRefused(_) => exit::FAILED,
         }
     }
 }
@@ -183,6 +191,18 @@ mod tests {
             refused(&args(&["rollguard", "diff", "--exit-code", "--bogus"])),
             1
         );
+        // `deploy --wave N`: no commit to check is input (pass --commit); an earlier wave on
+        // another commit is the clusters' state.
+        use crate::engine::wave_gate::WaveRefused;
+        assert_eq!(
+            Error::from(WaveRefused::NoCommit { wave: 1 }).exit_code(),
+            2
+        );
+        let behind = WaveRefused::Behind {
+            wave: 1,
+            behind: Vec::new(),
+        };
+        assert_eq!(Error::from(behind).exit_code(), 1);
         let under = Error::UnderExitCode(Box::new(Error::Usage("x".into())));
         assert_eq!(under.exit_code(), 1);
         assert_eq!(under.to_string(), "x");

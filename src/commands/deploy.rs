@@ -175,9 +175,11 @@ pub async fn plan_off_runtime(
         .map_err(|e| crate::error::join_failed("reading the inputs", e))?
 }
 
-/// `rollguard deploy`.
-pub async fn deploy(args: DeployArgs, env: HashMap<String, String>) -> Result<i32, Error> {
-    let plan = Arc::new(plan_off_runtime(&args, env).await?);
+/// `rollguard deploy` of a plan from [`plan_off_runtime`] that passed the checks that read
+/// clusters before any write (`--wave N`: `release::check_earlier_waves`, called by the
+/// dispatch in `commands`).
+pub async fn deploy(args: DeployArgs, plan: Plan) -> Result<i32, Error> {
+    let plan = Arc::new(plan);
     // GitHub starts after validation (bad input reaches no sink) and never holds up the deploy.
     let ctx = github_context(&args, &plan);
     let in_actions = ctx.in_actions;

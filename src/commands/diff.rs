@@ -78,7 +78,14 @@ pub async fn plan(args: PlanArgs, env: HashMap<String, String>) -> Result<i32, E
 pub async fn dry_run(args: DeployArgs, env: HashMap<String, String>) -> Result<i32, Error> {
     // The deploy's loader, off the runtime (render commands and git block); it also teaches
     // the scrubber every secret value of the manifests.
-    let plan = Arc::new(crate::commands::deploy::plan_off_runtime(&args, env).await?);
+    let plan = crate::commands::deploy::plan_off_runtime(&args, env).await?;
+    dry_run_plan(args, plan).await
+}
+
+/// [`dry_run`] of a plan already read (`deploy --dry-run --wave N` checks the earlier waves
+/// in between).
+pub async fn dry_run_plan(args: DeployArgs, plan: Plan) -> Result<i32, Error> {
+    let plan = Arc::new(plan);
     for line in crate::stages::plan::describe_pipeline(&plan.config.pipeline) {
         redact::print_err(&line);
     }

@@ -39,9 +39,28 @@ pub async fn run(cli: Cli) -> Result<i32, Error> {
     match cli.command {
         Command::Deploy(args) if args.dry_run => {
             let detailed = args.plan_output.exit_code;
-            detailed_errors(detailed, diff::dry_run(args, env).await)
+            let dry_run = async {
+                let plan = deploy::plan_off_runtime(&args, env).await?;
+                // A dry run writes nothing to hold back: it says what a deploy would refuse.
+                if let Err(refused) = release::check_earlier_waves(&plan).await
+                    && let Some(wave) = args.wave
+                {
+                    crate::report::redact::print_err(&format!(
+                        "rollguard: warning: without --dry-run, deploy --wave {wave} would not start: {}",
+                        refused.reasons()
+                    ));
+                }
+                diff::dry_run_plan(args, plan).await
+            };
+            detailed_errors(detailed, dry_run.await)
         }
-        Command::Deploy(args) => deploy::deploy(args, env).await,
+        Command::Deploy(args) => {
+            let plan = deploy::plan_off_runtime(&args, env).await?;
+            // Before anything is written anywhere (GitHub included): `--wave N` follows the
+            // waves before it only when they run this commit.
+            release::check_earlier_waves(&plan).await?;
+            deploy::deploy(args, plan).await
+        }
         Command::Diff(args) => {
             let detailed = args.output.exit_code;
             detailed_errors(detailed, diff::diff(args, env).await)

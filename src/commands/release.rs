@@ -17,8 +17,10 @@ use crate::cli::{
     HistoryArgs, RecordFormat, ReleaseCommand, RollbackArgs, Selection, ShowArgs, UnlockArgs,
 };
 use crate::config::{self, Config, ConfigError, Overrides, TargetConfig};
+use crate::engine::plan::Plan;
 use crate::engine::policy::{self, RollbackResult};
 use crate::engine::reapply::{self, ReApply};
+use crate::engine::wave_gate::{self, WaveRefused};
 use crate::error::exit;
 use crate::kube::connect::{ClusterAccess, check_targets, connect};
 use crate::release::lock::{self, Lock, LockError, LockGuard, LockOptions};
@@ -1071,14 +1073,7 @@ async fn still_on_elsewhere(
         return Vec::new();
     }
     let mut still_on = Vec::new();
-    let connected = connect_all(&others, env).await;
-    for (target, connected) in others.targets.iter().zip(connected) {
-        let target = target.clone();
-        let records = match connected {
-            Ok(c) => c.store.list().await.map_err(|e| e.to_string()),
-            Err(TargetProblem::Target { source, .. }) => Err(source.to_string()),
-            Err(problem) => Err(problem.to_string()),
-        };
+    for (target, records) in read_records(&others, env).await {
         match records {
             Ok(records) => {
                 if let Some(ran) = releases
@@ -1102,6 +1097,49 @@ async fn still_on_elsewhere(
         }
     }
     still_on
+}
+
+/// Every target of `config` with its release records, or why they could not be read (its
+/// connection's or the listing's reason), all at once, in the config's order.
+async fn read_records(config: &Config, env: &Env) -> Vec<(TargetConfig, wave_gate::Records)> {
+    let connected = connect_all(config, env).await;
+    let reads = config
+        .targets
+        .iter()
+        .zip(connected)
+        .map(|(target, connected)| async move {
+            let records = match connected {
+                Ok(c) => c.store.list().await.map_err(|e| e.to_string()),
+                Err(TargetProblem::Target { source, .. }) => Err(source.to_string()),
+                Err(problem) => Err(problem.to_string()),
+            };
+            (target.clone(), records)
+        });
+    futures::future::join_all(reads).await
+}
+
+/// `deploy --wave N`: before anything is written anywhere, the records of every target of
+/// the waves before N (read as a manual rollback reads the targets it leaves) must say they
+/// run this deploy's commit ([`wave_gate::judge`]). Nothing to check without `--wave`, or
+/// for the file's first wave.
+pub async fn check_earlier_waves(plan: &Plan) -> Result<(), WaveRefused> {
+    let Some(wave) = plan.options.wave else {
+        return Ok(());
+    };
+    if plan.config.earlier_waves.is_empty() {
+        return Ok(());
+    }
+    let Some(commit) = &plan.commit else {
+        return Err(WaveRefused::NoCommit { wave });
+    };
+    let mut earlier = plan.config.clone();
+    earlier.targets = plan.config.earlier_waves.clone();
+    let read = read_records(&earlier, &plan.env).await;
+    let earlier: Vec<wave_gate::Earlier> = read
+        .into_iter()
+        .map(|(target, records)| wave_gate::Earlier { target, records })
+        .collect();
+    wave_gate::judge(wave, commit, &earlier)
 }
 
 /// Whether a target whose history is `records` took part in `release` (a record of the same

@@ -44,6 +44,10 @@ pub struct Config {
     /// The lowest wave of every target of the file, before `--target` or `--wave` narrow the
     /// targets down: a `scope: fleet` stage runs once per deploy, with this wave.
     pub first_wave: u32,
+    /// `deploy --wave N`: every target of the file in a wave below N (whatever `--target`
+    /// selected), whose records must say they run this deploy's commit before wave N starts
+    /// (see `engine::wave_gate`). Empty without `--wave`.
+    pub earlier_waves: Vec<TargetConfig>,
     pub history: HistoryConfig,
     pub on_failure: FailurePolicy,
     pub on_cancel: CancelPolicy,

@@ -134,6 +134,7 @@ pub(super) fn apply_overrides(
         .collect();
     // Every wave of the config, before `--target` narrows the targets down.
     let all_waves = wave_numbers(&config.targets);
+    let every_target = config.targets.clone();
     let mut selected = true;
     if !wanted.is_empty() && !config.targets.is_empty() {
         let known: Vec<&str> = config.targets.iter().map(|t| t.name.as_str()).collect();
@@ -162,11 +163,18 @@ pub(super) fn apply_overrides(
     }
     if let Some(wave) = flags.wave
         && !all_waves.is_empty()
-        && let Err(message) = select_wave(&mut config.targets, wave, &all_waves, &wanted)
     {
-        // A `--target` name already said wrong: an empty wave after it says nothing new.
-        if selected || !all_waves.contains(&wave) {
-            issue("--wave".to_string(), message);
+        match select_wave(&mut config.targets, wave, &all_waves, &wanted) {
+            // Every earlier target of the file, not only those `--target` picked: wave N
+            // follows the whole of the waves before it.
+            Ok(()) => {
+                config.earlier_waves = every_target.into_iter().filter(|t| t.wave < wave).collect();
+            }
+            // A `--target` name already said wrong: an empty wave after it says nothing new.
+            Err(message) if selected || !all_waves.contains(&wave) => {
+                issue("--wave".to_string(), message);
+            }
+            Err(_) => {}
         }
     }
 }

@@ -363,6 +363,7 @@ impl Ctx {
             concurrency: 64,
             waves: Vec::new(),
             first_wave: 0,
+            earlier_waves: Vec::new(),
             history: HistoryConfig::default(),
             on_failure: FailurePolicy::default(),
             on_cancel: CancelPolicy::default(),

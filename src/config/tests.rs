@@ -1199,6 +1199,29 @@ wait:
         assert_eq!(c.max_parallel(1), 1);
     }
 
+    /// The targets `deploy --wave N` checks first: every target of the file below wave N.
+    #[test]
+    fn wave_flag_keeps_the_earlier_waves_targets() {
+        let earlier = |targets: &[&str], wave: Option<u32>| {
+            let overrides = Overrides {
+                targets: targets.iter().map(|s| s.to_string()).collect(),
+                wave,
+                ..Default::default()
+            };
+            let c = parse(EXAMPLE, Path::new("rollguard.yaml"), &overrides, &no_env)
+                .unwrap_or_else(|e| panic!("{e}"));
+            c.earlier_waves
+                .into_iter()
+                .map(|t| t.name)
+                .collect::<Vec<_>>()
+        };
+        assert!(earlier(&[], None).is_empty());
+        assert!(earlier(&[], Some(0)).is_empty());
+        assert_eq!(earlier(&[], Some(1)), vec!["canary"]);
+        // `--target` picks what deploys, not what wave 1 follows.
+        assert_eq!(earlier(&["us"], Some(1)), vec!["canary"]);
+    }
+
     #[test]
     fn wave_flag_errors() {
         assert_eq!(

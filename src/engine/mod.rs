@@ -15,3 +15,4 @@ pub mod policy;
 pub mod reapply;
 pub mod scripts;
 pub mod target_run;
+pub mod wave_gate;

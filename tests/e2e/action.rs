@@ -586,3 +586,47 @@ async fn action_install_checks_the_release_checksum_and_uses_the_tool_cache() {
     assert!(out.contains("from the tool cache"), "{out}");
     assert_eq!(outputs["path"], path.display().to_string());
 }
+
+/// The deploy step's command line for these inputs, from a stand-in binary that prints its
+/// arguments one a line.
+async fn deploy_step_args(dir: &Path, inputs: &[(&str, &str)]) -> Vec<String> {
+    let bin = dir.join("print-args");
+    std::fs::write(&bin, "#!/bin/sh\nprintf '%s\\n' \"$@\"\n").expect("write");
+    std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let runner_dir = dir.join("runner");
+    let mut runner = Runner::new(&runner_dir, inputs, "unused");
+    runner.outputs.insert(
+        "install".into(),
+        BTreeMap::from([("path".to_string(), bin.display().to_string())]),
+    );
+    let steps = runner.steps();
+    let deploy = steps
+        .iter()
+        .find(|s| s.id == "deploy")
+        .expect("a deploy step");
+    let (code, out, _) = runner.run(deploy, dir, Duration::from_secs(30)).await;
+    assert_eq!(code, 0, "{out}");
+    let stdout = out
+        .split("--- stdout\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n--- stderr").next())
+        .unwrap_or_default();
+    stdout.lines().map(str::to_string).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn action_input_wave_is_the_wave_flag() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let args = deploy_step_args(dir.path(), &[("wave", "1")]).await;
+    let at = args.iter().position(|a| a == "--wave");
+    assert_eq!(
+        at.and_then(|i| args.get(i + 1)).map(String::as_str),
+        Some("1"),
+        "{args:?}"
+    );
+    assert_eq!(args.first().map(String::as_str), Some("deploy"), "{args:?}");
+    // Empty, the default: no --wave, every wave in order.
+    let args = deploy_step_args(dir.path(), &[]).await;
+    assert!(!args.iter().any(|a| a == "--wave"), "{args:?}");
+}

@@ -287,3 +287,114 @@ async fn a_crash_during_the_bake_fails_the_wave_and_the_next_never_starts() {
     }
     assert_runs(&env, 1, GOOD).await;
 }
+
+/// A git repository around the test's config and manifests, committed; the commit's sha.
+fn commit_all(env: &TestEnv, subject: &str) -> String {
+    let dir = env.dir.path();
+    if !dir.join(".git").exists() {
+        crate::harness::git(dir, &["init", "-q"]);
+    }
+    crate::harness::git(dir, &["add", "rollguard.yaml", "k8s"]);
+    crate::harness::git(dir, &["commit", "-q", "-m", subject]);
+    crate::harness::git(dir, &["rev-parse", "HEAD"])
+}
+
+/// Every write kube-sim counted on each of `clusters` clusters, Leases included.
+fn all_writes(env: &TestEnv, clusters: usize) -> Vec<u64> {
+    (1..=clusters).map(|c| env.writes(c)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wave_1_deploys_after_wave_0_ran_the_same_commit() {
+    let env = TestEnv::start(2, "- {image: \"*\", behaviour: Ready}\n").await;
+    env.write(
+        "rollguard.yaml",
+        &wave_config(&[("canary", 0), ("eu", 1)], ""),
+    );
+    env.write("k8s/app.yaml", &small_app(GOOD));
+    let a = commit_all(&env, "v1");
+    let run = env.deploy(&["--wave", "0"]).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    assert_eq!(run.outcome("canary"), "deployed", "{}", run.output());
+    // Wave 1 alone, as the approval's job runs it: wave 0 is on this commit.
+    let run = env.deploy(&["--wave", "1"]).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    assert_eq!(run.outcome("eu"), "deployed", "{}", run.output());
+    assert_runs(&env, 2, GOOD).await;
+    let eu = records(&env, 2).await;
+    assert_eq!(eu.len(), 1, "{eu:?}");
+    assert_eq!(
+        eu[0].commit.as_ref().map(|c| c.sha.as_str()),
+        Some(a.as_str())
+    );
+    // Wave 0 was left alone: its one record, no second run.
+    assert_eq!(records(&env, 1).await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wave_1_refuses_with_no_write_while_wave_0_runs_another_commit() {
+    let env = TestEnv::start(2, "- {image: \"*\", behaviour: Ready}\n").await;
+    env.write(
+        "rollguard.yaml",
+        &wave_config(&[("canary", 0), ("eu", 1)], ""),
+    );
+    env.write("k8s/app.yaml", &small_app(GOOD));
+
+    // No git, no --commit: nothing to compare wave 0's records with (bad input, exit 2).
+    let before = all_writes(&env, 2);
+    let run = env.deploy(&["--wave", "1"]).await;
+    assert_eq!(run.code, 2, "{}", run.output());
+    assert!(
+        run.stderr
+            .contains("deploy --wave 1 refused, nothing was written: this deploy has no commit")
+            && run.stderr.contains("pass --commit SHA"),
+        "{}",
+        run.output()
+    );
+    assert_eq!(all_writes(&env, 2), before, "{}", run.output());
+
+    let a = commit_all(&env, "v1");
+    let run = env.deploy(&["--wave", "0"]).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    env.write("k8s/app.yaml", &small_app("example.com/web:v3"));
+    let b = commit_all(&env, "v3");
+
+    let before = all_writes(&env, 2);
+    let run = env.deploy(&["--wave", "1"]).await;
+    assert_eq!(run.code, 1, "{}", run.output());
+    let line = format!(
+        "target canary (wave 0, context sim-1): runs commit {} (v1), this deploy is {}; deploy wave 0 first (rollguard deploy --wave 0), then wave 1 again",
+        &a[..7],
+        &b[..7]
+    );
+    assert!(
+        run.stderr
+            .contains("deploy --wave 1 refused, nothing was written: 1 target of an earlier wave is not on this deploy's commit:")
+            && run.stderr.contains(&line),
+        "want {line:?}\n{}",
+        run.output()
+    );
+    // Not a write anywhere, not even a Lease; no report, no record.
+    assert_eq!(all_writes(&env, 2), before, "{}", run.output());
+    assert!(run.report.is_none(), "{}", run.output());
+    assert!(records(&env, 2).await.is_empty());
+
+    // A dry run says it and goes on (it writes nothing to hold back).
+    let run = env.deploy(&["--wave", "1", "--dry-run"]).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    assert!(
+        run.stderr
+            .contains("warning: without --dry-run, deploy --wave 1 would not start: 1 target of an earlier wave is not on this deploy's commit:")
+            && run.stderr.contains(&line),
+        "{}",
+        run.output()
+    );
+    assert_eq!(all_writes(&env, 2), before, "{}", run.output());
+
+    // Once wave 0 runs it, wave 1 follows.
+    let run = env.deploy(&["--wave", "0"]).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    let run = env.deploy(&["--wave", "1"]).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    assert_runs(&env, 2, "example.com/web:v3").await;
+}
