@@ -300,6 +300,9 @@ pub struct RollbackArgs {
     /// not, and why).
     #[arg(long, value_name = "PATH")]
     pub report: Option<PathBuf>,
+    /// Write the report's markdown here too (the body a deploy's PR comment has).
+    #[arg(long, value_name = "PATH")]
+    pub report_markdown: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -942,7 +942,7 @@ async fn apply_rollbacks(
     let (commands_ok, commands) =
         run_rollback_commands(config, ready, &recorded, &args.selection, env, cancel).await;
     redact::print_out(&policy::summary(&summary));
-    if let Some(path) = &args.report {
+    if args.report.is_some() || args.report_markdown.is_some() {
         let finished_at = jiff::Timestamp::now();
         let targets = ready
             .iter()
@@ -956,7 +956,7 @@ async fn apply_rollbacks(
                 }
             })
             .collect();
-        write_manual_report(config, ready, targets, started_at, path, &lookup);
+        write_manual_report(config, ready, targets, started_at, args, &lookup);
     }
     // A re-apply that a signal stopped is the cancel (exit 130), as in a deploy.
     let applied_ok = results.iter().all(|r| match r {
@@ -1071,14 +1071,15 @@ fn manual_target(
     }
 }
 
-/// Writes the manual rollback's JSON report (`--report`), scrubbed as a deploy's; a file that
-/// cannot be written is a warning, never the rollback's outcome.
+/// Writes the manual rollback's JSON report (`--report`) and its markdown
+/// (`--report-markdown`), scrubbed as a deploy's; a file that cannot be written is a warning,
+/// never the rollback's outcome.
 fn write_manual_report(
     config: &Config,
     ready: &[Planned],
     targets: Vec<crate::commands::manual_report::ManualTarget>,
     started_at: jiff::Timestamp,
-    path: &std::path::Path,
+    args: &RollbackArgs,
     lookup: &dyn Fn(&str) -> Option<String>,
 ) {
     // The commit gone back to, when every target went back to the same one.
@@ -1089,10 +1090,25 @@ fn write_manual_report(
             .all(|p| p.commit.as_ref().map(|o| &o.sha) == Some(&c.sha))
     });
     let report = crate::commands::manual_report::report(&config.app, commit, started_at, targets);
-    let clean = crate::report::Clean::new(&report);
-    let json = redact::scrub(&crate::report::to_json(&clean));
     let in_actions = lookup("GITHUB_ACTIONS").as_deref() == Some("true");
-    crate::commands::deploy::write_report_file(path, &json, in_actions);
+    let written = args.report.as_ref().filter(|path| {
+        let clean = crate::report::Clean::new(&report);
+        let json = redact::scrub(&crate::report::to_json(&clean));
+        crate::commands::deploy::write_report_file(path, &json, in_actions)
+    });
+    if let Some(path) = &args.report_markdown {
+        let full_report = crate::report::FullReport {
+            run_url: None,
+            json_path: written.map(|p| p.display().to_string()),
+        };
+        let body = crate::github::report_body(
+            &report,
+            crate::report::COMMENT_LIMIT,
+            full_report,
+            &redact::scrub,
+        );
+        crate::commands::deploy::write_report_file(path, &body, in_actions);
+    }
 }
 
 /// The targets outside this rollback (`--target` chose others) that took part in a release

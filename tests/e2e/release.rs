@@ -600,10 +600,20 @@ async fn a_manual_rollback_writes_a_report_of_each_target_and_why() {
 
     let path = env.path("manual.json");
     let path_text = path.display().to_string();
+    let markdown = env.path("manual.md");
+    let markdown_text = markdown.display().to_string();
     let back = env
         .command(
             "rollback",
-            &["--revision", "1", "--yes", "--report", &path_text],
+            &[
+                "--revision",
+                "1",
+                "--yes",
+                "--report",
+                &path_text,
+                "--report-markdown",
+                &markdown_text,
+            ],
         )
         .await;
     assert_eq!(back.code, 0, "{}", back.output());
@@ -619,6 +629,12 @@ async fn a_manual_rollback_writes_a_report_of_each_target_and_why() {
     let report: Value = serde_json::from_str(&text).expect("the report is JSON");
     assert_eq!(report["app"], "shop", "{report:#}");
     assert_eq!(report["outcome"], "rolled-back", "{report:#}");
+    assert_eq!(report["summary"], "rolled back 2 of 2", "{report:#}");
+    let md = std::fs::read_to_string(&markdown).expect("--report-markdown writes the markdown");
+    assert!(
+        md.starts_with("### ↩️ rollguard: `shop` rolled-back") && md.contains("rolled back 2 of 2"),
+        "{md}"
+    );
     for (cluster, name) in [(1, "eu"), (2, "us")] {
         assert_runs(&env, cluster, GOOD).await;
         let target = report["targets"]
