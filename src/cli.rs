@@ -297,6 +297,13 @@ pub struct RollbackArgs {
     /// Take ownership of fields that another field manager owns.
     #[arg(long)]
     pub force_conflicts: bool,
+    /// Write the JSON report here (the deploy report's schema: each target rolled back, or
+    /// not, and why).
+    #[arg(long, value_name = "PATH")]
+    pub report: Option<PathBuf>,
+    /// Write the report's markdown here too (the body a deploy's PR comment has).
+    #[arg(long, value_name = "PATH")]
+    pub report_markdown: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -4,6 +4,7 @@
 pub mod demo;
 pub mod deploy;
 pub mod diff;
+pub mod manual_report;
 pub mod release;
 
 use crate::cli::{Cli, Command};

@@ -579,6 +579,8 @@ struct Planned {
     /// The record rolled back from (without manifests): which release the fleet stages'
     /// rollback commands belong to.
     from_record: Option<ReleaseRecord>,
+    /// Records of a run that died, marked abandoned once the lock was held.
+    abandoned: Vec<u64>,
 }
 
 /// Whether a target's history, read again once its lock is held, still says what the person
@@ -819,17 +821,20 @@ async fn lock_and_check(
     }
     let checks = futures::future::join_all(ready.iter().map(|p| recheck(p, args))).await;
     let mut codes = Vec::new();
-    for (p, check) in ready.iter().zip(checks) {
+    for (p, check) in ready.iter_mut().zip(checks) {
         match check {
-            Ok(abandoned) if !abandoned.is_empty() => redact::print_out(&format!(
-                "target {}: marked abandoned: {}",
-                p.connected.target.name,
-                abandoned
-                    .iter()
-                    .map(|r| format!("v{r}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )),
+            Ok(abandoned) if !abandoned.is_empty() => {
+                redact::print_out(&format!(
+                    "target {}: marked abandoned: {}",
+                    p.connected.target.name,
+                    abandoned
+                        .iter()
+                        .map(|r| format!("v{r}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+                p.abandoned = abandoned;
+            }
             Ok(_) => {}
             Err(e) => {
                 let problem = TargetProblem::on(&p.connected.target.name, e);
@@ -877,6 +882,7 @@ async fn apply_rollbacks(
     let settings = ReleaseSettings::from_config(config);
     let run = release::RunInfo::from_env(&lookup);
     let deadline = Instant::now() + settings.rollback_timeout;
+    let started_at = jiff::Timestamp::now();
     // One number for this rollback on every target, as a deploy's.
     let revision = release::fleet_revision(
         &ready
@@ -935,9 +941,25 @@ async fn apply_rollbacks(
         });
     }
     let recorded: Vec<Option<u64>> = results.iter().map(|r| r.as_ref().ok().copied()).collect();
-    let commands_ok =
+    let (commands_ok, commands) =
         run_rollback_commands(config, ready, &recorded, &args.selection, env, cancel).await;
     redact::print_out(&policy::summary(&summary));
+    if args.report.is_some() || args.report_markdown.is_some() {
+        let finished_at = jiff::Timestamp::now();
+        let targets = ready
+            .iter()
+            .zip(&results)
+            .zip(commands)
+            .map(|((p, result), commands)| {
+                let applied = result.as_ref().copied().map_err(ToString::to_string);
+                crate::commands::manual_report::ManualTarget {
+                    finished_at,
+                    ..manual_target(p, applied, commands, cancel.is_cancelled(), started_at)
+                }
+            })
+            .collect();
+        write_manual_report(config, ready, targets, started_at, args, &lookup);
+    }
     // A re-apply that a signal stopped is the cancel (exit 130), as in a deploy.
     let applied_ok = results.iter().all(|r| match r {
         Ok(_) => true,
@@ -955,7 +977,8 @@ async fn apply_rollbacks(
 /// never decides what runs here). A fleet stage's waits while a target outside `--target`
 /// that took part still runs the release (its records say so). `recorded[i]`: the revision
 /// `ready[i]`'s re-apply was recorded as, None when it did not finish. Returns whether every
-/// one succeeded (a fleet rollback held back is no failure: it runs with theirs).
+/// one succeeded (a fleet rollback held back is no failure: it runs with theirs), and each
+/// target's results in the order of `ready`.
 async fn run_rollback_commands(
     config: &Config,
     ready: &[Planned],
@@ -963,7 +986,7 @@ async fn run_rollback_commands(
     selection: &Selection,
     env: &Env,
     cancel: &tokio_util::sync::CancellationToken,
-) -> bool {
+) -> (bool, Vec<Vec<crate::report::StageResult>>) {
     let due: Vec<crate::engine::scripts::ManualTarget> = ready
         .iter()
         .zip(recorded)
@@ -1002,23 +1025,92 @@ async fn run_rollback_commands(
         crate::report::redact::Scrubber::from_objects(ready.iter().flat_map(|p| p.bodies.iter()));
     let mut commands_ok = true;
     let results = crate::engine::scripts::manual_stage_rollbacks(&plan, due, others, cancel).await;
+    let mut per_target: Vec<Vec<crate::report::StageResult>> = vec![Vec::new(); ready.len()];
     for (name, results) in names.iter().zip(results) {
-        for r in results {
+        for r in &results {
             // Stopped by a signal is the cancel (exit 130), not a failed rollback command.
-            let ok = r.outcome == crate::report::StageOutcome::Succeeded
-                || (r.outcome == crate::report::StageOutcome::Stopped && cancel.is_cancelled())
-                || crate::stages::plan::is_held(&r);
-            commands_ok &= ok;
+            commands_ok &= crate::commands::manual_report::command_ok(r, cancel.is_cancelled());
             redact::print_out(&format!(
                 "target {name}: rollback command of stage {} ({}): {}{}",
                 r.name,
                 r.scope,
                 r.outcome.as_str(),
-                r.message.map(|m| format!(": {m}")).unwrap_or_default()
+                r.message
+                    .as_ref()
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default()
             ));
         }
+        let position = ready.iter().position(|p| &p.connected.target.name == name);
+        if let Some(slot) = position.and_then(|i| per_target.get_mut(i)) {
+            *slot = results;
+        }
     }
-    commands_ok
+    (commands_ok, per_target)
+}
+
+/// What one target's manual rollback did, for its report.
+fn manual_target(
+    p: &Planned,
+    applied: Result<u64, String>,
+    commands: Vec<crate::report::StageResult>,
+    cancelled: bool,
+    started_at: jiff::Timestamp,
+) -> crate::commands::manual_report::ManualTarget {
+    crate::commands::manual_report::ManualTarget {
+        name: p.connected.target.name.clone(),
+        wave: p.connected.target.wave,
+        destination: p.destination.clone(),
+        to_revision: p.chosen,
+        to_commit: p.commit.as_ref().map(|c| c.short_sha().to_string()),
+        left_in_place: p.left_in_place.clone(),
+        abandoned: p.abandoned.clone(),
+        applied,
+        commands,
+        cancelled,
+        started_at,
+        finished_at: started_at,
+    }
+}
+
+/// Writes the manual rollback's JSON report (`--report`) and its markdown
+/// (`--report-markdown`), scrubbed as a deploy's; a file that cannot be written is a warning,
+/// never the rollback's outcome.
+fn write_manual_report(
+    config: &Config,
+    ready: &[Planned],
+    targets: Vec<crate::commands::manual_report::ManualTarget>,
+    started_at: jiff::Timestamp,
+    args: &RollbackArgs,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) {
+    // The commit gone back to, when every target went back to the same one.
+    let first = ready.first().and_then(|p| p.commit.clone());
+    let commit = first.filter(|c| {
+        ready
+            .iter()
+            .all(|p| p.commit.as_ref().map(|o| &o.sha) == Some(&c.sha))
+    });
+    let report = crate::commands::manual_report::report(&config.app, commit, started_at, targets);
+    let in_actions = lookup("GITHUB_ACTIONS").as_deref() == Some("true");
+    let written = args.report.as_ref().filter(|path| {
+        let clean = crate::report::Clean::new(&report);
+        let json = redact::scrub(&crate::report::to_json(&clean));
+        crate::commands::deploy::write_report_file(path, &json, in_actions)
+    });
+    if let Some(path) = &args.report_markdown {
+        let full_report = crate::report::FullReport {
+            run_url: None,
+            json_path: written.map(|p| p.display().to_string()),
+        };
+        let body = crate::github::report_body(
+            &report,
+            crate::report::COMMENT_LIMIT,
+            full_report,
+            &redact::scrub,
+        );
+        crate::commands::deploy::write_report_file(path, &body, in_actions);
+    }
 }
 
 /// The targets outside this rollback (`--target` chose others) that took part in a release
@@ -1255,6 +1347,7 @@ async fn plan_one(
                 commands: Vec::new(),
                 ran: Vec::new(),
                 from_record: None,
+                abandoned: Vec::new(),
             }
         }
         None => {
@@ -1288,6 +1381,7 @@ async fn plan_one(
                 commands: Vec::new(),
                 ran: Vec::new(),
                 from_record: None,
+                abandoned: Vec::new(),
             }
         }
     };

@@ -581,6 +581,84 @@ async fn history_show_and_manual_rollback() {
     assert!(unlock.stdout.contains("no lock"), "{}", unlock.output());
 }
 
+/// `rollback --report FILE` writes the deploy report's JSON: each target rolled back to the
+/// chosen revision, recorded as the new one, its rollback commands, and why (by hand).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manual_rollback_writes_a_report_of_each_target_and_why() {
+    let env = TestEnv::start(2, "").await;
+    env.write(
+        "rollguard.yaml",
+        &format!(
+            "{}pipeline:\n  - apply\n  - script:\n      name: smoke\n      run: \"true\"\n      rollback: \"true\"\n",
+            config(2, "60s")
+        ),
+    );
+    first_good_deploy(&env).await;
+    env.write("k8s/app.yaml", &small_app("example.com/web:v3"));
+    let second = env.deploy(&[]).await;
+    assert_eq!(second.code, 0, "{}", second.output());
+
+    let path = env.path("manual.json");
+    let path_text = path.display().to_string();
+    let markdown = env.path("manual.md");
+    let markdown_text = markdown.display().to_string();
+    let back = env
+        .command(
+            "rollback",
+            &[
+                "--revision",
+                "1",
+                "--yes",
+                "--report",
+                &path_text,
+                "--report-markdown",
+                &markdown_text,
+            ],
+        )
+        .await;
+    assert_eq!(back.code, 0, "{}", back.output());
+    // The output people read stays: one line per target, then the summary.
+    assert!(
+        back.stdout
+            .contains("target eu: rolled back to v1 (recorded as v3)")
+            && back.stdout.contains("rolled back 2 of 2"),
+        "{}",
+        back.output()
+    );
+    let text = std::fs::read_to_string(&path).expect("rollback --report writes the report");
+    let report: Value = serde_json::from_str(&text).expect("the report is JSON");
+    assert_eq!(report["app"], "shop", "{report:#}");
+    assert_eq!(report["outcome"], "rolled-back", "{report:#}");
+    assert_eq!(report["summary"], "rolled back 2 of 2", "{report:#}");
+    let md = std::fs::read_to_string(&markdown).expect("--report-markdown writes the markdown");
+    assert!(
+        md.starts_with("### ↩️ rollguard: `shop` rolled-back") && md.contains("rolled back 2 of 2"),
+        "{md}"
+    );
+    for (cluster, name) in [(1, "eu"), (2, "us")] {
+        assert_runs(&env, cluster, GOOD).await;
+        let target = report["targets"]
+            .as_array()
+            .and_then(|ts| ts.iter().find(|t| t["name"] == name))
+            .unwrap_or_else(|| panic!("{name} not in the report: {report:#}"));
+        assert_eq!(target["outcome"], "rolled-back", "{report:#}");
+        assert_eq!(target["revision"], 3, "{report:#}");
+        let rollback = &target["rollback"];
+        assert_eq!(rollback["to_revision"], 1, "{report:#}");
+        assert_eq!(rollback["as_revision"], 3, "{report:#}");
+        assert_eq!(
+            rollback["why"], "rolled back by hand (rollguard rollback) to v1",
+            "{report:#}"
+        );
+        assert!(rollback["started_at"].is_string(), "{report:#}");
+        let stages = target["stages"].as_array().expect("its rollback commands");
+        assert_eq!(stages.len(), 1, "{report:#}");
+        assert_eq!(stages[0]["name"], "smoke", "{report:#}");
+        assert_eq!(stages[0]["rollback"], true, "{report:#}");
+        assert_eq!(stages[0]["outcome"], "succeeded", "{report:#}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollback_from_git_in_a_shallow_clone() {
     let env = TestEnv::start(1, "").await;
