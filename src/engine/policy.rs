@@ -186,20 +186,6 @@ mod tests {
         }
     }
 
-    const F: TargetState = TargetState {
-        received: true,
-        failed: true,
-    };
-    const OK: TargetState = TargetState {
-        received: true,
-        failed: false,
-    };
-    /// Failed before anything was applied (unreachable, discovery error).
-    const UNREACHED: TargetState = TargetState {
-        received: false,
-        failed: true,
-    };
-
     fn obj(api: &str, kind: &str, ns: Option<&str>, name: &str) -> ObjectRef {
         ObjectRef {
             api_version: api.into(),

@@ -347,15 +347,7 @@ async fn render(
     }
     if let Mode::Live { color } = mode {
         let width = decide_width(stderr_columns(), std::env::var("COLUMNS").ok().as_deref());
-        draw_live(
-            &mut stderr,
-            &rows,
-            &stages,
-            width_name,
-            width,
-            color,
-            drawn,
-        );
+        draw_live(&mut stderr, &rows, &stages, width_name, width, color, drawn);
     }
     let _ = stderr.flush();
 }
@@ -544,7 +536,7 @@ mod tests {
 
     #[test]
     fn live_frame_redraws_in_place_and_plain_has_no_color() {
-        let targets = vec!["eu".to_string(), "us".to_string()];
+        let targets = live_rows(&[("eu".to_string(), 0), ("us".to_string(), 0)]);
         let stages: HashMap<String, Stage> = [("eu".to_string(), Stage::Connecting)]
             .into_iter()
             .collect();

@@ -129,10 +129,7 @@ pub fn script_env(
         d.previous_revision.map(|r| r.to_string()),
     );
     set("ROLLGUARD_STAGE", Some(d.stage.clone()));
-    set(
-        "ROLLGUARD_SCOPE",
-        Some(d.scope.as_str().to_string()),
-    );
+    set("ROLLGUARD_SCOPE", Some(d.scope.as_str().to_string()));
     set("ROLLGUARD_IS_ROLLBACK", Some(d.is_rollback.to_string()));
     set("ROLLGUARD_DRY_RUN", Some(d.dry_run.to_string()));
     if d.is_rollback {
