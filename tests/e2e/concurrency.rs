@@ -396,21 +396,6 @@ async fn a_cancel_whose_rollback_runs_out_of_budget_is_rollback_failed() {
     assert_ne!(image(&web(&env, 1).await), GOOD);
 }
 
-/// Writes to cluster `sim-N` other than to Leases (the locks), dry runs aside.
-fn writes_besides_locks(env: &TestEnv, cluster: usize) -> u64 {
-    env.cluster(cluster)
-        .counters()
-        .counts
-        .iter()
-        .filter(|(k, _)| {
-            !k.dry_run
-                && k.resource != "leases.coordination.k8s.io"
-                && kube_sim::faults::WRITE_VERBS.contains(&k.verb.as_str())
-        })
-        .map(|(_, n)| n)
-        .sum()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_refused_on_one_target_writes_nothing_anywhere_and_gives_back_the_others() {
     let env = TestEnv::start(3, "").await;
@@ -427,11 +412,11 @@ async fn a_lock_refused_on_one_target_writes_nothing_anywhere_and_gives_back_the
         only_resources: vec!["leases.coordination.k8s.io".into()],
         ..Default::default()
     });
-    let before: Vec<u64> = (1..=3).map(|c| writes_besides_locks(&env, c)).collect();
+    let before: Vec<u64> = (1..=3).map(|c| env.writes_besides_locks(c)).collect();
     let run = env.deploy(&[]).await;
     env.cluster(2).set_faults(Faults::default());
     assert_eq!(run.code, 1, "{}", run.output());
-    let after: Vec<u64> = (1..=3).map(|c| writes_besides_locks(&env, c)).collect();
+    let after: Vec<u64> = (1..=3).map(|c| env.writes_besides_locks(c)).collect();
     assert_eq!(after, before, "written before every lock was held");
     assert_eq!(run.outcome("us"), "failed", "{}", run.output());
     assert_eq!(run.target("us")["failures"][0]["object"], "lock");
@@ -500,12 +485,7 @@ async fn a_finished_target_gives_its_slot_to_the_next_at_once() {
         .deploy_with_env(&["--concurrency", "2"], &[("RUST_LOG", "rollguard=info")])
         .await;
     assert_eq!(run.code, 0, "{}", run.output());
-    let line_of = |target: &str, words: &str| {
-        run.stderr
-            .lines()
-            .position(|l| l.contains(&format!("target={target}")) && l.contains(words))
-            .unwrap_or_else(|| panic!("no `{words}` line of {target}:\n{}", run.output()))
-    };
+    let line_of = |target: &str, words: &str| run.line_of(target, words);
     assert!(
         line_of("ap", "applied") < line_of("eu", "rollout healthy"),
         "ap waited for the slow eu:\n{}",

@@ -88,6 +88,15 @@ impl Run {
             .unwrap_or_else(|| panic!("target {name} not in report: {report:#}"))
     }
 
+    /// The index of the first stderr log line of `target` that contains `words` (log lines
+    /// carry `target=<name>`): their order is the order things happened.
+    pub fn line_of(&self, target: &str, words: &str) -> usize {
+        self.stderr
+            .lines()
+            .position(|l| l.contains(&format!("target={target}")) && l.contains(words))
+            .unwrap_or_else(|| panic!("no `{words}` line of {target}:\n{}", self.output()))
+    }
+
     pub fn outcome(&self, name: &str) -> String {
         self.target(name)["outcome"]
             .as_str()
@@ -317,6 +326,21 @@ impl TestEnv {
     /// Writes to cluster `sim-N` counted by kube-sim (create, update, patch, apply, delete).
     pub fn writes(&self, cluster: usize) -> u64 {
         self.cluster(cluster).counters().writes()
+    }
+
+    /// Writes to cluster `sim-N` other than to Leases (the locks), dry runs aside.
+    pub fn writes_besides_locks(&self, cluster: usize) -> u64 {
+        self.cluster(cluster)
+            .counters()
+            .counts
+            .iter()
+            .filter(|(k, _)| {
+                !k.dry_run
+                    && k.resource != "leases.coordination.k8s.io"
+                    && kube_sim::faults::WRITE_VERBS.contains(&k.verb.as_str())
+            })
+            .map(|(_, n)| n)
+            .sum()
     }
 }
 

@@ -8,21 +8,6 @@ use crate::release::{GOOD, assert_runs, first_good_deploy, records};
 
 const BAD: &str = "example.com/web:v2";
 
-/// Writes to cluster `sim-N` other than to Leases (the locks), dry runs aside.
-fn writes_besides_locks(env: &TestEnv, cluster: usize) -> u64 {
-    env.cluster(cluster)
-        .counters()
-        .counts
-        .iter()
-        .filter(|(k, _)| {
-            !k.dry_run
-                && k.resource != "leases.coordination.k8s.io"
-                && kube_sim::faults::WRITE_VERBS.contains(&k.verb.as_str())
-        })
-        .map(|(_, n)| n)
-        .sum()
-}
-
 /// `app: shop` with one target per (name, wave) on sim-1, sim-2, ... and `extra` top-level
 /// settings.
 fn wave_config(targets: &[(&str, u32)], extra: &str) -> String {
@@ -66,7 +51,7 @@ async fn a_failed_canary_skips_every_later_wave_with_no_write_but_its_lease() {
     );
     first_good_deploy(&env).await;
     env.write("k8s/app.yaml", &small_app(BAD));
-    let before: Vec<u64> = (1..=5).map(|c| writes_besides_locks(&env, c)).collect();
+    let before: Vec<u64> = (1..=5).map(|c| env.writes_besides_locks(c)).collect();
     let run = env.deploy(&[]).await;
     assert_eq!(run.code, 1, "{}", run.output());
     assert_eq!(run.outcome("canary"), "rolled-back", "{}", run.output());
@@ -81,7 +66,7 @@ async fn a_failed_canary_skips_every_later_wave_with_no_write_but_its_lease() {
             "{name}: {message}"
         );
         assert_eq!(
-            writes_besides_locks(&env, cluster),
+            env.writes_besides_locks(cluster),
             before[i],
             "{name} got a write besides its Lease"
         );
@@ -107,12 +92,7 @@ async fn waves_run_in_order_each_after_the_one_before_baked() {
         .deploy_with_env(&[], &[("RUST_LOG", "rollguard=info")])
         .await;
     assert_eq!(run.code, 0, "{}", run.output());
-    let line_of = |target: &str, words: &str| {
-        run.stderr
-            .lines()
-            .position(|l| l.contains(&format!("target={target}")) && l.contains(words))
-            .unwrap_or_else(|| panic!("no `{words}` line of {target}:\n{}", run.output()))
-    };
+    let line_of = |target: &str, words: &str| run.line_of(target, words);
     // Wave 1 starts after the canary's bake; max_parallel 1: one of its targets at a time.
     let canary = line_of("canary", "rollout healthy");
     let (eu, us) = (line_of("eu", "applied"), line_of("us", "applied"));
@@ -200,12 +180,7 @@ async fn rollback_failed_rolls_back_at_once_while_the_slow_target_waits() {
     assert_eq!(run.code, 1, "{}", run.output());
     assert_eq!(run.outcome("us"), "rolled-back", "{}", run.output());
     assert_eq!(run.outcome("eu"), "deployed", "{}", run.output());
-    let line_of = |target: &str, words: &str| {
-        run.stderr
-            .lines()
-            .position(|l| l.contains(&format!("target={target}")) && l.contains(words))
-            .unwrap_or_else(|| panic!("no `{words}` line of {target}:\n{}", run.output()))
-    };
+    let line_of = |target: &str, words: &str| run.line_of(target, words);
     assert!(
         line_of("us", "rolled back to v1") < line_of("eu", "rollout healthy"),
         "us waited for eu:\n{}",
@@ -228,7 +203,7 @@ async fn rollback_all_skips_the_queued_targets_with_no_write() {
     );
     first_good_deploy(&env).await;
     env.write("k8s/app.yaml", &small_app(BAD));
-    let before: Vec<u64> = (1..=4).map(|c| writes_besides_locks(&env, c)).collect();
+    let before: Vec<u64> = (1..=4).map(|c| env.writes_besides_locks(c)).collect();
     let run = env.deploy(&["--concurrency", "1"]).await;
     assert_eq!(run.code, 1, "{}", run.output());
     assert_eq!(run.outcome("eu"), "rolled-back", "{}", run.output());
@@ -241,7 +216,7 @@ async fn rollback_all_skips_the_queued_targets_with_no_write() {
             "{name}: {message}"
         );
         assert_eq!(
-            writes_besides_locks(&env, cluster),
+            env.writes_besides_locks(cluster),
             before[cluster - 1],
             "{name} got a write besides its Lease"
         );
@@ -263,7 +238,7 @@ async fn a_crash_during_the_bake_fails_the_wave_and_the_next_never_starts() {
     );
     first_good_deploy(&env).await;
     env.write("k8s/app.yaml", &small_app(BAD));
-    let before: Vec<u64> = (1..=3).map(|c| writes_besides_locks(&env, c)).collect();
+    let before: Vec<u64> = (1..=3).map(|c| env.writes_besides_locks(c)).collect();
     let run = env
         .deploy_with_env(&[], &[("RUST_LOG", "rollguard=info")])
         .await;
@@ -283,7 +258,7 @@ async fn a_crash_during_the_bake_fails_the_wave_and_the_next_never_starts() {
     assert!(phases.contains("\"bake\""), "{phases}");
     for (i, name) in ["eu", "us"].iter().enumerate() {
         assert_eq!(run.outcome(name), "skipped", "{}", run.output());
-        assert_eq!(writes_besides_locks(&env, i + 2), before[i + 1], "{name}");
+        assert_eq!(env.writes_besides_locks(i + 2), before[i + 1], "{name}");
     }
     assert_runs(&env, 1, GOOD).await;
 }
