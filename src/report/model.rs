@@ -150,6 +150,65 @@ pub struct StageResult {
     pub output: Vec<String>,
 }
 
+/// What a check concluded on one target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CheckVerdict {
+    /// Every result passed (or failed no more than `failures_allowed` times in a row).
+    Passed,
+    /// More than `failures_allowed` failing results in a row: the target failed on it.
+    Failed,
+    /// No data, or the source could not be read, and the check's settings do not count that
+    /// as a failure.
+    Inconclusive,
+    /// The check never ran (the target failed or was stopped before it was healthy).
+    NotRun,
+}
+
+/// Where a check reads its value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CheckKind {
+    Prometheus,
+    Http,
+}
+
+/// One result of a check: its time, the value read (a Prometheus value; an HTTP status),
+/// and how it was judged.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckSample {
+    pub time: Timestamp,
+    /// None when there was no value (no data, an error, a timeout).
+    #[serde(default)]
+    pub value: Option<f64>,
+    pub verdict: CheckVerdict,
+    /// Why the sample is not a plain value, scrubbed: "no data", "Prometheus answered 503".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// One check on one target (`checks:` entry), with every sample it took.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckReport {
+    pub name: String,
+    pub kind: CheckKind,
+    pub verdict: CheckVerdict,
+    /// The condition that fails a sample, as written: "> 0.01"; for HTTP "status != 200".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fail_if: Option<String>,
+    /// The threshold of `fail_if` as a number, for charts (None for HTTP checks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threshold: Option<f64>,
+    /// The rendered query or URL, credentials masked.
+    pub source: String,
+    #[serde(default)]
+    pub samples: Vec<CheckSample>,
+    /// The one-line reason when the check failed the target:
+    /// "error-rate = 0.043 > 0.01 at 12:03:10".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
 /// Why a target failed: one unhealthy object, pod or container.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Failure {
@@ -285,6 +344,10 @@ pub struct TargetReport {
     /// cluster matches them): nothing was recorded and only `always` stages ran.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unchanged: bool,
+    /// The checks (`checks:`) run on this target from healthy to the end of its bake, in
+    /// config order, each with every value it read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<CheckReport>,
 }
 
 impl TargetReport {
@@ -305,6 +368,7 @@ impl TargetReport {
             abandoned_revisions: Vec::new(),
             stages: Vec::new(),
             unchanged: false,
+            checks: Vec::new(),
         }
     }
 
