@@ -93,8 +93,15 @@ fn rules() -> Vec<Rule> {
 
 fn config(fleet: usize) -> String {
     // Every target takes part at once, so every one receives the new revision.
-    fixtures::config("shop", "shop", "k8s/", &fixtures::contexts(fleet), fleet, "3m")
-        .replacen("targets:\n", "on_failure: rollback-all\ntargets:\n", 1)
+    fixtures::config(
+        "shop",
+        "shop",
+        "k8s/",
+        &fixtures::contexts(fleet),
+        fleet,
+        "3m",
+    )
+    .replacen("targets:\n", "on_failure: rollback-all\ntargets:\n", 1)
 }
 
 /// The rollguard binary of the "before" column: Ok(None) when the variable is not set.
@@ -323,8 +330,12 @@ fn fleet_lines(
     ));
     lines.push(line(
         &format!("  slow cluster ({SLOW_CLUSTER}, v2 Ready after {SLOW_READY_SECS} sim-s): done"),
-        figure(after, &|o| format!("{}, {}", sim_s(o.slow_done), o.slow_outcome)),
-        figure(before, &|o| format!("{}, {}", sim_s(o.slow_done), o.slow_outcome)),
+        figure(after, &|o| {
+            format!("{}, {}", sim_s(o.slow_done), o.slow_outcome)
+        }),
+        figure(before, &|o| {
+            format!("{}, {}", sim_s(o.slow_done), o.slow_outcome)
+        }),
     ));
     let state = |o: &Outcome| {
         let mut s = format!(

@@ -1165,7 +1165,11 @@ mod tests {
         ];
         for (secs, state, ready) in cases {
             let v = view(&slow, secs);
-            assert_eq!((reason(&v), v.ready), (state.to_string(), ready), "at {secs}s");
+            assert_eq!(
+                (reason(&v), v.ready),
+                (state.to_string(), ready),
+                "at {secs}s"
+            );
         }
         assert_eq!(
             view(&slow, 1.0).next_change,

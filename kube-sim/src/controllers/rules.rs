@@ -398,8 +398,8 @@ mod tests {
                 .contains("only CrashLoopBackOff, OomKilled and NeverReady"),
             "{err}"
         );
-        let rules = parse("- {cluster: sim-3, image: \"*:v2\", behaviour: SlowStart, after: 60s}")
-            .unwrap();
+        let rules =
+            parse("- {cluster: sim-3, image: \"*:v2\", behaviour: SlowStart, after: 60s}").unwrap();
         let script = script_for(&rules, "sim-3", "web:v2");
         assert_eq!(script.behaviour, Behaviour::SlowStart);
         assert_eq!(script.after, Some(Duration::from_secs(60)));
