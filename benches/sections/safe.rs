@@ -420,7 +420,7 @@ pub async fn run(scratch: &Path) -> Vec<Row> {
     lines.push(line(
         "  setup",
         format!(
-            "small app, Deployment of {REPLICAS} replicas, {GOOD} then {BAD}; v2 cannot be pulled on {BAD_CLUSTER}, is Ready after {SLOW_READY_SECS} sim-s on {SLOW_CLUSTER}; on_failure rollback-all; concurrency = fleet; time scale {TIME_SCALE}; same for both columns, fresh clusters each"
+            "Deployment of {REPLICAS} replicas, v1 then v2; v2 unpullable on {BAD_CLUSTER}, Ready after {SLOW_READY_SECS} sim-s on {SLOW_CLUSTER}; rollback-all; concurrency = fleet; time scale {TIME_SCALE}; fresh clusters per run"
         ),
         String::new(),
     ));
