@@ -1,6 +1,6 @@
 //! Time to safe state (issue 22): a bad deploy under `on_failure: rollback-all` to a fleet
 //! of 3 and of 50 in which one cluster cannot pull the new image and another rolls it out
-//! healthily but slowly (60 simulated seconds). Measured from the first pod event with
+//! healthily but slowly (about 60 simulated seconds). Measured from the first pod event with
 //! ImagePullBackOff on the bad cluster to every target rolled back and healthy (the latest
 //! `finished_at` in the JSON report, same wall clock), beside the bad cluster's own rollback
 //! (its `rollback` phase). With ROLLGUARD_BENCH_BEFORE set to another rollguard binary (an
@@ -22,8 +22,12 @@ const BAD: &str = "example.com/shop/web:v2";
 const REPLICAS: u32 = 3;
 /// Simulated seconds per real second: the slow rollout's 60 sim-s take 6 s.
 pub const TIME_SCALE: f64 = 10.0;
-/// How long the slow cluster's new pods take to be Ready (simulated seconds).
-const SLOW_READY_SECS: u64 = 60;
+/// How long each of the slow cluster's new pods takes to be Ready (simulated seconds). The
+/// rolling update (maxSurge 1, maxUnavailable 0 for 3 replicas) starts them one at a time,
+/// so the rollout takes 3 x (0.5 + 20) = 61.5 simulated seconds: the issue's 60 s rollout.
+const SLOW_READY_SECS: u64 = 20;
+/// The slow cluster's whole v2 rollout (simulated seconds), for the labels.
+const SLOW_ROLLOUT_SECS: f64 = 61.5;
 /// The cluster whose new image cannot be pulled (target t2) and the slow one (target t3).
 const BAD_CLUSTER: &str = "sim-2";
 const SLOW_CLUSTER: &str = "sim-3";
@@ -329,7 +333,7 @@ fn fleet_lines(
         figure(before, &|o| sim_s(o.own_rollback)),
     ));
     lines.push(line(
-        &format!("  slow cluster ({SLOW_CLUSTER}, v2 Ready after {SLOW_READY_SECS} sim-s): done"),
+        &format!("  slow cluster ({SLOW_CLUSTER}, v2 rollout {SLOW_ROLLOUT_SECS} sim-s): done"),
         figure(after, &|o| {
             format!("{}, {}", sim_s(o.slow_done), o.slow_outcome)
         }),
@@ -420,7 +424,7 @@ pub async fn run(scratch: &Path) -> Vec<Row> {
     lines.push(line(
         "  setup",
         format!(
-            "Deployment of {REPLICAS} replicas, v1 then v2; v2 unpullable on {BAD_CLUSTER}, Ready after {SLOW_READY_SECS} sim-s on {SLOW_CLUSTER}; rollback-all; concurrency = fleet; time scale {TIME_SCALE}; fresh clusters per run"
+            "Deployment of {REPLICAS} replicas, v1 then v2; v2 unpullable on {BAD_CLUSTER}, pods Ready {SLOW_READY_SECS} sim-s after start on {SLOW_CLUSTER} (rollout {SLOW_ROLLOUT_SECS} sim-s); rollback-all; concurrency = fleet; time scale {TIME_SCALE}; fresh clusters per run"
         ),
         String::new(),
     ));
