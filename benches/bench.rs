@@ -18,7 +18,7 @@ use support::procs;
 use support::table::{self, Row, Verdict};
 
 /// Every section: (name, title, budget).
-const SECTIONS: [(&str, &str, u64); 8] = [
+const SECTIONS: [(&str, &str, u64); 9] = [
     (
         "sim",
         "kube-sim: applies/s, 100 watchers, RSS with 10,000 objects (issue 2)",
@@ -50,6 +50,11 @@ const SECTIONS: [(&str, &str, u64); 8] = [
         120,
     ),
     (
+        "safe",
+        "time to safe state: ImagePullBackOff -> all rolled back, slow cluster, 3 and 50 (issue 22)",
+        180,
+    ),
+    (
         "start",
         "start: process start -> first request to a cluster; binary size (issue 15)",
         60,
@@ -74,7 +79,9 @@ fn help() -> String {
          process is killed at its own limit, and no section starts after 9 minutes; a full\n\
          run takes about 1 minute on 2 cores once built. Cargo builds the release rollguard binary\n\
          first; the sim section also builds kube-sim with `cargo build --release -p kube-sim`.\n\
-         kubectl on the PATH is needed by the detect and apply sections.\n\nsections:\n",
+         kubectl on the PATH is needed by the detect and apply sections. The safe section\n\
+         also runs its scenario with the rollguard binary that ROLLGUARD_BENCH_BEFORE names\n\
+         (an older build, for its before column) when that variable is set.\n\nsections:\n",
     );
     for (name, title, budget) in SECTIONS {
         out.push_str(&format!("  {name:<9} {title} (budget {budget} s)\n"));
@@ -90,6 +97,7 @@ async fn run_section(name: &str, scratch: &Path, kube_sim: &Result<PathBuf, Stri
         "apply" => sections::apply::run(scratch).await,
         "memory" => sections::fleet::memory(scratch).await,
         "rollback" => sections::rollback::run(scratch).await,
+        "safe" => sections::safe::run(scratch).await,
         "start" => sections::start::run(scratch).await,
         "fuzz" => sections::fuzz::run(scratch).await,
         _ => vec![Row::skipped(name, "unknown section")],

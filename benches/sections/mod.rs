@@ -5,5 +5,6 @@ pub mod detect;
 pub mod fleet;
 pub mod fuzz;
 pub mod rollback;
+pub mod safe;
 pub mod sim;
 pub mod start;

@@ -171,6 +171,17 @@ pub async fn deploy(
     extra: &[&str],
     limit: Duration,
 ) -> Result<DeployRun, String> {
+    deploy_with(&procs::rollguard_bin(), dir, kubeconfig, extra, limit).await
+}
+
+/// [`deploy`] with another rollguard binary (e.g. an older build, for a before/after figure).
+pub async fn deploy_with(
+    rollguard: &Path,
+    dir: &Path,
+    kubeconfig: &Path,
+    extra: &[&str],
+    limit: Duration,
+) -> Result<DeployRun, String> {
     let report_path: PathBuf = dir.join(format!(
         "report-{}.json",
         std::time::SystemTime::now()
@@ -178,7 +189,7 @@ pub async fn deploy(
             .map(|d| d.as_nanos())
             .unwrap_or(0)
     ));
-    let mut cmd = Command::new(procs::rollguard_bin());
+    let mut cmd = Command::new(rollguard);
     cmd.arg("deploy")
         .arg("--config")
         .arg(dir.join("rollguard.yaml"))
@@ -206,4 +217,34 @@ pub async fn deploy(
         report,
         report_error,
     })
+}
+
+/// Whether Deployment `namespace/name` runs `image` with all `replicas` updated, ready and
+/// available, as the cluster's own status says; and a short description of its state.
+pub fn deployment_healthy(
+    store: &kube_sim::Store,
+    namespace: &str,
+    name: &str,
+    image: &str,
+    replicas: u32,
+) -> (bool, String) {
+    let rt = kube_sim::ResourceType::new("apps", "v1", "deployments");
+    let d = store.get(&rt, namespace, name).unwrap_or_default();
+    let running = d["spec"]["template"]["spec"]["containers"][0]["image"]
+        .as_str()
+        .unwrap_or("?");
+    let st = &d["status"];
+    let want = u64::from(replicas);
+    let ok = running == image
+        && st["observedGeneration"] == d["metadata"]["generation"]
+        && st["updatedReplicas"].as_u64() == Some(want)
+        && st["readyReplicas"].as_u64() == Some(want)
+        && st["availableReplicas"].as_u64() == Some(want)
+        && st["replicas"].as_u64() == Some(want);
+    let state = format!(
+        "{running} {}/{} ready",
+        st["readyReplicas"].as_u64().unwrap_or(0),
+        st["replicas"].as_u64().unwrap_or(0)
+    );
+    (ok, state)
 }

@@ -22,7 +22,7 @@
 //! | `doesnotexist` | ErrImagePull for 2 s, then ImagePullBackOff for 10, 20, 40 ... 300 s, alternating |
 //! | `crashloop` | runs 1 s, exits 1, restarts after 1 s, then CrashLoopBackOff 10, 20 ... 300 s; restartCount 2 at ~13.5 s |
 //! | `neverready` | Running, never Ready |
-//! | `slowstart` | Running, Ready at 20 s |
+//! | `slowstart` | Running, Ready at 20 s (a `SlowStart` rule with `after: 60s`: Ready 60 s after the start) |
 //!
 //! A container whose env/envFrom names a missing ConfigMap or Secret (or key) waits in
 //! CreateContainerConfigError until it exists. Pods with restartPolicy Never/OnFailure run

@@ -126,6 +126,21 @@ pub fn container_at(
         return view;
     }
     match behaviour {
+        // SlowStart with `after:`: a healthy container whose readiness takes that long.
+        Behaviour::SlowStart if script.after.is_some() => {
+            let slow = ContainerSpec {
+                ready_delay: spec.ready_delay.max(script.after.unwrap_or_default()),
+                ..spec
+            };
+            run_ready(
+                &mut view,
+                Behaviour::Ready,
+                slow,
+                CREATE_DELAY,
+                None,
+                elapsed,
+            );
+        }
         Behaviour::Ready | Behaviour::NeverReady | Behaviour::SlowStart => {
             let unready_after = script.after.filter(|_| behaviour == Behaviour::NeverReady);
             run_ready(
@@ -1120,6 +1135,49 @@ mod tests {
             message.is_some_and(|m| m.starts_with("rpc error: code = NotFound desc = ")
                 && m.ends_with("docker.io/example/web:v1: not found"))
         );
+    }
+
+    /// SlowStart with `after: 60s`: Running from 0.5 s, Ready 60 s after that, and the
+    /// controller is woken then; without `after` it is Ready at 20 s.
+    #[test]
+    fn slow_start_after_sets_the_time_to_ready() {
+        let slow = ImageScript {
+            behaviour: Behaviour::SlowStart,
+            after: Some(Duration::from_secs(60)),
+            ..ImageScript::default()
+        };
+        let view = |script: &ImageScript, secs: f64| {
+            container_at(
+                script,
+                ALWAYS,
+                "example/web:v2",
+                &LABELS,
+                Duration::from_secs_f64(secs),
+            )
+        };
+        let cases = [
+            (0.2, "ContainerCreating", false),
+            (1.0, "Running", false),
+            (30.0, "Running", false),
+            (60.4, "Running", false),
+            (60.6, "Running", true),
+            (5000.0, "Running", true),
+        ];
+        for (secs, state, ready) in cases {
+            let v = view(&slow, secs);
+            assert_eq!(
+                (reason(&v), v.ready),
+                (state.to_string(), ready),
+                "at {secs}s"
+            );
+        }
+        assert_eq!(
+            view(&slow, 1.0).next_change,
+            Some(Duration::from_millis(60_500))
+        );
+        let builtin = ImageScript::from(Behaviour::SlowStart);
+        assert!(!view(&builtin, 19.9).ready);
+        assert!(view(&builtin, 20.1).ready);
     }
 
     /// `after: 3s`: healthy (Ready) from 1 s to 3.5 s, then the behaviour: a crash loop

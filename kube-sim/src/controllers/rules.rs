@@ -10,6 +10,9 @@
 //! the container run and be Ready first and shows its behaviour that long after the container
 //! started: `{image: "*:v2", behaviour: CrashLoopBackOff, after: 5s}` crashes then (the pod
 //! turns not Ready, its Deployment loses availability) and crash-loops from there on.
+//! With `SlowStart`, `after:` is how long the container takes to be Ready instead of 20 s:
+//! `{cluster: sim-3, image: "*:v2", behaviour: SlowStart, after: 60s}` makes one cluster's
+//! rollout slow but healthy.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -29,7 +32,8 @@ pub enum Behaviour {
     CrashLoopBackOff,
     /// Runs but never passes readiness.
     NeverReady,
-    /// Ready only after 20 simulated seconds.
+    /// Ready only after 20 simulated seconds (or the rule's `after:` from the container's
+    /// start).
     SlowStart,
     /// The container cannot be created because its configuration is invalid.
     CreateContainerConfigError,
@@ -63,17 +67,20 @@ pub struct Rule {
     /// With `CrashLoopBackOff`, `OomKilled` or `NeverReady`: the container first runs and is
     /// Ready as a healthy one, then shows the behaviour this long (simulated time) after it
     /// started: the first run exits (and the crash loop goes on from there), or readiness
-    /// fails. Written `500ms`, `5s`, `1.5s`, `2m`.
+    /// fails. With `SlowStart`: the container is Ready this long after it started.
+    /// Written `500ms`, `5s`, `1.5s`, `2m`.
     #[serde(default, deserialize_with = "deserialize_after")]
     pub after: Option<Duration>,
 }
 
-/// Behaviours that can come after a healthy start (`after:`): a running container can
-/// crash or fail its readiness probe, but not fail to pull or be created.
+/// Behaviours that take `after:`: a running container can crash or fail its readiness probe
+/// after a healthy start, and a slow one is Ready after that long; none of this applies to a
+/// container that fails to pull or cannot be created.
 const LATE_BEHAVIOURS: &[Behaviour] = &[
     Behaviour::CrashLoopBackOff,
     Behaviour::OomKilled,
     Behaviour::NeverReady,
+    Behaviour::SlowStart,
 ];
 
 fn deserialize_after<'de, D: serde::Deserializer<'de>>(
@@ -138,7 +145,7 @@ pub enum RulesError {
          Ready, ImagePullBackOff, CrashLoopBackOff, NeverReady, SlowStart, \
          CreateContainerConfigError, CreateContainerError, InvalidImageName, OomKilled \
          (an ImagePullBackOff rule may add `times: N` and `message: TEXT`; a CrashLoopBackOff, \
-         OomKilled or NeverReady rule `after: 5s`)"
+         OomKilled, NeverReady or SlowStart rule `after: 5s`)"
     )]
     Parse { where_: String, message: String },
     #[error("invalid rules file {where_}: rule {index} has an empty image pattern")]
@@ -150,7 +157,8 @@ pub enum RulesError {
     PullScriptWithoutPull { where_: String, index: usize },
     #[error(
         "invalid rules file {where_}: rule {index} has `after` with behaviour {behaviour:?}; only \
-         CrashLoopBackOff, OomKilled and NeverReady can come after a healthy start"
+         CrashLoopBackOff, OomKilled and NeverReady can come after a healthy start, and \
+         SlowStart takes it as its time to Ready"
     )]
     AfterWithoutLateBehaviour {
         where_: String,
@@ -390,6 +398,12 @@ mod tests {
                 .contains("only CrashLoopBackOff, OomKilled and NeverReady"),
             "{err}"
         );
+        let rules =
+            parse("- {cluster: sim-3, image: \"*:v2\", behaviour: SlowStart, after: 60s}").unwrap();
+        let script = script_for(&rules, "sim-3", "web:v2");
+        assert_eq!(script.behaviour, Behaviour::SlowStart);
+        assert_eq!(script.after, Some(Duration::from_secs(60)));
+        assert_eq!(script_for(&rules, "sim-1", "web:v2").after, None);
     }
 
     #[test]
