@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the rollguard binary that ships: the release assets for Linux, the image's binary,
 # the action's `version: source` build and the runtime-root test all come from here, so they
-# are one binary built one way.
+# are one binary built one way: the `dist` profile (Cargo.toml: fat LTO, one codegen unit,
+# stripped), printed at .../<target>/dist/rollguard.
 #
 #   dist/build-static.sh [TARGET] [-- CARGO_ARGS...]
 #
@@ -39,7 +40,7 @@ case "$target" in
     ;;
 esac
 
-cargo build --release --locked --bin rollguard --no-default-features --target "$target" "$@" >&2
+cargo build --profile dist --locked --bin rollguard --no-default-features --target "$target" "$@" >&2
 dir="${CARGO_TARGET_DIR:-target}"
 case "$dir" in /*) ;; *) dir="$PWD/$dir" ;; esac
-echo "$dir/$target/release/rollguard"
+echo "$dir/$target/dist/rollguard"

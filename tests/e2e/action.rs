@@ -351,7 +351,7 @@ async fn action_from_source_deploys_two_targets_and_a_sigint_to_its_step_rolls_b
     assert_eq!(code, 0, "{out}");
     let binary = runner.outputs["install"]["path"].clone();
     assert!(
-        binary.ends_with("/x86_64-unknown-linux-gnu/release/rollguard")
+        binary.ends_with("/x86_64-unknown-linux-gnu/dist/rollguard")
             && Path::new(&binary).is_file(),
         "the source build's binary: {binary}\n{out}"
     );
