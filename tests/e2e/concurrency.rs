@@ -497,3 +497,38 @@ async fn a_finished_target_gives_its_slot_to_the_next_at_once() {
         run.output()
     );
 }
+
+/// Issue 25.4: an API server's max-in-flight limit answers 429 with `Retry-After: 1`
+/// before it handles the request. With a limit of 2 mutating requests (the real default is
+/// 200) and 40 ms per request, rollguard's parallel applies are throttled; each waits its
+/// Retry-After and the deploy succeeds, every object applied exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_max_in_flight_429_is_waited_out_and_the_deploy_succeeds() {
+    let env = TestEnv::start(1, "").await;
+    env.write("rollguard.yaml", &config(1, "60s"));
+    let mut app = small_app("example.com/web:v1");
+    for i in 0..16 {
+        app.push_str(&format!(
+            "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: extra-{i}\ndata:\n  n: \"{i}\"\n"
+        ));
+    }
+    env.write("k8s/app.yaml", &app);
+    env.cluster(1).set_faults(Faults {
+        latency_ms: 40,
+        max_mutating_requests_inflight: 2,
+        ..Default::default()
+    });
+    let run = env.deploy(&[]).await;
+    env.cluster(1).set_faults(Faults::default());
+    assert_eq!(run.code, 0, "{}", run.output());
+    let counters = env.cluster(1).counters();
+    let throttled: u64 = counters
+        .counts
+        .iter()
+        .filter(|(k, _)| k.verb == kube_sim::faults::THROTTLED)
+        .map(|(_, n)| n)
+        .sum();
+    assert!(throttled > 0, "nothing was throttled: {counters:?}");
+    // A throttled request was never handled: the ConfigMaps were applied once each.
+    assert_eq!(counters.get("apply", "configmaps"), 17, "{counters:?}");
+}

@@ -33,7 +33,20 @@ pub struct Faults {
     /// stalled server or a black-holing proxy. They are not counted: nothing is done. Not
     /// limited by `only_resources`.
     pub never_answer: bool,
+    /// The real server's `--max-requests-inflight` (non-mutating requests answered at once;
+    /// 0: its default, 400). Beyond it a request is answered 429 with `Retry-After: 1`
+    /// before it is handled, as the real max-in-flight filter does; watches are exempt.
+    pub max_requests_inflight: u32,
+    /// `--max-mutating-requests-inflight` (0: its default, 200).
+    pub max_mutating_requests_inflight: u32,
 }
+
+/// The real kube-apiserver's defaults for the max-in-flight limits.
+pub const DEFAULT_MAX_REQUESTS_INFLIGHT: u32 = 400;
+pub const DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT: u32 = 200;
+
+/// The verb a request throttled by the max-in-flight limit is counted under (never a write).
+pub const THROTTLED: &str = "throttled";
 
 impl Faults {
     /// The status used for injected errors.
@@ -56,6 +69,20 @@ impl Faults {
     /// Whether the answer to this write is replaced by an error (drawing a random number).
     pub fn roll_lost_answer(&self) -> bool {
         self.lost_answer_rate > 0.0 && rand::random::<f64>() < self.lost_answer_rate
+    }
+
+    /// The in-flight limit for a request: mutating or not.
+    pub fn in_flight_limit(&self, mutating: bool) -> u32 {
+        match (
+            mutating,
+            self.max_requests_inflight,
+            self.max_mutating_requests_inflight,
+        ) {
+            (false, 0, _) => DEFAULT_MAX_REQUESTS_INFLIGHT,
+            (false, n, _) => n,
+            (true, _, 0) => DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT,
+            (true, _, n) => n,
+        }
     }
 
     /// Whether this request should fail (drawing a random number).

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -20,7 +21,7 @@ use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{mpsc, watch};
 
-use crate::http::faults::{CounterSet, Faults};
+use crate::http::faults::{CounterSet, Faults, THROTTLED};
 use crate::http::handlers::{self, ApiRequest, Reply, ResourcePath};
 use crate::http::watch::{self as watches, EventLineCache, WatchSpec};
 use crate::model::error::{ApiError, qualified_resource};
@@ -48,6 +49,42 @@ pub struct ClusterState {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Encoded watch lines of the latest events, shared by all watchers of a cluster.
     pub event_lines: EventLineCache,
+    /// Requests being answered now, for the max-in-flight limits.
+    pub in_flight: InFlight,
+}
+
+/// Requests in flight, non-mutating and mutating apart, as the real server counts them.
+#[derive(Debug, Default)]
+pub struct InFlight {
+    read_only: AtomicU32,
+    mutating: AtomicU32,
+}
+
+/// A request's place under the max-in-flight limit, given back when it is dropped.
+pub struct InFlightSlot<'a>(&'a AtomicU32);
+
+impl Drop for InFlightSlot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl InFlight {
+    /// A slot when fewer than `limit` requests of this kind are in flight; None means the
+    /// real server would answer 429.
+    pub fn enter(&self, mutating: bool, limit: u32) -> Option<InFlightSlot<'_>> {
+        let counter = if mutating {
+            &self.mutating
+        } else {
+            &self.read_only
+        };
+        counter
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < limit).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| InFlightSlot(counter))
+    }
 }
 
 impl watches::Source for ClusterState {
@@ -512,7 +549,11 @@ async fn answer(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<Ap
     if is_api && state.faults().never_answer {
         std::future::pending::<()>().await;
     }
+    let faults = state.faults();
     let mut faulted_resource = None;
+    // Held until the answer is made (a watch's stream goes on without it, as watches are
+    // exempt from the real limit).
+    let mut _held = None;
     if let Route::Resource(p) = &route {
         let verb = handlers::verb_of(&method, p, &query, &content_type);
         let rt = crate::model::resource::ResourceType::new(&p.group, &p.version, &p.resource);
@@ -520,13 +561,23 @@ async fn answer(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<Ap
         if let Some(sub) = &p.subresource {
             resource = format!("{resource}/{sub}");
         }
+        if verb != "watch" {
+            let mutating = method != "GET" && method != "HEAD";
+            let Some(slot) = state
+                .in_flight
+                .enter(mutating, faults.in_flight_limit(mutating))
+            else {
+                state.counters.record(THROTTLED, &resource, false);
+                return too_many_requests(pretty);
+            };
+            _held = Some(slot);
+        }
         let dry_run = query.get("dryRun").is_some_and(|v| !v.is_empty());
         state.counters.record(verb, &resource, dry_run);
         faulted_resource = Some(resource);
     } else if is_api {
         state.counters.record("discovery", &path, false);
     }
-    let faults = state.faults();
     if is_api && faults.applies_to(faulted_resource.as_deref()) {
         if faults.latency_ms > 0 {
             tokio::time::sleep(Duration::from_millis(faults.latency_ms)).await;
@@ -727,6 +778,20 @@ fn injected_error(faults: &Faults, pretty: bool) -> Response<ApiBody> {
     resp
 }
 
+/// The real max-in-flight filter's answer: 429 with `Retry-After: 1`.
+fn too_many_requests(pretty: bool) -> Response<ApiBody> {
+    let err = ApiError::new(
+        429,
+        "TooManyRequests",
+        "Too many requests, please try again later.",
+    )
+    .with_details(json!({"retryAfterSeconds": 1}));
+    let mut resp = error_response(&err, pretty);
+    resp.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    resp
+}
+
 /// The `/_sim` control endpoint: faults, counters and token rotation
 /// (`POST /_sim/tokens` with `{"tokens": ["..."]}`: only those are accepted from then on).
 async fn control(
@@ -915,6 +980,27 @@ mod tests {
             parse_route("/_sim/faults"),
             Route::Control(vec!["faults".into()])
         );
+    }
+
+    #[test]
+    fn in_flight_slots_are_bounded_apart_and_given_back() {
+        let in_flight = InFlight::default();
+        let a = in_flight.enter(true, 2);
+        let b = in_flight.enter(true, 2);
+        assert!(a.is_some() && b.is_some());
+        assert!(
+            in_flight.enter(true, 2).is_none(),
+            "a third mutating request"
+        );
+        assert!(in_flight.enter(false, 1).is_some(), "reads count apart");
+        drop(a);
+        assert!(
+            in_flight.enter(true, 2).is_some(),
+            "a slot given back is free"
+        );
+        let faults = Faults::default();
+        assert_eq!(faults.in_flight_limit(false), 400);
+        assert_eq!(faults.in_flight_limit(true), 200);
     }
 
     #[test]

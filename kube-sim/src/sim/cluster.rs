@@ -200,6 +200,7 @@ impl Sim {
                 address,
                 tls: identity.as_ref().map(|id| id.config.clone()),
                 event_lines: crate::http::watch::EventLineCache::default(),
+                in_flight: Default::default(),
             });
             let scheme = if opts.tls { "https" } else { "http" };
             let listener_task = tokio::spawn(server::run_listener(state.clone(), listener));
