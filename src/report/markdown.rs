@@ -3,11 +3,12 @@
 //!
 //! Everything that comes from a cluster, a manifest, a script or git goes through
 //! [`super::escape`]. The body never exceeds the limit it is given: details are cut first
-//! (the oldest Warning events, then script log tails, then per-pod lines, then the timeline,
-//! then whole sections), and a note says what was cut and where the full report is.
+//! (the oldest Warning events, then script log tails, then the charts of checks, then per-pod
+//! lines, then the timeline, then whole sections), and a note says what was cut and where the full report is.
 
 use std::fmt::Write as _;
 
+use super::check_view;
 use super::clean::Clean;
 use super::escape::{code, code_block, html_text, link_url, mermaid, text};
 use super::model::{
@@ -55,6 +56,8 @@ struct Detail {
     events: usize,
     /// Last lines kept of each failed script's output.
     log_lines: usize,
+    /// The charts of Prometheus checks (their verdict lines stay).
+    charts: bool,
     /// Failure (pod/container) lines kept per target.
     failures: usize,
     gantt: bool,
@@ -65,6 +68,7 @@ struct Detail {
 const FULL: Detail = Detail {
     events: usize::MAX,
     log_lines: LOG_TAIL_LINES,
+    charts: true,
     failures: usize::MAX,
     gantt: true,
     sections: usize::MAX,
@@ -75,6 +79,7 @@ const FULL: Detail = Detail {
 struct Cut {
     events: usize,
     log_lines: usize,
+    charts: usize,
     failures: usize,
     gantt: bool,
     sections: usize,
@@ -110,6 +115,10 @@ pub fn to_markdown(report: &Clean<Report>, options: &MarkdownOptions) -> String 
         if let Some(body) = fits(d) {
             return body;
         }
+    }
+    d.charts = false;
+    if let Some(body) = fits(d) {
+        return body;
     }
     let most_failures = report
         .targets
@@ -216,6 +225,9 @@ fn cut_of(report: &Report, d: Detail) -> Cut {
                 .min(LOG_TAIL_LINES)
                 .saturating_sub(d.log_lines);
         }
+        if !d.charts {
+            cut.charts += check_view::charted(t);
+        }
     }
     cut.gantt = !d.gantt && has_gantt(report);
     cut
@@ -228,6 +240,9 @@ fn note(cut: &Cut, options: &MarkdownOptions) -> String {
     }
     if cut.log_lines > 0 {
         parts.push(format!("{} script log line(s)", cut.log_lines));
+    }
+    if cut.charts > 0 {
+        parts.push(format!("{} check chart(s)", cut.charts));
     }
     if cut.failures > 0 {
         parts.push(format!("{} failing pod/container line(s)", cut.failures));
@@ -263,6 +278,7 @@ fn needs_details(t: &TargetReport) -> bool {
         || !t.warnings.is_empty()
         || !t.abandoned_revisions.is_empty()
         || failed_scripts(t).next().is_some()
+        || !t.checks.is_empty()
 }
 
 /// Script runs of a target that did not succeed and left output to show.
@@ -371,10 +387,11 @@ fn row(report: &Report, t: &TargetReport) -> String {
 
 fn details(t: &TargetReport, d: Detail) -> String {
     let mut out = format!(
-        "\n<details><summary>{} <b>{}</b>: {}</summary>\n\n",
+        "\n<details><summary>{} <b>{}</b>: {}{}</summary>\n\n",
         icon(t.outcome),
         html_text(&t.name),
-        t.outcome
+        t.outcome,
+        check_view::summary_suffix(t)
     );
     if let Some(message) = &t.message {
         let _ = writeln!(out, "{}\n", text(&clip(message, MESSAGE_CHARS)));
@@ -390,6 +407,7 @@ fn details(t: &TargetReport, d: Detail) -> String {
         }
         out.push('\n');
     }
+    out.push_str(&check_view::markdown(t, d.charts));
     for s in failed_scripts(t) {
         let which = if s.rollback {
             "rollback of script"
@@ -772,6 +790,169 @@ mod tests {
             &Clean::new(&crate::report::model::tests::three_waves()),
             &options(COMMENT_LIMIT)
         ));
+    }
+
+    #[test]
+    fn snapshot_checks() {
+        insta::assert_snapshot!(to_markdown(
+            &Clean::new(&crate::report::check_view::tests::checked_fleet()),
+            &options(COMMENT_LIMIT)
+        ));
+    }
+
+    #[test]
+    fn the_canarys_chart_has_its_values_and_the_threshold_line() {
+        let md = to_markdown(
+            &Clean::new(&crate::report::check_view::tests::checked_fleet()),
+            &options(COMMENT_LIMIT),
+        );
+        // Opened for the failed check, collapsed for the passing ones; one per target.
+        let canary = md
+            .split("<details open><summary>error-rate over the bake (fails above 0.01)</summary>")
+            .nth(1)
+            .unwrap_or_default();
+        assert!(
+            canary.contains(
+                "xychart-beta\n  title \"error-rate and its threshold, fails above 0.01\"\n"
+            ),
+            "{md}"
+        );
+        assert!(
+            canary.contains("  line [0.001, 0.002, 0.002, 0.004, 0.009, 0.021, 0.043]\n  line [0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01]\n```"),
+            "{md}"
+        );
+        assert_eq!(md.matches("xychart-beta").count(), 3, "{md}");
+        assert_eq!(md.matches("<details><summary>error-rate over").count(), 2);
+        // The verdicts: said in each target's summary and per check.
+        assert!(
+            md.contains("<summary>↩️ <b>canary</b>: rolled-back · checks: error-rate failed (0.043 &gt; 0.01), 1 passed</summary>"),
+            "{md}"
+        );
+        assert!(
+            md.contains("- ❌ `error-rate` failed (0\\.043 &gt; 0.01 at 08:00:32): 7 sample(s), fails if `> 0.01`\n"),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "- ✅ `healthz` passed: 3 × 200, 1 × 503 · `https://eu.shop.example.com/healthz`\n"
+            ),
+            "{md}"
+        );
+        assert!(md.contains("<summary>✅ <b>eu</b>: deployed · checks: 2 passed</summary>"));
+        // The failure's message once in the details (the failure line), not again per check.
+        let details = md.split("<summary>↩️").nth(1).unwrap_or_default();
+        assert_eq!(
+            details
+                .matches("error-rate = 0.043 &gt; 0.01 at 08:00:32")
+                .count(),
+            1,
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn hostile_check_text_cannot_break_the_markdown_or_the_chart() {
+        let hostile =
+            "x```\n</details>\n%%{init: {'theme':'dark'}}%%\n::error::pwned\n<b>@admin #1";
+        let mut r = crate::report::check_view::tests::checked_fleet();
+        for t in &mut r.targets {
+            for c in &mut t.checks {
+                c.name = format!("{}{hostile}", c.name);
+                c.source = hostile.into();
+                c.fail_if = Some(hostile.into());
+                c.message = Some(hostile.into());
+                for s in &mut c.samples {
+                    s.note = Some(hostile.into());
+                }
+            }
+        }
+        r.targets[0].checks[0].samples[3].value = Some(f64::INFINITY);
+        r.targets[1].checks[0].threshold = Some(f64::NAN);
+        let md = to_markdown(&Clean::new(&r), &options(COMMENT_LIMIT));
+        // Fences: three charts and the timeline, each opened and closed once; backticks
+        // elsewhere only inside a <summary> (raw HTML, where markdown is not read).
+        let fences: Vec<&str> = md.lines().filter(|l| l.starts_with("```")).collect();
+        assert_eq!(fences, ["```mermaid", "```"].repeat(4), "{md}");
+        for line in md
+            .lines()
+            .filter(|l| l.contains("```") && !l.starts_with("```"))
+        {
+            assert!(line.starts_with("<details"), "{line:?}");
+        }
+        // Every <details> is closed by our own line, and no other line closes one.
+        assert_eq!(
+            md.matches("<details").count(),
+            md.lines().filter(|l| *l == "</details>").count(),
+            "{md}"
+        );
+        for line in md.lines() {
+            let line = line.trim_start();
+            assert!(!line.starts_with("</") || line == "</details>", "{line:?}");
+            // No line is a workflow command.
+            assert!(!line.starts_with("::"), "{line:?}");
+        }
+        // Outside code spans (where GitHub shows text as it is): no raw HTML, mention or
+        // reference.
+        let prose: String = md
+            .lines()
+            .filter(|l| !l.starts_with("```"))
+            .map(|l| {
+                // An escaped backtick is a backtick, not the start of a span.
+                l.replace("\\`", "")
+                    .split('`')
+                    .step_by(2)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        for bad in ["<b>@", "@admin", "#1", "\n%%", "</details> "] {
+            assert!(!prose.contains(bad), "{bad:?} in\n{prose}");
+        }
+        // Inside a chart: only its statements, numbers and cleaned names.
+        let mut rest = md.as_str();
+        while let Some(i) = rest.find("```mermaid\nxychart-beta\n") {
+            let body = &rest[i + "```mermaid\n".len()..];
+            let end = body.find("```").unwrap_or(body.len());
+            let lines: Vec<&str> = body[..end].lines().collect();
+            assert!(lines.len() == 5 || lines.len() == 6, "{lines:?}");
+            for line in &lines[1..] {
+                let statement = line.trim_start().split(' ').next().unwrap_or_default();
+                assert!(
+                    ["title", "x-axis", "y-axis", "line"].contains(&statement),
+                    "{line:?}"
+                );
+                assert!(!line.contains(['%', '{', '}', '`', ':', '<']), "{line:?}");
+                // Quotes only around whole labels: an even number.
+                assert_eq!(line.matches('"').count() % 2, 0, "{line:?}");
+            }
+            rest = &body[end..];
+        }
+    }
+
+    #[test]
+    fn charts_go_before_pod_lines_when_a_large_fleet_must_be_cut() {
+        let mut r = big_report(40, 0);
+        for t in &mut r.targets {
+            let mut c = crate::report::check_view::tests::error_rate(
+                &[0.0012345; 300],
+                CheckVerdict::Passed,
+            );
+            for (i, s) in c.samples.iter_mut().enumerate() {
+                s.time = crate::report::model::tests::ts(i as i64 * 10);
+            }
+            t.checks = vec![c];
+        }
+        let full = to_markdown(&Clean::new(&r), &options(STEP_SUMMARY_LIMIT));
+        assert_eq!(full.matches("xychart-beta").count(), 40);
+        // 60 points per chart at most, for 300 samples.
+        assert!(full.contains(&format!("  line [{}]\n", vec!["0.0012345"; 60].join(", "))));
+        let md = to_markdown(&Clean::new(&r), &options(20_000));
+        assert!(md.len() <= 20_000);
+        assert!(!md.contains("xychart-beta"), "{md}");
+        assert!(md.contains("40 check chart(s)"), "{md}");
+        // The verdict lines stay.
+        assert_eq!(md.matches("- ✅ `error-rate` passed").count(), 40, "{md}");
     }
 
     /// The Mermaid chart of a body, between its fences.
