@@ -173,7 +173,7 @@ pub fn http_counts(c: &CheckReport) -> String {
         }
     }
     // Most frequent first; a tie in order of first appearance (the sort is stable).
-    counts.sort_by(|a, b| b.1.cmp(&a.1));
+    counts.sort_by_key(|c| std::cmp::Reverse(c.1));
     let mut parts: Vec<String> = counts
         .into_iter()
         .map(|(status, n)| format!("{n} × {status}"))
