@@ -3,8 +3,9 @@
 //!
 //! Everything that comes from a cluster, a manifest, a script or git goes through
 //! [`super::escape`]. The body never exceeds the limit it is given: details are cut first
-//! (the oldest Warning events, then script log tails, then the charts of checks, then per-pod
-//! lines, then the timeline, then whole sections), and a note says what was cut and where the full report is.
+//! (the oldest Warning events, then script log tails, then the charts of checks, then the
+//! sections of targets that only have checks to show, then per-pod lines, then the timeline,
+//! then whole sections), and a note says what was cut and where the full report is.
 
 use std::fmt::Write as _;
 
@@ -61,8 +62,10 @@ struct Detail {
     /// Failure (pod/container) lines kept per target.
     failures: usize,
     gantt: bool,
-    /// Detail sections kept (in target order).
+    /// Detail sections of problem targets kept (in target order).
     sections: usize,
+    /// The sections of targets that have only their checks to show.
+    check_sections: bool,
 }
 
 const FULL: Detail = Detail {
@@ -72,6 +75,7 @@ const FULL: Detail = Detail {
     failures: usize::MAX,
     gantt: true,
     sections: usize::MAX,
+    check_sections: true,
 };
 
 /// What a rendering left out compared with the full one.
@@ -83,6 +87,7 @@ struct Cut {
     failures: usize,
     gantt: bool,
     sections: usize,
+    check_sections: usize,
     table_rows: usize,
 }
 
@@ -120,6 +125,10 @@ pub fn to_markdown(report: &Clean<Report>, options: &MarkdownOptions) -> String 
     if let Some(body) = fits(d) {
         return body;
     }
+    d.check_sections = false;
+    if let Some(body) = fits(d) {
+        return body;
+    }
     let most_failures = report
         .targets
         .iter()
@@ -139,7 +148,7 @@ pub fn to_markdown(report: &Clean<Report>, options: &MarkdownOptions) -> String 
     if let Some(body) = fits(d) {
         return body;
     }
-    let sections = report.targets.iter().filter(|t| needs_details(t)).count();
+    let sections = report.targets.iter().filter(|t| is_problem(t)).count();
     if let Some(s) = largest_fitting(sections, |s| fits(Detail { sections: s, ..d }).is_some()) {
         d.sections = s;
         if let Some(body) = fits(d) {
@@ -189,12 +198,7 @@ fn render(report: &Report, d: Detail, options: &MarkdownOptions) -> String {
     for t in &report.targets {
         out.push_str(&row(report, t));
     }
-    for t in report
-        .targets
-        .iter()
-        .filter(|t| needs_details(t))
-        .take(d.sections)
-    {
+    for t in shown_sections(report, d) {
         out.push_str(&details(t, d));
     }
     if d.gantt {
@@ -210,10 +214,16 @@ fn render(report: &Report, d: Detail, options: &MarkdownOptions) -> String {
 /// What `d` leaves out of this report.
 fn cut_of(report: &Report, d: Detail) -> Cut {
     let mut cut = Cut::default();
-    let with_details: Vec<&TargetReport> =
-        report.targets.iter().filter(|t| needs_details(t)).collect();
-    cut.sections = with_details.len().saturating_sub(d.sections);
-    for t in with_details.iter().take(d.sections) {
+    let problems = report.targets.iter().filter(|t| is_problem(t)).count();
+    cut.sections = problems.saturating_sub(d.sections);
+    if !d.check_sections {
+        cut.check_sections = report
+            .targets
+            .iter()
+            .filter(|t| !is_problem(t) && !t.checks.is_empty())
+            .count();
+    }
+    for t in shown_sections(report, d) {
         cut.failures += t.failures.len().saturating_sub(d.failures);
         for f in t.failures.iter().take(d.failures) {
             cut.events += f.events.len().saturating_sub(d.events);
@@ -250,6 +260,12 @@ fn note(cut: &Cut, options: &MarkdownOptions) -> String {
     if cut.gantt {
         parts.push("the timeline".to_string());
     }
+    if cut.check_sections > 0 {
+        parts.push(format!(
+            "the check section(s) of {} target(s) without a problem",
+            cut.check_sections
+        ));
+    }
     if cut.sections > 0 {
         parts.push(format!("{} target detail section(s)", cut.sections));
     }
@@ -272,13 +288,27 @@ fn note(cut: &Cut, options: &MarkdownOptions) -> String {
     )
 }
 
-fn needs_details(t: &TargetReport) -> bool {
+/// A target whose section says what went wrong (or what to look at).
+fn is_problem(t: &TargetReport) -> bool {
     t.outcome.is_problem()
         || !t.failures.is_empty()
         || !t.warnings.is_empty()
         || !t.abandoned_revisions.is_empty()
         || failed_scripts(t).next().is_some()
-        || !t.checks.is_empty()
+}
+
+/// The targets whose section `d` shows, in target order: the first `d.sections` problem
+/// targets, and with `d.check_sections` every other target that ran checks.
+fn shown_sections(report: &Report, d: Detail) -> impl Iterator<Item = &TargetReport> {
+    let mut problems = 0;
+    report.targets.iter().filter(move |t| {
+        if is_problem(t) {
+            problems += 1;
+            problems <= d.sections
+        } else {
+            d.check_sections && !t.checks.is_empty()
+        }
+    })
 }
 
 /// Script runs of a target that did not succeed and left output to show.
@@ -953,6 +983,50 @@ mod tests {
         assert!(md.contains("40 check chart(s)"), "{md}");
         // The verdict lines stay.
         assert_eq!(md.matches("- ✅ `error-rate` passed").count(), 40, "{md}");
+    }
+
+    #[test]
+    fn a_healthy_fleets_check_sections_go_before_a_problems_section() {
+        let mut targets: Vec<TargetReport> = (0..300)
+            .map(|i| {
+                let mut t = target(&format!("cluster-{i:03}"), TargetOutcome::Deployed);
+                t.checks = vec![
+                    crate::report::check_view::tests::error_rate(
+                        &[0.001, 0.002, 0.001],
+                        CheckVerdict::Passed,
+                    ),
+                    crate::report::check_view::tests::healthz(&[Some(200.0)], CheckVerdict::Passed),
+                ];
+                t
+            })
+            .collect();
+        let mut last = target("last", TargetOutcome::Failed);
+        last.failures.push(image_failure());
+        targets.push(last);
+        let md = to_markdown(&Clean::new(&report(targets)), &options(COMMENT_LIMIT));
+        assert!(md.len() <= COMMENT_LIMIT);
+        assert!(
+            md.contains("<summary>❌ <b>last</b>: failed</summary>"),
+            "{md}"
+        );
+        assert!(!md.contains("<b>cluster-000</b>"), "{md}");
+        assert!(
+            md.contains(": the check section(s) of 300 target(s) without a problem left out."),
+            "{md}"
+        );
+        // Where it fits, every target with checks has its section, in target order.
+        let small = report(vec![
+            crate::report::check_view::tests::checked_fleet().targets[1].clone(),
+            {
+                let mut t = target("last", TargetOutcome::Failed);
+                t.failures.push(image_failure());
+                t
+            },
+        ]);
+        let md = to_markdown(&Clean::new(&small), &options(COMMENT_LIMIT));
+        let eu = md.find("<b>eu</b>").unwrap_or(usize::MAX);
+        let last = md.find("<b>last</b>").unwrap_or(0);
+        assert!(eu < last, "{md}");
     }
 
     /// The Mermaid chart of a body, between its fences.
