@@ -226,7 +226,7 @@ pub fn markdown(t: &TargetReport, charts: bool) -> String {
     }
     let mut out = String::from("**Checks:**\n\n");
     for c in &t.checks {
-        check_line(&mut out, t, c);
+        check_line(&mut out, t, c, charts);
     }
     out.push('\n');
     if charts {
@@ -239,8 +239,10 @@ pub fn markdown(t: &TargetReport, charts: bool) -> String {
     out
 }
 
-/// "- ❌ `error-rate` failed (0.043 > 0.01 at 08:00:40): message · 8 samples".
-fn check_line(out: &mut String, t: &TargetReport, c: &CheckReport) {
+/// "- ❌ `error-rate` failed (0.043 > 0.01 at 08:00:40): 8 sample(s), fails if `> 0.01`", then
+/// a message no failure says, the last note of a check that did not pass, and the source
+/// where no chart shows it.
+fn check_line(out: &mut String, t: &TargetReport, c: &CheckReport, charts: bool) {
     let _ = write!(
         out,
         "- {} `{}` {}",
@@ -279,7 +281,8 @@ fn check_line(out: &mut String, t: &TargetReport, c: &CheckReport) {
     {
         let _ = write!(out, " · last note: {}", text(&clip(note, NOTE_CHARS)));
     }
-    if c.kind == CheckKind::Http && !c.source.is_empty() {
+    let charted = charts && chart(c).is_some();
+    if !charted && !c.source.is_empty() {
         let _ = write!(out, " · `{}`", code(&clip(&c.source, SOURCE_CHARS)));
     }
     out.push('\n');
@@ -537,10 +540,13 @@ pub(crate) mod tests {
         });
         canary.checks = vec![
             error,
-            healthz(
-                &[Some(200.0), Some(200.0), Some(503.0), Some(200.0)],
-                CheckVerdict::Passed,
-            ),
+            CheckReport {
+                source: "https://canary.shop.example.com/healthz".into(),
+                ..healthz(
+                    &[Some(200.0), Some(200.0), Some(503.0), Some(200.0)],
+                    CheckVerdict::Passed,
+                )
+            },
         ];
         canary.rollback = Some(RollbackReport {
             started_at: Some(ts(33)),
@@ -555,7 +561,10 @@ pub(crate) mod tests {
             t.revision = Some(revision);
             t.checks = vec![
                 error_rate(&[0.001, 0.0, 0.002, 0.001], CheckVerdict::Passed),
-                healthz(&[Some(200.0); 4], CheckVerdict::Passed),
+                CheckReport {
+                    source: format!("https://{name}.shop.example.com/healthz"),
+                    ..healthz(&[Some(200.0); 4], CheckVerdict::Passed)
+                },
             ];
             t
         };
@@ -736,6 +745,38 @@ xychart-beta
                 }
             ]
         );
+    }
+
+    #[test]
+    fn a_check_without_a_chart_names_its_source_and_why_it_was_inconclusive() {
+        let mut t = target("eu", TargetOutcome::Deployed);
+        let mut down = error_rate(&[], CheckVerdict::Inconclusive);
+        down.samples = vec![CheckSample {
+            note: Some("Prometheus answered 503".into()),
+            ..sample(2, None, CheckVerdict::Inconclusive)
+        }];
+        t.checks = vec![down, error_rate(&[0.001, 0.002], CheckVerdict::Passed)];
+        let md = markdown(&t, true);
+        assert_eq!(
+            md.lines().nth(2),
+            Some(
+                "- ❔ `error-rate` inconclusive: 1 sample(s), 1 without a value, fails if `> 0.01` \
+                 · last note: Prometheus answered 503 \
+                 · `sum(rate(http_requests_total{cluster=\"eu\",code=~\"5..\"}[1m]))`"
+            ),
+            "{md}"
+        );
+        // The charted one says its source above its chart, not in its line.
+        assert_eq!(
+            md.lines().nth(3),
+            Some("- ✅ `error-rate` passed: 2 sample(s), fails if `> 0.01`"),
+            "{md}"
+        );
+        assert_eq!(md.matches("Query: `sum(rate(").count(), 1, "{md}");
+        // Without charts (cut), every line names its source.
+        let cut = markdown(&t, false);
+        assert!(!cut.contains("xychart") && !cut.contains("Query:"), "{cut}");
+        assert_eq!(cut.matches("· `sum(rate(").count(), 2, "{cut}");
     }
 
     #[test]

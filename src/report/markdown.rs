@@ -864,7 +864,7 @@ mod tests {
         );
         assert!(
             md.contains(
-                "- ✅ `healthz` passed: 3 × 200, 1 × 503 · `https://eu.shop.example.com/healthz`\n"
+                "- ✅ `healthz` passed: 3 × 200, 1 × 503 · `https://canary.shop.example.com/healthz`\n"
             ),
             "{md}"
         );
