@@ -16,7 +16,12 @@
 //!   `stages[]`? {`name`, `scope`, `rollback`?, `outcome` (`succeeded` | `failed` | `timed-out` |
 //!   `warned` | `stopped` | `not-run`), `exit_code`?, `seconds`, `message`?, `output[]`? (the
 //!   last 20 lines of a failed or warned script, secret values redacted)}, `unchanged`? (true:
-//!   nothing would change there, so nothing was recorded and only `always` stages ran).
+//!   nothing would change there, so nothing was recorded and only `always` stages ran),
+//!   `checks[]`? (the `checks:` run from healthy to the end of the bake, in config order)
+//!   {`name`, `kind` (`prometheus` | `http`), `verdict` (`passed` | `failed` | `inconclusive` |
+//!   `not-run`), `fail_if`? (as written: `> 0.01`), `threshold`? (its number), `source` (the
+//!   rendered query or URL, credentials masked), `samples[]` {`time`, `value` (number or null:
+//!   no data, an error), `verdict`, `note`?}, `message`? (why it failed the target)}.
 //! - `plan`? (dry runs): the plan, as `rollguard diff -o json` prints it (`plan_schema`).
 
 use super::clean::Clean;
@@ -71,6 +76,33 @@ pub fn report_schema() -> Value {
             "events": {"type": "array", "items": {"type": "string"}, "description": "recent Warning events"}
         }
     });
+    let check_verdict = json!({"enum": ["passed", "failed", "inconclusive", "not-run"]});
+    let check = json!({
+        "type": "object",
+        "required": ["name", "kind", "verdict", "source", "samples"],
+        "properties": {
+            "name": {"type": "string"},
+            "kind": {"enum": ["prometheus", "http"]},
+            "verdict": check_verdict,
+            "fail_if": {"type": "string", "description": "the condition that fails a sample, as written, e.g. \"> 0.01\"; for HTTP \"status != 200\""},
+            "threshold": {"type": "number", "description": "the number in fail_if (Prometheus checks)"},
+            "source": {"type": "string", "description": "the rendered query or URL, credentials masked"},
+            "samples": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["time", "value", "verdict"],
+                    "properties": {
+                        "time": time,
+                        "value": {"type": ["number", "null"], "description": "the value read (an HTTP check: the status); null without one (no data, an error, a timeout)"},
+                        "verdict": check_verdict,
+                        "note": {"type": "string", "description": "why the sample is not a plain value, e.g. \"no data\", \"Prometheus answered 503\""}
+                    }
+                }
+            },
+            "message": {"type": "string", "description": "why the check failed the target, e.g. \"error-rate = 0.043 > 0.01 at 12:03:10\""}
+        }
+    });
     let target = json!({
         "type": "object",
         "required": ["name", "outcome", "revision", "started_at", "finished_at", "phases", "failures"],
@@ -112,6 +144,11 @@ pub fn report_schema() -> Value {
                 }
             },
             "abandoned_revisions": {"type": "array", "items": {"type": "integer"}},
+            "checks": {
+                "type": "array",
+                "description": "the checks (`checks:`) run on this target from healthy to the end of its bake, in config order, each with every value it read",
+                "items": check
+            },
             "unchanged": {"type": "boolean", "description": "true: nothing would change here (the manifests are the last good release's and the cluster matches them), so nothing was recorded and only `always` stages ran"},
             "stages": {
                 "type": "array",
@@ -198,6 +235,15 @@ mod tests {
         us.warnings.push("pod unschedulable".into());
         us.message = Some("m".into());
         us.abandoned_revisions = vec![4];
+        let mut failed =
+            crate::report::check_view::tests::error_rate(&[0.002, 0.043], CheckVerdict::Failed);
+        failed.message = Some("error-rate = 0.043 > 0.01 at 08:00:07".into());
+        failed.samples[1].note = Some("above the threshold".into());
+        let healthz = crate::report::check_view::tests::healthz(
+            &[Some(200.0), None],
+            CheckVerdict::Inconclusive,
+        );
+        us.checks = vec![failed, healthz];
         us.rollback = Some(RollbackReport {
             started_at: Some(crate::report::model::tests::ts(3)),
             why: Some("policy rollback-all: eu failed at 08:00:02".into()),
@@ -243,6 +289,19 @@ mod tests {
         assert_eq!(value["targets"][1]["failures"][0]["pod"], "web-7d9f-x");
         assert_eq!(value["started_at"], "2027-01-15T08:00:00Z");
         assert_eq!(value["targets"][1]["wave"], 1);
+        let check = &value["targets"][1]["checks"][0];
+        assert_eq!(check["verdict"], "failed");
+        assert_eq!(check["kind"], "prometheus");
+        assert_eq!(check["threshold"], 0.01);
+        assert_eq!(check["samples"][1]["value"], 0.043);
+        assert_eq!(check["samples"][1]["time"], "2027-01-15T08:00:07Z");
+        assert_eq!(
+            value["targets"][1]["checks"][1]["samples"][1]["value"],
+            Value::Null
+        );
+        assert_eq!(value["targets"][1]["checks"][1]["verdict"], "inconclusive");
+        // A target without checks writes none.
+        assert!(value["targets"][0].get("checks").is_none());
         assert_eq!(
             value["targets"][1]["rollback"]["started_at"],
             "2027-01-15T08:00:03Z"

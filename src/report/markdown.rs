@@ -3,11 +3,13 @@
 //!
 //! Everything that comes from a cluster, a manifest, a script or git goes through
 //! [`super::escape`]. The body never exceeds the limit it is given: details are cut first
-//! (the oldest Warning events, then script log tails, then per-pod lines, then the timeline,
+//! (the oldest Warning events, then script log tails, then the charts of checks, then the
+//! sections of targets that only have checks to show, then per-pod lines, then the timeline,
 //! then whole sections), and a note says what was cut and where the full report is.
 
 use std::fmt::Write as _;
 
+use super::check_view;
 use super::clean::Clean;
 use super::escape::{code, code_block, html_text, link_url, mermaid, text};
 use super::model::{
@@ -55,19 +57,25 @@ struct Detail {
     events: usize,
     /// Last lines kept of each failed script's output.
     log_lines: usize,
+    /// The charts of Prometheus checks (their verdict lines stay).
+    charts: bool,
     /// Failure (pod/container) lines kept per target.
     failures: usize,
     gantt: bool,
-    /// Detail sections kept (in target order).
+    /// Detail sections of problem targets kept (in target order).
     sections: usize,
+    /// The sections of targets that have only their checks to show.
+    check_sections: bool,
 }
 
 const FULL: Detail = Detail {
     events: usize::MAX,
     log_lines: LOG_TAIL_LINES,
+    charts: true,
     failures: usize::MAX,
     gantt: true,
     sections: usize::MAX,
+    check_sections: true,
 };
 
 /// What a rendering left out compared with the full one.
@@ -75,9 +83,11 @@ const FULL: Detail = Detail {
 struct Cut {
     events: usize,
     log_lines: usize,
+    charts: usize,
     failures: usize,
     gantt: bool,
     sections: usize,
+    check_sections: usize,
     table_rows: usize,
 }
 
@@ -111,6 +121,14 @@ pub fn to_markdown(report: &Clean<Report>, options: &MarkdownOptions) -> String 
             return body;
         }
     }
+    d.charts = false;
+    if let Some(body) = fits(d) {
+        return body;
+    }
+    d.check_sections = false;
+    if let Some(body) = fits(d) {
+        return body;
+    }
     let most_failures = report
         .targets
         .iter()
@@ -130,7 +148,7 @@ pub fn to_markdown(report: &Clean<Report>, options: &MarkdownOptions) -> String 
     if let Some(body) = fits(d) {
         return body;
     }
-    let sections = report.targets.iter().filter(|t| needs_details(t)).count();
+    let sections = report.targets.iter().filter(|t| is_problem(t)).count();
     if let Some(s) = largest_fitting(sections, |s| fits(Detail { sections: s, ..d }).is_some()) {
         d.sections = s;
         if let Some(body) = fits(d) {
@@ -180,12 +198,7 @@ fn render(report: &Report, d: Detail, options: &MarkdownOptions) -> String {
     for t in &report.targets {
         out.push_str(&row(report, t));
     }
-    for t in report
-        .targets
-        .iter()
-        .filter(|t| needs_details(t))
-        .take(d.sections)
-    {
+    for t in shown_sections(report, d) {
         out.push_str(&details(t, d));
     }
     if d.gantt {
@@ -201,10 +214,16 @@ fn render(report: &Report, d: Detail, options: &MarkdownOptions) -> String {
 /// What `d` leaves out of this report.
 fn cut_of(report: &Report, d: Detail) -> Cut {
     let mut cut = Cut::default();
-    let with_details: Vec<&TargetReport> =
-        report.targets.iter().filter(|t| needs_details(t)).collect();
-    cut.sections = with_details.len().saturating_sub(d.sections);
-    for t in with_details.iter().take(d.sections) {
+    let problems = report.targets.iter().filter(|t| is_problem(t)).count();
+    cut.sections = problems.saturating_sub(d.sections);
+    if !d.check_sections {
+        cut.check_sections = report
+            .targets
+            .iter()
+            .filter(|t| !is_problem(t) && !t.checks.is_empty())
+            .count();
+    }
+    for t in shown_sections(report, d) {
         cut.failures += t.failures.len().saturating_sub(d.failures);
         for f in t.failures.iter().take(d.failures) {
             cut.events += f.events.len().saturating_sub(d.events);
@@ -215,6 +234,9 @@ fn cut_of(report: &Report, d: Detail) -> Cut {
                 .len()
                 .min(LOG_TAIL_LINES)
                 .saturating_sub(d.log_lines);
+        }
+        if !d.charts {
+            cut.charts += check_view::charted(t);
         }
     }
     cut.gantt = !d.gantt && has_gantt(report);
@@ -229,11 +251,20 @@ fn note(cut: &Cut, options: &MarkdownOptions) -> String {
     if cut.log_lines > 0 {
         parts.push(format!("{} script log line(s)", cut.log_lines));
     }
+    if cut.charts > 0 {
+        parts.push(format!("{} check chart(s)", cut.charts));
+    }
     if cut.failures > 0 {
         parts.push(format!("{} failing pod/container line(s)", cut.failures));
     }
     if cut.gantt {
         parts.push("the timeline".to_string());
+    }
+    if cut.check_sections > 0 {
+        parts.push(format!(
+            "the check section(s) of {} target(s) without a problem",
+            cut.check_sections
+        ));
     }
     if cut.sections > 0 {
         parts.push(format!("{} target detail section(s)", cut.sections));
@@ -257,12 +288,27 @@ fn note(cut: &Cut, options: &MarkdownOptions) -> String {
     )
 }
 
-fn needs_details(t: &TargetReport) -> bool {
+/// A target whose section says what went wrong (or what to look at).
+fn is_problem(t: &TargetReport) -> bool {
     t.outcome.is_problem()
         || !t.failures.is_empty()
         || !t.warnings.is_empty()
         || !t.abandoned_revisions.is_empty()
         || failed_scripts(t).next().is_some()
+}
+
+/// The targets whose section `d` shows, in target order: the first `d.sections` problem
+/// targets, and with `d.check_sections` every other target that ran checks.
+fn shown_sections(report: &Report, d: Detail) -> impl Iterator<Item = &TargetReport> {
+    let mut problems = 0;
+    report.targets.iter().filter(move |t| {
+        if is_problem(t) {
+            problems += 1;
+            problems <= d.sections
+        } else {
+            d.check_sections && !t.checks.is_empty()
+        }
+    })
 }
 
 /// Script runs of a target that did not succeed and left output to show.
@@ -371,10 +417,11 @@ fn row(report: &Report, t: &TargetReport) -> String {
 
 fn details(t: &TargetReport, d: Detail) -> String {
     let mut out = format!(
-        "\n<details><summary>{} <b>{}</b>: {}</summary>\n\n",
+        "\n<details><summary>{} <b>{}</b>: {}{}</summary>\n\n",
         icon(t.outcome),
         html_text(&t.name),
-        t.outcome
+        t.outcome,
+        check_view::summary_suffix(t)
     );
     if let Some(message) = &t.message {
         let _ = writeln!(out, "{}\n", text(&clip(message, MESSAGE_CHARS)));
@@ -390,6 +437,7 @@ fn details(t: &TargetReport, d: Detail) -> String {
         }
         out.push('\n');
     }
+    out.push_str(&check_view::markdown(t, d.charts));
     for s in failed_scripts(t) {
         let which = if s.rollback {
             "rollback of script"
@@ -772,6 +820,213 @@ mod tests {
             &Clean::new(&crate::report::model::tests::three_waves()),
             &options(COMMENT_LIMIT)
         ));
+    }
+
+    #[test]
+    fn snapshot_checks() {
+        insta::assert_snapshot!(to_markdown(
+            &Clean::new(&crate::report::check_view::tests::checked_fleet()),
+            &options(COMMENT_LIMIT)
+        ));
+    }
+
+    #[test]
+    fn the_canarys_chart_has_its_values_and_the_threshold_line() {
+        let md = to_markdown(
+            &Clean::new(&crate::report::check_view::tests::checked_fleet()),
+            &options(COMMENT_LIMIT),
+        );
+        // Opened for the failed check, collapsed for the passing ones; one per target.
+        let canary = md
+            .split("<details open><summary>error-rate over the bake (fails above 0.01)</summary>")
+            .nth(1)
+            .unwrap_or_default();
+        assert!(
+            canary.contains(
+                "xychart-beta\n  title \"error-rate and its threshold, fails above 0.01\"\n"
+            ),
+            "{md}"
+        );
+        assert!(
+            canary.contains("  line [0.001, 0.002, 0.002, 0.004, 0.009, 0.021, 0.043]\n  line [0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01]\n```"),
+            "{md}"
+        );
+        assert_eq!(md.matches("xychart-beta").count(), 3, "{md}");
+        assert_eq!(md.matches("<details><summary>error-rate over").count(), 2);
+        // The verdicts: said in each target's summary and per check.
+        assert!(
+            md.contains("<summary>↩️ <b>canary</b>: rolled-back · checks: error-rate failed (0.043 &gt; 0.01), 1 passed</summary>"),
+            "{md}"
+        );
+        assert!(
+            md.contains("- ❌ `error-rate` failed (0\\.043 &gt; 0.01 at 08:00:32): 7 sample(s), fails if `> 0.01`\n"),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "- ✅ `healthz` passed: 3 × 200, 1 × 503 · `https://canary.shop.example.com/healthz`\n"
+            ),
+            "{md}"
+        );
+        assert!(md.contains("<summary>✅ <b>eu</b>: deployed · checks: 2 passed</summary>"));
+        // The failure's message once in the details (the failure line), not again per check.
+        let details = md.split("<summary>↩️").nth(1).unwrap_or_default();
+        assert_eq!(
+            details
+                .matches("error-rate = 0.043 &gt; 0.01 at 08:00:32")
+                .count(),
+            1,
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn hostile_check_text_cannot_break_the_markdown_or_the_chart() {
+        let hostile =
+            "x```\n</details>\n%%{init: {'theme':'dark'}}%%\n::error::pwned\n<b>@admin #1";
+        let mut r = crate::report::check_view::tests::checked_fleet();
+        for t in &mut r.targets {
+            for c in &mut t.checks {
+                c.name = format!("{}{hostile}", c.name);
+                c.source = hostile.into();
+                c.fail_if = Some(hostile.into());
+                c.message = Some(hostile.into());
+                for s in &mut c.samples {
+                    s.note = Some(hostile.into());
+                }
+            }
+        }
+        r.targets[0].checks[0].samples[3].value = Some(f64::INFINITY);
+        r.targets[1].checks[0].threshold = Some(f64::NAN);
+        let md = to_markdown(&Clean::new(&r), &options(COMMENT_LIMIT));
+        // Fences: three charts and the timeline, each opened and closed once; backticks
+        // elsewhere only inside a <summary> (raw HTML, where markdown is not read).
+        let fences: Vec<&str> = md.lines().filter(|l| l.starts_with("```")).collect();
+        assert_eq!(fences, ["```mermaid", "```"].repeat(4), "{md}");
+        for line in md
+            .lines()
+            .filter(|l| l.contains("```") && !l.starts_with("```"))
+        {
+            assert!(line.starts_with("<details"), "{line:?}");
+        }
+        // Every <details> is closed by our own line, and no other line closes one.
+        assert_eq!(
+            md.matches("<details").count(),
+            md.lines().filter(|l| *l == "</details>").count(),
+            "{md}"
+        );
+        for line in md.lines() {
+            let line = line.trim_start();
+            assert!(!line.starts_with("</") || line == "</details>", "{line:?}");
+            // No line is a workflow command.
+            assert!(!line.starts_with("::"), "{line:?}");
+        }
+        // Outside code spans (where GitHub shows text as it is): no raw HTML, mention or
+        // reference.
+        let prose: String = md
+            .lines()
+            .filter(|l| !l.starts_with("```"))
+            .map(|l| {
+                // An escaped backtick is a backtick, not the start of a span.
+                l.replace("\\`", "")
+                    .split('`')
+                    .step_by(2)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        for bad in ["<b>@", "@admin", "#1", "\n%%", "</details> "] {
+            assert!(!prose.contains(bad), "{bad:?} in\n{prose}");
+        }
+        // Inside a chart: only its statements, numbers and cleaned names.
+        let mut rest = md.as_str();
+        while let Some(i) = rest.find("```mermaid\nxychart-beta\n") {
+            let body = &rest[i + "```mermaid\n".len()..];
+            let end = body.find("```").unwrap_or(body.len());
+            let lines: Vec<&str> = body[..end].lines().collect();
+            assert!(lines.len() == 5 || lines.len() == 6, "{lines:?}");
+            for line in &lines[1..] {
+                let statement = line.trim_start().split(' ').next().unwrap_or_default();
+                assert!(
+                    ["title", "x-axis", "y-axis", "line"].contains(&statement),
+                    "{line:?}"
+                );
+                assert!(!line.contains(['%', '{', '}', '`', ':', '<']), "{line:?}");
+                // Quotes only around whole labels: an even number.
+                assert_eq!(line.matches('"').count() % 2, 0, "{line:?}");
+            }
+            rest = &body[end..];
+        }
+    }
+
+    #[test]
+    fn charts_go_before_pod_lines_when_a_large_fleet_must_be_cut() {
+        let mut r = big_report(40, 0);
+        for t in &mut r.targets {
+            let mut c = crate::report::check_view::tests::error_rate(
+                &[0.0012345; 300],
+                CheckVerdict::Passed,
+            );
+            for (i, s) in c.samples.iter_mut().enumerate() {
+                s.time = crate::report::model::tests::ts(i as i64 * 10);
+            }
+            t.checks = vec![c];
+        }
+        let full = to_markdown(&Clean::new(&r), &options(STEP_SUMMARY_LIMIT));
+        assert_eq!(full.matches("xychart-beta").count(), 40);
+        // 60 points per chart at most, for 300 samples.
+        assert!(full.contains(&format!("  line [{}]\n", vec!["0.0012345"; 60].join(", "))));
+        let md = to_markdown(&Clean::new(&r), &options(20_000));
+        assert!(md.len() <= 20_000);
+        assert!(!md.contains("xychart-beta"), "{md}");
+        assert!(md.contains("40 check chart(s)"), "{md}");
+        // The verdict lines stay.
+        assert_eq!(md.matches("- ✅ `error-rate` passed").count(), 40, "{md}");
+    }
+
+    #[test]
+    fn a_healthy_fleets_check_sections_go_before_a_problems_section() {
+        let mut targets: Vec<TargetReport> = (0..300)
+            .map(|i| {
+                let mut t = target(&format!("cluster-{i:03}"), TargetOutcome::Deployed);
+                t.checks = vec![
+                    crate::report::check_view::tests::error_rate(
+                        &[0.001, 0.002, 0.001],
+                        CheckVerdict::Passed,
+                    ),
+                    crate::report::check_view::tests::healthz(&[Some(200.0)], CheckVerdict::Passed),
+                ];
+                t
+            })
+            .collect();
+        let mut last = target("last", TargetOutcome::Failed);
+        last.failures.push(image_failure());
+        targets.push(last);
+        let md = to_markdown(&Clean::new(&report(targets)), &options(COMMENT_LIMIT));
+        assert!(md.len() <= COMMENT_LIMIT);
+        assert!(
+            md.contains("<summary>❌ <b>last</b>: failed</summary>"),
+            "{md}"
+        );
+        assert!(!md.contains("<b>cluster-000</b>"), "{md}");
+        assert!(
+            md.contains(": the check section(s) of 300 target(s) without a problem left out."),
+            "{md}"
+        );
+        // Where it fits, every target with checks has its section, in target order.
+        let small = report(vec![
+            crate::report::check_view::tests::checked_fleet().targets[1].clone(),
+            {
+                let mut t = target("last", TargetOutcome::Failed);
+                t.failures.push(image_failure());
+                t
+            },
+        ]);
+        let md = to_markdown(&Clean::new(&small), &options(COMMENT_LIMIT));
+        let eu = md.find("<b>eu</b>").unwrap_or(usize::MAX);
+        let last = md.find("<b>last</b>").unwrap_or(0);
+        assert!(eu < last, "{md}");
     }
 
     /// The Mermaid chart of a body, between its fences.

@@ -4,6 +4,7 @@
 //! comment and step summary (`to_markdown`), the terminal's final table (`to_table`) and the
 //! exit code. It carries no object bodies, so Secret values cannot leak through it.
 
+mod check_view;
 pub mod clean;
 pub mod diff;
 pub mod escape;

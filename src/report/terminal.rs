@@ -1,5 +1,6 @@
 //! The final table printed at the end of a run.
 
+use super::check_view;
 use super::clean::Clean;
 use super::model::{Report, TargetOutcome, TargetReport, clip, clip_columns, display_width};
 use crate::util::duration::format_duration;
@@ -10,21 +11,42 @@ const REASON_CHARS: usize = 48;
 /// The narrowest the reason column gets on a narrow terminal.
 const MIN_REASON_COLUMNS: usize = 12;
 
+/// Where the CHECKS column goes (before the reason, which is cut first on a narrow terminal),
+/// and its widest.
+const CHECKS_COLUMN: usize = 4;
+const CHECKS_COLUMNS: usize = 48;
+
 /// A plain-text table, one row per target ([`table_row`]; under a heading per wave, "wave 1
-/// (bake 10m)", when the run has more than one), the details of every failure in full, then
+/// (bake 10m)", when the run has more than one; with a CHECKS column of each target's short
+/// check verdict when any ran checks), the details of every failure in full, then
 /// the summary line. With `color`, what happened is colored with ANSI SGR codes;
 /// without, the output has no escape codes at all (not a TTY, or NO_COLOR set). With
 /// `columns` (stdout is a terminal that wide), the reason column is cut so that rows do not
 /// wrap; the details below still say every reason in full.
 pub fn to_table(report: &Clean<Report>, color: bool, columns: Option<usize>) -> String {
-    let headers = ["TARGET", "HAPPENED", "RUNS NOW", "DURATION", "REASON"];
-    let mut rows: Vec<[String; 5]> = report
+    // A CHECKS column (the short verdict of `checks:`) only when some target ran checks.
+    let with_checks = report.targets.iter().any(|t| !t.checks.is_empty());
+    let mut headers = vec!["TARGET", "HAPPENED", "RUNS NOW", "DURATION", "REASON"];
+    if with_checks {
+        headers.insert(CHECKS_COLUMN, "CHECKS");
+    }
+    let mut rows: Vec<Vec<String>> = report
         .targets
         .iter()
-        .map(|t| table_row(report, t))
+        .map(|t| {
+            let mut row = table_row(report, t).to_vec();
+            if with_checks {
+                let verdict = check_view::short_verdict(&t.checks)
+                    .map(|v| clip_columns(&v, CHECKS_COLUMNS))
+                    .unwrap_or_default();
+                row.insert(CHECKS_COLUMN, verdict);
+            }
+            row
+        })
         .collect();
-    let widths_of = |rows: &[[String; 5]]| {
-        let mut widths = headers.map(display_width);
+    let reason = headers.len() - 1;
+    let widths_of = |rows: &[Vec<String>]| {
+        let mut widths: Vec<usize> = headers.iter().map(|h| display_width(h)).collect();
         for row in rows {
             for (w, cell) in widths.iter_mut().zip(row) {
                 *w = (*w).max(display_width(cell));
@@ -34,19 +56,23 @@ pub fn to_table(report: &Clean<Report>, color: bool, columns: Option<usize>) -> 
     };
     let mut widths = widths_of(&rows);
     if let Some(columns) = columns {
-        // Four columns and their two-space gaps before the reason.
-        let before: usize = widths[..4].iter().sum::<usize>() + 4 * 2;
+        // The columns and their two-space gaps before the reason.
+        let before: usize = widths[..reason].iter().sum::<usize>() + reason * 2;
         let room = columns.saturating_sub(before).max(MIN_REASON_COLUMNS);
-        if widths[4] > room {
+        if widths[reason] > room {
             for row in &mut rows {
-                row[4] = clip_columns(&row[4], room);
+                row[reason] = clip_columns(&row[reason], room);
             }
             widths = widths_of(&rows);
         }
     }
 
     let mut out = String::new();
-    let header: Vec<String> = headers.iter().zip(widths).map(|(h, w)| pad(h, w)).collect();
+    let header: Vec<String> = headers
+        .iter()
+        .zip(&widths)
+        .map(|(h, w)| pad(h, *w))
+        .collect();
     push_line(&mut out, &header, color.then_some("1"));
     let push_row = |out: &mut String, i: usize| {
         let (Some(row), Some(target)) = (rows.get(i), report.targets.get(i)) else {
@@ -54,10 +80,10 @@ pub fn to_table(report: &Clean<Report>, color: bool, columns: Option<usize>) -> 
         };
         let cells: Vec<String> = row
             .iter()
-            .zip(widths)
+            .zip(&widths)
             .enumerate()
             .map(|(i, (cell, w))| {
-                let padded = pad(cell, w);
+                let padded = pad(cell, *w);
                 match (i, color) {
                     (1, true) => paint(&padded, outcome_color(target.outcome)),
                     _ => padded,
@@ -216,6 +242,10 @@ fn failure_details(report: &Report) -> String {
             && let Some(why) = target.rollback.as_ref().and_then(|r| r.message.as_ref())
         {
             block.push_str(&format!("  rollback: {why}\n"));
+        }
+        // A check's failure that no failure above says, and why a check was inconclusive.
+        for line in check_view::terminal_details(target) {
+            block.push_str(&format!("  {line}\n"));
         }
         if !block.is_empty() {
             out.push_str(&format!("{}:\n{block}", target.name));
@@ -543,6 +573,71 @@ sa:
                 "{columns}"
             );
         }
+    }
+
+    #[test]
+    fn golden_table_with_check_verdicts() {
+        // A CHECKS column before the reason; the AnalysisFailed message said once, in the
+        // details; an inconclusive check says why there.
+        let mut r = crate::report::check_view::tests::checked_fleet();
+        r.targets[2].checks[1] = crate::report::check_view::tests::healthz(
+            &[Some(200.0), None],
+            CheckVerdict::Inconclusive,
+        );
+        let want = "\
+TARGET  HAPPENED                  RUNS NOW      DURATION  CHECKS                                      REASON
+canary  rolled back 4 → 3 (as 5)  v5 (3a30e4b)  35s       error-rate failed (0.043 > 0.01), 1 passed  AnalysisFailed
+eu      deployed 7                v7 (0123456)  12s       2 passed
+us      deployed 9                v9 (0123456)  12s       healthz inconclusive, 1 passed
+
+canary:
+  check error-rate: AnalysisFailed: error-rate = 0.043 > 0.01 at 08:00:32
+us:
+  check healthz: inconclusive: timeout after 5s
+
+shop: rolled back 1 of 1, deployed to 2 of 3; canary: AnalysisFailed
+";
+        let table = to_table(&Clean::new(&r), false, None);
+        assert_eq!(table, want);
+        assert_eq!(table.matches("0.043 > 0.01 at").count(), 1);
+        // On a narrow terminal the reason is cut first; the verdict keeps its column.
+        let narrow = to_table(&Clean::new(&r), false, Some(100));
+        assert!(
+            narrow.lines().nth(1).is_some_and(
+                |l| l.ends_with("error-rate failed (0.043 > 0.01), 1 passed  AnalysisFai…")
+            ),
+            "{narrow}"
+        );
+        // Without checks anywhere, no column.
+        assert!(!to_table(&Clean::new(&sample()), false, None).contains("CHECKS"));
+    }
+
+    #[test]
+    fn a_check_failure_no_failure_names_is_said_in_the_details() {
+        let mut r = crate::report::check_view::tests::checked_fleet();
+        r.targets[0].failures.clear();
+        r.targets[0].message = None;
+        r.targets[0].checks[0].message = Some("error-rate = 0.043 > 0.01 at 08:00:32".into());
+        let table = to_table(&Clean::new(&r), false, None);
+        assert!(
+            table.contains(
+                "canary:\n  check error-rate: failed: error-rate = 0.043 > 0.01 at 08:00:32\n"
+            ),
+            "{table}"
+        );
+        // The target's own message saying it counts as said (short in the table, in full
+        // in the details, as any message).
+        r.targets[0].message = Some(
+            "AnalysisFailed: error-rate = 0.043 > 0.01 at 08:00:32, and more words to be long"
+                .into(),
+        );
+        let table = to_table(&Clean::new(&r), false, None);
+        assert!(!table.contains("check error-rate: failed"), "{table}");
+        assert_eq!(
+            table.matches("0.043 > 0.01 at 08:00:32, and more").count(),
+            1,
+            "{table}"
+        );
     }
 
     #[test]
