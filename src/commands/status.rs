@@ -38,8 +38,8 @@ const OBJECTS_AT_ONCE: usize = 8;
 const DRIFT_DIFF_LINES: usize = 20;
 /// Width of the table when stdout is no terminal and `COLUMNS` is unset (a CI log).
 const PIPE_COLUMNS: usize = 200;
-/// The narrowest a clipped column gets.
-const MIN_COLUMN: usize = 12;
+/// The narrowest a clipped column gets (8 columns of 8 fit 80).
+const MIN_COLUMN: usize = 8;
 /// Schema version of the `-o json|yaml` document.
 pub const STATUS_VERSION: u32 = 1;
 
@@ -157,7 +157,8 @@ pub struct StatusDocument {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FleetVersion {
-    /// The short sha ("(dirty)" appended for a dirty tree), or null: no release recorded.
+    /// The short sha ("(dirty)" appended for a dirty tree), or null: no release, or a
+    /// release without a commit.
     pub commit: Option<String>,
     pub targets: Vec<String>,
 }
@@ -368,7 +369,7 @@ pub fn mixed_fleet_line(versions: &[FleetVersion]) -> Option<String> {
         .iter()
         .map(|v| match &v.commit {
             Some(c) => format!("{c} on {}", v.targets.join(", ")),
-            None => format!("no release on {}", v.targets.join(", ")),
+            None => format!("no recorded commit on {}", v.targets.join(", ")),
         })
         .collect();
     Some(format!(
@@ -482,8 +483,9 @@ fn drift_cell(d: &Drift) -> String {
     parts.join(", ")
 }
 
-/// Columns that give way, widest first, when the table is wider than the terminal.
-const FLEXIBLE: [usize; 5] = [2, 3, 5, 6, 7];
+/// Columns that give way, widest first, when the table is wider than the terminal (every
+/// one but TARGET).
+const FLEXIBLE: [usize; 7] = [1, 2, 3, 4, 5, 6, 7];
 
 /// Column widths that fit `width` (pure): the natural widths, the flexible columns cut one
 /// column at a time (widest first) down to [`MIN_COLUMN`].
@@ -627,6 +629,9 @@ pub enum StatusError {
     Lock(#[from] crate::release::lock::LockError),
     #[error("no answer within {}: raise --timeout, or check the cluster", crate::util::duration::format_duration(*.0))]
     Deadline(Duration),
+    /// The first contact failed (kube::connect's reasons, with the server's address).
+    #[error("{0}")]
+    Unreachable(crate::kube::connect::TargetError),
 }
 
 /// The current revision's objects, each read once (GET) and judged as it is now.
@@ -747,9 +752,23 @@ async fn observe(
     config: &Config,
     c: &Connected,
     drift: bool,
-    deadline: Instant,
+    timeout: Duration,
 ) -> Result<Observed, StatusError> {
+    let deadline = Instant::now() + timeout;
     let cancel = CancellationToken::new();
+    // A cluster that does not answer fails in a few quick attempts (as a deploy's first
+    // contact), not after the records' longer retries.
+    let budget = RetryBudget::first_contact(deadline);
+    let client = &c.access.client;
+    match with_retry("contact", &budget, &cancel, || client.apiserver_version()).await {
+        Ok(_) => {}
+        Err(RetryError::Api(e)) => {
+            return Err(StatusError::Unreachable(
+                crate::kube::connect::describe_error(&e, &c.access.server),
+            ));
+        }
+        Err(_) => return Err(StatusError::Deadline(timeout)),
+    }
     let records = c.store.list().await?;
     let lock = lock::inspect(
         c.access.client.clone(),
@@ -882,8 +901,9 @@ async fn read_rows(config: &Config, env: &Env, args: &StatusArgs) -> Vec<TargetS
             Err(TargetProblem::Target { source, .. }) => return Err(source.to_string()),
             Err(problem) => return Err(problem.to_string()),
         };
-        let deadline = Instant::now() + timeout;
-        match tokio::time::timeout_at(deadline, observe(config, &c, args.drift, deadline)).await {
+        // The reads stop at the deadline; this bounds anything that does not.
+        let read = observe(config, &c, args.drift, timeout);
+        match tokio::time::timeout(timeout + Duration::from_secs(1), read).await {
             Ok(Ok(observed)) => Ok(observed),
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err(StatusError::Deadline(timeout).to_string()),

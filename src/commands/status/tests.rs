@@ -225,7 +225,7 @@ fn the_mixed_fleet_line() {
         ),
         (
             vec![on("eu", A), row("us", vec![])],
-            Some("1 version across 2 targets: a1b2c3d on eu; no release on us"),
+            Some("1 version across 2 targets: a1b2c3d on eu; no recorded commit on us"),
         ),
         // An unreachable target runs nothing we know: not a version.
         (vec![on("eu", A), down("ap")], None),
