@@ -330,7 +330,11 @@ pub fn drift_of(plan: &TargetPlan) -> Drift {
         })
         .collect();
     let missing: Vec<String> = plan.create.iter().map(|c| c.object.clone()).collect();
-    let errors: Vec<String> = plan.errors.iter().map(|e| one_line(&e.headline())).collect();
+    let errors: Vec<String> = plan
+        .errors
+        .iter()
+        .map(|e| one_line(&e.headline()))
+        .collect();
     Drift {
         drifted: !changed.is_empty() || !missing.is_empty() || !errors.is_empty(),
         changed,
@@ -385,7 +389,9 @@ pub fn exit_code(rows: &[TargetStatus]) -> i32 {
     let each_ok = rows.iter().all(|r| {
         r.reachable
             && r.on_last_good
-            && r.health.as_ref().is_some_and(|h| h.verdict == Verdict::Healthy)
+            && r.health
+                .as_ref()
+                .is_some_and(|h| h.verdict == Verdict::Healthy)
             && r.drift.as_ref().is_none_or(|d| !d.drifted)
     });
     if each_ok && fleet_versions(rows).len() <= 1 {
@@ -652,10 +658,8 @@ async fn objects_now(
             json!({"apiVersion": o.api_version, "kind": o.kind, "metadata": metadata})
         })
         .collect();
-    let set = crate::engine::reapply::manifest_set_from_bodies(
-        &bodies,
-        &format!("v{}", record.revision),
-    );
+    let set =
+        crate::engine::reapply::manifest_set_from_bodies(&bodies, &format!("v{}", record.revision));
     let resolution = resolve_set(&c.access.client, &set, deadline, cancel)
         .await
         .map_err(|e| e.to_string())?;
@@ -678,8 +682,7 @@ async fn objects_now(
                         Ok(None) => Assessment::not_found(&obj.kind, &obj.name),
                         Err(RetryError::Api(e)) => Assessment::new(
                             Status::Unknown,
-                            crate::kube::connect::describe_error(&e, &c.access.server)
-                                .to_string(),
+                            crate::kube::connect::describe_error(&e, &c.access.server).to_string(),
                         ),
                         Err(_) => Assessment::new(Status::Unknown, "not read (deadline)"),
                     }
@@ -782,10 +785,15 @@ async fn observe(
         ..Observed::default()
     };
     if let Some(current) = records.iter().max_by_key(|r| r.revision) {
-        observed.objects = Some(objects_now(c, current, deadline, &cancel).await);
-        if drift {
-            observed.drift = Some(drift_now(config, c, current.revision, deadline, &cancel).await);
-        }
+        let drifted = async {
+            match drift {
+                true => Some(drift_now(config, c, current.revision, deadline, &cancel).await),
+                false => None,
+            }
+        };
+        let (objects, drifted) = tokio::join!(objects_now(c, current, deadline, &cancel), drifted);
+        observed.objects = Some(objects);
+        observed.drift = drifted;
     }
     observed.records = records;
     Ok(observed)

@@ -97,7 +97,10 @@ async fn status_shows_a_mixed_fleet_then_one_commit_then_a_cluster_down() {
     assert_eq!(doc["mixed"], mixed.as_str());
     assert_eq!(doc["exit_code"], 1);
     let targets = doc["targets"].as_array().expect("targets");
-    let names: Vec<&str> = targets.iter().filter_map(|t| t["target"].as_str()).collect();
+    let names: Vec<&str> = targets
+        .iter()
+        .filter_map(|t| t["target"].as_str())
+        .collect();
     assert_eq!(names, ["eu", "us", "ap"], "the config's order");
     for t in targets {
         assert_eq!(t["reachable"], true, "{t:#}");
@@ -107,10 +110,9 @@ async fn status_shows_a_mixed_fleet_then_one_commit_then_a_cluster_down() {
         assert_eq!(t["health"]["verdict"], "healthy", "{t:#}");
         assert!(t["deployed_at"].is_string() && t["deployed_by"].is_string());
         assert!(
-            t["health"]["objects"]
-                .as_array()
-                .is_some_and(|o| o.iter().any(|o| o["object"] == "Deployment shop/web"
-                    && o["status"] == "Current")),
+            t["health"]["objects"].as_array().is_some_and(|o| o
+                .iter()
+                .any(|o| o["object"] == "Deployment shop/web" && o["status"] == "Current")),
             "{t:#}"
         );
         assert_eq!(t["drift"], Value::Null, "no --drift: {t:#}");
@@ -128,7 +130,13 @@ async fn status_shows_a_mixed_fleet_then_one_commit_then_a_cluster_down() {
         "{}",
         status.output()
     );
-    assert!(status.stdout.lines().next().is_some_and(|l| l.contains("TARGET")));
+    assert!(
+        status
+            .stdout
+            .lines()
+            .next()
+            .is_some_and(|l| l.contains("TARGET"))
+    );
 
     // One cluster down: its row says why, the others are shown, exit 1.
     env.cluster(3).set_down(true);
@@ -141,9 +149,10 @@ async fn status_shows_a_mixed_fleet_then_one_commit_then_a_cluster_down() {
         status.output()
     );
     assert!(
-        status
-            .stderr
-            .contains(&format!("target ap: ConnectionRefused: connection to {}", env.cluster(3).url())),
+        status.stderr.contains(&format!(
+            "target ap: ConnectionRefused: connection to {}",
+            env.cluster(3).url()
+        )),
         "{}",
         status.output()
     );
@@ -197,8 +206,18 @@ async fn status_drift_lists_a_scaled_deployment_and_a_deleted_configmap() {
     );
 
     // Someone else's hands: kubectl scale on eu, a deleted ConfigMap and a Secret changed on us.
-    kubectl(&env, 1, &["-n", "shop", "scale", "deployment/web", "--replicas=3"]).await;
-    kubectl(&env, 2, &["-n", "shop", "delete", "configmap", "web-config"]).await;
+    kubectl(
+        &env,
+        1,
+        &["-n", "shop", "scale", "deployment/web", "--replicas=3"],
+    )
+    .await;
+    kubectl(
+        &env,
+        2,
+        &["-n", "shop", "delete", "configmap", "web-config"],
+    )
+    .await;
     kubectl(
         &env,
         2,
@@ -217,8 +236,12 @@ async fn status_drift_lists_a_scaled_deployment_and_a_deleted_configmap() {
     let drift = env.command("status", &["--drift"]).await;
     assert_eq!(drift.code, 1, "{}", drift.output());
     let out = &drift.stdout;
-    let eu = out.find("target eu: drift from v1").expect(&drift.output());
-    let us = out.find("target us: drift from v1").expect(&drift.output());
+    let eu = out
+        .find("target eu: drift from v1")
+        .unwrap_or_else(|| panic!("{}", drift.output()));
+    let us = out
+        .find("target us: drift from v1")
+        .unwrap_or_else(|| panic!("{}", drift.output()));
     let eu_part = &out[eu..us];
     assert!(
         eu_part.contains("~ Deployment shop/web: changed in the cluster")

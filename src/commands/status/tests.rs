@@ -73,7 +73,14 @@ fn down(target: &str) -> TargetStatus {
 #[test]
 fn rows_from_records() {
     // (case, records, revision, on last good, last good)
-    let cases: Vec<(&str, Vec<ReleaseRecord>, Option<u64>, bool, Option<u64>)> = vec![
+    type Case = (
+        &'static str,
+        Vec<ReleaseRecord>,
+        Option<u64>,
+        bool,
+        Option<u64>,
+    );
+    let cases: Vec<Case> = vec![
         ("no release", vec![], None, false, None),
         (
             "deployed",
@@ -268,7 +275,10 @@ fn the_exit_decision() {
         ("health unread", vec![good("eu"), no_health], 1),
         (
             "two commits",
-            vec![good("eu"), row("us", vec![rec(1, ReleaseStatus::Deployed, B)])],
+            vec![
+                good("eu"),
+                row("us", vec![rec(1, ReleaseStatus::Deployed, B)]),
+            ],
             1,
         ),
         (
@@ -330,10 +340,20 @@ fn the_table_fits_the_width() {
     let wide = status_table(&rows, false, 1000);
     let lines: Vec<&str> = wide.lines().collect();
     assert!(!lines[0].contains("DRIFT"));
-    assert!(lines[1].contains("v1 (a1b2c3d)"), "last good differs: {wide}");
-    assert!(lines[1].contains("held by owner/repo#123.1@runner-abcdef:4242 since 2026-12-01 09:00Z"));
-    assert!(lines[2].contains("a1b2c3d bump web") && lines[2].contains("2026-12-01 09:01Z by ci-7"));
-    assert!(lines[2].contains("free") && lines[2].ends_with("healthy"), "{wide}");
+    assert!(
+        lines[1].contains("v1 (a1b2c3d)"),
+        "last good differs: {wide}"
+    );
+    assert!(
+        lines[1].contains("held by owner/repo#123.1@runner-abcdef:4242 since 2026-12-01 09:00Z")
+    );
+    assert!(
+        lines[2].contains("a1b2c3d bump web") && lines[2].contains("2026-12-01 09:01Z by ci-7")
+    );
+    assert!(
+        lines[2].contains("free") && lines[2].ends_with("healthy"),
+        "{wide}"
+    );
 }
 
 #[test]
@@ -347,8 +367,10 @@ fn drift_from_a_plan() {
     };
     let mut plan = TargetPlan::new("eu");
     assert!(!drift_of(&plan).drifted, "nothing to change is no drift");
-    plan.update
-        .push(change("Deployment shop/web", Some("-  replicas: 5\n+  replicas: 2\n")));
+    plan.update.push(change(
+        "Deployment shop/web",
+        Some("-  replicas: 5\n+  replicas: 2\n"),
+    ));
     plan.create.push(change("ConfigMap shop/web-config", None));
     plan.unchanged.push("Secret shop/db".into());
     let d = drift_of(&plan);
@@ -358,7 +380,10 @@ fn drift_from_a_plan() {
     let mut eu = row("eu", vec![rec(3, ReleaseStatus::Deployed, A)]);
     eu.drift = Some(d);
     let text = drift_text(&[eu, row("us", vec![])], DiffStyle::plain());
-    assert!(text.starts_with("target eu: drift from v3 (1 changed, 1 missing):"), "{text}");
+    assert!(
+        text.starts_with("target eu: drift from v3 (1 changed, 1 missing):"),
+        "{text}"
+    );
     assert!(text.contains("  ~ Deployment shop/web: changed in the cluster\n    -  replicas: 5"));
     assert!(text.contains("  - ConfigMap shop/web-config: missing (declared by v3"));
     assert!(!text.contains("target us"), "{text}");
