@@ -1,5 +1,5 @@
-//! The command line, as clap types only: `rollguard deploy | schema | demo | history | show |
-//! rollback | unlock` and their flags. What each command does is in `commands/`.
+//! The command line, as clap types only: `rollguard deploy | diff | plan | schema | demo |
+//! history | show | rollback | unlock | status` and their flags. What each command does is in `commands/`.
 
 use std::path::PathBuf;
 use std::time::Duration;
