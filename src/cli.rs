@@ -1,5 +1,6 @@
 //! The command line, as clap types only: `rollguard deploy | diff | plan | schema | demo |
-//! history | show | rollback | unlock | status` and their flags. What each command does is in `commands/`.
+//! history | show | rollback | unlock | status` and their flags. What each command does is in
+//! `commands/`.
 
 use std::path::PathBuf;
 use std::time::Duration;
