@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::harness::{Run, TestEnv, config, git, small_app};
+use crate::harness::{Run, TestEnv, config, create, git, small_app};
 
 const V1: &str = "example.com/web:v1";
 const V2: &str = "example.com/web:v2";
@@ -136,6 +136,39 @@ async fn status_shows_a_mixed_fleet_then_one_commit_then_a_cluster_down() {
             .lines()
             .next()
             .is_some_and(|l| l.contains("TARGET"))
+    );
+
+    // A lock a run left behind: who holds it, since when, and that it expired.
+    let lease = serde_json::json!({
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "rollguard-shop"},
+        "spec": {
+            "holderIdentity": "ci#42@runner:7",
+            "acquireTime": "2026-01-01T00:00:00.000000Z",
+            "renewTime": "2026-01-01T00:00:10.000000Z",
+            "leaseDurationSeconds": 30
+        }
+    });
+    let client = env.client(1).await;
+    create(
+        &client,
+        "coordination.k8s.io/v1",
+        "Lease",
+        "leases",
+        "shop",
+        lease,
+    )
+    .await;
+    let locked = env.command("status", &["-o", "json"]).await;
+    let lock = &json(&locked)["targets"][0]["lock"];
+    assert_eq!(lock["holder"], "ci#42@runner:7", "{}", locked.output());
+    assert_eq!(lock["expired"], true, "{}", locked.output());
+    let locked = env.command("status", &[]).await;
+    assert!(
+        row(&locked, "eu").contains("expired (ci#42@runner:7 since 2026-01-01 00:00Z)"),
+        "{}",
+        locked.output()
     );
 
     // One cluster down: its row says why, the others are shown, exit 1.
