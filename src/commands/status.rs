@@ -79,7 +79,9 @@ pub struct LockStatus {
     pub holder: Option<String>,
     pub since: Option<Timestamp>,
     pub expires_at: Option<Timestamp>,
-    /// Not renewed for its whole duration: the next deploy takes it over.
+    /// Its last renewal plus its duration is past by this machine's clock: a hint only (the
+    /// holder's clock wrote `renewTime`); a deploy takes it over after watching it unchanged
+    /// for its whole duration.
     pub expired: bool,
 }
 
