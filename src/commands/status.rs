@@ -17,10 +17,12 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{StatusArgs, StatusFormat};
-use crate::commands::release::{Connected, Env, TargetProblem, connect_all, load_config};
+use crate::commands::release::{
+    Connected, Env, RenderError, TargetFailure, TargetProblem, connect_all, load_config,
+};
 use crate::config::Config;
 use crate::error::exit;
-use crate::kube::apply::{dynamic_api, resolve_set};
+use crate::kube::apply::{ApplyError, dynamic_api, resolve_set};
 use crate::kube::health::{Assessment, Status, assess_as};
 use crate::kube::retry::{RetryBudget, RetryError, with_retry};
 use crate::release::lock::{self, LeaseState};
@@ -166,13 +168,13 @@ pub struct FleetVersion {
 }
 
 /// What one target's reads found, before it becomes a row.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct Observed {
     /// Oldest first, without manifests.
     pub records: Vec<ReleaseRecord>,
     pub lock: Option<LeaseState>,
     /// The current revision's objects now, or why they could not be read.
-    pub objects: Option<Result<Vec<ObjectHealth>, String>>,
+    pub objects: Option<Result<Vec<ObjectHealth>, ApplyError>>,
     pub drift: Option<Drift>,
 }
 
@@ -180,7 +182,7 @@ pub struct Observed {
 /// commit subjects git knows, by full sha, for records that have none.
 pub fn build_row(
     target: &str,
-    observed: Result<Observed, String>,
+    observed: Result<Observed, StatusError>,
     subjects: &HashMap<String, String>,
     now: Timestamp,
 ) -> TargetStatus {
@@ -204,7 +206,7 @@ pub fn build_row(
     let observed = match observed {
         Ok(o) => o,
         Err(why) => {
-            row.error = Some(why);
+            row.error = Some(why.to_string());
             return row;
         }
     };
@@ -637,9 +639,21 @@ pub enum StatusError {
     Lock(#[from] crate::release::lock::LockError),
     #[error("no answer within {}: raise --timeout, or check the cluster", crate::util::duration::format_duration(*.0))]
     Deadline(Duration),
-    /// The first contact failed (kube::connect's reasons, with the server's address).
+    /// The first contact failed, or connecting did (kube::connect's reasons, with the
+    /// server's address).
     #[error("{0}")]
     Unreachable(crate::kube::connect::TargetError),
+    /// Anything else the release commands say of a target.
+    #[error("{}", problem_text(.0))]
+    Other(Box<TargetProblem>),
+}
+
+/// A release command's problem without its "target NAME: " (the row names the target).
+fn problem_text(problem: &TargetProblem) -> String {
+    match problem {
+        TargetProblem::Target { source, .. } => source.to_string(),
+        other => other.to_string(),
+    }
 }
 
 /// The current revision's objects, each read once (GET) and judged as it is now.
@@ -648,7 +662,7 @@ async fn objects_now(
     record: &ReleaseRecord,
     deadline: Instant,
     cancel: &CancellationToken,
-) -> Result<Vec<ObjectHealth>, String> {
+) -> Result<Vec<ObjectHealth>, ApplyError> {
     let bodies: Vec<Value> = record
         .objects
         .iter()
@@ -662,9 +676,7 @@ async fn objects_now(
         .collect();
     let set =
         crate::engine::reapply::manifest_set_from_bodies(&bodies, &format!("v{}", record.revision));
-    let resolution = resolve_set(&c.access.client, &set, deadline, cancel)
-        .await
-        .map_err(|e| e.to_string())?;
+    let resolution = resolve_set(&c.access.client, &set, deadline, cancel).await?;
     let budget = RetryBudget::until(deadline);
     let reads = set.objects.iter().map(|obj| {
         let (resolution, budget) = (&resolution, &budget);
@@ -890,13 +902,13 @@ pub async fn run(args: StatusArgs, env: Env) -> i32 {
 
 /// The document as JSON or YAML, scrubbed before a serializer escapes a value the scrubber
 /// would then miss.
-fn render_document(doc: &StatusDocument, format: StatusFormat) -> Result<String, String> {
-    let mut value = serde_json::to_value(doc).map_err(|e| e.to_string())?;
+fn render_document(doc: &StatusDocument, format: StatusFormat) -> Result<String, RenderError> {
+    let mut value = serde_json::to_value(doc)?;
     crate::report::clean::scrub_tree(&mut value);
-    match format {
-        StatusFormat::Yaml => serde_saphyr::to_string(&value).map_err(|e| e.to_string()),
-        _ => serde_json::to_string_pretty(&value).map_err(|e| e.to_string()),
-    }
+    Ok(match format {
+        StatusFormat::Yaml => serde_saphyr::to_string(&value)?,
+        _ => serde_json::to_string_pretty(&value)?,
+    })
 }
 
 /// Every selected target's row, in the config's order, at most [`TARGETS_AT_ONCE`] asked at
@@ -908,18 +920,20 @@ async fn read_rows(config: &Config, env: &Env, args: &StatusArgs) -> Vec<TargetS
     let reads = connected.into_iter().map(|c| async move {
         let c = match c {
             Ok(c) => c,
-            Err(TargetProblem::Target { source, .. }) => return Err(source.to_string()),
-            Err(problem) => return Err(problem.to_string()),
+            Err(TargetProblem::Target {
+                source: TargetFailure::Connect(e),
+                ..
+            }) => return Err(StatusError::Unreachable(e)),
+            Err(problem) => return Err(StatusError::Other(Box::new(problem))),
         };
         // The reads stop at the deadline; this bounds anything that does not.
         let read = observe(config, &c, args.drift, timeout);
         match tokio::time::timeout(timeout + Duration::from_secs(1), read).await {
-            Ok(Ok(observed)) => Ok(observed),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err(StatusError::Deadline(timeout).to_string()),
+            Ok(result) => result,
+            Err(_) => Err(StatusError::Deadline(timeout)),
         }
     });
-    let observed: Vec<Result<Observed, String>> = futures::stream::iter(reads)
+    let observed: Vec<Result<Observed, StatusError>> = futures::stream::iter(reads)
         .buffered(TARGETS_AT_ONCE)
         .collect()
         .await;

@@ -37,7 +37,7 @@ fn obj(object: &str, status: &str) -> ObjectHealth {
     }
 }
 
-fn healthy() -> Option<Result<Vec<ObjectHealth>, String>> {
+fn healthy() -> Option<Result<Vec<ObjectHealth>, ApplyError>> {
     Some(Ok(vec![
         obj("ConfigMap shop/cfg", "Current"),
         obj("Deployment shop/web", "Current"),
@@ -64,7 +64,12 @@ fn row(target: &str, records: Vec<ReleaseRecord>) -> TargetStatus {
 fn down(target: &str) -> TargetStatus {
     build_row(
         target,
-        Err("ConnectionRefused: connection to https://127.0.0.1:1/ refused".into()),
+        Err(StatusError::Unreachable(
+            crate::kube::connect::TargetError::new(
+                "ConnectionRefused",
+                "connection to https://127.0.0.1:1/ refused",
+            ),
+        )),
         &HashMap::new(),
         ts("2026-12-01T10:00:00Z"),
     )
@@ -129,6 +134,33 @@ fn rows_from_records() {
     assert_eq!(
         r.deployed_by.as_deref(),
         Some("https://github.com/o/r/actions/runs/9")
+    );
+    // Objects that could not be read: the health is unknown, and says why.
+    let observed = Observed {
+        records: vec![rec(1, ReleaseStatus::Deployed, A)],
+        objects: Some(Err(ApplyError::UnservedKinds(vec![
+            "example.com/v1 Widget".into(),
+        ]))),
+        ..Observed::default()
+    };
+    let r = build_row(
+        "eu",
+        Ok(observed),
+        &HashMap::new(),
+        ts("2026-12-01T10:00:00Z"),
+    );
+    let health = r.health.expect("a revision has a health");
+    assert_eq!(health.verdict, Verdict::Unknown);
+    assert!(
+        health
+            .summary
+            .contains("does not serve example.com/v1 Widget"),
+        "{}",
+        health.summary
+    );
+    assert_eq!(
+        exit_code(&[row("us", vec![rec(1, ReleaseStatus::Deployed, A)])]),
+        0
     );
     let r = down("ap");
     assert!(!r.reachable && r.revision.is_none());
