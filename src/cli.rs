@@ -472,6 +472,41 @@ mod tests {
     }
 
     #[test]
+    fn status_flags() {
+        let Command::Status(args) = Cli::try_parse_from(["rollguard", "status"])
+            .expect("parses")
+            .command
+        else {
+            panic!("status expected")
+        };
+        assert_eq!(args.output, StatusFormat::Table);
+        assert!(!args.drift);
+        assert_eq!(args.timeout, Duration::from_secs(30));
+        for (flag, want) in [
+            ("json", StatusFormat::Json),
+            ("yaml", StatusFormat::Yaml),
+            ("table", StatusFormat::Table),
+        ] {
+            let argv = [
+                "rollguard",
+                "status",
+                "--drift",
+                "-o",
+                flag,
+                "--timeout",
+                "5s",
+            ];
+            let Command::Status(args) = Cli::try_parse_from(argv).expect("parses").command else {
+                panic!("status expected")
+            };
+            assert_eq!(args.output, want);
+            assert!(args.drift);
+            assert_eq!(args.timeout, Duration::from_secs(5));
+        }
+        assert!(Cli::try_parse_from(["rollguard", "status", "-o", "text"]).is_err());
+    }
+
+    #[test]
     fn dry_run_flags() {
         let parse = |args: &[&str]| {
             let mut all = vec!["rollguard"];
