@@ -1,5 +1,6 @@
-//! The command line, as clap types only: `rollguard deploy | schema | demo | history | show |
-//! rollback | unlock` and their flags. What each command does is in `commands/`.
+//! The command line, as clap types only: `rollguard deploy | diff | plan | schema | demo |
+//! history | show | rollback | unlock | status` and their flags. What each command does is in
+//! `commands/`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -31,6 +32,8 @@ pub enum Command {
     Demo(DemoArgs),
     #[command(flatten)]
     Release(ReleaseCommand),
+    /// What runs on every target now: revision, commit, lock, health (and --drift).
+    Status(StatusArgs),
 }
 
 impl Command {
@@ -45,6 +48,7 @@ impl Command {
             Command::Release(ReleaseCommand::Show(a)) => Some(&a.selection),
             Command::Release(ReleaseCommand::Rollback(a)) => Some(&a.selection),
             Command::Release(ReleaseCommand::Unlock(a)) => Some(&a.selection),
+            Command::Status(a) => Some(&a.selection),
         }
     }
 }
@@ -312,6 +316,37 @@ pub struct UnlockArgs {
     pub selection: Selection,
 }
 
+/// `rollguard status`.
+#[derive(Debug, Clone, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub selection: Selection,
+    /// table, json or yaml (the JSON/YAML shape is in the README).
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_enum,
+        default_value_t = StatusFormat::Table,
+        value_name = "FORMAT"
+    )]
+    pub output: StatusFormat,
+    /// Also compare each target's live objects with its current revision (server-side dry
+    /// run): anything changed in the cluster since, or missing, is drift (exit 1).
+    #[arg(long)]
+    pub drift: bool,
+    /// Deadline per target for all its reads, e.g. 10s, 1m.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration_arg, default_value = "30s")]
+    pub timeout: Duration,
+}
+
+/// How `rollguard status` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StatusFormat {
+    Table,
+    Json,
+    Yaml,
+}
+
 /// Output format of release records (`show`, `history -o`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RecordFormat {
@@ -418,7 +453,7 @@ mod tests {
     #[test]
     fn every_command_that_selects_targets_takes_target_and_context() {
         for command in [
-            "deploy", "diff", "plan", "history", "show", "rollback", "unlock",
+            "deploy", "diff", "plan", "history", "show", "rollback", "unlock", "status",
         ] {
             for flag in ["--target", "--context"] {
                 let mut argv = vec!["rollguard", command, flag, "eu", flag, "us"];
@@ -434,6 +469,41 @@ mod tests {
             Cli::try_parse_from(["rollguard", "schema"])
                 .is_ok_and(|c| c.command.selection().is_none())
         );
+    }
+
+    #[test]
+    fn status_flags() {
+        let Command::Status(args) = Cli::try_parse_from(["rollguard", "status"])
+            .expect("parses")
+            .command
+        else {
+            panic!("status expected")
+        };
+        assert_eq!(args.output, StatusFormat::Table);
+        assert!(!args.drift);
+        assert_eq!(args.timeout, Duration::from_secs(30));
+        for (flag, want) in [
+            ("json", StatusFormat::Json),
+            ("yaml", StatusFormat::Yaml),
+            ("table", StatusFormat::Table),
+        ] {
+            let argv = [
+                "rollguard",
+                "status",
+                "--drift",
+                "-o",
+                flag,
+                "--timeout",
+                "5s",
+            ];
+            let Command::Status(args) = Cli::try_parse_from(argv).expect("parses").command else {
+                panic!("status expected")
+            };
+            assert_eq!(args.output, want);
+            assert!(args.drift);
+            assert_eq!(args.timeout, Duration::from_secs(5));
+        }
+        assert!(Cli::try_parse_from(["rollguard", "status", "-o", "text"]).is_err());
     }
 
     #[test]

@@ -29,7 +29,7 @@ pub mod exit {
         ),
         (
             FAILED,
-            "a target failed: apply error, fail-fast pod problem, timeout, unreachable cluster, credentials refused (401/403); `deploy --wave N`: a target of an earlier wave does not run this commit, or cannot be read (nothing was written); `diff --exit-code`: an error",
+            "a target failed: apply error, fail-fast pod problem, timeout, unreachable cluster, credentials refused (401/403); `deploy --wave N`: a target of an earlier wave does not run this commit, or cannot be read (nothing was written); `diff --exit-code`: an error; `status`: a target unreachable, not healthy, not on its last good revision or drifted (`--drift`), or the targets on more than one commit",
         ),
         (
             BAD_INPUT,

@@ -6,6 +6,7 @@ pub mod deploy;
 pub mod diff;
 pub mod manual_report;
 pub mod release;
+pub mod status;
 
 use crate::cli::{Cli, Command};
 use crate::config;
@@ -87,6 +88,7 @@ pub async fn run(cli: Cli) -> Result<i32, Error> {
                 .into(),
         )),
         Command::Release(command) => Ok(release::run(command, env).await),
+        Command::Status(args) => Ok(status::run(args, env).await),
     }
 }
 

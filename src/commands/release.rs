@@ -351,11 +351,11 @@ pub fn combined_exit(codes: impl IntoIterator<Item = i32>) -> i32 {
         .unwrap_or(exit::OK)
 }
 
-type Env = HashMap<String, String>;
+pub(crate) type Env = HashMap<String, String>;
 
 /// The config with the targets of `--target` (by name or context, as deploy selects them),
 /// each one's kubeconfig, context and credentials checked offline as deploy checks them.
-fn load_config(selection: &Selection, env: &Env) -> Result<Config, ManageError> {
+pub(crate) fn load_config(selection: &Selection, env: &Env) -> Result<Config, ManageError> {
     let lookup = |k: &str| env.get(k).cloned();
     let path = config::config_path(selection.files.config.as_deref(), &lookup);
     let overrides = Overrides {
@@ -369,16 +369,19 @@ fn load_config(selection: &Selection, env: &Env) -> Result<Config, ManageError> 
 }
 
 /// One connected target with its release store.
-struct Connected {
-    target: TargetConfig,
-    access: ClusterAccess,
-    store: ReleaseStore,
-    namespace: String,
+pub(crate) struct Connected {
+    pub(crate) target: TargetConfig,
+    pub(crate) access: ClusterAccess,
+    pub(crate) store: ReleaseStore,
+    pub(crate) namespace: String,
 }
 
 /// Connects to every selected target at once; a target that fails says why as
 /// "target NAME: REASON: what happened and what to do".
-async fn connect_all(config: &Config, env: &Env) -> Vec<Result<Connected, TargetProblem>> {
+pub(crate) async fn connect_all(
+    config: &Config,
+    env: &Env,
+) -> Vec<Result<Connected, TargetProblem>> {
     let lookup = |k: &str| env.get(k).cloned();
     let settings = ReleaseSettings::from_config(config);
     // Nothing cancels these commands (a signal ends the process); connect wants a token.

@@ -22,6 +22,7 @@ mod runtime_root;
 mod secrets;
 mod stages;
 mod stalled;
+mod status;
 // `rollguard demo` in a pseudo-terminal: the demo needs the `demo` feature (on by default).
 #[cfg(feature = "demo")]
 mod terminal;

@@ -8,7 +8,7 @@ use serde_json::Value;
 use crate::harness::{DEFAULT_LOGS, Run, TestEnv, config, rollguard, small_app};
 
 /// Every command that connects, with what it needs to run against target `eu` (sim-1).
-const COMMANDS: [&[&str]; 7] = [
+const COMMANDS: [&[&str]; 8] = [
     &["deploy"],
     &["diff"],
     &["plan"],
@@ -16,6 +16,7 @@ const COMMANDS: [&[&str]; 7] = [
     &["show", "--revision", "1"],
     &["rollback", "--yes"],
     &["unlock"],
+    &["status"],
 ];
 
 /// The log lines of stderr whose tracing target is not one of rollguard's crates (kube,
