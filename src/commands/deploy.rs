@@ -72,7 +72,13 @@ pub fn read_plan(
         wave: args.wave,
         ..Default::default()
     };
-    let config = config::load(&path, &overrides, &lookup)?;
+    let mut config = config::load(&path, &overrides, &lookup)?;
+    // `--shard I/N`: this job's slice, before any target's access is checked (a matrix job
+    // may hold only its own targets' credentials).
+    if let Some(shard) = args.shard {
+        let targets = std::mem::take(&mut config.targets);
+        config.targets = shard.slice(targets, |t| t.name.as_str());
+    }
     let mut missing = config::missing_working_dirs(&config);
     missing.extend(config::missing_shells(&config, &lookup));
     if !missing.is_empty() {
@@ -187,6 +193,9 @@ pub async fn deploy(args: DeployArgs, plan: Plan) -> Result<i32, Error> {
     let cancel = cancel_on_signals();
     let mut report = run_plan(plan.clone(), cancel.clone()).await;
     report.run_url = sink.run_url();
+    report.shard = args
+        .shard
+        .map(|shard| crate::commands::shards::info(shard, &plan));
     // A report file that cannot be written is a warning: the other sinks still get the
     // report (without a pointer to the missing file) and the exit code stays the run's.
     let written = finish_report(&report, args.report.as_ref(), &plan.env, in_actions);
@@ -230,23 +239,34 @@ pub async fn deploy(args: DeployArgs, plan: Plan) -> Result<i32, Error> {
 }
 
 pub(crate) fn github_context(args: &DeployArgs, plan: &Plan) -> GithubContext {
-    let flags = GithubFlags {
-        enabled: if args.github.no_github {
+    let mut ctx = GithubContext::resolve(
+        &github_flags(&args.github),
+        &plan.env,
+        &|path| std::fs::read_to_string(path).ok(),
+        plan.config.github.timeout,
+    );
+    // A shard deploys a slice: its PR comment, step summary and Deployments would stand for
+    // the whole fleet, so `report merge` posts them once (the outputs stay per job).
+    if args.shard.is_some() {
+        ctx.enabled = false;
+        ctx.step_summary = None;
+    }
+    ctx
+}
+
+/// The GitHub flags as the context reads them (`deploy`, `diff`, `report merge`).
+pub(crate) fn github_flags(github: &crate::cli::GithubArgs) -> GithubFlags {
+    GithubFlags {
+        enabled: if github.no_github {
             Some(false)
-        } else if args.github.github {
+        } else if github.github {
             Some(true)
         } else {
             None
         },
-        token: args.github.github_token.clone(),
-        pr: args.github.pr,
-    };
-    GithubContext::resolve(
-        &flags,
-        &plan.env,
-        &|path| std::fs::read_to_string(path).ok(),
-        plan.config.github.timeout,
-    )
+        token: github.github_token.clone(),
+        pr: github.pr,
+    }
 }
 
 fn sink_options(plan: &Plan) -> github::SinkOptions {
