@@ -514,7 +514,7 @@ mod tests {
             panic!("diff expected")
         };
         assert_eq!(args.shard, two);
-        for bad in ["0/3", "4/3", "1/0", "2", "a/b", "-1/3"] {
+        for bad in ["0/3", "4/3", "1/0", "2", "a/b", "+1/3"] {
             let e = parse(&["deploy", "--shard", bad]).expect_err(bad);
             assert!(e.to_string().contains("I/N") || e.to_string().contains("shards"), "{e}");
         }

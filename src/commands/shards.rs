@@ -383,7 +383,16 @@ async fn roll_back(files: &ConfigFiles, targets: Vec<String>, env: &Env) -> i32 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::model::tests::{report, target};
+    use crate::report::TargetReport;
+
+    fn target(name: &str, outcome: TargetOutcome) -> TargetReport {
+        TargetReport::new(name, outcome, jiff::Timestamp::UNIX_EPOCH)
+    }
+
+    fn report(targets: Vec<TargetReport>) -> Report {
+        let at = jiff::Timestamp::UNIX_EPOCH;
+        Report::new("shop", None, at, at, targets)
+    }
 
     #[test]
     fn conclude_decides_by_policy_and_outcome() {

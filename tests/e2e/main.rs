@@ -20,6 +20,7 @@ mod real;
 mod release;
 mod runtime_root;
 mod secrets;
+mod shards;
 mod stages;
 mod stalled;
 // `rollguard demo` in a pseudo-terminal: the demo needs the `demo` feature (on by default).
