@@ -505,30 +505,43 @@ mod tests {
             Cli::try_parse_from(all)
         };
         let two = Some(Shard { index: 2, count: 3 });
-        let Command::Deploy(args) = parse(&["deploy", "--shard", "2/3"]).expect("parses").command
+        let Command::Deploy(args) = parse(&["deploy", "--shard", "2/3"])
+            .expect("parses")
+            .command
         else {
             panic!("deploy expected")
         };
         assert_eq!(args.shard, two);
-        let Command::Diff(args) = parse(&["diff", "--shard", "2/3"]).expect("parses").command else {
+        let Command::Diff(args) = parse(&["diff", "--shard", "2/3"]).expect("parses").command
+        else {
             panic!("diff expected")
         };
         assert_eq!(args.shard, two);
         for bad in ["0/3", "4/3", "1/0", "2", "a/b", "+1/3"] {
             let e = parse(&["deploy", "--shard", bad]).expect_err(bad);
-            assert!(e.to_string().contains("I/N") || e.to_string().contains("shards"), "{e}");
+            assert!(
+                e.to_string().contains("I/N") || e.to_string().contains("shards"),
+                "{e}"
+            );
         }
-        let Command::Report(ReportCommand::Merge(merge)) =
-            parse(&["report", "merge", "a", "b", "--out", "r.json", "--config", "c.yaml"])
-                .expect("parses")
-                .command
+        let Command::Report(ReportCommand::Merge(merge)) = parse(&[
+            "report", "merge", "a", "b", "--out", "r.json", "--config", "c.yaml",
+        ])
+        .expect("parses")
+        .command
         else {
             panic!("report merge expected")
         };
         assert_eq!(merge.dirs, [PathBuf::from("a"), PathBuf::from("b")]);
         assert_eq!(merge.out, PathBuf::from("r.json"));
-        assert!(parse(&["report", "merge", "--out", "r.json"]).is_err(), "a folder is required");
-        assert!(parse(&["report", "merge", "a"]).is_err(), "--out is required");
+        assert!(
+            parse(&["report", "merge", "--out", "r.json"]).is_err(),
+            "a folder is required"
+        );
+        assert!(
+            parse(&["report", "merge", "a"]).is_err(),
+            "--out is required"
+        );
         let Command::Conclude(conclude) =
             parse(&["conclude", "--reports", "r", "--on-failure", "none"])
                 .expect("parses")

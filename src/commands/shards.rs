@@ -417,7 +417,8 @@ mod tests {
             v.iter().map(|(n, b)| (n.to_string(), *b)).collect()
         };
         // (policy, report, per target: rolled back?)
-        let cases: [(FailurePolicy, &Report, Vec<(String, bool)>); 5] = [
+        type Case<'a> = (FailurePolicy, &'a Report, Vec<(String, bool)>);
+        let cases: [Case; 5] = [
             (
                 FailurePolicy::RollbackAll,
                 &failed,
@@ -449,7 +450,9 @@ mod tests {
         }
         let said = decide(FailurePolicy::RollbackAll, &failed);
         assert!(matches!(&said[3].1, Step::Leave(w) if w.starts_with("its shard never reported")));
-        assert!(matches!(&said[1].1, Step::Leave(w) if w == "rolled-back in its own shard, which settled it"));
+        assert!(
+            matches!(&said[1].1, Step::Leave(w) if w == "rolled-back in its own shard, which settled it")
+        );
     }
 
     #[test]
@@ -462,6 +465,9 @@ mod tests {
         assert_eq!(resolve_shard(None, &Env::new()).ok(), Some(None));
         let e = resolve_shard(None, &env("4/3")).expect_err("out of range");
         assert_eq!(e.exit_code(), 2);
-        assert!(e.to_string().starts_with("$ROLLGUARD_SHARD: \"4/3\""), "{e}");
+        assert!(
+            e.to_string().starts_with("$ROLLGUARD_SHARD: \"4/3\""),
+            "{e}"
+        );
     }
 }

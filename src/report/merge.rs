@@ -200,17 +200,15 @@ fn sort_rows(targets: &mut [TargetReport], fleet: Option<Fleet<'_>>) {
             .and_then(|f| f.iter().position(|(name, _)| *name == t.name))
             .unwrap_or(usize::MAX)
     };
-    targets.sort_by(|a, b| {
-        (position(a), a.wave, &a.name).cmp(&(position(b), b.wave, &b.name))
-    });
+    targets.sort_by(|a, b| (position(a), a.wave, &a.name).cmp(&(position(b), b.wave, &b.name)));
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::exit_code;
     use crate::report::model::ShardInfo;
     use crate::report::model::tests::{image_failure, report, target};
-    use crate::report::exit_code;
 
     fn shard(index: u32, count: u32, targets: Vec<TargetReport>) -> ShardFile {
         let mut r = report(targets);
@@ -226,7 +224,10 @@ mod tests {
     }
 
     fn names(r: &Report) -> Vec<(&str, TargetOutcome)> {
-        r.targets.iter().map(|t| (t.name.as_str(), t.outcome)).collect()
+        r.targets
+            .iter()
+            .map(|t| (t.name.as_str(), t.outcome))
+            .collect()
     }
 
     #[test]
@@ -251,10 +252,19 @@ mod tests {
         assert!(merged.missing.is_empty());
         assert_eq!(merged.report.outcome, RolledBack);
         assert_eq!(exit_code(&merged.report), 1);
-        assert!(merged.report.summary.contains("us: ImagePullBackOff"), "{}", merged.report.summary);
+        assert!(
+            merged.report.summary.contains("us: ImagePullBackOff"),
+            "{}",
+            merged.report.summary
+        );
         // Without the config: by wave, then name.
         let merged = merge(files, None).expect("one deploy");
-        let order: Vec<&str> = merged.report.targets.iter().map(|t| t.name.as_str()).collect();
+        let order: Vec<&str> = merged
+            .report
+            .targets
+            .iter()
+            .map(|t| t.name.as_str())
+            .collect();
         assert_eq!(order, ["ap", "eu", "us"]);
     }
 
@@ -266,19 +276,33 @@ mod tests {
             .iter()
             .map(|n| (n.to_string(), 0))
             .collect();
-        let files = vec![shard(1, 3, vec![target("us", Deployed), target("ap", Deployed)])];
+        let files = vec![shard(
+            1,
+            3,
+            vec![target("us", Deployed), target("ap", Deployed)],
+        )];
         let merged = merge(files.clone(), Some(&fleet)).expect("one deploy");
         assert_eq!(merged.missing, [2, 3]);
         assert_eq!(
             names(&merged.report),
-            [("us", Deployed), ("sa", Failed), ("edge-0001", Failed), ("ap", Deployed)]
+            [
+                ("us", Deployed),
+                ("sa", Failed),
+                ("edge-0001", Failed),
+                ("ap", Deployed)
+            ]
         );
         let why = merged.report.targets[1].message.clone().unwrap_or_default();
         assert!(why.starts_with("shard 3/3 never reported"), "{why}");
         assert_eq!(exit_code(&merged.report), 1);
         // Without the config, a row per missing shard.
         let merged = merge(files, None).expect("one deploy");
-        let rows: Vec<&str> = merged.report.targets.iter().map(|t| t.name.as_str()).collect();
+        let rows: Vec<&str> = merged
+            .report
+            .targets
+            .iter()
+            .map(|t| t.name.as_str())
+            .collect();
         assert_eq!(rows, ["ap", "shard 2/3", "shard 3/3", "us"]);
         assert_eq!(merged.report.outcome, Failed);
     }
@@ -308,7 +332,10 @@ mod tests {
         // (what to change in the second file, the start of the refusal)
         type Change = fn(&mut ShardFile);
         let cases: [(Change, &str); 6] = [
-            (|f| f.report.app = "cart".into(), "shard-2/report.json has app cart but shard-1/report.json has shop"),
+            (
+                |f| f.report.app = "cart".into(),
+                "shard-2/report.json has app cart but shard-1/report.json has shop",
+            ),
             (
                 |f| {
                     if let Some(c) = f.report.commit.as_mut() {
@@ -318,18 +345,39 @@ mod tests {
                 "shard-2/report.json has the commit feed but",
             ),
             (
-                |f| f.report.shard = Some(ShardInfo { index: 2, count: 3, digest: None }),
+                |f| {
+                    f.report.shard = Some(ShardInfo {
+                        index: 2,
+                        count: 3,
+                        digest: None,
+                    })
+                },
                 "shard-2/report.json has N = 3 but shard-1/report.json has 2",
             ),
             (
-                |f| f.report.shard = Some(ShardInfo { index: 2, count: 2, digest: Some("d2".into()) }),
+                |f| {
+                    f.report.shard = Some(ShardInfo {
+                        index: 2,
+                        count: 2,
+                        digest: Some("d2".into()),
+                    })
+                },
                 "shard-2/report.json has manifests d2 but",
             ),
             (
-                |f| f.report.shard = Some(ShardInfo { index: 1, count: 2, digest: None }),
+                |f| {
+                    f.report.shard = Some(ShardInfo {
+                        index: 1,
+                        count: 2,
+                        digest: None,
+                    })
+                },
                 "shard-1/report.json and shard-2/report.json are both shard 1/2",
             ),
-            (|f| f.report.shard = None, "shard-2/report.json is the report of a run without --shard"),
+            (
+                |f| f.report.shard = None,
+                "shard-2/report.json is the report of a run without --shard",
+            ),
         ];
         for (change, want) in cases {
             let mut files = base();

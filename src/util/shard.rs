@@ -113,7 +113,8 @@ mod tests {
     #[test]
     fn parses_strictly() {
         // (text, parsed or the start of the error)
-        let cases: &[(&str, Result<(u32, u32), &str>)] = &[
+        type Want = Result<(u32, u32), &'static str>;
+        let cases: &[(&str, Want)] = &[
             ("1/1", Ok((1, 1))),
             ("2/3", Ok((2, 3))),
             ("3/3", Ok((3, 3))),
@@ -154,7 +155,16 @@ mod tests {
     /// matrix built from different rollguard versions, so it must be deliberate.
     #[test]
     fn owners_are_pinned() {
-        let names = ["eu", "us", "ap", "sa", "af", "canary", "edge-0001", "edge-0002"];
+        let names = [
+            "eu",
+            "us",
+            "ap",
+            "sa",
+            "af",
+            "canary",
+            "edge-0001",
+            "edge-0002",
+        ];
         let got: Vec<(u32, u32, u32)> = names
             .iter()
             .map(|n| (owner(n, 1), owner(n, 2), owner(n, 3)))
@@ -222,7 +232,11 @@ mod tests {
                 let before: Vec<u32> = fleet.iter().map(|n| owner(n, count)).collect();
                 fleet.push(added.clone());
                 let after: Vec<u32> = fleet.iter().map(|n| owner(n, count)).collect();
-                assert_eq!(before[..], after[..before.len()], "seed {seed}, N = {count}");
+                assert_eq!(
+                    before[..],
+                    after[..before.len()],
+                    "seed {seed}, N = {count}"
+                );
                 // Removing one from the middle moves no other either.
                 let removed = fleet.remove(7);
                 let without: Vec<u32> = fleet.iter().map(|n| owner(n, count)).collect();

@@ -81,7 +81,10 @@ fn merge_args(env: &TestEnv, dir: &str, out: &str, config: bool) -> Vec<String> 
         "--no-github".into(),
     ];
     if config {
-        args.extend(["--config".into(), env.path("rollguard.yaml").display().to_string()]);
+        args.extend([
+            "--config".into(),
+            env.path("rollguard.yaml").display().to_string(),
+        ]);
     }
     args
 }
@@ -182,17 +185,27 @@ async fn three_shards_merge_into_one_report_and_conclude_rolls_the_others_back()
     assert!(merged.get("shard").is_none(), "{merged:#}");
     let step_summary = env.read("summary.md");
     for name in &names {
-        assert!(step_summary.contains(name.as_str()), "{name}: {step_summary}");
+        assert!(
+            step_summary.contains(name.as_str()),
+            "{name}: {step_summary}"
+        );
     }
 
     // rollback-failed: each shard's policy has decided, nothing more to do.
     let deployed: Vec<usize> = (0..9).filter(|i| owner(&names[*i], 3) != 2).collect();
     let reports = env.path("reports").display().to_string();
     let keep = env
-        .command("conclude", &["--reports", &reports, "--on-failure", "rollback-failed"])
+        .command(
+            "conclude",
+            &["--reports", &reports, "--on-failure", "rollback-failed"],
+        )
         .await;
     assert_eq!(keep.code, 0, "{}", keep.output());
-    assert!(keep.stdout.contains("nothing to roll back"), "{}", keep.output());
+    assert!(
+        keep.stdout.contains("nothing to roll back"),
+        "{}",
+        keep.output()
+    );
     for &i in &deployed {
         assert_eq!(image(&web(&env, i + 1).await), BAD, "{}", names[i]);
     }
@@ -208,13 +221,19 @@ async fn three_shards_merge_into_one_report_and_conclude_rolls_the_others_back()
             conclude.output()
         );
         assert!(
-            conclude.stdout.contains(&format!("{name}: rolled-back to v1")),
+            conclude
+                .stdout
+                .contains(&format!("{name}: rolled-back to v1")),
             "{name}: {}",
             conclude.output()
         );
         assert_runs(&env, i + 1, GOOD).await;
         // v1 good, v2 the shard's deploy, v3 the rollback to v1.
-        let revisions: Vec<u64> = records(&env, i + 1).await.iter().map(|r| r.revision).collect();
+        let revisions: Vec<u64> = records(&env, i + 1)
+            .await
+            .iter()
+            .map(|r| r.revision)
+            .collect();
         assert_eq!(revisions, [1, 2, 3], "{name}");
     }
     for i in (0..9).filter(|i| !deployed.contains(i)) {
@@ -288,10 +307,17 @@ async fn an_empty_shard_succeeds_and_a_bad_shard_is_refused() {
         "{}",
         run.output()
     );
-    let report = run.report.as_ref().expect("an empty shard writes its report");
+    let report = run
+        .report
+        .as_ref()
+        .expect("an empty shard writes its report");
     assert_eq!(report["shard"]["index"], empty);
     assert_eq!(rows(report), Vec::<(String, String)>::new());
-    assert_eq!(env.writes(1) + env.writes(2), 0, "an empty shard writes nothing");
+    assert_eq!(
+        env.writes(1) + env.writes(2),
+        0,
+        "an empty shard writes nothing"
+    );
 
     for (bad, says) in [
         ("4/3", "shards count from 1 to N"),
@@ -301,9 +327,7 @@ async fn an_empty_shard_succeeds_and_a_bad_shard_is_refused() {
         let run = env.deploy(&["--shard", bad]).await;
         assert_eq!(run.code, 2, "{bad}: {}", run.output());
         assert!(run.stderr.contains(says), "{bad}: {}", run.output());
-        let run = env
-            .deploy_with_env(&[], &[("ROLLGUARD_SHARD", bad)])
-            .await;
+        let run = env.deploy_with_env(&[], &[("ROLLGUARD_SHARD", bad)]).await;
         assert_eq!(run.code, 2, "{bad}: {}", run.output());
         assert!(
             run.stderr.contains("$ROLLGUARD_SHARD") && run.stderr.contains(says),
