@@ -193,9 +193,7 @@ pub async fn deploy(args: DeployArgs, plan: Plan) -> Result<i32, Error> {
     let cancel = cancel_on_signals();
     let mut report = run_plan(plan.clone(), cancel.clone()).await;
     report.run_url = sink.run_url();
-    report.shard = args
-        .shard
-        .map(|shard| crate::commands::shards::info(shard, &plan));
+    report.shard = args.shard.map(|shard| shard_info(shard, &plan));
     // A report file that cannot be written is a warning: the other sinks still get the
     // report (without a pointer to the missing file) and the exit code stays the run's.
     let written = finish_report(&report, args.report.as_ref(), &plan.env, in_actions);
@@ -302,6 +300,43 @@ fn manifest_line(plan: &Plan, object: &str) -> Option<SourceLine> {
         file: found.origin.file.display().to_string(),
         line: found.origin.line,
     })
+}
+
+/// What the report says of a shard's run.
+pub fn shard_info(shard: crate::util::shard::Shard, plan: &Plan) -> report::ShardInfo {
+    report::ShardInfo {
+        index: shard.index,
+        count: shard.count,
+        digest: Some(plan.manifests.digest()),
+    }
+}
+
+/// A shard with no target succeeds at once, saying so, and still writes its report (the
+/// merge job counts a shard without one as failed). None when the shard has targets.
+pub fn empty_shard(args: &DeployArgs, plan: &Plan) -> Option<i32> {
+    let shard = args.shard?;
+    if !plan.config.targets.is_empty() {
+        return None;
+    }
+    println!(
+        "rollguard: shard {shard} has no target (rendezvous hashing put every selected target in another shard): nothing to deploy"
+    );
+    if let Some(path) = &args.report {
+        let now = jiff::Timestamp::now();
+        let mut report = Report::new(
+            plan.config.app.clone(),
+            plan.commit.clone(),
+            now,
+            now,
+            Vec::new(),
+        );
+        report.dry_run = args.dry_run;
+        report.shard = Some(shard_info(shard, plan));
+        let json = report::to_json(&report::Clean::new(&report));
+        let in_actions = plan.env.get("GITHUB_ACTIONS").is_some_and(|v| v == "true");
+        write_report_file(path, &json, in_actions);
+    }
+    Some(exit::OK)
 }
 
 /// Runs a plan with live progress on stderr.

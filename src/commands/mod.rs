@@ -57,7 +57,7 @@ pub async fn run(cli: Cli) -> Result<i32, Error> {
             let detailed = args.plan_output.exit_code;
             let dry_run = async {
                 let plan = deploy::plan_off_runtime(&args, env).await?;
-                if let Some(code) = shards::empty_shard(&args, &plan) {
+                if let Some(code) = deploy::empty_shard(&args, &plan) {
                     return Ok(code);
                 }
                 // A dry run writes nothing to hold back: it says what a deploy would refuse.
@@ -75,7 +75,7 @@ pub async fn run(cli: Cli) -> Result<i32, Error> {
         }
         Command::Deploy(args) => {
             let plan = deploy::plan_off_runtime(&args, env).await?;
-            if let Some(code) = shards::empty_shard(&args, &plan) {
+            if let Some(code) = deploy::empty_shard(&args, &plan) {
                 return Ok(code);
             }
             // Before anything is written anywhere (GitHub included): `--wave N` follows the

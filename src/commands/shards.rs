@@ -7,14 +7,13 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::cli::{ConcludeArgs, ConfigFiles, DeployArgs, MergeArgs, RollbackArgs, Selection};
+use crate::cli::{ConcludeArgs, ConfigFiles, MergeArgs, RollbackArgs, Selection};
 use crate::config::{self, Config, FailurePolicy, Overrides};
-use crate::engine::plan::Plan;
 use crate::error::{Error, exit};
 use crate::github::{self, context::GithubContext, deployments::Planned};
 use crate::report::merge::{Merged, ShardFile, merge};
 use crate::report::redact::print_err;
-use crate::report::{self, COMMENT_LIMIT, FullReport, Report, ShardInfo, TargetOutcome};
+use crate::report::{self, COMMENT_LIMIT, FullReport, Report, TargetOutcome};
 use crate::util::shard::Shard;
 
 type Env = HashMap<String, String>;
@@ -42,43 +41,6 @@ pub fn say_sinks_left(shard: Shard) {
     print_err(&format!(
         "rollguard: shard {shard}: no PR comment, step summary or Deployments from this job; `rollguard report merge` posts them once for the whole fleet"
     ));
-}
-
-/// What the report says of a shard's run.
-pub fn info(shard: Shard, plan: &Plan) -> ShardInfo {
-    ShardInfo {
-        index: shard.index,
-        count: shard.count,
-        digest: Some(plan.manifests.digest()),
-    }
-}
-
-/// A shard with no target succeeds at once, saying so, and still writes its report (the
-/// merge job counts a shard without one as failed). None when the shard has targets.
-pub fn empty_shard(args: &DeployArgs, plan: &Plan) -> Option<i32> {
-    let shard = args.shard?;
-    if !plan.config.targets.is_empty() {
-        return None;
-    }
-    println!(
-        "rollguard: shard {shard} has no target (rendezvous hashing put every selected target in another shard): nothing to deploy"
-    );
-    if let Some(path) = &args.report {
-        let now = jiff::Timestamp::now();
-        let mut report = Report::new(
-            plan.config.app.clone(),
-            plan.commit.clone(),
-            now,
-            now,
-            Vec::new(),
-        );
-        report.dry_run = args.dry_run;
-        report.shard = Some(info(shard, plan));
-        let json = report::to_json(&report::Clean::new(&report));
-        let in_actions = plan.env.get("GITHUB_ACTIONS").is_some_and(|v| v == "true");
-        crate::commands::deploy::write_report_file(path, &json, in_actions);
-    }
-    Some(exit::OK)
 }
 
 /// The config's targets in order with their waves.
