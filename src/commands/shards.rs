@@ -53,8 +53,9 @@ fn fleet_of(config: &Config) -> Vec<(String, u32)> {
 }
 
 /// Every `*.json` under the folders (sorted, so the first file is the same in every run)
-/// that is a deploy's report; other JSON files and dry runs' reports are skipped, saying so.
-pub fn find_reports(dirs: &[PathBuf]) -> Result<Vec<ShardFile>, Error> {
+/// that is a shard's report; other JSON files, dry runs' reports and reports without
+/// `shard` (a whole fleet's, a merged one) are skipped, saying so.
+pub fn find_reports(dirs: &[PathBuf], out: Option<&Path>) -> Result<Vec<ShardFile>, Error> {
     let mut paths = Vec::new();
     for dir in dirs {
         if !dir.is_dir() {
@@ -67,6 +68,10 @@ pub fn find_reports(dirs: &[PathBuf]) -> Result<Vec<ShardFile>, Error> {
     }
     paths.sort();
     paths.dedup();
+    // `report merge --out` inside a folder it reads: the merged report of an earlier run is
+    // not a shard's.
+    let out = out.and_then(|p| p.canonicalize().ok());
+    paths.retain(|p| out.is_none() || p.canonicalize().ok() != out);
     let mut files = Vec::new();
     for path in paths {
         let shown = path.display().to_string();
@@ -78,6 +83,9 @@ pub fn find_reports(dirs: &[PathBuf]) -> Result<Vec<ShardFile>, Error> {
         match serde_json::from_str::<Report>(&text) {
             Ok(r) if r.dry_run => print_err(&format!(
                 "rollguard: skipping {shown}: the report of a dry run, which deployed nothing"
+            )),
+            Ok(r) if r.shard.is_none() => print_err(&format!(
+                "rollguard: skipping {shown}: the report of a run without --shard (a whole fleet's, or a merged one), not a shard's"
             )),
             Ok(report) => files.push(ShardFile {
                 path: shown,
@@ -106,8 +114,12 @@ fn collect_json(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
 }
 
 /// The shards' reports of one deploy, combined; refusals and missing shards said.
-fn read_and_merge(dirs: &[PathBuf], config: Option<&Config>) -> Result<Merged, Error> {
-    let files = find_reports(dirs)?;
+fn read_and_merge(
+    dirs: &[PathBuf],
+    out: Option<&Path>,
+    config: Option<&Config>,
+) -> Result<Merged, Error> {
+    let files = find_reports(dirs, out)?;
     let shown: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
     if files.is_empty() {
         let e = report::merge::MergeError::NoReports(shown.join(", "));
@@ -139,7 +151,7 @@ pub async fn merge_reports(args: MergeArgs, env: Env) -> Result<i32, Error> {
         Some(path) => Some(config::load(path, &Overrides::default(), &lookup)?),
         None => None,
     };
-    let merged = read_and_merge(&args.dirs, config.as_ref())?;
+    let merged = read_and_merge(&args.dirs, Some(&args.out), config.as_ref())?;
     let budget = config
         .as_ref()
         .map_or(github::context::DEFAULT_BUDGET, |c| c.github.timeout);
@@ -261,14 +273,21 @@ pub async fn conclude(args: ConcludeArgs, env: Env) -> Result<i32, Error> {
         ..Default::default()
     };
     let config = config::load(&path, &overrides, &lookup)?;
-    let merged = read_and_merge(&args.reports, Some(&config))?;
+    let merged = read_and_merge(&args.reports, None, Some(&config))?;
     let steps = decide(config.on_failure, &merged.report);
+    // What set the policy off: the first target (in config order) that did not deploy.
+    let trigger = merged
+        .report
+        .targets
+        .iter()
+        .find(|t| t.outcome.is_problem())
+        .map_or(String::new(), |t| format!("{} {}", t.name, t.outcome));
     let mut to_roll_back = Vec::new();
     for (name, step) in &steps {
         match step {
             Step::RollBack => {
                 println!(
-                    "{name}: rolling back (on_failure: rollback-all, and {})",
+                    "{name}: rolling back to its last good release: on_failure is rollback-all and {trigger} ({})",
                     merged.report.summary
                 );
                 to_roll_back.push(name.clone());

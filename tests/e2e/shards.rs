@@ -183,6 +183,31 @@ async fn three_shards_merge_into_one_report_and_conclude_rolls_the_others_back()
     }
     assert_eq!(merged["outcome"], "rolled-back");
     assert!(merged.get("shard").is_none(), "{merged:#}");
+    // Written into the folder it reads, the merged report is not taken for a shard's.
+    let again = rollguard(
+        &merge_args(&env, "reports", "reports/merged.json", false),
+        env.dir.path(),
+        &[],
+    )
+    .await;
+    assert_eq!(again.code, 1, "{}", again.output());
+    assert_eq!(rows(&read_json(&env.path("reports/merged.json"))).len(), 9);
+    // Nor when another merge (or conclude, below) reads that folder.
+    let again = rollguard(
+        &merge_args(&env, "reports", "merged-again.json", false),
+        env.dir.path(),
+        &[],
+    )
+    .await;
+    assert_eq!(again.code, 1, "{}", again.output());
+    assert_eq!(rows(&read_json(&env.path("merged-again.json"))).len(), 9);
+    assert!(
+        again
+            .stderr
+            .contains("merged.json: the report of a run without --shard"),
+        "{}",
+        again.output()
+    );
     let step_summary = env.read("summary.md");
     for name in &names {
         assert!(
@@ -216,7 +241,10 @@ async fn three_shards_merge_into_one_report_and_conclude_rolls_the_others_back()
     for &i in &deployed {
         let name = &names[i];
         assert!(
-            conclude.stdout.contains(&format!("{name}: rolling back")),
+            conclude.stdout.contains(&format!(
+                "{name}: rolling back to its last good release: on_failure is rollback-all and {} rolled-back",
+                names[failing]
+            )),
             "{name}: {}",
             conclude.output()
         );
