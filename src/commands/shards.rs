@@ -437,6 +437,45 @@ mod tests {
     }
 
     #[test]
+    fn find_reports_takes_shards_reports_and_skips_the_rest() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let write = |rel: &str, text: &str| {
+            let path = dir.path().join(rel);
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+            std::fs::write(path, text).expect("write");
+        };
+        let json = |r: &Report| serde_json::to_string(r).expect("serializes");
+        let mut shard = report(vec![target("eu", TargetOutcome::Deployed)]);
+        shard.shard = Some(crate::report::ShardInfo {
+            index: 1,
+            count: 2,
+            digest: None,
+        });
+        let mut dry = shard.clone();
+        dry.dry_run = true;
+        // (file, text): an artifact per folder as download-artifact lays them out.
+        write("a/rollguard-report-1/report-1.json", &json(&shard));
+        write("a/rollguard-report-2/report-2.json", &json(&dry));
+        write("a/merged.json", &json(&report(vec![])));
+        write("a/other.json", "{\"not\": \"a report\"}");
+        write("a/notes.txt", "not json at all");
+        write("a/1/2/3/4/5/deep.json", &json(&shard));
+        let found = find_reports(&[dir.path().join("a")], None).expect("the folder exists");
+        let paths: Vec<&str> = found.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(paths.len(), 1, "{paths:?}");
+        assert!(
+            paths[0].ends_with("rollguard-report-1/report-1.json"),
+            "{paths:?}"
+        );
+        // Its own --out is never read back.
+        let out = dir.path().join("a/rollguard-report-1/report-1.json");
+        assert!(find_reports(&[dir.path().join("a")], Some(&out)).is_ok_and(|f| f.is_empty()));
+        let e = find_reports(&[dir.path().join("missing")], None).expect_err("no folder");
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.to_string().contains("no such folder"), "{e}");
+    }
+
+    #[test]
     fn shard_from_flag_then_environment() {
         let env = |v: &str| Env::from([("ROLLGUARD_SHARD".to_string(), v.to_string())]);
         let two = Some(Shard { index: 2, count: 3 });
