@@ -42,14 +42,14 @@ pub async fn run(cli: Cli) -> Result<i32, Error> {
     // `--shard I/N`, else $ROLLGUARD_SHARD: one slice of the fleet, its GitHub sinks left
     // to `report merge`.
     let shard = match &mut command {
-        Command::Deploy(args) => Some(&mut args.shard),
-        Command::Diff(args) => Some(&mut args.shard),
+        Command::Deploy(args) => Some((&mut args.shard, args.dry_run)),
+        Command::Diff(args) => Some((&mut args.shard, true)),
         _ => None,
     };
-    if let Some(shard) = shard {
+    if let Some((shard, dry_run)) = shard {
         *shard = shards::resolve_shard(*shard, &env)?;
         if let Some(shard) = *shard {
-            shards::say_sinks_left(shard);
+            shards::say_sinks_left(shard, dry_run);
         }
     }
     match command {

@@ -36,11 +36,17 @@ pub fn resolve_shard(flag: Option<Shard>, env: &Env) -> Result<Option<Shard>, Er
     }
 }
 
-/// The one line a shard says about the sinks it leaves to the merge job.
-pub fn say_sinks_left(shard: Shard) {
-    print_err(&format!(
-        "rollguard: shard {shard}: no PR comment, step summary or Deployments from this job; `rollguard report merge` posts them once for the whole fleet"
-    ));
+/// The one line a shard says about the sinks it leaves out.
+pub fn say_sinks_left(shard: Shard, dry_run: bool) {
+    print_err(&if dry_run {
+        format!(
+            "rollguard: shard {shard}: no plan comment from this job (it plans a slice); `rollguard diff` without --shard comments the whole fleet's plan"
+        )
+    } else {
+        format!(
+            "rollguard: shard {shard}: no PR comment, step summary or Deployments from this job; `rollguard report merge` posts them once for the whole fleet"
+        )
+    });
 }
 
 /// The config's targets in order with their waves.

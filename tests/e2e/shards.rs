@@ -346,6 +346,16 @@ async fn an_empty_shard_succeeds_and_a_bad_shard_is_refused() {
         0,
         "an empty shard writes nothing"
     );
+    // A plan job's `diff --shard` of that slice: the same, and no plan comment from it.
+    let plan = env.command("diff", &["--shard", &shard]).await;
+    assert_eq!(plan.code, 0, "{}", plan.output());
+    assert!(
+        plan.stdout
+            .contains(&format!("shard {shard} has no target"))
+            && plan.stderr.contains("no plan comment from this job"),
+        "{}",
+        plan.output()
+    );
 
     for (bad, says) in [
         ("4/3", "shards count from 1 to N"),
