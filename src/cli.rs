@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::util::shard::Shard;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "rollguard",
@@ -34,6 +36,51 @@ pub enum Command {
     Release(ReleaseCommand),
     /// What runs on every target now: revision, commit, lock, health (and --drift).
     Status(StatusArgs),
+    /// Combine the JSON reports of a deploy split with `--shard I/N` (`report merge`).
+    #[command(subcommand)]
+    Report(ReportCommand),
+    /// After a deploy split with `--shard`: apply the failure policy across the shards
+    /// (under rollback-all, roll back the shards that deployed when another failed).
+    Conclude(ConcludeArgs),
+}
+
+/// `rollguard report ...`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum ReportCommand {
+    /// One report from the shards' reports: the table, the JSON, and the step summary, PR
+    /// comment and Deployments the shards left out. Exit code as the deploy's.
+    Merge(MergeArgs),
+}
+
+/// `rollguard report merge DIR... --out PATH`.
+#[derive(Debug, Clone, Args)]
+pub struct MergeArgs {
+    /// Folders holding the shards' `--report` files (searched 4 levels down for *.json).
+    #[arg(required = true, value_name = "DIR")]
+    pub dirs: Vec<PathBuf>,
+    /// Write the combined JSON report here.
+    #[arg(long, value_name = "PATH")]
+    pub out: PathBuf,
+    /// The config: orders the rows as it does and names the targets of a shard that never
+    /// reported (each then counts as failed; without it, one failed row for the shard).
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub github: GithubArgs,
+}
+
+/// `rollguard conclude --reports DIR`.
+#[derive(Debug, Clone, Args)]
+pub struct ConcludeArgs {
+    /// Folders holding the shards' `--report` files (repeatable).
+    #[arg(long, required = true, value_name = "DIR")]
+    pub reports: Vec<PathBuf>,
+    #[command(flatten)]
+    pub files: ConfigFiles,
+    /// rollback-all | rollback-failed | rollback-if-all-fail | none [default: the config's
+    /// on_failure]
+    #[arg(long, value_name = "POLICY")]
+    pub on_failure: Option<String>,
 }
 
 impl Command {
@@ -44,6 +91,7 @@ impl Command {
             Command::Diff(a) => Some(&a.selection),
             Command::Plan(a) => Some(&a.diff.selection),
             Command::Schema | Command::Demo(_) => None,
+            Command::Report(_) | Command::Conclude(_) => None,
             Command::Release(ReleaseCommand::History(a)) => Some(&a.selection),
             Command::Release(ReleaseCommand::Show(a)) => Some(&a.selection),
             Command::Release(ReleaseCommand::Rollback(a)) => Some(&a.selection),
@@ -99,6 +147,11 @@ pub struct DeployArgs {
     /// A later wave starts only when every target of the earlier waves runs this commit.
     #[arg(long, value_name = "N")]
     pub wave: Option<u32>,
+    /// Deploy only shard I of N: the targets rendezvous hashing of their names gives it
+    /// (each wave sliced apart), for a CI job matrix; env ROLLGUARD_SHARD. The PR comment,
+    /// step summary and Deployments are left to `rollguard report merge`.
+    #[arg(long, value_name = "I/N", value_parser = parse_shard_arg)]
+    pub shard: Option<Shard>,
     /// With --dry-run: how the plan is printed and what the exit code says.
     #[command(flatten)]
     pub plan_output: PlanOutput,
@@ -163,6 +216,9 @@ pub struct DiffArgs {
     /// How many targets are asked at once.
     #[arg(long, value_name = "N")]
     pub concurrency: Option<usize>,
+    /// Only the targets of shard I of N, as `deploy --shard` (env ROLLGUARD_SHARD).
+    #[arg(long, value_name = "I/N", value_parser = parse_shard_arg)]
+    pub shard: Option<Shard>,
     #[command(flatten)]
     pub output: PlanOutput,
     /// The plan's PR comment (its own, beside the deploy's) and `--report-markdown`.
@@ -366,6 +422,11 @@ impl std::str::FromStr for RecordFormat {
     }
 }
 
+/// `--shard I/N`, strictly: 1 <= I <= N.
+pub fn parse_shard_arg(text: &str) -> Result<Shard, String> {
+    text.parse::<Shard>().map_err(|e| e.to_string())
+}
+
 pub fn parse_duration_arg(text: &str) -> Result<Duration, String> {
     crate::util::duration::parse_duration(text).map_err(|e| e.to_string())
 }
@@ -504,6 +565,62 @@ mod tests {
             assert_eq!(args.timeout, Duration::from_secs(5));
         }
         assert!(Cli::try_parse_from(["rollguard", "status", "-o", "text"]).is_err());
+    }
+
+    #[test]
+    fn shard_flags() {
+        let parse = |args: &[&str]| {
+            let mut all = vec!["rollguard"];
+            all.extend_from_slice(args);
+            Cli::try_parse_from(all)
+        };
+        let two = Some(Shard { index: 2, count: 3 });
+        let Command::Deploy(args) = parse(&["deploy", "--shard", "2/3"])
+            .expect("parses")
+            .command
+        else {
+            panic!("deploy expected")
+        };
+        assert_eq!(args.shard, two);
+        let Command::Diff(args) = parse(&["diff", "--shard", "2/3"]).expect("parses").command
+        else {
+            panic!("diff expected")
+        };
+        assert_eq!(args.shard, two);
+        for bad in ["0/3", "4/3", "1/0", "2", "a/b", "+1/3"] {
+            let e = parse(&["deploy", "--shard", bad]).expect_err(bad);
+            assert!(
+                e.to_string().contains("I/N") || e.to_string().contains("shards"),
+                "{e}"
+            );
+        }
+        let Command::Report(ReportCommand::Merge(merge)) = parse(&[
+            "report", "merge", "a", "b", "--out", "r.json", "--config", "c.yaml",
+        ])
+        .expect("parses")
+        .command
+        else {
+            panic!("report merge expected")
+        };
+        assert_eq!(merge.dirs, [PathBuf::from("a"), PathBuf::from("b")]);
+        assert_eq!(merge.out, PathBuf::from("r.json"));
+        assert!(
+            parse(&["report", "merge", "--out", "r.json"]).is_err(),
+            "a folder is required"
+        );
+        assert!(
+            parse(&["report", "merge", "a"]).is_err(),
+            "--out is required"
+        );
+        let Command::Conclude(conclude) =
+            parse(&["conclude", "--reports", "r", "--on-failure", "none"])
+                .expect("parses")
+                .command
+        else {
+            panic!("conclude expected")
+        };
+        assert_eq!(conclude.reports, [PathBuf::from("r")]);
+        assert!(parse(&["conclude"]).is_err(), "--reports is required");
     }
 
     #[test]

@@ -115,6 +115,7 @@ fn step_args(dir: &Path, kubeconfig: &Path, report: Option<&Path>) -> DeployArgs
         concurrency: None,
         lock_timeout: None,
         wave: None,
+        shard: None,
         plan_output: Default::default(),
         github: Default::default(),
     }

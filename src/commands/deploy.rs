@@ -72,7 +72,13 @@ pub fn read_plan(
         wave: args.wave,
         ..Default::default()
     };
-    let config = config::load(&path, &overrides, &lookup)?;
+    let mut config = config::load(&path, &overrides, &lookup)?;
+    // `--shard I/N`: this job's slice, before any target's access is checked (a matrix job
+    // may hold only its own targets' credentials).
+    if let Some(shard) = args.shard {
+        let targets = std::mem::take(&mut config.targets);
+        config.targets = shard.slice(targets, |t| t.name.as_str());
+    }
     let mut missing = config::missing_working_dirs(&config);
     missing.extend(config::missing_shells(&config, &lookup));
     if !missing.is_empty() {
@@ -187,6 +193,7 @@ pub async fn deploy(args: DeployArgs, plan: Plan) -> Result<i32, Error> {
     let cancel = cancel_on_signals();
     let mut report = run_plan(plan.clone(), cancel.clone()).await;
     report.run_url = sink.run_url();
+    report.shard = args.shard.map(|shard| shard_info(shard, &plan));
     // A report file that cannot be written is a warning: the other sinks still get the
     // report (without a pointer to the missing file) and the exit code stays the run's.
     let written = finish_report(&report, args.report.as_ref(), &plan.env, in_actions);
@@ -230,23 +237,34 @@ pub async fn deploy(args: DeployArgs, plan: Plan) -> Result<i32, Error> {
 }
 
 pub(crate) fn github_context(args: &DeployArgs, plan: &Plan) -> GithubContext {
-    let flags = GithubFlags {
-        enabled: if args.github.no_github {
+    let mut ctx = GithubContext::resolve(
+        &github_flags(&args.github),
+        &plan.env,
+        &|path| std::fs::read_to_string(path).ok(),
+        plan.config.github.timeout,
+    );
+    // A shard deploys a slice: its PR comment, step summary and Deployments would stand for
+    // the whole fleet, so `report merge` posts them once (the outputs stay per job).
+    if args.shard.is_some() {
+        ctx.enabled = false;
+        ctx.step_summary = None;
+    }
+    ctx
+}
+
+/// The GitHub flags as the context reads them (`deploy`, `diff`, `report merge`).
+pub(crate) fn github_flags(github: &crate::cli::GithubArgs) -> GithubFlags {
+    GithubFlags {
+        enabled: if github.no_github {
             Some(false)
-        } else if args.github.github {
+        } else if github.github {
             Some(true)
         } else {
             None
         },
-        token: args.github.github_token.clone(),
-        pr: args.github.pr,
-    };
-    GithubContext::resolve(
-        &flags,
-        &plan.env,
-        &|path| std::fs::read_to_string(path).ok(),
-        plan.config.github.timeout,
-    )
+        token: github.github_token.clone(),
+        pr: github.pr,
+    }
 }
 
 fn sink_options(plan: &Plan) -> github::SinkOptions {
@@ -282,6 +300,43 @@ fn manifest_line(plan: &Plan, object: &str) -> Option<SourceLine> {
         file: found.origin.file.display().to_string(),
         line: found.origin.line,
     })
+}
+
+/// What the report says of a shard's run.
+pub fn shard_info(shard: crate::util::shard::Shard, plan: &Plan) -> report::ShardInfo {
+    report::ShardInfo {
+        index: shard.index,
+        count: shard.count,
+        digest: Some(plan.manifests.digest()),
+    }
+}
+
+/// A shard with no target succeeds at once, saying so, and still writes its report (the
+/// merge job counts a shard without one as failed). None when the shard has targets.
+pub fn empty_shard(args: &DeployArgs, plan: &Plan) -> Option<i32> {
+    let shard = args.shard?;
+    if !plan.config.targets.is_empty() {
+        return None;
+    }
+    println!(
+        "rollguard: shard {shard} has no target (rendezvous hashing put every selected target in another shard): nothing to deploy"
+    );
+    if let Some(path) = &args.report {
+        let now = jiff::Timestamp::now();
+        let mut report = Report::new(
+            plan.config.app.clone(),
+            plan.commit.clone(),
+            now,
+            now,
+            Vec::new(),
+        );
+        report.dry_run = args.dry_run;
+        report.shard = Some(shard_info(shard, plan));
+        let json = report::to_json(&report::Clean::new(&report));
+        let in_actions = plan.env.get("GITHUB_ACTIONS").is_some_and(|v| v == "true");
+        write_report_file(path, &json, in_actions);
+    }
+    Some(exit::OK)
 }
 
 /// Runs a plan with live progress on stderr.

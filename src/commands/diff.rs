@@ -40,6 +40,7 @@ fn as_deploy(args: &DiffArgs) -> DeployArgs {
         concurrency: args.concurrency,
         lock_timeout: None,
         wave: None,
+        shard: args.shard,
         plan_output: args.output.clone(),
         github: args.github.clone(),
     }
@@ -79,6 +80,9 @@ pub async fn dry_run(args: DeployArgs, env: HashMap<String, String>) -> Result<i
     // The deploy's loader, off the runtime (render commands and git block); it also teaches
     // the scrubber every secret value of the manifests.
     let plan = crate::commands::deploy::plan_off_runtime(&args, env).await?;
+    if let Some(code) = crate::commands::deploy::empty_shard(&args, &plan) {
+        return Ok(code);
+    }
     dry_run_plan(args, plan).await
 }
 

@@ -6,6 +6,7 @@ pub mod deploy;
 pub mod diff;
 pub mod manual_report;
 pub mod release;
+pub mod shards;
 pub mod status;
 
 use crate::cli::{Cli, Command};
@@ -38,11 +39,28 @@ pub async fn run(cli: Cli) -> Result<i32, Error> {
     let git_timeout = crate::util::git::timeout_from_env(&lookup)
         .map_err(|e| Error::Usage(format!("$ROLLGUARD_GIT_TIMEOUT: {e}")))?;
     crate::util::git::set_timeout(git_timeout);
-    match cli.command {
+    let mut command = cli.command;
+    // `--shard I/N`, else $ROLLGUARD_SHARD: one slice of the fleet, its GitHub sinks left
+    // to `report merge`.
+    let shard = match &mut command {
+        Command::Deploy(args) => Some((&mut args.shard, args.dry_run)),
+        Command::Diff(args) => Some((&mut args.shard, true)),
+        _ => None,
+    };
+    if let Some((shard, dry_run)) = shard {
+        *shard = shards::resolve_shard(*shard, &env)?;
+        if let Some(shard) = *shard {
+            shards::say_sinks_left(shard, dry_run);
+        }
+    }
+    match command {
         Command::Deploy(args) if args.dry_run => {
             let detailed = args.plan_output.exit_code;
             let dry_run = async {
                 let plan = deploy::plan_off_runtime(&args, env).await?;
+                if let Some(code) = deploy::empty_shard(&args, &plan) {
+                    return Ok(code);
+                }
                 // A dry run writes nothing to hold back: it says what a deploy would refuse.
                 if let Err(refused) = release::check_earlier_waves(&plan).await
                     && let Some(wave) = args.wave
@@ -58,6 +76,9 @@ pub async fn run(cli: Cli) -> Result<i32, Error> {
         }
         Command::Deploy(args) => {
             let plan = deploy::plan_off_runtime(&args, env).await?;
+            if let Some(code) = deploy::empty_shard(&args, &plan) {
+                return Ok(code);
+            }
             // Before anything is written anywhere (GitHub included): `--wave N` follows the
             // waves before it only when they run this commit.
             release::check_earlier_waves(&plan).await?;
@@ -89,6 +110,10 @@ pub async fn run(cli: Cli) -> Result<i32, Error> {
         )),
         Command::Release(command) => Ok(release::run(command, env).await),
         Command::Status(args) => Ok(status::run(args, env).await),
+        Command::Report(crate::cli::ReportCommand::Merge(args)) => {
+            shards::merge_reports(args, env).await
+        }
+        Command::Conclude(args) => shards::conclude(args, env).await,
     }
 }
 

@@ -78,6 +78,11 @@ pub const ENV_SETTINGS: &[EnvSetting] = &[
         "where the release records and the lock live (`history.namespace`)",
     ),
     EnvSetting {
+        name: "SHARD",
+        input: false,
+        meaning: "the slice of the targets to deploy, as `--shard I/N` (`deploy`, `diff`)",
+    },
+    EnvSetting {
         name: "REQUEST_TIMEOUT",
         input: false,
         meaning: "how long a request (not a watch) may wait for the server's next bytes (default 30s)",

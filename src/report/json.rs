@@ -23,6 +23,7 @@
 //!   rendered query or URL, credentials masked), `samples[]` {`time`, `value` (number or null:
 //!   no data, an error), `verdict`, `note`?}, `message`? (why it failed the target)}.
 //! - `plan`? (dry runs): the plan, as `rollguard diff -o json` prints it (`plan_schema`).
+//! - `shard`? (`deploy --shard I/N`): {`index`, `count`, `digest`? (of the manifests)}.
 
 use super::clean::Clean;
 use super::model::Report;
@@ -196,7 +197,17 @@ pub fn report_schema() -> Value {
             "dry_run": {"type": "boolean"},
             "run_url": {"type": "string"},
             "targets": {"type": "array", "items": target},
-            "plan": plan
+            "plan": plan,
+            "shard": {
+                "type": "object",
+                "description": "the slice of the fleet a `deploy --shard I/N` run deployed; absent for a whole-fleet run",
+                "required": ["index", "count"],
+                "properties": {
+                    "index": {"type": "integer", "minimum": 1, "description": "I, from 1"},
+                    "count": {"type": "integer", "minimum": 1, "description": "N, the number of shards"},
+                    "digest": {"type": "string", "description": "the digest of the manifests deployed, the same in every shard of one deploy"}
+                }
+            }
         }
     })
 }
@@ -256,6 +267,11 @@ mod tests {
         });
         let mut r = report(vec![target("eu", TargetOutcome::Deployed), us]);
         r.run_url = Some("https://ci/run/1".into());
+        r.shard = Some(ShardInfo {
+            index: 2,
+            count: 3,
+            digest: Some("sha256:abc".into()),
+        });
         r
     }
 

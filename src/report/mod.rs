@@ -11,6 +11,7 @@ pub mod escape;
 mod json;
 pub mod log_filter;
 mod markdown;
+pub mod merge;
 mod model;
 pub mod plan;
 pub mod progress;

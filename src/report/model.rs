@@ -39,7 +39,7 @@ impl TargetOutcome {
     }
 
     /// Higher wins when outcomes are aggregated over targets.
-    fn severity(self) -> u8 {
+    pub(crate) fn severity(self) -> u8 {
         match self {
             TargetOutcome::Skipped => 0,
             TargetOutcome::Deployed => 1,
@@ -457,6 +457,22 @@ pub struct Report {
     /// of the PR's plan comment (`plan_to_markdown`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<ChangePlan>,
+    /// The slice of the fleet a `deploy --shard I/N` run deployed (`report merge` combines
+    /// the shards' reports); absent for a whole-fleet run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<ShardInfo>,
+}
+
+/// Which shard of a `--shard I/N` deploy a report is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardInfo {
+    /// I, from 1.
+    pub index: u32,
+    /// N, the number of shards.
+    pub count: u32,
+    /// The digest of the manifests deployed: the same in every shard of one deploy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
 }
 
 impl Report {
@@ -480,6 +496,7 @@ impl Report {
             dry_run: false,
             run_url: None,
             plan: None,
+            shard: None,
         };
         report.summary = summary_line(&report);
         report

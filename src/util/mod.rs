@@ -9,6 +9,7 @@ pub mod generated_docs;
 pub mod git;
 pub mod process_group;
 pub mod runner;
+pub mod shard;
 #[cfg(test)]
 pub mod shared;
 #[cfg(test)]

@@ -20,6 +20,7 @@ mod real;
 mod release;
 mod runtime_root;
 mod secrets;
+mod shards;
 mod stages;
 mod stalled;
 mod status;
