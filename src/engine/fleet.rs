@@ -180,8 +180,10 @@ async fn preflight_dry_run(
             run.refused_in_preflight = failures
                 .iter()
                 .any(|f| crate::engine::preflight::is_refusal(&f.reason));
+            // The server's message, said once on each stream (the live line, the table).
+            let headline = failures.first().map(Failure::headline).unwrap_or_default();
+            run.report.message = Some(format!("{}: {headline}", stop.refused_message));
             run.report.failures = failures;
-            run.report.message = Some(stop.refused_message.clone());
         } else {
             run.report.message = Some(stop.message.clone());
         }

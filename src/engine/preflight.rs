@@ -113,7 +113,7 @@ pub struct PreflightStop {
     pub refused: bool,
     /// What every target that was not refused itself says.
     pub message: String,
-    /// What a refused target says beside its failures.
+    /// What a refused target says before its first failure's headline.
     pub refused_message: String,
 }
 
@@ -164,7 +164,7 @@ pub fn preflight_verdict(found: &[(&str, &Checked)]) -> Option<PreflightStop> {
             "not deployed: the preflight dry run {what} {first} on {first_target}{more} ({see}); nothing was written anywhere, so nothing rolls back: fix it and run again (`preflight: false` skips the check)"
         ),
         refused_message: format!(
-            "not deployed: the preflight dry run {what} the manifests here; nothing was written anywhere, so nothing rolls back: fix them and run again"
+            "not deployed: the preflight dry run {what} it, nothing was written anywhere and nothing rolls back"
         ),
     })
 }

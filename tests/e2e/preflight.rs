@@ -87,18 +87,21 @@ async fn an_immutable_selector_on_one_of_three_targets_stops_the_deploy_before_a
         assert!(
             run.target("us")["message"]
                 .as_str()
-                .is_some_and(|m| m.starts_with("not deployed: the preflight dry run refused")),
+                .is_some_and(|m| m.starts_with("not deployed: the preflight dry run refused it")
+                    && m.contains("field is immutable")),
             "{}",
             run.output()
         );
         assert_eq!(run.report.as_ref().unwrap()["refused_in_preflight"], true);
-        // The server's message is said once on stdout (the table's details).
-        assert_eq!(
-            run.stdout.matches("field is immutable").count(),
-            1,
-            "{}",
-            run.output()
-        );
+        // The server's message is said once on each stream: the table's details, the live line.
+        for (stream, text) in [("stdout", &run.stdout), ("stderr", &run.stderr)] {
+            assert_eq!(
+                text.matches("field is immutable").count(),
+                1,
+                "{stream}: {}",
+                run.output()
+            );
+        }
         // No record was begun: the history still ends at v1 everywhere.
         for target in ["eu", "us", "ap"] {
             assert!(run.target(target)["revision"].is_null(), "{}", run.output());
