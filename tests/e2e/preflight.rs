@@ -182,3 +182,96 @@ async fn the_preflight_passes_a_first_deploy_into_a_namespace_not_yet_there() {
         .sum();
     assert!(dry_runs >= 2, "every object dry-run: {dry_runs}");
 }
+
+// ---------------------------------------------------------------------------------------
+// A fleet diff a person can read (issue 26.6), and a plan's outputs.
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_image_change_on_three_targets_is_printed_once_and_outputs_say_so() {
+    let env = TestEnv::start(3, "").await;
+    env.write("rollguard.yaml", &config(3, "60s"));
+    env.write("k8s/app.yaml", &small_app("example.com/web:v1"));
+    assert_eq!(env.deploy(&[]).await.code, 0);
+    env.write("k8s/app.yaml", &small_app("example.com/web:v2"));
+    let run = env.command("diff", &[]).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    let once = "  ~ Deployment shop/web on eu, us, ap (";
+    assert_eq!(run.stdout.matches(once).count(), 1, "{}", run.output());
+    let added = run
+        .stdout
+        .lines()
+        .filter(|l| l.trim_start().starts_with('+') && l.contains("image: example.com/web:v2"))
+        .count();
+    assert_eq!(
+        added,
+        1,
+        "one diff for the three:\n{}",
+        run.output()
+    );
+    // Unchanged objects are a count; -v names them.
+    assert!(!run.stdout.contains("web-config"), "{}", run.output());
+    let verbose = env.command("diff", &["-v"]).await;
+    assert!(
+        verbose
+            .stdout
+            .contains("  = unchanged: ConfigMap shop/web-config"),
+        "{}",
+        verbose.output()
+    );
+    // A dry run's live lines never say deployed.
+    let dry = env.deploy(&["--dry-run"]).await;
+    assert_eq!(dry.code, 0, "{}", dry.output());
+    assert!(!dry.stderr.contains("deployed"), "{}", dry.output());
+    assert!(
+        dry.stderr.contains("planned: would change 1 object"),
+        "{}",
+        dry.output()
+    );
+
+    // The outputs are written whenever GITHUB_OUTPUT is set, --no-github included.
+    for extra in [&[][..], &["--no-github"][..]] {
+        let output = env.path("github_output");
+        let summary = env.path("step_summary");
+        let _ = std::fs::remove_file(&output);
+        let _ = std::fs::remove_file(&summary);
+        let run = env
+            .command_env(
+                "diff",
+                extra,
+                &[
+                    ("GITHUB_ACTIONS", "true"),
+                    ("GITHUB_OUTPUT", &output.display().to_string()),
+                    ("GITHUB_STEP_SUMMARY", &summary.display().to_string()),
+                ],
+            )
+            .await;
+        assert_eq!(run.code, 0, "{extra:?}: {}", run.output());
+        let outputs = env.read("github_output");
+        for want in [
+            "has_changes<<",
+            "\ntrue\n",
+            "changes<<",
+            "targets_changed<<",
+            "plan<<",
+        ] {
+            assert!(outputs.contains(want), "{extra:?}: {want}: {outputs}");
+        }
+        let value = |name: &str| {
+            let mut lines = outputs.lines();
+            lines.find(|l| l.starts_with(&format!("{name}<<")))?;
+            lines.next().map(str::to_string)
+        };
+        assert_eq!(value("has_changes").as_deref(), Some("true"), "{outputs}");
+        assert_eq!(value("changes").as_deref(), Some("3"), "{outputs}");
+        assert_eq!(value("targets_changed").as_deref(), Some("3"), "{outputs}");
+        let plan: serde_json::Value =
+            serde_json::from_str(&value("plan").unwrap_or_default()).expect("plan JSON");
+        assert_eq!(plan["us"]["update"], 1, "{outputs}");
+        assert!(
+            env.read("step_summary").contains("Plan (server-side dry run)"),
+            "{extra:?}: {}",
+            env.read("step_summary")
+        );
+    }
+}
