@@ -140,7 +140,11 @@ pub fn preflight_verdict(found: &[(&str, &Checked)]) -> Option<PreflightStop> {
     let refused = stopped
         .iter()
         .any(|(_, fs)| fs.iter().any(|f| is_refusal(&f.reason)));
-    let what = if refused { "refused" } else { "could not check" };
+    let what = if refused {
+        "refused"
+    } else {
+        "could not check"
+    };
     let first = failures
         .first()
         .map(|f| f.object.clone())

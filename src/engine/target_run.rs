@@ -300,7 +300,10 @@ async fn unchanged_since(
     }
     // The preflight asked the same question moments ago, under the same lock.
     if let Some(found) = run.preflight.as_ref().filter(|p| {
-        default_namespace == plan.config.default_namespace(&run.target, &access.context_namespace)
+        default_namespace
+            == plan
+                .config
+                .default_namespace(&run.target, &access.context_namespace)
             && p.name == run.target.name
     }) {
         return changes_nothing(found).then(|| last_good.clone());

@@ -186,7 +186,10 @@ pub fn plan_outputs(plan: &ChangePlan, exit_code: i32) -> Vec<(String, String)> 
     vec![
         ("changes".to_string(), plan.changes.to_string()),
         ("has_changes".to_string(), (plan.changes > 0).to_string()),
-        ("targets_changed".to_string(), plan.targets_changed.to_string()),
+        (
+            "targets_changed".to_string(),
+            plan.targets_changed.to_string(),
+        ),
         ("summary".to_string(), plan.summary.clone()),
         ("exit_code".to_string(), exit_code.to_string()),
         (

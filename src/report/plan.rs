@@ -331,7 +331,10 @@ pub(crate) mod tests {
         };
         let fresh = || change("ConfigMap shop/fresh", None, None);
         // (targets, the groups as (sign, object, targets))
-        type Case = (Vec<TargetPlan>, Vec<(Sign, &'static str, Vec<&'static str>)>);
+        type Case = (
+            Vec<TargetPlan>,
+            Vec<(Sign, &'static str, Vec<&'static str>)>,
+        );
         let cases: Vec<Case> = vec![
             (vec![], vec![]),
             (
@@ -366,7 +369,11 @@ pub(crate) mod tests {
                     target("eu", vec![fresh()], vec![]),
                     target(
                         "us",
-                        vec![change("ConfigMap shop/fresh", None, Some("namespace shop not yet on the cluster"))],
+                        vec![change(
+                            "ConfigMap shop/fresh",
+                            None,
+                            Some("namespace shop not yet on the cluster"),
+                        )],
                         vec![],
                     ),
                 ],

@@ -79,8 +79,15 @@ async fn fails_at_once(
         env.write(path, text);
     }
     let run = env.deploy(&["--on-failure", "none"]).await;
-    let in_preflight = !files.iter().any(|(_, text)| text.contains("CustomResourceDefinition"));
-    assert_eq!(run.code, if in_preflight { 2 } else { 1 }, "{}", run.output());
+    let in_preflight = !files
+        .iter()
+        .any(|(_, text)| text.contains("CustomResourceDefinition"));
+    assert_eq!(
+        run.code,
+        if in_preflight { 2 } else { 1 },
+        "{}",
+        run.output()
+    );
     let failure = run.target("eu")["failures"][0].clone();
     assert_eq!(failure["reason"], reason, "{failure:#}");
     let text = failure["message"].as_str().unwrap_or("");

@@ -4,21 +4,6 @@
 
 use crate::harness::{TestEnv, config, small_app};
 
-/// The selector the deployed app's Deployment has, changed (immutable on a real server).
-fn with_selector(app: &str, label: &str) -> String {
-    let changed = app
-        .replace(
-            "    matchLabels:\n      app: web\n",
-            &format!("    matchLabels:\n      app: {label}\n"),
-        )
-        .replace(
-            "      labels:\n        app: web\n",
-            &format!("      labels:\n        app: {label}\n"),
-        );
-    assert_ne!(changed, app, "small_app changed: fix this test");
-    changed
-}
-
 /// Three targets on v1; then sim-2 alone gets a Deployment `web` with another selector (a
 /// deploy there by hand), so that v2's selector is immutable on us only.
 async fn three_targets_one_with_another_selector(extra_config: &str) -> TestEnv {
@@ -46,7 +31,9 @@ async fn three_targets_one_with_another_selector(extra_config: &str) -> TestEnv 
     let client = env.client(2).await;
     let api: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
         kube::Api::namespaced(client, "shop");
-    api.delete("web", &Default::default()).await.expect("delete");
+    api.delete("web", &Default::default())
+        .await
+        .expect("delete");
     env.apply_as(2, "rollguard-shop", &body).await;
     env.write("k8s/app.yaml", &small_app("example.com/web:v2"));
     env
@@ -79,16 +66,17 @@ async fn an_immutable_selector_on_one_of_three_targets_stops_the_deploy_before_a
             assert_eq!(run.outcome(other), "skipped", "{}", run.output());
             let said = run.target(other)["message"].as_str().unwrap_or_default();
             assert!(
-                said.starts_with("not deployed: the preflight dry run refused Deployment shop/web on us"),
+                said.starts_with(
+                    "not deployed: the preflight dry run refused Deployment shop/web on us"
+                ),
                 "{other}: {said}"
             );
             assert!(run.target(other)["rollback"].is_null(), "{}", run.output());
         }
         assert!(
-            run.target("us")["message"]
-                .as_str()
-                .is_some_and(|m| m.starts_with("not deployed: the preflight dry run refused it")
-                    && m.contains("field is immutable")),
+            run.target("us")["message"].as_str().is_some_and(|m| m
+                .starts_with("not deployed: the preflight dry run refused it")
+                && m.contains("field is immutable")),
             "{}",
             run.output()
         );
@@ -171,7 +159,10 @@ async fn the_preflight_passes_a_first_deploy_into_a_namespace_not_yet_there() {
     assert!(phases.contains(&"preflight"), "{phases:?}");
     // The preflight's phase comes after the lock's and before the apply's.
     let at = |name| phases.iter().position(|p| *p == name);
-    assert!(at("lock") < at("preflight") && at("preflight") < at("apply"), "{phases:?}");
+    assert!(
+        at("lock") < at("preflight") && at("preflight") < at("apply"),
+        "{phases:?}"
+    );
     let dry_runs: u64 = env
         .cluster(1)
         .counters()
@@ -203,12 +194,7 @@ async fn the_same_image_change_on_three_targets_is_printed_once_and_outputs_say_
         .lines()
         .filter(|l| l.trim_start().starts_with('+') && l.contains("image: example.com/web:v2"))
         .count();
-    assert_eq!(
-        added,
-        1,
-        "one diff for the three:\n{}",
-        run.output()
-    );
+    assert_eq!(added, 1, "one diff for the three:\n{}", run.output());
     // Unchanged objects are a count; -v names them.
     assert!(!run.stdout.contains("web-config"), "{}", run.output());
     let verbose = env.command("diff", &["-v"]).await;
@@ -269,7 +255,8 @@ async fn the_same_image_change_on_three_targets_is_printed_once_and_outputs_say_
             serde_json::from_str(&value("plan").unwrap_or_default()).expect("plan JSON");
         assert_eq!(plan["us"]["update"], 1, "{outputs}");
         assert!(
-            env.read("step_summary").contains("Plan (server-side dry run)"),
+            env.read("step_summary")
+                .contains("Plan (server-side dry run)"),
             "{extra:?}: {}",
             env.read("step_summary")
         );

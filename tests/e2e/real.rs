@@ -421,7 +421,11 @@ async fn misspelt_field_is_refused_in_the_preflight_on_every_target_with_nothing
                 "{}",
                 run.output()
             );
-            assert!(run.target(&target)["rollback"].is_null(), "{}", run.output());
+            assert!(
+                run.target(&target)["rollback"].is_null(),
+                "{}",
+                run.output()
+            );
             let client = env.client(&context).await;
             for (api_version, kind, plural) in [
                 ("v1", "ConfigMap", "configmaps"),
