@@ -159,8 +159,9 @@ async fn preflight_dry_run(
         .zip(found.iter())
         .collect();
     let Some(stop) = preflight_verdict(&views) else {
-        for ((run, checked), _) in runs.iter_mut().zip(found).zip(&asked) {
+        for (run, checked) in runs.iter_mut().zip(found) {
             if let Checked::Passed(answer) = checked {
+                run.clock.stop();
                 run.preflight = Some(answer);
             }
         }
