@@ -194,6 +194,9 @@ pub struct PlanOutput {
         value_name = "FORMAT"
     )]
     pub format: PlanFormat,
+    /// Name the unchanged objects of each target, not only count them.
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
 }
 
 /// `rollguard diff`.

@@ -33,7 +33,7 @@ pub mod exit {
         ),
         (
             BAD_INPUT,
-            "bad input, found before anything was written anywhere: the config, a flag, a manifest, a target's kubeconfig, context or credentials file, a revision that does not exist (`show`, `rollback`) or that a rollback refuses, `deploy --wave N` with no commit to check the earlier waves against; `diff --exit-code`: there are changes",
+            "bad input, found before anything was written anywhere: the config, a flag, a manifest, a manifest a server refused in the deploy's preflight dry run, a target's kubeconfig, context or credentials file, a revision that does not exist (`show`, `rollback`) or that a rollback refuses, `deploy --wave N` with no commit to check the earlier waves against; `diff --exit-code`: there are changes",
         ),
         (
             ROLLBACK_FAILED,

@@ -107,7 +107,12 @@ pub async fn dry_run_plan(args: DeployArgs, plan: Plan) -> Result<i32, Error> {
         )
     });
     let lookup = |k: &str| plan.env.get(k).cloned();
-    print_plan(&change_plan, args.plan_output.format, &lookup);
+    print_plan_with(
+        &change_plan,
+        args.plan_output.format,
+        args.plan_output.verbose,
+        &lookup,
+    );
     if let Some(path) = &args.report {
         let in_actions = crate::commands::deploy::github_context(&args, &plan).in_actions;
         write_json(
@@ -116,23 +121,29 @@ pub async fn dry_run_plan(args: DeployArgs, plan: Plan) -> Result<i32, Error> {
             in_actions,
         );
     }
-    publish_plan(&change_plan, &args, &plan).await;
-    Ok(change_plan.exit_code(args.plan_output.exit_code))
+    let code = change_plan.exit_code(args.plan_output.exit_code);
+    publish_plan(&change_plan, &args, &plan, code).await;
+    Ok(code)
 }
 
 /// The plan as markdown: to `--report-markdown`, and as the plan's own sticky PR comment
 /// (never its deploy comment) when GitHub is on. Both are sinks: their problems are warnings.
-async fn publish_plan(change_plan: &ChangePlan, args: &DeployArgs, plan: &Plan) {
+async fn publish_plan(change_plan: &ChangePlan, args: &DeployArgs, plan: &Plan, exit_code: i32) {
     let app = &plan.config.app;
     let marker = crate::github::comments::marker(crate::github::comments::Purpose::Plan, app);
     let limit = crate::report::COMMENT_LIMIT - marker.len() - 1;
     // Scrubbed before it is escaped (Clean), then once more as a whole: a comment posted
     // through the API passes no runner masking.
-    let markdown = redact::scrub(&crate::report::plan_to_markdown(
-        &Clean::new(change_plan),
-        limit,
-    ));
+    let markdown_within = |limit: usize| {
+        redact::scrub(&crate::report::plan_to_markdown(
+            &Clean::new(change_plan),
+            limit,
+        ))
+    };
+    let markdown = markdown_within(limit);
     let ctx = crate::commands::deploy::github_context(args, plan);
+    // The job's own files (step summary, outputs), GitHub on or off.
+    crate::github::write_plan_files(&ctx, change_plan, exit_code, &markdown_within);
     if let Some(path) = &args.github.report_markdown {
         crate::commands::deploy::write_report_file(path, &markdown, ctx.in_actions);
     }
@@ -152,7 +163,18 @@ fn write_json(text: &str, path: &Path, in_actions: bool) {
 }
 
 /// Prints the plan on stdout (scrubbed): text, coloured on a terminal without NO_COLOR; or JSON.
+/// Unchanged objects are named.
 pub fn print_plan(plan: &ChangePlan, format: PlanFormat, env: &dyn Fn(&str) -> Option<String>) {
+    print_plan_with(plan, format, true, env);
+}
+
+/// [`print_plan`]; unchanged objects named only when `verbose` (`-v`), else counted.
+pub fn print_plan_with(
+    plan: &ChangePlan,
+    format: PlanFormat,
+    verbose: bool,
+    env: &dyn Fn(&str) -> Option<String>,
+) {
     let plan = Clean::new(plan);
     let text = match format {
         PlanFormat::Json => crate::report::plan_to_json(&plan),
@@ -161,7 +183,7 @@ pub fn print_plan(plan: &ChangePlan, format: PlanFormat, env: &dyn Fn(&str) -> O
                 color: crate::report::progress::table_color(env),
                 max_lines: MAX_DIFF_LINES,
             };
-            to_text(&plan, style)
+            to_text(&plan, style, verbose)
         }
     };
     redact::print_out(text.trim_end());
@@ -265,8 +287,9 @@ async fn offline(args: PlanArgs, env: HashMap<String, String>) -> Result<i32, Er
         tokio::task::spawn_blocking(move || offline_blocking(args, env))
             .await
             .map_err(|e| crate::error::join_failed("planning offline", e))??;
-    publish_plan(&change_plan, &deploy_args, &plan).await;
-    Ok(change_plan.exit_code(exit_code))
+    let code = change_plan.exit_code(exit_code);
+    publish_plan(&change_plan, &deploy_args, &plan, code).await;
+    Ok(code)
 }
 
 fn offline_blocking(
@@ -326,7 +349,12 @@ fn offline_blocking(
     );
     change_plan.against = Some(against);
     let lookup = |k: &str| plan.env.get(k).cloned();
-    print_plan(&change_plan, args.diff.output.format, &lookup);
+    print_plan_with(
+        &change_plan,
+        args.diff.output.format,
+        args.diff.output.verbose,
+        &lookup,
+    );
     if let Some(path) = &args.diff.report {
         let in_actions = crate::commands::deploy::github_context(&deploy_args, &plan).in_actions;
         write_report(&plan, &change_plan, Timestamp::now(), path, in_actions);

@@ -67,6 +67,9 @@ pub struct Config {
     /// Global kubeconfig from `--kubeconfig` / `ROLLGUARD_KUBECONFIG` / `INPUT_KUBECONFIG`
     /// (None: `$KUBECONFIG` or `~/.kube/config`, as kubectl does).
     pub kubeconfig: Option<PathBuf>,
+    /// `preflight:` (default true): before the first write, every object is applied with
+    /// `dryRun=All` on every target, and any refusal stops the deploy (exit 2).
+    pub preflight: bool,
 }
 
 impl Config {

@@ -37,6 +37,7 @@ pub(super) const TOP_KEYS: &[&str] = &[
     "lock",
     "pipeline",
     "github",
+    "preflight",
 ];
 /// Keys that were accepted once and are now refused with a pointer to their replacement.
 const RETIRED_TOP_KEYS: &[&str] = &["stages"];
@@ -376,6 +377,7 @@ impl Ctx {
             base_dir,
             source,
             kubeconfig: None,
+            preflight: true,
         };
         if matches!(root.value, Tree::Null) {
             self.at(
@@ -476,6 +478,9 @@ impl Ctx {
         }
         if let Some(p) = self.parsed(get("on_failure"), "on_failure") {
             config.on_failure = p;
+        }
+        if let Some(p) = self.boolean(get("preflight"), "preflight") {
+            config.preflight = p;
         }
         if let Some(p) = self.parsed(get("on_cancel"), "on_cancel") {
             config.on_cancel = p;

@@ -114,6 +114,7 @@ pub fn json_schema() -> Value {
                 }
             },
             "on_failure": {"enum": ["rollback-all", "rollback-failed", "rollback-if-all-fail", "none"], "default": "rollback-all"},
+            "preflight": {"type": "boolean", "default": true, "description": "before the first write, dry-run (dryRun=All) every object on every target; any refusal stops the deploy with exit 2 and nothing written"},
             "on_cancel": {"enum": ["rollback", "leave"], "default": "rollback"},
             "render_hooks": {"enum": ["skip", "apply"], "default": "skip", "description": "objects with a helm.sh/hook annotation (helm template output): left out with a warning, or applied as ordinary objects"},
             "rollback": {

@@ -54,7 +54,13 @@ pub async fn run_targets(
             run.clock.start("lock");
         }
         let locks = take_locks(&plan, &checked, &cancel).await;
-        read_histories(&plan, &checked, locks).await
+        let mut locks = read_histories(&plan, &checked, locks).await;
+        if plan.config.preflight
+            && preflight_dry_run(&plan, &mut checked, &mut locks, &cancel, &progress).await
+        {
+            return checked;
+        }
+        locks
     };
     // One number for the whole run, above every target's history.
     let revision = crate::release::fleet_revision(
@@ -123,6 +129,68 @@ pub fn preflight_stop(policy: FailurePolicy, checked: &[TargetRun]) -> Option<St
         failed.join(", "),
         if failed.len() == 1 { "it" } else { "them" }
     ))
+}
+
+/// The preflight dry run ([`crate::engine::preflight`]) of every target whose lock is held,
+/// before the first write anywhere. True when it stopped the run: then every lock is given
+/// back and every target that was going on says why it was not deployed (a refused one with
+/// the server's message), whatever `on_failure` says, since nothing was written.
+async fn preflight_dry_run(
+    plan: &Arc<Plan>,
+    runs: &mut [TargetRun],
+    locks: &mut [Result<Option<HeldHistory>, Box<LockRefusal>>],
+    cancel: &CancellationToken,
+    progress: &Progress,
+) -> bool {
+    use crate::engine::preflight::{Checked, dry_run_all, preflight_verdict, stopped_outcome};
+    let asked: Vec<bool> = runs
+        .iter()
+        .zip(locks.iter())
+        .map(|(run, lock)| !run.done && matches!(lock, Ok(Some(_))))
+        .collect();
+    for (run, _) in runs.iter_mut().zip(&asked).filter(|(_, a)| **a) {
+        run.clock.start("preflight");
+        progress.update(&run.target.name, Stage::Preflight);
+    }
+    let found = dry_run_all(plan, runs, &asked, cancel).await;
+    let views: Vec<(&str, &Checked)> = runs
+        .iter()
+        .map(|r| r.target.name.as_str())
+        .zip(found.iter())
+        .collect();
+    let Some(stop) = preflight_verdict(&views) else {
+        for (run, checked) in runs.iter_mut().zip(found) {
+            if let Checked::Passed(answer) = checked {
+                run.clock.stop();
+                run.preflight = Some(answer);
+            }
+        }
+        return false;
+    };
+    for lock in locks.iter_mut() {
+        if let Ok(Some((history, _))) = std::mem::replace(lock, Ok(None)) {
+            history.release().await;
+        }
+    }
+    for (run, checked) in runs.iter_mut().zip(found) {
+        if run.done {
+            continue;
+        }
+        let outcome = stopped_outcome(&stop, &checked);
+        if let Checked::Refused(failures) = checked {
+            run.refused_in_preflight = failures
+                .iter()
+                .any(|f| crate::engine::preflight::is_refusal(&f.reason));
+            // The server's message, said once on each stream (the live line, the table).
+            let headline = failures.first().map(Failure::headline).unwrap_or_default();
+            run.report.message = Some(format!("{}: {headline}", stop.refused_message));
+            run.report.failures = failures;
+        } else {
+            run.report.message = Some(stop.message.clone());
+        }
+        finish(run, progress, outcome);
+    }
+    true
 }
 
 type TargetTask = std::pin::Pin<Box<dyn std::future::Future<Output = TargetRun> + Send>>;
@@ -540,8 +608,10 @@ pub async fn deploy(plan: Arc<Plan>, cancel: CancellationToken, progress: Progre
     let started_at = Timestamp::now();
     let mut runs = run_targets(plan.clone(), cancel.clone(), progress.clone()).await;
     let change_plan = plan.options.dry_run.then(|| dry_run_plan(&plan, &mut runs));
+    let refused_in_preflight = runs.iter().any(|r| r.refused_in_preflight);
     let targets: Vec<TargetReport> = runs.into_iter().map(|r| r.report).collect();
     let mut report = build_report(&plan, targets, started_at);
+    report.refused_in_preflight = refused_in_preflight;
     if change_plan.is_some() {
         report.plan = change_plan;
         report.refresh();

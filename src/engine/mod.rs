@@ -12,6 +12,7 @@ pub mod machine;
 pub mod overlap;
 pub mod plan;
 pub mod policy;
+pub mod preflight;
 pub mod reapply;
 pub mod scripts;
 pub mod target_run;

@@ -51,6 +51,11 @@ pub struct TargetRun {
     pub unchanged: Option<Unchanged>,
     /// Why the target rolls back, once that is decided.
     pub rollback_reason: Option<RollbackReason>,
+    /// The preflight dry run's answer (`engine::preflight`), when it ran and passed: what
+    /// the apply will change, which the no-op check reuses instead of asking again.
+    pub preflight: Option<crate::report::plan::TargetPlan>,
+    /// The server refused an object of the set in the preflight dry run (exit 2).
+    pub refused_in_preflight: bool,
 }
 
 /// A target on which the deploy changes nothing.
@@ -79,7 +84,14 @@ impl TargetRun {
             plan: None,
             unchanged: None,
             rollback_reason: None,
+            preflight: None,
+            refused_in_preflight: false,
         }
+    }
+
+    /// Discovery's result, until the apply stage takes it.
+    pub(crate) fn resolution(&self) -> Option<&Resolution> {
+        self.resolution.as_ref()
     }
 
     /// The last good release of the target before this run, when it was read.
@@ -285,6 +297,16 @@ async fn unchanged_since(
     let last_good = history.last_good()?;
     if !same_as_last_good(plan.options.force, last_good, &digest) {
         return None;
+    }
+    // The preflight asked the same question moments ago, under the same lock.
+    if let Some(found) = run.preflight.as_ref().filter(|p| {
+        default_namespace
+            == plan
+                .config
+                .default_namespace(&run.target, &access.context_namespace)
+            && p.name == run.target.name
+    }) {
+        return changes_nothing(found).then(|| last_good.clone());
     }
     let options = crate::kube::diff::DiffOptions {
         default_namespace,
@@ -604,13 +626,17 @@ pub fn finish(run: &mut TargetRun, progress: &Progress, outcome: TargetOutcome) 
             _ => run.report.failures.first().map(Failure::headline),
         };
     }
-    progress.update(
-        &run.report.name,
-        Stage::Finished {
+    // A dry run deploys nothing: its live view says what it would change.
+    let stage = match (&run.plan, outcome) {
+        (Some(found), TargetOutcome::Deployed) => Stage::Planned {
+            changes: found.changes(),
+        },
+        _ => Stage::Finished {
             outcome,
             message: run.report.message.clone(),
         },
-    );
+    };
+    progress.update(&run.report.name, stage);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -384,6 +384,50 @@ enum OutputsError {
     Io(#[from] std::io::Error),
 }
 
+/// A plan's runner files (`diff`, `deploy --dry-run`, `plan --offline`): in GitHub Actions
+/// the step summary gets the plan's markdown (`markdown(room)`, scrubbed by the caller), and
+/// the step outputs ([`workflow::plan_outputs`]) are written whenever `GITHUB_OUTPUT` is set,
+/// `--no-github` included: that flag stops calls to GitHub's API, not the job's own files.
+pub fn write_plan_files(
+    ctx: &GithubContext,
+    plan: &crate::report::plan::ChangePlan,
+    exit_code: i32,
+    markdown: &dyn Fn(usize) -> String,
+) {
+    let messages = Messages {
+        in_actions: ctx.in_actions,
+    };
+    if ctx.in_actions
+        && let Some(path) = &ctx.step_summary
+    {
+        let used = std::fs::metadata(path)
+            .map(|m| m.len() as usize)
+            .unwrap_or(0);
+        let room = STEP_SUMMARY_LIMIT.saturating_sub(used + 1);
+        if let Err(e) = append(path, &format!("{}\n", markdown(room))) {
+            messages.warn(&format!(
+                "cannot write the step summary to {} (GITHUB_STEP_SUMMARY): {e}",
+                path.display()
+            ));
+        }
+    }
+    if let Some(path) = &ctx.output {
+        let outputs: Vec<(String, String)> = workflow::plan_outputs(plan, exit_code)
+            .into_iter()
+            .map(|(k, v)| (k, crate::report::redact::scrub(&v)))
+            .collect();
+        let written = workflow::output_file(&outputs, &workflow::random_token("ghadelimiter_"))
+            .map_err(OutputsError::from)
+            .and_then(|text| append(path, &text).map_err(OutputsError::from));
+        if let Err(e) = written {
+            messages.warn(&format!(
+                "cannot write the step outputs to {} (GITHUB_OUTPUT): {e}",
+                path.display()
+            ));
+        }
+    }
+}
+
 fn append(path: &Path, text: &str) -> std::io::Result<()> {
     let mut file = std::fs::OpenOptions::new()
         .create(true)

@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::report::plan::ChangePlan;
 use crate::report::{Clean, Report, TargetOutcome, TargetReport, exit_code};
 
 /// A workflow command's message.
@@ -158,6 +159,46 @@ pub fn outputs(report: &Clean<Report>, report_path: Option<&str>) -> Vec<(String
     out
 }
 
+/// The step outputs of a plan (`diff`, `deploy --dry-run`, `plan --offline`): `changes`
+/// (objects that would be created or updated), `has_changes` (`true`/`false`),
+/// `targets_changed`, `summary`, `exit_code`, and `plan` (JSON: target name -> its status
+/// and counts: `{"eu": {"status": "changes", "create": 0, "update": 1, "unchanged": 1,
+/// "dropped": 0, "errors": 0}}`). Pure.
+pub fn plan_outputs(plan: &ChangePlan, exit_code: i32) -> Vec<(String, String)> {
+    let targets: BTreeMap<&str, serde_json::Value> = plan
+        .targets
+        .iter()
+        .map(|t| {
+            let status = serde_json::to_value(t.status).unwrap_or_default();
+            (
+                t.name.as_str(),
+                serde_json::json!({
+                    "status": status,
+                    "create": t.create.len(),
+                    "update": t.update.len(),
+                    "unchanged": t.unchanged.len(),
+                    "dropped": t.dropped.len(),
+                    "errors": t.errors.len(),
+                }),
+            )
+        })
+        .collect();
+    vec![
+        ("changes".to_string(), plan.changes.to_string()),
+        ("has_changes".to_string(), (plan.changes > 0).to_string()),
+        (
+            "targets_changed".to_string(),
+            plan.targets_changed.to_string(),
+        ),
+        ("summary".to_string(), plan.summary.clone()),
+        ("exit_code".to_string(), exit_code.to_string()),
+        (
+            "plan".to_string(),
+            serde_json::to_string(&targets).unwrap_or_else(|_| "{}".into()),
+        ),
+    ]
+}
+
 /// The `GITHUB_OUTPUT` text: every value in the documented heredoc form
 /// (`name<<DELIM`, the value, `DELIM`), which any value, multi-line or not, survives.
 /// `delimiter` must be random per run (`random_token`), so a value cannot guess it.
@@ -184,6 +225,43 @@ pub fn random_token(prefix: &str) -> String {
 mod tests {
     use super::*;
     use crate::report::tests::{image_failure, report, target};
+
+    #[test]
+    fn a_plan_has_its_outputs() {
+        use crate::report::plan::{PlanMode, PlannedChange, TargetPlan};
+        let change = PlannedChange {
+            object: "Deployment shop/web".into(),
+            origin: None,
+            note: None,
+            diff: None,
+        };
+        let mut eu = TargetPlan::new("eu");
+        eu.update.push(change.clone());
+        eu.unchanged.push("ConfigMap shop/c".into());
+        let mut us = TargetPlan::new("us");
+        us.unchanged.push("ConfigMap shop/c".into());
+        let cases = [
+            (vec![eu.clone(), us.clone()], "1", "true", "1"),
+            (vec![us.clone()], "0", "false", "0"),
+            (vec![], "0", "false", "0"),
+        ];
+        for (targets, changes, has, changed) in cases {
+            let plan = ChangePlan::new("shop", PlanMode::DryRun, None, targets);
+            let out: BTreeMap<String, String> = plan_outputs(&plan, 0).into_iter().collect();
+            assert_eq!(out["changes"], changes);
+            assert_eq!(out["has_changes"], has);
+            assert_eq!(out["targets_changed"], changed);
+            assert_eq!(out["exit_code"], "0");
+        }
+        let plan = ChangePlan::new("shop", PlanMode::DryRun, None, vec![eu, us]);
+        let out: BTreeMap<String, String> = plan_outputs(&plan, 2).into_iter().collect();
+        let json: serde_json::Value = serde_json::from_str(&out["plan"]).expect("json");
+        assert_eq!(json["eu"]["status"], "changes");
+        assert_eq!(json["eu"]["update"], 1);
+        assert_eq!(json["us"]["status"], "no-changes");
+        assert_eq!(json["us"]["unchanged"], 1);
+        assert_eq!(out["summary"], plan.summary);
+    }
 
     #[test]
     fn escape_table() {

@@ -2,7 +2,8 @@
 //!
 //! Fields (schema version 1; `report_schema()` is the machine-readable form):
 //! - `version` (1), `app`, `commit` ({`sha`, `ref`?, `message`?, `dirty`?} or null), `outcome`, `summary`,
-//!   `started_at`, `finished_at` (RFC 3339), `dry_run`, `run_url`?
+//!   `started_at`, `finished_at` (RFC 3339), `dry_run`, `run_url`?, `refused_in_preflight`?
+//!   (true: a server refused an object in the preflight dry run; nothing was written)
 //! - `targets[]`: `name`, `wave` (0 when the config sets none; absent in reports of older
 //!   versions, read as 0), `outcome` (`deployed` | `failed` | `rolled-back` | `rollback-failed` |
 //!   `skipped` | `cancelled`), `revision` (number or null), `started_at`, `finished_at`,
@@ -196,6 +197,7 @@ pub fn report_schema() -> Value {
             "finished_at": time,
             "dry_run": {"type": "boolean"},
             "run_url": {"type": "string"},
+            "refused_in_preflight": {"type": "boolean", "description": "a server refused an object in the preflight dry run: nothing was written anywhere (exit 2); absent otherwise"},
             "targets": {"type": "array", "items": target},
             "plan": plan,
             "shard": {

@@ -457,6 +457,10 @@ pub struct Report {
     /// of the PR's plan comment (`plan_to_markdown`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<ChangePlan>,
+    /// A server refused an object in the preflight dry run: nothing was written anywhere,
+    /// and the exit code is 2 (bad input).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub refused_in_preflight: bool,
     /// The slice of the fleet a `deploy --shard I/N` run deployed (`report merge` combines
     /// the shards' reports); absent for a whole-fleet run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -497,6 +501,7 @@ impl Report {
             run_url: None,
             plan: None,
             shard: None,
+            refused_in_preflight: false,
         };
         report.summary = summary_line(&report);
         report
@@ -574,7 +579,8 @@ pub fn overall_outcome(targets: &[TargetReport]) -> TargetOutcome {
 }
 
 /// Process exit code: 0 every target deployed (or skipped); 130 cancelled; 3 a rollback failed;
-/// 1 any other failure. (2, bad input, is decided before a report exists.)
+/// 1 any other failure; 2 a server refused the manifests in the preflight dry run (other bad
+/// input is decided before a report exists).
 pub fn exit_code(report: &Report) -> i32 {
     let from_targets = overall_outcome(&report.targets);
     let outcome = if report.outcome.severity() > from_targets.severity() {
@@ -582,6 +588,9 @@ pub fn exit_code(report: &Report) -> i32 {
     } else {
         from_targets
     };
+    if report.refused_in_preflight && outcome != TargetOutcome::Cancelled {
+        return 2;
+    }
     match outcome {
         TargetOutcome::Deployed | TargetOutcome::Skipped => 0,
         TargetOutcome::Cancelled => 130,

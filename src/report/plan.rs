@@ -12,9 +12,66 @@ pub use super::model::{
     ChangePlan, PlanMode, PlanStatus, PlannedChange, TargetPlan, plan_summary_line,
 };
 
-/// The plan for a terminal or a CI log: per target the counts, each change (updates with
-/// their diff, cut per object), what stays and what is left in place, then the summary.
-pub fn to_text(plan: &ChangePlan, style: DiffStyle) -> String {
+/// Whether a planned change creates or updates its object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sign {
+    Create,
+    Update,
+}
+
+impl Sign {
+    fn mark(self) -> &'static str {
+        match self {
+            Sign::Create => "+",
+            Sign::Update => "~",
+        }
+    }
+}
+
+/// One change as the fleet sees it: the same object, created or changed the same way (the
+/// same note and the same diff), on these targets, in config order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetChange<'a> {
+    pub sign: Sign,
+    pub change: &'a PlannedChange,
+    pub targets: Vec<&'a str>,
+}
+
+/// The changes of every target, each distinct change once with the targets it is on, in the
+/// order they first appear (targets in config order, creates before updates). Pure.
+pub fn group_changes(plan: &ChangePlan) -> Vec<FleetChange<'_>> {
+    let mut groups: Vec<FleetChange> = Vec::new();
+    for t in &plan.targets {
+        let changes = t
+            .create
+            .iter()
+            .map(|c| (Sign::Create, c))
+            .chain(t.update.iter().map(|c| (Sign::Update, c)));
+        for (sign, change) in changes {
+            let same = |g: &&mut FleetChange| {
+                g.sign == sign
+                    && g.change.object == change.object
+                    && g.change.note == change.note
+                    && g.change.diff == change.diff
+            };
+            match groups.iter_mut().find(|g| same(g)) {
+                Some(group) => group.targets.push(&t.name),
+                None => groups.push(FleetChange {
+                    sign,
+                    change,
+                    targets: vec![&t.name],
+                }),
+            }
+        }
+    }
+    groups
+}
+
+/// The plan for a terminal or a CI log: per target its counts (its errors, what is left in
+/// place, its warnings), then each distinct change once with the targets it is on
+/// (`~ Deployment shop/web on eu, us, ap`, updates with their diff, cut per object), then
+/// the summary. Unchanged objects are a count; `verbose` also names them.
+pub fn to_text(plan: &ChangePlan, style: DiffStyle, verbose: bool) -> String {
     let mut out = String::new();
     if let Some(against) = &plan.against {
         out.push_str(&format!(
@@ -49,16 +106,7 @@ pub fn to_text(plan: &ChangePlan, style: DiffStyle) -> String {
         for e in &t.errors {
             out.push_str(&format!("  ! {}\n", e.headline()));
         }
-        for c in &t.create {
-            out.push_str(&format!("  + {}{}\n", c.object, suffix(c)));
-        }
-        for c in &t.update {
-            out.push_str(&format!("  ~ {}{}\n", c.object, suffix(c)));
-            if let Some(diff) = &c.diff {
-                out.push_str(&render(diff, style, "    "));
-            }
-        }
-        if !t.unchanged.is_empty() {
+        if verbose && !t.unchanged.is_empty() {
             out.push_str(&format!("  = unchanged: {}\n", t.unchanged.join(", ")));
         }
         for d in &t.dropped {
@@ -68,6 +116,28 @@ pub fn to_text(plan: &ChangePlan, style: DiffStyle) -> String {
         }
         for w in &t.warnings {
             out.push_str(&format!("  warning: {w}\n"));
+        }
+    }
+    let groups = group_changes(plan);
+    if !groups.is_empty() {
+        out.push_str("changes:\n");
+    }
+    // One target: its name is already the only one above.
+    let several = plan.targets.len() > 1;
+    for g in groups {
+        let on = if several {
+            format!(" on {}", g.targets.join(", "))
+        } else {
+            String::new()
+        };
+        out.push_str(&format!(
+            "  {} {}{on}{}\n",
+            g.sign.mark(),
+            g.change.object,
+            suffix(g.change)
+        ));
+        if let Some(diff) = &g.change.diff {
+            out.push_str(&render(diff, style, "    "));
         }
     }
     out.push_str(&plan.summary);
@@ -214,11 +284,11 @@ pub(crate) mod tests {
 
     #[test]
     fn text_lists_every_kind_of_change() {
-        let text = to_text(&sample(), DiffStyle::plain());
+        let text = to_text(&sample(), DiffStyle::plain(), true);
         for want in [
             "target eu: 1 to create, 1 to update, 1 unchanged\n",
-            "  + Widget shop/w1 (k8s/w.yaml:1): would create (CRD not yet on the cluster)\n",
-            "  ~ Deployment shop/web (k8s/app.yaml:8)\n",
+            "  + Widget shop/w1 on eu (k8s/w.yaml:1): would create (CRD not yet on the cluster)\n",
+            "  ~ Deployment shop/web on eu (k8s/app.yaml:8)\n",
             "    -image: web:v1\n    +image: web:v2\n",
             "  = unchanged: ConfigMap shop/web-config\n",
             "target ap: could not be planned\n  ! cluster: ConnectionRefused: connection refused\n",
@@ -226,13 +296,118 @@ pub(crate) mod tests {
             assert!(text.contains(want), "{want:?} not in\n{text}");
         }
         assert!(text.ends_with("1 could not be planned: ap\n"), "{text}");
+        // Unchanged objects are a count unless verbose.
+        let short = to_text(&sample(), DiffStyle::plain(), false);
+        assert!(!short.contains("web-config"), "{short}");
+        assert!(short.contains("1 to update, 1 unchanged\n"), "{short}");
         let mut dropped = sample();
         dropped.targets[1].dropped.push("ConfigMap shop/old".into());
-        let text = to_text(&dropped, DiffStyle::plain());
+        let text = to_text(&dropped, DiffStyle::plain(), false);
         assert!(
             text.contains("  - ConfigMap shop/old: no longer in the manifests; left in place (rollguard never prunes)"),
             "{text}"
         );
+    }
+
+    fn change(object: &str, diff: Option<&str>, note: Option<&str>) -> PlannedChange {
+        PlannedChange {
+            object: object.into(),
+            origin: Some("k8s/app.yaml:8".into()),
+            note: note.map(str::to_string),
+            diff: diff.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn the_same_change_on_several_targets_is_one_group() {
+        const IMAGE: &str = "--- live\n+++ dry run\n-image: v1\n+image: v2\n";
+        const OTHER: &str = "--- live\n+++ dry run\n-image: v0\n+image: v2\n";
+        let web = |diff| change("Deployment shop/web", Some(diff), None);
+        let target = |name: &str, create: Vec<PlannedChange>, update: Vec<PlannedChange>| {
+            let mut t = TargetPlan::new(name);
+            t.create = create;
+            t.update = update;
+            t
+        };
+        let fresh = || change("ConfigMap shop/fresh", None, None);
+        // (targets, the groups as (sign, object, targets))
+        type Case = (
+            Vec<TargetPlan>,
+            Vec<(Sign, &'static str, Vec<&'static str>)>,
+        );
+        let cases: Vec<Case> = vec![
+            (vec![], vec![]),
+            (
+                vec![target("eu", vec![], vec![]), target("us", vec![], vec![])],
+                vec![],
+            ),
+            (
+                vec![
+                    target("eu", vec![], vec![web(IMAGE)]),
+                    target("us", vec![], vec![web(IMAGE)]),
+                    target("ap", vec![], vec![web(IMAGE)]),
+                ],
+                vec![(Sign::Update, "Deployment shop/web", vec!["eu", "us", "ap"])],
+            ),
+            // Another diff is another change; a create is never an update.
+            (
+                vec![
+                    target("eu", vec![], vec![web(IMAGE)]),
+                    target("us", vec![], vec![web(OTHER)]),
+                    target("ap", vec![fresh()], vec![web(IMAGE)]),
+                    target("sa", vec![fresh()], vec![]),
+                ],
+                vec![
+                    (Sign::Update, "Deployment shop/web", vec!["eu", "ap"]),
+                    (Sign::Update, "Deployment shop/web", vec!["us"]),
+                    (Sign::Create, "ConfigMap shop/fresh", vec!["ap", "sa"]),
+                ],
+            ),
+            // A create with a note (namespace not yet there) differs from one without.
+            (
+                vec![
+                    target("eu", vec![fresh()], vec![]),
+                    target(
+                        "us",
+                        vec![change(
+                            "ConfigMap shop/fresh",
+                            None,
+                            Some("namespace shop not yet on the cluster"),
+                        )],
+                        vec![],
+                    ),
+                ],
+                vec![
+                    (Sign::Create, "ConfigMap shop/fresh", vec!["eu"]),
+                    (Sign::Create, "ConfigMap shop/fresh", vec!["us"]),
+                ],
+            ),
+        ];
+        for (targets, want) in cases {
+            let plan = ChangePlan::new("shop", PlanMode::DryRun, None, targets);
+            let got: Vec<(Sign, &str, Vec<&str>)> = group_changes(&plan)
+                .into_iter()
+                .map(|g| (g.sign, g.change.object.as_str(), g.targets))
+                .collect();
+            assert_eq!(got, want);
+        }
+        let plan = ChangePlan::new(
+            "shop",
+            PlanMode::DryRun,
+            None,
+            ["eu", "us", "ap"]
+                .iter()
+                .map(|n| target(n, vec![], vec![web(IMAGE)]))
+                .collect(),
+        );
+        let text = to_text(&plan, DiffStyle::plain(), false);
+        assert_eq!(
+            text.matches("~ Deployment shop/web on eu, us, ap (k8s/app.yaml:8)\n")
+                .count(),
+            1,
+            "{text}"
+        );
+        assert_eq!(text.matches("+image: v2").count(), 1, "{text}");
     }
 
     /// docs/plan-schema.json is `plan_schema()`; regenerate with UPDATE_SCHEMAS=1.

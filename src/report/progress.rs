@@ -27,6 +27,8 @@ pub struct WaitProgress {
 pub enum Stage {
     Queued,
     Connecting,
+    /// Every object sent with `dryRun=All` before the first write (the preflight).
+    Preflight,
     Applying {
         done: usize,
         total: usize,
@@ -44,6 +46,11 @@ pub enum Stage {
     Finished {
         outcome: TargetOutcome,
         message: Option<String>,
+    },
+    /// A dry run's target was asked everything: it would change this many objects (a dry
+    /// run never says "deployed").
+    Planned {
+        changes: usize,
     },
 }
 
@@ -151,6 +158,7 @@ pub fn describe_stage(stage: &Stage) -> String {
     match stage {
         Stage::Queued => "queued".into(),
         Stage::Connecting => "connecting".into(),
+        Stage::Preflight => "preflight: dry run of every object".into(),
         Stage::Applying { done, total } => format!("applying {done}/{total}"),
         Stage::Waiting(p) => match &p.waiting_for {
             Some(w) => format!("waiting {}/{} ready; {w}", p.ready, p.total),
@@ -163,6 +171,9 @@ pub fn describe_stage(stage: &Stage) -> String {
         ),
         Stage::RollingBack(what) => format!("rolling back: {what}"),
         Stage::Script(name) => format!("running script stage {name}"),
+        Stage::Planned { changes: 0 } => "planned: no changes".into(),
+        Stage::Planned { changes: 1 } => "planned: would change 1 object".into(),
+        Stage::Planned { changes } => format!("planned: would change {changes} objects"),
         Stage::Finished { outcome, message } => {
             let word = outcome_word(*outcome);
             match message {
@@ -191,7 +202,8 @@ fn colored(stage: &Stage, text: String) -> String {
         Stage::Finished {
             outcome: TargetOutcome::Deployed | TargetOutcome::RolledBack,
             ..
-        } => "32",
+        }
+        | Stage::Planned { .. } => "32",
         Stage::Finished {
             outcome: TargetOutcome::Skipped | TargetOutcome::Cancelled,
             ..

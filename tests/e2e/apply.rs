@@ -63,7 +63,9 @@ async fn fails_at_once_naming_the_field(
 }
 
 /// One apply of `resource`, refused, and the target failed at once with `reason`, the
-/// message and the field's file and line (never retried: the body will not change).
+/// message and the field's file and line (never retried: the body will not change). A kind
+/// the cluster serves is refused in the preflight dry run (exit 2, nothing written); one
+/// whose CRD comes with the set cannot be checked before, and fails in the apply (exit 1).
 async fn fails_at_once(
     files: &[(&str, &str)],
     resource: &str,
@@ -77,14 +79,35 @@ async fn fails_at_once(
         env.write(path, text);
     }
     let run = env.deploy(&["--on-failure", "none"]).await;
-    assert_eq!(run.code, 1, "{}", run.output());
+    let in_preflight = !files
+        .iter()
+        .any(|(_, text)| text.contains("CustomResourceDefinition"));
+    assert_eq!(
+        run.code,
+        if in_preflight { 2 } else { 1 },
+        "{}",
+        run.output()
+    );
     let failure = run.target("eu")["failures"][0].clone();
     assert_eq!(failure["reason"], reason, "{failure:#}");
     let text = failure["message"].as_str().unwrap_or("");
     assert!(text.starts_with(message), "{failure:#}");
     assert!(text.ends_with(&format!(" ({origin})")), "{failure:#}");
     let counters = env.cluster(1).counters();
-    assert_eq!(counters.get("apply", resource), 1, "{counters:?}");
+    let applies = |dry_run: bool| -> u64 {
+        counters
+            .counts
+            .iter()
+            .filter(|(k, _)| k.verb == "apply" && k.resource == resource && k.dry_run == dry_run)
+            .map(|(_, n)| n)
+            .sum()
+    };
+    if in_preflight {
+        assert_eq!((applies(true), applies(false)), (1, 0), "{counters:?}");
+        assert_eq!(run.report.as_ref().unwrap()["refused_in_preflight"], true);
+    } else {
+        assert_eq!(applies(false), 1, "{counters:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -227,8 +250,11 @@ async fn conflicts_are_reported_per_field_and_force_takes_ownership() {
         .await
         .expect("kubectl's apply");
 
+    let before = env.writes_besides_locks(1);
     let run = env.deploy(&["--on-failure", "none"]).await;
-    assert_eq!(run.code, 1, "{}", run.output());
+    // Refused in the preflight dry run: bad input, and nothing written.
+    assert_eq!(run.code, 2, "{}", run.output());
+    assert_eq!(env.writes_besides_locks(1), before, "{}", run.output());
     let failure = run.target("eu")["failures"][0].clone();
     assert_eq!(failure["reason"], "Conflict", "{failure:#}");
     let message = failure["message"].as_str().unwrap_or("");

@@ -162,8 +162,11 @@ async fn two_apps_declaring_one_object_conflict_naming_the_other_app() {
     };
     let one = crate::harness::rollguard(&run("one"), env.dir.path(), &[]).await;
     assert_eq!(one.code, 0, "{}", one.output());
+    let writes = env.writes_besides_locks(1);
     let two = crate::harness::rollguard(&run("two"), env.dir.path(), &[]).await;
-    assert_eq!(two.code, 1, "{}", two.output());
+    // Refused in the preflight dry run: bad input, nothing written.
+    assert_eq!(two.code, 2, "{}", two.output());
+    assert_eq!(env.writes_besides_locks(1), writes, "{}", two.output());
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(env.path("two.json")).expect("report"))
             .expect("json");
@@ -319,7 +322,11 @@ async fn with_30_percent_500s_healthy_targets_deploy_with_one_deployed_record_ea
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deadline_passing_mid_apply_stops_sending_and_says_what_was_not_applied() {
     let env = TestEnv::start(1, "").await;
-    env.write("rollguard.yaml", &config(1, "1s"));
+    // The apply's own deadline is tested: the preflight would stop at it first, unwritten.
+    env.write(
+        "rollguard.yaml",
+        &format!("{}preflight: false\n", config(1, "1s")),
+    );
     let many: String = (0..40)
         .map(|i| format!("---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-{i}\ndata:\n  n: \"{i}\"\n"))
         .collect();
@@ -445,6 +452,14 @@ async fn a_target_the_new_revision_never_reached_behind_a_429_is_failed_not_roll
         &format!("{}on_failure: rollback-all\n", config(2, "5s")),
     );
     first_good_deploy(&env).await;
+    // A 429 in the apply is tested: the preflight would stop at it first, unwritten.
+    env.write(
+        "rollguard.yaml",
+        &format!(
+            "{}on_failure: rollback-all\npreflight: false\n",
+            config(2, "5s")
+        ),
+    );
     env.write("k8s/app.yaml", &small_app("example.com/web:v2"));
     // eu's Deployments answer 429 asking for 100 s: the new image never reaches eu (its
     // ConfigMap is unchanged), and its rollback cannot send the Deployment either.

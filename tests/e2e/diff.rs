@@ -62,13 +62,16 @@ async fn an_image_change_is_one_update_per_target_and_exit_2() {
             run.output()
         );
     }
+    // The same change on the three targets is said once, with their names.
     assert_eq!(
-        run.stdout.matches("  ~ Deployment shop/web").count(),
-        3,
+        run.stdout
+            .matches("  ~ Deployment shop/web on eu, us, ap")
+            .count(),
+        1,
         "{}",
         run.output()
     );
-    assert_eq!(image_lines(&run.stdout, V1, V2), (3, 3), "{}", run.output());
+    assert_eq!(image_lines(&run.stdout, V1, V2), (1, 1), "{}", run.output());
     assert!(
         run.stdout
             .contains("would change 3 objects on 3 of 3 targets"),
@@ -109,7 +112,7 @@ async fn an_image_change_is_one_update_per_target_and_exit_2() {
     // `deploy --dry-run` is the same thing.
     let dry = env.deploy(&["--dry-run", "--exit-code"]).await;
     assert_eq!(dry.code, 2, "{}", dry.output());
-    assert_eq!(image_lines(&dry.stdout, V1, V2), (3, 3), "{}", dry.output());
+    assert_eq!(image_lines(&dry.stdout, V1, V2), (1, 1), "{}", dry.output());
     let report = dry.report.as_ref().expect("--report written");
     assert_eq!(report["dry_run"], true);
     assert_eq!(
@@ -285,9 +288,9 @@ spec:
     assert_eq!(run.code, 2, "{}", run.output());
     assert_eq!(
         run.stdout
-            .matches("  + Widget shop/w1 (k8s/crd.yaml:")
+            .matches("  + Widget shop/w1 on eu, us, ap (k8s/crd.yaml:")
             .count(),
-        3,
+        1,
         "{}",
         run.output()
     );
@@ -299,7 +302,7 @@ spec:
     );
     for want in [
         "  + CustomResourceDefinition widgets.example.com",
-        "  + Namespace shop: would create (created by rollguard before the apply",
+        "  + Namespace shop on eu, us, ap: would create (created by rollguard before the apply",
         "  + Deployment shop/web",
         "  + ConfigMap shop/web-config",
     ] {
@@ -359,7 +362,7 @@ async fn the_offline_plan_compares_two_commits_and_names_what_is_dropped() {
         args
     };
     // Default: on the default branch, HEAD~1.
-    let run = crate::harness::rollguard(&plan_args(&["--exit-code"]), dir, &[]).await;
+    let run = crate::harness::rollguard(&plan_args(&["--exit-code", "-v"]), dir, &[]).await;
     assert_eq!(run.code, 2, "{}", run.output());
     let compared = format!("compared with {}", &first[..7]);
     for want in [
@@ -419,7 +422,7 @@ async fn rollback_dry_run_shows_the_diff_back_to_the_last_good_revision() {
             run.output()
         );
     }
-    assert_eq!(image_lines(&run.stdout, V2, V1), (3, 3), "{}", run.output());
+    assert_eq!(image_lines(&run.stdout, V2, V1), (1, 1), "{}", run.output());
     assert!(
         run.stdout.contains("--- live\n") || run.stdout.contains("    --- live"),
         "{}",
@@ -448,7 +451,12 @@ async fn a_target_that_cannot_be_planned_is_an_error_and_the_others_are_planned(
         "{}",
         run.output()
     );
-    assert_eq!(image_lines(&run.stdout, V1, V2), (2, 2), "{}", run.output());
+    assert_eq!(image_lines(&run.stdout, V1, V2), (1, 1), "{}", run.output());
+    assert!(
+        run.stdout.contains("  ~ Deployment shop/web on eu, us ("),
+        "{}",
+        run.output()
+    );
     assert!(
         run.stdout
             .contains("would change 2 objects on 2 of 3 targets; 1 could not be planned: ap"),

@@ -80,6 +80,7 @@ async fn schema_prints_json() {
             "on_cancel",
             "on_failure",
             "pipeline",
+            "preflight",
             "render",
             "render_hooks",
             "rollback",

@@ -15,6 +15,7 @@ mod harness;
 mod hostile;
 mod input;
 mod messages;
+mod preflight;
 mod pulls;
 mod real;
 mod release;

@@ -92,7 +92,8 @@ async fn a_server_error_for_a_misspelt_field_is_said_once_by_rollguard_with_no_l
     let run = env
         .deploy_with_env(&["--on-failure", "none"], &[DEFAULT_LOGS])
         .await;
-    assert_eq!(run.code, 1, "{}", run.output());
+    // Refused in the preflight dry run: bad input.
+    assert_eq!(run.code, 2, "{}", run.output());
     assert_eq!(
         run.target("eu")["failures"][0]["reason"],
         "FieldNotDeclared",

@@ -391,7 +391,7 @@ async fn invalid_manifest_writes_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn misspelt_field_fails_at_once_naming_it() {
+async fn misspelt_field_is_refused_in_the_preflight_on_every_target_with_nothing_written() {
     let Some(env) = RealEnv::from_env("field") else {
         return;
     };
@@ -408,22 +408,11 @@ async fn misspelt_field_fails_at_once_naming_it() {
     env.write("k8s/app.yaml", &misspelt);
     run_then_clean(env, |env| async move {
         let run = env.deploy().await;
-        assert_eq!(run.code, 1, "{}", run.output());
-        // Every target fails on the field, unless rollback-all stopped it first because
-        // another did (the policy acts at the first failure).
-        let mut named = 0;
-        for (target, _) in env.targets() {
+        // The preflight dry run asks every target before the first write: each refuses the
+        // field, the deploy stops with exit 2 and no object of the set is written anywhere.
+        assert_eq!(run.code, 2, "{}", run.output());
+        for (target, context) in env.targets() {
             let failure = &run.target(&target)["failures"][0];
-            if failure.is_null() {
-                let message = run.target(&target)["message"].as_str().unwrap_or_default();
-                assert!(
-                    message.starts_with("stopped: policy rollback-all:"),
-                    "{target}: {}",
-                    run.output()
-                );
-                continue;
-            }
-            named += 1;
             assert_eq!(failure["reason"], "FieldNotDeclared", "{}", run.output());
             assert!(
                 failure["message"].as_str().is_some_and(
@@ -432,8 +421,20 @@ async fn misspelt_field_fails_at_once_naming_it() {
                 "{}",
                 run.output()
             );
+            assert!(
+                run.target(&target)["rollback"].is_null(),
+                "{}",
+                run.output()
+            );
+            let client = env.client(&context).await;
+            for (api_version, kind, plural) in [
+                ("v1", "ConfigMap", "configmaps"),
+                ("apps/v1", "Deployment", "deployments"),
+            ] {
+                let objects = list(&client, api_version, kind, plural, &env.namespace).await;
+                assert!(objects.is_empty(), "{target}: {kind} written: {objects:?}");
+            }
         }
-        assert!(named >= 1, "no target named the field:\n{}", run.output());
     })
     .await;
 }

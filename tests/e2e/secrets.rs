@@ -181,7 +181,16 @@ async fn a_secret_value_quoted_in_a_conflict_is_in_no_plan_comment_and_no_histor
         plans[0]
     );
 
-    // The deploy fails on the conflict; its record keeps the server's message.
+    // The deploy is refused in the preflight dry run: exit 2, nothing written or recorded.
+    let refused = env.deploy(&[]).await;
+    assert_eq!(refused.code, 2, "{}", refused.output());
+    assert!(refused.stdout.contains("Conflict"), "{}", refused.output());
+    // Without the preflight the apply fails on the conflict; its record keeps the server's
+    // message.
+    env.write(
+        "rollguard.yaml",
+        &format!("{}preflight: false\n", config(1, "60s")),
+    );
     let failed = env.deploy(&[]).await;
     assert_eq!(failed.code, 1, "{}", failed.output());
     let json = env.command("history", &["-o", "json"]).await;
@@ -209,6 +218,10 @@ async fn a_secret_value_quoted_in_a_conflict_is_in_no_plan_comment_and_no_histor
         ("diff output", diff.stdout.clone() + &diff.stderr),
         ("history -o json", json.stdout.clone()),
         ("history -o yaml", yaml.stdout.clone()),
+        (
+            "refused deploy output",
+            refused.stdout.clone() + &refused.stderr,
+        ),
         ("deploy output", failed.stdout.clone() + &failed.stderr),
     ] {
         assert!(

@@ -1,0 +1,275 @@
+//! The preflight dry run: with every lock held and before the first write anywhere, the
+//! whole set is sent to every target as server-side applies with `dryRun=All` (the requests
+//! `rollguard diff` makes, through `kube::diff`), so that a field the server refuses (a wrong
+//! type, an immutable selector, a quota, an admission webhook) stops the deploy with nothing
+//! written, instead of surfacing mid-apply after earlier objects reached every target and
+//! the fleet rolls back. `preflight: false` in the config skips it; `--dry-run` is already
+//! this dry run and does not run it twice.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::engine::plan::Plan;
+use crate::engine::target_run::TargetRun;
+use crate::kube::apply::{MAX_IN_FLIGHT, NOT_APPLIED, field_manager};
+use crate::kube::diff::{DiffOptions, plan_resolved};
+use crate::report::plan::TargetPlan;
+use crate::report::{Failure, TargetOutcome};
+
+/// What the preflight of one target found.
+#[derive(Debug)]
+pub enum Checked {
+    /// Not asked: the target had already stopped, or has no connection.
+    NotAsked,
+    /// Every object passed: the server's answers, as `diff` would show them.
+    Passed(TargetPlan),
+    /// The server refused objects, or could not be asked about them.
+    Refused(Vec<Failure>),
+    Cancelled,
+}
+
+/// Asks every target that goes on (`asked[i]`) about the whole set with `dryRun=All`, up to
+/// the config's `concurrency` targets at once and, per target, the apply's own in-flight
+/// bound. Results in the order of `runs`.
+pub async fn dry_run_all(
+    plan: &Arc<Plan>,
+    runs: &[TargetRun],
+    asked: &[bool],
+    cancel: &CancellationToken,
+) -> Vec<Checked> {
+    let checks = runs.iter().zip(asked).map(|(run, &asked)| {
+        let span = tracing::error_span!("target", target = %run.target.name);
+        async move {
+            if !asked {
+                return Checked::NotAsked;
+            }
+            check_one(plan, run, cancel).instrument(span).await
+        }
+    });
+    let mut found: Vec<(usize, Checked)> = futures::stream::iter(checks.enumerate())
+        .map(|(i, check)| async move { (i, check.await) })
+        .buffer_unordered(plan.config.concurrency.max(1))
+        .collect()
+        .await;
+    found.sort_by_key(|(i, _)| *i);
+    found.into_iter().map(|(_, c)| c).collect()
+}
+
+async fn check_one(plan: &Plan, run: &TargetRun, cancel: &CancellationToken) -> Checked {
+    let (Some(access), Some(resolution)) = (run.access.as_ref(), run.resolution()) else {
+        return Checked::NotAsked;
+    };
+    let options = DiffOptions {
+        default_namespace: plan
+            .config
+            .default_namespace(&run.target, &access.context_namespace),
+        force: plan.options.force_conflicts,
+        field_manager: field_manager(&plan.config.app),
+        max_in_flight: MAX_IN_FLIGHT,
+        deadline: Instant::now() + plan.config.wait.timeout,
+        before_label: "live".into(),
+        after_label: "dry run".into(),
+    };
+    let (found, cancelled) = plan_resolved(
+        &run.target.name,
+        &access.client,
+        &access.server,
+        &plan.manifests,
+        resolution,
+        &options,
+        cancel,
+    )
+    .await;
+    if cancelled {
+        return Checked::Cancelled;
+    }
+    if found.errors.is_empty() {
+        Checked::Passed(found)
+    } else {
+        tracing::info!(errors = found.errors.len(), "refused in the preflight");
+        Checked::Refused(found.errors)
+    }
+}
+
+/// Whether a preflight failure is the server's refusal of the object (bad input: exit 2),
+/// not a target that could not be asked (unreachable, past its deadline, rate limited).
+pub fn is_refusal(reason: &str) -> bool {
+    !matches!(
+        reason,
+        "Unreachable" | "Timeout" | "RateLimited" | "Cancelled" | "KindNotServed"
+    ) && reason != NOT_APPLIED
+}
+
+/// How the preflight ends the run, when it does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreflightStop {
+    /// Cancelled while asking: the targets end cancelled, nothing written.
+    pub cancelled: bool,
+    /// Some target's object was refused by its server (exit 2), not only unreachable.
+    pub refused: bool,
+    /// What every target that was not refused itself says.
+    pub message: String,
+    /// What a refused target says before its first failure's headline.
+    pub refused_message: String,
+}
+
+/// Whether the preflight stops the run, and what each target then says (pure). `found` is
+/// per target (name, what its preflight found). Under every failure policy: nothing was
+/// written, so nothing rolls back and the fleet stays on one version.
+pub fn preflight_verdict(found: &[(&str, &Checked)]) -> Option<PreflightStop> {
+    if found.iter().any(|(_, c)| matches!(c, Checked::Cancelled)) {
+        return Some(PreflightStop {
+            cancelled: true,
+            refused: false,
+            message: "cancelled during the preflight dry run; nothing was written".into(),
+            refused_message: String::new(),
+        });
+    }
+    let stopped: Vec<(&str, &Vec<Failure>)> = found
+        .iter()
+        .filter_map(|(name, c)| match c {
+            Checked::Refused(failures) => Some((*name, failures)),
+            _ => None,
+        })
+        .collect();
+    let (first_target, failures) = stopped.first()?;
+    let refused = stopped
+        .iter()
+        .any(|(_, fs)| fs.iter().any(|f| is_refusal(&f.reason)));
+    let what = if refused {
+        "refused"
+    } else {
+        "could not check"
+    };
+    let first = failures
+        .first()
+        .map(|f| f.object.clone())
+        .unwrap_or_else(|| "an object".into());
+    let mut object_count: usize = stopped.iter().map(|(_, fs)| fs.len()).sum();
+    object_count = object_count.saturating_sub(1);
+    let more = match object_count {
+        0 => String::new(),
+        n => format!(" and {n} more"),
+    };
+    let names: Vec<&str> = stopped.iter().map(|(n, _)| *n).collect();
+    let see = if names.len() == 1 {
+        format!("see {}", names[0])
+    } else {
+        format!("see {}", names.join(", "))
+    };
+    Some(PreflightStop {
+        cancelled: false,
+        refused,
+        message: format!(
+            "not deployed: the preflight dry run {what} {first} on {first_target}{more} ({see}); nothing was written anywhere, so nothing rolls back: fix it and run again (`preflight: false` skips the check)"
+        ),
+        refused_message: format!(
+            "not deployed: the preflight dry run {what} it, nothing was written anywhere and nothing rolls back"
+        ),
+    })
+}
+
+/// The outcome of a target when the preflight stops the run.
+pub fn stopped_outcome(stop: &PreflightStop, checked: &Checked) -> TargetOutcome {
+    match checked {
+        _ if stop.cancelled => TargetOutcome::Cancelled,
+        Checked::Refused(_) => TargetOutcome::Failed,
+        _ => TargetOutcome::Skipped,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(object: &str, reason: &str) -> Checked {
+        Checked::Refused(vec![Failure {
+            object: object.into(),
+            reason: reason.into(),
+            message: "m".into(),
+            ..Default::default()
+        }])
+    }
+
+    #[test]
+    fn refusals_are_told_from_targets_that_could_not_be_asked() {
+        for (reason, want) in [
+            ("Invalid", true),
+            ("InvalidField", true),
+            ("FieldNotDeclared", true),
+            ("Forbidden", true),
+            ("Conflict", true),
+            ("Unreachable", false),
+            ("Timeout", false),
+            ("RateLimited", false),
+            ("NotApplied", false),
+        ] {
+            assert_eq!(is_refusal(reason), want, "{reason}");
+        }
+    }
+
+    #[test]
+    fn the_preflight_stops_on_any_refusal_and_says_where() {
+        let passed = || Checked::Passed(TargetPlan::new("x"));
+        // (per target, stops?, refused?, words in the others' message)
+        type Case<'a> = (Vec<(&'a str, Checked)>, Option<(bool, &'a str)>);
+        let cases: Vec<Case> = vec![
+            (vec![("eu", passed()), ("us", passed())], None),
+            (vec![("eu", passed()), ("us", Checked::NotAsked)], None),
+            (vec![], None),
+            (
+                vec![
+                    ("eu", passed()),
+                    ("us", refused("Deployment shop/web", "Invalid")),
+                    ("ap", passed()),
+                ],
+                Some((true, "refused Deployment shop/web on us (see us)")),
+            ),
+            (
+                vec![
+                    ("eu", refused("ConfigMap shop/a", "InvalidField")),
+                    ("us", refused("ConfigMap shop/a", "InvalidField")),
+                ],
+                Some((true, "on eu and 1 more (see eu, us)")),
+            ),
+            (
+                vec![("eu", passed()), ("us", refused("cluster", "Unreachable"))],
+                Some((false, "could not check cluster on us")),
+            ),
+        ];
+        for (found, want) in cases {
+            let views: Vec<(&str, &Checked)> = found.iter().map(|(n, c)| (*n, c)).collect();
+            let got = preflight_verdict(&views);
+            match (want, got) {
+                (None, None) => {}
+                (Some((refused, part)), Some(stop)) => {
+                    assert_eq!(stop.refused, refused, "{found:?}");
+                    assert!(!stop.cancelled);
+                    assert!(stop.message.contains(part), "{part}: {}", stop.message);
+                    assert!(stop.message.contains("nothing was written anywhere"));
+                    for (_, c) in &found {
+                        let outcome = stopped_outcome(&stop, c);
+                        let want = match c {
+                            Checked::Refused(_) => TargetOutcome::Failed,
+                            _ => TargetOutcome::Skipped,
+                        };
+                        assert_eq!(outcome, want);
+                    }
+                }
+                (want, got) => panic!("{found:?}: want {want:?}, got {got:?}"),
+            }
+        }
+        let cancelled = [("eu", Checked::Cancelled), ("us", passed())];
+        let views: Vec<(&str, &Checked)> = cancelled.iter().map(|(n, c)| (*n, c)).collect();
+        let stop = preflight_verdict(&views).expect("a stop");
+        assert!(stop.cancelled);
+        assert_eq!(
+            stopped_outcome(&stop, &cancelled[1].1),
+            TargetOutcome::Cancelled
+        );
+    }
+}
