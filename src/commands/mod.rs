@@ -2,6 +2,7 @@
 
 #[cfg(feature = "demo")]
 pub mod demo;
+pub mod check;
 pub mod deploy;
 pub mod diff;
 pub mod manual_report;
@@ -70,6 +71,7 @@ pub async fn run(cli: Cli) -> Result<i32, Error> {
             let detailed = args.diff.output.exit_code;
             detailed_errors(detailed, diff::plan(args, env).await)
         }
+        Command::Check(args) => check::run(args, env).await,
         Command::Schema => {
             let schema = config::json_schema();
             println!(

@@ -505,6 +505,7 @@ async fn run_all(
                             namespace: None,
                             environment: None,
                             wave: 0,
+                            vars: Default::default(),
                             line: 0,
                         };
                         let mut run = skipped(&target, TargetOutcome::Failed, &message);
@@ -608,6 +609,7 @@ mod tests {
             namespace: None,
             environment: None,
             wave: 0,
+            vars: Default::default(),
             line: 0,
         };
         match outcome {

@@ -4,6 +4,7 @@
 
 mod action;
 mod apply;
+mod checks;
 mod concurrency;
 mod credentials;
 mod deploy;
@@ -15,6 +16,7 @@ mod harness;
 mod hostile;
 mod input;
 mod messages;
+mod prometheus;
 mod pulls;
 mod real;
 mod release;
