@@ -231,3 +231,36 @@ impl CheckRunner {
         (samples, None)
     }
 }
+
+/// The lines of a dry run (`diff`, `plan`, `deploy --dry-run`) that list the checks each
+/// target would run, rendered, credentials masked ({{revision}} is the deploy's own: empty).
+pub fn describe(config: &Config, commit: Option<&str>) -> Vec<String> {
+    let mut lines = Vec::new();
+    for target in &config.targets {
+        let values = values(config, target, None, commit);
+        for prepared in prepare(config, target, &values) {
+            let check = &prepared.check;
+            let rule = match (&check.source, &check.fail_if) {
+                (CheckSource::Prometheus(_), Some(f)) => format!("fails if {f}"),
+                (CheckSource::Http(h), _) => {
+                    format!("fails if status != {}", judge::statuses_text(&h.expect_status))
+                }
+                (CheckSource::Prometheus(_), None) => String::new(),
+            };
+            lines.push(format!(
+                "  {}: {} (every {}, {rule}): {}",
+                target.name,
+                check.name,
+                crate::util::duration::format_duration(check.interval),
+                prepared.source
+            ));
+        }
+    }
+    if !lines.is_empty() {
+        lines.insert(
+            0,
+            "dry run: the checks each target would run once healthy (not run in a dry run; `rollguard check` runs them now):".into(),
+        );
+    }
+    lines
+}

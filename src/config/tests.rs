@@ -1348,7 +1348,7 @@ waves:
             ("{{ vars.region }}", "{{ vars.zone }}", "target canary, eu has no `vars: {zone: ...}`"),
             ("{{target}}\",region", "{{taget}}\",region", "unknown template {{taget}} (known: target, app, namespace, revision, commit, vars.KEY); did you mean {{target}}?"),
             ("      - name: healthz", "      - name: error-rate", "rollguard.yaml:25: duplicate check name \"error-rate\" (first at line 12)"),
-            ("    no_data: fail", "    no_data: fial", "rollguard.yaml:20: check \"error-rate\" no_data: \"fial\" is not one of fail, pass, inconclusive; did you mean \"fail\"?"),
+            ("    no_data: fail", "    no_data: fial", "rollguard.yaml:20: check \"error-rate\" no_data: \"fial\" is not one of fail, pass, inconclusive"),
             ("expect_body: \"ok|fine\"", "expect_body: \"ok(\"", "expect_body is not a regular expression"),
             ("expect_status: [200, 204]", "expect_status: [200, 999]", "expect_status must be HTTP statuses"),
         ];

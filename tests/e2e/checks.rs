@@ -226,6 +226,22 @@ async fn rollguard_check_prints_one_line_per_target_and_check() {
     // Nothing was deployed.
     assert_eq!(env.writes(1), 0);
 
+    // `diff` lists the checks each target would run, rendered for it.
+    let diff = env.command("diff", &[]).await;
+    assert!(
+        diff.stderr.contains(&format!(
+            "  eu: error-rate (every 1s, fails if > 0.01): max(error_rate{{cluster=\"eu\"}}) on {}",
+            prometheus.url
+        )),
+        "{}",
+        diff.output()
+    );
+    assert!(
+        diff.stderr.contains(&format!("  us: healthz (every 10s, fails if status != 200): GET {}/healthz/us", exporter.url())),
+        "{}",
+        diff.output()
+    );
+
     // A bad fail_if is bad input, with its line, before anything runs.
     let text = std::fs::read_to_string(env.path("rollguard.yaml")).expect("config");
     env.write("rollguard.yaml", &text.replace("\"> 0.01\"", "\"about 0.01\""));
