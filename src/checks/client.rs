@@ -86,10 +86,12 @@ impl HttpClient {
         headers: &[(http::HeaderName, String)],
         timeout: Duration,
     ) -> Result<Answer, CallError> {
-        let uri: http::Uri = url.parse().map_err(|e: http::uri::InvalidUri| CallError::BadUrl {
-            url: redact::scrub(url),
-            reason: e.to_string(),
-        })?;
+        let uri: http::Uri = url
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| CallError::BadUrl {
+                url: redact::scrub(url),
+                reason: e.to_string(),
+            })?;
         let host = uri.host().unwrap_or_default().to_string();
         let mut request = http::Request::get(uri);
         for (name, value) in headers {
@@ -188,14 +190,14 @@ impl HttpClient {
         match result {
             Ok(answer) => Ok(answer),
             Err(RetryError::Cancelled) => Err(CallError::Cancelled),
-            Err(RetryError::NotSent | RetryError::Api(_)) => Err(last
-                .lock()
-                .ok()
-                .and_then(|mut slot| slot.take())
-                .unwrap_or(CallError::Timeout {
-                    host,
-                    after: deadline,
-                })),
+            Err(RetryError::NotSent | RetryError::Api(_)) => {
+                Err(last.lock().ok().and_then(|mut slot| slot.take()).unwrap_or(
+                    CallError::Timeout {
+                        host,
+                        after: deadline,
+                    },
+                ))
+            }
         }
     }
 }

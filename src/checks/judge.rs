@@ -13,7 +13,10 @@ pub enum Reading {
     Value(f64),
     /// An HTTP probe's answer: its status, and why its body did not match (None: it did,
     /// or no `expect_body`).
-    Http { status: u16, body_problem: Option<String> },
+    Http {
+        status: u16,
+        body_problem: Option<String>,
+    },
     /// The query returned no series.
     NoData,
     /// The source could not be read (down, a timeout, an error answer): the reason, scrubbed.
@@ -47,11 +50,18 @@ pub fn judge(check: &CheckConfig, reading: &Reading, time: Timestamp) -> CheckSa
                 CheckSource::Prometheus(_) => &[],
             };
             let note = if !expected.contains(status) {
-                Some(format!("expected {}, got {status}", statuses_text(expected)))
+                Some(format!(
+                    "expected {}, got {status}",
+                    statuses_text(expected)
+                ))
             } else {
                 body_problem.clone()
             };
-            sample(Some(f64::from(*status)), passed_or_failed(note.is_some()), note)
+            sample(
+                Some(f64::from(*status)),
+                passed_or_failed(note.is_some()),
+                note,
+            )
         }
         Reading::NoData => sample(None, unclear(check.no_data), Some("no data".into())),
         Reading::Error(reason) => sample(None, unclear(check.on_error), Some(reason.clone())),
@@ -211,33 +221,84 @@ mod tests {
     fn readings_are_judged() {
         use CheckVerdict::*;
         let i = Unclear::Inconclusive;
-        let table: Vec<(CheckConfig, Reading, CheckVerdict, Option<f64>, Option<&str>)> = vec![
+        let table: Vec<(
+            CheckConfig,
+            Reading,
+            CheckVerdict,
+            Option<f64>,
+            Option<&str>,
+        )> = vec![
             (prom(i, i), Reading::Value(0.043), Failed, Some(0.043), None),
             (prom(i, i), Reading::Value(0.01), Passed, Some(0.01), None),
             (prom(i, i), Reading::Value(0.0), Passed, Some(0.0), None),
-            (prom(i, i), Reading::NoData, Inconclusive, None, Some("no data")),
-            (prom(Unclear::Fail, i), Reading::NoData, Failed, None, Some("no data")),
-            (prom(Unclear::Pass, i), Reading::NoData, Passed, None, Some("no data")),
-            (prom(i, i), Reading::Error("down".into()), Inconclusive, None, Some("down")),
-            (prom(i, Unclear::Fail), Reading::Error("down".into()), Failed, None, Some("down")),
-            (prom(i, Unclear::Pass), Reading::Error("down".into()), Passed, None, Some("down")),
+            (
+                prom(i, i),
+                Reading::NoData,
+                Inconclusive,
+                None,
+                Some("no data"),
+            ),
+            (
+                prom(Unclear::Fail, i),
+                Reading::NoData,
+                Failed,
+                None,
+                Some("no data"),
+            ),
+            (
+                prom(Unclear::Pass, i),
+                Reading::NoData,
+                Passed,
+                None,
+                Some("no data"),
+            ),
+            (
+                prom(i, i),
+                Reading::Error("down".into()),
+                Inconclusive,
+                None,
+                Some("down"),
+            ),
+            (
+                prom(i, Unclear::Fail),
+                Reading::Error("down".into()),
+                Failed,
+                None,
+                Some("down"),
+            ),
+            (
+                prom(i, Unclear::Pass),
+                Reading::Error("down".into()),
+                Passed,
+                None,
+                Some("down"),
+            ),
             (
                 http(),
-                Reading::Http { status: 204, body_problem: None },
+                Reading::Http {
+                    status: 204,
+                    body_problem: None,
+                },
                 Passed,
                 Some(204.0),
                 None,
             ),
             (
                 http(),
-                Reading::Http { status: 503, body_problem: None },
+                Reading::Http {
+                    status: 503,
+                    body_problem: None,
+                },
                 Failed,
                 Some(503.0),
                 Some("expected 200 or 204, got 503"),
             ),
             (
                 http(),
-                Reading::Http { status: 200, body_problem: Some("the body does not match \"ok\"".into()) },
+                Reading::Http {
+                    status: 200,
+                    body_problem: Some("the body does not match \"ok\"".into()),
+                },
                 Failed,
                 Some(200.0),
                 Some("the body does not match \"ok\""),
@@ -263,7 +324,11 @@ mod tests {
             (1, &[Failed, Passed, Failed, Passed], None),
             (1, &[Failed, Failed], Some(1)),
             (1, &[Failed, Inconclusive, Failed], Some(2)),
-            (2, &[Failed, Failed, Passed, Failed, Failed, Failed], Some(5)),
+            (
+                2,
+                &[Failed, Failed, Passed, Failed, Failed, Failed],
+                Some(5),
+            ),
             (0, &[Inconclusive, Inconclusive], None),
         ];
         for (allowed, verdicts, want) in table {
@@ -294,13 +359,29 @@ mod tests {
             "AnalysisFailed: error-rate = 0.043 > 0.01 at 12:03:10"
         );
         let none = judge(&check, &Reading::NoData, at());
-        assert_eq!(failure_message(&check, &none), "error-rate: no data at 12:03:10");
-        let probe = judge(&http(), &Reading::Http { status: 503, body_problem: None }, at());
+        assert_eq!(
+            failure_message(&check, &none),
+            "error-rate: no data at 12:03:10"
+        );
+        let probe = judge(
+            &http(),
+            &Reading::Http {
+                status: 503,
+                body_problem: None,
+            },
+            at(),
+        );
         assert_eq!(
             failure_message(&http(), &probe),
             "healthz = 503 (expected 200 or 204, got 503) at 12:03:10"
         );
-        for (v, want) in [(0.2, "0.2"), (3.0, "3"), (0.1 + 0.2, "0.3"), (1.5e-7, "1.5e-7"), (-2.5, "-2.5")] {
+        for (v, want) in [
+            (0.2, "0.2"),
+            (3.0, "3"),
+            (0.1 + 0.2, "0.3"),
+            (1.5e-7, "1.5e-7"),
+            (-2.5, "-2.5"),
+        ] {
             assert_eq!(format_value(v), want);
         }
     }

@@ -26,7 +26,9 @@ pub fn body_problem(pattern: Option<&str>, body: &str) -> Option<String> {
         Ok(re) if re.is_match(body) => None,
         Ok(_) => Some(format!("the body does not match {pattern:?}")),
         // Checked when the config was read; said rather than hidden if it ever happens.
-        Err(e) => Some(format!("expect_body {pattern:?} is not a regular expression: {e}")),
+        Err(e) => Some(format!(
+            "expect_body {pattern:?} is not a regular expression: {e}"
+        )),
     }
 }
 
@@ -38,7 +40,10 @@ mod tests {
     fn bodies_are_matched_by_regex() {
         assert_eq!(body_problem(None, "anything"), None);
         assert_eq!(body_problem(Some("^ok"), "ok: all good"), None);
-        assert_eq!(body_problem(Some("\"status\":\\s*\"UP\""), r#"{"status": "UP"}"#), None);
+        assert_eq!(
+            body_problem(Some("\"status\":\\s*\"UP\""), r#"{"status": "UP"}"#),
+            None
+        );
         assert_eq!(
             body_problem(Some("^ok"), "not ok"),
             Some("the body does not match \"^ok\"".into())

@@ -73,8 +73,14 @@ pub fn reading(status: u16, body: &str) -> Reading {
         }
     };
     if json.get("status").and_then(Value::as_str) != Some("success") {
-        let kind = json.get("errorType").and_then(Value::as_str).unwrap_or("error");
-        let error = json.get("error").and_then(Value::as_str).unwrap_or("no message");
+        let kind = json
+            .get("errorType")
+            .and_then(Value::as_str)
+            .unwrap_or("error");
+        let error = json
+            .get("error")
+            .and_then(Value::as_str)
+            .unwrap_or("no message");
         return Reading::Error(redact::scrub(&format!(
             "Prometheus answered {status}: {kind}: {error}"
         )));
@@ -112,7 +118,9 @@ fn sample_value(pair: &Value) -> Reading {
         .map(|v| v.parse::<f64>())
     {
         Some(Ok(v)) => Reading::Value(v),
-        _ => Reading::Error(format!("Prometheus answered a sample rollguard cannot read: {pair}")),
+        _ => Reading::Error(format!(
+            "Prometheus answered a sample rollguard cannot read: {pair}"
+        )),
     }
 }
 
@@ -122,7 +130,12 @@ fn labels(metric: &Value) -> String {
         .as_object()
         .map(|m| {
             m.iter()
-                .map(|(k, v)| format!("{k}={}", v.as_str().map_or(v.to_string(), |s| format!("{s:?}"))))
+                .map(|(k, v)| {
+                    format!(
+                        "{k}={}",
+                        v.as_str().map_or(v.to_string(), |s| format!("{s:?}"))
+                    )
+                })
                 .collect()
         })
         .unwrap_or_default();

@@ -14,8 +14,8 @@ use super::judge::{self, Reading, Streak};
 use super::template::{Escape, TemplateValues, mask_url, render};
 use super::{probe, prometheus};
 use crate::config::{CheckConfig, CheckSource, Config, TargetConfig};
-use crate::report::{CheckKind, CheckReport, CheckSample, CheckVerdict};
 use crate::report::redact;
+use crate::report::{CheckKind, CheckReport, CheckSample, CheckVerdict};
 
 /// A Prometheus call's deadline, retries included: its interval, within these bounds.
 const MIN_QUERY_DEADLINE: Duration = Duration::from_secs(1);
@@ -51,7 +51,11 @@ pub fn values(
 }
 
 /// The checks `target` runs (top-level, then its wave's), rendered with `values`.
-pub fn prepare(config: &Config, target: &TargetConfig, values: &TemplateValues) -> Vec<PreparedCheck> {
+pub fn prepare(
+    config: &Config,
+    target: &TargetConfig,
+    values: &TemplateValues,
+) -> Vec<PreparedCheck> {
     config
         .checks_for(target)
         .into_iter()
@@ -78,13 +82,20 @@ pub fn prepare(config: &Config, target: &TargetConfig, values: &TemplateValues) 
 }
 
 /// A report of `prepared` with `samples`.
-pub fn report(prepared: &PreparedCheck, samples: Vec<CheckSample>, message: Option<String>) -> CheckReport {
+pub fn report(
+    prepared: &PreparedCheck,
+    samples: Vec<CheckSample>,
+    message: Option<String>,
+) -> CheckReport {
     let check = &prepared.check;
     let (kind, fail_if) = match &check.source {
         CheckSource::Prometheus(_) => (CheckKind::Prometheus, check.fail_if.map(|f| f.to_string())),
         CheckSource::Http(h) => (
             CheckKind::Http,
-            Some(format!("status != {}", judge::statuses_text(&h.expect_status))),
+            Some(format!(
+                "status != {}",
+                judge::statuses_text(&h.expect_status)
+            )),
         ),
     };
     CheckReport {
@@ -101,7 +112,10 @@ pub fn report(prepared: &PreparedCheck, samples: Vec<CheckSample>, message: Opti
 
 /// Reports of checks that never ran.
 pub fn not_run(prepared: &[PreparedCheck]) -> Vec<CheckReport> {
-    prepared.iter().map(|p| report(p, Vec::new(), None)).collect()
+    prepared
+        .iter()
+        .map(|p| report(p, Vec::new(), None))
+        .collect()
 }
 
 /// What a target's checks came to.
@@ -132,7 +146,11 @@ impl CheckRunner {
     }
 
     /// One reading of `prepared` now (None: cancelled).
-    pub async fn read(&self, prepared: &PreparedCheck, cancel: &CancellationToken) -> Option<Reading> {
+    pub async fn read(
+        &self,
+        prepared: &PreparedCheck,
+        cancel: &CancellationToken,
+    ) -> Option<Reading> {
         let client = match &self.client {
             Ok(client) => client,
             Err(e) => return Some(Reading::Error(e.to_string())),
@@ -172,9 +190,19 @@ impl CheckRunner {
         let shown = |index: usize, sample: &CheckSample| {
             let Ok(mut last) = last.lock() else { return };
             if let Some(slot) = last.get_mut(index) {
-                *slot = Some(format!("{} {}", checks[index].check.name, judge::short(sample)));
+                *slot = Some(format!(
+                    "{} {}",
+                    checks[index].check.name,
+                    judge::short(sample)
+                ));
             }
-            live(last.iter().flatten().cloned().collect::<Vec<_>>().join(", "));
+            live(
+                last.iter()
+                    .flatten()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            );
         };
         let runs = checks
             .iter()
@@ -243,7 +271,10 @@ pub fn describe(config: &Config, commit: Option<&str>) -> Vec<String> {
             let rule = match (&check.source, &check.fail_if) {
                 (CheckSource::Prometheus(_), Some(f)) => format!("fails if {f}"),
                 (CheckSource::Http(h), _) => {
-                    format!("fails if status != {}", judge::statuses_text(&h.expect_status))
+                    format!(
+                        "fails if status != {}",
+                        judge::statuses_text(&h.expect_status)
+                    )
                 }
                 (CheckSource::Prometheus(_), None) => String::new(),
             };

@@ -27,7 +27,12 @@ impl TemplateValues {
             "namespace" => &self.namespace,
             "revision" => &self.revision,
             "commit" => &self.commit,
-            _ => return self.vars.get(name.strip_prefix("vars.")?).map(String::as_str),
+            _ => {
+                return self
+                    .vars
+                    .get(name.strip_prefix("vars.")?)
+                    .map(String::as_str);
+            }
         })
     }
 }

@@ -45,7 +45,11 @@ pub async fn run(args: CheckArgs, env: HashMap<String, String>) -> Result<i32, E
     }
     let samples = join_all(rows.iter().map(|(_, prepared)| async {
         let reading = runner.read(prepared, &cancel).await?;
-        Some(judge::judge(&prepared.check, &reading, jiff::Timestamp::now()))
+        Some(judge::judge(
+            &prepared.check,
+            &reading,
+            jiff::Timestamp::now(),
+        ))
     }))
     .await;
     let lines: Vec<[String; 4]> = rows
@@ -54,7 +58,13 @@ pub async fn run(args: CheckArgs, env: HashMap<String, String>) -> Result<i32, E
         .map(|((target, prepared), sample)| line(target, prepared, sample.as_ref()))
         .collect();
     let widths: Vec<usize> = (0..3)
-        .map(|i| lines.iter().map(|l| l[i].chars().count()).max().unwrap_or(0))
+        .map(|i| {
+            lines
+                .iter()
+                .map(|l| l[i].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     for [target, name, value, verdict] in &lines {
         crate::report::redact::print_out(&format!(
@@ -64,9 +74,10 @@ pub async fn run(args: CheckArgs, env: HashMap<String, String>) -> Result<i32, E
             w2 = widths[2]
         ));
     }
-    let all_passed = samples
-        .iter()
-        .all(|s| s.as_ref().is_some_and(|s| s.verdict == CheckVerdict::Passed));
+    let all_passed = samples.iter().all(|s| {
+        s.as_ref()
+            .is_some_and(|s| s.verdict == CheckVerdict::Passed)
+    });
     Ok(if all_passed { exit::OK } else { exit::FAILED })
 }
 
@@ -74,10 +85,17 @@ pub async fn run(args: CheckArgs, env: HashMap<String, String>) -> Result<i32, E
 fn line(target: &str, prepared: &PreparedCheck, sample: Option<&CheckSample>) -> [String; 4] {
     let check = &prepared.check;
     let Some(sample) = sample else {
-        return [target.into(), check.name.clone(), "-".into(), "not run".into()];
+        return [
+            target.into(),
+            check.name.clone(),
+            "-".into(),
+            "not run".into(),
+        ];
     };
     let value = match (sample.value, &check.source, &check.fail_if) {
-        (Some(v), CheckSource::Prometheus(_), Some(f)) if sample.verdict == CheckVerdict::Failed => {
+        (Some(v), CheckSource::Prometheus(_), Some(f))
+            if sample.verdict == CheckVerdict::Failed =>
+        {
             format!("{} {f}", format_value(v))
         }
         (Some(v), CheckSource::Prometheus(_), Some(f)) => {

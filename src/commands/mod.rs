@@ -1,8 +1,8 @@
 //! One module per user command, and the dispatch from the parsed command line to them.
 
+pub mod check;
 #[cfg(feature = "demo")]
 pub mod demo;
-pub mod check;
 pub mod deploy;
 pub mod diff;
 pub mod manual_report;

@@ -263,7 +263,11 @@ impl Ctx {
         }
     }
 
-    pub(super) fn parsed<T: FromStr<Err = String>>(&mut self, node: Option<&Node>, what: &str) -> Option<T> {
+    pub(super) fn parsed<T: FromStr<Err = String>>(
+        &mut self,
+        node: Option<&Node>,
+        what: &str,
+    ) -> Option<T> {
         let (text, line) = self.text(node, what)?;
         match text.parse() {
             Ok(v) => Some(v),
@@ -474,8 +478,11 @@ impl Ctx {
         let all: Vec<&TargetConfig> = config.targets.iter().collect();
         self.check_templates(&config.checks, &all);
         for wave in &config.waves {
-            let targets: Vec<&TargetConfig> =
-                config.targets.iter().filter(|t| t.wave == wave.wave).collect();
+            let targets: Vec<&TargetConfig> = config
+                .targets
+                .iter()
+                .filter(|t| t.wave == wave.wave)
+                .collect();
             self.check_templates(&wave.checks, &targets);
         }
         config.first_wave = config.targets.iter().map(|t| t.wave).min().unwrap_or(0);
@@ -1084,7 +1091,11 @@ impl Ctx {
         })
     }
 
-    pub(super) fn positive_duration(&mut self, node: Option<&Node>, what: &str) -> Option<Duration> {
+    pub(super) fn positive_duration(
+        &mut self,
+        node: Option<&Node>,
+        what: &str,
+    ) -> Option<Duration> {
         let line = node.map_or(0, |n| n.line);
         let d = self.duration(node, what)?;
         if d.is_zero() {

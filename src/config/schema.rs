@@ -130,7 +130,7 @@ pub fn json_schema() -> Value {
             "pipeline": super::pipeline::pipeline_schema(&duration, &command)
         }
     });
-    let checks = super::checks::checks_schema(&duration);
+    let checks = super::check_parse::checks_schema(&duration);
     schema["properties"]["checks"] = checks.clone();
     schema["properties"]["targets"]["items"]["properties"]["vars"] = json!({
         "type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]},

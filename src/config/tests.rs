@@ -1296,16 +1296,29 @@ waves:
     }
 
     fn parse_with(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, Vec<String>> {
-        parse(text, Path::new("rollguard.yaml"), &Overrides::default(), env)
-            .map_err(|e| e.issues().iter().map(|i| i.to_string()).collect())
+        parse(
+            text,
+            Path::new("rollguard.yaml"),
+            &Overrides::default(),
+            env,
+        )
+        .map_err(|e| e.issues().iter().map(|i| i.to_string()).collect())
     }
 
     #[test]
     fn top_level_and_wave_checks_parse() {
         let c = parse_with(CHECKS, &env).unwrap_or_else(|e| panic!("{e:#?}"));
-        let canary: Vec<&str> = c.checks_for(&c.targets[0]).iter().map(|c| c.name.as_str()).collect();
+        let canary: Vec<&str> = c
+            .checks_for(&c.targets[0])
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect();
         assert_eq!(canary, vec!["error-rate", "healthz"]);
-        let eu: Vec<&str> = c.checks_for(&c.targets[1]).iter().map(|c| c.name.as_str()).collect();
+        let eu: Vec<&str> = c
+            .checks_for(&c.targets[1])
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect();
         assert_eq!(eu, vec!["error-rate"]);
         let rate = &c.checks[0];
         assert_eq!(rate.interval, Duration::from_secs(2));
@@ -1335,28 +1348,74 @@ waves:
         assert_eq!(healthz.interval, Duration::from_secs(5));
         assert_eq!(healthz.on_error, Unclear::Pass);
         assert_eq!(healthz.fail_if, None);
-        assert_eq!(c.targets[0].vars.get("region").map(String::as_str), Some("eu-west"));
+        assert_eq!(
+            c.targets[0].vars.get("region").map(String::as_str),
+            Some("eu-west")
+        );
     }
 
     #[test]
     fn bad_checks_are_file_line_issues() {
         let table: &[(&str, &str, &str)] = &[
-            ("    fail_if: \"> 0.01\"", "    fail_if: \"about 0.01\"", "rollguard.yaml:17: check \"error-rate\" fail_if: \"about 0.01\" does not start with a comparison"),
-            ("    fail_if: \"> 0.01\"", "    fail_if: \"> lots\"", "rollguard.yaml:17: check \"error-rate\" fail_if: \"lots\" is not a number"),
-            ("    interval: 2s", "    intervall: 2s", "rollguard.yaml:18: unknown key \"intervall\" in checks[0]; did you mean \"interval\"?"),
-            ("      token_env: PROM_TOKEN", "      token_env: NOPE", "rollguard.yaml:15: check \"error-rate\" prometheus: token_env: $NOPE is not set"),
-            ("{{ vars.region }}", "{{ vars.zone }}", "target canary, eu has no `vars: {zone: ...}`"),
-            ("{{target}}\",region", "{{taget}}\",region", "unknown template {{taget}} (known: target, app, namespace, revision, commit, vars.KEY); did you mean {{target}}?"),
-            ("      - name: healthz", "      - name: error-rate", "rollguard.yaml:25: duplicate check name \"error-rate\" (first at line 12)"),
-            ("    no_data: fail", "    no_data: fial", "rollguard.yaml:20: check \"error-rate\" no_data: \"fial\" is not one of fail, pass, inconclusive"),
-            ("expect_body: \"ok|fine\"", "expect_body: \"ok(\"", "expect_body is not a regular expression"),
-            ("expect_status: [200, 204]", "expect_status: [200, 999]", "expect_status must be HTTP statuses"),
+            (
+                "    fail_if: \"> 0.01\"",
+                "    fail_if: \"about 0.01\"",
+                "rollguard.yaml:17: check \"error-rate\" fail_if: \"about 0.01\" does not start with a comparison",
+            ),
+            (
+                "    fail_if: \"> 0.01\"",
+                "    fail_if: \"> lots\"",
+                "rollguard.yaml:17: check \"error-rate\" fail_if: \"lots\" is not a number",
+            ),
+            (
+                "    interval: 2s",
+                "    intervall: 2s",
+                "rollguard.yaml:18: unknown key \"intervall\" in checks[0]; did you mean \"interval\"?",
+            ),
+            (
+                "      token_env: PROM_TOKEN",
+                "      token_env: NOPE",
+                "rollguard.yaml:15: check \"error-rate\" prometheus: token_env: $NOPE is not set",
+            ),
+            (
+                "{{ vars.region }}",
+                "{{ vars.zone }}",
+                "target canary, eu has no `vars: {zone: ...}`",
+            ),
+            (
+                "{{target}}\",region",
+                "{{taget}}\",region",
+                "unknown template {{taget}} (known: target, app, namespace, revision, commit, vars.KEY); did you mean {{target}}?",
+            ),
+            (
+                "      - name: healthz",
+                "      - name: error-rate",
+                "rollguard.yaml:25: duplicate check name \"error-rate\" (first at line 12)",
+            ),
+            (
+                "    no_data: fail",
+                "    no_data: fial",
+                "rollguard.yaml:20: check \"error-rate\" no_data: \"fial\" is not one of fail, pass, inconclusive",
+            ),
+            (
+                "expect_body: \"ok|fine\"",
+                "expect_body: \"ok(\"",
+                "expect_body is not a regular expression",
+            ),
+            (
+                "expect_status: [200, 204]",
+                "expect_status: [200, 999]",
+                "expect_status must be HTTP statuses",
+            ),
         ];
         for (from, to, want) in table {
             assert!(CHECKS.contains(from), "{from}");
             let text = CHECKS.replace(from, to);
             let errs = parse_with(&text, &env).expect_err(to);
-            assert!(errs.iter().any(|e| e.contains(want)), "{to}: want {want:?} in {errs:#?}");
+            assert!(
+                errs.iter().any(|e| e.contains(want)),
+                "{to}: want {want:?} in {errs:#?}"
+            );
         }
         // url_env unset: said at its line.
         let errs = parse_with(CHECKS, &no_env).expect_err("no env");
@@ -1380,6 +1439,9 @@ waves:
         for bad in ["", "0.01", "=> 1", "> ", "> NaN", "> inf", "~ 1"] {
             assert!(bad.parse::<FailIf>().is_err(), "{bad:?}");
         }
-        assert_eq!("> 0.01".parse::<FailIf>().map(|f| f.to_string()), Ok("> 0.01".to_string()));
+        assert_eq!(
+            "> 0.01".parse::<FailIf>().map(|f| f.to_string()),
+            Ok("> 0.01".to_string())
+        );
     }
 }

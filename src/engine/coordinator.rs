@@ -192,8 +192,11 @@ impl Crew {
         if !shared.plan.options.dry_run {
             let config = &shared.plan.config;
             let values = crate::checks::run::values(config, &entrant.run.target, None, None);
-            entrant.run.report.checks =
-                crate::checks::run::not_run(&crate::checks::prepare(config, &entrant.run.target, &values));
+            entrant.run.report.checks = crate::checks::run::not_run(&crate::checks::prepare(
+                config,
+                &entrant.run.target,
+                &values,
+            ));
         }
         let run = Arc::new(Mutex::new(entrant.run));
         let (tx, rx) = mpsc::unbounded_channel();

@@ -222,7 +222,9 @@ impl Executor {
                         }
                     }
                 };
-                let (b, o) = bake_beside_checks(watched, &bake_stop, &checks, bake.is_zero(), &stop, &live).await;
+                let (b, o) =
+                    bake_beside_checks(watched, &bake_stop, &checks, bake.is_zero(), &stop, &live)
+                        .await;
                 baked = b;
                 outcome = o;
             },

@@ -502,10 +502,34 @@ mod tests {
         assert_eq!(baking(600), "baking, 10m left");
         assert_eq!(baking(90), "baking, 1m30s left");
         let rounded = |ms| Stage::baking(Duration::from_millis(ms));
-        assert_eq!(rounded(6_200), Stage::Baking { left_secs: 7, checks: None });
-        assert_eq!(rounded(7_000), Stage::Baking { left_secs: 7, checks: None });
-        assert_eq!(rounded(1), Stage::Baking { left_secs: 1, checks: None });
-        assert_eq!(rounded(0), Stage::Baking { left_secs: 0, checks: None });
+        assert_eq!(
+            rounded(6_200),
+            Stage::Baking {
+                left_secs: 7,
+                checks: None
+            }
+        );
+        assert_eq!(
+            rounded(7_000),
+            Stage::Baking {
+                left_secs: 7,
+                checks: None
+            }
+        );
+        assert_eq!(
+            rounded(1),
+            Stage::Baking {
+                left_secs: 1,
+                checks: None
+            }
+        );
+        assert_eq!(
+            rounded(0),
+            Stage::Baking {
+                left_secs: 0,
+                checks: None
+            }
+        );
     }
 
     /// The countdown ticks every second: CI logs get a line when the bake starts, then the

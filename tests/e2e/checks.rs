@@ -45,7 +45,10 @@ fn check<'a>(run: &'a Run, target: &str, check: &str) -> &'a Value {
 }
 
 fn samples(check: &Value) -> Vec<&Value> {
-    check["samples"].as_array().map(|s| s.iter().collect()).unwrap_or_default()
+    check["samples"]
+        .as_array()
+        .map(|s| s.iter().collect())
+        .unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -56,7 +59,10 @@ async fn a_rising_error_rate_fails_the_canary_and_stops_the_next_wave() {
     };
     let env = TestEnv::start(3, "").await;
     first_release(&env).await;
-    env.write("rollguard.yaml", &fleet("6s", &error_rate(&prometheus.url, "")));
+    env.write(
+        "rollguard.yaml",
+        &fleet("6s", &error_rate(&prometheus.url, "")),
+    );
     let before: Vec<u64> = (1..=3).map(|c| env.writes_besides_locks(c)).collect();
     let exporter = std::sync::Arc::new(exporter);
     let rise = tokio::spawn({
@@ -75,21 +81,34 @@ async fn a_rising_error_rate_fails_the_canary_and_stops_the_next_wave() {
     assert_eq!(rate["kind"], "prometheus");
     assert_eq!(rate["threshold"], 0.01);
     let message = rate["message"].as_str().unwrap_or_default();
-    assert!(message.starts_with("error-rate = 0.2 > 0.01 at "), "{message}");
+    assert!(
+        message.starts_with("error-rate = 0.2 > 0.01 at "),
+        "{message}"
+    );
     // The source is the rendered query: the canary's own series.
     assert!(
-        rate["source"].as_str().unwrap_or_default().contains("cluster=\"canary\""),
+        rate["source"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("cluster=\"canary\""),
         "{rate:#}"
     );
     let last = samples(rate).last().copied().cloned().unwrap_or_default();
-    assert_eq!((last["value"].clone(), last["verdict"].clone()), (0.2.into(), "failed".into()));
+    assert_eq!(
+        (last["value"].clone(), last["verdict"].clone()),
+        (0.2.into(), "failed".into())
+    );
     let failure = &run.target("canary")["failures"][0];
     assert_eq!(failure["reason"], "AnalysisFailed", "{failure:#}");
     assert_eq!(failure["message"], message);
     // The policy acted at once: wave 1 never started, no write but its Lease.
     for (i, name) in ["eu", "us"].iter().enumerate() {
         assert_eq!(run.outcome(name), "skipped", "{}", run.output());
-        assert_eq!(env.writes_besides_locks(i + 2), before[i + 1], "{name} got a write");
+        assert_eq!(
+            env.writes_besides_locks(i + 2),
+            before[i + 1],
+            "{name} got a write"
+        );
         assert_eq!(check(&run, name, "error-rate")["verdict"], "not-run");
     }
     assert_runs(&env, 1, GOOD).await;
@@ -102,7 +121,10 @@ async fn a_flat_error_rate_lets_every_wave_deploy_with_its_samples_in_the_report
         return;
     };
     let env = TestEnv::start(3, "").await;
-    env.write("rollguard.yaml", &fleet("4s", &error_rate(&_prometheus.url, "")));
+    env.write(
+        "rollguard.yaml",
+        &fleet("4s", &error_rate(&_prometheus.url, "")),
+    );
     env.write("k8s/app.yaml", &small_app(GOOD));
     let run = env.deploy(&[]).await;
     assert_eq!(run.code, 0, "{}", run.output());
@@ -112,13 +134,21 @@ async fn a_flat_error_rate_lets_every_wave_deploy_with_its_samples_in_the_report
         assert_eq!(rate["verdict"], "passed", "{rate:#}");
         let taken = samples(rate);
         assert!(!taken.is_empty(), "{rate:#}");
-        assert!(taken.iter().all(|s| s["value"] == 0.0 && s["verdict"] == "passed"), "{rate:#}");
+        assert!(
+            taken
+                .iter()
+                .all(|s| s["value"] == 0.0 && s["verdict"] == "passed"),
+            "{rate:#}"
+        );
     }
     // The canary's bake of 4 s at 1 s: several samples, in time order; wave 1 has no bake:
     // one sample each.
     let canary = samples(check(&run, "canary", "error-rate"));
     assert!(canary.len() >= 2, "{canary:#?}");
-    let times: Vec<&str> = canary.iter().map(|s| s["time"].as_str().unwrap_or_default()).collect();
+    let times: Vec<&str> = canary
+        .iter()
+        .map(|s| s["time"].as_str().unwrap_or_default())
+        .collect();
     assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
     assert_eq!(samples(check(&run, "eu", "error-rate")).len(), 1);
 }
@@ -126,13 +156,15 @@ async fn a_flat_error_rate_lets_every_wave_deploy_with_its_samples_in_the_report
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_down_during_the_bake_is_inconclusive_unless_on_error_fails() {
     let exporter = Exporter::start(&[("canary", 0.0), ("eu", 0.0), ("us", 0.0)]).await;
-    let Some(mut prometheus) = Prometheus::start("checks::prometheus_down", &exporter).await
-    else {
+    let Some(mut prometheus) = Prometheus::start("checks::prometheus_down", &exporter).await else {
         return;
     };
     let env = TestEnv::start(3, "").await;
     first_release(&env).await;
-    env.write("rollguard.yaml", &fleet("5s", &error_rate(&prometheus.url, "")));
+    env.write(
+        "rollguard.yaml",
+        &fleet("5s", &error_rate(&prometheus.url, "")),
+    );
     let child = env.spawn_deploy(&[]);
     tokio::time::sleep(Duration::from_secs(3)).await;
     let url = prometheus.url.clone();
@@ -146,10 +178,19 @@ async fn prometheus_down_during_the_bake_is_inconclusive_unless_on_error_fails()
     assert_eq!(rate["verdict"], "inconclusive", "{rate:#}");
     let last = samples(rate).last().copied().cloned().unwrap_or_default();
     assert_eq!(last["verdict"], "inconclusive", "{rate:#}");
-    assert!(last["note"].as_str().unwrap_or_default().contains("Prometheus"), "{last:#}");
+    assert!(
+        last["note"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("Prometheus"),
+        "{last:#}"
+    );
 
     // The same with `on_error: fail`: the canary fails on it and rolls back.
-    env.write("rollguard.yaml", &fleet("5s", &error_rate(&url, "    on_error: fail\n")));
+    env.write(
+        "rollguard.yaml",
+        &fleet("5s", &error_rate(&url, "    on_error: fail\n")),
+    );
     env.write("k8s/app.yaml", &small_app("example.com/web:v3"));
     let run = env.deploy(&[]).await;
     assert_eq!(run.code, 1, "{}", run.output());
@@ -157,7 +198,10 @@ async fn prometheus_down_during_the_bake_is_inconclusive_unless_on_error_fails()
     let rate = check(&run, "canary", "error-rate");
     assert_eq!(rate["verdict"], "failed", "{rate:#}");
     let message = rate["message"].as_str().unwrap_or_default();
-    assert!(message.starts_with("error-rate: Prometheus: no answer from 127.0.0.1"), "{message}");
+    assert!(
+        message.starts_with("error-rate: Prometheus: no answer from 127.0.0.1"),
+        "{message}"
+    );
     assert_eq!(run.outcome("eu"), "skipped", "{}", run.output());
 }
 
@@ -181,12 +225,18 @@ async fn an_http_check_fails_the_one_target_that_answers_503() {
     assert_eq!(us["verdict"], "failed", "{us:#}");
     assert_eq!(us["kind"], "http");
     let message = us["message"].as_str().unwrap_or_default();
-    assert!(message.starts_with("healthz = 503 (expected 200, got 503) at "), "{message}");
+    assert!(
+        message.starts_with("healthz = 503 (expected 200, got 503) at "),
+        "{message}"
+    );
     for name in ["canary", "eu"] {
         assert_eq!(run.outcome(name), "deployed", "{}", run.output());
         let probe = check(&run, name, "healthz");
         assert_eq!(probe["verdict"], "passed", "{probe:#}");
-        assert!(samples(probe).iter().all(|s| s["value"] == 200.0), "{probe:#}");
+        assert!(
+            samples(probe).iter().all(|s| s["value"] == 200.0),
+            "{probe:#}"
+        );
     }
 }
 
@@ -212,7 +262,12 @@ async fn rollguard_check_prints_one_line_per_target_and_check() {
     let lines: Vec<Vec<&str>> = run
         .stdout
         .lines()
-        .map(|l| l.split("  ").map(str::trim).filter(|w| !w.is_empty()).collect())
+        .map(|l| {
+            l.split("  ")
+                .map(str::trim)
+                .filter(|w| !w.is_empty())
+                .collect()
+        })
         .collect();
     let want: Vec<Vec<&str>> = vec![
         vec!["canary", "error-rate", "0.2 > 0.01", "failed"],
@@ -237,18 +292,25 @@ async fn rollguard_check_prints_one_line_per_target_and_check() {
         diff.output()
     );
     assert!(
-        diff.stderr.contains(&format!("  us: healthz (every 10s, fails if status != 200): GET {}/healthz/us", exporter.url())),
+        diff.stderr.contains(&format!(
+            "  us: healthz (every 10s, fails if status != 200): GET {}/healthz/us",
+            exporter.url()
+        )),
         "{}",
         diff.output()
     );
 
     // A bad fail_if is bad input, with its line, before anything runs.
     let text = std::fs::read_to_string(env.path("rollguard.yaml")).expect("config");
-    env.write("rollguard.yaml", &text.replace("\"> 0.01\"", "\"about 0.01\""));
+    env.write(
+        "rollguard.yaml",
+        &text.replace("\"> 0.01\"", "\"about 0.01\""),
+    );
     let run = env.command("check", &[]).await;
     assert_eq!(run.code, 2, "{}", run.output());
     assert!(
-        run.stderr.contains("rollguard.yaml:15: check \"error-rate\" fail_if"),
+        run.stderr
+            .contains("rollguard.yaml:15: check \"error-rate\" fail_if"),
         "{}",
         run.output()
     );

@@ -97,7 +97,10 @@ async fn answer(mut stream: TcpStream, state: Arc<Mutex<State>>) {
             (200, body)
         } else if let Some(target) = path.strip_prefix("/healthz/") {
             let status = state.statuses.get(target).copied().unwrap_or(200);
-            (status, format!("{target}: {}\n", if status == 200 { "ok" } else { "down" }))
+            (
+                status,
+                format!("{target}: {}\n", if status == 200 { "ok" } else { "down" }),
+            )
         } else {
             (404, "not found\n".to_string())
         }
@@ -152,7 +155,10 @@ impl Prometheus {
             .port();
         let child = std::process::Command::new("prometheus")
             .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
             .arg("--log.level=warn")
             .stdin(std::process::Stdio::null())
