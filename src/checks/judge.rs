@@ -217,17 +217,20 @@ mod tests {
         "2026-12-02T12:03:10Z".parse().expect("a time")
     }
 
+    /// A check, what it read, and the sample's verdict, value and note.
+    type Row = (
+        CheckConfig,
+        Reading,
+        CheckVerdict,
+        Option<f64>,
+        Option<&'static str>,
+    );
+
     #[test]
     fn readings_are_judged() {
         use CheckVerdict::*;
         let i = Unclear::Inconclusive;
-        let table: Vec<(
-            CheckConfig,
-            Reading,
-            CheckVerdict,
-            Option<f64>,
-            Option<&str>,
-        )> = vec![
+        let table: Vec<Row> = vec![
             (prom(i, i), Reading::Value(0.043), Failed, Some(0.043), None),
             (prom(i, i), Reading::Value(0.01), Passed, Some(0.01), None),
             (prom(i, i), Reading::Value(0.0), Passed, Some(0.0), None),
