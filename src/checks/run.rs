@@ -60,6 +60,10 @@ pub fn prepare(
         .checks_for(target)
         .into_iter()
         .map(|check| {
+            // Credentials are known to the scrubber before anything of the check is said.
+            if let CheckSource::Prometheus(p) = &check.source {
+                prometheus::auth_headers(&p.auth);
+            }
             let (url, query) = match &check.source {
                 CheckSource::Prometheus(p) => (
                     render(&p.url, values, Escape::Url),
@@ -294,4 +298,78 @@ pub fn describe(config: &Config, commit: Option<&str>) -> Vec<String> {
         );
     }
     lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    const CONFIG: &str = r#"app: shop
+namespace: prod
+manifests: [k8s/]
+targets:
+  - {name: canary, context: c, vars: {region: "eu \"1\""}}
+  - {name: eu, context: e, wave: 1, vars: {region: eu}}
+checks:
+  - name: error-rate
+    prometheus:
+      url_env: PROM_URL
+      token_env: PROM_TOKEN
+      query: max(x{cluster="{{target}}",region="{{vars.region}}",app="{{app}}",ns="{{namespace}}"})
+    fail_if: ">= 0.5"
+waves:
+  - wave: 1
+    checks:
+      - name: healthz
+        http: {url: "https://{{target}}.example.com/h?r={{vars.region}}&c={{commit}}"}
+"#;
+
+    fn config() -> Config {
+        let env = |k: &str| match k {
+            "PROM_URL" => Some("https://reader:pw-run-tests-77@prom.example.com".to_string()),
+            "PROM_TOKEN" => Some("tok-run-tests-0042".to_string()),
+            _ => None,
+        };
+        crate::config::parse(
+            CONFIG,
+            Path::new("rollguard.yaml"),
+            &crate::config::Overrides::default(),
+            &env,
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn checks_are_rendered_per_target_with_credentials_masked() {
+        let config = config();
+        let lines = describe(&config, Some("abc123"));
+        assert_eq!(
+            lines,
+            vec![
+                "dry run: the checks each target would run once healthy (not run in a dry run; `rollguard check` runs them now):".to_string(),
+                r#"  canary: error-rate (every 10s, fails if >= 0.5): max(x{cluster="canary",region="eu \"1\"",app="shop",ns="prod"}) on https://***@prom.example.com"#.to_string(),
+                r#"  eu: error-rate (every 10s, fails if >= 0.5): max(x{cluster="eu",region="eu",app="shop",ns="prod"}) on https://***@prom.example.com"#.to_string(),
+                "  eu: healthz (every 10s, fails if status != 200): GET https://eu.example.com/h?r=eu&c=abc123".to_string(),
+            ]
+        );
+        // The token was taught to the scrubber when the checks were prepared.
+        assert!(!redact::scrub("Bearer tok-run-tests-0042").contains("0042"));
+        let eu = &config.targets[1];
+        let prepared = prepare(&config, eu, &values(&config, eu, Some(7), None));
+        let reports = not_run(&prepared);
+        let verdicts: Vec<(&str, CheckVerdict, Option<&str>)> = reports
+            .iter()
+            .map(|r| (r.name.as_str(), r.verdict, r.fail_if.as_deref()))
+            .collect();
+        assert_eq!(
+            verdicts,
+            vec![
+                ("error-rate", CheckVerdict::NotRun, Some(">= 0.5")),
+                ("healthz", CheckVerdict::NotRun, Some("status != 200")),
+            ]
+        );
+        assert_eq!(reports[0].threshold, Some(0.5));
+        assert_eq!(reports[1].kind, CheckKind::Http);
+    }
 }
