@@ -207,3 +207,116 @@ mod tests {
         assert!(!redact::scrub("said checks-test-token-0451").contains("0451"));
     }
 }
+
+/// The client against a scripted server on loopback: retries, auth, scrubbing.
+#[cfg(test)]
+mod client_tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Answers each request with the next of `answers` (status, body); records the requests.
+    async fn server(answers: Vec<(u16, String)>) -> (String, Arc<Mutex<Vec<String>>>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        tokio::spawn(async move {
+            for (status, body) in answers {
+                let Ok((mut stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                log.lock()
+                    .expect("log")
+                    .push(String::from_utf8_lossy(&request).into_owned());
+                let answer = format!(
+                    "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(answer.as_bytes()).await;
+                let _ = stream.shutdown().await;
+            }
+        });
+        (url, seen)
+    }
+
+    const ONE: &str = r#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,"0.043"]}]}}"#;
+
+    #[tokio::test]
+    async fn a_503_is_retried_and_the_token_is_sent() {
+        let (url, seen) = server(vec![(503, "busy".into()), (200, ONE.into())]).await;
+        let client = HttpClient::new().expect("client");
+        let headers = auth_headers(&Auth::Bearer(crate::config::Credential::new(
+            "tok-client-test-1234",
+        )));
+        let reading = read(
+            &client,
+            &url,
+            "up{a=\"b\"}",
+            &headers,
+            Duration::from_secs(5),
+            &CancellationToken::new(),
+        )
+        .await;
+        assert_eq!(reading, Some(Reading::Value(0.043)));
+        let seen = seen.lock().expect("log");
+        assert_eq!(seen.len(), 2, "{seen:#?}");
+        assert!(
+            seen[1].starts_with("GET /api/v1/query?query=up%7Ba%3D%22b%22%7D&time="),
+            "{}",
+            seen[1]
+        );
+        assert!(
+            seen[1]
+                .to_ascii_lowercase()
+                .contains("authorization: bearer tok-client-test-1234"),
+            "{}",
+            seen[1]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_401_is_not_retried_and_its_echoed_credentials_are_scrubbed() {
+        let body = r#"{"status":"error","errorType":"unauthorized","error":"bad user reader:pw-client-test-5678"}"#;
+        let (url, seen) = server(vec![(401, body.into()), (200, ONE.into())]).await;
+        let client = HttpClient::new().expect("client");
+        let headers = auth_headers(&Auth::Basic {
+            user: crate::config::Credential::new("reader"),
+            password: crate::config::Credential::new("pw-client-test-5678"),
+        });
+        let reading = read(
+            &client,
+            &url,
+            "up",
+            &headers,
+            Duration::from_secs(5),
+            &CancellationToken::new(),
+        )
+        .await;
+        let Some(Reading::Error(text)) = reading else {
+            panic!("{reading:?}")
+        };
+        assert!(
+            text.starts_with("Prometheus answered 401: unauthorized: bad user <redacted"),
+            "{text}"
+        );
+        assert!(!text.contains("pw-client-test-5678"), "{text}");
+        assert_eq!(seen.lock().expect("log").len(), 1);
+        let sent = seen.lock().expect("log")[0].to_ascii_lowercase();
+        // base64("reader:pw-client-test-5678")
+        assert!(
+            sent.contains("authorization: basic cmvhzgvyonb3lwnsawvudc10zxn0ltu2nzg="),
+            "{sent}"
+        );
+    }
+}
