@@ -25,6 +25,9 @@ pub async fn run(args: CheckArgs, env: HashMap<String, String>) -> Result<i32, E
         ..Overrides::default()
     };
     let config = config::load(&path, &overrides, &lookup)?;
+    if !config.check_env_issues.is_empty() {
+        return Err(config::ConfigError::Invalid(config.check_env_issues).into());
+    }
     // {{commit}} as a deploy in CI would have it; {{revision}} is the deploy's own, unknown here.
     let commit = lookup("GITHUB_SHA");
     let runner = CheckRunner::new();

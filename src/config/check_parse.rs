@@ -174,7 +174,7 @@ impl Ctx {
         match env(&var) {
             Some(value) if !value.trim().is_empty() => Some(value.trim().to_string()),
             _ => {
-                self.at(
+                self.env_at(
                     line,
                     format!("{label}: {key}: ${var} is not set (or empty); set it in the job's environment"),
                 );

@@ -51,6 +51,12 @@ pub struct Config {
     pub earlier_waves: Vec<TargetConfig>,
     /// The top-level `checks:`, run on every target (see [`Config::checks_for`]).
     pub checks: Vec<CheckConfig>,
+    /// The checks' variables (`url_env`, `token_env`, `user_env`, `password_env`) that are
+    /// not set, each at its line: bad input for the commands that run or render checks
+    /// (deploy, diff, plan, check), which say them before anything is written; the release
+    /// commands (history, rollback, ...) run no check and ignore them. A check with such a
+    /// variable is left out of `checks`.
+    pub check_env_issues: Vec<ConfigIssue>,
     pub history: HistoryConfig,
     pub on_failure: FailurePolicy,
     pub on_cancel: CancelPolicy,

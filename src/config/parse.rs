@@ -117,6 +117,7 @@ pub fn parse(
     let mut ctx = Ctx {
         file: source.display().to_string(),
         issues: Vec::new(),
+        env_issues: Vec::new(),
     };
     let root = match yaml::parse_single(text) {
         Ok(root) => root,
@@ -126,6 +127,7 @@ pub fn parse(
         }
     };
     let mut config = ctx.config(&root, base_dir, source.to_path_buf(), env);
+    config.check_env_issues = std::mem::take(&mut ctx.env_issues);
     apply_overrides(&mut ctx.issues, &mut config, overrides, env);
     if ctx.issues.is_empty() {
         Ok(config)
@@ -146,19 +148,34 @@ pub fn parse(
 pub(super) struct Ctx {
     file: String,
     issues: Vec<ConfigIssue>,
+    /// Unset variables of the checks (`url_env`, `token_env`, ...): see
+    /// [`Config::check_env_issues`].
+    env_issues: Vec<ConfigIssue>,
 }
 
 impl Ctx {
     pub(super) fn at(&mut self, line: usize, message: impl Into<String>) {
+        let issue = self.issue(line, message);
+        self.issues.push(issue);
+    }
+
+    /// An issue at `line` of the file, not recorded.
+    pub(super) fn issue(&self, line: usize, message: impl Into<String>) -> ConfigIssue {
         let location = if line > 0 {
             format!("{}:{line}", self.file)
         } else {
             self.file.clone()
         };
-        self.issues.push(ConfigIssue {
+        ConfigIssue {
             location,
             message: message.into(),
-        });
+        }
+    }
+
+    /// A check's variable that is not set: bad input for the commands that run checks only.
+    pub(super) fn env_at(&mut self, line: usize, message: impl Into<String>) {
+        let issue = self.issue(line, message);
+        self.env_issues.push(issue);
     }
 
     /// Reports keys not in `allowed`, suggesting the nearest one. Returns the entries.
@@ -377,6 +394,7 @@ impl Ctx {
             first_wave: 0,
             earlier_waves: Vec::new(),
             checks: Vec::new(),
+            check_env_issues: Vec::new(),
             history: HistoryConfig::default(),
             on_failure: FailurePolicy::default(),
             on_cancel: CancelPolicy::default(),

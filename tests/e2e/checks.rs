@@ -314,4 +314,28 @@ async fn rollguard_check_prints_one_line_per_target_and_check() {
         "{}",
         run.output()
     );
+
+    // An unset token variable: bad input for deploy (before any write) and check, at its
+    // line; the release commands, which run no check, do not need it.
+    env.write(
+        "rollguard.yaml",
+        &text.replace(
+            "      query:",
+            "      token_env: ROLLGUARD_TEST_UNSET_TOKEN\n      query:",
+        ),
+    );
+    let unset = "rollguard.yaml:14: check \"error-rate\" prometheus: token_env: $ROLLGUARD_TEST_UNSET_TOKEN is not set";
+    for command in ["check", "deploy"] {
+        let run = env.command(command, &[]).await;
+        assert_eq!(run.code, 2, "{command}: {}", run.output());
+        assert!(run.stderr.contains(unset), "{command}: {}", run.output());
+    }
+    assert_eq!(env.writes(1), 0);
+    let history = env.command("history", &[]).await;
+    assert!(
+        !history.stderr.contains("ROLLGUARD_TEST_UNSET_TOKEN"),
+        "{}",
+        history.output()
+    );
+    assert_ne!(history.code, 2, "{}", history.output());
 }
