@@ -28,6 +28,8 @@ pub enum Command {
     Diff(DiffArgs),
     /// The plan: as `diff`, or with --offline against a git ref, no cluster at all.
     Plan(PlanArgs),
+    /// Run every check (`checks:`) once now against every target, nothing deployed.
+    Check(CheckArgs),
     /// Print the JSON Schema of rollguard.yaml (for editors).
     Schema,
     /// Start three simulated clusters and show a deploy, a fast failure and the report.
@@ -90,6 +92,7 @@ impl Command {
             Command::Deploy(a) => Some(&a.selection),
             Command::Diff(a) => Some(&a.selection),
             Command::Plan(a) => Some(&a.diff.selection),
+            Command::Check(a) => Some(&a.selection),
             Command::Schema | Command::Demo(_) => None,
             Command::Report(_) | Command::Conclude(_) => None,
             Command::Release(ReleaseCommand::History(a)) => Some(&a.selection),
@@ -197,6 +200,13 @@ pub struct PlanOutput {
     /// Name the unchanged objects of each target, not only count them.
     #[arg(short = 'v', long)]
     pub verbose: bool,
+}
+
+/// `rollguard check`.
+#[derive(Debug, Clone, Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub selection: Selection,
 }
 
 /// `rollguard diff`.

@@ -1,5 +1,6 @@
 //! rollguard: deploy Kubernetes manifests to many clusters at once, fail fast, roll back by itself.
 
+pub mod checks;
 pub mod cli;
 pub mod commands;
 pub mod config;

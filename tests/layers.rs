@@ -13,7 +13,8 @@
 //! 6. `stages`: script stages' child processes (env, temporary kubeconfig, process-group
 //!    kill, output) and the pure decisions around them
 //! 7. `release`: release records, the lock, the release side of a deploy
-//! 8. `engine`: plan, fleet, one target's run, the failure policy, conclusion, re-apply
+//! 8. `checks`: the checks of the bake (`checks:`): templates, judging, Prometheus and HTTP
+//! 9. `engine`: plan, fleet, one target's run, the failure policy, conclusion, re-apply
 //! 9. `github`: the GitHub sink (PR comment, step summary, outputs, annotations, log
 //!    groups, Deployments), told the report once the engine is done
 //! 10. `error`: the run's top-level error and the exit codes
@@ -31,7 +32,7 @@ use std::path::Path;
 
 use layer_graph::{cycle_problems, layer_problems, read_graph};
 
-const LAYERS: [&str; 12] = [
+const LAYERS: [&str; 13] = [
     "util",
     "report",
     "config",
@@ -39,6 +40,7 @@ const LAYERS: [&str; 12] = [
     "kube",
     "stages",
     "release",
+    "checks",
     "engine",
     "github",
     "error",

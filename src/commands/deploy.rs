@@ -79,7 +79,9 @@ pub fn read_plan(
         let targets = std::mem::take(&mut config.targets);
         config.targets = shard.slice(targets, |t| t.name.as_str());
     }
-    let mut missing = config::missing_working_dirs(&config);
+    // The checks' unset variables first: the checks run (or are listed) in this command.
+    let mut missing = config.check_env_issues.clone();
+    missing.extend(config::missing_working_dirs(&config));
     missing.extend(config::missing_shells(&config, &lookup));
     if !missing.is_empty() {
         return Err(config::ConfigError::Invalid(missing).into());

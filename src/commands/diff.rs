@@ -93,6 +93,10 @@ pub async fn dry_run_plan(args: DeployArgs, plan: Plan) -> Result<i32, Error> {
     for line in crate::stages::plan::describe_pipeline(&plan.config.pipeline) {
         redact::print_err(&line);
     }
+    let commit = plan.commit.as_ref().map(|c| c.sha.as_str());
+    for line in crate::checks::run::describe(&plan.config, commit) {
+        redact::print_err(&line);
+    }
     let cancel = crate::commands::deploy::cancel_on_signals();
     let report = crate::commands::deploy::run_plan(plan.clone(), cancel.clone()).await;
     if cancel.is_cancelled() {

@@ -1,5 +1,6 @@
 //! One module per user command, and the dispatch from the parsed command line to them.
 
+pub mod check;
 #[cfg(feature = "demo")]
 pub mod demo;
 pub mod deploy;
@@ -92,6 +93,7 @@ pub async fn run(cli: Cli) -> Result<i32, Error> {
             let detailed = args.diff.output.exit_code;
             detailed_errors(detailed, diff::plan(args, env).await)
         }
+        Command::Check(args) => check::run(args, env).await,
         Command::Schema => {
             let schema = config::json_schema();
             println!(

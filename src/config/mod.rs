@@ -2,6 +2,8 @@
 //! the model, the parser (file and line in every error, all problems at once), the overrides,
 //! the name rules and suggestions, and the JSON Schema.
 
+mod check_parse;
+mod checks;
 pub mod env_vars;
 mod model;
 mod names;

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
+pub use super::checks::*;
 use super::names::nearest;
 use super::pipeline::PipelineStage;
 
@@ -48,6 +49,14 @@ pub struct Config {
     /// selected), whose records must say they run this deploy's commit before wave N starts
     /// (see `engine::wave_gate`). Empty without `--wave`.
     pub earlier_waves: Vec<TargetConfig>,
+    /// The top-level `checks:`, run on every target (see [`Config::checks_for`]).
+    pub checks: Vec<CheckConfig>,
+    /// The checks' variables (`url_env`, `token_env`, `user_env`, `password_env`) that are
+    /// not set, each at its line: bad input for the commands that run or render checks
+    /// (deploy, diff, plan, check), which say them before anything is written; the release
+    /// commands (history, rollback, ...) run no check and ignore them. A check with such a
+    /// variable is left out of `checks`.
+    pub check_env_issues: Vec<ConfigIssue>,
     pub history: HistoryConfig,
     pub on_failure: FailurePolicy,
     pub on_cancel: CancelPolicy,
@@ -121,6 +130,12 @@ impl Config {
             .unwrap_or(self.concurrency)
     }
 
+    /// The checks `target` runs: the top-level ones, then its wave's.
+    pub fn checks_for(&self, target: &TargetConfig) -> Vec<&CheckConfig> {
+        let wave = self.wave_config(target.wave).map(|w| w.checks.as_slice());
+        self.checks.iter().chain(wave.unwrap_or_default()).collect()
+    }
+
     /// The waves the targets are in, in the order they run (ascending), each once.
     pub fn wave_numbers(&self) -> Vec<u32> {
         wave_numbers(&self.targets)
@@ -146,7 +161,7 @@ pub fn waves_text(waves: &[u32]) -> String {
 }
 
 /// One entry of `waves:`: the settings of the targets with `wave: <wave>`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct WaveConfig {
     /// The wave number the entry is for (targets' `wave:`).
     pub wave: u32,
@@ -155,6 +170,8 @@ pub struct WaveConfig {
     pub bake: Option<Duration>,
     /// Targets of this wave at once, at least 1 (None: `concurrency`).
     pub max_parallel: Option<usize>,
+    /// This wave's own `checks:`, run on its targets after the top-level ones.
+    pub checks: Vec<CheckConfig>,
     /// Line of the entry in the config file, for messages.
     pub line: usize,
 }
@@ -185,6 +202,8 @@ pub struct TargetConfig {
     pub environment: Option<String>,
     /// The wave this target deploys in (default 0); waves run in ascending order.
     pub wave: u32,
+    /// The target's own `vars:`, for the checks' `{{vars.KEY}}` templates.
+    pub vars: std::collections::BTreeMap<String, String>,
     /// Line of this target in the config file (0 when unknown), for messages.
     pub line: usize,
 }

@@ -38,6 +38,7 @@ pub(super) const TOP_KEYS: &[&str] = &[
     "pipeline",
     "github",
     "preflight",
+    "checks",
 ];
 /// Keys that were accepted once and are now refused with a pointer to their replacement.
 const RETIRED_TOP_KEYS: &[&str] = &["stages"];
@@ -49,9 +50,10 @@ pub(super) const TARGET_KEYS: &[&str] = &[
     "namespace",
     "environment",
     "wave",
+    "vars",
 ];
 pub(super) const WAIT_KEYS: &[&str] = &["timeout", "fail_fast", "bake"];
-pub(super) const WAVE_KEYS: &[&str] = &["wave", "bake", "max_parallel"];
+pub(super) const WAVE_KEYS: &[&str] = &["wave", "bake", "max_parallel", "checks"];
 pub(super) const FAIL_FAST_KEYS: &[&str] = &[
     "reasons",
     "pull_grace",
@@ -116,6 +118,7 @@ pub fn parse(
     let mut ctx = Ctx {
         file: source.display().to_string(),
         issues: Vec::new(),
+        env_issues: Vec::new(),
     };
     let root = match yaml::parse_single(text) {
         Ok(root) => root,
@@ -124,7 +127,8 @@ pub fn parse(
             return Err(ConfigError::Invalid(ctx.issues));
         }
     };
-    let mut config = ctx.config(&root, base_dir, source.to_path_buf());
+    let mut config = ctx.config(&root, base_dir, source.to_path_buf(), env);
+    config.check_env_issues = std::mem::take(&mut ctx.env_issues);
     apply_overrides(&mut ctx.issues, &mut config, overrides, env);
     if ctx.issues.is_empty() {
         Ok(config)
@@ -145,19 +149,34 @@ pub fn parse(
 pub(super) struct Ctx {
     file: String,
     issues: Vec<ConfigIssue>,
+    /// Unset variables of the checks (`url_env`, `token_env`, ...): see
+    /// [`Config::check_env_issues`].
+    env_issues: Vec<ConfigIssue>,
 }
 
 impl Ctx {
     pub(super) fn at(&mut self, line: usize, message: impl Into<String>) {
+        let issue = self.issue(line, message);
+        self.issues.push(issue);
+    }
+
+    /// An issue at `line` of the file, not recorded.
+    pub(super) fn issue(&self, line: usize, message: impl Into<String>) -> ConfigIssue {
         let location = if line > 0 {
             format!("{}:{line}", self.file)
         } else {
             self.file.clone()
         };
-        self.issues.push(ConfigIssue {
+        ConfigIssue {
             location,
             message: message.into(),
-        });
+        }
+    }
+
+    /// A check's variable that is not set: bad input for the commands that run checks only.
+    pub(super) fn env_at(&mut self, line: usize, message: impl Into<String>) {
+        let issue = self.issue(line, message);
+        self.env_issues.push(issue);
     }
 
     /// Reports keys not in `allowed`, suggesting the nearest one. Returns the entries.
@@ -237,7 +256,7 @@ impl Ctx {
         }
     }
 
-    fn integer(&mut self, node: Option<&Node>, what: &str, min: i64) -> Option<i64> {
+    pub(super) fn integer(&mut self, node: Option<&Node>, what: &str, min: i64) -> Option<i64> {
         let node = node?;
         let value = match &node.value {
             Tree::Null => return None,
@@ -262,7 +281,11 @@ impl Ctx {
         }
     }
 
-    fn parsed<T: FromStr<Err = String>>(&mut self, node: Option<&Node>, what: &str) -> Option<T> {
+    pub(super) fn parsed<T: FromStr<Err = String>>(
+        &mut self,
+        node: Option<&Node>,
+        what: &str,
+    ) -> Option<T> {
         let (text, line) = self.text(node, what)?;
         match text.parse() {
             Ok(v) => Some(v),
@@ -354,7 +377,13 @@ impl Ctx {
         false
     }
 
-    fn config(&mut self, root: &Node, base_dir: PathBuf, source: PathBuf) -> Config {
+    fn config(
+        &mut self,
+        root: &Node,
+        base_dir: PathBuf,
+        source: PathBuf,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Config {
         let mut config = Config {
             app: String::new(),
             namespace: None,
@@ -365,6 +394,8 @@ impl Ctx {
             waves: Vec::new(),
             first_wave: 0,
             earlier_waves: Vec::new(),
+            checks: Vec::new(),
+            check_env_issues: Vec::new(),
             history: HistoryConfig::default(),
             on_failure: FailurePolicy::default(),
             on_cancel: CancelPolicy::default(),
@@ -462,7 +493,18 @@ impl Ctx {
         if let Some(c) = self.integer(get("concurrency"), "concurrency", 1) {
             config.concurrency = usize::try_from(c).unwrap_or(usize::MAX);
         }
-        config.waves = self.waves(get("waves"), &config.targets);
+        config.checks = self.checks(get("checks"), "checks", &[], env);
+        config.waves = self.waves(get("waves"), &config.targets, &config.checks, env);
+        let all: Vec<&TargetConfig> = config.targets.iter().collect();
+        self.check_templates(&config.checks, &all);
+        for wave in &config.waves {
+            let targets: Vec<&TargetConfig> = config
+                .targets
+                .iter()
+                .filter(|t| t.wave == wave.wave)
+                .collect();
+            self.check_templates(&wave.checks, &targets);
+        }
         config.first_wave = config.targets.iter().map(|t| t.wave).min().unwrap_or(0);
         if let Some(history) = get("history")
             && self.mapping(history, "history", HISTORY_KEYS).is_some()
@@ -633,8 +675,10 @@ impl Ctx {
             let wave = self
                 .wave_number(item.get("wave"), &format!("{label} wave"))
                 .unwrap_or(0);
+            let vars = self.vars(item.get("vars"), &label);
             targets.push(TargetConfig {
                 name,
+                vars,
                 context,
                 kubeconfig,
                 kubeconfig_env,
@@ -666,7 +710,13 @@ impl Ctx {
     /// `waves:`, a list of `{wave: N, bake: DUR, max_parallel: N}`: each entry for a wave
     /// some target is in (an entry for no target is a typo that would quietly do nothing),
     /// each wave once.
-    fn waves(&mut self, node: Option<&Node>, targets: &[TargetConfig]) -> Vec<WaveConfig> {
+    fn waves(
+        &mut self,
+        node: Option<&Node>,
+        targets: &[TargetConfig],
+        top_checks: &[CheckConfig],
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Vec<WaveConfig> {
         let Some(node) = node else {
             return Vec::new();
         };
@@ -713,6 +763,12 @@ impl Ctx {
                     1,
                 )
                 .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+            let checks = self.checks(
+                item.get("checks"),
+                &format!("{label} checks"),
+                top_checks,
+                env,
+            );
             if let Some(first) = waves.iter().find(|w| w.wave == wave) {
                 self.at(
                     number_line,
@@ -736,6 +792,7 @@ impl Ctx {
                 wave,
                 bake,
                 max_parallel,
+                checks,
                 line: item.line,
             });
         }
@@ -1057,7 +1114,11 @@ impl Ctx {
         })
     }
 
-    fn positive_duration(&mut self, node: Option<&Node>, what: &str) -> Option<Duration> {
+    pub(super) fn positive_duration(
+        &mut self,
+        node: Option<&Node>,
+        what: &str,
+    ) -> Option<Duration> {
         let line = node.map_or(0, |n| n.line);
         let d = self.duration(node, what)?;
         if d.is_zero() {

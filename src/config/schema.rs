@@ -131,8 +131,15 @@ pub fn json_schema() -> Value {
             "pipeline": super::pipeline::pipeline_schema(&duration, &command)
         }
     });
+    let checks = super::check_parse::checks_schema(&duration);
+    schema["properties"]["checks"] = checks.clone();
+    schema["properties"]["targets"]["items"]["properties"]["vars"] = json!({
+        "type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]},
+        "description": "this target's values for the checks' {{vars.KEY}} templates"
+    });
     schema["properties"]["github"] = github;
     schema["properties"]["waves"] = waves;
+    schema["properties"]["waves"]["items"]["properties"]["checks"] = checks;
     schema["properties"]["targets"]["items"]["properties"]["wave"] = json!({
         "type": "integer", "minimum": 0, "maximum": u32::MAX, "default": 0,
         "description": "the wave this target deploys in; waves run in ascending order"

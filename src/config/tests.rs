@@ -1017,12 +1017,14 @@ wait:
                     wave: 0,
                     bake: Some(Duration::from_secs(600)),
                     max_parallel: None,
+                    checks: Vec::new(),
                     line: 9,
                 },
                 WaveConfig {
                     wave: 1,
                     bake: None,
                     max_parallel: Some(1),
+                    checks: Vec::new(),
                     line: 10,
                 },
             ]
@@ -1245,5 +1247,205 @@ wait:
         );
         // Both wrong: both said.
         assert_eq!(select(&["canry"], Some(7)).unwrap_err().len(), 2);
+    }
+}
+
+mod checks {
+    use super::*;
+
+    const CHECKS: &str = r#"app: shop
+manifests: [k8s/]
+targets:
+  - name: canary
+    context: c
+    vars: {region: eu-west}
+  - name: eu
+    context: e
+    wave: 1
+    vars: {region: eu}
+checks:
+  - name: error-rate
+    prometheus:
+      url_env: PROM_URL
+      token_env: PROM_TOKEN
+      query: sum(rate(x{cluster="{{target}}",region="{{ vars.region }}"}[1m]))
+    fail_if: "> 0.01"
+    interval: 2s
+    failures_allowed: 1
+    no_data: fail
+waves:
+  - wave: 0
+    bake: 6s
+    checks:
+      - name: healthz
+        http:
+          url: "https://{{target}}.shop.example.com/healthz"
+          expect_status: [200, 204]
+          expect_body: "ok|fine"
+          timeout: 3s
+        interval: 5s
+        on_error: pass
+"#;
+
+    fn env(name: &str) -> Option<String> {
+        match name {
+            "PROM_URL" => Some("http://prom:9090".into()),
+            "PROM_TOKEN" => Some("s3cret-token".into()),
+            _ => None,
+        }
+    }
+
+    fn parse_with(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, Vec<String>> {
+        parse(
+            text,
+            Path::new("rollguard.yaml"),
+            &Overrides::default(),
+            env,
+        )
+        .map_err(|e| e.issues().iter().map(|i| i.to_string()).collect())
+    }
+
+    #[test]
+    fn top_level_and_wave_checks_parse() {
+        let c = parse_with(CHECKS, &env).unwrap_or_else(|e| panic!("{e:#?}"));
+        let canary: Vec<&str> = c
+            .checks_for(&c.targets[0])
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(canary, vec!["error-rate", "healthz"]);
+        let eu: Vec<&str> = c
+            .checks_for(&c.targets[1])
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(eu, vec!["error-rate"]);
+        let rate = &c.checks[0];
+        assert_eq!(rate.interval, Duration::from_secs(2));
+        assert_eq!(rate.failures_allowed, 1);
+        assert_eq!(rate.no_data, Unclear::Fail);
+        assert_eq!(rate.on_error, Unclear::Inconclusive);
+        assert_eq!(
+            rate.fail_if,
+            Some(FailIf {
+                op: Comparison::Greater,
+                threshold: 0.01
+            })
+        );
+        let CheckSource::Prometheus(p) = &rate.source else {
+            panic!("{rate:?}")
+        };
+        assert_eq!(p.url, "http://prom:9090");
+        assert_eq!(p.auth, Auth::Bearer(Credential::new("s3cret-token")));
+        assert!(!format!("{c:?}").contains("s3cret-token"));
+        let healthz = &c.waves[0].checks[0];
+        let CheckSource::Http(h) = &healthz.source else {
+            panic!("{healthz:?}")
+        };
+        assert_eq!(h.expect_status, vec![200, 204]);
+        assert_eq!(h.expect_body.as_deref(), Some("ok|fine"));
+        assert_eq!(h.timeout, Duration::from_secs(3));
+        assert_eq!(healthz.interval, Duration::from_secs(5));
+        assert_eq!(healthz.on_error, Unclear::Pass);
+        assert_eq!(healthz.fail_if, None);
+        assert_eq!(
+            c.targets[0].vars.get("region").map(String::as_str),
+            Some("eu-west")
+        );
+    }
+
+    #[test]
+    fn bad_checks_are_file_line_issues() {
+        let table: &[(&str, &str, &str)] = &[
+            (
+                "    fail_if: \"> 0.01\"",
+                "    fail_if: \"about 0.01\"",
+                "rollguard.yaml:17: check \"error-rate\" fail_if: \"about 0.01\" does not start with a comparison",
+            ),
+            (
+                "    fail_if: \"> 0.01\"",
+                "    fail_if: \"> lots\"",
+                "rollguard.yaml:17: check \"error-rate\" fail_if: \"lots\" is not a number",
+            ),
+            (
+                "    interval: 2s",
+                "    intervall: 2s",
+                "rollguard.yaml:18: unknown key \"intervall\" in checks[0]; did you mean \"interval\"?",
+            ),
+            (
+                "{{ vars.region }}",
+                "{{ vars.zone }}",
+                "target canary, eu has no `vars: {zone: ...}`",
+            ),
+            (
+                "{{target}}\",region",
+                "{{taget}}\",region",
+                "unknown template {{taget}} (known: target, app, namespace, revision, commit, vars.KEY); did you mean {{target}}?",
+            ),
+            (
+                "      - name: healthz",
+                "      - name: error-rate",
+                "rollguard.yaml:25: duplicate check name \"error-rate\" (first at line 12)",
+            ),
+            (
+                "    no_data: fail",
+                "    no_data: fial",
+                "rollguard.yaml:20: check \"error-rate\" no_data: \"fial\" is not one of fail, pass, inconclusive",
+            ),
+            (
+                "expect_body: \"ok|fine\"",
+                "expect_body: \"ok(\"",
+                "expect_body is not a regular expression",
+            ),
+            (
+                "expect_status: [200, 204]",
+                "expect_status: [200, 999]",
+                "expect_status must be HTTP statuses",
+            ),
+        ];
+        for (from, to, want) in table {
+            assert!(CHECKS.contains(from), "{from}");
+            let text = CHECKS.replace(from, to);
+            let errs = parse_with(&text, &env).expect_err(to);
+            assert!(
+                errs.iter().any(|e| e.contains(want)),
+                "{to}: want {want:?} in {errs:#?}"
+            );
+        }
+        // Unset variables: said at their lines for the commands that run checks, not for
+        // the release commands; the check is left out.
+        let c = parse_with(CHECKS, &no_env).unwrap_or_else(|e| panic!("{e:#?}"));
+        let said: Vec<String> = c.check_env_issues.iter().map(|i| i.to_string()).collect();
+        assert_eq!(
+            said,
+            vec![
+                "rollguard.yaml:14: check \"error-rate\" prometheus: url_env: $PROM_URL is not set (or empty); set it in the job's environment",
+                "rollguard.yaml:15: check \"error-rate\" prometheus: token_env: $PROM_TOKEN is not set (or empty); set it in the job's environment",
+            ]
+        );
+        assert_eq!(c.checks, Vec::new());
+    }
+
+    #[test]
+    fn fail_if_parses_every_operator() {
+        let table: &[(&str, Comparison, f64)] = &[
+            ("> 0.01", Comparison::Greater, 0.01),
+            (">=5", Comparison::GreaterOrEqual, 5.0),
+            (" < 1e3 ", Comparison::Less, 1000.0),
+            ("<= -2", Comparison::LessOrEqual, -2.0),
+            ("== 0", Comparison::Equal, 0.0),
+            ("!= 1", Comparison::NotEqual, 1.0),
+        ];
+        for (text, op, threshold) in table {
+            let f: FailIf = text.parse().unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!((f.op, f.threshold), (*op, *threshold), "{text}");
+        }
+        for bad in ["", "0.01", "=> 1", "> ", "> NaN", "> inf", "~ 1"] {
+            assert!(bad.parse::<FailIf>().is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            "> 0.01".parse::<FailIf>().map(|f| f.to_string()),
+            Ok("> 0.01".to_string())
+        );
     }
 }

@@ -187,6 +187,17 @@ impl Crew {
         let wave = wave_of(&entrant.run);
         let (parts, barriers) = parts(&shared.plan.config.pipeline, wave == first_wave);
         let name = entrant.run.target.name.clone();
+        let mut entrant = entrant;
+        // Until its bake runs them, the target's checks have not run (it may fail before).
+        if !shared.plan.options.dry_run {
+            let config = &shared.plan.config;
+            let values = crate::checks::run::values(config, &entrant.run.target, None, None);
+            entrant.run.report.checks = crate::checks::run::not_run(&crate::checks::prepare(
+                config,
+                &entrant.run.target,
+                &values,
+            ));
+        }
         let run = Arc::new(Mutex::new(entrant.run));
         let (tx, rx) = mpsc::unbounded_channel();
         let executor = Executor {

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::sync::{Mutex, mpsc};
 use tokio_util::sync::CancellationToken;
 
+use crate::checks::{self, CheckRunner, PreparedCheck, run::ChecksOutcome};
 use crate::engine::conclude::{Conclusion, settle_target};
 use crate::engine::machine::{Command, EndWhy, Event, RollbackWhy, TargetId};
 use crate::engine::plan::Plan;
@@ -18,7 +19,7 @@ use crate::kube::bake::{BakeOptions, watch_bake};
 use crate::kube::wait::WaitFailure;
 use crate::release::session::OpenHistory;
 use crate::report::progress::{Progress, Stage};
-use crate::report::{BAKE_PHASE, TargetOutcome};
+use crate::report::{BAKE_PHASE, Failure, TargetOutcome};
 use crate::stages::env::RollbackReason;
 
 /// What every executor of a run shares.
@@ -156,14 +157,20 @@ impl Executor {
     }
 
     /// The wave's bake after a healthy rollout: the new revision's pods stay watched, and a
-    /// problem fails the target as during the wait.
+    /// problem fails the target as during the wait. The target's checks (`checks:`) run
+    /// beside it, from now until the bake ends (once, without a bake); one that fails the
+    /// target ends the bake as a pod problem would.
     async fn bake(&mut self) {
-        if self.bake.is_zero() {
+        let checks = self.prepared_checks().await;
+        if self.bake.is_zero() && checks.is_empty() {
             return self.send(Event::Baked(self.id));
         }
         let (name, watch) = {
             let mut run = self.run.lock().await;
-            run.clock.start(BAKE_PHASE);
+            // Checks without a bake run once: that is no bake.
+            if !self.bake.is_zero() {
+                run.clock.start(BAKE_PHASE);
+            }
             // Nothing of the new revision to watch (a dry run, a no-op deploy): the bake
             // only waits.
             let watch = run
@@ -185,33 +192,73 @@ impl Executor {
         };
         let stop = self.shared.cancel.child_token();
         let progress = self.shared.progress.clone();
-        let report = |left: Duration| progress.update(&name, Stage::baking(left));
+        let last_values: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+        let report = |left: Duration| {
+            let values = last_values.lock().ok().and_then(|v| v.clone());
+            progress.update(&name, Stage::baking_with(left, values));
+        };
+        let live = |values: String| {
+            if let Ok(mut slot) = last_values.lock() {
+                *slot = Some(values);
+            }
+        };
+        let bake = self.bake;
         let mut baked = Ok(());
+        let mut outcome = None;
         let worked = listen(
             async {
-                match &watch {
-                    Some((client, applied, options)) => {
-                        baked = watch_bake(client, applied, options, &stop, &report).await;
-                    }
-                    None => {
-                        tokio::select! {
-                            _ = tokio::time::sleep(self.bake) => {}
-                            _ = stop.cancelled() => baked = Err(WaitFailure::Cancelled),
+                let bake_stop = stop.child_token();
+                let watched = async {
+                    match &watch {
+                        _ if bake.is_zero() => Ok(()),
+                        Some((client, applied, options)) => {
+                            watch_bake(client, applied, options, &bake_stop, &report).await
+                        }
+                        None => {
+                            tokio::select! {
+                                _ = tokio::time::sleep(bake) => Ok(()),
+                                _ = bake_stop.cancelled() => Err(WaitFailure::Cancelled),
+                            }
                         }
                     }
-                }
+                };
+                let (b, o) =
+                    bake_beside_checks(watched, &bake_stop, &checks, bake.is_zero(), &stop, &live)
+                        .await;
+                baked = b;
+                outcome = o;
             },
             &mut self.commands,
             &stop,
         )
         .await;
         let mut run = self.run.lock().await;
-        run.clock.stop();
-        let event = match baked {
+        if !bake.is_zero() {
+            run.clock.stop();
+        }
+        let failed_check = outcome.as_ref().and_then(|o| o.failed.clone());
+        if let Some(outcome) = outcome {
+            run.report.checks = outcome.reports;
+        }
+        let event = match (baked, failed_check) {
             _ if worked.stop_asked => Event::Stopped(self.id),
-            Ok(()) => Event::Baked(self.id),
-            Err(WaitFailure::Cancelled) => Event::Stopped(self.id),
-            Err(WaitFailure::Failed(failures) | WaitFailure::Timeout(failures)) => {
+            (_, Some(message)) => {
+                tracing::info!("AnalysisFailed: {message}");
+                run.report.failures = vec![Failure {
+                    object: "checks".into(),
+                    reason: "AnalysisFailed".into(),
+                    message,
+                    ..Failure::default()
+                }];
+                finish(&mut run, &self.shared.progress, TargetOutcome::Failed);
+                Event::Failed {
+                    target: self.id,
+                    lock_lost: false,
+                }
+            }
+            (Ok(()), None) => Event::Baked(self.id),
+            (Err(WaitFailure::Cancelled), None) => Event::Stopped(self.id),
+            (Err(WaitFailure::Failed(failures) | WaitFailure::Timeout(failures)), None) => {
                 for f in &failures {
                     tracing::info!("{}", f.headline());
                 }
@@ -225,6 +272,56 @@ impl Executor {
         };
         drop(run);
         self.send(event);
+    }
+
+    /// The target's checks rendered for it (none in a dry run: nothing new runs there).
+    async fn prepared_checks(&self) -> Vec<PreparedCheck> {
+        let plan = &self.shared.plan;
+        if plan.options.dry_run {
+            return Vec::new();
+        }
+        let run = self.run.lock().await;
+        let revision = run.release.as_ref().map(|r| r.record.revision);
+        let commit = plan.commit.as_ref().map(|c| c.sha.as_str());
+        let values = checks::run::values(&plan.config, &run.target, revision, commit);
+        checks::prepare(&plan.config, &run.target, &values)
+    }
+}
+
+/// Runs the bake (`watched`, ended by `bake_stop`) and the checks together: the checks end
+/// with the bake, and a check that fails the target ends the bake at once. Without a bake
+/// (`once`), each check runs one time.
+async fn bake_beside_checks(
+    watched: impl std::future::Future<Output = Result<(), WaitFailure>>,
+    bake_stop: &CancellationToken,
+    checks: &[PreparedCheck],
+    once: bool,
+    stop: &CancellationToken,
+    live: &(dyn Fn(String) + Sync),
+) -> (Result<(), WaitFailure>, Option<ChecksOutcome>) {
+    if checks.is_empty() {
+        return (watched.await, None);
+    }
+    let runner = CheckRunner::new();
+    let checks_stop = stop.child_token();
+    let checked = runner.run(checks, once, &checks_stop, live);
+    tokio::pin!(watched, checked);
+    tokio::select! {
+        baked = &mut watched => {
+            // A bake that ended (passed or failed) ends the checks; without a bake they
+            // finish their one run.
+            if !once || baked.is_err() {
+                checks_stop.cancel();
+            }
+            (baked, Some(checked.await))
+        }
+        outcome = &mut checked => {
+            if outcome.failed.is_some() {
+                bake_stop.cancel();
+            }
+            let baked = watched.await;
+            (baked, Some(outcome))
+        }
     }
 }
 

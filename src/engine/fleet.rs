@@ -573,6 +573,7 @@ async fn run_all(
                             namespace: None,
                             environment: None,
                             wave: 0,
+                            vars: Default::default(),
                             line: 0,
                         };
                         let mut run = skipped(&target, TargetOutcome::Failed, &message);
@@ -678,6 +679,7 @@ mod tests {
             namespace: None,
             environment: None,
             wave: 0,
+            vars: Default::default(),
             line: 0,
         };
         match outcome {

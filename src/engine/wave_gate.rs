@@ -228,6 +228,7 @@ mod tests {
             namespace: None,
             environment: None,
             wave: 0,
+            vars: Default::default(),
             line: 0,
         };
         Earlier { target, records }

@@ -38,6 +38,8 @@ pub enum Stage {
     /// (whole seconds, rounded up).
     Baking {
         left_secs: u64,
+        /// The last value of each check (`checks:`), e.g. "error-rate 0.02, healthz 200".
+        checks: Option<String>,
     },
     /// Rolling back (used by the rollback step).
     RollingBack(String),
@@ -58,8 +60,13 @@ impl Stage {
     /// The bake's countdown with `left` of it, in whole seconds rounded up (a bake is never
     /// shown as over before it is).
     pub fn baking(left: Duration) -> Stage {
+        Stage::baking_with(left, None)
+    }
+
+    /// [`Stage::baking`] with the checks' last values beside the countdown.
+    pub fn baking_with(left: Duration, checks: Option<String>) -> Stage {
         let left_secs = left.as_secs() + u64::from(left.subsec_nanos() > 0);
-        Stage::Baking { left_secs }
+        Stage::Baking { left_secs, checks }
     }
 }
 
@@ -164,11 +171,16 @@ pub fn describe_stage(stage: &Stage) -> String {
             Some(w) => format!("waiting {}/{} ready; {w}", p.ready, p.total),
             None => format!("waiting {}/{} ready", p.ready, p.total),
         },
-        Stage::Baking { left_secs: 0 } => "baking, 0s left".into(),
-        Stage::Baking { left_secs } => format!(
-            "baking, {} left",
-            format_duration(Duration::from_secs(*left_secs))
-        ),
+        Stage::Baking { left_secs, checks } => {
+            let left = match left_secs {
+                0 => "0s".to_string(),
+                secs => format_duration(Duration::from_secs(*secs)),
+            };
+            match checks {
+                Some(checks) if !checks.is_empty() => format!("baking, {left} left; {checks}"),
+                _ => format!("baking, {left} left"),
+            }
+        }
         Stage::RollingBack(what) => format!("rolling back: {what}"),
         Stage::Script(name) => format!("running script stage {name}"),
         Stage::Planned { changes: 0 } => "planned: no changes".into(),
@@ -484,23 +496,62 @@ mod tests {
             message: Some("cancelled by SIGTERM".into()),
         };
         assert_eq!(describe_stage(&c), "cancelled by SIGTERM");
-        let baking = |left_secs| describe_stage(&Stage::Baking { left_secs });
+        let baking = |left_secs| {
+            describe_stage(&Stage::Baking {
+                left_secs,
+                checks: None,
+            })
+        };
+        assert_eq!(
+            describe_stage(&Stage::baking_with(
+                Duration::from_secs(5),
+                Some("error-rate 0.02".into())
+            )),
+            "baking, 5s left; error-rate 0.02"
+        );
         assert_eq!(baking(7), "baking, 7s left");
         assert_eq!(baking(0), "baking, 0s left");
         assert_eq!(baking(600), "baking, 10m left");
         assert_eq!(baking(90), "baking, 1m30s left");
         let rounded = |ms| Stage::baking(Duration::from_millis(ms));
-        assert_eq!(rounded(6_200), Stage::Baking { left_secs: 7 });
-        assert_eq!(rounded(7_000), Stage::Baking { left_secs: 7 });
-        assert_eq!(rounded(1), Stage::Baking { left_secs: 1 });
-        assert_eq!(rounded(0), Stage::Baking { left_secs: 0 });
+        assert_eq!(
+            rounded(6_200),
+            Stage::Baking {
+                left_secs: 7,
+                checks: None
+            }
+        );
+        assert_eq!(
+            rounded(7_000),
+            Stage::Baking {
+                left_secs: 7,
+                checks: None
+            }
+        );
+        assert_eq!(
+            rounded(1),
+            Stage::Baking {
+                left_secs: 1,
+                checks: None
+            }
+        );
+        assert_eq!(
+            rounded(0),
+            Stage::Baking {
+                left_secs: 0,
+                checks: None
+            }
+        );
     }
 
     /// The countdown ticks every second: CI logs get a line when the bake starts, then the
     /// periodic summary, not a line per second.
     #[test]
     fn a_bake_countdown_gets_one_line() {
-        let baking = |left_secs| Stage::Baking { left_secs };
+        let baking = |left_secs| Stage::Baking {
+            left_secs,
+            checks: None,
+        };
         let waiting = Stage::Waiting(WaitProgress {
             ready: 1,
             total: 1,

@@ -4,6 +4,7 @@
 
 mod action;
 mod apply;
+mod checks;
 mod concurrency;
 mod credentials;
 mod deploy;
@@ -16,6 +17,7 @@ mod hostile;
 mod input;
 mod messages;
 mod preflight;
+mod prometheus;
 mod pulls;
 mod real;
 mod release;
