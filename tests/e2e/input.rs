@@ -71,6 +71,7 @@ async fn schema_prints_json() {
         keys,
         [
             "app",
+            "checks",
             "concurrency",
             "github",
             "history",
