@@ -626,6 +626,9 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
     // A rollback writes: bad access on any selected target is bad input before the first
     // write (load_config checks every one).
     let config = load_config(&args.selection, &env)?;
+    if let Some(token) = &args.github.github_token {
+        redact::learn_value(token.trim().as_bytes());
+    }
     let lookup = |k: &str| env.get(k).cloned();
     let cancel = crate::commands::deploy::cancel_on_signals();
 
@@ -883,6 +886,14 @@ async fn apply_rollbacks(
     let run = release::RunInfo::from_env(&lookup);
     let deadline = Instant::now() + settings.rollback_timeout;
     let started_at = jiff::Timestamp::now();
+    // GitHub starts once the rollback is confirmed and locked (refused input reaches no sink).
+    let sink = crate::github::Sink::start(
+        crate::commands::deploy::resolve_github(&args.github, env, config.github.timeout),
+        crate::github::SinkOptions {
+            app: config.app.clone(),
+            deployments: None,
+        },
+    );
     // One number for this rollback on every target, as a deploy's.
     let revision = release::fleet_revision(
         &ready
@@ -944,22 +955,20 @@ async fn apply_rollbacks(
     let (commands_ok, commands) =
         run_rollback_commands(config, ready, &recorded, &args.selection, env, cancel).await;
     redact::print_out(&policy::summary(&summary));
-    if args.report.is_some() || args.report_markdown.is_some() {
-        let finished_at = jiff::Timestamp::now();
-        let targets = ready
-            .iter()
-            .zip(&results)
-            .zip(commands)
-            .map(|((p, result), commands)| {
-                let applied = result.as_ref().copied().map_err(ToString::to_string);
-                crate::commands::manual_report::ManualTarget {
-                    finished_at,
-                    ..manual_target(p, applied, commands, cancel.is_cancelled(), started_at)
-                }
-            })
-            .collect();
-        write_manual_report(config, ready, targets, started_at, args, &lookup);
-    }
+    let finished_at = jiff::Timestamp::now();
+    let targets = ready
+        .iter()
+        .zip(&results)
+        .zip(commands)
+        .map(|((p, result), commands)| {
+            let applied = result.as_ref().copied().map_err(ToString::to_string);
+            crate::commands::manual_report::ManualTarget {
+                finished_at,
+                ..manual_target(p, applied, commands, cancel.is_cancelled(), started_at)
+            }
+        })
+        .collect();
+    publish_manual_report(config, ready, targets, started_at, args, sink, env).await;
     // A re-apply that a signal stopped is the cancel (exit 130), as in a deploy.
     let applied_ok = results.iter().all(|r| match r {
         Ok(_) => true,
@@ -1073,16 +1082,19 @@ fn manual_target(
     }
 }
 
-/// Writes the manual rollback's JSON report (`--report`) and its markdown
-/// (`--report-markdown`), scrubbed as a deploy's; a file that cannot be written is a warning,
-/// never the rollback's outcome.
-fn write_manual_report(
+/// The manual rollback's report through the deploy's sinks ([`deploy::publish`]): the final
+/// table, `--report` and `--report-markdown`, and GitHub (step summary, outputs, PR comment),
+/// scrubbed as a deploy's; a sink that fails is a warning, never the rollback's outcome.
+///
+/// [`deploy::publish`]: crate::commands::deploy::publish
+async fn publish_manual_report(
     config: &Config,
     ready: &[Planned],
     targets: Vec<crate::commands::manual_report::ManualTarget>,
     started_at: jiff::Timestamp,
     args: &RollbackArgs,
-    lookup: &dyn Fn(&str) -> Option<String>,
+    sink: crate::github::Sink,
+    env: &Env,
 ) {
     // The commit gone back to, when every target went back to the same one.
     let first = ready.first().and_then(|p| p.commit.clone());
@@ -1091,26 +1103,24 @@ fn write_manual_report(
             .iter()
             .all(|p| p.commit.as_ref().map(|o| &o.sha) == Some(&c.sha))
     });
-    let report = crate::commands::manual_report::report(&config.app, commit, started_at, targets);
-    let in_actions = lookup("GITHUB_ACTIONS").as_deref() == Some("true");
-    let written = args.report.as_ref().filter(|path| {
-        let clean = crate::report::Clean::new(&report);
-        let json = redact::scrub(&crate::report::to_json(&clean));
-        crate::commands::deploy::write_report_file(path, &json, in_actions)
-    });
-    if let Some(path) = &args.report_markdown {
-        let full_report = crate::report::FullReport {
-            run_url: None,
-            json_path: written.map(|p| p.display().to_string()),
-        };
-        let body = crate::github::report_body(
-            &report,
-            crate::report::COMMENT_LIMIT,
-            full_report,
-            &redact::scrub,
-        );
-        crate::commands::deploy::write_report_file(path, &body, in_actions);
-    }
+    let mut report =
+        crate::commands::manual_report::report(&config.app, commit, started_at, targets);
+    report.run_url = sink.run_url();
+    let in_actions = env.get("GITHUB_ACTIONS").map(String::as_str) == Some("true");
+    // Stored manifests come from no file: a failure has no line to point at.
+    let origin = |_: &str| None;
+    crate::commands::deploy::publish(
+        &report,
+        sink,
+        crate::commands::deploy::Outputs {
+            report: args.report.as_ref(),
+            report_markdown: args.github.report_markdown.as_ref(),
+            env,
+            in_actions,
+            origin: &origin,
+        },
+    )
+    .await;
 }
 
 /// The targets outside this rollback (`--target` chose others) that took part in a release

@@ -14,6 +14,7 @@ mod github;
 mod harness;
 mod hostile;
 mod input;
+mod manual_engine;
 mod messages;
 mod pulls;
 mod real;
