@@ -23,7 +23,7 @@ use crate::engine::reapply::{self, ReApply};
 use crate::engine::wave_gate::{self, WaveRefused};
 use crate::error::exit;
 use crate::kube::connect::{ClusterAccess, check_targets, connect};
-use crate::release::lock::{self, Lock, LockError, LockGuard, LockOptions};
+use crate::release::lock::{self, LockError, LockGuard};
 use crate::release::session::ReleaseSettings;
 use crate::release::{self, ReleaseError, ReleaseOrigin, ReleaseRecord, ReleaseStore};
 use crate::report::{clip_columns, display_width, redact};
@@ -716,7 +716,7 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
         });
     }
     // Confirmed: now the locks, then a second look at each history under them.
-    if let Err(code) = lock_and_check(&config, &mut ready, &args, &lookup, &cancel).await {
+    if let Err(code) = lock_and_check(&config, &mut ready, &args, &env, &cancel).await {
         release_all(ready).await;
         return Ok(code);
     }
@@ -775,52 +775,46 @@ async fn release_all(ready: Vec<Planned>) {
     }
 }
 
-/// Takes every target's lock, one at a time in the global lock order (as a deploy takes
-/// them, so a rollback and a deploy never wait for each other in a cycle); then, under the
-/// locks, marks abandoned records and checks that each history still says what was
-/// confirmed. Err(exit code) after saying why; the locks taken are in `ready` either way.
+/// Takes every target's lock as a deploy takes them (the fleet's [`lock_targets`]: all at
+/// once, then in the one global lock order, all or none), so that a rollback and a deploy
+/// never wait for each other in a cycle; then, under the locks, marks abandoned records and
+/// checks that each history still says what was confirmed. Err(exit code) after saying why;
+/// the locks taken are in `ready` either way.
+///
+/// [`lock_targets`]: crate::engine::fleet::lock_targets
 async fn lock_and_check(
     config: &Config,
     ready: &mut [Planned],
     args: &RollbackArgs,
-    lookup: &(dyn Fn(&str) -> Option<String> + Sync),
+    env: &Env,
     cancel: &tokio_util::sync::CancellationToken,
 ) -> Result<(), i32> {
-    let settings = ReleaseSettings::from_config(config);
-    let holder = lock::holder_identity(lookup);
-    let lock_options = LockOptions::from_env(settings.lock_timeout, lookup);
-    let keys: Vec<(String, String)> = ready
+    let plan = engine_plan(config, env);
+    let targets: Vec<(TargetConfig, ClusterAccess)> = ready
         .iter()
-        .map(|p| lock::lock_key(&p.connected.access.server, &p.connected.namespace))
+        .map(|p| (p.connected.target.clone(), p.connected.access.clone()))
         .collect();
-    for position in lock::lock_order(&keys) {
-        let Some(p) = ready.get_mut(position) else {
-            continue;
-        };
-        let c = &p.connected;
-        let taking = Lock::acquire(
-            c.access.client.clone(),
-            &c.access.server,
-            &config.app,
-            &c.namespace,
-            &holder,
-            &lock_options,
-        );
-        let taken = tokio::select! {
-            taken = taking => taken,
-            _ = cancel.cancelled() => {
-                redact::print_err("rollguard: cancelled while taking the locks: nothing was changed");
-                return Err(exit::CANCELLED);
-            }
-        };
-        match taken {
+    let locks = crate::engine::fleet::lock_targets(&plan, &targets, cancel).await;
+    let mut codes = Vec::new();
+    for (p, lock) in ready.iter_mut().zip(locks) {
+        match lock {
             Ok(guard) => p.lock = Some(guard),
-            Err(e) => {
-                let problem = TargetProblem::on(&c.target.name, e.into());
-                redact::print_err(&format!("{problem}; nothing was rolled back"));
-                return Err(problem.exit_code());
+            Err((crate::report::TargetOutcome::Cancelled, _)) => codes.push(exit::CANCELLED),
+            Err((_, why)) => {
+                redact::print_err(&format!(
+                    "target {}: {why}; nothing was rolled back",
+                    p.connected.target.name
+                ));
+                codes.push(exit::FAILED);
             }
         }
+    }
+    if codes.contains(&exit::CANCELLED) {
+        redact::print_err("rollguard: cancelled while taking the locks: nothing was changed");
+        return Err(exit::CANCELLED);
+    }
+    if !codes.is_empty() {
+        return Err(exit::FAILED);
     }
     let checks = futures::future::join_all(ready.iter().map(|p| recheck(p, args))).await;
     let mut codes = Vec::new();
@@ -1020,15 +1014,7 @@ async fn run_rollback_commands(
         Vec::new()
     };
     let names: Vec<String> = due.iter().map(|d| d.target.name.clone()).collect();
-    let mut plan = crate::engine::plan::Plan::new(
-        config.clone(),
-        crate::manifests::ManifestSet {
-            objects: Vec::new(),
-        },
-        None,
-        crate::engine::plan::DeployOptions::default(),
-        env.clone(),
-    );
+    let mut plan = engine_plan(config, env);
     // What the commands print is scrubbed of the Secret values of the revision gone back to.
     plan.scripts.scrubber =
         crate::report::redact::Scrubber::from_objects(ready.iter().flat_map(|p| p.bodies.iter()));
@@ -1056,6 +1042,20 @@ async fn run_rollback_commands(
         }
     }
     (commands_ok, per_target)
+}
+
+/// The engine's plan of a manual rollback: the config and the environment (the manifests
+/// are each target's destination's, not a set of the repository's).
+fn engine_plan(config: &Config, env: &Env) -> Plan {
+    Plan::new(
+        config.clone(),
+        crate::manifests::ManifestSet {
+            objects: Vec::new(),
+        },
+        None,
+        crate::engine::plan::DeployOptions::default(),
+        env.clone(),
+    )
 }
 
 /// What one target's manual rollback did, for its report.

@@ -2,12 +2,13 @@
 //! as a deploy with each target's outcome, the final table, and in GitHub Actions the step
 //! summary, the outputs and the sticky PR comment a deploy writes.
 
+use kube_sim::faults::Faults;
 use serde_json::Value;
 
 use crate::fake_github::FakeGithub;
 use crate::github::{PR, actions_env, deploy_in_actions, marker_comments};
 use crate::harness::{TestEnv, config, small_app};
-use crate::release::{GOOD, assert_runs};
+use crate::release::{GOOD, assert_runs, first_good_deploy};
 
 /// The keys of a JSON object, sorted (the report's shape, not its values).
 fn keys(value: &Value) -> Vec<String> {
@@ -96,4 +97,48 @@ async fn a_manual_rollback_of_two_targets_reports_through_the_deploys_sinks() {
         "{}",
         comments[0]
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manual_rollback_takes_its_locks_as_a_deploy_all_or_none() {
+    let env = TestEnv::start(3, "").await;
+    env.write("rollguard.yaml", &config(3, "60s"));
+    first_good_deploy(&env).await;
+    env.write("k8s/app.yaml", &small_app("example.com/web:v2"));
+    let second = env.deploy(&[]).await;
+    assert_eq!(second.code, 0, "{}", second.output());
+    // us's Lease answers 403 (RBAC without leases): not contention, not retried.
+    env.cluster(2).set_faults(Faults {
+        error_rate: 1.0,
+        error_status: 403,
+        only_resources: vec!["leases.coordination.k8s.io".into()],
+        ..Default::default()
+    });
+    let before: Vec<u64> = (1..=3).map(|c| env.writes_besides_locks(c)).collect();
+    let back = env.command("rollback", &["--yes"]).await;
+    env.cluster(2).set_faults(Faults::default());
+    assert_eq!(back.code, 1, "{}", back.output());
+    let after: Vec<u64> = (1..=3).map(|c| env.writes_besides_locks(c)).collect();
+    assert_eq!(after, before, "written before every lock was held");
+    // The refused lock says why; the others say, as in a deploy, that nothing started.
+    assert!(
+        back.stderr.contains("target us: Forbidden") && back.stderr.contains("nothing was rolled back"),
+        "{}",
+        back.output()
+    );
+    for target in ["eu", "ap"] {
+        assert!(
+            back.stderr.contains(&format!(
+                "target {target}: not started: the lock of target us could not be taken"
+            )),
+            "{}",
+            back.output()
+        );
+    }
+    // eu's and ap's locks were given back: the next rollback takes them at once.
+    let again = env.command("rollback", &["--yes"]).await;
+    assert_eq!(again.code, 0, "{}", again.output());
+    for cluster in 1..=3 {
+        assert_runs(&env, cluster, GOOD).await;
+    }
 }
