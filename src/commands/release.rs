@@ -23,7 +23,7 @@ use crate::engine::reapply::{self, ReApply};
 use crate::engine::wave_gate::{self, WaveRefused};
 use crate::error::exit;
 use crate::kube::connect::{ClusterAccess, check_targets, connect};
-use crate::release::lock::{self, LockError, LockGuard};
+use crate::release::lock::{self, LockError};
 use crate::release::session::ReleaseSettings;
 use crate::release::{self, ReleaseError, ReleaseOrigin, ReleaseRecord, ReleaseStore};
 use crate::report::{clip_columns, display_width, redact};
@@ -279,7 +279,7 @@ pub enum TargetFailure {
     Lock(#[from] LockError),
     /// Reading its history again once locked (marking abandoned records, listing).
     #[error("{0}")]
-    Recheck(#[source] ReleaseError),
+    Recheck(#[source] release::session::PrepareError),
     /// Its history, read again once locked, no longer says what was confirmed.
     #[error("{0}")]
     Moved(#[from] HistoryMoved),
@@ -554,7 +554,8 @@ pub async fn unlock(args: UnlockArgs, env: Env) -> Result<i32, ManageError> {
 /// One target's planned manual rollback.
 struct Planned {
     connected: Connected,
-    lock: Option<LockGuard>,
+    /// Its history read under its lock, the lock held (once confirmed and locked).
+    history: Option<release::session::OpenHistory>,
     /// The revisions kept on the target (the rollback's number is above every target's).
     revisions: Vec<u64>,
     /// The record `--revision` chose, to tell whether the number names one run everywhere.
@@ -769,8 +770,8 @@ async fn show_rollback(
 
 async fn release_all(ready: Vec<Planned>) {
     for p in ready {
-        if let Some(lock) = p.lock {
-            let _ = lock.release().await;
+        if let Some(history) = p.history {
+            history.release().await;
         }
     }
 }
@@ -796,11 +797,16 @@ async fn lock_and_check(
         .collect();
     let locks = crate::engine::fleet::lock_targets(&plan, &targets, cancel).await;
     let mut codes = Vec::new();
-    for (p, lock) in ready.iter_mut().zip(locks) {
+    let mut guards = Vec::new();
+    for (p, lock) in ready.iter().zip(locks) {
         match lock {
-            Ok(guard) => p.lock = Some(guard),
-            Err((crate::report::TargetOutcome::Cancelled, _)) => codes.push(exit::CANCELLED),
-            Err((_, why)) => {
+            Ok(guard) => guards.push(Some(guard)),
+            Err((outcome, why)) => {
+                guards.push(None);
+                if outcome == crate::report::TargetOutcome::Cancelled {
+                    codes.push(exit::CANCELLED);
+                    continue;
+                }
                 redact::print_err(&format!(
                     "target {}: {why}; nothing was rolled back",
                     p.connected.target.name
@@ -816,10 +822,26 @@ async fn lock_and_check(
     if !codes.is_empty() {
         return Err(exit::FAILED);
     }
-    let checks = futures::future::join_all(ready.iter().map(|p| recheck(p, args))).await;
-    let mut codes = Vec::new();
-    for (p, check) in ready.iter_mut().zip(checks) {
-        match check {
+    // Every history read as a deploy reads it under its lock (records a dead run left
+    // marked abandoned, stale `deployed` ones superseded), all at once.
+    let reads = futures::future::join_all(ready.iter().zip(guards).map(|(p, guard)| async move {
+        let guard = guard?;
+        let c = &p.connected;
+        Some(release::session::read_history(config, &c.target, &c.access, guard).await)
+    }))
+    .await;
+    for (p, read) in ready.iter_mut().zip(reads) {
+        let checked = match read {
+            None => continue,
+            Some(Err(e)) => Err(TargetFailure::Recheck(e)),
+            Some(Ok(history)) => {
+                let checked = recheck(p, history.records(), args).map_err(TargetFailure::from);
+                let abandoned = history.abandoned.clone();
+                p.history = Some(history);
+                checked.map(|()| abandoned)
+            }
+        };
+        match checked {
             Ok(abandoned) if !abandoned.is_empty() => {
                 redact::print_out(&format!(
                     "target {}: marked abandoned: {}",
@@ -846,22 +868,19 @@ async fn lock_and_check(
     }
 }
 
-/// One target's history read again under its lock: abandoned records marked, and the
-/// newest revision and the choice compared with what was confirmed.
-async fn recheck(p: &Planned, args: &RollbackArgs) -> Result<Vec<u64>, TargetFailure> {
-    let store = &p.connected.store;
-    let abandoned = store
-        .mark_abandoned()
-        .await
-        .map_err(TargetFailure::Recheck)?;
-    let records = store.list().await.map_err(TargetFailure::Recheck)?;
+/// Whether a target's history, read again under its lock, still says what was confirmed:
+/// the newest revision and the choice compared with the plan's. Pure.
+fn recheck(
+    p: &Planned,
+    records: &[ReleaseRecord],
+    args: &RollbackArgs,
+) -> Result<(), HistoryMoved> {
     let newest = records.iter().map(|r| r.revision).max();
     let choice = match args.from_git {
         Some(_) => None,
-        None => policy::choose_manual_target(&records, args.revision, args.force).ok(),
+        None => policy::choose_manual_target(records, args.revision, args.force).ok(),
     };
-    still_current(p.from_revision, p.chosen, newest, choice)?;
-    Ok(abandoned)
+    still_current(p.from_revision, p.chosen, newest, choice)
 }
 
 /// The rollback itself, once locked: every target's manifests at once, then the rollback
@@ -888,11 +907,16 @@ async fn apply_rollbacks(
             deployments: None,
         },
     );
-    // One number for this rollback on every target, as a deploy's.
+    // One number for this rollback on every target, as a deploy's: above every history as
+    // read under the locks.
     let revision = release::fleet_revision(
         &ready
             .iter()
-            .map(|p| p.revisions.clone())
+            .map(|p| {
+                p.history
+                    .as_ref()
+                    .map_or_else(|| p.revisions.clone(), |h| h.revisions())
+            })
             .collect::<Vec<_>>(),
     );
     let results = futures::future::join_all(ready.iter().map(|p| {
@@ -911,9 +935,9 @@ async fn apply_rollbacks(
             cancelled: false,
             stop: cancel.clone(),
             lost: p
-                .lock
+                .history
                 .as_ref()
-                .map(lock::LockGuard::lost_token)
+                .map(release::session::OpenHistory::lost_token)
                 .unwrap_or_default(),
             field_manager: crate::kube::apply::field_manager(&config.app),
             force_conflicts: args.force_conflicts,
@@ -1349,7 +1373,7 @@ async fn plan_one(
                 chosen_record: None,
                 destination: format!("commit {short}"),
                 default_namespace,
-                lock: None,
+                history: None,
                 revisions: records.iter().map(|r| r.revision).collect(),
                 connected,
                 from_revision: None,
@@ -1383,7 +1407,7 @@ async fn plan_one(
                 }),
                 destination: format!("v{revision}"),
                 default_namespace: to.default_namespace.clone().unwrap_or(default_namespace),
-                lock: None,
+                history: None,
                 revisions: records.iter().map(|r| r.revision).collect(),
                 connected,
                 from_revision: None,
