@@ -122,7 +122,8 @@ async fn a_manual_rollback_takes_its_locks_as_a_deploy_all_or_none() {
     assert_eq!(after, before, "written before every lock was held");
     // The refused lock says why; the others say, as in a deploy, that nothing started.
     assert!(
-        back.stderr.contains("target us: Forbidden") && back.stderr.contains("nothing was rolled back"),
+        back.stderr.contains("target us: Forbidden")
+            && back.stderr.contains("nothing was rolled back"),
         "{}",
         back.output()
     );
