@@ -24,8 +24,18 @@ pub struct DeployOptions {
     pub wave: Option<u32>,
 }
 
-/// Encoded record manifests by the indices of the Secrets they keep as digests.
-type RecordedManifests = HashMap<Vec<usize>, Result<EncodedManifests, crate::release::EncodeError>>;
+/// Encoded record manifests by the target whose own manifests they are (none: the plan's
+/// shared set) and the indices of the Secrets they keep as digests.
+type RecordedManifests =
+    HashMap<(Option<String>, Vec<usize>), Result<EncodedManifests, crate::release::EncodeError>>;
+
+/// A target's own manifests and commit, in place of the plan's shared ones (a manual
+/// rollback's: each target goes back to its own chosen release).
+#[derive(Debug, Clone)]
+pub struct TargetManifests {
+    pub manifests: ManifestSet,
+    pub commit: Option<CommitInfo>,
+}
 
 /// Everything a deploy needs, validated before any cluster is touched.
 #[derive(Debug, Clone)]
@@ -36,6 +46,8 @@ pub struct Plan {
     pub options: DeployOptions,
     /// A snapshot of the environment (kubeconfig_env variables, KUBECONFIG, HOME).
     pub env: HashMap<String, String>,
+    /// Targets with manifests of their own, by name; every other target applies `manifests`.
+    per_target: HashMap<String, TargetManifests>,
     /// The manifests as release records store them: encoded once per set of Secrets kept as
     /// digests (`history.secrets`), shared by every target with that set.
     recorded: Arc<Mutex<RecordedManifests>>,
@@ -69,27 +81,69 @@ impl Plan {
             commit,
             options,
             env,
+            per_target: HashMap::new(),
             recorded: Arc::default(),
             scripts,
         }
     }
 
-    /// The manifests encoded for the release records of a target whose records live in
+    /// Gives `target` manifests (and a commit) of its own: what it applies and records in
+    /// place of the plan's. Their Secret values are scrubbed from every script's output.
+    pub fn with_target_manifests(
+        mut self,
+        target: &str,
+        manifests: ManifestSet,
+        commit: Option<CommitInfo>,
+    ) -> Plan {
+        for object in &manifests.objects {
+            self.scripts.scrubber.add_object(&object.body);
+        }
+        self.per_target
+            .insert(target.to_string(), TargetManifests { manifests, commit });
+        self
+    }
+
+    /// The manifests `target` applies: its own, else the plan's.
+    pub fn manifests_for(&self, target: &str) -> &ManifestSet {
+        self.per_target
+            .get(target)
+            .map_or(&self.manifests, |own| &own.manifests)
+    }
+
+    /// The commit `target`'s manifests come from: its own manifests', else the plan's.
+    pub fn commit_for(&self, target: &str) -> Option<&CommitInfo> {
+        match self.per_target.get(target) {
+            Some(own) => own.commit.as_ref(),
+            None => self.commit.as_ref(),
+        }
+    }
+
+    /// The manifests encoded for the release records of `target`, whose records live in
     /// `history_namespace` and whose objects without a namespace go to `default_namespace`.
     pub fn recorded_manifests(
         &self,
+        target: &str,
         history_namespace: &str,
         default_namespace: &str,
     ) -> Result<EncodedManifests, ReleaseError> {
-        let bodies: Vec<&serde_json::Value> =
-            self.manifests.objects.iter().map(|o| &o.body).collect();
+        let bodies: Vec<&serde_json::Value> = self
+            .manifests_for(target)
+            .objects
+            .iter()
+            .map(|o| &o.body)
+            .collect();
         let others = other_namespace_secrets(&bodies, history_namespace, default_namespace);
+        // Targets applying the shared set share its encodings; one with its own set has its own.
+        let owner = self
+            .per_target
+            .contains_key(target)
+            .then(|| target.to_string());
         let mut cache = self
             .recorded
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         cache
-            .entry(others.clone())
+            .entry((owner, others.clone()))
             .or_insert_with(|| {
                 EncodedManifests::encode_for_history(
                     &bodies,
@@ -104,5 +158,64 @@ impl Plan {
 
     pub fn env(&self, key: &str) -> Option<String> {
         self.env.get(key).cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> Config {
+        crate::config::parse(
+            "app: shop\nnamespace: shop\nmanifests: [k8s/]\ntargets:\n  - {name: eu, context: a}\n  - {name: us, context: b}\n",
+            std::path::Path::new("rollguard.yaml"),
+            &crate::config::Overrides::default(),
+            &|_| None,
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn set(name: &str) -> ManifestSet {
+        crate::engine::reapply::manifest_set_from_bodies(
+            &[serde_json::json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name}, "data": {"k": "v"}
+            })],
+            "test",
+        )
+    }
+
+    fn commit(sha: &str) -> CommitInfo {
+        CommitInfo {
+            sha: sha.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_target_with_manifests_of_its_own_applies_and_records_those() {
+        let plan = Plan::new(
+            config(),
+            set("shared"),
+            Some(commit("aaaa")),
+            DeployOptions::default(),
+            HashMap::new(),
+        )
+        .with_target_manifests("eu", set("own"), Some(commit("bbbb")));
+        let name = |target: &str| plan.manifests_for(target).objects[0].name.clone();
+        assert_eq!(name("eu"), "own");
+        assert_eq!(name("us"), "shared");
+        assert_eq!(plan.commit_for("eu").map(|c| c.sha.as_str()), Some("bbbb"));
+        assert_eq!(plan.commit_for("us").map(|c| c.sha.as_str()), Some("aaaa"));
+        // The encodings are cached per owner: eu's are not us's, though asked the same way.
+        let digest = |target: &str| {
+            plan.recorded_manifests(target, "shop", "shop")
+                .map(|m| m.digest)
+                .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let (eu, us) = (digest("eu"), digest("us"));
+        assert_ne!(eu, us);
+        assert_eq!(digest("eu"), eu);
+        assert_eq!(digest("us"), us);
     }
 }
