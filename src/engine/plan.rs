@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::config::Config;
 use crate::manifests::ManifestSet;
-use crate::release::{EncodedManifests, ReleaseError, other_namespace_secrets};
+use crate::release::{EncodedManifests, ReleaseError, ReleaseOrigin, other_namespace_secrets};
 use crate::util::git::CommitInfo;
 
 /// Options of a deploy that come from flags, not from the config file.
@@ -30,11 +30,13 @@ type RecordedManifests =
     HashMap<(Option<String>, Vec<usize>), Result<EncodedManifests, crate::release::EncodeError>>;
 
 /// A target's own manifests and commit, in place of the plan's shared ones (a manual
-/// rollback's: each target goes back to its own chosen release).
+/// rollback's: each target goes back to its own chosen release), and what its record says
+/// it is.
 #[derive(Debug, Clone)]
 pub struct TargetManifests {
     pub manifests: ManifestSet,
     pub commit: Option<CommitInfo>,
+    pub origin: ReleaseOrigin,
 }
 
 /// Everything a deploy needs, validated before any cluster is touched.
@@ -87,20 +89,22 @@ impl Plan {
         }
     }
 
-    /// Gives `target` manifests (and a commit) of its own: what it applies and records in
-    /// place of the plan's. Their Secret values are scrubbed from every script's output.
-    pub fn with_target_manifests(
-        mut self,
-        target: &str,
-        manifests: ManifestSet,
-        commit: Option<CommitInfo>,
-    ) -> Plan {
-        for object in &manifests.objects {
+    /// Gives `target` manifests of its own (their commit, and what its record says it is:
+    /// `origin`): what it applies and records in place of the plan's. Their Secret values
+    /// are scrubbed from every script's output.
+    pub fn with_target_manifests(mut self, target: &str, own: TargetManifests) -> Plan {
+        for object in &own.manifests.objects {
             self.scripts.scrubber.add_object(&object.body);
         }
-        self.per_target
-            .insert(target.to_string(), TargetManifests { manifests, commit });
+        self.per_target.insert(target.to_string(), own);
         self
+    }
+
+    /// What `target`'s record says it is: its own manifests' origin, else a deploy.
+    pub fn origin_for(&self, target: &str) -> ReleaseOrigin {
+        self.per_target
+            .get(target)
+            .map_or(ReleaseOrigin::Deploy, |own| own.origin)
     }
 
     /// The manifests `target` applies: its own, else the plan's.
@@ -201,12 +205,24 @@ mod tests {
             DeployOptions::default(),
             HashMap::new(),
         )
-        .with_target_manifests("eu", set("own"), Some(commit("bbbb")));
+        .with_target_manifests(
+            "eu",
+            TargetManifests {
+                manifests: set("own"),
+                commit: Some(commit("bbbb")),
+                origin: ReleaseOrigin::ManualRollback { to: 3 },
+            },
+        );
         let name = |target: &str| plan.manifests_for(target).objects[0].name.clone();
         assert_eq!(name("eu"), "own");
         assert_eq!(name("us"), "shared");
         assert_eq!(plan.commit_for("eu").map(|c| c.sha.as_str()), Some("bbbb"));
         assert_eq!(plan.commit_for("us").map(|c| c.sha.as_str()), Some("aaaa"));
+        assert_eq!(
+            plan.origin_for("eu"),
+            ReleaseOrigin::ManualRollback { to: 3 }
+        );
+        assert_eq!(plan.origin_for("us"), ReleaseOrigin::Deploy);
         // The encodings are cached per owner: eu's are not us's, though asked the same way.
         let digest = |target: &str| {
             plan.recorded_manifests(target, "shop", "shop")

@@ -357,6 +357,7 @@ async fn open(
                 &target,
                 &manifests,
                 plan.commit_for(&target.name),
+                plan.origin_for(&target.name),
                 &env,
                 revision,
             )

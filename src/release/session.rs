@@ -259,13 +259,15 @@ pub async fn read_history(
 
 /// Begins this run's record at the run's `revision` (a target whose history is past it
 /// takes its own next one: see [`crate::release::revision_on_target`]), and reads the last
-/// good record. `manifests` are the run's manifests as records store them (encoded once).
+/// good record. `manifests` are the run's manifests as records store them (encoded once);
+/// `origin` is what the record says it is (a deploy, or a manual rollback's re-apply).
 /// On an error the lock is released.
 pub async fn begin_record(
     history: OpenHistory,
     target: &TargetConfig,
     manifests: &EncodedManifests,
     commit: Option<&CommitInfo>,
+    origin: ReleaseOrigin,
     env: &(dyn Fn(&str) -> Option<String> + Sync),
     revision: u64,
 ) -> Result<TargetRelease, PrepareError> {
@@ -284,7 +286,7 @@ pub async fn begin_record(
     draft.default_namespace = Some(default_namespace.clone());
     draft.run = RunInfo::from_env(env);
     match store
-        .begin_after(draft, ReleaseOrigin::Deploy, &records, Some(revision))
+        .begin_after(draft, origin, &records, Some(revision))
         .await
     {
         Ok(record) => Ok(TargetRelease {
