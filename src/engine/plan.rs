@@ -100,6 +100,19 @@ impl Plan {
         self
     }
 
+    /// The plan as a manual rollback runs it through the coordinator: each target's own
+    /// manifests re-applied as a new revision and nothing else. No failure policy (a failed
+    /// rollback is never rolled back), forced (going back to what the cluster runs is still
+    /// recorded), the apply stage only (the rollback commands run after it, by the command),
+    /// and the rollout given the rollback's time (`rollback_timeout`), not a deploy's.
+    pub fn manual_rollback(mut self, rollback_timeout: std::time::Duration) -> Plan {
+        self.config.on_failure = crate::config::FailurePolicy::None;
+        self.config.pipeline = vec![crate::config::PipelineStage::Apply];
+        self.config.wait.timeout = rollback_timeout;
+        self.options.force = true;
+        self
+    }
+
     /// What `target`'s record says it is: its own manifests' origin, else a deploy.
     pub fn origin_for(&self, target: &str) -> ReleaseOrigin {
         self.per_target
@@ -171,7 +184,7 @@ mod tests {
 
     fn config() -> Config {
         crate::config::parse(
-            "app: shop\nnamespace: shop\nmanifests: [k8s/]\ntargets:\n  - {name: eu, context: a}\n  - {name: us, context: b}\n",
+            "app: shop\nnamespace: shop\nmanifests: [k8s/]\ntargets:\n  - {name: eu, context: a}\n  - {name: us, context: b}\npipeline:\n  - script: {name: migrate, run: ./migrate.sh}\n  - apply\n",
             std::path::Path::new("rollguard.yaml"),
             &crate::config::Overrides::default(),
             &|_| None,
@@ -194,6 +207,33 @@ mod tests {
             sha: sha.into(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_manual_rollback_applies_only_forced_within_its_own_time_and_never_rolls_back() {
+        let deploy = Plan::new(
+            config(),
+            set("shared"),
+            None,
+            DeployOptions::default(),
+            HashMap::new(),
+        );
+        assert_ne!(deploy.config.on_failure, crate::config::FailurePolicy::None);
+        assert!(!deploy.options.force);
+        assert_eq!(deploy.config.pipeline.len(), 2);
+        let timeout = std::time::Duration::from_secs(7);
+        assert_ne!(deploy.config.wait.timeout, timeout);
+        let rollback = deploy.manual_rollback(timeout);
+        assert_eq!(
+            rollback.config.on_failure,
+            crate::config::FailurePolicy::None
+        );
+        assert!(rollback.options.force);
+        assert_eq!(rollback.config.wait.timeout, timeout);
+        assert!(matches!(
+            rollback.config.pipeline.as_slice(),
+            [crate::config::PipelineStage::Apply]
+        ));
     }
 
     #[test]

@@ -15,6 +15,7 @@ mod harness;
 mod hostile;
 mod input;
 mod manual_engine;
+mod manual_plan;
 mod messages;
 mod pulls;
 mod real;
