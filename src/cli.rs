@@ -374,9 +374,10 @@ pub struct RollbackArgs {
     /// not, and why).
     #[arg(long, value_name = "PATH")]
     pub report: Option<PathBuf>,
-    /// Write the report's markdown here too (the body a deploy's PR comment has).
-    #[arg(long, value_name = "PATH")]
-    pub report_markdown: Option<PathBuf>,
+    /// GitHub as a deploy has it (PR comment, step summary, outputs) and
+    /// `--report-markdown` (the body a deploy's PR comment has).
+    #[command(flatten)]
+    pub github: GithubArgs,
 }
 
 #[derive(Debug, Clone, Args)]

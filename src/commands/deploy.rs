@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::DeployArgs;
+use crate::cli::{DeployArgs, GithubArgs};
 use crate::config::{self, Overrides};
 use crate::engine::plan::{DeployOptions, Plan};
 use crate::error::{Error, exit};
@@ -196,35 +196,18 @@ pub async fn deploy(args: DeployArgs, plan: Plan) -> Result<i32, Error> {
     let mut report = run_plan(plan.clone(), cancel.clone()).await;
     report.run_url = sink.run_url();
     report.shard = args.shard.map(|shard| shard_info(shard, &plan));
-    // A report file that cannot be written is a warning: the other sinks still get the
-    // report (without a pointer to the missing file) and the exit code stays the run's.
-    let written = finish_report(&report, args.report.as_ref(), &plan.env, in_actions);
-    let report_path = args
-        .report
-        .as_ref()
-        .filter(|_| written)
-        .map(|p| p.display().to_string());
-    // rollguard's one value scrubber (every secret value the run has seen), on every body
-    // that leaves for GitHub or a file: API comments do not pass the runner's masking.
-    let scrub = crate::report::redact::scrub;
-    if let Some(path) = &args.github.report_markdown {
-        let full_report = FullReport {
-            run_url: None,
-            json_path: report_path.clone(),
-        };
-        let body = github::report_body(&report, COMMENT_LIMIT, full_report, &scrub);
-        write_report_file(path, &body, in_actions);
-    }
-    // After the deploy's own work (rollbacks, records): GitHub is only told what happened.
     let origin = |object: &str| manifest_line(&plan, object);
-    let logs = |target: &str| github::logs::store().lines(target);
-    sink.finish(github::Finish {
-        report: &report,
-        report_path: report_path.as_deref(),
-        origin: &origin,
-        logs: &logs,
-        scrub: &scrub,
-    })
+    publish(
+        &report,
+        sink,
+        Outputs {
+            report: args.report.as_ref(),
+            report_markdown: args.github.report_markdown.as_ref(),
+            env: &plan.env,
+            in_actions,
+            origin: &origin,
+        },
+    )
     .await;
     // A rollback that failed after a cancel is the more serious outcome: exit 3, not 130.
     let rollback_failed = report
@@ -239,12 +222,7 @@ pub async fn deploy(args: DeployArgs, plan: Plan) -> Result<i32, Error> {
 }
 
 pub(crate) fn github_context(args: &DeployArgs, plan: &Plan) -> GithubContext {
-    let mut ctx = GithubContext::resolve(
-        &github_flags(&args.github),
-        &plan.env,
-        &|path| std::fs::read_to_string(path).ok(),
-        plan.config.github.timeout,
-    );
+    let mut ctx = resolve_github(&args.github, &plan.env, plan.config.github.timeout);
     // A shard deploys a slice: its PR comment, step summary and Deployments would stand for
     // the whole fleet, so `report merge` posts them once (the outputs stay per job).
     if args.shard.is_some() {
@@ -255,7 +233,7 @@ pub(crate) fn github_context(args: &DeployArgs, plan: &Plan) -> GithubContext {
 }
 
 /// The GitHub flags as the context reads them (`deploy`, `diff`, `report merge`).
-pub(crate) fn github_flags(github: &crate::cli::GithubArgs) -> GithubFlags {
+pub(crate) fn github_flags(github: &GithubArgs) -> GithubFlags {
     GithubFlags {
         enabled: if github.no_github {
             Some(false)
@@ -267,6 +245,68 @@ pub(crate) fn github_flags(github: &crate::cli::GithubArgs) -> GithubFlags {
         token: github.github_token.clone(),
         pr: github.pr,
     }
+}
+
+/// The GitHub context of a run with these flags (deploy, manual rollback).
+pub(crate) fn resolve_github(
+    github: &GithubArgs,
+    env: &HashMap<String, String>,
+    timeout: std::time::Duration,
+) -> GithubContext {
+    GithubContext::resolve(
+        &github_flags(github),
+        env,
+        &|path| std::fs::read_to_string(path).ok(),
+        timeout,
+    )
+}
+
+/// Where a finished run's report goes besides GitHub: the files asked for, and what the
+/// sinks need to say it.
+pub(crate) struct Outputs<'a> {
+    /// `--report`: the JSON report.
+    pub report: Option<&'a PathBuf>,
+    /// `--report-markdown`: the PR comment's body.
+    pub report_markdown: Option<&'a PathBuf>,
+    pub env: &'a HashMap<String, String>,
+    pub in_actions: bool,
+    /// Where a failed object's manifest is (file and line).
+    pub origin: &'a dyn Fn(&str) -> Option<SourceLine>,
+}
+
+/// Every sink of a finished run, in one order for every command that runs the engine
+/// (deploy, manual rollback): the final table and the JSON report, the markdown, then
+/// GitHub (step summary, outputs, PR comment, Deployments' statuses). A sink that fails is
+/// a warning, never the run's outcome.
+pub(crate) async fn publish(report: &Report, sink: github::Sink, out: Outputs<'_>) {
+    // A report file that cannot be written is a warning: the other sinks still get the
+    // report (without a pointer to the missing file) and the exit code stays the run's.
+    let written = finish_report(report, out.report, out.env, out.in_actions);
+    let report_path = out
+        .report
+        .filter(|_| written)
+        .map(|p| p.display().to_string());
+    // rollguard's one value scrubber (every secret value the run has seen), on every body
+    // that leaves for GitHub or a file: API comments do not pass the runner's masking.
+    let scrub = crate::report::redact::scrub;
+    if let Some(path) = out.report_markdown {
+        let full_report = FullReport {
+            run_url: None,
+            json_path: report_path.clone(),
+        };
+        let body = github::report_body(report, COMMENT_LIMIT, full_report, &scrub);
+        write_report_file(path, &body, out.in_actions);
+    }
+    // After the run's own work (rollbacks, records): GitHub is only told what happened.
+    let logs = |target: &str| github::logs::store().lines(target);
+    sink.finish(github::Finish {
+        report,
+        report_path: report_path.as_deref(),
+        origin: out.origin,
+        logs: &logs,
+        scrub: &scrub,
+    })
+    .await;
 }
 
 fn sink_options(plan: &Plan) -> github::SinkOptions {

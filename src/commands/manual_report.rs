@@ -14,6 +14,26 @@ pub fn why(destination: &str) -> String {
     format!("rolled back by hand (rollguard rollback) to {destination}")
 }
 
+/// What the coordinator's run of one target's rollback (its `report`, the manifests of
+/// `destination` re-applied as a deploy) means for [`ManualTarget::applied`]: deployed is
+/// the revision it was recorded as; anything else is why not, worded as the rollback's own
+/// errors are ("rollback to v1: ..."), never as a deploy to roll back.
+pub fn applied_by_coordinator(report: &TargetReport, destination: &str) -> Result<u64, String> {
+    match (report.outcome, report.revision) {
+        (TargetOutcome::Deployed, Some(revision)) => Ok(revision),
+        (TargetOutcome::Cancelled, _) => Err(format!("rollback to {destination} cancelled")),
+        (outcome, _) => {
+            let why = report
+                .failures
+                .first()
+                .map(crate::report::Failure::headline)
+                .or_else(|| report.message.clone())
+                .unwrap_or_else(|| outcome.as_str().to_string());
+            Err(format!("rollback to {destination}: {why}"))
+        }
+    }
+}
+
 /// What one target's manual rollback did.
 #[derive(Debug, Clone)]
 pub struct ManualTarget {
@@ -111,6 +131,54 @@ pub fn report(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_coordinated_rollback_is_its_record_or_why_not_in_the_rollbacks_words() {
+        let report = |outcome, revision, failure: Option<&str>, message: Option<&str>| {
+            let mut r = TargetReport::new("eu", outcome, Timestamp::UNIX_EPOCH);
+            r.revision = revision;
+            r.failures = failure
+                .map(|object| crate::report::Failure {
+                    object: object.into(),
+                    ..Default::default()
+                })
+                .into_iter()
+                .collect();
+            r.message = message.map(str::to_string);
+            r
+        };
+        let cases = [
+            (report(TargetOutcome::Deployed, Some(7), None, None), Ok(7)),
+            (
+                report(
+                    TargetOutcome::Failed,
+                    Some(7),
+                    Some("Deployment/web"),
+                    Some("m"),
+                ),
+                Err("rollback to v1: Deployment/web".to_string()),
+            ),
+            (
+                report(TargetOutcome::Skipped, None, None, Some("not started")),
+                Err("rollback to v1: not started".to_string()),
+            ),
+            (
+                report(TargetOutcome::Cancelled, Some(7), None, None),
+                Err("rollback to v1 cancelled".to_string()),
+            ),
+            // Deployed without a record is no rollback (a no-op is never skipped, so not seen).
+            (
+                report(TargetOutcome::Deployed, None, None, None),
+                Err(format!(
+                    "rollback to v1: {}",
+                    TargetOutcome::Deployed.as_str()
+                )),
+            ),
+        ];
+        for (r, want) in cases {
+            assert_eq!(applied_by_coordinator(&r, "v1"), want, "{r:?}");
+        }
+    }
 
     fn command(name: &str, outcome: StageOutcome) -> StageResult {
         StageResult {

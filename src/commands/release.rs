@@ -23,7 +23,7 @@ use crate::engine::reapply::{self, ReApply};
 use crate::engine::wave_gate::{self, WaveRefused};
 use crate::error::exit;
 use crate::kube::connect::{ClusterAccess, check_targets, connect};
-use crate::release::lock::{self, Lock, LockError, LockGuard, LockOptions};
+use crate::release::lock::{self, LockError};
 use crate::release::session::ReleaseSettings;
 use crate::release::{self, ReleaseError, ReleaseOrigin, ReleaseRecord, ReleaseStore};
 use crate::report::{clip_columns, display_width, redact};
@@ -279,7 +279,7 @@ pub enum TargetFailure {
     Lock(#[from] LockError),
     /// Reading its history again once locked (marking abandoned records, listing).
     #[error("{0}")]
-    Recheck(#[source] ReleaseError),
+    Recheck(#[source] release::session::PrepareError),
     /// Its history, read again once locked, no longer says what was confirmed.
     #[error("{0}")]
     Moved(#[from] HistoryMoved),
@@ -557,7 +557,8 @@ pub async fn unlock(args: UnlockArgs, env: Env) -> Result<i32, ManageError> {
 /// One target's planned manual rollback.
 struct Planned {
     connected: Connected,
-    lock: Option<LockGuard>,
+    /// Its history read under its lock, the lock held (once confirmed and locked).
+    history: Option<release::session::OpenHistory>,
     /// The revisions kept on the target (the rollback's number is above every target's).
     revisions: Vec<u64>,
     /// The record `--revision` chose, to tell whether the number names one run everywhere.
@@ -629,6 +630,9 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
     // A rollback writes: bad access on any selected target is bad input before the first
     // write (load_config checks every one).
     let config = load_config(&args.selection, &env)?;
+    if let Some(token) = &args.github.github_token {
+        redact::learn_value(token.trim().as_bytes());
+    }
     let lookup = |k: &str| env.get(k).cloned();
     let cancel = crate::commands::deploy::cancel_on_signals();
 
@@ -716,7 +720,7 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
         });
     }
     // Confirmed: now the locks, then a second look at each history under them.
-    if let Err(code) = lock_and_check(&config, &mut ready, &args, &lookup, &cancel).await {
+    if let Err(code) = lock_and_check(&config, &mut ready, &args, &env, &cancel).await {
         release_all(ready).await;
         return Ok(code);
     }
@@ -769,63 +773,78 @@ async fn show_rollback(
 
 async fn release_all(ready: Vec<Planned>) {
     for p in ready {
-        if let Some(lock) = p.lock {
-            let _ = lock.release().await;
+        if let Some(history) = p.history {
+            history.release().await;
         }
     }
 }
 
-/// Takes every target's lock, one at a time in the global lock order (as a deploy takes
-/// them, so a rollback and a deploy never wait for each other in a cycle); then, under the
-/// locks, marks abandoned records and checks that each history still says what was
-/// confirmed. Err(exit code) after saying why; the locks taken are in `ready` either way.
+/// Takes every target's lock as a deploy takes them (the fleet's [`lock_targets`]: all at
+/// once, then in the one global lock order, all or none), so that a rollback and a deploy
+/// never wait for each other in a cycle; then, under the locks, marks abandoned records and
+/// checks that each history still says what was confirmed. Err(exit code) after saying why;
+/// the locks taken are in `ready` either way.
+///
+/// [`lock_targets`]: crate::engine::fleet::lock_targets
 async fn lock_and_check(
     config: &Config,
     ready: &mut [Planned],
     args: &RollbackArgs,
-    lookup: &(dyn Fn(&str) -> Option<String> + Sync),
+    env: &Env,
     cancel: &tokio_util::sync::CancellationToken,
 ) -> Result<(), i32> {
-    let settings = ReleaseSettings::from_config(config);
-    let holder = lock::holder_identity(lookup);
-    let lock_options = LockOptions::from_env(settings.lock_timeout, lookup);
-    let keys: Vec<(String, String)> = ready
+    let plan = engine_plan(config, env);
+    let targets: Vec<(TargetConfig, ClusterAccess)> = ready
         .iter()
-        .map(|p| lock::lock_key(&p.connected.access.server, &p.connected.namespace))
+        .map(|p| (p.connected.target.clone(), p.connected.access.clone()))
         .collect();
-    for position in lock::lock_order(&keys) {
-        let Some(p) = ready.get_mut(position) else {
-            continue;
-        };
-        let c = &p.connected;
-        let taking = Lock::acquire(
-            c.access.client.clone(),
-            &c.access.server,
-            &config.app,
-            &c.namespace,
-            &holder,
-            &lock_options,
-        );
-        let taken = tokio::select! {
-            taken = taking => taken,
-            _ = cancel.cancelled() => {
-                redact::print_err("rollguard: cancelled while taking the locks: nothing was changed");
-                return Err(exit::CANCELLED);
-            }
-        };
-        match taken {
-            Ok(guard) => p.lock = Some(guard),
-            Err(e) => {
-                let problem = TargetProblem::on(&c.target.name, e.into());
-                redact::print_err(&format!("{problem}; nothing was rolled back"));
-                return Err(problem.exit_code());
+    let locks = crate::engine::fleet::lock_targets(&plan, &targets, cancel).await;
+    let mut codes = Vec::new();
+    let mut guards = Vec::new();
+    for (p, lock) in ready.iter().zip(locks) {
+        match lock {
+            Ok(guard) => guards.push(Some(guard)),
+            Err((outcome, why)) => {
+                guards.push(None);
+                if outcome == crate::report::TargetOutcome::Cancelled {
+                    codes.push(exit::CANCELLED);
+                    continue;
+                }
+                redact::print_err(&format!(
+                    "target {}: {why}; nothing was rolled back",
+                    p.connected.target.name
+                ));
+                codes.push(exit::FAILED);
             }
         }
     }
-    let checks = futures::future::join_all(ready.iter().map(|p| recheck(p, args))).await;
-    let mut codes = Vec::new();
-    for (p, check) in ready.iter_mut().zip(checks) {
-        match check {
+    if codes.contains(&exit::CANCELLED) {
+        redact::print_err("rollguard: cancelled while taking the locks: nothing was changed");
+        return Err(exit::CANCELLED);
+    }
+    if !codes.is_empty() {
+        return Err(exit::FAILED);
+    }
+    // Every history read as a deploy reads it under its lock (records a dead run left
+    // marked abandoned, stale `deployed` ones superseded), all at once.
+    let reads = futures::future::join_all(ready.iter().zip(guards).map(|(p, guard)| async move {
+        let guard = guard?;
+        let c = &p.connected;
+        Some(release::session::read_history(config, &c.target, &c.access, guard).await)
+    }))
+    .await;
+    for (p, read) in ready.iter_mut().zip(reads) {
+        let checked = match read {
+            None => continue,
+            Some(Err(e)) => Err(TargetFailure::Recheck(e)),
+            Some(Ok(history)) => {
+                let checked = recheck(p, history.records(), args).map_err(TargetFailure::from);
+                let abandoned = history.abandoned.clone();
+                p.history = Some(history);
+                checked.map(|()| abandoned)
+            }
+        };
+        match checked {
             Ok(abandoned) if !abandoned.is_empty() => {
                 redact::print_out(&format!(
                     "target {}: marked abandoned: {}",
@@ -852,22 +871,19 @@ async fn lock_and_check(
     }
 }
 
-/// One target's history read again under its lock: abandoned records marked, and the
-/// newest revision and the choice compared with what was confirmed.
-async fn recheck(p: &Planned, args: &RollbackArgs) -> Result<Vec<u64>, TargetFailure> {
-    let store = &p.connected.store;
-    let abandoned = store
-        .mark_abandoned()
-        .await
-        .map_err(TargetFailure::Recheck)?;
-    let records = store.list().await.map_err(TargetFailure::Recheck)?;
+/// Whether a target's history, read again under its lock, still says what was confirmed:
+/// the newest revision and the choice compared with the plan's. Pure.
+fn recheck(
+    p: &Planned,
+    records: &[ReleaseRecord],
+    args: &RollbackArgs,
+) -> Result<(), HistoryMoved> {
     let newest = records.iter().map(|r| r.revision).max();
     let choice = match args.from_git {
         Some(_) => None,
-        None => policy::choose_manual_target(&records, args.revision, args.force).ok(),
+        None => policy::choose_manual_target(records, args.revision, args.force).ok(),
     };
-    still_current(p.from_revision, p.chosen, newest, choice)?;
-    Ok(abandoned)
+    still_current(p.from_revision, p.chosen, newest, choice)
 }
 
 /// The rollback itself, once locked: every target's manifests at once, then the rollback
@@ -886,11 +902,24 @@ async fn apply_rollbacks(
     let run = release::RunInfo::from_env(&lookup);
     let deadline = Instant::now() + settings.rollback_timeout;
     let started_at = jiff::Timestamp::now();
-    // One number for this rollback on every target, as a deploy's.
+    // GitHub starts once the rollback is confirmed and locked (refused input reaches no sink).
+    let sink = crate::github::Sink::start(
+        crate::commands::deploy::resolve_github(&args.github, env, config.github.timeout),
+        crate::github::SinkOptions {
+            app: config.app.clone(),
+            deployments: None,
+        },
+    );
+    // One number for this rollback on every target, as a deploy's: above every history as
+    // read under the locks.
     let revision = release::fleet_revision(
         &ready
             .iter()
-            .map(|p| p.revisions.clone())
+            .map(|p| {
+                p.history
+                    .as_ref()
+                    .map_or_else(|| p.revisions.clone(), |h| h.revisions())
+            })
             .collect::<Vec<_>>(),
     );
     let results = futures::future::join_all(ready.iter().map(|p| {
@@ -909,9 +938,9 @@ async fn apply_rollbacks(
             cancelled: false,
             stop: cancel.clone(),
             lost: p
-                .lock
+                .history
                 .as_ref()
-                .map(lock::LockGuard::lost_token)
+                .map(release::session::OpenHistory::lost_token)
                 .unwrap_or_default(),
             field_manager: crate::kube::apply::field_manager(&config.app),
             force_conflicts: args.force_conflicts,
@@ -947,22 +976,20 @@ async fn apply_rollbacks(
     let (commands_ok, commands) =
         run_rollback_commands(config, ready, &recorded, &args.selection, env, cancel).await;
     redact::print_out(&policy::summary(&summary));
-    if args.report.is_some() || args.report_markdown.is_some() {
-        let finished_at = jiff::Timestamp::now();
-        let targets = ready
-            .iter()
-            .zip(&results)
-            .zip(commands)
-            .map(|((p, result), commands)| {
-                let applied = result.as_ref().copied().map_err(ToString::to_string);
-                crate::commands::manual_report::ManualTarget {
-                    finished_at,
-                    ..manual_target(p, applied, commands, cancel.is_cancelled(), started_at)
-                }
-            })
-            .collect();
-        write_manual_report(config, ready, targets, started_at, args, &lookup);
-    }
+    let finished_at = jiff::Timestamp::now();
+    let targets = ready
+        .iter()
+        .zip(&results)
+        .zip(commands)
+        .map(|((p, result), commands)| {
+            let applied = result.as_ref().copied().map_err(ToString::to_string);
+            crate::commands::manual_report::ManualTarget {
+                finished_at,
+                ..manual_target(p, applied, commands, cancel.is_cancelled(), started_at)
+            }
+        })
+        .collect();
+    publish_manual_report(config, ready, targets, started_at, args, sink, env).await;
     // A re-apply that a signal stopped is the cancel (exit 130), as in a deploy.
     let applied_ok = results.iter().all(|r| match r {
         Ok(_) => true,
@@ -1014,15 +1041,7 @@ async fn run_rollback_commands(
         Vec::new()
     };
     let names: Vec<String> = due.iter().map(|d| d.target.name.clone()).collect();
-    let mut plan = crate::engine::plan::Plan::new(
-        config.clone(),
-        crate::manifests::ManifestSet {
-            objects: Vec::new(),
-        },
-        None,
-        crate::engine::plan::DeployOptions::default(),
-        env.clone(),
-    );
+    let mut plan = engine_plan(config, env);
     // What the commands print is scrubbed of the Secret values of the revision gone back to.
     plan.scripts.scrubber =
         crate::report::redact::Scrubber::from_objects(ready.iter().flat_map(|p| p.bodies.iter()));
@@ -1052,6 +1071,20 @@ async fn run_rollback_commands(
     (commands_ok, per_target)
 }
 
+/// The engine's plan of a manual rollback: the config and the environment (the manifests
+/// are each target's destination's, not a set of the repository's).
+fn engine_plan(config: &Config, env: &Env) -> Plan {
+    Plan::new(
+        config.clone(),
+        crate::manifests::ManifestSet {
+            objects: Vec::new(),
+        },
+        None,
+        crate::engine::plan::DeployOptions::default(),
+        env.clone(),
+    )
+}
+
 /// What one target's manual rollback did, for its report.
 fn manual_target(
     p: &Planned,
@@ -1076,16 +1109,19 @@ fn manual_target(
     }
 }
 
-/// Writes the manual rollback's JSON report (`--report`) and its markdown
-/// (`--report-markdown`), scrubbed as a deploy's; a file that cannot be written is a warning,
-/// never the rollback's outcome.
-fn write_manual_report(
+/// The manual rollback's report through the deploy's sinks ([`deploy::publish`]): the final
+/// table, `--report` and `--report-markdown`, and GitHub (step summary, outputs, PR comment),
+/// scrubbed as a deploy's; a sink that fails is a warning, never the rollback's outcome.
+///
+/// [`deploy::publish`]: crate::commands::deploy::publish
+async fn publish_manual_report(
     config: &Config,
     ready: &[Planned],
     targets: Vec<crate::commands::manual_report::ManualTarget>,
     started_at: jiff::Timestamp,
     args: &RollbackArgs,
-    lookup: &dyn Fn(&str) -> Option<String>,
+    sink: crate::github::Sink,
+    env: &Env,
 ) {
     // The commit gone back to, when every target went back to the same one.
     let first = ready.first().and_then(|p| p.commit.clone());
@@ -1094,26 +1130,24 @@ fn write_manual_report(
             .iter()
             .all(|p| p.commit.as_ref().map(|o| &o.sha) == Some(&c.sha))
     });
-    let report = crate::commands::manual_report::report(&config.app, commit, started_at, targets);
-    let in_actions = lookup("GITHUB_ACTIONS").as_deref() == Some("true");
-    let written = args.report.as_ref().filter(|path| {
-        let clean = crate::report::Clean::new(&report);
-        let json = redact::scrub(&crate::report::to_json(&clean));
-        crate::commands::deploy::write_report_file(path, &json, in_actions)
-    });
-    if let Some(path) = &args.report_markdown {
-        let full_report = crate::report::FullReport {
-            run_url: None,
-            json_path: written.map(|p| p.display().to_string()),
-        };
-        let body = crate::github::report_body(
-            &report,
-            crate::report::COMMENT_LIMIT,
-            full_report,
-            &redact::scrub,
-        );
-        crate::commands::deploy::write_report_file(path, &body, in_actions);
-    }
+    let mut report =
+        crate::commands::manual_report::report(&config.app, commit, started_at, targets);
+    report.run_url = sink.run_url();
+    let in_actions = env.get("GITHUB_ACTIONS").map(String::as_str) == Some("true");
+    // Stored manifests come from no file: a failure has no line to point at.
+    let origin = |_: &str| None;
+    crate::commands::deploy::publish(
+        &report,
+        sink,
+        crate::commands::deploy::Outputs {
+            report: args.report.as_ref(),
+            report_markdown: args.github.report_markdown.as_ref(),
+            env,
+            in_actions,
+            origin: &origin,
+        },
+    )
+    .await;
 }
 
 /// The targets outside this rollback (`--target` chose others) that took part in a release
@@ -1342,7 +1376,7 @@ async fn plan_one(
                 chosen_record: None,
                 destination: format!("commit {short}"),
                 default_namespace,
-                lock: None,
+                history: None,
                 revisions: records.iter().map(|r| r.revision).collect(),
                 connected,
                 from_revision: None,
@@ -1376,7 +1410,7 @@ async fn plan_one(
                 }),
                 destination: format!("v{revision}"),
                 default_namespace: to.default_namespace.clone().unwrap_or(default_namespace),
-                lock: None,
+                history: None,
                 revisions: records.iter().map(|r| r.revision).collect(),
                 connected,
                 from_revision: None,

@@ -343,7 +343,11 @@ async fn roll_back(files: &ConfigFiles, targets: Vec<String>, env: &Env) -> i32 
         force: false,
         force_conflicts: false,
         report: Some(report_path.clone()),
-        report_markdown: None,
+        // conclude says per target what it did; the merge job's comment is the fleet's.
+        github: crate::cli::GithubArgs {
+            no_github: true,
+            ..Default::default()
+        },
     };
     let code = match crate::commands::release::rollback(args, env.clone()).await {
         Ok(code) => code,

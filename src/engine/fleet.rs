@@ -34,6 +34,23 @@ pub async fn run_targets(
     cancel: CancellationToken,
     progress: Progress,
 ) -> Vec<TargetRun> {
+    run_targets_checked(plan, cancel, progress, None).await
+}
+
+/// A look at a target's history, read under its lock, before anything is written to any
+/// target (a manual rollback's: the history still says what the person confirmed). Err: why
+/// this target must not go on.
+pub type HistoryCheck = dyn Fn(&TargetRun, &OpenHistory) -> Result<(), Box<Failure>> + Send + Sync;
+
+/// [`run_targets`], with `check` run on every history once all are read: when it refuses
+/// one, no target goes on (all or none, as the locks), every lock is released and each
+/// target says why.
+pub async fn run_targets_checked(
+    plan: Arc<Plan>,
+    cancel: CancellationToken,
+    progress: Progress,
+    check: Option<&HistoryCheck>,
+) -> Vec<TargetRun> {
     let mut checked = preflight_all(&plan, &cancel, &progress).await;
     // A dry run writes nothing, so nothing needs to stay on one version: every reachable
     // target is still planned.
@@ -55,6 +72,10 @@ pub async fn run_targets(
         }
         let locks = take_locks(&plan, &checked, &cancel).await;
         let mut locks = read_histories(&plan, &checked, locks).await;
+        if let Some(refused) = check.and_then(|check| refused_histories(check, &checked, &locks)) {
+            stop_all(&mut checked, locks, refused, &progress).await;
+            return checked;
+        }
         if plan.config.preflight
             && preflight_dry_run(&plan, &mut checked, &mut locks, &cancel, &progress).await
         {
@@ -270,11 +291,129 @@ async fn read_histories(
     futures::future::join_all(reads).await
 }
 
+/// Each run's refusal by `check` (None: not refused, or no history to look at); None when
+/// no history was refused.
+fn refused_histories(
+    check: &HistoryCheck,
+    runs: &[TargetRun],
+    histories: &[Result<Option<HeldHistory>, Box<LockRefusal>>],
+) -> Option<Vec<Option<Failure>>> {
+    let refused: Vec<Option<Failure>> = runs
+        .iter()
+        .zip(histories)
+        .map(|(run, held)| match held {
+            Ok(Some((history, _))) if !run.done => check(run, history).err().map(|f| *f),
+            _ => None,
+        })
+        .collect();
+    refused.iter().any(Option::is_some).then_some(refused)
+}
+
+/// Stops every run before any write because `refused` (by run) turned some history down:
+/// every held lock released, a refused target failed with its failure, a refused lock said
+/// as the coordinator says it, every other target skipped naming the refused ones.
+async fn stop_all(
+    runs: &mut [TargetRun],
+    histories: Vec<Result<Option<HeldHistory>, Box<LockRefusal>>>,
+    refused: Vec<Option<Failure>>,
+    progress: &Progress,
+) {
+    let names: Vec<&str> = runs
+        .iter()
+        .zip(&refused)
+        .filter(|(_, r)| r.is_some())
+        .map(|(run, _)| run.target.name.as_str())
+        .collect();
+    let because = format!(
+        "not started: {} refused before anything was written, so no target goes on",
+        names.join(", ")
+    );
+    for ((run, held), refusal) in runs.iter_mut().zip(histories).zip(refused) {
+        match held {
+            Ok(Some((history, _))) => history.release().await,
+            Ok(None) => {}
+            Err(lock) => {
+                if !run.done {
+                    let LockRefusal {
+                        outcome,
+                        failure,
+                        message,
+                    } = *lock;
+                    stop_unlocked(run, progress, outcome, failure, message);
+                }
+                continue;
+            }
+        }
+        if run.done {
+            continue;
+        }
+        match refusal {
+            Some(failure) => {
+                stop_unlocked(run, progress, TargetOutcome::Failed, Some(failure), None)
+            }
+            None => stop_unlocked(
+                run,
+                progress,
+                TargetOutcome::Skipped,
+                None,
+                Some(because.clone()),
+            ),
+        }
+    }
+}
+
+/// What a command that is not a deploy (a manual rollback) learns of one target's lock taken
+/// through [`lock_targets`]: the guard, or the outcome and words of why not.
+pub type TargetLock = Result<LockGuard, (TargetOutcome, String)>;
+
+/// Takes the locks of `targets` (connected, in the config's order) exactly as a deploy takes
+/// its own ([`take_locks`]: every Lease at once, then in the one global lock order, all or
+/// none), so that a manual rollback and a deploy over the same clusters never wait for each
+/// other in a cycle. When one lock cannot be taken, none is held and every target says why.
+pub async fn lock_targets(
+    plan: &Plan,
+    targets: &[(TargetConfig, crate::kube::connect::ClusterAccess)],
+    cancel: &CancellationToken,
+) -> Vec<TargetLock> {
+    let runs: Vec<TargetRun> = targets
+        .iter()
+        .map(|(target, access)| {
+            let mut run = TargetRun::new(target, Timestamp::now());
+            run.access = Some(access.clone());
+            run
+        })
+        .collect();
+    take_locks(plan, &runs, cancel)
+        .await
+        .into_iter()
+        .map(|lock| match lock {
+            Ok(Some((guard, _))) => Ok(guard),
+            // Not reached: every run has its access and is not done.
+            Ok(None) => Err((
+                TargetOutcome::Failed,
+                "its lock was not tried: run again".to_string(),
+            )),
+            Err(refusal) => Err((refusal.outcome, refusal.words())),
+        })
+        .collect()
+}
+
 /// Why a reached target does not go on to deploy.
 pub struct LockRefusal {
     outcome: TargetOutcome,
     failure: Option<Failure>,
     message: Option<String>,
+}
+
+impl LockRefusal {
+    /// Why, in one line: the failure's reason and message, or the message.
+    fn words(&self) -> String {
+        match (&self.failure, &self.message) {
+            (Some(f), _) => format!("{}: {}", f.reason, f.message),
+            (None, Some(message)) => message.clone(),
+            (None, None) => self.outcome.as_str().to_string(),
+        }
+    }
 }
 
 /// Takes the lock of every reached target before anything is written anywhere, within one

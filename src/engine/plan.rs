@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::config::Config;
 use crate::manifests::ManifestSet;
-use crate::release::{EncodedManifests, ReleaseError, other_namespace_secrets};
+use crate::release::{EncodedManifests, ReleaseError, ReleaseOrigin, other_namespace_secrets};
 use crate::util::git::CommitInfo;
 
 /// Options of a deploy that come from flags, not from the config file.
@@ -24,8 +24,20 @@ pub struct DeployOptions {
     pub wave: Option<u32>,
 }
 
-/// Encoded record manifests by the indices of the Secrets they keep as digests.
-type RecordedManifests = HashMap<Vec<usize>, Result<EncodedManifests, crate::release::EncodeError>>;
+/// Encoded record manifests by the target whose own manifests they are (none: the plan's
+/// shared set) and the indices of the Secrets they keep as digests.
+type RecordedManifests =
+    HashMap<(Option<String>, Vec<usize>), Result<EncodedManifests, crate::release::EncodeError>>;
+
+/// A target's own manifests and commit, in place of the plan's shared ones (a manual
+/// rollback's: each target goes back to its own chosen release), and what its record says
+/// it is.
+#[derive(Debug, Clone)]
+pub struct TargetManifests {
+    pub manifests: ManifestSet,
+    pub commit: Option<CommitInfo>,
+    pub origin: ReleaseOrigin,
+}
 
 /// Everything a deploy needs, validated before any cluster is touched.
 #[derive(Debug, Clone)]
@@ -36,6 +48,8 @@ pub struct Plan {
     pub options: DeployOptions,
     /// A snapshot of the environment (kubeconfig_env variables, KUBECONFIG, HOME).
     pub env: HashMap<String, String>,
+    /// Targets with manifests of their own, by name; every other target applies `manifests`.
+    per_target: HashMap<String, TargetManifests>,
     /// The manifests as release records store them: encoded once per set of Secrets kept as
     /// digests (`history.secrets`), shared by every target with that set.
     recorded: Arc<Mutex<RecordedManifests>>,
@@ -69,27 +83,84 @@ impl Plan {
             commit,
             options,
             env,
+            per_target: HashMap::new(),
             recorded: Arc::default(),
             scripts,
         }
     }
 
-    /// The manifests encoded for the release records of a target whose records live in
+    /// Gives `target` manifests of its own (their commit, and what its record says it is:
+    /// `origin`): what it applies and records in place of the plan's. Their Secret values
+    /// are scrubbed from every script's output.
+    pub fn with_target_manifests(mut self, target: &str, own: TargetManifests) -> Plan {
+        for object in &own.manifests.objects {
+            self.scripts.scrubber.add_object(&object.body);
+        }
+        self.per_target.insert(target.to_string(), own);
+        self
+    }
+
+    /// The plan as a manual rollback runs it through the coordinator: each target's own
+    /// manifests re-applied as a new revision and nothing else. No failure policy (a failed
+    /// rollback is never rolled back), forced (going back to what the cluster runs is still
+    /// recorded), the apply stage only (the rollback commands run after it, by the command),
+    /// and the rollout given the rollback's time (`rollback_timeout`), not a deploy's.
+    pub fn manual_rollback(mut self, rollback_timeout: std::time::Duration) -> Plan {
+        self.config.on_failure = crate::config::FailurePolicy::None;
+        self.config.pipeline = vec![crate::config::PipelineStage::Apply];
+        self.config.wait.timeout = rollback_timeout;
+        self.options.force = true;
+        self
+    }
+
+    /// What `target`'s record says it is: its own manifests' origin, else a deploy.
+    pub fn origin_for(&self, target: &str) -> ReleaseOrigin {
+        self.per_target
+            .get(target)
+            .map_or(ReleaseOrigin::Deploy, |own| own.origin)
+    }
+
+    /// The manifests `target` applies: its own, else the plan's.
+    pub fn manifests_for(&self, target: &str) -> &ManifestSet {
+        self.per_target
+            .get(target)
+            .map_or(&self.manifests, |own| &own.manifests)
+    }
+
+    /// The commit `target`'s manifests come from: its own manifests', else the plan's.
+    pub fn commit_for(&self, target: &str) -> Option<&CommitInfo> {
+        match self.per_target.get(target) {
+            Some(own) => own.commit.as_ref(),
+            None => self.commit.as_ref(),
+        }
+    }
+
+    /// The manifests encoded for the release records of `target`, whose records live in
     /// `history_namespace` and whose objects without a namespace go to `default_namespace`.
     pub fn recorded_manifests(
         &self,
+        target: &str,
         history_namespace: &str,
         default_namespace: &str,
     ) -> Result<EncodedManifests, ReleaseError> {
-        let bodies: Vec<&serde_json::Value> =
-            self.manifests.objects.iter().map(|o| &o.body).collect();
+        let bodies: Vec<&serde_json::Value> = self
+            .manifests_for(target)
+            .objects
+            .iter()
+            .map(|o| &o.body)
+            .collect();
         let others = other_namespace_secrets(&bodies, history_namespace, default_namespace);
+        // Targets applying the shared set share its encodings; one with its own set has its own.
+        let owner = self
+            .per_target
+            .contains_key(target)
+            .then(|| target.to_string());
         let mut cache = self
             .recorded
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         cache
-            .entry(others.clone())
+            .entry((owner, others.clone()))
             .or_insert_with(|| {
                 EncodedManifests::encode_for_history(
                     &bodies,
@@ -104,5 +175,103 @@ impl Plan {
 
     pub fn env(&self, key: &str) -> Option<String> {
         self.env.get(key).cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> Config {
+        crate::config::parse(
+            "app: shop\nnamespace: shop\nmanifests: [k8s/]\ntargets:\n  - {name: eu, context: a}\n  - {name: us, context: b}\npipeline:\n  - script: {name: migrate, run: ./migrate.sh}\n  - apply\n",
+            std::path::Path::new("rollguard.yaml"),
+            &crate::config::Overrides::default(),
+            &|_| None,
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn set(name: &str) -> ManifestSet {
+        crate::engine::reapply::manifest_set_from_bodies(
+            &[serde_json::json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name}, "data": {"k": "v"}
+            })],
+            "test",
+        )
+    }
+
+    fn commit(sha: &str) -> CommitInfo {
+        CommitInfo {
+            sha: sha.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_manual_rollback_applies_only_forced_within_its_own_time_and_never_rolls_back() {
+        let deploy = Plan::new(
+            config(),
+            set("shared"),
+            None,
+            DeployOptions::default(),
+            HashMap::new(),
+        );
+        assert_ne!(deploy.config.on_failure, crate::config::FailurePolicy::None);
+        assert!(!deploy.options.force);
+        assert_eq!(deploy.config.pipeline.len(), 2);
+        let timeout = std::time::Duration::from_secs(7);
+        assert_ne!(deploy.config.wait.timeout, timeout);
+        let rollback = deploy.manual_rollback(timeout);
+        assert_eq!(
+            rollback.config.on_failure,
+            crate::config::FailurePolicy::None
+        );
+        assert!(rollback.options.force);
+        assert_eq!(rollback.config.wait.timeout, timeout);
+        assert!(matches!(
+            rollback.config.pipeline.as_slice(),
+            [crate::config::PipelineStage::Apply]
+        ));
+    }
+
+    #[test]
+    fn a_target_with_manifests_of_its_own_applies_and_records_those() {
+        let plan = Plan::new(
+            config(),
+            set("shared"),
+            Some(commit("aaaa")),
+            DeployOptions::default(),
+            HashMap::new(),
+        )
+        .with_target_manifests(
+            "eu",
+            TargetManifests {
+                manifests: set("own"),
+                commit: Some(commit("bbbb")),
+                origin: ReleaseOrigin::ManualRollback { to: 3 },
+            },
+        );
+        let name = |target: &str| plan.manifests_for(target).objects[0].name.clone();
+        assert_eq!(name("eu"), "own");
+        assert_eq!(name("us"), "shared");
+        assert_eq!(plan.commit_for("eu").map(|c| c.sha.as_str()), Some("bbbb"));
+        assert_eq!(plan.commit_for("us").map(|c| c.sha.as_str()), Some("aaaa"));
+        assert_eq!(
+            plan.origin_for("eu"),
+            ReleaseOrigin::ManualRollback { to: 3 }
+        );
+        assert_eq!(plan.origin_for("us"), ReleaseOrigin::Deploy);
+        // The encodings are cached per owner: eu's are not us's, though asked the same way.
+        let digest = |target: &str| {
+            plan.recorded_manifests(target, "shop", "shop")
+                .map(|m| m.digest)
+                .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let (eu, us) = (digest("eu"), digest("us"));
+        assert_ne!(eu, us);
+        assert_eq!(digest("eu"), eu);
+        assert_eq!(digest("us"), us);
     }
 }

@@ -260,7 +260,14 @@ async fn connect_and_discover(
     // Discovery: the first request (an unreachable target fails here, in seconds) and the
     // check that the target serves every kind, before anything is written to it.
     run.clock.start("discover");
-    match resolve_set(&access.client, &plan.manifests, deadline, cancel).await {
+    match resolve_set(
+        &access.client,
+        plan.manifests_for(&run.target.name),
+        deadline,
+        cancel,
+    )
+    .await
+    {
         Ok(resolution) => run.resolution = Some(resolution),
         Err(ApplyError::Cancelled) => {
             return finish(run, progress, TargetOutcome::Cancelled);
@@ -291,7 +298,7 @@ async fn unchanged_since(
         .history_namespace(&run.target, &access.context_namespace);
     let default_namespace = history.default_namespace().to_string();
     let manifests = plan
-        .recorded_manifests(&history_namespace, &default_namespace)
+        .recorded_manifests(&run.target.name, &history_namespace, &default_namespace)
         .ok()?;
     let digest = crate::release::release_digest(&manifests.digest, Some(&default_namespace));
     let last_good = history.last_good()?;
@@ -321,7 +328,7 @@ async fn unchanged_since(
         &run.target.name,
         &access.client,
         &access.server,
-        &plan.manifests,
+        plan.manifests_for(&run.target.name),
         resolution,
         &options,
         cancel,
@@ -364,13 +371,15 @@ async fn open(
     let default_namespace = plan
         .config
         .default_namespace(&target, &access.context_namespace);
-    let opened = match plan.recorded_manifests(&history_namespace, &default_namespace) {
+    let opened = match plan.recorded_manifests(&target.name, &history_namespace, &default_namespace)
+    {
         Ok(manifests) => {
             begin_record(
                 history,
                 &target,
                 &manifests,
-                plan.commit.as_ref(),
+                plan.commit_for(&target.name),
+                plan.origin_for(&target.name),
                 &env,
                 revision,
             )
@@ -494,7 +503,7 @@ async fn apply_and_wait(
         &name,
         Stage::Applying {
             done: 0,
-            total: plan.manifests.objects.len(),
+            total: plan.manifests_for(&name).objects.len(),
         },
     );
     if plan.options.dry_run {
@@ -515,7 +524,7 @@ async fn apply_and_wait(
             &name,
             &access.client,
             &access.server,
-            &plan.manifests,
+            plan.manifests_for(&name),
             &resolution,
             &options,
             cancel,
@@ -547,7 +556,7 @@ async fn apply_and_wait(
         |done: usize, total: usize| progress.update(&name, Stage::Applying { done, total });
     let outcome = apply_resolved(
         &access.client,
-        &plan.manifests,
+        plan.manifests_for(&name),
         resolution,
         &options,
         cancel,
@@ -670,7 +679,7 @@ pub(crate) fn target_deployment(
         targets: vec![run.target.name.clone()],
         namespace,
         revision: run.revision(),
-        commit: plan.commit.as_ref().map(|c| c.sha.clone()),
+        commit: plan.commit_for(&run.target.name).map(|c| c.sha.clone()),
         previous_commit: last_good.and_then(|g| g.commit.as_ref().map(|c| c.sha.clone())),
         previous_revision: last_good.map(|g| g.revision),
         stage: stage.to_string(),

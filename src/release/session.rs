@@ -169,9 +169,21 @@ pub struct OpenHistory {
     default_namespace: String,
     /// What was repaired on the way (records a dead run left), for the report.
     pub notes: Vec<String>,
+    /// The records a dead run left pending, marked abandoned on the way.
+    pub abandoned: Vec<u64>,
 }
 
 impl OpenHistory {
+    /// The target's records, oldest first, as read with the lock held.
+    pub fn records(&self) -> &[ReleaseRecord] {
+        &self.records
+    }
+
+    /// Cancelled when the lock is lost (another run took the Lease).
+    pub fn lost_token(&self) -> CancellationToken {
+        self.lock.lost_token()
+    }
+
     /// The revisions kept on this target.
     pub fn revisions(&self) -> Vec<u64> {
         self.records.iter().map(|r| r.revision).collect()
@@ -206,9 +218,11 @@ pub async fn read_history(
     let default_namespace = config.default_namespace(target, &access.context_namespace);
     let namespace = config.history_namespace(target, &access.context_namespace);
     let mut notes = Vec::new();
+    let mut marked = Vec::new();
     let store = ReleaseStore::for_access(access, &config.app, &namespace, settings.keep);
     let read = async {
         let abandoned = store.mark_abandoned().await?;
+        marked.clone_from(&abandoned);
         let repaired = store.repair().await?;
         let records = store.list().await?;
         for revision in abandoned {
@@ -234,6 +248,7 @@ pub async fn read_history(
             records,
             default_namespace,
             notes,
+            abandoned: marked,
         }),
         Err(e) => {
             let _ = lock.release().await;
@@ -244,13 +259,15 @@ pub async fn read_history(
 
 /// Begins this run's record at the run's `revision` (a target whose history is past it
 /// takes its own next one: see [`crate::release::revision_on_target`]), and reads the last
-/// good record. `manifests` are the run's manifests as records store them (encoded once).
+/// good record. `manifests` are the run's manifests as records store them (encoded once);
+/// `origin` is what the record says it is (a deploy, or a manual rollback's re-apply).
 /// On an error the lock is released.
 pub async fn begin_record(
     history: OpenHistory,
     target: &TargetConfig,
     manifests: &EncodedManifests,
     commit: Option<&CommitInfo>,
+    origin: ReleaseOrigin,
     env: &(dyn Fn(&str) -> Option<String> + Sync),
     revision: u64,
 ) -> Result<TargetRelease, PrepareError> {
@@ -260,6 +277,7 @@ pub async fn begin_record(
         records,
         default_namespace,
         notes: _,
+        abandoned: _,
     } = history;
     let last_good = crate::release::last_good(&records).cloned();
     let mut draft = ReleaseDraft::new(manifests.clone());
@@ -268,7 +286,7 @@ pub async fn begin_record(
     draft.default_namespace = Some(default_namespace.clone());
     draft.run = RunInfo::from_env(env);
     match store
-        .begin_after(draft, ReleaseOrigin::Deploy, &records, Some(revision))
+        .begin_after(draft, origin, &records, Some(revision))
         .await
     {
         Ok(record) => Ok(TargetRelease {

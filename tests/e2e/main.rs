@@ -15,6 +15,8 @@ mod github;
 mod harness;
 mod hostile;
 mod input;
+mod manual_engine;
+mod manual_plan;
 mod messages;
 mod preflight;
 mod prometheus;
