@@ -66,6 +66,13 @@ pub struct Rule {
     /// fails. Written `500ms`, `5s`, `1.5s`, `2m`.
     #[serde(default, deserialize_with = "deserialize_after")]
     pub after: Option<Duration>,
+    /// The lines each run of the container writes to its log (`{restart}` in a line becomes
+    /// the run's restart count); default a few lines that depend on the behaviour.
+    #[serde(default)]
+    pub logs: Option<Vec<String>>,
+    /// With `CrashLoopBackOff`: the exit code of each run (default 1).
+    #[serde(default)]
+    pub exit_code: Option<i64>,
 }
 
 /// Behaviours that can come after a healthy start (`after:`): a running container can
@@ -113,6 +120,10 @@ pub struct ImageScript {
     pub pull_message: Option<String>,
     /// The container runs healthy first and shows `behaviour` this long after it started.
     pub after: Option<Duration>,
+    /// The lines each run writes to its log (None: the behaviour's default lines).
+    pub logs: Option<Vec<String>>,
+    /// A crashing container's exit code (None: 1, or 137 when OOMKilled).
+    pub exit_code: Option<i64>,
 }
 
 impl From<Behaviour> for ImageScript {
@@ -138,7 +149,8 @@ pub enum RulesError {
          Ready, ImagePullBackOff, CrashLoopBackOff, NeverReady, SlowStart, \
          CreateContainerConfigError, CreateContainerError, InvalidImageName, OomKilled \
          (an ImagePullBackOff rule may add `times: N` and `message: TEXT`; a CrashLoopBackOff, \
-         OomKilled or NeverReady rule `after: 5s`)"
+         OomKilled or NeverReady rule `after: 5s`; any rule `logs: [LINE, ...]`; a \
+         CrashLoopBackOff rule `exit_code: N`)"
     )]
     Parse { where_: String, message: String },
     #[error("invalid rules file {where_}: rule {index} has an empty image pattern")]
@@ -153,6 +165,15 @@ pub enum RulesError {
          CrashLoopBackOff, OomKilled and NeverReady can come after a healthy start"
     )]
     AfterWithoutLateBehaviour {
+        where_: String,
+        index: usize,
+        behaviour: Behaviour,
+    },
+    #[error(
+        "invalid rules file {where_}: rule {index} has `exit_code` with behaviour {behaviour:?}; \
+         only a CrashLoopBackOff container exits with a code of choice (an OomKilled one exits 137)"
+    )]
+    ExitCodeWithoutCrash {
         where_: String,
         index: usize,
         behaviour: Behaviour,
@@ -208,6 +229,15 @@ fn parse_named(yaml: &str, where_: &str) -> Result<Vec<Rule>, RulesError> {
             behaviour: rules[index].behaviour,
         });
     }
+    if let Some(index) = rules.iter().position(|rule| {
+        rule.exit_code.is_some() && rule.behaviour != Behaviour::CrashLoopBackOff
+    }) {
+        return Err(RulesError::ExitCodeWithoutCrash {
+            where_: where_.to_string(),
+            index: index + 1,
+            behaviour: rules[index].behaviour,
+        });
+    }
     Ok(rules)
 }
 
@@ -229,6 +259,8 @@ pub fn script_for(rules: &[Rule], cluster: &str, image: &str) -> ImageScript {
             failing_pulls: rule.times,
             pull_message: rule.message.clone(),
             after: rule.after,
+            logs: rule.logs.clone(),
+            exit_code: rule.exit_code,
         })
         .unwrap_or_else(|| builtin_behaviour(image).into())
 }
