@@ -10,6 +10,9 @@
 //! the container run and be Ready first and shows its behaviour that long after the container
 //! started: `{image: "*:v2", behaviour: CrashLoopBackOff, after: 5s}` crashes then (the pod
 //! turns not Ready, its Deployment loses availability) and crash-loops from there on.
+//! Any rule may give the lines each run of the container logs (`logs: [LINE, ...]`, with
+//! `{restart}` replaced by the run's restart count; see [`crate::controllers::logs`]), and a
+//! CrashLoopBackOff rule the exit code of each run (`exit_code: 3`).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -420,6 +423,24 @@ mod tests {
         assert!(
             err.to_string()
                 .contains("only CrashLoopBackOff, OomKilled and NeverReady"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn logs_and_exit_codes_are_scripted() {
+        let rules = parse(
+            "- {image: \"*:v2\", behaviour: CrashLoopBackOff, exit_code: 3, logs: [a, \"b {restart}\"]}\n\
+             - {image: \"*:v3\", behaviour: Ready, logs: [up]}",
+        )
+        .unwrap();
+        let script = script_for(&rules, "sim-1", "web:v2");
+        assert_eq!(script.exit_code, Some(3));
+        assert_eq!(script.logs, Some(vec!["a".to_string(), "b {restart}".into()]));
+        assert_eq!(script_for(&rules, "sim-1", "web:v3").logs, Some(vec!["up".into()]));
+        let err = parse("- {image: x, behaviour: OomKilled, exit_code: 2}").unwrap_err();
+        assert!(
+            matches!(err, RulesError::ExitCodeWithoutCrash { index: 1, .. }),
             "{err}"
         );
     }
