@@ -232,6 +232,7 @@ pub fn change_failure(
         reason: reason.to_string(),
         message,
         events: Vec::new(),
+        ..Default::default()
     }
 }
 
@@ -249,6 +250,7 @@ pub fn availability_failure(object: &AppliedObject, why: &str, into_bake: Durati
             kubectl_object(object)
         ),
         events: Vec::new(),
+        ..Default::default()
     }
 }
 
@@ -257,7 +259,7 @@ pub fn availability_failure(object: &AppliedObject, why: &str, into_bake: Durati
 fn during_bake(mut failure: Failure, namespace: &str, into_bake: Duration) -> Failure {
     let pod = failure.pod.clone().unwrap_or_default();
     let hint = match (&failure.container, failure.reason.as_str()) {
-        (Some(c), "CrashLoopBackOff") => {
+        (Some(c), "CrashLoopBackOff" | "OOMKilled") => {
             format!("see `kubectl logs --previous -n {namespace} {pod} -c {c}`")
         }
         _ => format!("see `kubectl describe pod -n {namespace} {pod}`"),
@@ -386,6 +388,7 @@ impl Watched<'_> {
                         when(into_bake)
                     ),
                     events: Vec::new(),
+                    ..Default::default()
                 });
                 continue;
             };
@@ -530,6 +533,7 @@ fn unwatched(watched: &Watched<'_>, options: &BakeOptions, error: Option<String>
                 error.as_deref().map(|e| format!(" (last watch error: {e})")).unwrap_or_default()
             ),
             events: Vec::new(),
+            ..Default::default()
         })
         .collect()
 }
@@ -785,6 +789,7 @@ mod tests {
             reason: "CrashLoopBackOff".into(),
             message: "back-off 20s; 2 restarts".into(),
             severity: health::Severity::Fatal,
+            facts: health::ContainerFacts::default(),
         };
         let f = during_bake(
             problem.to_failure("Deployment shop/web"),

@@ -389,6 +389,7 @@ pub async fn wait_for_rollout(
                     reason: failed_reason(&assessment.message),
                     message: assessment.message.clone(),
                     events: Vec::new(),
+                    ..Default::default()
                 }),
                 _ => {}
             }
@@ -472,6 +473,7 @@ pub async fn wait_for_rollout(
                         reason: "Timeout".into(),
                         message: timeout_message(options.timeout, &t.last_message, last_watch_error.as_deref()),
                         events: Vec::new(),
+                        ..Default::default()
                     })
                     .collect();
                 add_events(

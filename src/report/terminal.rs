@@ -451,6 +451,7 @@ shop: rolled back 1 of 1, 4 skipped; canary: CrashLoopBackOff
             reason: "Timeout".into(),
             message: "2 of 3 updated replicas are available".into(),
             events: vec![],
+            ..Default::default()
         };
         let mut eu = target("eu", TargetOutcome::Failed);
         eu.failures = vec![image_failure(), second];

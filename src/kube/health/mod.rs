@@ -4,11 +4,13 @@
 //! checks for workloads; `pods` adds fail-fast on pods of the new revision, `pulls` judges
 //! image-pull errors by what they say.
 
+mod exits;
 mod kstatus;
 mod pods;
 pub mod pulls;
 mod status;
 
+pub use exits::{ContainerFacts, container_facts, signal_name};
 pub use kstatus::{assess, assess_as, infer_type};
 pub use pods::{
     PodProblem, RevisionSelector, Severity, label_selector, new_revision_selector, pod_matches,
