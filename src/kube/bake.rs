@@ -23,7 +23,7 @@ use crate::kube::apply::AppliedObject;
 use crate::kube::health::{self, Status, condition, int_at, str_at};
 use crate::kube::wait::{
     Judged, NowOrNever, ProblemClock, Source, SourceKind, Store, Tracked, WaitFailure, add_events,
-    dedup_failures, is_workload, open_watches, watch_error_text,
+    add_logs, dedup_failures, is_workload, open_watches, watch_error_text,
 };
 use crate::report::Failure;
 use crate::util::duration::format_duration;
@@ -37,6 +37,8 @@ pub struct BakeOptions {
     pub fail_fast: FailFastConfig,
     /// The API server's URL, for messages about the watches.
     pub server: String,
+    /// Last log lines read from each failing container (`wait.log_lines`; 0: none).
+    pub log_lines: u32,
 }
 
 /// One change of a container since the bake started that fails it.
@@ -469,6 +471,8 @@ pub async fn watch_bake(
                 dedup_failures(&mut failures);
                 let related = (&store, &watched.pod_sources, &watched.rs_sources);
                 add_events(client, &mut failures, &watched.tracked, related, cancel).await;
+                let lines = options.log_lines;
+                add_logs(client, &mut failures, &watched.tracked, related, lines, cancel).await;
                 return Err(WaitFailure::Failed(failures));
             }
         }
@@ -829,6 +833,7 @@ mod tests {
             bake,
             fail_fast: FailFastConfig::default(),
             server: "https://sim".into(),
+            log_lines: 0,
         };
         let cancel = CancellationToken::new();
         let zero = watch_bake(
@@ -880,6 +885,7 @@ mod tests {
             timeout: Duration::from_secs(20),
             fail_fast: FailFastConfig::default(),
             server: "https://sim".into(),
+            log_lines: 0,
         };
         let outcome = crate::kube::wait::wait_for_rollout(
             &cluster.client(),
@@ -902,6 +908,7 @@ mod tests {
             bake: Duration::from_secs(3),
             fail_fast: FailFastConfig::default(),
             server: "https://sim".into(),
+            log_lines: 0,
         };
         let result = watch_bake(
             &cluster.client(),
@@ -932,6 +939,7 @@ mod tests {
             bake: Duration::from_secs(30),
             fail_fast: FailFastConfig::default(),
             server: "https://sim".into(),
+            log_lines: 0,
         };
         let result = watch_bake(
             &cluster.client(),
@@ -970,6 +978,7 @@ mod tests {
             bake: Duration::from_secs(30),
             fail_fast: FailFastConfig::default(),
             server: "https://sim".into(),
+            log_lines: 0,
         };
         let cancel = CancellationToken::new();
         let result = watch_bake(&cluster.client(), &[applied], &options, &cancel, &|_| {}).await;

@@ -41,6 +41,8 @@ pub struct WaitOptions {
     pub fail_fast: FailFastConfig,
     /// The API server's URL, for messages about the watches.
     pub server: String,
+    /// Last log lines read from each failing container (`wait.log_lines`; 0: none).
+    pub log_lines: u32,
 }
 
 /// Why a wait did not end with everything Current.
@@ -440,6 +442,15 @@ pub async fn wait_for_rollout(
                 cancel,
             )
             .await;
+            add_logs(
+                client,
+                &mut failures,
+                &tracked,
+                (&store, &pod_sources, &rs_sources),
+                options.log_lines,
+                cancel,
+            )
+            .await;
             return WaitOutcome {
                 result: Err(WaitFailure::Failed(failures)),
                 warnings: warnings.into_iter().collect(),
@@ -484,6 +495,15 @@ pub async fn wait_for_rollout(
                 cancel,
             )
             .await;
+                add_logs(
+                    client,
+                    &mut failures,
+                    &tracked,
+                    (&store, &pod_sources, &rs_sources),
+                    options.log_lines,
+                    cancel,
+                )
+                .await;
                 return WaitOutcome { result: Err(WaitFailure::Timeout(failures)), warnings: warnings.into_iter().collect() };
             }
             _ = escalation => {}
@@ -781,6 +801,57 @@ pub(super) async fn add_events(
         }
         f.events = warning_events(&values, &refs, EVENTS_PER_FAILURE);
     }
+}
+
+/// Adds the last log lines of the containers the failures are about (see `kube::logs`): the
+/// pod a failure names, or for a failure of the whole object (a timeout) its new revision's
+/// pods that are not ready.
+pub(super) async fn add_logs(
+    client: &Client,
+    failures: &mut [Failure],
+    tracked: &[Tracked<'_>],
+    related: (&Store, &HashMap<String, usize>, &HashMap<String, usize>),
+    lines: u32,
+    cancel: &CancellationToken,
+) {
+    if lines == 0 {
+        return;
+    }
+    let (store, pod_sources, rs_sources) = related;
+    let mut candidates: Vec<(usize, String, Value)> = Vec::new();
+    for (index, f) in failures.iter().enumerate() {
+        if !crate::kube::logs::wants_logs(&f.reason) {
+            continue;
+        }
+        let Some(t) = tracked.iter().find(|t| t.applied.display == f.object) else {
+            continue;
+        };
+        let a = t.applied;
+        let ns = a.namespace.clone().unwrap_or_default();
+        let Some(pod_source) = pod_sources.get(&ns).copied() else {
+            continue;
+        };
+        let pods: Vec<&Value> = match &f.pod {
+            Some(pod) => store.get(pod_source, &ns, pod).into_iter().collect(),
+            None => {
+                let Some(current) = t
+                    .source
+                    .and_then(|s| store.get(s, &ns, &a.name))
+                    .or(a.response.as_ref())
+                else {
+                    continue;
+                };
+                let sources = (rs_sources.get(&ns).copied(), Some(pod_source));
+                store
+                    .new_revision_pods(&a.resource.kind, current, sources)
+                    .into_iter()
+                    .filter(|p| !health::condition_is(p, "Ready", "True"))
+                    .collect()
+            }
+        };
+        candidates.extend(pods.into_iter().map(|p| (index, ns.clone(), p.clone())));
+    }
+    crate::kube::logs::read_logs(client, failures, &candidates, lines, cancel).await;
 }
 
 /// True when `event` is about `r`: same kind, namespace and name, and the same uid when

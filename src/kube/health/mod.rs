@@ -18,4 +18,4 @@ pub use pods::{
 };
 pub use status::{Assessment, Status, warning_event_line};
 /// The string at a path of keys, for the watch code beside these rules.
-pub(crate) use status::{condition, int_at, str_at};
+pub(crate) use status::{condition, condition_is, int_at, str_at};
