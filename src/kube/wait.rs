@@ -169,9 +169,12 @@ impl Store {
             let mut v = serde_json::to_value(o).unwrap_or(Value::Null);
             if let Some(obj) = v.as_object_mut() {
                 // Pod problems are read from metadata and status; the spec (containers,
-                // volumes, tolerations) is most of a pod and never read here.
-                if resource.kind == "Pod" {
-                    obj.remove("spec");
+                // volumes, tolerations) is most of a pod: only each container's name, image
+                // and memory limit are kept, for the exit details.
+                if resource.kind == "Pod"
+                    && let Some(spec) = obj.remove("spec")
+                {
+                    obj.insert("spec".into(), slim_pod_spec(&spec));
                 }
                 obj.entry("apiVersion")
                     .or_insert_with(|| Value::String(resource.api_version.clone()));
@@ -803,6 +806,24 @@ pub(super) async fn add_events(
     }
 }
 
+/// The part of a pod's spec the exit details read: containers' name, image, memory limit.
+fn slim_pod_spec(spec: &Value) -> Value {
+    let slim = |key: &str| -> Value {
+        let list = spec[key].as_array().map(Vec::as_slice).unwrap_or_default();
+        list.iter()
+            .map(|c| {
+                let mut kept = serde_json::json!({"name": c["name"], "image": c["image"]});
+                let memory = &c["resources"]["limits"]["memory"];
+                if !memory.is_null() {
+                    kept["resources"] = serde_json::json!({"limits": {"memory": memory}});
+                }
+                kept
+            })
+            .collect()
+    };
+    serde_json::json!({"containers": slim("containers"), "initContainers": slim("initContainers")})
+}
+
 /// Adds the last log lines of the containers the failures are about (see `kube::logs`): the
 /// pod a failure names, or for a failure of the whole object (a timeout) its new revision's
 /// pods that are not ready.
@@ -920,6 +941,23 @@ mod tests {
         assert!(
             !pod_of_workload(&new_pod, &json!({"spec": {}}), None),
             "no selector matches nothing"
+        );
+    }
+
+    #[test]
+    fn a_slim_pod_spec_keeps_what_exit_details_read() {
+        let spec = json!({"containers": [{"name": "web", "image": "x:1", "args": ["a"],
+            "resources": {"limits": {"memory": "128Mi", "cpu": "1"}}},
+            {"name": "side", "image": "y:1"}], "volumes": [{"name": "v"}]});
+        assert_eq!(
+            slim_pod_spec(&spec),
+            json!({"containers": [
+                {"name": "web", "image": "x:1", "resources": {"limits": {"memory": "128Mi"}}},
+                {"name": "side", "image": "y:1"}], "initContainers": []})
+        );
+        assert_eq!(
+            slim_pod_spec(&json!("odd")),
+            json!({"containers": [], "initContainers": []})
         );
     }
 

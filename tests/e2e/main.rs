@@ -14,6 +14,7 @@ mod github;
 mod harness;
 mod hostile;
 mod input;
+mod logs;
 mod messages;
 mod pulls;
 mod real;
