@@ -498,6 +498,16 @@ pub async fn wait_for_rollout(
                 cancel,
             )
             .await;
+                for f in failures.iter_mut() {
+                    let Some(t) = tracked.iter().find(|t| t.applied.display == f.object) else {
+                        continue;
+                    };
+                    let pods = unready_pods(t, &store, &pod_sources, &rs_sources);
+                    let reasons = unready_reasons(&pods, &f.events);
+                    if !reasons.is_empty() {
+                        f.message.push_str(&format!("; not ready: {}", reasons.join("; ")));
+                    }
+                }
                 add_logs(
                     client,
                     &mut failures,
@@ -824,6 +834,86 @@ fn slim_pod_spec(spec: &Value) -> Value {
     serde_json::json!({"containers": slim("containers"), "initContainers": slim("initContainers")})
 }
 
+/// The pods of `t`'s new revision that are not Ready (none when `t` has no pods).
+fn unready_pods<'s>(
+    t: &Tracked<'_>,
+    store: &'s Store,
+    pod_sources: &HashMap<String, usize>,
+    rs_sources: &HashMap<String, usize>,
+) -> Vec<&'s Value> {
+    let a = t.applied;
+    let ns = a.namespace.clone().unwrap_or_default();
+    let Some(pod_source) = pod_sources.get(&ns).copied() else {
+        return Vec::new();
+    };
+    let Some(current) = t.source.and_then(|s| store.get(s, &ns, &a.name)) else {
+        return Vec::new();
+    };
+    let sources = (rs_sources.get(&ns).copied(), Some(pod_source));
+    store
+        .new_revision_pods(&a.resource.kind, current, sources)
+        .into_iter()
+        .filter(|p| !health::condition_is(p, "Ready", "True"))
+        .collect()
+}
+
+/// Pods named in a timeout's message, at most.
+const UNREADY_PODS_NAMED: usize = 3;
+
+/// Why each pod is not ready, for a timeout: "pod web-1: container web: Readiness probe
+/// failed: HTTP probe failed with statuscode: 503", "pod web-2: Unschedulable: 0/3 nodes are
+/// available: ...". The readiness probe's message comes from the pod's Unhealthy events.
+pub fn unready_reasons(pods: &[&Value], events: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for pod in pods.iter().take(UNREADY_PODS_NAMED) {
+        let name = str_at(pod, &["metadata", "name"]).unwrap_or_default();
+        out.push(format!("pod {name}: {}", why_not_ready(pod, name, events)));
+    }
+    if pods.len() > UNREADY_PODS_NAMED {
+        out.push(format!("{} more pods", pods.len() - UNREADY_PODS_NAMED));
+    }
+    out
+}
+
+fn why_not_ready(pod: &Value, name: &str, events: &[String]) -> String {
+    if let Some(c) = health::condition(pod, "PodScheduled")
+        && str_at(c, &["status"]) == Some("False")
+    {
+        let reason = str_at(c, &["reason"]).unwrap_or("not scheduled");
+        return match str_at(c, &["message"]) {
+            Some(m) => format!("{reason}: {m}"),
+            None => reason.to_string(),
+        };
+    }
+    let probe = format!("pod {name}: Unhealthy: ");
+    let statuses = pod["status"]["containerStatuses"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    for cs in statuses.iter().filter(|cs| cs["ready"].as_bool() != Some(true)) {
+        let container = str_at(cs, &["name"]).unwrap_or_default();
+        if let Some(reason) = str_at(cs, &["state", "waiting", "reason"]) {
+            return format!("container {container} waiting: {reason}");
+        }
+        if let Some(message) = events.iter().rev().find_map(|e| e.strip_prefix(&probe)) {
+            return format!("container {container}: {message}");
+        }
+        return format!("container {container} is running but not ready");
+    }
+    match health::condition(pod, "Ready") {
+        Some(c) => {
+            let reason = str_at(c, &["reason"]).unwrap_or("not Ready");
+            match str_at(c, &["message"]) {
+                Some(m) => format!("{reason}: {m}"),
+                None => reason.to_string(),
+            }
+        }
+        None => str_at(pod, &["status", "phase"])
+            .unwrap_or("no status yet")
+            .to_string(),
+    }
+}
+
 /// Adds the last log lines of the containers the failures are about (see `kube::logs`): the
 /// pod a failure names, or for a failure of the whole object (a timeout) its new revision's
 /// pods that are not ready.
@@ -854,21 +944,7 @@ pub(super) async fn add_logs(
         };
         let pods: Vec<&Value> = match &f.pod {
             Some(pod) => store.get(pod_source, &ns, pod).into_iter().collect(),
-            None => {
-                let Some(current) = t
-                    .source
-                    .and_then(|s| store.get(s, &ns, &a.name))
-                    .or(a.response.as_ref())
-                else {
-                    continue;
-                };
-                let sources = (rs_sources.get(&ns).copied(), Some(pod_source));
-                store
-                    .new_revision_pods(&a.resource.kind, current, sources)
-                    .into_iter()
-                    .filter(|p| !health::condition_is(p, "Ready", "True"))
-                    .collect()
-            }
+            None => unready_pods(t, store, pod_sources, rs_sources),
         };
         candidates.extend(pods.into_iter().map(|p| (index, ns.clone(), p.clone())));
     }
@@ -958,6 +1034,44 @@ mod tests {
         assert_eq!(
             slim_pod_spec(&json!("odd")),
             json!({"containers": [], "initContainers": []})
+        );
+    }
+
+    #[test]
+    fn a_timeout_says_why_each_pod_is_not_ready() {
+        let pod = |name: &str, status: Value| {
+            json!({"metadata": {"name": name}, "status": status})
+        };
+        let unschedulable = pod("web-1", json!({"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+             "message": "0/3 nodes are available: 3 Insufficient cpu."}]}));
+        let probing = pod("web-2", json!({"phase": "Running", "containerStatuses": [
+            {"name": "web", "ready": false, "state": {"running": {}}}]}));
+        let waiting = pod("web-3", json!({"containerStatuses": [
+            {"name": "web", "ready": false, "state": {"waiting": {"reason": "ContainerCreating"}}}]}));
+        let quiet = pod("web-4", json!({"phase": "Running", "containerStatuses": [
+            {"name": "web", "ready": false, "state": {"running": {}}}]}));
+        let events = vec![
+            "pod web-2: Unhealthy: Readiness probe failed: HTTP probe failed with statuscode: 503 (x4)".to_string(),
+        ];
+        assert_eq!(
+            unready_reasons(&[&unschedulable, &probing, &waiting, &quiet], &events),
+            vec![
+                "pod web-1: Unschedulable: 0/3 nodes are available: 3 Insufficient cpu.",
+                "pod web-2: container web: Readiness probe failed: HTTP probe failed with statuscode: 503 (x4)",
+                "pod web-3: container web waiting: ContainerCreating",
+                "1 more pods",
+            ]
+        );
+        assert_eq!(
+            unready_reasons(&[&quiet], &[]),
+            vec!["pod web-4: container web is running but not ready"]
+        );
+        let odd = json!({"status": {"conditions": [{"type": "Ready", "status": "False",
+            "reason": "ContainersNotReady", "message": "containers with unready status: [web]"}]}});
+        assert_eq!(
+            unready_reasons(&[&odd], &[]),
+            vec!["pod : ContainersNotReady: containers with unready status: [web]"]
         );
     }
 

@@ -183,3 +183,27 @@ async fn log_lines_zero_reads_no_log() {
         "{failures:#}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_names_the_unready_pod_and_shows_its_current_log() {
+    let image = "example.com/web:never";
+    let env = TestEnv::start(1, &format!("- {{image: \"{image}\", behaviour: NeverReady}}\n")).await;
+    env.write("rollguard.yaml", &config(1, "3s"));
+    env.write("k8s/app.yaml", &app(image));
+    let run = env.deploy(&["--on-failure", "none"]).await;
+    assert_eq!(run.outcome("eu"), "failed", "{}", run.output());
+    let failure = failure_with_logs(&run);
+    assert_eq!(failure["reason"], "Timeout", "{failure:#}");
+    let message = failure["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("not ready after 3s") && message.contains("; not ready: pod web-"),
+        "{failure:#}"
+    );
+    assert!(message.contains(": container web"), "{failure:#}");
+    let log = &failure["logs"][0];
+    assert_eq!(log["previous"], false, "{log:#}");
+    assert_eq!(
+        log["lines"][1], "waiting for a dependency: connection refused",
+        "{log:#}"
+    );
+}
