@@ -1005,7 +1005,10 @@ async fn kubectl_logs_reads_the_kubelets_containers() {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(backing_off, "the crashing pod never backed off after its second run");
+    assert!(
+        backing_off,
+        "the crashing pod never backed off after its second run"
+    );
     let previous = kubectl.ok(&["logs", "crashy", "--previous"]).await;
     assert_eq!(previous, "boot 1\nconfig loaded\npanic: boom\n");
     // No new container yet: the current log is the one that just exited, as on a kubelet.
@@ -1016,9 +1019,9 @@ async fn kubectl_logs_reads_the_kubelets_containers() {
     );
     let stamped = kubectl.ok(&["logs", "crashy", "--timestamps"]).await;
     assert!(
-        stamped.lines().all(|l| l.split_once(' ').is_some_and(|(at, _)| at
-            .parse::<jiff::Timestamp>()
-            .is_ok())),
+        stamped.lines().all(|l| l
+            .split_once(' ')
+            .is_some_and(|(at, _)| at.parse::<jiff::Timestamp>().is_ok())),
         "{stamped}"
     );
 

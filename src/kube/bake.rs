@@ -472,7 +472,15 @@ pub async fn watch_bake(
                 let related = (&store, &watched.pod_sources, &watched.rs_sources);
                 add_events(client, &mut failures, &watched.tracked, related, cancel).await;
                 let lines = options.log_lines;
-                add_logs(client, &mut failures, &watched.tracked, related, lines, cancel).await;
+                add_logs(
+                    client,
+                    &mut failures,
+                    &watched.tracked,
+                    related,
+                    lines,
+                    cancel,
+                )
+                .await;
                 return Err(WaitFailure::Failed(failures));
             }
         }

@@ -222,9 +222,21 @@ mod tests {
             "state": {"running": {}}, "lastState": {}});
         let cases: Vec<(Value, Option<&str>, Vec<Instance>)> = vec![
             (json!([backing_off]), Some("web"), vec![inst("web", true)]),
-            (json!([rerunning]), Some("web"), vec![inst("web", true), inst("web", false)]),
-            (json!([never_ready.clone(), sidecar.clone()]), None, vec![inst("web", false)]),
-            (json!([sidecar.clone()]), Some("proxy"), vec![inst("proxy", false)]),
+            (
+                json!([rerunning]),
+                Some("web"),
+                vec![inst("web", true), inst("web", false)],
+            ),
+            (
+                json!([never_ready.clone(), sidecar.clone()]),
+                None,
+                vec![inst("web", false)],
+            ),
+            (
+                json!([sidecar.clone()]),
+                Some("proxy"),
+                vec![inst("proxy", false)],
+            ),
             (json!([creating, sidecar]), None, vec![]),
             (json!([never_ready]), Some("other"), vec![]),
             (json!("odd"), None, vec![]),

@@ -548,6 +548,8 @@ pub async fn wait_for_rollout(
 }
 
 /// What a pod problem means now, judged as the wait judges it.
+// Short-lived (one per decision, consumed at once): boxing the failure would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub(super) enum Judged {
     /// Fails the target.
@@ -890,7 +892,11 @@ fn why_not_ready(pod: &Value, name: &str, events: &[String]) -> String {
         .as_array()
         .map(Vec::as_slice)
         .unwrap_or_default();
-    for cs in statuses.iter().filter(|cs| cs["ready"].as_bool() != Some(true)) {
+    // The first container that is not ready says why.
+    if let Some(cs) = statuses
+        .iter()
+        .find(|cs| cs["ready"].as_bool() != Some(true))
+    {
         let container = str_at(cs, &["name"]).unwrap_or_default();
         if let Some(reason) = str_at(cs, &["state", "waiting", "reason"]) {
             return format!("container {container} waiting: {reason}");
@@ -1039,18 +1045,28 @@ mod tests {
 
     #[test]
     fn a_timeout_says_why_each_pod_is_not_ready() {
-        let pod = |name: &str, status: Value| {
-            json!({"metadata": {"name": name}, "status": status})
-        };
-        let unschedulable = pod("web-1", json!({"phase": "Pending", "conditions": [
+        let pod = |name: &str, status: Value| json!({"metadata": {"name": name}, "status": status});
+        let unschedulable = pod(
+            "web-1",
+            json!({"phase": "Pending", "conditions": [
             {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-             "message": "0/3 nodes are available: 3 Insufficient cpu."}]}));
-        let probing = pod("web-2", json!({"phase": "Running", "containerStatuses": [
-            {"name": "web", "ready": false, "state": {"running": {}}}]}));
-        let waiting = pod("web-3", json!({"containerStatuses": [
-            {"name": "web", "ready": false, "state": {"waiting": {"reason": "ContainerCreating"}}}]}));
-        let quiet = pod("web-4", json!({"phase": "Running", "containerStatuses": [
-            {"name": "web", "ready": false, "state": {"running": {}}}]}));
+             "message": "0/3 nodes are available: 3 Insufficient cpu."}]}),
+        );
+        let probing = pod(
+            "web-2",
+            json!({"phase": "Running", "containerStatuses": [
+            {"name": "web", "ready": false, "state": {"running": {}}}]}),
+        );
+        let waiting = pod(
+            "web-3",
+            json!({"containerStatuses": [
+            {"name": "web", "ready": false, "state": {"waiting": {"reason": "ContainerCreating"}}}]}),
+        );
+        let quiet = pod(
+            "web-4",
+            json!({"phase": "Running", "containerStatuses": [
+            {"name": "web", "ready": false, "state": {"running": {}}}]}),
+        );
         let events = vec![
             "pod web-2: Unhealthy: Readiness probe failed: HTTP probe failed with statuscode: 503 (x4)".to_string(),
         ];

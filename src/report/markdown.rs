@@ -11,8 +11,9 @@ use std::fmt::Write as _;
 use super::clean::Clean;
 use super::escape::{code, code_block, html_text, link_url, mermaid, text};
 use super::model::{
-    ContainerLog,    BAKE_PHASE, ChangePlan, Failure, PlanMode, PlanStatus, PlannedChange, ROLLBACK_PHASE, Report,
-    StageOutcome, StageResult, TargetOutcome, TargetPlan, TargetReport, clip, cut_to,
+    BAKE_PHASE, ChangePlan, ContainerLog, Failure, PlanMode, PlanStatus, PlannedChange,
+    ROLLBACK_PHASE, Report, StageOutcome, StageResult, TargetOutcome, TargetPlan, TargetReport,
+    clip, cut_to,
 };
 use crate::util::duration::format_duration;
 
@@ -1023,7 +1024,8 @@ mod tests {
         let block = &md[start..];
         // The fence is longer than any backtick run in the lines: nothing inside closes it.
         assert!(
-            block.contains("`````text\nboot\n```\n</details>\n<!-- x\nok ````\n`````\n\n</details>"),
+            block
+                .contains("`````text\nboot\n```\n</details>\n<!-- x\nok ````\n`````\n\n</details>"),
             "{block}"
         );
     }

@@ -193,8 +193,15 @@ fn script_output<'a>(target: &'a TargetReport, object: &str) -> &'a [String] {
 /// The end of one container's log under its failure: a heading line, then its lines
 /// (control characters shown as spaces), or why it could not be read.
 fn container_log(log: &ContainerLog) -> String {
-    let instance = if log.previous { ", previous instance" } else { "" };
-    let mut out = format!("    log of pod {} container {}{instance}:\n", log.pod, log.container);
+    let instance = if log.previous {
+        ", previous instance"
+    } else {
+        ""
+    };
+    let mut out = format!(
+        "    log of pod {} container {}{instance}:\n",
+        log.pod, log.container
+    );
     if let Some(error) = &log.error {
         out.push_str(&format!("    | ({error})\n"));
     }

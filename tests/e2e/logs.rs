@@ -128,14 +128,21 @@ async fn a_crash_loop_reports_its_last_log_lines_from_the_previous_instance() {
         "{block}"
     );
     // The Secret's value is nowhere.
-    let report = run.report.as_ref().map(Value::to_string).unwrap_or_default();
+    let report = run
+        .report
+        .as_ref()
+        .map(Value::to_string)
+        .unwrap_or_default();
     for (name, text) in [
         ("report", report),
         ("stdout", run.stdout.clone()),
         ("stderr", run.stderr.clone()),
         ("step summary", summary),
     ] {
-        assert!(!text.contains(SECRET), "the secret is in the {name}:\n{text}");
+        assert!(
+            !text.contains(SECRET),
+            "the secret is in the {name}:\n{text}"
+        );
     }
 }
 
@@ -154,10 +161,7 @@ async fn an_oom_killed_container_says_so_with_its_exit_code_and_limit() {
         "{failure:#}"
     );
     let lines = &failure["logs"][0]["lines"];
-    assert_eq!(
-        lines[1], "loading cache into memory",
-        "{failure:#}"
-    );
+    assert_eq!(lines[1], "loading cache into memory", "{failure:#}");
     let out = run.output();
     assert!(out.contains("OOMKilled"), "{out}");
     assert!(env.read("summary.md").contains("memory limit 128Mi"));
@@ -187,7 +191,11 @@ async fn log_lines_zero_reads_no_log() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timeout_names_the_unready_pod_and_shows_its_current_log() {
     let image = "example.com/web:never";
-    let env = TestEnv::start(1, &format!("- {{image: \"{image}\", behaviour: NeverReady}}\n")).await;
+    let env = TestEnv::start(
+        1,
+        &format!("- {{image: \"{image}\", behaviour: NeverReady}}\n"),
+    )
+    .await;
     env.write("rollguard.yaml", &config(1, "3s"));
     env.write("k8s/app.yaml", &app(image));
     let run = env.deploy(&["--on-failure", "none"]).await;

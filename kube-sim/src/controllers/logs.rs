@@ -60,7 +60,11 @@ pub fn parse_options(query: &HashMap<String, String>, pod: &str) -> Result<LogOp
     };
     let tail = number("tailLines")?;
     if let Some(n) = tail.filter(|&n| n < 0) {
-        return Err(invalid("tailLines", n, "must be greater than or equal to 0"));
+        return Err(invalid(
+            "tailLines",
+            n,
+            "must be greater than or equal to 0",
+        ));
     }
     let limit = number("limitBytes")?;
     if let Some(n) = limit.filter(|&n| n < 1) {
@@ -189,9 +193,7 @@ fn choose_container<'a>(pod: &'a Value, asked: Option<&str>) -> Result<&'a Value
             .find(|c| c["name"].as_str() == Some(asked))
             .copied()
             .ok_or_else(|| {
-                ApiError::bad_request(format!(
-                    "container {asked} is not valid for pod {pod_name}"
-                ))
+                ApiError::bad_request(format!("container {asked} is not valid for pod {pod_name}"))
             }),
         None if containers.len() == 1 => Ok(containers[0]),
         None => {
@@ -226,7 +228,12 @@ fn instance_of(
     let restarts = status["restartCount"].as_u64().unwrap_or(0);
     let restarts = u32::try_from(restarts).unwrap_or(u32::MAX);
     let of = |v: &Value| Instance {
-        run: run_of(v["containerID"].as_str().unwrap_or_default(), pod_uid, name, restarts),
+        run: run_of(
+            v["containerID"].as_str().unwrap_or_default(),
+            pod_uid,
+            name,
+            restarts,
+        ),
         started: meta::parse_time(&v["startedAt"]),
         finished: meta::parse_time(&v["finishedAt"]),
     };
@@ -295,7 +302,12 @@ fn run_of(id: &str, pod_uid: &str, name: &str, restarts: u32) -> Option<u32> {
 
 /// The log text: each line stamped a millisecond after the previous one from the start of
 /// the instance, filtered by since, cut to the tail and to the byte limit.
-fn render(lines: &[String], instance: &Instance, opts: &LogOptions, now: jiff::Timestamp) -> String {
+fn render(
+    lines: &[String],
+    instance: &Instance,
+    opts: &LogOptions,
+    now: jiff::Timestamp,
+) -> String {
     let start = instance.started.unwrap_or(now);
     let stamped = lines.iter().enumerate().map(|(i, line)| {
         let mut at = add(start, Duration::from_millis(i as u64));
@@ -304,17 +316,14 @@ fn render(lines: &[String], instance: &Instance, opts: &LogOptions, now: jiff::T
         }
         (at, line)
     });
-    let since = opts
-        .since_time
-        .or_else(|| {
-            opts.since_seconds
-                .map(|s| {
-                    jiff::SignedDuration::try_from(Duration::from_secs(s.min(315_360_000)))
-                        .ok()
-                        .and_then(|d| now.checked_sub(d).ok())
-                        .unwrap_or(jiff::Timestamp::MIN)
-                })
-        });
+    let since = opts.since_time.or_else(|| {
+        opts.since_seconds.map(|s| {
+            jiff::SignedDuration::try_from(Duration::from_secs(s.min(315_360_000)))
+                .ok()
+                .and_then(|d| now.checked_sub(d).ok())
+                .unwrap_or(jiff::Timestamp::MIN)
+        })
+    });
     let kept: Vec<_> = stamped
         .filter(|(at, _)| since.is_none_or(|since| *at >= since))
         .collect();
@@ -417,15 +426,29 @@ mod tests {
             "lastState": {},
         }));
         let cases: &[(&[(&str, &str)], &str)] = &[
-            (&[("tailLines", "1")], "fatal: cannot start, exiting with code 1\n"),
+            (
+                &[("tailLines", "1")],
+                "fatal: cannot start, exiting with code 1\n",
+            ),
             (&[("tailLines", "0")], ""),
             (&[("limitBytes", "3")], "web"),
-            (&[("container", "web"), ("tailLines", "1"), ("timestamps", "true")],
-                "2026-01-01T00:00:00.002000000Z fatal: cannot start, exiting with code 1\n"),
+            (
+                &[
+                    ("container", "web"),
+                    ("tailLines", "1"),
+                    ("timestamps", "true"),
+                ],
+                "2026-01-01T00:00:00.002000000Z fatal: cannot start, exiting with code 1\n",
+            ),
             // The lines were written a minute ago.
             (&[("sinceSeconds", "10")], ""),
-            (&[("sinceTime", "2026-01-01T00:00:00.001Z"), ("tailLines", "5")],
-                "loading configuration from /etc/app/config.yaml\nfatal: cannot start, exiting with code 1\n"),
+            (
+                &[
+                    ("sinceTime", "2026-01-01T00:00:00.001Z"),
+                    ("tailLines", "5"),
+                ],
+                "loading configuration from /etc/app/config.yaml\nfatal: cannot start, exiting with code 1\n",
+            ),
         ];
         for (q, want) in cases {
             assert_eq!(log(&p, q).unwrap(), *want, "{q:?}");
@@ -442,17 +465,45 @@ mod tests {
             "name": "web", "restartCount": 0,
             "state": {"waiting": {"reason": "ImagePullBackOff"}}, "lastState": {},
         }));
-        let cases: Vec<(&Value, Vec<(&str, &str)>, u16, &str)> = vec![
-            (&waiting, vec![], 400,
-                "container \"web\" in pod \"web-1\" is waiting to start: ContainerCreating"),
-            (&pulling, vec![], 400,
-                "container \"web\" in pod \"web-1\" is waiting to start: trying and failing to pull image"),
-            (&waiting, vec![("previous", "true")], 400,
-                "previous terminated container \"web\" in pod \"web-1\" not found"),
-            (&waiting, vec![("container", "db")], 400, "container db is not valid for pod web-1"),
-            (&waiting, vec![("tailLines", "-1")], 422,
-                "PodLogOptions \"web-1\" is invalid: tailLines: Invalid value: -1: must be greater than or equal to 0"),
-            (&waiting, vec![("tailLines", "x")], 400, "strconv.ParseInt: parsing \"x\": invalid syntax"),
+        // (pod, query, status code, message)
+        type Case<'a> = (&'a Value, Vec<(&'a str, &'a str)>, u16, &'a str);
+        let cases: Vec<Case<'_>> = vec![
+            (
+                &waiting,
+                vec![],
+                400,
+                "container \"web\" in pod \"web-1\" is waiting to start: ContainerCreating",
+            ),
+            (
+                &pulling,
+                vec![],
+                400,
+                "container \"web\" in pod \"web-1\" is waiting to start: trying and failing to pull image",
+            ),
+            (
+                &waiting,
+                vec![("previous", "true")],
+                400,
+                "previous terminated container \"web\" in pod \"web-1\" not found",
+            ),
+            (
+                &waiting,
+                vec![("container", "db")],
+                400,
+                "container db is not valid for pod web-1",
+            ),
+            (
+                &waiting,
+                vec![("tailLines", "-1")],
+                422,
+                "PodLogOptions \"web-1\" is invalid: tailLines: Invalid value: -1: must be greater than or equal to 0",
+            ),
+            (
+                &waiting,
+                vec![("tailLines", "x")],
+                400,
+                "strconv.ParseInt: parsing \"x\": invalid syntax",
+            ),
         ];
         for (p, q, code, message) in cases {
             let err = log(p, &q).unwrap_err();
@@ -465,7 +516,9 @@ mod tests {
         two["spec"]["initContainers"] = json!([{"name": "init"}]);
         assert_eq!(
             log(&two, &[]).unwrap_err().to_status()["message"],
-            json!("a container name must be specified for pod web-1, choose one of: [a b] or one of the init containers: [init]")
+            json!(
+                "a container name must be specified for pod web-1, choose one of: [a b] or one of the init containers: [init]"
+            )
         );
     }
 

@@ -742,13 +742,9 @@ fn render(
         } => terminated(*exit_code, reason, *started, *finished, view.restart_count),
     };
     let last_state = match &view.last_terminated {
-        Some((exit_code, reason, started, finished)) => terminated(
-            *exit_code,
-            reason,
-            *started,
-            *finished,
-            last_run(view),
-        ),
+        Some((exit_code, reason, started, finished)) => {
+            terminated(*exit_code, reason, *started, *finished, last_run(view))
+        }
         None => json!({}),
     };
     let pulled = ran

@@ -232,9 +232,10 @@ fn parse_named(yaml: &str, where_: &str) -> Result<Vec<Rule>, RulesError> {
             behaviour: rules[index].behaviour,
         });
     }
-    if let Some(index) = rules.iter().position(|rule| {
-        rule.exit_code.is_some() && rule.behaviour != Behaviour::CrashLoopBackOff
-    }) {
+    if let Some(index) = rules
+        .iter()
+        .position(|rule| rule.exit_code.is_some() && rule.behaviour != Behaviour::CrashLoopBackOff)
+    {
         return Err(RulesError::ExitCodeWithoutCrash {
             where_: where_.to_string(),
             index: index + 1,
@@ -436,8 +437,14 @@ mod tests {
         .unwrap();
         let script = script_for(&rules, "sim-1", "web:v2");
         assert_eq!(script.exit_code, Some(3));
-        assert_eq!(script.logs, Some(vec!["a".to_string(), "b {restart}".into()]));
-        assert_eq!(script_for(&rules, "sim-1", "web:v3").logs, Some(vec!["up".into()]));
+        assert_eq!(
+            script.logs,
+            Some(vec!["a".to_string(), "b {restart}".into()])
+        );
+        assert_eq!(
+            script_for(&rules, "sim-1", "web:v3").logs,
+            Some(vec!["up".into()])
+        );
         let err = parse("- {image: x, behaviour: OomKilled, exit_code: 2}").unwrap_err();
         assert!(
             matches!(err, RulesError::ExitCodeWithoutCrash { index: 1, .. }),

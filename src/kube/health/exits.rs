@@ -28,10 +28,37 @@ pub struct ContainerFacts {
 /// and container runtimes report a killed process.
 pub fn signal_name(exit_code: i64) -> Option<&'static str> {
     const NAMES: [&str; 31] = [
-        "SIGHUP", "SIGINT", "SIGQUIT", "SIGILL", "SIGTRAP", "SIGABRT", "SIGBUS", "SIGFPE",
-        "SIGKILL", "SIGUSR1", "SIGSEGV", "SIGUSR2", "SIGPIPE", "SIGALRM", "SIGTERM",
-        "SIGSTKFLT", "SIGCHLD", "SIGCONT", "SIGSTOP", "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGURG",
-        "SIGXCPU", "SIGXFSZ", "SIGVTALRM", "SIGPROF", "SIGWINCH", "SIGIO", "SIGPWR", "SIGSYS",
+        "SIGHUP",
+        "SIGINT",
+        "SIGQUIT",
+        "SIGILL",
+        "SIGTRAP",
+        "SIGABRT",
+        "SIGBUS",
+        "SIGFPE",
+        "SIGKILL",
+        "SIGUSR1",
+        "SIGSEGV",
+        "SIGUSR2",
+        "SIGPIPE",
+        "SIGALRM",
+        "SIGTERM",
+        "SIGSTKFLT",
+        "SIGCHLD",
+        "SIGCONT",
+        "SIGSTOP",
+        "SIGTSTP",
+        "SIGTTIN",
+        "SIGTTOU",
+        "SIGURG",
+        "SIGXCPU",
+        "SIGXFSZ",
+        "SIGVTALRM",
+        "SIGPROF",
+        "SIGWINCH",
+        "SIGIO",
+        "SIGPWR",
+        "SIGSYS",
     ];
     let n = exit_code.checked_sub(129)?;
     usize::try_from(n).ok().and_then(|i| NAMES.get(i)).copied()
@@ -49,9 +76,8 @@ pub fn container_facts(pod: &Value, cs: &Value) -> ContainerFacts {
     let terminated =
         at(cs, &["lastState", "terminated"]).or_else(|| at(cs, &["state", "terminated"]));
     let exit_code = terminated.and_then(|t| int_at(t, &["exitCode"]));
-    let time = |t: &Value, key: &str| {
-        str_at(t, &[key]).and_then(|s| s.parse::<jiff::Timestamp>().ok())
-    };
+    let time =
+        |t: &Value, key: &str| str_at(t, &[key]).and_then(|s| s.parse::<jiff::Timestamp>().ok());
     let ran_for_secs = terminated.and_then(|t| {
         let (start, end) = (time(t, "startedAt")?, time(t, "finishedAt")?);
         Some(end.duration_since(start).as_secs().max(0))
@@ -65,9 +91,7 @@ pub fn container_facts(pod: &Value, cs: &Value) -> ContainerFacts {
         exit_reason: terminated
             .and_then(|t| str_at(t, &["reason"]))
             .map(str::to_string),
-        signal: exit_code
-            .and_then(signal_name)
-            .map(str::to_string),
+        signal: exit_code.and_then(signal_name).map(str::to_string),
         ran_for_secs,
         restarts: int_at(cs, &["restartCount"]),
         memory_limit: spec
@@ -196,23 +220,56 @@ mod tests {
         with_message["lastState"]["terminated"]["message"] = json!(" config missing \n");
         let mut running = json!({"name": "web", "restartCount": 0, "state": {"running": {}}});
         let cases: Vec<(Value, Value, &str)> = vec![
-            (pod(Some("128Mi")), status(137, "OOMKilled", 5),
-                "exit 137 (OOMKilled, memory limit 128Mi) after 2s, restarted 5 times"),
-            (pod(None), status(137, "OOMKilled", 1), "exit 137 (OOMKilled) after 2s, restarted 1 time"),
-            (pod(None), status(1, "Error", 5), "exit 1 after 2s, restarted 5 times"),
-            (pod(None), status(137, "Error", 2), "exit 137 (SIGKILL) after 2s, restarted 2 times"),
-            (pod(None), status(139, "Error", 0), "exit 139 (SIGSEGV) after 2s"),
-            (pod(None), status(0, "Completed", 3), "exit 0 after 2s, restarted 3 times"),
-            (pod(None), status(3, "ContainerCannotRun", 3),
-                "exit 3 (ContainerCannotRun) after 2s, restarted 3 times"),
-            (pod(None), with_message, "exit 2 after 2s, restarted 1 time: config missing"),
+            (
+                pod(Some("128Mi")),
+                status(137, "OOMKilled", 5),
+                "exit 137 (OOMKilled, memory limit 128Mi) after 2s, restarted 5 times",
+            ),
+            (
+                pod(None),
+                status(137, "OOMKilled", 1),
+                "exit 137 (OOMKilled) after 2s, restarted 1 time",
+            ),
+            (
+                pod(None),
+                status(1, "Error", 5),
+                "exit 1 after 2s, restarted 5 times",
+            ),
+            (
+                pod(None),
+                status(137, "Error", 2),
+                "exit 137 (SIGKILL) after 2s, restarted 2 times",
+            ),
+            (
+                pod(None),
+                status(139, "Error", 0),
+                "exit 139 (SIGSEGV) after 2s",
+            ),
+            (
+                pod(None),
+                status(0, "Completed", 3),
+                "exit 0 after 2s, restarted 3 times",
+            ),
+            (
+                pod(None),
+                status(3, "ContainerCannotRun", 3),
+                "exit 3 (ContainerCannotRun) after 2s, restarted 3 times",
+            ),
+            (
+                pod(None),
+                with_message,
+                "exit 2 after 2s, restarted 1 time: config missing",
+            ),
             (pod(None), running.clone(), ""),
         ];
         for (p, cs, want) in cases {
             assert_eq!(container_facts(&p, &cs).summary(), want, "{cs}");
         }
         running["restartCount"] = json!(4);
-        assert_eq!(container_facts(&pod(None), &running).summary(), "restarted 4 times");
+        assert_eq!(
+            container_facts(&pod(None), &running).summary(),
+            "restarted 4 times"
+        );
     }
 
     #[test]
@@ -233,7 +290,10 @@ mod tests {
         );
         assert!(facts.oom_killed());
         // Hostile or partial input: nothing known, nothing said, no panic.
-        let odd = container_facts(&json!({"spec": 3}), &json!({"lastState": {"terminated": {"exitCode": "x", "startedAt": "soon"}}}));
+        let odd = container_facts(
+            &json!({"spec": 3}),
+            &json!({"lastState": {"terminated": {"exitCode": "x", "startedAt": "soon"}}}),
+        );
         assert_eq!(odd.summary(), "");
         assert_eq!(human_secs(65), "1m5s");
         assert_eq!(human_secs(7300), "2h1m");

@@ -800,7 +800,12 @@ mod tests {
         );
         let f = p.to_failure("Deployment shop/web");
         assert_eq!(
-            (f.image.as_deref(), f.exit_code, f.signal.as_deref(), f.restarts),
+            (
+                f.image.as_deref(),
+                f.exit_code,
+                f.signal.as_deref(),
+                f.restarts
+            ),
             (Some("example/web:v2"), Some(137), Some("SIGKILL"), Some(3))
         );
         // Any other exit stays a CrashLoopBackOff, with the exit said.
