@@ -199,14 +199,14 @@ mod tests {
         failure.signal = Some("SIGKILL".into());
         failure.restarts = Some(3);
         failure.logs = vec![
-            crate::report::ContainerLog {
+            ContainerLog {
                 pod: "web-7d9f-x".into(),
                 container: "web".into(),
                 previous: true,
                 lines: vec!["boot".into()],
                 error: None,
             },
-            crate::report::ContainerLog {
+            ContainerLog {
                 pod: "web-7d9f-y".into(),
                 container: "web".into(),
                 previous: false,
