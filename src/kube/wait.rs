@@ -498,7 +498,10 @@ pub async fn wait_for_rollout(
                 cancel,
             )
             .await;
-                for f in failures.iter_mut() {
+                // With a watch that lost the cluster, what is known of the pods may be stale
+                // and their logs cannot be read: the watch error says it all.
+                let lines = if last_watch_error.is_some() { 0 } else { options.log_lines };
+                for f in failures.iter_mut().filter(|_| last_watch_error.is_none()) {
                     let Some(t) = tracked.iter().find(|t| t.applied.display == f.object) else {
                         continue;
                     };
@@ -513,7 +516,7 @@ pub async fn wait_for_rollout(
                     &mut failures,
                     &tracked,
                     (&store, &pod_sources, &rs_sources),
-                    options.log_lines,
+                    lines,
                     cancel,
                 )
                 .await;
