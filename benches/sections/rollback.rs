@@ -69,6 +69,8 @@ async fn measure(scratch: &Path) -> Result<Vec<Row>, String> {
                 times: None,
                 message: None,
                 after: None,
+                logs: None,
+                exit_code: None,
             }],
             ..SimOptions::default()
         },

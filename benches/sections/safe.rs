@@ -83,6 +83,8 @@ fn rules() -> Vec<Rule> {
             times: None,
             message: None,
             after: None,
+            logs: None,
+            exit_code: None,
         },
         Rule {
             cluster: Some(SLOW_CLUSTER.into()),
@@ -91,6 +93,8 @@ fn rules() -> Vec<Rule> {
             times: None,
             message: None,
             after: Some(Duration::from_secs(SLOW_READY_SECS)),
+            logs: None,
+            exit_code: None,
         },
     ]
 }

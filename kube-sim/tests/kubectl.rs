@@ -963,3 +963,93 @@ async fn kubectl_create_of_each_kind_goes_through_protobuf() {
     assert_eq!(get("configmap", "cm").await["data"]["k"], "v");
     assert_eq!(get("serviceaccount", "sa").await["metadata"]["name"], "sa");
 }
+
+/// `kubectl logs` reads what the simulated kubelet's containers wrote: a rule's lines for a
+/// crash-looping container (its restart count among them), `--previous` and `--tail`, and
+/// the real server's 400 for a container that never started or has no previous instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_logs_reads_the_kubelets_containers() {
+    kubectl_present();
+    // At time scale 2 the back-off after the second run lasts 5 real seconds: the pod
+    // stays in it while kubectl reads.
+    let sim = Sim::start(SimOptions {
+        time_scale: 2.0,
+        rules: kube_sim::rules::parse(
+            "- {image: \"example/crash:v1\", behaviour: CrashLoopBackOff, exit_code: 3, \
+             logs: [\"boot {restart}\", \"config loaded\", \"panic: boom\"]}\n",
+        )
+        .unwrap(),
+        ..SimOptions::default()
+    })
+    .await
+    .unwrap();
+    let kubectl = Kubectl::new(&sim);
+    for (name, image) in [
+        ("crashy", "example/crash:v1"),
+        ("gone", "example/doesnotexist:v1"),
+        ("fine", "example/web:v1"),
+    ] {
+        kubectl
+            .ok(&["run", name, "--image", image, "--restart", "Always"])
+            .await;
+    }
+    let state = "jsonpath={.status.containerStatuses[0].restartCount} \
+                 {.status.containerStatuses[0].state.waiting.reason} \
+                 {.status.containerStatuses[0].lastState.terminated.exitCode}";
+    let mut backing_off = false;
+    for _ in 0..300 {
+        let out = kubectl.ok(&["get", "pod", "crashy", "-o", state]).await;
+        if out.trim() == "1 CrashLoopBackOff 3" {
+            backing_off = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        backing_off,
+        "the crashing pod never backed off after its second run"
+    );
+    let previous = kubectl.ok(&["logs", "crashy", "--previous"]).await;
+    assert_eq!(previous, "boot 1\nconfig loaded\npanic: boom\n");
+    // No new container yet: the current log is the one that just exited, as on a kubelet.
+    assert_eq!(kubectl.ok(&["logs", "crashy"]).await, previous);
+    assert_eq!(
+        kubectl.ok(&["logs", "crashy", "--tail", "1"]).await,
+        "panic: boom\n"
+    );
+    let stamped = kubectl.ok(&["logs", "crashy", "--timestamps"]).await;
+    assert!(
+        stamped.lines().all(|l| l
+            .split_once(' ')
+            .is_some_and(|(at, _)| at.parse::<jiff::Timestamp>().is_ok())),
+        "{stamped}"
+    );
+
+    let mut refused = false;
+    for _ in 0..100 {
+        let out = kubectl.run(&["logs", "gone"]).await;
+        if out.stderr.contains("is waiting to start: ") {
+            assert!(!out.ok);
+            assert!(
+                out.stderr.contains(
+                    "Error from server (BadRequest): container \"gone\" in pod \"gone\" is waiting to start: "
+                ),
+                "{}",
+                out.stderr
+            );
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(refused, "a container that never started must be refused");
+    let out = kubectl.run(&["logs", "fine", "--previous"]).await;
+    assert!(!out.ok);
+    assert!(
+        out.stderr.contains(
+            "Error from server (BadRequest): previous terminated container \"fine\" in pod \"fine\" not found"
+        ),
+        "{}",
+        out.stderr
+    );
+}

@@ -208,6 +208,9 @@ pub struct TargetConfig {
     pub line: usize,
 }
 
+/// `wait.log_lines` when the config sets none.
+pub const DEFAULT_LOG_LINES: u32 = 20;
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct WaitConfig {
     /// Deadline per target for apply + rollout (default 5m).
@@ -215,6 +218,8 @@ pub struct WaitConfig {
     pub fail_fast: FailFastConfig,
     /// The bake of waves whose `waves:` entry sets none (default 0).
     pub bake: Duration,
+    /// Last log lines read from each failing container (default 20; 0: none are read).
+    pub log_lines: u32,
 }
 
 impl Default for WaitConfig {
@@ -223,6 +228,7 @@ impl Default for WaitConfig {
             timeout: Duration::from_secs(300),
             fail_fast: FailFastConfig::default(),
             bake: Duration::ZERO,
+            log_lines: DEFAULT_LOG_LINES,
         }
     }
 }

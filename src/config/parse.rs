@@ -52,7 +52,7 @@ pub(super) const TARGET_KEYS: &[&str] = &[
     "wave",
     "vars",
 ];
-pub(super) const WAIT_KEYS: &[&str] = &["timeout", "fail_fast", "bake"];
+pub(super) const WAIT_KEYS: &[&str] = &["timeout", "fail_fast", "bake", "log_lines"];
 pub(super) const WAVE_KEYS: &[&str] = &["wave", "bake", "max_parallel", "checks"];
 pub(super) const FAIL_FAST_KEYS: &[&str] = &[
     "reasons",
@@ -488,6 +488,9 @@ impl Ctx {
             }
             if let Some(b) = self.duration(wait.get("bake"), "wait.bake") {
                 config.wait.bake = b;
+            }
+            if let Some(n) = self.integer(wait.get("log_lines"), "wait.log_lines", 0) {
+                config.wait.log_lines = u32::try_from(n).unwrap_or(u32::MAX);
             }
         }
         if let Some(c) = self.integer(get("concurrency"), "concurrency", 1) {

@@ -90,6 +90,7 @@ pub fn json_schema() -> Value {
                 "properties": {
                     "timeout": {"description": "deadline per target (default 5m)", "allOf": [duration]},
                     "bake": {"description": "the bake of waves whose `waves:` entry sets none (default 0)", "allOf": [duration]},
+                    "log_lines": {"type": "integer", "minimum": 0, "default": 20, "description": "last log lines of each failing container put in the report (at most 3 pods per target); 0 reads none"},
                     "fail_fast": {
                         "type": "object",
                         "additionalProperties": false,

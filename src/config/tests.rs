@@ -138,6 +138,7 @@ pipeline:
     assert_eq!(ff.reasons, vec!["ImagePullBackOff", "CrashLoopBackOff"]);
     assert_eq!(ff.pull_grace, Duration::from_secs(20));
     assert_eq!(ff.crash_loop_restarts, 3);
+    assert_eq!(c.wait.log_lines, DEFAULT_LOG_LINES, "20 unless set");
     assert_eq!(ff.unschedulable, UnschedulablePolicy::Fail);
     assert_eq!(ff.unschedulable_grace, Duration::from_secs(120));
     assert_eq!(c.concurrency, 4);
@@ -252,6 +253,14 @@ fn error_table() {
         (
             format!("{base}history:\n  keep: 0\n"),
             "rollguard.yaml:7: history.keep must be at least 1, not 0",
+        ),
+        (
+            format!("{base}wait:\n  timeout: 1m\n  log_lines: -1\n"),
+            "rollguard.yaml:8: wait.log_lines must be at least 0, not -1",
+        ),
+        (
+            format!("{base}wait:\n  log_lines: [20]\n"),
+            "rollguard.yaml:7: wait.log_lines must be an integer, not a list",
         ),
         (
             format!("{base}history:\n  keep: 2\n  secrets: digests\n"),
@@ -1447,5 +1456,15 @@ waves:
             "> 0.01".parse::<FailIf>().map(|f| f.to_string()),
             Ok("> 0.01".to_string())
         );
+    }
+}
+
+/// `wait.log_lines`: how many log lines of a failing container the report keeps; 0 reads none.
+#[test]
+fn log_lines_are_read_from_wait() {
+    let base = "app: shop\nmanifests: [k8s/]\ntargets:\n  - name: eu\n    context: c\n";
+    for (text, want) in [("5", 5), ("0", 0), ("\"7\"", 7)] {
+        let c = parse_ok(&format!("{base}wait:\n  log_lines: {text}\n"));
+        assert_eq!(c.wait.log_lines, want, "{text}");
     }
 }

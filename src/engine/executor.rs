@@ -185,6 +185,7 @@ impl Executor {
                             bake: self.bake,
                             fail_fast: self.shared.plan.config.wait.fail_fast.clone(),
                             server: access.server.clone(),
+                            log_lines: self.shared.plan.config.wait.log_lines,
                         },
                     )
                 });

@@ -464,6 +464,9 @@ impl ReApply<'_> {
                     timeout: self.timeout,
                     fail_fast: self.fail_fast.clone(),
                     server: self.access.server.clone(),
+                    // The rollback's own wait: its failures are about the old revision,
+                    // whose logs the failed deploy's report already holds.
+                    log_lines: 0,
                 };
                 let waited = wait_for_rollout(
                     &access.watch_client,

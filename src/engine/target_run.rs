@@ -586,6 +586,7 @@ async fn apply_and_wait(
         timeout: plan.config.wait.timeout,
         fail_fast: plan.config.wait.fail_fast.clone(),
         server: access.server.clone(),
+        log_lines: plan.config.wait.log_lines,
     };
     let report_wait = |p| progress.update(&name, Stage::Waiting(p));
     let waited = wait_for_rollout(

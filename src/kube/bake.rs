@@ -23,7 +23,7 @@ use crate::kube::apply::AppliedObject;
 use crate::kube::health::{self, Status, condition, int_at, str_at};
 use crate::kube::wait::{
     Judged, NowOrNever, ProblemClock, Source, SourceKind, Store, Tracked, WaitFailure, add_events,
-    dedup_failures, is_workload, open_watches, watch_error_text,
+    add_logs, dedup_failures, is_workload, open_watches, watch_error_text,
 };
 use crate::report::Failure;
 use crate::util::duration::format_duration;
@@ -37,6 +37,8 @@ pub struct BakeOptions {
     pub fail_fast: FailFastConfig,
     /// The API server's URL, for messages about the watches.
     pub server: String,
+    /// Last log lines read from each failing container (`wait.log_lines`; 0: none).
+    pub log_lines: u32,
 }
 
 /// One change of a container since the bake started that fails it.
@@ -232,6 +234,7 @@ pub fn change_failure(
         reason: reason.to_string(),
         message,
         events: Vec::new(),
+        ..Default::default()
     }
 }
 
@@ -249,6 +252,7 @@ pub fn availability_failure(object: &AppliedObject, why: &str, into_bake: Durati
             kubectl_object(object)
         ),
         events: Vec::new(),
+        ..Default::default()
     }
 }
 
@@ -257,7 +261,7 @@ pub fn availability_failure(object: &AppliedObject, why: &str, into_bake: Durati
 fn during_bake(mut failure: Failure, namespace: &str, into_bake: Duration) -> Failure {
     let pod = failure.pod.clone().unwrap_or_default();
     let hint = match (&failure.container, failure.reason.as_str()) {
-        (Some(c), "CrashLoopBackOff") => {
+        (Some(c), "CrashLoopBackOff" | "OOMKilled") => {
             format!("see `kubectl logs --previous -n {namespace} {pod} -c {c}`")
         }
         _ => format!("see `kubectl describe pod -n {namespace} {pod}`"),
@@ -386,6 +390,7 @@ impl Watched<'_> {
                         when(into_bake)
                     ),
                     events: Vec::new(),
+                    ..Default::default()
                 });
                 continue;
             };
@@ -466,6 +471,16 @@ pub async fn watch_bake(
                 dedup_failures(&mut failures);
                 let related = (&store, &watched.pod_sources, &watched.rs_sources);
                 add_events(client, &mut failures, &watched.tracked, related, cancel).await;
+                let lines = options.log_lines;
+                add_logs(
+                    client,
+                    &mut failures,
+                    &watched.tracked,
+                    related,
+                    lines,
+                    cancel,
+                )
+                .await;
                 return Err(WaitFailure::Failed(failures));
             }
         }
@@ -530,6 +545,7 @@ fn unwatched(watched: &Watched<'_>, options: &BakeOptions, error: Option<String>
                 error.as_deref().map(|e| format!(" (last watch error: {e})")).unwrap_or_default()
             ),
             events: Vec::new(),
+            ..Default::default()
         })
         .collect()
 }
@@ -785,6 +801,7 @@ mod tests {
             reason: "CrashLoopBackOff".into(),
             message: "back-off 20s; 2 restarts".into(),
             severity: health::Severity::Fatal,
+            facts: health::ContainerFacts::default(),
         };
         let f = during_bake(
             problem.to_failure("Deployment shop/web"),
@@ -824,6 +841,7 @@ mod tests {
             bake,
             fail_fast: FailFastConfig::default(),
             server: "https://sim".into(),
+            log_lines: 0,
         };
         let cancel = CancellationToken::new();
         let zero = watch_bake(
@@ -875,6 +893,7 @@ mod tests {
             timeout: Duration::from_secs(20),
             fail_fast: FailFastConfig::default(),
             server: "https://sim".into(),
+            log_lines: 0,
         };
         let outcome = crate::kube::wait::wait_for_rollout(
             &cluster.client(),
@@ -897,6 +916,7 @@ mod tests {
             bake: Duration::from_secs(3),
             fail_fast: FailFastConfig::default(),
             server: "https://sim".into(),
+            log_lines: 0,
         };
         let result = watch_bake(
             &cluster.client(),
@@ -927,6 +947,7 @@ mod tests {
             bake: Duration::from_secs(30),
             fail_fast: FailFastConfig::default(),
             server: "https://sim".into(),
+            log_lines: 0,
         };
         let result = watch_bake(
             &cluster.client(),
@@ -965,6 +986,7 @@ mod tests {
             bake: Duration::from_secs(30),
             fail_fast: FailFastConfig::default(),
             server: "https://sim".into(),
+            log_lines: 0,
         };
         let cancel = CancellationToken::new();
         let result = watch_bake(&cluster.client(), &[applied], &options, &cancel, &|_| {}).await;

@@ -9,6 +9,7 @@ pub mod error;
 pub mod exec_auth;
 pub mod health;
 pub mod known;
+pub mod logs;
 pub mod normalize;
 pub mod retry;
 pub mod wait;

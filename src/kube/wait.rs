@@ -41,6 +41,8 @@ pub struct WaitOptions {
     pub fail_fast: FailFastConfig,
     /// The API server's URL, for messages about the watches.
     pub server: String,
+    /// Last log lines read from each failing container (`wait.log_lines`; 0: none).
+    pub log_lines: u32,
 }
 
 /// Why a wait did not end with everything Current.
@@ -167,9 +169,12 @@ impl Store {
             let mut v = serde_json::to_value(o).unwrap_or(Value::Null);
             if let Some(obj) = v.as_object_mut() {
                 // Pod problems are read from metadata and status; the spec (containers,
-                // volumes, tolerations) is most of a pod and never read here.
-                if resource.kind == "Pod" {
-                    obj.remove("spec");
+                // volumes, tolerations) is most of a pod: only each container's name, image
+                // and memory limit are kept, for the exit details.
+                if resource.kind == "Pod"
+                    && let Some(spec) = obj.remove("spec")
+                {
+                    obj.insert("spec".into(), slim_pod_spec(&spec));
                 }
                 obj.entry("apiVersion")
                     .or_insert_with(|| Value::String(resource.api_version.clone()));
@@ -389,6 +394,7 @@ pub async fn wait_for_rollout(
                     reason: failed_reason(&assessment.message),
                     message: assessment.message.clone(),
                     events: Vec::new(),
+                    ..Default::default()
                 }),
                 _ => {}
             }
@@ -439,6 +445,15 @@ pub async fn wait_for_rollout(
                 cancel,
             )
             .await;
+            add_logs(
+                client,
+                &mut failures,
+                &tracked,
+                (&store, &pod_sources, &rs_sources),
+                options.log_lines,
+                cancel,
+            )
+            .await;
             return WaitOutcome {
                 result: Err(WaitFailure::Failed(failures)),
                 warnings: warnings.into_iter().collect(),
@@ -472,6 +487,7 @@ pub async fn wait_for_rollout(
                         reason: "Timeout".into(),
                         message: timeout_message(options.timeout, &t.last_message, last_watch_error.as_deref()),
                         events: Vec::new(),
+                        ..Default::default()
                     })
                     .collect();
                 add_events(
@@ -482,6 +498,28 @@ pub async fn wait_for_rollout(
                 cancel,
             )
             .await;
+                // With a watch that lost the cluster, what is known of the pods may be stale
+                // and their logs cannot be read: the watch error says it all.
+                let lines = if last_watch_error.is_some() { 0 } else { options.log_lines };
+                for f in failures.iter_mut().filter(|_| last_watch_error.is_none()) {
+                    let Some(t) = tracked.iter().find(|t| t.applied.display == f.object) else {
+                        continue;
+                    };
+                    let pods = unready_pods(t, &store, &pod_sources, &rs_sources);
+                    let reasons = unready_reasons(&pods, &f.events);
+                    if !reasons.is_empty() {
+                        f.message.push_str(&format!("; not ready: {}", reasons.join("; ")));
+                    }
+                }
+                add_logs(
+                    client,
+                    &mut failures,
+                    &tracked,
+                    (&store, &pod_sources, &rs_sources),
+                    lines,
+                    cancel,
+                )
+                .await;
                 return WaitOutcome { result: Err(WaitFailure::Timeout(failures)), warnings: warnings.into_iter().collect() };
             }
             _ = escalation => {}
@@ -513,6 +551,8 @@ pub async fn wait_for_rollout(
 }
 
 /// What a pod problem means now, judged as the wait judges it.
+// Short-lived (one per decision, consumed at once): boxing the failure would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub(super) enum Judged {
     /// Fails the target.
@@ -781,6 +821,145 @@ pub(super) async fn add_events(
     }
 }
 
+/// The part of a pod's spec the exit details read: containers' name, image, memory limit.
+fn slim_pod_spec(spec: &Value) -> Value {
+    let slim = |key: &str| -> Value {
+        let list = spec[key].as_array().map(Vec::as_slice).unwrap_or_default();
+        list.iter()
+            .map(|c| {
+                let mut kept = serde_json::json!({"name": c["name"], "image": c["image"]});
+                let memory = &c["resources"]["limits"]["memory"];
+                if !memory.is_null() {
+                    kept["resources"] = serde_json::json!({"limits": {"memory": memory}});
+                }
+                kept
+            })
+            .collect()
+    };
+    serde_json::json!({"containers": slim("containers"), "initContainers": slim("initContainers")})
+}
+
+/// The pods of `t`'s new revision that are not Ready (none when `t` has no pods).
+fn unready_pods<'s>(
+    t: &Tracked<'_>,
+    store: &'s Store,
+    pod_sources: &HashMap<String, usize>,
+    rs_sources: &HashMap<String, usize>,
+) -> Vec<&'s Value> {
+    let a = t.applied;
+    let ns = a.namespace.clone().unwrap_or_default();
+    let Some(pod_source) = pod_sources.get(&ns).copied() else {
+        return Vec::new();
+    };
+    let Some(current) = t.source.and_then(|s| store.get(s, &ns, &a.name)) else {
+        return Vec::new();
+    };
+    let sources = (rs_sources.get(&ns).copied(), Some(pod_source));
+    store
+        .new_revision_pods(&a.resource.kind, current, sources)
+        .into_iter()
+        .filter(|p| !health::condition_is(p, "Ready", "True"))
+        .collect()
+}
+
+/// Pods named in a timeout's message, at most.
+const UNREADY_PODS_NAMED: usize = 3;
+
+/// Why each pod is not ready, for a timeout: "pod web-1: container web: Readiness probe
+/// failed: HTTP probe failed with statuscode: 503", "pod web-2: Unschedulable: 0/3 nodes are
+/// available: ...". The readiness probe's message comes from the pod's Unhealthy events.
+pub fn unready_reasons(pods: &[&Value], events: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for pod in pods.iter().take(UNREADY_PODS_NAMED) {
+        let name = str_at(pod, &["metadata", "name"]).unwrap_or_default();
+        out.push(format!("pod {name}: {}", why_not_ready(pod, name, events)));
+    }
+    if pods.len() > UNREADY_PODS_NAMED {
+        out.push(format!("{} more pods", pods.len() - UNREADY_PODS_NAMED));
+    }
+    out
+}
+
+fn why_not_ready(pod: &Value, name: &str, events: &[String]) -> String {
+    if let Some(c) = health::condition(pod, "PodScheduled")
+        && str_at(c, &["status"]) == Some("False")
+    {
+        let reason = str_at(c, &["reason"]).unwrap_or("not scheduled");
+        return match str_at(c, &["message"]) {
+            Some(m) => format!("{reason}: {m}"),
+            None => reason.to_string(),
+        };
+    }
+    let probe = format!("pod {name}: Unhealthy: ");
+    let statuses = pod["status"]["containerStatuses"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    // The first container that is not ready says why.
+    if let Some(cs) = statuses
+        .iter()
+        .find(|cs| cs["ready"].as_bool() != Some(true))
+    {
+        let container = str_at(cs, &["name"]).unwrap_or_default();
+        if let Some(reason) = str_at(cs, &["state", "waiting", "reason"]) {
+            return format!("container {container} waiting: {reason}");
+        }
+        if let Some(message) = events.iter().rev().find_map(|e| e.strip_prefix(&probe)) {
+            return format!("container {container}: {message}");
+        }
+        return format!("container {container} is running but not ready");
+    }
+    match health::condition(pod, "Ready") {
+        Some(c) => {
+            let reason = str_at(c, &["reason"]).unwrap_or("not Ready");
+            match str_at(c, &["message"]) {
+                Some(m) => format!("{reason}: {m}"),
+                None => reason.to_string(),
+            }
+        }
+        None => str_at(pod, &["status", "phase"])
+            .unwrap_or("no status yet")
+            .to_string(),
+    }
+}
+
+/// Adds the last log lines of the containers the failures are about (see `kube::logs`): the
+/// pod a failure names, or for a failure of the whole object (a timeout) its new revision's
+/// pods that are not ready.
+pub(super) async fn add_logs(
+    client: &Client,
+    failures: &mut [Failure],
+    tracked: &[Tracked<'_>],
+    related: (&Store, &HashMap<String, usize>, &HashMap<String, usize>),
+    lines: u32,
+    cancel: &CancellationToken,
+) {
+    if lines == 0 {
+        return;
+    }
+    let (store, pod_sources, rs_sources) = related;
+    let mut candidates: Vec<(usize, String, Value)> = Vec::new();
+    for (index, f) in failures.iter().enumerate() {
+        if !crate::kube::logs::wants_logs(&f.reason) {
+            continue;
+        }
+        let Some(t) = tracked.iter().find(|t| t.applied.display == f.object) else {
+            continue;
+        };
+        let a = t.applied;
+        let ns = a.namespace.clone().unwrap_or_default();
+        let Some(pod_source) = pod_sources.get(&ns).copied() else {
+            continue;
+        };
+        let pods: Vec<&Value> = match &f.pod {
+            Some(pod) => store.get(pod_source, &ns, pod).into_iter().collect(),
+            None => unready_pods(t, store, pod_sources, rs_sources),
+        };
+        candidates.extend(pods.into_iter().map(|p| (index, ns.clone(), p.clone())));
+    }
+    crate::kube::logs::read_logs(client, failures, &candidates, lines, cancel).await;
+}
+
 /// True when `event` is about `r`: same kind, namespace and name, and the same uid when
 /// both sides know it.
 pub fn event_is_about(event: &Value, r: &InvolvedRef) -> bool {
@@ -847,6 +1026,71 @@ mod tests {
         assert!(
             !pod_of_workload(&new_pod, &json!({"spec": {}}), None),
             "no selector matches nothing"
+        );
+    }
+
+    #[test]
+    fn a_slim_pod_spec_keeps_what_exit_details_read() {
+        let spec = json!({"containers": [{"name": "web", "image": "x:1", "args": ["a"],
+            "resources": {"limits": {"memory": "128Mi", "cpu": "1"}}},
+            {"name": "side", "image": "y:1"}], "volumes": [{"name": "v"}]});
+        assert_eq!(
+            slim_pod_spec(&spec),
+            json!({"containers": [
+                {"name": "web", "image": "x:1", "resources": {"limits": {"memory": "128Mi"}}},
+                {"name": "side", "image": "y:1"}], "initContainers": []})
+        );
+        assert_eq!(
+            slim_pod_spec(&json!("odd")),
+            json!({"containers": [], "initContainers": []})
+        );
+    }
+
+    #[test]
+    fn a_timeout_says_why_each_pod_is_not_ready() {
+        let pod = |name: &str, status: Value| json!({"metadata": {"name": name}, "status": status});
+        let unschedulable = pod(
+            "web-1",
+            json!({"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+             "message": "0/3 nodes are available: 3 Insufficient cpu."}]}),
+        );
+        let probing = pod(
+            "web-2",
+            json!({"phase": "Running", "containerStatuses": [
+            {"name": "web", "ready": false, "state": {"running": {}}}]}),
+        );
+        let waiting = pod(
+            "web-3",
+            json!({"containerStatuses": [
+            {"name": "web", "ready": false, "state": {"waiting": {"reason": "ContainerCreating"}}}]}),
+        );
+        let quiet = pod(
+            "web-4",
+            json!({"phase": "Running", "containerStatuses": [
+            {"name": "web", "ready": false, "state": {"running": {}}}]}),
+        );
+        let events = vec![
+            "pod web-2: Unhealthy: Readiness probe failed: HTTP probe failed with statuscode: 503 (x4)".to_string(),
+        ];
+        assert_eq!(
+            unready_reasons(&[&unschedulable, &probing, &waiting, &quiet], &events),
+            vec![
+                "pod web-1: Unschedulable: 0/3 nodes are available: 3 Insufficient cpu.",
+                "pod web-2: container web: Readiness probe failed: HTTP probe failed with statuscode: 503 (x4)",
+                "pod web-3: container web waiting: ContainerCreating",
+                "1 more pods",
+            ]
+        );
+        assert_eq!(
+            unready_reasons(&[&quiet], &[]),
+            vec!["pod web-4: container web is running but not ready"]
+        );
+        let odd = json!({"status": {"conditions": [{"type": "Ready", "status": "False",
+            "reason": "ContainersNotReady", "message": "containers with unready status: [web]"}]}});
+        assert_eq!(
+            unready_reasons(&[&odd], &[]),
+            vec!["pod : ContainersNotReady: containers with unready status: [web]"]
         );
     }
 

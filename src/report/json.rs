@@ -10,7 +10,8 @@
 //!   `phases[]` {`name` (`connect`, `apply`, `wait`, `bake`, `rollback`, a script stage's name,
 //!   ...), `seconds`, `script`? (scope of a script stage), `exit_code`?},
 //!   `failures[]` {`object`, `pod`, `container`, `reason`,
-//!   `message`, `events`?}, `warnings[]`, `message`, `rollback` (null or {`to_revision`,
+//!   `message`, `events`?, `image`?, `exit_code`?, `signal`?, `restarts`?, `logs`?[] {`pod`,
+//!   `container`, `previous`, `lines`?, `error`?}}, `warnings[]`, `message`, `rollback` (null or {`to_revision`,
 //!   `outcome`, `left_in_place[]`, `message`, `to_commit`?, `as_revision`?, `started_at`? (when
 //!   the fleet decided the rollback), `why`? (e.g. `policy rollback-all: us failed at 12:03:04`)}),
 //!   `abandoned_revisions`? (revisions a dead run left pending, now marked failed),
@@ -66,6 +67,17 @@ pub fn report_schema() -> Value {
     });
     let time = json!({"type": "string", "format": "date-time"});
     let opt_string = json!({"type": ["string", "null"]});
+    let container_log = json!({
+        "type": "object",
+        "required": ["pod", "container", "previous"],
+        "properties": {
+            "pod": {"type": "string"},
+            "container": {"type": "string"},
+            "previous": {"type": "boolean", "description": "true: the instance that exited (kubectl logs --previous); false: the running one"},
+            "lines": {"type": "array", "items": {"type": "string"}, "description": "the last lines, oldest first (wait.log_lines)"},
+            "error": {"type": "string", "description": "why the log could not be read"}
+        }
+    });
     let failure = json!({
         "type": "object",
         "required": ["object", "pod", "container", "reason", "message"],
@@ -75,7 +87,12 @@ pub fn report_schema() -> Value {
             "container": opt_string,
             "reason": {"type": "string", "description": "e.g. ImagePullBackOff, ProgressDeadlineExceeded, Timeout"},
             "message": {"type": "string"},
-            "events": {"type": "array", "items": {"type": "string"}, "description": "recent Warning events"}
+            "events": {"type": "array", "items": {"type": "string"}, "description": "recent Warning events"},
+            "image": {"type": "string", "description": "the failing container's image"},
+            "exit_code": {"type": "integer", "description": "exit code of the container's last termination"},
+            "signal": {"type": "string", "description": "the signal that ended it (exit code 128 + N), e.g. SIGKILL"},
+            "restarts": {"type": "integer", "minimum": 0, "description": "the container's restart count"},
+            "logs": {"type": "array", "items": container_log, "description": "the last lines of the failing containers' logs (at most 3 pods per target), secret values redacted"}
         }
     });
     let check_verdict = json!({"enum": ["passed", "failed", "inconclusive", "not-run"]});
@@ -227,6 +244,26 @@ mod tests {
         us.phases.push(PhaseTiming::new(BAKE_PHASE, 10.0));
         let mut failure = image_failure();
         failure.events = vec!["Failed: pull failed".into()];
+        failure.image = Some("example/web:v2".into());
+        failure.exit_code = Some(137);
+        failure.signal = Some("SIGKILL".into());
+        failure.restarts = Some(3);
+        failure.logs = vec![
+            ContainerLog {
+                pod: "web-7d9f-x".into(),
+                container: "web".into(),
+                previous: true,
+                lines: vec!["boot".into()],
+                error: None,
+            },
+            ContainerLog {
+                pod: "web-7d9f-y".into(),
+                container: "web".into(),
+                previous: false,
+                lines: Vec::new(),
+                error: Some("timed out".into()),
+            },
+        ];
         us.failures.push(failure.clone());
         us.phases.push(PhaseTiming::new("apply", 1.5));
         us.phases.push(PhaseTiming {

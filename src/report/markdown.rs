@@ -13,8 +13,9 @@ use super::check_view;
 use super::clean::Clean;
 use super::escape::{code, code_block, html_text, link_url, mermaid, text};
 use super::model::{
-    BAKE_PHASE, ChangePlan, Failure, PlanMode, PlanStatus, PlannedChange, ROLLBACK_PHASE, Report,
-    StageOutcome, StageResult, TargetOutcome, TargetPlan, TargetReport, clip, cut_to,
+    BAKE_PHASE, ChangePlan, ContainerLog, Failure, PlanMode, PlanStatus, PlannedChange,
+    ROLLBACK_PHASE, Report, StageOutcome, StageResult, TargetOutcome, TargetPlan, TargetReport,
+    clip, cut_to,
 };
 use crate::util::duration::format_duration;
 
@@ -227,6 +228,13 @@ fn cut_of(report: &Report, d: Detail) -> Cut {
         cut.failures += t.failures.len().saturating_sub(d.failures);
         for f in t.failures.iter().take(d.failures) {
             cut.events += f.events.len().saturating_sub(d.events);
+            for log in &f.logs {
+                cut.log_lines += log
+                    .lines
+                    .len()
+                    .min(LOG_TAIL_LINES)
+                    .saturating_sub(d.log_lines);
+            }
         }
         for s in failed_scripts(t) {
             cut.log_lines += s
@@ -249,7 +257,7 @@ fn note(cut: &Cut, options: &MarkdownOptions) -> String {
         parts.push(format!("{} older Warning event(s)", cut.events));
     }
     if cut.log_lines > 0 {
-        parts.push(format!("{} script log line(s)", cut.log_lines));
+        parts.push(format!("{} script or container log line(s)", cut.log_lines));
     }
     if cut.charts > 0 {
         parts.push(format!("{} check chart(s)", cut.charts));
@@ -436,6 +444,11 @@ fn details(t: &TargetReport, d: Detail) -> String {
             let _ = writeln!(out, "- and {hidden} more (cut, see the note below)");
         }
         out.push('\n');
+        for f in t.failures.iter().take(d.failures) {
+            for log in &f.logs {
+                container_log(&mut out, log, d.log_lines);
+            }
+        }
     }
     out.push_str(&check_view::markdown(t, d.charts));
     for s in failed_scripts(t) {
@@ -544,6 +557,41 @@ fn failure_line(out: &mut String, f: &Failure, events: usize) {
     for e in f.events.iter().skip(skip) {
         let _ = writeln!(out, "  - event: {}", text(&clip(e, EVENT_CHARS)));
     }
+}
+
+/// The end of one container's log, collapsed: its lines in a code block whose fence no line
+/// can close (a line with ``` or </details> stays text), or why it could not be read.
+fn container_log(out: &mut String, log: &ContainerLog, keep: usize) {
+    let instance = if log.previous {
+        "previous instance"
+    } else {
+        "current instance"
+    };
+    let _ = write!(
+        out,
+        "<details><summary>log of pod {} container {} ({instance})</summary>\n\n",
+        html_text(&log.pod),
+        html_text(&log.container)
+    );
+    if let Some(error) = &log.error {
+        let _ = writeln!(out, "{}\n", text(&clip(error, MESSAGE_CHARS)));
+    }
+    let skip = log.lines.len().saturating_sub(keep.min(LOG_TAIL_LINES));
+    let lines: Vec<String> = log
+        .lines
+        .iter()
+        .skip(skip)
+        .map(|l| clip(l, LOG_LINE_CHARS))
+        .collect();
+    if !lines.is_empty() {
+        out.push_str(&code_block(&lines));
+        out.push('\n');
+    } else if log.error.is_none() && log.lines.is_empty() {
+        out.push_str("(the log is empty)\n\n");
+    } else if log.error.is_none() {
+        out.push_str("(cut, see the note below)\n\n");
+    }
+    out.push_str("</details>\n\n");
 }
 
 fn has_gantt(report: &Report) -> bool {
@@ -1206,6 +1254,38 @@ mod tests {
     }
 
     #[test]
+    fn container_logs_are_collapsed_and_cannot_break_the_markdown() {
+        let mut eu = target("eu", TargetOutcome::Failed);
+        let mut f = image_failure();
+        f.reason = "CrashLoopBackOff".into();
+        f.logs = vec![ContainerLog {
+            pod: "web-<b>1".into(),
+            container: "web".into(),
+            previous: true,
+            lines: vec![
+                "boot".into(),
+                "```".into(),
+                "</details>".into(),
+                "<!-- x".into(),
+                "ok ````".into(),
+            ],
+            error: None,
+        }];
+        eu.failures.push(f);
+        let md = to_markdown(&Clean::new(&report(vec![eu])), &options(COMMENT_LIMIT));
+        let start = md
+            .find("<details><summary>log of pod web-&lt;b&gt;1 container web (previous instance)</summary>")
+            .unwrap_or_else(|| panic!("{md}"));
+        let block = &md[start..];
+        // The fence is longer than any backtick run in the lines: nothing inside closes it.
+        assert!(
+            block
+                .contains("`````text\nboot\n```\n</details>\n<!-- x\nok ````\n`````\n\n</details>"),
+            "{block}"
+        );
+    }
+
+    #[test]
     fn a_dirty_tree_is_said_in_the_header_and_the_table() {
         let mut r = three_targets();
         let clean = to_markdown(&Clean::new(&r), &options(COMMENT_LIMIT));
@@ -1262,7 +1342,7 @@ mod tests {
             &options(2_000),
         );
         assert!(tight.len() <= 2_000);
-        assert!(tight.contains("script log line(s)"), "{tight}");
+        assert!(tight.contains("script or container log line(s)"), "{tight}");
     }
 
     fn report_stage() -> StageResult {

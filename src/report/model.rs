@@ -225,6 +225,36 @@ pub struct Failure {
     /// Recent Warning events of the object and its pods, oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub events: Vec<String>,
+    /// The failing container's image (pod problems).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// The exit code of the container's last termination.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i64>,
+    /// The signal that ended it ("SIGKILL"), when the exit code is 128 + a signal number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<String>,
+    /// How many times the kubelet restarted the container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restarts: Option<i64>,
+    /// The last lines of the failing containers' logs (at most 3 pods), secret values redacted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub logs: Vec<ContainerLog>,
+}
+
+/// The end of one container instance's log, read when a target failed on it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ContainerLog {
+    pub pod: String,
+    pub container: String,
+    /// True for the instance that exited (`kubectl logs --previous`), false for the current one.
+    pub previous: bool,
+    /// The last lines, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lines: Vec<String>,
+    /// Why the log could not be read, in one line (then `lines` is empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 impl Failure {
@@ -973,6 +1003,7 @@ pub(crate) mod tests {
             reason: "ImagePullBackOff".into(),
             message: "Back-off pulling image \"nginx:doesnotexist\"".into(),
             events: vec![],
+            ..Default::default()
         }
     }
 

@@ -2,7 +2,9 @@
 
 use super::check_view;
 use super::clean::Clean;
-use super::model::{Report, TargetOutcome, TargetReport, clip, clip_columns, display_width};
+use super::model::{
+    ContainerLog, Report, TargetOutcome, TargetReport, clip, clip_columns, display_width,
+};
 use crate::util::duration::format_duration;
 
 /// The table's short reason (the reason class); the full text is in the details below it.
@@ -214,6 +216,34 @@ fn script_output<'a>(target: &'a TargetReport, object: &str) -> &'a [String] {
         .map_or(&[], |s| s.output.as_slice())
 }
 
+/// The end of one container's log under its failure: a heading line, then its lines
+/// (control characters shown as spaces), or why it could not be read.
+fn container_log(log: &ContainerLog) -> String {
+    let instance = if log.previous {
+        ", previous instance"
+    } else {
+        ""
+    };
+    let mut out = format!(
+        "    log of pod {} container {}{instance}:\n",
+        log.pod, log.container
+    );
+    if let Some(error) = &log.error {
+        out.push_str(&format!("    | ({error})\n"));
+    }
+    if log.lines.is_empty() && log.error.is_none() {
+        out.push_str("    | (empty)\n");
+    }
+    for line in &log.lines {
+        let shown: String = line
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        out.push_str(&format!("    | {shown}\n"));
+    }
+    out
+}
+
 /// Every failure in full, once: each target's failures (with their Warning events), a failed
 /// rollback's message, and a reason the table could only give in short. One block per target.
 fn failure_details(report: &Report) -> String {
@@ -225,6 +255,9 @@ fn failure_details(report: &Report) -> String {
             let skip = failure.events.len().saturating_sub(EVENTS_SHOWN);
             for event in &failure.events[skip..] {
                 block.push_str(&format!("    event: {event}\n"));
+            }
+            for log in &failure.logs {
+                block.push_str(&container_log(log));
             }
             // A failed script's last lines: on a terminal its output is logged nowhere else.
             let output = script_output(target, &failure.object);
@@ -481,6 +514,7 @@ shop: rolled back 1 of 1, 4 skipped; canary: CrashLoopBackOff
             reason: "Timeout".into(),
             message: "2 of 3 updated replicas are available".into(),
             events: vec![],
+            ..Default::default()
         };
         let mut eu = target("eu", TargetOutcome::Failed);
         eu.failures = vec![image_failure(), second];
@@ -541,6 +575,37 @@ sa:
         });
         fleet.stages = vec![stage("migrate", false, 1..=1)];
         assert!(failure_details(&report(vec![fleet])).contains("    | migrate line 1"),);
+    }
+
+    #[test]
+    fn container_logs_go_under_their_failure() {
+        let mut eu = target("eu", TargetOutcome::Failed);
+        eu.failures.push(Failure {
+            object: "Deployment shop/web".into(),
+            pod: Some("web-1".into()),
+            container: Some("web".into()),
+            reason: "CrashLoopBackOff".into(),
+            logs: vec![
+                ContainerLog {
+                    pod: "web-1".into(),
+                    container: "web".into(),
+                    previous: true,
+                    lines: vec!["boot 2".into(), "panic:\x1b[31m boom".into()],
+                    error: None,
+                },
+                ContainerLog {
+                    pod: "web-2".into(),
+                    container: "web".into(),
+                    previous: false,
+                    lines: vec![],
+                    error: Some("cannot read the log of pod web-2 container web: timed out".into()),
+                },
+            ],
+            ..Default::default()
+        });
+        let got = failure_details(&report(vec![eu]));
+        let want = "    log of pod web-1 container web, previous instance:\n    | boot 2\n    | panic: [31m boom\n    log of pod web-2 container web:\n    | (cannot read the log of pod web-2 container web: timed out)\n";
+        assert!(got.contains(want), "{got}");
     }
 
     #[test]

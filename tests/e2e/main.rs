@@ -15,6 +15,7 @@ mod github;
 mod harness;
 mod hostile;
 mod input;
+mod logs;
 mod manual_engine;
 mod manual_plan;
 mod messages;

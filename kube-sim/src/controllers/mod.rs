@@ -33,6 +33,7 @@ pub mod daemonset;
 pub mod deployment;
 pub mod events;
 pub mod job;
+pub mod logs;
 pub mod meta;
 pub mod nodes;
 pub mod pods;
@@ -1170,7 +1171,7 @@ mod tests {
                     behaviour: rules::Behaviour::ImagePullBackOff,
                     failing_pulls: Some(1),
                     pull_message: Some("503 Service Unavailable".into()),
-                    after: None,
+                    ..rules::ImageScript::default()
                 },
             ];
             for age in [0, 1, 100, 100_000] {

@@ -159,7 +159,7 @@ pub fn container_at(
                 (1, "Error")
             };
             let exit = Exit {
-                code: exit_code,
+                code: script.exit_code.unwrap_or(exit_code),
                 reason,
                 healthy_for: script.after,
             };
@@ -689,6 +689,26 @@ fn waiting_view(reason: &str) -> ContainerView {
     }
 }
 
+/// The run (0-based) whose termination `lastState` shows: while the kubelet backs off
+/// (waiting), the run that just exited (its number is the restart count); once the next
+/// run started, the one before it. The container ID (and so its log) follows the run.
+fn last_run(view: &ContainerView) -> u32 {
+    if matches!(view.state, State::Waiting { .. }) {
+        view.restart_count
+    } else {
+        view.restart_count.saturating_sub(1)
+    }
+}
+
+/// The container ID of one run of a container: the same on every status write, so that a
+/// log request can tell which run an ID names.
+pub fn container_id(pod_uid: &str, container: &str, run: u32) -> String {
+    format!(
+        "containerd://{}",
+        sha_hex(&format!("{pod_uid}/{container}/{run}"))
+    )
+}
+
 fn ever_ran(view: &ContainerView) -> bool {
     view.restart_count > 0
         || !matches!(view.state, State::Waiting { .. })
@@ -708,12 +728,7 @@ fn render(
     let cname = container["name"].as_str().unwrap_or_default();
     let image = container["image"].as_str().unwrap_or_default();
     let ran = ever_ran(view);
-    let container_id = |run: u32| {
-        format!(
-            "containerd://{}",
-            sha_hex(&format!("{pod_uid}/{cname}/{run}"))
-        )
-    };
+    let container_id = |run: u32| container_id(pod_uid, cname, run);
     let terminated =
         |exit_code: i64, reason: &str, started: Duration, finished: Duration, run: u32| {
             json!({"terminated": {
@@ -742,13 +757,9 @@ fn render(
         } => terminated(*exit_code, reason, *started, *finished, view.restart_count),
     };
     let last_state = match &view.last_terminated {
-        Some((exit_code, reason, started, finished)) => terminated(
-            *exit_code,
-            reason,
-            *started,
-            *finished,
-            view.restart_count.saturating_sub(1),
-        ),
+        Some((exit_code, reason, started, finished)) => {
+            terminated(*exit_code, reason, *started, *finished, last_run(view))
+        }
         None => json!({}),
     };
     let pulled = ran
@@ -1077,7 +1088,7 @@ mod tests {
             behaviour: Behaviour::ImagePullBackOff,
             failing_pulls: Some(2),
             pull_message: Some(E503.into()),
-            after: None,
+            ..ImageScript::default()
         };
         let view = |secs: f64| {
             container_at(

@@ -13,6 +13,9 @@
 //! With `SlowStart`, `after:` is how long the container takes to be Ready instead of 20 s:
 //! `{cluster: sim-3, image: "*:v2", behaviour: SlowStart, after: 60s}` makes one cluster's
 //! rollout slow but healthy.
+//! Any rule may give the lines each run of the container logs (`logs: [LINE, ...]`, with
+//! `{restart}` replaced by the run's restart count; see [`crate::controllers::logs`]), and a
+//! CrashLoopBackOff rule the exit code of each run (`exit_code: 3`).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -71,6 +74,13 @@ pub struct Rule {
     /// Written `500ms`, `5s`, `1.5s`, `2m`.
     #[serde(default, deserialize_with = "deserialize_after")]
     pub after: Option<Duration>,
+    /// The lines each run of the container writes to its log (`{restart}` in a line becomes
+    /// the run's restart count); default a few lines that depend on the behaviour.
+    #[serde(default)]
+    pub logs: Option<Vec<String>>,
+    /// With `CrashLoopBackOff`: the exit code of each run (default 1).
+    #[serde(default)]
+    pub exit_code: Option<i64>,
 }
 
 /// Behaviours that take `after:`: a running container can crash or fail its readiness probe
@@ -120,6 +130,10 @@ pub struct ImageScript {
     pub pull_message: Option<String>,
     /// The container runs healthy first and shows `behaviour` this long after it started.
     pub after: Option<Duration>,
+    /// The lines each run writes to its log (None: the behaviour's default lines).
+    pub logs: Option<Vec<String>>,
+    /// A crashing container's exit code (None: 1, or 137 when OOMKilled).
+    pub exit_code: Option<i64>,
 }
 
 impl From<Behaviour> for ImageScript {
@@ -145,7 +159,8 @@ pub enum RulesError {
          Ready, ImagePullBackOff, CrashLoopBackOff, NeverReady, SlowStart, \
          CreateContainerConfigError, CreateContainerError, InvalidImageName, OomKilled \
          (an ImagePullBackOff rule may add `times: N` and `message: TEXT`; a CrashLoopBackOff, \
-         OomKilled, NeverReady or SlowStart rule `after: 5s`)"
+         OomKilled, NeverReady or SlowStart rule `after: 5s`; any rule `logs: [LINE, ...]`; a \
+         CrashLoopBackOff rule `exit_code: N`)"
     )]
     Parse { where_: String, message: String },
     #[error("invalid rules file {where_}: rule {index} has an empty image pattern")]
@@ -161,6 +176,15 @@ pub enum RulesError {
          SlowStart takes it as its time to Ready"
     )]
     AfterWithoutLateBehaviour {
+        where_: String,
+        index: usize,
+        behaviour: Behaviour,
+    },
+    #[error(
+        "invalid rules file {where_}: rule {index} has `exit_code` with behaviour {behaviour:?}; \
+         only a CrashLoopBackOff container exits with a code of choice (an OomKilled one exits 137)"
+    )]
+    ExitCodeWithoutCrash {
         where_: String,
         index: usize,
         behaviour: Behaviour,
@@ -216,6 +240,16 @@ fn parse_named(yaml: &str, where_: &str) -> Result<Vec<Rule>, RulesError> {
             behaviour: rules[index].behaviour,
         });
     }
+    if let Some(index) = rules
+        .iter()
+        .position(|rule| rule.exit_code.is_some() && rule.behaviour != Behaviour::CrashLoopBackOff)
+    {
+        return Err(RulesError::ExitCodeWithoutCrash {
+            where_: where_.to_string(),
+            index: index + 1,
+            behaviour: rules[index].behaviour,
+        });
+    }
     Ok(rules)
 }
 
@@ -237,6 +271,8 @@ pub fn script_for(rules: &[Rule], cluster: &str, image: &str) -> ImageScript {
             failing_pulls: rule.times,
             pull_message: rule.message.clone(),
             after: rule.after,
+            logs: rule.logs.clone(),
+            exit_code: rule.exit_code,
         })
         .unwrap_or_else(|| builtin_behaviour(image).into())
 }
@@ -404,6 +440,30 @@ mod tests {
         assert_eq!(script.behaviour, Behaviour::SlowStart);
         assert_eq!(script.after, Some(Duration::from_secs(60)));
         assert_eq!(script_for(&rules, "sim-1", "web:v2").after, None);
+    }
+
+    #[test]
+    fn logs_and_exit_codes_are_scripted() {
+        let rules = parse(
+            "- {image: \"*:v2\", behaviour: CrashLoopBackOff, exit_code: 3, logs: [a, \"b {restart}\"]}\n\
+             - {image: \"*:v3\", behaviour: Ready, logs: [up]}",
+        )
+        .unwrap();
+        let script = script_for(&rules, "sim-1", "web:v2");
+        assert_eq!(script.exit_code, Some(3));
+        assert_eq!(
+            script.logs,
+            Some(vec!["a".to_string(), "b {restart}".into()])
+        );
+        assert_eq!(
+            script_for(&rules, "sim-1", "web:v3").logs,
+            Some(vec!["up".into()])
+        );
+        let err = parse("- {image: x, behaviour: OomKilled, exit_code: 2}").unwrap_err();
+        assert!(
+            matches!(err, RulesError::ExitCodeWithoutCrash { index: 1, .. }),
+            "{err}"
+        );
     }
 
     #[test]

@@ -8,6 +8,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
+use crate::controllers::logs;
+use crate::controllers::rules::Rule;
 use crate::http::table;
 use crate::http::watch::WatchSpec;
 use crate::model::error::ApiError;
@@ -40,6 +42,9 @@ pub struct ApiRequest<'a> {
     pub accept: &'a str,
     pub user_agent: &'a str,
     pub body: &'a Bytes,
+    /// The cluster's pod rules and name: what the simulated kubelet's containers log.
+    pub rules: &'a [Rule],
+    pub cluster: &'a str,
 }
 
 impl ApiRequest<'_> {
@@ -180,6 +185,7 @@ pub fn handle(store: &Store, req: &ApiRequest<'_>, path: &ResourcePath) -> Resul
     if path.subresource.as_deref() == Some("log") && req.method == "GET" {
         return pod_log(
             store,
+            req,
             &rt,
             &namespace,
             path.name.as_deref().unwrap_or_default(),
@@ -259,17 +265,20 @@ pub fn handle(store: &Store, req: &ApiRequest<'_>, path: &ResourcePath) -> Resul
     }
 }
 
-/// Simulated containers write nothing: the log of an existing pod is empty.
+/// A container's log as the simulated kubelet serves it (see [`logs`]).
 fn pod_log(
     store: &Store,
+    req: &ApiRequest<'_>,
     rt: &ResourceType,
     namespace: &str,
     name: &str,
 ) -> Result<Reply, ApiError> {
-    if store.get(rt, namespace, name).is_none() {
+    let Some(pod) = store.get(rt, namespace, name) else {
         return Err(ApiError::not_found(rt, name));
-    }
-    Ok(Reply::Text(String::new()))
+    };
+    let opts = logs::parse_options(req.query, name)?;
+    let text = logs::pod_log(&pod, req.rules, req.cluster, &opts, jiff::Timestamp::now())?;
+    Ok(Reply::Text(text))
 }
 
 fn get(

@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{mpsc, watch};
 
+use crate::controllers::rules::Rule;
 use crate::http::faults::{CounterSet, Faults, THROTTLED};
 use crate::http::handlers::{self, ApiRequest, Reply, ResourcePath};
 use crate::http::watch::{self as watches, EventLineCache, WatchSpec};
@@ -34,6 +35,8 @@ const MAX_BODY: usize = 3 * 1024 * 1024;
 /// The shared state of one running cluster.
 pub struct ClusterState {
     pub name: String,
+    /// The pod rules, for what containers write to their logs.
+    pub rules: Arc<Vec<Rule>>,
     pub store: Arc<Store>,
     /// The token of the kubeconfig written at start.
     pub token: String,
@@ -652,6 +655,8 @@ async fn answer(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<Ap
                 accept: &accept,
                 user_agent: &user_agent,
                 body: &body,
+                rules: &state.rules,
+                cluster: &state.name,
             };
             // Handlers are synchronous and short; keep them off the reactor's hot path
             // only when they may be slow (large lists are fine inline at this scale).

@@ -190,6 +190,7 @@ impl Sim {
             let (shutdown, _) = watch::channel(false);
             let state = Arc::new(ClusterState {
                 name: name.clone(),
+                rules: rules.clone(),
                 store: store.clone(),
                 token: hex::encode(rand::random::<[u8; 20]>()),
                 rotated: RwLock::new(None),

@@ -4,11 +4,13 @@
 //! checks for workloads; `pods` adds fail-fast on pods of the new revision, `pulls` judges
 //! image-pull errors by what they say.
 
+mod exits;
 mod kstatus;
 mod pods;
 pub mod pulls;
 mod status;
 
+pub use exits::{ContainerFacts, container_facts, signal_name};
 pub use kstatus::{assess, assess_as, infer_type};
 pub use pods::{
     PodProblem, RevisionSelector, Severity, label_selector, new_revision_selector, pod_matches,
@@ -16,4 +18,4 @@ pub use pods::{
 };
 pub use status::{Assessment, Status, warning_event_line};
 /// The string at a path of keys, for the watch code beside these rules.
-pub(crate) use status::{condition, int_at, str_at};
+pub(crate) use status::{condition, condition_is, int_at, str_at};

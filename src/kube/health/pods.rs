@@ -1,5 +1,6 @@
 //! Fail fast on pods of the new revision: which pods belong to it, and what is wrong with them.
 
+use super::exits::{self, ContainerFacts};
 use super::kstatus::infer_type;
 use super::pulls;
 use super::status::{at, cond_field, condition, int_at, str_at};
@@ -215,6 +216,8 @@ pub struct PodProblem {
     pub reason: String,
     pub message: String,
     pub severity: Severity,
+    /// The container's image, last exit and restarts (empty for pod-level problems).
+    pub facts: ContainerFacts,
 }
 
 impl PodProblem {
@@ -227,6 +230,11 @@ impl PodProblem {
             reason: self.reason.clone(),
             message: self.message.clone(),
             events: Vec::new(),
+            image: self.facts.image.clone(),
+            exit_code: self.facts.exit_code,
+            signal: self.facts.signal.clone(),
+            restarts: self.facts.restarts,
+            logs: Vec::new(),
         }
     }
 
@@ -288,16 +296,19 @@ pub fn pod_problems(pod: &Value, policy: &FailFastConfig) -> Vec<PodProblem> {
                 }
                 _ => Severity::Fatal,
             };
-            let mut message = message_now.to_string();
-            if reason == "CrashLoopBackOff" {
-                message = crash_details(cs, &message, restarts);
-            }
+            let facts = exits::container_facts(pod, cs);
+            let (reason, message) = if reason == "CrashLoopBackOff" {
+                crash_details(&facts, message_now)
+            } else {
+                (reason.to_string(), message_now.to_string())
+            };
             problems.push(PodProblem {
                 pod: pod_name.clone(),
                 container: str_at(cs, &["name"]).map(str::to_string),
-                reason: reason.to_string(),
+                reason,
                 message,
                 severity,
+                facts,
             });
         }
     }
@@ -314,36 +325,27 @@ pub fn pod_problems(pod: &Value, policy: &FailFastConfig) -> Vec<PodProblem> {
                 UnschedulablePolicy::Warn => Severity::Warning,
                 UnschedulablePolicy::Fail => Severity::Transient,
             },
+            facts: ContainerFacts::default(),
         });
     }
     problems
 }
 
 /// The kubelet's CrashLoopBackOff message says only "back-off 40s restarting failed
-/// container"; the last termination says why it crashed.
-fn crash_details(cs: &Value, waiting_message: &str, restarts: i64) -> String {
-    let mut parts = Vec::new();
-    if !waiting_message.is_empty() {
-        parts.push(waiting_message.to_string());
-    }
-    if let Some(t) = at(cs, &["lastState", "terminated"]) {
-        let mut last = String::from("last exit");
-        if let Some(code) = int_at(t, &["exitCode"]) {
-            last.push_str(&format!(" code {code}"));
-        }
-        if let Some(reason) = str_at(t, &["reason"]) {
-            last.push_str(&format!(" ({reason})"));
-        }
-        if let Some(msg) = str_at(t, &["message"])
-            .map(str::trim)
-            .filter(|m| !m.is_empty())
-        {
-            last.push_str(&format!(": {msg}"));
-        }
-        parts.push(last);
-    }
-    parts.push(format!("{restarts} restarts"));
-    parts.join("; ")
+/// container"; the last termination says why it crashed. A container killed for its memory
+/// is reported as OOMKilled: the back-off is the kubelet's answer, not the cause.
+fn crash_details(facts: &ContainerFacts, waiting_message: &str) -> (String, String) {
+    let reason = if facts.oom_killed() {
+        "OOMKilled"
+    } else {
+        "CrashLoopBackOff"
+    };
+    let message = [waiting_message.to_string(), facts.summary()]
+        .into_iter()
+        .filter(|p| !p.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
+    (reason.to_string(), message)
 }
 
 #[cfg(test)]
@@ -783,12 +785,38 @@ mod tests {
             "back-off 40s restarting failed container=web",
             3,
         );
-        cs["lastState"] = json!({"terminated": {"exitCode": 137, "reason": "OOMKilled"}});
-        let pod = pod_with(json!([cs]), json!([]), json!([]));
+        cs["lastState"] = json!({"terminated": {"exitCode": 137, "reason": "OOMKilled",
+            "startedAt": "2026-01-01T00:00:01Z", "finishedAt": "2026-01-01T00:00:03Z"}});
+        let mut pod = pod_with(json!([cs.clone()]), json!([]), json!([]));
+        pod["spec"]["containers"] = json!([{"name": "web", "image": "example/web:v2",
+            "resources": {"limits": {"memory": "128Mi"}}}]);
         let p = &pod_problems(&pod, &FailFastConfig::default())[0];
+        // Killed for its memory: reported as OOMKilled, with the limit it hit.
+        assert_eq!(p.reason, "OOMKilled");
         assert_eq!(
             p.message,
-            "back-off 40s restarting failed container=web; last exit code 137 (OOMKilled); 3 restarts"
+            "back-off 40s restarting failed container=web; exit 137 (OOMKilled, memory limit \
+             128Mi) after 2s, restarted 3 times"
+        );
+        let f = p.to_failure("Deployment shop/web");
+        assert_eq!(
+            (
+                f.image.as_deref(),
+                f.exit_code,
+                f.signal.as_deref(),
+                f.restarts
+            ),
+            (Some("example/web:v2"), Some(137), Some("SIGKILL"), Some(3))
+        );
+        // Any other exit stays a CrashLoopBackOff, with the exit said.
+        cs["lastState"]["terminated"]["exitCode"] = json!(1);
+        cs["lastState"]["terminated"]["reason"] = json!("Error");
+        pod["status"]["containerStatuses"] = json!([cs]);
+        let p = &pod_problems(&pod, &FailFastConfig::default())[0];
+        assert_eq!(p.reason, "CrashLoopBackOff");
+        assert_eq!(
+            p.message,
+            "back-off 40s restarting failed container=web; exit 1 after 2s, restarted 3 times"
         );
     }
 
@@ -796,6 +824,7 @@ mod tests {
     fn graces() {
         let policy = FailFastConfig::default();
         let p = |reason: &str, severity| PodProblem {
+            facts: ContainerFacts::default(),
             pod: "p".into(),
             container: None,
             reason: reason.into(),

@@ -82,6 +82,7 @@ impl Assessment {
                 .unwrap_or_else(|| self.status.as_str().to_string()),
             message: self.message.clone(),
             events: Vec::new(),
+            ..Default::default()
         }
     }
 }
