@@ -1,7 +1,8 @@
 //! The release commands for humans: `history`, `show`, `rollback`, `unlock`.
 //!
 //! Formatting is pure (tested by table); the commands connect to each selected target, read
-//! its records, and for `rollback` re-apply a chosen revision as a new one. Every target
+//! its records, and for `rollback` re-apply a chosen revision as a new one through the
+//! deploy's coordinator. Every target
 //! problem is said as deploy says it: the config and each target's kubeconfig are checked
 //! offline first (bad input, exit 2), and an error of a cluster is said through
 //! `kube::connect`'s one table of reasons, with the server's address.
@@ -16,17 +17,19 @@ use tokio::time::Instant;
 use crate::cli::{
     HistoryArgs, RecordFormat, ReleaseCommand, RollbackArgs, Selection, ShowArgs, UnlockArgs,
 };
+use crate::commands::manual_report;
 use crate::config::{self, Config, ConfigError, Overrides, TargetConfig};
 use crate::engine::plan::Plan;
 use crate::engine::policy::{self, RollbackResult};
-use crate::engine::reapply::{self, ReApply};
+use crate::engine::reapply;
+use crate::engine::target_run::TargetRun;
 use crate::engine::wave_gate::{self, WaveRefused};
 use crate::error::exit;
 use crate::kube::connect::{ClusterAccess, check_targets, connect};
 use crate::release::lock::{self, LockError};
-use crate::release::session::ReleaseSettings;
+use crate::release::session::{OpenHistory, ReleaseSettings};
 use crate::release::{self, ReleaseError, ReleaseOrigin, ReleaseRecord, ReleaseStore};
-use crate::report::{clip_columns, display_width, redact};
+use crate::report::{Failure, TargetOutcome, clip_columns, display_width, redact};
 use crate::util::duration::format_duration;
 use crate::util::git::{self, CommitInfo};
 
@@ -274,15 +277,9 @@ pub enum TargetFailure {
     /// The destination's manifests could not be read (a record keeping too little, git).
     #[error("{0}")]
     Manifests(#[from] reapply::ManifestsError),
-    /// Taking or force-releasing its lock.
+    /// Force-releasing its lock (`unlock`).
     #[error("{0}")]
     Lock(#[from] LockError),
-    /// Reading its history again once locked (marking abandoned records, listing).
-    #[error("{0}")]
-    Recheck(#[source] release::session::PrepareError),
-    /// Its history, read again once locked, no longer says what was confirmed.
-    #[error("{0}")]
-    Moved(#[from] HistoryMoved),
 }
 
 impl TargetFailure {
@@ -292,10 +289,7 @@ impl TargetFailure {
             TargetFailure::Release(e) => release_error_code(e),
             TargetFailure::Choice(_) => exit::BAD_INPUT,
             TargetFailure::Manifests(e) => manifests_error_code(e),
-            TargetFailure::Connect(_)
-            | TargetFailure::Lock(_)
-            | TargetFailure::Recheck(_)
-            | TargetFailure::Moved(_) => exit::FAILED,
+            TargetFailure::Connect(_) | TargetFailure::Lock(_) => exit::FAILED,
         }
     }
 }
@@ -557,10 +551,6 @@ pub async fn unlock(args: UnlockArgs, env: Env) -> Result<i32, ManageError> {
 /// One target's planned manual rollback.
 struct Planned {
     connected: Connected,
-    /// Its history read under its lock, the lock held (once confirmed and locked).
-    history: Option<release::session::OpenHistory>,
-    /// The revisions kept on the target (the rollback's number is above every target's).
-    revisions: Vec<u64>,
     /// The record `--revision` chose, to tell whether the number names one run everywhere.
     chosen_record: Option<ReleaseRecord>,
     bodies: Vec<Value>,
@@ -583,8 +573,6 @@ struct Planned {
     /// The record rolled back from (without manifests): which release the fleet stages'
     /// rollback commands belong to.
     from_record: Option<ReleaseRecord>,
-    /// Records of a run that died, marked abandoned once the lock was held.
-    abandoned: Vec<u64>,
 }
 
 /// Whether a target's history, read again once its lock is held, still says what the person
@@ -719,13 +707,8 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
             exit::FAILED
         });
     }
-    // Confirmed: now the locks, then a second look at each history under them.
-    if let Err(code) = lock_and_check(&config, &mut ready, &args, &env, &cancel).await {
-        release_all(ready).await;
-        return Ok(code);
-    }
+    // Confirmed: the coordinator takes the locks and looks at each history again under them.
     let code = apply_rollbacks(&config, &ready, &args, &env, &cancel).await;
-    release_all(ready).await;
     Ok(if cancel.is_cancelled() && code != exit::ROLLBACK_FAILED {
         exit::CANCELLED
     } else {
@@ -771,106 +754,6 @@ async fn show_rollback(
     plan_failed
 }
 
-async fn release_all(ready: Vec<Planned>) {
-    for p in ready {
-        if let Some(history) = p.history {
-            history.release().await;
-        }
-    }
-}
-
-/// Takes every target's lock as a deploy takes them (the fleet's [`lock_targets`]: all at
-/// once, then in the one global lock order, all or none), so that a rollback and a deploy
-/// never wait for each other in a cycle; then, under the locks, marks abandoned records and
-/// checks that each history still says what was confirmed. Err(exit code) after saying why;
-/// the locks taken are in `ready` either way.
-///
-/// [`lock_targets`]: crate::engine::fleet::lock_targets
-async fn lock_and_check(
-    config: &Config,
-    ready: &mut [Planned],
-    args: &RollbackArgs,
-    env: &Env,
-    cancel: &tokio_util::sync::CancellationToken,
-) -> Result<(), i32> {
-    let plan = engine_plan(config, env);
-    let targets: Vec<(TargetConfig, ClusterAccess)> = ready
-        .iter()
-        .map(|p| (p.connected.target.clone(), p.connected.access.clone()))
-        .collect();
-    let locks = crate::engine::fleet::lock_targets(&plan, &targets, cancel).await;
-    let mut codes = Vec::new();
-    let mut guards = Vec::new();
-    for (p, lock) in ready.iter().zip(locks) {
-        match lock {
-            Ok(guard) => guards.push(Some(guard)),
-            Err((outcome, why)) => {
-                guards.push(None);
-                if outcome == crate::report::TargetOutcome::Cancelled {
-                    codes.push(exit::CANCELLED);
-                    continue;
-                }
-                redact::print_err(&format!(
-                    "target {}: {why}; nothing was rolled back",
-                    p.connected.target.name
-                ));
-                codes.push(exit::FAILED);
-            }
-        }
-    }
-    if codes.contains(&exit::CANCELLED) {
-        redact::print_err("rollguard: cancelled while taking the locks: nothing was changed");
-        return Err(exit::CANCELLED);
-    }
-    if !codes.is_empty() {
-        return Err(exit::FAILED);
-    }
-    // Every history read as a deploy reads it under its lock (records a dead run left
-    // marked abandoned, stale `deployed` ones superseded), all at once.
-    let reads = futures::future::join_all(ready.iter().zip(guards).map(|(p, guard)| async move {
-        let guard = guard?;
-        let c = &p.connected;
-        Some(release::session::read_history(config, &c.target, &c.access, guard).await)
-    }))
-    .await;
-    for (p, read) in ready.iter_mut().zip(reads) {
-        let checked = match read {
-            None => continue,
-            Some(Err(e)) => Err(TargetFailure::Recheck(e)),
-            Some(Ok(history)) => {
-                let checked = recheck(p, history.records(), args).map_err(TargetFailure::from);
-                let abandoned = history.abandoned.clone();
-                p.history = Some(history);
-                checked.map(|()| abandoned)
-            }
-        };
-        match checked {
-            Ok(abandoned) if !abandoned.is_empty() => {
-                redact::print_out(&format!(
-                    "target {}: marked abandoned: {}",
-                    p.connected.target.name,
-                    abandoned
-                        .iter()
-                        .map(|r| format!("v{r}"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ));
-                p.abandoned = abandoned;
-            }
-            Ok(_) => {}
-            Err(e) => {
-                let problem = TargetProblem::on(&p.connected.target.name, e);
-                redact::print_err(&problem.to_string());
-                codes.push(problem.exit_code());
-            }
-        }
-    }
-    match combined_exit(codes) {
-        exit::OK => Ok(()),
-        code => Err(code),
-    }
-}
-
 /// Whether a target's history, read again under its lock, still says what was confirmed:
 /// the newest revision and the choice compared with the plan's. Pure.
 fn recheck(
@@ -886,10 +769,12 @@ fn recheck(
     still_current(p.from_revision, p.chosen, newest, choice)
 }
 
-/// The rollback itself, once locked: every target's manifests at once, then the rollback
-/// commands of the stages the revisions it leaves ran. `cancel` (a signal) stops both: the
-/// re-apply ends and its record is marked, the scripts' process groups are killed. Returns
-/// the exit code.
+/// The rollback itself, once confirmed, through the deploy's coordinator: every target's
+/// lock taken as a deploy takes them (all or none), each history read and checked again
+/// under them ([`recheck`]: one that moved stops all before any write), then every target's
+/// manifests re-applied at once as a new revision, then the rollback commands of the stages
+/// the revisions it leaves ran. `cancel` (a signal) stops both: the re-apply ends and its
+/// record is marked, the scripts' process groups are killed. Returns the exit code.
 async fn apply_rollbacks(
     config: &Config,
     ready: &[Planned],
@@ -897,12 +782,47 @@ async fn apply_rollbacks(
     env: &Env,
     cancel: &tokio_util::sync::CancellationToken,
 ) -> i32 {
-    let lookup = |k: &str| env.get(k).cloned();
     let settings = ReleaseSettings::from_config(config);
-    let run = release::RunInfo::from_env(&lookup);
-    let deadline = Instant::now() + settings.rollback_timeout;
     let started_at = jiff::Timestamp::now();
-    // GitHub starts once the rollback is confirmed and locked (refused input reaches no sink).
+    let plan = manual_plan(config, ready, args, env, settings.rollback_timeout);
+    // Records a dead run left, marked abandoned under the lock (read by the check).
+    let abandoned: std::sync::Mutex<HashMap<String, Vec<u64>>> = Default::default();
+    let check = |run: &TargetRun, history: &OpenHistory| -> Result<(), Box<Failure>> {
+        let name = &run.target.name;
+        if !history.abandoned.is_empty() {
+            abandoned
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(name.clone(), history.abandoned.clone());
+        }
+        match ready.iter().find(|p| &p.connected.target.name == name) {
+            Some(p) => recheck(p, history.records(), args).map_err(|e| Box::new(moved(&e))),
+            None => Ok(()),
+        }
+    };
+    let check: &crate::engine::fleet::HistoryCheck<'_> = &check;
+    let runs = crate::engine::fleet::run_targets_checked(
+        std::sync::Arc::new(plan),
+        cancel.clone(),
+        crate::report::progress::Progress::quiet(),
+        Some(check),
+    )
+    .await;
+    let abandoned = abandoned
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let reports: Vec<Option<&crate::report::TargetReport>> = ready
+        .iter()
+        .map(|p| {
+            runs.iter()
+                .find(|r| r.target.name == p.connected.target.name)
+                .map(|r| &r.report)
+        })
+        .collect();
+    if let Some(code) = stopped_before_a_write(ready, &reports) {
+        return code;
+    }
+    // GitHub starts once the rollback went on (refused input and refused locks reach no sink).
     let sink = crate::github::Sink::start(
         crate::commands::deploy::resolve_github(&args.github, env, config.github.timeout),
         crate::github::SinkOptions {
@@ -910,67 +830,37 @@ async fn apply_rollbacks(
             deployments: None,
         },
     );
-    // One number for this rollback on every target, as a deploy's: above every history as
-    // read under the locks.
-    let revision = release::fleet_revision(
-        &ready
-            .iter()
-            .map(|p| {
-                p.history
-                    .as_ref()
-                    .map_or_else(|| p.revisions.clone(), |h| h.revisions())
-            })
-            .collect::<Vec<_>>(),
-    );
-    let results = futures::future::join_all(ready.iter().map(|p| {
-        ReApply {
-            access: &p.connected.access,
-            store: &p.connected.store,
-            target: &p.connected.target.name,
-            default_namespace: p.default_namespace.clone(),
-            bodies: p.bodies.clone(),
-            commit: p.commit.clone(),
-            origin: p.origin,
-            revision: Some(revision),
-            destination: p.destination.clone(),
-            timeout: settings.rollback_timeout,
-            deadline,
-            cancelled: false,
-            stop: cancel.clone(),
-            lost: p
-                .history
-                .as_ref()
-                .map(release::session::OpenHistory::lost_token)
-                .unwrap_or_default(),
-            field_manager: crate::kube::apply::field_manager(&config.app),
-            force_conflicts: args.force_conflicts,
-            fail_fast: config.wait.fail_fast.clone(),
-            run: run.clone(),
-            secrets: config.history.secrets,
-        }
-        .run()
-    }))
-    .await;
     let mut summary = Vec::new();
-    for (p, result) in ready.iter().zip(&results) {
+    let mut results = Vec::new();
+    for (p, report) in ready.iter().zip(&reports) {
         let name = &p.connected.target.name;
-        match result {
-            Ok(recorded) => {
-                println!(
-                    "target {name}: rolled back to {} (recorded as v{recorded})",
-                    p.destination
-                );
-                if let Some(note) = release::revision_moved("the rollback", revision, *recorded) {
-                    println!("target {name}: {note}");
-                }
-            }
+        if let Some(marked) = abandoned.get(name) {
+            redact::print_out(&format!(
+                "target {name}: marked abandoned: {}",
+                marked
+                    .iter()
+                    .map(|r| format!("v{r}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        let result = match report {
+            Some(report) => manual_report::applied_by_coordinator(report, &p.destination),
+            None => Err(format!("rollback to {}: not run", p.destination)),
+        };
+        match &result {
+            Ok(recorded) => println!(
+                "target {name}: rolled back to {} (recorded as v{recorded})",
+                p.destination
+            ),
             Err(why) => redact::print_out(&format!("target {name}: rollback failed: {why}")),
         }
         summary.push(RollbackResult {
             target: name.clone(),
             ok: result.is_ok(),
-            message: result.as_ref().err().map(ToString::to_string),
+            message: result.as_ref().err().cloned(),
         });
+        results.push(result);
     }
     let recorded: Vec<Option<u64>> = results.iter().map(|r| r.as_ref().ok().copied()).collect();
     let (commands_ok, commands) =
@@ -979,27 +869,121 @@ async fn apply_rollbacks(
     let finished_at = jiff::Timestamp::now();
     let targets = ready
         .iter()
-        .zip(&results)
+        .zip(results)
         .zip(commands)
-        .map(|((p, result), commands)| {
-            let applied = result.as_ref().copied().map_err(ToString::to_string);
-            crate::commands::manual_report::ManualTarget {
-                finished_at,
-                ..manual_target(p, applied, commands, cancel.is_cancelled(), started_at)
-            }
+        .map(|((p, applied), commands)| manual_report::ManualTarget {
+            finished_at,
+            abandoned: abandoned
+                .get(&p.connected.target.name)
+                .cloned()
+                .unwrap_or_default(),
+            ..manual_target(p, applied, commands, cancel.is_cancelled(), started_at)
         })
         .collect();
     publish_manual_report(config, ready, targets, started_at, args, sink, env).await;
     // A re-apply that a signal stopped is the cancel (exit 130), as in a deploy.
-    let applied_ok = results.iter().all(|r| match r {
-        Ok(_) => true,
-        Err(e) => cancel.is_cancelled() && e.sent_unverified(),
+    let applied_ok = reports.iter().all(|r| {
+        r.is_some_and(|r| {
+            r.outcome == TargetOutcome::Deployed
+                || (r.outcome == TargetOutcome::Cancelled && cancel.is_cancelled())
+        })
     });
     if commands_ok && applied_ok {
         exit::OK
     } else {
         exit::ROLLBACK_FAILED
     }
+}
+
+/// The reason of the failure a history that moved under the lock gives its target.
+const HISTORY_MOVED: &str = "HistoryMoved";
+
+fn moved(e: &HistoryMoved) -> Failure {
+    Failure {
+        object: "history".into(),
+        reason: HISTORY_MOVED.into(),
+        message: e.to_string(),
+        ..Default::default()
+    }
+}
+
+/// Whether the coordinator's run stopped before it wrote anything anywhere (a lock refused,
+/// a history that moved, a cancel while locking: all or none): then every target says why
+/// and the exit code is 1, or 130 when cancelled. None when some target went on (its record
+/// written): the rollback's outcome is then its targets'.
+fn stopped_before_a_write(
+    ready: &[Planned],
+    reports: &[Option<&crate::report::TargetReport>],
+) -> Option<i32> {
+    let went_on = |r: &Option<&crate::report::TargetReport>| {
+        r.is_some_and(|r| r.outcome == TargetOutcome::Deployed || r.revision.is_some())
+    };
+    for (p, report) in ready.iter().zip(reports) {
+        let Some(report) = report.filter(|r| !went_on(&Some(r))) else {
+            continue;
+        };
+        if report.outcome == TargetOutcome::Cancelled {
+            continue;
+        }
+        let name = &p.connected.target.name;
+        let said = match report.failures.first() {
+            Some(f) if f.reason == HISTORY_MOVED => format!("target {name}: {}", f.message),
+            Some(f) => format!(
+                "target {name}: {}: {}; nothing was rolled back",
+                f.reason, f.message
+            ),
+            None => format!(
+                "target {name}: {}; nothing was rolled back",
+                report
+                    .message
+                    .clone()
+                    .unwrap_or_else(|| report.outcome.as_str().to_string())
+            ),
+        };
+        redact::print_err(&said);
+    }
+    if reports.iter().any(went_on) {
+        return None;
+    }
+    if reports
+        .iter()
+        .any(|r| r.is_some_and(|r| r.outcome == TargetOutcome::Cancelled))
+    {
+        redact::print_err("rollguard: cancelled while taking the locks: nothing was changed");
+        return Some(exit::CANCELLED);
+    }
+    Some(exit::FAILED)
+}
+
+/// The engine's plan of a manual rollback: every target's destination's manifests (its own
+/// commit, recorded as a manual rollback), in the plan's manual-rollback mode.
+fn manual_plan(
+    config: &Config,
+    ready: &[Planned],
+    args: &RollbackArgs,
+    env: &Env,
+    rollback_timeout: std::time::Duration,
+) -> Plan {
+    let options = crate::engine::plan::DeployOptions {
+        force_conflicts: args.force_conflicts,
+        cli_kubeconfig: config.kubeconfig.clone(),
+        ..Default::default()
+    };
+    let empty = crate::manifests::ManifestSet {
+        objects: Vec::new(),
+    };
+    let mut plan = Plan::new(config.clone(), empty, None, options, env.clone());
+    for p in ready {
+        plan = plan.with_target_manifests(
+            &p.connected.target.name,
+            crate::engine::plan::TargetManifests {
+                manifests: reapply::manifest_set_from_bodies(&p.bodies, &p.destination),
+                commit: p.commit.clone(),
+                origin: p.origin,
+            },
+        );
+    }
+    plan.manual_rollback(rollback_timeout)
 }
 
 /// The script stages the rolled-back revisions ran: their rollback commands, after the
@@ -1100,7 +1084,7 @@ fn manual_target(
         to_revision: p.chosen,
         to_commit: p.commit.as_ref().map(|c| c.short_sha().to_string()),
         left_in_place: p.left_in_place.clone(),
-        abandoned: p.abandoned.clone(),
+        abandoned: Vec::new(),
         applied,
         commands,
         cancelled,
@@ -1376,15 +1360,12 @@ async fn plan_one(
                 chosen_record: None,
                 destination: format!("commit {short}"),
                 default_namespace,
-                history: None,
-                revisions: records.iter().map(|r| r.revision).collect(),
                 connected,
                 from_revision: None,
                 chosen: None,
                 commands: Vec::new(),
                 ran: Vec::new(),
                 from_record: None,
-                abandoned: Vec::new(),
             }
         }
         None => {
@@ -1410,15 +1391,12 @@ async fn plan_one(
                 }),
                 destination: format!("v{revision}"),
                 default_namespace: to.default_namespace.clone().unwrap_or(default_namespace),
-                history: None,
-                revisions: records.iter().map(|r| r.revision).collect(),
                 connected,
                 from_revision: None,
                 chosen: Some(revision),
                 commands: Vec::new(),
                 ran: Vec::new(),
                 from_record: None,
-                abandoned: Vec::new(),
             }
         }
     };

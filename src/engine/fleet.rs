@@ -40,7 +40,9 @@ pub async fn run_targets(
 /// A look at a target's history, read under its lock, before anything is written to any
 /// target (a manual rollback's: the history still says what the person confirmed). Err: why
 /// this target must not go on.
-pub type HistoryCheck = dyn Fn(&TargetRun, &OpenHistory) -> Result<(), Box<Failure>> + Send + Sync;
+/// It may borrow what the caller holds (`'a`).
+pub type HistoryCheck<'a> =
+    dyn Fn(&TargetRun, &OpenHistory) -> Result<(), Box<Failure>> + Send + Sync + 'a;
 
 /// [`run_targets`], with `check` run on every history once all are read: when it refuses
 /// one, no target goes on (all or none, as the locks), every lock is released and each
@@ -49,7 +51,7 @@ pub async fn run_targets_checked(
     plan: Arc<Plan>,
     cancel: CancellationToken,
     progress: Progress,
-    check: Option<&HistoryCheck>,
+    check: Option<&HistoryCheck<'_>>,
 ) -> Vec<TargetRun> {
     let mut checked = preflight_all(&plan, &cancel, &progress).await;
     // A dry run writes nothing, so nothing needs to stay on one version: every reachable
@@ -294,7 +296,7 @@ async fn read_histories(
 /// Each run's refusal by `check` (None: not refused, or no history to look at); None when
 /// no history was refused.
 fn refused_histories(
-    check: &HistoryCheck,
+    check: &HistoryCheck<'_>,
     runs: &[TargetRun],
     histories: &[Result<Option<HeldHistory>, Box<LockRefusal>>],
 ) -> Option<Vec<Option<Failure>>> {

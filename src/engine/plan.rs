@@ -104,12 +104,29 @@ impl Plan {
     /// manifests re-applied as a new revision and nothing else. No failure policy (a failed
     /// rollback is never rolled back), forced (going back to what the cluster runs is still
     /// recorded), the apply stage only (the rollback commands run after it, by the command),
-    /// and the rollout given the rollback's time (`rollback_timeout`), not a deploy's.
+    /// and the rollout given the rollback's time (`rollback_timeout`), not a deploy's. Every
+    /// target at once, whatever its wave (one wave, no bound, no bake, no checks: going back
+    /// is not a rollout to stage), and a signal leaves what it stopped (a rollback is not
+    /// rolled back). No preflight dry run: the command showed the clusters' diff already,
+    /// and a rollback goes on where it can.
     pub fn manual_rollback(mut self, rollback_timeout: std::time::Duration) -> Plan {
-        self.config.on_failure = crate::config::FailurePolicy::None;
-        self.config.pipeline = vec![crate::config::PipelineStage::Apply];
-        self.config.wait.timeout = rollback_timeout;
+        let config = &mut self.config;
+        config.on_failure = crate::config::FailurePolicy::None;
+        config.on_cancel = crate::config::CancelPolicy::Leave;
+        config.pipeline = vec![crate::config::PipelineStage::Apply];
+        config.wait.timeout = rollback_timeout;
+        config.wait.bake = std::time::Duration::ZERO;
+        for target in &mut config.targets {
+            target.wave = 0;
+        }
+        config.waves.clear();
+        config.first_wave = 0;
+        config.earlier_waves.clear();
+        config.checks.clear();
+        config.concurrency = config.targets.len().max(1);
+        config.preflight = false;
         self.options.force = true;
+        self.options.wave = None;
         self
     }
 
@@ -234,6 +251,13 @@ mod tests {
             rollback.config.pipeline.as_slice(),
             [crate::config::PipelineStage::Apply]
         ));
+        // Every target at once, in one wave.
+        assert!(rollback.config.targets.iter().all(|t| t.wave == 0));
+        assert_eq!(rollback.config.concurrency, rollback.config.targets.len());
+        assert_eq!(
+            rollback.config.on_cancel,
+            crate::config::CancelPolicy::Leave
+        );
     }
 
     #[test]

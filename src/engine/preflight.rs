@@ -78,7 +78,7 @@ async fn check_one(plan: &Plan, run: &TargetRun, cancel: &CancellationToken) -> 
         &run.target.name,
         &access.client,
         &access.server,
-        &plan.manifests,
+        plan.manifests_for(&run.target.name),
         resolution,
         &options,
         cancel,
