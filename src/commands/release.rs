@@ -1371,7 +1371,17 @@ async fn plan_one(
         None => {
             let revision = policy::choose_manual_target(&records, args.revision, args.force)?;
             let to = store.get(revision).await?;
-            let bodies = reapply::record_manifests(config, &to, None).await?;
+            let mut bodies = reapply::record_manifests(config, &to, None).await?;
+            // The coordinator puts objects without a namespace in the target's default
+            // namespace of now; where the release applied them elsewhere (the config's
+            // namespace changed since), they go back there.
+            if to
+                .default_namespace
+                .as_ref()
+                .is_some_and(|then| *then != default_namespace)
+            {
+                release::fill_namespaces(&mut bodies, &to.objects);
+            }
             let mut with_bodies = to.clone();
             with_bodies.manifests = Some(bodies.clone());
             Planned {

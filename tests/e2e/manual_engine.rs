@@ -143,3 +143,33 @@ async fn a_manual_rollback_takes_its_locks_as_a_deploy_all_or_none() {
         assert_runs(&env, cluster, GOOD).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manual_rollback_puts_objects_back_in_the_namespace_their_release_used() {
+    let env = TestEnv::start(1, "- {image: \"*\", behaviour: Ready}\n").await;
+    // The records stay in shop while the app's namespace moves.
+    let before = format!("{}history:\n  namespace: shop\n", config(1, "30s"));
+    env.write("rollguard.yaml", &before);
+    first_good_deploy(&env).await;
+    // The first `namespace: shop` is the app's (the history's is indented).
+    let after = before.replacen("namespace: shop\n", "namespace: shop-next\n", 1);
+    env.write("rollguard.yaml", &after);
+    env.write("k8s/app.yaml", &small_app("example.com/web:v3"));
+    let second = env.deploy(&[]).await;
+    assert_eq!(second.code, 0, "{}", second.output());
+    let back = env.command("rollback", &["--revision", "1", "--yes"]).await;
+    assert_eq!(back.code, 0, "{}", back.output());
+    assert_runs(&env, 1, GOOD).await;
+    // v1's objects went back to shop, where v1 applied them; v2's, in shop-next, stay as
+    // they are (a rollback never prunes, nor re-applies v1 elsewhere).
+    let client = env.client(1).await;
+    let moved =
+        crate::harness::list(&client, "apps/v1", "Deployment", "deployments", "shop-next").await;
+    assert_eq!(moved.len(), 1, "{moved:#?}");
+    assert_eq!(
+        crate::release::image(&moved[0]),
+        "example.com/web:v3",
+        "{}",
+        back.output()
+    );
+}
