@@ -830,38 +830,7 @@ async fn apply_rollbacks(
             deployments: None,
         },
     );
-    let mut summary = Vec::new();
-    let mut results = Vec::new();
-    for (p, report) in ready.iter().zip(&reports) {
-        let name = &p.connected.target.name;
-        if let Some(marked) = abandoned.get(name) {
-            redact::print_out(&format!(
-                "target {name}: marked abandoned: {}",
-                marked
-                    .iter()
-                    .map(|r| format!("v{r}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-        }
-        let result = match report {
-            Some(report) => manual_report::applied_by_coordinator(report, &p.destination),
-            None => Err(format!("rollback to {}: not run", p.destination)),
-        };
-        match &result {
-            Ok(recorded) => println!(
-                "target {name}: rolled back to {} (recorded as v{recorded})",
-                p.destination
-            ),
-            Err(why) => redact::print_out(&format!("target {name}: rollback failed: {why}")),
-        }
-        summary.push(RollbackResult {
-            target: name.clone(),
-            ok: result.is_ok(),
-            message: result.as_ref().err().cloned(),
-        });
-        results.push(result);
-    }
+    let (results, summary) = say_applied(ready, &reports, &abandoned);
     let recorded: Vec<Option<u64>> = results.iter().map(|r| r.as_ref().ok().copied()).collect();
     let (commands_ok, commands) =
         run_rollback_commands(config, ready, &recorded, &args.selection, env, cancel).await;
@@ -893,6 +862,49 @@ async fn apply_rollbacks(
     } else {
         exit::ROLLBACK_FAILED
     }
+}
+
+/// Says what each target's re-apply did ("rolled back to v1 (recorded as v3)", or why not,
+/// after the records a dead run left that it marked abandoned); returns each one's applied
+/// result (the revision recorded, or why not) and the rollback summary's entries.
+fn say_applied(
+    ready: &[Planned],
+    reports: &[Option<&crate::report::TargetReport>],
+    abandoned: &HashMap<String, Vec<u64>>,
+) -> (Vec<Result<u64, String>>, Vec<RollbackResult>) {
+    let mut summary = Vec::new();
+    let mut results = Vec::new();
+    for (p, report) in ready.iter().zip(reports) {
+        let name = &p.connected.target.name;
+        if let Some(marked) = abandoned.get(name) {
+            redact::print_out(&format!(
+                "target {name}: marked abandoned: {}",
+                marked
+                    .iter()
+                    .map(|r| format!("v{r}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        let result = match report {
+            Some(report) => manual_report::applied_by_coordinator(report, &p.destination),
+            None => Err(format!("rollback to {}: not run", p.destination)),
+        };
+        match &result {
+            Ok(recorded) => println!(
+                "target {name}: rolled back to {} (recorded as v{recorded})",
+                p.destination
+            ),
+            Err(why) => redact::print_out(&format!("target {name}: rollback failed: {why}")),
+        }
+        summary.push(RollbackResult {
+            target: name.clone(),
+            ok: result.is_ok(),
+            message: result.as_ref().err().cloned(),
+        });
+        results.push(result);
+    }
+    (results, summary)
 }
 
 /// The reason of the failure a history that moved under the lock gives its target.
