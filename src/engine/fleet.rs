@@ -364,58 +364,11 @@ async fn stop_all(
     }
 }
 
-/// What a command that is not a deploy (a manual rollback) learns of one target's lock taken
-/// through [`lock_targets`]: the guard, or the outcome and words of why not.
-pub type TargetLock = Result<LockGuard, (TargetOutcome, String)>;
-
-/// Takes the locks of `targets` (connected, in the config's order) exactly as a deploy takes
-/// its own ([`take_locks`]: every Lease at once, then in the one global lock order, all or
-/// none), so that a manual rollback and a deploy over the same clusters never wait for each
-/// other in a cycle. When one lock cannot be taken, none is held and every target says why.
-pub async fn lock_targets(
-    plan: &Plan,
-    targets: &[(TargetConfig, crate::kube::connect::ClusterAccess)],
-    cancel: &CancellationToken,
-) -> Vec<TargetLock> {
-    let runs: Vec<TargetRun> = targets
-        .iter()
-        .map(|(target, access)| {
-            let mut run = TargetRun::new(target, Timestamp::now());
-            run.access = Some(access.clone());
-            run
-        })
-        .collect();
-    take_locks(plan, &runs, cancel)
-        .await
-        .into_iter()
-        .map(|lock| match lock {
-            Ok(Some((guard, _))) => Ok(guard),
-            // Not reached: every run has its access and is not done.
-            Ok(None) => Err((
-                TargetOutcome::Failed,
-                "its lock was not tried: run again".to_string(),
-            )),
-            Err(refusal) => Err((refusal.outcome, refusal.words())),
-        })
-        .collect()
-}
-
 /// Why a reached target does not go on to deploy.
 pub struct LockRefusal {
     outcome: TargetOutcome,
     failure: Option<Failure>,
     message: Option<String>,
-}
-
-impl LockRefusal {
-    /// Why, in one line: the failure's reason and message, or the message.
-    fn words(&self) -> String {
-        match (&self.failure, &self.message) {
-            (Some(f), _) => format!("{}: {}", f.reason, f.message),
-            (None, Some(message)) => message.clone(),
-            (None, None) => self.outcome.as_str().to_string(),
-        }
-    }
 }
 
 /// Takes the lock of every reached target before anything is written anywhere, within one
