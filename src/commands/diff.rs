@@ -352,6 +352,10 @@ fn offline_blocking(
         targets,
     );
     change_plan.against = Some(against);
+    let commit = plan.commit.as_ref().map(|c| c.sha.as_str());
+    for line in crate::checks::run::describe(&plan.config, commit) {
+        redact::print_err(&line);
+    }
     let lookup = |k: &str| plan.env.get(k).cloned();
     print_plan_with(
         &change_plan,

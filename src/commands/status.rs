@@ -820,15 +820,7 @@ async fn subjects(config: &Config, shas: Vec<String>) -> HashMap<String, String>
         return HashMap::new();
     }
     let dir = config.base_dir.clone();
-    let found = tokio::task::spawn_blocking(move || {
-        shas.into_iter()
-            .filter_map(|sha| {
-                let info = git::commit_info(&dir, &sha).ok()?;
-                Some((sha, info.message?))
-            })
-            .collect::<HashMap<_, _>>()
-    })
-    .await;
+    let found = tokio::task::spawn_blocking(move || subjects_from_git(&dir, shas)).await;
     match found {
         Ok(found) => found,
         Err(e) => match e.try_into_panic() {
@@ -836,6 +828,16 @@ async fn subjects(config: &Config, shas: Vec<String>) -> HashMap<String, String>
             Err(_) => HashMap::new(),
         },
     }
+}
+
+/// [`subjects`]' git calls, on a blocking thread (git may take seconds).
+fn subjects_from_git(dir: &std::path::Path, shas: Vec<String>) -> HashMap<String, String> {
+    shas.into_iter()
+        .filter_map(|sha| {
+            let info = git::commit_info(dir, &sha).ok()?;
+            Some((sha, info.message?))
+        })
+        .collect()
 }
 
 /// The table's width: stdout's terminal, else `COLUMNS`, else [`PIPE_COLUMNS`].

@@ -336,7 +336,8 @@ async fn the_offline_plan_compares_two_commits_and_names_what_is_dropped() {
     // A render command, so that it is run at both commits.
     env.write(
         "rollguard.yaml",
-        &config(1, "60s").replace("manifests: [k8s/]", "render: \"cat k8s/*.yaml\""),
+        &(config(1, "60s").replace("manifests: [k8s/]", "render: \"cat k8s/*.yaml\"")
+            + "checks:\n  - name: healthz\n    http:\n      url: \"https://{{target}}.shop.example/healthz\"\n"),
     );
     let dropped =
         "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: legacy\ndata:\n  a: b\n";
@@ -376,6 +377,14 @@ async fn the_offline_plan_compares_two_commits_and_names_what_is_dropped() {
         assert!(run.stdout.contains(want), "{want:?}:\n{}", run.output());
     }
     assert_eq!(image_lines(&run.stdout, V1, V2), (1, 1), "{}", run.output());
+    // The checks each target would run, rendered for it (issue 23.5).
+    assert!(
+        run.stderr.contains(
+            "  eu: healthz (every 10s, fails if status != 200): GET https://eu.shop.example/healthz"
+        ),
+        "{}",
+        run.output()
+    );
 
     let json =
         crate::harness::rollguard(&plan_args(&["--against", &first, "-o", "json"]), dir, &[]).await;
