@@ -43,6 +43,12 @@ struct Outcome {
     safe: f64,
     /// The bad target's `rollback` phase.
     own_rollback: f64,
+    /// First ImagePullBackOff -> the bad target's rollback started (detection and decision).
+    decided: f64,
+    /// First ImagePullBackOff -> the first and the last other target's rollback started.
+    others_started: (f64, f64),
+    /// The longest rollback of another target (its start -> its `finished_at`).
+    others_longest: f64,
     /// First ImagePullBackOff -> the slow target's `finished_at`, and its outcome.
     slow_done: f64,
     slow_outcome: String,
@@ -53,6 +59,10 @@ struct Outcome {
     unhealthy: Vec<String>,
     exit: Option<i32>,
     wall: f64,
+    /// CPU seconds during the bad deploy: rollguard's, and the bench process's (which hosts
+    /// the simulated clusters).
+    cpu_rollguard: f64,
+    cpu_sim: f64,
 }
 
 impl Outcome {
@@ -193,7 +203,10 @@ async fn scenario(bin: &Path, fleet: usize, scratch: &Path) -> Result<Outcome, S
         }
         None
     });
+    let sim_cpu = || procs::cpu_time(std::process::id()).unwrap_or_default();
+    let cpu_before = sim_cpu();
     let run = fixtures::deploy_with(bin, &dir, &kubeconfig, &[], Duration::from_secs(150)).await?;
+    let cpu_sim = (sim_cpu().saturating_sub(cpu_before)).as_secs_f64();
     watcher.abort();
     let backoff = match watcher.await {
         Ok(Some(at)) => at,
@@ -202,7 +215,8 @@ async fn scenario(bin: &Path, fleet: usize, scratch: &Path) -> Result<Outcome, S
     let Some(report) = &run.report else {
         return Err(format!("bad deploy: {}", run.problem()));
     };
-    let outcome = measure(report, backoff, &run, &sim, fleet)?;
+    let mut outcome = measure(report, backoff, &run, &sim, fleet)?;
+    outcome.cpu_sim = cpu_sim;
     drop(sim);
     Ok(outcome)
 }
@@ -241,6 +255,26 @@ fn measure(
                 bad.outcome.as_str()
             )
         })?;
+    let started = |t: &rollguard::report::TargetReport| {
+        t.rollback
+            .as_ref()
+            .and_then(|r| r.started_at)
+            .map(|at| since(backoff, at))
+    };
+    let decided =
+        started(bad).ok_or_else(|| format!("the bad target {} has no rollback start", bad.name))?;
+    let others: Vec<(f64, f64)> = report
+        .targets
+        .iter()
+        .filter(|t| t.name != bad.name)
+        .filter_map(|t| started(t).map(|s| (s, since(backoff, t.finished_at) - s)))
+        .collect();
+    let others_started = others
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(lo, hi), (s, _)| {
+            (lo.min(*s), hi.max(*s))
+        });
+    let others_longest = others.iter().map(|(_, d)| *d).fold(0.0, f64::max);
     let last = report
         .targets
         .iter()
@@ -260,6 +294,9 @@ fn measure(
     Ok(Outcome {
         safe: since(backoff, last),
         own_rollback,
+        decided,
+        others_started,
+        others_longest,
         slow_done: since(backoff, slow.finished_at),
         slow_outcome: slow.outcome.as_str().to_string(),
         targets: fleet,
@@ -268,6 +305,8 @@ fn measure(
         unhealthy,
         exit: run.finished.code,
         wall: run.finished.wall.as_secs_f64(),
+        cpu_rollguard: run.finished.cpu.as_secs_f64(),
+        cpu_sim: 0.0,
     })
 }
 
@@ -337,6 +376,33 @@ fn fleet_lines(
         figure(before, &|o| sim_s(o.own_rollback)),
     ));
     lines.push(line(
+        "  the bad cluster's rollback decided (its rollback started)",
+        figure(after, &|o| sim_s(o.decided)),
+        figure(before, &|o| sim_s(o.decided)),
+    ));
+    lines.push(line(
+        "  the other targets' rollbacks started (first - last)",
+        figure(after, &|o| {
+            format!(
+                "{} - {}",
+                secs(o.others_started.0),
+                secs(o.others_started.1)
+            )
+        }),
+        figure(before, &|o| {
+            format!(
+                "{} - {}",
+                secs(o.others_started.0),
+                secs(o.others_started.1)
+            )
+        }),
+    ));
+    lines.push(line(
+        "  the longest other rollback (started -> healthy)",
+        figure(after, &|o| sim_s(o.others_longest)),
+        figure(before, &|o| sim_s(o.others_longest)),
+    ));
+    lines.push(line(
         &format!("  slow cluster ({SLOW_CLUSTER}, v2 rollout {SLOW_ROLLOUT_SECS} sim-s): done"),
         figure(after, &|o| {
             format!("{}, {}", sim_s(o.slow_done), o.slow_outcome)
@@ -367,6 +433,17 @@ fn fleet_lines(
         "  bad deploy's process wall time",
         figure(after, &|o| secs(o.wall)),
         figure(before, &|o| secs(o.wall)),
+    ));
+    let cpu = |o: &Outcome| {
+        format!(
+            "rollguard {:.2} s, kube-sim {:.2} s",
+            o.cpu_rollguard, o.cpu_sim
+        )
+    };
+    lines.push(line(
+        "  CPU during the bad deploy (the clusters share the machine)",
+        figure(after, &cpu),
+        figure(before, &cpu),
     ));
     lines
 }

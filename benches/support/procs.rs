@@ -68,6 +68,8 @@ pub struct Finished {
     /// runs. Not wait4's ru_maxrss: Linux carries the parent's high-water mark across
     /// fork/exec into it, so it would report the bench process (which hosts the clusters).
     pub max_rss_kib: u64,
+    /// User + system CPU time the child used (wait4's rusage).
+    pub cpu: Duration,
     pub timed_out: bool,
     pub stdout: String,
     pub stderr: String,
@@ -152,11 +154,16 @@ pub fn run_measured(mut cmd: Command, limit: Duration, scratch: &Path) -> Result
         code,
         wall: ended - started,
         max_rss_kib: peak.load(Ordering::Acquire),
+        cpu: timeval(usage.ru_utime) + timeval(usage.ru_stime),
         timed_out: killed.load(Ordering::Acquire),
         stdout: std::fs::read_to_string(&out_path).unwrap_or_default(),
         stderr: std::fs::read_to_string(&err_path).unwrap_or_default(),
         ended,
     })
+}
+
+fn timeval(t: libc::timeval) -> Duration {
+    Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.max(0) as u64)
 }
 
 /// `run_measured` on a blocking thread, for async callers.
