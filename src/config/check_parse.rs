@@ -21,23 +21,12 @@ impl Ctx {
         taken: &[CheckConfig],
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Vec<CheckConfig> {
-        let Some(node) = node else {
-            return Vec::new();
-        };
-        let items = match &node.value {
-            Tree::Seq(items) => items,
-            Tree::Null => return Vec::new(),
-            other => {
-                self.at(
-                    node.line,
-                    format!(
-                        "{section} must be a list of checks (`- name: error-rate` with `prometheus:` or `http:`), not {}",
-                        other.kind_name()
-                    ),
-                );
-                return Vec::new();
-            }
-        };
+        let items = self.optional_list(
+            node,
+            &format!(
+                "{section} must be a list of checks (`- name: error-rate` with `prometheus:` or `http:`)"
+            ),
+        );
         let mut checks: Vec<CheckConfig> = Vec::new();
         for (index, item) in items.iter().enumerate() {
             let what = format!("{section}[{index}]");

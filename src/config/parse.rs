@@ -155,6 +155,22 @@ pub(super) struct Ctx {
 }
 
 impl Ctx {
+    /// The items of an optional list key: none when the key is absent or null; when it is
+    /// not a list, none and the issue "`{what}`, not a map" (`what` says what it must be).
+    pub(super) fn optional_list<'n>(&mut self, node: Option<&'n Node>, what: &str) -> &'n [Node] {
+        let Some(node) = node else {
+            return &[];
+        };
+        match &node.value {
+            Tree::Seq(items) => items,
+            Tree::Null => &[],
+            other => {
+                self.at(node.line, format!("{what}, not {}", other.kind_name()));
+                &[]
+            }
+        }
+    }
+
     pub(super) fn at(&mut self, line: usize, message: impl Into<String>) {
         let issue = self.issue(line, message);
         self.issues.push(issue);
@@ -720,23 +736,10 @@ impl Ctx {
         top_checks: &[CheckConfig],
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Vec<WaveConfig> {
-        let Some(node) = node else {
-            return Vec::new();
-        };
-        let items = match &node.value {
-            Tree::Seq(items) => items,
-            Tree::Null => return Vec::new(),
-            other => {
-                self.at(
-                    node.line,
-                    format!(
-                        "waves must be a list of wave settings, e.g. `- {{wave: 0, bake: 10m}}`, not {}",
-                        other.kind_name()
-                    ),
-                );
-                return Vec::new();
-            }
-        };
+        let items = self.optional_list(
+            node,
+            "waves must be a list of wave settings, e.g. `- {wave: 0, bake: 10m}`",
+        );
         let used = wave_numbers(targets);
         let mut waves: Vec<WaveConfig> = Vec::new();
         for (index, item) in items.iter().enumerate() {

@@ -5,8 +5,15 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
 use crate::config::Config;
+use crate::kube::apply::{MAX_IN_FLIGHT, Resolution, field_manager};
+use crate::kube::connect::ClusterAccess;
+use crate::kube::diff::{DiffOptions, plan_resolved};
 use crate::manifests::ManifestSet;
+use crate::report::plan::TargetPlan;
 use crate::release::{EncodedManifests, ReleaseError, ReleaseOrigin, other_namespace_secrets};
 use crate::util::git::CommitInfo;
 
@@ -138,6 +145,39 @@ impl Plan {
     }
 
     /// The manifests `target` applies: its own, else the plan's.
+    /// The server's dry run of `target`'s set (the `dryRun=All` applies `diff` sends), as this
+    /// deploy would apply it; true when cancelled. One builder for the dry run, the preflight
+    /// and the no-op check, so the three ask the same question.
+    pub async fn server_dry_run(
+        &self,
+        target: &str,
+        access: &ClusterAccess,
+        resolution: &Resolution,
+        default_namespace: String,
+        deadline: Instant,
+        cancel: &CancellationToken,
+    ) -> (TargetPlan, bool) {
+        let options = DiffOptions {
+            default_namespace,
+            force: self.options.force_conflicts,
+            field_manager: field_manager(&self.config.app),
+            max_in_flight: MAX_IN_FLIGHT,
+            deadline,
+            before_label: "live".into(),
+            after_label: "dry run".into(),
+        };
+        plan_resolved(
+            target,
+            &access.client,
+            &access.server,
+            self.manifests_for(target),
+            resolution,
+            &options,
+            cancel,
+        )
+        .await
+    }
+
     pub fn manifests_for(&self, target: &str) -> &ManifestSet {
         self.per_target
             .get(target)

@@ -15,8 +15,7 @@ use tracing::Instrument;
 
 use crate::engine::plan::Plan;
 use crate::engine::target_run::TargetRun;
-use crate::kube::apply::{MAX_IN_FLIGHT, NOT_APPLIED, field_manager};
-use crate::kube::diff::{DiffOptions, plan_resolved};
+use crate::kube::apply::NOT_APPLIED;
 use crate::report::plan::TargetPlan;
 use crate::report::{Failure, TargetOutcome};
 
@@ -63,27 +62,20 @@ async fn check_one(plan: &Plan, run: &TargetRun, cancel: &CancellationToken) -> 
     let (Some(access), Some(resolution)) = (run.access.as_ref(), run.resolution()) else {
         return Checked::NotAsked;
     };
-    let options = DiffOptions {
-        default_namespace: plan
-            .config
-            .default_namespace(&run.target, &access.context_namespace),
-        force: plan.options.force_conflicts,
-        field_manager: field_manager(&plan.config.app),
-        max_in_flight: MAX_IN_FLIGHT,
-        deadline: Instant::now() + plan.config.wait.timeout,
-        before_label: "live".into(),
-        after_label: "dry run".into(),
-    };
-    let (found, cancelled) = plan_resolved(
-        &run.target.name,
-        &access.client,
-        &access.server,
-        plan.manifests_for(&run.target.name),
-        resolution,
-        &options,
-        cancel,
-    )
-    .await;
+    let default_namespace = plan
+        .config
+        .default_namespace(&run.target, &access.context_namespace);
+    let deadline = Instant::now() + plan.config.wait.timeout;
+    let (found, cancelled) = plan
+        .server_dry_run(
+            &run.target.name,
+            access,
+            resolution,
+            default_namespace,
+            deadline,
+            cancel,
+        )
+        .await;
     if cancelled {
         return Checked::Cancelled;
     }

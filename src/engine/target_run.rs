@@ -315,25 +315,17 @@ async fn unchanged_since(
     }) {
         return changes_nothing(found).then(|| last_good.clone());
     }
-    let options = crate::kube::diff::DiffOptions {
-        default_namespace,
-        force: plan.options.force_conflicts,
-        field_manager: field_manager(&plan.config.app),
-        max_in_flight: MAX_IN_FLIGHT,
-        deadline: Instant::now() + plan.config.wait.timeout,
-        before_label: "live".into(),
-        after_label: "dry run".into(),
-    };
-    let (found, cancelled) = crate::kube::diff::plan_resolved(
-        &run.target.name,
-        &access.client,
-        &access.server,
-        plan.manifests_for(&run.target.name),
-        resolution,
-        &options,
-        cancel,
-    )
-    .await;
+    let deadline = Instant::now() + plan.config.wait.timeout;
+    let (found, cancelled) = plan
+        .server_dry_run(
+            &run.target.name,
+            access,
+            resolution,
+            default_namespace,
+            deadline,
+            cancel,
+        )
+        .await;
     (!cancelled && changes_nothing(&found)).then(|| last_good.clone())
 }
 
@@ -509,27 +501,19 @@ async fn apply_and_wait(
     if plan.options.dry_run {
         // A dry run asks the server what the apply would change (GETs and dryRun=All
         // applies, no namespace created, no CRD established) and waits for nothing.
-        let options = crate::kube::diff::DiffOptions {
-            default_namespace: plan
-                .config
-                .default_namespace(&target, &access.context_namespace),
-            force: plan.options.force_conflicts,
-            field_manager: field_manager(&plan.config.app),
-            max_in_flight: MAX_IN_FLIGHT,
-            deadline,
-            before_label: "live".into(),
-            after_label: "dry run".into(),
-        };
-        let (found, cancelled) = crate::kube::diff::plan_resolved(
-            &name,
-            &access.client,
-            &access.server,
-            plan.manifests_for(&name),
-            &resolution,
-            &options,
-            cancel,
-        )
-        .await;
+        let default_namespace = plan
+            .config
+            .default_namespace(&target, &access.context_namespace);
+        let (found, cancelled) = plan
+            .server_dry_run(
+                &name,
+                &access,
+                &resolution,
+                default_namespace,
+                deadline,
+                cancel,
+            )
+            .await;
         let errors = found.errors.clone();
         run.plan = Some(found);
         if cancelled {

@@ -467,16 +467,7 @@ fn details(t: &TargetReport, d: Detail) -> String {
             let _ = write!(out, ": {}", text(&clip(m, MESSAGE_CHARS)));
         }
         out.push_str("\n\n");
-        let skip = s
-            .output
-            .len()
-            .saturating_sub(d.log_lines.min(LOG_TAIL_LINES));
-        let lines: Vec<String> = s
-            .output
-            .iter()
-            .skip(skip)
-            .map(|l| clip(l, LOG_LINE_CHARS))
-            .collect();
+        let lines = tail(&s.output, d.log_lines);
         if !lines.is_empty() {
             out.push_str(&code_block(&lines));
             out.push('\n');
@@ -559,6 +550,15 @@ fn failure_line(out: &mut String, f: &Failure, events: usize) {
     }
 }
 
+/// The last `keep` lines of a log (at most [`LOG_TAIL_LINES`]), each clipped.
+fn tail(lines: &[String], keep: usize) -> Vec<String> {
+    let skip = lines.len().saturating_sub(keep.min(LOG_TAIL_LINES));
+    lines[skip..]
+        .iter()
+        .map(|l| clip(l, LOG_LINE_CHARS))
+        .collect()
+}
+
 /// The end of one container's log, collapsed: its lines in a code block whose fence no line
 /// can close (a line with ``` or </details> stays text), or why it could not be read.
 fn container_log(out: &mut String, log: &ContainerLog, keep: usize) {
@@ -576,13 +576,7 @@ fn container_log(out: &mut String, log: &ContainerLog, keep: usize) {
     if let Some(error) = &log.error {
         let _ = writeln!(out, "{}\n", text(&clip(error, MESSAGE_CHARS)));
     }
-    let skip = log.lines.len().saturating_sub(keep.min(LOG_TAIL_LINES));
-    let lines: Vec<String> = log
-        .lines
-        .iter()
-        .skip(skip)
-        .map(|l| clip(l, LOG_LINE_CHARS))
-        .collect();
+    let lines = tail(&log.lines, keep);
     if !lines.is_empty() {
         out.push_str(&code_block(&lines));
         out.push('\n');
