@@ -206,7 +206,7 @@ pub fn build_row(
     let observed = match observed {
         Ok(o) => o,
         Err(why) => {
-            row.error = Some(why.to_string());
+            row.error = Some(format!("{}: {why}", why.state()));
             return row;
         }
     };
@@ -566,10 +566,7 @@ pub fn status_table(rows: &[TargetStatus], drift: bool, width: usize) -> String 
             None => {
                 let name = &row.target;
                 let lead = format!("  {name}{}  ", " ".repeat(widths[0] - display_width(name)));
-                let why = one_line(&format!(
-                    "unreachable: {}",
-                    row.error.as_deref().unwrap_or("no answer")
-                ));
+                let why = one_line(row.error.as_deref().unwrap_or("no answer"));
                 let room = width.saturating_sub(display_width(&lead)).max(MIN_COLUMN);
                 format!("{lead}{}", clip_columns(&why, room))
             }
@@ -646,6 +643,22 @@ pub enum StatusError {
     /// Anything else the release commands say of a target.
     #[error("{}", problem_text(.0))]
     Other(Box<TargetProblem>),
+}
+
+impl StatusError {
+    /// What a row without figures says first: a refused credential is not a network problem.
+    fn state(&self) -> &'static str {
+        match self {
+            StatusError::Unreachable(e) => match e.reason.as_str() {
+                "Unauthorized" => "credentials refused",
+                "Forbidden" => "access denied",
+                "Kubeconfig" | "ContextNotFound" => "not configured",
+                _ => "unreachable",
+            },
+            StatusError::Deadline(_) => "timed out",
+            StatusError::Release(_) | StatusError::Lock(_) | StatusError::Other(_) => "unreadable",
+        }
+    }
 }
 
 /// A release command's problem without its "target NAME: " (the row names the target).

@@ -13,8 +13,8 @@ use crate::kube::apply::{MAX_IN_FLIGHT, Resolution, field_manager};
 use crate::kube::connect::ClusterAccess;
 use crate::kube::diff::{DiffOptions, plan_resolved};
 use crate::manifests::ManifestSet;
-use crate::report::plan::TargetPlan;
 use crate::release::{EncodedManifests, ReleaseError, ReleaseOrigin, other_namespace_secrets};
+use crate::report::plan::TargetPlan;
 use crate::util::git::CommitInfo;
 
 /// Options of a deploy that come from flags, not from the config file.

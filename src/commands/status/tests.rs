@@ -463,3 +463,33 @@ fn the_document_has_a_stable_shape() {
     let back: Value = serde_saphyr::from_str(&yaml).expect("parses");
     assert_eq!(back["targets"][0]["target"], "eu");
 }
+
+#[test]
+fn a_row_without_figures_says_what_kind_of_problem_it_is() {
+    let row = |error: StatusError| {
+        build_row(
+            "eu",
+            Err(error),
+            &HashMap::new(),
+            ts("2026-12-01T10:00:00Z"),
+        )
+        .error
+        .unwrap_or_default()
+    };
+    let target = |reason: &str| {
+        StatusError::Unreachable(crate::kube::connect::TargetError::new(reason, "why"))
+    };
+    // (reason of the first contact, the row's start)
+    for (reason, start) in [
+        ("Unauthorized", "credentials refused: "),
+        ("Forbidden", "access denied: "),
+        ("ContextNotFound", "not configured: "),
+        ("ConnectionRefused", "unreachable: "),
+        ("Timeout", "unreachable: "),
+    ] {
+        let text = row(target(reason));
+        assert!(text.starts_with(start), "{reason}: {text}");
+    }
+    let late = row(StatusError::Deadline(Duration::from_secs(5)));
+    assert!(late.starts_with("timed out: no answer within 5s"), "{late}");
+}
