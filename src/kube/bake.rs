@@ -193,11 +193,12 @@ fn when(into_bake: Duration) -> String {
 /// The report entry for one container change of `pod`.
 pub fn change_failure(
     object: &AppliedObject,
-    pod: &str,
+    pod_object: &Value,
     change: &ContainerChange,
     into_bake: Duration,
 ) -> Failure {
     let ns = object.namespace.as_deref().unwrap_or("default");
+    let pod = str_at(pod_object, &["metadata", "name"]).unwrap_or("");
     let (container, reason, message) = match change {
         ContainerChange::Restarted {
             container,
@@ -227,6 +228,16 @@ pub fn change_failure(
             ),
         ),
     };
+    // The same structured exit facts the wait reports (image, exit code, signal, restarts).
+    let facts = pod_object
+        .pointer("/status/containerStatuses")
+        .and_then(Value::as_array)
+        .and_then(|all| {
+            all.iter()
+                .find(|cs| str_at(cs, &["name"]) == Some(container))
+        })
+        .map(|cs| health::container_facts(pod_object, cs))
+        .unwrap_or_default();
     Failure {
         object: object.display.clone(),
         pod: Some(pod.to_string()),
@@ -234,7 +245,11 @@ pub fn change_failure(
         reason: reason.to_string(),
         message,
         events: Vec::new(),
-        ..Default::default()
+        image: facts.image,
+        exit_code: facts.exit_code,
+        signal: facts.signal,
+        restarts: facts.restarts,
+        logs: Vec::new(),
     }
 }
 
@@ -403,7 +418,7 @@ impl Watched<'_> {
                 let name = str_at(pod, &["metadata", "name"]).unwrap_or("");
                 let before = baseline.pods.get(&(ns.clone(), name.to_string()));
                 for change in container_changes(before, pod, kind != "Job") {
-                    failures.push(change_failure(a, name, &change, into_bake));
+                    failures.push(change_failure(a, pod, &change, into_bake));
                 }
                 for problem in health::pod_problems(pod, &options.fail_fast) {
                     match problem_clock.judge(&a.display, &problem, &options.fail_fast, now) {
@@ -777,7 +792,21 @@ mod tests {
             now: 1,
             last_exit: Some("exit code 1 (Error)".into()),
         };
-        let f = change_failure(&web(), "web-7d9f-x", &change, Duration::from_millis(3200));
+        let restarted = json!({"metadata": {"name": "web-7d9f-x"},
+            "spec": {"containers": [{"name": "web", "image": "shop/web:v2"}]},
+            "status": {"containerStatuses": [{"name": "web", "restartCount": 1,
+                "state": {"running": {}},
+                "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}}]}});
+        let f = change_failure(&web(), &restarted, &change, Duration::from_millis(3200));
+        assert_eq!(
+            (
+                f.image.as_deref(),
+                f.exit_code,
+                f.signal.as_deref(),
+                f.restarts
+            ),
+            (Some("shop/web:v2"), Some(1), None, Some(1))
+        );
         assert_eq!(
             f.headline(),
             "Deployment shop/web: pod web-7d9f-x container web: Restarted: restartCount 0 -> 1 \
@@ -788,7 +817,20 @@ mod tests {
             container: "web".into(),
             exit: "exit code 137 (OOMKilled)".into(),
         };
-        let f = change_failure(&web(), "web-7d9f-x", &exited, Duration::from_secs(5));
+        let killed = json!({"metadata": {"name": "web-7d9f-x"},
+            "status": {"containerStatuses": [{"name": "web", "restartCount": 0,
+                "image": "shop/web:v2",
+                "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}});
+        let f = change_failure(&web(), &killed, &exited, Duration::from_secs(5));
+        assert_eq!(
+            (
+                f.image.as_deref(),
+                f.exit_code,
+                f.signal.as_deref(),
+                f.restarts
+            ),
+            (Some("shop/web:v2"), Some(137), Some("SIGKILL"), Some(0))
+        );
         assert_eq!(
             f.headline(),
             "Deployment shop/web: pod web-7d9f-x container web: Exited: exit code 137 (OOMKilled) \
