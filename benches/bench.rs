@@ -18,7 +18,7 @@ use support::procs;
 use support::table::{self, Row, Verdict};
 
 /// Every section: (name, title, budget).
-const SECTIONS: [(&str, &str, u64); 9] = [
+const SECTIONS: [(&str, &str, u64); 10] = [
     (
         "sim",
         "kube-sim: applies/s, 100 watchers, RSS with 10,000 objects (issue 2)",
@@ -42,6 +42,11 @@ const SECTIONS: [(&str, &str, u64); 9] = [
     (
         "memory",
         "memory: rollguard peak RSS, 50 clusters x 100 objects (issue 3)",
+        120,
+    ),
+    (
+        "preflight",
+        "preflight: 500 objects, 5 ms latency, deploy with vs without the dry run (issue 26)",
         120,
     ),
     (
@@ -96,6 +101,7 @@ async fn run_section(name: &str, scratch: &Path, kube_sim: &Result<PathBuf, Stri
         "fleet" => sections::fleet::run(scratch).await,
         "apply" => sections::apply::run(scratch).await,
         "memory" => sections::fleet::memory(scratch).await,
+        "preflight" => sections::preflight::run(scratch).await,
         "rollback" => sections::rollback::run(scratch).await,
         "safe" => sections::safe::run(scratch).await,
         "start" => sections::start::run(scratch).await,

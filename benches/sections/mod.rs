@@ -4,6 +4,7 @@ pub mod apply;
 pub mod detect;
 pub mod fleet;
 pub mod fuzz;
+pub mod preflight;
 pub mod rollback;
 pub mod safe;
 pub mod sim;
