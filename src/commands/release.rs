@@ -399,7 +399,11 @@ pub(crate) async fn connect_all(
 
 /// Runs `each` on every connected target; says every error on stderr. Returns the values of
 /// the targets that gave one (in the config's order) and the command's exit code.
-async fn for_each_target<T, F, Fut>(config: &Config, env: &Env, each: F) -> (Vec<(String, T)>, i32)
+pub(crate) async fn for_each_target<T, F, Fut>(
+    config: &Config,
+    env: &Env,
+    each: F,
+) -> (Vec<(String, T)>, i32)
 where
     F: Fn(Connected) -> Fut,
     Fut: std::future::Future<Output = Result<T, TargetFailure>>,

@@ -261,6 +261,62 @@ pub fn decide(policy: FailurePolicy, report: &Report) -> Vec<(String, Step)> {
         .collect()
 }
 
+/// A step to roll back holds only while the target's newest release is still the one its
+/// shard recorded, pure: after a later deploy, or a conclude that already ran (a re-run of
+/// the job), rolling back again would undo a good release. `newest`: each target's newest
+/// revision as read just now (absent: its history could not be read, said on stderr).
+pub fn still_theirs(
+    steps: Vec<(String, Step)>,
+    report: &Report,
+    newest: &HashMap<String, Option<u64>>,
+) -> Vec<(String, Step)> {
+    steps
+        .into_iter()
+        .map(|(name, step)| {
+            if step != Step::RollBack {
+                return (name, step);
+            }
+            let recorded = report.targets.iter().find(|t| t.name == name).and_then(|t| t.revision);
+            let step = match (recorded, newest.get(&name)) {
+                (_, None) => Step::Leave(
+                    "its release history could not be read (see above): run `rollguard conclude` again once it can".into(),
+                ),
+                (Some(r), Some(Some(n))) if r == *n => Step::RollBack,
+                (r, Some(n)) => Step::Leave(format!(
+                    "its newest release is {}, not v{} that its shard deployed (a later deploy or rollback, or this conclude already ran): nothing rolled back",
+                    n.map_or("none".into(), |n| format!("v{n}")),
+                    r.map_or("?".into(), |r| r.to_string())
+                )),
+            };
+            (name, step)
+        })
+        .collect()
+}
+
+/// The newest revision in the history of every target to roll back (a target whose history
+/// cannot be read is absent; the problem is said on stderr).
+async fn newest_revisions(
+    config: &Config,
+    steps: &[(String, Step)],
+    env: &Env,
+) -> HashMap<String, Option<u64>> {
+    let mut config = config.clone();
+    config.targets.retain(|t| {
+        steps
+            .iter()
+            .any(|(n, s)| *n == t.name && *s == Step::RollBack)
+    });
+    if config.targets.is_empty() {
+        return HashMap::new();
+    }
+    let (found, _) = crate::commands::release::for_each_target(&config, env, |c| async move {
+        let records = c.store.list().await?;
+        Ok(records.iter().map(|r| r.revision).max())
+    })
+    .await;
+    found.into_iter().collect()
+}
+
 /// `rollguard conclude --reports DIR`: the failure policy across shards. Exit 0 when nothing
 /// needed doing or every rollback worked, else 1.
 pub async fn conclude(args: ConcludeArgs, env: Env) -> Result<i32, Error> {
@@ -288,6 +344,8 @@ pub async fn conclude(args: ConcludeArgs, env: Env) -> Result<i32, Error> {
         .iter()
         .find(|t| t.outcome.is_problem())
         .map_or(String::new(), |t| format!("{} {}", t.name, t.outcome));
+    let newest = newest_revisions(&config, &steps, &env).await;
+    let steps = still_theirs(steps, &merged.report, &newest);
     let mut to_roll_back = Vec::new();
     for (name, step) in &steps {
         match step {
@@ -499,5 +557,40 @@ mod tests {
             e.to_string().starts_with("$ROLLGUARD_SHARD: \"4/3\""),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_rollback_holds_only_while_the_shards_release_is_the_newest() {
+        let deployed = |name: &str, revision: u64| {
+            let mut t = target(name, TargetOutcome::Deployed);
+            t.revision = Some(revision);
+            t
+        };
+        let r = report(vec![
+            deployed("eu", 2),
+            deployed("us", 2),
+            deployed("ap", 2),
+        ]);
+        let steps: Vec<(String, Step)> = ["eu", "us", "ap"]
+            .iter()
+            .map(|n| (n.to_string(), Step::RollBack))
+            .chain([("cn".to_string(), Step::Leave("failed".into()))])
+            .collect();
+        // eu: still v2 (its shard's); us: v3 (rolled back already, or a later deploy);
+        // ap: unreadable; cn: left by the policy, not asked.
+        let newest = HashMap::from([("eu".to_string(), Some(2)), ("us".to_string(), Some(3))]);
+        let got = still_theirs(steps, &r, &newest);
+        assert_eq!(got[0], ("eu".into(), Step::RollBack));
+        assert!(
+            matches!(&got[1].1, Step::Leave(why) if why.starts_with("its newest release is v3, not v2")),
+            "{:?}",
+            got[1]
+        );
+        assert!(
+            matches!(&got[2].1, Step::Leave(why) if why.contains("could not be read")),
+            "{:?}",
+            got[2]
+        );
+        assert_eq!(got[3], ("cn".into(), Step::Leave("failed".into())));
     }
 }

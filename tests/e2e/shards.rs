@@ -276,6 +276,29 @@ async fn three_shards_merge_into_one_report_and_conclude_rolls_the_others_back()
         assert_runs(&env, i + 1, GOOD).await;
     }
 
+    // A re-run of the conclude job rolls nothing back again: each target's newest release
+    // is the rollback now, not what its shard deployed.
+    let again = env.command("conclude", &["--reports", &reports]).await;
+    assert_eq!(again.code, 0, "{}", again.output());
+    assert!(
+        again
+            .stdout
+            .contains("rollguard conclude: nothing to roll back"),
+        "{}",
+        again.output()
+    );
+    for &i in &deployed {
+        assert!(
+            again.stdout.contains(&format!(
+                "{}: nothing to do: its newest release is v3, not v2 that its shard deployed",
+                names[i]
+            )),
+            "{}",
+            again.output()
+        );
+        assert_eq!(records(&env, i + 1).await.len(), 3, "{}", names[i]);
+    }
+
     // A shard that never reported (its job was cancelled) counts as failed, with its
     // targets when the config names them.
     for index in [1, 2] {
