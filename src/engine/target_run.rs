@@ -530,6 +530,18 @@ async fn apply_and_wait(
             cancel,
         )
         .await;
+        let mut found = found;
+        if !cancelled && found.errors.is_empty() {
+            crate::engine::prune::plan_dropped(
+                plan,
+                &target,
+                &access,
+                &resolution,
+                &mut found,
+                cancel,
+            )
+            .await;
+        }
         let errors = found.errors.clone();
         run.plan = Some(found);
         if cancelled {

@@ -301,6 +301,7 @@ fn is_problem(t: &TargetReport) -> bool {
     t.outcome.is_problem()
         || !t.failures.is_empty()
         || !t.warnings.is_empty()
+        || !t.dropped.is_empty()
         || !t.abandoned_revisions.is_empty()
         || failed_scripts(t).next().is_some()
 }
@@ -527,6 +528,13 @@ fn details(t: &TargetReport, d: Detail) -> String {
             }
             out.push('\n');
         }
+    }
+    if !t.dropped.is_empty() {
+        out.push_str("**Dropped from the manifests:**\n\n");
+        for d in &t.dropped {
+            let _ = writeln!(out, "- {}", text(&clip(&d.line(), 500)));
+        }
+        out.push('\n');
     }
     if !t.warnings.is_empty() {
         out.push_str("**Warnings:**\n\n");
@@ -793,8 +801,15 @@ fn plan_section(t: &TargetPlan) -> String {
     }
     for d in &t.dropped {
         out.push_str(&format!(
-            "- left in place `{}`: no longer in the manifests (rollguard never prunes)\n",
-            code(d)
+            "- left in place `{}`: {}\n",
+            code(d),
+            super::plan::left_note(t)
+        ));
+    }
+    for p in &t.prune {
+        out.push_str(&format!(
+            "- prune `{}`: no longer in the manifests; deleted after a healthy deploy (prune is on)\n",
+            code(p)
         ));
     }
     out
