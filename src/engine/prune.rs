@@ -221,7 +221,7 @@ async fn settle(
             (_, _) if !prune => Some(entry(DroppedFate::LeftInPlace, None)),
             (Verdict::Keep(reason), _) => Some(entry(
                 DroppedFate::Kept,
-                Some(format!("not pruned: {}", reason.describe(&asked.manager))),
+                Some(reason.describe(&asked.manager)),
             )),
             (Verdict::Prune, Some((api, at))) => {
                 match delete(api, &f.object.name, at, &budget, cancel).await {
@@ -243,7 +243,11 @@ async fn settle(
             (Verdict::Prune, None) => Some(entry(DroppedFate::LeftInPlace, None)),
         };
     }
-    (out.into_iter().flatten().collect(), warnings)
+    // Objects applied side by side are recorded in the order they finished: by name, so
+    // that the report reads the same every time.
+    let mut out: Vec<DroppedObject> = out.into_iter().flatten().collect();
+    out.sort_by(|a, b| a.object.cmp(&b.object));
+    (out, warnings)
 }
 
 /// At the end of a target that the coordinator ended `deployed` (`deployed`) or `failed`
@@ -327,7 +331,10 @@ pub async fn plan_dropped(
         history_namespace,
         deadline: Instant::now() + plan.config.wait.timeout.min(budget(false)),
     };
-    for f in look(&asked, &previous, &new, cancel).await {
+    let mut looked = look(&asked, &previous, &new, cancel).await;
+    // By name, as the deploy's report lists them (the record's order varies within a phase).
+    looked.sort_by_key(|f| f.object.to_string());
+    for f in looked {
         let shown = f.object.to_string();
         match f.verdict {
             Verdict::Keep(KeepReason::Gone) => {}

@@ -1447,11 +1447,8 @@ pub(crate) mod tests {
                 "pruned: ConfigMap shop/legacy, dropped from the manifests in this revision",
             ),
             (
-                dropped(
-                    DroppedFate::Kept,
-                    Some("not pruned: now managed by \"kubectl\""),
-                ),
-                "kept: ConfigMap shop/legacy, dropped from the manifests in this revision: not pruned: now managed by \"kubectl\"",
+                dropped(DroppedFate::Kept, Some("now managed by \"kubectl\"")),
+                "kept: ConfigMap shop/legacy, dropped from the manifests in this revision: now managed by \"kubectl\"",
             ),
             (
                 dropped(
