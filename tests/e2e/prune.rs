@@ -137,6 +137,23 @@ async fn with_prune_a_dropped_configmap_is_deleted_after_a_healthy_deploy() {
     );
     assert_eq!(planned["dropped"], json!([]), "{planned:#}");
     assert_eq!(deletes(&env), 0, "a diff deletes nothing");
+    let dry = env.deploy(&["--dry-run", "--prune"]).await;
+    assert_eq!(dry.code, 0, "{}", dry.output());
+    let dry_plan = &dry.report.as_ref().expect("a dry run's report")["plan"]["targets"][0];
+    assert_eq!(
+        dry_plan["prune"],
+        json!(["ConfigMap shop/legacy"]),
+        "{}",
+        dry.output()
+    );
+    assert!(
+        dry.stdout.contains(
+            "  x ConfigMap shop/legacy: no longer in the manifests; pruned after a healthy deploy"
+        ),
+        "{}",
+        dry.output()
+    );
+    assert_eq!(deletes(&env), 0, "a dry run deletes nothing");
 
     let run = env.deploy(&["--prune"]).await;
     assert_eq!(run.code, 0, "{}", run.output());
