@@ -137,6 +137,10 @@ pub struct DeployArgs {
     /// Deploy even when nothing would change: a new record, and every stage runs.
     #[arg(long, conflicts_with = "dry_run")]
     pub force: bool,
+    /// After a healthy deploy of a target, delete the objects of its previous release that
+    /// the manifests no longer declare and that are still this app's (config `prune: true`).
+    #[arg(long)]
+    pub prune: bool,
     /// rollback-all | rollback-failed | rollback-if-all-fail | none
     #[arg(long, value_name = "POLICY", conflicts_with = "dry_run")]
     pub on_failure: Option<String>,
@@ -226,6 +230,10 @@ pub struct DiffArgs {
     /// Dry-run the applies taking ownership of fields another manager owns, as the deploy would.
     #[arg(long)]
     pub force_conflicts: bool,
+    /// Show which objects the manifests dropped a deploy with `--prune` would delete (config
+    /// `prune: true`).
+    #[arg(long)]
+    pub prune: bool,
     /// How many targets are asked at once.
     #[arg(long, value_name = "N")]
     pub concurrency: Option<usize>,

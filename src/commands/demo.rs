@@ -111,6 +111,7 @@ fn step_args(dir: &Path, kubeconfig: &Path, report: Option<&Path>) -> DeployArgs
         force_conflicts: false,
         dry_run: false,
         force: false,
+        prune: false,
         on_failure: None,
         concurrency: None,
         lock_timeout: None,

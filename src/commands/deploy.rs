@@ -116,6 +116,7 @@ pub fn read_plan(
         force_conflicts: args.force_conflicts,
         dry_run: args.dry_run,
         force: args.force,
+        prune: args.prune || config.prune,
         cli_kubeconfig: config.kubeconfig.clone(),
         wave: args.wave,
     };

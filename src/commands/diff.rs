@@ -36,6 +36,7 @@ fn as_deploy(args: &DiffArgs) -> DeployArgs {
         force_conflicts: args.force_conflicts,
         dry_run: true,
         force: false,
+        prune: args.prune,
         on_failure: None,
         concurrency: args.concurrency,
         lock_timeout: None,

@@ -79,6 +79,10 @@ pub struct Config {
     /// `preflight:` (default true): before the first write, every object is applied with
     /// `dryRun=All` on every target, and any refusal stops the deploy (exit 2).
     pub preflight: bool,
+    /// `prune:` (default false): after a healthy deploy of a target, delete the objects of
+    /// its previous release that the manifests no longer declare and that are still this
+    /// app's (`release::dropped`). `--prune` turns it on for one run.
+    pub prune: bool,
 }
 
 impl Config {

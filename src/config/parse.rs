@@ -39,6 +39,7 @@ pub(super) const TOP_KEYS: &[&str] = &[
     "github",
     "preflight",
     "checks",
+    "prune",
 ];
 /// Keys that were accepted once and are now refused with a pointer to their replacement.
 const RETIRED_TOP_KEYS: &[&str] = &["stages"];
@@ -425,6 +426,7 @@ impl Ctx {
             source,
             kubeconfig: None,
             preflight: true,
+            prune: false,
         };
         if matches!(root.value, Tree::Null) {
             self.at(
@@ -542,6 +544,9 @@ impl Ctx {
         }
         if let Some(p) = self.boolean(get("preflight"), "preflight") {
             config.preflight = p;
+        }
+        if let Some(p) = self.boolean(get("prune"), "prune") {
+            config.prune = p;
         }
         if let Some(p) = self.parsed(get("on_cancel"), "on_cancel") {
             config.on_cancel = p;

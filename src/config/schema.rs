@@ -116,6 +116,7 @@ pub fn json_schema() -> Value {
             },
             "on_failure": {"enum": ["rollback-all", "rollback-failed", "rollback-if-all-fail", "none"], "default": "rollback-all"},
             "preflight": {"type": "boolean", "default": true, "description": "before the first write, dry-run (dryRun=All) every object on every target; any refusal stops the deploy with exit 2 and nothing written"},
+            "prune": {"type": "boolean", "default": false, "description": "after a healthy deploy of a target, delete the objects of its previous release that the manifests no longer declare, when this app's field manager still owns them and no other manager applies them (never on a failed or rolled-back target); --prune for one run"},
             "on_cancel": {"enum": ["rollback", "leave"], "default": "rollback"},
             "render_hooks": {"enum": ["skip", "apply"], "default": "skip", "description": "objects with a helm.sh/hook annotation (helm template output): left out with a warning, or applied as ordinary objects"},
             "rollback": {

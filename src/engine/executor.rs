@@ -400,7 +400,21 @@ pub(crate) async fn obey_end(shared: &Shared, run: &Mutex<TargetRun>, why: EndWh
     let mut run = run.lock().await;
     let run = &mut *run;
     match &why {
-        EndWhy::Deployed => complete(run, &shared.progress),
+        EndWhy::Deployed => {
+            // Nothing can roll it back any more: what the manifests dropped goes now (with
+            // prune on), under its lock, before its record is written.
+            if !run.done {
+                note_dropped(shared, run, true).await;
+            }
+            complete(run, &shared.progress)
+        }
+        EndWhy::Failed if run.report.rollback.is_none() => {
+            if !run.done {
+                finish(run, &shared.progress, TargetOutcome::Failed);
+            }
+            // Failed and not rolled back: what its manifests dropped stays, listed.
+            note_dropped(shared, run, false).await;
+        }
         // Never started, or stopped before it changed anything.
         EndWhy::Policy { .. } | EndWhy::WaveFailed { .. }
             if !run.done || run.report.outcome == TargetOutcome::Cancelled =>
@@ -416,4 +430,30 @@ pub(crate) async fn obey_end(shared: &Shared, run: &Mutex<TargetRun>, why: EndWh
     }
     let context = shared.conclusion();
     settle_target(&context, run, false).await;
+}
+
+/// What the target's manifests dropped of its previous release, into its report (deployed
+/// and with prune on: deleted when still this app's, timed as the `prune` phase).
+async fn note_dropped(shared: &Shared, run: &mut TargetRun, deployed: bool) {
+    if run.release.is_none() || run.access.is_none() {
+        return;
+    }
+    if deployed && shared.plan.options.prune {
+        run.clock.start("prune");
+    }
+    let (Some(release), Some(access)) = (&run.release, &run.access) else {
+        return;
+    };
+    let (dropped, warnings) = crate::engine::prune::after_end(
+        &shared.plan,
+        &run.target.name,
+        access,
+        release,
+        &run.applied,
+        deployed,
+        &shared.cancel,
+    )
+    .await;
+    run.report.dropped = dropped;
+    run.report.warnings.extend(warnings);
 }

@@ -2,7 +2,8 @@
 //! every lock, every history); the coordinator (`coordinator.rs`), one loop that feeds the
 //! machine (`machine.rs`: every target's state and the failure policy, pure) and sends its
 //! commands to one executor per target (`executor.rs`); a target's run (`target_run.rs`:
-//! apply and wait, its scripts); its end (`conclude.rs`: record, rollback by re-apply, unlock).
+//! apply and wait, its scripts); its end (`conclude.rs`: record, rollback by re-apply, unlock;
+//! `prune.rs`: what the manifests dropped, pruned after a healthy end).
 
 pub mod conclude;
 pub mod coordinator;
@@ -13,6 +14,7 @@ pub mod overlap;
 pub mod plan;
 pub mod policy;
 pub mod preflight;
+pub mod prune;
 pub mod reapply;
 pub mod scripts;
 pub mod target_run;

@@ -24,6 +24,8 @@ pub struct DeployOptions {
     pub dry_run: bool,
     /// `--force`: deploy (record, run every stage) even where nothing would change.
     pub force: bool,
+    /// `prune: true` or `--prune`: a healthy target's dropped objects are deleted.
+    pub prune: bool,
     /// `--kubeconfig`, for targets that name no kubeconfig of their own.
     pub cli_kubeconfig: Option<PathBuf>,
     /// `--wave N`: run wave N only. The config's targets are already those of wave N (the

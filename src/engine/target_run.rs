@@ -504,7 +504,7 @@ async fn apply_and_wait(
         let default_namespace = plan
             .config
             .default_namespace(&target, &access.context_namespace);
-        let (found, cancelled) = plan
+        let (mut found, cancelled) = plan
             .server_dry_run(
                 &name,
                 &access,
@@ -514,6 +514,17 @@ async fn apply_and_wait(
                 cancel,
             )
             .await;
+        if !cancelled && found.errors.is_empty() {
+            crate::engine::prune::plan_dropped(
+                plan,
+                &target,
+                &access,
+                &resolution,
+                &mut found,
+                cancel,
+            )
+            .await;
+        }
         let errors = found.errors.clone();
         run.plan = Some(found);
         if cancelled {

@@ -10,6 +10,7 @@
 //! pure functions of the records; [`ReleaseStore`] does the I/O.
 
 mod codec;
+pub mod dropped;
 pub mod lock;
 mod record;
 pub mod session;

@@ -15,6 +15,8 @@
 //!   `outcome`, `left_in_place[]`, `message`, `to_commit`?, `as_revision`?, `started_at`? (when
 //!   the fleet decided the rollback), `why`? (e.g. `policy rollback-all: us failed at 12:03:04`)}),
 //!   `abandoned_revisions`? (revisions a dead run left pending, now marked failed),
+//!   `dropped[]`? {`object`, `fate` (`left-in-place` | `pruned` | `kept` | `prune-failed`),
+//!   `note`?} (objects of the previous release the manifests no longer declare),
 //!   `stages[]`? {`name`, `scope`, `rollback`?, `outcome` (`succeeded` | `failed` | `timed-out` |
 //!   `warned` | `stopped` | `not-run`), `exit_code`?, `seconds`, `message`?, `output[]`? (the
 //!   last 20 lines of a failed or warned script, secret values redacted)}, `unchanged`? (true:
@@ -163,6 +165,19 @@ pub fn report_schema() -> Value {
                 }
             },
             "abandoned_revisions": {"type": "array", "items": {"type": "integer"}},
+            "dropped": {
+                "type": "array",
+                "description": "objects of the target's previous release that this revision's manifests no longer declare, and what became of each",
+                "items": {
+                    "type": "object",
+                    "required": ["object", "fate"],
+                    "properties": {
+                        "object": {"type": "string", "description": "Kind namespace/name, e.g. \"ConfigMap shop/legacy\""},
+                        "fate": {"enum": ["left-in-place", "pruned", "kept", "prune-failed"], "description": "left-in-place: prune off, or the target did not end deployed; pruned: deleted after the healthy deploy; kept: prune on but not this app's to delete; prune-failed: the delete failed (still there)"},
+                        "note": {"type": "string", "description": "why it was kept, or why the delete failed and what to do"}
+                    }
+                }
+            },
             "checks": {
                 "type": "array",
                 "description": "the checks (`checks:`) run on this target from healthy to the end of its bake, in config order, each with every value it read",

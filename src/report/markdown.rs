@@ -301,6 +301,7 @@ fn is_problem(t: &TargetReport) -> bool {
     t.outcome.is_problem()
         || !t.failures.is_empty()
         || !t.warnings.is_empty()
+        || !t.dropped.is_empty()
         || !t.abandoned_revisions.is_empty()
         || failed_scripts(t).next().is_some()
 }
@@ -518,6 +519,13 @@ fn details(t: &TargetReport, d: Detail) -> String {
             }
             out.push('\n');
         }
+    }
+    if !t.dropped.is_empty() {
+        out.push_str("**Dropped from the manifests:**\n\n");
+        for d in &t.dropped {
+            let _ = writeln!(out, "- {}", text(&clip(&d.line(), 500)));
+        }
+        out.push('\n');
     }
     if !t.warnings.is_empty() {
         out.push_str("**Warnings:**\n\n");
@@ -787,8 +795,15 @@ fn plan_section(t: &TargetPlan) -> String {
     }
     for d in &t.dropped {
         out.push_str(&format!(
-            "- left in place `{}`: no longer in the manifests (rollguard never prunes)\n",
-            code(d)
+            "- left in place `{}`: {}\n",
+            code(d),
+            super::plan::left_note(t)
+        ));
+    }
+    for p in &t.prune {
+        out.push_str(&format!(
+            "- prune `{}`: no longer in the manifests; deleted after a healthy deploy (prune is on)\n",
+            code(p)
         ));
     }
     out
@@ -1534,5 +1549,34 @@ mod tests {
         assert!(md.contains("Plan truncated"), "{md}");
         let md = plan_to_markdown(&Clean::new(&big), COMMENT_LIMIT);
         assert!(md.contains("diff cut here: 4800 more line(s)"), "{md}");
+    }
+
+    #[test]
+    fn plan_comment_says_what_is_left_in_place_and_what_would_be_pruned() {
+        let mut plan = crate::report::plan::tests::sample();
+        plan.targets[1].dropped.push("ConfigMap shop/kept".into());
+        plan.targets[1].prune.push("ConfigMap shop/legacy".into());
+        let md = plan_to_markdown(&Clean::new(&plan), COMMENT_LIMIT);
+        for want in [
+            "- left in place `ConfigMap shop/kept`: no longer in the manifests; left in place (`prune: true` or `--prune`",
+            "- prune `ConfigMap shop/legacy`: no longer in the manifests; deleted after a healthy deploy (prune is on)\n",
+        ] {
+            assert!(md.contains(want), "{want:?} not in\n{md}");
+        }
+    }
+
+    #[test]
+    fn a_deployed_target_with_dropped_objects_gets_a_section_saying_them() {
+        let mut t = target("eu", TargetOutcome::Deployed);
+        t.dropped.push(DroppedObject {
+            object: "ConfigMap shop/legacy".into(),
+            fate: DroppedFate::Pruned,
+            note: None,
+        });
+        let md = to_markdown(&Clean::new(&report(vec![t])), &options(COMMENT_LIMIT));
+        assert!(
+            md.contains("**Dropped from the manifests:**\n\n- pruned: ConfigMap shop/legacy, dropped from the manifests in this revision\n"),
+            "{md}"
+        );
     }
 }

@@ -378,6 +378,56 @@ pub struct TargetReport {
     /// config order, each with every value it read.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub checks: Vec<CheckReport>,
+    /// Objects of the target's previous release that this revision's manifests no longer
+    /// declare, and what became of each (left in place, pruned, kept).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<DroppedObject>,
+}
+
+/// What became of an object the manifests dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DroppedFate {
+    /// Still on the cluster: prune is off, or the target did not deploy healthy.
+    LeftInPlace,
+    /// Deleted after the healthy deploy (`prune: true` / `--prune`).
+    Pruned,
+    /// Prune is on, but the object is not this app's to delete (`note` says why).
+    Kept,
+    /// Prune is on and the delete failed (`note` says why and what to do).
+    PruneFailed,
+}
+
+/// One object of the previous release that the manifests no longer declare.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DroppedObject {
+    /// "ConfigMap shop/legacy"
+    pub object: String,
+    pub fate: DroppedFate,
+    /// Why it was kept, or why its delete failed and what to do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl DroppedObject {
+    /// One line for people: `left in place: ConfigMap shop/legacy, dropped from the manifests
+    /// in this revision`.
+    pub fn line(&self) -> String {
+        let what = match self.fate {
+            DroppedFate::LeftInPlace | DroppedFate::PruneFailed => "left in place",
+            DroppedFate::Pruned => "pruned",
+            DroppedFate::Kept => "kept",
+        };
+        let note = self
+            .note
+            .as_deref()
+            .map(|n| format!(": {n}"))
+            .unwrap_or_default();
+        format!(
+            "{what}: {}, dropped from the manifests in this revision{note}",
+            self.object
+        )
+    }
 }
 
 impl TargetReport {
@@ -399,6 +449,7 @@ impl TargetReport {
             stages: Vec::new(),
             unchanged: false,
             checks: Vec::new(),
+            dropped: Vec::new(),
         }
     }
 
@@ -827,9 +878,13 @@ pub struct TargetPlan {
     pub update: Vec<PlannedChange>,
     #[serde(default)]
     pub unchanged: Vec<String>,
-    /// Objects the compared side has and this one does not: left in place, never pruned.
+    /// Objects the compared side has and this one does not: left in place.
     #[serde(default)]
     pub dropped: Vec<String>,
+    /// Objects of the last release the manifests drop that a deploy with `prune` would
+    /// delete after a healthy deploy (only when prune is on).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prune: Vec<String>,
     #[serde(default)]
     pub errors: Vec<Failure>,
     #[serde(default)]
@@ -846,14 +901,15 @@ impl TargetPlan {
             update: Vec::new(),
             unchanged: Vec::new(),
             dropped: Vec::new(),
+            prune: Vec::new(),
             errors: Vec::new(),
             warnings: Vec::new(),
         }
     }
 
-    /// Objects that would change (created or updated).
+    /// Objects that would change (created, updated, or pruned).
     pub fn changes(&self) -> usize {
-        self.create.len() + self.update.len()
+        self.create.len() + self.update.len() + self.prune.len()
     }
 
     /// Sets `status` from what was found.
@@ -1372,5 +1428,43 @@ pub(crate) mod tests {
                 serde_json::Value::String(o.as_str().into())
             );
         }
+    }
+
+    #[test]
+    fn a_dropped_object_says_what_became_of_it() {
+        let dropped = |fate, note: Option<&str>| DroppedObject {
+            object: "ConfigMap shop/legacy".into(),
+            fate,
+            note: note.map(str::to_string),
+        };
+        let cases = [
+            (
+                dropped(DroppedFate::LeftInPlace, None),
+                "left in place: ConfigMap shop/legacy, dropped from the manifests in this revision",
+            ),
+            (
+                dropped(DroppedFate::Pruned, None),
+                "pruned: ConfigMap shop/legacy, dropped from the manifests in this revision",
+            ),
+            (
+                dropped(DroppedFate::Kept, Some("now managed by \"kubectl\"")),
+                "kept: ConfigMap shop/legacy, dropped from the manifests in this revision: now managed by \"kubectl\"",
+            ),
+            (
+                dropped(
+                    DroppedFate::PruneFailed,
+                    Some("the delete failed: Forbidden"),
+                ),
+                "left in place: ConfigMap shop/legacy, dropped from the manifests in this revision: the delete failed: Forbidden",
+            ),
+        ];
+        for (object, want) in cases {
+            assert_eq!(object.line(), want);
+        }
+        let json = serde_json::to_value(dropped(DroppedFate::PruneFailed, None)).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"object": "ConfigMap shop/legacy", "fate": "prune-failed"})
+        );
     }
 }

@@ -67,6 +67,28 @@ pub fn group_changes(plan: &ChangePlan) -> Vec<FleetChange<'_>> {
     groups
 }
 
+/// ", 1 left in place, 1 to prune" after a target's counts (empty when neither).
+fn left_and_pruned(t: &TargetPlan) -> String {
+    let mut out = String::new();
+    if !t.dropped.is_empty() {
+        out.push_str(&format!(", {} left in place", t.dropped.len()));
+    }
+    if !t.prune.is_empty() {
+        out.push_str(&format!(", {} to prune", t.prune.len()));
+    }
+    out
+}
+
+/// What a plan says of an object the manifests dropped that stays: a rollback's plan (`to`)
+/// never prunes; a deploy's prunes with `prune: true` or `--prune` (when it is this app's).
+pub fn left_note(t: &TargetPlan) -> &'static str {
+    if t.to.is_some() {
+        "no longer in the manifests; left in place (a rollback never prunes)"
+    } else {
+        "no longer in the manifests; left in place (`prune: true` or `--prune` deletes what is still this app's after a healthy deploy)"
+    }
+}
+
 /// The plan for a terminal or a CI log: per target its counts (its errors, what is left in
 /// place, its warnings), then each distinct change once with the targets it is on
 /// (`~ Deployment shop/web on eu, us, ap`, updates with their diff, cut per object), then
@@ -96,11 +118,7 @@ pub fn to_text(plan: &ChangePlan, style: DiffStyle, verbose: bool) -> String {
                 t.create.len(),
                 t.update.len(),
                 t.unchanged.len(),
-                if t.dropped.is_empty() {
-                    String::new()
-                } else {
-                    format!(", {} left in place", t.dropped.len())
-                }
+                left_and_pruned(t)
             )),
         }
         for e in &t.errors {
@@ -110,8 +128,11 @@ pub fn to_text(plan: &ChangePlan, style: DiffStyle, verbose: bool) -> String {
             out.push_str(&format!("  = unchanged: {}\n", t.unchanged.join(", ")));
         }
         for d in &t.dropped {
+            out.push_str(&format!("  - {d}: {}\n", left_note(t)));
+        }
+        for p in &t.prune {
             out.push_str(&format!(
-                "  - {d}: no longer in the manifests; left in place (rollguard never prunes)\n"
+                "  x {p}: no longer in the manifests; pruned after a healthy deploy (prune is on)\n"
             ));
         }
         for w in &t.warnings {
@@ -203,7 +224,9 @@ pub fn plan_schema() -> Value {
             "update": {"type": "array", "items": change},
             "unchanged": names,
             "dropped": {"type": "array", "items": {"type": "string"},
-                        "description": "objects the compared side has and this one drops: left in place, never pruned"},
+                        "description": "objects the compared side (the last release, or a git ref) has and this one drops: left in place"},
+            "prune": {"type": "array", "items": {"type": "string"},
+                      "description": "with prune on: objects of the last release the manifests drop that the deploy would delete after a healthy deploy (still this app's)"},
             "errors": {"type": "array", "items": failure},
             "warnings": names
         }
@@ -304,9 +327,22 @@ pub(crate) mod tests {
         dropped.targets[1].dropped.push("ConfigMap shop/old".into());
         let text = to_text(&dropped, DiffStyle::plain(), false);
         assert!(
-            text.contains("  - ConfigMap shop/old: no longer in the manifests; left in place (rollguard never prunes)"),
+            text.contains("  - ConfigMap shop/old: no longer in the manifests; left in place (`prune: true` or `--prune`"),
             "{text}"
         );
+        assert!(text.contains(", 1 left in place\n"), "{text}");
+        dropped.targets[1].to = Some("v3".into());
+        dropped.targets[1]
+            .prune
+            .push("ConfigMap shop/legacy".into());
+        let text = to_text(&dropped, DiffStyle::plain(), false);
+        for want in [
+            "  - ConfigMap shop/old: no longer in the manifests; left in place (a rollback never prunes)\n",
+            ", 1 left in place, 1 to prune\n",
+            "  x ConfigMap shop/legacy: no longer in the manifests; pruned after a healthy deploy",
+        ] {
+            assert!(text.contains(want), "{want:?} not in\n{text}");
+        }
     }
 
     fn change(object: &str, diff: Option<&str>, note: Option<&str>) -> PlannedChange {

@@ -245,7 +245,8 @@ fn container_log(log: &ContainerLog) -> String {
 }
 
 /// Every failure in full, once: each target's failures (with their Warning events), a failed
-/// rollback's message, and a reason the table could only give in short. One block per target.
+/// rollback's message, a reason the table could only give in short, and what became of the
+/// objects the manifests dropped. One block per target.
 fn failure_details(report: &Report) -> String {
     let mut out = String::new();
     for target in &report.targets {
@@ -279,6 +280,10 @@ fn failure_details(report: &Report) -> String {
         // A check's failure that no failure above says, and why a check was inconclusive.
         for line in check_view::terminal_details(target) {
             block.push_str(&format!("  {line}\n"));
+        }
+        // What the manifests dropped: left in place, pruned or kept, one line each.
+        for dropped in &target.dropped {
+            block.push_str(&format!("  {}\n", dropped.line()));
         }
         if !block.is_empty() {
             out.push_str(&format!("{}:\n{block}", target.name));

@@ -372,7 +372,7 @@ async fn the_offline_plan_compares_two_commits_and_names_what_is_dropped() {
         "  + ConfigMap shop/fresh",
         "  ~ Deployment shop/web",
         "  = unchanged: ConfigMap shop/web-config",
-        "  - ConfigMap shop/legacy: no longer in the manifests; left in place (rollguard never prunes)",
+        "  - ConfigMap shop/legacy: no longer in the manifests; left in place (`prune: true` or `--prune`",
     ] {
         assert!(run.stdout.contains(want), "{want:?}:\n{}", run.output());
     }

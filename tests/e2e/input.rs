@@ -82,6 +82,7 @@ async fn schema_prints_json() {
             "on_failure",
             "pipeline",
             "preflight",
+            "prune",
             "render",
             "render_hooks",
             "rollback",

@@ -21,6 +21,7 @@ mod manual_plan;
 mod messages;
 mod preflight;
 mod prometheus;
+mod prune;
 mod pulls;
 mod real;
 mod release;
