@@ -14,6 +14,7 @@ pub mod plan;
 pub mod policy;
 pub mod preflight;
 pub mod reapply;
+pub mod saved_plan;
 pub mod scripts;
 pub mod target_run;
 pub mod wave_gate;

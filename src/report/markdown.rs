@@ -373,6 +373,10 @@ fn head(report: &Report) -> String {
     ));
     out.push_str(&facts.join(" · "));
     out.push_str("\n\n");
+    // `deploy --plan`: ties the deploy to the plan comment a reviewer approved.
+    if let Some(saved) = &report.saved_plan {
+        let _ = writeln!(out, "{}\n", text(&saved.line()));
+    }
     out
 }
 
@@ -722,6 +726,12 @@ pub fn plan_to_markdown(plan: &Clean<ChangePlan>, limit: usize) -> String {
         head.push_str("\n\n");
     }
     head.push_str(&format!("**{}**\n\n", text(&plan.summary)));
+    if let Some(digest) = &plan.saved_as {
+        head.push_str(&format!(
+            "Saved as plan `{}`: `rollguard deploy --plan` applies exactly this, or nothing.\n\n",
+            code(digest)
+        ));
+    }
     head.push_str("| target | create | update | unchanged | left in place | status |\n|---|---:|---:|---:|---:|---|\n");
     for t in &plan.targets {
         let status = match t.status {
