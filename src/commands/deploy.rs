@@ -118,6 +118,7 @@ pub fn read_plan(
         force: args.force,
         cli_kubeconfig: config.kubeconfig.clone(),
         wave: args.wave,
+        saved_plan: None,
     };
     Ok(Plan::new(config, manifests, commit, options, env))
 }
