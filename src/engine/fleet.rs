@@ -326,6 +326,7 @@ async fn moved_since_plan(
         plan.manifests_for(name),
         resolution,
         &default_namespace,
+        &crate::kube::apply::field_manager(&plan.config.app),
         tokio::time::Instant::now() + plan.config.wait.timeout,
         crate::kube::apply::MAX_IN_FLIGHT,
         cancel,

@@ -228,30 +228,30 @@ async fn a_plan_of_another_app_an_old_one_or_another_version_is_refused() {
     diff_out(&env).await;
     let saved = plan_file(&env);
     let before = writes(&env, 1);
-    let edited = |edit: &dyn Fn(&mut Value)| {
+    let edited = |name: &str, edit: &dyn Fn(&mut Value)| {
         let mut plan = saved.clone();
         edit(&mut plan);
-        env.write("edited.json", &plan.to_string());
-        env.path("edited.json").display().to_string()
+        env.write(name, &plan.to_string());
+        env.path(name).display().to_string()
     };
     let cases: Vec<(String, Vec<&str>, &str)> = vec![
         (
-            edited(&|p| p["app"] = json!("cart")),
+            edited("app.json", &|p| p["app"] = json!("cart")),
             vec![],
             "the plan is for app cart, this config deploys app shop",
         ),
         (
-            edited(&|p| p["made_at"] = json!("2020-01-01T00:00:00Z")),
+            edited("old.json", &|p| p["made_at"] = json!("2020-01-01T00:00:00Z")),
             vec![],
             "more than --plan-max-age 24h",
         ),
         (
-            edited(&|p| p["version"] = json!(2)),
+            edited("v2.json", &|p| p["version"] = json!(2)),
             vec![],
             "has version 2; this rollguard reads version 1 only",
         ),
         (
-            edited(&|p| p["targets"][0]["name"] = json!("mars")),
+            edited("mars.json", &|p| p["targets"][0]["name"] = json!("mars")),
             vec![],
             "the plan has no part for target eu: it was made for mars",
         ),

@@ -20,13 +20,18 @@ pub async fn objects_now(
     set: &ManifestSet,
     resolution: &Resolution,
     default_namespace: &str,
+    field_manager: &str,
     deadline: Instant,
     max_in_flight: usize,
     cancel: &CancellationToken,
 ) -> Vec<NowObject> {
     let budget = RetryBudget::until(deadline);
     let reads = set.objects.iter().map(|obj| {
-        object_now(client, obj, resolution, default_namespace, &budget, cancel)
+        let at = Place {
+            default_namespace,
+            field_manager,
+        };
+        object_now(client, obj, resolution, at, &budget, cancel)
     });
     futures::stream::iter(reads)
         .buffered(max_in_flight.max(1))
@@ -34,11 +39,18 @@ pub async fn objects_now(
         .await
 }
 
+/// Where the deploy applies: the namespace of objects that name none, as whom.
+#[derive(Clone, Copy)]
+struct Place<'a> {
+    default_namespace: &'a str,
+    field_manager: &'a str,
+}
+
 async fn object_now(
     client: &Client,
     obj: &ManifestObject,
     resolution: &Resolution,
-    default_namespace: &str,
+    at: Place<'_>,
     budget: &RetryBudget,
     cancel: &CancellationToken,
 ) -> NowObject {
@@ -47,7 +59,7 @@ async fn object_now(
         || !is_cluster_scoped_kind(obj.group(), &obj.kind),
         |r| r.namespaced,
     );
-    let namespace = effective_namespace(obj, namespaced, default_namespace);
+    let namespace = effective_namespace(obj, namespaced, at.default_namespace);
     let object = match &namespace {
         Some(ns) => format!("{} {ns}/{}", obj.kind, obj.name),
         None => format!("{} {}", obj.kind, obj.name),
@@ -64,7 +76,7 @@ async fn object_now(
                     let live = serde_json::to_value(found).unwrap_or(Value::Null);
                     LiveNow::Present {
                         identity: live_identity(&live),
-                        manager: newest_manager(&live),
+                        manager: newest_manager(&live, at.field_manager),
                     }
                 }
                 Err(RetryError::Cancelled) => LiveNow::Unreadable("cancelled".into()),

@@ -289,10 +289,19 @@ fn live_moved(object: &str, saw: Option<&LiveIdentity>, now: &LiveNow) -> Option
 }
 
 /// The field manager of a live object's newest managedFields entry (by its `time`; the
-/// last listed among equal times).
-pub fn newest_manager(live: &Value) -> Option<String> {
+/// last listed among equal times, `ours` last: entries' times are whole seconds and the
+/// deploy's own apply did not move the object since the plan). A controller's status
+/// write, which follows most edits, is passed over for the edit itself when there is one.
+pub fn newest_manager(live: &Value, ours: &str) -> Option<String> {
     let entries = live.pointer("/metadata/managedFields")?.as_array()?;
-    let mut best: Option<(Option<Timestamp>, &str)> = None;
+    let is_status = |e: &&Value| e.get("subresource").and_then(Value::as_str) == Some("status");
+    let spec: Vec<&Value> = entries.iter().filter(|e| !is_status(e)).collect();
+    let entries = if spec.is_empty() {
+        entries.iter().collect()
+    } else {
+        spec
+    };
+    let mut best: Option<((Option<Timestamp>, bool), &str)> = None;
     for entry in entries {
         let Some(manager) = entry.get("manager").and_then(Value::as_str) else {
             continue;
@@ -301,8 +310,9 @@ pub fn newest_manager(live: &Value) -> Option<String> {
             .get("time")
             .and_then(Value::as_str)
             .and_then(|t| t.parse::<Timestamp>().ok());
-        if best.as_ref().is_none_or(|(b, _)| time >= *b) {
-            best = Some((time, manager));
+        let key = (time, manager != ours);
+        if best.as_ref().is_none_or(|(b, _)| key >= *b) {
+            best = Some((key, manager));
         }
     }
     best.map(|(_, m)| m.to_string())
@@ -542,6 +552,33 @@ mod tests {
             ),
             (
                 json!({"metadata": {"managedFields": [
+                    entry("kubectl-edit", "2026-12-01T10:05:00Z"),
+                    {"manager": "kube-controller-manager", "subresource": "status", "time": "2026-12-01T10:05:01Z"},
+                ]}}),
+                Some("kubectl-edit"),
+            ),
+            (
+                json!({"metadata": {"managedFields": [
+                    {"manager": "kube-controller-manager", "subresource": "status", "time": "2026-12-01T10:05:01Z"},
+                ]}}),
+                Some("kube-controller-manager"),
+            ),
+            (
+                json!({"metadata": {"managedFields": [
+                    entry("kubectl-edit", "2026-12-01T10:00:00Z"),
+                    entry("rollguard-shop", "2026-12-01T10:00:00Z"),
+                ]}}),
+                Some("kubectl-edit"),
+            ),
+            (
+                json!({"metadata": {"managedFields": [
+                    entry("rollguard-shop", "2026-12-01T10:00:01Z"),
+                    entry("kubectl-edit", "2026-12-01T10:00:00Z"),
+                ]}}),
+                Some("rollguard-shop"),
+            ),
+            (
+                json!({"metadata": {"managedFields": [
                     entry("a", "2026-12-01T10:00:00Z"),
                     entry("b", "2026-12-01T10:00:00Z"),
                 ]}}),
@@ -556,7 +593,7 @@ mod tests {
             ),
         ];
         for (live, want) in cases {
-            assert_eq!(newest_manager(&live).as_deref(), want, "{live}");
+            assert_eq!(newest_manager(&live, "rollguard-shop").as_deref(), want, "{live}");
         }
     }
 }
