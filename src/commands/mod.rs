@@ -4,10 +4,10 @@ pub mod check;
 #[cfg(feature = "demo")]
 pub mod demo;
 pub mod deploy;
-pub mod saved_plan;
 pub mod diff;
 pub mod manual_report;
 pub mod release;
+pub mod saved_plan;
 pub mod shards;
 pub mod status;
 

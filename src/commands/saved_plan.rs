@@ -78,7 +78,12 @@ pub fn attach(args: &DeployArgs, mut plan: Plan) -> Result<Plan, Error> {
         app: &plan.config.app,
         config_digest: &digest_now,
         config_path: &config_shown,
-        targets: plan.config.targets.iter().map(|t| t.name.as_str()).collect(),
+        targets: plan
+            .config
+            .targets
+            .iter()
+            .map(|t| t.name.as_str())
+            .collect(),
         now: jiff::Timestamp::now(),
         max_age: args.saved.plan_max_age.unwrap_or(DEFAULT_MAX_AGE),
     };

@@ -82,9 +82,7 @@ pub async fn run_targets_checked(
         }
         // With a saved plan, its check is the preflight (`deploy --plan`).
         if let Some(saved) = plan.options.saved_plan.clone() {
-            if check_saved_plan(&plan, &saved, &mut checked, &mut locks, &cancel, &progress)
-                .await
-            {
+            if check_saved_plan(&plan, &saved, &mut checked, &mut locks, &cancel, &progress).await {
                 return checked;
             }
         } else if plan.config.preflight
@@ -263,7 +261,12 @@ async fn check_saved_plan(
     let views: Vec<(&str, Vec<String>)> = runs
         .iter()
         .zip(&found)
-        .map(|(r, f)| (r.target.name.as_str(), f.iter().map(|m| m.to_string()).collect()))
+        .map(|(r, f)| {
+            (
+                r.target.name.as_str(),
+                f.iter().map(|m| m.to_string()).collect(),
+            )
+        })
         .collect();
     let hint = if saved.replan {
         "the re-plan was not confirmed: pass --yes to apply it"
@@ -307,7 +310,8 @@ async fn moved_since_plan(
     run: &TargetRun,
     cancel: &CancellationToken,
 ) -> Vec<ObjectMoved> {
-    use crate::engine::saved_plan::{check::objects_now, verify::objects_moved};
+    use crate::engine::saved_plan::check::{Place, objects_now};
+    use crate::engine::saved_plan::verify::objects_moved;
     let (Some(access), Some(resolution)) = (run.access.as_ref(), run.resolution()) else {
         return Vec::new();
     };
@@ -325,8 +329,10 @@ async fn moved_since_plan(
         &access.client,
         plan.manifests_for(name),
         resolution,
-        &default_namespace,
-        &crate::kube::apply::field_manager(&plan.config.app),
+        Place {
+            default_namespace: &default_namespace,
+            field_manager: &crate::kube::apply::field_manager(&plan.config.app),
+        },
         tokio::time::Instant::now() + plan.config.wait.timeout,
         crate::kube::apply::MAX_IN_FLIGHT,
         cancel,

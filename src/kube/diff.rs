@@ -236,11 +236,10 @@ pub async fn diff_resolved(
     for obj in &set.objects {
         pending.push(diff_one(client, obj, resolution, options, &budget, cancel));
     }
-    let results: Vec<Result<(Change, SeenObject), ObjectFailure>> =
-        futures::stream::iter(pending)
-            .buffered(options.max_in_flight.max(1))
-            .collect()
-            .await;
+    let results: Vec<Result<(Change, SeenObject), ObjectFailure>> = futures::stream::iter(pending)
+        .buffered(options.max_in_flight.max(1))
+        .collect()
+        .await;
     out.cancelled = cancel.is_cancelled();
     for r in results {
         match r {

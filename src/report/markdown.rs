@@ -1578,7 +1578,9 @@ mod tests {
             ),
             (
                 used(true, vec![]),
-                format!("re-planned: plan {digest} made at 2027-01-15 07:00:00 UTC on PR #42 no longer held"),
+                format!(
+                    "re-planned: plan {digest} made at 2027-01-15 07:00:00 UTC on PR #42 no longer held"
+                ),
             ),
             (
                 used(false, vec!["Deployment shop/web changed".into()]),
@@ -1590,7 +1592,7 @@ mod tests {
             let md = to_markdown(&Clean::new(&r), &options(COMMENT_LIMIT));
             // `#42` is escaped in markdown (no autolink from a value rollguard was given).
             assert!(md.contains(&text(&line)), "{line}\n{md}");
-            let table = crate::report::to_table(&Clean::new(&r), false, Some(120));
+            let table = crate::report::terminal::to_table(&Clean::new(&r), false, Some(120));
             assert!(table.contains(&line), "{line}\n{table}");
         }
         r.saved_plan = Some(used(false, vec!["x".into()]));

@@ -15,7 +15,10 @@ async fn diff_out(env: &TestEnv) -> (Run, String) {
         .stderr
         .split_whitespace()
         .find(|w| w.starts_with("sha256:"))
-        .map(|w| w.trim_end_matches(|c: char| !c.is_ascii_hexdigit()).to_string())
+        .map(|w| {
+            w.trim_end_matches(|c: char| !c.is_ascii_hexdigit())
+                .to_string()
+        })
         .unwrap_or_else(|| panic!("no digest printed:\n{}", run.output()));
     assert!(
         run.stdout.contains(&format!("saved as plan {digest}")),
@@ -38,7 +41,9 @@ fn object_of<'a>(saved: &'a Value, i: usize, name: &str) -> &'a Value {
 }
 
 fn writes(env: &TestEnv, clusters: usize) -> Vec<u64> {
-    (1..=clusters).map(|n| env.writes_besides_locks(n)).collect()
+    (1..=clusters)
+        .map(|n| env.writes_besides_locks(n))
+        .collect()
 }
 
 /// Whether every field of `want` is in `got` with the same value (the plan holds the body
@@ -79,10 +84,16 @@ async fn stored(env: &TestEnv, cluster: usize, object: &Value) -> Value {
 async fn v1_deployed_then_v2(clusters: usize, extra: &str) -> TestEnv {
     let env = TestEnv::start(clusters, "").await;
     env.write("rollguard.yaml", &config(clusters, "60s"));
-    env.write("k8s/app.yaml", &format!("{extra}{}", small_app("example.com/web:v1")));
+    env.write(
+        "k8s/app.yaml",
+        &format!("{extra}{}", small_app("example.com/web:v1")),
+    );
     let first = env.deploy(&[]).await;
     assert_eq!(first.code, 0, "{}", first.output());
-    env.write("k8s/app.yaml", &format!("{extra}{}", small_app("example.com/web:v2")));
+    env.write(
+        "k8s/app.yaml",
+        &format!("{extra}{}", small_app("example.com/web:v2")),
+    );
     env
 }
 
@@ -113,10 +124,15 @@ async fn a_plan_nothing_moved_since_is_applied_byte_for_byte() {
         .await;
     assert_eq!(run.code, 0, "{}", run.output());
     let report = run.report.as_ref().expect("a report");
-    assert_eq!(report["saved_plan"]["digest"], digest.as_str(), "{report:#}");
+    assert_eq!(
+        report["saved_plan"]["digest"],
+        digest.as_str(),
+        "{report:#}"
+    );
     assert_eq!(report["saved_plan"]["replanned"], false);
     assert!(
-        run.stdout.contains(&format!("applied plan {digest} made at ")),
+        run.stdout
+            .contains(&format!("applied plan {digest} made at ")),
         "{}",
         run.output()
     );
@@ -138,7 +154,12 @@ async fn an_object_another_manager_moved_refuses_the_plan_with_no_write_then_rep
     let plan = env.path("plan.json").display().to_string();
     let run = env.deploy(&["--plan", &plan]).await;
     assert_eq!(run.code, 2, "{}", run.output());
-    assert_eq!(writes(&env, 3), before, "no write anywhere: {}", run.output());
+    assert_eq!(
+        writes(&env, 3),
+        before,
+        "no write anywhere: {}",
+        run.output()
+    );
     let message = run.target("us")["message"].as_str().unwrap_or_default();
     assert!(
         message.contains("Deployment shop/web changed since the plan: resourceVersion ")
@@ -146,7 +167,10 @@ async fn an_object_another_manager_moved_refuses_the_plan_with_no_write_then_rep
         "{}",
         run.output()
     );
-    assert_eq!(run.target("us")["failures"][0]["object"], "Deployment shop/web");
+    assert_eq!(
+        run.target("us")["failures"][0]["object"],
+        "Deployment shop/web"
+    );
     for other in ["eu", "ap"] {
         assert_eq!(run.outcome(other), "skipped", "{}", run.output());
     }
@@ -167,7 +191,11 @@ async fn an_object_another_manager_moved_refuses_the_plan_with_no_write_then_rep
     );
     let report = replanned.report.as_ref().unwrap();
     assert_eq!(report["saved_plan"]["replanned"], true, "{report:#}");
-    assert!(replanned.stdout.contains("re-planned"), "{}", replanned.output());
+    assert!(
+        replanned.stdout.contains("re-planned"),
+        "{}",
+        replanned.output()
+    );
     for target in ["eu", "us", "ap"] {
         assert_eq!(replanned.outcome(target), "deployed");
     }
@@ -241,7 +269,9 @@ async fn a_plan_of_another_app_an_old_one_or_another_version_is_refused() {
             "the plan is for app cart, this config deploys app shop",
         ),
         (
-            edited("old.json", &|p| p["made_at"] = json!("2020-01-01T00:00:00Z")),
+            edited("old.json", &|p| {
+                p["made_at"] = json!("2020-01-01T00:00:00Z")
+            }),
             vec![],
             "more than --plan-max-age 24h",
         ),
@@ -268,7 +298,11 @@ async fn a_plan_of_another_app_an_old_one_or_another_version_is_refused() {
     let plan = env.path("plan.json").display().to_string();
     let old = env.deploy(&["--plan", &plan, "--plan-max-age", "1s"]).await;
     assert_eq!(old.code, 2, "{}", old.output());
-    assert!(old.stderr.contains("more than --plan-max-age 1s"), "{}", old.output());
+    assert!(
+        old.stderr.contains("more than --plan-max-age 1s"),
+        "{}",
+        old.output()
+    );
     assert_eq!(writes(&env, 1), before);
 }
 

@@ -19,20 +19,16 @@ pub async fn objects_now(
     client: &Client,
     set: &ManifestSet,
     resolution: &Resolution,
-    default_namespace: &str,
-    field_manager: &str,
+    at: Place<'_>,
     deadline: Instant,
     max_in_flight: usize,
     cancel: &CancellationToken,
 ) -> Vec<NowObject> {
     let budget = RetryBudget::until(deadline);
-    let reads = set.objects.iter().map(|obj| {
-        let at = Place {
-            default_namespace,
-            field_manager,
-        };
-        object_now(client, obj, resolution, at, &budget, cancel)
-    });
+    let reads = set
+        .objects
+        .iter()
+        .map(|obj| object_now(client, obj, resolution, at, &budget, cancel));
     futures::stream::iter(reads)
         .buffered(max_in_flight.max(1))
         .collect()
@@ -40,10 +36,10 @@ pub async fn objects_now(
 }
 
 /// Where the deploy applies: the namespace of objects that name none, as whom.
-#[derive(Clone, Copy)]
-struct Place<'a> {
-    default_namespace: &'a str,
-    field_manager: &'a str,
+#[derive(Debug, Clone, Copy)]
+pub struct Place<'a> {
+    pub default_namespace: &'a str,
+    pub field_manager: &'a str,
 }
 
 async fn object_now(

@@ -88,6 +88,10 @@ mod tests {
             stop.moved[0].1,
             "not deployed: the plan no longer holds: Deployment shop/web changed (and 1 more); nothing was written anywhere: make the plan again"
         );
-        assert!(stop.others.contains("no longer holds on us, ap;"), "{}", stop.others);
+        assert!(
+            stop.others.contains("no longer holds on us, ap;"),
+            "{}",
+            stop.others
+        );
     }
 }

@@ -156,7 +156,10 @@ impl SavedPlan {
         let canonical = serde_json::to_value(self)
             .map(|v| v.to_string())
             .unwrap_or_default();
-        format!("sha256:{}", hex::encode(Sha256::digest(canonical.as_bytes())))
+        format!(
+            "sha256:{}",
+            hex::encode(Sha256::digest(canonical.as_bytes()))
+        )
     }
 
     /// The file's text (pretty JSON).

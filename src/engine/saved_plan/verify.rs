@@ -28,9 +28,13 @@ const CLOCK_SKEW: Duration = Duration::from_secs(300);
 /// Why a plan is not this run's plan.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NotThisRun {
-    #[error("the plan is for app {plan}, this config deploys app {now}: use the plan made for {now}")]
+    #[error(
+        "the plan is for app {plan}, this config deploys app {now}: use the plan made for {now}"
+    )]
     OtherApp { plan: String, now: String },
-    #[error("the plan was made with another config (plan {plan}, {path} is {now}): make the plan again with this config (`rollguard diff --out`)")]
+    #[error(
+        "the plan was made with another config (plan {plan}, {path} is {now}): make the plan again with this config (`rollguard diff --out`)"
+    )]
     OtherConfig {
         plan: String,
         now: String,
@@ -47,7 +51,9 @@ pub enum NotThisRun {
         age: Duration,
         max_age: Duration,
     },
-    #[error("the plan says it was made at {made_at}, after now ({now}): it was edited, or this machine's clock is wrong")]
+    #[error(
+        "the plan says it was made at {made_at}, after now ({now}): it was edited, or this machine's clock is wrong"
+    )]
     FromTheFuture { made_at: Timestamp, now: Timestamp },
 }
 
@@ -132,7 +138,10 @@ pub fn manifests_moved(plan: &[PlannedManifest], now: &[PlannedManifest]) -> Vec
             }),
         }
     }
-    for p in plan.iter().filter(|p| !now.iter().any(|n| n.object == p.object)) {
+    for p in plan
+        .iter()
+        .filter(|p| !now.iter().any(|n| n.object == p.object))
+    {
         found.push(ManifestMoved::Removed {
             object: p.object.clone(),
             origin: p.origin.clone(),
@@ -240,7 +249,10 @@ pub fn objects_moved(plan: &[PlannedObject], now: &[NowObject]) -> Vec<ObjectMov
         }
         found.extend(live_moved(&n.object, p.live.as_ref(), &n.live));
     }
-    for p in plan.iter().filter(|p| !now.iter().any(|n| n.object == p.object)) {
+    for p in plan
+        .iter()
+        .filter(|p| !now.iter().any(|n| n.object == p.object))
+    {
         found.push(ObjectMoved::NoLongerDeclared {
             object: p.object.clone(),
         });
@@ -379,12 +391,18 @@ mod tests {
                 run("shop", "sha256:c1", vec!["eu"], "2026-12-02T10:00:01Z"),
                 vec!["more than --plan-max-age"],
             ),
-            (run("shop", "sha256:c1", vec!["eu"], "2026-12-02T10:00:00Z"), vec![]),
+            (
+                run("shop", "sha256:c1", vec!["eu"], "2026-12-02T10:00:00Z"),
+                vec![],
+            ),
             (
                 run("shop", "sha256:c1", vec!["eu"], "2026-12-01T09:00:00Z"),
                 vec!["after now"],
             ),
-            (run("shop", "sha256:c1", vec!["eu"], "2026-12-01T09:58:00Z"), vec![]),
+            (
+                run("shop", "sha256:c1", vec!["eu"], "2026-12-01T09:58:00Z"),
+                vec![],
+            ),
         ];
         for (run, want) in cases {
             let got: Vec<String> = not_this_run(&plan(), &run)
@@ -408,11 +426,17 @@ mod tests {
 
     #[test]
     fn manifests_are_compared_by_object_and_digest() {
-        let planned = vec![manifest("ConfigMap a", "1"), manifest("Deployment web", "2")];
+        let planned = vec![
+            manifest("ConfigMap a", "1"),
+            manifest("Deployment web", "2"),
+        ];
         let cases: Vec<(Vec<PlannedManifest>, Vec<&str>)> = vec![
             (planned.clone(), vec![]),
             (
-                vec![manifest("ConfigMap a", "1"), manifest("Deployment web", "3")],
+                vec![
+                    manifest("ConfigMap a", "1"),
+                    manifest("Deployment web", "3"),
+                ],
                 vec!["Deployment web (k8s/app.yaml:1) changed since the plan"],
             ),
             (
@@ -484,7 +508,11 @@ mod tests {
         let seen = vec![planned(WEB, "b1", Some(identity("u1", "4411")))];
         let fresh = vec![planned(WEB, "b1", None)];
         let cases: Vec<(&Vec<PlannedObject>, Vec<NowObject>, Vec<&str>)> = vec![
-            (&seen, vec![now(WEB, "b1", present("u1", "4411", "x"))], vec![]),
+            (
+                &seen,
+                vec![now(WEB, "b1", present("u1", "4411", "x"))],
+                vec![],
+            ),
             (&fresh, vec![now(WEB, "b1", LiveNow::Absent)], vec![]),
             (
                 &seen,
@@ -521,7 +549,10 @@ mod tests {
             (
                 &seen,
                 vec![now("ConfigMap shop/x", "c", LiveNow::Absent)],
-                vec!["ConfigMap shop/x (k8s/app.yaml:8) is not in the plan", "Deployment shop/web is in the plan but no longer"],
+                vec![
+                    "ConfigMap shop/x (k8s/app.yaml:8) is not in the plan",
+                    "Deployment shop/web is in the plan but no longer",
+                ],
             ),
         ];
         for (plan, now, want) in cases {
@@ -593,7 +624,11 @@ mod tests {
             ),
         ];
         for (live, want) in cases {
-            assert_eq!(newest_manager(&live, "rollguard-shop").as_deref(), want, "{live}");
+            assert_eq!(
+                newest_manager(&live, "rollguard-shop").as_deref(),
+                want,
+                "{live}"
+            );
         }
     }
 }
