@@ -204,7 +204,24 @@ async fn an_object_another_manager_moved_refuses_the_plan_with_no_write_then_rep
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_manifest_edited_since_the_plan_is_refused_naming_its_file() {
     let env = v1_deployed_then_v2(1, "").await;
-    diff_out(&env).await;
+    // `deploy --dry-run --out` saves the same plan as `diff --out`; without --dry-run,
+    // --out is refused.
+    let out = env.path("plan.json").display().to_string();
+    let dry = env.deploy(&["--dry-run", "--out", &out]).await;
+    assert_eq!(dry.code, 0, "{}", dry.output());
+    assert!(
+        dry.stdout.contains("saved as plan sha256:"),
+        "{}",
+        dry.output()
+    );
+    assert_eq!(plan_file(&env)["version"], 1);
+    let refused = env.deploy(&["--out", &out]).await;
+    assert_eq!(refused.code, 2, "{}", refused.output());
+    assert!(
+        refused.stderr.contains("add --dry-run"),
+        "{}",
+        refused.output()
+    );
     env.write("k8s/app.yaml", &small_app("example.com/web:v3"));
     let before = writes(&env, 1);
     let run = env
