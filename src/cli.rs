@@ -163,6 +163,8 @@ pub struct DeployArgs {
     #[command(flatten)]
     pub plan_output: PlanOutput,
     #[command(flatten)]
+    pub saved: SavedPlanArgs,
+    #[command(flatten)]
     pub github: GithubArgs,
 }
 
@@ -204,6 +206,29 @@ pub struct PlanOutput {
     /// Name the unchanged objects of each target, not only count them.
     #[arg(short = 'v', long)]
     pub verbose: bool,
+    /// Save the plan to this file for `deploy --plan` (docs/plan-file-schema.json; Secrets
+    /// by digest only, safe as a CI artifact); its digest is printed.
+    #[arg(long, value_name = "PATH")]
+    pub out: Option<PathBuf>,
+}
+
+/// `deploy --plan`: apply a saved plan.
+#[derive(Debug, Clone, Args, Default)]
+pub struct SavedPlanArgs {
+    /// Apply this saved plan (`diff --out`) and nothing else: refused, before any write, when
+    /// the manifests or a live object moved since it was made.
+    #[arg(long, value_name = "PATH", conflicts_with = "dry_run")]
+    pub plan: Option<PathBuf>,
+    /// The oldest plan `--plan` applies, e.g. 2h [default: 24h].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration_arg, requires = "plan")]
+    pub plan_max_age: Option<Duration>,
+    /// When the plan no longer holds: show the new diff and apply it once confirmed (--yes,
+    /// or a "y" on a terminal).
+    #[arg(long, requires = "plan")]
+    pub replan: bool,
+    /// Confirm the re-plan of --replan beforehand.
+    #[arg(long, requires = "replan")]
+    pub yes: bool,
 }
 
 /// `rollguard check`.

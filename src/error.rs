@@ -33,7 +33,7 @@ pub mod exit {
         ),
         (
             BAD_INPUT,
-            "bad input, found before anything was written anywhere: the config, a flag, a manifest, a manifest a server refused in the deploy's preflight dry run, a target's kubeconfig, context or credentials file, a revision that does not exist (`show`, `rollback`) or that a rollback refuses, `deploy --wave N` with no commit to check the earlier waves against; `diff --exit-code`: there are changes",
+            "bad input, found before anything was written anywhere: the config, a flag, a manifest, a manifest a server refused in the deploy's preflight dry run, a saved plan that is not this run's or no longer holds (`deploy --plan`), a target's kubeconfig, context or credentials file, a revision that does not exist (`show`, `rollback`) or that a rollback refuses, `deploy --wave N` with no commit to check the earlier waves against; `diff --exit-code`: there are changes",
         ),
         (
             ROLLBACK_FAILED,
@@ -121,6 +121,13 @@ pub enum Error {
     /// clusters' state, not the input), or the deploy has no commit to check (exit 2).
     #[error(transparent)]
     WaveRefused(#[from] crate::engine::wave_gate::WaveRefused),
+    /// A plan file that cannot be read, made or written (`diff --out`, `deploy --plan`).
+    #[error(transparent)]
+    SavedPlan(#[from] crate::engine::saved_plan::SavedPlanError),
+    /// `deploy --plan`: the plan is not this run's, or the manifests moved since it was
+    /// made; nothing was written anywhere.
+    #[error("deploy --plan {}: refused, nothing was written anywhere:\n{}", path.display(), reasons.iter().map(|r| format!("  - {r}")).collect::<Vec<_>>().join("\n"))]
+    PlanRefused { path: PathBuf, reasons: Vec<String> },
     /// Bad input under `--exit-code`, where 2 says "there are changes": exit 1.
     #[error(transparent)]
     UnderExitCode(Box<Error>),
@@ -148,6 +155,12 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Config(_) | Error::Manifest(_) | Error::Usage(_) => exit::BAD_INPUT,
+            Error::PlanRefused { .. } => exit::BAD_INPUT,
+            Error::SavedPlan(
+                crate::engine::saved_plan::SavedPlanError::Write { .. }
+                | crate::engine::saved_plan::SavedPlanError::Incomplete { .. },
+            ) => exit::FAILED,
+            Error::SavedPlan(_) => exit::BAD_INPUT,
             Error::WriteReport { .. }
             | Error::Demo(_)
             | Error::Git(_)

@@ -118,6 +118,7 @@ fn step_args(dir: &Path, kubeconfig: &Path, report: Option<&Path>) -> DeployArgs
         wave: None,
         shard: None,
         plan_output: Default::default(),
+        saved: Default::default(),
         github: Default::default(),
     }
 }

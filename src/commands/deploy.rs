@@ -119,6 +119,7 @@ pub fn read_plan(
         prune: args.prune || config.prune,
         cli_kubeconfig: config.kubeconfig.clone(),
         wave: args.wave,
+        saved_plan: None,
     };
     Ok(Plan::new(config, manifests, commit, options, env))
 }

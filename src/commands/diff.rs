@@ -43,6 +43,7 @@ fn as_deploy(args: &DiffArgs) -> DeployArgs {
         wave: None,
         shard: args.shard,
         plan_output: args.output.clone(),
+        saved: Default::default(),
         github: args.github.clone(),
     }
 }
@@ -57,6 +58,7 @@ pub async fn plan(args: PlanArgs, env: HashMap<String, String>) -> Result<i32, E
     if !args.offline {
         return diff(args.diff, env).await;
     }
+    crate::commands::saved_plan::refuse_offline_out(args.diff.output.out.as_deref())?;
     let cluster_flags = [
         (
             "--kubeconfig",
@@ -103,7 +105,8 @@ pub async fn dry_run_plan(args: DeployArgs, plan: Plan) -> Result<i32, Error> {
     if cancel.is_cancelled() {
         return Ok(exit::CANCELLED);
     }
-    let change_plan = report.plan.clone().unwrap_or_else(|| {
+    let mut report = report;
+    let mut change_plan = report.plan.clone().unwrap_or_else(|| {
         ChangePlan::new(
             plan.config.app.clone(),
             PlanMode::DryRun,
@@ -111,6 +114,11 @@ pub async fn dry_run_plan(args: DeployArgs, plan: Plan) -> Result<i32, Error> {
             Vec::new(),
         )
     });
+    // `--out`: the plan file first, so that its digest is in what is printed and posted.
+    let saved = crate::commands::saved_plan::save(&args, &plan, &mut change_plan);
+    if let Some(p) = report.plan.as_mut() {
+        p.saved_as = change_plan.saved_as.clone();
+    }
     let lookup = |k: &str| plan.env.get(k).cloned();
     print_plan_with(
         &change_plan,
@@ -128,6 +136,7 @@ pub async fn dry_run_plan(args: DeployArgs, plan: Plan) -> Result<i32, Error> {
     }
     let code = change_plan.exit_code(args.plan_output.exit_code);
     publish_plan(&change_plan, &args, &plan, code).await;
+    saved?;
     Ok(code)
 }
 

@@ -7,6 +7,7 @@ pub mod deploy;
 pub mod diff;
 pub mod manual_report;
 pub mod release;
+pub mod saved_plan;
 pub mod shards;
 pub mod status;
 
@@ -80,6 +81,9 @@ pub async fn run(cli: Cli) -> Result<i32, Error> {
             if let Some(code) = deploy::empty_shard(&args, &plan) {
                 return Ok(code);
             }
+            // `--plan`: refused here, before any cluster is asked, when it is not this
+            // run's plan or the manifests moved.
+            let plan = saved_plan::attach(&args, plan)?;
             // Before anything is written anywhere (GitHub included): `--wave N` follows the
             // waves before it only when they run this commit.
             release::check_earlier_waves(&plan).await?;

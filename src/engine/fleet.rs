@@ -13,6 +13,8 @@ use tracing::Instrument;
 use crate::config::{FailurePolicy, TargetConfig};
 use crate::engine::coordinator::{Entrant, coordinate};
 use crate::engine::plan::Plan;
+use crate::engine::saved_plan::verify::ObjectMoved;
+use crate::engine::saved_plan::{PlanStop, PlanToApply, plan_stop};
 use crate::engine::target_run::{TargetRun, finish, preflight, stop_unlocked};
 use crate::release::lock::{LockError, LockGuard, lock_key, lock_order};
 use crate::release::session::{
@@ -78,7 +80,12 @@ pub async fn run_targets_checked(
             stop_all(&mut checked, locks, refused, &progress).await;
             return checked;
         }
-        if plan.config.preflight
+        // With a saved plan, its check is the preflight (`deploy --plan`).
+        if let Some(saved) = plan.options.saved_plan.clone() {
+            if check_saved_plan(&plan, &saved, &mut checked, &mut locks, &cancel, &progress).await {
+                return checked;
+            }
+        } else if plan.config.preflight
             && preflight_dry_run(&plan, &mut checked, &mut locks, &cancel, &progress).await
         {
             return checked;
@@ -214,6 +221,203 @@ async fn preflight_dry_run(
         finish(run, progress, outcome);
     }
     true
+}
+
+/// The saved plan's check (`deploy --plan`), with every lock held and before the first write
+/// anywhere: on every target that goes on, each object would get the plan's body and its
+/// live object is as the plan saw it. True when it stopped the run (every lock given back,
+/// every target saying why). With `--replan`, a plan that moved is replaced by the
+/// preflight dry run's answers, shown, and applied once confirmed.
+async fn check_saved_plan(
+    plan: &Arc<Plan>,
+    saved: &PlanToApply,
+    runs: &mut [TargetRun],
+    locks: &mut [Result<Option<HeldHistory>, Box<LockRefusal>>],
+    cancel: &CancellationToken,
+    progress: &Progress,
+) -> bool {
+    let asked: Vec<bool> = runs
+        .iter()
+        .zip(locks.iter())
+        .map(|(run, lock)| !run.done && matches!(lock, Ok(Some(_))))
+        .collect();
+    for (run, _) in runs.iter_mut().zip(&asked).filter(|(_, a)| **a) {
+        run.clock.start("plan check");
+        progress.update(&run.target.name, Stage::Preflight);
+    }
+    let checks = runs.iter().zip(&asked).map(|(run, &asked)| async move {
+        if !asked {
+            return Vec::new();
+        }
+        moved_since_plan(plan, saved, run, cancel).await
+    });
+    let found: Vec<Vec<ObjectMoved>> = futures::stream::iter(checks)
+        .buffered(plan.config.concurrency.max(1))
+        .collect()
+        .await;
+    for (run, _) in runs.iter_mut().zip(&asked).filter(|(_, a)| **a) {
+        run.clock.stop();
+    }
+    let views: Vec<(&str, Vec<String>)> = runs
+        .iter()
+        .zip(&found)
+        .map(|(r, f)| {
+            (
+                r.target.name.as_str(),
+                f.iter().map(|m| m.to_string()).collect(),
+            )
+        })
+        .collect();
+    let hint = if saved.replan {
+        "the re-plan was not confirmed: pass --yes to apply it"
+    } else {
+        "make the plan again (`rollguard diff --out`), or pass --replan to see the new diff and apply it"
+    };
+    let Some(stop) = plan_stop(&views, hint) else {
+        return false;
+    };
+    if saved.replan {
+        for (name, moved) in &views {
+            for m in moved {
+                crate::report::redact::print_err(&format!("rollguard: {name}: {m}"));
+            }
+        }
+        if preflight_dry_run(plan, runs, locks, cancel, progress).await {
+            return true;
+        }
+        say_new_plan(plan, runs);
+        if confirm_replan(saved.yes).await {
+            for (run, moved) in runs.iter_mut().zip(&found).filter(|(r, _)| !r.done) {
+                run.replanned = true;
+                if !moved.is_empty() {
+                    run.report.warnings.push(format!(
+                        "re-planned: the plan no longer held ({}); applied the new plan",
+                        moved[0]
+                    ));
+                }
+            }
+            return false;
+        }
+    }
+    stop_for_plan(runs, locks, &stop, found, progress).await;
+    true
+}
+
+/// How one target's objects moved since the plan (empty: the plan holds there).
+async fn moved_since_plan(
+    plan: &Plan,
+    saved: &PlanToApply,
+    run: &TargetRun,
+    cancel: &CancellationToken,
+) -> Vec<ObjectMoved> {
+    use crate::engine::saved_plan::check::{Place, objects_now};
+    use crate::engine::saved_plan::verify::objects_moved;
+    let (Some(access), Some(resolution)) = (run.access.as_ref(), run.resolution()) else {
+        return Vec::new();
+    };
+    let name = &run.target.name;
+    let Some(part) = saved.plan.target(name) else {
+        return vec![ObjectMoved::NotPlanned {
+            object: format!("target {name}"),
+            origin: "the plan has no part for it".into(),
+        }];
+    };
+    let default_namespace = plan
+        .config
+        .default_namespace(&run.target, &access.context_namespace);
+    let now = objects_now(
+        &access.client,
+        plan.manifests_for(name),
+        resolution,
+        Place {
+            default_namespace: &default_namespace,
+            field_manager: &crate::kube::apply::field_manager(&plan.config.app),
+        },
+        tokio::time::Instant::now() + plan.config.wait.timeout,
+        crate::kube::apply::MAX_IN_FLIGHT,
+        cancel,
+    )
+    .instrument(tracing::error_span!("target", target = %name))
+    .await;
+    objects_moved(&part.objects, &now)
+}
+
+/// The re-plan's diff, on stderr (the preflight dry run's answers).
+fn say_new_plan(plan: &Plan, runs: &[TargetRun]) {
+    use crate::report::plan::{ChangePlan, PlanMode, to_text};
+    let targets = runs.iter().filter_map(|r| r.preflight.clone()).collect();
+    let new_plan = ChangePlan::new(
+        plan.config.app.clone(),
+        PlanMode::DryRun,
+        plan.commit.clone(),
+        targets,
+    );
+    let text = to_text(
+        &crate::report::Clean::new(&new_plan),
+        crate::report::diff::DiffStyle::plain(),
+        false,
+    );
+    crate::report::redact::print_err(&format!("rollguard: the new plan:\n{}", text.trim_end()));
+}
+
+/// Whether the re-plan goes on: `--yes`, else a person's "y" on a terminal.
+async fn confirm_replan(yes: bool) -> bool {
+    use std::io::IsTerminal;
+    if yes {
+        return true;
+    }
+    if !std::io::stdin().is_terminal() {
+        crate::report::redact::print_err(
+            "rollguard: --replan without --yes and no terminal to confirm: not applying the new plan",
+        );
+        return false;
+    }
+    let answer = tokio::task::spawn_blocking(|| {
+        eprint!("rollguard: apply the new plan? [y/N] ");
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).map(|_| line)
+    })
+    .await;
+    matches!(answer, Ok(Ok(line)) if matches!(line.trim(), "y" | "Y" | "yes"))
+}
+
+/// Stops every run because the plan no longer holds: every lock given back, each moved
+/// target failed with what moved, every other target skipped naming them.
+async fn stop_for_plan(
+    runs: &mut [TargetRun],
+    locks: &mut [Result<Option<HeldHistory>, Box<LockRefusal>>],
+    stop: &PlanStop,
+    found: Vec<Vec<ObjectMoved>>,
+    progress: &Progress,
+) {
+    for lock in locks.iter_mut() {
+        if let Ok(Some((history, _))) = std::mem::replace(lock, Ok(None)) {
+            history.release().await;
+        }
+    }
+    for (run, moved) in runs.iter_mut().zip(found) {
+        if run.done {
+            continue;
+        }
+        let said = stop.moved.iter().find(|(n, _)| *n == run.target.name);
+        let Some((_, message)) = said else {
+            run.report.message = Some(stop.others.clone());
+            finish(run, progress, TargetOutcome::Skipped);
+            continue;
+        };
+        run.report.message = Some(message.clone());
+        run.plan_moved = moved.iter().map(ToString::to_string).collect();
+        run.report.failures = moved
+            .iter()
+            .map(|m| Failure {
+                object: m.object().to_string(),
+                reason: "ChangedSincePlan".into(),
+                message: m.to_string(),
+                ..Default::default()
+            })
+            .collect();
+        finish(run, progress, TargetOutcome::Failed);
+    }
 }
 
 type TargetTask = std::pin::Pin<Box<dyn std::future::Future<Output = TargetRun> + Send>>;
@@ -704,9 +908,21 @@ pub async fn deploy(plan: Arc<Plan>, cancel: CancellationToken, progress: Progre
     let mut runs = run_targets(plan.clone(), cancel.clone(), progress.clone()).await;
     let change_plan = plan.options.dry_run.then(|| dry_run_plan(&plan, &mut runs));
     let refused_in_preflight = runs.iter().any(|r| r.refused_in_preflight);
+    let saved_plan = plan
+        .options
+        .saved_plan
+        .as_ref()
+        .map(|saved| crate::report::SavedPlanUse {
+            digest: saved.digest.clone(),
+            made_at: saved.plan.made_at,
+            pr: saved.plan.pr,
+            replanned: runs.iter().any(|r| r.replanned),
+            mismatches: runs.iter().flat_map(|r| r.plan_moved.clone()).collect(),
+        });
     let targets: Vec<TargetReport> = runs.into_iter().map(|r| r.report).collect();
     let mut report = build_report(&plan, targets, started_at);
     report.refused_in_preflight = refused_in_preflight;
+    report.saved_plan = saved_plan;
     if change_plan.is_some() {
         report.plan = change_plan;
         report.refresh();

@@ -16,6 +16,7 @@ pub mod policy;
 pub mod preflight;
 pub mod prune;
 pub mod reapply;
+pub mod saved_plan;
 pub mod scripts;
 pub mod target_run;
 pub mod wave_gate;

@@ -31,6 +31,8 @@ pub struct DeployOptions {
     /// `--wave N`: run wave N only. The config's targets are already those of wave N (the
     /// config refuses a wave no target is in, and a `--target` selection with none in it).
     pub wave: Option<u32>,
+    /// `deploy --plan`: the saved plan to apply; its check replaces the preflight dry run.
+    pub saved_plan: Option<Arc<crate::engine::saved_plan::PlanToApply>>,
 }
 
 /// Encoded record manifests by the target whose own manifests they are (none: the plan's

@@ -56,6 +56,10 @@ pub struct TargetRun {
     pub preflight: Option<crate::report::plan::TargetPlan>,
     /// The server refused an object of the set in the preflight dry run (exit 2).
     pub refused_in_preflight: bool,
+    /// `deploy --plan`: how this target's objects moved since the plan (the run stopped).
+    pub plan_moved: Vec<String>,
+    /// `deploy --plan --replan`: the plan no longer held and the new one was applied.
+    pub replanned: bool,
 }
 
 /// A target on which the deploy changes nothing.
@@ -86,6 +90,8 @@ impl TargetRun {
             rollback_reason: None,
             preflight: None,
             refused_in_preflight: false,
+            plan_moved: Vec::new(),
+            replanned: false,
         }
     }
 

@@ -23,6 +23,7 @@ use crate::manifests::{ManifestObject, ManifestSet, is_cluster_scoped_kind};
 use crate::report::diff::unified;
 use crate::report::plan::{PlannedChange, TargetPlan};
 use crate::report::redact;
+use crate::report::{LiveIdentity, SeenObject};
 
 /// Why a custom resource is listed as created without the server's check.
 pub const CRD_NOT_YET: &str = "CRD not yet on the cluster";
@@ -166,6 +167,8 @@ pub struct DiffOptions {
 #[derive(Debug, Default)]
 pub struct TargetDiff {
     pub changes: Vec<Change>,
+    /// Every object asked about, as a saved plan keeps it.
+    pub seen: Vec<SeenObject>,
     pub failures: Vec<ObjectFailure>,
     pub cancelled: bool,
 }
@@ -233,14 +236,17 @@ pub async fn diff_resolved(
     for obj in &set.objects {
         pending.push(diff_one(client, obj, resolution, options, &budget, cancel));
     }
-    let results: Vec<Result<Change, ObjectFailure>> = futures::stream::iter(pending)
+    let results: Vec<Result<(Change, SeenObject), ObjectFailure>> = futures::stream::iter(pending)
         .buffered(options.max_in_flight.max(1))
         .collect()
         .await;
     out.cancelled = cancel.is_cancelled();
     for r in results {
         match r {
-            Ok(change) => out.changes.push(change),
+            Ok((change, seen)) => {
+                out.changes.push(change);
+                out.seen.push(seen);
+            }
             Err(f) => out.failures.push(f),
         }
     }
@@ -261,6 +267,7 @@ pub async fn plan_resolved(
     let found = diff_resolved(client, set, resolution, options, cancel).await;
     let mut plan = TargetPlan::new(name);
     add_changes(&mut plan, found.changes);
+    plan.seen = found.seen;
     if !found.failures.is_empty() {
         plan.errors = crate::kube::apply::apply_failures(
             &crate::kube::apply::ApplyError::Objects(found.failures),
@@ -284,19 +291,25 @@ async fn diff_one(
     options: &DiffOptions,
     budget: &RetryBudget,
     cancel: &CancellationToken,
-) -> Result<Change, ObjectFailure> {
+) -> Result<(Change, SeenObject), ObjectFailure> {
     let origin = Some(obj.origin.to_string());
     let Some(resolved) = resolution.resolved(obj) else {
         // resolve_set left it unresolved, so a CRD of this set serves it: the server cannot
         // check it before that CRD exists.
         let namespaced = !is_cluster_scoped_kind(obj.group(), &obj.kind);
         let shown = placed_name(obj, namespaced, &options.default_namespace);
-        return Ok(Change::Create(PlannedChange {
-            object: shown,
-            origin,
-            note: Some(CRD_NOT_YET.into()),
-            diff: None,
-        }));
+        let namespace = effective_namespace(obj, namespaced, &options.default_namespace);
+        let body = prepare_body(&obj.body, namespace.as_deref());
+        let seen = seen_object(obj, &shown, namespace, &body, None);
+        return Ok((
+            Change::Create(PlannedChange {
+                object: shown,
+                origin,
+                note: Some(CRD_NOT_YET.into()),
+                diff: None,
+            }),
+            seen,
+        ));
     };
     let namespace = effective_namespace(obj, resolved.namespaced, &options.default_namespace);
     let shown_name = placed_name(obj, resolved.namespaced, &options.default_namespace);
@@ -327,6 +340,13 @@ async fn diff_one(
     }
 
     let body = prepare_body(&obj.body, namespace.as_deref());
+    let seen = seen_object(
+        obj,
+        &shown_name,
+        namespace.clone(),
+        &body,
+        live.as_ref().map(live_identity),
+    );
     let mut params = PatchParams::apply(&options.field_manager);
     params.force = options.force;
     params.dry_run = true;
@@ -343,14 +363,8 @@ async fn diff_one(
     match answer {
         Ok(would_be) => {
             let would_be = serde_json::to_value(would_be).unwrap_or(Value::Null);
-            Ok(object_change(
-                shown_name,
-                origin,
-                live.as_ref(),
-                &would_be,
-                &body,
-                sides,
-            ))
+            let change = object_change(shown_name, origin, live.as_ref(), &would_be, &body, sides);
+            Ok((change, seen))
         }
         Err(RetryError::Cancelled) => Err(failure("Cancelled", "cancelled".into())),
         Err(RetryError::NotSent) => Err(not_applied(shown_name, obj)),
@@ -359,7 +373,7 @@ async fn diff_one(
             f.object = shown_name.clone();
             if live.is_none() && is_missing_namespace(&f) {
                 // The namespace comes with this deploy: the object would be created in it.
-                return Ok(Change::Create(PlannedChange {
+                let change = Change::Create(PlannedChange {
                     object: shown_name,
                     origin,
                     note: Some(format!(
@@ -367,10 +381,47 @@ async fn diff_one(
                         namespace.unwrap_or_default()
                     )),
                     diff: None,
-                }));
+                });
+                return Ok((change, seen));
             }
             Err(f)
         }
+    }
+}
+
+/// An object as a saved plan keeps it: its body as applied (a Secret's by digest only) and
+/// the live object it was compared with. Pure.
+pub fn seen_object(
+    obj: &ManifestObject,
+    shown: &str,
+    namespace: Option<String>,
+    body: &Value,
+    live: Option<LiveIdentity>,
+) -> SeenObject {
+    SeenObject {
+        object: shown.to_string(),
+        api_version: obj.api_version.clone(),
+        kind: obj.kind.clone(),
+        namespace,
+        name: obj.name.clone(),
+        origin: obj.origin.to_string(),
+        sha256: crate::manifests::body_digest(body),
+        body: (!redact::is_secret(body)).then(|| body.clone()),
+        live,
+    }
+}
+
+/// A live object's uid and resourceVersion (empty when the server gave none).
+pub fn live_identity(live: &Value) -> LiveIdentity {
+    let field = |name: &str| {
+        live.pointer(&format!("/metadata/{name}"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    LiveIdentity {
+        uid: field("uid"),
+        resource_version: field("resourceVersion"),
     }
 }
 

@@ -286,6 +286,15 @@ pub(super) fn duplicates(
     issues
 }
 
+/// `sha256:<hex>` of one body as canonical JSON (keys sorted): a saved plan's digest of
+/// what it would apply.
+pub fn body_digest(body: &serde_json::Value) -> String {
+    format!(
+        "sha256:{}",
+        hex::encode(Sha256::digest(body.to_string().as_bytes()))
+    )
+}
+
 /// `sha256:<hex>` of the bodies in order: equal manifests give equal digests, so a rollback
 /// record and the revision it re-applied share one.
 pub fn digest_bodies<B: std::borrow::Borrow<serde_json::Value>>(bodies: &[B]) -> String {

@@ -28,6 +28,7 @@
 //!   no data, an error), `verdict`, `note`?}, `message`? (why it failed the target)}.
 //! - `plan`? (dry runs): the plan, as `rollguard diff -o json` prints it (`plan_schema`).
 //! - `shard`? (`deploy --shard I/N`): {`index`, `count`, `digest`? (of the manifests)}.
+//! - `saved_plan`? (`deploy --plan`): {`digest`, `made_at`, `pr`?, `replanned`, `mismatches`?[]}.
 
 use super::clean::Clean;
 use super::model::Report;
@@ -240,6 +241,18 @@ pub fn report_schema() -> Value {
                     "index": {"type": "integer", "minimum": 1, "description": "I, from 1"},
                     "count": {"type": "integer", "minimum": 1, "description": "N, the number of shards"},
                     "digest": {"type": "string", "description": "the digest of the manifests deployed, the same in every shard of one deploy"}
+                }
+            },
+            "saved_plan": {
+                "type": "object",
+                "description": "the saved plan a `deploy --plan` ran (docs/plan-file-schema.json); absent without one",
+                "required": ["digest", "made_at", "replanned"],
+                "properties": {
+                    "digest": {"type": "string", "description": "sha256 of the plan file"},
+                    "made_at": time,
+                    "pr": {"type": "integer", "minimum": 1, "description": "the pull request the plan was made on"},
+                    "replanned": {"type": "boolean", "description": "the plan no longer held and --replan applied a new one"},
+                    "mismatches": {"type": "array", "items": {"type": "string"}, "description": "what moved since the plan when it no longer held: nothing was written (exit 2)"}
                 }
             }
         }

@@ -374,6 +374,10 @@ fn head(report: &Report) -> String {
     ));
     out.push_str(&facts.join(" · "));
     out.push_str("\n\n");
+    // `deploy --plan`: ties the deploy to the plan comment a reviewer approved.
+    if let Some(saved) = &report.saved_plan {
+        let _ = writeln!(out, "{}\n", text(&saved.line()));
+    }
     out
 }
 
@@ -724,6 +728,12 @@ pub fn plan_to_markdown(plan: &Clean<ChangePlan>, limit: usize) -> String {
         head.push_str("\n\n");
     }
     head.push_str(&format!("**{}**\n\n", text(&plan.summary)));
+    if let Some(digest) = &plan.saved_as {
+        head.push_str(&format!(
+            "Saved as plan `{}`: `rollguard deploy --plan` applies exactly this, or nothing.\n\n",
+            code(digest)
+        ));
+    }
     head.push_str("| target | create | update | unchanged | left in place | status |\n|---|---:|---:|---:|---:|---|\n");
     for t in &plan.targets {
         let status = match t.status {
@@ -1578,5 +1588,52 @@ mod tests {
             md.contains("**Dropped from the manifests:**\n\n- pruned: ConfigMap shop/legacy, dropped from the manifests in this revision\n"),
             "{md}"
         );
+    }
+
+    #[test]
+    fn a_saved_plan_is_named_by_its_digest_in_the_plan_and_the_deploy_comment() {
+        let digest = format!("sha256:{}", "a".repeat(64));
+        let mut plan = crate::report::plan::tests::sample();
+        let md = plan_to_markdown(&Clean::new(&plan), COMMENT_LIMIT);
+        assert!(!md.contains("Saved as plan"), "{md}");
+        plan.saved_as = Some(digest.clone());
+        let md = plan_to_markdown(&Clean::new(&plan), COMMENT_LIMIT);
+        assert!(md.contains(&format!("Saved as plan `{digest}`")), "{md}");
+
+        let mut r = three_targets();
+        let used = |replanned: bool, mismatches: Vec<String>| SavedPlanUse {
+            digest: digest.clone(),
+            made_at: "2027-01-15T07:00:00Z".parse().unwrap(),
+            pr: Some(42),
+            replanned,
+            mismatches,
+        };
+        // (what the deploy did with the plan, the line every sink says)
+        let cases = [
+            (
+                used(false, vec![]),
+                format!("applied plan {digest} made at 2027-01-15 07:00:00 UTC on PR #42"),
+            ),
+            (
+                used(true, vec![]),
+                format!(
+                    "re-planned: plan {digest} made at 2027-01-15 07:00:00 UTC on PR #42 no longer held"
+                ),
+            ),
+            (
+                used(false, vec!["Deployment shop/web changed".into()]),
+                format!("refused plan {digest} made at 2027-01-15 07:00:00 UTC on PR #42: 1 moved"),
+            ),
+        ];
+        for (saved, line) in cases {
+            r.saved_plan = Some(saved);
+            let md = to_markdown(&Clean::new(&r), &options(COMMENT_LIMIT));
+            // `#42` is escaped in markdown (no autolink from a value rollguard was given).
+            assert!(md.contains(&text(&line)), "{line}\n{md}");
+            let table = crate::report::terminal::to_table(&Clean::new(&r), false, Some(120));
+            assert!(table.contains(&line), "{line}\n{table}");
+        }
+        r.saved_plan = Some(used(false, vec!["x".into()]));
+        assert_eq!(exit_code(&r), 2);
     }
 }

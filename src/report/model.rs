@@ -546,6 +546,48 @@ pub struct Report {
     /// the shards' reports); absent for a whole-fleet run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<ShardInfo>,
+    /// The saved plan a `deploy --plan` ran (absent without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saved_plan: Option<SavedPlanUse>,
+}
+
+/// What a `deploy --plan` did with its plan file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SavedPlanUse {
+    /// `sha256:<hex>` of the plan file.
+    pub digest: String,
+    pub made_at: Timestamp,
+    /// The pull request the plan was made on, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pr: Option<u64>,
+    /// The clusters or manifests moved since the plan and `--replan` went on with a new one.
+    #[serde(default)]
+    pub replanned: bool,
+    /// The plan no longer held and nothing was written (exit 2): what moved.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mismatches: Vec<String>,
+}
+
+impl SavedPlanUse {
+    /// "applied plan sha256:… made at … on PR #N" (or "re-planned: plan … no longer held").
+    pub fn line(&self) -> String {
+        let pr = self.pr.map(|n| format!(" on PR #{n}")).unwrap_or_default();
+        let made = self.made_at.strftime("%Y-%m-%d %H:%M:%S UTC");
+        if !self.mismatches.is_empty() {
+            format!(
+                "refused plan {} made at {made}{pr}: {} moved since the plan, nothing was written",
+                self.digest,
+                self.mismatches.len()
+            )
+        } else if self.replanned {
+            format!(
+                "re-planned: plan {} made at {made}{pr} no longer held, applied the new plan",
+                self.digest
+            )
+        } else {
+            format!("applied plan {} made at {made}{pr}", self.digest)
+        }
+    }
 }
 
 /// Which shard of a `--shard I/N` deploy a report is.
@@ -583,6 +625,7 @@ impl Report {
             plan: None,
             shard: None,
             refused_in_preflight: false,
+            saved_plan: None,
         };
         report.summary = summary_line(&report);
         report
@@ -669,7 +712,11 @@ pub fn exit_code(report: &Report) -> i32 {
     } else {
         from_targets
     };
-    if report.refused_in_preflight && outcome != TargetOutcome::Cancelled {
+    let plan_refused = report
+        .saved_plan
+        .as_ref()
+        .is_some_and(|p| !p.mismatches.is_empty());
+    if (report.refused_in_preflight || plan_refused) && outcome != TargetOutcome::Cancelled {
         return 2;
     }
     match outcome {
@@ -889,6 +936,39 @@ pub struct TargetPlan {
     pub errors: Vec<Failure>,
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// Every manifest object as the dry run saw it, for a saved plan (`diff --out`); not
+    /// part of the plan's JSON.
+    #[serde(skip)]
+    pub seen: Vec<SeenObject>,
+}
+
+/// One manifest object of a dry run, as a saved plan keeps it: the body it would apply
+/// (none for a Secret: its digest only, so no value reaches the model) and the live object
+/// the dry run compared it with.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SeenObject {
+    /// "Deployment shop/web", as the plan names it.
+    pub object: String,
+    pub api_version: String,
+    pub kind: String,
+    /// Where it is applied (None: cluster-scoped).
+    pub namespace: Option<String>,
+    pub name: String,
+    /// "k8s/web.yaml:12".
+    pub origin: String,
+    /// `sha256:<hex>` of the body as applied (canonical JSON).
+    pub sha256: String,
+    /// The body as applied; None for a Secret.
+    pub body: Option<serde_json::Value>,
+    /// The live object the dry run saw; None: it would be created.
+    pub live: Option<LiveIdentity>,
+}
+
+/// A live object's identity and version, as a read of it saw them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveIdentity {
+    pub uid: String,
+    pub resource_version: String,
 }
 
 impl TargetPlan {
@@ -904,6 +984,7 @@ impl TargetPlan {
             prune: Vec::new(),
             errors: Vec::new(),
             warnings: Vec::new(),
+            seen: Vec::new(),
         }
     }
 
@@ -942,6 +1023,9 @@ pub struct ChangePlan {
     /// Targets with at least one change.
     pub targets_changed: usize,
     pub targets: Vec<TargetPlan>,
+    /// `sha256:<hex>` of the plan file this dry run saved (`--out`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saved_as: Option<String>,
 }
 
 impl ChangePlan {
@@ -963,6 +1047,7 @@ impl ChangePlan {
             changes: targets.iter().map(TargetPlan::changes).sum(),
             targets_changed: targets.iter().filter(|t| t.changes() > 0).count(),
             targets,
+            saved_as: None,
         };
         plan.summary = plan_summary_line(&plan);
         plan

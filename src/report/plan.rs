@@ -163,6 +163,9 @@ pub fn to_text(plan: &ChangePlan, style: DiffStyle, verbose: bool) -> String {
     }
     out.push_str(&plan.summary);
     out.push('\n');
+    if let Some(digest) = &plan.saved_as {
+        out.push_str(&format!("saved as plan {digest}\n"));
+    }
     out
 }
 
@@ -246,7 +249,8 @@ pub fn plan_schema() -> Value {
             "summary": {"type": "string"},
             "changes": {"type": "integer", "minimum": 0},
             "targets_changed": {"type": "integer", "minimum": 0},
-            "targets": {"type": "array", "items": target}
+            "targets": {"type": "array", "items": target},
+            "saved_as": {"type": "string", "description": "sha256 of the plan file this dry run saved (`--out`; docs/plan-file-schema.json)"}
         }
     })
 }

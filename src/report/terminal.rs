@@ -117,6 +117,10 @@ pub fn to_table(report: &Clean<Report>, color: bool, columns: Option<usize>) -> 
         out.push_str(&details);
         out.push('\n');
     }
+    if let Some(saved) = &report.saved_plan {
+        out.push_str(&saved.line());
+        out.push('\n');
+    }
     let summary = format!("{}: {}", report.app, report.summary);
     if color {
         out.push_str(&paint(&summary, outcome_color(report.outcome)));

@@ -26,6 +26,7 @@ mod pulls;
 mod real;
 mod release;
 mod runtime_root;
+mod saved_plan;
 mod secrets;
 mod shards;
 mod stages;
