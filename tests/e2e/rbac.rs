@@ -302,7 +302,10 @@ async fn every_call_of_deploy_rollback_diff_and_status_is_in_the_documented_role
     let access = env.cluster(1).access();
     let seen: Vec<String> = access
         .iter()
-        .map(|k| format!("{} {} {:?}", k.verb, k.resource, k.namespace))
+        .map(|k| {
+            let dry_run = if k.dry_run { " (dry run)" } else { "" };
+            format!("{} {} in {:?}{dry_run}", k.verb, k.resource, k.namespace)
+        })
         .collect();
     // The runs did what the doc says needs these rights (else the test proves nothing).
     for want in ["apply", "watch", "get"] {
