@@ -283,7 +283,10 @@ mod tests {
     #[test]
     fn next_steps_fit_80_columns() {
         for line in NEXT_STEPS {
-            assert!(line.trim_start_matches('\n').chars().count() <= 80, "{line}");
+            assert!(
+                line.trim_start_matches('\n').chars().count() <= 80,
+                "{line}"
+            );
         }
         let commands: Vec<&str> = NEXT_STEPS[1..]
             .iter()

@@ -549,7 +549,10 @@ mod tests {
         put("k8s/README.md", "apiVersion in prose");
         put("k8s/values.yaml", "replicas: 2\n");
         put("manifests/app.yaml", "apiVersion: v1\nkind: ConfigMap\n");
-        put("manifests/nested/web.yml", "apiVersion: apps/v1\nkind: Deployment\n");
+        put(
+            "manifests/nested/web.yml",
+            "apiVersion: apps/v1\nkind: Deployment\n",
+        );
         put("manifests/.hidden/x.yaml", "apiVersion: v1\n");
         put("deploy/kustomization.yaml", "resources: [a.yaml]\n");
         put("kubernetes/Chart.yaml", "apiVersion: v2\nname: x\n");

@@ -353,7 +353,10 @@ mod tests {
             ("pod web-5-x: Failed: Error: ErrImagePull", true),
             ("pod web-5-x: Failed: Error: ImagePullBackOff", true),
             // Anything the headline does not say stays.
-            ("pod web-5-x: FailedMount: MountVolume.SetUp failed for volume \"cfg\": configmap \"cfg\" not found", false),
+            (
+                "pod web-5-x: FailedMount: MountVolume.SetUp failed for volume \"cfg\": configmap \"cfg\" not found",
+                false,
+            ),
             ("pod web-5-x: Failed: Error: ErrImageNeverPull", false),
             ("pod web-5-x: Failed: Error: something went wrong", false),
             ("Warning Failed pod/web-7d9f-x: pull 3", false),

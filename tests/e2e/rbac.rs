@@ -225,7 +225,10 @@ fn the_doc_parses_into_roles_and_bindings() {
     let objects = doc_objects();
     let kinds: BTreeSet<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
     for kind in ["ServiceAccount", "Role", "RoleBinding"] {
-        assert!(kinds.contains(kind), "docs/rbac.md has no {kind}: {kinds:?}");
+        assert!(
+            kinds.contains(kind),
+            "docs/rbac.md has no {kind}: {kinds:?}"
+        );
     }
     let grants = doc_grants(&objects);
     assert!(!grants.namespaced.is_empty());
@@ -288,7 +291,12 @@ async fn every_call_of_deploy_rollback_diff_and_status_is_in_the_documented_role
         runs.push(("deploy", env.deploy(&[]).await));
     }
     assert_eq!(runs[0].1.code, 0, "{}", runs[0].1.output());
-    assert_eq!(runs[1].1.outcome("eu"), "rolled-back", "{}", runs[1].1.output());
+    assert_eq!(
+        runs[1].1.outcome("eu"),
+        "rolled-back",
+        "{}",
+        runs[1].1.output()
+    );
     env.write("k8s/app.yaml", &app("example.com/web:v3"));
     runs.push(("deploy", env.deploy(&[]).await));
     runs.push(("rollback", env.command("rollback", &["--yes"]).await));

@@ -228,7 +228,10 @@ impl CounterSet {
 
     /// Every (verb, resource, namespace) requested since the start or the last reset.
     pub fn access(&self) -> BTreeSet<AccessKey> {
-        self.access.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.access
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     pub fn record(&self, verb: &str, resource: &str, dry_run: bool) {
