@@ -489,8 +489,11 @@ fn versioned_app(version: &str) -> String {
             ),
         );
     assert_eq!(
-        versioned.matches(version).count(),
-        1,
+        versioned
+            .matches(&format!("rollguard-e2e/version: {version}"))
+            .count()
+            + versioned.matches("progressDeadlineSeconds").count(),
+        2,
         "small_app changed: fix versioned_app"
     );
     versioned
