@@ -34,6 +34,8 @@ pub enum Command {
     Schema,
     /// Start three simulated clusters and show a deploy, a fast failure and the report.
     Demo(DemoArgs),
+    /// Write a first rollguard.yaml: a target per kubeconfig context, the manifests folder.
+    Init(InitArgs),
     #[command(flatten)]
     Release(ReleaseCommand),
     /// What runs on every target now: revision, commit, lock, health (and --drift).
@@ -93,7 +95,7 @@ impl Command {
             Command::Diff(a) => Some(&a.selection),
             Command::Plan(a) => Some(&a.diff.selection),
             Command::Check(a) => Some(&a.selection),
-            Command::Schema | Command::Demo(_) => None,
+            Command::Schema | Command::Demo(_) | Command::Init(_) => None,
             Command::Report(_) | Command::Conclude(_) => None,
             Command::Release(ReleaseCommand::History(a)) => Some(&a.selection),
             Command::Release(ReleaseCommand::Show(a)) => Some(&a.selection),
@@ -330,6 +332,27 @@ pub struct DemoArgs {
     /// Write the demo's JSON report here.
     #[arg(long, value_name = "PATH")]
     pub report: Option<PathBuf>,
+}
+
+/// `rollguard init`.
+#[derive(Debug, Clone, Args)]
+pub struct InitArgs {
+    /// Where to write the config (its manifest paths are relative to its folder).
+    #[arg(long, value_name = "PATH", default_value = "rollguard.yaml")]
+    pub out: PathBuf,
+    /// The kubeconfig whose contexts become targets [default: $KUBECONFIG, then
+    /// ~/.kube/config].
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Only these contexts (repeatable, or a,b) [default: every context].
+    #[arg(long = "context", value_name = "NAME")]
+    pub contexts: Vec<String>,
+    /// The app's name [default: the folder's name, as a DNS label].
+    #[arg(long, value_name = "NAME")]
+    pub app: Option<String>,
+    /// Replace an existing config.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// The release commands, flattened into the top-level command line.

@@ -185,6 +185,9 @@ pub async fn run(args: DemoArgs) -> Result<i32, Error> {
         eprintln!("JSON report written to {}", path.display());
     }
     sim.shutdown();
+    for line in NEXT_STEPS {
+        eprintln!("{line}");
+    }
 
     let as_expected = first
         .targets
@@ -196,6 +199,15 @@ pub async fn run(args: DemoArgs) -> Result<i32, Error> {
             .any(|t| t.name == "us" && t.outcome != TargetOutcome::Deployed);
     Ok(if as_expected { exit::OK } else { exit::FAILED })
 }
+
+/// What to do after the demo, on one's own manifests and clusters (each line fits 80
+/// columns).
+pub const NEXT_STEPS: [&str; 4] = [
+    "\nNext, on your own manifests and clusters:",
+    "  rollguard init     # a rollguard.yaml from your kubeconfig and manifests",
+    "  rollguard diff     # what a deploy would change on each cluster (no writes)",
+    "  rollguard deploy   # deploy everywhere, watch, roll back on failure",
+];
 
 /// What the demo's times mean: they are real seconds, while the simulated clusters' clocks
 /// run `scale` times faster (pods start, images fail in simulated time).
@@ -220,14 +232,18 @@ pub fn explain(report: &Report, time_scale: f64) -> Vec<String> {
                 .iter()
                 .find(|p| p.name == "wait")
                 .map(|p| p.seconds);
+            // Two lines, each within 80 columns.
             lines.push(format!(
-                "{}: {} caught {} into the rollout ({}; a plain `kubectl rollout status` waits for the 600 s progress deadline)",
+                "{}: {} caught {} into the rollout",
                 t.name,
                 failure.reason,
                 waited
                     .map(|s| format!("{s:.1} s"))
                     .unwrap_or_else(|| "early".into()),
-                time_scale_note(time_scale),
+            ));
+            lines.push(format!(
+                "  ({}; `kubectl rollout status` waits 600 s)",
+                time_scale_note(time_scale)
             ));
         }
     }
@@ -267,6 +283,21 @@ mod tests {
     use crate::report::{Failure, PhaseTiming, TargetReport};
 
     #[test]
+    fn next_steps_fit_80_columns() {
+        for line in NEXT_STEPS {
+            assert!(
+                line.trim_start_matches('\n').chars().count() <= 80,
+                "{line}"
+            );
+        }
+        let commands: Vec<&str> = NEXT_STEPS[1..]
+            .iter()
+            .filter_map(|l| l.split_whitespace().nth(1))
+            .collect();
+        assert_eq!(commands, ["init", "diff", "deploy"]);
+    }
+
+    #[test]
     fn time_scale_said_with_every_time() {
         let cases = [
             (5.0, "simulated time runs 5× faster"),
@@ -293,8 +324,14 @@ mod tests {
         let report = Report::new("shop", None, at, at, vec![us]);
         let lines = explain(&report, 5.0);
         assert_eq!(
-            lines[0],
-            "us: ImagePullBackOff caught 0.5 s into the rollout (simulated time runs 5× faster; a plain `kubectl rollout status` waits for the 600 s progress deadline)"
+            lines[..2],
+            [
+                "us: ImagePullBackOff caught 0.5 s into the rollout",
+                "  (simulated time runs 5× faster; `kubectl rollout status` waits 600 s)"
+            ]
         );
+        for line in &lines {
+            assert!(line.chars().count() <= 80, "{line}");
+        }
     }
 }

@@ -5,6 +5,7 @@ pub mod check;
 pub mod demo;
 pub mod deploy;
 pub mod diff;
+pub mod init;
 pub mod manual_report;
 pub mod release;
 pub mod saved_plan;
@@ -114,6 +115,7 @@ pub async fn run(cli: Cli) -> Result<i32, Error> {
              run the demo with a default build: `cargo run --release -- demo`"
                 .into(),
         )),
+        Command::Init(args) => init::run(args, env).await,
         Command::Release(command) => Ok(release::run(command, env).await),
         Command::Status(args) => Ok(status::run(args, env).await),
         Command::Report(crate::cli::ReportCommand::Merge(args)) => {

@@ -205,6 +205,27 @@ fn read_kubeconfig(
     Ok((config, KubeconfigSource::Files(files)))
 }
 
+/// The kubeconfig a target that names none would use (`--kubeconfig`, `$KUBECONFIG` merged,
+/// `~/.kube/config`), and where it was read from: what `rollguard init` lists the contexts of.
+pub fn read_default_kubeconfig(
+    cli_kubeconfig: Option<&Path>,
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> Result<(Kubeconfig, String), TargetError> {
+    let anonymous = TargetConfig {
+        name: String::new(),
+        context: None,
+        kubeconfig: None,
+        kubeconfig_env: None,
+        namespace: None,
+        environment: None,
+        wave: 0,
+        vars: Default::default(),
+        line: 0,
+    };
+    let (config, source) = read_kubeconfig(&anonymous, cli_kubeconfig, Path::new("."), env)?;
+    Ok((config, describe_source(&source)))
+}
+
 /// The part of `full` that `context` (None: its current-context) needs, renamed to `rename`
 /// when given (with its cluster and user, so that several such parts merge without clashes).
 pub fn single_context(

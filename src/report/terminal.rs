@@ -248,6 +248,23 @@ fn container_log(log: &ContainerLog) -> String {
     out
 }
 
+/// The shortest event text taken for a repeat of the headline (shorter ones may match by
+/// chance).
+const MIN_REPEAT_CHARS: usize = 20;
+
+/// Whether an event (`pod NAME: Reason: message`) only repeats its failure's headline: the
+/// kubelet says a pull error both in the container's status (the headline) and in `Failed`
+/// events (`Failed to pull image "x": <the same error>`, `Error: ErrImagePull`). Said once is
+/// enough; an event that adds anything stays.
+pub(crate) fn repeats_headline(event: &str, headline: &str) -> bool {
+    let message = event.splitn(3, ": ").nth(2).unwrap_or(event);
+    if let Some(reason) = message.strip_prefix("Error: ") {
+        return !reason.contains(' ') && headline.contains(reason);
+    }
+    let core = message.split_once("\": ").map_or(message, |(_, rest)| rest);
+    core.chars().count() >= MIN_REPEAT_CHARS && headline.contains(core)
+}
+
 /// Every failure in full, once: each target's failures (with their Warning events), a failed
 /// rollback's message, a reason the table could only give in short, and what became of the
 /// objects the manifests dropped. One block per target.
@@ -257,8 +274,14 @@ fn failure_details(report: &Report) -> String {
         let mut block = String::new();
         for failure in &target.failures {
             block.push_str(&format!("  {}\n", failure.headline()));
-            let skip = failure.events.len().saturating_sub(EVENTS_SHOWN);
-            for event in &failure.events[skip..] {
+            let headline = failure.headline();
+            let events: Vec<&String> = failure
+                .events
+                .iter()
+                .filter(|e| !repeats_headline(e, &headline))
+                .collect();
+            let skip = events.len().saturating_sub(EVENTS_SHOWN);
+            for event in &events[skip..] {
                 block.push_str(&format!("    event: {event}\n"));
             }
             for log in &failure.logs {
@@ -327,6 +350,31 @@ fn outcome_color(outcome: TargetOutcome) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pull_events_that_repeat_the_headline_are_left_out() {
+        let headline = "Deployment shop/web: pod web-5-x container web: ImagePullBackOff: Back-off pulling image \"a:v2\": ErrImagePull: rpc error: code = NotFound desc = a:v2: not found (cannot succeed: the image or tag does not exist)";
+        let cases = [
+            (
+                "pod web-5-x: Failed: Failed to pull image \"a:v2\": rpc error: code = NotFound desc = a:v2: not found",
+                true,
+            ),
+            ("pod web-5-x: Failed: Error: ErrImagePull", true),
+            ("pod web-5-x: Failed: Error: ImagePullBackOff", true),
+            // Anything the headline does not say stays.
+            (
+                "pod web-5-x: FailedMount: MountVolume.SetUp failed for volume \"cfg\": configmap \"cfg\" not found",
+                false,
+            ),
+            ("pod web-5-x: Failed: Error: ErrImageNeverPull", false),
+            ("pod web-5-x: Failed: Error: something went wrong", false),
+            ("Warning Failed pod/web-7d9f-x: pull 3", false),
+            ("pod web-5-x: Failed: not found", false),
+        ];
+        for (event, repeats) in cases {
+            assert_eq!(repeats_headline(event, headline), repeats, "{event}");
+        }
+    }
     use crate::report::model::tests::{image_failure, report, target};
     use crate::report::model::*;
 

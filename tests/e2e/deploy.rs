@@ -110,14 +110,18 @@ async fn the_demo_catches_the_bad_image_and_rolls_back() {
     );
     // Issue 16: a time it quotes says the simulation's time scale, and the apply is
     // counted as it goes (its four objects), not left at 0/4.
-    let caught = run
+    // The line after the catch says the time scale (two lines, to fit 80 columns).
+    let caught: Vec<&str> = run
         .stderr
         .lines()
-        .find(|l| l.contains("ImagePullBackOff caught"))
-        .unwrap_or_default();
+        .skip_while(|l| !l.contains("ImagePullBackOff caught"))
+        .take(2)
+        .collect();
     assert!(
-        caught.contains("(simulated time runs 5× faster;"),
-        "{caught}"
+        caught
+            .get(1)
+            .is_some_and(|l| l.contains("(simulated time runs 5× faster;")),
+        "{caught:?}"
     );
     for target in ["eu", "us", "ap"] {
         assert!(

@@ -5,7 +5,8 @@
 //! local and quick. Run only these with `cargo test --test e2e real::`.
 //!
 //! Each test works in its own namespace and app (random suffix) and deletes the namespace at
-//! the end, pass or fail. Images are real and public so that they start on any cluster.
+//! the end, pass or fail. Images are real and public so that they start on any cluster
+//! (`registry.k8s.io/pause`), or a tag of it that cannot exist, which no cluster can pull.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -98,12 +99,19 @@ impl RealEnv {
     }
 
     fn write_config(&self) {
+        self.write_config_with("", &|_| String::new());
+    }
+
+    /// The config with `top` added at the top level and `per_target(i)` lines added to the
+    /// i-th target's entry (indented as its keys).
+    fn write_config_with(&self, top: &str, per_target: &dyn Fn(usize) -> String) {
         let mut text = format!(
-            "app: {}\nnamespace: {}\nmanifests: [k8s/]\nwait:\n  timeout: {WAIT_TIMEOUT}\ntargets:\n",
+            "app: {}\nnamespace: {}\nmanifests: [k8s/]\nwait:\n  timeout: {WAIT_TIMEOUT}\n{top}targets:\n",
             self.app, self.namespace
         );
-        for (name, context) in self.targets() {
+        for (i, (name, context)) in self.targets().into_iter().enumerate() {
             text.push_str(&format!("  - name: {name}\n    context: \"{context}\"\n"));
+            text.push_str(&per_target(i));
         }
         self.write("rollguard.yaml", &text);
     }
@@ -129,7 +137,12 @@ impl RealEnv {
 
     /// `rollguard deploy` with a JSON report, read back into `Run::report`.
     async fn deploy(&self) -> Run {
-        let report = self.dir.path().join("report.json");
+        self.deploy_to("report.json").await
+    }
+
+    /// [`RealEnv::deploy`] with the report in `report` (runs at the same time).
+    async fn deploy_to(&self, report: &str) -> Run {
+        let report = self.dir.path().join(report);
         let _ = std::fs::remove_file(&report);
         let mut run = self
             .run("deploy", &["--report", &report.display().to_string()])
@@ -453,6 +466,373 @@ async fn misspelt_field_is_refused_in_the_preflight_on_every_target_with_nothing
             ] {
                 let objects = list(&client, api_version, kind, plural, &env.namespace).await;
                 assert!(objects.is_empty(), "{target}: {kind} written: {objects:?}");
+            }
+        }
+    })
+    .await;
+}
+
+/// The small app with `GOOD_IMAGE` whose pod template says `version` (a new version that
+/// starts anywhere), and a 10 s progress deadline: a rollout that cannot create its pods
+/// fails on the Deployment's own condition, not on rollguard's timeout.
+fn versioned_app(version: &str) -> String {
+    let app = small_app(GOOD_IMAGE);
+    let versioned = app
+        .replace(
+            "  replicas: 2\n",
+            "  replicas: 2\n  progressDeadlineSeconds: 10\n",
+        )
+        .replace(
+            "      labels:\n        app: web\n    spec:",
+            &format!(
+                "      labels:\n        app: web\n      annotations:\n        rollguard-e2e/version: {version}\n    spec:"
+            ),
+        );
+    assert_eq!(
+        versioned
+            .matches(&format!("rollguard-e2e/version: {version}"))
+            .count()
+            + versioned.matches("progressDeadlineSeconds").count(),
+        2,
+        "small_app changed: fix versioned_app"
+    );
+    versioned
+}
+
+/// The version `versioned_app` put in `web`'s pod template ("" for none).
+fn version(d: &Value) -> &str {
+    d["spec"]["template"]["metadata"]["annotations"]["rollguard-e2e/version"]
+        .as_str()
+        .unwrap_or_default()
+}
+
+/// Whether the server refuses a pod over the namespace's quota (a server-side dry run).
+async fn quota_enforced(client: &kube::Client, namespace: &str) -> bool {
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), namespace);
+    let probe = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "quota-probe"},
+        "spec": {"containers": [{"name": "probe", "image": GOOD_IMAGE}]}
+    }))
+    .expect("pod");
+    let dry_run = kube::api::PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    pods.create(&dry_run, &probe).await.is_err()
+}
+
+/// A missing image under `GOOD_IMAGE`'s repository: no cluster can pull it.
+fn missing_image() -> String {
+    format!(
+        "registry.k8s.io/pause:doesnotexist-{:08x}",
+        rand::random::<u32>()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_canary_wave_stops_the_later_waves() {
+    let Some(env) = RealEnv::from_env("waves") else {
+        return;
+    };
+    // The first context is the canary (wave 0); every other one is wave 1.
+    env.write_config_with("", &|i| {
+        if i == 0 {
+            String::new()
+        } else {
+            "    wave: 1\n".to_string()
+        }
+    });
+    run_then_clean(env, |env| async move {
+        deploy_good(&env).await;
+        env.write("k8s/app.yaml", &small_app(&missing_image()));
+        let run = env.deploy().await;
+        assert_eq!(run.code, 1, "{}", run.output());
+        let targets = env.targets();
+        let (canary, canary_context) = &targets[0];
+        assert_eq!(run.outcome(canary), "rolled-back", "{}", run.output());
+        let web = env.web(canary_context).await.expect("Deployment web");
+        assert_eq!(image(&web), GOOD_IMAGE, "{canary}: not rolled back");
+        for (target, context) in &targets[1..] {
+            assert_eq!(run.outcome(target), "skipped", "{}", run.output());
+            let web = env.web(context).await.expect("Deployment web");
+            assert_eq!(
+                image(&web),
+                GOOD_IMAGE,
+                "{target}: the later wave was written"
+            );
+            assert!(deployment_available(&web), "{target}: {:#}", web["status"]);
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollback_failed_rolls_back_only_the_bad_cluster() {
+    let Some(env) = RealEnv::from_env("rbfailed") else {
+        return;
+    };
+    env.write_config_with("on_failure: rollback-failed\n", &|_| String::new());
+    run_then_clean(env, |env| async move {
+        env.write("k8s/app.yaml", &versioned_app("v1"));
+        let first = env.deploy().await;
+        assert_eq!(first.code, 0, "{}", first.output());
+        // The first cluster goes bad: a quota of the two pods it runs, so v2's rollout
+        // cannot create a pod there (its progress deadline passes); the others are fine.
+        let targets = env.targets();
+        let (bad, bad_context) = &targets[0];
+        let quota = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "two-pods", "namespace": env.namespace},
+            "spec": {"hard": {"pods": "2"}}
+        });
+        crate::harness::create(
+            &env.client(bad_context).await,
+            "v1",
+            "ResourceQuota",
+            "resourcequotas",
+            &env.namespace,
+            quota,
+        )
+        .await;
+        // kube-sim (`.ci/run` runs this suite against it too) has no quota admission: there
+        // the cluster cannot go bad this way, and the test says so instead of failing.
+        if !quota_enforced(&env.client(bad_context).await, &env.namespace).await {
+            kube_sim::skip_test(
+                "real::rbfailed",
+                "the cluster does not enforce ResourceQuota (kube-sim does not)",
+            );
+            return;
+        }
+        env.write("k8s/app.yaml", &versioned_app("v2"));
+        let run = env.deploy().await;
+        assert_eq!(run.code, 1, "{}", run.output());
+        assert_eq!(run.outcome(bad), "rolled-back", "{}", run.output());
+        let web = env.web(bad_context).await.expect("Deployment web");
+        assert_eq!(version(&web), "v1", "{bad}: not rolled back");
+        for (target, context) in &targets[1..] {
+            assert_eq!(run.outcome(target), "deployed", "{}", run.output());
+            let web = env.web(context).await.expect("Deployment web");
+            assert_eq!(
+                version(&web),
+                "v2",
+                "{target}: rolled back with the bad one"
+            );
+            assert!(deployment_available(&web), "{target}: {:#}", web["status"]);
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_script_stage_rolls_back_and_runs_the_rollback_commands() {
+    let Some(env) = RealEnv::from_env("stages") else {
+        return;
+    };
+    let marks = env.dir.path().join("marks");
+    std::fs::create_dir_all(&marks).expect("mkdir");
+    let marks = marks.display().to_string();
+    // `note` runs before the apply and leaves a mark; its rollback command leaves another;
+    // `smoke` fails after the apply of v2 only.
+    let pipeline = format!(
+        "pipeline:\n\
+         \x20 - script:\n\
+         \x20     name: note\n\
+         \x20     run: echo \"$ROLLGUARD_REVISION\" >> {marks}/run-$ROLLGUARD_TARGET\n\
+         \x20     rollback: echo \"$ROLLGUARD_ROLLBACK_REASON\" >> {marks}/undo-$ROLLGUARD_TARGET\n\
+         \x20 - apply\n\
+         \x20 - script:\n\
+         \x20     name: smoke\n\
+         \x20     run: test ! -e {marks}/fail\n"
+    );
+    env.write_config_with(&pipeline, &|_| String::new());
+    run_then_clean(env, move |env| async move {
+        env.write("k8s/app.yaml", &versioned_app("v1"));
+        let first = env.deploy().await;
+        assert_eq!(first.code, 0, "{}", first.output());
+        std::fs::write(format!("{marks}/fail"), "").expect("write");
+        env.write("k8s/app.yaml", &versioned_app("v2"));
+        let run = env.deploy().await;
+        assert_eq!(run.code, 1, "{}", run.output());
+        let mut failed = 0;
+        for (target, context) in env.targets() {
+            assert_eq!(run.outcome(&target), "rolled-back", "{}", run.output());
+            let web = env.web(&context).await.expect("Deployment web");
+            assert_eq!(version(&web), "v1", "{target}: not rolled back");
+            let ran = std::fs::read_to_string(format!("{marks}/run-{target}")).unwrap_or_default();
+            assert_eq!(
+                ran.lines().count(),
+                2,
+                "{target}: `note` ran once per deploy: {ran:?}"
+            );
+            let undone =
+                std::fs::read_to_string(format!("{marks}/undo-{target}")).unwrap_or_default();
+            // Its own smoke failed, or rollback-all stopped it first because another's did.
+            let reasons: Vec<&str> = undone.lines().collect();
+            assert!(
+                reasons == ["failed"] || reasons == ["policy"],
+                "{target}: the rollback command ran once: {reasons:?}\n{}",
+                run.output()
+            );
+            failed += usize::from(reasons == ["failed"]);
+        }
+        assert!(
+            failed >= 1,
+            "no target failed on its smoke:\n{}",
+            run.output()
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn diff_after_a_deploy_shows_no_phantom_changes() {
+    let Some(env) = RealEnv::from_env("diff") else {
+        return;
+    };
+    env.write_config();
+    run_then_clean(env, |env| async move {
+        deploy_good(&env).await;
+        // What the server defaults and the controllers write is not a change.
+        let run = env.run("diff", &["--exit-code", "-o", "json"]).await;
+        assert_eq!(
+            run.code,
+            0,
+            "changes right after the deploy:\n{}",
+            run.output()
+        );
+        let plan: Value = serde_json::from_str(&run.stdout).expect("diff -o json is JSON");
+        assert_eq!(plan["changes"], 0, "{plan:#}");
+        for target in plan["targets"].as_array().expect("targets") {
+            for key in ["create", "update"] {
+                assert_eq!(
+                    target[key].as_array().map_or(0, Vec::len),
+                    0,
+                    "{key}: {target:#}"
+                );
+            }
+        }
+        // A real change is one.
+        env.write("k8s/app.yaml", &versioned_app("v2"));
+        let run = env.run("diff", &["--exit-code"]).await;
+        assert_eq!(run.code, 2, "{}", run.output());
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_and_rollback_to_a_revision() {
+    let Some(env) = RealEnv::from_env("revision") else {
+        return;
+    };
+    env.write_config();
+    run_then_clean(env, |env| async move {
+        for v in ["v1", "v2", "v3"] {
+            env.write("k8s/app.yaml", &versioned_app(v));
+            let run = env.deploy().await;
+            assert_eq!(run.code, 0, "{v}: {}", run.output());
+        }
+        let run = env.run("rollback", &["--revision", "1", "--yes"]).await;
+        assert_eq!(run.code, 0, "{}", run.output());
+        for (target, context) in env.targets() {
+            let web = env.web(&context).await.expect("Deployment web");
+            assert_eq!(version(&web), "v1", "{target}");
+            assert!(deployment_available(&web), "{target}: {:#}", web["status"]);
+        }
+        let json = env.run("history", &["-o", "json"]).await;
+        assert_eq!(json.code, 0, "{}", json.output());
+        let histories: Value = serde_json::from_str(&json.stdout).expect("JSON");
+        for (target, _) in env.targets() {
+            let records = histories[&target].as_array().expect("records");
+            let newest = records
+                .iter()
+                .max_by_key(|r| r["revision"].as_u64())
+                .expect("a record");
+            assert_eq!(newest["revision"], 4, "{target}: {records:#?}");
+            assert_eq!(newest["status"], "deployed", "{target}");
+            assert_eq!(newest["rollback_of"], 1, "{target}: {newest:#}");
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_runs_contend_for_the_lock_and_one_release_is_recorded() {
+    let Some(env) = RealEnv::from_env("lock") else {
+        return;
+    };
+    env.write_config();
+    env.write("k8s/app.yaml", &small_app(GOOD_IMAGE));
+    run_then_clean(env, |env| async move {
+        let (a, b) = tokio::join!(env.deploy_to("a.json"), env.deploy_to("b.json"));
+        assert_eq!(a.code, 0, "{}", a.output());
+        assert_eq!(b.code, 0, "{}", b.output());
+        // One run held the lock and deployed; the other waited for it and found nothing to
+        // change: one revision per target, never two interleaved applies.
+        for (target, context) in env.targets() {
+            let records =
+                ReleaseStore::new(env.client(&context).await, &env.app, &env.namespace, 10)
+                    .list()
+                    .await
+                    .expect("release records readable");
+            let statuses: Vec<_> = records.iter().map(|r| (r.revision, r.status)).collect();
+            assert_eq!(
+                statuses,
+                vec![(1, ReleaseStatus::Deployed)],
+                "{target}:\n{}\n{}",
+                a.output(),
+                b.output()
+            );
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_drift_sees_a_scale_made_by_hand() {
+    let Some(env) = RealEnv::from_env("drift") else {
+        return;
+    };
+    env.write_config();
+    run_then_clean(env, |env| async move {
+        deploy_good(&env).await;
+        let clean = env.run("status", &["--drift"]).await;
+        assert_eq!(clean.code, 0, "{}", clean.output());
+        // `kubectl scale deployment web --replicas 3` on the first cluster: its scale
+        // subresource, as kubectl's field manager.
+        let (target, context) = env.targets().remove(0);
+        let api: Api<k8s_openapi::api::apps::v1::Deployment> =
+            Api::namespaced(env.client(&context).await, &env.namespace);
+        api.patch_scale(
+            "web",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"spec": {"replicas": 3}})),
+        )
+        .await
+        .expect("scale");
+        let run = env.run("status", &["--drift", "-o", "json"]).await;
+        assert_eq!(run.code, 1, "{}", run.output());
+        let status: Value = serde_json::from_str(&run.stdout).expect("status -o json is JSON");
+        let rows = status["targets"].as_array().expect("targets");
+        for row in rows {
+            let changed: Vec<&str> = row["drift"]["changed"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c["object"].as_str())
+                .collect();
+            if row["target"] == target.as_str() {
+                assert_eq!(row["drift"]["drifted"], true, "{row:#}");
+                assert_eq!(
+                    changed,
+                    [format!("Deployment {}/web", env.namespace)],
+                    "{row:#}"
+                );
+            } else {
+                assert_eq!(
+                    row["drift"]["drifted"], false,
+                    "no drift elsewhere: {row:#}"
+                );
             }
         }
     })

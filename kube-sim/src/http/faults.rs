@@ -1,6 +1,6 @@
 //! Faults a test can switch on per cluster, and request counters per verb and resource.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
@@ -99,6 +99,16 @@ pub struct CounterKey {
     pub dry_run: bool,
 }
 
+/// One kind of call as RBAC sees it: a verb on a resource (with its subresource, `pods/log`)
+/// in a namespace (None: cluster-scoped, or across all namespaces), dry-run or not.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct AccessKey {
+    pub verb: String,
+    pub resource: String,
+    pub namespace: Option<String>,
+    pub dry_run: bool,
+}
+
 /// Verbs that change stored state.
 pub const WRITE_VERBS: [&str; 7] = [
     "create",
@@ -190,9 +200,40 @@ impl Counters {
 #[derive(Debug, Default)]
 pub struct CounterSet {
     counts: Mutex<BTreeMap<CounterKey, u64>>,
+    /// Every (verb, resource, namespace) seen, for tests of the least privilege a client
+    /// needs. A set, not counts: a client's calls are few kinds, repeated.
+    access: Mutex<BTreeSet<AccessKey>>,
 }
 
 impl CounterSet {
+    /// Counts a request as [`CounterSet::record`] does, and notes its namespace.
+    pub fn record_in(&self, verb: &str, resource: &str, namespace: Option<&str>, dry_run: bool) {
+        self.record(verb, resource, dry_run);
+        let mut access = self.access.lock().unwrap_or_else(|e| e.into_inner());
+        let seen = access.iter().any(|k| {
+            k.verb == verb
+                && k.resource == resource
+                && k.namespace.as_deref() == namespace
+                && k.dry_run == dry_run
+        });
+        if !seen {
+            access.insert(AccessKey {
+                verb: verb.to_string(),
+                resource: resource.to_string(),
+                namespace: namespace.map(str::to_string),
+                dry_run,
+            });
+        }
+    }
+
+    /// Every (verb, resource, namespace) requested since the start or the last reset.
+    pub fn access(&self) -> BTreeSet<AccessKey> {
+        self.access
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     pub fn record(&self, verb: &str, resource: &str, dry_run: bool) {
         let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
         // Look up without allocating on the hot path.
@@ -227,6 +268,10 @@ impl CounterSet {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
+        self.access
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
     }
 }
 
@@ -249,6 +294,31 @@ mod tests {
         assert_eq!(c.to_json()["by_verb"]["apply:dry-run"], 1);
         set.reset();
         assert_eq!(set.snapshot().total(), 0);
+    }
+
+    #[test]
+    fn access_keeps_each_verb_resource_and_namespace_once() {
+        let set = CounterSet::default();
+        set.record_in("get", "secrets", Some("shop"), false);
+        set.record_in("get", "secrets", Some("shop"), false);
+        set.record_in("get", "secrets", Some("other"), false);
+        set.record_in("create", "namespaces", None, false);
+        let access = set.access();
+        let seen: Vec<(&str, &str, Option<&str>)> = access
+            .iter()
+            .map(|k| (k.verb.as_str(), k.resource.as_str(), k.namespace.as_deref()))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("create", "namespaces", None),
+                ("get", "secrets", Some("other")),
+                ("get", "secrets", Some("shop")),
+            ]
+        );
+        assert_eq!(set.snapshot().get("get", "secrets"), 3, "still counted");
+        set.reset();
+        assert!(set.access().is_empty());
     }
 
     #[test]

@@ -576,7 +576,9 @@ async fn answer(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<Ap
             _held = Some(slot);
         }
         let dry_run = query.get("dryRun").is_some_and(|v| !v.is_empty());
-        state.counters.record(verb, &resource, dry_run);
+        state
+            .counters
+            .record_in(verb, &resource, p.namespace.as_deref(), dry_run);
         faulted_resource = Some(resource);
     } else if is_api {
         state.counters.record("discovery", &path, false);

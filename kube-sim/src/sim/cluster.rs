@@ -119,6 +119,12 @@ impl Cluster {
         self.state.counters.snapshot()
     }
 
+    /// Every (verb, resource, namespace) this cluster was asked for (discovery aside), since
+    /// the start or the last [`Cluster::reset_counters`].
+    pub fn access(&self) -> std::collections::BTreeSet<crate::http::faults::AccessKey> {
+        self.state.counters.access()
+    }
+
     pub fn reset_counters(&self) {
         self.state.counters.reset();
     }
