@@ -214,8 +214,16 @@ fn per_target(clusters: &[kube_sim::Cluster]) -> String {
 async fn connections(scratch: &Path) -> Vec<Row> {
     let before = std::env::var_os(crate::sections::safe::BEFORE_ENV).map(std::path::PathBuf::from);
     let mut cases = vec![
-        ("this build, server with h2", crate::support::procs::rollguard_bin(), false),
-        ("this build, HTTP/1.1-only server", crate::support::procs::rollguard_bin(), true),
+        (
+            "this build, server with h2",
+            crate::support::procs::rollguard_bin(),
+            false,
+        ),
+        (
+            "this build, HTTP/1.1-only server",
+            crate::support::procs::rollguard_bin(),
+            true,
+        ),
     ];
     if let Some(before) = before {
         cases.push(("ROLLGUARD_BENCH_BEFORE, server with h2", before, false));
@@ -251,13 +259,20 @@ async fn one_target(
         services: 20,
         deployments: 19,
     };
-    fixtures::write_app(&dir.join("k8s"), Some("conn"), mix, "example.com/bench/app:v1", 1)?;
+    fixtures::write_app(
+        &dir.join("k8s"),
+        Some("conn"),
+        mix,
+        "example.com/bench/app:v1",
+        1,
+    )?;
     std::fs::write(
         dir.join("rollguard.yaml"),
         fixtures::config("conn", "conn", "k8s/", &fixtures::contexts(1), 1, "2m"),
     )
     .map_err(|e| e.to_string())?;
-    let run = fixtures::deploy_with(binary, &dir, &kubeconfig, &[], Duration::from_secs(60)).await?;
+    let run =
+        fixtures::deploy_with(binary, &dir, &kubeconfig, &[], Duration::from_secs(60)).await?;
     if run.count("deployed") != 1 {
         return Err(run.problem());
     }

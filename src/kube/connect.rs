@@ -16,8 +16,8 @@ use kube::config::{KubeConfigOptions, Kubeconfig, NamedContext};
 
 use crate::config::{Config, ConfigError, ConfigIssue, TargetConfig};
 use crate::kube::credentials::{AuthLayer, Refresher};
-use crate::kube::transport::{self, TransportError};
 use crate::kube::retry::{error_chain_text, io_error_kind, is_tls_problem, root_cause_text};
+use crate::kube::transport::{self, TransportError};
 use crate::report::Failure;
 use crate::util::bounded;
 

@@ -55,7 +55,10 @@ pub fn build_clients(
             .service(hyper_client.clone())
             .map_err(BoxError::from)
             .boxed();
-        Ok(ClientBuilder::new(service, config.default_namespace.clone()))
+        Ok(ClientBuilder::new(
+            service,
+            config.default_namespace.clone(),
+        ))
     };
     Ok((build(Some(request_timeout))?, build(None)?))
 }
@@ -81,12 +84,13 @@ fn hyper_client(
         .with_tls_config(config.rustls_client_config()?)
         .https_or_http();
     if let Some(name) = &config.tls_server_name {
-        let server_name = rustls::pki_types::ServerName::try_from(name.clone()).map_err(|source| {
-            TransportError::ServerName {
-                name: name.clone(),
-                source,
-            }
-        })?;
+        let server_name =
+            rustls::pki_types::ServerName::try_from(name.clone()).map_err(|source| {
+                TransportError::ServerName {
+                    name: name.clone(),
+                    source,
+                }
+            })?;
         builder = builder
             .with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(server_name));
     }
