@@ -170,6 +170,10 @@ async fn memory_inner(scratch: &Path) -> Result<Vec<Row>, String> {
     if deployed != 50 {
         rows.push(Row::info("  problem", run.problem()));
     }
+    rows.push(Row::info(
+        "  requests and connections per target",
+        per_target(sim.clusters()),
+    ));
     // Where the memory goes: the same deploy with dryRun=All (no records, no wait).
     let dry = fixtures::deploy(&dir, &kubeconfig, &["--dry-run"], Duration::from_secs(120)).await?;
     rows.push(Row::info(
@@ -181,5 +185,96 @@ async fn memory_inner(scratch: &Path) -> Result<Vec<Row>, String> {
         ),
     ));
     drop(sim);
+    rows.extend(connections(scratch).await);
     Ok(rows)
+}
+
+/// Requests and connections per target of the clusters' deploy (issue 25.3), averaged
+/// over the clusters, from kube-sim's counters.
+fn per_target(clusters: &[kube_sim::Cluster]) -> String {
+    let n = clusters.len().max(1) as f64;
+    let requests: u64 = clusters.iter().map(|c| c.counters().total()).sum();
+    let (mut accepted, mut http2) = (0, 0);
+    for c in clusters {
+        let k = c.connections();
+        accepted += k.accepted;
+        http2 += k.http2;
+    }
+    format!(
+        "{:.1} requests, {:.2} connections ({:.2} of them HTTP/2)",
+        requests as f64 / n,
+        accepted as f64 / n,
+        http2 as f64 / n
+    )
+}
+
+/// One target, 100 objects: requests and connections of its deploy over HTTP/2, against a
+/// server that offers HTTP/1.1 only, and with the rollguard binary ROLLGUARD_BENCH_BEFORE
+/// names (an older build) when set.
+async fn connections(scratch: &Path) -> Vec<Row> {
+    let before = std::env::var_os(crate::sections::safe::BEFORE_ENV).map(std::path::PathBuf::from);
+    let mut cases = vec![
+        (
+            "this build, server with h2",
+            crate::support::procs::rollguard_bin(),
+            false,
+        ),
+        (
+            "this build, HTTP/1.1-only server",
+            crate::support::procs::rollguard_bin(),
+            true,
+        ),
+    ];
+    if let Some(before) = before {
+        cases.push(("ROLLGUARD_BENCH_BEFORE, server with h2", before, false));
+    }
+    let mut rows = Vec::new();
+    for (i, (label, binary, http1_only)) in cases.into_iter().enumerate() {
+        let metric = format!("  1 target x 100 objects, {label}");
+        match one_target(scratch, i, &binary, http1_only).await {
+            Ok(measured) => rows.push(Row::info(metric, measured)),
+            Err(e) => rows.push(Row::skipped(metric, e)),
+        }
+    }
+    rows
+}
+
+async fn one_target(
+    scratch: &Path,
+    case: usize,
+    binary: &Path,
+    http1_only: bool,
+) -> Result<String, String> {
+    let dir = scratch.join(format!("connections-{case}"));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let options = SimOptions {
+        clusters: 1,
+        time_scale: 10.0,
+        http1_only,
+        ..SimOptions::default()
+    };
+    let (sim, kubeconfig) = fixtures::start_sim(options, &dir).await?;
+    let mix = Mix {
+        config_maps: 60,
+        services: 20,
+        deployments: 19,
+    };
+    fixtures::write_app(
+        &dir.join("k8s"),
+        Some("conn"),
+        mix,
+        "example.com/bench/app:v1",
+        1,
+    )?;
+    std::fs::write(
+        dir.join("rollguard.yaml"),
+        fixtures::config("conn", "conn", "k8s/", &fixtures::contexts(1), 1, "2m"),
+    )
+    .map_err(|e| e.to_string())?;
+    let run =
+        fixtures::deploy_with(binary, &dir, &kubeconfig, &[], Duration::from_secs(60)).await?;
+    if run.count("deployed") != 1 {
+        return Err(run.problem());
+    }
+    Ok(per_target(sim.clusters()))
 }

@@ -30,7 +30,7 @@ pub use model::clock;
 pub use sim::cluster;
 pub use storage::store;
 
-pub use http::faults::{Counters, Faults};
+pub use http::faults::{Connections, Counters, Faults};
 pub use model::clock::Clock;
 pub use model::error::ApiError;
 pub use model::resource::ResourceType;

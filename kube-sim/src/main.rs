@@ -37,6 +37,9 @@ enum Command {
         /// Serve plain HTTP instead of HTTPS.
         #[arg(long)]
         plain_http: bool,
+        /// Serve HTTP/1.1 only (no h2 by ALPN), as a server or proxy without HTTP/2 would.
+        #[arg(long)]
+        http1_only: bool,
     },
 }
 
@@ -63,6 +66,7 @@ fn main() -> ExitCode {
             rules,
             time_scale,
             plain_http,
+            http1_only,
         } => {
             let opts = SimOptions {
                 clusters,
@@ -70,6 +74,7 @@ fn main() -> ExitCode {
                 rules_path: rules,
                 rules: Vec::new(),
                 tls: !plain_http,
+                http1_only,
             };
             match runtime.block_on(serve(opts, kubeconfig)) {
                 Ok(()) => ExitCode::SUCCESS,

@@ -17,6 +17,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig, NamedContext};
 use crate::config::{Config, ConfigError, ConfigIssue, TargetConfig};
 use crate::kube::credentials::{AuthLayer, Refresher};
 use crate::kube::retry::{error_chain_text, io_error_kind, is_tls_problem, root_cause_text};
+use crate::kube::transport::{self, TransportError};
 use crate::report::Failure;
 use crate::util::bounded;
 
@@ -600,35 +601,31 @@ pub async fn connect(
     // Our own retry (kube/retry.rs) is bounded by the target's deadline; kube's is not.
     config.default_retry = false;
     config.connect_timeout = Some(CONNECT_TIMEOUT);
-    // Watches stay open for minutes: no read timeout on them; `bounded` below is for the rest.
-    config.read_timeout = None;
     let server = config.cluster_url.to_string();
     let context_namespace = config.default_namespace.clone();
-    let mut bounded = config.clone();
     // A server that accepted the request and never answers fails it after this, in every
     // command (lock, records and unlock included), whatever deadline the caller has.
-    bounded.read_timeout = Some(request_timeout(env).map_err(|why| {
+    // Watches stay open for minutes: no read timeout on them.
+    let read_timeout = request_timeout(env).map_err(|why| {
         TargetError::new("Kubeconfig", format!("$ROLLGUARD_REQUEST_TIMEOUT: {why}"))
-    })?);
-    let build = |config: kube::Config| {
-        build_client(config, refresher.clone()).map_err(|e| {
-            let reason = if is_tls_problem(&e) {
-                "TLS"
-            } else {
-                "Kubeconfig"
-            };
-            TargetError::new(
-                reason,
-                format!(
-                    "cannot build a client for {server}: {}",
-                    error_chain_text(&e)
-                ),
-            )
-        })
-    };
+    })?;
+    let (client, watch_client) = build_clients(&config, read_timeout, refresher).map_err(|e| {
+        let reason = if is_tls_problem(&e) {
+            "TLS"
+        } else {
+            "Kubeconfig"
+        };
+        TargetError::new(
+            reason,
+            format!(
+                "cannot build a client for {server}: {}",
+                error_chain_text(&e)
+            ),
+        )
+    })?;
     Ok(ClusterAccess {
-        client: build(bounded)?,
-        watch_client: build(config)?,
+        client,
+        watch_client,
         context_namespace,
         server,
         script_kubeconfig,
@@ -644,18 +641,31 @@ pub fn request_timeout(env: &(dyn Fn(&str) -> Option<String> + Sync)) -> Result<
     }
 }
 
-/// A client without any retry layer: every call goes through rollguard's one retry policy
-/// (`retry.rs`), which knows the target's deadline. A layer here would retry under it, so
-/// one 503 would cost attempts times retries, and its waits would ignore the deadline.
-/// A refreshable credential is put on every request by its own layer (`credentials.rs`).
-fn build_client(
-    config: kube::Config,
+/// The request and watch clients of a target, over one connection pool (HTTP/2 where the
+/// server offers it: `transport.rs`), without any retry layer: every call goes through
+/// rollguard's one retry policy (`retry.rs`), which knows the target's deadline. A layer here
+/// would retry under it, so one 503 would cost attempts times retries, and its waits would
+/// ignore the deadline. A refreshable credential is put on every request by its own layer
+/// (`credentials.rs`). A proxy (`proxy-url`) goes through kube's own builder, which says
+/// that this build does not support it.
+fn build_clients(
+    config: &kube::Config,
+    read_timeout: Duration,
     refresher: Option<Arc<Refresher>>,
-) -> Result<kube::Client, kube::Error> {
-    let builder = kube::client::ClientBuilder::try_from(config)?;
+) -> Result<(kube::Client, kube::Client), TransportError> {
+    if config.proxy_url.is_some() {
+        kube::client::ClientBuilder::try_from(config.clone())?;
+    }
+    let (requests, watches) = transport::build_clients(config, read_timeout)?;
     Ok(match refresher {
-        Some(refresher) => builder.with_layer(&AuthLayer::new(refresher)).build(),
-        None => builder.build(),
+        Some(refresher) => {
+            let auth = AuthLayer::new(refresher);
+            (
+                requests.with_layer(&auth).build(),
+                watches.with_layer(&auth).build(),
+            )
+        }
+        None => (requests.build(), watches.build()),
     })
 }
 

@@ -12,4 +12,5 @@ pub mod known;
 pub mod logs;
 pub mod normalize;
 pub mod retry;
+pub mod transport;
 pub mod wait;

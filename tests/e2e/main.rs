@@ -6,6 +6,7 @@ mod action;
 mod apply;
 mod checks;
 mod concurrency;
+mod connections;
 mod credentials;
 mod deploy;
 mod diff;

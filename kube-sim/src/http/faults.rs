@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
@@ -275,6 +276,56 @@ impl CounterSet {
     }
 }
 
+/// Connections accepted by one cluster and the HTTP version each spoke (read from its first
+/// request: ALPN over TLS, the preface in plain HTTP), for the tests of connection reuse.
+#[derive(Debug, Default)]
+pub struct ConnectionCounter {
+    accepted: AtomicU64,
+    http1: AtomicU64,
+    http2: AtomicU64,
+}
+
+/// A snapshot of [`ConnectionCounter`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Connections {
+    /// TCP connections accepted (TLS handshake or not).
+    pub accepted: u64,
+    /// Connections whose first request was HTTP/1.x.
+    pub http1: u64,
+    /// Connections whose first request was HTTP/2.
+    pub http2: u64,
+}
+
+impl ConnectionCounter {
+    pub fn accepted(&self) {
+        self.accepted.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The first request of a connection came in this version.
+    pub fn spoke(&self, version: hyper::Version) {
+        let counter = if version == hyper::Version::HTTP_2 {
+            &self.http2
+        } else {
+            &self.http1
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn snapshot(&self) -> Connections {
+        Connections {
+            accepted: self.accepted.load(Ordering::Relaxed),
+            http1: self.http1.load(Ordering::Relaxed),
+            http2: self.http2.load(Ordering::Relaxed),
+        }
+    }
+
+    pub fn reset(&self) {
+        for counter in [&self.accepted, &self.http1, &self.http2] {
+            counter.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -319,6 +370,26 @@ mod tests {
         assert_eq!(set.snapshot().get("get", "secrets"), 3, "still counted");
         set.reset();
         assert!(set.access().is_empty());
+    }
+
+    #[test]
+    fn counts_connections_by_the_version_they_spoke() {
+        let c = ConnectionCounter::default();
+        c.accepted();
+        c.accepted();
+        c.spoke(hyper::Version::HTTP_2);
+        c.spoke(hyper::Version::HTTP_11);
+        c.accepted();
+        assert_eq!(
+            c.snapshot(),
+            Connections {
+                accepted: 3,
+                http1: 1,
+                http2: 1
+            }
+        );
+        c.reset();
+        assert_eq!(c.snapshot(), Connections::default());
     }
 
     #[test]

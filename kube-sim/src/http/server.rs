@@ -22,7 +22,7 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{mpsc, watch};
 
 use crate::controllers::rules::Rule;
-use crate::http::faults::{CounterSet, Faults, THROTTLED};
+use crate::http::faults::{ConnectionCounter, CounterSet, Faults, THROTTLED};
 use crate::http::handlers::{self, ApiRequest, Reply, ResourcePath};
 use crate::http::watch::{self as watches, EventLineCache, WatchSpec};
 use crate::model::error::{ApiError, qualified_resource};
@@ -44,6 +44,10 @@ pub struct ClusterState {
     pub rotated: RwLock<Option<Vec<String>>>,
     pub faults: RwLock<Faults>,
     pub counters: CounterSet,
+    /// Connections accepted and the HTTP version each spoke.
+    pub connections: ConnectionCounter,
+    /// Serve HTTP/1.1 only (no h2 by ALPN, no HTTP/2 preface), as an old proxy would.
+    pub http1_only: bool,
     /// true while the cluster refuses connections.
     pub down: watch::Sender<bool>,
     /// true once the cluster shuts down for good.
@@ -240,15 +244,21 @@ async fn serve_connection(state: Arc<ClusterState>, stream: TcpStream) {
             }
         }
     };
+    state.connections.accepted();
     let service_state = state.clone();
-    let service = hyper::service::service_fn(move |req| {
+    let first_request = Arc::new(std::sync::Once::new());
+    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         let state = service_state.clone();
+        first_request.call_once(|| state.connections.spoke(req.version()));
         async move { Ok::<_, Infallible>(handle(state, req).await) }
     });
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     // Clients multiplex many watches over one HTTP/2 connection (the real server allows
     // hundreds of streams per connection).
     builder.http2().max_concurrent_streams(1000);
+    if state.http1_only {
+        builder = builder.http1_only();
+    }
     match &state.tls {
         Some(config) => {
             let acceptor = tokio_rustls::TlsAcceptor::from(config.clone());
@@ -799,7 +809,8 @@ fn too_many_requests(pretty: bool) -> Response<ApiBody> {
     resp
 }
 
-/// The `/_sim` control endpoint: faults, counters and token rotation
+/// The `/_sim` control endpoint: faults, counters (`GET /_sim/connections`: connections
+/// accepted and the HTTP version each spoke; reset with the counters) and token rotation
 /// (`POST /_sim/tokens` with `{"tokens": ["..."]}`: only those are accepted from then on).
 async fn control(
     state: &Arc<ClusterState>,
@@ -900,8 +911,14 @@ async fn control(
             json_response(200, &json!({"accepted": count}), false)
         }
         ("GET", ["counters"]) => json_response(200, &state.counters.snapshot().to_json(), false),
+        ("GET", ["connections"]) => json_response(
+            200,
+            &serde_json::to_value(state.connections.snapshot()).unwrap_or(json!({})),
+            false,
+        ),
         ("POST", ["counters", "reset"]) => {
             state.counters.reset();
+            state.connections.reset();
             json_response(200, &json!({}), false)
         }
         _ => not_found_page(),

@@ -8,7 +8,7 @@ use tokio::task::JoinHandle;
 
 use crate::controllers::rules::{self, Rule};
 use crate::controllers::{self, ControllerContext};
-use crate::http::faults::{CounterSet, Counters, Faults};
+use crate::http::faults::{ConnectionCounter, Connections, CounterSet, Counters, Faults};
 use crate::http::server::{self, ClusterState};
 use crate::model::clock::Clock;
 use crate::sim::kubeconfig;
@@ -29,6 +29,9 @@ pub struct SimOptions {
     pub rules: Vec<Rule>,
     /// Serve HTTPS (the default) or plain HTTP.
     pub tls: bool,
+    /// Serve HTTP/1.1 only: no `h2` offered by ALPN, no HTTP/2 preface accepted (the
+    /// default serves both, as kube-apiserver does).
+    pub http1_only: bool,
 }
 
 impl Default for SimOptions {
@@ -39,6 +42,7 @@ impl Default for SimOptions {
             rules_path: None,
             rules: Vec::new(),
             tls: true,
+            http1_only: false,
         }
     }
 }
@@ -125,8 +129,15 @@ impl Cluster {
         self.state.counters.access()
     }
 
+    /// Connections accepted so far and the HTTP version each spoke.
+    pub fn connections(&self) -> Connections {
+        self.state.connections.snapshot()
+    }
+
+    /// Resets the request counters and the connection counts.
     pub fn reset_counters(&self) {
         self.state.counters.reset();
+        self.state.connections.reset();
     }
 
     /// A kubeconfig with just this cluster (context named like the cluster).
@@ -179,6 +190,15 @@ impl Sim {
         } else {
             None
         };
+        let tls_config = identity.as_ref().map(|id| {
+            if opts.http1_only {
+                let mut config = (*id.config).clone();
+                config.alpn_protocols = vec![b"http/1.1".to_vec()];
+                Arc::new(config)
+            } else {
+                id.config.clone()
+            }
+        });
         let mut clusters = Vec::with_capacity(opts.clusters);
         for i in 1..=opts.clusters {
             let name = format!("sim-{i}");
@@ -202,10 +222,12 @@ impl Sim {
                 rotated: RwLock::new(None),
                 faults: RwLock::new(Faults::default()),
                 counters: CounterSet::default(),
+                connections: ConnectionCounter::default(),
+                http1_only: opts.http1_only,
                 down,
                 shutdown,
                 address,
-                tls: identity.as_ref().map(|id| id.config.clone()),
+                tls: tls_config.clone(),
                 event_lines: crate::http::watch::EventLineCache::default(),
                 in_flight: Default::default(),
             });

@@ -1,0 +1,116 @@
+//! Fewer connections (issue 25.3): a target's applies and watches share one HTTP/2
+//! connection when the server offers h2 by ALPN, HTTP/1.1 still works when it does not, and
+//! the wait watches the pods of a namespace once, whatever the number of workloads in it.
+
+use crate::harness::{TIME_SCALE, TestEnv, config};
+
+/// `configmaps` ConfigMaps and `deployments` Deployments (one replica each), one document.
+fn objects(configmaps: usize, deployments: usize) -> String {
+    let mut text = String::new();
+    for i in 0..configmaps {
+        text.push_str(&format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: conf-{i}\ndata:\n  n: \"{i}\"\n---\n"
+        ));
+    }
+    for i in 0..deployments {
+        text.push_str(&format!(
+            "apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web-{i}
+spec:
+  replicas: 1
+  selector:
+    matchLabels:
+      app: web-{i}
+  template:
+    metadata:
+      labels:
+        app: web-{i}
+    spec:
+      containers:
+        - name: web
+          image: example.com/web:v1
+---
+"
+        ));
+    }
+    text
+}
+
+/// One simulated cluster; `http1_only` makes it offer no h2, as a server without HTTP/2.
+async fn start(http1_only: bool) -> TestEnv {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    let options = kube_sim::SimOptions {
+        clusters: 1,
+        time_scale: TIME_SCALE,
+        http1_only,
+        ..Default::default()
+    };
+    let sim = kube_sim::Sim::start_with_kubeconfig(options, &kubeconfig)
+        .await
+        .expect("kube-sim starts and writes its kubeconfig");
+    TestEnv {
+        dir,
+        kubeconfig,
+        sim,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deploy_of_100_objects_uses_one_http2_connection() {
+    let env = start(false).await;
+    env.write("rollguard.yaml", &config(1, "60s"));
+    // 95 + 5 = 100 objects: applies in parallel, then watches of three kinds.
+    env.write("k8s/app.yaml", &objects(95, 5));
+    env.cluster(1).reset_counters();
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    assert!(env.cluster(1).counters().verb("apply") >= 100);
+    let connections = env.cluster(1).connections();
+    assert_eq!(
+        (connections.accepted, connections.http2, connections.http1),
+        (1, 1, 0),
+        "one connection, HTTP/2, for every request of the deploy ({} requests)",
+        env.requests(1)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_http2_is_deployed_to_over_http1() {
+    let env = start(true).await;
+    env.write("rollguard.yaml", &config(1, "60s"));
+    env.write("k8s/app.yaml", &objects(10, 2));
+    env.cluster(1).reset_counters();
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    assert_eq!(run.outcome("eu"), "deployed", "{}", run.output());
+    let connections = env.cluster(1).connections();
+    assert_eq!(connections.http2, 0, "{connections:?}");
+    assert!(connections.http1 >= 1, "{connections:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_deployments_in_one_namespace_share_one_pod_watch() {
+    let env = start(false).await;
+    env.write("rollguard.yaml", &config(1, "60s"));
+    env.write("k8s/app.yaml", &objects(0, 4));
+    env.cluster(1).reset_counters();
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    let counters = env.cluster(1).counters();
+    assert!(counters.verb("apply") >= 4);
+    assert_eq!(
+        counters.get("watch", "pods"),
+        1,
+        "one pod watch for 4 Deployments: {:#}",
+        counters.to_json()
+    );
+    assert_eq!(
+        counters.get("watch", "replicasets.apps"),
+        1,
+        "{:#}",
+        counters.to_json()
+    );
+}
