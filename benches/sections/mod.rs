@@ -6,5 +6,6 @@ pub mod fleet;
 pub mod fuzz;
 pub mod rollback;
 pub mod safe;
+pub mod scale;
 pub mod sim;
 pub mod start;

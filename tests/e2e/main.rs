@@ -25,6 +25,7 @@ mod pulls;
 mod real;
 mod release;
 mod runtime_root;
+mod scale;
 mod secrets;
 mod shards;
 mod stages;
