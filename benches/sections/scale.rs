@@ -37,6 +37,19 @@ fn raise_nofile() -> (u64, u64) {
     }
 }
 
+/// Adds a row and prints it at once: the section can run out of its budget (1,000 targets on
+/// a loaded machine), and the table of a section that did is lost.
+fn push(rows: &mut Vec<Row>, row: Row) {
+    println!(
+        "  .. {}: {} [{}] {}",
+        row.metric.trim(),
+        row.goal,
+        row.verdict.word(),
+        row.measured
+    );
+    rows.push(row);
+}
+
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
 }
@@ -119,16 +132,19 @@ async fn scale(scratch: &Path) -> Result<Vec<Row>, String> {
         let wall = run.finished.wall.as_secs_f64();
         let peak = run.finished.max_rss_kib;
         if deployed != n {
-            rows.push(Row::goal(
-                format!("{n} cluster(s), small app"),
-                format!("{n} deployed"),
-                format!(
-                    "{deployed} of {n} deployed after {}; {}",
-                    secs(wall),
-                    run.problem()
+            push(
+                &mut rows,
+                Row::goal(
+                    format!("{n} cluster(s), small app"),
+                    format!("{n} deployed"),
+                    format!(
+                        "{deployed} of {n} deployed after {}; {}",
+                        secs(wall),
+                        run.problem()
+                    ),
+                    false,
                 ),
-                false,
-            ));
+            );
             continue;
         }
         curve.push((n, wall, peak));
@@ -141,36 +157,45 @@ async fn scale(scratch: &Path) -> Result<Vec<Row>, String> {
             concurrency_of(&run)
         );
         let metric = format!("{n} cluster(s), small app: wall / wall(1)");
-        rows.push(match n {
-            200 => Row::goal(metric, "<= 1.5 x", measured, ratio <= 1.5),
-            1000 => Row::goal(metric, "<= 3 x", measured, ratio <= 3.0),
-            _ => Row::info(metric, measured),
-        });
+        push(
+            &mut rows,
+            match n {
+                200 => Row::goal(metric, "<= 1.5 x", measured, ratio <= 1.5),
+                1000 => Row::goal(metric, "<= 3 x", measured, ratio <= 3.0),
+                _ => Row::info(metric, measured),
+            },
+        );
         if n == MOST {
-            rows.push(Row::goal(
-                "  1000 clusters, small app: rollguard peak RSS",
-                "<= 256 MiB",
-                mib(peak),
-                peak <= 256 * 1024,
-            ));
+            push(
+                &mut rows,
+                Row::goal(
+                    "  1000 clusters, small app: rollguard peak RSS",
+                    "<= 256 MiB",
+                    mib(peak),
+                    peak <= 256 * 1024,
+                ),
+            );
         }
     }
     if let (Some(first), Some(last)) = (curve.first(), curve.last())
         && last.0 > first.0
     {
         let added = (last.0 - first.0) as f64;
-        rows.push(Row::info(
-            format!("  cost per added target ({} -> {})", first.0, last.0),
-            format!(
-                "{:.2} ms and {:.3} MiB per target (wall {} -> {}, peak RSS {} -> {})",
-                (last.1 - first.1) * 1000.0 / added,
-                (last.2 as f64 - first.2 as f64) / 1024.0 / added,
-                secs(first.1),
-                secs(last.1),
-                mib(first.2),
-                mib(last.2)
+        push(
+            &mut rows,
+            Row::info(
+                format!("  cost per added target ({} -> {})", first.0, last.0),
+                format!(
+                    "{:.2} ms and {:.3} MiB per target (wall {} -> {}, peak RSS {} -> {})",
+                    (last.1 - first.1) * 1000.0 / added,
+                    (last.2 as f64 - first.2 as f64) / 1024.0 / added,
+                    secs(first.1),
+                    secs(last.1),
+                    mib(first.2),
+                    mib(last.2)
+                ),
             ),
-        ));
+        );
     }
     // Every target in flight at once: the memory of one target in flight, from which
     // engine::budget's constants come.
@@ -183,38 +208,47 @@ async fn scale(scratch: &Path) -> Result<Vec<Row>, String> {
     )
     .await?;
     let one_peak = curve.first().map_or(0, |c| c.2);
-    rows.push(Row::info(
-        "  1000 clusters, --concurrency 1000 (all in flight)",
-        format!(
-            "{} of 1000 deployed in {}; peak RSS {} = {:.3} MiB per target over 1 cluster's",
-            all.count("deployed"),
-            secs(all.finished.wall.as_secs_f64()),
-            mib(all.finished.max_rss_kib),
-            (all.finished.max_rss_kib as f64 - one_peak as f64) / 1024.0 / 999.0
+    push(
+        &mut rows,
+        Row::info(
+            "  1000 clusters, --concurrency 1000 (all in flight)",
+            format!(
+                "{} of 1000 deployed in {}; peak RSS {} = {:.3} MiB per target over 1 cluster's",
+                all.count("deployed"),
+                secs(all.finished.wall.as_secs_f64()),
+                mib(all.finished.max_rss_kib),
+                (all.finished.max_rss_kib as f64 - one_peak as f64) / 1024.0 / 999.0
+            ),
         ),
-    ));
+    );
     rows.extend(hundred_objects(scratch, &kubeconfig).await?);
-    rows.push(Row::info(
-        "  kube-sim (this process)",
-        format!(
-            "{MOST} clusters started in {}; RSS {} before, {} with {MOST} idle clusters ({:.1} KiB each), {} at the end; {} open fds idle, {} at the end; RLIMIT_NOFILE soft {} -> {} (raised by the bench)",
-            secs(start_time),
-            mib(rss_before),
-            mib(rss_idle),
-            rss_idle.saturating_sub(rss_before) as f64 / MOST as f64,
-            mib(own_rss_kib()),
-            fds_idle,
-            open_fds(),
-            nofile_before,
-            nofile
+    push(
+        &mut rows,
+        Row::info(
+            "  kube-sim (this process)",
+            format!(
+                "{MOST} clusters started in {}; RSS {} before, {} with {MOST} idle clusters ({:.1} KiB each), {} at the end; {} open fds idle, {} at the end; RLIMIT_NOFILE soft {} -> {} (raised by the bench)",
+                secs(start_time),
+                mib(rss_before),
+                mib(rss_idle),
+                rss_idle.saturating_sub(rss_before) as f64 / MOST as f64,
+                mib(own_rss_kib()),
+                fds_idle,
+                open_fds(),
+                nofile_before,
+                nofile
+            ),
         ),
-    ));
-    rows.push(Row::info(
-        "  setup",
-        format!(
-            "small app: Namespace, ConfigMap, Service, Deployment (2 replicas); {LATENCY_MS} ms latency per request; HTTPS; time scale 1; default settings (no concurrency set); kube-sim in-process: one listener per cluster on one runtime, one TLS identity"
+    );
+    push(
+        &mut rows,
+        Row::info(
+            "  setup",
+            format!(
+                "small app: Namespace, ConfigMap, Service, Deployment (2 replicas); {LATENCY_MS} ms latency per request; HTTPS; time scale 1; default settings (no concurrency set); kube-sim in-process: one listener per cluster on one runtime, one TLS identity"
+            ),
         ),
-    ));
+    );
     drop(sim);
     Ok(rows)
 }
@@ -243,19 +277,23 @@ async fn hundred_objects(scratch: &Path, kubeconfig: &Path) -> Result<Vec<Row>, 
     let run = fixtures::deploy(&dir, kubeconfig, &[], LIMIT).await?;
     let deployed = run.count("deployed");
     let peak = run.finished.max_rss_kib;
-    let mut rows = vec![Row::goal(
-        "50 clusters x 100 objects: rollguard peak RSS",
-        "<= 64 MiB",
-        format!(
-            "{} ({deployed} of 50 deployed in {}; {})",
-            mib(peak),
-            secs(run.finished.wall.as_secs_f64()),
-            concurrency_of(&run)
+    let mut rows = Vec::new();
+    push(
+        &mut rows,
+        Row::goal(
+            "50 clusters x 100 objects: rollguard peak RSS",
+            "<= 64 MiB",
+            format!(
+                "{} ({deployed} of 50 deployed in {}; {})",
+                mib(peak),
+                secs(run.finished.wall.as_secs_f64()),
+                concurrency_of(&run)
+            ),
+            peak <= 64 * 1024 && deployed == 50,
         ),
-        peak <= 64 * 1024 && deployed == 50,
-    )];
+    );
     if deployed != 50 {
-        rows.push(Row::info("  problem", run.problem()));
+        push(&mut rows, Row::info("  problem", run.problem()));
     }
     Ok(rows)
 }

@@ -7,13 +7,16 @@ use crate::report::ConcurrencyInfo;
 use crate::util::size::format_size;
 
 /// Memory of one target in flight besides its objects: its connections (TLS state, buffers),
-/// its watches, its tasks and its report. Measured by the bench's `scale` section: a small app
-/// (4 objects) costs PLACEHOLDER per added target with every target in flight; rounded up.
+/// its watches, its tasks, its lock and its report. Measured (BENCHMARKS.md, fleet section of
+/// 2026-12-01, every target in flight): 19.3 MiB peak for 10 targets of the small app, 33.9
+/// MiB for 50, so 0.37 MiB per added target; rounded up to 0.5 MiB. The bench's `scale`
+/// section measures it again with 1,000 targets in flight.
 pub const TARGET_BYTES: u64 = 512 * 1024;
 
 /// Memory per object of the app, per target in flight (its applied answer, its record's
-/// share, its diff): the bench's `memory` figure for 50 targets x 100 objects (about 1.5 MiB
-/// per target) less [`TARGET_BYTES`], over 100 objects; rounded up.
+/// share, its diff). Measured (BENCHMARKS.md, 2026-12-01): 89.1 MiB peak for 50 targets x 100
+/// objects against 33.9 MiB for 50 x 4, so 1.1 MiB more per target for 96 more objects, 11.5
+/// KiB per object; rounded up to 16 KiB.
 pub const OBJECT_BYTES: u64 = 16 * 1024;
 
 /// The estimated memory of one target in flight deploying `objects` objects.
