@@ -18,7 +18,7 @@ use support::procs;
 use support::table::{self, Row, Verdict};
 
 /// Every section: (name, title, budget).
-const SECTIONS: [(&str, &str, u64); 10] = [
+const SECTIONS: [(&str, &str, u64); 11] = [
     (
         "sim",
         "kube-sim: applies/s, 100 watchers, RSS with 10,000 objects (issue 2)",
@@ -35,8 +35,13 @@ const SECTIONS: [(&str, &str, u64); 10] = [
         150,
     ),
     (
+        "scale",
+        "scale: 1, 10, 50, 200, 1,000 clusters and 50 x 100 objects, 20 ms latency, default settings (issue 25)",
+        180,
+    ),
+    (
         "apply",
-        "apply: 500 objects, 5 ms latency, rollguard vs kubectl --server-side (issue 3)",
+        "apply: 500 objects, 5 ms latency, rollguard vs kubectl --server-side; 429s (issues 3, 25)",
         120,
     ),
     (
@@ -102,6 +107,7 @@ async fn run_section(name: &str, scratch: &Path, kube_sim: &Result<PathBuf, Stri
         "apply" => sections::apply::run(scratch).await,
         "memory" => sections::fleet::memory(scratch).await,
         "preflight" => sections::preflight::run(scratch).await,
+        "scale" => sections::scale::run(scratch).await,
         "rollback" => sections::rollback::run(scratch).await,
         "safe" => sections::safe::run(scratch).await,
         "start" => sections::start::run(scratch).await,

@@ -146,9 +146,13 @@ pub struct DeployArgs {
     /// rollback-all | rollback-failed | rollback-if-all-fail | none
     #[arg(long, value_name = "POLICY", conflicts_with = "dry_run")]
     pub on_failure: Option<String>,
-    /// How many targets run at once.
+    /// How many targets run at once [default: what --memory-budget holds].
     #[arg(long, value_name = "N")]
     pub concurrency: Option<usize>,
+    /// Memory the targets in flight may use, e.g. 512MiB, 1GiB [default: 512MiB]: the
+    /// default concurrency is what it holds at the measured memory per target.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size_arg)]
+    pub memory_budget: Option<u64>,
     /// How long to wait for another run's deploy lock, e.g. 2m (lock.timeout).
     #[arg(long, value_name = "DUR", value_parser = parse_duration_arg, conflicts_with = "dry_run")]
     pub lock_timeout: Option<Duration>,
@@ -261,9 +265,12 @@ pub struct DiffArgs {
     /// `prune: true`).
     #[arg(long)]
     pub prune: bool,
-    /// How many targets are asked at once.
+    /// How many targets are asked at once [default: what --memory-budget holds].
     #[arg(long, value_name = "N")]
     pub concurrency: Option<usize>,
+    /// Memory the targets in flight may use, as `deploy --memory-budget`.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size_arg)]
+    pub memory_budget: Option<u64>,
     /// Only the targets of shard I of N, as `deploy --shard` (env ROLLGUARD_SHARD).
     #[arg(long, value_name = "I/N", value_parser = parse_shard_arg)]
     pub shard: Option<Shard>,
@@ -499,6 +506,11 @@ pub fn parse_shard_arg(text: &str) -> Result<Shard, String> {
 
 pub fn parse_duration_arg(text: &str) -> Result<Duration, String> {
     crate::util::duration::parse_duration(text).map_err(|e| e.to_string())
+}
+
+/// `--memory-budget`: a size such as 512MiB or 1GiB (a bad one is a usage error, exit 2).
+pub fn parse_size_arg(text: &str) -> Result<u64, String> {
+    crate::util::size::parse_size(text).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -7,5 +7,6 @@ pub mod fuzz;
 pub mod preflight;
 pub mod rollback;
 pub mod safe;
+pub mod scale;
 pub mod sim;
 pub mod start;

@@ -114,6 +114,7 @@ fn step_args(dir: &Path, kubeconfig: &Path, report: Option<&Path>) -> DeployArgs
         prune: false,
         on_failure: None,
         concurrency: None,
+        memory_budget: None,
         lock_timeout: None,
         wave: None,
         shard: None,

@@ -68,6 +68,7 @@ pub fn read_plan(
         timeout: args.timeout,
         on_failure,
         concurrency: args.concurrency,
+        memory_budget: args.memory_budget,
         lock_timeout: args.lock_timeout,
         wave: args.wave,
         ..Default::default()

@@ -39,6 +39,7 @@ fn as_deploy(args: &DiffArgs) -> DeployArgs {
         prune: args.prune,
         on_failure: None,
         concurrency: args.concurrency,
+        memory_budget: args.memory_budget,
         lock_timeout: None,
         wave: None,
         shard: args.shard,
@@ -67,6 +68,7 @@ pub async fn plan(args: PlanArgs, env: HashMap<String, String>) -> Result<i32, E
         ("--timeout", args.diff.timeout.is_some()),
         ("--force-conflicts", args.diff.force_conflicts),
         ("--concurrency", args.diff.concurrency.is_some()),
+        ("--memory-budget", args.diff.memory_budget.is_some()),
     ];
     if let Some((flag, _)) = cluster_flags.iter().find(|(_, set)| *set) {
         return Err(Error::Usage(format!(

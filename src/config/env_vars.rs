@@ -61,6 +61,11 @@ pub const ENV_SETTINGS: &[EnvSetting] = &[
         "CONCURRENCY",
         "how many targets at once, as `--concurrency` (`concurrency`)",
     ),
+    EnvSetting {
+        name: "MEMORY_BUDGET",
+        input: false,
+        meaning: "the memory the targets in flight may use, as `--memory-budget` (`memory_budget`, e.g. `1GiB`; default 512MiB): the default concurrency follows from it",
+    },
     both(
         "LOCK_TIMEOUT",
         "how long to wait for the deploy lock, as `--lock-timeout` (`lock.timeout`)",

@@ -36,8 +36,16 @@ pub struct Config {
     /// The targets to deploy to, after `--target` selection, then `--wave` selection.
     pub targets: Vec<TargetConfig>,
     pub wait: WaitConfig,
-    /// Targets processed at once.
+    /// Targets processed at once. Set by `--concurrency`, its variable or the file (then
+    /// `concurrency_set_by` says where); otherwise the plan derives it from `memory_budget`
+    /// (`engine::budget`).
     pub concurrency: usize,
+    /// Where `concurrency` was set (`--concurrency`, `$ROLLGUARD_CONCURRENCY`,
+    /// `rollguard.yaml:7`); None: it follows from `memory_budget`.
+    pub concurrency_set_by: Option<String>,
+    /// `--memory-budget` / `memory_budget:` in bytes (default 512 MiB): the default
+    /// concurrency is what it holds at the measured memory per target.
+    pub memory_budget: u64,
     /// The settings of waves by number (`waves:`), one entry per wave at most, each for a
     /// wave some target is in. A wave without an entry has the defaults (see [`Config::bake`]
     /// and [`Config::max_parallel`]).

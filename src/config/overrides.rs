@@ -22,6 +22,8 @@ pub struct Overrides {
     pub on_failure: Option<FailurePolicy>,
     pub on_cancel: Option<CancelPolicy>,
     pub concurrency: Option<usize>,
+    /// `--memory-budget` in bytes.
+    pub memory_budget: Option<u64>,
     pub lock_timeout: Option<Duration>,
     pub rollback_timeout: Option<Duration>,
     pub namespace: Option<String>,
@@ -97,8 +99,17 @@ pub(super) fn apply_overrides(
             "concurrency must be a whole number of at least 1, not {s:?}"
         )),
     };
+    if flags.concurrency.is_some() {
+        config.concurrency_set_by = Some("--concurrency".to_string());
+    } else if let Some((_, location)) = env_setting(env, "CONCURRENCY") {
+        config.concurrency_set_by = Some(location);
+    }
     if let Some(c) = setting!(flags.concurrency, "CONCURRENCY", concurrency) {
         config.concurrency = c.max(1);
+    }
+    let size = |s: &str| crate::util::size::parse_size(s).map_err(|e| e.to_string());
+    if let Some(b) = setting!(flags.memory_budget, "MEMORY_BUDGET", size) {
+        config.memory_budget = b;
     }
     if let Some(t) = setting!(flags.lock_timeout, "LOCK_TIMEOUT", duration) {
         config.lock.timeout = t;

@@ -27,6 +27,7 @@ pub(super) const TOP_KEYS: &[&str] = &[
     "targets",
     "wait",
     "concurrency",
+    "memory_budget",
     "waves",
     "history",
     "on_failure",
@@ -408,6 +409,8 @@ impl Ctx {
             targets: Vec::new(),
             wait: WaitConfig::default(),
             concurrency: 64,
+            concurrency_set_by: None,
+            memory_budget: crate::util::size::DEFAULT_MEMORY_BUDGET,
             waves: Vec::new(),
             first_wave: 0,
             earlier_waves: Vec::new(),
@@ -513,6 +516,24 @@ impl Ctx {
         }
         if let Some(c) = self.integer(get("concurrency"), "concurrency", 1) {
             config.concurrency = usize::try_from(c).unwrap_or(usize::MAX);
+            let line = get("concurrency").map_or(0, |n| n.line);
+            config.concurrency_set_by = Some(self.issue(line, "").location);
+        }
+        if let Some(node) = get("memory_budget") {
+            match &node.value {
+                Tree::Str(s) => match crate::util::size::parse_size(s) {
+                    Ok(bytes) => config.memory_budget = bytes,
+                    Err(e) => self.at(node.line, format!("memory_budget: {e}")),
+                },
+                Tree::Null => {}
+                other => self.at(
+                    node.line,
+                    format!(
+                        "memory_budget must be a size like \"512MiB\" or \"1GiB\", not {}",
+                        other.kind_name()
+                    ),
+                ),
+            }
         }
         config.checks = self.checks(get("checks"), "checks", &[], env);
         config.waves = self.waves(get("waves"), &config.targets, &config.checks, env);

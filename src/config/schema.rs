@@ -104,7 +104,8 @@ pub fn json_schema() -> Value {
                     }
                 }
             },
-            "concurrency": {"type": "integer", "minimum": 1, "default": 64, "description": "targets at once"},
+            "concurrency": {"type": "integer", "minimum": 1, "description": "targets at once (default: what memory_budget holds)"},
+            "memory_budget": {"type": "string", "pattern": "^\\s*[0-9.]+\\s*(KiB|MiB|GiB|TiB|Ki|Mi|Gi|Ti)\\s*$", "default": "512MiB", "description": "the memory the targets in flight may use; the default concurrency is what it holds at the measured memory per target (e.g. 512MiB, 1GiB)"},
             "history": {
                 "type": "object",
                 "additionalProperties": false,

@@ -1468,3 +1468,104 @@ fn log_lines_are_read_from_wait() {
         assert_eq!(c.wait.log_lines, want, "{text}");
     }
 }
+
+/// `memory_budget:` in the file, `ROLLGUARD_MEMORY_BUDGET`, `--memory-budget`: the bytes, or
+/// the problem at its place; and where a concurrency was set (None: the budget decides).
+#[test]
+fn memory_budget_and_where_the_concurrency_was_set() {
+    const MIB: u64 = 1024 * 1024;
+    let base = "app: shop\nmanifests: [k8s]\ntargets: [{name: eu, context: sim-1}]\n";
+    // (file addition, env, flag, Ok((budget, concurrency set by)) or Err(problem))
+    type Case = (
+        &'static str,
+        &'static [(&'static str, &'static str)],
+        Option<u64>,
+        Result<(u64, Option<&'static str>), &'static str>,
+    );
+    let cases: &[Case] = &[
+        ("", &[], None, Ok((512 * MIB, None))),
+        ("memory_budget: 1GiB\n", &[], None, Ok((1024 * MIB, None))),
+        ("memory_budget: 64Mi\n", &[], None, Ok((64 * MIB, None))),
+        (
+            "memory_budget: 1GiB\n",
+            &[("ROLLGUARD_MEMORY_BUDGET", "256MiB")],
+            None,
+            Ok((256 * MIB, None)),
+        ),
+        (
+            "memory_budget: 1GiB\n",
+            &[("ROLLGUARD_MEMORY_BUDGET", "256MiB")],
+            Some(8 * MIB),
+            Ok((8 * MIB, None)),
+        ),
+        (
+            "concurrency: 4\n",
+            &[],
+            None,
+            Ok((512 * MIB, Some("rollguard.yaml:4"))),
+        ),
+        (
+            "",
+            &[("INPUT_CONCURRENCY", "3")],
+            None,
+            Ok((512 * MIB, Some("$INPUT_CONCURRENCY"))),
+        ),
+        (
+            "memory_budget: 512MB\n",
+            &[],
+            None,
+            Err("rollguard.yaml:4: memory_budget: \"512MB\" is not a memory size"),
+        ),
+        (
+            "memory_budget: 512\n",
+            &[],
+            None,
+            Err("rollguard.yaml:4: memory_budget must be a size like \"512MiB\""),
+        ),
+        (
+            "memory_budget: 0GiB\n",
+            &[],
+            None,
+            Err("rollguard.yaml:4: memory_budget: \"0GiB\" is zero"),
+        ),
+        (
+            "",
+            &[("ROLLGUARD_MEMORY_BUDGET", "lots")],
+            None,
+            Err("$ROLLGUARD_MEMORY_BUDGET: \"lots\" is not a memory size"),
+        ),
+    ];
+    for &(extra, env, flag, want) in cases {
+        let text = format!("{base}{extra}");
+        let env = env_of(env);
+        let flags = Overrides {
+            memory_budget: flag,
+            ..Overrides::default()
+        };
+        let got = parse(&text, Path::new("rollguard.yaml"), &flags, &env);
+        match (got, want) {
+            (Ok(c), Ok((budget, set_by))) => {
+                assert_eq!(c.memory_budget, budget, "{text}");
+                assert_eq!(c.concurrency_set_by.as_deref(), set_by, "{text}");
+            }
+            (Err(e), Err(problem)) => {
+                let e = e.to_string();
+                assert!(e.contains(problem), "{text}: {e}");
+            }
+            (got, want) => panic!("{text}: got {got:?}, want {want:?}"),
+        }
+    }
+    let flagged = Overrides {
+        concurrency: Some(2),
+        ..Overrides::default()
+    };
+    let c = parse(
+        &format!("{base}concurrency: 4\n"),
+        Path::new("rollguard.yaml"),
+        &flagged,
+        &no_env,
+    )
+    .unwrap();
+    assert_eq!(c.concurrency, 2);
+    assert_eq!(c.concurrency_set_by.as_deref(), Some("--concurrency"));
+}

@@ -973,6 +973,7 @@ pub fn build_report(plan: &Plan, targets: Vec<TargetReport>, started_at: Timesta
         targets,
     );
     report.dry_run = plan.options.dry_run;
+    report.concurrency = Some(plan.concurrency.clone());
     report
 }
 

@@ -66,11 +66,13 @@ pub struct Plan {
     recorded: Arc<Mutex<RecordedManifests>>,
     /// What every script stage run shares: the secret scrubber, the environment.
     pub scripts: crate::stages::Shared,
+    /// `config.concurrency` and why (set, or what the memory budget holds), for the report.
+    pub concurrency: crate::report::ConcurrencyInfo,
 }
 
 impl Plan {
     pub fn new(
-        config: Config,
+        mut config: Config,
         manifests: ManifestSet,
         commit: Option<CommitInfo>,
         options: DeployOptions,
@@ -88,6 +90,10 @@ impl Plan {
                 .filter_map(|t| t.kubeconfig_env.clone())
                 .collect(),
         };
+        // Unless someone set it, the concurrency is what the memory budget holds for this app.
+        let concurrency =
+            super::budget::choose(&super::budget::Source::of(&config), manifests.objects.len());
+        config.concurrency = concurrency.value;
         Plan {
             config,
             manifests,
@@ -97,6 +103,7 @@ impl Plan {
             per_target: HashMap::new(),
             recorded: Arc::default(),
             scripts,
+            concurrency,
         }
     }
 
@@ -135,6 +142,15 @@ impl Plan {
         config.earlier_waves.clear();
         config.checks.clear();
         config.concurrency = config.targets.len().max(1);
+        self.concurrency = crate::report::ConcurrencyInfo {
+            value: config.concurrency,
+            memory_budget_bytes: None,
+            per_target_bytes: None,
+            reason: format!(
+                "concurrency {} (a manual rollback: every target at once)",
+                config.concurrency
+            ),
+        };
         config.preflight = false;
         self.options.force = true;
         self.options.wave = None;

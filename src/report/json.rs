@@ -29,6 +29,8 @@
 //! - `plan`? (dry runs): the plan, as `rollguard diff -o json` prints it (`plan_schema`).
 //! - `shard`? (`deploy --shard I/N`): {`index`, `count`, `digest`? (of the manifests)}.
 //! - `saved_plan`? (`deploy --plan`): {`digest`, `made_at`, `pr`?, `replanned`, `mismatches`?[]}.
+//! - `concurrency`? (deploy, diff): {`value`, `memory_budget_bytes`?, `per_target_bytes`?,
+//!   `reason`} (how many targets ran at once, and why).
 
 use super::clean::Clean;
 use super::model::Report;
@@ -254,6 +256,17 @@ pub fn report_schema() -> Value {
                     "replanned": {"type": "boolean", "description": "the plan no longer held and --replan applied a new one"},
                     "mismatches": {"type": "array", "items": {"type": "string"}, "description": "what moved since the plan when it no longer held: nothing was written (exit 2)"}
                 }
+            },
+            "concurrency": {
+                "type": "object",
+                "description": "how many targets ran at once, and why: set (`--concurrency`, `concurrency:`) or what the memory budget holds",
+                "required": ["value", "reason"],
+                "properties": {
+                    "value": {"type": "integer", "minimum": 1, "description": "targets in flight at once, at most"},
+                    "memory_budget_bytes": {"type": "integer", "minimum": 1, "description": "the memory budget it follows from (`--memory-budget`); absent when set explicitly"},
+                    "per_target_bytes": {"type": "integer", "minimum": 1, "description": "the estimated memory of one target in flight; absent when set explicitly"},
+                    "reason": {"type": "string", "description": "e.g. \"concurrency 910 (memory budget 512 MiB / 0.56 MiB per target of 4 objects)\""}
+                }
             }
         }
     })
@@ -338,6 +351,12 @@ mod tests {
             index: 2,
             count: 3,
             digest: Some("sha256:abc".into()),
+        });
+        r.concurrency = Some(ConcurrencyInfo {
+            value: 2,
+            memory_budget_bytes: Some(1 << 20),
+            per_target_bytes: Some(1 << 19),
+            reason: "concurrency 2 (memory budget 1 MiB / 0.5 MiB per target of 4 objects)".into(),
         });
         r
     }

@@ -549,6 +549,9 @@ pub struct Report {
     /// The saved plan a `deploy --plan` ran (absent without one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub saved_plan: Option<SavedPlanUse>,
+    /// How many targets ran at once, and why (set, or what the memory budget holds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<ConcurrencyInfo>,
 }
 
 /// What a `deploy --plan` did with its plan file.
@@ -590,6 +593,22 @@ impl SavedPlanUse {
     }
 }
 
+/// The concurrency of a run and why: `concurrency 64 (memory budget 512 MiB / 8 MiB per
+/// target of 4 objects)`, or `concurrency 8 (set by --concurrency)`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConcurrencyInfo {
+    /// Targets in flight at once, at most.
+    pub value: usize,
+    /// The memory budget it follows from, in bytes (absent: set explicitly).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_budget_bytes: Option<u64>,
+    /// The estimated memory of one target in flight, in bytes (absent: set explicitly).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_target_bytes: Option<u64>,
+    /// One line: the value and where it came from.
+    pub reason: String,
+}
+
 /// Which shard of a `--shard I/N` deploy a report is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShardInfo {
@@ -626,6 +645,7 @@ impl Report {
             shard: None,
             refused_in_preflight: false,
             saved_plan: None,
+            concurrency: None,
         };
         report.summary = summary_line(&report);
         report

@@ -121,6 +121,17 @@ pub fn to_table(report: &Clean<Report>, color: bool, columns: Option<usize>) -> 
         out.push_str(&saved.line());
         out.push('\n');
     }
+    // Said only when targets waited for a slot: then the bound explains the wall time.
+    if let Some(c) = &report.concurrency
+        && c.value < report.targets.len()
+    {
+        out.push_str(&format!(
+            "{} of {} targets at once: {}\n",
+            c.value,
+            report.targets.len(),
+            c.reason
+        ));
+    }
     let summary = format!("{}: {}", report.app, report.summary);
     if color {
         out.push_str(&paint(&summary, outcome_color(report.outcome)));

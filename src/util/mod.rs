@@ -12,6 +12,7 @@ pub mod runner;
 pub mod shard;
 #[cfg(test)]
 pub mod shared;
+pub mod size;
 #[cfg(test)]
 pub mod test_cluster;
 pub mod yaml;

@@ -77,6 +77,7 @@ async fn schema_prints_json() {
             "history",
             "lock",
             "manifests",
+            "memory_budget",
             "namespace",
             "on_cancel",
             "on_failure",

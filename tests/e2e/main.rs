@@ -30,6 +30,7 @@ mod real;
 mod release;
 mod runtime_root;
 mod saved_plan;
+mod scale;
 mod secrets;
 mod shards;
 mod stages;
