@@ -133,7 +133,7 @@ fn read_kubeconfig(
     cli_kubeconfig: Option<&Path>,
     base_dir: &Path,
     env: &(dyn Fn(&str) -> Option<String> + Sync),
-) -> Result<(Kubeconfig, KubeconfigSource), TargetError> {
+) -> Result<(Arc<Kubeconfig>, KubeconfigSource), TargetError> {
     if let Some(var) = &target.kubeconfig_env {
         let raw = env(var).ok_or_else(|| {
             TargetError::new(
@@ -154,15 +154,54 @@ fn read_kubeconfig(
                 format!("environment variable {var} does not hold a valid kubeconfig: {e}"),
             )
         })?;
-        return Ok((config, KubeconfigSource::Env(var.clone())));
+        return Ok((Arc::new(config), KubeconfigSource::Env(var.clone())));
     }
     let (files, origin) = match &target.kubeconfig {
         Some(path) if path.is_relative() => (vec![base_dir.join(path)], FileOrigin::Target),
         Some(path) => (vec![path.clone()], FileOrigin::Target),
         None => default_kubeconfig_files(cli_kubeconfig, env),
     };
+    let config = read_files_once(&files, origin)?;
+    Ok((config, KubeconfigSource::Files(files)))
+}
+
+/// Kubeconfig files already read in this process, by path, size and modification time: a
+/// fleet of N targets in one kubeconfig of N contexts would otherwise parse it N times over
+/// (and three times per target: the checks, the overlap check, the connection). A file that
+/// changed is read again.
+type FileKey = Vec<(PathBuf, u64, Option<std::time::SystemTime>)>;
+static READ_FILES: std::sync::Mutex<Option<std::collections::HashMap<FileKey, Arc<Kubeconfig>>>> =
+    std::sync::Mutex::new(None);
+
+fn read_files_once(files: &[PathBuf], origin: FileOrigin) -> Result<Arc<Kubeconfig>, TargetError> {
+    let key: FileKey = files
+        .iter()
+        .map(|f| {
+            let meta = std::fs::metadata(f).ok();
+            (
+                f.clone(),
+                meta.as_ref().map_or(0, |m| m.len()),
+                meta.and_then(|m| m.modified().ok()),
+            )
+        })
+        .collect();
+    let cached = |map: &Option<std::collections::HashMap<FileKey, Arc<Kubeconfig>>>| {
+        map.as_ref().and_then(|m| m.get(&key).cloned())
+    };
+    if let Some(found) = READ_FILES.lock().ok().and_then(|m| cached(&m)) {
+        return Ok(found);
+    }
+    let read = Arc::new(read_files(files, origin)?);
+    if let Ok(mut map) = READ_FILES.lock() {
+        map.get_or_insert_with(Default::default)
+            .insert(key, read.clone());
+    }
+    Ok(read)
+}
+
+fn read_files(files: &[PathBuf], origin: FileOrigin) -> Result<Kubeconfig, TargetError> {
     let mut merged: Option<Kubeconfig> = None;
-    for file in &files {
+    for file in files {
         // kube reads the whole file; its size is checked first (the path fix-ups of
         // read_from are kept: relative certificate and token paths are the file's).
         if let Ok(meta) = std::fs::metadata(file)
@@ -201,9 +240,7 @@ fn read_kubeconfig(
             })?,
         });
     }
-    let config =
-        merged.ok_or_else(|| TargetError::new("Kubeconfig", "no kubeconfig file given"))?;
-    Ok((config, KubeconfigSource::Files(files)))
+    merged.ok_or_else(|| TargetError::new("Kubeconfig", "no kubeconfig file given"))
 }
 
 /// The kubeconfig a target that names none would use (`--kubeconfig`, `$KUBECONFIG` merged,
@@ -224,7 +261,7 @@ pub fn read_default_kubeconfig(
         line: 0,
     };
     let (config, source) = read_kubeconfig(&anonymous, cli_kubeconfig, Path::new("."), env)?;
-    Ok((config, describe_source(&source)))
+    Ok((Kubeconfig::clone(&config), describe_source(&source)))
 }
 
 /// The part of `full` that `context` (None: its current-context) needs, renamed to `rename`
@@ -397,6 +434,10 @@ pub fn resolve(
         crate::kube::known::learn_credentials(auth);
     }
     let user = ctx.user.clone();
+    // Only this target's context, cluster and user: the rest of a large kubeconfig is not
+    // carried (nor cloned) per target.
+    let kubeconfig = single_context(&kubeconfig, Some(&context), None)
+        .map_err(|why| TargetError::new("Kubeconfig", format!("kubeconfig {where_}: {why}")))?;
     Ok(ResolvedTarget {
         kubeconfig,
         source,

@@ -183,7 +183,7 @@ async fn status_shows_a_mixed_fleet_then_one_commit_then_a_cluster_down() {
     );
     assert!(
         status.stderr.contains(&format!(
-            "target ap: ConnectionRefused: connection to {}",
+            "target ap: unreachable: ConnectionRefused: connection to {}",
             env.cluster(3).url()
         )),
         "{}",
