@@ -192,7 +192,7 @@ async fn preflight_dry_run(
         for (run, checked) in runs.iter_mut().zip(found) {
             if let Checked::Passed(answer) = checked {
                 run.clock.stop();
-                run.preflight = Some(answer);
+                run.preflight = Some(*answer);
             }
         }
         return false;
@@ -245,12 +245,24 @@ async fn check_saved_plan(
         run.clock.start("plan check");
         progress.update(&run.target.name, Stage::Preflight);
     }
-    let checks = runs.iter().zip(&asked).map(|(run, &asked)| async move {
-        if !asked {
-            return Vec::new();
-        }
-        moved_since_plan(plan, saved, run, cancel).await
-    });
+    // Each target's history head as read under its lock.
+    let heads: Vec<Option<u64>> = locks
+        .iter()
+        .map(|l| match l {
+            Ok(Some((history, _))) => history.revisions().into_iter().max(),
+            _ => None,
+        })
+        .collect();
+    let checks = runs
+        .iter()
+        .zip(&asked)
+        .zip(heads)
+        .map(|((run, &asked), head)| async move {
+            if !asked {
+                return Vec::new();
+            }
+            moved_since_plan(plan, saved, run, head, cancel).await
+        });
     let found: Vec<Vec<ObjectMoved>> = futures::stream::iter(checks)
         .buffered(plan.config.concurrency.max(1))
         .collect()
@@ -308,6 +320,7 @@ async fn moved_since_plan(
     plan: &Plan,
     saved: &PlanToApply,
     run: &TargetRun,
+    head: Option<u64>,
     cancel: &CancellationToken,
 ) -> Vec<ObjectMoved> {
     use crate::engine::saved_plan::check::{Place, objects_now};
@@ -339,7 +352,15 @@ async fn moved_since_plan(
     )
     .instrument(tracing::error_span!("target", target = %name))
     .await;
-    objects_moved(&part.objects, &now)
+    let mut moved = objects_moved(&part.objects, &now);
+    // A plan that names the revision it would record also holds each history's head.
+    if saved.plan.revision.is_some()
+        && let Some(m) =
+            crate::engine::saved_plan::verify::history_moved(name, part.history_head, head)
+    {
+        moved.insert(0, m);
+    }
+    moved
 }
 
 /// The re-plan's diff, on stderr (the preflight dry run's answers).

@@ -25,7 +25,7 @@ pub enum Checked {
     /// Not asked: the target had already stopped, or has no connection.
     NotAsked,
     /// Every object passed: the server's answers, as `diff` would show them.
-    Passed(TargetPlan),
+    Passed(Box<TargetPlan>),
     /// The server refused objects, or could not be asked about them.
     Refused(Vec<Failure>),
     Cancelled,
@@ -80,7 +80,7 @@ async fn check_one(plan: &Plan, run: &TargetRun, cancel: &CancellationToken) -> 
         return Checked::Cancelled;
     }
     if found.errors.is_empty() {
-        Checked::Passed(found)
+        Checked::Passed(Box::new(found))
     } else {
         tracing::info!(errors = found.errors.len(), "refused in the preflight");
         Checked::Refused(found.errors)
@@ -206,7 +206,7 @@ mod tests {
 
     #[test]
     fn the_preflight_stops_on_any_refusal_and_says_where() {
-        let passed = || Checked::Passed(TargetPlan::new("x"));
+        let passed = || Checked::Passed(Box::new(TargetPlan::new("x")));
         // (per target, stops?, refused?, words in the others' message)
         type Case<'a> = (Vec<(&'a str, Checked)>, Option<(bool, &'a str)>);
         let cases: Vec<Case> = vec![

@@ -306,10 +306,13 @@ pub async fn plan_dropped(
         plan.config.history.keep,
     );
     let previous = match store.list().await {
-        Ok(records) => match crate::release::last_good(&records) {
-            Some(good) => good.objects.clone(),
-            None => return,
-        },
+        Ok(records) => {
+            found.history_head = records.iter().map(|r| r.revision).max();
+            match crate::release::last_good(&records) {
+                Some(good) => good.objects.clone(),
+                None => return,
+            }
+        }
         Err(e) => {
             found.warnings.push(format!(
                 "could not read the release history to list what the manifests dropped: {e}"

@@ -960,6 +960,10 @@ pub struct TargetPlan {
     /// part of the plan's JSON.
     #[serde(skip)]
     pub seen: Vec<SeenObject>,
+    /// The newest revision of the target's release history as the dry run read it (None:
+    /// none, or not read), for a saved plan: the revision a deploy would record is above it.
+    #[serde(skip)]
+    pub history_head: Option<u64>,
 }
 
 /// One manifest object of a dry run, as a saved plan keeps it: the body it would apply
@@ -1005,6 +1009,7 @@ impl TargetPlan {
             errors: Vec::new(),
             warnings: Vec::new(),
             seen: Vec::new(),
+            history_head: None,
         }
     }
 

@@ -118,6 +118,9 @@ async fn a_plan_nothing_moved_since_is_applied_byte_for_byte() {
     assert_eq!(web["object"], "Deployment shop/web", "{saved:#}");
     assert_eq!(web["action"], "update");
     assert!(web["live"]["resource_version"].is_string(), "{saved:#}");
+    // v1 is recorded everywhere: the deploy of this plan records v2.
+    assert_eq!(saved["revision"], 2, "{saved:#}");
+    assert_eq!(saved["targets"][0]["history_head"], 1, "{saved:#}");
 
     let run = env
         .deploy(&["--plan", env.path("plan.json").to_str().unwrap()])
@@ -143,6 +146,22 @@ async fn a_plan_nothing_moved_since_is_applied_byte_for_byte() {
             holds(&live, &object["body"], "$").unwrap_or_else(|e| panic!("{object}: {e}"));
         }
     }
+
+    // The same plan again: nothing it would apply moved, but its v2 is recorded now, so
+    // the plan no longer says what a deploy would record: refused, nothing written.
+    let before = writes(&env, 2);
+    let again = env
+        .deploy(&["--plan", env.path("plan.json").to_str().unwrap()])
+        .await;
+    assert_eq!(again.code, 2, "{}", again.output());
+    assert_eq!(writes(&env, 2), before, "{}", again.output());
+    assert!(
+        again.output().contains(
+            "moved since the plan: its newest revision was v1, now v2 (another deploy or rollback ran)"
+        ),
+        "{}",
+        again.output()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

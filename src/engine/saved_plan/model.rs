@@ -34,6 +34,10 @@ pub struct SavedPlan {
     /// Every manifest object as rendered, by digest (the deploy renders them again and
     /// compares).
     pub manifests: Vec<PlannedManifest>,
+    /// The revision a deploy of this plan would record (one number for the fleet, above
+    /// every target's history head).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<u64>,
     pub targets: Vec<PlannedTarget>,
 }
 
@@ -52,6 +56,10 @@ pub struct PlannedManifest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlannedTarget {
     pub name: String,
+    /// The newest revision of the target's release history when the plan was made (absent:
+    /// none yet); a deploy of the plan records the fleet's next revision above every head.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history_head: Option<u64>,
     /// Every object of the manifests as it would be applied there.
     pub objects: Vec<PlannedObject>,
 }
@@ -147,6 +155,11 @@ impl SavedPlan {
             made_at: provenance.made_at,
             pr: provenance.pr,
             manifests: planned_manifests(manifests),
+            revision: Some(crate::release::fleet_revision(&[change_plan
+                .targets
+                .iter()
+                .filter_map(|t| t.history_head)
+                .collect()])),
             targets: change_plan.targets.iter().map(planned_target).collect(),
         })
     }
@@ -244,6 +257,7 @@ fn planned_target(t: &TargetPlan) -> PlannedTarget {
     };
     PlannedTarget {
         name: t.name.clone(),
+        history_head: t.history_head,
         objects: t
             .seen
             .iter()

@@ -62,6 +62,7 @@ pub fn plan_file_schema() -> Value {
             "made_at": {"type": "string", "format": "date-time"},
             "pr": {"type": "integer", "minimum": 1, "description": "the pull request the plan was made on"},
             "manifests": {"type": "array", "items": manifest},
+            "revision": {"type": "integer", "minimum": 1, "description": "the revision a deploy of the plan records (above every target's history_head); a target whose history moved since refuses the plan"},
             "targets": {
                 "type": "array",
                 "items": {
@@ -69,6 +70,7 @@ pub fn plan_file_schema() -> Value {
                     "required": ["name", "objects"],
                     "properties": {
                         "name": {"type": "string"},
+                        "history_head": {"type": "integer", "minimum": 1, "description": "the newest revision of the target's release history when the plan was made; absent: none yet"},
                         "objects": {"type": "array", "items": object}
                     }
                 }
@@ -131,12 +133,14 @@ mod tests {
             config_digest: d('c'),
             made_at: "2026-12-01T10:00:00Z".parse().unwrap(),
             pr: Some(12),
+            revision: Some(4),
             manifests: vec![PlannedManifest {
                 object: "Deployment web".into(),
                 origin: "k8s/app.yaml:8".into(),
                 sha256: d('1'),
             }],
             targets: vec![PlannedTarget {
+                history_head: Some(3),
                 name: "eu".into(),
                 objects: vec![PlannedObject {
                     object: "Deployment shop/web".into(),

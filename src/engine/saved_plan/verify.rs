@@ -208,6 +208,27 @@ pub enum ObjectMoved {
     NoLongerDeclared { object: String },
     #[error("{object} could not be read to check the plan: {message}")]
     Unreadable { object: String, message: String },
+    /// Another deploy or rollback recorded a release on the target since the plan.
+    #[error("the release history of {object} moved since the plan: its newest revision was {}, now {} (another deploy or rollback ran)", revision_text(*.from), revision_text(*.to))]
+    History {
+        object: String,
+        from: Option<u64>,
+        to: Option<u64>,
+    },
+}
+
+fn revision_text(revision: Option<u64>) -> String {
+    revision.map_or_else(|| "none".to_string(), |r| format!("v{r}"))
+}
+
+/// Whether the target's release history still ends where the plan saw it, pure: `planned`
+/// is the plan's head, `now` the head read under the target's lock.
+pub fn history_moved(target: &str, planned: Option<u64>, now: Option<u64>) -> Option<ObjectMoved> {
+    (planned != now).then(|| ObjectMoved::History {
+        object: format!("target {target}"),
+        from: planned,
+        to: now,
+    })
 }
 
 impl ObjectMoved {
@@ -221,7 +242,8 @@ impl ObjectMoved {
             | ObjectMoved::Body { object, .. }
             | ObjectMoved::NotPlanned { object, .. }
             | ObjectMoved::NoLongerDeclared { object }
-            | ObjectMoved::Unreadable { object, .. } => object,
+            | ObjectMoved::Unreadable { object, .. }
+            | ObjectMoved::History { object, .. } => object,
         }
     }
 }
@@ -348,10 +370,12 @@ mod tests {
             config_digest: "sha256:c1".into(),
             made_at: ts("2026-12-01T10:00:00Z"),
             pr: Some(7),
+            revision: None,
             manifests: Vec::new(),
             targets: ["eu", "us"]
                 .iter()
                 .map(|n| PlannedTarget {
+                    history_head: None,
                     name: n.to_string(),
                     objects: Vec::new(),
                 })
@@ -630,5 +654,27 @@ mod tests {
                 "{live}"
             );
         }
+    }
+
+    #[test]
+    fn a_history_that_moved_since_the_plan_is_named() {
+        // (plan's head, head now, moved)
+        for (planned, now, moved) in [
+            (None, None, false),
+            (Some(3), Some(3), false),
+            (Some(3), Some(4), true),
+            (None, Some(1), true),
+            (Some(2), None, true),
+        ] {
+            let got = history_moved("eu", planned, now);
+            assert_eq!(got.is_some(), moved, "{planned:?} -> {now:?}");
+        }
+        let text = history_moved("eu", Some(3), Some(4)).map(|m| m.to_string());
+        assert_eq!(
+            text.as_deref(),
+            Some(
+                "the release history of target eu moved since the plan: its newest revision was v3, now v4 (another deploy or rollback ran)"
+            )
+        );
     }
 }
