@@ -1133,6 +1133,7 @@ async fn publish_manual_report(
     let mut report =
         crate::commands::manual_report::report(&config.app, commit, started_at, targets);
     report.run_url = sink.run_url();
+    report.concurrency = Some(crate::report::ConcurrencyInfo::manual_rollback(ready.len()));
     let in_actions = env.get("GITHUB_ACTIONS").map(String::as_str) == Some("true");
     // Stored manifests come from no file: a failure has no line to point at.
     let origin = |_: &str| None;

@@ -141,16 +141,8 @@ impl Plan {
         config.first_wave = 0;
         config.earlier_waves.clear();
         config.checks.clear();
-        config.concurrency = config.targets.len().max(1);
-        self.concurrency = crate::report::ConcurrencyInfo {
-            value: config.concurrency,
-            memory_budget_bytes: None,
-            per_target_bytes: None,
-            reason: format!(
-                "concurrency {} (a manual rollback: every target at once)",
-                config.concurrency
-            ),
-        };
+        self.concurrency = crate::report::ConcurrencyInfo::manual_rollback(config.targets.len());
+        config.concurrency = self.concurrency.value;
         config.preflight = false;
         self.options.force = true;
         self.options.wave = None;
