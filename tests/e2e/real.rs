@@ -363,9 +363,13 @@ async fn missing_image_fails_fast_and_rolls_back_everywhere() {
             .into_iter()
             .flatten()
             .filter(|(_, records)| {
+                // The pull error itself, or (a target that rollback-all stopped before its own
+                // pull failed) the policy naming the target that failed first.
                 records.as_array().into_iter().flatten().any(|r| {
                     r["status"] == "failed"
-                        && r["reason"].as_str().is_some_and(|why| why.contains(&bad))
+                        && r["reason"].as_str().is_some_and(|why| {
+                            why.contains(&bad) || why.starts_with("stopped: policy rollback-all: ")
+                        })
                 })
             })
             .count();
@@ -373,6 +377,11 @@ async fn missing_image_fails_fast_and_rolls_back_everywhere() {
             failed_with_reason,
             n,
             "every target's history shows the failed revision and why:\n{}",
+            json.output()
+        );
+        assert!(
+            json.stdout.contains(&bad),
+            "at least one history names the pull error:\n{}",
             json.output()
         );
     })
