@@ -2,12 +2,12 @@
 
 pub mod checks;
 pub mod cli;
+pub mod cluster;
 pub mod commands;
 pub mod config;
 pub mod engine;
 pub mod error;
 pub mod github;
-pub mod kube;
 pub mod manifests;
 pub mod release;
 pub mod report;

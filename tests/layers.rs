@@ -9,7 +9,7 @@
 //!    sinks (JSON, Markdown, terminal) and redaction
 //! 3. `config`: rollguard.yaml + flags + env -> Config
 //! 4. `manifests`: load, parse, order and render the manifests
-//! 5. `kube`: everything that talks to a cluster (connect, retry, apply, wait, health rules)
+//! 5. `cluster`: everything that talks to a cluster (connect, retry, apply, wait, health rules)
 //! 6. `stages`: script stages' child processes (env, temporary kubeconfig, process-group
 //!    kill, output) and the pure decisions around them
 //! 7. `release`: release records, the lock, the release side of a deploy
@@ -22,7 +22,7 @@
 //! 12. `commands`: one module per user command
 //!
 //! Data flows down this list as a run goes: config and manifests make a plan, the engine
-//! drives kube and release per target, and everything ends in the report (the lowest, since
+//! drives cluster and release per target, and everything ends in the report (the lowest, since
 //! every layer writes into it).
 
 #[path = "../kube-sim/tests/support/layer_graph.rs"]
@@ -37,7 +37,7 @@ const LAYERS: [&str; 13] = [
     "report",
     "config",
     "manifests",
-    "kube",
+    "cluster",
     "stages",
     "release",
     "checks",
@@ -67,7 +67,7 @@ fn the_graph_is_read() {
         .edges
         .get("engine::target_run")
         .expect("engine::target_run imports something");
-    assert!(run.contains("kube::apply"), "{run:?}");
+    assert!(run.contains("cluster::apply"), "{run:?}");
     assert!(
         graph
             .edges

@@ -14,7 +14,7 @@ use hyper_util::rt::TokioExecutor;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::kube::retry::{self, ErrorClass, RetryBudget, RetryError};
+use crate::cluster::retry::{self, ErrorClass, RetryBudget, RetryError};
 use crate::report::redact;
 
 /// The most of an answer's body that is read (a Prometheus result of one series is small).

@@ -91,7 +91,7 @@ pub fn read_plan(
     // targets that share one cluster and namespace are refused: not for `plan --offline`,
     // which asks no cluster.
     if access == Access::Check {
-        crate::kube::connect::check_targets(&config, &config.targets, &lookup)?;
+        crate::cluster::connect::check_targets(&config, &config.targets, &lookup)?;
         refuse_overlapping_targets(&config, &path, &lookup)?;
     }
     let (manifests, warnings) = manifests::load_noting(&config)?;
@@ -451,7 +451,7 @@ pub fn write_report_file(path: &std::path::Path, text: &str, in_actions: bool) -
 
 /// Two targets that resolve (offline, from their kubeconfigs) to one cluster and namespace
 /// are refused before any cluster is touched. Runs after
-/// [`check_targets`](crate::kube::connect::check_targets), so every kubeconfig reads here.
+/// [`check_targets`](crate::cluster::connect::check_targets), so every kubeconfig reads here.
 fn refuse_overlapping_targets(
     config: &config::Config,
     path: &std::path::Path,
@@ -462,7 +462,7 @@ fn refuse_overlapping_targets(
         .targets
         .iter()
         .filter_map(|t| {
-            let (server, context_ns) = crate::kube::connect::locate_offline(
+            let (server, context_ns) = crate::cluster::connect::locate_offline(
                 t,
                 config.kubeconfig.as_deref(),
                 &config.base_dir,

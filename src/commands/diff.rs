@@ -13,12 +13,12 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{DeployArgs, DiffArgs, PlanArgs, PlanFormat};
+use crate::cluster::apply::{ApplyError, MAX_IN_FLIGHT, apply_failures, resolve_set};
+use crate::cluster::connect::ClusterAccess;
+use crate::cluster::diff::{DiffOptions, Sides, compare_sets, plan_resolved};
 use crate::engine::plan::Plan;
 use crate::engine::reapply::ManifestsError;
 use crate::error::{Error, exit};
-use crate::kube::apply::{ApplyError, MAX_IN_FLIGHT, apply_failures, resolve_set};
-use crate::kube::connect::ClusterAccess;
-use crate::kube::diff::{DiffOptions, Sides, compare_sets, plan_resolved};
 use crate::manifests::ManifestSet;
 use crate::report::diff::{DiffStyle, MAX_DIFF_LINES};
 use crate::report::plan::{ChangePlan, PlanMode, TargetPlan, to_text};

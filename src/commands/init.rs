@@ -49,7 +49,7 @@ pub async fn run(args: InitArgs, env: HashMap<String, String>) -> Result<i32, Er
     }
     let lookup = |k: &str| env.get(k).cloned();
     let (kubeconfig, source) =
-        crate::kube::connect::read_default_kubeconfig(args.kubeconfig.as_deref(), &lookup)
+        crate::cluster::connect::read_default_kubeconfig(args.kubeconfig.as_deref(), &lookup)
             .map_err(|e| Error::Usage(format!("rollguard init: {}", e.message)))?;
     let contexts: Vec<String> = kubeconfig.contexts.iter().map(|c| c.name.clone()).collect();
     let chosen = choose_contexts(&contexts, &args.contexts, &source)?;

@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use crate::cli::{
     HistoryArgs, RecordFormat, ReleaseCommand, RollbackArgs, Selection, ShowArgs, UnlockArgs,
 };
+use crate::cluster::connect::{ClusterAccess, check_targets, connect};
 use crate::commands::manual_report;
 use crate::config::{self, Config, ConfigError, Overrides, TargetConfig};
 use crate::engine::plan::Plan;
@@ -25,7 +26,6 @@ use crate::engine::reapply;
 use crate::engine::target_run::TargetRun;
 use crate::engine::wave_gate::{self, WaveRefused};
 use crate::error::exit;
-use crate::kube::connect::{ClusterAccess, check_targets, connect};
 use crate::release::lock::{self, LockError};
 use crate::release::session::{OpenHistory, ReleaseSettings};
 use crate::release::{self, ReleaseError, ReleaseOrigin, ReleaseRecord, ReleaseStore};
@@ -267,7 +267,7 @@ pub enum RenderError {
 pub enum TargetFailure {
     /// The target could not be reached or its access is wrong (kube::connect's reasons).
     #[error("{0}")]
-    Connect(#[source] crate::kube::connect::TargetError),
+    Connect(#[source] crate::cluster::connect::TargetError),
     /// Reading its release history (a revision that does not exist included).
     #[error("{0}")]
     Release(#[from] ReleaseError),
@@ -1323,7 +1323,7 @@ async fn rollback_plan(
                 &set,
                 p.default_namespace.clone(),
                 force,
-                crate::kube::apply::field_manager(&config.app),
+                crate::cluster::apply::field_manager(&config.app),
                 deadline,
                 ("live".to_string(), p.destination.clone()),
                 &cancel,

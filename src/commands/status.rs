@@ -17,14 +17,14 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{StatusArgs, StatusFormat};
+use crate::cluster::apply::{ApplyError, dynamic_api, resolve_set};
+use crate::cluster::health::{Assessment, Status, assess_as};
+use crate::cluster::retry::{RetryBudget, RetryError, with_retry};
 use crate::commands::release::{
     Connected, Env, RenderError, TargetFailure, TargetProblem, connect_all, load_config,
 };
 use crate::config::Config;
 use crate::error::exit;
-use crate::kube::apply::{ApplyError, dynamic_api, resolve_set};
-use crate::kube::health::{Assessment, Status, assess_as};
-use crate::kube::retry::{RetryBudget, RetryError, with_retry};
 use crate::release::lock::{self, LeaseState};
 use crate::release::{ReleaseKind, ReleaseRecord, ReleaseStatus};
 use crate::report::diff::{DiffStyle, render};
@@ -639,7 +639,7 @@ pub enum StatusError {
     /// The first contact failed, or connecting did (kube::connect's reasons, with the
     /// server's address).
     #[error("{0}")]
-    Unreachable(crate::kube::connect::TargetError),
+    Unreachable(crate::cluster::connect::TargetError),
     /// Anything else the release commands say of a target.
     #[error("{}", problem_text(.0))]
     Other(Box<TargetProblem>),
@@ -709,7 +709,8 @@ async fn objects_now(
                         Ok(None) => Assessment::not_found(&obj.kind, &obj.name),
                         Err(RetryError::Api(e)) => Assessment::new(
                             Status::Unknown,
-                            crate::kube::connect::describe_error(&e, &c.access.server).to_string(),
+                            crate::cluster::connect::describe_error(&e, &c.access.server)
+                                .to_string(),
                         ),
                         Err(_) => Assessment::new(Status::Unknown, "not read (deadline)"),
                     }
@@ -767,7 +768,7 @@ async fn drift_now(
         &set,
         default_namespace,
         true,
-        crate::kube::apply::field_manager(&config.app),
+        crate::cluster::apply::field_manager(&config.app),
         deadline,
         ("live".to_string(), label),
         cancel,
@@ -794,7 +795,7 @@ async fn observe(
         Ok(_) => {}
         Err(RetryError::Api(e)) => {
             return Err(StatusError::Unreachable(
-                crate::kube::connect::describe_error(&e, &c.access.server),
+                crate::cluster::connect::describe_error(&e, &c.access.server),
             ));
         }
         Err(_) => return Err(StatusError::Deadline(timeout)),

@@ -7,11 +7,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::cluster::apply::field_manager;
 use crate::engine::plan::Plan;
 use crate::engine::policy::{RollbackResult, left_in_place, summary};
 use crate::engine::reapply::{ReApply, stored_manifests};
 use crate::engine::target_run::TargetRun;
-use crate::kube::apply::field_manager;
 use crate::release::session::{ReleaseSettings, applied_ref};
 use crate::release::{ObjectRef, ReleaseOrigin, ReleaseStatus, RunInfo};
 use crate::report::progress::{Progress, Stage};

@@ -10,13 +10,13 @@ use tokio::sync::{Mutex, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::checks::{self, CheckRunner, PreparedCheck, run::ChecksOutcome};
+use crate::cluster::bake::{BakeOptions, watch_bake};
+use crate::cluster::wait::WaitFailure;
 use crate::engine::conclude::{Conclusion, settle_target};
 use crate::engine::machine::{Command, EndWhy, Event, RollbackWhy, TargetId};
 use crate::engine::plan::Plan;
 use crate::engine::policy::RollbackResult;
 use crate::engine::target_run::{TargetRun, complete, deploy_target, finish, run_stages};
-use crate::kube::bake::{BakeOptions, watch_bake};
-use crate::kube::wait::WaitFailure;
 use crate::release::session::OpenHistory;
 use crate::report::progress::{Progress, Stage};
 use crate::report::{BAKE_PHASE, Failure, TargetOutcome};

@@ -344,10 +344,10 @@ async fn moved_since_plan(
         resolution,
         Place {
             default_namespace: &default_namespace,
-            field_manager: &crate::kube::apply::field_manager(&plan.config.app),
+            field_manager: &crate::cluster::apply::field_manager(&plan.config.app),
         },
         tokio::time::Instant::now() + plan.config.wait.timeout,
-        crate::kube::apply::MAX_IN_FLIGHT,
+        crate::cluster::apply::MAX_IN_FLIGHT,
         cancel,
     )
     .instrument(tracing::error_span!("target", target = %name))

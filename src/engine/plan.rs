@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::cluster::apply::{MAX_IN_FLIGHT, Resolution, field_manager};
+use crate::cluster::connect::ClusterAccess;
+use crate::cluster::diff::{DiffOptions, plan_resolved};
 use crate::config::Config;
-use crate::kube::apply::{MAX_IN_FLIGHT, Resolution, field_manager};
-use crate::kube::connect::ClusterAccess;
-use crate::kube::diff::{DiffOptions, plan_resolved};
 use crate::manifests::ManifestSet;
 use crate::release::{EncodedManifests, ReleaseError, ReleaseOrigin, other_namespace_secrets};
 use crate::report::plan::TargetPlan;

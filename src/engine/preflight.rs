@@ -13,9 +13,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::cluster::apply::NOT_APPLIED;
 use crate::engine::plan::Plan;
 use crate::engine::target_run::TargetRun;
-use crate::kube::apply::NOT_APPLIED;
 use crate::report::plan::TargetPlan;
 use crate::report::{Failure, TargetOutcome};
 

@@ -12,11 +12,11 @@ use kube::core::GroupVersionKind;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::cluster::apply::{AppliedObject, Resolution, discover, field_manager};
+use crate::cluster::connect::ClusterAccess;
+use crate::cluster::retry::{RetryBudget, RetryError, error_chain_text, with_retry};
 use crate::config::TargetConfig;
 use crate::engine::plan::Plan;
-use crate::kube::apply::{AppliedObject, Resolution, discover, field_manager};
-use crate::kube::connect::ClusterAccess;
-use crate::kube::retry::{RetryBudget, RetryError, error_chain_text, with_retry};
 use crate::manifests::{ManifestSet, is_cluster_scoped_kind};
 use crate::release::dropped::{
     FieldManager, KeepReason, Live, Verdict, delete_command, dropped_objects, namespaces_in_use,
@@ -68,7 +68,7 @@ pub fn manifest_refs(
             ObjectRef {
                 api_version: o.api_version.clone(),
                 kind: o.kind.clone(),
-                namespace: crate::kube::apply::effective_namespace(
+                namespace: crate::cluster::apply::effective_namespace(
                     o,
                     namespaced,
                     default_namespace,

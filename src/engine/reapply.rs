@@ -8,10 +8,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::cluster::apply::{
+    AppliedObject, ApplyOptions, MAX_IN_FLIGHT, apply_failures, apply_set,
+};
+use crate::cluster::connect::{ClusterAccess, describe_error};
+use crate::cluster::wait::{WaitFailure, WaitOptions, wait_for_rollout};
 use crate::config::{Config, FailFastConfig, SecretsPolicy};
-use crate::kube::apply::{AppliedObject, ApplyOptions, MAX_IN_FLIGHT, apply_failures, apply_set};
-use crate::kube::connect::{ClusterAccess, describe_error};
-use crate::kube::wait::{WaitFailure, WaitOptions, wait_for_rollout};
 use crate::manifests::{ManifestObject, ManifestSet, Origin};
 use crate::release::session::applied_ref;
 use crate::release::{

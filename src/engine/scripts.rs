@@ -143,7 +143,7 @@ fn fleet_kubeconfig(runs: &[&TargetRun]) -> ::kube::config::Kubeconfig {
         .filter_map(|r| {
             let access = r.access.as_ref()?;
             let ctx = access.script_kubeconfig.current_context.as_deref();
-            crate::kube::connect::single_context(
+            crate::cluster::connect::single_context(
                 &access.script_kubeconfig,
                 ctx,
                 Some(&r.target.name),
@@ -389,7 +389,7 @@ pub fn mark_rollback_failed(run: &mut TargetRun, why: &str, cancelled: bool) {
 /// A target of a manual rollback whose rollback commands are due.
 pub struct ManualTarget {
     pub target: crate::config::TargetConfig,
-    pub access: crate::kube::connect::ClusterAccess,
+    pub access: crate::cluster::connect::ClusterAccess,
     /// The revision rolled back from.
     pub revision: u64,
     /// The stages that revision ran.

@@ -10,14 +10,14 @@ use jiff::Timestamp;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{PipelineStage, ScriptStage, TargetConfig};
-use crate::engine::plan::Plan;
-use crate::kube::apply::{
+use crate::cluster::apply::{
     AppliedObject, ApplyError, ApplyOptions, MAX_IN_FLIGHT, Resolution, apply_failures,
     apply_resolved, field_manager, resolve_set,
 };
-use crate::kube::connect::{ClusterAccess, connect, target_failure};
-use crate::kube::wait::{WaitFailure, WaitOptions, wait_for_rollout};
+use crate::cluster::connect::{ClusterAccess, connect, target_failure};
+use crate::cluster::wait::{WaitFailure, WaitOptions, wait_for_rollout};
+use crate::config::{PipelineStage, ScriptStage, TargetConfig};
+use crate::engine::plan::Plan;
 use crate::release::ReleaseRecord;
 use crate::release::session::{OpenHistory, PrepareError, TargetRelease, begin_record};
 use crate::report::progress::{Progress, Stage};

@@ -21,7 +21,7 @@ use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::kube::retry::{RetryBudget, RetryError, retry_call, with_retry};
+use crate::cluster::retry::{RetryBudget, RetryError, retry_call, with_retry};
 
 /// Default `leaseDurationSeconds`.
 pub const DEFAULT_LEASE_SECONDS: u64 = 30;
@@ -218,7 +218,7 @@ pub enum LockError {
     },
     #[error(
         "{action} (Lease {lease} in namespace {namespace}): {}",
-        crate::kube::connect::describe_error(source, server)
+        crate::cluster::connect::describe_error(source, server)
     )]
     Kube {
         action: String,

@@ -357,7 +357,7 @@ pub enum ReleaseError {
     // Said as the connect errors are (reason, server, then what to do), not as kube's chain.
     #[error(
         "{action} in namespace {namespace}: {}",
-        crate::kube::connect::describe_error(source, server)
+        crate::cluster::connect::describe_error(source, server)
     )]
     Kube {
         action: String,

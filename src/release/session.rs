@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::cluster::apply::AppliedObject;
+use crate::cluster::connect::{ClusterAccess, describe_error};
 use crate::config::{CancelPolicy, Config, FailurePolicy, TargetConfig};
-use crate::kube::apply::AppliedObject;
-use crate::kube::connect::{ClusterAccess, describe_error};
 use crate::release::lock::{Lock, LockError, LockGuard, LockOptions};
 use crate::release::{
     EncodedManifests, ObjectRef, ReleaseDraft, ReleaseError, ReleaseOrigin, ReleaseRecord,

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 
-use crate::kube::retry::{RetryBudget, RetryError};
+use crate::cluster::retry::{RetryBudget, RetryError};
 use crate::util::git::CommitInfo;
 
 use super::codec::*;
@@ -40,7 +40,7 @@ impl ReleaseDraft {
 
 /// Records of one app in one cluster's history namespace.
 ///
-/// Every call retries transient errors (`kube/retry.rs`). Writes are idempotent and ordered so
+/// Every call retries transient errors (`cluster/retry.rs`). Writes are idempotent and ordered so
 /// that the records stay consistent whatever fails when: a create whose answer was lost is
 /// recognised as ours; status changes are conditional PUTs (resourceVersion) that only move
 /// forward; a new record becomes `deployed` before older ones are `superseded`, so the
@@ -104,7 +104,7 @@ impl ReleaseStore {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = std::result::Result<T, kube::Error>>,
     {
-        use crate::kube::retry::retry_call;
+        use crate::cluster::retry::retry_call;
         let budget = RetryBudget {
             base_delay: self.retry_base,
             max_delay: (self.retry_base * 20).min(RetryBudget::bookkeeping().max_delay),
@@ -115,7 +115,7 @@ impl ReleaseStore {
 
     /// The records on a connected target; errors name its server's URL.
     pub fn for_access(
-        access: &crate::kube::connect::ClusterAccess,
+        access: &crate::cluster::connect::ClusterAccess,
         app: &str,
         namespace: &str,
         keep: usize,
@@ -607,7 +607,7 @@ pub async fn ensure_namespace(client: &Client, server: &str, namespace: &str) ->
     let budget = RetryBudget::until(tokio::time::Instant::now() + NAMESPACE_DEADLINE);
     // Nothing cancels a record's namespace: the run's cancel is handled around it.
     let never = tokio_util::sync::CancellationToken::new();
-    crate::kube::apply::ensure_namespace(client, namespace, &budget, &never)
+    crate::cluster::apply::ensure_namespace(client, namespace, &budget, &never)
         .await
         .map_err(|(step, e)| {
             let action = format!("{step} the history namespace");
@@ -625,7 +625,7 @@ pub async fn ensure_namespace(client: &Client, server: &str, namespace: &str) ->
                     namespace,
                     server: server.to_string(),
                     source: Box::new(e.into_kube().unwrap_or_else(|| {
-                        crate::kube::retry::timeout_error("namespace", std::time::Duration::ZERO)
+                        crate::cluster::retry::timeout_error("namespace", std::time::Duration::ZERO)
                     })),
                 },
             }

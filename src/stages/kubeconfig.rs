@@ -101,7 +101,7 @@ impl Drop for TempKubeconfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kube::connect::single_context;
+    use crate::cluster::connect::single_context;
 
     const FULL: &str = r#"
 apiVersion: v1

@@ -65,7 +65,7 @@ fn down(target: &str) -> TargetStatus {
     build_row(
         target,
         Err(StatusError::Unreachable(
-            crate::kube::connect::TargetError::new(
+            crate::cluster::connect::TargetError::new(
                 "ConnectionRefused",
                 "connection to https://127.0.0.1:1/ refused",
             ),
@@ -477,7 +477,7 @@ fn a_row_without_figures_says_what_kind_of_problem_it_is() {
         .unwrap_or_default()
     };
     let target = |reason: &str| {
-        StatusError::Unreachable(crate::kube::connect::TargetError::new(reason, "why"))
+        StatusError::Unreachable(crate::cluster::connect::TargetError::new(reason, "why"))
     };
     // (reason of the first contact, the row's start)
     for (reason, start) in [

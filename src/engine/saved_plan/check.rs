@@ -9,9 +9,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::verify::{LiveNow, NowObject, newest_manager};
-use crate::kube::apply::{Resolution, dynamic_api, effective_namespace, prepare_body};
-use crate::kube::diff::live_identity;
-use crate::kube::retry::{RetryBudget, RetryError, error_chain_text, with_retry};
+use crate::cluster::apply::{Resolution, dynamic_api, effective_namespace, prepare_body};
+use crate::cluster::diff::live_identity;
+use crate::cluster::retry::{RetryBudget, RetryError, error_chain_text, with_retry};
 use crate::manifests::{ManifestObject, ManifestSet, body_digest, is_cluster_scoped_kind};
 
 /// Every object of `set` on this target now, in the set's order.

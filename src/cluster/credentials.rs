@@ -25,8 +25,8 @@ use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 use tower::{BoxError, Layer, Service, ServiceExt as _};
 
-use crate::kube::error::TargetError;
-use crate::kube::exec_auth::{self, Fetched};
+use crate::cluster::error::TargetError;
+use crate::cluster::exec_auth::{self, Fetched};
 
 /// A token is fetched again this long before it expires.
 pub const EXPIRY_MARGIN: Duration = Duration::from_secs(60);
@@ -196,7 +196,7 @@ impl Refresher {
 }
 
 fn read_token_file(path: &std::path::Path) -> Result<String, TargetError> {
-    let text = crate::kube::known::read_small(path).ok_or_else(|| {
+    let text = crate::cluster::known::read_small(path).ok_or_else(|| {
         TargetError::new(
             "Credentials",
             format!("token file {} cannot be read", path.display()),

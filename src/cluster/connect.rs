@@ -14,10 +14,10 @@ use std::time::Duration;
 use base64::Engine as _;
 use kube::config::{KubeConfigOptions, Kubeconfig, NamedContext};
 
+use crate::cluster::credentials::{AuthLayer, Refresher};
+use crate::cluster::retry::{error_chain_text, io_error_kind, is_tls_problem, root_cause_text};
+use crate::cluster::transport::{self, TransportError};
 use crate::config::{Config, ConfigError, ConfigIssue, TargetConfig};
-use crate::kube::credentials::{AuthLayer, Refresher};
-use crate::kube::retry::{error_chain_text, io_error_kind, is_tls_problem, root_cause_text};
-use crate::kube::transport::{self, TransportError};
 use crate::report::Failure;
 use crate::util::bounded;
 
@@ -37,7 +37,7 @@ pub struct ClusterAccess {
     pub script_kubeconfig: Kubeconfig,
 }
 
-pub use crate::kube::error::TargetError;
+pub use crate::cluster::error::TargetError;
 
 /// How long a TCP + TLS connect may take before the attempt counts as failed.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -431,7 +431,7 @@ pub fn resolve(
             ));
         };
         check_credentials(auth, user, &where_, env)?;
-        crate::kube::known::learn_credentials(auth);
+        crate::cluster::known::learn_credentials(auth);
     }
     let user = ctx.user.clone();
     // Only this target's context, cluster and user: the rest of a large kubeconfig is not
@@ -457,7 +457,7 @@ pub fn check_targets(
     for (variable, checked) in [
         (
             "ROLLGUARD_EXEC_TIMEOUT",
-            crate::kube::exec_auth::plugin_timeout(env),
+            crate::cluster::exec_auth::plugin_timeout(env),
         ),
         ("ROLLGUARD_REQUEST_TIMEOUT", request_timeout(env)),
     ] {
@@ -600,7 +600,7 @@ fn check_file(file: &str, what: &str, where_: &str) -> Result<(), TargetError> {
 
 /// Builds a client for a target. No request is sent yet: the first request (discovery) shows
 /// whether the cluster answers, and its error goes through [`describe_error`].
-/// An exec credential plugin runs here, under [`exec_auth`](crate::kube::exec_auth)'s
+/// An exec credential plugin runs here, under [`exec_auth`](crate::cluster::exec_auth)'s
 /// deadline and stopped by `cancel`.
 pub async fn connect(
     target: &TargetConfig,
@@ -639,7 +639,7 @@ pub async fn connect(
         })?;
     let refresher =
         refreshable_credential(&mut config.auth_info, user.as_deref(), env, cancel).await?;
-    // Our own retry (kube/retry.rs) is bounded by the target's deadline; kube's is not.
+    // Our own retry (cluster/retry.rs) is bounded by the target's deadline; kube's is not.
     config.default_retry = false;
     config.connect_timeout = Some(CONNECT_TIMEOUT);
     let server = config.cluster_url.to_string();
@@ -721,7 +721,7 @@ async fn refreshable_credential(
     cancel: &tokio_util::sync::CancellationToken,
 ) -> Result<Option<Arc<Refresher>>, TargetError> {
     if auth.exec.is_some() {
-        let timeout = crate::kube::exec_auth::plugin_timeout(env).map_err(|why| {
+        let timeout = crate::cluster::exec_auth::plugin_timeout(env).map_err(|why| {
             TargetError::new("Credentials", format!("$ROLLGUARD_EXEC_TIMEOUT: {why}"))
         })?;
         let user = user.unwrap_or_default();
@@ -750,12 +750,12 @@ async fn refreshable_credential(
 
 /// Turns an API or transport error into the report's reason and a message saying what to do.
 pub fn describe_error(err: &kube::Error, server: &str) -> TargetError {
-    if let Some(wait) = crate::kube::retry::rate_limited(err) {
+    if let Some(wait) = crate::cluster::retry::rate_limited(err) {
         return TargetError::new(
             "RateLimited",
             format!(
                 "{server}: {}",
-                crate::kube::retry::rate_limited_message(wait)
+                crate::cluster::retry::rate_limited_message(wait)
             ),
         );
     }

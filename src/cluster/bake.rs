@@ -18,13 +18,13 @@ use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::FailFastConfig;
-use crate::kube::apply::AppliedObject;
-use crate::kube::health::{self, Status, condition, int_at, str_at};
-use crate::kube::wait::{
+use crate::cluster::apply::AppliedObject;
+use crate::cluster::health::{self, Status, condition, int_at, str_at};
+use crate::cluster::wait::{
     Judged, NowOrNever, ProblemClock, Source, SourceKind, Store, Tracked, WaitFailure, add_events,
     add_logs, dedup_failures, is_workload, open_watches, watch_error_text,
 };
+use crate::config::FailFastConfig;
 use crate::report::Failure;
 use crate::util::duration::format_duration;
 
@@ -930,14 +930,14 @@ mod tests {
             response: Some(serde_json::to_value(created).expect("json")),
             ..web()
         };
-        let options = crate::kube::wait::WaitOptions {
+        let options = crate::cluster::wait::WaitOptions {
             deadline: Instant::now() + Duration::from_secs(20),
             timeout: Duration::from_secs(20),
             fail_fast: FailFastConfig::default(),
             server: "https://sim".into(),
             log_lines: 0,
         };
-        let outcome = crate::kube::wait::wait_for_rollout(
+        let outcome = crate::cluster::wait::wait_for_rollout(
             &cluster.client(),
             std::slice::from_ref(&applied),
             &options,

@@ -3,13 +3,13 @@
 //!
 //! This is the one retry policy of every API call rollguard makes (apply, discovery, the
 //! Lease, the release records, events). kube's own retry layer is off for rollguard clients
-//! (`kube/connect.rs` builds them without one): its delays ignore the per-target deadline,
+//! (`cluster/connect.rs` builds them without one): its delays ignore the per-target deadline,
 //! and a layer under this one would multiply attempts (one 503 cost 9 requests). Here every
 //! attempt and every sleep stays inside the deadline, at most [`MAX_ATTEMPTS`] requests are
 //! sent per call, a 429 waits its Retry-After only when that fits before the deadline,
 //! nothing is sent once the deadline has passed, and 4xx answers other than 408 and 429 are
 //! never retried. A server that accepted a request and then stays silent is cut off by the
-//! client's read timeout (`ROLLGUARD_REQUEST_TIMEOUT`, `kube/connect.rs`), which counts here
+//! client's read timeout (`ROLLGUARD_REQUEST_TIMEOUT`, `cluster/connect.rs`), which counts here
 //! as an unanswered attempt.
 
 use std::future::Future;

@@ -13,12 +13,12 @@ use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::kube::apply::{
+use crate::cluster::apply::{
     NOT_APPLIED, ObjectFailure, Resolution, describe_apply_error, dynamic_api, effective_namespace,
     is_missing_namespace, not_applied, prepare_body,
 };
-use crate::kube::normalize::{comparable, to_yaml};
-use crate::kube::retry::{RetryBudget, RetryError, with_retry};
+use crate::cluster::normalize::{comparable, to_yaml};
+use crate::cluster::retry::{RetryBudget, RetryError, with_retry};
 use crate::manifests::{ManifestObject, ManifestSet, is_cluster_scoped_kind};
 use crate::report::diff::unified;
 use crate::report::plan::{PlannedChange, TargetPlan};
@@ -227,7 +227,7 @@ pub async fn diff_resolved(
                 object: format!("Namespace {ns}"),
                 origin: String::new(),
                 reason: "Unreachable".into(),
-                message: crate::kube::retry::error_chain_text(&e),
+                message: crate::cluster::retry::error_chain_text(&e),
             }),
         }
     }
@@ -269,8 +269,8 @@ pub async fn plan_resolved(
     add_changes(&mut plan, found.changes);
     plan.seen = found.seen;
     if !found.failures.is_empty() {
-        plan.errors = crate::kube::apply::apply_failures(
-            &crate::kube::apply::ApplyError::Objects(found.failures),
+        plan.errors = crate::cluster::apply::apply_failures(
+            &crate::cluster::apply::ApplyError::Objects(found.failures),
             server,
         );
     }

@@ -18,8 +18,8 @@ use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::kube::connect::{describe_error, target_failure};
-use crate::kube::retry::{RetryBudget, RetryError, with_retry};
+use crate::cluster::connect::{describe_error, target_failure};
+use crate::cluster::retry::{RetryBudget, RetryError, with_retry};
 use crate::manifests::{ManifestObject, ManifestSet};
 use crate::report::Failure;
 
@@ -277,10 +277,10 @@ pub fn describe_apply_error(obj: &ManifestObject, err: &kube::Error) -> ObjectFa
                 ),
             )
         }
-        kube::Error::Api(_) if crate::kube::retry::rate_limited(err).is_some() => (
+        kube::Error::Api(_) if crate::cluster::retry::rate_limited(err).is_some() => (
             "RateLimited".to_string(),
-            crate::kube::retry::rate_limited_message(
-                crate::kube::retry::rate_limited(err).unwrap_or_default(),
+            crate::cluster::retry::rate_limited_message(
+                crate::cluster::retry::rate_limited(err).unwrap_or_default(),
             ),
         ),
         kube::Error::Api(status) if !undeclared_fields(&status.message).is_empty() => {
@@ -320,7 +320,7 @@ pub fn describe_apply_error(obj: &ManifestObject, err: &kube::Error) -> ObjectFa
         kube::Error::Api(status)
             if status
                 .message
-                .contains(crate::kube::retry::TYPED_PATCH_FAILED) =>
+                .contains(crate::cluster::retry::TYPED_PATCH_FAILED) =>
         {
             // `failed to create typed patch object (ns/name; v, Kind=K): .spec.replicas:
             // expected numeric (int or float), got string`: the field and why, without the
@@ -354,18 +354,21 @@ pub fn describe_apply_error(obj: &ManifestObject, err: &kube::Error) -> ObjectFa
                 status.code, status.message
             ),
         ),
-        other if crate::kube::retry::io_error_kind(other) == Some(std::io::ErrorKind::TimedOut) => {
+        other
+            if crate::cluster::retry::io_error_kind(other)
+                == Some(std::io::ErrorKind::TimedOut) =>
+        {
             (
                 "Timeout".to_string(),
                 format!(
                     "sent, but no answer came before the deadline, so whether the server applied it is unknown ({})",
-                    crate::kube::retry::error_chain_text(other)
+                    crate::cluster::retry::error_chain_text(other)
                 ),
             )
         }
         other => (
             "Unreachable".to_string(),
-            crate::kube::retry::error_chain_text(other),
+            crate::cluster::retry::error_chain_text(other),
         ),
     };
     ObjectFailure {
@@ -385,7 +388,7 @@ fn undeclared_fields(message: &str) -> Vec<&str> {
         .filter_map(|line| {
             let before = line
                 .trim()
-                .strip_suffix(crate::kube::retry::FIELD_NOT_DECLARED)?;
+                .strip_suffix(crate::cluster::retry::FIELD_NOT_DECLARED)?;
             let before = before.strip_suffix(": ")?;
             let path = before.rsplit_once("): ").map_or(before, |(_, path)| path);
             path.starts_with('.').then_some(path)
@@ -410,8 +413,8 @@ fn kept_response(obj: Value, resource: &ApiResource, dry_run: bool) -> Option<Va
     if dry_run {
         return Some(obj);
     }
-    let assessment = crate::kube::health::assess_as(&obj, &resource.api_version, &resource.kind);
-    (assessment.status != crate::kube::health::Status::Current).then_some(obj)
+    let assessment = crate::cluster::health::assess_as(&obj, &resource.api_version, &resource.kind);
+    (assessment.status != crate::cluster::health::Status::Current).then_some(obj)
 }
 
 /// True for the 404 an object in a namespace that does not exist gets.
@@ -444,8 +447,8 @@ async fn discover_once(client: &Client, groups: &[&str]) -> Result<Discovery, ku
         Ok(discovery) => Ok(discovery),
         Err(e)
             if matches!(
-                crate::kube::retry::classify(&e),
-                crate::kube::retry::ErrorClass::Transient { .. }
+                crate::cluster::retry::classify(&e),
+                crate::cluster::retry::ErrorClass::Transient { .. }
             ) =>
         {
             Err(e)
@@ -674,7 +677,7 @@ async fn apply_phases(
                     return Err(ApplyError::Namespace {
                         name: ns.clone(),
                         source: e.into_kube().unwrap_or_else(|| {
-                            crate::kube::retry::timeout_error(step, Duration::ZERO)
+                            crate::cluster::retry::timeout_error(step, Duration::ZERO)
                         }),
                     });
                 }

@@ -14,8 +14,8 @@ use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::kube::health::str_at;
-use crate::kube::retry::{RetryBudget, RetryError, with_retry};
+use crate::cluster::health::str_at;
+use crate::cluster::retry::{RetryBudget, RetryError, with_retry};
 use crate::report::{ContainerLog, Failure};
 
 /// Pods whose logs are read per target, at most.

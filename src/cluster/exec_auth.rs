@@ -13,7 +13,7 @@ use kube::config::{AuthInfo, ExecConfig};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::kube::error::TargetError;
+use crate::cluster::error::TargetError;
 use crate::util::process_group::find_command;
 use crate::util::runner::{self, End};
 
@@ -38,7 +38,7 @@ const STDERR_LINE_CHARS: usize = 300;
 #[derive(Debug, Clone)]
 pub enum Fetched {
     /// A bearer token, fetched again when it expires or is refused
-    /// ([`Refresher`](crate::kube::credentials::Refresher)).
+    /// ([`Refresher`](crate::cluster::credentials::Refresher)).
     Token {
         token: String,
         expires_at: Option<jiff::Timestamp>,
@@ -71,7 +71,7 @@ pub async fn fetch(
             "printed a credential that is not usable (its output is not shown: it holds credentials)",
         )
     })?;
-    crate::kube::known::learn_credentials(&resolved);
+    crate::cluster::known::learn_credentials(&resolved);
     if let Some(token) = &resolved.token {
         use secrecy::ExposeSecret as _;
         return Ok(Fetched::Token {

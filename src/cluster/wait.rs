@@ -24,11 +24,11 @@ use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::cluster::apply::AppliedObject;
+use crate::cluster::health::pulls::{self, PullVerdict, PullWatch};
+use crate::cluster::health::{self, RevisionSelector, Severity, Status, str_at};
+use crate::cluster::retry::{RetryBudget, with_retry};
 use crate::config::FailFastConfig;
-use crate::kube::apply::AppliedObject;
-use crate::kube::health::pulls::{self, PullVerdict, PullWatch};
-use crate::kube::health::{self, RevisionSelector, Severity, Status, str_at};
-use crate::kube::retry::{RetryBudget, with_retry};
 use crate::report::Failure;
 use crate::report::progress::WaitProgress;
 
@@ -661,14 +661,14 @@ fn failed_reason(message: &str) -> String {
 }
 
 /// A watcher's error said as rollguard says a connection problem (one table of reasons, in
-/// kube/connect.rs), not as kube's chain, whose wording depends on which call of the watch
+/// cluster/connect.rs), not as kube's chain, whose wording depends on which call of the watch
 /// failed first.
 pub(super) fn watch_error_text(e: &watcher::Error, server: &str) -> String {
     match e {
         watcher::Error::InitialListFailed(inner)
         | watcher::Error::WatchStartFailed(inner)
         | watcher::Error::WatchFailed(inner) => {
-            crate::kube::connect::describe_error(inner, server).message
+            crate::cluster::connect::describe_error(inner, server).message
         }
         other => other.to_string(),
     }
@@ -940,7 +940,7 @@ pub(super) async fn add_logs(
     let (store, pod_sources, rs_sources) = related;
     let mut candidates: Vec<(usize, String, Value)> = Vec::new();
     for (index, f) in failures.iter().enumerate() {
-        if !crate::kube::logs::wants_logs(&f.reason) {
+        if !crate::cluster::logs::wants_logs(&f.reason) {
             continue;
         }
         let Some(t) = tracked.iter().find(|t| t.applied.display == f.object) else {
@@ -957,7 +957,7 @@ pub(super) async fn add_logs(
         };
         candidates.extend(pods.into_iter().map(|p| (index, ns.clone(), p.clone())));
     }
-    crate::kube::logs::read_logs(client, failures, &candidates, lines, cancel).await;
+    crate::cluster::logs::read_logs(client, failures, &candidates, lines, cancel).await;
 }
 
 /// True when `event` is about `r`: same kind, namespace and name, and the same uid when

@@ -9,7 +9,7 @@ use base64::Engine as _;
 /// Teaches the scrubber every credential of a kubeconfig user, before the first request:
 /// its token, password and client key (inline or in files), its token file's content and an
 /// auth provider's tokens. An exec plugin's token is learned when it is fetched
-/// ([`exec_auth`](crate::kube::exec_auth)).
+/// ([`exec_auth`](crate::cluster::exec_auth)).
 pub fn learn_credentials(auth: &kube::config::AuthInfo) {
     use crate::report::redact::learn_value;
     use secrecy::ExposeSecret as _;
