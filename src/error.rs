@@ -20,8 +20,8 @@ pub mod exit {
     /// Cancelled by SIGINT or SIGTERM.
     pub const CANCELLED: i32 = 130;
 
-    /// Every exit code and what it means, for every command: the README's table is
-    /// [`markdown_table`] (a test keeps the two equal).
+    /// Every exit code and what it means, for every command: docs/exit-codes.md's table is
+    /// [`markdown_table`] (a generated section; a test keeps the two equal).
     pub const TABLE: [(i32, &str); 6] = [
         (
             OK,
@@ -56,7 +56,7 @@ pub mod exit {
         }
     }
 
-    /// [`TABLE`] as the README shows it.
+    /// [`TABLE`] as docs/exit-codes.md shows it.
     pub fn markdown_table() -> String {
         let mut out = String::from("| code | meaning |\n|---:|---|\n");
         for (code, meaning) in TABLE {
@@ -181,11 +181,10 @@ mod tests {
 
     #[test]
     fn the_readme_says_the_exit_codes_of_the_code() {
-        let readme = include_str!("../README.md");
-        let table = exit::markdown_table();
-        assert!(
-            readme.contains(&table),
-            "README.md's exit code table differs from src/error.rs: put this under `### Exit codes`:\n{table}"
+        crate::util::generated_docs::assert_doc_section(
+            "docs/exit-codes.md",
+            "exit-codes",
+            &exit::markdown_table(),
         );
         let mut codes: Vec<i32> = exit::TABLE.iter().map(|(c, _)| *c).collect();
         codes.sort_unstable();

@@ -28,6 +28,11 @@
 #[path = "../kube-sim/tests/support/layer_graph.rs"]
 mod layer_graph;
 
+// The generated-docs check of the library's tests (only `assert_doc_section` is used here).
+#[allow(dead_code)]
+#[path = "../src/util/generated_docs.rs"]
+mod generated_docs;
+
 use std::path::Path;
 
 use layer_graph::{cycle_problems, layer_problems, read_graph};
@@ -108,4 +113,34 @@ fn no_module_imports_a_module_that_imports_it() {
 fn no_layer_imports_a_higher_one() {
     let wrong = layer_problems(&graph(), &LAYERS);
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// [`LAYERS`] as docs/architecture.md shows it: lowest first, joined by `<`, wrapped before
+/// 80 columns.
+fn layer_order_block() -> String {
+    let mut lines: Vec<String> = vec![String::new()];
+    for (i, layer) in LAYERS.iter().enumerate() {
+        let word = if i == 0 {
+            layer.to_string()
+        } else {
+            format!(" < {layer}")
+        };
+        let last = lines.last_mut().expect("one line at least");
+        if last.len() + word.len() > 78 {
+            lines.push(format!("     < {layer}"));
+        } else {
+            last.push_str(&word);
+        }
+    }
+    format!("```\n{}\n```\n", lines.join("\n"))
+}
+
+#[test]
+fn the_architecture_page_shows_this_layer_order() {
+    // UPDATE_README=1 cargo test --test layers rewrites the page's section.
+    generated_docs::assert_doc_section(
+        "docs/architecture.md",
+        "layers",
+        &layer_order_block(),
+    );
 }

@@ -1,5 +1,6 @@
 //! The one table of the environment variables rollguard reads: the code looks every setting
-//! up through it, and the README's list is generated from it (a test keeps them equal).
+//! up through it, and docs/configuration.md's list is generated from it (a test keeps them
+//! equal).
 
 /// A setting read from the environment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -8,7 +9,7 @@ pub struct EnvSetting {
     pub name: &'static str,
     /// Also read as `INPUT_<name>` (what GitHub Actions passes for an action input).
     pub input: bool,
-    /// What it sets, for the README.
+    /// What it sets, for docs/configuration.md.
     pub meaning: &'static str,
 }
 
@@ -114,7 +115,7 @@ pub fn setting(name: &str) -> Option<&'static EnvSetting> {
     ENV_SETTINGS.iter().find(|s| s.name == name)
 }
 
-/// The README's list, between its markers.
+/// docs/configuration.md's list, between its markers.
 pub fn readme_table() -> String {
     let mut out = String::from("| variable | sets |\n|---|---|\n");
     for s in ENV_SETTINGS {

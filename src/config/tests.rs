@@ -883,7 +883,8 @@ fn a_shell_that_cannot_be_found_is_bad_input() {
 
 #[test]
 fn readme_lists_every_env_variable() {
-    crate::util::generated_docs::assert_readme_section(
+    crate::util::generated_docs::assert_doc_section(
+        "docs/configuration.md",
         "env-vars",
         &super::env_vars::readme_table(),
     );
@@ -914,8 +915,8 @@ fn every_env_variable_the_code_reads_is_in_the_table() {
             continue;
         }
         let rel = path.strip_prefix(&src).unwrap().display().to_string();
-        // Test code, the variables rollguard sets for scripts (the README's script table), and
-        // the test-only fault hook (read by debug builds alone).
+        // Test code, the variables rollguard sets for scripts (docs/pipeline-stages.md's
+        // script table), and the test-only fault hook (read by debug builds alone).
         if !rel.ends_with(".rs")
             || rel.ends_with("tests.rs")
             || rel == "stages/env.rs"

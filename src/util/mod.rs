@@ -2,6 +2,8 @@
 //! test faults, generated-docs checks.
 
 pub mod bounded;
+#[cfg(test)]
+mod doc_links;
 pub mod duration;
 pub mod fault;
 #[cfg(test)]

@@ -1,0 +1,216 @@
+//! Test: every relative link of README.md and docs/*.md points to a file of the repository,
+//! and a link with `#anchor` to a heading of that page (GitHub's slugs), so that moving a
+//! section between pages cannot leave a link behind.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+/// The pages checked: README.md and every docs/*.md.
+fn pages(root: &Path) -> Vec<PathBuf> {
+    let mut pages = vec![root.join("README.md")];
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
+        .expect("docs/")
+        .map(|e| e.expect("docs/ entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    docs.sort();
+    pages.extend(docs);
+    pages
+}
+
+/// The lines of `text` outside fenced code blocks, with inline code spans removed.
+fn prose_lines(text: &str) -> Vec<String> {
+    let mut fence: Option<String> = None;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let trimmed = line.trim_start();
+        let marks: String = trimmed.chars().take_while(|c| *c == '`' || *c == '~').collect();
+        if marks.len() >= 3 {
+            match &fence {
+                None => fence = Some(marks),
+                Some(open) if marks.starts_with(open.as_str()) && trimmed.trim() == marks => {
+                    fence = None
+                }
+                Some(_) => {}
+            }
+            continue;
+        }
+        if fence.is_none() {
+            out.push(without_code_spans(line));
+        }
+    }
+    out
+}
+
+fn without_code_spans(line: &str) -> String {
+    line.split('`')
+        .enumerate()
+        .filter(|(i, _)| i % 2 == 0)
+        .map(|(_, part)| part)
+        .collect::<Vec<_>>()
+        .join("")
+}
+
+/// The targets of `[text](target)` links in `line`.
+fn links(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = line;
+    while let Some(i) = rest.find("](") {
+        let after = &rest[i + 2..];
+        let Some(end) = after.find(')') else { break };
+        let target = after[..end].split_whitespace().next().unwrap_or("");
+        out.push(target.to_string());
+        rest = &after[end..];
+    }
+    out
+}
+
+/// GitHub's anchor of a heading: its text lower-cased, punctuation but `-` and `_` dropped,
+/// spaces as `-` (github-slugger); links and emphasis count by their text.
+fn slug(heading: &str) -> String {
+    let mut text = String::new();
+    let mut rest = heading;
+    // A link in a heading counts by its text only.
+    while let Some(i) = rest.find("](") {
+        text.push_str(&rest[..i]);
+        rest = rest[i + 2..].split_once(')').map_or("", |(_, r)| r);
+    }
+    text.push_str(rest);
+    text.trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            '-' | '_' => Some(c),
+            c if c.is_alphanumeric() => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Every anchor of a page: its headings' slugs, a repeated one with `-1`, `-2`, ...
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut seen = BTreeSet::new();
+    let mut fence: Option<String> = None;
+    for line in text.lines() {
+        let trimmed = line.trim_start();
+        let marks: String = trimmed.chars().take_while(|c| *c == '`' || *c == '~').collect();
+        if marks.len() >= 3 {
+            match &fence {
+                None => fence = Some(marks),
+                Some(open) if marks.starts_with(open.as_str()) && trimmed.trim() == marks => {
+                    fence = None
+                }
+                Some(_) => {}
+            }
+            continue;
+        }
+        if fence.is_some() {
+            continue;
+        }
+        let hashes = line.chars().take_while(|c| *c == '#').count();
+        if !(1..=6).contains(&hashes) || !line[hashes..].starts_with(' ') {
+            continue;
+        }
+        let base = slug(&line[hashes..]);
+        let mut anchor = base.clone();
+        let mut n = 0;
+        while seen.contains(&anchor) {
+            n += 1;
+            anchor = format!("{base}-{n}");
+        }
+        seen.insert(anchor);
+    }
+    seen
+}
+
+/// Every broken relative link of the pages under `root`, as `page: [target]: why`.
+fn broken_links(root: &Path) -> Vec<String> {
+    let mut broken = Vec::new();
+    for page in pages(root) {
+        let text = std::fs::read_to_string(&page).expect("page");
+        let name = page.strip_prefix(root).unwrap_or(&page).display().to_string();
+        for target in prose_lines(&text).iter().flat_map(|l| links(l)) {
+            if target.contains("://") || target.starts_with("mailto:") || target.is_empty() {
+                continue;
+            }
+            let (file, anchor) = target.split_once('#').unwrap_or((&target, ""));
+            let path = if file.is_empty() {
+                page.clone()
+            } else {
+                page.parent().expect("a page's folder").join(file)
+            };
+            if !path.exists() {
+                broken.push(format!("{name}: ({target}): no file {}", path.display()));
+                continue;
+            }
+            if anchor.is_empty() {
+                continue;
+            }
+            let is_markdown = path.extension().is_some_and(|e| e == "md");
+            let headings = std::fs::read_to_string(&path)
+                .map(|t| anchors(&t))
+                .unwrap_or_default();
+            if !is_markdown || !headings.contains(anchor) {
+                broken.push(format!(
+                    "{name}: ({target}): no heading #{anchor} there; its anchors: {headings:?}"
+                ));
+            }
+        }
+    }
+    broken
+}
+
+#[test]
+fn every_relative_link_of_the_readme_and_docs_resolves() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let broken = broken_links(root);
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn the_link_reader_sees_links_and_skips_code() {
+    let text = "see [a](a.md) and [b](b.md#x \"title\")\n```md\n[c](c.md)\n```\n`[d](d.md)` [e](#e)\n";
+    let found: Vec<String> = prose_lines(text).iter().flat_map(|l| links(l)).collect();
+    assert_eq!(found, ["a.md", "b.md#x", "#e"]);
+    // A five-backtick fence holds three-backtick ones.
+    let nested = "`````md\n```\n[x](x.md)\n```\n`````\n[y](y.md)\n";
+    let found: Vec<String> = prose_lines(nested).iter().flat_map(|l| links(l)).collect();
+    assert_eq!(found, ["y.md"]);
+}
+
+#[test]
+fn slugs_follow_github() {
+    for (heading, slug_) in [
+        (" `rollguard status`: what runs where", "rollguard-status-what-runs-where"),
+        (
+            " GitHub: the PR comment, step summary, outputs, annotations, Deployments",
+            "github-the-pr-comment-step-summary-outputs-annotations-deployments",
+        ),
+        (" JSON report (`--report PATH`, schema version 1)", "json-report---report-path-schema-version-1"),
+        (" Why serde-saphyr, not serde_yaml", "why-serde-saphyr-not-serde_yaml"),
+        (" A [link](x.md) here", "a-link-here"),
+    ] {
+        assert_eq!(slug(heading), slug_, "{heading}");
+    }
+    let page = "# A\n## A\n```\n# A\n```\n## B\n";
+    let found = anchors(page);
+    assert!(found.contains("a") && found.contains("a-1") && found.contains("b"));
+    assert!(!found.contains("a-2"), "{found:?}");
+}
+
+#[test]
+fn a_missing_file_or_heading_is_found() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("docs")).unwrap();
+    std::fs::write(
+        dir.path().join("README.md"),
+        "[ok](docs/a.md#two) [gone](docs/b.md) [bad](docs/a.md#three)\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("docs/a.md"), "# One\n## Two\n[up](../README.md)\n").unwrap();
+    let broken = broken_links(dir.path());
+    assert_eq!(broken.len(), 2, "{broken:?}");
+    assert!(broken[0].contains("docs/b.md"), "{broken:?}");
+    assert!(broken[1].contains("#three"), "{broken:?}");
+}
