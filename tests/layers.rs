@@ -138,9 +138,5 @@ fn layer_order_block() -> String {
 #[test]
 fn the_architecture_page_shows_this_layer_order() {
     // UPDATE_README=1 cargo test --test layers rewrites the page's section.
-    generated_docs::assert_doc_section(
-        "docs/architecture.md",
-        "layers",
-        &layer_order_block(),
-    );
+    generated_docs::assert_doc_section("docs/architecture.md", "layers", &layer_order_block());
 }
