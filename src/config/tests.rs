@@ -1570,3 +1570,30 @@ fn memory_budget_and_where_the_concurrency_was_set() {
     assert_eq!(c.concurrency, 2);
     assert_eq!(c.concurrency_set_by.as_deref(), Some("--concurrency"));
 }
+
+/// The config examples of the README and docs/configuration.md (each ```yaml block that
+/// starts with `app:`) are configs rollguard takes as they are.
+#[test]
+fn readme_and_docs_config_examples_parse() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut seen = 0;
+    for page in ["README.md", "docs/configuration.md"] {
+        let text = std::fs::read_to_string(root.join(page)).unwrap();
+        for block in text.split("```yaml\n").skip(1) {
+            let block = block.split("```").next().unwrap_or("");
+            if !block.starts_with("app:") {
+                continue;
+            }
+            seen += 1;
+            if let Err(e) = parse(
+                block,
+                Path::new("rollguard.yaml"),
+                &Overrides::default(),
+                &no_env,
+            ) {
+                panic!("a config example of {page} is refused: {e}\n{block}");
+            }
+        }
+    }
+    assert!(seen >= 3, "found only {seen} config examples");
+}
