@@ -328,6 +328,33 @@ mod tests {
     }
 
     #[test]
+    fn kube_rules_table() {
+        let refused = kube::Error::Service(Box::new(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "refused",
+        )));
+        let cases = [
+            (
+                too_many(3),
+                Verdict::RetryAfter(Duration::from_secs(3)),
+                true,
+            ),
+            (api_error(503, "busy"), Verdict::Retry, true),
+            (api_error(403, "forbidden"), Verdict::Fatal, true),
+            (refused, Verdict::Retry, false),
+            (
+                timeout_error("x", Duration::from_secs(1)),
+                Verdict::Retry,
+                false,
+            ),
+        ];
+        for (err, verdict, answered) in cases {
+            assert_eq!(KubeRules.verdict(&err), verdict, "{err}");
+            assert_eq!(KubeRules.answered(&err), answered, "{err}");
+        }
+    }
+
+    #[test]
     fn transport_errors_are_transient_except_tls() {
         let refused = kube::Error::Service(Box::new(std::io::Error::new(
             std::io::ErrorKind::ConnectionRefused,

@@ -1,6 +1,7 @@
-//! The narrow seam to GitHub's REST API: one `send` per call ([`Op`]; octocrab's typed APIs in
-//! production, a fake in unit tests), and on top of it GitHub's retry rules (the classifier [`GithubRules`]
-//! for the retry core in `util/retry.rs`) and the one deadline of a run.
+//! The narrow seam to GitHub's REST API: one `send` per call ([`Op`]; octocrab's typed APIs
+//! in production, a fake in unit tests), and on top of it GitHub's retry rules (the
+//! classifier [`GithubRules`] for the retry core in `util/retry.rs`) and the one deadline of
+//! a run.
 //!
 //! Retried: 5xx, 429 and a rate-limited 403 (waiting for `Retry-After` or
 //! `x-ratelimit-reset` when that fits in the time left), and a dropped connection once or
@@ -204,8 +205,9 @@ impl<T: Transport> Client<T> {
         }
     }
 
-    /// Sends `request` and returns a 2xx answer, retrying what may pass; `what` names the
-    /// action in errors ("update the PR comment on octo/shop#12").
+    /// Makes the call `op`, retrying what may pass; `what` names the action in errors
+    /// ("update the PR comment on octo/shop#12"). The run's deadline is read as the call
+    /// starts: a [`Client::restart_budget`] counts for the calls after it.
     pub async fn call(&self, what: &str, op: Op) -> Result<Reply, GithubError> {
         let budget = RetryBudget {
             max_attempts: None,
@@ -682,6 +684,30 @@ pub(crate) mod tests {
         for (response, want) in cases {
             assert_eq!(decide(&response, now), want, "{response:?}");
         }
+    }
+
+    #[test]
+    fn failures_table() {
+        let cases = [
+            (
+                Failure::Transport(TransportError("reset".into())),
+                Verdict::Retry,
+                false,
+            ),
+            (
+                Failure::BadAnswer("missing field".into()),
+                Verdict::Fatal,
+                true,
+            ),
+            (Failure::Answer(answer(502, &[], "")), Verdict::Retry, true),
+            (Failure::Answer(answer(404, &[], "")), Verdict::Fatal, true),
+        ];
+        for (failure, verdict, answered) in cases {
+            assert_eq!(GithubRules.verdict(&failure), verdict, "{failure}");
+            assert_eq!(GithubRules.answered(&failure), answered, "{failure}");
+        }
+        let cut = GithubRules.timed_out("x", Duration::from_secs(10));
+        assert!(!GithubRules.answered(&cut) && cut.to_string().contains("no answer within"));
     }
 
     #[tokio::test(start_paused = true)]
