@@ -184,7 +184,8 @@ mod tests {
     fn first_marked_table() {
         let m = "<!-- rollguard:deploy:app=shop -->";
         let c = |id: u64, body: Option<&str>| (id, body.map(str::to_string));
-        let cases: &[(&[(u64, Option<String>)], Option<u64>)] = &[
+        type Page<'a> = &'a [(u64, Option<String>)];
+        let cases: &[(Page, Option<u64>)] = &[
             (&[], None),
             (&[c(1, None), c(2, Some("hello"))], None),
             (&[c(1, Some(&format!("quoted {m}")))], None),

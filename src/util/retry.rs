@@ -382,7 +382,7 @@ mod tests {
             &fast(Duration::from_secs(30)),
             &Rules,
             Some(&token),
-            || std::future::pending::<Result<(), Failure>>(),
+            std::future::pending::<Result<(), Failure>>,
         )
         .await;
         assert!(matches!(result, Err(GaveUp::Cancelled)));
