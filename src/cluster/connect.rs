@@ -133,6 +133,7 @@ fn read_kubeconfig(
     cli_kubeconfig: Option<&Path>,
     base_dir: &Path,
     env: &(dyn Fn(&str) -> Option<String> + Sync),
+    cache: &KubeconfigCache,
 ) -> Result<(Arc<Kubeconfig>, KubeconfigSource), TargetError> {
     if let Some(var) = &target.kubeconfig_env {
         let raw = env(var).ok_or_else(|| {
@@ -161,42 +162,53 @@ fn read_kubeconfig(
         Some(path) => (vec![path.clone()], FileOrigin::Target),
         None => default_kubeconfig_files(cli_kubeconfig, env),
     };
-    let config = read_files_once(&files, origin)?;
+    let config = cache.read(&files, origin)?;
     Ok((config, KubeconfigSource::Files(files)))
 }
 
-/// Kubeconfig files already read in this process, by path, size and modification time: a
-/// fleet of N targets in one kubeconfig of N contexts would otherwise parse it N times over
-/// (and three times per target: the checks, the overlap check, the connection). A file that
-/// changed is read again.
-type FileKey = Vec<(PathBuf, u64, Option<std::time::SystemTime>)>;
-static READ_FILES: std::sync::Mutex<Option<std::collections::HashMap<FileKey, Arc<Kubeconfig>>>> =
-    std::sync::Mutex::new(None);
+/// Kubeconfig files already read by a run, by path, size and modification time: a fleet of
+/// N targets in one kubeconfig of N contexts would otherwise parse it N times over (and three
+/// times per target: the checks, the overlap check, the connection). A file that changed is
+/// read again. Owned by what runs the targets (a deploy's plan, a release command) and handed
+/// to every read; clones share it.
+#[derive(Clone, Default)]
+pub struct KubeconfigCache(
+    Arc<std::sync::Mutex<std::collections::HashMap<FileKey, Arc<Kubeconfig>>>>,
+);
 
-fn read_files_once(files: &[PathBuf], origin: FileOrigin) -> Result<Arc<Kubeconfig>, TargetError> {
-    let key: FileKey = files
-        .iter()
-        .map(|f| {
-            let meta = std::fs::metadata(f).ok();
-            (
-                f.clone(),
-                meta.as_ref().map_or(0, |m| m.len()),
-                meta.and_then(|m| m.modified().ok()),
-            )
-        })
-        .collect();
-    let cached = |map: &Option<std::collections::HashMap<FileKey, Arc<Kubeconfig>>>| {
-        map.as_ref().and_then(|m| m.get(&key).cloned())
-    };
-    if let Some(found) = READ_FILES.lock().ok().and_then(|m| cached(&m)) {
-        return Ok(found);
+type FileKey = Vec<(PathBuf, u64, Option<std::time::SystemTime>)>;
+
+/// Says how many files it holds, never what is in them (credentials).
+impl std::fmt::Debug for KubeconfigCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let held = self.0.lock().map_or(0, |m| m.len());
+        write!(f, "KubeconfigCache({held} read)")
     }
-    let read = Arc::new(read_files(files, origin)?);
-    if let Ok(mut map) = READ_FILES.lock() {
-        map.get_or_insert_with(Default::default)
-            .insert(key, read.clone());
+}
+
+impl KubeconfigCache {
+    /// The merged kubeconfig of `files`, read once while they do not change.
+    fn read(&self, files: &[PathBuf], origin: FileOrigin) -> Result<Arc<Kubeconfig>, TargetError> {
+        let key: FileKey = files
+            .iter()
+            .map(|f| {
+                let meta = std::fs::metadata(f).ok();
+                (
+                    f.clone(),
+                    meta.as_ref().map_or(0, |m| m.len()),
+                    meta.and_then(|m| m.modified().ok()),
+                )
+            })
+            .collect();
+        if let Some(found) = self.0.lock().ok().and_then(|m| m.get(&key).cloned()) {
+            return Ok(found);
+        }
+        let read = Arc::new(read_files(files, origin)?);
+        if let Ok(mut map) = self.0.lock() {
+            map.insert(key, read.clone());
+        }
+        Ok(read)
     }
-    Ok(read)
 }
 
 fn read_files(files: &[PathBuf], origin: FileOrigin) -> Result<Kubeconfig, TargetError> {
@@ -260,7 +272,8 @@ pub fn read_default_kubeconfig(
         vars: Default::default(),
         line: 0,
     };
-    let (config, source) = read_kubeconfig(&anonymous, cli_kubeconfig, Path::new("."), env)?;
+    let once = KubeconfigCache::default();
+    let (config, source) = read_kubeconfig(&anonymous, cli_kubeconfig, Path::new("."), env, &once)?;
     Ok((Kubeconfig::clone(&config), describe_source(&source)))
 }
 
@@ -349,8 +362,9 @@ pub fn resolve(
     cli_kubeconfig: Option<&Path>,
     base_dir: &Path,
     env: &(dyn Fn(&str) -> Option<String> + Sync),
+    cache: &KubeconfigCache,
 ) -> Result<ResolvedTarget, TargetError> {
-    let (kubeconfig, source) = read_kubeconfig(target, cli_kubeconfig, base_dir, env)?;
+    let (kubeconfig, source) = read_kubeconfig(target, cli_kubeconfig, base_dir, env, cache)?;
     let where_ = describe_source(&source);
     let context = match target
         .context
@@ -453,6 +467,7 @@ pub fn check_targets(
     config: &Config,
     targets: &[TargetConfig],
     env: &(dyn Fn(&str) -> Option<String> + Sync),
+    cache: &KubeconfigCache,
 ) -> Result<(), ConfigError> {
     for (variable, checked) in [
         (
@@ -471,7 +486,14 @@ pub fn check_targets(
     let issues: Vec<ConfigIssue> = targets
         .iter()
         .filter_map(|target| {
-            let e = resolve(target, config.kubeconfig.as_deref(), &config.base_dir, env).err()?;
+            let e = resolve(
+                target,
+                config.kubeconfig.as_deref(),
+                &config.base_dir,
+                env,
+                cache,
+            )
+            .err()?;
             let file = config.source.display();
             Some(ConfigIssue {
                 location: if target.line > 0 {
@@ -498,8 +520,9 @@ pub fn locate_offline(
     cli_kubeconfig: Option<&Path>,
     base_dir: &Path,
     env: &(dyn Fn(&str) -> Option<String> + Sync),
+    cache: &KubeconfigCache,
 ) -> Result<(String, Option<String>), TargetError> {
-    let resolved = resolve(target, cli_kubeconfig, base_dir, env)?;
+    let resolved = resolve(target, cli_kubeconfig, base_dir, env, cache)?;
     // resolve() checked that the context, its cluster and the cluster's server exist.
     let ctx = resolved
         .kubeconfig
@@ -607,6 +630,7 @@ pub async fn connect(
     cli_kubeconfig: Option<&Path>,
     base_dir: &Path,
     env: &(dyn Fn(&str) -> Option<String> + Sync),
+    cache: &KubeconfigCache,
     cancel: &tokio_util::sync::CancellationToken,
 ) -> Result<ClusterAccess, TargetError> {
     let ResolvedTarget {
@@ -614,7 +638,7 @@ pub async fn connect(
         source,
         context,
         user,
-    } = resolve(target, cli_kubeconfig, base_dir, env)?;
+    } = resolve(target, cli_kubeconfig, base_dir, env, cache)?;
     let script_kubeconfig = single_context(&kubeconfig, Some(&context), None).map_err(|why| {
         TargetError::new(
             "Kubeconfig",

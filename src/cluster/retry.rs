@@ -1,8 +1,9 @@
-//! Retries of transient Kubernetes API errors with exponential backoff and jitter, bounded by
-//! the target's deadline.
+//! Retries of transient Kubernetes API errors, bounded by the target's deadline: the cluster's
+//! classifier ([`classify`], [`KubeRules`]) for the retry core in `util/retry.rs` (the loop,
+//! backoff with jitter, deadline and Retry-After, shared with the GitHub sink).
 //!
-//! This is the one retry policy of every API call rollguard makes (apply, discovery, the
-//! Lease, the release records, events). kube's own retry layer is off for rollguard clients
+//! This is the one retry policy of every API call rollguard makes to a cluster (apply,
+//! discovery, the Lease, the release records, events). kube's own retry layer is off for rollguard clients
 //! (`cluster/connect.rs` builds them without one): its delays ignore the per-target deadline,
 //! and a layer under this one would multiply attempts (one 503 cost 9 requests). Here every
 //! attempt and every sleep stays inside the deadline, at most [`MAX_ATTEMPTS`] requests are
@@ -15,8 +16,10 @@
 use std::future::Future;
 use std::time::Duration;
 
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+use crate::util::retry::{self, Classifier, GaveUp, Verdict};
+pub use crate::util::retry::{BOOKKEEPING_WINDOW, MAX_ATTEMPTS, RetryBudget, backoff_delay};
 
 /// How an API error should be treated by a caller that may retry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,9 +60,6 @@ pub const FIELD_NOT_DECLARED: &str = "field not declared in schema";
 /// fit the kind's schema (an undeclared field, a wrongly typed value such as
 /// `.spec.replicas: expected numeric (int or float), got string`): the manifest's fault.
 pub const TYPED_PATCH_FAILED: &str = "failed to create typed patch object";
-
-/// Requests one retried call may send at most, whatever its deadline.
-pub const MAX_ATTEMPTS: u32 = 8;
 
 /// The decision for an HTTP status answered by the API server.
 pub fn classify_status(code: u16, message: &str, retry_after_seconds: u32) -> ErrorClass {
@@ -118,69 +118,6 @@ pub fn io_error_kind(err: &(dyn std::error::Error + 'static)) -> Option<std::io:
     }
     None
 }
-
-/// Exponential backoff with jitter: `base * 2^attempt`, capped, then scaled into
-/// `[0.5, 1.0]` of itself by `jitter` (0..=1) so that many targets do not retry in lockstep.
-pub fn backoff_delay(attempt: u32, base: Duration, cap: Duration, jitter: f64) -> Duration {
-    let factor = 2u32.saturating_pow(attempt.min(20));
-    let raw = base.saturating_mul(factor).min(cap);
-    raw.mul_f64(0.5 + 0.5 * jitter.clamp(0.0, 1.0))
-}
-
-/// Bounds of a retried operation.
-#[derive(Debug, Clone)]
-pub struct RetryBudget {
-    /// Nothing is attempted or slept past this instant.
-    pub deadline: Instant,
-    /// At most this many attempts (None: until the deadline).
-    pub max_attempts: Option<u32>,
-    /// At most this many attempts that got no answer at all (refused, dropped, timed out):
-    /// a server that answers 5xx is there and may recover, one that does not answer is
-    /// likely down (None: no limit of its own).
-    pub max_unanswered: Option<u32>,
-    /// One attempt may take at most this long.
-    pub attempt_timeout: Duration,
-    pub base_delay: Duration,
-    pub max_delay: Duration,
-}
-
-impl RetryBudget {
-    /// Retries until the deadline, at most [`MAX_ATTEMPTS`] requests.
-    pub fn until(deadline: Instant) -> Self {
-        RetryBudget {
-            deadline,
-            max_attempts: Some(MAX_ATTEMPTS),
-            max_unanswered: None,
-            attempt_timeout: Duration::from_secs(30),
-            base_delay: Duration::from_millis(100),
-            max_delay: Duration::from_secs(5),
-        }
-    }
-
-    /// The first contact with a cluster: a target that does not answer should fail in
-    /// seconds (three unanswered attempts), not at the end of its deadline; one that answers
-    /// 5xx gets a few more attempts, since one discovery attempt is two requests.
-    pub fn first_contact(deadline: Instant) -> Self {
-        RetryBudget {
-            max_attempts: Some(MAX_ATTEMPTS + 2),
-            max_unanswered: Some(3),
-            attempt_timeout: Duration::from_secs(10),
-            ..RetryBudget::until(deadline)
-        }
-    }
-
-    /// For bookkeeping calls (the Lease, release records) that have no deadline of their own:
-    /// a few seconds of retries, enough to ride out a burst of 5xx.
-    pub fn bookkeeping() -> Self {
-        RetryBudget {
-            attempt_timeout: Duration::from_secs(10),
-            ..RetryBudget::until(Instant::now() + BOOKKEEPING_WINDOW)
-        }
-    }
-}
-
-/// How long a bookkeeping call (Lease, release record) keeps retrying.
-pub const BOOKKEEPING_WINDOW: Duration = Duration::from_secs(20);
 
 /// Why a retried operation gave up.
 #[derive(Debug, thiserror::Error)]
@@ -263,70 +200,51 @@ pub fn rate_limited_message(wait: Duration) -> String {
     )
 }
 
+/// The cluster's rules for the retry core: [`classify`], and a kube error that got no
+/// answer from the API server (no status) counts as unanswered.
+pub struct KubeRules;
+
+impl Classifier<kube::Error> for KubeRules {
+    fn verdict(&self, err: &kube::Error) -> Verdict {
+        match classify(err) {
+            ErrorClass::Permanent => Verdict::Fatal,
+            ErrorClass::Transient { retry_after: None } => Verdict::Retry,
+            ErrorClass::Transient {
+                retry_after: Some(wait),
+            } => Verdict::RetryAfter(wait),
+        }
+    }
+
+    fn answered(&self, err: &kube::Error) -> bool {
+        matches!(err, kube::Error::Api(_))
+    }
+
+    fn timed_out(&self, what: &str, after: Duration) -> kube::Error {
+        timeout_error(what, after)
+    }
+}
+
 /// Runs `op` until it succeeds, fails permanently, the budget runs out or `cancel` fires.
 pub async fn with_retry<T, F, Fut>(
     what: &str,
     budget: &RetryBudget,
     cancel: &CancellationToken,
-    mut op: F,
+    op: F,
 ) -> Result<T, RetryError>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, kube::Error>>,
 {
-    let mut attempt: u32 = 0;
-    let mut unanswered: u32 = 0;
-    loop {
-        let remaining = budget.deadline.saturating_duration_since(Instant::now());
-        // Past the deadline nothing is sent: the caller reports it as not applied rather
-        // than as a request of unknown fate.
-        if remaining.is_zero() {
-            return Err(if attempt == 0 {
-                RetryError::NotSent
-            } else {
+    retry::run(what, budget, &KubeRules, Some(cancel), op)
+        .await
+        .map_err(|gave_up| match gave_up {
+            GaveUp::Failed(err) | GaveUp::NoTime { last: err, .. } => RetryError::Api(err),
+            GaveUp::Deadline { last: None } => RetryError::NotSent,
+            GaveUp::Deadline { last: Some(_) } => {
                 RetryError::Api(timeout_error(what, Duration::ZERO))
-            });
-        }
-        let attempt_timeout = budget.attempt_timeout.min(remaining);
-        let result = tokio::select! {
-            _ = cancel.cancelled() => return Err(RetryError::Cancelled),
-            r = tokio::time::timeout(attempt_timeout, op()) => r,
-        };
-        let err = match result {
-            Ok(Ok(value)) => return Ok(value),
-            Ok(Err(err)) => err,
-            Err(_) => timeout_error(what, attempt_timeout),
-        };
-        attempt += 1;
-        let retry_after = match classify(&err) {
-            ErrorClass::Permanent => return Err(RetryError::Api(err)),
-            ErrorClass::Transient { retry_after } => retry_after,
-        };
-        if !matches!(err, kube::Error::Api(_)) {
-            unanswered += 1;
-        }
-        if budget.max_attempts.is_some_and(|max| attempt >= max)
-            || budget.max_unanswered.is_some_and(|max| unanswered >= max)
-        {
-            return Err(RetryError::Api(err));
-        }
-        let delay = retry_after.unwrap_or_else(|| {
-            backoff_delay(
-                attempt - 1,
-                budget.base_delay,
-                budget.max_delay,
-                rand::random::<f64>(),
-            )
-        });
-        if Instant::now() + delay >= budget.deadline {
-            return Err(RetryError::Api(err));
-        }
-        tracing::debug!(what, attempt, delay_ms = delay.as_millis() as u64, error = %err, "transient API error, retrying");
-        tokio::select! {
-            _ = cancel.cancelled() => return Err(RetryError::Cancelled),
-            _ = tokio::time::sleep(delay) => {}
-        }
-    }
+            }
+            GaveUp::Cancelled => RetryError::Cancelled,
+        })
 }
 
 #[cfg(test)]
@@ -334,6 +252,7 @@ mod tests {
     use super::*;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU32, Ordering};
+    use tokio::time::Instant;
 
     fn api_error(code: u16, message: &str) -> kube::Error {
         kube::Error::Api(Box::new(kube::core::Status {
@@ -409,6 +328,33 @@ mod tests {
     }
 
     #[test]
+    fn kube_rules_table() {
+        let refused = kube::Error::Service(Box::new(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "refused",
+        )));
+        let cases = [
+            (
+                too_many(3),
+                Verdict::RetryAfter(Duration::from_secs(3)),
+                true,
+            ),
+            (api_error(503, "busy"), Verdict::Retry, true),
+            (api_error(403, "forbidden"), Verdict::Fatal, true),
+            (refused, Verdict::Retry, false),
+            (
+                timeout_error("x", Duration::from_secs(1)),
+                Verdict::Retry,
+                false,
+            ),
+        ];
+        for (err, verdict, answered) in cases {
+            assert_eq!(KubeRules.verdict(&err), verdict, "{err}");
+            assert_eq!(KubeRules.answered(&err), answered, "{err}");
+        }
+    }
+
+    #[test]
     fn transport_errors_are_transient_except_tls() {
         let refused = kube::Error::Service(Box::new(std::io::Error::new(
             std::io::ErrorKind::ConnectionRefused,
@@ -426,16 +372,6 @@ mod tests {
             io_error_kind(&refused),
             Some(std::io::ErrorKind::ConnectionRefused)
         );
-    }
-
-    #[test]
-    fn backoff_grows_and_is_capped() {
-        let base = Duration::from_millis(100);
-        let cap = Duration::from_secs(5);
-        assert_eq!(backoff_delay(0, base, cap, 1.0), Duration::from_millis(100));
-        assert_eq!(backoff_delay(3, base, cap, 1.0), Duration::from_millis(800));
-        assert_eq!(backoff_delay(3, base, cap, 0.0), Duration::from_millis(400));
-        assert_eq!(backoff_delay(30, base, cap, 1.0), cap);
     }
 
     #[tokio::test]

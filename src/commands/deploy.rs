@@ -90,9 +90,10 @@ pub fn read_plan(
     // Every target's kubeconfig is checked offline first (bad access is bad input), then
     // targets that share one cluster and namespace are refused: not for `plan --offline`,
     // which asks no cluster.
+    let kubeconfigs = crate::cluster::connect::KubeconfigCache::default();
     if access == Access::Check {
-        crate::cluster::connect::check_targets(&config, &config.targets, &lookup)?;
-        refuse_overlapping_targets(&config, &path, &lookup)?;
+        crate::cluster::connect::check_targets(&config, &config.targets, &lookup, &kubeconfigs)?;
+        refuse_overlapping_targets(&config, &path, &lookup, &kubeconfigs)?;
     }
     let (manifests, warnings) = manifests::load_noting(&config)?;
     // Said once, before anything runs (the live view and the report are per target).
@@ -111,8 +112,13 @@ pub fn read_plan(
         .filter(|f| f.is_file())
         .collect();
     files.dedup();
-    let commit =
-        crate::util::git::detect_commit(args.commit.as_deref(), &lookup, &config.base_dir, &files);
+    let commit = crate::util::git::detect_commit(
+        args.commit.as_deref(),
+        &lookup,
+        &config.base_dir,
+        &files,
+        config.git_timeout,
+    );
     let options = DeployOptions {
         force_conflicts: args.force_conflicts,
         dry_run: args.dry_run,
@@ -122,7 +128,7 @@ pub fn read_plan(
         wave: args.wave,
         saved_plan: None,
     };
-    Ok(Plan::new(config, manifests, commit, options, env))
+    Ok(Plan::new(config, manifests, commit, options, env).with_kubeconfigs(kubeconfigs))
 }
 
 /// Cancels on the first SIGINT/SIGTERM; a second signal exits at once with 130.
@@ -456,6 +462,7 @@ fn refuse_overlapping_targets(
     config: &config::Config,
     path: &std::path::Path,
     lookup: &(dyn Fn(&str) -> Option<String> + Sync),
+    kubeconfigs: &crate::cluster::connect::KubeconfigCache,
 ) -> Result<(), Error> {
     use crate::engine::overlap::{Placement, describe, overlapping};
     let placements: Vec<Placement> = config
@@ -467,6 +474,7 @@ fn refuse_overlapping_targets(
                 config.kubeconfig.as_deref(),
                 &config.base_dir,
                 lookup,
+                kubeconfigs,
             )
             .ok()?;
             // As kube does: a context without a namespace means "default".

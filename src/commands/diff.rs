@@ -321,12 +321,13 @@ fn offline_blocking(
     let dir = &plan.config.base_dir;
     let base = match &args.against {
         Some(reference) => reference.clone(),
-        None => git::default_base(dir).map_err(ManifestsError::from)?,
+        None => git::default_base(dir, plan.config.git_timeout).map_err(ManifestsError::from)?,
     };
-    let against = git::commit_info(dir, &base).map_err(|source| Error::Against {
-        reference: base.clone(),
-        source,
-    })?;
+    let against =
+        git::commit_info(dir, &base, plan.config.git_timeout).map_err(|source| Error::Against {
+            reference: base.clone(),
+            source,
+        })?;
     let mut against = against;
     if args.against.is_some() && against.r#ref.is_none() {
         against.r#ref = Some(base.clone());

@@ -39,9 +39,10 @@ pub async fn run(cli: Cli) -> Result<i32, Error> {
     let env = deploy::env_snapshot();
     learn_environment(&env);
     let lookup = |k: &str| env.get(k).cloned();
-    let git_timeout = crate::util::git::timeout_from_env(&lookup)
+    // Refused here, before any command reads its config (which carries the value to every
+    // git call as `Config::git_timeout`).
+    crate::util::git::timeout_from_env(&lookup)
         .map_err(|e| Error::Usage(format!("$ROLLGUARD_GIT_TIMEOUT: {e}")))?;
-    crate::util::git::set_timeout(git_timeout);
     let mut command = cli.command;
     // `--shard I/N`, else $ROLLGUARD_SHARD: one slice of the fleet, its GitHub sinks left
     // to `report merge`.

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use crate::cli::{
     HistoryArgs, RecordFormat, ReleaseCommand, RollbackArgs, Selection, ShowArgs, UnlockArgs,
 };
-use crate::cluster::connect::{ClusterAccess, check_targets, connect};
+use crate::cluster::connect::{ClusterAccess, KubeconfigCache, check_targets, connect};
 use crate::commands::manual_report;
 use crate::config::{self, Config, ConfigError, Overrides, TargetConfig};
 use crate::engine::plan::Plan;
@@ -358,7 +358,14 @@ pub(crate) fn load_config(selection: &Selection, env: &Env) -> Result<Config, Ma
         ..Overrides::default()
     };
     let config = config::load(&path, &overrides, &lookup)?;
-    check_targets(&config, &config.targets, &lookup)?;
+    // Its own read of the kubeconfigs: the commands that connect afterwards (connect_all)
+    // read them once more, which costs one parse per file.
+    check_targets(
+        &config,
+        &config.targets,
+        &lookup,
+        &KubeconfigCache::default(),
+    )?;
     Ok(config)
 }
 
@@ -381,10 +388,18 @@ pub(crate) async fn connect_all(
     // Nothing cancels these commands (a signal ends the process); connect wants a token.
     let never = tokio_util::sync::CancellationToken::new();
     let cli_kubeconfig = config.kubeconfig.as_deref();
+    let kubeconfigs = KubeconfigCache::default();
     futures::future::join_all(config.targets.iter().map(|target| async {
-        let access = connect(target, cli_kubeconfig, &config.base_dir, &lookup, &never)
-            .await
-            .map_err(|e| TargetProblem::on(&target.name, TargetFailure::Connect(e)))?;
+        let access = connect(
+            target,
+            cli_kubeconfig,
+            &config.base_dir,
+            &lookup,
+            &kubeconfigs,
+            &never,
+        )
+        .await
+        .map_err(|e| TargetProblem::on(&target.name, TargetFailure::Connect(e)))?;
         let namespace = config.history_namespace(target, &access.context_namespace);
         let store = ReleaseStore::for_access(&access, &config.app, &namespace, settings.keep);
         Ok(Connected {
@@ -632,19 +647,17 @@ pub async fn rollback(args: RollbackArgs, env: Env) -> Result<i32, ManageError> 
     let from_git = match &args.from_git {
         Some(sha) => {
             let bodies = reapply::manifests_from_git_off_runtime(&config, sha, None).await?;
-            let (base_dir, sha_text) = (config.base_dir.clone(), sha.clone());
+            let (dir, text, t) = (config.base_dir.clone(), sha.clone(), config.git_timeout);
             // The commit's message is only for the record: without it the rollback goes on;
             // a panic reading it is a bug (exit 4), not swallowed.
-            let commit =
-                match tokio::task::spawn_blocking(move || git::commit_info(&base_dir, &sha_text))
-                    .await
-                {
-                    Ok(info) => info.ok(),
-                    Err(e) => match e.try_into_panic() {
-                        Ok(panic) => std::panic::resume_unwind(panic),
-                        Err(_) => None,
-                    },
-                };
+            let read = tokio::task::spawn_blocking(move || git::commit_info(&dir, &text, t));
+            let commit = match read.await {
+                Ok(info) => info.ok(),
+                Err(e) => match e.try_into_panic() {
+                    Ok(panic) => std::panic::resume_unwind(panic),
+                    Err(_) => None,
+                },
+            };
             Some((bodies, commit))
         }
         None => None,

@@ -833,8 +833,9 @@ async fn subjects(config: &Config, shas: Vec<String>) -> HashMap<String, String>
     if shas.is_empty() {
         return HashMap::new();
     }
-    let dir = config.base_dir.clone();
-    let found = tokio::task::spawn_blocking(move || subjects_from_git(&dir, shas)).await;
+    let (dir, git_timeout) = (config.base_dir.clone(), config.git_timeout);
+    let found =
+        tokio::task::spawn_blocking(move || subjects_from_git(&dir, shas, git_timeout)).await;
     match found {
         Ok(found) => found,
         Err(e) => match e.try_into_panic() {
@@ -845,10 +846,14 @@ async fn subjects(config: &Config, shas: Vec<String>) -> HashMap<String, String>
 }
 
 /// [`subjects`]' git calls, on a blocking thread (git may take seconds).
-fn subjects_from_git(dir: &std::path::Path, shas: Vec<String>) -> HashMap<String, String> {
+fn subjects_from_git(
+    dir: &std::path::Path,
+    shas: Vec<String>,
+    git_timeout: std::time::Duration,
+) -> HashMap<String, String> {
     shas.into_iter()
         .filter_map(|sha| {
-            let info = git::commit_info(dir, &sha).ok()?;
+            let info = git::commit_info(dir, &sha, git_timeout).ok()?;
             Some((sha, info.message?))
         })
         .collect()

@@ -91,6 +91,9 @@ pub struct Config {
     /// its previous release that the manifests no longer declare and that are still this
     /// app's (`release::dropped`). `--prune` turns it on for one run.
     pub prune: bool,
+    /// How long one git command may run (`ROLLGUARD_GIT_TIMEOUT`, default 60 s): every git
+    /// call of the run (commit detection, a rollback's checkout) is given it.
+    pub git_timeout: Duration,
 }
 
 impl Config {

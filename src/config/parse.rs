@@ -430,6 +430,10 @@ impl Ctx {
             kubeconfig: None,
             preflight: true,
             prune: false,
+            // A bad value was refused when the command started (commands/mod.rs), before
+            // any config is read.
+            git_timeout: crate::util::git::timeout_from_env(env)
+                .unwrap_or(crate::util::git::DEFAULT_TIMEOUT),
         };
         if matches!(root.value, Tree::Null) {
             self.at(

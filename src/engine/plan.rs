@@ -68,6 +68,9 @@ pub struct Plan {
     pub scripts: crate::stages::Shared,
     /// `config.concurrency` and why (set, or what the memory budget holds), for the report.
     pub concurrency: crate::report::ConcurrencyInfo,
+    /// The kubeconfig files this run has read (the checks read them first): every target's
+    /// connection reads through it.
+    pub kubeconfigs: crate::cluster::connect::KubeconfigCache,
 }
 
 impl Plan {
@@ -104,7 +107,18 @@ impl Plan {
             recorded: Arc::default(),
             scripts,
             concurrency,
+            kubeconfigs: Default::default(),
         }
+    }
+
+    /// The plan with the kubeconfigs its checks read (`check_targets`), so that connecting
+    /// reads none of them again.
+    pub fn with_kubeconfigs(
+        mut self,
+        kubeconfigs: crate::cluster::connect::KubeconfigCache,
+    ) -> Plan {
+        self.kubeconfigs = kubeconfigs;
+        self
     }
 
     /// Gives `target` manifests of its own (their commit, and what its record says it is:

@@ -225,7 +225,7 @@ pub fn manifests_from_git(
 /// The validated manifest set of the config's source at commit `sha` (a `render:` command
 /// runs in the checkout), read from a temporary checkout that is removed afterwards.
 pub fn manifests_at_commit(config: &Config, sha: &str) -> Result<ManifestSet, ManifestsError> {
-    let checkout = crate::util::git::Checkout::at(&config.base_dir, sha)?;
+    let checkout = crate::util::git::Checkout::at(&config.base_dir, sha, config.git_timeout)?;
     let mut at_commit = config.clone();
     at_commit.base_dir = checkout.map_path(&config.base_dir);
     crate::manifests::load(&at_commit).map_err(|source| ManifestsError::Load {

@@ -249,6 +249,7 @@ async fn connect_and_discover(
         plan.options.cli_kubeconfig.as_deref(),
         &plan.config.base_dir,
         &env,
+        &plan.kubeconfigs,
         cancel,
     )
     .await

@@ -1,5 +1,7 @@
-//! The narrow seam to GitHub's REST API: one `send` per request (octocrab in production, a
-//! fake in unit tests), and on top of it the retry rules and the one deadline of a run.
+//! The narrow seam to GitHub's REST API: one `send` per call ([`Op`]; octocrab's typed APIs
+//! in production, a fake in unit tests), and on top of it GitHub's retry rules (the
+//! classifier [`GithubRules`] for the retry core in `util/retry.rs`) and the one deadline of
+//! a run.
 //!
 //! Retried: 5xx, 429 and a rate-limited 403 (waiting for `Retry-After` or
 //! `x-ratelimit-reset` when that fits in the time left), and a dropped connection once or
@@ -13,23 +15,84 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::time::Instant;
 
-/// HTTP methods the GitHub sink uses.
+use super::context::Repo;
+use crate::util::retry::{self, Classifier, GaveUp, Jitter, RetryBudget, Verdict};
+
+/// One call the GitHub sink makes, by what it does; the production transport maps each to
+/// octocrab's typed API of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// One page of a pull request's comments, oldest first ([`PER_PAGE`] a page).
+    ListComments {
+        repo: Repo,
+        pr: u64,
+        page: u32,
+    },
+    CreateComment {
+        repo: Repo,
+        pr: u64,
+        body: String,
+    },
+    UpdateComment {
+        repo: Repo,
+        id: u64,
+        body: String,
+    },
+    /// The pull requests a commit belongs to (at most [`PER_PAGE`]).
+    CommitPulls {
+        repo: Repo,
+        sha: String,
+    },
+    CreateDeployment {
+        repo: Repo,
+        sha: String,
+        environment: String,
+        description: String,
+    },
+    SetDeploymentStatus {
+        repo: Repo,
+        id: u64,
+        state: DeploymentState,
+        environment: String,
+        description: String,
+        log_url: Option<String>,
+    },
+}
+
+/// Items per page of a list call (GitHub's maximum).
+pub const PER_PAGE: u8 = 100;
+
+/// A deployment state GitHub knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Method {
-    Get,
-    Post,
-    Patch,
+pub enum DeploymentState {
+    InProgress,
+    Success,
+    Failure,
 }
 
-/// One request: a path below the API base (`/repos/o/r/...`), optionally with a JSON body.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ApiRequest {
-    pub method: Method,
-    pub path: String,
-    pub body: Option<Value>,
+impl DeploymentState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeploymentState::InProgress => "in_progress",
+            DeploymentState::Success => "success",
+            DeploymentState::Failure => "failure",
+        }
+    }
 }
 
-/// One answer, whatever its status.
+/// What a call that succeeded returned, as much of it as the sink reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// (id, body) of each comment of the page.
+    Comments(Vec<(u64, Option<String>)>),
+    /// The id of what was created (a comment, a deployment).
+    Created(u64),
+    /// (number, open) of each pull request.
+    Pulls(Vec<(u64, bool)>),
+    Done,
+}
+
+/// One non-2xx answer: its status, headers and GitHub's message.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ApiResponse {
     pub status: u16,
@@ -52,12 +115,9 @@ impl ApiResponse {
 #[error("{0}")]
 pub struct TransportError(pub String);
 
-/// Sends one request. Implementations do no retries of their own.
+/// Makes one call. Implementations do no retries of their own.
 pub trait Transport: Send + Sync {
-    fn send(
-        &self,
-        request: ApiRequest,
-    ) -> impl Future<Output = Result<ApiResponse, TransportError>> + Send;
+    fn send(&self, op: Op) -> impl Future<Output = Result<Reply, Failure>> + Send;
 }
 
 /// Why talking to GitHub did not work; always said as a warning, never an outcome.
@@ -110,7 +170,7 @@ pub enum GithubError {
 const TRANSPORT_ATTEMPTS: u32 = 3;
 /// One attempt never waits longer than this.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
-/// First backoff; doubled per attempt, with jitter.
+/// First backoff; doubled per attempt, with up to a quarter more as jitter.
 const BACKOFF: Duration = Duration::from_millis(250);
 const MAX_BACKOFF: Duration = Duration::from_secs(8);
 
@@ -145,83 +205,55 @@ impl<T: Transport> Client<T> {
         }
     }
 
-    /// Sends `request` and returns a 2xx answer, retrying what may pass; `what` names the
-    /// action in errors ("update the PR comment on octo/shop#12").
-    pub async fn call(&self, what: &str, request: ApiRequest) -> Result<ApiResponse, GithubError> {
-        let mut attempt: u32 = 0;
-        let mut transport_failures = 0;
-        loop {
-            attempt += 1;
-            let left = self.deadline().saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(self.out_of_time(what));
-            }
-            let answer = tokio::time::timeout(
-                left.min(ATTEMPT_TIMEOUT),
-                self.transport.send(request.clone()),
-            )
-            .await;
-            let response = match answer {
-                Err(_) => Err(TransportError(format!(
-                    "no answer within {}",
-                    crate::util::duration::format_duration(left.min(ATTEMPT_TIMEOUT))
-                ))),
-                Ok(r) => r,
-            };
-            // How long to wait before the next try, and the status when a rate limit said so.
-            let (wait, limited) = match response {
-                Err(e) => {
-                    transport_failures += 1;
-                    if transport_failures >= TRANSPORT_ATTEMPTS {
-                        return Err(GithubError::Unreachable {
-                            what: what.to_string(),
-                            api: self.api.clone(),
-                            reason: e.0,
-                        });
-                    }
-                    (backoff(attempt), None)
-                }
-                Ok(r) if (200..300).contains(&r.status) => return Ok(r),
-                Ok(r) => match decide(&r, unix_now()) {
-                    Decision::GiveUp => return Err(classify(what, &r)),
-                    Decision::RetryAfter(wait) => (
-                        wait.unwrap_or_else(|| backoff(attempt)),
-                        matches!(r.status, 403 | 429).then_some(r.status),
-                    ),
-                },
-            };
-            let left = self.deadline().saturating_duration_since(Instant::now());
-            if wait >= left {
-                return Err(match limited {
-                    Some(status) => GithubError::RateLimited {
-                        what: what.to_string(),
-                        status,
-                        wait: format!(
-                            "to retry after {}, more than is left of the {} bound on GitHub calls (github.timeout)",
-                            crate::util::duration::format_duration(wait),
-                            crate::util::duration::format_duration(self.budget)
-                        ),
-                    },
-                    None => self.out_of_time(what),
-                });
-            }
-            tracing::debug!(what, ?wait, attempt, "retrying a GitHub call");
-            tokio::time::sleep(wait).await;
-        }
+    /// Makes the call `op`, retrying what may pass; `what` names the action in errors
+    /// ("update the PR comment on octo/shop#12"). The run's deadline is read as the call
+    /// starts: a [`Client::restart_budget`] counts for the calls after it.
+    pub async fn call(&self, what: &str, op: Op) -> Result<Reply, GithubError> {
+        let budget = RetryBudget {
+            max_attempts: None,
+            max_unanswered: Some(TRANSPORT_ATTEMPTS),
+            attempt_timeout: ATTEMPT_TIMEOUT,
+            base_delay: BACKOFF,
+            max_delay: MAX_BACKOFF,
+            jitter: Jitter::Above,
+            ..RetryBudget::until(self.deadline())
+        };
+        retry::run(what, &budget, &GithubRules, None, || {
+            self.transport.send(op.clone())
+        })
+        .await
+        .map_err(|gave_up| self.gave_up(what, gave_up))
     }
 
-    /// `call`, then the answer's JSON.
-    pub async fn json(
-        &self,
-        what: &str,
-        request: ApiRequest,
-    ) -> Result<(Value, ApiResponse), GithubError> {
-        let response = self.call(what, request).await?;
-        let value = serde_json::from_str(&response.body).map_err(|e| GithubError::BadResponse {
-            what: what.to_string(),
-            reason: format!("not JSON: {e}"),
-        })?;
-        Ok((value, response))
+    /// The warning for a call the retry loop gave up on.
+    fn gave_up(&self, what: &str, gave_up: GaveUp<Failure>) -> GithubError {
+        match gave_up {
+            GaveUp::Failed(Failure::Answer(r)) => classify(what, &r),
+            GaveUp::Failed(Failure::BadAnswer(reason)) => GithubError::BadResponse {
+                what: what.to_string(),
+                reason,
+            },
+            GaveUp::Failed(Failure::Transport(e)) => GithubError::Unreachable {
+                what: what.to_string(),
+                api: self.api.clone(),
+                reason: e.0,
+            },
+            GaveUp::NoTime {
+                last: Failure::Answer(r),
+                wait,
+            } if matches!(r.status, 403 | 429) => GithubError::RateLimited {
+                what: what.to_string(),
+                status: r.status,
+                wait: format!(
+                    "to retry after {}, more than is left of the {} bound on GitHub calls (github.timeout)",
+                    crate::util::duration::format_duration(wait),
+                    crate::util::duration::format_duration(self.budget)
+                ),
+            },
+            GaveUp::NoTime { .. } | GaveUp::Deadline { .. } | GaveUp::Cancelled => {
+                self.out_of_time(what)
+            }
+        }
     }
 
     fn out_of_time(&self, what: &str) -> GithubError {
@@ -242,16 +274,53 @@ impl<T: Transport> Client<T> {
     }
 }
 
-/// What to do with a non-2xx answer.
+/// A failed attempt: an answer that is not 2xx, none at all, or a 2xx whose body is not
+/// what GitHub's API documents.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
-    GiveUp,
-    /// Retry; after this long when the server said so.
-    RetryAfter(Option<Duration>),
+pub enum Failure {
+    Answer(ApiResponse),
+    Transport(TransportError),
+    BadAnswer(String),
 }
 
-/// The retry rule, a pure function of the answer and the clock (unix seconds).
-pub fn decide(r: &ApiResponse, now_unix: u64) -> Decision {
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Answer(r) => write!(f, "{} {}", r.status, message_of(&r.body)),
+            Failure::Transport(e) => write!(f, "{e}"),
+            Failure::BadAnswer(reason) => write!(f, "unexpected answer: {reason}"),
+        }
+    }
+}
+
+/// GitHub's rules for the retry core: [`decide`] on answers; an attempt without an answer is
+/// retried, at most [`TRANSPORT_ATTEMPTS`] of them.
+pub struct GithubRules;
+
+impl Classifier<Failure> for GithubRules {
+    fn verdict(&self, err: &Failure) -> Verdict {
+        match err {
+            Failure::Answer(r) => decide(r, unix_now()),
+            Failure::Transport(_) => Verdict::Retry,
+            Failure::BadAnswer(_) => Verdict::Fatal,
+        }
+    }
+
+    fn answered(&self, err: &Failure) -> bool {
+        !matches!(err, Failure::Transport(_))
+    }
+
+    fn timed_out(&self, _what: &str, after: Duration) -> Failure {
+        Failure::Transport(TransportError(format!(
+            "no answer within {}",
+            crate::util::duration::format_duration(after)
+        )))
+    }
+}
+
+/// The retry rule for a non-2xx answer, a pure function of the answer and the clock (unix
+/// seconds).
+pub fn decide(r: &ApiResponse, now_unix: u64) -> Verdict {
     let server_wait = || {
         if let Some(secs) = r
             .header("retry-after")
@@ -265,11 +334,12 @@ pub fn decide(r: &ApiResponse, now_unix: u64) -> Decision {
         }
         None
     };
+    let retry = || server_wait().map_or(Verdict::Retry, Verdict::RetryAfter);
     match r.status {
-        429 => Decision::RetryAfter(server_wait()),
-        403 if is_rate_limit(r) => Decision::RetryAfter(server_wait()),
-        500..=599 => Decision::RetryAfter(server_wait()),
-        _ => Decision::GiveUp,
+        429 => retry(),
+        403 if is_rate_limit(r) => retry(),
+        500..=599 => retry(),
+        _ => Verdict::Fatal,
     }
 }
 
@@ -316,35 +386,11 @@ fn message_of(body: &str) -> String {
     text.replace(['\r', '\n'], " ")
 }
 
-fn backoff(attempt: u32) -> Duration {
-    let base = BACKOFF
-        .saturating_mul(1 << attempt.saturating_sub(1).min(6))
-        .min(MAX_BACKOFF);
-    // Up to a quarter more, so that many runs do not retry in step.
-    base + base.mul_f64(rand::random::<f64>() / 4.0)
-}
-
 fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
-}
-
-/// The `next` page of a `Link` header.
-pub fn next_link(link: Option<&str>) -> Option<String> {
-    link?.split(',').find_map(|part| {
-        let (url, params) = part.split_once(';')?;
-        params
-            .split(';')
-            .any(|p| p.trim() == "rel=\"next\"")
-            .then(|| {
-                url.trim()
-                    .trim_start_matches('<')
-                    .trim_end_matches('>')
-                    .to_string()
-            })
-    })
 }
 
 /// The production transport: octocrab (rustls, no OpenSSL) with the token and API base.
@@ -378,33 +424,140 @@ impl Octo {
     }
 }
 
+/// Every call through octocrab's typed API of it (issues, repos' commits and deployments);
+/// octocrab sends the token, the API version header and the JSON body.
 impl Transport for Octo {
-    async fn send(&self, request: ApiRequest) -> Result<ApiResponse, TransportError> {
-        let failed = |e: octocrab::Error| TransportError(transport_reason(&e));
-        let path = request.path.as_str();
-        let response = match request.method {
-            Method::Get => self.client._get(path).await,
-            Method::Post => self.client._post(path, request.body.as_ref()).await,
-            Method::Patch => self.client._patch(path, request.body.as_ref()).await,
-        }
-        .map_err(failed)?;
-        let status = response.status().as_u16();
-        let headers = response
-            .headers()
-            .iter()
-            .filter_map(|(k, v)| {
-                Some((
-                    k.as_str().to_ascii_lowercase(),
-                    v.to_str().ok()?.to_string(),
+    async fn send(&self, op: Op) -> Result<Reply, Failure> {
+        let c = &self.client;
+        match op {
+            Op::ListComments { repo, pr, page } => {
+                let page = c
+                    .issues(&repo.owner, &repo.name)
+                    .list_comments(pr)
+                    .per_page(PER_PAGE)
+                    .page(page)
+                    .send()
+                    .await
+                    .map_err(failure)?;
+                Ok(Reply::Comments(
+                    page.items
+                        .into_iter()
+                        .map(|c| (c.id.into_inner(), c.body))
+                        .collect(),
                 ))
-            })
-            .collect();
-        let body = self.client.body_to_string(response).await.map_err(failed)?;
-        Ok(ApiResponse {
-            status,
-            headers,
-            body,
-        })
+            }
+            Op::CreateComment { repo, pr, body } => {
+                let created = c
+                    .issues(&repo.owner, &repo.name)
+                    .create_comment(pr, body)
+                    .await
+                    .map_err(failure)?;
+                Ok(Reply::Created(created.id.into_inner()))
+            }
+            Op::UpdateComment { repo, id, body } => {
+                // octocrab sends this as POST, which GitHub takes for PATCH on every endpoint.
+                c.issues(&repo.owner, &repo.name)
+                    .update_comment(octocrab::models::CommentId(id), body)
+                    .await
+                    .map_err(failure)?;
+                Ok(Reply::Done)
+            }
+            Op::CommitPulls { repo, sha } => {
+                let pulls = c
+                    .repos(&repo.owner, &repo.name)
+                    .list_pulls(sha)
+                    .per_page(PER_PAGE)
+                    .send()
+                    .await
+                    .map_err(failure)?;
+                Ok(Reply::Pulls(
+                    pulls
+                        .items
+                        .into_iter()
+                        .map(|p| {
+                            let open = p.state == Some(octocrab::models::IssueState::Open);
+                            (p.number, open)
+                        })
+                        .collect(),
+                ))
+            }
+            Op::CreateDeployment {
+                repo,
+                sha,
+                environment,
+                description,
+            } => {
+                let created = c
+                    .repos(&repo.owner, &repo.name)
+                    .deployments()
+                    .create(sha)
+                    .environment(environment)
+                    .description(description)
+                    // The deploy itself is rollguard's job; no merge, no required checks.
+                    .auto_merge(false)
+                    .required_contexts(Vec::<String>::new())
+                    .task("deploy")
+                    .send()
+                    .await
+                    .map_err(failure)?;
+                Ok(Reply::Created(created.id.into_inner()))
+            }
+            Op::SetDeploymentStatus {
+                repo,
+                id,
+                state,
+                environment,
+                description,
+                log_url,
+            } => {
+                use octocrab::models::repos::DeploymentStatusState as S;
+                let state = match state {
+                    DeploymentState::InProgress => S::InProgress,
+                    DeploymentState::Success => S::Success,
+                    DeploymentState::Failure => S::Failure,
+                };
+                let repos = c.repos(&repo.owner, &repo.name);
+                let mut status = repos
+                    .deployments()
+                    .statuses(octocrab::models::DeploymentId(id))
+                    .create(state)
+                    .description(description)
+                    .environment(environment)
+                    .auto_inactive(true);
+                if let Some(url) = log_url {
+                    status = status.log_url(url);
+                }
+                status.send().await.map_err(failure)?;
+                Ok(Reply::Done)
+            }
+        }
+    }
+}
+
+/// An octocrab error as the retry rules see it: GitHub's answer (status, headers, message), a
+/// 2xx body that does not fit GitHub's documented shape, or no answer.
+fn failure(e: octocrab::Error) -> Failure {
+    match e {
+        octocrab::Error::GitHub { source, .. } => Failure::Answer(ApiResponse {
+            status: source.status_code.as_u16(),
+            headers: source
+                .headers
+                .iter()
+                .flatten()
+                .filter_map(|(k, v)| {
+                    Some((
+                        k.as_str().to_ascii_lowercase(),
+                        v.to_str().ok()?.to_string(),
+                    ))
+                })
+                .collect(),
+            body: serde_json::json!({ "message": source.message }).to_string(),
+        }),
+        octocrab::Error::Serde { source, .. } => Failure::BadAnswer(source.to_string()),
+        octocrab::Error::Json { source, .. } => {
+            Failure::BadAnswer(format!("{} at {}", source.inner(), source.path()))
+        }
+        other => Failure::Transport(TransportError(transport_reason(&other))),
     }
 }
 
@@ -422,14 +575,14 @@ pub(crate) mod tests {
     use super::*;
     use std::sync::Mutex;
 
-    /// A transport that answers from a script and records the requests.
+    /// A transport that answers from a script and records the calls.
     pub struct Scripted {
-        pub answers: Mutex<Vec<Result<ApiResponse, TransportError>>>,
-        pub seen: Mutex<Vec<ApiRequest>>,
+        pub answers: Mutex<Vec<Result<Reply, Failure>>>,
+        pub seen: Mutex<Vec<Op>>,
     }
 
     impl Scripted {
-        pub fn new(answers: Vec<Result<ApiResponse, TransportError>>) -> Self {
+        pub fn new(answers: Vec<Result<Reply, Failure>>) -> Self {
             Scripted {
                 answers: Mutex::new(answers.into_iter().rev().collect()),
                 seen: Mutex::new(Vec::new()),
@@ -438,53 +591,53 @@ pub(crate) mod tests {
     }
 
     impl Transport for Scripted {
-        async fn send(&self, request: ApiRequest) -> Result<ApiResponse, TransportError> {
-            self.seen.lock().unwrap().push(request);
-            self.answers
-                .lock()
-                .unwrap()
-                .pop()
-                .unwrap_or_else(|| Err(TransportError("script exhausted".into())))
+        async fn send(&self, op: Op) -> Result<Reply, Failure> {
+            self.seen.lock().unwrap().push(op);
+            self.answers.lock().unwrap().pop().unwrap_or_else(|| {
+                Err(Failure::Transport(TransportError(
+                    "script exhausted".into(),
+                )))
+            })
         }
     }
 
-    pub fn answer(
-        status: u16,
-        headers: &[(&str, &str)],
-        body: &str,
-    ) -> Result<ApiResponse, TransportError> {
-        Ok(ApiResponse {
+    /// A non-2xx answer.
+    pub fn answer(status: u16, headers: &[(&str, &str)], body: &str) -> ApiResponse {
+        ApiResponse {
             status,
             headers: headers
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             body: body.to_string(),
-        })
+        }
     }
 
-    fn get() -> ApiRequest {
-        ApiRequest {
-            method: Method::Get,
-            path: "/x".into(),
-            body: None,
+    /// A failed attempt with a non-2xx answer.
+    pub fn refused(status: u16, headers: &[(&str, &str)], body: &str) -> Result<Reply, Failure> {
+        Err(Failure::Answer(answer(status, headers, body)))
+    }
+
+    fn get() -> Op {
+        Op::CommitPulls {
+            repo: Repo::parse("o/r").unwrap(),
+            sha: "abc".into(),
         }
     }
 
     #[test]
     fn decide_table() {
         let now = 1_000;
-        let r =
-            |status, headers: &[(&str, &str)], body: &str| answer(status, headers, body).unwrap();
+        let r = answer;
         let cases = [
-            (r(500, &[], ""), Decision::RetryAfter(None)),
+            (r(500, &[], ""), Verdict::Retry),
             (
                 r(502, &[("retry-after", "2")], ""),
-                Decision::RetryAfter(Some(Duration::from_secs(2))),
+                Verdict::RetryAfter(Duration::from_secs(2)),
             ),
             (
                 r(429, &[("retry-after", "3")], ""),
-                Decision::RetryAfter(Some(Duration::from_secs(3))),
+                Verdict::RetryAfter(Duration::from_secs(3)),
             ),
             (
                 r(
@@ -495,7 +648,7 @@ pub(crate) mod tests {
                     ],
                     "",
                 ),
-                Decision::RetryAfter(Some(Duration::from_secs(5))),
+                Verdict::RetryAfter(Duration::from_secs(5)),
             ),
             (
                 r(
@@ -506,7 +659,7 @@ pub(crate) mod tests {
                     ],
                     "",
                 ),
-                Decision::RetryAfter(Some(Duration::from_secs(10))),
+                Verdict::RetryAfter(Duration::from_secs(10)),
             ),
             (
                 r(
@@ -514,7 +667,7 @@ pub(crate) mod tests {
                     &[],
                     r#"{"message":"You have exceeded a secondary rate limit"}"#,
                 ),
-                Decision::RetryAfter(None),
+                Verdict::Retry,
             ),
             (
                 r(
@@ -522,32 +675,56 @@ pub(crate) mod tests {
                     &[],
                     r#"{"message":"Resource not accessible by integration"}"#,
                 ),
-                Decision::GiveUp,
+                Verdict::Fatal,
             ),
-            (r(401, &[], ""), Decision::GiveUp),
-            (r(404, &[], ""), Decision::GiveUp),
-            (r(422, &[], ""), Decision::GiveUp),
+            (r(401, &[], ""), Verdict::Fatal),
+            (r(404, &[], ""), Verdict::Fatal),
+            (r(422, &[], ""), Verdict::Fatal),
         ];
         for (response, want) in cases {
             assert_eq!(decide(&response, now), want, "{response:?}");
         }
     }
 
+    #[test]
+    fn failures_table() {
+        let cases = [
+            (
+                Failure::Transport(TransportError("reset".into())),
+                Verdict::Retry,
+                false,
+            ),
+            (
+                Failure::BadAnswer("missing field".into()),
+                Verdict::Fatal,
+                true,
+            ),
+            (Failure::Answer(answer(502, &[], "")), Verdict::Retry, true),
+            (Failure::Answer(answer(404, &[], "")), Verdict::Fatal, true),
+        ];
+        for (failure, verdict, answered) in cases {
+            assert_eq!(GithubRules.verdict(&failure), verdict, "{failure}");
+            assert_eq!(GithubRules.answered(&failure), answered, "{failure}");
+        }
+        let cut = GithubRules.timed_out("x", Duration::from_secs(10));
+        assert!(!GithubRules.answered(&cut) && cut.to_string().contains("no answer within"));
+    }
+
     #[tokio::test(start_paused = true)]
     async fn retries_5xx_then_succeeds() {
         let t = Scripted::new(vec![
-            answer(503, &[], ""),
-            answer(502, &[], ""),
-            answer(200, &[], "{}"),
+            refused(503, &[], ""),
+            refused(502, &[], ""),
+            Ok(Reply::Done),
         ]);
         let c = Client::new(t, "https://api.github.com", Duration::from_secs(30));
-        assert_eq!(c.call("x", get()).await.unwrap().status, 200);
+        assert_eq!(c.call("x", get()).await.unwrap(), Reply::Done);
         assert_eq!(c.transport.seen.lock().unwrap().len(), 3);
     }
 
     #[tokio::test(start_paused = true)]
     async fn forbidden_is_not_retried() {
-        let t = Scripted::new(vec![answer(
+        let t = Scripted::new(vec![refused(
             403,
             &[],
             r#"{"message":"Resource not accessible by integration"}"#,
@@ -568,8 +745,35 @@ pub(crate) mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn an_answer_of_the_wrong_shape_is_not_retried() {
+        let t = Scripted::new(vec![Err(Failure::BadAnswer("missing field `id`".into()))]);
+        let c = Client::new(t, "https://api.github.com", Duration::from_secs(30));
+        let e = c
+            .call("create the PR comment on o/r#1", get())
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "cannot create the PR comment on o/r#1: unexpected answer from GitHub: missing field `id`"
+        );
+        assert_eq!(c.transport.seen.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rate_limit_that_fits_is_waited_for() {
+        let t = Scripted::new(vec![
+            refused(429, &[("retry-after", "5")], ""),
+            Ok(Reply::Done),
+        ]);
+        let c = Client::new(t, "https://api.github.com", Duration::from_secs(30));
+        let started = Instant::now();
+        assert_eq!(c.call("x", get()).await.unwrap(), Reply::Done);
+        assert_eq!(started.elapsed(), Duration::from_secs(5));
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_long_rate_limit_gives_up_at_once() {
-        let t = Scripted::new(vec![answer(429, &[("retry-after", "3600")], "")]);
+        let t = Scripted::new(vec![refused(429, &[("retry-after", "3600")], "")]);
         let c = Client::new(t, "https://api.github.com", Duration::from_secs(30));
         let e = c.call("x", get()).await.unwrap_err();
         assert!(matches!(e, GithubError::RateLimited { .. }), "{e}");
@@ -591,7 +795,7 @@ pub(crate) mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn server_errors_stop_within_the_budget() {
-        let t = Scripted::new((0..100).map(|_| answer(500, &[], "")).collect());
+        let t = Scripted::new((0..100).map(|_| refused(500, &[], "")).collect());
         let c = Client::new(t, "https://api.github.com", Duration::from_secs(30));
         let started = Instant::now();
         let e = c.call("x", get()).await.unwrap_err();
@@ -603,7 +807,11 @@ pub(crate) mod tests {
     async fn unreachable_after_a_few_tries() {
         let t = Scripted::new(
             (0..5)
-                .map(|_| Err(TransportError("Connection refused".into())))
+                .map(|_| {
+                    Err(Failure::Transport(TransportError(
+                        "Connection refused".into(),
+                    )))
+                })
                 .collect(),
         );
         let c = Client::new(t, "http://127.0.0.1:1", Duration::from_secs(30));
@@ -613,16 +821,5 @@ pub(crate) mod tests {
             "cannot x: GitHub is unreachable at http://127.0.0.1:1: Connection refused"
         );
         assert_eq!(c.transport.seen.lock().unwrap().len(), 3);
-    }
-
-    #[test]
-    fn next_link_table() {
-        let link = r#"<https://api.github.com/repositories/1/issues/2/comments?page=2>; rel="next", <https://api.github.com/repositories/1/issues/2/comments?page=3>; rel="last""#;
-        assert_eq!(
-            next_link(Some(link)).as_deref(),
-            Some("https://api.github.com/repositories/1/issues/2/comments?page=2")
-        );
-        assert_eq!(next_link(Some(r#"<https://x/?page=1>; rel="prev""#)), None);
-        assert_eq!(next_link(None), None);
     }
 }

@@ -2,10 +2,8 @@
 //! first line, created the first time and updated afterwards, however many other comments
 //! (bots, people) came in between and however many pages they fill.
 
-use serde_json::{Value, json};
-
-use super::api::{ApiRequest, Client, GithubError, Method, Transport, next_link};
-use super::context::{Repo, same_origin};
+use super::api::{Client, GithubError, Op, PER_PAGE, Reply, Transport};
+use super::context::Repo;
 use crate::report::escape::comment_word;
 
 /// What a sticky comment is for; each has its own marker, so a PR shows one plan comment and
@@ -34,8 +32,6 @@ pub enum Posted {
     Updated(u64),
 }
 
-/// Comments per page when looking for the marker (GitHub's maximum).
-const PER_PAGE: u32 = 100;
 /// Pages read at most (10,000 comments): a bound, not a limit anyone meets.
 const MAX_PAGES: u32 = 100;
 
@@ -44,7 +40,6 @@ const MAX_PAGES: u32 = 100;
 /// caller has escaped and scrubbed `body`.
 pub async fn post_sticky<T: Transport>(
     client: &Client<T>,
-    api_url: &str,
     repo: &Repo,
     pr: u64,
     marker: &str,
@@ -55,40 +50,31 @@ pub async fn post_sticky<T: Transport>(
     } else {
         format!("{marker}\n{body}")
     };
-    match find_by_marker(client, api_url, repo, pr, marker).await? {
+    match find_by_marker(client, repo, pr, marker).await? {
         Some(id) => {
             let what = format!("update the PR comment on {repo}#{pr}");
-            client
-                .call(
-                    &what,
-                    ApiRequest {
-                        method: Method::Patch,
-                        path: format!("/repos/{repo}/issues/comments/{id}"),
-                        body: Some(json!({ "body": body })),
-                    },
-                )
-                .await?;
+            let op = Op::UpdateComment {
+                repo: repo.clone(),
+                id,
+                body,
+            };
+            client.call(&what, op).await?;
             Ok(Posted::Updated(id))
         }
         None => {
             let what = format!("create the PR comment on {repo}#{pr}");
-            let (created, _) = client
-                .json(
-                    &what,
-                    ApiRequest {
-                        method: Method::Post,
-                        path: format!("/repos/{repo}/issues/{pr}/comments"),
-                        body: Some(json!({ "body": body })),
-                    },
-                )
-                .await?;
-            let id = created.get("id").and_then(Value::as_u64).ok_or_else(|| {
-                GithubError::BadResponse {
+            let op = Op::CreateComment {
+                repo: repo.clone(),
+                pr,
+                body,
+            };
+            match client.call(&what, op).await? {
+                Reply::Created(id) => Ok(Posted::Created(id)),
+                _ => Err(GithubError::BadResponse {
                     what,
                     reason: "the created comment has no id".into(),
-                }
-            })?;
-            Ok(Posted::Created(id))
+                }),
+            }
         }
     }
 }
@@ -96,54 +82,41 @@ pub async fn post_sticky<T: Transport>(
 /// The id of the comment whose first line is `marker` (the oldest, if several).
 async fn find_by_marker<T: Transport>(
     client: &Client<T>,
-    api_url: &str,
     repo: &Repo,
     pr: u64,
     marker: &str,
 ) -> Result<Option<u64>, GithubError> {
     let what = format!("read the comments of {repo}#{pr}");
-    let mut path = format!("/repos/{repo}/issues/{pr}/comments?per_page={PER_PAGE}&page=1");
     for page in 1..=MAX_PAGES {
-        let (comments, response) = client
-            .json(
-                &what,
-                ApiRequest {
-                    method: Method::Get,
-                    path: path.clone(),
-                    body: None,
-                },
-            )
-            .await?;
-        let comments = comments
-            .as_array()
-            .ok_or_else(|| GithubError::BadResponse {
-                what: what.clone(),
-                reason: "the comment list is not an array".into(),
-            })?;
-        if let Some(id) = comments.iter().find_map(|c| {
-            let body = c.get("body").and_then(Value::as_str)?;
-            (body.lines().next().map(str::trim) == Some(marker))
-                .then(|| c.get("id").and_then(Value::as_u64))
-                .flatten()
-        }) {
+        let op = Op::ListComments {
+            repo: repo.clone(),
+            pr,
+            page,
+        };
+        let Reply::Comments(comments) = client.call(&what, op).await? else {
+            return Err(GithubError::BadResponse {
+                what,
+                reason: "the comment list is not a list".into(),
+            });
+        };
+        if let Some(id) = first_marked(&comments, marker) {
             return Ok(Some(id));
         }
-        if comments.len() < PER_PAGE as usize {
+        // A short page is the last one: pages are counted here rather than by following
+        // GitHub's next link, so the token never goes to a host a Link header names.
+        if comments.len() < usize::from(PER_PAGE) {
             return Ok(None);
         }
-        // Follow GitHub's own next link when it stays on the API server (the token goes with
-        // it); else count pages ourselves.
-        path = match next_link(response.header("link")) {
-            Some(next) if same_origin(&next, api_url) => next,
-            Some(_) | None => {
-                format!(
-                    "/repos/{repo}/issues/{pr}/comments?per_page={PER_PAGE}&page={}",
-                    page + 1
-                )
-            }
-        };
     }
     Ok(None)
+}
+
+/// The id of the first comment whose first line is `marker`. Pure.
+fn first_marked(comments: &[(u64, Option<String>)], marker: &str) -> Option<u64> {
+    comments.iter().find_map(|(id, body)| {
+        let first = body.as_deref()?.lines().next()?.trim();
+        (first == marker).then_some(*id)
+    })
 }
 
 /// The pull request a commit belongs to: the open one first, else the newest; None when the
@@ -154,43 +127,41 @@ pub async fn pr_for_commit<T: Transport>(
     sha: &str,
 ) -> Result<Option<u64>, GithubError> {
     let what = format!("find the pull request of commit {sha} in {repo}");
-    let (prs, _) = client
-        .json(
-            &what,
-            ApiRequest {
-                method: Method::Get,
-                path: format!("/repos/{repo}/commits/{sha}/pulls?per_page={PER_PAGE}"),
-                body: None,
-            },
-        )
-        .await?;
-    let prs = prs.as_array().cloned().unwrap_or_default();
-    let number = |p: &Value| p.get("number").and_then(Value::as_u64);
-    let open = prs
-        .iter()
-        .find(|p| p.get("state").and_then(Value::as_str) == Some("open"))
-        .and_then(number);
-    Ok(open.or_else(|| prs.iter().filter_map(number).max()))
+    let op = Op::CommitPulls {
+        repo: repo.clone(),
+        sha: sha.to_string(),
+    };
+    let prs = match client.call(&what, op).await? {
+        Reply::Pulls(prs) => prs,
+        _ => Vec::new(),
+    };
+    let open = prs.iter().find(|(_, open)| *open).map(|(n, _)| *n);
+    Ok(open.or_else(|| prs.iter().map(|(n, _)| *n).max()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::github::api::tests::{Scripted, answer};
+    use crate::github::api::tests::Scripted;
     use std::time::Duration;
 
     fn repo() -> Repo {
         Repo::parse("octo/shop").unwrap()
     }
 
-    fn page(n: usize, start: u64, with: Option<(u64, &str)>) -> String {
-        let mut items: Vec<Value> = (0..n as u64)
-            .map(|i| json!({"id": start + i, "body": format!("comment {i} <!-- rollguard:deploy:app=shop -->")}))
+    /// A page of `n` comments from `start` that quote the marker but do not start with it,
+    /// then `with`.
+    fn page(n: u64, start: u64, with: Option<(u64, &str)>) -> Reply {
+        let mut items: Vec<(u64, Option<String>)> = (0..n)
+            .map(|i| {
+                let body = format!("comment {i} <!-- rollguard:deploy:app=shop -->");
+                (start + i, Some(body))
+            })
             .collect();
         if let Some((id, body)) = with {
-            items.push(json!({"id": id, "body": body}));
+            items.push((id, Some(body.to_string())));
         }
-        Value::Array(items).to_string()
+        Reply::Comments(items)
     }
 
     #[test]
@@ -209,37 +180,53 @@ mod tests {
         );
     }
 
+    #[test]
+    fn first_marked_table() {
+        let m = "<!-- rollguard:deploy:app=shop -->";
+        let c = |id: u64, body: Option<&str>| (id, body.map(str::to_string));
+        type Page<'a> = &'a [(u64, Option<String>)];
+        let cases: &[(Page, Option<u64>)] = &[
+            (&[], None),
+            (&[c(1, None), c(2, Some("hello"))], None),
+            (&[c(1, Some(&format!("quoted {m}")))], None),
+            (&[c(1, Some(&format!("  {m}  \nreport")))], Some(1)),
+            (&[c(3, Some(m)), c(4, Some(m))], Some(3)),
+        ];
+        for (comments, want) in cases {
+            assert_eq!(first_marked(comments, m), *want, "{comments:?}");
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn updates_the_marked_comment_on_the_second_page() {
         let m = marker(Purpose::Deploy, "shop");
         let mine = format!("{m}\nold report");
         let t = Scripted::new(vec![
-            answer(
-                200,
-                &[(
-                    "link",
-                    "<https://api.github.com/repositories/1/issues/12/comments?per_page=100&page=2>; rel=\"next\"",
-                )],
-                &page(100, 1, None),
-            ),
-            answer(200, &[], &page(49, 101, Some((777, &mine)))),
-            answer(200, &[], "{}"),
+            Ok(page(100, 1, None)),
+            Ok(page(49, 101, Some((777, &mine)))),
+            Ok(Reply::Done),
         ]);
         let c = Client::new(t, "https://api.github.com", Duration::from_secs(30));
-        let posted = post_sticky(&c, "https://api.github.com", &repo(), 12, &m, "new report")
+        let posted = post_sticky(&c, &repo(), 12, &m, "new report")
             .await
             .unwrap();
         assert_eq!(posted, Posted::Updated(777));
         let seen = c_seen(&c);
         assert_eq!(
-            seen[1].path,
-            "https://api.github.com/repositories/1/issues/12/comments?per_page=100&page=2"
+            seen[1],
+            Op::ListComments {
+                repo: repo(),
+                pr: 12,
+                page: 2
+            }
         );
-        assert_eq!(seen[2].method, Method::Patch);
-        assert_eq!(seen[2].path, "/repos/octo/shop/issues/comments/777");
         assert_eq!(
-            seen[2].body,
-            Some(json!({"body": format!("{m}\nnew report")}))
+            seen[2],
+            Op::UpdateComment {
+                repo: repo(),
+                id: 777,
+                body: format!("{m}\nnew report")
+            }
         );
     }
 
@@ -247,56 +234,50 @@ mod tests {
     async fn creates_when_no_comment_has_the_marker_first() {
         let m = marker(Purpose::Deploy, "shop");
         let t = Scripted::new(vec![
-            // A next link to another host is not followed with the token.
-            answer(
-                200,
-                &[("link", "<https://evil.example/x?page=2>; rel=\"next\"")],
-                &page(100, 1, None),
-            ),
-            answer(
-                200,
-                &[],
-                &page(3, 101, Some((9, "<!-- rollguard:plan:app=shop -->\nplan"))),
-            ),
-            answer(201, &[], r#"{"id": 555}"#),
+            Ok(page(100, 1, None)),
+            Ok(page(
+                3,
+                101,
+                Some((9, "<!-- rollguard:plan:app=shop -->\nplan")),
+            )),
+            Ok(Reply::Created(555)),
         ]);
         let c = Client::new(t, "https://api.github.com", Duration::from_secs(30));
         let body = format!("{m}\nreport");
-        let posted = post_sticky(&c, "https://api.github.com", &repo(), 12, &m, &body)
-            .await
-            .unwrap();
+        let posted = post_sticky(&c, &repo(), 12, &m, &body).await.unwrap();
         assert_eq!(posted, Posted::Created(555));
         let seen = c_seen(&c);
+        assert_eq!(seen.len(), 3, "a short page is the last: {seen:?}");
         assert_eq!(
-            seen[1].path,
-            "/repos/octo/shop/issues/12/comments?per_page=100&page=2"
+            seen[2],
+            Op::CreateComment {
+                repo: repo(),
+                pr: 12,
+                body
+            }
         );
-        assert_eq!(
-            (seen[2].method, seen[2].path.as_str()),
-            (Method::Post, "/repos/octo/shop/issues/12/comments")
-        );
-        assert_eq!(seen[2].body, Some(json!({"body": body})));
     }
 
     #[tokio::test(start_paused = true)]
     async fn pr_for_commit_prefers_the_open_one() {
         let t = Scripted::new(vec![
-            answer(
-                200,
-                &[],
-                r#"[{"number": 3, "state": "closed"}, {"number": 8, "state": "open"}]"#,
-            ),
-            answer(200, &[], "[]"),
+            Ok(Reply::Pulls(vec![(3, false), (8, true)])),
+            Ok(Reply::Pulls(vec![(3, false), (5, false)])),
+            Ok(Reply::Pulls(vec![])),
         ]);
         let c = Client::new(t, "https://api.github.com", Duration::from_secs(30));
         assert_eq!(
             pr_for_commit(&c, &repo(), "abc1234").await.unwrap(),
             Some(8)
         );
+        assert_eq!(
+            pr_for_commit(&c, &repo(), "abc1234").await.unwrap(),
+            Some(5)
+        );
         assert_eq!(pr_for_commit(&c, &repo(), "abc1234").await.unwrap(), None);
     }
 
-    fn c_seen(c: &Client<Scripted>) -> Vec<ApiRequest> {
+    fn c_seen(c: &Client<Scripted>) -> Vec<Op> {
         c.transport().seen.lock().unwrap().clone()
     }
 }

@@ -2,32 +2,14 @@
 //! environment `<app>/<target>` (or the target's `environment:`), with the statuses
 //! `in_progress` at the start and `success` or `failure` at the end, each linking the run's log.
 
-use serde_json::{Value, json};
-
-use super::api::{ApiRequest, Client, GithubError, Method, Transport};
+use super::api::{Client, GithubError, Op, Reply, Transport};
 use super::context::Repo;
 use crate::report::{TargetOutcome, TargetReport, clip};
 
 /// GitHub refuses a status description over 140 characters.
 const DESCRIPTION_CHARS: usize = 140;
 
-/// A deployment state GitHub knows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum State {
-    InProgress,
-    Success,
-    Failure,
-}
-
-impl State {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            State::InProgress => "in_progress",
-            State::Success => "success",
-            State::Failure => "failure",
-        }
-    }
-}
+pub use super::api::DeploymentState as State;
 
 /// One target's deployment to create.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,31 +74,19 @@ pub async fn create<T: Transport>(
         "create the deployment of {} in {repo} (environment {})",
         planned.target, planned.environment
     );
-    let (created, _) = client
-        .json(
-            &what,
-            ApiRequest {
-                method: Method::Post,
-                path: format!("/repos/{repo}/deployments"),
-                body: Some(json!({
-                    "ref": sha,
-                    "environment": planned.environment,
-                    "description": format!("rollguard deploy to {}", planned.target),
-                    // The deploy itself is rollguard's job; no merge, no required checks.
-                    "auto_merge": false,
-                    "required_contexts": [],
-                    "task": "deploy",
-                })),
-            },
-        )
-        .await?;
-    created
-        .get("id")
-        .and_then(Value::as_u64)
-        .ok_or(GithubError::BadResponse {
+    let op = Op::CreateDeployment {
+        repo: repo.clone(),
+        sha: sha.to_string(),
+        environment: planned.environment.clone(),
+        description: format!("rollguard deploy to {}", planned.target),
+    };
+    match client.call(&what, op).await? {
+        Reply::Created(id) => Ok(id),
+        _ => Err(GithubError::BadResponse {
             what,
             reason: "the answer has no deployment id".into(),
-        })
+        }),
+    }
 }
 
 /// Posts a status of deployment `id`.
@@ -134,25 +104,15 @@ pub async fn set_status<T: Transport>(
         planned.target,
         state.as_str()
     );
-    let mut body = json!({
-        "state": state.as_str(),
-        "description": description,
-        "environment": planned.environment,
-        "auto_inactive": true,
-    });
-    if let Some(url) = log_url {
-        body["log_url"] = Value::String(url.to_string());
-    }
-    client
-        .call(
-            &what,
-            ApiRequest {
-                method: Method::Post,
-                path: format!("/repos/{repo}/deployments/{id}/statuses"),
-                body: Some(body),
-            },
-        )
-        .await?;
+    let op = Op::SetDeploymentStatus {
+        repo: repo.clone(),
+        id,
+        state,
+        environment: planned.environment.clone(),
+        description: description.to_string(),
+        log_url: log_url.map(str::to_string),
+    };
+    client.call(&what, op).await?;
     Ok(())
 }
 

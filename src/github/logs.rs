@@ -44,7 +44,9 @@ impl TargetLogs {
     }
 }
 
-/// The process-wide store the layer writes to (tracing's subscriber is process-wide too).
+/// The process-wide store the layer writes to. Process-wide on purpose: the tracing
+/// subscriber that feeds it is installed once per process (main.rs) and sees every task's
+/// events; the run reads it back by target name when it ends.
 pub fn store() -> &'static TargetLogs {
     static STORE: OnceLock<TargetLogs> = OnceLock::new();
     STORE.get_or_init(TargetLogs::default)

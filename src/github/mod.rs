@@ -299,7 +299,7 @@ async fn post_comment<T: Transport>(
     let Some(pr) = pr else {
         return;
     };
-    match comments::post_sticky(client, &ctx.api_url, repo, pr, marker, body).await {
+    match comments::post_sticky(client, repo, pr, marker, body).await {
         Ok(Posted::Created(id)) => tracing::info!(pr, id, "created the PR comment"),
         Ok(Posted::Updated(id)) => tracing::info!(pr, id, "updated the PR comment"),
         Err(e) => messages.warn(&e.to_string()),

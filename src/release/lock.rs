@@ -466,6 +466,8 @@ pub struct LockGuard {
 pub const PANIC_RELEASE_BUDGET: Duration = Duration::from_secs(3);
 
 /// The releases of locks dropped by a panic, for the binary to wait for before it exits.
+/// Process-wide on purpose: filled from `Drop` while a panic unwinds (no run context there)
+/// and drained by main.rs after the run's future is gone.
 static PANIC_RELEASES: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>> =
     std::sync::Mutex::new(Vec::new());
 

@@ -128,6 +128,7 @@ impl RunInfo {
 }
 
 /// An id of this process's run, the same for every record it writes: its start time and pid.
+/// Process-wide on purpose: one rollguard process is one run.
 fn run_id() -> &'static str {
     static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     ID.get_or_init(|| {

@@ -289,7 +289,10 @@ impl Scrubber {
 }
 
 /// The process-wide scrubber: secrets are learned as soon as they are read, and every sink
-/// scrubs with it (one list, like the runner's registered secrets).
+/// scrubs with it (one list, like the runner's registered secrets). Process-wide on purpose:
+/// the stderr writer of the tracing subscriber (itself process-wide) and `print_err` (main's
+/// last words) scrub with it, and a value learned by one target must be hidden in every
+/// other target's lines.
 fn global() -> &'static RwLock<Scrubber> {
     static GLOBAL: OnceLock<RwLock<Scrubber>> = OnceLock::new();
     GLOBAL.get_or_init(|| RwLock::new(Scrubber::default()))

@@ -30,7 +30,9 @@ pub fn merged<'a>(parts: impl IntoIterator<Item = &'a Kubeconfig>) -> Kubeconfig
     out
 }
 
-/// The private directories of the temporary kubeconfigs that exist right now.
+/// The private directories of the temporary kubeconfigs that exist right now. Process-wide on
+/// purpose: they hold credentials and are deleted on a signal and at exit (`remove_all_now`
+/// in main.rs, after the runtime is gone), where no run context is reachable.
 static LIVE_FILES: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
 
 fn live_files(f: impl FnOnce(&mut HashSet<PathBuf>)) {

@@ -8,7 +8,6 @@
 //! 60 s) and within the cancel budget of its caller ([`runner::within`]).
 
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -102,10 +101,9 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// The most a git command may print on stdout that rollguard keeps (shas, a subject line).
 const MAX_STDOUT: usize = 4 * 1024 * 1024;
 
-static TIMEOUT: OnceLock<Duration> = OnceLock::new();
-
 /// The git deadline from the environment: `ROLLGUARD_GIT_TIMEOUT` (a duration, e.g. `30s`),
-/// else [`DEFAULT_TIMEOUT`]. Read once when a command starts, so a bad value is bad input.
+/// else [`DEFAULT_TIMEOUT`]. Read once when a command starts, so a bad value is bad input;
+/// the value goes with the config (`Config::git_timeout`) to every git call.
 pub fn timeout_from_env(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Duration, crate::util::duration::DurationError> {
@@ -113,15 +111,6 @@ pub fn timeout_from_env(
         None => Ok(DEFAULT_TIMEOUT),
         Some(text) => crate::util::duration::parse_duration(&text),
     }
-}
-
-/// Sets the deadline of every git command of this process (the first call counts).
-pub fn set_timeout(timeout: Duration) {
-    let _ = TIMEOUT.set(timeout);
-}
-
-fn timeout() -> Duration {
-    TIMEOUT.get().copied().unwrap_or(DEFAULT_TIMEOUT)
 }
 
 /// How a git command that ran ended badly.
@@ -144,8 +133,12 @@ struct GitFailure {
 
 /// Run git in `dir` under its deadline; Ok(stdout) on success, Err(the failure) when it ran
 /// and exited non-zero; the outer error when it could not run or did not end in time.
-fn git(dir: &Path, args: &[&str]) -> Result<Result<String, GitFailure>, GitError> {
-    let mut spec = Spec::new("git", timeout())
+fn git(
+    dir: &Path,
+    timeout: Duration,
+    args: &[&str],
+) -> Result<Result<String, GitFailure>, GitError> {
+    let mut spec = Spec::new("git", timeout)
         .args(["-C".as_ref(), dir.as_os_str()])
         // Hooks of the user's repository have no business running during a rollback, and an
         // auto-gc must not be left running in the background.
@@ -192,8 +185,8 @@ fn git(dir: &Path, args: &[&str]) -> Result<Result<String, GitFailure>, GitError
     }
 }
 
-fn git_ok(dir: &Path, args: &[&str]) -> Result<String, GitError> {
-    git(dir, args)?.map_err(|failure| GitError::Failed {
+fn git_ok(dir: &Path, timeout: Duration, args: &[&str]) -> Result<String, GitError> {
+    git(dir, timeout, args)?.map_err(|failure| GitError::Failed {
         args: args.join(" "),
         dir: dir.to_path_buf(),
         detail: failure.stderr,
@@ -201,8 +194,8 @@ fn git_ok(dir: &Path, args: &[&str]) -> Result<String, GitError> {
 }
 
 /// The top folder of the repository containing `dir`.
-pub fn repo_root(dir: &Path) -> Result<PathBuf, GitError> {
-    match git(dir, &["rev-parse", "--show-toplevel"])? {
+pub fn repo_root(dir: &Path, timeout: Duration) -> Result<PathBuf, GitError> {
+    match git(dir, timeout, &["rev-parse", "--show-toplevel"])? {
         Ok(root) => Ok(PathBuf::from(root)),
         Err(failure) => Err(GitError::NotARepo {
             dir: dir.to_path_buf(),
@@ -212,27 +205,33 @@ pub fn repo_root(dir: &Path) -> Result<PathBuf, GitError> {
 }
 
 /// Whether the clone is shallow (CI checkouts usually are).
-pub fn is_shallow(dir: &Path) -> Result<bool, GitError> {
-    Ok(git_ok(dir, &["rev-parse", "--is-shallow-repository"])? == "true")
+pub fn is_shallow(dir: &Path, timeout: Duration) -> Result<bool, GitError> {
+    Ok(git_ok(dir, timeout, &["rev-parse", "--is-shallow-repository"])? == "true")
 }
 
 /// Whether the object database holds `rev` as a commit.
-pub fn has_commit(dir: &Path, rev: &str) -> Result<bool, GitError> {
-    Ok(git(dir, &["cat-file", "-e", &format!("{rev}^{{commit}}")])?.is_ok())
+pub fn has_commit(dir: &Path, rev: &str, timeout: Duration) -> Result<bool, GitError> {
+    Ok(git(
+        dir,
+        timeout,
+        &["cat-file", "-e", &format!("{rev}^{{commit}}")],
+    )?
+    .is_ok())
 }
 
 /// Commit info of `rev` (sha, first line of the message). `r#ref` is the branch when `rev`
 /// is HEAD on a branch.
-pub fn commit_info(dir: &Path, rev: &str) -> Result<CommitInfo, GitError> {
+pub fn commit_info(dir: &Path, rev: &str, timeout: Duration) -> Result<CommitInfo, GitError> {
     let sha = git_ok(
         dir,
+        timeout,
         &["rev-parse", "--verify", &format!("{rev}^{{commit}}")],
     )?;
-    let message = git_ok(dir, &["log", "-1", "--format=%s", &sha])
+    let message = git_ok(dir, timeout, &["log", "-1", "--format=%s", &sha])
         .ok()
         .filter(|m| !m.is_empty());
     let r#ref = if rev == "HEAD" {
-        git(dir, &["symbolic-ref", "-q", "HEAD"])?.ok()
+        git(dir, timeout, &["symbolic-ref", "-q", "HEAD"])?.ok()
     } else {
         None
     };
@@ -252,10 +251,11 @@ pub fn detect_commit(
     env: &dyn Fn(&str) -> Option<String>,
     dir: &Path,
     deployed: &[&Path],
+    timeout: Duration,
 ) -> Option<CommitInfo> {
     let non_empty = |v: Option<String>| v.map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
     // Any failure (no git, not a repository, unknown sha) only leaves the field unknown.
-    let git = |args: &[&str]| non_empty(git(dir, args).ok()?.ok());
+    let git = |args: &[&str]| non_empty(git(dir, timeout, args).ok()?.ok());
     let subject = |sha: &str| git(&["log", "-1", "--format=%s", sha, "--"]);
     let branch = || git(&["rev-parse", "--abbrev-ref", "HEAD"]).filter(|r| r != "HEAD");
     let env_ref = non_empty(env("GITHUB_REF_NAME"));
@@ -283,12 +283,16 @@ pub fn detect_commit(
     // Uncommitted changes to tracked files are deployed too: say so. Other untracked files
     // are left out (build output, editor files), but not deployed manifests that are not in
     // the commit (untracked or ignored); a failing git leaves it clean.
-    let status = self::git(dir, &["status", "--porcelain", "--untracked-files=no"]);
+    let status = self::git(
+        dir,
+        timeout,
+        &["status", "--porcelain", "--untracked-files=no"],
+    );
     let mut untracked = vec!["ls-files", "--others", "--"];
     untracked.extend(deployed.iter().filter_map(|p| p.to_str()));
     let dirty = matches!(status, Ok(Ok(out)) if porcelain_is_dirty(&out))
         || (!deployed.is_empty()
-            && matches!(self::git(dir, &untracked), Ok(Ok(out)) if porcelain_is_dirty(&out)));
+            && matches!(self::git(dir, timeout, &untracked), Ok(Ok(out)) if porcelain_is_dirty(&out)));
     Some(CommitInfo {
         sha,
         r#ref: env_ref.or_else(branch),
@@ -299,9 +303,10 @@ pub fn detect_commit(
 
 /// The repository's default branch: origin's HEAD (`origin/main`), else a local `main` or
 /// `master`. None when there is no such branch.
-pub fn default_branch(dir: &Path) -> Result<Option<String>, GitError> {
+pub fn default_branch(dir: &Path, timeout: Duration) -> Result<Option<String>, GitError> {
     if let Ok(name) = git(
         dir,
+        timeout,
         &["symbolic-ref", "-q", "--short", "refs/remotes/origin/HEAD"],
     )? && !name.is_empty()
     {
@@ -310,6 +315,7 @@ pub fn default_branch(dir: &Path) -> Result<Option<String>, GitError> {
     for branch in ["main", "master"] {
         if git(
             dir,
+            timeout,
             &[
                 "rev-parse",
                 "--verify",
@@ -328,16 +334,16 @@ pub fn default_branch(dir: &Path) -> Result<Option<String>, GitError> {
 /// What an offline plan compares with by default: the merge base of HEAD with the default
 /// branch (a pull request's starting point), unless that is HEAD itself (on the default
 /// branch, or no such branch), then `HEAD~1` (the last commit's change).
-pub fn default_base(dir: &Path) -> Result<String, GitError> {
-    let head = git_ok(dir, &["rev-parse", "--verify", "HEAD^{commit}"])?;
-    if let Some(branch) = default_branch(dir)?
-        && let Ok(base) = git(dir, &["merge-base", "HEAD", &branch])?
+pub fn default_base(dir: &Path, timeout: Duration) -> Result<String, GitError> {
+    let head = git_ok(dir, timeout, &["rev-parse", "--verify", "HEAD^{commit}"])?;
+    if let Some(branch) = default_branch(dir, timeout)?
+        && let Ok(base) = git(dir, timeout, &["merge-base", "HEAD", &branch])?
         && !base.is_empty()
         && base != head
     {
         return Ok(base);
     }
-    match git(dir, &["rev-parse", "--verify", "-q", "HEAD~1^{commit}"])? {
+    match git(dir, timeout, &["rev-parse", "--verify", "-q", "HEAD~1^{commit}"])? {
         Ok(parent) => Ok(parent),
         Err(_) => Err(GitError::Failed {
             args: "rev-parse HEAD~1".into(),
@@ -348,13 +354,13 @@ pub fn default_base(dir: &Path) -> Result<String, GitError> {
 }
 
 /// Make sure `sha` is present, fetching that one commit from origin if needed.
-pub fn ensure_commit(dir: &Path, sha: &str) -> Result<(), GitError> {
-    if has_commit(dir, sha)? {
+pub fn ensure_commit(dir: &Path, sha: &str, timeout: Duration) -> Result<(), GitError> {
+    if has_commit(dir, sha, timeout)? {
         return Ok(());
     }
     let mut tried = Vec::new();
     // A shallow clone must stay shallow: fetch just that commit. A full clone fetches normally.
-    let depth_args: &[&str] = if is_shallow(dir)? {
+    let depth_args: &[&str] = if is_shallow(dir, timeout)? {
         &[
             "fetch",
             "--quiet",
@@ -367,8 +373,8 @@ pub fn ensure_commit(dir: &Path, sha: &str) -> Result<(), GitError> {
     } else {
         &["fetch", "--quiet", "--no-tags", "origin", sha]
     };
-    match git(dir, depth_args)? {
-        Ok(_) if has_commit(dir, sha)? => return Ok(()),
+    match git(dir, timeout, depth_args)? {
+        Ok(_) if has_commit(dir, sha, timeout)? => return Ok(()),
         Ok(_) => tried.push("fetch succeeded but the commit is still missing".to_string()),
         Err(e) if lacks_https_transport(&e.stderr) => {
             return Err(GitError::NoHttpsTransport {
@@ -403,6 +409,8 @@ pub struct Checkout {
     repo: PathBuf,
     worktree: PathBuf,
     sha: String,
+    /// The deadline of each git command, for the removal on drop too.
+    timeout: Duration,
     // Dropped last: the directory goes after `git worktree remove`.
     _temp: tempfile::TempDir,
 }
@@ -410,9 +418,9 @@ pub struct Checkout {
 impl Checkout {
     /// Check out `sha` of the repository containing `dir` into a temporary directory,
     /// fetching it first when the clone lacks it.
-    pub fn at(dir: &Path, sha: &str) -> Result<Checkout, GitError> {
-        let repo = repo_root(dir)?;
-        ensure_commit(&repo, sha)?;
+    pub fn at(dir: &Path, sha: &str, timeout: Duration) -> Result<Checkout, GitError> {
+        let repo = repo_root(dir, timeout)?;
+        ensure_commit(&repo, sha, timeout)?;
         let temp = tempfile::Builder::new()
             .prefix("rollguard-git-")
             .tempdir()
@@ -421,6 +429,7 @@ impl Checkout {
         let worktree_text = worktree.to_string_lossy().to_string();
         git_ok(
             &repo,
+            timeout,
             &[
                 "worktree",
                 "add",
@@ -434,6 +443,7 @@ impl Checkout {
             repo,
             worktree,
             sha: sha.to_string(),
+            timeout,
             _temp: temp,
         })
     }
@@ -470,9 +480,13 @@ impl Checkout {
 impl Drop for Checkout {
     fn drop(&mut self) {
         let path = self.worktree.to_string_lossy().to_string();
-        if let Ok(Err(e)) = git(&self.repo, &["worktree", "remove", "--force", &path]) {
+        if let Ok(Err(e)) = git(
+            &self.repo,
+            self.timeout,
+            &["worktree", "remove", "--force", &path],
+        ) {
             tracing::debug!("git worktree remove {path}: {e}");
-            let _ = git(&self.repo, &["worktree", "prune"]);
+            let _ = git(&self.repo, self.timeout, &["worktree", "prune"]);
         }
     }
 }
@@ -534,20 +548,23 @@ mod tests {
             tmp.path(),
             &["clone", "-q", "--depth", "1", &url, clone.to_str().unwrap()],
         );
-        assert!(is_shallow(&clone).unwrap());
-        assert!(!has_commit(&clone, &old).unwrap());
+        assert!(is_shallow(&clone, DEFAULT_TIMEOUT).unwrap());
+        assert!(!has_commit(&clone, &old, DEFAULT_TIMEOUT).unwrap());
 
-        let info = commit_info(&clone, "HEAD").unwrap();
+        let info = commit_info(&clone, "HEAD", DEFAULT_TIMEOUT).unwrap();
         assert_eq!(info.message.as_deref(), Some("second version"));
         assert_eq!(info.r#ref.as_deref(), Some("refs/heads/main"));
 
-        let checkout = Checkout::at(&clone.join("k8s"), &old).unwrap();
+        let checkout = Checkout::at(&clone.join("k8s"), &old, DEFAULT_TIMEOUT).unwrap();
         let k8s = checkout.map_path(&clone.join("k8s"));
         assert_eq!(
             std::fs::read_to_string(k8s.join("app.yaml")).unwrap(),
             "image: v1\n"
         );
-        assert!(is_shallow(&clone).unwrap(), "still shallow after the fetch");
+        assert!(
+            is_shallow(&clone, DEFAULT_TIMEOUT).unwrap(),
+            "still shallow after the fetch"
+        );
         let root = checkout.root().to_path_buf();
         drop(checkout);
         assert!(!root.exists());
@@ -560,7 +577,7 @@ mod tests {
         assert_eq!(worktrees.lines().count(), 1, "{worktrees}");
 
         let missing = "0123456789abcdef0123456789abcdef01234567";
-        let err = Checkout::at(&clone, missing).unwrap_err();
+        let err = Checkout::at(&clone, missing, DEFAULT_TIMEOUT).unwrap_err();
         assert!(matches!(err, GitError::Unreachable { .. }), "{err}");
         assert!(err.to_string().contains(missing));
     }
@@ -592,24 +609,29 @@ mod tests {
         let first = commit(dir, "a.yaml", "1\n", "first");
         let second = commit(dir, "a.yaml", "2\n", "second");
         // On the default branch: the parent.
-        assert_eq!(default_base(dir).unwrap(), first);
+        assert_eq!(default_base(dir, DEFAULT_TIMEOUT).unwrap(), first);
         run(dir, &["checkout", "-q", "-b", "feature"]);
         commit(dir, "a.yaml", "3\n", "third");
         commit(dir, "a.yaml", "4\n", "fourth");
         // On a branch: where it left main.
-        assert_eq!(default_branch(dir).unwrap().as_deref(), Some("main"));
-        assert_eq!(default_base(dir).unwrap(), second);
+        assert_eq!(
+            default_branch(dir, DEFAULT_TIMEOUT).unwrap().as_deref(),
+            Some("main")
+        );
+        assert_eq!(default_base(dir, DEFAULT_TIMEOUT).unwrap(), second);
         let lone = tempfile::tempdir().unwrap();
         run(lone.path(), &["init", "-q"]);
         commit(lone.path(), "a.yaml", "1\n", "only");
-        let err = default_base(lone.path()).unwrap_err().to_string();
+        let err = default_base(lone.path(), DEFAULT_TIMEOUT)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("--against"), "{err}");
     }
 
     #[test]
     fn not_a_repo_is_clear() {
         let tmp = tempfile::tempdir().unwrap();
-        let err = repo_root(tmp.path()).unwrap_err();
+        let err = repo_root(tmp.path(), DEFAULT_TIMEOUT).unwrap_err();
         assert!(matches!(err, GitError::NotARepo { .. }), "{err}");
     }
 
@@ -630,14 +652,17 @@ mod tests {
     fn detect_commit_sources() {
         let dir = tempfile::tempdir().unwrap();
         let env = env_of(&[("GITHUB_SHA", "abc123"), ("GITHUB_REF_NAME", "main")]);
-        let c = detect_commit(Some("feedbeef"), &env, dir.path(), &[]).unwrap();
+        let c = detect_commit(Some("feedbeef"), &env, dir.path(), &[], DEFAULT_TIMEOUT).unwrap();
         assert_eq!(c.sha, "feedbeef");
         assert_eq!(c.r#ref.as_deref(), Some("main"));
-        let c = detect_commit(None, &env, dir.path(), &[]).unwrap();
+        let c = detect_commit(None, &env, dir.path(), &[], DEFAULT_TIMEOUT).unwrap();
         assert_eq!(c.sha, "abc123");
         assert_eq!(c.message, None);
         // Not a git repository (or no git at all): unknown, and that is fine.
-        assert_eq!(detect_commit(None, &no_env, dir.path(), &[]), None);
+        assert_eq!(
+            detect_commit(None, &no_env, dir.path(), &[], DEFAULT_TIMEOUT),
+            None
+        );
     }
 
     #[test]
@@ -666,7 +691,7 @@ mod tests {
             "-m",
             "First commit\n\nbody"
         ]));
-        let c = detect_commit(None, &no_env, dir.path(), &[]).unwrap();
+        let c = detect_commit(None, &no_env, dir.path(), &[], DEFAULT_TIMEOUT).unwrap();
         assert_eq!(c.sha.len(), 40);
         assert_eq!(c.message.as_deref(), Some("First commit"));
         assert_eq!(c.r#ref.as_deref(), Some("trunk"));
@@ -676,23 +701,29 @@ mod tests {
         std::fs::write(dir.path().join("new"), "y").unwrap();
         let tracked = dir.path().join("f");
         assert!(
-            !detect_commit(None, &no_env, dir.path(), &[&tracked])
+            !detect_commit(None, &no_env, dir.path(), &[&tracked], DEFAULT_TIMEOUT)
                 .unwrap()
                 .dirty
         );
         let new = dir.path().join("new");
         assert!(
-            detect_commit(None, &no_env, dir.path(), &[&tracked, &new])
-                .unwrap()
-                .dirty
+            detect_commit(
+                None,
+                &no_env,
+                dir.path(),
+                &[&tracked, &new],
+                DEFAULT_TIMEOUT
+            )
+            .unwrap()
+            .dirty
         );
         std::fs::write(dir.path().join("f"), "changed").unwrap();
-        let c = detect_commit(None, &no_env, dir.path(), &[]).unwrap();
+        let c = detect_commit(None, &no_env, dir.path(), &[], DEFAULT_TIMEOUT).unwrap();
         assert!(c.dirty, "{c:?}");
         assert_eq!(c.label(), format!("{} (dirty)", &c.sha[..7]));
         // A commit given from outside says nothing about this tree.
         assert!(
-            !detect_commit(Some("feedbeef"), &no_env, dir.path(), &[])
+            !detect_commit(Some("feedbeef"), &no_env, dir.path(), &[], DEFAULT_TIMEOUT)
                 .unwrap()
                 .dirty
         );

@@ -10,6 +10,7 @@ pub mod fault;
 pub mod generated_docs;
 pub mod git;
 pub mod process_group;
+pub mod retry;
 pub mod runner;
 pub mod shard;
 #[cfg(test)]

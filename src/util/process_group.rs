@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 /// Process groups of running children (scripts, credential plugins), so that a second signal
-/// (which exits at once) can still kill them.
+/// (which exits at once) can still kill them. Process-wide on purpose: the signal handler
+/// and the exit path (`kill_leftovers` in main.rs) must reach every child, whatever task
+/// started it, and have no run context to reach them through.
 static LIVE_GROUPS: Mutex<Option<HashSet<i32>>> = Mutex::new(None);
 
 fn live_groups(f: impl FnOnce(&mut HashSet<i32>)) {

@@ -113,6 +113,83 @@ impl FakeGithub {
     }
 }
 
+/// A user as GitHub's API shows one (`simple-user`).
+fn user(base: &str, login: &str, id: u64) -> Value {
+    let url = format!("{base}/users/{login}");
+    json!({
+        "login": login, "id": id, "node_id": format!("U_{id}"),
+        "avatar_url": format!("{base}/avatars/{login}"), "gravatar_id": "",
+        "url": url, "html_url": format!("{base}/{login}"),
+        "followers_url": format!("{url}/followers"),
+        "following_url": format!("{url}/following{{/other_user}}"),
+        "gists_url": format!("{url}/gists{{/gist_id}}"),
+        "starred_url": format!("{url}/starred{{/owner}}{{/repo}}"),
+        "subscriptions_url": format!("{url}/subscriptions"),
+        "organizations_url": format!("{url}/orgs"),
+        "repos_url": format!("{url}/repos"),
+        "events_url": format!("{url}/events{{/privacy}}"),
+        "received_events_url": format!("{url}/received_events"),
+        "type": "Bot", "site_admin": false
+    })
+}
+
+/// An issue comment as GitHub's API shows one.
+fn comment_json(base: &str, repo: &str, c: &Comment) -> Value {
+    json!({
+        "id": c.id, "node_id": format!("IC_{}", c.id),
+        "url": format!("{base}/repos/{repo}/issues/comments/{}", c.id),
+        "html_url": format!("{base}/{repo}/pull/{}#issuecomment-{}", c.issue, c.id),
+        "issue_url": format!("{base}/repos/{repo}/issues/{}", c.issue),
+        "body": c.body,
+        "user": user(base, "github-actions[bot]", 41898282),
+        "author_association": "NONE",
+        "created_at": "2026-12-01T10:00:00Z", "updated_at": "2026-12-01T10:00:00Z"
+    })
+}
+
+/// A deployment as GitHub's API shows one.
+fn deployment_json(base: &str, repo: &str, id: u64, environment: &str, reference: &str) -> Value {
+    let url = format!("{base}/repos/{repo}/deployments/{id}");
+    json!({
+        "url": url, "id": id, "node_id": format!("DE_{id}"), "sha": reference,
+        "ref": reference, "task": "deploy", "payload": {}, "original_environment": environment,
+        "environment": environment, "description": null,
+        "creator": user(base, "github-actions[bot]", 41898282),
+        "created_at": "2026-12-01T10:00:00Z", "updated_at": "2026-12-01T10:00:00Z",
+        "statuses_url": format!("{url}/statuses"),
+        "repository_url": format!("{base}/repos/{repo}"),
+        "transient_environment": false, "production_environment": false
+    })
+}
+
+/// A deployment status as GitHub's API shows one.
+fn status_json(base: &str, repo: &str, id: u64, status: &Status) -> Value {
+    let deployment = format!("{base}/repos/{repo}/deployments/{}", status.deployment);
+    json!({
+        "url": format!("{deployment}/statuses/{id}"), "id": id,
+        "node_id": format!("DES_{id}"), "state": status.state,
+        "creator": user(base, "github-actions[bot]", 41898282),
+        "description": status.description, "environment": status.environment,
+        "target_url": status.log_url.clone().unwrap_or_default(),
+        "log_url": status.log_url.clone().unwrap_or_default(),
+        "created_at": "2026-12-01T10:00:00Z", "updated_at": "2026-12-01T10:00:00Z",
+        "deployment_url": deployment, "repository_url": format!("{base}/repos/{repo}")
+    })
+}
+
+/// A pull request as the list of a commit's pull requests shows one (`pull-request-simple`,
+/// the fields a reader may rely on).
+fn pull_json(base: &str, repo: &str, number: u64, sha: &str) -> Value {
+    json!({
+        "url": format!("{base}/repos/{repo}/pulls/{number}"), "id": 5000 + number,
+        "node_id": format!("PR_{number}"), "number": number, "state": "open", "locked": false,
+        "title": format!("change {number}"),
+        "user": user(base, "someone", 7),
+        "head": {"label": "octo:feature", "ref": "feature", "sha": sha},
+        "base": {"label": "octo:main", "ref": "main", "sha": "0000000000000000000000000000000000000000"}
+    })
+}
+
 fn answer(status: u16, body: Value) -> Response<Full<Bytes>> {
     Response::builder()
         .status(status)
@@ -151,6 +228,7 @@ async fn handle(
         return answer(401, json!({"message": "Bad credentials"}));
     }
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let base = format!("http://{addr}");
     let param = |name: &str| {
         query
             .split('&')
@@ -159,6 +237,7 @@ async fn handle(
     };
     match (method.as_str(), parts.as_slice()) {
         ("GET", ["repos", o, r, "issues", n, "comments"]) => {
+            let repo = format!("{o}/{r}");
             let issue: u64 = n.parse().unwrap_or(0);
             let per_page = param("per_page").unwrap_or(30).clamp(1, 100);
             let page = param("page").unwrap_or(1).max(1);
@@ -167,7 +246,7 @@ async fn handle(
                 .iter()
                 .skip((page - 1) * per_page)
                 .take(per_page)
-                .map(|c| json!({"id": c.id, "body": c.body, "user": {"login": "someone"}}))
+                .map(|c| comment_json(&base, &repo, c))
                 .collect();
             let mut response = answer(200, Value::Array(items));
             if page * per_page < all.len() {
@@ -181,7 +260,7 @@ async fn handle(
             }
             response
         }
-        ("POST", ["repos", _, _, "issues", n, "comments"]) => {
+        ("POST", ["repos", o, r, "issues", n, "comments"]) => {
             if let Some(status) = s.fail_comment_writes {
                 return answer(
                     status,
@@ -195,10 +274,12 @@ async fn handle(
                 issue: n.parse().unwrap_or(0),
                 body: body["body"].as_str().unwrap_or_default().to_string(),
             };
+            let created = comment_json(&base, &format!("{o}/{r}"), &comment);
             s.comments.push(comment);
-            answer(201, json!({"id": id}))
+            answer(201, created)
         }
-        ("PATCH", ["repos", _, _, "issues", "comments", id]) => {
+        // GitHub takes POST wherever it documents PATCH (octocrab updates a comment so).
+        ("PATCH" | "POST", ["repos", o, r, "issues", "comments", id]) => {
             if let Some(status) = s.fail_comment_writes {
                 return answer(
                     status,
@@ -210,32 +291,35 @@ async fn handle(
             match s.comments.iter_mut().find(|c| c.id == id) {
                 Some(c) => {
                     c.body = text;
-                    answer(200, json!({"id": id}))
+                    let updated = comment_json(&base, &format!("{o}/{r}"), c);
+                    answer(200, updated)
                 }
                 None => answer(404, json!({"message": "Not Found"})),
             }
         }
-        ("GET", ["repos", _, _, "commits", sha, "pulls"]) => {
+        ("GET", ["repos", o, r, "commits", sha, "pulls"]) => {
+            let repo = format!("{o}/{r}");
             let prs: Vec<Value> = s
                 .commit_prs
                 .get(*sha)
                 .map(|ns| {
                     ns.iter()
-                        .map(|n| json!({"number": n, "state": "open"}))
+                        .map(|n| pull_json(&base, &repo, *n, sha))
                         .collect()
                 })
                 .unwrap_or_default();
             answer(200, Value::Array(prs))
         }
-        ("POST", ["repos", _, _, "deployments"]) => {
+        ("POST", ["repos", o, r, "deployments"]) => {
             s.next_id += 1;
             let id = s.next_id;
             let environment = body["environment"].as_str().unwrap_or_default().to_string();
             let reference = body["ref"].as_str().unwrap_or_default().to_string();
+            let created = deployment_json(&base, &format!("{o}/{r}"), id, &environment, &reference);
             s.deployments.push((id, environment, reference));
-            answer(201, json!({"id": id}))
+            answer(201, created)
         }
-        ("POST", ["repos", _, _, "deployments", id, "statuses"]) => {
+        ("POST", ["repos", o, r, "deployments", id, "statuses"]) => {
             let id: u64 = id.parse().unwrap_or(0);
             let Some(environment) = s
                 .deployments
@@ -252,14 +336,17 @@ async fn handle(
                     json!({"message": "description is too long (maximum is 140 characters)"}),
                 );
             }
-            s.statuses.push(Status {
+            let status = Status {
                 deployment: id,
                 environment,
                 state: body["state"].as_str().unwrap_or_default().to_string(),
                 description,
                 log_url: body["log_url"].as_str().map(str::to_string),
-            });
-            answer(201, json!({"id": id}))
+            };
+            s.next_id += 1;
+            let created = status_json(&base, &format!("{o}/{r}"), s.next_id, &status);
+            s.statuses.push(status);
+            answer(201, created)
         }
         _ => answer(404, json!({"message": "Not Found"})),
     }
