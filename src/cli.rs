@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::util::shard::Shard;
+use crate::config::FailurePolicy;
+use crate::util::duration::DurationError;
+use crate::util::shard::{Shard, ShardError};
+use crate::util::size::SizeError;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -81,10 +84,9 @@ pub struct ConcludeArgs {
     pub reports: Vec<PathBuf>,
     #[command(flatten)]
     pub files: ConfigFiles,
-    /// rollback-all | rollback-failed | rollback-if-all-fail | none [default: the config's
-    /// on_failure]
-    #[arg(long, value_name = "POLICY")]
-    pub on_failure: Option<String>,
+    /// What to roll back across the shards [default: the config's on_failure]
+    #[arg(long, value_name = "POLICY", value_enum, ignore_case = true)]
+    pub on_failure: Option<FailurePolicy>,
 }
 
 impl Command {
@@ -143,9 +145,15 @@ pub struct DeployArgs {
     /// the manifests no longer declare and that are still this app's (config `prune: true`).
     #[arg(long)]
     pub prune: bool,
-    /// rollback-all | rollback-failed | rollback-if-all-fail | none
-    #[arg(long, value_name = "POLICY", conflicts_with = "dry_run")]
-    pub on_failure: Option<String>,
+    /// What to roll back when a target fails [default: the config's on_failure]
+    #[arg(
+        long,
+        value_name = "POLICY",
+        value_enum,
+        ignore_case = true,
+        conflicts_with = "dry_run"
+    )]
+    pub on_failure: Option<FailurePolicy>,
     /// How many targets run at once [default: what --memory-budget holds].
     #[arg(long, value_name = "N")]
     pub concurrency: Option<usize>,
@@ -175,24 +183,13 @@ pub struct DeployArgs {
 }
 
 /// How a plan is printed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum PlanFormat {
     /// Per target the changes and diffs, then the summary line.
     #[default]
     Text,
     /// The plan as JSON (docs/plan-schema.json).
     Json,
-}
-
-impl std::str::FromStr for PlanFormat {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "text" => Ok(PlanFormat::Text),
-            "json" => Ok(PlanFormat::Json),
-            other => Err(format!("unknown output format `{other}`: use text or json")),
-        }
-    }
 }
 
 /// How a plan is printed and what its exit code says (`diff`, `plan`, `deploy --dry-run`).
@@ -205,7 +202,8 @@ pub struct PlanOutput {
     #[arg(
         short = 'o',
         long = "output",
-        default_value = "text",
+        value_enum,
+        default_value_t = PlanFormat::Text,
         value_name = "FORMAT"
     )]
     pub format: PlanFormat,
@@ -390,7 +388,7 @@ pub struct HistoryArgs {
     #[command(flatten)]
     pub selection: Selection,
     /// yaml or json: one document for every target [default: a table per target].
-    #[arg(short = 'o', long = "output", value_name = "FORMAT")]
+    #[arg(short = 'o', long = "output", value_enum, value_name = "FORMAT")]
     pub output: Option<RecordFormat>,
 }
 
@@ -405,7 +403,8 @@ pub struct ShowArgs {
     #[arg(
         short = 'o',
         long = "output",
-        default_value = "yaml",
+        value_enum,
+        default_value_t = RecordFormat::Yaml,
         value_name = "FORMAT"
     )]
     pub output: RecordFormat,
@@ -481,36 +480,27 @@ pub enum StatusFormat {
 }
 
 /// Output format of release records (`show`, `history -o`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum RecordFormat {
     #[default]
+    #[value(alias = "yml")]
     Yaml,
     Json,
 }
 
-impl std::str::FromStr for RecordFormat {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "yaml" | "yml" => Ok(RecordFormat::Yaml),
-            "json" => Ok(RecordFormat::Json),
-            other => Err(format!("unknown output format `{other}`: use yaml or json")),
-        }
-    }
-}
-
 /// `--shard I/N`, strictly: 1 <= I <= N.
-pub fn parse_shard_arg(text: &str) -> Result<Shard, String> {
-    text.parse::<Shard>().map_err(|e| e.to_string())
+pub fn parse_shard_arg(text: &str) -> Result<Shard, ShardError> {
+    text.parse::<Shard>()
 }
 
-pub fn parse_duration_arg(text: &str) -> Result<Duration, String> {
-    crate::util::duration::parse_duration(text).map_err(|e| e.to_string())
+/// `--timeout` and the other durations: 90s, 5m, 1h30m.
+pub fn parse_duration_arg(text: &str) -> Result<Duration, DurationError> {
+    crate::util::duration::parse_duration(text)
 }
 
 /// `--memory-budget`: a size such as 512MiB or 1GiB (a bad one is a usage error, exit 2).
-pub fn parse_size_arg(text: &str) -> Result<u64, String> {
-    crate::util::size::parse_size(text).map_err(|e| e.to_string())
+pub fn parse_size_arg(text: &str) -> Result<u64, SizeError> {
+    crate::util::size::parse_size(text)
 }
 
 #[cfg(test)]
@@ -546,7 +536,7 @@ mod tests {
         assert_eq!(args.selection.targets, vec!["a", "b"]);
         assert_eq!(args.timeout, Some(Duration::from_secs(30)));
         assert!(args.force_conflicts && !args.dry_run && !args.force);
-        assert_eq!(args.on_failure.as_deref(), Some("none"));
+        assert_eq!(args.on_failure, Some(FailurePolicy::None));
         assert_eq!(args.concurrency, Some(4));
         assert_eq!(args.wave, None);
         assert!(Cli::try_parse_from(["rollguard", "deploy", "--timeout", "soon"]).is_err());

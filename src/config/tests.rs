@@ -930,11 +930,14 @@ fn every_env_variable_the_code_reads_is_in_the_table() {
                 read.push((rel.clone(), format!("{}{name}", &prefix[1..])));
             }
         }
-        // Settings looked up by name: `env_setting(env, "X")` and `setting!(flag, "X", parse)`.
-        for name in names_after(code, "env_setting(env, \"") {
-            read.push((rel.clone(), format!("ROLLGUARD_{name}")));
+        // Settings looked up by name: `env_setting(env, "X")`, `env_setting(layers.env, "X")`
+        // and `layers.get(flag, "X", parse)`.
+        for prefix in ["env_setting(env, \"", "env_setting(layers.env, \""] {
+            for name in names_after(code, prefix) {
+                read.push((rel.clone(), format!("ROLLGUARD_{name}")));
+            }
         }
-        for line in code.lines().filter(|l| l.contains("setting!(")) {
+        for line in code.lines().filter(|l| l.contains("layers.get(")) {
             if let Some((_, after)) = line.split_once(", \"") {
                 for name in names_after(&format!("\"{after}"), "\"") {
                     read.push((rel.clone(), format!("ROLLGUARD_{name}")));
