@@ -730,4 +730,103 @@ mod tests {
             "--against needs --offline"
         );
     }
+
+    /// The enumerated flags take the names of their `ValueEnum`, in any case, with the
+    /// extra spellings (`rollback_failed`, `yml`); anything else is a usage error (exit 2).
+    #[test]
+    fn enumerated_flags_take_their_names() {
+        let parse = |args: &[&str]| {
+            let mut all = vec!["rollguard"];
+            all.extend_from_slice(args);
+            Cli::try_parse_from(all)
+        };
+        let on_failure = |args: &[&str]| match parse(args).map(|c| c.command) {
+            Ok(Command::Deploy(a)) => Ok(a.on_failure),
+            Ok(Command::Conclude(a)) => Ok(a.on_failure),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e.kind()),
+        };
+        use clap::error::ErrorKind::InvalidValue;
+        for (policy, want) in [
+            ("rollback-all", Ok(Some(FailurePolicy::RollbackAll))),
+            ("rollback-failed", Ok(Some(FailurePolicy::RollbackFailed))),
+            ("rollback_failed", Ok(Some(FailurePolicy::RollbackFailed))),
+            (
+                "Rollback-If-All-Fail",
+                Ok(Some(FailurePolicy::RollbackIfAllFail)),
+            ),
+            ("none", Ok(Some(FailurePolicy::None))),
+            ("sometimes", Err(InvalidValue)),
+            ("", Err(InvalidValue)),
+        ] {
+            assert_eq!(
+                on_failure(&["deploy", "--on-failure", policy]),
+                want,
+                "{policy:?}"
+            );
+            let conclude = ["conclude", "--reports", "r", "--on-failure", policy];
+            assert_eq!(on_failure(&conclude), want, "{policy:?}");
+        }
+        assert_eq!(on_failure(&["deploy"]), Ok(None));
+        let refused = parse(&["deploy", "--on-failure", "rollback-al"]).expect_err("refused");
+        assert_eq!(refused.exit_code(), 2);
+        assert!(refused.to_string().contains("rollback-all"), "{refused}");
+
+        let records = |args: &[&str]| match parse(args).map(|c| c.command) {
+            Ok(Command::Release(ReleaseCommand::History(a))) => Ok(a.output),
+            Ok(Command::Release(ReleaseCommand::Show(a))) => Ok(Some(a.output)),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e.kind()),
+        };
+        for (args, want) in [
+            (&["history"][..], Ok(None)),
+            (&["history", "-o", "yml"], Ok(Some(RecordFormat::Yaml))),
+            (&["history", "-o", "json"], Ok(Some(RecordFormat::Json))),
+            (&["history", "-o", "table"], Err(InvalidValue)),
+            (&["show", "--revision", "1"], Ok(Some(RecordFormat::Yaml))),
+            (
+                &["show", "--revision", "1", "-o", "json"],
+                Ok(Some(RecordFormat::Json)),
+            ),
+        ] {
+            assert_eq!(records(args), want, "{args:?}");
+        }
+        let plan = |args: &[&str]| match parse(args).map(|c| c.command) {
+            Ok(Command::Diff(a)) => Ok(a.output.format),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e.kind()),
+        };
+        assert_eq!(plan(&["diff"]), Ok(PlanFormat::Text));
+        assert_eq!(plan(&["diff", "-o", "json"]), Ok(PlanFormat::Json));
+        assert_eq!(plan(&["diff", "-o", "yaml"]), Err(InvalidValue));
+    }
+
+    /// The value parsers' typed errors are clap's message.
+    #[test]
+    fn value_parsers_say_what_is_wrong() {
+        assert_eq!(
+            parse_duration_arg("90s").ok(),
+            Some(Duration::from_secs(90))
+        );
+        assert_eq!(parse_size_arg("1KiB").ok(), Some(1024));
+        assert_eq!(
+            parse_shard_arg("1/2").ok(),
+            Some(Shard { index: 1, count: 2 })
+        );
+        for (flag, bad) in [
+            ("--timeout", "soon"),
+            ("--memory-budget", "lots"),
+            ("--shard", "3/2"),
+        ] {
+            let e = Cli::try_parse_from(["rollguard", "deploy", flag, bad]).expect_err(bad);
+            assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation, "{e}");
+            let why = match flag {
+                "--timeout" => parse_duration_arg(bad).err().map(|e| e.to_string()),
+                "--memory-budget" => parse_size_arg(bad).err().map(|e| e.to_string()),
+                _ => parse_shard_arg(bad).err().map(|e| e.to_string()),
+            };
+            let why = why.expect("refused");
+            assert!(e.to_string().contains(&why), "{e} lacks {why}");
+        }
+    }
 }
