@@ -2,10 +2,12 @@
 //! history | show | rollback | unlock | status` and their flags. What each command does is in
 //! `commands/`.
 
+use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::builder::{EnumValueParser, PossibleValue, TypedValueParser};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::config::FailurePolicy;
 use crate::util::duration::DurationError;
@@ -85,7 +87,12 @@ pub struct ConcludeArgs {
     #[command(flatten)]
     pub files: ConfigFiles,
     /// What to roll back across the shards [default: the config's on_failure]
-    #[arg(long, value_name = "POLICY", value_enum, ignore_case = true)]
+    #[arg(
+        long,
+        value_name = "POLICY",
+        value_parser = trimmed::<FailurePolicy>(),
+        ignore_case = true
+    )]
     pub on_failure: Option<FailurePolicy>,
 }
 
@@ -149,7 +156,7 @@ pub struct DeployArgs {
     #[arg(
         long,
         value_name = "POLICY",
-        value_enum,
+        value_parser = trimmed::<FailurePolicy>(),
         ignore_case = true,
         conflicts_with = "dry_run"
     )]
@@ -488,6 +495,35 @@ pub enum RecordFormat {
     Json,
 }
 
+/// A `ValueEnum` flag's parser that trims the value first: the action passes its inputs as
+/// given (a trailing newline of a YAML block), and the config file's values are trimmed too.
+/// clap's own list of names and its message stay.
+#[derive(Clone)]
+pub struct Trimmed<T: ValueEnum + Clone + Send + Sync + 'static>(EnumValueParser<T>);
+
+/// [`Trimmed`] for `T`.
+pub fn trimmed<T: ValueEnum + Clone + Send + Sync + 'static>() -> Trimmed<T> {
+    Trimmed(EnumValueParser::new())
+}
+
+impl<T: ValueEnum + Clone + Send + Sync + 'static> TypedValueParser for Trimmed<T> {
+    type Value = T;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &OsStr,
+    ) -> Result<T, clap::Error> {
+        let value = value.to_str().map_or(value, |v| OsStr::new(v.trim()));
+        self.0.parse_ref(cmd, arg, value)
+    }
+
+    fn possible_values(&self) -> Option<Box<dyn Iterator<Item = PossibleValue> + '_>> {
+        self.0.possible_values()
+    }
+}
+
 /// `--shard I/N`, strictly: 1 <= I <= N.
 pub fn parse_shard_arg(text: &str) -> Result<Shard, ShardError> {
     text.parse::<Shard>()
@@ -756,6 +792,7 @@ mod tests {
                 Ok(Some(FailurePolicy::RollbackIfAllFail)),
             ),
             ("none", Ok(Some(FailurePolicy::None))),
+            (" none\n", Ok(Some(FailurePolicy::None))),
             ("sometimes", Err(InvalidValue)),
             ("", Err(InvalidValue)),
         ] {
