@@ -2,12 +2,17 @@
 //! history | show | rollback | unlock | status` and their flags. What each command does is in
 //! `commands/`.
 
+use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::builder::{EnumValueParser, PossibleValue, TypedValueParser};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::util::shard::Shard;
+use crate::config::FailurePolicy;
+use crate::util::duration::DurationError;
+use crate::util::shard::{Shard, ShardError};
+use crate::util::size::SizeError;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -81,10 +86,14 @@ pub struct ConcludeArgs {
     pub reports: Vec<PathBuf>,
     #[command(flatten)]
     pub files: ConfigFiles,
-    /// rollback-all | rollback-failed | rollback-if-all-fail | none [default: the config's
-    /// on_failure]
-    #[arg(long, value_name = "POLICY")]
-    pub on_failure: Option<String>,
+    /// What to roll back across the shards [default: the config's on_failure]
+    #[arg(
+        long,
+        value_name = "POLICY",
+        value_parser = trimmed::<FailurePolicy>(),
+        ignore_case = true
+    )]
+    pub on_failure: Option<FailurePolicy>,
 }
 
 impl Command {
@@ -143,9 +152,15 @@ pub struct DeployArgs {
     /// the manifests no longer declare and that are still this app's (config `prune: true`).
     #[arg(long)]
     pub prune: bool,
-    /// rollback-all | rollback-failed | rollback-if-all-fail | none
-    #[arg(long, value_name = "POLICY", conflicts_with = "dry_run")]
-    pub on_failure: Option<String>,
+    /// What to roll back when a target fails [default: the config's on_failure]
+    #[arg(
+        long,
+        value_name = "POLICY",
+        value_parser = trimmed::<FailurePolicy>(),
+        ignore_case = true,
+        conflicts_with = "dry_run"
+    )]
+    pub on_failure: Option<FailurePolicy>,
     /// How many targets run at once [default: what --memory-budget holds].
     #[arg(long, value_name = "N")]
     pub concurrency: Option<usize>,
@@ -175,24 +190,13 @@ pub struct DeployArgs {
 }
 
 /// How a plan is printed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum PlanFormat {
     /// Per target the changes and diffs, then the summary line.
     #[default]
     Text,
     /// The plan as JSON (docs/plan-schema.json).
     Json,
-}
-
-impl std::str::FromStr for PlanFormat {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "text" => Ok(PlanFormat::Text),
-            "json" => Ok(PlanFormat::Json),
-            other => Err(format!("unknown output format `{other}`: use text or json")),
-        }
-    }
 }
 
 /// How a plan is printed and what its exit code says (`diff`, `plan`, `deploy --dry-run`).
@@ -205,7 +209,8 @@ pub struct PlanOutput {
     #[arg(
         short = 'o',
         long = "output",
-        default_value = "text",
+        value_enum,
+        default_value_t = PlanFormat::Text,
         value_name = "FORMAT"
     )]
     pub format: PlanFormat,
@@ -390,7 +395,7 @@ pub struct HistoryArgs {
     #[command(flatten)]
     pub selection: Selection,
     /// yaml or json: one document for every target [default: a table per target].
-    #[arg(short = 'o', long = "output", value_name = "FORMAT")]
+    #[arg(short = 'o', long = "output", value_enum, value_name = "FORMAT")]
     pub output: Option<RecordFormat>,
 }
 
@@ -405,7 +410,8 @@ pub struct ShowArgs {
     #[arg(
         short = 'o',
         long = "output",
-        default_value = "yaml",
+        value_enum,
+        default_value_t = RecordFormat::Yaml,
         value_name = "FORMAT"
     )]
     pub output: RecordFormat,
@@ -481,36 +487,56 @@ pub enum StatusFormat {
 }
 
 /// Output format of release records (`show`, `history -o`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum RecordFormat {
     #[default]
+    #[value(alias = "yml")]
     Yaml,
     Json,
 }
 
-impl std::str::FromStr for RecordFormat {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "yaml" | "yml" => Ok(RecordFormat::Yaml),
-            "json" => Ok(RecordFormat::Json),
-            other => Err(format!("unknown output format `{other}`: use yaml or json")),
-        }
+/// A `ValueEnum` flag's parser that trims the value first: the action passes its inputs as
+/// given (a trailing newline of a YAML block), and the config file's values are trimmed too.
+/// clap's own list of names and its message stay.
+#[derive(Clone)]
+pub struct Trimmed<T: ValueEnum + Clone + Send + Sync + 'static>(EnumValueParser<T>);
+
+/// [`Trimmed`] for `T`.
+pub fn trimmed<T: ValueEnum + Clone + Send + Sync + 'static>() -> Trimmed<T> {
+    Trimmed(EnumValueParser::new())
+}
+
+impl<T: ValueEnum + Clone + Send + Sync + 'static> TypedValueParser for Trimmed<T> {
+    type Value = T;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &OsStr,
+    ) -> Result<T, clap::Error> {
+        let value = value.to_str().map_or(value, |v| OsStr::new(v.trim()));
+        self.0.parse_ref(cmd, arg, value)
+    }
+
+    fn possible_values(&self) -> Option<Box<dyn Iterator<Item = PossibleValue> + '_>> {
+        self.0.possible_values()
     }
 }
 
 /// `--shard I/N`, strictly: 1 <= I <= N.
-pub fn parse_shard_arg(text: &str) -> Result<Shard, String> {
-    text.parse::<Shard>().map_err(|e| e.to_string())
+pub fn parse_shard_arg(text: &str) -> Result<Shard, ShardError> {
+    text.parse::<Shard>()
 }
 
-pub fn parse_duration_arg(text: &str) -> Result<Duration, String> {
-    crate::util::duration::parse_duration(text).map_err(|e| e.to_string())
+/// `--timeout` and the other durations: 90s, 5m, 1h30m.
+pub fn parse_duration_arg(text: &str) -> Result<Duration, DurationError> {
+    crate::util::duration::parse_duration(text)
 }
 
 /// `--memory-budget`: a size such as 512MiB or 1GiB (a bad one is a usage error, exit 2).
-pub fn parse_size_arg(text: &str) -> Result<u64, String> {
-    crate::util::size::parse_size(text).map_err(|e| e.to_string())
+pub fn parse_size_arg(text: &str) -> Result<u64, SizeError> {
+    crate::util::size::parse_size(text)
 }
 
 #[cfg(test)]
@@ -546,7 +572,7 @@ mod tests {
         assert_eq!(args.selection.targets, vec!["a", "b"]);
         assert_eq!(args.timeout, Some(Duration::from_secs(30)));
         assert!(args.force_conflicts && !args.dry_run && !args.force);
-        assert_eq!(args.on_failure.as_deref(), Some("none"));
+        assert_eq!(args.on_failure, Some(FailurePolicy::None));
         assert_eq!(args.concurrency, Some(4));
         assert_eq!(args.wave, None);
         assert!(Cli::try_parse_from(["rollguard", "deploy", "--timeout", "soon"]).is_err());
@@ -739,5 +765,105 @@ mod tests {
             parse(&["plan", "--against", "main"]).is_err(),
             "--against needs --offline"
         );
+    }
+
+    /// The enumerated flags take the names of their `ValueEnum`, in any case, with the
+    /// extra spellings (`rollback_failed`, `yml`); anything else is a usage error (exit 2).
+    #[test]
+    fn enumerated_flags_take_their_names() {
+        let parse = |args: &[&str]| {
+            let mut all = vec!["rollguard"];
+            all.extend_from_slice(args);
+            Cli::try_parse_from(all)
+        };
+        let on_failure = |args: &[&str]| match parse(args).map(|c| c.command) {
+            Ok(Command::Deploy(a)) => Ok(a.on_failure),
+            Ok(Command::Conclude(a)) => Ok(a.on_failure),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e.kind()),
+        };
+        use clap::error::ErrorKind::InvalidValue;
+        for (policy, want) in [
+            ("rollback-all", Ok(Some(FailurePolicy::RollbackAll))),
+            ("rollback-failed", Ok(Some(FailurePolicy::RollbackFailed))),
+            ("rollback_failed", Ok(Some(FailurePolicy::RollbackFailed))),
+            (
+                "Rollback-If-All-Fail",
+                Ok(Some(FailurePolicy::RollbackIfAllFail)),
+            ),
+            ("none", Ok(Some(FailurePolicy::None))),
+            (" none\n", Ok(Some(FailurePolicy::None))),
+            ("sometimes", Err(InvalidValue)),
+            ("", Err(InvalidValue)),
+        ] {
+            assert_eq!(
+                on_failure(&["deploy", "--on-failure", policy]),
+                want,
+                "{policy:?}"
+            );
+            let conclude = ["conclude", "--reports", "r", "--on-failure", policy];
+            assert_eq!(on_failure(&conclude), want, "{policy:?}");
+        }
+        assert_eq!(on_failure(&["deploy"]), Ok(None));
+        let refused = parse(&["deploy", "--on-failure", "rollback-al"]).expect_err("refused");
+        assert_eq!(refused.exit_code(), 2);
+        assert!(refused.to_string().contains("rollback-all"), "{refused}");
+
+        let records = |args: &[&str]| match parse(args).map(|c| c.command) {
+            Ok(Command::Release(ReleaseCommand::History(a))) => Ok(a.output),
+            Ok(Command::Release(ReleaseCommand::Show(a))) => Ok(Some(a.output)),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e.kind()),
+        };
+        for (args, want) in [
+            (&["history"][..], Ok(None)),
+            (&["history", "-o", "yml"], Ok(Some(RecordFormat::Yaml))),
+            (&["history", "-o", "json"], Ok(Some(RecordFormat::Json))),
+            (&["history", "-o", "table"], Err(InvalidValue)),
+            (&["show", "--revision", "1"], Ok(Some(RecordFormat::Yaml))),
+            (
+                &["show", "--revision", "1", "-o", "json"],
+                Ok(Some(RecordFormat::Json)),
+            ),
+        ] {
+            assert_eq!(records(args), want, "{args:?}");
+        }
+        let plan = |args: &[&str]| match parse(args).map(|c| c.command) {
+            Ok(Command::Diff(a)) => Ok(a.output.format),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e.kind()),
+        };
+        assert_eq!(plan(&["diff"]), Ok(PlanFormat::Text));
+        assert_eq!(plan(&["diff", "-o", "json"]), Ok(PlanFormat::Json));
+        assert_eq!(plan(&["diff", "-o", "yaml"]), Err(InvalidValue));
+    }
+
+    /// The value parsers' typed errors are clap's message.
+    #[test]
+    fn value_parsers_say_what_is_wrong() {
+        assert_eq!(
+            parse_duration_arg("90s").ok(),
+            Some(Duration::from_secs(90))
+        );
+        assert_eq!(parse_size_arg("1KiB").ok(), Some(1024));
+        assert_eq!(
+            parse_shard_arg("1/2").ok(),
+            Some(Shard { index: 1, count: 2 })
+        );
+        for (flag, bad) in [
+            ("--timeout", "soon"),
+            ("--memory-budget", "lots"),
+            ("--shard", "3/2"),
+        ] {
+            let e = Cli::try_parse_from(["rollguard", "deploy", flag, bad]).expect_err(bad);
+            assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation, "{e}");
+            let why = match flag {
+                "--timeout" => parse_duration_arg(bad).err().map(|e| e.to_string()),
+                "--memory-budget" => parse_size_arg(bad).err().map(|e| e.to_string()),
+                _ => parse_shard_arg(bad).err().map(|e| e.to_string()),
+            };
+            let why = why.expect("refused");
+            assert!(e.to_string().contains(&why), "{e} lacks {why}");
+        }
     }
 }

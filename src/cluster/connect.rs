@@ -61,11 +61,22 @@ enum KubeconfigSource {
     Files(Vec<PathBuf>),
 }
 
+/// What is wrong with the content of a `kubeconfig_env` variable (said after its name).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KubeconfigEnvError {
+    #[error("is empty")]
+    Empty,
+    #[error("is neither YAML nor base64 ({0})")]
+    NotBase64(#[source] base64::DecodeError),
+    #[error("holds base64 that does not decode to text")]
+    NotText(#[source] std::string::FromUtf8Error),
+}
+
 /// Decodes the content of a `kubeconfig_env` variable: raw YAML/JSON, or base64 of it.
-pub fn decode_kubeconfig_env(text: &str) -> Result<String, String> {
+pub fn decode_kubeconfig_env(text: &str) -> Result<String, KubeconfigEnvError> {
     let trimmed = text.trim();
     if trimmed.is_empty() {
-        return Err("is empty".into());
+        return Err(KubeconfigEnvError::Empty);
     }
     // Raw YAML always has a ':' (keys); base64 never does.
     if trimmed.contains(':') {
@@ -74,8 +85,8 @@ pub fn decode_kubeconfig_env(text: &str) -> Result<String, String> {
     let compact: String = trimmed.chars().filter(|c| !c.is_whitespace()).collect();
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(compact.as_bytes())
-        .map_err(|e| format!("is neither YAML nor base64 ({e})"))?;
-    String::from_utf8(bytes).map_err(|_| "holds base64 that does not decode to text".to_string())
+        .map_err(KubeconfigEnvError::NotBase64)?;
+    String::from_utf8(bytes).map_err(KubeconfigEnvError::NotText)
 }
 
 /// Where a target's kubeconfig path came from, for the message when the file is missing.
@@ -277,35 +288,48 @@ pub fn read_default_kubeconfig(
     Ok((Kubeconfig::clone(&config), describe_source(&source)))
 }
 
+/// What a kubeconfig lacks for one of its contexts.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ContextError {
+    #[error("the kubeconfig names no context and has no current-context")]
+    NoContext,
+    #[error("context {0:?} is not in the kubeconfig")]
+    MissingContext(String),
+    #[error("context {0:?} is empty")]
+    EmptyContext(String),
+    #[error("cluster {cluster:?} of context {context:?} is not in the kubeconfig")]
+    MissingCluster { cluster: String, context: String },
+    #[error("user {user:?} of context {context:?} is not in the kubeconfig")]
+    MissingUser { user: String, context: String },
+}
+
 /// The part of `full` that `context` (None: its current-context) needs, renamed to `rename`
 /// when given (with its cluster and user, so that several such parts merge without clashes).
 pub fn single_context(
     full: &Kubeconfig,
     context: Option<&str>,
     rename: Option<&str>,
-) -> Result<Kubeconfig, String> {
+) -> Result<Kubeconfig, ContextError> {
     let wanted = context
         .or(full.current_context.as_deref())
-        .ok_or("the kubeconfig names no context and has no current-context")?;
+        .ok_or(ContextError::NoContext)?;
     let named = full
         .contexts
         .iter()
         .find(|c| c.name == wanted)
-        .ok_or_else(|| format!("context {wanted:?} is not in the kubeconfig"))?;
+        .ok_or_else(|| ContextError::MissingContext(wanted.to_string()))?;
     let mut ctx = named
         .context
         .clone()
-        .ok_or_else(|| format!("context {wanted:?} is empty"))?;
+        .ok_or_else(|| ContextError::EmptyContext(wanted.to_string()))?;
     let mut cluster = full
         .clusters
         .iter()
         .find(|c| c.name == ctx.cluster)
         .cloned()
-        .ok_or_else(|| {
-            format!(
-                "cluster {:?} of context {wanted:?} is not in the kubeconfig",
-                ctx.cluster
-            )
+        .ok_or_else(|| ContextError::MissingCluster {
+            cluster: ctx.cluster.clone(),
+            context: wanted.to_string(),
         })?;
     let mut user = match &ctx.user {
         Some(u) => Some(
@@ -313,8 +337,9 @@ pub fn single_context(
                 .iter()
                 .find(|a| &a.name == u)
                 .cloned()
-                .ok_or_else(|| {
-                    format!("user {u:?} of context {wanted:?} is not in the kubeconfig")
+                .ok_or_else(|| ContextError::MissingUser {
+                    user: u.clone(),
+                    context: wanted.to_string(),
                 })?,
         ),
         None => None,
@@ -479,7 +504,7 @@ pub fn check_targets(
         if let Err(why) = checked {
             return Err(ConfigError::Invalid(vec![ConfigIssue {
                 location: format!("${variable}"),
-                message: why,
+                message: why.to_string(),
             }]));
         }
     }
@@ -699,10 +724,12 @@ pub async fn connect(
 
 /// How long a request may wait for the server's next bytes (default 30 s;
 /// `ROLLGUARD_REQUEST_TIMEOUT` changes it). Checked offline with the targets.
-pub fn request_timeout(env: &(dyn Fn(&str) -> Option<String> + Sync)) -> Result<Duration, String> {
+pub fn request_timeout(
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> Result<Duration, crate::util::duration::DurationError> {
     match env("ROLLGUARD_REQUEST_TIMEOUT") {
         None => Ok(REQUEST_TIMEOUT),
-        Some(text) => crate::util::duration::parse_duration(&text).map_err(|e| e.to_string()),
+        Some(text) => crate::util::duration::parse_duration(&text),
     }
 }
 

@@ -21,10 +21,12 @@ use crate::util::runner::{self, End};
 pub const PLUGIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// The plugin deadline: `ROLLGUARD_EXEC_TIMEOUT` (a duration, e.g. `10s`), else
 /// [`PLUGIN_TIMEOUT`]. Checked offline with the targets, so a bad value is bad input.
-pub fn plugin_timeout(env: &(dyn Fn(&str) -> Option<String> + Sync)) -> Result<Duration, String> {
+pub fn plugin_timeout(
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> Result<Duration, crate::util::duration::DurationError> {
     match env("ROLLGUARD_EXEC_TIMEOUT") {
         None => Ok(PLUGIN_TIMEOUT),
-        Some(text) => crate::util::duration::parse_duration(&text).map_err(|e| e.to_string()),
+        Some(text) => crate::util::duration::parse_duration(&text),
     }
 }
 
@@ -63,7 +65,8 @@ pub async fn fetch(
         ));
     };
     let stdout = run_plugin(exec, user, env, timeout, cancel).await?;
-    let credential = parse_credential(&stdout).map_err(|why| plugin_error(exec, user, &why))?;
+    let credential =
+        parse_credential(&stdout).map_err(|why| plugin_error(exec, user, &why.to_string()))?;
     let mut resolved: AuthInfo = serde_json::from_value(credential).map_err(|_| {
         plugin_error(
             exec,
@@ -111,17 +114,28 @@ fn plugin_error(exec: &ExecConfig, user: &str, why: &str) -> TargetError {
     }
 }
 
+/// What is wrong with a plugin's output (said after the plugin's name). Never quotes the
+/// output: it holds credentials.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CredentialError {
+    #[error(
+        "printed no ExecCredential JSON ({bytes} bytes; its output is not shown: it holds credentials): run it by hand to see what it says"
+    )]
+    NotExecCredential { bytes: usize },
+    #[error(
+        "returned no credentials (no status.token, nor status.clientCertificateData with clientKeyData): check that it is logged in and configured for this cluster"
+    )]
+    NoCredentials,
+}
+
 /// The kubeconfig user fields for the `status` of an ExecCredential the plugin printed.
 /// Pure, so that every shape is tested by table; the texts never quote the output.
-pub fn parse_credential(stdout: &[u8]) -> Result<Value, String> {
+pub fn parse_credential(stdout: &[u8]) -> Result<Value, CredentialError> {
     let parsed: Value = serde_json::from_slice(stdout)
         .ok()
         .or_else(|| serde_saphyr::from_slice(stdout).ok())
-        .ok_or_else(|| {
-            format!(
-                "printed no ExecCredential JSON ({} bytes; its output is not shown: it holds credentials): run it by hand to see what it says",
-                stdout.len()
-            )
+        .ok_or(CredentialError::NotExecCredential {
+            bytes: stdout.len(),
         })?;
     let status = parsed.get("status").cloned().unwrap_or(Value::Null);
     let text = |key: &str| {
@@ -141,10 +155,7 @@ pub fn parse_credential(stdout: &[u8]) -> Result<Value, String> {
             "client-key-data": b64(key),
         }));
     }
-    Err(
-        "returned no credentials (no status.token, nor status.clientCertificateData with clientKeyData): check that it is logged in and configured for this cluster"
-            .into(),
-    )
+    Err(CredentialError::NoCredentials)
 }
 
 /// Masks words shaped like credentials (long runs of token characters) in a line of a
@@ -292,7 +303,7 @@ mod tests {
                 "printed no ExecCredential JSON",
             ),
         ] {
-            let err = parse_credential(output).expect_err("refused");
+            let err = parse_credential(output).expect_err("refused").to_string();
             assert!(err.contains(want), "{err}");
             assert!(
                 !err.contains("secret-tok"),

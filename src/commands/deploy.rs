@@ -52,13 +52,6 @@ pub fn read_plan(
     }
     let lookup = |k: &str| env.get(k).cloned();
     let path = config::config_path(args.selection.files.config.as_deref(), &lookup);
-    let on_failure = match &args.on_failure {
-        Some(text) => Some(
-            text.parse::<config::FailurePolicy>()
-                .map_err(|why| Error::Usage(format!("--on-failure: {why}")))?,
-        ),
-        None => None,
-    };
     if args.concurrency == Some(0) {
         return Err(Error::Usage("--concurrency must be at least 1".into()));
     }
@@ -66,7 +59,7 @@ pub fn read_plan(
         kubeconfig: args.selection.files.kubeconfig.clone(),
         targets: args.selection.targets.clone(),
         timeout: args.timeout,
-        on_failure,
+        on_failure: args.on_failure,
         concurrency: args.concurrency,
         memory_budget: args.memory_budget,
         lock_timeout: args.lock_timeout,

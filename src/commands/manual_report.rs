@@ -14,14 +14,31 @@ pub fn why(destination: &str) -> String {
     format!("rolled back by hand (rollguard rollback) to {destination}")
 }
 
+/// Why a target's manual rollback did not re-apply its manifests, worded as the rollback's
+/// own errors are ("rollback to v1: ..."), never as a deploy to roll back.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReapplyError {
+    #[error("rollback to {destination} cancelled")]
+    Cancelled { destination: String },
+    /// `why`: the first failure's headline, else the report's message, else its outcome.
+    #[error("rollback to {destination}: {why}")]
+    Failed { destination: String, why: String },
+    /// The coordinator gave no report for the target.
+    #[error("rollback to {destination}: not run")]
+    NotRun { destination: String },
+}
+
 /// What the coordinator's run of one target's rollback (its `report`, the manifests of
 /// `destination` re-applied as a deploy) means for [`ManualTarget::applied`]: deployed is
-/// the revision it was recorded as; anything else is why not, worded as the rollback's own
-/// errors are ("rollback to v1: ..."), never as a deploy to roll back.
-pub fn applied_by_coordinator(report: &TargetReport, destination: &str) -> Result<u64, String> {
+/// the revision it was recorded as; anything else is why not.
+pub fn applied_by_coordinator(
+    report: &TargetReport,
+    destination: &str,
+) -> Result<u64, ReapplyError> {
+    let destination = destination.to_string();
     match (report.outcome, report.revision) {
         (TargetOutcome::Deployed, Some(revision)) => Ok(revision),
-        (TargetOutcome::Cancelled, _) => Err(format!("rollback to {destination} cancelled")),
+        (TargetOutcome::Cancelled, _) => Err(ReapplyError::Cancelled { destination }),
         (outcome, _) => {
             let why = report
                 .failures
@@ -29,7 +46,7 @@ pub fn applied_by_coordinator(report: &TargetReport, destination: &str) -> Resul
                 .map(crate::report::Failure::headline)
                 .or_else(|| report.message.clone())
                 .unwrap_or_else(|| outcome.as_str().to_string());
-            Err(format!("rollback to {destination}: {why}"))
+            Err(ReapplyError::Failed { destination, why })
         }
     }
 }
@@ -50,7 +67,7 @@ pub struct ManualTarget {
     /// Records of a run that died, marked abandoned under the lock.
     pub abandoned: Vec<u64>,
     /// The re-apply: the revision it was recorded as, or why it failed.
-    pub applied: Result<u64, String>,
+    pub applied: Result<u64, ReapplyError>,
     /// Its rollback commands, as they ran.
     pub commands: Vec<StageResult>,
     /// Whether a signal stopped the rollback.
@@ -83,7 +100,7 @@ pub fn target_report(t: ManualTarget) -> TargetReport {
         .map(|r| r.name.as_str())
         .collect();
     let message = match &t.applied {
-        Err(why) => Some(why.clone()),
+        Err(why) => Some(why.to_string()),
         Ok(_) if !failed_commands.is_empty() => Some(format!(
             "the rollback commands of {} failed: see stages",
             failed_commands.join(", ")
@@ -156,27 +173,25 @@ mod tests {
                     Some("Deployment/web"),
                     Some("m"),
                 ),
-                Err("rollback to v1: Deployment/web".to_string()),
+                Err("rollback to v1: Deployment/web"),
             ),
             (
                 report(TargetOutcome::Skipped, None, None, Some("not started")),
-                Err("rollback to v1: not started".to_string()),
+                Err("rollback to v1: not started"),
             ),
             (
                 report(TargetOutcome::Cancelled, Some(7), None, None),
-                Err("rollback to v1 cancelled".to_string()),
+                Err("rollback to v1 cancelled"),
             ),
             // Deployed without a record is no rollback (a no-op is never skipped, so not seen).
             (
                 report(TargetOutcome::Deployed, None, None, None),
-                Err(format!(
-                    "rollback to v1: {}",
-                    TargetOutcome::Deployed.as_str()
-                )),
+                Err("rollback to v1: deployed"),
             ),
         ];
         for (r, want) in cases {
-            assert_eq!(applied_by_coordinator(&r, "v1"), want, "{r:?}");
+            let got = applied_by_coordinator(&r, "v1").map_err(|e| e.to_string());
+            assert_eq!(got, want.map_err(str::to_string), "{r:?}");
         }
     }
 
@@ -193,7 +208,7 @@ mod tests {
         }
     }
 
-    fn target(applied: Result<u64, String>, commands: Vec<StageResult>) -> ManualTarget {
+    fn target(applied: Result<u64, ReapplyError>, commands: Vec<StageResult>) -> ManualTarget {
         let at = Timestamp::UNIX_EPOCH;
         ManualTarget {
             name: "eu".into(),
@@ -216,7 +231,7 @@ mod tests {
         use StageOutcome::{Failed, Succeeded};
         // (re-apply, commands, cancelled, outcome, message)
         type Case = (
-            Result<u64, String>,
+            Result<u64, ReapplyError>,
             Vec<StageResult>,
             bool,
             TargetOutcome,
@@ -239,18 +254,23 @@ mod tests {
                 Some("the rollback commands of migrate failed: see stages"),
             ),
             (
-                Err("connection refused".into()),
+                Err(ReapplyError::Failed {
+                    destination: "v1".into(),
+                    why: "connection refused".into(),
+                }),
                 vec![],
                 false,
                 TargetOutcome::RollbackFailed,
-                Some("connection refused"),
+                Some("rollback to v1: connection refused"),
             ),
             (
-                Err("cancelled".into()),
+                Err(ReapplyError::Cancelled {
+                    destination: "v1".into(),
+                }),
                 vec![],
                 true,
                 TargetOutcome::Cancelled,
-                Some("cancelled"),
+                Some("rollback to v1 cancelled"),
             ),
             (
                 Ok(3),
@@ -284,7 +304,11 @@ mod tests {
         let late = Timestamp::UNIX_EPOCH + jiff::SignedDuration::from_secs(5);
         let mut eu = target(Ok(3), vec![]);
         eu.finished_at = late;
-        let mut us = target(Err("connection refused".into()), vec![]);
+        let refused = ReapplyError::Failed {
+            destination: "v1".into(),
+            why: "connection refused".into(),
+        };
+        let mut us = target(Err(refused), vec![]);
         us.name = "us".into();
         let r = report("shop", None, Timestamp::UNIX_EPOCH, vec![eu, us]);
         assert_eq!(r.outcome, TargetOutcome::RollbackFailed);

@@ -888,7 +888,10 @@ fn say_applied(
     ready: &[Planned],
     reports: &[Option<&crate::report::TargetReport>],
     abandoned: &HashMap<String, Vec<u64>>,
-) -> (Vec<Result<u64, String>>, Vec<RollbackResult>) {
+) -> (
+    Vec<Result<u64, manual_report::ReapplyError>>,
+    Vec<RollbackResult>,
+) {
     let mut summary = Vec::new();
     let mut results = Vec::new();
     for (p, report) in ready.iter().zip(reports) {
@@ -905,7 +908,9 @@ fn say_applied(
         }
         let result = match report {
             Some(report) => manual_report::applied_by_coordinator(report, &p.destination),
-            None => Err(format!("rollback to {}: not run", p.destination)),
+            None => Err(manual_report::ReapplyError::NotRun {
+                destination: p.destination.clone(),
+            }),
         };
         match &result {
             Ok(recorded) => println!(
@@ -917,7 +922,7 @@ fn say_applied(
         summary.push(RollbackResult {
             target: name.clone(),
             ok: result.is_ok(),
-            message: result.as_ref().err().cloned(),
+            message: result.as_ref().err().map(ToString::to_string),
         });
         results.push(result);
     }
@@ -1101,7 +1106,7 @@ fn engine_plan(config: &Config, env: &Env) -> Plan {
 /// What one target's manual rollback did, for its report.
 fn manual_target(
     p: &Planned,
-    applied: Result<u64, String>,
+    applied: Result<u64, manual_report::ReapplyError>,
     commands: Vec<crate::report::StageResult>,
     cancelled: bool,
     started_at: jiff::Timestamp,

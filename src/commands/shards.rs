@@ -321,17 +321,10 @@ async fn newest_revisions(
 /// needed doing or every rollback worked, else 1.
 pub async fn conclude(args: ConcludeArgs, env: Env) -> Result<i32, Error> {
     let lookup = |k: &str| env.get(k).cloned();
-    let on_failure = match &args.on_failure {
-        Some(text) => Some(
-            text.parse::<FailurePolicy>()
-                .map_err(|why| Error::Usage(format!("--on-failure: {why}")))?,
-        ),
-        None => None,
-    };
     let path = config::config_path(args.files.config.as_deref(), &lookup);
     let overrides = Overrides {
         kubeconfig: args.files.kubeconfig.clone(),
-        on_failure,
+        on_failure: args.on_failure,
         ..Default::default()
     };
     let config = config::load(&path, &overrides, &lookup)?;

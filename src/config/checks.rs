@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use super::names::nearest;
+use super::names::{named_choices, nearest};
 
 pub(super) const CHECK_KEYS: &[&str] = &[
     "name",
@@ -133,34 +133,11 @@ pub enum Unclear {
     Inconclusive,
 }
 
-impl Unclear {
-    pub const ALL: [Unclear; 3] = [Unclear::Fail, Unclear::Pass, Unclear::Inconclusive];
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Unclear::Fail => "fail",
-            Unclear::Pass => "pass",
-            Unclear::Inconclusive => "inconclusive",
-        }
-    }
-}
-
-impl std::str::FromStr for Unclear {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let wanted = s.trim().to_ascii_lowercase();
-        Unclear::ALL
-            .into_iter()
-            .find(|u| u.as_str() == wanted)
-            .ok_or_else(|| {
-                let choices = Unclear::ALL.map(Unclear::as_str);
-                let mut msg = format!("{s:?} is not one of {}", choices.join(", "));
-                if let Some(near) = nearest(s, &choices) {
-                    msg.push_str(&format!("; did you mean {near:?}?"));
-                }
-                msg
-            })
-    }
-}
+named_choices!(Unclear {
+    Fail => "fail",
+    Pass => "pass",
+    Inconclusive => "inconclusive",
+});
 
 /// A comparison of `fail_if`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -218,10 +195,24 @@ impl fmt::Display for FailIf {
     }
 }
 
+/// How to write `fail_if`, said with each of its errors.
+const FAIL_IF_USAGE: &str = "write an operator (> >= < <= == !=) and a number, e.g. \"> 0.01\"";
+
+/// Why a `fail_if` text does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FailIfError {
+    /// The whole text, which starts with no operator.
+    #[error("{0:?} does not start with a comparison; {FAIL_IF_USAGE}")]
+    NoComparison(String),
+    /// What follows the operator.
+    #[error("{0:?} is not a number; {FAIL_IF_USAGE}")]
+    NotANumber(String),
+}
+
 impl std::str::FromStr for FailIf {
-    type Err = String;
+    type Err = FailIfError;
     /// "> 0.01", ">=5", "!= 1e3": an operator, then a finite number.
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, FailIfError> {
         let text = s.trim();
         // Two-character operators first, so ">=" is not read as ">" and "=5".
         let ops = [
@@ -232,30 +223,32 @@ impl std::str::FromStr for FailIf {
             (">", Comparison::Greater),
             ("<", Comparison::Less),
         ];
-        let usage = "write an operator (> >= < <= == !=) and a number, e.g. \"> 0.01\"";
         let Some((op, rest)) = ops
             .iter()
             .find_map(|(sym, op)| text.strip_prefix(sym).map(|rest| (*op, rest)))
         else {
-            return Err(format!("{s:?} does not start with a comparison; {usage}"));
+            return Err(FailIfError::NoComparison(s.to_string()));
         };
         match rest.trim().parse::<f64>() {
             Ok(threshold) if threshold.is_finite() => Ok(FailIf { op, threshold }),
-            _ => Err(format!("{:?} is not a number; {usage}", rest.trim())),
+            _ => Err(FailIfError::NotANumber(rest.trim().to_string())),
         }
     }
 }
 
+/// A `{{` without its `}}` in a templated text (the whole text).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("an unclosed template `{{{{` in {0:?}; close it with `}}}}`")]
+pub struct UnclosedTemplate(pub String);
+
 /// The template names in `text` (`{{ target }}` -> "target"), in order, or what is wrong.
-pub fn template_names(text: &str) -> Result<Vec<String>, String> {
+pub fn template_names(text: &str) -> Result<Vec<String>, UnclosedTemplate> {
     let mut names = Vec::new();
     let mut rest = text;
     while let Some(start) = rest.find("{{") {
         let after = &rest[start + 2..];
         let Some(end) = after.find("}}") else {
-            return Err(format!(
-                "an unclosed template `{{{{` in {text:?}; close it with `}}}}`"
-            ));
+            return Err(UnclosedTemplate(text.to_string()));
         };
         names.push(after[..end].trim().to_string());
         rest = &after[end + 2..];

@@ -3,11 +3,10 @@
 
 use std::fmt;
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::time::Duration;
 
 pub use super::checks::*;
-use super::names::nearest;
+use super::names::named_choices;
 use super::pipeline::PipelineStage;
 
 /// The default config file name, looked up in the current directory.
@@ -318,32 +317,6 @@ pub enum SecretsPolicy {
     Digest,
 }
 
-impl SecretsPolicy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SecretsPolicy::Store => "store",
-            SecretsPolicy::Digest => "digest",
-        }
-    }
-}
-
-impl fmt::Display for SecretsPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for SecretsPolicy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "store" => Ok(SecretsPolicy::Store),
-            "digest" => Ok(SecretsPolicy::Digest),
-            _ => Err(one_of_message(s, &["store", "digest"])),
-        }
-    }
-}
-
 /// What happens across targets when one fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FailurePolicy {
@@ -358,45 +331,6 @@ pub enum FailurePolicy {
     None,
 }
 
-impl FailurePolicy {
-    pub const ALL: [FailurePolicy; 4] = [
-        FailurePolicy::RollbackAll,
-        FailurePolicy::RollbackFailed,
-        FailurePolicy::RollbackIfAllFail,
-        FailurePolicy::None,
-    ];
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FailurePolicy::RollbackAll => "rollback-all",
-            FailurePolicy::RollbackFailed => "rollback-failed",
-            FailurePolicy::RollbackIfAllFail => "rollback-if-all-fail",
-            FailurePolicy::None => "none",
-        }
-    }
-}
-
-impl fmt::Display for FailurePolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for FailurePolicy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let wanted = s.trim().to_ascii_lowercase().replace('_', "-");
-        FailurePolicy::ALL
-            .into_iter()
-            .find(|p| p.as_str() == wanted)
-            .ok_or_else(|| one_of_message(s, &FailurePolicy::ALL.map(FailurePolicy::as_str)))
-    }
-}
-
-/// `FailurePolicy::from_str` without the message (for flag parsers that report their own).
-pub fn parse_failure_policy(s: &str) -> Option<FailurePolicy> {
-    s.parse().ok()
-}
-
 /// The order of the rollback commands of script stages (a target's own, then the fleet
 /// stages' once): `pipeline` is PipeCD's SCRIPT_RUN order, which rollguard follows;
 /// `reverse` is last-first, undo as a stack.
@@ -405,33 +339,6 @@ pub enum RollbackOrder {
     #[default]
     Pipeline,
     Reverse,
-}
-
-impl RollbackOrder {
-    pub const ALL: [RollbackOrder; 2] = [RollbackOrder::Pipeline, RollbackOrder::Reverse];
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RollbackOrder::Pipeline => "pipeline",
-            RollbackOrder::Reverse => "reverse",
-        }
-    }
-}
-
-impl fmt::Display for RollbackOrder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for RollbackOrder {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let wanted = s.trim().to_ascii_lowercase();
-        RollbackOrder::ALL
-            .into_iter()
-            .find(|o| o.as_str() == wanted)
-            .ok_or_else(|| one_of_message(s, &RollbackOrder::ALL.map(RollbackOrder::as_str)))
-    }
 }
 
 /// Objects with a `helm.sh/hook` annotation: Helm runs them around its own install (test
@@ -445,17 +352,6 @@ pub enum RenderHooks {
     Apply,
 }
 
-impl FromStr for RenderHooks {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "skip" => Ok(RenderHooks::Skip),
-            "apply" => Ok(RenderHooks::Apply),
-            _ => Err(one_of_message(s, &["skip", "apply"])),
-        }
-    }
-}
-
 /// What happens on SIGINT/SIGTERM to targets that received the new revision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CancelPolicy {
@@ -464,49 +360,37 @@ pub enum CancelPolicy {
     Leave,
 }
 
-impl CancelPolicy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CancelPolicy::Rollback => "rollback",
-            CancelPolicy::Leave => "leave",
-        }
-    }
-}
+named_choices!(UnschedulablePolicy {
+    Warn => "warn",
+    Fail => "fail",
+});
+named_choices!(SecretsPolicy {
+    Store => "store",
+    Digest => "digest",
+});
+// The underscore spellings: the file's keys are snake_case, and were accepted before.
+named_choices!(FailurePolicy {
+    RollbackAll => "rollback-all" | "rollback_all",
+    RollbackFailed => "rollback-failed" | "rollback_failed",
+    RollbackIfAllFail => "rollback-if-all-fail" | "rollback_if_all_fail",
+    None => "none",
+});
+named_choices!(RollbackOrder {
+    Pipeline => "pipeline",
+    Reverse => "reverse",
+});
+named_choices!(RenderHooks {
+    Skip => "skip",
+    Apply => "apply",
+});
+named_choices!(CancelPolicy {
+    Rollback => "rollback",
+    Leave => "leave",
+});
 
-impl fmt::Display for CancelPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for CancelPolicy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "rollback" => Ok(CancelPolicy::Rollback),
-            "leave" => Ok(CancelPolicy::Leave),
-            _ => Err(one_of_message(s, &["rollback", "leave"])),
-        }
-    }
-}
-
-impl FromStr for UnschedulablePolicy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "warn" => Ok(UnschedulablePolicy::Warn),
-            "fail" => Ok(UnschedulablePolicy::Fail),
-            _ => Err(one_of_message(s, &["warn", "fail"])),
-        }
-    }
-}
-
-fn one_of_message(got: &str, choices: &[&str]) -> String {
-    let mut msg = format!("{got:?} is not one of {}", choices.join(", "));
-    if let Some(near) = nearest(got, choices) {
-        msg.push_str(&format!("; did you mean {near:?}?"));
-    }
-    msg
+/// `FailurePolicy::from_str` without the message (for flag parsers that report their own).
+pub fn parse_failure_policy(s: &str) -> Option<FailurePolicy> {
+    s.parse().ok()
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -147,6 +147,55 @@ pub fn parse(
     }
 }
 
+/// The config before the file is read: every default, and no app, manifests or targets.
+fn defaults(base_dir: PathBuf, source: PathBuf, env: &dyn Fn(&str) -> Option<String>) -> Config {
+    Config {
+        app: String::new(),
+        namespace: None,
+        manifests: ManifestSource::Paths(Vec::new()),
+        targets: Vec::new(),
+        wait: WaitConfig::default(),
+        concurrency: 64,
+        concurrency_set_by: None,
+        memory_budget: crate::util::size::DEFAULT_MEMORY_BUDGET,
+        waves: Vec::new(),
+        first_wave: 0,
+        earlier_waves: Vec::new(),
+        checks: Vec::new(),
+        check_env_issues: Vec::new(),
+        history: HistoryConfig::default(),
+        on_failure: FailurePolicy::default(),
+        on_cancel: CancelPolicy::default(),
+        render_hooks: RenderHooks::default(),
+        rollback: RollbackConfig::default(),
+        rollback_order: RollbackOrder::default(),
+        lock: LockConfig::default(),
+        github: GithubConfig::default(),
+        pipeline: default_pipeline(),
+        base_dir,
+        source,
+        kubeconfig: None,
+        preflight: true,
+        prune: false,
+        // A bad value was refused when the command started (commands/mod.rs), before any
+        // config is read.
+        git_timeout: crate::util::git::timeout_from_env(env)
+            .unwrap_or(crate::util::git::DEFAULT_TIMEOUT),
+    }
+}
+
+/// A target's kubeconfig file is relative to the config file, like the manifests.
+fn relative_kubeconfigs(config: &mut Config) {
+    for t in &mut config.targets {
+        if let Some(k) = &t.kubeconfig
+            && k.is_relative()
+            && config.base_dir != Path::new(".")
+        {
+            t.kubeconfig = Some(config.base_dir.join(k));
+        }
+    }
+}
+
 /// Collects issues while walking the tree.
 pub(super) struct Ctx {
     file: String,
@@ -299,7 +348,7 @@ impl Ctx {
         }
     }
 
-    pub(super) fn parsed<T: FromStr<Err = String>>(
+    pub(super) fn parsed<T: FromStr<Err: std::fmt::Display>>(
         &mut self,
         node: Option<&Node>,
         what: &str,
@@ -402,39 +451,7 @@ impl Ctx {
         source: PathBuf,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Config {
-        let mut config = Config {
-            app: String::new(),
-            namespace: None,
-            manifests: ManifestSource::Paths(Vec::new()),
-            targets: Vec::new(),
-            wait: WaitConfig::default(),
-            concurrency: 64,
-            concurrency_set_by: None,
-            memory_budget: crate::util::size::DEFAULT_MEMORY_BUDGET,
-            waves: Vec::new(),
-            first_wave: 0,
-            earlier_waves: Vec::new(),
-            checks: Vec::new(),
-            check_env_issues: Vec::new(),
-            history: HistoryConfig::default(),
-            on_failure: FailurePolicy::default(),
-            on_cancel: CancelPolicy::default(),
-            render_hooks: RenderHooks::default(),
-            rollback: RollbackConfig::default(),
-            rollback_order: RollbackOrder::default(),
-            lock: LockConfig::default(),
-            github: GithubConfig::default(),
-            pipeline: default_pipeline(),
-            base_dir,
-            source,
-            kubeconfig: None,
-            preflight: true,
-            prune: false,
-            // A bad value was refused when the command started (commands/mod.rs), before
-            // any config is read.
-            git_timeout: crate::util::git::timeout_from_env(env)
-                .unwrap_or(crate::util::git::DEFAULT_TIMEOUT),
-        };
+        let mut config = defaults(base_dir, source, env);
         if matches!(root.value, Tree::Null) {
             self.at(
                 0,
@@ -457,14 +474,38 @@ impl Ctx {
             None => {}
         }
         config.namespace = self.dns_label(get("namespace"), "namespace");
+        if let Some(manifests) = self.manifests(root) {
+            config.manifests = manifests;
+        }
+        config.targets = self.targets(get("targets"));
+        relative_kubeconfigs(&mut config);
+        self.wait_and_capacity(root, &mut config);
+        self.checks_and_waves(root, &mut config, env);
+        self.policies(root, &mut config);
+        // The key's own line: its value (a list) starts on the next one.
+        if let Tree::Map(entries) = &root.value
+            && let Some((key, _)) = entries.iter().find(|(k, _)| k.key_text() == "stages")
+        {
+            self.old_stages_key(key);
+        }
+        config.pipeline = self.pipeline(get("pipeline"), &config.base_dir);
+        config
+    }
 
+    /// `manifests:` (files, folders, globs) or `render:` (a command), exactly one of them.
+    /// None: neither is usable (an issue says why).
+    fn manifests(&mut self, root: &Node) -> Option<ManifestSource> {
+        let get = |key: &str| root.get(key);
         let paths = self.strings(get("manifests"), "manifests entry");
         let render = self.text(get("render"), "render");
         match (paths, render) {
-            (Some(_), Some((_, line))) => self.at(
-                line,
-                "use either `manifests` (files, folders, globs) or `render` (a command), not both",
-            ),
+            (Some(_), Some((_, line))) => {
+                self.at(
+                    line,
+                    "use either `manifests` (files, folders, globs) or `render` (a command), not both",
+                );
+                None
+            }
             (Some(paths), None) => {
                 if paths.is_empty() {
                     self.at(
@@ -477,31 +518,29 @@ impl Ctx {
                         self.at(*line, "manifests entry must not be empty");
                     }
                 }
-                config.manifests = ManifestSource::Paths(paths.into_iter().map(|(p, _)| p).collect());
+                Some(ManifestSource::Paths(
+                    paths.into_iter().map(|(p, _)| p).collect(),
+                ))
             }
             (None, Some((command, line))) => {
                 if command.trim().is_empty() {
                     self.at(line, "render must not be empty");
                 }
-                config.manifests = ManifestSource::Render { command };
+                Some(ManifestSource::Render { command })
             }
-            (None, None) => self.at(
-                0,
-                "missing required key \"manifests\" (e.g. `manifests: [k8s/]`) or \"render\" (e.g. `render: kustomize build k8s`)",
-            ),
-        }
-
-        config.targets = self.targets(get("targets"));
-        // A target's kubeconfig file is relative to the config file, like the manifests.
-        for t in &mut config.targets {
-            if let Some(k) = &t.kubeconfig
-                && k.is_relative()
-                && config.base_dir != Path::new(".")
-            {
-                t.kubeconfig = Some(config.base_dir.join(k));
+            (None, None) => {
+                self.at(
+                    0,
+                    "missing required key \"manifests\" (e.g. `manifests: [k8s/]`) or \"render\" (e.g. `render: kustomize build k8s`)",
+                );
+                None
             }
         }
+    }
 
+    /// `wait:`, `concurrency` and `memory_budget`.
+    fn wait_and_capacity(&mut self, root: &Node, config: &mut Config) {
+        let get = |key: &str| root.get(key);
         if let Some(wait) = get("wait")
             && self.mapping(wait, "wait", WAIT_KEYS).is_some()
         {
@@ -539,6 +578,17 @@ impl Ctx {
                 ),
             }
         }
+    }
+
+    /// `checks:` and `waves:` (with their checks), and the templates of every check against
+    /// the targets it runs on.
+    fn checks_and_waves(
+        &mut self,
+        root: &Node,
+        config: &mut Config,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) {
+        let get = |key: &str| root.get(key);
         config.checks = self.checks(get("checks"), "checks", &[], env);
         config.waves = self.waves(get("waves"), &config.targets, &config.checks, env);
         let all: Vec<&TargetConfig> = config.targets.iter().collect();
@@ -552,6 +602,12 @@ impl Ctx {
             self.check_templates(&wave.checks, &targets);
         }
         config.first_wave = config.targets.iter().map(|t| t.wave).min().unwrap_or(0);
+    }
+
+    /// `history`, the policies (`on_failure`, `on_cancel`, `render_hooks`, `rollback_order`),
+    /// `preflight`, `prune`, `rollback`, `lock` and `github`.
+    fn policies(&mut self, root: &Node, config: &mut Config) {
+        let get = |key: &str| root.get(key);
         if let Some(history) = get("history")
             && self.mapping(history, "history", HISTORY_KEYS).is_some()
         {
@@ -603,14 +659,6 @@ impl Ctx {
                 config.github.timeout = t;
             }
         }
-        // The key's own line: its value (a list) starts on the next one.
-        if let Tree::Map(entries) = &root.value
-            && let Some((key, _)) = entries.iter().find(|(k, _)| k.key_text() == "stages")
-        {
-            self.old_stages_key(key);
-        }
-        config.pipeline = self.pipeline(get("pipeline"), &config.base_dir);
-        config
     }
 
     fn targets(&mut self, node: Option<&Node>) -> Vec<TargetConfig> {
@@ -638,106 +686,139 @@ impl Ctx {
         let mut targets = Vec::new();
         let mut seen: BTreeMap<String, usize> = BTreeMap::new();
         for (index, item) in items.iter().enumerate() {
-            let what = format!("targets[{index}]");
-            if self.mapping(item, &what, TARGET_KEYS).is_none() {
-                if matches!(item.value, Tree::Null) {
-                    self.at(item.line, format!("{what} is empty"));
-                }
-                continue;
+            if let Some(target) = self.target(item, index, &mut seen) {
+                targets.push(target);
             }
-            let name = match self.text(item.get("name"), "target name") {
-                Some((name, line)) => {
-                    if let Some(problem) = target_name_problem(&name) {
-                        self.at(line, format!("target name {name:?} {problem}"));
-                    } else if let Some(first) = seen.get(&name) {
-                        self.at(
-                            line,
-                            format!("duplicate target name {name:?} (first at line {first}); names must be unique"),
-                        );
-                    } else {
-                        seen.insert(name.clone(), line);
-                    }
-                    name
-                }
-                None => {
-                    self.at(
-                        item.line,
-                        format!("{what} needs a `name` (used in every report)"),
-                    );
-                    String::new()
-                }
-            };
-            let label = if name.is_empty() {
-                what.clone()
-            } else {
-                format!("target {name:?}")
-            };
-            let context = self.text(item.get("context"), "context").map(|(t, _)| t);
-            let kubeconfig = self
-                .text(item.get("kubeconfig"), "kubeconfig")
-                .map(|(t, _)| PathBuf::from(t));
-            let kubeconfig_env = self
-                .text(item.get("kubeconfig_env"), "kubeconfig_env")
-                .map(|(t, _)| t);
-            if kubeconfig.is_some() && kubeconfig_env.is_some() {
-                self.at(
-                    item.line,
-                    format!("{label}: set `kubeconfig` or `kubeconfig_env`, not both"),
-                );
-            }
-            if context.is_none() && kubeconfig.is_none() && kubeconfig_env.is_none() {
-                self.at(
-                    item.line,
-                    format!(
-                        "{label} needs one of `context` (a context of --kubeconfig / $KUBECONFIG), \
-                         `kubeconfig` (a file) or `kubeconfig_env` (an environment variable holding a kubeconfig)"
-                    ),
-                );
-            }
-            if let Some(var) = &kubeconfig_env
-                && !var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-            {
-                self.at(
-                    item.line,
-                    format!(
-                        "{label}: kubeconfig_env must be an environment variable name, not {var:?}"
-                    ),
-                );
-            }
-            let namespace = self.dns_label(item.get("namespace"), "target namespace");
-            let environment =
-                self.text(item.get("environment"), "environment")
-                    .and_then(|(env, line)| {
-                        if env.trim().is_empty()
-                            || env.len() > 255
-                            || env.chars().any(char::is_control)
-                        {
-                            self.at(
-                                line,
-                                format!("{label}: environment must be a GitHub environment name (1 to 255 characters, one line)"),
-                            );
-                            None
-                        } else {
-                            Some(env)
-                        }
-                    });
-            let wave = self
-                .wave_number(item.get("wave"), &format!("{label} wave"))
-                .unwrap_or(0);
-            let vars = self.vars(item.get("vars"), &label);
-            targets.push(TargetConfig {
-                name,
-                vars,
-                context,
-                kubeconfig,
-                kubeconfig_env,
-                namespace,
-                environment,
-                wave,
-                line: item.line,
-            });
         }
         targets
+    }
+
+    /// One entry of `targets:`; None when it is not a mapping. `seen`: the names so far
+    /// and their lines (names must be unique).
+    fn target(
+        &mut self,
+        item: &Node,
+        index: usize,
+        seen: &mut BTreeMap<String, usize>,
+    ) -> Option<TargetConfig> {
+        let what = format!("targets[{index}]");
+        if self.mapping(item, &what, TARGET_KEYS).is_none() {
+            if matches!(item.value, Tree::Null) {
+                self.at(item.line, format!("{what} is empty"));
+            }
+            return None;
+        }
+        let name = self.target_name(item, &what, seen);
+        let label = if name.is_empty() {
+            what.clone()
+        } else {
+            format!("target {name:?}")
+        };
+        let (context, kubeconfig, kubeconfig_env) = self.target_access(item, &label);
+        let namespace = self.dns_label(item.get("namespace"), "target namespace");
+        let environment =
+            self.text(item.get("environment"), "environment")
+                .and_then(|(env, line)| {
+                    if env.trim().is_empty()
+                        || env.len() > 255
+                        || env.chars().any(char::is_control)
+                    {
+                        self.at(
+                            line,
+                            format!("{label}: environment must be a GitHub environment name (1 to 255 characters, one line)"),
+                        );
+                        None
+                    } else {
+                        Some(env)
+                    }
+                });
+        let wave = self
+            .wave_number(item.get("wave"), &format!("{label} wave"))
+            .unwrap_or(0);
+        let vars = self.vars(item.get("vars"), &label);
+        Some(TargetConfig {
+            name,
+            vars,
+            context,
+            kubeconfig,
+            kubeconfig_env,
+            namespace,
+            environment,
+            wave,
+            line: item.line,
+        })
+    }
+
+    /// A target's `name`: valid, and unique (`seen`); empty when missing (an issue says so).
+    fn target_name(
+        &mut self,
+        item: &Node,
+        what: &str,
+        seen: &mut BTreeMap<String, usize>,
+    ) -> String {
+        match self.text(item.get("name"), "target name") {
+            Some((name, line)) => {
+                if let Some(problem) = target_name_problem(&name) {
+                    self.at(line, format!("target name {name:?} {problem}"));
+                } else if let Some(first) = seen.get(&name) {
+                    self.at(
+                        line,
+                        format!("duplicate target name {name:?} (first at line {first}); names must be unique"),
+                    );
+                } else {
+                    seen.insert(name.clone(), line);
+                }
+                name
+            }
+            None => {
+                self.at(
+                    item.line,
+                    format!("{what} needs a `name` (used in every report)"),
+                );
+                String::new()
+            }
+        }
+    }
+
+    /// A target's `context`, `kubeconfig` and `kubeconfig_env`: at least one, not both files.
+    fn target_access(
+        &mut self,
+        item: &Node,
+        label: &str,
+    ) -> (Option<String>, Option<PathBuf>, Option<String>) {
+        let context = self.text(item.get("context"), "context").map(|(t, _)| t);
+        let kubeconfig = self
+            .text(item.get("kubeconfig"), "kubeconfig")
+            .map(|(t, _)| PathBuf::from(t));
+        let kubeconfig_env = self
+            .text(item.get("kubeconfig_env"), "kubeconfig_env")
+            .map(|(t, _)| t);
+        if kubeconfig.is_some() && kubeconfig_env.is_some() {
+            self.at(
+                item.line,
+                format!("{label}: set `kubeconfig` or `kubeconfig_env`, not both"),
+            );
+        }
+        if context.is_none() && kubeconfig.is_none() && kubeconfig_env.is_none() {
+            self.at(
+                item.line,
+                format!(
+                    "{label} needs one of `context` (a context of --kubeconfig / $KUBECONFIG), \
+                     `kubeconfig` (a file) or `kubeconfig_env` (an environment variable holding a kubeconfig)"
+                ),
+            );
+        }
+        if let Some(var) = &kubeconfig_env
+            && !var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            self.at(
+                item.line,
+                format!(
+                    "{label}: kubeconfig_env must be an environment variable name, not {var:?}"
+                ),
+            );
+        }
+        (context, kubeconfig, kubeconfig_env)
     }
 
     /// A wave number: an integer from 0 to 4294967295.
@@ -996,7 +1077,71 @@ impl Ctx {
     ) -> Option<ScriptStage> {
         let section = format!("{what}.script");
         self.mapping(node, &section, SCRIPT_KEYS)?;
-        let name = match self.text(node.get("name"), "stage name") {
+        let name = self.stage_name(node, &section, seen);
+        let label = if name.is_empty() {
+            section.clone()
+        } else {
+            format!("stage {name:?}")
+        };
+        let run = self.command(node.get("run"), &format!("{label} run"));
+        if run.is_none() && node.get("run").is_none() {
+            self.at(
+                node.line,
+                format!(
+                    "{label} needs `run` (a shell command, or an argv list run without a shell)"
+                ),
+            );
+        }
+        let rollback = self.command(node.get("rollback"), &format!("{label} rollback"));
+        let timeout = self
+            .positive_duration(node.get("timeout"), &format!("{label} timeout"))
+            .unwrap_or(DEFAULT_SCRIPT_TIMEOUT);
+        let kill_grace = self
+            .positive_duration(node.get("kill_grace"), &format!("{label} kill_grace"))
+            .unwrap_or(DEFAULT_KILL_GRACE);
+        let env = self.stage_env(node.get("env"), &label);
+        let pass_env = self.pass_env(node.get("pass_env"), &label);
+        let working_dir = self.working_dir(node, &label, base_dir);
+        let shell = self.shell(node, &label);
+        let continue_on_error = self
+            .boolean(
+                node.get("continue_on_error"),
+                &format!("{label} continue_on_error"),
+            )
+            .unwrap_or(false);
+        let dry_run = self
+            .boolean(node.get("dry_run"), &format!("{label} dry_run"))
+            .unwrap_or(false);
+        let always = self
+            .boolean(node.get("always"), &format!("{label} always"))
+            .unwrap_or(false);
+        let scope = self.scope(node, &label);
+        Some(ScriptStage {
+            name,
+            run: run?,
+            rollback,
+            timeout,
+            env,
+            pass_env,
+            working_dir,
+            shell,
+            continue_on_error,
+            scope,
+            kill_grace,
+            dry_run,
+            always,
+            line: node.line,
+        })
+    }
+
+    /// A script stage's `name`: valid, not reserved, unique (`seen`); empty when missing.
+    fn stage_name(
+        &mut self,
+        node: &Node,
+        section: &str,
+        seen: &mut BTreeMap<String, usize>,
+    ) -> String {
+        match self.text(node.get("name"), "stage name") {
             Some((name, line)) => {
                 if name.trim().is_empty() {
                     self.at(line, "stage name must not be empty");
@@ -1035,32 +1180,12 @@ impl Ctx {
                 );
                 String::new()
             }
-        };
-        let label = if name.is_empty() {
-            section.clone()
-        } else {
-            format!("stage {name:?}")
-        };
-        let run = self.command(node.get("run"), &format!("{label} run"));
-        if run.is_none() && node.get("run").is_none() {
-            self.at(
-                node.line,
-                format!(
-                    "{label} needs `run` (a shell command, or an argv list run without a shell)"
-                ),
-            );
         }
-        let rollback = self.command(node.get("rollback"), &format!("{label} rollback"));
-        let timeout = self
-            .positive_duration(node.get("timeout"), &format!("{label} timeout"))
-            .unwrap_or(DEFAULT_SCRIPT_TIMEOUT);
-        let kill_grace = self
-            .positive_duration(node.get("kill_grace"), &format!("{label} kill_grace"))
-            .unwrap_or(DEFAULT_KILL_GRACE);
-        let env = self.stage_env(node.get("env"), &label);
-        let pass_env = self.pass_env(node.get("pass_env"), &label);
-        let working_dir = match self.text(node.get("working_dir"), &format!("{label} working_dir"))
-        {
+    }
+
+    /// `working_dir`, relative to the config file's folder (default: that folder).
+    fn working_dir(&mut self, node: &Node, label: &str, base_dir: &Path) -> PathBuf {
+        match self.text(node.get("working_dir"), &format!("{label} working_dir")) {
             Some((dir, line)) if dir.trim().is_empty() => {
                 self.at(line, format!("{label} working_dir must not be empty"));
                 base_dir.to_path_buf()
@@ -1074,8 +1199,12 @@ impl Ctx {
                 }
             }
             None => base_dir.to_path_buf(),
-        };
-        let shell = match self.strings(node.get("shell"), &format!("{label} shell")) {
+        }
+    }
+
+    /// `shell`: a string split on spaces ("bash -eu -c") or a list (default `sh -c`).
+    fn shell(&mut self, node: &Node, label: &str) -> Vec<String> {
+        match self.strings(node.get("shell"), &format!("{label} shell")) {
             None => vec!["sh".to_string(), "-c".to_string()],
             Some(parts) => {
                 // A string is split on spaces ("bash -eu -c"); a list is taken as it is.
@@ -1101,20 +1230,12 @@ impl Ctx {
                 }
                 words
             }
-        };
-        let continue_on_error = self
-            .boolean(
-                node.get("continue_on_error"),
-                &format!("{label} continue_on_error"),
-            )
-            .unwrap_or(false);
-        let dry_run = self
-            .boolean(node.get("dry_run"), &format!("{label} dry_run"))
-            .unwrap_or(false);
-        let always = self
-            .boolean(node.get("always"), &format!("{label} always"))
-            .unwrap_or(false);
-        let scope = match self.text(node.get("scope"), &format!("{label} scope")) {
+        }
+    }
+
+    /// `scope`: target (default), fleet or wave.
+    fn scope(&mut self, node: &Node, label: &str) -> Scope {
+        match self.text(node.get("scope"), &format!("{label} scope")) {
             None => Scope::Target,
             Some((s, line)) => match s.as_str() {
                 "target" => Scope::Target,
@@ -1131,23 +1252,7 @@ impl Ctx {
                     Scope::Target
                 }
             },
-        };
-        Some(ScriptStage {
-            name,
-            run: run?,
-            rollback,
-            timeout,
-            env,
-            pass_env,
-            working_dir,
-            shell,
-            continue_on_error,
-            scope,
-            kill_grace,
-            dry_run,
-            always,
-            line: node.line,
-        })
+        }
     }
 
     pub(super) fn positive_duration(

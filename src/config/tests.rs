@@ -931,11 +931,14 @@ fn every_env_variable_the_code_reads_is_in_the_table() {
                 read.push((rel.clone(), format!("{}{name}", &prefix[1..])));
             }
         }
-        // Settings looked up by name: `env_setting(env, "X")` and `setting!(flag, "X", parse)`.
-        for name in names_after(code, "env_setting(env, \"") {
-            read.push((rel.clone(), format!("ROLLGUARD_{name}")));
+        // Settings looked up by name: `env_setting(env, "X")`, `env_setting(layers.env, "X")`
+        // and `layers.get(flag, "X", parse)`.
+        for prefix in ["env_setting(env, \"", "env_setting(layers.env, \""] {
+            for name in names_after(code, prefix) {
+                read.push((rel.clone(), format!("ROLLGUARD_{name}")));
+            }
         }
-        for line in code.lines().filter(|l| l.contains("setting!(")) {
+        for line in code.lines().filter(|l| l.contains("layers.get(")) {
             if let Some((_, after)) = line.split_once(", \"") {
                 for name in names_after(&format!("\"{after}"), "\"") {
                     read.push((rel.clone(), format!("ROLLGUARD_{name}")));
@@ -1596,4 +1599,99 @@ fn readme_and_docs_config_examples_parse() {
         }
     }
     assert!(seen >= 3, "found only {seen} config examples");
+}
+
+/// Every enumerated setting: the file, the environment and clap read one list of names (the
+/// `named_choices!` table), in any case, with the extra spellings; a bad value says the list
+/// and the nearest name.
+#[test]
+fn enumerated_settings_read_one_list_of_names() {
+    use super::names::{NotOneOf, choice_names, parse_choice};
+    use FailurePolicy::*;
+    let not_one_of = |got: &str, near: Option<&str>| NotOneOf {
+        got: got.into(),
+        choices: FailurePolicy::ALL.map(|p| p.as_str().to_string()).to_vec(),
+        near: near.map(str::to_string),
+    };
+    let cases: Vec<(&str, Result<FailurePolicy, NotOneOf>)> = vec![
+        ("rollback-all", Ok(RollbackAll)),
+        (" Rollback-Failed\n", Ok(RollbackFailed)),
+        ("rollback_if_all_fail", Ok(RollbackIfAllFail)),
+        ("ROLLBACK_ALL", Ok(RollbackAll)),
+        ("NONE", Ok(None)),
+        (
+            "rollback-al",
+            Err(not_one_of("rollback-al", Some("rollback-all"))),
+        ),
+        ("sometimes", Err(not_one_of("sometimes", Option::None))),
+        ("", Err(not_one_of("", Option::None))),
+    ];
+    for (text, want) in cases {
+        assert_eq!(parse_choice::<FailurePolicy>(text), want, "{text:?}");
+        assert_eq!(text.parse::<FailurePolicy>(), want, "{text:?}");
+    }
+    assert_eq!(
+        not_one_of("rollback-al", Some("rollback-all")).to_string(),
+        "\"rollback-al\" is not one of rollback-all, rollback-failed, rollback-if-all-fail, none; did you mean \"rollback-all\"?"
+    );
+    assert_eq!(
+        "inconclusiv".parse::<Unclear>().map_err(|e| e.to_string()),
+        Err("\"inconclusiv\" is not one of fail, pass, inconclusive; did you mean \"inconclusive\"?".to_string())
+    );
+    // The names clap lists are `as_str` of every variant, in order, aliases left out; each
+    // name reads back as its variant.
+    fn round_trip<
+        T: clap::ValueEnum + std::str::FromStr + std::fmt::Display + PartialEq + std::fmt::Debug,
+    >(
+        all: &[T],
+    ) {
+        let names: Vec<String> = all.iter().map(T::to_string).collect();
+        assert_eq!(choice_names::<T>(), names);
+        for (v, name) in all.iter().zip(&names) {
+            assert_eq!(name.parse::<T>().ok().as_ref(), Some(v), "{name}");
+        }
+    }
+    round_trip(&FailurePolicy::ALL);
+    round_trip(&CancelPolicy::ALL);
+    round_trip(&RenderHooks::ALL);
+    round_trip(&RollbackOrder::ALL);
+    round_trip(&SecretsPolicy::ALL);
+    round_trip(&UnschedulablePolicy::ALL);
+    round_trip(&Unclear::ALL);
+    // The schema's enums are these names (history.secrets lists its default first).
+    let schema = json_schema();
+    let p = &schema["properties"];
+    let mut secrets: Vec<String> =
+        serde_json::from_value(p["history"]["properties"]["secrets"]["enum"].clone())
+            .unwrap_or_default();
+    secrets.sort();
+    let mut names = choice_names::<SecretsPolicy>();
+    names.sort();
+    assert_eq!(secrets, names);
+    assert_eq!(
+        p["on_cancel"]["enum"],
+        json!(choice_names::<CancelPolicy>())
+    );
+    assert_eq!(
+        p["wait"]["properties"]["fail_fast"]["properties"]["unschedulable"]["enum"],
+        json!(["warn", "fail"])
+    );
+}
+
+/// `nearest`: a typo of at most a third of the word (at least one edit) is suggested.
+#[test]
+fn nearest_names_only_a_close_word() {
+    let words = ["rollback", "leave", "apply", "inconclusive"];
+    for (word, want) in [
+        ("rolback", Some("rollback")),
+        ("ROLLBACK", Some("rollback")),
+        ("leav", Some("leave")),
+        ("aply", Some("apply")),
+        ("lv", None),
+        ("fial", None),
+        ("inconclsuive", Some("inconclusive")),
+        ("something", None),
+    ] {
+        assert_eq!(nearest(word, &words), want, "{word}");
+    }
 }

@@ -172,15 +172,24 @@ async fn read_live(
     }
 }
 
-/// Deletes one object if it is still the one read (same uid and resourceVersion). Err: why
-/// not, in one line.
+/// Why a prune's delete did not happen, in one line.
+#[derive(Debug, thiserror::Error)]
+enum DeleteError {
+    /// 409: its uid or resourceVersion no longer matches what was read.
+    #[error("it changed after it was read (another writer)")]
+    Changed,
+    #[error("{}", retry_text(.0))]
+    Failed(#[source] RetryError),
+}
+
+/// Deletes one object if it is still the one read (same uid and resourceVersion).
 async fn delete(
     api: &Api<DynamicObject>,
     name: &str,
     at: &Preconditions,
     budget: &RetryBudget,
     cancel: &CancellationToken,
-) -> Result<(), String> {
+) -> Result<(), DeleteError> {
     let params = DeleteParams {
         preconditions: Some(at.clone()),
         ..DeleteParams::default()
@@ -188,10 +197,8 @@ async fn delete(
     match with_retry("delete", budget, cancel, || api.delete(name, &params)).await {
         Ok(_) => Ok(()),
         Err(RetryError::Api(kube::Error::Api(s))) if s.code == 404 => Ok(()),
-        Err(RetryError::Api(kube::Error::Api(s))) if s.code == 409 => {
-            Err("it changed after it was read (another writer)".to_string())
-        }
-        Err(e) => Err(retry_text(&e)),
+        Err(RetryError::Api(kube::Error::Api(s))) if s.code == 409 => Err(DeleteError::Changed),
+        Err(e) => Err(DeleteError::Failed(e)),
     }
 }
 

@@ -12,13 +12,13 @@ use crate::util::yaml::{self, Node, Tree};
 /// Parses one file's text: multi-document YAML, or JSON (one value or a stream) for *.json.
 /// All problems of the file are returned together.
 pub fn parse(text: &str, file: &Path) -> Result<Vec<ManifestObject>, ManifestError> {
-    yaml::on_parser_stack(|| parse_here(text, file)).unwrap_or_else(|message| {
+    yaml::on_parser_stack(|| parse_here(text, file)).unwrap_or_else(|e| {
         Err(ManifestError::Invalid(vec![ManifestIssue {
             origin: Origin {
                 file: file.to_path_buf(),
                 line: 0,
             },
-            message,
+            message: e.to_string(),
         }]))
     })
 }

@@ -536,15 +536,20 @@ fn shift_lines(node: &mut Node, offset: usize) {
 /// overflowed at 99 levels); the stack is reserved, not used, so a generous one costs little.
 const PARSER_STACK: usize = 64 * 1024 * 1024;
 
+/// The parser's thread did not start (the system is out of threads or memory).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot start the YAML parser's thread: {0}")]
+pub struct ParserThreadError(#[source] pub std::io::Error);
+
 /// Runs `f` (a parse) on a thread with [`PARSER_STACK`], so that no nesting within the caps
 /// overflows the caller's stack. Err when the thread cannot start.
-pub fn on_parser_stack<T: Send>(f: impl FnOnce() -> T + Send) -> Result<T, String> {
+pub fn on_parser_stack<T: Send>(f: impl FnOnce() -> T + Send) -> Result<T, ParserThreadError> {
     std::thread::scope(|scope| {
         let handle = std::thread::Builder::new()
             .name("yaml-parser".into())
             .stack_size(PARSER_STACK)
             .spawn_scoped(scope, f)
-            .map_err(|e| format!("cannot start the YAML parser's thread: {e}"))?;
+            .map_err(ParserThreadError)?;
         // A panic in the parse stays a panic (the caller's hook reports it).
         Ok(handle
             .join()
@@ -554,8 +559,12 @@ pub fn on_parser_stack<T: Send>(f: impl FnOnce() -> T + Send) -> Result<T, Strin
 
 /// Parses a whole single-document text (a config file).
 pub fn parse_single(text: &str) -> Result<Node, ParseError> {
-    on_parser_stack(|| parse_single_here(text))
-        .unwrap_or_else(|message| Err(ParseError { line: 0, message }))
+    on_parser_stack(|| parse_single_here(text)).unwrap_or_else(|e| {
+        Err(ParseError {
+            line: 0,
+            message: e.to_string(),
+        })
+    })
 }
 
 fn parse_single_here(text: &str) -> Result<Node, ParseError> {
