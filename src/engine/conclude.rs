@@ -11,7 +11,7 @@ use crate::cluster::apply::field_manager;
 use crate::engine::plan::Plan;
 use crate::engine::policy::{RollbackResult, left_in_place, summary};
 use crate::engine::reapply::{ReApply, stored_manifests};
-use crate::engine::target_run::TargetRun;
+use crate::engine::target_run::{TargetRun, stopped_when_lost};
 use crate::release::session::{ReleaseSettings, applied_ref};
 use crate::release::{ObjectRef, ReleaseOrigin, ReleaseStatus, RunInfo};
 use crate::report::progress::{Progress, Stage};
@@ -325,17 +325,7 @@ async fn roll_back_manifests(
         .collect();
     progress.update(&name, Stage::RollingBack(format!("to v{}", good.revision)));
     // Losing the lock mid-rollback stops it at once, like the end of the budget.
-    let stop = stop.child_token();
-    let _end = stop.clone().drop_guard();
-    tokio::spawn({
-        let (stop, lost) = (stop.clone(), release.lost_token());
-        async move {
-            tokio::select! {
-                _ = lost.cancelled() => stop.cancel(),
-                _ = stop.cancelled() => {}
-            }
-        }
-    });
+    let (stop, _end) = stopped_when_lost(stop, release.lost_token());
     let rollback_started = Instant::now();
     let attempt = match run.access.as_ref() {
         None => Err((
