@@ -599,11 +599,7 @@ pub async fn resolve_set(
         cancel,
     )
     .await
-    .map_err(|e| {
-        e.into_kube()
-            .map(ApplyError::Discovery)
-            .unwrap_or(ApplyError::Cancelled)
-    })?;
+    .map_err(discovery_error)?;
     let kinds =
         resolve_kinds(&discovery, &set.objects, &later).map_err(ApplyError::UnservedKinds)?;
     Ok(Resolution { kinds, groups })
@@ -790,12 +786,15 @@ async fn rediscover(
 ) -> Result<HashMap<(String, String), Resolved>, ApplyError> {
     let discovery = discover(client, groups, budget, cancel)
         .await
-        .map_err(|e| {
-            e.into_kube()
-                .map(ApplyError::Discovery)
-                .unwrap_or(ApplyError::Cancelled)
-        })?;
+        .map_err(discovery_error)?;
     resolve_kinds(&discovery, &set.objects, &HashSet::new()).map_err(ApplyError::UnservedKinds)
+}
+
+/// A discovery that did not answer: the cluster's error, or the cancel.
+fn discovery_error(e: RetryError) -> ApplyError {
+    e.into_kube()
+        .map(ApplyError::Discovery)
+        .unwrap_or(ApplyError::Cancelled)
 }
 
 /// Sends the phase's objects, up to `max_in_flight` at once, counting each as it ends.

@@ -711,7 +711,7 @@ fn refuse_shared_leases(
     keys: &[(String, String)],
     locks: &mut [Option<Result<Option<HeldLock>, Box<LockRefusal>>>],
 ) -> Vec<usize> {
-    let order = lock_order(&keys);
+    let order = lock_order(keys);
     let mut to_take = Vec::new();
     for (n, &position) in order.iter().enumerate() {
         let i = candidates[position];
