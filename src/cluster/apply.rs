@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cluster::connect::{describe_error, target_failure};
 use crate::cluster::retry::{RetryBudget, RetryError, with_retry};
-use crate::manifests::{ManifestObject, ManifestSet};
+use crate::manifests::{ApplyPhase, ManifestObject, ManifestSet};
 use crate::report::Failure;
 
 /// The field manager every app shared before managers were per app. Objects it still owns
@@ -548,6 +548,29 @@ impl Resolution {
         self.kinds.get(&kind_key(obj))
     }
 
+    /// The namespaces the set's objects go to but the set does not create: what rollguard
+    /// creates before it applies (apply) or says it would (diff).
+    pub fn namespaces_to_create(
+        &self,
+        set: &ManifestSet,
+        default_namespace: &str,
+    ) -> BTreeSet<String> {
+        let declared: HashSet<&str> = set
+            .objects
+            .iter()
+            .filter(|o| o.kind == "Namespace" && o.group().is_empty())
+            .map(|o| o.name.as_str())
+            .collect();
+        set.objects
+            .iter()
+            .filter_map(|o| {
+                let namespaced = self.resolved(o).map(|r| r.namespaced).unwrap_or(true);
+                effective_namespace(o, namespaced, default_namespace)
+            })
+            .filter(|ns| !declared.contains(ns.as_str()))
+            .collect()
+    }
+
     /// How many distinct kinds were resolved (CRD-provided kinds come later).
     pub fn len(&self) -> usize {
         self.kinds.len()
@@ -576,11 +599,7 @@ pub async fn resolve_set(
         cancel,
     )
     .await
-    .map_err(|e| {
-        e.into_kube()
-            .map(ApplyError::Discovery)
-            .unwrap_or(ApplyError::Cancelled)
-    })?;
+    .map_err(discovery_error)?;
     let kinds =
         resolve_kinds(&discovery, &set.objects, &later).map_err(ApplyError::UnservedKinds)?;
     Ok(Resolution { kinds, groups })
@@ -643,157 +662,213 @@ async fn apply_phases(
     on_progress: &(dyn Fn(usize, usize) + Sync),
     collected: &mut ApplyOutcome,
 ) -> Result<(), ApplyError> {
-    let ApplyOutcome {
-        applied, warnings, ..
-    } = collected;
     let budget = RetryBudget::until(options.deadline);
-    let Resolution { mut kinds, groups } = resolution;
-
-    // Namespaces the objects go to but the set does not create.
-    let declared: HashSet<&str> = set
-        .objects
-        .iter()
-        .filter(|o| o.kind == "Namespace" && o.group().is_empty())
-        .map(|o| o.name.as_str())
-        .collect();
-    let mut needed: BTreeSet<String> = BTreeSet::new();
-    for obj in &set.objects {
-        let namespaced = kinds
-            .get(&kind_key(obj))
-            .map(|r| r.namespaced)
-            .unwrap_or(true);
-        if let Some(ns) = effective_namespace(obj, namespaced, &options.default_namespace)
-            && !declared.contains(ns.as_str())
-        {
-            needed.insert(ns);
-        }
-    }
     if !options.dry_run {
-        for ns in &needed {
-            match ensure_namespace(client, ns, &budget, cancel).await {
-                Ok(()) => {}
-                Err((_, RetryError::Cancelled)) => return Err(ApplyError::Cancelled),
-                Err((step, e)) => {
-                    return Err(ApplyError::Namespace {
-                        name: ns.clone(),
-                        source: e.into_kube().unwrap_or_else(|| {
-                            crate::cluster::retry::timeout_error(step, Duration::ZERO)
-                        }),
-                    });
-                }
-            }
-        }
+        let needed = resolution.namespaces_to_create(set, &options.default_namespace);
+        create_namespaces(client, &needed, &budget, cancel).await?;
     }
-
-    let total = set.objects.len();
-    let mut done = 0usize;
-    let phases = set.phases();
-    let unsent = |kinds: &HashMap<(String, String), Resolved>, o: &ManifestObject| {
-        let namespaced = kinds.get(&kind_key(o)).is_none_or(|r| r.namespaced);
-        let ns = effective_namespace(o, namespaced, &options.default_namespace);
-        not_applied(display_of(o, ns.as_deref()), o)
+    let Resolution { mut kinds, groups } = resolution;
+    let mut progress = Progress {
+        done: 0,
+        total: set.objects.len(),
+        report: on_progress,
     };
+    let phases = set.phases();
     for (index, phase) in phases.iter().enumerate() {
         if cancel.is_cancelled() {
             return Err(ApplyError::Cancelled);
         }
         // Past the deadline nothing more is sent: every object left is reported as such.
         if Instant::now() >= options.deadline {
-            let left = phases[index..]
-                .iter()
-                .flat_map(|p| p.objects.iter())
-                .map(|o| unsent(&kinds, o))
-                .collect::<Vec<_>>();
-            return Err(ApplyError::Objects(left));
+            return Err(ApplyError::Objects(unsent(
+                &phases[index..],
+                &kinds,
+                options,
+            )));
         }
         // Kinds served by CRDs of an earlier phase are discovered now.
-        if phase
-            .objects
-            .iter()
-            .any(|o| !kinds.contains_key(&kind_key(o)))
-        {
+        let unresolved = |o: &&ManifestObject| !kinds.contains_key(&kind_key(o));
+        let unresolved = phase.objects.iter().filter(unresolved).count();
+        if unresolved > 0 {
             if options.dry_run {
                 // A dry run never establishes CRDs: objects of their kinds cannot be checked.
-                done += phase
-                    .objects
-                    .iter()
-                    .filter(|o| !kinds.contains_key(&kind_key(o)))
-                    .count();
+                progress.done += unresolved;
             } else {
-                let discovery = discover(client, &groups, &budget, cancel)
-                    .await
-                    .map_err(|e| {
-                        e.into_kube()
-                            .map(ApplyError::Discovery)
-                            .unwrap_or(ApplyError::Cancelled)
-                    })?;
-                kinds = resolve_kinds(&discovery, &set.objects, &HashSet::new())
-                    .map_err(ApplyError::UnservedKinds)?;
+                kinds = rediscover(client, set, &groups, &budget, cancel).await?;
             }
         }
-        // Futures built up front (they start only when polled): a stream closure over
-        // borrowed objects would not be `Send` for every lifetime, which tokio::spawn needs.
-        let mut pending = Vec::new();
-        for obj in &phase.objects {
-            if let Some(resolved) = kinds.get(&kind_key(obj)) {
-                pending.push(apply_one(
-                    client,
-                    obj,
-                    resolved.clone(),
-                    options,
-                    &budget,
-                    cancel,
-                ));
-            }
-        }
-        let results: Vec<Result<AppliedObject, ObjectFailure>> = futures::stream::iter(pending)
-            .buffer_unordered(options.max_in_flight.max(1))
-            .inspect(|_| {
-                done += 1;
-                on_progress(done, total);
-            })
-            .collect()
-            .await;
+        let results = send_phase(
+            client,
+            phase,
+            &kinds,
+            options,
+            &budget,
+            cancel,
+            &mut progress,
+        )
+        .await;
         if cancel.is_cancelled() {
-            applied.extend(results.into_iter().filter_map(Result::ok));
+            collected
+                .applied
+                .extend(results.into_iter().filter_map(Result::ok));
             return Err(ApplyError::Cancelled);
         }
-        let mut failures = Vec::new();
-        for r in results {
-            match r {
-                Ok(mut a) => {
-                    warnings.extend(a.note.take());
-                    applied.push(a);
-                }
-                // A dry run creates no namespace, so objects in a namespace of this set
-                // (or one rollguard would create) cannot be checked: the server says 404.
-                Err(f) if options.dry_run && is_missing_namespace(&f) => {
-                    warnings.push(format!("dry run: {} not checked: {}", f.object, f.message))
-                }
-                Err(f) => failures.push(f),
-            }
-        }
+        let mut failures = keep_results(results, options, collected);
         if !failures.is_empty() {
             // When the deadline stopped this phase, the later phases were never sent either.
             if failures.iter().any(|f| f.reason == NOT_APPLIED) {
-                failures.extend(
-                    phases[index + 1..]
-                        .iter()
-                        .flat_map(|p| p.objects.iter())
-                        .map(|o| unsent(&kinds, o)),
-                );
+                failures.extend(unsent(&phases[index + 1..], &kinds, options));
             }
             return Err(ApplyError::Objects(failures));
         }
         if !options.dry_run {
-            for crd in phase
-                .objects
-                .iter()
-                .filter(|o| phase.wait_for_crds && o.kind == "CustomResourceDefinition")
-            {
-                await_crd_established(client, &crd.name, options.deadline, cancel).await?;
+            await_phase_crds(client, phase, options, cancel).await?;
+        }
+    }
+    Ok(())
+}
+
+/// How many objects were sent, of how many, and whom to tell.
+struct Progress<'a> {
+    done: usize,
+    total: usize,
+    report: &'a (dyn Fn(usize, usize) + Sync),
+}
+
+/// Creates the namespaces the objects go to but the set does not create (when missing).
+async fn create_namespaces(
+    client: &Client,
+    needed: &BTreeSet<String>,
+    budget: &RetryBudget,
+    cancel: &CancellationToken,
+) -> Result<(), ApplyError> {
+    for ns in needed {
+        match ensure_namespace(client, ns, budget, cancel).await {
+            Ok(()) => {}
+            Err((_, RetryError::Cancelled)) => return Err(ApplyError::Cancelled),
+            Err((step, e)) => {
+                return Err(ApplyError::Namespace {
+                    name: ns.clone(),
+                    source: e.into_kube().unwrap_or_else(|| {
+                        crate::cluster::retry::timeout_error(step, Duration::ZERO)
+                    }),
+                });
             }
         }
+    }
+    Ok(())
+}
+
+/// Every object of `phases`, reported as never sent (the deadline passed).
+fn unsent(
+    phases: &[ApplyPhase],
+    kinds: &HashMap<(String, String), Resolved>,
+    options: &ApplyOptions,
+) -> Vec<ObjectFailure> {
+    phases
+        .iter()
+        .flat_map(|p| p.objects.iter())
+        .map(|o| {
+            let namespaced = kinds.get(&kind_key(o)).is_none_or(|r| r.namespaced);
+            let ns = effective_namespace(o, namespaced, &options.default_namespace);
+            not_applied(display_of(o, ns.as_deref()), o)
+        })
+        .collect()
+}
+
+/// Discovers the kinds again, now that the CRDs of an earlier phase serve theirs.
+async fn rediscover(
+    client: &Client,
+    set: &ManifestSet,
+    groups: &[String],
+    budget: &RetryBudget,
+    cancel: &CancellationToken,
+) -> Result<HashMap<(String, String), Resolved>, ApplyError> {
+    let discovery = discover(client, groups, budget, cancel)
+        .await
+        .map_err(discovery_error)?;
+    resolve_kinds(&discovery, &set.objects, &HashSet::new()).map_err(ApplyError::UnservedKinds)
+}
+
+/// A discovery that did not answer: the cluster's error, or the cancel.
+fn discovery_error(e: RetryError) -> ApplyError {
+    e.into_kube()
+        .map(ApplyError::Discovery)
+        .unwrap_or(ApplyError::Cancelled)
+}
+
+/// Sends the phase's objects, up to `max_in_flight` at once, counting each as it ends.
+async fn send_phase(
+    client: &Client,
+    phase: &ApplyPhase,
+    kinds: &HashMap<(String, String), Resolved>,
+    options: &ApplyOptions,
+    budget: &RetryBudget,
+    cancel: &CancellationToken,
+    progress: &mut Progress<'_>,
+) -> Vec<Result<AppliedObject, ObjectFailure>> {
+    // Futures built up front (they start only when polled): a stream closure over
+    // borrowed objects would not be `Send` for every lifetime, which tokio::spawn needs.
+    let mut pending = Vec::new();
+    for obj in &phase.objects {
+        if let Some(resolved) = kinds.get(&kind_key(obj)) {
+            pending.push(apply_one(
+                client,
+                obj,
+                resolved.clone(),
+                options,
+                budget,
+                cancel,
+            ));
+        }
+    }
+    futures::stream::iter(pending)
+        .buffer_unordered(options.max_in_flight.max(1))
+        .inspect(|_| {
+            progress.done += 1;
+            (progress.report)(progress.done, progress.total);
+        })
+        .collect()
+        .await
+}
+
+/// Keeps the applied objects and their warnings in `collected`; returns the failures.
+fn keep_results(
+    results: Vec<Result<AppliedObject, ObjectFailure>>,
+    options: &ApplyOptions,
+    collected: &mut ApplyOutcome,
+) -> Vec<ObjectFailure> {
+    let mut failures = Vec::new();
+    for r in results {
+        match r {
+            Ok(mut a) => {
+                collected.warnings.extend(a.note.take());
+                collected.applied.push(a);
+            }
+            // A dry run creates no namespace, so objects in a namespace of this set
+            // (or one rollguard would create) cannot be checked: the server says 404.
+            Err(f) if options.dry_run && is_missing_namespace(&f) => collected
+                .warnings
+                .push(format!("dry run: {} not checked: {}", f.object, f.message)),
+            Err(f) => failures.push(f),
+        }
+    }
+    failures
+}
+
+/// Waits until the CRDs of a phase that asks for it are established.
+async fn await_phase_crds(
+    client: &Client,
+    phase: &ApplyPhase,
+    options: &ApplyOptions,
+    cancel: &CancellationToken,
+) -> Result<(), ApplyError> {
+    for crd in phase
+        .objects
+        .iter()
+        .filter(|o| phase.wait_for_crds && o.kind == "CustomResourceDefinition")
+    {
+        await_crd_established(client, &crd.name, options.deadline, cancel).await?;
     }
     Ok(())
 }

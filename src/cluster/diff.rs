@@ -4,7 +4,7 @@
 //! namespace is created, no CRD established, no lock or record taken. The same comparison,
 //! without a cluster, compares two manifest sets (`compare_sets`, the offline plan).
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::HashSet;
 
 use futures::StreamExt;
 use kube::Client;
@@ -186,21 +186,7 @@ pub async fn diff_resolved(
     let mut out = TargetDiff::default();
 
     // Namespaces rollguard would create before applying (not in the set, not on the cluster).
-    let declared: HashSet<&str> = set
-        .objects
-        .iter()
-        .filter(|o| o.kind == "Namespace" && o.group().is_empty())
-        .map(|o| o.name.as_str())
-        .collect();
-    let needed: BTreeSet<String> = set
-        .objects
-        .iter()
-        .filter_map(|o| {
-            let namespaced = resolution.resolved(o).map(|r| r.namespaced).unwrap_or(true);
-            effective_namespace(o, namespaced, &options.default_namespace)
-        })
-        .filter(|ns| !declared.contains(ns.as_str()))
-        .collect();
+    let needed = resolution.namespaces_to_create(set, &options.default_namespace);
     for ns in needed {
         use k8s_openapi::api::core::v1::Namespace;
         let api: kube::Api<Namespace> = kube::Api::all(client.clone());

@@ -8,12 +8,13 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::cluster::apply::field_manager;
+use crate::cluster::connect::ClusterAccess;
 use crate::engine::plan::Plan;
 use crate::engine::policy::{RollbackResult, left_in_place, summary};
 use crate::engine::reapply::{ReApply, stored_manifests};
-use crate::engine::target_run::TargetRun;
-use crate::release::session::{ReleaseSettings, applied_ref};
-use crate::release::{ObjectRef, ReleaseOrigin, ReleaseStatus, RunInfo};
+use crate::engine::target_run::{TargetRun, stopped_when_lost};
+use crate::release::session::{ReleaseSettings, TargetRelease, applied_ref};
+use crate::release::{ObjectRef, ReleaseOrigin, ReleaseRecord, ReleaseStatus, RunInfo};
 use crate::report::progress::{Progress, Stage};
 use crate::report::{Failure, PhaseTiming, RollbackReport, TargetOutcome};
 use crate::util::duration::format_duration;
@@ -283,114 +284,34 @@ async fn roll_back_manifests(
     context: &Conclusion<'_>,
     run: &mut TargetRun,
 ) -> Option<RollbackResult> {
-    let Conclusion {
-        plan,
-        settings,
-        rollback_revision,
-        cancelled,
-        deadline,
-        stop,
-        progress,
-    } = context;
-    let (plan, cancelled, deadline) = (*plan, *cancelled, *deadline);
     let name = run.report.name.clone();
     // What this run applied, as the server named it (the record may not have been updated
     // when the cluster stopped answering).
     let applied: Vec<ObjectRef> = run.applied.iter().map(applied_ref).collect();
-    let release = run.release.as_mut()?;
+    let release = run.release.as_ref()?;
     let failed_objects = if applied.is_empty() {
         release.record.objects.clone()
     } else {
         applied
     };
     let Some(good) = release.last_good.clone() else {
-        run.report.rollback = Some(RollbackReport {
-            started_at: None,
-            why: None,
-            to_commit: None,
-            as_revision: None,
-            to_revision: None,
-            outcome: TargetOutcome::Failed,
-            left_in_place: failed_objects.iter().map(ToString::to_string).collect(),
-            message: Some(
-                "nothing to roll back to: no earlier release was deployed here (first deploy); nothing was deleted"
-                    .to_string(),
-            ),
-        });
+        run.report.rollback = Some(nothing_to_roll_back(&failed_objects));
         return None;
     };
     let left: Vec<String> = left_in_place(&failed_objects, &good.objects)
         .iter()
         .map(ToString::to_string)
         .collect();
-    progress.update(&name, Stage::RollingBack(format!("to v{}", good.revision)));
-    // Losing the lock mid-rollback stops it at once, like the end of the budget.
-    let stop = stop.child_token();
-    let _end = stop.clone().drop_guard();
-    tokio::spawn({
-        let (stop, lost) = (stop.clone(), release.lost_token());
-        async move {
-            tokio::select! {
-                _ = lost.cancelled() => stop.cancel(),
-                _ = stop.cancelled() => {}
-            }
-        }
-    });
+    context
+        .progress
+        .update(&name, Stage::RollingBack(format!("to v{}", good.revision)));
     let rollback_started = Instant::now();
-    let attempt = match run.access.as_ref() {
-        None => Err((
-            "no connection to the cluster".to_string(),
-            TargetOutcome::RollbackFailed,
-        )),
-        Some(access) => {
-            match stored_manifests(&release.store, &plan.config, &good, access, Some(deadline))
-                .await
-            {
-                Err(why) => Err((why.to_string(), TargetOutcome::RollbackFailed)),
-                Ok(bodies) => ReApply {
-                    access,
-                    store: &release.store,
-                    target: &name,
-                    default_namespace: good
-                        .default_namespace
-                        .clone()
-                        .unwrap_or_else(|| release.default_namespace.clone()),
-                    bodies,
-                    commit: good.commit.clone(),
-                    origin: ReleaseOrigin::Rollback { to: good.revision },
-                    revision: Some(*rollback_revision),
-                    destination: format!("v{}", good.revision),
-                    timeout: settings.rollback_timeout,
-                    deadline,
-                    cancelled,
-                    stop: stop.clone(),
-                    lost: release.lost_token(),
-                    field_manager: field_manager(&plan.config.app),
-                    force_conflicts: plan.options.force_conflicts,
-                    fail_fast: plan.config.wait.fail_fast.clone(),
-                    run: RunInfo::from_env(&|k| plan.env(k)),
-                    secrets: plan.config.history.secrets,
-                }
-                .run()
-                .await
-                .map_err(|e| match release.lock_lost() {
-                    Some(lost) => (format!("{e}; {lost}"), TargetOutcome::RollbackFailed),
-                    None => {
-                        let outcome = crate::engine::policy::unfinished_rollback_outcome(
-                            e.sent_unverified(),
-                            &failed_objects,
-                            e.stopped_after(),
-                        );
-                        (e.to_string(), outcome)
-                    }
-                }),
-            }
-        }
-    };
+    let access = run.access.as_ref();
+    let attempt = re_apply_good(context, release, access, &name, &good, &failed_objects).await;
     if let Ok(revision) = &attempt {
         run.report.warnings.extend(crate::release::revision_moved(
             "the rollback",
-            *rollback_revision,
+            context.rollback_revision,
             *revision,
         ));
     }
@@ -422,11 +343,11 @@ async fn roll_back_manifests(
     ));
     // A rollback that failed says so even after a cancel: the cluster is not where the
     // cancel left it to be (exit 3), and the message says what was re-applied and what not.
-    if !cancelled || outcome == TargetOutcome::RollbackFailed {
+    if !context.cancelled || outcome == TargetOutcome::RollbackFailed {
         run.report.outcome = outcome;
     }
     run.report.finished_at = jiff::Timestamp::now();
-    progress.update(
+    context.progress.update(
         &name,
         Stage::Finished {
             outcome: run.report.outcome,
@@ -437,5 +358,83 @@ async fn roll_back_manifests(
         target: name,
         ok,
         message: (!ok).then_some(message),
+    })
+}
+
+/// The rollback of a target with no earlier release (a first deploy): nothing is deleted.
+fn nothing_to_roll_back(failed_objects: &[ObjectRef]) -> RollbackReport {
+    RollbackReport {
+        started_at: None,
+        why: None,
+        to_commit: None,
+        as_revision: None,
+        to_revision: None,
+        outcome: TargetOutcome::Failed,
+        left_in_place: failed_objects.iter().map(ToString::to_string).collect(),
+        message: Some(
+            "nothing to roll back to: no earlier release was deployed here (first deploy); nothing was deleted"
+                .to_string(),
+        ),
+    }
+}
+
+/// Re-applies the `good` release's stored manifests on the target and waits for them: the
+/// revision the rollback was recorded as, or why not and how the target ends.
+async fn re_apply_good(
+    context: &Conclusion<'_>,
+    release: &TargetRelease,
+    access: Option<&ClusterAccess>,
+    name: &str,
+    good: &ReleaseRecord,
+    failed_objects: &[ObjectRef],
+) -> Result<u64, (String, TargetOutcome)> {
+    let (plan, settings, deadline) = (context.plan, &context.settings, context.deadline);
+    let Some(access) = access else {
+        return Err((
+            "no connection to the cluster".to_string(),
+            TargetOutcome::RollbackFailed,
+        ));
+    };
+    // Losing the lock mid-rollback stops it at once, like the end of the budget.
+    let (stop, _end) = stopped_when_lost(&context.stop, release.lost_token());
+    let bodies = stored_manifests(&release.store, &plan.config, good, access, Some(deadline))
+        .await
+        .map_err(|why| (why.to_string(), TargetOutcome::RollbackFailed))?;
+    ReApply {
+        access,
+        store: &release.store,
+        target: name,
+        default_namespace: good
+            .default_namespace
+            .clone()
+            .unwrap_or_else(|| release.default_namespace.clone()),
+        bodies,
+        commit: good.commit.clone(),
+        origin: ReleaseOrigin::Rollback { to: good.revision },
+        revision: Some(context.rollback_revision),
+        destination: format!("v{}", good.revision),
+        timeout: settings.rollback_timeout,
+        deadline,
+        cancelled: context.cancelled,
+        stop: stop.clone(),
+        lost: release.lost_token(),
+        field_manager: field_manager(&plan.config.app),
+        force_conflicts: plan.options.force_conflicts,
+        fail_fast: plan.config.wait.fail_fast.clone(),
+        run: RunInfo::from_env(&|k| plan.env(k)),
+        secrets: plan.config.history.secrets,
+    }
+    .run()
+    .await
+    .map_err(|e| match release.lock_lost() {
+        Some(lost) => (format!("{e}; {lost}"), TargetOutcome::RollbackFailed),
+        None => {
+            let outcome = crate::engine::policy::unfinished_rollback_outcome(
+                e.sent_unverified(),
+                failed_objects,
+                e.stopped_after(),
+            );
+            (e.to_string(), outcome)
+        }
     })
 }

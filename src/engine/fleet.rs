@@ -161,6 +161,26 @@ pub fn preflight_stop(policy: FailurePolicy, checked: &[TargetRun]) -> Option<St
     ))
 }
 
+/// Which targets a check before the first write asks (those going on, with their lock held);
+/// their clocks start the check's phase, their live lines say so.
+fn start_asking(
+    runs: &mut [TargetRun],
+    locks: &[Result<Option<HeldHistory>, Box<LockRefusal>>],
+    phase: &str,
+    progress: &Progress,
+) -> Vec<bool> {
+    let asked: Vec<bool> = runs
+        .iter()
+        .zip(locks.iter())
+        .map(|(run, lock)| !run.done && matches!(lock, Ok(Some(_))))
+        .collect();
+    for (run, _) in runs.iter_mut().zip(&asked).filter(|(_, a)| **a) {
+        run.clock.start(phase);
+        progress.update(&run.target.name, Stage::Preflight);
+    }
+    asked
+}
+
 /// The preflight dry run ([`crate::engine::preflight`]) of every target whose lock is held,
 /// before the first write anywhere. True when it stopped the run: then every lock is given
 /// back and every target that was going on says why it was not deployed (a refused one with
@@ -173,15 +193,7 @@ async fn preflight_dry_run(
     progress: &Progress,
 ) -> bool {
     use crate::engine::preflight::{Checked, dry_run_all, preflight_verdict, stopped_outcome};
-    let asked: Vec<bool> = runs
-        .iter()
-        .zip(locks.iter())
-        .map(|(run, lock)| !run.done && matches!(lock, Ok(Some(_))))
-        .collect();
-    for (run, _) in runs.iter_mut().zip(&asked).filter(|(_, a)| **a) {
-        run.clock.start("preflight");
-        progress.update(&run.target.name, Stage::Preflight);
-    }
+    let asked = start_asking(runs, locks, "preflight", progress);
     let found = dry_run_all(plan, runs, &asked, cancel).await;
     let views: Vec<(&str, &Checked)> = runs
         .iter()
@@ -236,15 +248,7 @@ async fn check_saved_plan(
     cancel: &CancellationToken,
     progress: &Progress,
 ) -> bool {
-    let asked: Vec<bool> = runs
-        .iter()
-        .zip(locks.iter())
-        .map(|(run, lock)| !run.done && matches!(lock, Ok(Some(_))))
-        .collect();
-    for (run, _) in runs.iter_mut().zip(&asked).filter(|(_, a)| **a) {
-        run.clock.start("plan check");
-        progress.update(&run.target.name, Stage::Preflight);
-    }
+    let asked = start_asking(runs, locks, "plan check", progress);
     // Each target's history head as read under its lock.
     let heads: Vec<Option<u64>> = locks
         .iter()
@@ -618,17 +622,7 @@ async fn take_locks(
     let candidates: Vec<usize> = (0..reached.len())
         .filter(|i| !reached[*i].done && reached[*i].access.is_some())
         .collect();
-    let keys: Vec<(String, String)> = candidates
-        .iter()
-        .filter_map(|i| {
-            let run = &reached[*i];
-            let access = run.access.as_ref()?;
-            let namespace = plan
-                .config
-                .history_namespace(&run.target, &access.context_namespace);
-            Some(lock_key(&access.server, &namespace))
-        })
-        .collect();
+    let keys = lock_keys(plan, reached, &candidates);
     let timeout = ReleaseSettings::from_config(&plan.config).lock_timeout;
     let deadline = tokio::time::Instant::now() + timeout;
     let env = |k: &str| plan.env(k);
@@ -646,9 +640,78 @@ async fn take_locks(
         }
     };
 
-    // Validation refuses two targets on one Lease; a kubeconfig read differently at run time
-    // must still not make a run wait for its own Lease.
-    let order = lock_order(&keys);
+    let to_take = refuse_shared_leases(plan, reached, &candidates, &keys, &mut locks);
+
+    // First pass: all at once, waiting for none.
+    let mut taken: Vec<(usize, Option<Result<HeldLock, PrepareError>>)> =
+        futures::future::join_all(to_take.iter().map(|&position| async move {
+            (position, Some(attempt(position, Duration::ZERO).await))
+        }))
+        .await;
+    let busy = |t: &Option<Result<HeldLock, PrepareError>>| {
+        matches!(t, Some(Err(PrepareError::Lock(LockError::Timeout { .. }))))
+    };
+    // A lock that failed for any other reason (a 403, a timeout, 5xx past the retries, two
+    // targets on one Lease) stops the run here: waiting for the busy ones would gain nothing.
+    let mut stopped = locks.iter().any(Option::is_some)
+        || taken
+            .iter()
+            .any(|(_, t)| matches!(t, Some(Err(_))) && !busy(t));
+    if let Some(first_busy) = taken.iter().position(|(_, t)| busy(t)) {
+        give_back(&mut taken[first_busy..]).await;
+    }
+
+    // Second pass (only after a held Lease): one at a time in the order, waiting for each,
+    // until one fails.
+    for (position, slot) in taken {
+        let i = candidates[position];
+        let result = match slot {
+            Some(result) => result,
+            // Left untried: the verdict below says why.
+            None if stopped => continue,
+            None => {
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                attempt(position, left).await
+            }
+        };
+        stopped |= result.is_err();
+        let server = reached[i].access.as_ref().map(|a| a.server.as_str());
+        locks[i] = Some(lock_entry(result, server.unwrap_or_default()));
+    }
+    settle_locks(reached, &candidates, &mut locks).await;
+    locks
+        .into_iter()
+        .map(|slot| slot.unwrap_or(Ok(None)))
+        .collect()
+}
+
+/// The Lease each candidate's lock is: (server, history namespace).
+fn lock_keys(plan: &Plan, reached: &[TargetRun], candidates: &[usize]) -> Vec<(String, String)> {
+    candidates
+        .iter()
+        .filter_map(|i| {
+            let run = &reached[*i];
+            let access = run.access.as_ref()?;
+            let namespace = plan
+                .config
+                .history_namespace(&run.target, &access.context_namespace);
+            Some(lock_key(&access.server, &namespace))
+        })
+        .collect()
+}
+
+/// Refuses (in `locks`) every candidate whose Lease an earlier one in the lock order also
+/// takes; returns the positions (in `candidates`) left to take, in that order. Validation
+/// refuses two targets on one Lease; a kubeconfig read differently at run time must still
+/// not make a run wait for its own Lease.
+fn refuse_shared_leases(
+    plan: &Plan,
+    reached: &[TargetRun],
+    candidates: &[usize],
+    keys: &[(String, String)],
+    locks: &mut [Option<Result<Option<HeldLock>, Box<LockRefusal>>>],
+) -> Vec<usize> {
+    let order = lock_order(keys);
     let mut to_take = Vec::new();
     for (n, &position) in order.iter().enumerate() {
         let i = candidates[position];
@@ -679,57 +742,21 @@ async fn take_locks(
             None => to_take.push(position),
         }
     }
+    to_take
+}
 
-    // First pass: all at once, waiting for none.
-    let mut taken: Vec<(usize, Option<Result<HeldLock, PrepareError>>)> =
-        futures::future::join_all(to_take.iter().map(|&position| async move {
-            (position, Some(attempt(position, Duration::ZERO).await))
-        }))
-        .await;
-    let busy = |t: &Option<Result<HeldLock, PrepareError>>| {
-        matches!(t, Some(Err(PrepareError::Lock(LockError::Timeout { .. }))))
-    };
-    // A lock that failed for any other reason (a 403, a timeout, 5xx past the retries, two
-    // targets on one Lease) stops the run here: waiting for the busy ones would gain nothing.
-    let mut stopped = locks.iter().any(Option::is_some)
-        || taken
-            .iter()
-            .any(|(_, t)| matches!(t, Some(Err(_))) && !busy(t));
-    if let Some(first_busy) = taken.iter().position(|(_, t)| busy(t)) {
-        // Give back what comes after the first held Lease, to take it again in order.
-        for (_, slot) in &mut taken[first_busy..] {
-            match slot.take() {
-                Some(Ok((guard, _))) => {
-                    let _ = guard.release().await;
-                }
-                Some(Err(PrepareError::Lock(LockError::Timeout { .. }))) | None => {}
-                other => *slot = other,
+/// Gives back the locks held in `taken` (what comes after the first held Lease), to take them
+/// again in order; keeps the failures other than a held Lease.
+async fn give_back(taken: &mut [(usize, Option<Result<HeldLock, PrepareError>>)]) {
+    for (_, slot) in taken {
+        match slot.take() {
+            Some(Ok((guard, _))) => {
+                let _ = guard.release().await;
             }
+            Some(Err(PrepareError::Lock(LockError::Timeout { .. }))) | None => {}
+            other => *slot = other,
         }
     }
-
-    // Second pass (only after a held Lease): one at a time in the order, waiting for each,
-    // until one fails.
-    for (position, slot) in taken {
-        let i = candidates[position];
-        let result = match slot {
-            Some(result) => result,
-            // Left untried: the verdict below says why.
-            None if stopped => continue,
-            None => {
-                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                attempt(position, left).await
-            }
-        };
-        stopped |= result.is_err();
-        let server = reached[i].access.as_ref().map(|a| a.server.as_str());
-        locks[i] = Some(lock_entry(result, server.unwrap_or_default()));
-    }
-    settle_locks(reached, &candidates, &mut locks).await;
-    locks
-        .into_iter()
-        .map(|slot| slot.unwrap_or(Ok(None)))
-        .collect()
 }
 
 /// A lock attempt as the run keeps it: the lock held, or why not.

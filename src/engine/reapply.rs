@@ -393,10 +393,77 @@ impl ReApply<'_> {
     /// Record, apply (server-side, never pruning) and wait. Ok(new revision).
     pub async fn run(self) -> Result<u64, RollbackError> {
         let access = self.access;
-        let describe = |e: &ReleaseError| match e.kube_error() {
-            Some(k) => describe_error(k, &access.server).message,
-            None => e.to_string(),
+        let to = &self.destination;
+        let revision = self.begin_record().await?;
+        let set = manifest_set_from_bodies(&self.bodies, to);
+        let options = ApplyOptions {
+            field_manager: self.field_manager.clone(),
+            force: self.force_conflicts,
+            dry_run: false,
+            default_namespace: self.default_namespace.clone(),
+            max_in_flight: MAX_IN_FLIGHT,
+            deadline: self.deadline,
         };
+        // The first signal cancelled the deploy; the rollback itself runs to its deadline or
+        // until `stop` (a second signal ends the process).
+        let applied = apply_set(&access.client, &set, &options, &self.stop, &|_, _| {}).await;
+        let outcome = match &applied.result {
+            Err(e) => {
+                let why = apply_failures(e, &access.server)
+                    .first()
+                    .map(Failure::headline)
+                    .unwrap_or_else(|| {
+                        if self.stop.is_cancelled() {
+                            "stopped: its time ran out".to_string()
+                        } else {
+                            e.to_string()
+                        }
+                    });
+                Err(RollbackError::Apply {
+                    to: to.clone(),
+                    why,
+                    progress: rollback_progress(&set, &applied.applied),
+                    reapplied: applied.applied.iter().map(applied_ref).collect(),
+                })
+            }
+            Ok(()) => self.wait_healthy(&applied.applied).await,
+        };
+        if self.lost.is_cancelled() {
+            return Err(RollbackError::LockLost {
+                to: to.clone(),
+                revision,
+            });
+        }
+        let objects = Some(applied.applied.iter().map(applied_ref).collect());
+        let (status, reason) = match &outcome {
+            Ok(()) => (ReleaseStatus::Deployed, None),
+            Err(e) => (ReleaseStatus::Failed, Some(e.to_string())),
+        };
+        if let Err(e) = self
+            .store
+            .finish_with_objects(revision, status, reason, objects)
+            .await
+        {
+            return Err(RollbackError::Record {
+                to: to.clone(),
+                revision,
+                why: self.describe(&e),
+                source: e,
+            });
+        }
+        outcome.map(|()| revision)
+    }
+
+    /// A history error as the cluster's answer says it, else as the store does.
+    fn describe(&self, e: &ReleaseError) -> String {
+        match e.kube_error() {
+            Some(k) => describe_error(k, &self.access.server).message,
+            None => e.to_string(),
+        }
+    }
+
+    /// Encodes the manifests for the history and begins the rollback's record: its revision.
+    async fn begin_record(&self) -> Result<u64, RollbackError> {
         let to = &self.destination;
         let others = other_namespace_secrets(
             &self.bodies,
@@ -424,99 +491,45 @@ impl ReApply<'_> {
             .await
             .map_err(|source| RollbackError::Begin {
                 to: to.clone(),
-                why: describe(&source),
+                why: self.describe(&source),
                 source,
             })?;
-        let revision = record.revision;
-        let set = manifest_set_from_bodies(&self.bodies, to);
-        let options = ApplyOptions {
-            field_manager: self.field_manager.clone(),
-            force: self.force_conflicts,
-            dry_run: false,
-            default_namespace: self.default_namespace.clone(),
-            max_in_flight: MAX_IN_FLIGHT,
+        Ok(record.revision)
+    }
+
+    /// Waits for the rollout of what was re-applied.
+    async fn wait_healthy(&self, applied: &[AppliedObject]) -> Result<(), RollbackError> {
+        let to = &self.destination;
+        let wait = WaitOptions {
             deadline: self.deadline,
+            timeout: self.timeout,
+            fail_fast: self.fail_fast.clone(),
+            server: self.access.server.clone(),
+            // The rollback's own wait: its failures are about the old revision,
+            // whose logs the failed deploy's report already holds.
+            log_lines: 0,
         };
-        // The first signal cancelled the deploy; the rollback itself runs to its deadline or
-        // until `stop` (a second signal ends the process).
-        let keep_going = self.stop.clone();
-        let applied = apply_set(&access.client, &set, &options, &keep_going, &|_, _| {}).await;
-        let outcome = match &applied.result {
-            Err(e) => {
-                let why = apply_failures(e, &access.server)
-                    .first()
-                    .map(Failure::headline)
-                    .unwrap_or_else(|| {
-                        if self.stop.is_cancelled() {
-                            "stopped: its time ran out".to_string()
-                        } else {
-                            e.to_string()
-                        }
-                    });
-                Err(RollbackError::Apply {
+        let waited = wait_for_rollout(
+            &self.access.watch_client,
+            applied,
+            &wait,
+            &self.stop,
+            &|_| {},
+        )
+        .await;
+        match waited.result {
+            Ok(()) => Ok(()),
+            Err(WaitFailure::Timeout(_)) if self.cancelled => {
+                Err(RollbackError::SentUnverified { to: to.clone() })
+            }
+            Err(WaitFailure::Failed(f)) | Err(WaitFailure::Timeout(f)) => {
+                Err(RollbackError::Unhealthy {
                     to: to.clone(),
-                    why,
-                    progress: rollback_progress(&set, &applied.applied),
-                    reapplied: applied.applied.iter().map(applied_ref).collect(),
+                    why: f.first().map(Failure::headline).unwrap_or_default(),
                 })
             }
-            Ok(()) => {
-                let wait = WaitOptions {
-                    deadline: self.deadline,
-                    timeout: self.timeout,
-                    fail_fast: self.fail_fast.clone(),
-                    server: self.access.server.clone(),
-                    // The rollback's own wait: its failures are about the old revision,
-                    // whose logs the failed deploy's report already holds.
-                    log_lines: 0,
-                };
-                let waited = wait_for_rollout(
-                    &access.watch_client,
-                    &applied.applied,
-                    &wait,
-                    &keep_going,
-                    &|_| {},
-                )
-                .await;
-                match waited.result {
-                    Ok(()) => Ok(()),
-                    Err(WaitFailure::Timeout(_)) if self.cancelled => {
-                        Err(RollbackError::SentUnverified { to: to.clone() })
-                    }
-                    Err(WaitFailure::Failed(f)) | Err(WaitFailure::Timeout(f)) => {
-                        Err(RollbackError::Unhealthy {
-                            to: to.clone(),
-                            why: f.first().map(Failure::headline).unwrap_or_default(),
-                        })
-                    }
-                    Err(WaitFailure::Cancelled) => Err(RollbackError::Cancelled { to: to.clone() }),
-                }
-            }
-        };
-        if self.lost.is_cancelled() {
-            return Err(RollbackError::LockLost {
-                to: to.clone(),
-                revision,
-            });
+            Err(WaitFailure::Cancelled) => Err(RollbackError::Cancelled { to: to.clone() }),
         }
-        let objects = Some(applied.applied.iter().map(applied_ref).collect());
-        let (status, reason) = match &outcome {
-            Ok(()) => (ReleaseStatus::Deployed, None),
-            Err(e) => (ReleaseStatus::Failed, Some(e.to_string())),
-        };
-        if let Err(e) = self
-            .store
-            .finish_with_objects(revision, status, reason, objects)
-            .await
-        {
-            return Err(RollbackError::Record {
-                to: to.clone(),
-                revision,
-                why: describe(&e),
-                source: e,
-            });
-        }
-        outcome.map(|()| revision)
     }
 }
 

@@ -421,6 +421,26 @@ pub fn lock_lost_failure(why: &str) -> Failure {
     }
 }
 
+/// A child of `parent` that is also cancelled when the lock is `lost`, with the guard that
+/// ends the watching task (and the child) when the stage that holds it returns.
+pub(crate) fn stopped_when_lost(
+    parent: &CancellationToken,
+    lost: CancellationToken,
+) -> (CancellationToken, tokio_util::sync::DropGuard) {
+    let stop = parent.child_token();
+    tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            tokio::select! {
+                _ = lost.cancelled() => stop.cancel(),
+                _ = stop.cancelled() => {}
+            }
+        }
+    });
+    let end = stop.clone().drop_guard();
+    (stop, end)
+}
+
 /// Why the run no longer holds its target's lock, when it lost it.
 fn lock_lost(run: &TargetRun) -> Option<String> {
     run.release.as_ref().and_then(TargetRelease::lock_lost)
@@ -462,6 +482,17 @@ pub fn complete(run: &mut TargetRun, progress: &Progress) {
     }
 }
 
+/// What the apply-and-wait steps of one target share.
+struct Step<'a> {
+    plan: &'a Plan,
+    access: &'a ClusterAccess,
+    /// For apply and rollout together.
+    deadline: Instant,
+    /// The run's cancel, or the lock lost.
+    stop: &'a CancellationToken,
+    progress: &'a Progress,
+}
+
 async fn apply_and_wait(
     plan: &Plan,
     run: &mut TargetRun,
@@ -471,32 +502,23 @@ async fn apply_and_wait(
     let (Some(access), Some(resolution)) = (run.access.clone(), run.resolution.take()) else {
         return;
     };
-    let target = run.target.clone();
-    let name = target.name.clone();
-    // The deadline is for apply and rollout: time spent waiting for the lock or in scripts
-    // does not count.
-    let deadline = Instant::now() + plan.config.wait.timeout;
-
+    let name = run.target.name.clone();
     // Losing the lock stops this target's apply and wait at once, like a cancel.
-    let stop = cancel.child_token();
     let lost = run
         .release
         .as_ref()
         .map(TargetRelease::lost_token)
         .unwrap_or_default();
-    tokio::spawn({
-        let stop = stop.clone();
-        async move {
-            tokio::select! {
-                _ = lost.cancelled() => stop.cancel(),
-                _ = stop.cancelled() => {}
-            }
-        }
-    });
-    // Ends the task above when this stage returns.
-    let _end = stop.clone().drop_guard();
-    let cancel = &stop;
-
+    let (stop, _end) = stopped_when_lost(cancel, lost);
+    let step = Step {
+        plan,
+        access: &access,
+        // The deadline is for apply and rollout: time spent waiting for the lock or in
+        // scripts does not count.
+        deadline: Instant::now() + plan.config.wait.timeout,
+        stop: &stop,
+        progress,
+    };
     run.clock.start("apply");
     progress.update(
         &name,
@@ -506,51 +528,65 @@ async fn apply_and_wait(
         },
     );
     if plan.options.dry_run {
-        // A dry run asks the server what the apply would change (GETs and dryRun=All
-        // applies, no namespace created, no CRD established) and waits for nothing.
-        let default_namespace = plan
-            .config
-            .default_namespace(&target, &access.context_namespace);
-        let (mut found, cancelled) = plan
-            .server_dry_run(
-                &name,
-                &access,
-                &resolution,
-                default_namespace,
-                deadline,
-                cancel,
-            )
-            .await;
-        if !cancelled && found.errors.is_empty() {
-            crate::engine::prune::plan_dropped(
-                plan,
-                &target,
-                &access,
-                &resolution,
-                &mut found,
-                cancel,
-            )
-            .await;
-        }
-        let errors = found.errors.clone();
-        run.plan = Some(found);
-        if cancelled {
-            return finish(run, progress, TargetOutcome::Cancelled);
-        }
-        if !errors.is_empty() {
-            run.report.failures = errors;
-            return finish(run, progress, TargetOutcome::Failed);
-        }
-        run.clock.stop();
-        return;
+        return ask_dry_run(&step, run, &resolution).await;
     }
+    if apply_objects(&step, run, resolution).await {
+        wait_until_healthy(&step, run).await;
+    }
+}
+
+/// A dry run asks the server what the apply would change (GETs and dryRun=All applies, no
+/// namespace created, no CRD established) and waits for nothing.
+async fn ask_dry_run(step: &Step<'_>, run: &mut TargetRun, resolution: &Resolution) {
+    let Step {
+        plan,
+        access,
+        deadline,
+        stop,
+        progress,
+    } = *step;
+    let target = run.target.clone();
+    let name = target.name.clone();
+    let default_namespace = plan
+        .config
+        .default_namespace(&target, &access.context_namespace);
+    let (mut found, cancelled) = plan
+        .server_dry_run(&name, access, resolution, default_namespace, deadline, stop)
+        .await;
+    if !cancelled && found.errors.is_empty() {
+        crate::engine::prune::plan_dropped(plan, &target, access, resolution, &mut found, stop)
+            .await;
+    }
+    let errors = found.errors.clone();
+    run.plan = Some(found);
+    if cancelled {
+        return finish(run, progress, TargetOutcome::Cancelled);
+    }
+    if !errors.is_empty() {
+        run.report.failures = errors;
+        return finish(run, progress, TargetOutcome::Failed);
+    }
+    run.clock.stop();
+}
+
+/// Applies the target's manifests; false when the target finished there (failed, cancelled,
+/// or its lock lost).
+async fn apply_objects(step: &Step<'_>, run: &mut TargetRun, resolution: Resolution) -> bool {
+    let Step {
+        plan,
+        access,
+        deadline,
+        stop,
+        progress,
+    } = *step;
+    let name = run.target.name.clone();
     let options = ApplyOptions {
         field_manager: field_manager(&plan.config.app),
         force: plan.options.force_conflicts,
         dry_run: false,
         default_namespace: plan
             .config
-            .default_namespace(&target, &access.context_namespace),
+            .default_namespace(&run.target, &access.context_namespace),
         max_in_flight: MAX_IN_FLIGHT,
         deadline,
     };
@@ -561,7 +597,7 @@ async fn apply_and_wait(
         plan.manifests_for(&name),
         resolution,
         &options,
-        cancel,
+        stop,
         &report_progress,
     )
     .await;
@@ -570,18 +606,34 @@ async fn apply_and_wait(
     run.applied = outcome.applied;
     if let Some(why) = lock_lost(run) {
         run.report.failures = vec![lock_lost_failure(&why)];
-        return finish(run, progress, TargetOutcome::Failed);
+        finish(run, progress, TargetOutcome::Failed);
+        return false;
     }
     if let Err(e) = outcome.result {
         if matches!(e, ApplyError::Cancelled) {
-            return finish(run, progress, TargetOutcome::Cancelled);
+            finish(run, progress, TargetOutcome::Cancelled);
+            return false;
         }
         tracing::info!("apply failed: {e}");
         run.report.failures = apply_failures(&e, &access.server);
-        return finish(run, progress, TargetOutcome::Failed);
+        finish(run, progress, TargetOutcome::Failed);
+        return false;
     }
     tracing::info!(objects = run.applied.len(), "applied");
+    true
+}
 
+/// Waits for the rollout of what was applied; finishes the target when it did not become
+/// healthy (or the lock was lost meanwhile).
+async fn wait_until_healthy(step: &Step<'_>, run: &mut TargetRun) {
+    let Step {
+        plan,
+        access,
+        deadline,
+        stop,
+        progress,
+    } = *step;
+    let name = run.target.name.clone();
     run.clock.start("wait");
     let wait_options = WaitOptions {
         deadline,
@@ -595,7 +647,7 @@ async fn apply_and_wait(
         &access.watch_client,
         &run.applied,
         &wait_options,
-        cancel,
+        stop,
         &report_wait,
     )
     .await;

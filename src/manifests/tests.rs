@@ -658,15 +658,10 @@ fn render_timeout_kills_the_command_and_its_children() {
 
 #[test]
 fn hostile_yaml_is_refused_quickly() {
-    let mut bomb = String::from(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\na0: &a0 [x, x, x, x, x, x, x, x, x, x]\n",
+    let bomb = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: x}}\n{}",
+        crate::util::yaml_fixtures::alias_bomb(15)
     );
-    for i in 1..15 {
-        bomb.push_str(&format!(
-            "a{i}: &a{i} [{}]\n",
-            vec![format!("*a{}", i - 1); 10].join(", ")
-        ));
-    }
     let deep = format!(
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: x}}\ndata: {}{}\n",
         "[".repeat(5000),
@@ -739,14 +734,7 @@ fn hostile_manifest_files_are_refused_with_file_and_line() {
     let dir = tempfile::tempdir().unwrap();
     let k8s = dir.path().join("k8s");
     std::fs::create_dir(&k8s).unwrap();
-    let mut bomb = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
-    for i in 1..12 {
-        let prev = format!("*a{}", i - 1);
-        bomb.push_str(&format!(
-            "a{i}: &a{i} [{}]\n",
-            [prev.as_str(); 10].join(", ")
-        ));
-    }
+    let bomb = crate::util::yaml_fixtures::alias_bomb(12);
     let cm = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n";
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         ("bomb.yaml", format!("{cm}---\n{bomb}").into_bytes(), "k8s/bomb.yaml:10: not valid YAML: its aliases (`*name`) expand past the cap of 200,000 replayed nodes"),

@@ -277,14 +277,14 @@ impl Lock {
         holder: &str,
         options: &LockOptions,
     ) -> Result<LockGuard, LockError> {
-        let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
-        let name = lease_name(app);
-        let err = |action: &str, e: kube::Error| LockError::Kube {
-            action: action.to_string(),
-            lease: name.clone(),
-            namespace: namespace.to_string(),
-            server: server.to_string(),
-            source: Box::new(e),
+        let taking = Taking {
+            api: Api::namespaced(client.clone(), namespace),
+            client,
+            server,
+            name: lease_name(app),
+            namespace,
+            holder,
+            options,
         };
         let started = tokio::time::Instant::now();
         let mut announced = false;
@@ -293,16 +293,7 @@ impl Lock {
         // or replace whose answer was lost comes back as AlreadyExists or Conflict: the loop
         // then reads the Lease again and finds itself the holder (Decision::Renew).
         loop {
-            let got = retry_call("read the lock", &RetryBudget::bookkeeping(), || {
-                api.get_opt(&name)
-            })
-            .await;
-            let current = match got {
-                Ok(lease) => lease,
-                Err(kube::Error::Api(s)) if s.is_not_found() => None,
-                Err(e) => return Err(err("reading the lock", e)),
-            };
-            let now = Timestamp::now();
+            let current = taking.read().await?;
             let state = current.as_ref().map(LeaseState::from_lease);
             let seen_at = started.elapsed();
             observed = state.as_ref().map(|s| observe(observed.take(), s, seen_at));
@@ -313,72 +304,11 @@ impl Lock {
                 seen_at,
                 options.lease_duration,
             );
-            match decision {
-                Decision::Create => {
-                    let lease = new_lease(&name, namespace, holder, options, now, 0, None);
-                    let post = PostParams::default();
-                    let created =
-                        retry_call("create the lock", &RetryBudget::bookkeeping(), || {
-                            api.create(&post, &lease)
-                        })
-                        .await;
-                    match created {
-                        Ok(created) => {
-                            return Ok(LockGuard::start(
-                                api, server, created, holder, options, None,
-                            ));
-                        }
-                        // Another run created it first: look again (not in a hot loop).
-                        Err(kube::Error::Api(s)) if s.is_already_exists() => {
-                            tokio::time::sleep(RACE_PAUSE).await;
-                            continue;
-                        }
-                        Err(kube::Error::Api(s)) if s.is_not_found() => {
-                            crate::release::ensure_namespace(&client, server, namespace).await?;
-                            continue;
-                        }
-                        Err(e) => return Err(err("creating the lock", e)),
-                    }
-                }
+            let taken = match decision {
+                Decision::Create => taking.create().await?,
                 Decision::TakeOver { .. } | Decision::Renew => {
                     let Some(current) = current else { continue };
-                    let previous = state.as_ref().and_then(|s| s.holder.clone());
-                    let transitions = state.as_ref().map(|s| s.transitions).unwrap_or(0)
-                        + i32::from(previous.as_deref() != Some(holder));
-                    let lease = new_lease(
-                        &name,
-                        namespace,
-                        holder,
-                        options,
-                        now,
-                        transitions,
-                        Some(&current.metadata),
-                    );
-                    let post = PostParams::default();
-                    let replaced =
-                        retry_call("take over the lock", &RetryBudget::bookkeeping(), || {
-                            api.replace(&name, &post, &lease)
-                        })
-                        .await;
-                    match replaced {
-                        Ok(taken) => {
-                            let lapsed = previous.filter(|p| p != holder);
-                            if let Some(p) = &lapsed {
-                                tracing::warn!(
-                                    "lock {name} in {namespace}: took over the expired lease of {p}"
-                                );
-                            }
-                            return Ok(LockGuard::start(
-                                api, server, taken, holder, options, lapsed,
-                            ));
-                        }
-                        // Someone else moved first: look again.
-                        Err(kube::Error::Api(s)) if s.is_conflict() || s.is_not_found() => {
-                            tokio::time::sleep(RACE_PAUSE).await;
-                            continue;
-                        }
-                        Err(e) => return Err(err("taking over the lock", e)),
-                    }
+                    taking.take_over(&current, state.as_ref()).await?
                 }
                 Decision::Wait {
                     holder: other,
@@ -388,7 +318,7 @@ impl Lock {
                     let waited = started.elapsed();
                     if waited >= options.timeout {
                         return Err(LockError::Timeout {
-                            lease: name.clone(),
+                            lease: taking.name.clone(),
                             namespace: namespace.to_string(),
                             holder: other,
                             since: since.map(|t| format!(" since {t:.0}")).unwrap_or_default(),
@@ -399,7 +329,8 @@ impl Lock {
                     if !announced {
                         announced = true;
                         tracing::info!(
-                            "lock {name} in {namespace} is held by {other}; waiting up to {}s",
+                            "lock {} in {namespace} is held by {other}; waiting up to {}s",
+                            taking.name,
                             options.timeout.as_secs()
                         );
                     }
@@ -407,8 +338,133 @@ impl Lock {
                     let until_expiry = lapses_at.saturating_sub(waited) + Duration::from_millis(50);
                     let until_deadline = options.timeout.saturating_sub(waited);
                     tokio::time::sleep(options.poll.min(until_expiry).min(until_deadline)).await;
+                    None
                 }
+            };
+            if let Some(guard) = taken {
+                return Ok(guard);
             }
+        }
+    }
+}
+
+/// One attempt at the lock: the Lease, who asks for it, and how.
+struct Taking<'a> {
+    api: Api<Lease>,
+    client: Client,
+    server: &'a str,
+    name: String,
+    namespace: &'a str,
+    holder: &'a str,
+    options: &'a LockOptions,
+}
+
+impl Taking<'_> {
+    fn error(&self, action: &str, e: kube::Error) -> LockError {
+        LockError::Kube {
+            action: action.to_string(),
+            lease: self.name.clone(),
+            namespace: self.namespace.to_string(),
+            server: self.server.to_string(),
+            source: Box::new(e),
+        }
+    }
+
+    /// The Lease as it is now (None: there is none).
+    async fn read(&self) -> Result<Option<Lease>, LockError> {
+        let got = retry_call("read the lock", &RetryBudget::bookkeeping(), || {
+            self.api.get_opt(&self.name)
+        })
+        .await;
+        match got {
+            Ok(lease) => Ok(lease),
+            Err(kube::Error::Api(s)) if s.is_not_found() => Ok(None),
+            Err(e) => Err(self.error("reading the lock", e)),
+        }
+    }
+
+    /// Creates the Lease, held by us: the guard, or None to look again (another run created
+    /// it first, or its namespace had to be created).
+    async fn create(&self) -> Result<Option<LockGuard>, LockError> {
+        let (name, namespace, holder, options) =
+            (&self.name, self.namespace, self.holder, self.options);
+        let lease = new_lease(name, namespace, holder, options, Timestamp::now(), 0, None);
+        let post = PostParams::default();
+        let created = retry_call("create the lock", &RetryBudget::bookkeeping(), || {
+            self.api.create(&post, &lease)
+        })
+        .await;
+        match created {
+            Ok(created) => Ok(Some(LockGuard::start(
+                self.api.clone(),
+                self.server,
+                created,
+                holder,
+                options,
+                None,
+            ))),
+            // Another run created it first: look again (not in a hot loop).
+            Err(kube::Error::Api(s)) if s.is_already_exists() => {
+                tokio::time::sleep(RACE_PAUSE).await;
+                Ok(None)
+            }
+            Err(kube::Error::Api(s)) if s.is_not_found() => {
+                crate::release::ensure_namespace(&self.client, self.server, namespace).await?;
+                Ok(None)
+            }
+            Err(e) => Err(self.error("creating the lock", e)),
+        }
+    }
+
+    /// Replaces the `current` Lease (lapsed, or ours) with one held by us: the guard, or None
+    /// to look again (someone else moved first).
+    async fn take_over(
+        &self,
+        current: &Lease,
+        state: Option<&LeaseState>,
+    ) -> Result<Option<LockGuard>, LockError> {
+        let (name, namespace, holder, options) =
+            (&self.name, self.namespace, self.holder, self.options);
+        let previous = state.and_then(|s| s.holder.clone());
+        let transitions = state.map(|s| s.transitions).unwrap_or(0)
+            + i32::from(previous.as_deref() != Some(holder));
+        let lease = new_lease(
+            name,
+            namespace,
+            holder,
+            options,
+            Timestamp::now(),
+            transitions,
+            Some(&current.metadata),
+        );
+        let post = PostParams::default();
+        let replaced = retry_call("take over the lock", &RetryBudget::bookkeeping(), || {
+            self.api.replace(name, &post, &lease)
+        })
+        .await;
+        match replaced {
+            Ok(taken) => {
+                let lapsed = previous.filter(|p| p != holder);
+                if let Some(p) = &lapsed {
+                    tracing::warn!(
+                        "lock {name} in {namespace}: took over the expired lease of {p}"
+                    );
+                }
+                Ok(Some(LockGuard::start(
+                    self.api.clone(),
+                    self.server,
+                    taken,
+                    holder,
+                    options,
+                    lapsed,
+                )))
+            }
+            // Someone else moved first: look again.
+            Err(kube::Error::Api(s)) if s.is_conflict() || s.is_not_found() => {
+                tokio::time::sleep(RACE_PAUSE).await;
+                Ok(None)
+            }
+            Err(e) => Err(self.error("taking over the lock", e)),
         }
     }
 }

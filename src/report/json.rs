@@ -66,13 +66,235 @@ pub fn report_schema() -> Value {
         map.remove("$schema");
         map.remove("$id");
     }
-    let outcome = json!({
+    json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "urn:rollguard:report:v1",
+        "title": "rollguard report",
+        "type": "object",
+        "required": ["version", "app", "commit", "outcome", "summary", "started_at", "finished_at", "targets"],
+        "properties": {
+            "version": {"const": 1},
+            "app": {"type": "string"},
+            "commit": commit_schema(),
+            "outcome": outcome_schema(),
+            "summary": {"type": "string"},
+            "started_at": time_schema(),
+            "finished_at": time_schema(),
+            "dry_run": {"type": "boolean"},
+            "run_url": {"type": "string"},
+            "refused_in_preflight": {"type": "boolean", "description": "a server refused an object in the preflight dry run: nothing was written anywhere (exit 2); absent otherwise"},
+            "targets": {"type": "array", "items": target_schema()},
+            "plan": plan,
+            "shard": shard_schema(),
+            "saved_plan": saved_plan_schema(),
+            "concurrency": concurrency_schema()
+        }
+    })
+}
+
+/// A target's or the run's outcome.
+fn outcome_schema() -> Value {
+    json!({
         "type": "string",
         "enum": ["deployed", "failed", "rolled-back", "rollback-failed", "skipped", "cancelled"]
-    });
-    let time = json!({"type": "string", "format": "date-time"});
-    let opt_string = json!({"type": ["string", "null"]});
-    let container_log = json!({
+    })
+}
+
+fn time_schema() -> Value {
+    json!({"type": "string", "format": "date-time"})
+}
+
+fn opt_string_schema() -> Value {
+    json!({"type": ["string", "null"]})
+}
+
+/// The commit deployed.
+fn commit_schema() -> Value {
+    json!({
+        "type": ["object", "null"],
+        "required": ["sha"],
+        "properties": {
+            "sha": {"type": "string"},
+            "ref": {"type": "string"},
+            "message": {"type": "string", "description": "first line of the commit message"},
+            "dirty": {"type": "boolean", "description": "true when the working tree had uncommitted changes to tracked files (commit taken from git); absent when clean"}
+        }
+    })
+}
+
+/// The slice of the fleet a sharded run deployed.
+fn shard_schema() -> Value {
+    json!({
+        "type": "object",
+        "description": "the slice of the fleet a `deploy --shard I/N` run deployed; absent for a whole-fleet run",
+        "required": ["index", "count"],
+        "properties": {
+            "index": {"type": "integer", "minimum": 1, "description": "I, from 1"},
+            "count": {"type": "integer", "minimum": 1, "description": "N, the number of shards"},
+            "digest": {"type": "string", "description": "the digest of the manifests deployed, the same in every shard of one deploy"}
+        }
+    })
+}
+
+/// The saved plan a `deploy --plan` ran.
+fn saved_plan_schema() -> Value {
+    json!({
+        "type": "object",
+        "description": "the saved plan a `deploy --plan` ran (docs/plan-file-schema.json); absent without one",
+        "required": ["digest", "made_at", "replanned"],
+        "properties": {
+            "digest": {"type": "string", "description": "sha256 of the plan file"},
+            "made_at": time_schema(),
+            "pr": {"type": "integer", "minimum": 1, "description": "the pull request the plan was made on"},
+            "replanned": {"type": "boolean", "description": "the plan no longer held and --replan applied a new one"},
+            "mismatches": {"type": "array", "items": {"type": "string"}, "description": "what moved since the plan when it no longer held: nothing was written (exit 2)"}
+        }
+    })
+}
+
+/// How many targets ran at once, and why.
+fn concurrency_schema() -> Value {
+    json!({
+        "type": "object",
+        "description": "how many targets ran at once, and why: set (`--concurrency`, `concurrency:`) or what the memory budget holds",
+        "required": ["value", "reason"],
+        "properties": {
+            "value": {"type": "integer", "minimum": 1, "description": "targets in flight at once, at most"},
+            "memory_budget_bytes": {"type": "integer", "minimum": 1, "description": "the memory budget it follows from (`--memory-budget`); absent when set explicitly"},
+            "per_target_bytes": {"type": "integer", "minimum": 1, "description": "the estimated memory of one target in flight; absent when set explicitly"},
+            "reason": {"type": "string", "description": "e.g. \"concurrency 910 (memory budget 512 MiB / 0.56 MiB per target of 4 objects)\""}
+        }
+    })
+}
+
+/// One target of the run.
+fn target_schema() -> Value {
+    json!({
+        "type": "object",
+        "required": ["name", "outcome", "revision", "started_at", "finished_at", "phases", "failures"],
+        "properties": {
+            "name": {"type": "string"},
+            "wave": {"type": "integer", "minimum": 0, "description": "the target's wave (`wave:` in the config, 0 when none is set); always written, absent in reports of older versions (read as 0)"},
+            "outcome": outcome_schema(),
+            "revision": {"type": ["integer", "null"], "minimum": 1},
+            "started_at": time_schema(),
+            "finished_at": time_schema(),
+            "phases": phases_schema(),
+            "failures": {"type": "array", "items": failure_schema()},
+            "warnings": {"type": "array", "items": {"type": "string"}},
+            "message": opt_string_schema(),
+            "rollback": rollback_schema(),
+            "abandoned_revisions": {"type": "array", "items": {"type": "integer"}},
+            "dropped": dropped_schema(),
+            "checks": {
+                "type": "array",
+                "description": "the checks (`checks:`) run on this target from healthy to the end of its bake, in config order, each with every value it read",
+                "items": check_schema()
+            },
+            "unchanged": {"type": "boolean", "description": "true: nothing would change here (the manifests are the last good release's and the cluster matches them), so nothing was recorded and only `always` stages ran"},
+            "stages": stages_schema()
+        }
+    })
+}
+
+/// The timeline of a target: its phases, in order.
+fn phases_schema() -> Value {
+    json!({
+        "type": "array",
+        "items": {
+            "type": "object",
+            "required": ["name", "seconds"],
+            "properties": {
+                "name": {"type": "string", "description": "connect, lock, apply, wait, bake (a healthy target watched before the next wave), rollback, or a script stage's name"},
+                "seconds": {"type": "number"},
+                "script": {"enum": ["target", "fleet", "wave"], "description": "a script stage, and its scope"},
+                "exit_code": {"type": "integer", "description": "a script stage's exit code"}
+            }
+        }
+    })
+}
+
+/// A target's rollback.
+fn rollback_schema() -> Value {
+    json!({
+        "type": ["object", "null"],
+        "required": ["to_revision", "outcome", "left_in_place"],
+        "properties": {
+            "to_revision": {"type": ["integer", "null"]},
+            "outcome": outcome_schema(),
+            "left_in_place": {"type": "array", "items": {"type": "string"}},
+            "message": opt_string_schema(),
+            "to_commit": opt_string_schema(),
+            "as_revision": {"type": ["integer", "null"]},
+            "started_at": {"type": "string", "format": "date-time", "description": "when the fleet decided to roll this target back"},
+            "why": {"type": "string", "description": "why it was rolled back, e.g. \"policy rollback-all: us failed at 12:03:04\", \"failed\", \"cancelled by SIGTERM (on_cancel: rollback)\""}
+        }
+    })
+}
+
+/// What became of the objects a revision no longer declares.
+fn dropped_schema() -> Value {
+    json!({
+        "type": "array",
+        "description": "objects of the target's previous release that this revision's manifests no longer declare, and what became of each",
+        "items": {
+            "type": "object",
+            "required": ["object", "fate"],
+            "properties": {
+                "object": {"type": "string", "description": "Kind namespace/name, e.g. \"ConfigMap shop/legacy\""},
+                "fate": {"enum": ["left-in-place", "pruned", "kept", "prune-failed"], "description": "left-in-place: prune off, or the target did not end deployed; pruned: deleted after the healthy deploy; kept: prune on but not this app's to delete; prune-failed: the delete failed (still there)"},
+                "note": {"type": "string", "description": "why it was kept, or why the delete failed and what to do"}
+            }
+        }
+    })
+}
+
+/// The script stages run for a target.
+fn stages_schema() -> Value {
+    json!({
+        "type": "array",
+        "description": "script stages and rollback commands run for this target, in the order they ran",
+        "items": {
+            "type": "object",
+            "required": ["name", "scope", "outcome", "seconds"],
+            "properties": {
+                "name": {"type": "string"},
+                "scope": {"enum": ["target", "fleet", "wave"]},
+                "rollback": {"type": "boolean", "description": "the stage's rollback command"},
+                "outcome": {"enum": ["succeeded", "failed", "timed-out", "warned", "stopped", "not-run"]},
+                "exit_code": {"type": "integer"},
+                "seconds": {"type": "number"},
+                "message": {"type": "string"},
+                "output": {"type": "array", "items": {"type": "string"}, "description": "last 20 lines of a failed or warned script, secret values redacted"}
+            }
+        }
+    })
+}
+
+/// Why a target failed: one object, with its pod, container, events and logs.
+fn failure_schema() -> Value {
+    json!({
+        "type": "object",
+        "required": ["object", "pod", "container", "reason", "message"],
+        "properties": {
+            "object": {"type": "string", "description": "Kind namespace/name, e.g. \"Deployment shop/web\""},
+            "pod": opt_string_schema(),
+            "container": opt_string_schema(),
+            "reason": {"type": "string", "description": "e.g. ImagePullBackOff, ProgressDeadlineExceeded, Timeout"},
+            "message": {"type": "string"},
+            "events": {"type": "array", "items": {"type": "string"}, "description": "recent Warning events"},
+            "image": {"type": "string", "description": "the failing container's image"},
+            "exit_code": {"type": "integer", "description": "exit code of the container's last termination"},
+            "signal": {"type": "string", "description": "the signal that ended it (exit code 128 + N), e.g. SIGKILL"},
+            "restarts": {"type": "integer", "minimum": 0, "description": "the container's restart count"},
+            "logs": {"type": "array", "items": container_log_schema(), "description": "the last lines of the failing containers' logs (at most 3 pods per target), secret values redacted"}
+        }
+    })
+}
+
+/// The last lines of a failing container's log.
+fn container_log_schema() -> Value {
+    json!({
         "type": "object",
         "required": ["pod", "container", "previous"],
         "properties": {
@@ -82,26 +304,13 @@ pub fn report_schema() -> Value {
             "lines": {"type": "array", "items": {"type": "string"}, "description": "the last lines, oldest first (wait.log_lines)"},
             "error": {"type": "string", "description": "why the log could not be read"}
         }
-    });
-    let failure = json!({
-        "type": "object",
-        "required": ["object", "pod", "container", "reason", "message"],
-        "properties": {
-            "object": {"type": "string", "description": "Kind namespace/name, e.g. \"Deployment shop/web\""},
-            "pod": opt_string,
-            "container": opt_string,
-            "reason": {"type": "string", "description": "e.g. ImagePullBackOff, ProgressDeadlineExceeded, Timeout"},
-            "message": {"type": "string"},
-            "events": {"type": "array", "items": {"type": "string"}, "description": "recent Warning events"},
-            "image": {"type": "string", "description": "the failing container's image"},
-            "exit_code": {"type": "integer", "description": "exit code of the container's last termination"},
-            "signal": {"type": "string", "description": "the signal that ended it (exit code 128 + N), e.g. SIGKILL"},
-            "restarts": {"type": "integer", "minimum": 0, "description": "the container's restart count"},
-            "logs": {"type": "array", "items": container_log, "description": "the last lines of the failing containers' logs (at most 3 pods per target), secret values redacted"}
-        }
-    });
+    })
+}
+
+/// A check run on a target, with every value it read.
+fn check_schema() -> Value {
     let check_verdict = json!({"enum": ["passed", "failed", "inconclusive", "not-run"]});
-    let check = json!({
+    json!({
         "type": "object",
         "required": ["name", "kind", "verdict", "source", "samples"],
         "properties": {
@@ -117,7 +326,7 @@ pub fn report_schema() -> Value {
                     "type": "object",
                     "required": ["time", "value", "verdict"],
                     "properties": {
-                        "time": time,
+                        "time": time_schema(),
                         "value": {"type": ["number", "null"], "description": "the value read (an HTTP check: the status); null without one (no data, an error, a timeout)"},
                         "verdict": check_verdict,
                         "note": {"type": "string", "description": "why the sample is not a plain value, e.g. \"no data\", \"Prometheus answered 503\""}
@@ -126,150 +335,53 @@ pub fn report_schema() -> Value {
             },
             "message": {"type": "string", "description": "why the check failed the target, e.g. \"error-rate = 0.043 > 0.01 at 12:03:10\""}
         }
-    });
-    let target = json!({
-        "type": "object",
-        "required": ["name", "outcome", "revision", "started_at", "finished_at", "phases", "failures"],
-        "properties": {
-            "name": {"type": "string"},
-            "wave": {"type": "integer", "minimum": 0, "description": "the target's wave (`wave:` in the config, 0 when none is set); always written, absent in reports of older versions (read as 0)"},
-            "outcome": outcome,
-            "revision": {"type": ["integer", "null"], "minimum": 1},
-            "started_at": time,
-            "finished_at": time,
-            "phases": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "required": ["name", "seconds"],
-                    "properties": {
-                        "name": {"type": "string", "description": "connect, lock, apply, wait, bake (a healthy target watched before the next wave), rollback, or a script stage's name"},
-                        "seconds": {"type": "number"},
-                        "script": {"enum": ["target", "fleet", "wave"], "description": "a script stage, and its scope"},
-                        "exit_code": {"type": "integer", "description": "a script stage's exit code"}
-                    }
-                }
-            },
-            "failures": {"type": "array", "items": failure},
-            "warnings": {"type": "array", "items": {"type": "string"}},
-            "message": opt_string,
-            "rollback": {
-                "type": ["object", "null"],
-                "required": ["to_revision", "outcome", "left_in_place"],
-                "properties": {
-                    "to_revision": {"type": ["integer", "null"]},
-                    "outcome": outcome,
-                    "left_in_place": {"type": "array", "items": {"type": "string"}},
-                    "message": opt_string,
-                    "to_commit": opt_string,
-                    "as_revision": {"type": ["integer", "null"]},
-                    "started_at": {"type": "string", "format": "date-time", "description": "when the fleet decided to roll this target back"},
-                    "why": {"type": "string", "description": "why it was rolled back, e.g. \"policy rollback-all: us failed at 12:03:04\", \"failed\", \"cancelled by SIGTERM (on_cancel: rollback)\""}
-                }
-            },
-            "abandoned_revisions": {"type": "array", "items": {"type": "integer"}},
-            "dropped": {
-                "type": "array",
-                "description": "objects of the target's previous release that this revision's manifests no longer declare, and what became of each",
-                "items": {
-                    "type": "object",
-                    "required": ["object", "fate"],
-                    "properties": {
-                        "object": {"type": "string", "description": "Kind namespace/name, e.g. \"ConfigMap shop/legacy\""},
-                        "fate": {"enum": ["left-in-place", "pruned", "kept", "prune-failed"], "description": "left-in-place: prune off, or the target did not end deployed; pruned: deleted after the healthy deploy; kept: prune on but not this app's to delete; prune-failed: the delete failed (still there)"},
-                        "note": {"type": "string", "description": "why it was kept, or why the delete failed and what to do"}
-                    }
-                }
-            },
-            "checks": {
-                "type": "array",
-                "description": "the checks (`checks:`) run on this target from healthy to the end of its bake, in config order, each with every value it read",
-                "items": check
-            },
-            "unchanged": {"type": "boolean", "description": "true: nothing would change here (the manifests are the last good release's and the cluster matches them), so nothing was recorded and only `always` stages ran"},
-            "stages": {
-                "type": "array",
-                "description": "script stages and rollback commands run for this target, in the order they ran",
-                "items": {
-                    "type": "object",
-                    "required": ["name", "scope", "outcome", "seconds"],
-                    "properties": {
-                        "name": {"type": "string"},
-                        "scope": {"enum": ["target", "fleet", "wave"]},
-                        "rollback": {"type": "boolean", "description": "the stage's rollback command"},
-                        "outcome": {"enum": ["succeeded", "failed", "timed-out", "warned", "stopped", "not-run"]},
-                        "exit_code": {"type": "integer"},
-                        "seconds": {"type": "number"},
-                        "message": {"type": "string"},
-                        "output": {"type": "array", "items": {"type": "string"}, "description": "last 20 lines of a failed or warned script, secret values redacted"}
-                    }
-                }
-            }
-        }
-    });
-    json!({
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": "urn:rollguard:report:v1",
-        "title": "rollguard report",
-        "type": "object",
-        "required": ["version", "app", "commit", "outcome", "summary", "started_at", "finished_at", "targets"],
-        "properties": {
-            "version": {"const": 1},
-            "app": {"type": "string"},
-            "commit": {
-                "type": ["object", "null"],
-                "required": ["sha"],
-                "properties": {
-                    "sha": {"type": "string"},
-                    "ref": {"type": "string"},
-                    "message": {"type": "string", "description": "first line of the commit message"},
-                    "dirty": {"type": "boolean", "description": "true when the working tree had uncommitted changes to tracked files (commit taken from git); absent when clean"}
-                }
-            },
-            "outcome": outcome,
-            "summary": {"type": "string"},
-            "started_at": time,
-            "finished_at": time,
-            "dry_run": {"type": "boolean"},
-            "run_url": {"type": "string"},
-            "refused_in_preflight": {"type": "boolean", "description": "a server refused an object in the preflight dry run: nothing was written anywhere (exit 2); absent otherwise"},
-            "targets": {"type": "array", "items": target},
-            "plan": plan,
-            "shard": {
-                "type": "object",
-                "description": "the slice of the fleet a `deploy --shard I/N` run deployed; absent for a whole-fleet run",
-                "required": ["index", "count"],
-                "properties": {
-                    "index": {"type": "integer", "minimum": 1, "description": "I, from 1"},
-                    "count": {"type": "integer", "minimum": 1, "description": "N, the number of shards"},
-                    "digest": {"type": "string", "description": "the digest of the manifests deployed, the same in every shard of one deploy"}
-                }
-            },
-            "saved_plan": {
-                "type": "object",
-                "description": "the saved plan a `deploy --plan` ran (docs/plan-file-schema.json); absent without one",
-                "required": ["digest", "made_at", "replanned"],
-                "properties": {
-                    "digest": {"type": "string", "description": "sha256 of the plan file"},
-                    "made_at": time,
-                    "pr": {"type": "integer", "minimum": 1, "description": "the pull request the plan was made on"},
-                    "replanned": {"type": "boolean", "description": "the plan no longer held and --replan applied a new one"},
-                    "mismatches": {"type": "array", "items": {"type": "string"}, "description": "what moved since the plan when it no longer held: nothing was written (exit 2)"}
-                }
-            },
-            "concurrency": {
-                "type": "object",
-                "description": "how many targets ran at once, and why: set (`--concurrency`, `concurrency:`) or what the memory budget holds",
-                "required": ["value", "reason"],
-                "properties": {
-                    "value": {"type": "integer", "minimum": 1, "description": "targets in flight at once, at most"},
-                    "memory_budget_bytes": {"type": "integer", "minimum": 1, "description": "the memory budget it follows from (`--memory-budget`); absent when set explicitly"},
-                    "per_target_bytes": {"type": "integer", "minimum": 1, "description": "the estimated memory of one target in flight; absent when set explicitly"},
-                    "reason": {"type": "string", "description": "e.g. \"concurrency 910 (memory budget 512 MiB / 0.56 MiB per target of 4 objects)\""}
-                }
-            }
-        }
     })
+}
+
+/// The walk of a serialized value against its JSON Schema, for the tests of every schema the
+/// project writes (the report, the saved plan).
+#[cfg(test)]
+pub(crate) mod schema_walk {
+    use serde_json::Value;
+
+    /// Every key written is declared, required keys are written; `free_form` says which
+    /// object schemas declare no keys (not walked), `leaf` checks each other value.
+    pub(crate) fn check(
+        value: &Value,
+        schema: &Value,
+        path: &str,
+        free_form: &dyn Fn(&Value) -> bool,
+        leaf: &dyn Fn(&Value, &Value, &str),
+    ) {
+        if let Some(obj) = value.as_object() {
+            if free_form(schema) {
+                return;
+            }
+            let props = schema["properties"].as_object().expect(path);
+            for (key, child) in obj {
+                let sub = props
+                    .get(key)
+                    .unwrap_or_else(|| panic!("{path}.{key} not in schema"));
+                check(child, sub, &format!("{path}.{key}"), free_form, leaf);
+            }
+            for req in schema["required"].as_array().into_iter().flatten() {
+                let key = req.as_str().unwrap();
+                assert!(obj.contains_key(key), "{path}.{key} required but missing");
+            }
+        } else if let Some(items) = value.as_array() {
+            for item in items {
+                check(
+                    item,
+                    &schema["items"],
+                    &format!("{path}[]"),
+                    free_form,
+                    leaf,
+                );
+            }
+        } else {
+            leaf(value, schema, path);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -363,23 +475,7 @@ mod tests {
 
     /// Every key the serializer writes is declared in the schema, and required keys are written.
     fn check(value: &Value, schema: &Value, path: &str) {
-        if let Some(obj) = value.as_object() {
-            let props = schema["properties"].as_object().expect(path);
-            for (key, child) in obj {
-                let sub = props
-                    .get(key)
-                    .unwrap_or_else(|| panic!("{path}.{key} not in schema"));
-                check(child, sub, &format!("{path}.{key}"));
-            }
-            for req in schema["required"].as_array().into_iter().flatten() {
-                let key = req.as_str().unwrap();
-                assert!(obj.contains_key(key), "{path}.{key} required but missing");
-            }
-        } else if let Some(items) = value.as_array() {
-            for item in items {
-                check(item, &schema["items"], &format!("{path}[]"));
-            }
-        }
+        super::schema_walk::check(value, schema, path, &|_| false, &|_, _, _| {});
     }
 
     #[test]

@@ -19,6 +19,8 @@ pub mod redact;
 mod terminal;
 
 pub use clean::Clean;
+#[cfg(test)]
+pub(crate) use json::schema_walk;
 pub use json::{plan_to_json, report_schema, to_json};
 pub use markdown::{
     COMMENT_LIMIT, FullReport, MarkdownOptions, STEP_SUMMARY_LIMIT, icon, plan_to_markdown,

@@ -868,7 +868,9 @@ pub fn display_width(text: &str) -> usize {
 }
 
 /// Cuts text to at most `columns` terminal columns, marking the cut with an ellipsis (for
-/// table cells that must not wrap; [`clip`] counts characters, for limits in characters).
+/// table cells and live lines that must not wrap: a live line that wraps breaks the redraw,
+/// which moves the cursor up by lines, not by rows; [`clip`] counts characters, for limits in
+/// characters). At 0 columns nothing fits, not even the ellipsis.
 pub fn clip_columns(text: &str, columns: usize) -> String {
     if display_width(text) <= columns {
         return text.to_string();
@@ -884,7 +886,9 @@ pub fn clip_columns(text: &str, columns: usize) -> String {
         used += w;
         out.push(c);
     }
-    out.push('…');
+    if columns > 0 {
+        out.push('…');
+    }
     out
 }
 
@@ -1166,6 +1170,17 @@ pub(crate) mod tests {
             ("日本語のノート", 9, "日本語の…"),
             ("日本語のノート", 8, "日本語…"),
             ("", 3, ""),
+            ("", 0, ""),
+            ("abcdef", 6, "abcdef"),
+            ("abcdef", 4, "abc…"),
+            ("abcdef", 1, "…"),
+            // Not even the ellipsis fits in no column.
+            ("abcdef", 0, ""),
+            // Two columns per CJK character: 5 columns hold two of them and the ellipsis.
+            ("日本語テキスト", 5, "日本…"),
+            ("日本語", 6, "日本語"),
+            // A combining accent takes no column.
+            ("e\u{301}e\u{301}e\u{301}", 3, "e\u{301}e\u{301}e\u{301}"),
         ];
         for (text, columns, want) in cases {
             let got = clip_columns(text, columns);

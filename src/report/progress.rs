@@ -11,6 +11,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::report::TargetOutcome;
+use crate::report::model::{clip_columns, display_width};
 use crate::util::duration::format_duration;
 
 /// Progress of a wait, for the live display.
@@ -240,36 +241,9 @@ fn worth_a_line(before: Option<&Stage>, now: &Stage) -> bool {
     }
 }
 
-/// Display columns of `text` (a CJK character takes two, a combining mark none).
-fn columns(text: &str) -> usize {
-    unicode_width::UnicodeWidthStr::width(text)
-}
-
-/// Cuts `text` to at most `width` display columns, ending in `…` when cut: a live line that
-/// wraps breaks the redraw, which moves the cursor up by lines, not by rows.
-fn fit(text: &str, width: usize) -> String {
-    if columns(text) <= width {
-        return text.to_string();
-    }
-    let mut out = String::new();
-    let mut used = 0;
-    for c in text.chars() {
-        let w = unicode_width::UnicodeWidthChar::width(c).unwrap_or(0);
-        if used + w + 1 > width {
-            break;
-        }
-        used += w;
-        out.push(c);
-    }
-    if width > 0 {
-        out.push('…');
-    }
-    out
-}
-
 /// `text` padded with spaces to `width` display columns.
 fn pad(text: &str, width: usize) -> String {
-    let fill = width.saturating_sub(columns(text));
+    let fill = width.saturating_sub(display_width(text));
     format!("{text}{}", " ".repeat(fill))
 }
 
@@ -278,10 +252,10 @@ fn live_line(target: &str, stage: &Stage, width_name: usize, width: usize, color
     // Stage messages quote servers and pods: scrubbed of known secret values.
     let words = super::redact::scrub(&describe_stage(stage)).replace(['\r', '\n', '\t'], " ");
     let head = format!("{}  ", pad(target, width_name));
-    if columns(&head) >= width {
-        return fit(target, width);
+    if display_width(&head) >= width {
+        return clip_columns(target, width);
     }
-    let text = fit(&words, width - columns(&head));
+    let text = clip_columns(&words, width - display_width(&head));
     let text = if color { colored(stage, text) } else { text };
     format!("{head}{text}")
 }
@@ -323,7 +297,12 @@ async fn render(
 ) {
     let rows = live_rows(&waved);
     let targets: Vec<String> = waved.into_iter().map(|(name, _)| name).collect();
-    let width_name = targets.iter().map(|t| columns(t)).max().unwrap_or(4).max(4);
+    let width_name = targets
+        .iter()
+        .map(|t| display_width(t))
+        .max()
+        .unwrap_or(4)
+        .max(4);
     let mut stages: HashMap<String, Stage> =
         targets.iter().map(|t| (t.clone(), Stage::Queued)).collect();
     let started = Instant::now();
@@ -678,26 +657,6 @@ mod tests {
     }
 
     #[test]
-    fn lines_are_cut_by_display_width() {
-        let cases: [(&str, usize, &str); 7] = [
-            ("abcdef", 6, "abcdef"),
-            ("abcdef", 4, "abc…"),
-            ("abcdef", 1, "…"),
-            ("abcdef", 0, ""),
-            // Two columns per CJK character: 5 columns hold two of them and the ellipsis.
-            ("日本語テキスト", 5, "日本…"),
-            ("日本語", 6, "日本語"),
-            // A combining accent takes no column.
-            ("e\u{301}e\u{301}e\u{301}", 3, "e\u{301}e\u{301}e\u{301}"),
-        ];
-        for (text, width, want) in cases {
-            let got = fit(text, width);
-            assert_eq!(got, want, "{text:?} at {width}");
-            assert!(columns(&got) <= width, "{got:?} wider than {width}");
-        }
-    }
-
-    #[test]
     fn a_live_line_never_exceeds_the_width() {
         let failed = Stage::Finished {
             outcome: TargetOutcome::Failed,
@@ -712,9 +671,9 @@ mod tests {
                     let line = live_line(name, &failed, 6, width, color);
                     let plain = line.replace("\x1b[31m", "").replace("\x1b[0m", "");
                     assert!(
-                        columns(&plain) <= width,
+                        display_width(&plain) <= width,
                         "{name} at {width}: {} columns: {plain:?}",
-                        columns(&plain)
+                        display_width(&plain)
                     );
                     assert!(!plain.contains('\n'), "{plain:?}");
                 }

@@ -19,3 +19,5 @@ pub mod size;
 #[cfg(test)]
 pub mod test_cluster;
 pub mod yaml;
+#[cfg(test)]
+pub(crate) mod yaml_fixtures;

@@ -405,6 +405,256 @@ fn sweep(marker: &str) {
     }
 }
 
+/// What a run keeps of its line pipes: the lines shown so far (up to [`SHOWN_CAP`]), what was
+/// not shown for the cap, the last `tail_lines` lines, and whether a pipe overflowed.
+struct Lines<'a> {
+    transform: &'a (dyn Fn(&str) -> String + Sync),
+    on_line: &'a (dyn Fn(Stream, &str) + Sync),
+    tail_lines: usize,
+    tail: VecDeque<String>,
+    shown: u64,
+    unshown_lines: u64,
+    unshown_bytes: u64,
+    overflowed: bool,
+}
+
+impl<'a> Lines<'a> {
+    fn new(
+        spec: &Spec,
+        transform: &'a (dyn Fn(&str) -> String + Sync),
+        on_line: &'a (dyn Fn(Stream, &str) + Sync),
+    ) -> Lines<'a> {
+        Lines {
+            transform,
+            on_line,
+            tail_lines: spec.tail_lines,
+            tail: VecDeque::new(),
+            shown: 0,
+            unshown_lines: 0,
+            unshown_bytes: 0,
+            overflowed: false,
+        }
+    }
+
+    fn take(&mut self, chunk: Chunk) {
+        match chunk {
+            Chunk::Overflow => self.overflowed = true,
+            Chunk::Line(stream, line) => {
+                let text = shown_line(&line, self.transform);
+                self.shown += text.len() as u64;
+                if self.shown <= SHOWN_CAP {
+                    (self.on_line)(stream, &text);
+                } else {
+                    self.unshown_lines += 1;
+                    self.unshown_bytes += text.len() as u64;
+                }
+                self.keep_in_tail(text);
+            }
+        }
+    }
+
+    fn keep_in_tail(&mut self, text: String) {
+        if self.tail_lines == 0 {
+            return;
+        }
+        if self.tail.len() == self.tail_lines {
+            self.tail.pop_front();
+        }
+        self.tail.push_back(text);
+    }
+
+    /// Says (on stderr and in the tail) how much the cap kept from being shown.
+    fn note_unshown(&mut self) {
+        if let Some(note) = unshown_note(self.unshown_lines, self.unshown_bytes) {
+            (self.on_line)(Stream::Stderr, &note);
+            self.keep_in_tail(note);
+        }
+    }
+}
+
+/// The child's output as it comes: its pipes' chunks and whether any is still open.
+struct Pipes {
+    chunks: mpsc::Receiver<Chunk>,
+    open: bool,
+    byte_readers: Vec<(Stream, tokio::task::JoinHandle<Option<Vec<u8>>>)>,
+}
+
+impl Pipes {
+    /// Starts a reader per captured pipe of `child`: lines go through the channel as they
+    /// come, bytes are kept whole by their reader.
+    fn read(child: &mut tokio::process::Child, spec: &Spec) -> Pipes {
+        let (sender, chunks) = mpsc::channel::<Chunk>(256);
+        let mut byte_readers = Vec::new();
+        for (stream, capture) in [(Stream::Stdout, spec.stdout), (Stream::Stderr, spec.stderr)] {
+            let pipe: Option<Box<dyn AsyncRead + Unpin + Send>> = match stream {
+                Stream::Stdout => child.stdout.take().map(|p| Box::new(p) as _),
+                Stream::Stderr => child.stderr.take().map(|p| Box::new(p) as _),
+            };
+            let Some(pipe) = pipe else { continue };
+            match capture {
+                Capture::Lines => {
+                    tokio::spawn(read_lines(pipe, stream, sender.clone()));
+                }
+                Capture::Bytes(max) => {
+                    byte_readers
+                        .push((stream, tokio::spawn(read_bytes(pipe, max, sender.clone()))));
+                }
+            }
+        }
+        Pipes {
+            chunks,
+            open: true,
+            byte_readers,
+        }
+    }
+
+    /// What is still in the line pipes, until they close or `until`.
+    async fn drain(&mut self, lines: &mut Lines<'_>, until: Instant) {
+        while self.open {
+            match tokio::time::timeout_at(until, self.chunks.recv()).await {
+                Ok(Some(chunk)) => lines.take(chunk),
+                Ok(None) | Err(_) => self.open = false,
+            }
+        }
+    }
+
+    /// The bytes the byte readers kept (waiting for them until `until`), and whether any
+    /// of them gave up (too much output, or not done in time).
+    async fn bytes(self, until: Instant) -> (Vec<u8>, Vec<u8>, bool) {
+        let (mut stdout, mut stderr, mut cut) = (Vec::new(), Vec::new(), false);
+        for (stream, reader) in self.byte_readers {
+            let kept = match tokio::time::timeout_at(until, reader).await {
+                Ok(Ok(kept)) => kept,
+                _ => None,
+            };
+            cut |= kept.is_none();
+            let kept = kept.unwrap_or_default();
+            match stream {
+                Stream::Stdout => stdout = kept,
+                Stream::Stderr => stderr = kept,
+            }
+        }
+        (stdout, stderr, cut)
+    }
+}
+
+/// The process group a run started, and the marker its processes carry in their environment.
+struct Group<'a> {
+    pgid: i32,
+    marker: &'a str,
+}
+
+/// The output of a run that never got a child to watch.
+fn unwatched(end: End) -> Output {
+    Output {
+        end,
+        elapsed: Duration::ZERO,
+        stdout: Vec::new(),
+        stderr: Vec::new(),
+        tail: Vec::new(),
+        overflowed: false,
+        left_processes: false,
+    }
+}
+
+/// Starts the child in its own process group, or says why it did not start.
+fn spawn_in_group(spec: &Spec, marker: &str) -> Result<(tokio::process::Child, i32), End> {
+    let mut child = match command(spec, marker).spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            let dir = spec
+                .dir
+                .as_ref()
+                .map(|d| format!(" (working_dir {})", d.display()))
+                .unwrap_or_default();
+            return Err(End::NotStarted(format!(
+                "{}: {e}{dir}",
+                spec.program.display()
+            )));
+        }
+    };
+    let Some(pgid) = child.id().and_then(|id| i32::try_from(id).ok()) else {
+        let _ = child.start_kill();
+        return Err(End::NotStarted(
+            "it exited before it could be watched".into(),
+        ));
+    };
+    Ok((child, pgid))
+}
+
+/// Shows the child's lines until it exits, times out, overflows, or we are told to stop.
+async fn wait_for_end(
+    child: &mut tokio::process::Child,
+    deadline: Instant,
+    stop: &CancellationToken,
+    pipes: &mut Pipes,
+    lines: &mut Lines<'_>,
+) -> End {
+    loop {
+        tokio::select! {
+            status = child.wait() => {
+                return match status {
+                    Ok(status) => exit_end(status),
+                    Err(e) => End::NotStarted(format!("waiting for it failed: {e}")),
+                };
+            }
+            _ = tokio::time::sleep_until(deadline) => return End::TimedOut,
+            _ = stop.cancelled() => return End::Stopped,
+            chunk = pipes.chunks.recv(), if pipes.open => match chunk {
+                Some(Chunk::Overflow) => { lines.take(Chunk::Overflow); return End::Stopped; }
+                Some(chunk) => lines.take(chunk),
+                None => pipes.open = false,
+            },
+        }
+    }
+}
+
+/// Ends everything in the group: SIGTERM, then SIGKILL after the grace (shortened by a
+/// stop), still showing lines meanwhile. `exited`: the leader is already reaped.
+async fn end_group(
+    child: &mut tokio::process::Child,
+    group: &Group<'_>,
+    exited: bool,
+    spec: &Spec,
+    stop: &CancellationToken,
+    pipes: &mut Pipes,
+    lines: &mut Lines<'_>,
+) {
+    let (pgid, marker) = (group.pgid, group.marker);
+    let grace = if stop.is_cancelled() {
+        spec.kill_grace.min(CANCEL_KILL_GRACE)
+    } else {
+        spec.kill_grace
+    };
+    let leader = (!exited).then_some(pgid);
+    signal_everything(pgid, leader, marker, libc::SIGTERM);
+    let killed_at = Instant::now() + grace;
+    let mut reaped = exited;
+    loop {
+        if reaped && !anything_alive(pgid, marker) {
+            break;
+        }
+        // A cancel during the grace of a timeout shortens it.
+        let cut_short = stop.is_cancelled() && killed_at > Instant::now() + CANCEL_KILL_GRACE;
+        if Instant::now() >= killed_at || cut_short {
+            signal_everything(pgid, (!reaped).then_some(pgid), marker, libc::SIGKILL);
+            if !reaped {
+                let _ = child.wait().await;
+            }
+            break;
+        }
+        tokio::select! {
+            _ = child.wait(), if !reaped => reaped = true,
+            _ = tokio::time::sleep(POLL) => {}
+            _ = stop.cancelled(), if !stop.is_cancelled() => {}
+            chunk = pipes.chunks.recv(), if pipes.open => match chunk {
+                Some(chunk) => lines.take(chunk),
+                None => pipes.open = false,
+            },
+        }
+    }
+}
+
 /// Runs `spec` to its end. Each line of a [`Capture::Lines`] pipe is cut at [`LINE_CAP`],
 /// passed through `transform` (scripts: the secret scrubber), then given to `on_line` as it
 /// comes, up to [`SHOWN_CAP`] bytes. `stop` kills the child at once (SIGTERM, SIGKILL after
@@ -416,136 +666,33 @@ pub async fn run(
     on_line: &(dyn Fn(Stream, &str) + Sync),
 ) -> Output {
     let started = Instant::now();
-    let mut out = Output {
-        end: End::Stopped,
-        elapsed: Duration::ZERO,
-        stdout: Vec::new(),
-        stderr: Vec::new(),
-        tail: Vec::new(),
-        overflowed: false,
-        left_processes: false,
-    };
     if stop.is_cancelled() {
-        return out;
+        return unwatched(End::Stopped);
     }
     let marker = new_marker();
-    let mut child = match command(spec, &marker).spawn() {
-        Ok(child) => child,
-        Err(e) => {
-            let dir = spec
-                .dir
-                .as_ref()
-                .map(|d| format!(" (working_dir {})", d.display()))
-                .unwrap_or_default();
-            out.end = End::NotStarted(format!("{}: {e}{dir}", spec.program.display()));
-            return out;
-        }
+    let (mut child, pgid) = match spawn_in_group(spec, &marker) {
+        Ok(spawned) => spawned,
+        Err(end) => return unwatched(end),
     };
-    let Some(pgid) = child.id().and_then(|id| i32::try_from(id).ok()) else {
-        let _ = child.start_kill();
-        out.end = End::NotStarted("it exited before it could be watched".into());
-        return out;
-    };
+    // Held across every await below: if this future is dropped, the group is killed.
     let mut guard = GroupGuard::new(pgid);
-    let (sender, mut chunks) = mpsc::channel::<Chunk>(256);
-    let mut byte_readers = Vec::new();
-    for (stream, capture) in [(Stream::Stdout, spec.stdout), (Stream::Stderr, spec.stderr)] {
-        let pipe: Option<Box<dyn AsyncRead + Unpin + Send>> = match stream {
-            Stream::Stdout => child.stdout.take().map(|p| Box::new(p) as _),
-            Stream::Stderr => child.stderr.take().map(|p| Box::new(p) as _),
-        };
-        let Some(pipe) = pipe else { continue };
-        match capture {
-            Capture::Lines => {
-                tokio::spawn(read_lines(pipe, stream, sender.clone()));
-            }
-            Capture::Bytes(max) => {
-                byte_readers.push((stream, tokio::spawn(read_bytes(pipe, max, sender.clone()))));
-            }
-        }
-    }
-    drop(sender);
-    let mut tail = VecDeque::new();
-    let mut shown = 0u64;
-    let (mut unshown_lines, mut unshown_bytes) = (0u64, 0u64);
-    let mut overflowed = false;
-    let mut handle = |chunk: Chunk| match chunk {
-        Chunk::Overflow => overflowed = true,
-        Chunk::Line(stream, line) => {
-            let text = shown_line(&line, transform);
-            shown += text.len() as u64;
-            if shown <= SHOWN_CAP {
-                on_line(stream, &text);
-            } else {
-                unshown_lines += 1;
-                unshown_bytes += text.len() as u64;
-            }
-            if tail.len() == spec.tail_lines {
-                tail.pop_front();
-            }
-            if spec.tail_lines > 0 {
-                tail.push_back(text);
-            }
-        }
-    };
-
+    let mut pipes = Pipes::read(&mut child, spec);
+    let mut lines = Lines::new(spec, transform, on_line);
     let deadline = started + spec.timeout;
-    let mut open = true;
-    // Phase 1: until it exits, times out, overflows, or we are told to stop.
-    let mut end = loop {
-        tokio::select! {
-            status = child.wait() => {
-                break match status {
-                    Ok(status) => exit_end(status),
-                    Err(e) => End::NotStarted(format!("waiting for it failed: {e}")),
-                };
-            }
-            _ = tokio::time::sleep_until(deadline) => break End::TimedOut,
-            _ = stop.cancelled() => break End::Stopped,
-            chunk = chunks.recv(), if open => match chunk {
-                Some(Chunk::Overflow) => { handle(Chunk::Overflow); break End::Stopped; }
-                Some(chunk) => handle(chunk),
-                None => open = false,
-            },
-        }
-    };
-    // Phase 2: nothing it started may survive it, whether it was killed or exited and left
+    let mut end = wait_for_end(&mut child, deadline, stop, &mut pipes, &mut lines).await;
+    // Nothing it started may survive it, whether it was killed or exited and left
     // processes behind.
     let exited = matches!(end, End::Exited(_) | End::Signalled(_));
     let left_processes = exited && anything_alive(pgid, &marker);
     if !exited || left_processes {
-        let grace = if stop.is_cancelled() {
-            spec.kill_grace.min(CANCEL_KILL_GRACE)
-        } else {
-            spec.kill_grace
+        let group = Group {
+            pgid,
+            marker: &marker,
         };
-        let leader = (!exited).then_some(pgid);
-        signal_everything(pgid, leader, &marker, libc::SIGTERM);
-        let killed_at = Instant::now() + grace;
-        let mut reaped = exited;
-        loop {
-            if reaped && !anything_alive(pgid, &marker) {
-                break;
-            }
-            // A cancel during the grace of a timeout shortens it.
-            let cut_short = stop.is_cancelled() && killed_at > Instant::now() + CANCEL_KILL_GRACE;
-            if Instant::now() >= killed_at || cut_short {
-                signal_everything(pgid, (!reaped).then_some(pgid), &marker, libc::SIGKILL);
-                if !reaped {
-                    let _ = child.wait().await;
-                }
-                break;
-            }
-            tokio::select! {
-                _ = child.wait(), if !reaped => reaped = true,
-                _ = tokio::time::sleep(POLL) => {}
-                _ = stop.cancelled(), if !stop.is_cancelled() => {}
-                chunk = chunks.recv(), if open => match chunk {
-                    Some(chunk) => handle(chunk),
-                    None => open = false,
-                },
-            }
-        }
+        end_group(
+            &mut child, &group, exited, spec, stop, &mut pipes, &mut lines,
+        )
+        .await;
         if stop.is_cancelled() && end == End::TimedOut {
             end = End::Stopped;
         }
@@ -554,41 +701,19 @@ pub async fn run(
     sweep(&marker);
     guard.done();
     drop(guard);
-    // Phase 3: what is still in the pipes.
     let drain_until = Instant::now() + DRAIN_TIMEOUT;
-    while open {
-        match tokio::time::timeout_at(drain_until, chunks.recv()).await {
-            Ok(Some(chunk)) => handle(chunk),
-            Ok(None) | Err(_) => open = false,
-        }
+    pipes.drain(&mut lines, drain_until).await;
+    lines.note_unshown();
+    let (stdout, stderr, cut) = pipes.bytes(drain_until).await;
+    Output {
+        end,
+        elapsed: started.elapsed(),
+        stdout,
+        stderr,
+        tail: lines.tail.into_iter().collect(),
+        overflowed: lines.overflowed || cut,
+        left_processes,
     }
-    if let Some(note) = unshown_note(unshown_lines, unshown_bytes) {
-        on_line(Stream::Stderr, &note);
-        if tail.len() == spec.tail_lines && spec.tail_lines > 0 {
-            tail.pop_front();
-        }
-        if spec.tail_lines > 0 {
-            tail.push_back(note);
-        }
-    }
-    for (stream, reader) in byte_readers {
-        let kept = match tokio::time::timeout_at(drain_until, reader).await {
-            Ok(Ok(kept)) => kept,
-            _ => None,
-        };
-        overflowed |= kept.is_none();
-        let kept = kept.unwrap_or_default();
-        match stream {
-            Stream::Stdout => out.stdout = kept,
-            Stream::Stderr => out.stderr = kept,
-        }
-    }
-    out.end = end;
-    out.elapsed = started.elapsed();
-    out.tail = tail.into_iter().collect();
-    out.overflowed = overflowed;
-    out.left_processes = left_processes;
-    out
 }
 
 thread_local! {

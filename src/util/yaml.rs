@@ -748,14 +748,7 @@ spec:
 
     #[test]
     fn alias_bomb_is_refused() {
-        let mut text = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
-        for i in 1..12 {
-            let prev = format!("*a{}", i - 1);
-            text.push_str(&format!(
-                "a{i}: &a{i} [{}]\n",
-                [prev.as_str(); 10].join(", ")
-            ));
-        }
+        let text = crate::util::yaml_fixtures::alias_bomb(12);
         assert!(parse_single(&text).is_err());
     }
 

@@ -3,16 +3,12 @@
 
 use crate::harness::{TestEnv, config, small_app};
 
+#[path = "../../src/util/yaml_fixtures.rs"]
+mod yaml_fixtures;
+
+/// The lib tests' alias bomb, 12 levels deep.
 fn alias_bomb() -> String {
-    let mut text = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
-    for i in 1..12 {
-        let prev = format!("*a{}", i - 1);
-        text.push_str(&format!(
-            "a{i}: &a{i} [{}]\n",
-            [prev.as_str(); 10].join(", ")
-        ));
-    }
-    text
+    yaml_fixtures::alias_bomb(12)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -216,201 +216,202 @@ mod tests {
 
     /// Real kubelet messages (shared/kubelet-pull-errors.md, row ids in the comments), as
     /// the waiting message of ErrImagePull shows them (the `Failed to pull image "x": `
-    /// event lead left on some, as the event shows it).
+    /// event lead left on some, as the event shows it): (reason, message, class).
+    const REAL_MESSAGES: &[(&str, &str, PullClass)] = &[
+        // containerd 1: NotFound (1.x).
+        (
+            "ErrImagePull",
+            "rpc error: code = NotFound desc = failed to pull and unpack image \"docker.io/cvisionai/tator_online:b51d8990fc4c560c0a2c64d6ddd753aedb9bdeab\": failed to resolve reference \"docker.io/cvisionai/tator_online:b51d8990fc4c560c0a2c64d6ddd753aedb9bdeab\": docker.io/cvisionai/tator_online:b51d8990fc4c560c0a2c64d6ddd753aedb9bdeab: not found",
+            Definitive(NOT_FOUND),
+        ),
+        // containerd 1b: NotFound (2.x), with the event's lead.
+        (
+            "ErrImagePull",
+            "Failed to pull image \"gcr.io/kubebuilder/kube-rbac-proxy:v0.8.0\": rpc error: code = NotFound desc = failed to pull and unpack image \"gcr.io/kubebuilder/kube-rbac-proxy:v0.8.0\": failed to resolve image: gcr.io/kubebuilder/kube-rbac-proxy:v0.8.0: not found",
+            Definitive(NOT_FOUND),
+        ),
+        // containerd 2: 401.
+        (
+            "ErrImagePull",
+            "rpc error: code = Unknown desc = failed to pull and unpack image \"registry.app.xxx.net/spm2fog/partsgo42:GitActionsNew-2e7e78f7bb157128f1853b0dc06bf7ccd13156d7\": failed to resolve reference \"registry.app.xxx.net/spm2fog/partsgo42:GitActionsNew-2e7e78f7bb157128f1853b0dc06bf7ccd13156d7\": pulling from host registry.app.xxx.net failed with status code [manifests GitActionsNew-2e7e78f7bb157128f1853b0dc06bf7ccd13156d7]: 401 Unauthorized",
+            Definitive(CREDENTIALS),
+        ),
+        // containerd 2b: pull access denied, no prefix.
+        (
+            "ErrImagePull",
+            "failed to pull and unpack image \"docker.io/library/kubefleet-dashboard:latest\": failed to resolve reference \"docker.io/library/kubefleet-dashboard:latest\": pull access denied, repository does not exist or may require authorization: server message: insufficient_scope: authorization failed",
+            Definitive(DENIED),
+        ),
+        // containerd 3: 403.
+        (
+            "ErrImagePull",
+            "rpc error: code = Unknown desc = failed to pull and unpack image \"k8s.gcr.io/sig-storage/csi-node-driver-registrar:v2.2.0\": failed to resolve reference \"k8s.gcr.io/sig-storage/csi-node-driver-registrar:v2.2.0\": pulling from host k8s.gcr.io failed with status code [manifests v2.2.0]: 403 Forbidden",
+            Definitive(DENIED),
+        ),
+        // containerd 4: 429 (its digest must not read as 403 or a 5xx).
+        (
+            "ErrImagePull",
+            "rpc error: code = Unknown desc = failed to pull and unpack image \"docker.io/library/centos:latest\": failed to copy: httpReaderSeeker: failed open: unexpected status code https://registry-1.docker.io/v2/library/centos/manifests/sha256:dbbacecc49b088458781c16f3775f2a2ec7521079034a7ba499c8b0bb7f86875: 429 Too Many Requests - Server message: toomanyrequests: You have reached your pull rate limit. You may increase the limit by authenticating and upgrading: https://www.docker.com/increase-rate-limit",
+            Transient,
+        ),
+        // containerd 5a: dial i/o timeout.
+        (
+            "ErrImagePull",
+            "rpc error: code = DeadlineExceeded desc = failed to pull and unpack image \"k8s.gcr.io/conformance:v1.28.5\": failed to resolve reference \"k8s.gcr.io/conformance:v1.28.5\": failed to do request: Head \"https://k8s.gcr.io/v2/conformance/manifests/v1.28.5\": dial tcp 64.233.189.82:443: i/o timeout",
+            Transient,
+        ),
+        // containerd 5b: connection refused.
+        (
+            "ErrImagePull",
+            "rpc error: code = Unknown desc = failed to pull and unpack image \"localhost:5000/brokerage-api:tilt-b655dbb021099edd\": failed to resolve reference \"localhost:5000/brokerage-api:tilt-b655dbb021099edd\": failed to do request: Head \"http://localhost:5000/v2/brokerage-api/manifests/tilt-b655dbb021099edd\": dial tcp 127.0.0.1:5000: connect: connection refused",
+            Transient,
+        ),
+        // containerd 6b: TLS handshake timeout.
+        (
+            "ErrImagePull",
+            "rpc error: code = Unknown desc = failed to pull and unpack image \"docker.io/library/ubuntu:latest\": failed to resolve reference \"docker.io/library/ubuntu:latest\": failed to do request: Head \"https://registry-1.docker.io/v2/library/ubuntu/manifests/latest\": net/http: TLS handshake timeout",
+            Transient,
+        ),
+        // containerd 7: 502.
+        (
+            "ErrImagePull",
+            "rpc error: code = Unknown desc = failed to pull and unpack image \"quay.io/bitnami/sealed-secrets-controller:v0.17.1\": failed to copy: httpReaderSeeker: failed open: unexpected status code https://quay.io/v2/bitnami/sealed-secrets-controller/manifests/sha256:e121ad7f4863747e902d0398c096d2bbfab89e7ff1641b6cefedf1f14ea20ea2: 502 Bad Gateway",
+            Transient,
+        ),
+        // containerd 7c: 503.
+        (
+            "ErrImagePull",
+            "rpc error: code = Unknown desc = failed to pull and unpack image \"sealos.hub:5000/kube-proxy:v1.24.0\": failed to resolve reference \"sealos.hub:5000/kube-proxy:v1.24.0\": pulling from host sealos.hub:5000 failed with status code [manifests v1.24.0]: 503 Service Unavailable",
+            Transient,
+        ),
+        // containerd 9b: cancelled for no progress.
+        (
+            "ErrImagePull",
+            "rpc error: code = Canceled desc = failed to pull and unpack image \"private_registery.mydomain/idrac_to_kafka:20250428T1620\": failed to copy: httpReadSeeker: failed open: failed to do request: Get \"https://private_registery.mydomain/v2/csg/idrac_to_kafka/blobs/sha256:d0157ca575c725b6dbdc6c7b843b8614963fda6ca619af9932bfbbb39c450c5a\": context canceled",
+            Transient,
+        ),
+        // containerd 10a: the back-off message carries the pull error.
+        (
+            "ImagePullBackOff",
+            "Back-off pulling image \"ghcr.io/alexsjones/sympozium/node-probe:v0.1.8\": ErrImagePull: rpc error: code = NotFound desc = failed to pull and unpack image \"ghcr.io/alexsjones/sympozium/node-probe:v0.1.8\": failed to resolve reference \"ghcr.io/alexsjones/sympozium/node-probe:v0.1.8\": ghcr.io/alexsjones/sympozium/node-probe:v0.1.8: not found",
+            Definitive(NOT_FOUND),
+        ),
+        // containerd 10b: an older kubelet's back-off says nothing.
+        (
+            "ImagePullBackOff",
+            "Back-off pulling image \"registry.k8s.io/nfd/node-feature-discovery:v0.12.1\"",
+            Silent,
+        ),
+        ("ImagePullBackOff", "", Silent),
+        // CRI-O 1: manifest unknown.
+        (
+            "ErrImagePull",
+            "rpc error: code = Unknown desc = Error reading manifest latest in docker.io/e2eteam/dnsutils: manifest unknown: manifest unknown",
+            Definitive(NOT_FOUND),
+        ),
+        // CRI-O 1c: the >= 1.34 wrapper.
+        (
+            "ErrImagePull",
+            "unable to pull image or OCI artifact: pull image err: initializing source docker://gcr.io/kubebuilder/kube-rbac-proxy@sha256:db06cc4c084dd0253134f156dddaaf53ef1c3fb3cc809e5d81711baa4029ea4c: reading manifest sha256:db06cc4c084dd0253134f156dddaaf53ef1c3fb3cc809e5d81711baa4029ea4c in gcr.io/kubebuilder/kube-rbac-proxy: manifest unknown: Requested entity was not found.; artifact err: get manifest: build image source: reading manifest sha256:db06cc4c084dd0253134f156dddaaf53ef1c3fb3cc809e5d81711baa4029ea4c in gcr.io/kubebuilder/kube-rbac-proxy: manifest unknown: Requested entity was not found.",
+            Definitive(NOT_FOUND),
+        ),
+        // CRI-O 2: 401.
+        (
+            "ErrImagePull",
+            "rpc error: code = Unknown desc = Error reading manifest latest in image-registry.openshift-image-registry.svc:5000/thoth-middletier-stage/graph-sync-job: unauthorized: authentication required",
+            Definitive(CREDENTIALS),
+        ),
+        // CRI-O 2b: Docker Hub denied.
+        (
+            "ErrImagePull",
+            "rpc error: code = Unknown desc = Error reading manifest latest in docker.io/library/si-bandit: errors: denied: requested access to the resource is denied unauthorized: authentication required",
+            Definitive(CREDENTIALS),
+        ),
+        // CRI-O 3: 403 (crictl's text).
+        (
+            "ErrImagePull",
+            "rpc error: code = Unknown desc = Requesting bearer token: invalid status code from registry 403 (Forbidden)",
+            Definitive(DENIED),
+        ),
+        // CRI-O 4: 429.
+        (
+            "ErrImagePull",
+            "rpc error: code = Unknown desc = reading manifest v3.6.0 in docker.io/openshift/hello-openshift: toomanyrequests: You have reached your unauthenticated pull rate limit. https://www.docker.com/increase-rate-limit",
+            Transient,
+        ),
+        // CRI-O 5a: DNS read i/o timeout.
+        (
+            "ErrImagePull",
+            "rpc error: code = Unknown desc = pinging container registry image-registry.openshift-image-registry.svc:5000: Get \"https://image-registry.openshift-image-registry.svc:5000/v2/\": dial tcp: lookup image-registry.openshift-image-registry.svc on 223.5.5.5:53: read udp 10.253.25.6:33734->223.5.5.5:53: i/o timeout",
+            Transient,
+        ),
+        // CRI-O 5b: RegistryUnavailable.
+        (
+            "ErrImagePull",
+            "RegistryUnavailable: pinging container registry localhost:7439: Get \"http://localhost:7439/v2/\": dial tcp [::1]:7439: connect: connection refused",
+            Transient,
+        ),
+        // CRI-O 6a: TLS, unknown authority (not in the definitive list: tolerated for
+        // the grace, then failed).
+        (
+            "ErrImagePull",
+            "rpc error: code = Unknown desc = error pinging docker registry m1.dev: Get \"https://m1.dev/v2/\": x509: certificate signed by unknown authority",
+            Transient,
+        ),
+        // CRI-O 7: 500.
+        (
+            "ErrImagePull",
+            "rpc error: code = Unknown desc = Error reading manifest sha256:67cc7cb47d56237adcf0ecc2ee76446785add5fa236cd08746b55f578b9200a5 in registry.svc.ci.openshift.org/origin/release: received unexpected HTTP status: 500 Internal Server Error",
+            Transient,
+        ),
+        // CRI-O 9a: deadline exceeded.
+        (
+            "ErrImagePull",
+            "rpc error: code = 4 desc = context deadline exceeded",
+            Transient,
+        ),
+        // CRI-O 10b: back-off with the >= 1.34 wrapper.
+        (
+            "ImagePullBackOff",
+            "Back-off pulling image \"image-registry.openshift-image-registry.svc:5000/demo1-compromised-dependency/vulnerable-app:latest\": ErrImagePull: unable to pull image or OCI artifact: pull image err: initializing source docker://image-registry.openshift-image-registry.svc:5000/demo1-compromised-dependency/vulnerable-app:latest: reading manifest latest in image-registry.openshift-image-registry.svc:5000/demo1-compromised-dependency/vulnerable-app: manifest unknown",
+            Definitive(NOT_FOUND),
+        ),
+        // Docker 2: pull access denied.
+        (
+            "ErrImagePull",
+            "rpc error: code = Unknown desc = Error response from daemon: pull access denied for rmeuser-auth, repository does not exist or may require 'docker login'",
+            Definitive(DENIED),
+        ),
+        // Docker 6b: TLS handshake timeout.
+        (
+            "ErrImagePull",
+            "rpc error: code = Unknown desc = Error response from daemon: Get https://registry-1.docker.io/v2/: net/http: TLS handshake timeout",
+            Transient,
+        ),
+        // Kubelet-made reasons.
+        (
+            "InvalidImageName",
+            "Failed to apply default image tag \"redacted.dkr.ecr.us-east-1.amazonaws.com/redacted/redacted:\": couldn't parse image reference \"redacted.dkr.ecr.us-east-1.amazonaws.com/redacted/redacted:\": invalid reference format",
+            Definitive("the image name is invalid"),
+        ),
+        (
+            "ErrImageNeverPull",
+            "Container image \"nginx:latest\" is not present with pull policy of Never",
+            Definitive("the image is not on the node and imagePullPolicy is Never"),
+        ),
+        // Words inside image names decide nothing.
+        (
+            "ErrImagePull",
+            "rpc error: code = Unknown desc = failed to pull and unpack image \"docker.io/acme/denied:403\": failed to resolve reference \"docker.io/acme/denied:403\": pulling from host docker.io failed with status code [manifests 403]: 503 Service Unavailable",
+            Transient,
+        ),
+        // Unknown words: tolerated for the grace.
+        ("ErrImagePull", "something went sideways", Transient),
+    ];
+
     #[test]
     fn real_messages_are_classed() {
-        let cases: &[(&str, &str, PullClass)] = &[
-            // containerd 1: NotFound (1.x).
-            (
-                "ErrImagePull",
-                "rpc error: code = NotFound desc = failed to pull and unpack image \"docker.io/cvisionai/tator_online:b51d8990fc4c560c0a2c64d6ddd753aedb9bdeab\": failed to resolve reference \"docker.io/cvisionai/tator_online:b51d8990fc4c560c0a2c64d6ddd753aedb9bdeab\": docker.io/cvisionai/tator_online:b51d8990fc4c560c0a2c64d6ddd753aedb9bdeab: not found",
-                Definitive(NOT_FOUND),
-            ),
-            // containerd 1b: NotFound (2.x), with the event's lead.
-            (
-                "ErrImagePull",
-                "Failed to pull image \"gcr.io/kubebuilder/kube-rbac-proxy:v0.8.0\": rpc error: code = NotFound desc = failed to pull and unpack image \"gcr.io/kubebuilder/kube-rbac-proxy:v0.8.0\": failed to resolve image: gcr.io/kubebuilder/kube-rbac-proxy:v0.8.0: not found",
-                Definitive(NOT_FOUND),
-            ),
-            // containerd 2: 401.
-            (
-                "ErrImagePull",
-                "rpc error: code = Unknown desc = failed to pull and unpack image \"registry.app.xxx.net/spm2fog/partsgo42:GitActionsNew-2e7e78f7bb157128f1853b0dc06bf7ccd13156d7\": failed to resolve reference \"registry.app.xxx.net/spm2fog/partsgo42:GitActionsNew-2e7e78f7bb157128f1853b0dc06bf7ccd13156d7\": pulling from host registry.app.xxx.net failed with status code [manifests GitActionsNew-2e7e78f7bb157128f1853b0dc06bf7ccd13156d7]: 401 Unauthorized",
-                Definitive(CREDENTIALS),
-            ),
-            // containerd 2b: pull access denied, no prefix.
-            (
-                "ErrImagePull",
-                "failed to pull and unpack image \"docker.io/library/kubefleet-dashboard:latest\": failed to resolve reference \"docker.io/library/kubefleet-dashboard:latest\": pull access denied, repository does not exist or may require authorization: server message: insufficient_scope: authorization failed",
-                Definitive(DENIED),
-            ),
-            // containerd 3: 403.
-            (
-                "ErrImagePull",
-                "rpc error: code = Unknown desc = failed to pull and unpack image \"k8s.gcr.io/sig-storage/csi-node-driver-registrar:v2.2.0\": failed to resolve reference \"k8s.gcr.io/sig-storage/csi-node-driver-registrar:v2.2.0\": pulling from host k8s.gcr.io failed with status code [manifests v2.2.0]: 403 Forbidden",
-                Definitive(DENIED),
-            ),
-            // containerd 4: 429 (its digest must not read as 403 or a 5xx).
-            (
-                "ErrImagePull",
-                "rpc error: code = Unknown desc = failed to pull and unpack image \"docker.io/library/centos:latest\": failed to copy: httpReaderSeeker: failed open: unexpected status code https://registry-1.docker.io/v2/library/centos/manifests/sha256:dbbacecc49b088458781c16f3775f2a2ec7521079034a7ba499c8b0bb7f86875: 429 Too Many Requests - Server message: toomanyrequests: You have reached your pull rate limit. You may increase the limit by authenticating and upgrading: https://www.docker.com/increase-rate-limit",
-                Transient,
-            ),
-            // containerd 5a: dial i/o timeout.
-            (
-                "ErrImagePull",
-                "rpc error: code = DeadlineExceeded desc = failed to pull and unpack image \"k8s.gcr.io/conformance:v1.28.5\": failed to resolve reference \"k8s.gcr.io/conformance:v1.28.5\": failed to do request: Head \"https://k8s.gcr.io/v2/conformance/manifests/v1.28.5\": dial tcp 64.233.189.82:443: i/o timeout",
-                Transient,
-            ),
-            // containerd 5b: connection refused.
-            (
-                "ErrImagePull",
-                "rpc error: code = Unknown desc = failed to pull and unpack image \"localhost:5000/brokerage-api:tilt-b655dbb021099edd\": failed to resolve reference \"localhost:5000/brokerage-api:tilt-b655dbb021099edd\": failed to do request: Head \"http://localhost:5000/v2/brokerage-api/manifests/tilt-b655dbb021099edd\": dial tcp 127.0.0.1:5000: connect: connection refused",
-                Transient,
-            ),
-            // containerd 6b: TLS handshake timeout.
-            (
-                "ErrImagePull",
-                "rpc error: code = Unknown desc = failed to pull and unpack image \"docker.io/library/ubuntu:latest\": failed to resolve reference \"docker.io/library/ubuntu:latest\": failed to do request: Head \"https://registry-1.docker.io/v2/library/ubuntu/manifests/latest\": net/http: TLS handshake timeout",
-                Transient,
-            ),
-            // containerd 7: 502.
-            (
-                "ErrImagePull",
-                "rpc error: code = Unknown desc = failed to pull and unpack image \"quay.io/bitnami/sealed-secrets-controller:v0.17.1\": failed to copy: httpReaderSeeker: failed open: unexpected status code https://quay.io/v2/bitnami/sealed-secrets-controller/manifests/sha256:e121ad7f4863747e902d0398c096d2bbfab89e7ff1641b6cefedf1f14ea20ea2: 502 Bad Gateway",
-                Transient,
-            ),
-            // containerd 7c: 503.
-            (
-                "ErrImagePull",
-                "rpc error: code = Unknown desc = failed to pull and unpack image \"sealos.hub:5000/kube-proxy:v1.24.0\": failed to resolve reference \"sealos.hub:5000/kube-proxy:v1.24.0\": pulling from host sealos.hub:5000 failed with status code [manifests v1.24.0]: 503 Service Unavailable",
-                Transient,
-            ),
-            // containerd 9b: cancelled for no progress.
-            (
-                "ErrImagePull",
-                "rpc error: code = Canceled desc = failed to pull and unpack image \"private_registery.mydomain/idrac_to_kafka:20250428T1620\": failed to copy: httpReadSeeker: failed open: failed to do request: Get \"https://private_registery.mydomain/v2/csg/idrac_to_kafka/blobs/sha256:d0157ca575c725b6dbdc6c7b843b8614963fda6ca619af9932bfbbb39c450c5a\": context canceled",
-                Transient,
-            ),
-            // containerd 10a: the back-off message carries the pull error.
-            (
-                "ImagePullBackOff",
-                "Back-off pulling image \"ghcr.io/alexsjones/sympozium/node-probe:v0.1.8\": ErrImagePull: rpc error: code = NotFound desc = failed to pull and unpack image \"ghcr.io/alexsjones/sympozium/node-probe:v0.1.8\": failed to resolve reference \"ghcr.io/alexsjones/sympozium/node-probe:v0.1.8\": ghcr.io/alexsjones/sympozium/node-probe:v0.1.8: not found",
-                Definitive(NOT_FOUND),
-            ),
-            // containerd 10b: an older kubelet's back-off says nothing.
-            (
-                "ImagePullBackOff",
-                "Back-off pulling image \"registry.k8s.io/nfd/node-feature-discovery:v0.12.1\"",
-                Silent,
-            ),
-            ("ImagePullBackOff", "", Silent),
-            // CRI-O 1: manifest unknown.
-            (
-                "ErrImagePull",
-                "rpc error: code = Unknown desc = Error reading manifest latest in docker.io/e2eteam/dnsutils: manifest unknown: manifest unknown",
-                Definitive(NOT_FOUND),
-            ),
-            // CRI-O 1c: the >= 1.34 wrapper.
-            (
-                "ErrImagePull",
-                "unable to pull image or OCI artifact: pull image err: initializing source docker://gcr.io/kubebuilder/kube-rbac-proxy@sha256:db06cc4c084dd0253134f156dddaaf53ef1c3fb3cc809e5d81711baa4029ea4c: reading manifest sha256:db06cc4c084dd0253134f156dddaaf53ef1c3fb3cc809e5d81711baa4029ea4c in gcr.io/kubebuilder/kube-rbac-proxy: manifest unknown: Requested entity was not found.; artifact err: get manifest: build image source: reading manifest sha256:db06cc4c084dd0253134f156dddaaf53ef1c3fb3cc809e5d81711baa4029ea4c in gcr.io/kubebuilder/kube-rbac-proxy: manifest unknown: Requested entity was not found.",
-                Definitive(NOT_FOUND),
-            ),
-            // CRI-O 2: 401.
-            (
-                "ErrImagePull",
-                "rpc error: code = Unknown desc = Error reading manifest latest in image-registry.openshift-image-registry.svc:5000/thoth-middletier-stage/graph-sync-job: unauthorized: authentication required",
-                Definitive(CREDENTIALS),
-            ),
-            // CRI-O 2b: Docker Hub denied.
-            (
-                "ErrImagePull",
-                "rpc error: code = Unknown desc = Error reading manifest latest in docker.io/library/si-bandit: errors: denied: requested access to the resource is denied unauthorized: authentication required",
-                Definitive(CREDENTIALS),
-            ),
-            // CRI-O 3: 403 (crictl's text).
-            (
-                "ErrImagePull",
-                "rpc error: code = Unknown desc = Requesting bearer token: invalid status code from registry 403 (Forbidden)",
-                Definitive(DENIED),
-            ),
-            // CRI-O 4: 429.
-            (
-                "ErrImagePull",
-                "rpc error: code = Unknown desc = reading manifest v3.6.0 in docker.io/openshift/hello-openshift: toomanyrequests: You have reached your unauthenticated pull rate limit. https://www.docker.com/increase-rate-limit",
-                Transient,
-            ),
-            // CRI-O 5a: DNS read i/o timeout.
-            (
-                "ErrImagePull",
-                "rpc error: code = Unknown desc = pinging container registry image-registry.openshift-image-registry.svc:5000: Get \"https://image-registry.openshift-image-registry.svc:5000/v2/\": dial tcp: lookup image-registry.openshift-image-registry.svc on 223.5.5.5:53: read udp 10.253.25.6:33734->223.5.5.5:53: i/o timeout",
-                Transient,
-            ),
-            // CRI-O 5b: RegistryUnavailable.
-            (
-                "ErrImagePull",
-                "RegistryUnavailable: pinging container registry localhost:7439: Get \"http://localhost:7439/v2/\": dial tcp [::1]:7439: connect: connection refused",
-                Transient,
-            ),
-            // CRI-O 6a: TLS, unknown authority (not in the definitive list: tolerated for
-            // the grace, then failed).
-            (
-                "ErrImagePull",
-                "rpc error: code = Unknown desc = error pinging docker registry m1.dev: Get \"https://m1.dev/v2/\": x509: certificate signed by unknown authority",
-                Transient,
-            ),
-            // CRI-O 7: 500.
-            (
-                "ErrImagePull",
-                "rpc error: code = Unknown desc = Error reading manifest sha256:67cc7cb47d56237adcf0ecc2ee76446785add5fa236cd08746b55f578b9200a5 in registry.svc.ci.openshift.org/origin/release: received unexpected HTTP status: 500 Internal Server Error",
-                Transient,
-            ),
-            // CRI-O 9a: deadline exceeded.
-            (
-                "ErrImagePull",
-                "rpc error: code = 4 desc = context deadline exceeded",
-                Transient,
-            ),
-            // CRI-O 10b: back-off with the >= 1.34 wrapper.
-            (
-                "ImagePullBackOff",
-                "Back-off pulling image \"image-registry.openshift-image-registry.svc:5000/demo1-compromised-dependency/vulnerable-app:latest\": ErrImagePull: unable to pull image or OCI artifact: pull image err: initializing source docker://image-registry.openshift-image-registry.svc:5000/demo1-compromised-dependency/vulnerable-app:latest: reading manifest latest in image-registry.openshift-image-registry.svc:5000/demo1-compromised-dependency/vulnerable-app: manifest unknown",
-                Definitive(NOT_FOUND),
-            ),
-            // Docker 2: pull access denied.
-            (
-                "ErrImagePull",
-                "rpc error: code = Unknown desc = Error response from daemon: pull access denied for rmeuser-auth, repository does not exist or may require 'docker login'",
-                Definitive(DENIED),
-            ),
-            // Docker 6b: TLS handshake timeout.
-            (
-                "ErrImagePull",
-                "rpc error: code = Unknown desc = Error response from daemon: Get https://registry-1.docker.io/v2/: net/http: TLS handshake timeout",
-                Transient,
-            ),
-            // Kubelet-made reasons.
-            (
-                "InvalidImageName",
-                "Failed to apply default image tag \"redacted.dkr.ecr.us-east-1.amazonaws.com/redacted/redacted:\": couldn't parse image reference \"redacted.dkr.ecr.us-east-1.amazonaws.com/redacted/redacted:\": invalid reference format",
-                Definitive("the image name is invalid"),
-            ),
-            (
-                "ErrImageNeverPull",
-                "Container image \"nginx:latest\" is not present with pull policy of Never",
-                Definitive("the image is not on the node and imagePullPolicy is Never"),
-            ),
-            // Words inside image names decide nothing.
-            (
-                "ErrImagePull",
-                "rpc error: code = Unknown desc = failed to pull and unpack image \"docker.io/acme/denied:403\": failed to resolve reference \"docker.io/acme/denied:403\": pulling from host docker.io failed with status code [manifests 403]: 503 Service Unavailable",
-                Transient,
-            ),
-            // Unknown words: tolerated for the grace.
-            ("ErrImagePull", "something went sideways", Transient),
-        ];
-        for (reason, message, want) in cases {
+        for (reason, message, want) in REAL_MESSAGES {
             assert_eq!(classify(reason, message), *want, "{reason}: {message}");
         }
     }

@@ -91,34 +91,20 @@ mod tests {
     /// Every key written is declared, required keys are written, and digests match their
     /// pattern.
     fn check(value: &Value, schema: &Value, path: &str) {
-        if let Some(obj) = value.as_object() {
-            if schema["description"]
+        let body = |schema: &Value| {
+            schema["description"]
                 .as_str()
                 .is_some_and(|d| d.starts_with("the body as applied"))
-            {
-                return;
+        };
+        let digest = |value: &Value, schema: &Value, path: &str| {
+            if let (Some(text), Some(_)) = (value.as_str(), schema.get("pattern")) {
+                assert!(
+                    text.starts_with("sha256:") && text.len() == 71,
+                    "{path}: {text}"
+                );
             }
-            let props = schema["properties"].as_object().expect(path);
-            for (key, child) in obj {
-                let sub = props
-                    .get(key)
-                    .unwrap_or_else(|| panic!("{path}.{key} not in schema"));
-                check(child, sub, &format!("{path}.{key}"));
-            }
-            for req in schema["required"].as_array().into_iter().flatten() {
-                let key = req.as_str().unwrap();
-                assert!(obj.contains_key(key), "{path}.{key} required but missing");
-            }
-        } else if let Some(items) = value.as_array() {
-            for item in items {
-                check(item, &schema["items"], &format!("{path}[]"));
-            }
-        } else if let (Some(text), Some(_)) = (value.as_str(), schema.get("pattern")) {
-            assert!(
-                text.starts_with("sha256:") && text.len() == 71,
-                "{path}: {text}"
-            );
-        }
+        };
+        crate::report::schema_walk::check(value, schema, path, &body, &digest);
     }
 
     pub fn sample() -> SavedPlan {
