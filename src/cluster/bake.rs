@@ -483,6 +483,7 @@ fn unwatched(tracked: &[Tracked<'_>], options: &BakeOptions, error: Option<Strin
 mod tests {
     use super::*;
     use serde_json::json;
+    use kube::discovery::ApiResource;
 
     fn pod(uid: &str, containers: Value) -> Value {
         json!({"metadata": {"name": "web-1", "namespace": "shop", "uid": uid},

@@ -336,4 +336,250 @@ mod tests {
         assert!(!owned_by(&json!({}), "u1"));
     }
 
+
+    use crate::cluster::apply::AppliedObject;
+    use crate::config::UnschedulablePolicy;
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::batch::v1::Job;
+    use kube::discovery::ApiResource;
+    use std::time::Duration;
+
+    fn applied(kind: &str, response: Value) -> AppliedObject {
+        let resource = match kind {
+            "Job" => ApiResource::erase::<Job>(&()),
+            _ => ApiResource::erase::<Deployment>(&()),
+        };
+        AppliedObject {
+            display: format!("{kind} shop/app"),
+            resource,
+            name: "app".into(),
+            namespace: Some("shop".into()),
+            response: Some(response),
+            note: None,
+        }
+    }
+
+    fn tracking(a: &AppliedObject) -> Vec<Tracked<'_>> {
+        vec![Tracked {
+            applied: a,
+            source: Some(0),
+            done: false,
+            last_message: String::new(),
+        }]
+    }
+
+    /// A Job in progress ("active"), complete or failed.
+    fn job(state: &str) -> Value {
+        let mut job = json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "app", "namespace": "shop", "uid": "job-uid"},
+            "spec": {"selector": {"matchLabels": {"job": "app"}}}, "status": {"active": 1}});
+        if state != "active" {
+            job["status"]["conditions"] = json!([{"type": state, "status": "True"}]);
+        }
+        job
+    }
+
+    /// A Deployment at revision 2, rolling out (no replica updated yet).
+    fn deployment() -> Value {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "app", "namespace": "shop", "uid": "d-uid", "generation": 2,
+                "annotations": {"deployment.kubernetes.io/revision": "2"}},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}}},
+            "status": {"observedGeneration": 2, "replicas": 1, "updatedReplicas": 0}})
+    }
+
+    fn replica_set(hash: &str, revision: &str) -> Value {
+        json!({"metadata": {"name": format!("app-{hash}"), "namespace": "shop",
+            "labels": {"app": "web", "pod-template-hash": hash},
+            "annotations": {"deployment.kubernetes.io/revision": revision},
+            "ownerReferences": [{"uid": "d-uid", "kind": "Deployment", "name": "app"}]}})
+    }
+
+    /// A pod with `labels` whose container waits for `reason` (after `restarts` restarts).
+    fn waiting(name: &str, labels: Value, reason: &str, message: &str, restarts: i64) -> Value {
+        json!({"metadata": {"name": name, "namespace": "shop", "labels": labels},
+            "status": {"containerStatuses": [{"name": "app", "restartCount": restarts,
+                "state": {"waiting": {"reason": reason, "message": message}}}]}})
+    }
+
+    fn unschedulable(name: &str) -> Value {
+        json!({"metadata": {"name": name, "namespace": "shop", "labels": {"job": "app"}},
+            "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled",
+                "status": "False", "reason": "Unschedulable", "message": "0/3 nodes"}]}})
+    }
+
+    #[test]
+    fn evaluation_table() {
+        let start = Instant::now();
+        let secs = |s| start + Duration::from_secs(s);
+        let warn = FailFastConfig::default();
+        let fail = FailFastConfig {
+            unschedulable: UnschedulablePolicy::Fail,
+            ..FailFastConfig::default()
+        };
+        let job_pod = json!({"job": "app"});
+        let new = json!({"app": "web", "pod-template-hash": "new"});
+        let old = json!({"app": "web", "pod-template-hash": "old"});
+        let crash = |labels: &Value| waiting("p1", labels.clone(), "CrashLoopBackOff", "back-off", 3);
+        let timeout = "rpc error: dial tcp: i/o timeout";
+        let both_sets = vec![replica_set("old", "1"), replica_set("new", "2")];
+        struct Case {
+            name: &'static str,
+            object: Value,
+            replica_sets: Vec<Value>,
+            pods: Vec<Value>,
+            policy: FailFastConfig,
+            /// (status, failed pods (None: the object), warnings, next grace end)
+            want: (Status, Vec<Option<&'static str>>, usize, Option<Instant>),
+        }
+        let cases = vec![
+            Case {
+                name: "a completed Job is done",
+                object: job("Complete"),
+                replica_sets: vec![],
+                pods: vec![crash(&job_pod)],
+                policy: warn.clone(),
+                want: (Status::Current, vec![], 0, None),
+            },
+            Case {
+                name: "a failed Job fails as an object",
+                object: job("Failed"),
+                replica_sets: vec![],
+                pods: vec![],
+                policy: warn.clone(),
+                want: (Status::Failed, vec![None], 0, None),
+            },
+            Case {
+                name: "a running Job with a healthy pod is pending",
+                object: job("active"),
+                replica_sets: vec![],
+                pods: vec![json!({"metadata": {"name": "p1", "labels": {"job": "app"}}})],
+                policy: warn.clone(),
+                want: (Status::InProgress, vec![], 0, None),
+            },
+            Case {
+                name: "a crash loop past the threshold fails, once per pod",
+                object: job("active"),
+                replica_sets: vec![],
+                pods: vec![crash(&job_pod), crash(&job_pod)],
+                policy: warn.clone(),
+                want: (Status::InProgress, vec![Some("p1")], 0, None),
+            },
+            Case {
+                name: "a pod of another workload is not judged",
+                object: job("active"),
+                replica_sets: vec![],
+                pods: vec![crash(&json!({"job": "other"}))],
+                policy: warn.clone(),
+                want: (Status::InProgress, vec![], 0, None),
+            },
+            Case {
+                name: "a pull error that may pass is tolerated until its grace ends",
+                object: job("active"),
+                replica_sets: vec![],
+                pods: vec![waiting("p1", job_pod.clone(), "ErrImagePull", timeout, 0)],
+                policy: warn.clone(),
+                want: (Status::InProgress, vec![], 0, Some(secs(60))),
+            },
+            Case {
+                name: "unschedulable under warn: a warning",
+                object: job("active"),
+                replica_sets: vec![],
+                pods: vec![unschedulable("p1")],
+                policy: warn.clone(),
+                want: (Status::InProgress, vec![], 1, None),
+            },
+            Case {
+                name: "unschedulable under fail: tolerated for its grace",
+                object: job("active"),
+                replica_sets: vec![],
+                pods: vec![unschedulable("p1")],
+                policy: fail.clone(),
+                want: (Status::InProgress, vec![], 0, Some(secs(60))),
+            },
+            Case {
+                name: "a crashing pod of the new revision fails a Deployment",
+                object: deployment(),
+                replica_sets: both_sets.clone(),
+                pods: vec![crash(&new)],
+                policy: warn.clone(),
+                want: (Status::InProgress, vec![Some("p1")], 0, None),
+            },
+            Case {
+                name: "a crashing pod of the old revision never fails a new rollout",
+                object: deployment(),
+                replica_sets: both_sets.clone(),
+                pods: vec![crash(&old)],
+                policy: warn.clone(),
+                want: (Status::InProgress, vec![], 0, None),
+            },
+            Case {
+                name: "the new revision not known yet (no ReplicaSet): no pod is judged",
+                object: deployment(),
+                replica_sets: vec![replica_set("old", "1")],
+                pods: vec![crash(&new), crash(&old)],
+                policy: warn.clone(),
+                want: (Status::InProgress, vec![], 0, None),
+            },
+        ];
+        for case in cases {
+            let kind = str_at(&case.object, &["kind"]).unwrap_or_default().to_string();
+            let a = applied(&kind, json!({}));
+            let tracked = tracking(&a);
+            let snapshot = Snapshot {
+                objects: HashMap::from([(0, case.object)]),
+                pods: HashMap::from([("shop".to_string(), case.pods)]),
+                replica_sets: HashMap::from([("shop".to_string(), case.replica_sets)]),
+            };
+            let mut clock = ProblemClock::new(start);
+            let found = evaluate(&tracked, &snapshot, &mut clock, &case.policy, start);
+            let statuses: Vec<Status> = found.assessed.iter().map(|(_, a)| a.status).collect();
+            let failed: Vec<Option<&str>> = found.failures.iter().map(|f| f.pod.as_deref()).collect();
+            assert_eq!(
+                (statuses, failed, found.warnings.len(), found.next_grace_end),
+                (vec![case.want.0], case.want.1, case.want.2, case.want.3),
+                "{}",
+                case.name
+            );
+        }
+    }
+
+    #[test]
+    fn a_grace_fails_exactly_when_it_ends() {
+        let start = Instant::now();
+        let secs = |s| start + Duration::from_secs(s);
+        let policy = FailFastConfig::default();
+        let a = applied("Job", job("active"));
+        let tracked = tracking(&a);
+        let pull = waiting("p1", json!({"job": "app"}), "ErrImagePull", "i/o timeout", 0);
+        // Only the apply's response: the store has not seen the Job yet.
+        let snapshot = Snapshot {
+            objects: HashMap::new(),
+            pods: HashMap::from([("shop".to_string(), vec![pull])]),
+            replica_sets: HashMap::new(),
+        };
+        let mut clock = ProblemClock::new(start);
+        // (now, failed, next grace end): the grace counts from the first pull error seen.
+        let steps = [
+            (secs(10), false, Some(secs(70))),
+            (secs(69), false, Some(secs(70))),
+            (secs(70), true, None),
+        ];
+        for (now, fails, grace_end) in steps {
+            let found = evaluate(&tracked, &snapshot, &mut clock, &policy, now);
+            assert_eq!(
+                (!found.failures.is_empty(), found.next_grace_end),
+                (fails, grace_end),
+                "at {:?}",
+                now - start
+            );
+        }
+        // Nothing to judge without the object.
+        let bare = AppliedObject {
+            response: None,
+            ..applied("Job", json!({}))
+        };
+        let found = evaluate(&tracking(&bare), &snapshot, &mut clock, &policy, secs(80));
+        assert!(found.assessed.is_empty() && found.failures.is_empty());
+    }
 }
