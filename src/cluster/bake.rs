@@ -455,11 +455,12 @@ pub async fn watch_bake(
 
 /// The bake ended without the watches ever listing the pods: nothing was watched, so it
 /// did not pass.
-fn unwatched(tracked: &[Tracked<'_>], options: &BakeOptions, error: Option<String>) -> Vec<Failure> {
-    let objects: BTreeSet<&str> = tracked
-        .iter()
-        .map(|t| t.applied.display.as_str())
-        .collect();
+fn unwatched(
+    tracked: &[Tracked<'_>],
+    options: &BakeOptions,
+    error: Option<String>,
+) -> Vec<Failure> {
+    let objects: BTreeSet<&str> = tracked.iter().map(|t| t.applied.display.as_str()).collect();
     objects
         .into_iter()
         .map(|object| Failure {
@@ -482,8 +483,8 @@ fn unwatched(tracked: &[Tracked<'_>], options: &BakeOptions, error: Option<Strin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
     use kube::discovery::ApiResource;
+    use serde_json::json;
 
     fn pod(uid: &str, containers: Value) -> Value {
         json!({"metadata": {"name": "web-1", "namespace": "shop", "uid": uid},

@@ -78,7 +78,15 @@ pub(in crate::cluster) async fn timeout_failures(
                 .push_str(&format!("; not ready: {}", reasons.join("; ")));
         }
     }
-    add_logs(client, &mut failures, tracked, snapshot, options.log_lines, cancel).await;
+    add_logs(
+        client,
+        &mut failures,
+        tracked,
+        snapshot,
+        options.log_lines,
+        cancel,
+    )
+    .await;
     failures
 }
 
@@ -348,7 +356,6 @@ pub fn warning_events(events: &[Value], refs: &[InvolvedRef], limit: usize) -> V
     let skip = warnings.len().saturating_sub(limit);
     warnings.into_iter().skip(skip).map(|(_, t)| t).collect()
 }
-
 
 #[cfg(test)]
 mod tests {

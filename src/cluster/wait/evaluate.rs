@@ -32,7 +32,11 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// The object `t` (index `i`) as last seen: its watch's, else the apply's response.
-    pub(in crate::cluster) fn object<'s>(&'s self, i: usize, t: &'s Tracked<'_>) -> Option<&'s Value> {
+    pub(in crate::cluster) fn object<'s>(
+        &'s self,
+        i: usize,
+        t: &'s Tracked<'_>,
+    ) -> Option<&'s Value> {
         self.objects.get(&i).or(t.applied.response.as_ref())
     }
 
@@ -61,10 +65,7 @@ impl Snapshot {
     /// none while the revision is not known yet.
     pub fn new_revision_pods(&self, kind: &str, namespace: &str, workload: &Value) -> Vec<&Value> {
         let uid = str_at(workload, &["metadata", "uid"]).unwrap_or("");
-        let owned: Vec<Value> = self
-            .owned_replica_sets(namespace, uid)
-            .cloned()
-            .collect();
+        let owned: Vec<Value> = self.owned_replica_sets(namespace, uid).cloned().collect();
         let (Some(revision), Some(pods)) = (
             revision_for_pods(kind, workload, &owned),
             self.pods.get(namespace),
@@ -336,7 +337,6 @@ mod tests {
         assert!(!owned_by(&json!({}), "u1"));
     }
 
-
     use crate::cluster::apply::AppliedObject;
     use crate::config::UnschedulablePolicy;
     use k8s_openapi::api::apps::v1::Deployment;
@@ -408,8 +408,49 @@ mod tests {
                 "status": "False", "reason": "Unschedulable", "message": "0/3 nodes"}]}})
     }
 
+    struct Case {
+        name: &'static str,
+        object: Value,
+        replica_sets: Vec<Value>,
+        pods: Vec<Value>,
+        policy: FailFastConfig,
+        /// (status, failed pods (None: the object), warnings, next grace end)
+        want: (Status, Vec<Option<&'static str>>, usize, Option<Instant>),
+    }
+
+    /// Evaluates each case once, at `start`, with a fresh clock.
+    fn check(start: Instant, cases: Vec<Case>) {
+        for case in cases {
+            let kind = str_at(&case.object, &["kind"])
+                .unwrap_or_default()
+                .to_string();
+            let a = applied(&kind, json!({}));
+            let tracked = tracking(&a);
+            let snapshot = Snapshot {
+                objects: HashMap::from([(0, case.object)]),
+                pods: HashMap::from([("shop".to_string(), case.pods)]),
+                replica_sets: HashMap::from([("shop".to_string(), case.replica_sets)]),
+            };
+            let mut clock = ProblemClock::new(start);
+            let found = evaluate(&tracked, &snapshot, &mut clock, &case.policy, start);
+            let statuses: Vec<Status> = found.assessed.iter().map(|(_, a)| a.status).collect();
+            let failed: Vec<Option<&str>> =
+                found.failures.iter().map(|f| f.pod.as_deref()).collect();
+            assert_eq!(
+                (statuses, failed, found.warnings.len(), found.next_grace_end),
+                (vec![case.want.0], case.want.1, case.want.2, case.want.3),
+                "{}",
+                case.name
+            );
+        }
+    }
+
+    fn crash(labels: &Value) -> Value {
+        waiting("p1", labels.clone(), "CrashLoopBackOff", "back-off", 3)
+    }
+
     #[test]
-    fn evaluation_table() {
+    fn evaluation_of_a_job_and_its_pods() {
         let start = Instant::now();
         let secs = |s| start + Duration::from_secs(s);
         let warn = FailFastConfig::default();
@@ -418,20 +459,7 @@ mod tests {
             ..FailFastConfig::default()
         };
         let job_pod = json!({"job": "app"});
-        let new = json!({"app": "web", "pod-template-hash": "new"});
-        let old = json!({"app": "web", "pod-template-hash": "old"});
-        let crash = |labels: &Value| waiting("p1", labels.clone(), "CrashLoopBackOff", "back-off", 3);
         let timeout = "rpc error: dial tcp: i/o timeout";
-        let both_sets = vec![replica_set("old", "1"), replica_set("new", "2")];
-        struct Case {
-            name: &'static str,
-            object: Value,
-            replica_sets: Vec<Value>,
-            pods: Vec<Value>,
-            policy: FailFastConfig,
-            /// (status, failed pods (None: the object), warnings, next grace end)
-            want: (Status, Vec<Option<&'static str>>, usize, Option<Instant>),
-        }
         let cases = vec![
             Case {
                 name: "a completed Job is done",
@@ -497,6 +525,18 @@ mod tests {
                 policy: fail.clone(),
                 want: (Status::InProgress, vec![], 0, Some(secs(60))),
             },
+        ];
+        check(start, cases);
+    }
+
+    #[test]
+    fn evaluation_of_a_deployment_judges_its_new_revision_only() {
+        let start = Instant::now();
+        let warn = FailFastConfig::default();
+        let new = json!({"app": "web", "pod-template-hash": "new"});
+        let old = json!({"app": "web", "pod-template-hash": "old"});
+        let both_sets = vec![replica_set("old", "1"), replica_set("new", "2")];
+        let cases = vec![
             Case {
                 name: "a crashing pod of the new revision fails a Deployment",
                 object: deployment(),
@@ -522,26 +562,7 @@ mod tests {
                 want: (Status::InProgress, vec![], 0, None),
             },
         ];
-        for case in cases {
-            let kind = str_at(&case.object, &["kind"]).unwrap_or_default().to_string();
-            let a = applied(&kind, json!({}));
-            let tracked = tracking(&a);
-            let snapshot = Snapshot {
-                objects: HashMap::from([(0, case.object)]),
-                pods: HashMap::from([("shop".to_string(), case.pods)]),
-                replica_sets: HashMap::from([("shop".to_string(), case.replica_sets)]),
-            };
-            let mut clock = ProblemClock::new(start);
-            let found = evaluate(&tracked, &snapshot, &mut clock, &case.policy, start);
-            let statuses: Vec<Status> = found.assessed.iter().map(|(_, a)| a.status).collect();
-            let failed: Vec<Option<&str>> = found.failures.iter().map(|f| f.pod.as_deref()).collect();
-            assert_eq!(
-                (statuses, failed, found.warnings.len(), found.next_grace_end),
-                (vec![case.want.0], case.want.1, case.want.2, case.want.3),
-                "{}",
-                case.name
-            );
-        }
+        check(start, cases);
     }
 
     #[test]
@@ -551,7 +572,13 @@ mod tests {
         let policy = FailFastConfig::default();
         let a = applied("Job", job("active"));
         let tracked = tracking(&a);
-        let pull = waiting("p1", json!({"job": "app"}), "ErrImagePull", "i/o timeout", 0);
+        let pull = waiting(
+            "p1",
+            json!({"job": "app"}),
+            "ErrImagePull",
+            "i/o timeout",
+            0,
+        );
         // Only the apply's response: the store has not seen the Job yet.
         let snapshot = Snapshot {
             objects: HashMap::new(),

@@ -25,9 +25,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cluster::apply::AppliedObject;
 use crate::cluster::health::{self, Status};
+use crate::config::FailFastConfig;
 use crate::report::Failure;
 use crate::report::progress::WaitProgress;
-use crate::config::FailFastConfig;
 
 pub(in crate::cluster) use details::explain;
 pub use details::{InvolvedRef, event_is_about, unready_reasons, warning_events};
@@ -116,7 +116,13 @@ pub async fn wait_for_rollout(
     let result = loop {
         // Decide with what is known now.
         let snapshot = stores.snapshot(&tracked);
-        let found = evaluate(&tracked, &snapshot, &mut clock, &options.fail_fast, Instant::now());
+        let found = evaluate(
+            &tracked,
+            &snapshot,
+            &mut clock,
+            &options.fail_fast,
+            Instant::now(),
+        );
         for (i, assessment) in found.assessed {
             tracked[i].done = assessment.status == Status::Current;
             tracked[i].last_message = assessment.message;

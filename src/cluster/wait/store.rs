@@ -130,9 +130,11 @@ pub fn namespace_selector(workloads: &[&AppliedObject]) -> Option<String> {
         })
         .collect::<Option<_>>()?;
     let first = labels.first()?;
-    let key = first
-        .keys()
-        .find(|k| labels.iter().all(|l| l.get(*k).is_some_and(Value::is_string)))?;
+    let key = first.keys().find(|k| {
+        labels
+            .iter()
+            .all(|l| l.get(*k).is_some_and(Value::is_string))
+    })?;
     let values: BTreeSet<&str> = labels
         .iter()
         .filter_map(|l| l.get(key).and_then(Value::as_str))
@@ -423,11 +425,7 @@ mod tests {
         ];
         for (workloads, want) in cases {
             let names: Vec<&str> = workloads.iter().map(|w| w.name.as_str()).collect();
-            assert_eq!(
-                namespace_selector(&workloads).as_deref(),
-                want,
-                "{names:?}"
-            );
+            assert_eq!(namespace_selector(&workloads).as_deref(), want, "{names:?}");
         }
     }
 }
