@@ -11,8 +11,8 @@ use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::Tracked;
 use super::evaluate::Snapshot;
+use super::tracked::Tracked;
 use crate::cluster::health::{self, str_at};
 use crate::cluster::retry::{RetryBudget, with_retry};
 use crate::report::Failure;
@@ -44,7 +44,7 @@ pub(in crate::cluster) async fn timeout_failures(
     client: &Client,
     tracked: &[Tracked<'_>],
     snapshot: &Snapshot,
-    options: &super::WaitOptions,
+    (timeout, log_lines): (Duration, u32),
     watch_error: Option<&str>,
     cancel: &CancellationToken,
 ) -> Vec<Failure> {
@@ -56,7 +56,7 @@ pub(in crate::cluster) async fn timeout_failures(
             pod: None,
             container: None,
             reason: "Timeout".into(),
-            message: timeout_message(options.timeout, &t.last_message, watch_error),
+            message: timeout_message(timeout, &t.last_message, watch_error),
             events: Vec::new(),
             ..Default::default()
         })
@@ -78,15 +78,7 @@ pub(in crate::cluster) async fn timeout_failures(
                 .push_str(&format!("; not ready: {}", reasons.join("; ")));
         }
     }
-    add_logs(
-        client,
-        &mut failures,
-        tracked,
-        snapshot,
-        options.log_lines,
-        cancel,
-    )
-    .await;
+    add_logs(client, &mut failures, tracked, snapshot, log_lines, cancel).await;
     failures
 }
 

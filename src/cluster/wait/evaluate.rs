@@ -12,8 +12,7 @@ use std::collections::{BTreeSet, HashMap};
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::Tracked;
-use super::store::is_workload;
+use super::tracked::{Tracked, is_workload};
 use crate::cluster::health::pulls::{self, PullVerdict, PullWatch};
 use crate::cluster::health::{self, Assessment, RevisionSelector, Severity, Status, str_at};
 use crate::config::FailFastConfig;

@@ -14,6 +14,7 @@ mod details;
 pub mod evaluate;
 pub(in crate::cluster) mod store;
 mod timer;
+mod tracked;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -33,8 +34,9 @@ pub(in crate::cluster) use details::explain;
 pub use details::{InvolvedRef, event_is_about, unready_reasons, warning_events};
 pub(in crate::cluster) use evaluate::{Judged, ProblemClock, Snapshot, dedup_failures, evaluate};
 pub use evaluate::{owned_by, pod_of_workload, revision_for_pods};
-pub(in crate::cluster) use store::{Stores, is_workload};
+pub(in crate::cluster) use store::Stores;
 pub(in crate::cluster) use timer::{Alarm, Timer};
+pub(in crate::cluster) use tracked::{Tracked, is_workload};
 
 /// What waiting needs besides the objects.
 #[derive(Debug, Clone)]
@@ -64,15 +66,6 @@ pub struct WaitOutcome {
     pub result: Result<(), WaitFailure>,
     /// Non-fatal problems seen on the way (e.g. unschedulable pods under the warn policy).
     pub warnings: Vec<String>,
-}
-
-/// One object the wait (or the bake) follows.
-pub(in crate::cluster) struct Tracked<'a> {
-    pub(in crate::cluster) applied: &'a AppliedObject,
-    /// Its watch's index among the stores' object watches (None: not watched).
-    pub(in crate::cluster) source: Option<usize>,
-    pub(in crate::cluster) done: bool,
-    pub(in crate::cluster) last_message: String,
 }
 
 /// The objects to follow: those healthy when applied are done at once.
@@ -151,7 +144,7 @@ pub async fn wait_for_rollout(
                 let snapshot = stores.snapshot(&tracked);
                 let error = last_watch_error.as_deref();
                 let failures =
-                    details::timeout_failures(client, &tracked, &snapshot, options, error, cancel)
+                    details::timeout_failures(client, &tracked, &snapshot, (options.timeout, options.log_lines), error, cancel)
                         .await;
                 break Err(WaitFailure::Timeout(failures));
             },

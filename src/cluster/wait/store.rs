@@ -23,23 +23,10 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::Value;
 
-use super::Tracked;
 use super::evaluate::Snapshot;
+use super::tracked::{Tracked, is_workload};
 use crate::cluster::apply::AppliedObject;
 use crate::cluster::health;
-
-const WORKLOAD_KINDS: &[&str] = &[
-    "Deployment",
-    "StatefulSet",
-    "DaemonSet",
-    "ReplicaSet",
-    "Job",
-];
-
-pub(in crate::cluster) fn is_workload(resource: &ApiResource) -> bool {
-    (resource.group == "apps" || resource.group == "batch")
-        && WORKLOAD_KINDS.contains(&resource.kind.as_str())
-}
 
 /// One watch to open.
 #[derive(Debug, Clone, PartialEq, Eq)]
