@@ -3,17 +3,15 @@
 //! included), a restart count that grows, a container that exits, or a workload that loses
 //! availability fails the target at once.
 //!
-//! The same watches as the wait (`wait::open_watches`, one per kind and namespace, relisting
-//! after a dropped watch) feed one store; after each event the pure rules below compare what
-//! is seen now with what was seen when the bake started (the first complete list of every
-//! watch).
+//! The same stores as the wait (`wait::store`: reflector stores fed by watches, one per kind
+//! and namespace, relisting after a dropped watch) and the same timer (the bake's end and the
+//! next grace end); after each batch of events the pure rules below compare what is seen now
+//! with what was seen when the bake started (the first complete list of every watch).
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
-use futures::StreamExt;
 use kube::Client;
-use kube::discovery::ApiResource;
 use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -21,8 +19,8 @@ use tokio_util::sync::CancellationToken;
 use crate::cluster::apply::AppliedObject;
 use crate::cluster::health::{self, Status, condition, int_at, str_at};
 use crate::cluster::wait::{
-    Judged, NowOrNever, ProblemClock, Source, SourceKind, Store, Tracked, WaitFailure, add_events,
-    add_logs, dedup_failures, is_workload, open_watches, watch_error_text,
+    Alarm, Judged, ProblemClock, Snapshot, Stores, Timer, Tracked, WaitFailure, dedup_failures,
+    explain, is_workload, store, watch_error_text,
 };
 use crate::config::FailFastConfig;
 use crate::report::Failure;
@@ -291,160 +289,98 @@ struct Baseline {
     workloads: HashMap<String, Value>,
 }
 
-/// Sources of the bake's watches: the applied workloads' kinds, and the Pods (and
-/// ReplicaSets, for Deployments) of their namespaces.
-struct Watched<'a> {
-    sources: Vec<Source>,
-    tracked: Vec<Tracked<'a>>,
-    pod_sources: HashMap<String, usize>,
-    rs_sources: HashMap<String, usize>,
-}
-
-fn plan_watches(applied: &[AppliedObject]) -> Watched<'_> {
-    let mut w = Watched {
-        sources: Vec::new(),
-        tracked: Vec::new(),
-        pod_sources: HashMap::new(),
-        rs_sources: HashMap::new(),
-    };
-    let add =
-        |sources: &mut Vec<Source>, kind, namespace: &Option<String>, resource: &ApiResource| {
-            let found = sources.iter().position(|s| {
-                s.kind == kind && &s.namespace == namespace && &s.resource == resource
-            });
-            found.unwrap_or_else(|| {
-                sources.push(Source {
-                    kind,
-                    namespace: namespace.clone(),
-                    resource: resource.clone(),
-                });
-                sources.len() - 1
-            })
-        };
-    for a in applied.iter().filter(|a| is_workload(&a.resource)) {
-        let source = add(
-            &mut w.sources,
-            SourceKind::Tracked,
-            &a.namespace,
-            &a.resource,
-        );
-        w.tracked.push(Tracked {
-            applied: a,
-            source: Some(source),
+/// The bake follows the applied workloads (healthy or not when applied), and the Pods (and
+/// ReplicaSets, for Deployments) of their namespaces: the same watches as the wait's.
+fn track(applied: &[AppliedObject]) -> Vec<Tracked<'_>> {
+    applied
+        .iter()
+        .filter(|a| is_workload(&a.resource))
+        .map(|applied| Tracked {
+            applied,
+            source: None,
             done: false,
             last_message: String::new(),
-        });
-        let ns = a.namespace.clone().unwrap_or_default();
-        let pods = ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&());
-        let pod_source = add(&mut w.sources, SourceKind::Pods, &Some(ns.clone()), &pods);
-        w.pod_sources.insert(ns.clone(), pod_source);
-        if a.resource.kind == "Deployment" {
-            let rs = ApiResource::erase::<k8s_openapi::api::apps::v1::ReplicaSet>(&());
-            let rs_source = add(
-                &mut w.sources,
-                SourceKind::ReplicaSets,
-                &Some(ns.clone()),
-                &rs,
-            );
-            w.rs_sources.insert(ns, rs_source);
-        }
-    }
-    w
+        })
+        .collect()
 }
 
-impl Watched<'_> {
-    fn baseline(&self, store: &Store) -> Baseline {
-        let mut pods = HashMap::new();
-        for &s in self.pod_sources.values() {
-            for pod in store.all(s) {
-                let key = (
-                    str_at(pod, &["metadata", "namespace"])
-                        .unwrap_or("")
-                        .to_string(),
-                    str_at(pod, &["metadata", "name"]).unwrap_or("").to_string(),
-                );
-                pods.insert(key, pod.clone());
-            }
+fn baseline(tracked: &[Tracked<'_>], snapshot: &Snapshot) -> Baseline {
+    let mut pods = HashMap::new();
+    for (ns, list) in &snapshot.pods {
+        for pod in list {
+            let name = str_at(pod, &["metadata", "name"]).unwrap_or("").to_string();
+            pods.insert((ns.clone(), name), pod.clone());
         }
-        let workloads = self
-            .tracked
-            .iter()
-            .filter_map(|t| Some((t.applied.display.clone(), self.current(store, t)?.clone())))
-            .collect();
-        Baseline { pods, workloads }
     }
+    let workloads = tracked
+        .iter()
+        .enumerate()
+        .filter_map(|(i, t)| Some((t.applied.display.clone(), snapshot.objects.get(&i)?.clone())))
+        .collect();
+    Baseline { pods, workloads }
+}
 
-    fn current<'s>(&self, store: &'s Store, t: &Tracked<'_>) -> Option<&'s Value> {
-        let ns = t.applied.namespace.as_deref().unwrap_or("");
-        store.get(t.source?, ns, &t.applied.name)
-    }
-
-    /// Everything that fails the bake now, and when to look again for problems tolerated
-    /// for a while (pull errors within their grace).
-    fn decide(
-        &self,
-        store: &Store,
-        baseline: &Baseline,
-        problem_clock: &mut ProblemClock,
-        options: &BakeOptions,
-        (now, into_bake): (Instant, Duration),
-    ) -> (Vec<Failure>, Option<Instant>) {
-        let mut failures = Vec::new();
-        let mut next: Option<Instant> = None;
-        for t in &self.tracked {
-            let a = t.applied;
-            let ns = a.namespace.clone().unwrap_or_default();
-            let Some(current) = self.current(store, t) else {
-                failures.push(Failure {
-                    object: a.display.clone(),
-                    pod: None,
-                    container: None,
-                    reason: "Deleted".into(),
-                    message: format!(
-                        "no longer in the cluster {}; someone or something deleted it: see `kubectl get events -n {ns}`",
-                        when(into_bake)
-                    ),
-                    events: Vec::new(),
-                    ..Default::default()
-                });
-                continue;
-            };
-            let kind = a.resource.kind.as_str();
-            let sources = (
-                self.rs_sources.get(&ns).copied(),
-                self.pod_sources.get(&ns).copied(),
-            );
-            for pod in store.new_revision_pods(kind, current, sources) {
-                let name = str_at(pod, &["metadata", "name"]).unwrap_or("");
-                let before = baseline.pods.get(&(ns.clone(), name.to_string()));
-                for change in container_changes(before, pod, kind != "Job") {
-                    failures.push(change_failure(a, pod, &change, into_bake));
-                }
-                for problem in health::pod_problems(pod, &options.fail_fast) {
-                    match problem_clock.judge(&a.display, &problem, &options.fail_fast, now) {
-                        Judged::Fails(f) => failures.push(during_bake(f, &ns, into_bake)),
-                        Judged::Tolerated(Some(due)) => {
-                            next = Some(next.map_or(due, |n: Instant| n.min(due)));
-                        }
-                        Judged::Tolerated(None) | Judged::Warns(_) => {}
+/// Everything that fails the bake now, and when to look again for problems tolerated for a
+/// while (pull errors within their grace).
+fn decide(
+    tracked: &[Tracked<'_>],
+    snapshot: &Snapshot,
+    baseline: &Baseline,
+    problem_clock: &mut ProblemClock,
+    options: &BakeOptions,
+    (now, into_bake): (Instant, Duration),
+) -> (Vec<Failure>, Option<Instant>) {
+    let mut failures = Vec::new();
+    let mut next: Option<Instant> = None;
+    for (i, t) in tracked.iter().enumerate() {
+        let a = t.applied;
+        let ns = a.namespace.clone().unwrap_or_default();
+        let Some(current) = snapshot.objects.get(&i) else {
+            failures.push(Failure {
+                object: a.display.clone(),
+                pod: None,
+                container: None,
+                reason: "Deleted".into(),
+                message: format!(
+                    "no longer in the cluster {}; someone or something deleted it: see `kubectl get events -n {ns}`",
+                    when(into_bake)
+                ),
+                events: Vec::new(),
+                ..Default::default()
+            });
+            continue;
+        };
+        let kind = a.resource.kind.as_str();
+        for pod in snapshot.new_revision_pods(kind, &ns, current) {
+            let name = str_at(pod, &["metadata", "name"]).unwrap_or("");
+            let before = baseline.pods.get(&(ns.clone(), name.to_string()));
+            for change in container_changes(before, pod, kind != "Job") {
+                failures.push(change_failure(a, pod, &change, into_bake));
+            }
+            for problem in health::pod_problems(pod, &options.fail_fast) {
+                match problem_clock.judge(&a.display, &problem, &options.fail_fast, now) {
+                    Judged::Fails(f) => failures.push(during_bake(f, &ns, into_bake)),
+                    Judged::Tolerated(Some(due)) => {
+                        next = Some(next.map_or(due, |n: Instant| n.min(due)));
                     }
+                    Judged::Tolerated(None) | Judged::Warns(_) => {}
                 }
             }
-            let assessment = health::assess_as(current, &a.resource.api_version, kind);
-            let lost = if assessment.status == Status::Failed {
-                Some(assessment.message)
-            } else {
-                baseline
-                    .workloads
-                    .get(&a.display)
-                    .and_then(|before| availability_lost(kind, before, current))
-            };
-            if let Some(why) = lost {
-                failures.push(availability_failure(a, &why, into_bake));
-            }
         }
-        (failures, next)
+        let assessment = health::assess_as(current, &a.resource.api_version, kind);
+        let lost = if assessment.status == Status::Failed {
+            Some(assessment.message)
+        } else {
+            baseline
+                .workloads
+                .get(&a.display)
+                .and_then(|before| availability_lost(kind, before, current))
+        };
+        if let Some(why) = lost {
+            failures.push(availability_failure(a, &why, into_bake));
+        }
     }
+    (failures, next)
 }
 
 /// Watches the pods and workloads of `applied` for `options.bake` from now (the moment the
@@ -462,90 +398,69 @@ pub async fn watch_bake(
         return Ok(());
     }
     let started = Instant::now();
-    let deadline = started + options.bake;
-    let watched = plan_watches(applied);
-    let mut events = open_watches(client, &watched.sources);
-    let mut store = Store::default();
+    let mut tracked = track(applied);
+    let mut stores = Stores::open(client, &store::plan(&mut tracked));
     let mut problem_clock = ProblemClock::new(started);
+    let mut timer = Timer::new(started + options.bake);
     let mut baseline: Option<Baseline> = None;
     let mut last_watch_error: Option<String> = None;
     let mut ticker = tokio::time::interval(Duration::from_secs(1));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut next_escalation: Option<Instant> = None;
-    let mut watches_ended = false;
+    let mut watching = true;
     loop {
-        let listed = (0..watched.sources.len()).all(|s| store.listed(s));
-        if listed {
+        if stores.all_listed() {
             let now = Instant::now();
-            let base = baseline.get_or_insert_with(|| watched.baseline(&store));
+            let snapshot = stores.snapshot(&tracked);
+            let base = baseline.get_or_insert_with(|| self::baseline(&tracked, &snapshot));
             let into_bake = now.saturating_duration_since(started);
-            let (mut failures, next) =
-                watched.decide(&store, base, &mut problem_clock, options, (now, into_bake));
-            next_escalation = next;
+            let (mut failures, next) = decide(
+                &tracked,
+                &snapshot,
+                base,
+                &mut problem_clock,
+                options,
+                (now, into_bake),
+            );
+            timer.set_grace_end(next);
             if !failures.is_empty() {
                 dedup_failures(&mut failures);
-                let related = (&store, &watched.pod_sources, &watched.rs_sources);
-                add_events(client, &mut failures, &watched.tracked, related, cancel).await;
                 let lines = options.log_lines;
-                add_logs(
-                    client,
-                    &mut failures,
-                    &watched.tracked,
-                    related,
-                    lines,
-                    cancel,
-                )
-                .await;
+                explain(client, &mut failures, &tracked, &snapshot, lines, cancel).await;
                 return Err(WaitFailure::Failed(failures));
             }
         }
-        let escalation = async {
-            match next_escalation {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
         tokio::select! {
             biased;
             _ = cancel.cancelled() => return Err(WaitFailure::Cancelled),
-            _ = tokio::time::sleep_until(deadline) => {
+            alarm = timer.ring() => if alarm == Alarm::Deadline {
                 return match baseline {
                     Some(_) => Ok(()),
-                    None => Err(WaitFailure::Failed(unwatched(&watched, options, last_watch_error))),
+                    None => Err(WaitFailure::Failed(unwatched(&tracked, options, last_watch_error))),
                 };
-            }
-            _ = ticker.tick() => report(deadline.saturating_duration_since(Instant::now())),
-            _ = escalation => {}
-            next = events.next(), if !watches_ended => match next {
-                Some((source, Ok(event))) => {
-                    store.apply(source, &watched.sources[source].resource, event);
-                    while let Some(Some((source, item))) = events.now_or_never_ready() {
-                        match item {
-                            Ok(event) => store.apply(source, &watched.sources[source].resource, event),
-                            Err(e) => last_watch_error = Some(watch_error_text(&e, &options.server)),
-                        }
+            },
+            _ = ticker.tick() => report(timer.deadline().saturating_duration_since(Instant::now())),
+            batch = stores.next_batch(), if watching => match batch {
+                Some(batch) => {
+                    if let Some(e) = batch.errors.last() {
+                        last_watch_error = Some(watch_error_text(e, &options.server));
                     }
-                }
-                Some((source, Err(e))) => {
-                    tracing::debug!(source, error = %e, "bake watch error; the watcher retries with backoff");
-                    last_watch_error = Some(watch_error_text(&e, &options.server));
                 }
                 // Every watch ended (none at all without workloads; else should not happen
                 // with backoff): the deadline decides.
-                None => watches_ended = true,
-            }
+                None => watching = false,
+            },
         }
     }
 }
 
 /// The bake ended without the watches ever listing the pods: nothing was watched, so it
 /// did not pass.
-fn unwatched(watched: &Watched<'_>, options: &BakeOptions, error: Option<String>) -> Vec<Failure> {
-    let objects: BTreeSet<&str> = watched
-        .tracked
-        .iter()
-        .map(|t| t.applied.display.as_str())
-        .collect();
+fn unwatched(
+    tracked: &[Tracked<'_>],
+    options: &BakeOptions,
+    error: Option<String>,
+) -> Vec<Failure> {
+    let objects: BTreeSet<&str> = tracked.iter().map(|t| t.applied.display.as_str()).collect();
     objects
         .into_iter()
         .map(|object| Failure {
@@ -568,6 +483,7 @@ fn unwatched(watched: &Watched<'_>, options: &BakeOptions, error: Option<String>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube::discovery::ApiResource;
     use serde_json::json;
 
     fn pod(uid: &str, containers: Value) -> Value {
