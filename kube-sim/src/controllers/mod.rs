@@ -852,7 +852,11 @@ impl Runner {
         let mut notes = Vec::new();
         for claim in statefulset::claims_for(sts, ordinal) {
             let name = meta::name(&claim).to_string();
-            if self.store.get_shared(&rt, meta::namespace(sts), &name).is_some() {
+            if self
+                .store
+                .get_shared(&rt, meta::namespace(sts), &name)
+                .is_some()
+            {
                 continue;
             }
             let status = statefulset::bound_claim_status(&claim);

@@ -278,10 +278,10 @@ impl WatchStream {
             if self.spec.metadata_only || self.spec.as_table || self.spec.events_view {
                 self.emit(kind, &served).await?;
             } else {
-                let line = self
-                    .source
-                    .event_lines()
-                    .line(event.resource_version, kind, &event.json);
+                let line =
+                    self.source
+                        .event_lines()
+                        .line(event.resource_version, kind, &event.json);
                 self.send_line(line, kind).await?;
             }
             self.delivered_rv = event.resource_version;

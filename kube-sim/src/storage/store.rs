@@ -1193,7 +1193,10 @@ impl Store {
         }
         let event = self.publish(inner, rt, kind, rv, Arc::new(obj));
         let still = owners.clone();
-        let stored = Stored { event: event.clone(), owners };
+        let stored = Stored {
+            event: event.clone(),
+            owners,
+        };
         let previous = inner
             .objects
             .entry(rt.clone())
@@ -1286,50 +1289,57 @@ fn same_content(old: &Value, new: &Value) -> bool {
     if old_map.len() != new_map.len() {
         return false;
     }
-    for (k, v) in old_map {
-        let Some(nv) = new_map.get(k) else {
-            return false;
-        };
-        if k == "metadata" {
-            let (Some(om), Some(nm)) = (v.as_object(), nv.as_object()) else {
-                return v == nv;
-            };
-            let skip = |f: &str| f == "resourceVersion" || f == "managedFields";
-            let ok = om.iter().filter(|(f, _)| !skip(f)).count()
-                == nm.iter().filter(|(f, _)| !skip(f)).count()
-                && om
-                    .iter()
-                    .filter(|(f, _)| !skip(f))
-                    .all(|(f, ov)| nm.get(f) == Some(ov));
-            if !ok {
-                return false;
-            }
-            // managedFields equal apart from entry times.
-            let strip = |m: &Map<String, Value>| {
-                m.get("managedFields").map(|mf| {
-                    mf.as_array()
-                        .map(|a| {
-                            a.iter()
-                                .map(|e| {
-                                    let mut e = e.clone();
-                                    if let Some(o) = e.as_object_mut() {
-                                        o.remove("time");
-                                    }
-                                    e
-                                })
-                                .collect::<Vec<_>>()
-                        })
-                        .unwrap_or_default()
-                })
-            };
-            if strip(om) != strip(nm) {
-                return false;
-            }
-        } else if v != nv {
-            return false;
-        }
+    // Everything but metadata first: a status or spec write differs there, cheaply.
+    let rest_same = old_map
+        .iter()
+        .filter(|(k, _)| *k != "metadata")
+        .all(|(k, v)| new_map.get(k) == Some(v));
+    if !rest_same {
+        return false;
     }
-    true
+    match (old_map.get("metadata"), new_map.get("metadata")) {
+        (Some(Value::Object(om)), Some(Value::Object(nm))) => same_metadata(om, nm),
+        (o, n) => o == n,
+    }
+}
+
+/// Metadata equal apart from resourceVersion and the times of managedFields entries.
+fn same_metadata(om: &Map<String, Value>, nm: &Map<String, Value>) -> bool {
+    let skip = |f: &str| f == "resourceVersion" || f == "managedFields";
+    let same = om.iter().filter(|(f, _)| !skip(f)).count()
+        == nm.iter().filter(|(f, _)| !skip(f)).count()
+        && om
+            .iter()
+            .filter(|(f, _)| !skip(f))
+            .all(|(f, ov)| nm.get(f) == Some(ov));
+    if !same {
+        return false;
+    }
+    match (managed_entries(om), managed_entries(nm)) {
+        (None, None) => true,
+        (Some(a), Some(b)) => {
+            a.len() == b.len() && a.iter().zip(b).all(|(e, f)| same_apart_from_time(e, f))
+        }
+        _ => false,
+    }
+}
+
+/// The entries of `managedFields` (None without the field; none when it is no list).
+fn managed_entries(meta: &Map<String, Value>) -> Option<&[Value]> {
+    meta.get("managedFields")
+        .map(|mf| mf.as_array().map_or(&[][..], Vec::as_slice))
+}
+
+/// Two managedFields entries equal apart from their `time`.
+fn same_apart_from_time(e: &Value, f: &Value) -> bool {
+    let (Some(a), Some(b)) = (e.as_object(), f.as_object()) else {
+        return e == f;
+    };
+    let timeless = |m: &'_ Map<String, Value>| m.iter().filter(|(k, _)| *k != "time").count();
+    timeless(a) == timeless(b)
+        && a.iter()
+            .filter(|(k, _)| *k != "time")
+            .all(|(k, v)| b.get(k) == Some(v))
 }
 
 /// The stored objects of a type (one namespace or all), shared.
@@ -1584,6 +1594,75 @@ mod tests {
         let entries = updated["metadata"]["managedFields"].as_array().unwrap();
         let ctrl = entries.iter().find(|e| e["manager"] == "ctrl").unwrap();
         assert!(ctrl["fieldsV1"]["f:metadata"]["f:annotations"].is_object());
+    }
+
+    #[test]
+    fn same_content_ignores_only_resource_version_and_entry_times() {
+        let base = json!({"kind": "Pod", "metadata": {"name": "p", "resourceVersion": "1",
+            "managedFields": [{"manager": "kubelet", "time": "2026-12-02T10:00:00Z"}]},
+            "spec": {"a": 1}, "status": {"phase": "Pending"}});
+        let with = |f: &dyn Fn(&mut Value)| {
+            let mut v = base.clone();
+            f(&mut v);
+            v
+        };
+        let cases: [(&str, Value, bool); 6] = [
+            ("identical", base.clone(), true),
+            (
+                "resourceVersion",
+                with(&|v| v["metadata"]["resourceVersion"] = json!("2")),
+                true,
+            ),
+            (
+                "entry time",
+                with(&|v| v["metadata"]["managedFields"][0]["time"] = json!("x")),
+                true,
+            ),
+            (
+                "entry manager",
+                with(&|v| v["metadata"]["managedFields"][0]["manager"] = json!("m")),
+                false,
+            ),
+            (
+                "status",
+                with(&|v| v["status"]["phase"] = json!("Running")),
+                false,
+            ),
+            (
+                "label",
+                with(&|v| v["metadata"]["labels"] = json!({"a": "b"})),
+                false,
+            ),
+        ];
+        for (what, new, same) in cases {
+            assert_eq!(same_content(&base, &new), same, "{what}");
+        }
+    }
+
+    #[test]
+    fn reads_share_the_stored_object_and_events_carry_its_json() {
+        let s = store();
+        let mut rx = s.subscribe();
+        let created = s.create(&deployments(), deployment("a:1"), "test").unwrap();
+        let first = s.get_shared(&deployments(), "default", "web").unwrap();
+        let again = s.get_shared(&deployments(), "default", "web").unwrap();
+        assert!(Arc::ptr_eq(&first, &again), "a read copies nothing");
+        assert_eq!(*first, created);
+        let event = rx.try_recv().unwrap();
+        assert!(
+            Arc::ptr_eq(&event.object, &first),
+            "the event is the stored object"
+        );
+        let json: Value = serde_json::from_slice(&event.json).unwrap();
+        assert_eq!(json, created);
+        // A replay of a current object shares it; one of an old version decodes its JSON.
+        s.update(&deployments(), deployment("a:2"), "test").unwrap();
+        let (replay, _) = s.watch_from(event.resource_version - 1).unwrap();
+        let replayed: Vec<Arc<WatchEvent>> = replay.iter().collect();
+        assert_eq!(replayed.len(), 2);
+        assert_eq!(*replayed[0].object, created);
+        let now = s.get_shared(&deployments(), "default", "web").unwrap();
+        assert!(Arc::ptr_eq(&replayed[1].object, &now));
     }
 
     #[test]
