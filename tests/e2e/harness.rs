@@ -438,6 +438,25 @@ pub async fn list(
         .collect()
 }
 
+/// Creates an object (e.g. an Event another controller would record) in a namespace.
+pub async fn create(
+    client: &kube::Client,
+    api_version: &str,
+    kind: &str,
+    plural: &str,
+    ns: &str,
+    body: Value,
+) {
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let gvk = kube::core::GroupVersionKind::gvk(group, version, kind);
+    let resource = kube::discovery::ApiResource::from_gvk_with_plural(&gvk, plural);
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
+    let object: DynamicObject = serde_json::from_value(body).expect("object");
+    api.create(&Default::default(), &object)
+        .await
+        .expect("create");
+}
+
 /// True when a Deployment has all replicas updated, ready and available for its generation.
 pub fn deployment_available(d: &Value) -> bool {
     let want = d["spec"]["replicas"].as_i64().unwrap_or(1);
