@@ -515,21 +515,6 @@ fn version(d: &Value) -> &str {
         .unwrap_or_default()
 }
 
-/// Whether the server refuses a pod over the namespace's quota (a server-side dry run).
-async fn quota_enforced(client: &kube::Client, namespace: &str) -> bool {
-    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), namespace);
-    let probe = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "quota-probe"},
-        "spec": {"containers": [{"name": "probe", "image": GOOD_IMAGE}]}
-    }))
-    .expect("pod");
-    let dry_run = kube::api::PostParams {
-        dry_run: true,
-        ..Default::default()
-    };
-    pods.create(&dry_run, &probe).await.is_err()
-}
-
 /// A missing image under `GOOD_IMAGE`'s repository: no cluster can pull it.
 fn missing_image() -> String {
     format!(
@@ -580,44 +565,32 @@ async fn rollback_failed_rolls_back_only_the_bad_cluster() {
     let Some(env) = RealEnv::from_env("rbfailed") else {
         return;
     };
-    env.write_config_with("on_failure: rollback-failed\n", &|_| String::new());
-    run_then_clean(env, |env| async move {
+    let marks = env.dir.path().join("marks");
+    std::fs::create_dir_all(&marks).expect("mkdir");
+    let marks = marks.display().to_string();
+    // The first cluster goes bad with v2: its post-apply check (`smoke`) fails there once the
+    // mark exists, on kind and kube-sim alike; the others pass it.
+    let targets = env.targets();
+    let (bad, bad_context) = targets[0].clone();
+    let pipeline = format!(
+        "on_failure: rollback-failed\n\
+         pipeline:\n\
+         \x20 - apply\n\
+         \x20 - script:\n\
+         \x20     name: smoke\n\
+         \x20     run: test \"$ROLLGUARD_TARGET\" != {bad} || test ! -e {marks}/fail\n"
+    );
+    env.write_config_with(&pipeline, &|_| String::new());
+    run_then_clean(env, move |env| async move {
         env.write("k8s/app.yaml", &versioned_app("v1"));
         let first = env.deploy().await;
         assert_eq!(first.code, 0, "{}", first.output());
-        // The first cluster goes bad: a quota of the two pods it runs, so v2's rollout
-        // cannot create a pod there (its progress deadline passes); the others are fine.
-        let targets = env.targets();
-        let (bad, bad_context) = &targets[0];
-        let quota = serde_json::json!({
-            "apiVersion": "v1",
-            "kind": "ResourceQuota",
-            "metadata": {"name": "two-pods", "namespace": env.namespace},
-            "spec": {"hard": {"pods": "2"}}
-        });
-        crate::harness::create(
-            &env.client(bad_context).await,
-            "v1",
-            "ResourceQuota",
-            "resourcequotas",
-            &env.namespace,
-            quota,
-        )
-        .await;
-        // kube-sim (`.ci/run` runs this suite against it too) has no quota admission: there
-        // the cluster cannot go bad this way, and the test says so instead of failing.
-        if !quota_enforced(&env.client(bad_context).await, &env.namespace).await {
-            kube_sim::skip_test(
-                "real::rbfailed",
-                "the cluster does not enforce ResourceQuota (kube-sim does not)",
-            );
-            return;
-        }
+        std::fs::write(format!("{marks}/fail"), "").expect("write");
         env.write("k8s/app.yaml", &versioned_app("v2"));
         let run = env.deploy().await;
         assert_eq!(run.code, 1, "{}", run.output());
-        assert_eq!(run.outcome(bad), "rolled-back", "{}", run.output());
-        let web = env.web(bad_context).await.expect("Deployment web");
+        assert_eq!(run.outcome(&bad), "rolled-back", "{}", run.output());
+        let web = env.web(&bad_context).await.expect("Deployment web");
         assert_eq!(version(&web), "v1", "{bad}: not rolled back");
         for (target, context) in &targets[1..] {
             assert_eq!(run.outcome(target), "deployed", "{}", run.output());

@@ -360,7 +360,7 @@ impl Runner {
         for index in 0..self.nodes.len() {
             let node = nodes::node_object(&self.ctx.cluster_name, index);
             let name = meta::name(&node).to_string();
-            if self.store.get(&rt, "", &name).is_none() {
+            if self.store.get_shared(&rt, "", &name).is_none() {
                 let _ = self.store.create(&rt, node, KUBELET);
             }
             let status = nodes::node_status(index, self.wall_now());
@@ -852,7 +852,11 @@ impl Runner {
         let mut notes = Vec::new();
         for claim in statefulset::claims_for(sts, ordinal) {
             let name = meta::name(&claim).to_string();
-            if self.store.get(&rt, meta::namespace(sts), &name).is_some() {
+            if self
+                .store
+                .get_shared(&rt, meta::namespace(sts), &name)
+                .is_some()
+            {
                 continue;
             }
             let status = statefulset::bound_claim_status(&claim);
@@ -1039,7 +1043,7 @@ impl Runner {
             } else {
                 ResourceType::new("", "v1", "secrets")
             };
-            let obj = store.get(&rt, &namespace, name)?;
+            let obj = store.get_shared(&rt, &namespace, name)?;
             let mut keys = Vec::new();
             for field in ["data", "binaryData", "stringData"] {
                 if let Some(map) = obj[field].as_object() {

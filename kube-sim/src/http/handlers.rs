@@ -441,13 +441,13 @@ fn list(
                 if !encoded.is_empty() {
                     encoded.push(b',');
                 }
-                let mut item = obj.clone();
-                if strip_type && let Some(m) = item.as_object_mut() {
-                    // Built-in list items carry no kind/apiVersion, as the real server sends them.
-                    m.remove("kind");
-                    m.remove("apiVersion");
-                }
-                if serde_json::to_writer(&mut encoded, &item).is_err() {
+                // Built-in list items carry no kind/apiVersion, as the real server sends them.
+                let written = if strip_type {
+                    write_without_type_meta(&mut encoded, obj)
+                } else {
+                    serde_json::to_writer(&mut encoded, obj)
+                };
+                if written.is_err() {
                     return Err(ApiError::internal("encoding a list item"));
                 }
             }
@@ -497,6 +497,30 @@ fn list(
             })
         }
     }
+}
+
+/// Writes an object as compact JSON without its `kind` and `apiVersion` (the same bytes as
+/// encoding a copy without them, without the copy).
+fn write_without_type_meta(out: &mut Vec<u8>, obj: &Value) -> serde_json::Result<()> {
+    let Some(map) = obj.as_object() else {
+        return serde_json::to_writer(out, obj);
+    };
+    out.push(b'{');
+    let mut first = true;
+    for (key, value) in map {
+        if key == "kind" || key == "apiVersion" {
+            continue;
+        }
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        serde_json::to_writer(&mut *out, key)?;
+        out.push(b':');
+        serde_json::to_writer(&mut *out, value)?;
+    }
+    out.push(b'}');
+    Ok(())
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]

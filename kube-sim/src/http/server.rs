@@ -494,116 +494,170 @@ pub async fn handle(state: Arc<ClusterState>, req: Request<Incoming>) -> Respons
     resp
 }
 
-async fn answer(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<ApiBody> {
-    let path = req.uri().path().to_string();
-    let query: HashMap<String, String> = req
-        .uri()
-        .query()
-        .map(|q| {
-            url::form_urlencoded::parse(q.as_bytes())
-                .into_owned()
-                .collect()
-        })
-        .unwrap_or_default();
-    let pretty = matches!(query.get("pretty").map(String::as_str), Some("true" | "1"));
-    let route = parse_route(&path);
-    let method = req.method().as_str().to_string();
+/// What `answer` reads from a request before its body: path, query, route and headers.
+struct RequestHead {
+    path: String,
+    query: HashMap<String, String>,
+    pretty: bool,
+    route: Route,
+    method: String,
+    content_type: String,
+    accept: String,
+    user_agent: String,
+}
 
-    // Authentication. Health and version are public, as with anonymous auth on.
-    match authenticate(&req, &state.accepted_tokens()) {
-        Auth::Ok => {}
-        Auth::Invalid => return error_response(&ApiError::unauthorized(), pretty),
-        Auth::Anonymous => {
-            if !matches!(route, Route::Health | Route::Version) {
-                let err = match &route {
-                    Route::Resource(p) => {
-                        let verb = handlers::verb_of(
-                            &method,
-                            p,
-                            &query,
-                            header_str(&req, header::CONTENT_TYPE),
-                        );
-                        let rt = crate::model::resource::ResourceType::new(
-                            &p.group,
-                            &p.version,
-                            &p.resource,
-                        );
-                        ApiError::forbidden_anonymous(
-                            verb,
-                            Some(&rt),
-                            p.namespace.as_deref().unwrap_or(""),
-                        )
-                    }
-                    _ => ApiError::new(
-                        403,
-                        "Forbidden",
-                        format!(
-                            "forbidden: User \"system:anonymous\" cannot {} path \"{path}\"",
-                            method.to_ascii_lowercase()
-                        ),
-                    )
-                    .with_details(json!({})),
-                };
-                return error_response(&err, pretty);
-            }
+impl RequestHead {
+    fn of(req: &Request<Incoming>) -> Self {
+        let path = req.uri().path().to_string();
+        let query: HashMap<String, String> = req
+            .uri()
+            .query()
+            .map(|q| {
+                url::form_urlencoded::parse(q.as_bytes())
+                    .into_owned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        let pretty = matches!(query.get("pretty").map(String::as_str), Some("true" | "1"));
+        let route = parse_route(&path);
+        Self {
+            route,
+            path,
+            query,
+            pretty,
+            method: req.method().as_str().to_string(),
+            content_type: header_str(req, header::CONTENT_TYPE).to_string(),
+            accept: header_str(req, header::ACCEPT).to_string(),
+            user_agent: header_str(req, header::USER_AGENT).to_string(),
         }
     }
 
-    if let Route::Control(rest) = &route {
+    /// The API proper (faults and counters apply to it only).
+    fn is_api(&self) -> bool {
+        let path = &self.path;
+        path == "/api" || path.starts_with("/api/") || path == "/apis" || path.starts_with("/apis/")
+    }
+}
+
+/// Answers one request: authentication, the `/_sim` control endpoint, admission (faults,
+/// max-in-flight, counters), then the route.
+async fn answer(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<ApiBody> {
+    let head = RequestHead::of(&req);
+    if let Some(refused) = authenticate_request(&state, &req, &head) {
+        return refused;
+    }
+    if let Route::Control(rest) = &head.route {
         return control(&state, req, rest).await;
     }
+    // Held until the answer is made (a watch's stream goes on without it, as watches are
+    // exempt from the real limit).
+    let _held = match admit(&state, &head).await {
+        Ok(slot) => slot,
+        Err(refused) => return refused,
+    };
+    match &head.route {
+        Route::Resource(p) => resource_answer(&state, req, p, &head).await,
+        route => discovery_answer(&state, route, &head),
+    }
+}
 
-    // Faults apply to the API proper only.
-    let is_api = path == "/api"
-        || path.starts_with("/api/")
-        || path == "/apis"
-        || path.starts_with("/apis/");
-    let content_type = header_str(&req, header::CONTENT_TYPE).to_string();
+/// None when the request may go on; else the 401 or 403 to answer. Health and version are
+/// public, as with anonymous auth on.
+fn authenticate_request(
+    state: &ClusterState,
+    req: &Request<Incoming>,
+    head: &RequestHead,
+) -> Option<Response<ApiBody>> {
+    match authenticate(req, &state.accepted_tokens()) {
+        Auth::Ok => None,
+        Auth::Invalid => Some(error_response(&ApiError::unauthorized(), head.pretty)),
+        Auth::Anonymous if matches!(head.route, Route::Health | Route::Version) => None,
+        Auth::Anonymous => {
+            let err = match &head.route {
+                Route::Resource(p) => {
+                    let verb = handlers::verb_of(&head.method, p, &head.query, &head.content_type);
+                    let rt = crate::model::resource::ResourceType::new(
+                        &p.group,
+                        &p.version,
+                        &p.resource,
+                    );
+                    ApiError::forbidden_anonymous(
+                        verb,
+                        Some(&rt),
+                        p.namespace.as_deref().unwrap_or(""),
+                    )
+                }
+                _ => ApiError::new(
+                    403,
+                    "Forbidden",
+                    format!(
+                        "forbidden: User \"system:anonymous\" cannot {} path \"{}\"",
+                        head.method.to_ascii_lowercase(),
+                        head.path
+                    ),
+                )
+                .with_details(json!({})),
+            };
+            Some(error_response(&err, head.pretty))
+        }
+    }
+}
+
+/// What the cluster's faults and the max-in-flight filter do to an API request before it is
+/// answered: counts it, holds its in-flight slot (Ok), or answers for it (Err: 429, an
+/// injected error; a request of a cluster that never answers waits forever).
+async fn admit<'a>(
+    state: &'a ClusterState,
+    head: &RequestHead,
+) -> Result<Option<InFlightSlot<'a>>, Response<ApiBody>> {
+    let is_api = head.is_api();
     if is_api && state.faults().never_answer {
         std::future::pending::<()>().await;
     }
     let faults = state.faults();
     let mut faulted_resource = None;
-    // Held until the answer is made (a watch's stream goes on without it, as watches are
-    // exempt from the real limit).
-    let mut _held = None;
-    if let Route::Resource(p) = &route {
-        let verb = handlers::verb_of(&method, p, &query, &content_type);
+    let mut held = None;
+    if let Route::Resource(p) = &head.route {
+        let verb = handlers::verb_of(&head.method, p, &head.query, &head.content_type);
         let rt = crate::model::resource::ResourceType::new(&p.group, &p.version, &p.resource);
         let mut resource = qualified_resource(&rt);
         if let Some(sub) = &p.subresource {
             resource = format!("{resource}/{sub}");
         }
         if verb != "watch" {
-            let mutating = method != "GET" && method != "HEAD";
+            let mutating = head.method != "GET" && head.method != "HEAD";
             let Some(slot) = state
                 .in_flight
                 .enter(mutating, faults.in_flight_limit(mutating))
             else {
                 state.counters.record(THROTTLED, &resource, false);
-                return too_many_requests(pretty);
+                return Err(too_many_requests(head.pretty));
             };
-            _held = Some(slot);
+            held = Some(slot);
         }
-        let dry_run = query.get("dryRun").is_some_and(|v| !v.is_empty());
+        let dry_run = head.query.get("dryRun").is_some_and(|v| !v.is_empty());
         state
             .counters
             .record_in(verb, &resource, p.namespace.as_deref(), dry_run);
         faulted_resource = Some(resource);
     } else if is_api {
-        state.counters.record("discovery", &path, false);
+        state.counters.record("discovery", &head.path, false);
     }
     if is_api && faults.applies_to(faulted_resource.as_deref()) {
         if faults.latency_ms > 0 {
             tokio::time::sleep(Duration::from_millis(faults.latency_ms)).await;
         }
         if faults.roll_error() {
-            return injected_error(&faults, pretty);
+            return Err(injected_error(&faults, head.pretty));
         }
     }
+    Ok(held)
+}
 
-    let accept = header_str(&req, header::ACCEPT).to_string();
-    let user_agent = header_str(&req, header::USER_AGENT).to_string();
+/// Everything but resources: discovery, version, health, OpenAPI, unknown paths.
+fn discovery_answer(state: &ClusterState, route: &Route, head: &RequestHead) -> Response<ApiBody> {
+    let pretty = head.pretty;
+    let accept = &head.accept;
     match route {
         Route::Root => json_response(
             200,
@@ -613,7 +667,7 @@ async fn answer(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<Ap
         Route::Health => response(200, "text/plain; charset=utf-8", Bytes::from_static(b"ok")),
         Route::Version => json_response(200, &crate::storage::registry::version_document(), pretty),
         Route::Api => {
-            if wants_aggregated(&accept) {
+            if wants_aggregated(accept) {
                 aggregated_response(&state.store.registry().aggregated_discovery(true))
             } else {
                 let address = state.address.to_string();
@@ -625,17 +679,17 @@ async fn answer(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<Ap
             }
         }
         Route::ApiGroupList => {
-            if wants_aggregated(&accept) {
+            if wants_aggregated(accept) {
                 aggregated_response(&state.store.registry().aggregated_discovery(false))
             } else {
                 json_response(200, &state.store.registry().api_group_list(), pretty)
             }
         }
-        Route::ApiGroup(g) => match state.store.registry().api_group(&g) {
+        Route::ApiGroup(g) => match state.store.registry().api_group(g) {
             Some(doc) => json_response(200, &doc, pretty),
             None => not_found_page(),
         },
-        Route::ApiResourceList(g, v) => match state.store.registry().api_resource_list(&g, &v) {
+        Route::ApiResourceList(g, v) => match state.store.registry().api_resource_list(g, v) {
             Some(doc) => json_response(200, &doc, pretty),
             None => not_found_page(),
         },
@@ -645,75 +699,94 @@ async fn answer(state: Arc<ClusterState>, req: Request<Incoming>) -> Response<Ap
             // The real server labels the index text/plain.
             response(200, "text/plain; charset=utf-8", Bytes::from(bytes))
         }
-        Route::OpenApiV3(gv) => openapi_document(&state, &gv),
-        Route::OpenApiOther | Route::NotFound => not_found_page(),
-        Route::Control(_) => not_found_page(),
-        Route::Resource(p) => {
-            let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
-                Ok(collected) => collected.to_bytes(),
-                Err(_) => {
-                    let err = ApiError::new(
-                        413,
-                        "RequestEntityTooLarge",
-                        format!("Request entity too large: limit is {MAX_BODY}"),
-                    );
-                    return error_response(&err, pretty);
+        Route::OpenApiV3(gv) => openapi_document(state, gv),
+        Route::OpenApiOther | Route::NotFound | Route::Control(_) | Route::Resource(_) => {
+            not_found_page()
+        }
+    }
+}
+
+/// A request on a resource: its body (up to the real server's limit), the handler, and
+/// the handler's reply as a response.
+async fn resource_answer(
+    state: &Arc<ClusterState>,
+    req: Request<Incoming>,
+    p: &ResourcePath,
+    head: &RequestHead,
+) -> Response<ApiBody> {
+    let pretty = head.pretty;
+    let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(_) => {
+            let err = ApiError::new(
+                413,
+                "RequestEntityTooLarge",
+                format!("Request entity too large: limit is {MAX_BODY}"),
+            );
+            return error_response(&err, pretty);
+        }
+    };
+    let api_req = ApiRequest {
+        method: &head.method,
+        query: &head.query,
+        content_type: &head.content_type,
+        accept: &head.accept,
+        user_agent: &head.user_agent,
+        body: &body,
+        rules: &state.rules,
+        cluster: &state.name,
+    };
+    // Handlers are synchronous and short; keep them off the reactor's hot path
+    // only when they may be slow (large lists are fine inline at this scale).
+    match handlers::handle(&state.store, &api_req, p) {
+        Ok(Reply::Watch(spec)) => start_watch(state.clone(), *spec),
+        Ok(reply) => reply_response(reply, pretty),
+        Err(e) => error_response(&e, pretty),
+    }
+}
+
+/// A handler's reply (other than a watch) as a response.
+fn reply_response(reply: Reply, pretty: bool) -> Response<ApiBody> {
+    match reply {
+        Reply::Json {
+            status,
+            body,
+            content_type,
+            warnings,
+        } => {
+            let bytes = if pretty {
+                serde_json::to_vec_pretty(&body)
+            } else {
+                serde_json::to_vec(&body)
+            }
+            .unwrap_or_default();
+            let mut resp = response(status, content_type, Bytes::from(bytes));
+            for text in warnings {
+                // RFC 7234 warn-text: a quoted string.
+                let quoted = text.replace('\\', "\\\\").replace('"', "\\\"");
+                // from_bytes: a field name may hold UTF-8, as the real server sends it.
+                let text = format!("299 - \"{quoted}\"");
+                if let Ok(v) = HeaderValue::from_bytes(text.as_bytes()) {
+                    resp.headers_mut().append(header::WARNING, v);
                 }
-            };
-            let api_req = ApiRequest {
-                method: &method,
-                query: &query,
-                content_type: &content_type,
-                accept: &accept,
-                user_agent: &user_agent,
-                body: &body,
-                rules: &state.rules,
-                cluster: &state.name,
-            };
-            // Handlers are synchronous and short; keep them off the reactor's hot path
-            // only when they may be slow (large lists are fine inline at this scale).
-            match handlers::handle(&state.store, &api_req, &p) {
-                Ok(Reply::Json {
-                    status,
-                    body,
-                    content_type,
-                    warnings,
-                }) => {
-                    let bytes = if pretty {
-                        serde_json::to_vec_pretty(&body)
-                    } else {
-                        serde_json::to_vec(&body)
-                    }
-                    .unwrap_or_default();
-                    let mut resp = response(status, content_type, Bytes::from(bytes));
-                    for text in warnings {
-                        // RFC 7234 warn-text: a quoted string.
-                        let quoted = text.replace('\\', "\\\\").replace('"', "\\\"");
-                        // from_bytes: a field name may hold UTF-8, as the real server sends it.
-                        let text = format!("299 - \"{quoted}\"");
-                        if let Ok(v) = HeaderValue::from_bytes(text.as_bytes()) {
-                            resp.headers_mut().append(header::WARNING, v);
-                        }
-                    }
-                    resp
-                }
-                Ok(Reply::Watch(spec)) => start_watch(state.clone(), *spec),
-                Ok(Reply::Text(text)) => response(200, "text/plain", Bytes::from(text)),
-                Ok(Reply::Raw {
-                    status,
-                    body,
-                    content_type,
-                }) => {
-                    if pretty {
-                        let value: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                        json_response(status, &value, true)
-                    } else {
-                        response(status, content_type, body)
-                    }
-                }
-                Err(e) => error_response(&e, pretty),
+            }
+            resp
+        }
+        Reply::Text(text) => response(200, "text/plain", Bytes::from(text)),
+        Reply::Raw {
+            status,
+            body,
+            content_type,
+        } => {
+            if pretty {
+                let value: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                json_response(status, &value, true)
+            } else {
+                response(status, content_type, body)
             }
         }
+        // Watches are answered by `start_watch`; a stray one here is a plain 404.
+        Reply::Watch(_) => not_found_page(),
     }
 }
 

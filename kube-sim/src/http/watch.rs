@@ -130,6 +130,21 @@ pub fn event_line(kind: &str, object: &Value) -> Bytes {
     Bytes::from(out)
 }
 
+/// One watch event line around an object already encoded as JSON (as the store keeps it).
+pub fn event_line_of_json(kind: &str, json: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(json.len() + 32);
+    out.extend_from_slice(b"{\"type\":\"");
+    out.extend_from_slice(kind.as_bytes());
+    out.extend_from_slice(b"\",\"object\":");
+    if json.is_empty() {
+        out.extend_from_slice(b"null");
+    } else {
+        out.extend_from_slice(json);
+    }
+    out.extend_from_slice(b"}\n");
+    Bytes::from(out)
+}
+
 /// The encoded lines of the most recent events: a hundred watchers of one resource
 /// encode each event once, not a hundred times.
 #[derive(Default)]
@@ -140,7 +155,7 @@ pub struct EventLineCache {
 impl EventLineCache {
     const KEEP: usize = 32;
 
-    fn line(&self, resource_version: u64, kind: &'static str, object: &Value) -> Bytes {
+    fn line(&self, resource_version: u64, kind: &'static str, json: &[u8]) -> Bytes {
         let lock = || self.recent.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, _, line)) = lock()
             .iter()
@@ -148,7 +163,7 @@ impl EventLineCache {
         {
             return line.clone();
         }
-        let line = event_line(kind, object);
+        let line = event_line_of_json(kind, json);
         let mut recent = lock();
         recent.push_back((resource_version, kind, line.clone()));
         if recent.len() > Self::KEEP {
@@ -266,7 +281,7 @@ impl WatchStream {
                 let line =
                     self.source
                         .event_lines()
-                        .line(event.resource_version, kind, &event.object);
+                        .line(event.resource_version, kind, &event.json);
                 self.send_line(line, kind).await?;
             }
             self.delivered_rv = event.resource_version;
@@ -328,13 +343,20 @@ async fn stream_events(w: &mut WatchStream) -> Result<(), Stop> {
             if w.spec.has_selectors() {
                 w.view = Some(std::collections::HashSet::new());
             }
+            // The stored JSON goes out as it is unless the watch reshapes objects.
+            let as_stored = !(w.spec.metadata_only || w.spec.as_table || w.spec.events_view);
             for event in items {
                 let served = w.spec.served(&event.object);
                 if w.spec.matches(&served) {
                     if let Some(view) = &mut w.view {
                         view.insert(object_key(&served));
                     }
-                    w.emit("ADDED", &served).await?;
+                    if as_stored {
+                        w.send_line(event_line_of_json("ADDED", &event.json), "ADDED")
+                            .await?;
+                    } else {
+                        w.emit("ADDED", &served).await?;
+                    }
                 }
             }
             w.delivered_rv = rv;

@@ -63,7 +63,7 @@ pub fn apply(store: &Store, req: ApplyRequest<'_>) -> Result<Applied, ApiError> 
             api_version: &api_version,
             now: &now,
         };
-        let Some(current) = store.get(req.resource, req.namespace, req.name) else {
+        let Some(current) = store.get_shared(req.resource, req.namespace, req.name) else {
             if status_only {
                 return Err(ApiError::not_found(req.resource, req.name));
             }

@@ -46,12 +46,16 @@ impl EventKind {
     }
 }
 
+/// A committed change as the store keeps and publishes it: the object parsed once and as
+/// compact JSON serialized once, both shared by the store, the history and every watcher.
 #[derive(Clone, Debug)]
 pub struct WatchEvent {
     pub resource: ResourceType,
     pub kind: EventKind,
-    pub object: Value,
+    pub object: Arc<Value>,
     pub resource_version: u64,
+    /// `object` as compact JSON: what a JSON watch or list sends, without encoding again.
+    pub json: Arc<[u8]>,
 }
 
 /// How a write records field ownership.
@@ -144,11 +148,18 @@ type ObjectKey = (String, String);
 /// The kept events after a resourceVersion, and a receiver for everything later.
 pub type WatchStart = (EventList, broadcast::Receiver<Arc<WatchEvent>>);
 
-/// Stored objects or kept events, decoded one at a time as they are iterated, so that
-/// walking ten thousand objects never holds ten thousand parsed values at once.
+/// Stored objects or kept events. Stored objects are shared as they are; an old history
+/// entry (whose object is no longer current) is decoded only when iterated, so that
+/// replaying ten thousand events never holds ten thousand parsed values at once.
 #[derive(Clone, Debug, Default)]
 pub struct EventList {
-    items: Vec<RawEvent>,
+    items: Vec<ListItem>,
+}
+
+#[derive(Clone, Debug)]
+enum ListItem {
+    Shared(Arc<WatchEvent>),
+    Raw(RawEvent),
 }
 
 #[derive(Clone, Debug)]
@@ -159,14 +170,18 @@ struct RawEvent {
     bytes: Arc<[u8]>,
 }
 
-impl RawEvent {
-    fn decode(&self) -> Arc<WatchEvent> {
-        event_of(
-            &self.resource,
-            self.kind,
-            self.resource_version,
-            &self.bytes,
-        )
+impl ListItem {
+    fn event(&self) -> Arc<WatchEvent> {
+        match self {
+            ListItem::Shared(event) => event.clone(),
+            ListItem::Raw(raw) => Arc::new(WatchEvent {
+                resource: (*raw.resource).clone(),
+                kind: raw.kind,
+                object: Arc::new(decode(&raw.bytes)),
+                resource_version: raw.resource_version,
+                json: raw.bytes.clone(),
+            }),
+        }
     }
 }
 
@@ -179,9 +194,9 @@ impl EventList {
         self.items.is_empty()
     }
 
-    /// Decodes the events one by one.
+    /// The events one by one (old history entries decoded as they come).
     pub fn iter(&self) -> impl Iterator<Item = Arc<WatchEvent>> + '_ {
-        self.items.iter().map(RawEvent::decode)
+        self.items.iter().map(ListItem::event)
     }
 }
 
@@ -198,14 +213,14 @@ impl IntoIterator for EventList {
 
 /// Iterator over an [`EventList`], decoding as it goes.
 pub struct EventListIter {
-    inner: std::vec::IntoIter<RawEvent>,
+    inner: std::vec::IntoIter<ListItem>,
 }
 
 impl Iterator for EventListIter {
     type Item = Arc<WatchEvent>;
 
     fn next(&mut self) -> Option<Arc<WatchEvent>> {
-        self.inner.next().map(|raw| raw.decode())
+        self.inner.next().map(|item| item.event())
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
@@ -213,23 +228,44 @@ impl Iterator for EventListIter {
     }
 }
 
-/// An object as kept: compact JSON (a fraction of the memory of a parsed value), shared
-/// with the history entry that wrote it.
+/// An object as kept: the event that wrote it (parsed object and its JSON, shared with the
+/// watchers and the history entry), so that reading it parses and copies nothing.
 #[derive(Clone, Debug)]
 struct Stored {
-    resource_version: u64,
-    kind: EventKind,
-    bytes: Arc<[u8]>,
+    event: Arc<WatchEvent>,
     /// The uids its ownerReferences name (for garbage collection).
     owners: Box<[String]>,
 }
 
-/// A committed change kept for watches that start from an older resourceVersion.
+impl Stored {
+    fn resource_version(&self) -> u64 {
+        self.event.resource_version
+    }
+}
+
+/// A committed change kept for watches that start from an older resourceVersion: its JSON
+/// (compact, a fraction of the memory of a parsed value), and the parsed event for as long
+/// as anyone else (the store, a watcher) still holds it.
 struct HistoryEntry {
     resource: Arc<ResourceType>,
     kind: EventKind,
     resource_version: u64,
     bytes: Arc<[u8]>,
+    parsed: std::sync::Weak<WatchEvent>,
+}
+
+impl HistoryEntry {
+    fn item(&self) -> ListItem {
+        match self.parsed.upgrade() {
+            Some(event) => ListItem::Shared(event),
+            None => ListItem::Raw(RawEvent {
+                resource: self.resource.clone(),
+                kind: self.kind,
+                resource_version: self.resource_version,
+                bytes: self.bytes.clone(),
+            }),
+        }
+    }
 }
 
 struct Inner {
@@ -244,20 +280,6 @@ struct Inner {
 
 fn decode(bytes: &[u8]) -> Value {
     serde_json::from_slice(bytes).unwrap_or(Value::Null)
-}
-
-fn event_of(
-    resource: &ResourceType,
-    kind: EventKind,
-    resource_version: u64,
-    bytes: &[u8],
-) -> Arc<WatchEvent> {
-    Arc::new(WatchEvent {
-        resource: resource.clone(),
-        kind,
-        object: decode(bytes),
-        resource_version,
-    })
 }
 
 fn owner_uids(obj: &Value) -> Box<[String]> {
@@ -350,19 +372,24 @@ impl Store {
         self.lock().resource_version
     }
 
+    /// A copy of the stored object (for a caller that changes it; readers take
+    /// [`Store::get_shared`]).
     pub fn get(&self, rt: &ResourceType, namespace: &str, name: &str) -> Option<Value> {
+        self.get_shared(rt, namespace, name)
+            .map(Arc::unwrap_or_clone)
+    }
+
+    /// The stored object itself, shared: nothing is parsed or copied.
+    pub fn get_shared(&self, rt: &ResourceType, namespace: &str, name: &str) -> Option<Arc<Value>> {
         self.get_stored(rt, &(namespace.to_string(), name.to_string()))
             .map(|(_, v)| v)
     }
 
-    /// The stored object and its resourceVersion (parsed outside the lock).
-    fn get_stored(&self, rt: &ResourceType, key: &ObjectKey) -> Option<(u64, Value)> {
-        let (rv, bytes) = {
-            let inner = self.lock();
-            let stored = inner.objects.get(rt)?.get(key)?;
-            (stored.resource_version, stored.bytes.clone())
-        };
-        Some((rv, decode(&bytes)))
+    /// The stored object and its resourceVersion.
+    fn get_stored(&self, rt: &ResourceType, key: &ObjectKey) -> Option<(u64, Arc<Value>)> {
+        let inner = self.lock();
+        let stored = inner.objects.get(rt)?.get(key)?;
+        Some((stored.resource_version(), stored.event.object.clone()))
     }
 
     /// Names (namespace, name) of the stored objects of a type in one namespace or all.
@@ -385,10 +412,17 @@ impl Store {
     /// with the resourceVersion of the list.
     pub fn list(&self, rt: &ResourceType, namespace: Option<&str>) -> (Vec<Value>, u64) {
         let (events, rv) = self.list_shared(rt, namespace);
-        (events.into_iter().map(|e| e.object.clone()).collect(), rv)
+        (
+            events
+                .into_iter()
+                .map(|e| Arc::unwrap_or_clone(e).object)
+                .map(Arc::unwrap_or_clone)
+                .collect(),
+            rv,
+        )
     }
 
-    /// Like `list`, but decoding each object only when the list is iterated.
+    /// Like `list`, but sharing the stored objects instead of copying them.
     pub fn list_shared(&self, rt: &ResourceType, namespace: Option<&str>) -> (EventList, u64) {
         let inner = self.lock();
         (list_raw(&inner, rt, namespace), inner.resource_version)
@@ -427,12 +461,7 @@ impl Store {
             .iter()
             .skip(start)
             .filter(|e| only.is_none_or(|rt| *rt == *e.resource))
-            .map(|e| RawEvent {
-                resource: e.resource.clone(),
-                kind: e.kind,
-                resource_version: e.resource_version,
-                bytes: e.bytes.clone(),
-            })
+            .map(HistoryEntry::item)
             .collect();
         Ok((EventList { items }, self.events.subscribe()))
     }
@@ -478,13 +507,23 @@ impl Store {
         status: Value,
         manager: &str,
     ) -> Result<Value, ApiError> {
-        let Some(mut obj) = self.get(rt, namespace, name) else {
+        let key = (namespace.to_string(), name.to_string());
+        let Some((rv, current)) = self.get_stored(rt, &key) else {
             return Err(ApiError::not_found(rt, name));
         };
-        if let Some(map) = obj.as_object_mut() {
-            map.insert("status".into(), status);
-        }
-        self.update_status_with(rt, obj, &WriteOptions::manager(manager))
+        // A status write carries only the status (and the resourceVersion it was read at):
+        // the rest of the object is the stored one.
+        let obj = json!({
+            "metadata": {"name": name, "namespace": namespace, "resourceVersion": rv.to_string()},
+            "status": status,
+        });
+        self.replace(
+            rt,
+            obj,
+            &WriteOptions::manager(manager),
+            true,
+            Some((rv, current)),
+        )
     }
 
     pub fn delete(
@@ -621,7 +660,7 @@ impl Store {
         let event = self.commit(&mut inner, rt, key, EventKind::Added, obj);
         drop(inner);
         self.after_write(rt, &event.object, EventKind::Added);
-        Ok(event.object.clone())
+        Ok((*event.object).clone())
     }
 
     /// Replaces an object's metadata, spec and other fields, keeping its status (for kinds
@@ -654,7 +693,7 @@ impl Store {
         obj: Value,
         opts: &WriteOptions,
         status_only: bool,
-        current: (u64, Value),
+        current: (u64, Arc<Value>),
     ) -> Result<Value, ApiError> {
         self.replace(rt, obj, opts, status_only, Some(current))
     }
@@ -665,7 +704,7 @@ impl Store {
         mut obj: Value,
         opts: &WriteOptions,
         status_only: bool,
-        current: Option<(u64, Value)>,
+        current: Option<(u64, Arc<Value>)>,
     ) -> Result<Value, ApiError> {
         let info = self.info(rt)?;
         if !obj.is_object() {
@@ -707,7 +746,7 @@ impl Store {
                 .get_stored(rt, &key)
                 .ok_or_else(|| ApiError::not_found(rt, &name))?,
         };
-        let old_obj = &old_value;
+        let old_obj: &Value = &old_value;
         if let Some(expected) = &expected_rv
             && *expected != old_rv.to_string()
         {
@@ -716,7 +755,18 @@ impl Store {
 
         set_type_meta(&mut obj, &info);
         let mut new = if status_only {
-            let mut new = old_obj.clone();
+            // The stored object but its status (which the write replaces), copied once.
+            let mut new = Value::Object(
+                old_obj
+                    .as_object()
+                    .map(|m| {
+                        m.iter()
+                            .filter(|(k, _)| *k != "status")
+                            .map(|(k, v)| (k.clone(), v.clone()))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            );
             let status = obj.get("status").cloned().unwrap_or(json!({}));
             new.as_object_mut()
                 .map(|m| m.insert("status".into(), status));
@@ -794,7 +844,7 @@ impl Store {
             metadata_mut(&mut new).insert("generation".into(), json!(generation + 1));
         }
         if same_content(old_obj, &new) {
-            return Ok(old_obj.clone());
+            return Ok(Arc::unwrap_or_clone(old_value));
         }
         if opts.ownership == Ownership::Update {
             managed_fields::record_update(
@@ -819,7 +869,7 @@ impl Store {
             .objects
             .get(rt)
             .and_then(|o| o.get(&key))
-            .map(|e| e.resource_version);
+            .map(Stored::resource_version);
         if current_rv != Some(old_rv) {
             // Someone wrote in between: the caller's view is stale.
             return match current_rv {
@@ -841,7 +891,7 @@ impl Store {
         let event = self.commit(&mut inner, rt, key, EventKind::Modified, new);
         drop(inner);
         self.after_write(rt, &event.object, EventKind::Modified);
-        Ok(event.object.clone())
+        Ok((*event.object).clone())
     }
 
     /// Deletes an object. Namespaces go Terminating first and disappear once their objects
@@ -860,7 +910,7 @@ impl Store {
         let (existing_rv, existing) = self
             .get_stored(rt, &key)
             .ok_or_else(|| ApiError::not_found(rt, name))?;
-        let obj = &existing;
+        let obj: &Value = &existing;
         if let Some(uid) = &opts.expected_uid
             && obj.pointer("/metadata/uid").and_then(Value::as_str) != Some(uid.as_str())
         {
@@ -909,8 +959,9 @@ impl Store {
                 let mut inner = self.lock();
                 let rv = inner.resource_version + 1;
                 set_resource_version(&mut marked, rv);
-                self.commit(&mut inner, rt, key.clone(), EventKind::Modified, marked)
-                    .object
+                (*self
+                    .commit(&mut inner, rt, key.clone(), EventKind::Modified, marked)
+                    .object)
                     .clone()
             };
             // The kubelet stops the containers (within the grace period), then the pod goes.
@@ -1113,24 +1164,11 @@ impl Store {
         unlink_owners(&mut inner, rt, key, &old.owners);
         let rv = inner.resource_version + 1;
         inner.resource_version = rv;
-        let mut obj = decode(&old.bytes);
-        set_resource_version(&mut obj, rv);
-        let bytes: Arc<[u8]> = serde_json::to_vec(&obj).unwrap_or_default().into();
-        let entry = HistoryEntry {
-            resource: Arc::new(rt.clone()),
-            kind: EventKind::Deleted,
-            resource_version: rv,
-            bytes,
-        };
-        let event = Arc::new(WatchEvent {
-            resource: rt.clone(),
-            kind: EventKind::Deleted,
-            object: obj,
-            resource_version: rv,
-        });
-        self.publish(&mut inner, entry, event.clone());
+        let mut obj = Arc::unwrap_or_clone(old.event).object;
+        set_resource_version(Arc::make_mut(&mut obj), rv);
+        let event = self.publish(&mut inner, rt, EventKind::Deleted, rv, obj);
         drop(inner);
-        Some(event.object.clone())
+        Some((*event.object).clone())
     }
 
     /// Stores an object under a new resourceVersion (already set in `obj`) and publishes
@@ -1145,7 +1183,6 @@ impl Store {
     ) -> Arc<WatchEvent> {
         let rv = inner.resource_version + 1;
         inner.resource_version = rv;
-        let bytes: Arc<[u8]> = serde_json::to_vec(&obj).unwrap_or_default().into();
         let owners = owner_uids(&obj);
         for uid in owners.iter() {
             inner
@@ -1154,10 +1191,10 @@ impl Store {
                 .or_default()
                 .insert((rt.clone(), key.clone()));
         }
+        let event = self.publish(inner, rt, kind, rv, Arc::new(obj));
+        let still = owners.clone();
         let stored = Stored {
-            resource_version: rv,
-            kind,
-            bytes: bytes.clone(),
+            event: event.clone(),
             owners,
         };
         let previous = inner
@@ -1166,7 +1203,6 @@ impl Store {
             .or_default()
             .insert(key.clone(), stored);
         if let Some(previous) = previous {
-            let still: Vec<String> = owner_uids(&obj).into_vec();
             let gone: Vec<String> = previous
                 .owners
                 .iter()
@@ -1175,31 +1211,43 @@ impl Store {
                 .collect();
             unlink_owners(inner, rt, &key, &gone);
         }
-        let entry = HistoryEntry {
-            resource: Arc::new(rt.clone()),
-            kind,
-            resource_version: rv,
-            bytes,
-        };
-        let event = Arc::new(WatchEvent {
-            resource: rt.clone(),
-            kind,
-            object: obj,
-            resource_version: rv,
-        });
-        self.publish(inner, entry, event.clone());
         event
     }
 
-    fn publish(&self, inner: &mut Inner, entry: HistoryEntry, event: Arc<WatchEvent>) {
+    /// Serializes a committed change once, keeps it in the history and sends it to every
+    /// subscriber. Must be called with the lock held (the order of events is the order of
+    /// resourceVersions).
+    fn publish(
+        &self,
+        inner: &mut Inner,
+        rt: &ResourceType,
+        kind: EventKind,
+        rv: u64,
+        object: Arc<Value>,
+    ) -> Arc<WatchEvent> {
+        let json: Arc<[u8]> = serde_json::to_vec(&*object).unwrap_or_default().into();
+        let event = Arc::new(WatchEvent {
+            resource: rt.clone(),
+            kind,
+            object,
+            resource_version: rv,
+            json: json.clone(),
+        });
         if inner.history.len() >= HISTORY_LIMIT
             && let Some(dropped) = inner.history.pop_front()
         {
             inner.oldest_watchable = dropped.resource_version;
         }
-        inner.history.push_back(entry);
+        inner.history.push_back(HistoryEntry {
+            resource: Arc::new(rt.clone()),
+            kind,
+            resource_version: rv,
+            bytes: json,
+            parsed: Arc::downgrade(&event),
+        });
         // No receivers is fine.
-        let _ = self.events.send(event);
+        let _ = self.events.send(event.clone());
+        event
     }
 
     /// Side effects of a committed write that the API server itself performs.
@@ -1241,71 +1289,72 @@ fn same_content(old: &Value, new: &Value) -> bool {
     if old_map.len() != new_map.len() {
         return false;
     }
-    for (k, v) in old_map {
-        let Some(nv) = new_map.get(k) else {
-            return false;
-        };
-        if k == "metadata" {
-            let (Some(om), Some(nm)) = (v.as_object(), nv.as_object()) else {
-                return v == nv;
-            };
-            let skip = |f: &str| f == "resourceVersion" || f == "managedFields";
-            let ok = om.iter().filter(|(f, _)| !skip(f)).count()
-                == nm.iter().filter(|(f, _)| !skip(f)).count()
-                && om
-                    .iter()
-                    .filter(|(f, _)| !skip(f))
-                    .all(|(f, ov)| nm.get(f) == Some(ov));
-            if !ok {
-                return false;
-            }
-            // managedFields equal apart from entry times.
-            let strip = |m: &Map<String, Value>| {
-                m.get("managedFields").map(|mf| {
-                    mf.as_array()
-                        .map(|a| {
-                            a.iter()
-                                .map(|e| {
-                                    let mut e = e.clone();
-                                    if let Some(o) = e.as_object_mut() {
-                                        o.remove("time");
-                                    }
-                                    e
-                                })
-                                .collect::<Vec<_>>()
-                        })
-                        .unwrap_or_default()
-                })
-            };
-            if strip(om) != strip(nm) {
-                return false;
-            }
-        } else if v != nv {
-            return false;
-        }
+    // Everything but metadata first: a status or spec write differs there, cheaply.
+    let rest_same = old_map
+        .iter()
+        .filter(|(k, _)| *k != "metadata")
+        .all(|(k, v)| new_map.get(k) == Some(v));
+    if !rest_same {
+        return false;
     }
-    true
+    match (old_map.get("metadata"), new_map.get("metadata")) {
+        (Some(Value::Object(om)), Some(Value::Object(nm))) => same_metadata(om, nm),
+        (o, n) => o == n,
+    }
 }
 
-/// The stored objects of a type (one namespace or all), not yet decoded.
+/// Metadata equal apart from resourceVersion and the times of managedFields entries.
+fn same_metadata(om: &Map<String, Value>, nm: &Map<String, Value>) -> bool {
+    let skip = |f: &str| f == "resourceVersion" || f == "managedFields";
+    let same = om.iter().filter(|(f, _)| !skip(f)).count()
+        == nm.iter().filter(|(f, _)| !skip(f)).count()
+        && om
+            .iter()
+            .filter(|(f, _)| !skip(f))
+            .all(|(f, ov)| nm.get(f) == Some(ov));
+    if !same {
+        return false;
+    }
+    match (managed_entries(om), managed_entries(nm)) {
+        (None, None) => true,
+        (Some(a), Some(b)) => {
+            a.len() == b.len() && a.iter().zip(b).all(|(e, f)| same_apart_from_time(e, f))
+        }
+        _ => false,
+    }
+}
+
+/// The entries of `managedFields` (None without the field; none when it is no list).
+fn managed_entries(meta: &Map<String, Value>) -> Option<&[Value]> {
+    meta.get("managedFields")
+        .map(|mf| mf.as_array().map_or(&[][..], Vec::as_slice))
+}
+
+/// Two managedFields entries equal apart from their `time`.
+fn same_apart_from_time(e: &Value, f: &Value) -> bool {
+    let (Some(a), Some(b)) = (e.as_object(), f.as_object()) else {
+        return e == f;
+    };
+    let timeless = |m: &'_ Map<String, Value>| m.iter().filter(|(k, _)| *k != "time").count();
+    timeless(a) == timeless(b)
+        && a.iter()
+            .filter(|(k, _)| *k != "time")
+            .all(|(k, v)| b.get(k) == Some(v))
+}
+
+/// The stored objects of a type (one namespace or all), shared.
 fn list_raw(inner: &Inner, rt: &ResourceType, namespace: Option<&str>) -> EventList {
     let Some(objects) = inner.objects.get(rt) else {
         return EventList::default();
     };
-    let resource = Arc::new(rt.clone());
-    let raw = |s: &Stored| RawEvent {
-        resource: resource.clone(),
-        kind: s.kind,
-        resource_version: s.resource_version,
-        bytes: s.bytes.clone(),
-    };
+    let item = |s: &Stored| ListItem::Shared(s.event.clone());
     let items = match namespace {
         Some(ns) => objects
             .range((ns.to_string(), String::new())..)
             .take_while(|((n, _), _)| n == ns)
-            .map(|(_, s)| raw(s))
+            .map(|(_, s)| item(s))
             .collect(),
-        None => objects.values().map(raw).collect(),
+        None => objects.values().map(item).collect(),
     };
     EventList { items }
 }
@@ -1331,7 +1380,7 @@ fn check_namespace_writable(
         .objects
         .get(&ResourceType::new("", "v1", "namespaces"))
         .and_then(|o| o.get(&(String::new(), namespace.to_string())));
-    match ns.map(|stored| decode(&stored.bytes)) {
+    match ns.map(|stored| &stored.event.object) {
         None => Err(ApiError::namespace_not_found(namespace)),
         Some(ns) if ns.pointer("/metadata/deletionTimestamp").is_some() => {
             Err(ApiError::namespace_terminating(rt, name, namespace))
@@ -1545,6 +1594,75 @@ mod tests {
         let entries = updated["metadata"]["managedFields"].as_array().unwrap();
         let ctrl = entries.iter().find(|e| e["manager"] == "ctrl").unwrap();
         assert!(ctrl["fieldsV1"]["f:metadata"]["f:annotations"].is_object());
+    }
+
+    #[test]
+    fn same_content_ignores_only_resource_version_and_entry_times() {
+        let base = json!({"kind": "Pod", "metadata": {"name": "p", "resourceVersion": "1",
+            "managedFields": [{"manager": "kubelet", "time": "2026-12-02T10:00:00Z"}]},
+            "spec": {"a": 1}, "status": {"phase": "Pending"}});
+        let with = |f: &dyn Fn(&mut Value)| {
+            let mut v = base.clone();
+            f(&mut v);
+            v
+        };
+        let cases: [(&str, Value, bool); 6] = [
+            ("identical", base.clone(), true),
+            (
+                "resourceVersion",
+                with(&|v| v["metadata"]["resourceVersion"] = json!("2")),
+                true,
+            ),
+            (
+                "entry time",
+                with(&|v| v["metadata"]["managedFields"][0]["time"] = json!("x")),
+                true,
+            ),
+            (
+                "entry manager",
+                with(&|v| v["metadata"]["managedFields"][0]["manager"] = json!("m")),
+                false,
+            ),
+            (
+                "status",
+                with(&|v| v["status"]["phase"] = json!("Running")),
+                false,
+            ),
+            (
+                "label",
+                with(&|v| v["metadata"]["labels"] = json!({"a": "b"})),
+                false,
+            ),
+        ];
+        for (what, new, same) in cases {
+            assert_eq!(same_content(&base, &new), same, "{what}");
+        }
+    }
+
+    #[test]
+    fn reads_share_the_stored_object_and_events_carry_its_json() {
+        let s = store();
+        let mut rx = s.subscribe();
+        let created = s.create(&deployments(), deployment("a:1"), "test").unwrap();
+        let first = s.get_shared(&deployments(), "default", "web").unwrap();
+        let again = s.get_shared(&deployments(), "default", "web").unwrap();
+        assert!(Arc::ptr_eq(&first, &again), "a read copies nothing");
+        assert_eq!(*first, created);
+        let event = rx.try_recv().unwrap();
+        assert!(
+            Arc::ptr_eq(&event.object, &first),
+            "the event is the stored object"
+        );
+        let json: Value = serde_json::from_slice(&event.json).unwrap();
+        assert_eq!(json, created);
+        // A replay of a current object shares it; one of an old version decodes its JSON.
+        s.update(&deployments(), deployment("a:2"), "test").unwrap();
+        let (replay, _) = s.watch_from(event.resource_version - 1).unwrap();
+        let replayed: Vec<Arc<WatchEvent>> = replay.iter().collect();
+        assert_eq!(replayed.len(), 2);
+        assert_eq!(*replayed[0].object, created);
+        let now = s.get_shared(&deployments(), "default", "web").unwrap();
+        assert!(Arc::ptr_eq(&replayed[1].object, &now));
     }
 
     #[test]
