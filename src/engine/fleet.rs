@@ -15,7 +15,9 @@ use crate::engine::coordinator::{Entrant, coordinate};
 use crate::engine::plan::Plan;
 use crate::engine::saved_plan::verify::ObjectMoved;
 use crate::engine::saved_plan::{PlanStop, PlanToApply, plan_stop};
-use crate::engine::target_run::{TargetRun, finish, preflight, stop_unlocked};
+use crate::engine::target_run::{
+    TargetRun, finish, may_change_nothing, preflight, stop_unlocked,
+};
 use crate::release::lock::{LockError, LockGuard, lock_key, lock_order};
 use crate::release::session::{
     OpenHistory, PrepareError, ReleaseSettings, read_history, take_lock,
@@ -86,7 +88,7 @@ pub async fn run_targets_checked(
                 return checked;
             }
         } else if plan.config.preflight
-            && preflight_dry_run(&plan, &mut checked, &mut locks, &cancel, &progress).await
+            && preflight_dry_run(&plan, &mut checked, &mut locks, false, &cancel, &progress).await
         {
             return checked;
         }
@@ -165,20 +167,38 @@ pub fn preflight_stop(policy: FailurePolicy, checked: &[TargetRun]) -> Option<St
 /// before the first write anywhere. True when it stopped the run: then every lock is given
 /// back and every target that was going on says why it was not deployed (a refused one with
 /// the server's message), whatever `on_failure` says, since nothing was written.
+/// `compare_all`: every target's answers are compared with its live objects and kept (the
+/// re-plan shows them); else only where the no-op check will read them.
 async fn preflight_dry_run(
     plan: &Arc<Plan>,
     runs: &mut [TargetRun],
     locks: &mut [Result<Option<HeldHistory>, Box<LockRefusal>>],
+    compare_all: bool,
     cancel: &CancellationToken,
     progress: &Progress,
 ) -> bool {
-    use crate::engine::preflight::{Checked, dry_run_all, preflight_verdict, stopped_outcome};
-    let asked: Vec<bool> = runs
+    use crate::engine::preflight::{
+        Ask, Checked, dry_run_all, preflight_verdict, stopped_outcome,
+    };
+    // The live objects are read and compared only where something reads the answer: the
+    // re-plan's display (`compare_all`), a target's no-op check. Elsewhere one dry-run apply
+    // per object says what the server refuses.
+    let asked: Vec<Ask> = runs
         .iter()
         .zip(locks.iter())
-        .map(|(run, lock)| !run.done && matches!(lock, Ok(Some(_))))
+        .map(|(run, lock)| match lock {
+            _ if run.done => Ask::Nothing,
+            Ok(Some(_)) if compare_all => Ask::Compare,
+            Ok(Some((history, _))) if may_change_nothing(plan, run, history) => Ask::Compare,
+            Ok(Some(_)) => Ask::Refusals,
+            _ => Ask::Nothing,
+        })
         .collect();
-    for (run, _) in runs.iter_mut().zip(&asked).filter(|(_, a)| **a) {
+    for (run, _) in runs
+        .iter_mut()
+        .zip(&asked)
+        .filter(|(_, a)| **a != Ask::Nothing)
+    {
         run.clock.start("preflight");
         progress.update(&run.target.name, Stage::Preflight);
     }
@@ -192,7 +212,7 @@ async fn preflight_dry_run(
         for (run, checked) in runs.iter_mut().zip(found) {
             if let Checked::Passed(answer) = checked {
                 run.clock.stop();
-                run.preflight = Some(*answer);
+                run.preflight = answer.map(|a| *a);
             }
         }
         return false;
@@ -294,7 +314,7 @@ async fn check_saved_plan(
                 crate::report::redact::print_err(&format!("rollguard: {name}: {m}"));
             }
         }
-        if preflight_dry_run(plan, runs, locks, cancel, progress).await {
+        if preflight_dry_run(plan, runs, locks, true, cancel, progress).await {
             return true;
         }
         say_new_plan(plan, runs);
