@@ -592,6 +592,37 @@ mod tests {
         assert!(Scrubber::default().is_empty());
     }
 
+    /// A fleet's worth of tokens, many sharing their first bytes (as JWTs of one issuer do):
+    /// each is found wherever it is, a longer value before a shorter one inside it, and text
+    /// without any is left as it is.
+    #[test]
+    fn many_values_sharing_first_bytes_are_each_found() {
+        let mut s = Scrubber::default();
+        let tokens: Vec<String> = (0..2000).map(|i| format!("eyJhbGciOi-{i:05}-tok")).collect();
+        for t in &tokens {
+            s.add_value(t.as_bytes());
+        }
+        s.add_value(b"eyJhbGciOi-00007-tok-and-more");
+        for i in [0, 7, 999, 1999] {
+            let t = &tokens[i];
+            assert_eq!(s.scrub(&format!("token {t}.")), format!("token {}.", m(t)), "{t}");
+        }
+        assert_eq!(
+            s.scrub("x eyJhbGciOi-00007-tok-and-more y eyJhbGciOi-00008-tok"),
+            format!(
+                "x {} y {}",
+                m("eyJhbGciOi-00007-tok-and-more"),
+                m("eyJhbGciOi-00008-tok")
+            )
+        );
+        let plain = "eyJhbGciOi but no token; tok";
+        assert!(matches!(s.scrub_cow(plain), Cow::Borrowed(_)));
+        // Learning a value twice adds nothing.
+        let before = s.needles.len();
+        s.add_value(tokens[3].as_bytes());
+        assert_eq!(s.needles.len(), before);
+    }
+
     #[test]
     fn credentials_in_every_encoding() {
         let mut s = Scrubber::default();
