@@ -148,7 +148,11 @@ fn tls_key(config: &kube::Config) -> Option<[u8; 32]> {
         part(file.as_os_str().as_encoded_bytes());
     }
     part(&[u8::from(config.accept_invalid_certs)]);
-    for text in [&auth.client_certificate, &auth.client_certificate_data, &auth.client_key] {
+    for text in [
+        &auth.client_certificate,
+        &auth.client_certificate_data,
+        &auth.client_key,
+    ] {
         part(text.as_deref().unwrap_or("\0").as_bytes());
     }
     part(

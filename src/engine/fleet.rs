@@ -15,9 +15,7 @@ use crate::engine::coordinator::{Entrant, coordinate};
 use crate::engine::plan::Plan;
 use crate::engine::saved_plan::verify::ObjectMoved;
 use crate::engine::saved_plan::{PlanStop, PlanToApply, plan_stop};
-use crate::engine::target_run::{
-    TargetRun, finish, may_change_nothing, preflight, stop_unlocked,
-};
+use crate::engine::target_run::{TargetRun, finish, may_change_nothing, preflight, stop_unlocked};
 use crate::release::lock::{LockError, LockGuard, lock_key, lock_order};
 use crate::release::session::{
     OpenHistory, PrepareError, ReleaseSettings, read_history, take_lock,
@@ -177,9 +175,7 @@ async fn preflight_dry_run(
     cancel: &CancellationToken,
     progress: &Progress,
 ) -> bool {
-    use crate::engine::preflight::{
-        Ask, Checked, dry_run_all, preflight_verdict, stopped_outcome,
-    };
+    use crate::engine::preflight::{Ask, Checked, dry_run_all, preflight_verdict, stopped_outcome};
     // The live objects are read and compared only where something reads the answer: the
     // re-plan's display (`compare_all`), a target's no-op check. Elsewhere one dry-run apply
     // per object says what the server refuses.

@@ -81,11 +81,25 @@ async fn check_one(plan: &Plan, run: &TargetRun, ask: Ask, cancel: &Cancellation
     let deadline = Instant::now() + plan.config.wait.timeout;
     let name = &run.target.name;
     let (found, cancelled) = if ask == Ask::Compare {
-        plan.server_dry_run(name, access, resolution, default_namespace, deadline, cancel)
-            .await
+        plan.server_dry_run(
+            name,
+            access,
+            resolution,
+            default_namespace,
+            deadline,
+            cancel,
+        )
+        .await
     } else {
-        plan.server_check(name, access, resolution, default_namespace, deadline, cancel)
-            .await
+        plan.server_check(
+            name,
+            access,
+            resolution,
+            default_namespace,
+            deadline,
+            cancel,
+        )
+        .await
     };
     if cancelled {
         return Checked::Cancelled;

@@ -16,9 +16,9 @@
 //!    error message, a render command's stderr or a script's output.
 
 use std::borrow::Cow;
-use std::io::Write;
 use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasherDefault;
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{OnceLock, RwLock};
 
@@ -598,14 +598,20 @@ mod tests {
     #[test]
     fn many_values_sharing_first_bytes_are_each_found() {
         let mut s = Scrubber::default();
-        let tokens: Vec<String> = (0..2000).map(|i| format!("eyJhbGciOi-{i:05}-tok")).collect();
+        let tokens: Vec<String> = (0..2000)
+            .map(|i| format!("eyJhbGciOi-{i:05}-tok"))
+            .collect();
         for t in &tokens {
             s.add_value(t.as_bytes());
         }
         s.add_value(b"eyJhbGciOi-00007-tok-and-more");
         for i in [0, 7, 999, 1999] {
             let t = &tokens[i];
-            assert_eq!(s.scrub(&format!("token {t}.")), format!("token {}.", m(t)), "{t}");
+            assert_eq!(
+                s.scrub(&format!("token {t}.")),
+                format!("token {}.", m(t)),
+                "{t}"
+            );
         }
         assert_eq!(
             s.scrub("x eyJhbGciOi-00007-tok-and-more y eyJhbGciOi-00008-tok"),
