@@ -28,6 +28,8 @@ struct Figures {
     wall: f64,
     preflight: f64,
     apply: f64,
+    /// rollguard's CPU seconds.
+    cpu: f64,
 }
 
 pub async fn run(scratch: &Path) -> Vec<Row> {
@@ -68,6 +70,7 @@ async fn deploy_once(
     }
     Ok(Figures {
         wall: run.finished.wall.as_secs_f64(),
+        cpu: run.finished.cpu.as_secs_f64(),
         preflight: preflight_phase.unwrap_or(0.0),
         apply: run
             .phase_max("apply")
@@ -123,10 +126,12 @@ async fn measure(scratch: &Path) -> Result<Vec<Row>, String> {
         Row::info(
             "  preflight phase beside the apply phase (with the preflight)",
             format!(
-                "preflight {} + apply {} (apply without: {})",
+                "preflight {} + apply {} (apply without: {}); rollguard CPU {:.2} s vs {:.2} s",
                 secs(on.preflight),
                 secs(on.apply),
-                secs(off.apply)
+                secs(off.apply),
+                on.cpu,
+                off.cpu
             ),
         ),
         Row::info(

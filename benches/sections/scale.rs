@@ -54,6 +54,11 @@ fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
 }
 
+/// CPU time of this process (kube-sim's clusters run in it).
+fn own_cpu() -> Duration {
+    procs::cpu_time(std::process::id()).unwrap_or_default()
+}
+
 fn own_rss_kib() -> u64 {
     procs::rss_kib(std::process::id()).map_or(0, |(rss, _)| rss)
 }
@@ -127,7 +132,9 @@ async fn scale(scratch: &Path) -> Result<Vec<Row>, String> {
     // (n, wall s, peak RSS KiB)
     let mut curve: Vec<(usize, f64, u64)> = Vec::new();
     for n in SIZES {
+        let sim_cpu = own_cpu();
         let run = small(scratch, &kubeconfig, &format!("scale-{n}"), n, &[]).await?;
+        let sim_cpu = own_cpu().saturating_sub(sim_cpu);
         let deployed = run.count("deployed");
         let wall = run.finished.wall.as_secs_f64();
         let peak = run.finished.max_rss_kib;
@@ -151,9 +158,11 @@ async fn scale(scratch: &Path) -> Result<Vec<Row>, String> {
         let one = curve.first().filter(|c| c.0 == 1).map(|c| c.1);
         let ratio = one.map_or(f64::NAN, |one| wall / one);
         let measured = format!(
-            "{} = {ratio:.2} x wall(1); peak RSS {}; {}",
+            "{} = {ratio:.2} x wall(1); peak RSS {}; CPU rollguard {:.2} s, kube-sim {:.2} s; {}",
             secs(wall),
             mib(peak),
+            run.finished.cpu.as_secs_f64(),
+            sim_cpu.as_secs_f64(),
             concurrency_of(&run)
         );
         let metric = format!("{n} cluster(s), small app: wall / wall(1)");

@@ -161,6 +161,10 @@ pub struct DiffOptions {
     /// The labels of the diff's two sides.
     pub before_label: String,
     pub after_label: String,
+    /// False: only the `dryRun=All` applies are sent (no GET of the live objects or of the
+    /// namespaces, no comparison, no diff rendered): what the server refuses, and nothing
+    /// else. The preflight's question when no one reads its answers.
+    pub compare: bool,
 }
 
 /// What a target says the set would change.
@@ -187,7 +191,8 @@ pub async fn diff_resolved(
 
     // Namespaces rollguard would create before applying (not in the set, not on the cluster).
     let needed = resolution.namespaces_to_create(set, &options.default_namespace);
-    for ns in needed {
+    // Only shown in a diff: a check asks nothing of namespaces.
+    for ns in needed.into_iter().filter(|_| options.compare) {
         use k8s_openapi::api::core::v1::Namespace;
         let api: kube::Api<Namespace> = kube::Api::all(client.clone());
         match with_retry("get namespace", &budget, cancel, || api.get_opt(&ns)).await {
@@ -222,17 +227,19 @@ pub async fn diff_resolved(
     for obj in &set.objects {
         pending.push(diff_one(client, obj, resolution, options, &budget, cancel));
     }
-    let results: Vec<Result<(Change, SeenObject), ObjectFailure>> = futures::stream::iter(pending)
-        .buffered(options.max_in_flight.max(1))
-        .collect()
-        .await;
+    let results: Vec<Result<Option<(Change, SeenObject)>, ObjectFailure>> =
+        futures::stream::iter(pending)
+            .buffered(options.max_in_flight.max(1))
+            .collect()
+            .await;
     out.cancelled = cancel.is_cancelled();
     for r in results {
         match r {
-            Ok((change, seen)) => {
+            Ok(Some((change, seen))) => {
                 out.changes.push(change);
                 out.seen.push(seen);
             }
+            Ok(None) => {}
             Err(f) => out.failures.push(f),
         }
     }
@@ -270,7 +277,75 @@ pub async fn plan_resolved(
     (plan, found.cancelled)
 }
 
+/// One object's change and how the plan keeps it; None when `options.compare` is off (only
+/// the server's refusal counts, as a failure).
 async fn diff_one(
+    client: &Client,
+    obj: &ManifestObject,
+    resolution: &Resolution,
+    options: &DiffOptions,
+    budget: &RetryBudget,
+    cancel: &CancellationToken,
+) -> Result<Option<(Change, SeenObject)>, ObjectFailure> {
+    if !options.compare {
+        return check_one(client, obj, resolution, options, budget, cancel)
+            .await
+            .map(|()| None);
+    }
+    compare_one(client, obj, resolution, options, budget, cancel)
+        .await
+        .map(Some)
+}
+
+/// The server's dry run of one object, its answer dropped: Err when the server refuses it
+/// (or cannot be asked). An object in a namespace this deploy creates, or of a kind a CRD of
+/// the set serves, cannot be checked yet and passes, as in [`compare_one`].
+async fn check_one(
+    client: &Client,
+    obj: &ManifestObject,
+    resolution: &Resolution,
+    options: &DiffOptions,
+    budget: &RetryBudget,
+    cancel: &CancellationToken,
+) -> Result<(), ObjectFailure> {
+    let Some(resolved) = resolution.resolved(obj) else {
+        return Ok(());
+    };
+    let namespace = effective_namespace(obj, resolved.namespaced, &options.default_namespace);
+    let api = dynamic_api(client, resolved, namespace.as_deref());
+    let body = prepare_body(&obj.body, namespace.as_deref());
+    let mut params = PatchParams::apply(&options.field_manager);
+    params.force = options.force;
+    params.dry_run = true;
+    let patch = Patch::Apply(&body);
+    let answer = with_retry("dry-run apply", budget, cancel, || {
+        api.patch(&obj.name, &params, &patch)
+    })
+    .await;
+    let shown_name = || placed_name(obj, resolved.namespaced, &options.default_namespace);
+    match answer {
+        Ok(_) => Ok(()),
+        Err(RetryError::Cancelled) => Err(ObjectFailure {
+            object: shown_name(),
+            origin: obj.origin.to_string(),
+            reason: "Cancelled".into(),
+            message: "cancelled".into(),
+        }),
+        Err(RetryError::NotSent) => Err(not_applied(shown_name(), obj)),
+        Err(RetryError::Api(e)) => {
+            let mut f = describe_apply_error(obj, &e);
+            f.object = shown_name();
+            // The namespace comes with this deploy: nothing of it can be checked yet.
+            if is_missing_namespace(&f) {
+                return Ok(());
+            }
+            Err(f)
+        }
+    }
+}
+
+/// The live object and the server's dry run of one object, compared.
+async fn compare_one(
     client: &Client,
     obj: &ManifestObject,
     resolution: &Resolution,

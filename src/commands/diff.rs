@@ -279,6 +279,7 @@ pub async fn diff_target(
         deadline,
         before_label,
         after_label,
+        compare: true,
     };
     let (mut planned, _) = plan_resolved(
         &out.name,

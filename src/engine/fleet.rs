@@ -15,7 +15,7 @@ use crate::engine::coordinator::{Entrant, coordinate};
 use crate::engine::plan::Plan;
 use crate::engine::saved_plan::verify::ObjectMoved;
 use crate::engine::saved_plan::{PlanStop, PlanToApply, plan_stop};
-use crate::engine::target_run::{TargetRun, finish, preflight, stop_unlocked};
+use crate::engine::target_run::{TargetRun, finish, may_change_nothing, preflight, stop_unlocked};
 use crate::release::lock::{LockError, LockGuard, lock_key, lock_order};
 use crate::release::session::{
     OpenHistory, PrepareError, ReleaseSettings, read_history, take_lock,
@@ -86,7 +86,7 @@ pub async fn run_targets_checked(
                 return checked;
             }
         } else if plan.config.preflight
-            && preflight_dry_run(&plan, &mut checked, &mut locks, &cancel, &progress).await
+            && preflight_dry_run(&plan, &mut checked, &mut locks, false, &cancel, &progress).await
         {
             return checked;
         }
@@ -185,15 +185,32 @@ fn start_asking(
 /// before the first write anywhere. True when it stopped the run: then every lock is given
 /// back and every target that was going on says why it was not deployed (a refused one with
 /// the server's message), whatever `on_failure` says, since nothing was written.
+/// `compare_all`: every target's answers are compared with its live objects and kept (the
+/// re-plan shows them); else only where the no-op check will read them.
 async fn preflight_dry_run(
     plan: &Arc<Plan>,
     runs: &mut [TargetRun],
     locks: &mut [Result<Option<HeldHistory>, Box<LockRefusal>>],
+    compare_all: bool,
     cancel: &CancellationToken,
     progress: &Progress,
 ) -> bool {
-    use crate::engine::preflight::{Checked, dry_run_all, preflight_verdict, stopped_outcome};
-    let asked = start_asking(runs, locks, "preflight", progress);
+    use crate::engine::preflight::{Ask, Checked, dry_run_all, preflight_verdict, stopped_outcome};
+    let asking = start_asking(runs, locks, "preflight", progress);
+    // The live objects are read and compared only where something reads the answer: the
+    // re-plan's display (`compare_all`), a target's no-op check. Elsewhere one dry-run apply
+    // per object says what the server refuses.
+    let asked: Vec<Ask> = runs
+        .iter()
+        .zip(locks.iter())
+        .zip(&asking)
+        .map(|((run, lock), asks)| match lock {
+            _ if !asks => Ask::Nothing,
+            Ok(Some(_)) if compare_all => Ask::Compare,
+            Ok(Some((history, _))) if may_change_nothing(plan, run, history) => Ask::Compare,
+            _ => Ask::Refusals,
+        })
+        .collect();
     let found = dry_run_all(plan, runs, &asked, cancel).await;
     let views: Vec<(&str, &Checked)> = runs
         .iter()
@@ -204,7 +221,7 @@ async fn preflight_dry_run(
         for (run, checked) in runs.iter_mut().zip(found) {
             if let Checked::Passed(answer) = checked {
                 run.clock.stop();
-                run.preflight = Some(*answer);
+                run.preflight = answer.map(|a| *a);
             }
         }
         return false;
@@ -298,7 +315,7 @@ async fn check_saved_plan(
                 crate::report::redact::print_err(&format!("rollguard: {name}: {m}"));
             }
         }
-        if preflight_dry_run(plan, runs, locks, cancel, progress).await {
+        if preflight_dry_run(plan, runs, locks, true, cancel, progress).await {
             return true;
         }
         say_new_plan(plan, runs);

@@ -170,7 +170,6 @@ impl Plan {
             .map_or(ReleaseOrigin::Deploy, |own| own.origin)
     }
 
-    /// The manifests `target` applies: its own, else the plan's.
     /// The server's dry run of `target`'s set (the `dryRun=All` applies `diff` sends), as this
     /// deploy would apply it; true when cancelled. One builder for the dry run, the preflight
     /// and the no-op check, so the three ask the same question.
@@ -183,7 +182,36 @@ impl Plan {
         deadline: Instant,
         cancel: &CancellationToken,
     ) -> (TargetPlan, bool) {
-        let options = DiffOptions {
+        let options = self.dry_run_options(default_namespace, deadline, true);
+        self.ask_dry_run(target, access, resolution, &options, cancel)
+            .await
+    }
+
+    /// [`Plan::server_dry_run`] without reading the live objects or comparing (`compare`
+    /// off): the same `dryRun=All` applies, one request per object, and the plan holds the
+    /// server's refusals only (no changes, nothing seen). The preflight when nothing reads
+    /// its answers beyond the refusals.
+    pub async fn server_check(
+        &self,
+        target: &str,
+        access: &ClusterAccess,
+        resolution: &Resolution,
+        default_namespace: String,
+        deadline: Instant,
+        cancel: &CancellationToken,
+    ) -> (TargetPlan, bool) {
+        let options = self.dry_run_options(default_namespace, deadline, false);
+        self.ask_dry_run(target, access, resolution, &options, cancel)
+            .await
+    }
+
+    fn dry_run_options(
+        &self,
+        default_namespace: String,
+        deadline: Instant,
+        compare: bool,
+    ) -> DiffOptions {
+        DiffOptions {
             default_namespace,
             force: self.options.force_conflicts,
             field_manager: field_manager(&self.config.app),
@@ -191,19 +219,31 @@ impl Plan {
             deadline,
             before_label: "live".into(),
             after_label: "dry run".into(),
-        };
+            compare,
+        }
+    }
+
+    async fn ask_dry_run(
+        &self,
+        target: &str,
+        access: &ClusterAccess,
+        resolution: &Resolution,
+        options: &DiffOptions,
+        cancel: &CancellationToken,
+    ) -> (TargetPlan, bool) {
         plan_resolved(
             target,
             &access.client,
             &access.server,
             self.manifests_for(target),
             resolution,
-            &options,
+            options,
             cancel,
         )
         .await
     }
 
+    /// The manifests `target` applies: its own, else the plan's.
     pub fn manifests_for(&self, target: &str) -> &ManifestSet {
         self.per_target
             .get(target)

@@ -1,6 +1,7 @@
 //! The preflight dry run: with every lock held and before the first write anywhere, the
 //! whole set is sent to every target as server-side applies with `dryRun=All` (the requests
-//! `rollguard diff` makes, through `kube::diff`), so that a field the server refuses (a wrong
+//! `rollguard diff` makes, through `cluster::diff`; without its reads of the live objects
+//! and its diffs where no one reads the answers, [`Ask::Refusals`]), so that a field the server refuses (a wrong
 //! type, an immutable selector, a quota, an admission webhook) stops the deploy with nothing
 //! written, instead of surfacing mid-apply after earlier objects reached every target and
 //! the fleet rolls back. `preflight: false` in the config skips it; `--dry-run` is already
@@ -19,35 +20,47 @@ use crate::engine::target_run::TargetRun;
 use crate::report::plan::TargetPlan;
 use crate::report::{Failure, TargetOutcome};
 
+/// What the preflight asks of one target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ask {
+    /// Nothing: the target has stopped, or holds no lock.
+    Nothing,
+    /// What the server refuses: one `dryRun=All` apply per object, no read of the live
+    /// objects, no diff (what a deploy needs to know before its first write).
+    Refusals,
+    /// The refusals and the comparison with the live objects, as `diff` shows it: for a
+    /// reader of the answers (the no-op check, the re-plan's display).
+    Compare,
+}
+
 /// What the preflight of one target found.
 #[derive(Debug)]
 pub enum Checked {
     /// Not asked: the target had already stopped, or has no connection.
     NotAsked,
-    /// Every object passed: the server's answers, as `diff` would show them.
-    Passed(Box<TargetPlan>),
+    /// Every object passed: with [`Ask::Compare`] the server's answers as `diff` would show
+    /// them, else None (only refusals were asked about).
+    Passed(Option<Box<TargetPlan>>),
     /// The server refused objects, or could not be asked about them.
     Refused(Vec<Failure>),
     Cancelled,
 }
 
-/// Asks every target that goes on (`asked[i]`) about the whole set with `dryRun=All`, up to
-/// the config's `concurrency` targets at once and, per target, the apply's own in-flight
-/// bound. Results in the order of `runs`.
+/// Asks every target that goes on (`asked[i]` not [`Ask::Nothing`]) about the whole set
+/// with `dryRun=All`, up to the config's `concurrency` targets at once and, per target, the
+/// apply's own in-flight bound. Results in the order of `runs`.
 pub async fn dry_run_all(
     plan: &Arc<Plan>,
     runs: &[TargetRun],
-    asked: &[bool],
+    asked: &[Ask],
     cancel: &CancellationToken,
 ) -> Vec<Checked> {
-    let checks = runs.iter().zip(asked).map(|(run, &asked)| {
-        let span = tracing::error_span!("target", target = %run.target.name);
-        async move {
-            if !asked {
-                return Checked::NotAsked;
-            }
-            check_one(plan, run, cancel).instrument(span).await
+    let checks = runs.iter().zip(asked).map(|(run, &ask)| async move {
+        if ask == Ask::Nothing {
+            return Checked::NotAsked;
         }
+        let span = tracing::error_span!("target", target = %run.target.name);
+        check_one(plan, run, ask, cancel).instrument(span).await
     });
     let mut found: Vec<(usize, Checked)> = futures::stream::iter(checks.enumerate())
         .map(|(i, check)| async move { (i, check.await) })
@@ -58,7 +71,7 @@ pub async fn dry_run_all(
     found.into_iter().map(|(_, c)| c).collect()
 }
 
-async fn check_one(plan: &Plan, run: &TargetRun, cancel: &CancellationToken) -> Checked {
+async fn check_one(plan: &Plan, run: &TargetRun, ask: Ask, cancel: &CancellationToken) -> Checked {
     let (Some(access), Some(resolution)) = (run.access.as_ref(), run.resolution()) else {
         return Checked::NotAsked;
     };
@@ -66,21 +79,33 @@ async fn check_one(plan: &Plan, run: &TargetRun, cancel: &CancellationToken) -> 
         .config
         .default_namespace(&run.target, &access.context_namespace);
     let deadline = Instant::now() + plan.config.wait.timeout;
-    let (found, cancelled) = plan
-        .server_dry_run(
-            &run.target.name,
+    let name = &run.target.name;
+    let (found, cancelled) = if ask == Ask::Compare {
+        plan.server_dry_run(
+            name,
             access,
             resolution,
             default_namespace,
             deadline,
             cancel,
         )
-        .await;
+        .await
+    } else {
+        plan.server_check(
+            name,
+            access,
+            resolution,
+            default_namespace,
+            deadline,
+            cancel,
+        )
+        .await
+    };
     if cancelled {
         return Checked::Cancelled;
     }
     if found.errors.is_empty() {
-        Checked::Passed(Box::new(found))
+        Checked::Passed((ask == Ask::Compare).then(|| Box::new(found)))
     } else {
         tracing::info!(errors = found.errors.len(), "refused in the preflight");
         Checked::Refused(found.errors)
@@ -206,7 +231,7 @@ mod tests {
 
     #[test]
     fn the_preflight_stops_on_any_refusal_and_says_where() {
-        let passed = || Checked::Passed(Box::new(TargetPlan::new("x")));
+        let passed = || Checked::Passed(Some(Box::new(TargetPlan::new("x"))));
         // (per target, stops?, refused?, words in the others' message)
         type Case<'a> = (Vec<(&'a str, Checked)>, Option<(bool, &'a str)>);
         let cases: Vec<Case> = vec![

@@ -300,18 +300,8 @@ async fn unchanged_since(
     cancel: &CancellationToken,
 ) -> Option<ReleaseRecord> {
     let (access, resolution) = (run.access.as_ref()?, run.resolution.as_ref()?);
-    let history_namespace = plan
-        .config
-        .history_namespace(&run.target, &access.context_namespace);
+    let last_good = same_last_good(plan, run, history)?;
     let default_namespace = history.default_namespace().to_string();
-    let manifests = plan
-        .recorded_manifests(&run.target.name, &history_namespace, &default_namespace)
-        .ok()?;
-    let digest = crate::release::release_digest(&manifests.digest, Some(&default_namespace));
-    let last_good = history.last_good()?;
-    if !same_as_last_good(plan.options.force, last_good, &digest) {
-        return None;
-    }
     // The preflight asked the same question moments ago, under the same lock.
     if let Some(found) = run.preflight.as_ref().filter(|p| {
         default_namespace
@@ -334,6 +324,34 @@ async fn unchanged_since(
         )
         .await;
     (!cancelled && changes_nothing(&found)).then(|| last_good.clone())
+}
+
+/// Whether the no-op check ([`unchanged_since`]) will compare this target's live objects
+/// with the server's dry run: not `--force`d, and the last good release applied these very
+/// manifests. The preflight then compares them itself (the check re-uses its answer);
+/// elsewhere it only asks what the server refuses.
+pub fn may_change_nothing(plan: &Plan, run: &TargetRun, history: &OpenHistory) -> bool {
+    same_last_good(plan, run, history).is_some()
+}
+
+/// The last good release of `history` when it applied the manifests of this deploy (same
+/// digest, same default namespace) and the deploy is not `--force`d.
+fn same_last_good<'h>(
+    plan: &Plan,
+    run: &TargetRun,
+    history: &'h OpenHistory,
+) -> Option<&'h ReleaseRecord> {
+    let access = run.access.as_ref()?;
+    let history_namespace = plan
+        .config
+        .history_namespace(&run.target, &access.context_namespace);
+    let default_namespace = history.default_namespace();
+    let manifests = plan
+        .recorded_manifests(&run.target.name, &history_namespace, default_namespace)
+        .ok()?;
+    let digest = crate::release::release_digest(&manifests.digest, Some(default_namespace));
+    let last_good = history.last_good()?;
+    same_as_last_good(plan.options.force, last_good, &digest).then_some(last_good)
 }
 
 /// Whether a deploy of manifests with this record `digest` may be a no-op: not `--force`d,

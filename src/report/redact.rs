@@ -16,6 +16,8 @@
 //!    error message, a render command's stderr or a script's output.
 
 use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
+use std::hash::BuildHasherDefault;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{OnceLock, RwLock};
@@ -200,10 +202,39 @@ fn url_encoded(value: &[u8]) -> String {
 }
 
 /// Every known secret value in every form it may take, each with its marker.
+///
+/// A fleet learns every target's credentials (1,000 targets: about 5,000 forms) and every
+/// progress line, log event and report string is scrubbed: a text is therefore read once,
+/// position by position, looking each position's first bytes up among the needles' first
+/// bytes ([`KEY`]), instead of being searched once per needle; and learning a value costs
+/// the same however many are known.
 #[derive(Debug, Clone, Default)]
 pub struct Scrubber {
-    /// (needle, marker), longest needle first so a longer form is replaced before a part of it.
+    /// (needle, marker), in the order learned.
     needles: Vec<(String, String)>,
+    /// Indices into `needles` by their first [`KEY`] bytes (every needle is at least
+    /// [`MIN_SCRUB_LEN`] = `KEY` bytes long).
+    by_key: HashMap<[u8; KEY], Vec<usize>, BuildHasherDefault<KeyHasher>>,
+    /// Every needle, to learn each once.
+    known: HashSet<String>,
+}
+
+/// How many first bytes of a needle index it.
+const KEY: usize = MIN_SCRUB_LEN;
+
+/// A multiplicative hash for the 4-byte keys (SipHash would be most of a scrub's time).
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl std::hash::Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0 ^ (self.0 >> 29)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
 }
 
 impl Scrubber {
@@ -231,12 +262,19 @@ impl Scrubber {
         }
         let mark = marker(value);
         for form in forms {
-            if !self.needles.iter().any(|(n, _)| *n == form) {
-                self.needles.push((form, mark.clone()));
-            }
+            self.add_needle(form, &mark);
         }
-        self.needles
-            .sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
+    }
+
+    fn add_needle(&mut self, needle: String, mark: &str) {
+        let Some(key) = key_of(needle.as_bytes()) else {
+            return;
+        };
+        if !self.known.insert(needle.clone()) {
+            return;
+        }
+        self.by_key.entry(key).or_default().push(self.needles.len());
+        self.needles.push((needle, mark.to_string()));
     }
 
     /// A scrubber of the Secret values among `bodies` (e.g. the manifests, for a script's
@@ -259,12 +297,8 @@ impl Scrubber {
     /// Learns every value `other` knows.
     pub fn merge(&mut self, other: &Scrubber) {
         for (needle, mark) in &other.needles {
-            if !self.needles.iter().any(|(n, _)| n == needle) {
-                self.needles.push((needle.clone(), mark.clone()));
-            }
+            self.add_needle(needle.clone(), mark);
         }
-        self.needles
-            .sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
     }
 
     pub fn is_empty(&self) -> bool {
@@ -276,16 +310,49 @@ impl Scrubber {
         self.scrub_cow(text).into_owned()
     }
 
-    /// [`Scrubber::scrub`] without a copy when nothing is found.
+    /// [`Scrubber::scrub`] without a copy when nothing is found. The needles found in the
+    /// text are replaced longest first, so a longer form is replaced before a part of it.
     pub fn scrub_cow<'a>(&self, text: &'a str) -> Cow<'a, str> {
         let mut out = Cow::Borrowed(text);
-        for (needle, mark) in &self.needles {
+        for i in self.found_in(text) {
+            let (needle, mark) = &self.needles[i];
             if out.contains(needle.as_str()) {
                 out = Cow::Owned(out.replace(needle.as_str(), mark));
             }
         }
         out
     }
+
+    /// The needles that occur in `text`, longest first (then by their text).
+    fn found_in(&self, text: &str) -> Vec<usize> {
+        let bytes = text.as_bytes();
+        if self.needles.is_empty() || bytes.len() < KEY {
+            return Vec::new();
+        }
+        let mut found: Vec<usize> = Vec::new();
+        for start in 0..=bytes.len() - KEY {
+            let candidates: Option<&Vec<usize>> =
+                key_of(&bytes[start..]).and_then(|k| self.by_key.get(&k));
+            let Some(candidates) = candidates else {
+                continue;
+            };
+            found.extend(
+                candidates
+                    .iter()
+                    .filter(|&&i| bytes[start..].starts_with(self.needles[i].0.as_bytes())),
+            );
+        }
+        found.sort_by(|&a, &b| {
+            let (a, b) = (&self.needles[a].0, &self.needles[b].0);
+            b.len().cmp(&a.len()).then_with(|| a.cmp(b))
+        });
+        found.dedup();
+        found
+    }
+}
+
+fn key_of(bytes: &[u8]) -> Option<[u8; KEY]> {
+    bytes.get(..KEY)?.try_into().ok()
 }
 
 /// The process-wide scrubber: secrets are learned as soon as they are read, and every sink
@@ -526,6 +593,43 @@ mod tests {
             assert_eq!(s.scrub(input), want, "{input}");
         }
         assert!(Scrubber::default().is_empty());
+    }
+
+    /// A fleet's worth of tokens, many sharing their first bytes (as JWTs of one issuer do):
+    /// each is found wherever it is, a longer value before a shorter one inside it, and text
+    /// without any is left as it is.
+    #[test]
+    fn many_values_sharing_first_bytes_are_each_found() {
+        let mut s = Scrubber::default();
+        let tokens: Vec<String> = (0..2000)
+            .map(|i| format!("eyJhbGciOi-{i:05}-tok"))
+            .collect();
+        for t in &tokens {
+            s.add_value(t.as_bytes());
+        }
+        s.add_value(b"eyJhbGciOi-00007-tok-and-more");
+        for i in [0, 7, 999, 1999] {
+            let t = &tokens[i];
+            assert_eq!(
+                s.scrub(&format!("token {t}.")),
+                format!("token {}.", m(t)),
+                "{t}"
+            );
+        }
+        assert_eq!(
+            s.scrub("x eyJhbGciOi-00007-tok-and-more y eyJhbGciOi-00008-tok"),
+            format!(
+                "x {} y {}",
+                m("eyJhbGciOi-00007-tok-and-more"),
+                m("eyJhbGciOi-00008-tok")
+            )
+        );
+        let plain = "eyJhbGciOi but no token; tok";
+        assert!(matches!(s.scrub_cow(plain), Cow::Borrowed(_)));
+        // Learning a value twice adds nothing.
+        let before = s.needles.len();
+        s.add_value(tokens[3].as_bytes());
+        assert_eq!(s.needles.len(), before);
     }
 
     #[test]

@@ -630,3 +630,18 @@ async fn action_input_wave_is_the_wave_flag() {
     let args = deploy_step_args(dir.path(), &[]).await;
     assert!(!args.iter().any(|a| a == "--wave"), "{args:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn action_input_memory_budget_is_the_memory_budget_flag() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let args = deploy_step_args(dir.path(), &[("memory_budget", "1GiB")]).await;
+    let at = args.iter().position(|a| a == "--memory-budget");
+    assert_eq!(
+        at.and_then(|i| args.get(i + 1)).map(String::as_str),
+        Some("1GiB"),
+        "{args:?}"
+    );
+    // Empty, the default: no flag, so rollguard's own default (or ROLLGUARD_MEMORY_BUDGET).
+    let args = deploy_step_args(dir.path(), &[]).await;
+    assert!(!args.iter().any(|a| a == "--memory-budget"), "{args:?}");
+}

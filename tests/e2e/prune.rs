@@ -240,3 +240,38 @@ async fn prune_keeps_an_object_another_field_manager_took_over() {
     assert!(!names.contains(&"old".to_string()), "{names:?}");
     assert_eq!(deletes(&env), 1);
 }
+
+/// The saved plan (`diff --out`) lists what the manifests dropped on each target: left in
+/// place without prune, as to prune with `--prune`; nothing is deleted by either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_saved_plan_lists_what_would_be_pruned() {
+    let env = deployed_v1("").await;
+    remove(&env, "k8s/legacy.yaml");
+    let path = env.path("plan.json").display().to_string();
+    let saved = |env: &TestEnv| -> Value {
+        serde_json::from_str(&env.read("plan.json")).expect("the plan file is JSON")
+    };
+
+    let run = env.command("diff", &["--out", &path]).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    let target = saved(&env)["targets"][0].clone();
+    assert_eq!(target["name"], "eu", "{target:#}");
+    assert_eq!(
+        target["dropped"],
+        json!(["ConfigMap shop/legacy"]),
+        "{target:#}"
+    );
+    assert!(target.get("prune").is_none(), "{target:#}");
+
+    let run = env.command("diff", &["--prune", "--out", &path]).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    let target = saved(&env)["targets"][0].clone();
+    assert_eq!(
+        target["prune"],
+        json!(["ConfigMap shop/legacy"]),
+        "{target:#}"
+    );
+    assert!(target.get("dropped").is_none(), "{target:#}");
+    assert_eq!(deletes(&env), 0, "a plan deletes nothing");
+    assert!(configmaps(&env).await.contains(&"legacy".to_string()));
+}

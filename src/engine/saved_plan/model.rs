@@ -62,6 +62,14 @@ pub struct PlannedTarget {
     pub history_head: Option<u64>,
     /// Every object of the manifests as it would be applied there.
     pub objects: Vec<PlannedObject>,
+    /// Objects of the last release the manifests drop that stay on the target (prune off,
+    /// or not this app's any more), as "Kind namespace/name".
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<String>,
+    /// With prune on (`prune: true`, `--prune`): objects of the last release the manifests
+    /// drop that the deploy would delete after a healthy deploy (still this app's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prune: Vec<String>,
 }
 
 /// What the dry run would do to an object.
@@ -263,6 +271,8 @@ fn planned_target(t: &TargetPlan) -> PlannedTarget {
             .iter()
             .map(|s| planned_object(s, action(&s.object)))
             .collect(),
+        dropped: t.dropped.clone(),
+        prune: t.prune.clone(),
     }
 }
 

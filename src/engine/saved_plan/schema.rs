@@ -71,7 +71,11 @@ pub fn plan_file_schema() -> Value {
                     "properties": {
                         "name": {"type": "string"},
                         "history_head": {"type": "integer", "minimum": 1, "description": "the newest revision of the target's release history when the plan was made; absent: none yet"},
-                        "objects": {"type": "array", "items": object}
+                        "objects": {"type": "array", "items": object},
+                        "dropped": {"type": "array", "items": {"type": "string"},
+                                    "description": "objects of the last release the manifests drop that stay on the target (prune off, or no longer this app's), as \"Kind namespace/name\"; absent: none"},
+                        "prune": {"type": "array", "items": {"type": "string"},
+                                  "description": "with prune on (`prune: true`, `--prune`): objects of the last release the manifests drop that a deploy would delete after a healthy deploy (still this app's); absent: none"}
                     }
                 }
             }
@@ -143,6 +147,8 @@ mod tests {
                         resource_version: "4411".into(),
                     }),
                 }],
+                dropped: vec!["ConfigMap shop/kept".into()],
+                prune: vec!["ConfigMap shop/legacy".into()],
             }],
         }
     }

@@ -378,6 +378,8 @@ mod tests {
                     history_head: None,
                     name: n.to_string(),
                     objects: Vec::new(),
+                    dropped: Vec::new(),
+                    prune: Vec::new(),
                 })
                 .collect(),
         }
