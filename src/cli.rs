@@ -460,7 +460,7 @@ pub struct UnlockArgs {
 pub struct StatusArgs {
     #[command(flatten)]
     pub selection: Selection,
-    /// table, json or yaml (the JSON/YAML shape is in the README).
+    /// table, json or yaml (the JSON/YAML shape is in docs/release-history.md).
     #[arg(
         short = 'o',
         long = "output",
