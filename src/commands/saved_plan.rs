@@ -44,6 +44,7 @@ pub fn save(args: &DeployArgs, plan: &Plan, change_plan: &mut ChangePlan) -> Res
         config_digest: config_digest(&config_file(args, plan))?,
         made_at: jiff::Timestamp::now(),
         pr: pr_number(args, plan),
+        prune: plan.options.prune,
     };
     let saved = SavedPlan::from_dry_run(change_plan, &plan.manifests, provenance, path)?;
     saved.write(path)?;
@@ -86,6 +87,7 @@ pub fn attach(args: &DeployArgs, mut plan: Plan) -> Result<Plan, Error> {
             .collect(),
         now: jiff::Timestamp::now(),
         max_age: args.saved.plan_max_age.unwrap_or(DEFAULT_MAX_AGE),
+        prune: plan.options.prune,
     };
     let mut reasons: Vec<String> = not_this_run(&saved, &run)
         .iter()

@@ -274,4 +274,20 @@ async fn the_saved_plan_lists_what_would_be_pruned() {
     assert!(target.get("dropped").is_none(), "{target:#}");
     assert_eq!(deletes(&env), 0, "a plan deletes nothing");
     assert!(configmaps(&env).await.contains(&"legacy".to_string()));
+
+    // The plan said "pruned": a deploy of it without --prune would leave the object in
+    // place, so it is refused before any write; with --prune it goes on and prunes.
+    let before = env.writes(1);
+    let run = env.command("deploy", &["--plan", &path]).await;
+    assert_eq!(run.code, 2, "{}", run.output());
+    assert!(
+        run.stderr.contains("made with prune on") && run.stderr.contains("--prune"),
+        "{}",
+        run.output()
+    );
+    assert_eq!(env.writes(1), before, "a refused plan writes nothing");
+    let run = env.command("deploy", &["--plan", &path, "--prune"]).await;
+    assert_eq!(run.code, 0, "{}", run.output());
+    assert_eq!(deletes(&env), 1, "{}", run.output());
+    assert!(!configmaps(&env).await.contains(&"legacy".to_string()));
 }

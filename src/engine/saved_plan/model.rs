@@ -38,6 +38,11 @@ pub struct SavedPlan {
     /// every target's history head).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<u64>,
+    /// Whether prune was on (`prune: true`, `--prune`) when the plan was made: a deploy of
+    /// the plan must run with the same, so that what the plan says is pruned (or left in
+    /// place) is what happens.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub prune: bool,
     pub targets: Vec<PlannedTarget>,
 }
 
@@ -138,6 +143,8 @@ pub struct Provenance {
     pub config_digest: String,
     pub made_at: Timestamp,
     pub pr: Option<u64>,
+    /// Whether prune is on for the run that makes the plan.
+    pub prune: bool,
 }
 
 impl SavedPlan {
@@ -168,6 +175,7 @@ impl SavedPlan {
                 .iter()
                 .filter_map(|t| t.history_head)
                 .collect()])),
+            prune: provenance.prune,
             targets: change_plan.targets.iter().map(planned_target).collect(),
         })
     }

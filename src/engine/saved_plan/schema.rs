@@ -63,6 +63,7 @@ pub fn plan_file_schema() -> Value {
             "pr": {"type": "integer", "minimum": 1, "description": "the pull request the plan was made on"},
             "manifests": {"type": "array", "items": manifest},
             "revision": {"type": "integer", "minimum": 1, "description": "the revision a deploy of the plan records (above every target's history_head); a target whose history moved since refuses the plan"},
+            "prune": {"type": "boolean", "description": "prune was on (`prune: true`, `--prune`) when the plan was made; a deploy of the plan must run with the same setting (absent: off)"},
             "targets": {
                 "type": "array",
                 "items": {
@@ -124,6 +125,7 @@ mod tests {
             made_at: "2026-12-01T10:00:00Z".parse().unwrap(),
             pr: Some(12),
             revision: Some(4),
+            prune: true,
             manifests: vec![PlannedManifest {
                 object: "Deployment web".into(),
                 origin: "k8s/app.yaml:8".into(),

@@ -20,6 +20,8 @@ pub struct ThisRun<'a> {
     pub targets: Vec<&'a str>,
     pub now: Timestamp,
     pub max_age: Duration,
+    /// Whether prune is on for this run (`prune: true`, `--prune`).
+    pub prune: bool,
 }
 
 /// How far a plan's made_at may be ahead of this machine's clock (clocks drift).
@@ -55,6 +57,16 @@ pub enum NotThisRun {
         "the plan says it was made at {made_at}, after now ({now}): it was edited, or this machine's clock is wrong"
     )]
     FromTheFuture { made_at: Timestamp, now: Timestamp },
+    #[error("{}", other_prune_text(*plan))]
+    OtherPrune { plan: bool },
+}
+
+fn other_prune_text(plan: bool) -> &'static str {
+    if plan {
+        "the plan was made with prune on: it deletes what the manifests dropped, and this run has prune off: pass --prune (or set `prune: true`), or make the plan again without it"
+    } else {
+        "the plan was made with prune off: it leaves what the manifests dropped in place, and this run has prune on (`--prune` or `prune: true`): drop --prune, or make the plan again with it"
+    }
 }
 
 /// Every way `plan` is not a plan for this run (empty: it is).
@@ -86,6 +98,9 @@ pub fn not_this_run(plan: &SavedPlan, run: &ThisRun) -> Vec<NotThisRun> {
         });
     }
     found.extend(too_old(plan.made_at, run.now, run.max_age));
+    if plan.prune != run.prune {
+        found.push(NotThisRun::OtherPrune { plan: plan.prune });
+    }
     found
 }
 
@@ -371,6 +386,7 @@ mod tests {
             made_at: ts("2026-12-01T10:00:00Z"),
             pr: Some(7),
             revision: None,
+            prune: false,
             manifests: Vec::new(),
             targets: ["eu", "us"]
                 .iter()
@@ -395,6 +411,7 @@ mod tests {
             targets,
             now: ts(now),
             max_age: day,
+            prune: false,
         };
         let within = "2026-12-01T12:00:00Z";
         // (this run, the refusals' texts: each must contain its words)
@@ -438,6 +455,40 @@ mod tests {
             assert_eq!(got.len(), want.len(), "{run:?}: {got:?}");
             for (g, w) in got.iter().zip(&want) {
                 assert!(g.contains(w), "{g} lacks {w}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_plan_made_with_another_prune_setting_is_refused() {
+        let run = |prune| ThisRun {
+            app: "shop",
+            config_digest: "sha256:c1",
+            config_path: "rollguard.yaml",
+            targets: vec!["eu"],
+            now: ts("2026-12-01T12:00:00Z"),
+            max_age: Duration::from_secs(86_400),
+            prune,
+        };
+        let with_prune = SavedPlan {
+            prune: true,
+            ..plan()
+        };
+        // (plan, this run's prune, the refusal's words; none: accepted)
+        let cases = [
+            (plan(), false, None),
+            (with_prune.clone(), true, None),
+            (with_prune, false, Some("made with prune on")),
+            (plan(), true, Some("made with prune off")),
+        ];
+        for (saved, prune, want) in cases {
+            let got: Vec<String> = not_this_run(&saved, &run(prune))
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            match want {
+                None => assert!(got.is_empty(), "{got:?}"),
+                Some(w) => assert!(got.len() == 1 && got[0].contains(w), "{got:?}"),
             }
         }
     }
