@@ -498,6 +498,11 @@ pub fn corpus_file(test: &str, rel: &str) -> Option<String> {
 
 /// git with a fixed identity, in `dir`.
 pub fn git(dir: &std::path::Path, args: &[&str]) -> String {
+    git_with(dir, &[], args)
+}
+
+/// git with a fixed identity and the extra `-c` settings in `config`, in `dir`.
+pub fn git_with(dir: &std::path::Path, config: &[&str], args: &[&str]) -> String {
     let out = std::process::Command::new("git")
         .arg("-C")
         .arg(dir)
@@ -508,6 +513,7 @@ pub fn git(dir: &std::path::Path, args: &[&str]) -> String {
             "-c",
             "protocol.file.allow=always",
         ])
+        .args(config.iter().flat_map(|c| ["-c", c]))
         .args(args)
         .output()
         .expect("git runs");

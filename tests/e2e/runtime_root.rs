@@ -378,28 +378,8 @@ async fn runtime_root_sigterm_to_pid_1_rolls_back() {
 
 /// Runs host git as root in `dir` (the test's setup, outside the root).
 fn git(dir: &Path, args: &[&str]) -> String {
-    let out = std::process::Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
-        .args([
-            "-c",
-            "init.defaultBranch=main",
-            "-c",
-            "protocol.file.allow=always",
-            // The folders belong to the image's uid (chown_tree); this git runs as root.
-            "-c",
-            "safe.directory=*",
-        ])
-        .args(args)
-        .output()
-        .expect("git runs");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+    // The folders belong to the image's uid (chown_tree); this git runs as root.
+    crate::harness::git_with(dir, &["safe.directory=*"], args)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

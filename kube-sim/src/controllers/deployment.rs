@@ -266,14 +266,12 @@ pub fn reconcile(dep: &Value, owned: &[Value], now: jiff::Timestamp) -> Deployme
         .filter(|rs| meta::well_formed(rs))
         .cloned()
         .collect();
-    let owned = owned.as_slice();
-    let now_text = crate::model::clock::format_time(now);
-    let replicas = meta::spec_replicas(dep);
-    let (surge, _) = fenceposts(dep);
-    let collision = dep["status"]["collisionCount"].as_i64();
-    let hash = meta::pod_template_hash(&dep["spec"]["template"], collision);
+    let plan = SyncPlan::new(dep, now);
     let live: Vec<&Value> = owned.iter().filter(|rs| !meta::is_deleting(rs)).collect();
-    let new_existing = live.iter().copied().find(|rs| is_new_rs(dep, rs, &hash));
+    let new_existing = live
+        .iter()
+        .copied()
+        .find(|rs| is_new_rs(dep, rs, &plan.hash));
     let mut olds: Vec<Value> = live
         .iter()
         .filter(|rs| new_existing.is_none_or(|n| meta::uid(n) != meta::uid(rs)))
@@ -281,141 +279,237 @@ pub fn reconcile(dep: &Value, owned: &[Value], now: jiff::Timestamp) -> Deployme
         .collect();
     olds.sort_by_key(|rs| (meta::creation_time(rs), meta::name(rs).to_string()));
     let max_old_revision = olds.iter().map(revision_of).max().unwrap_or(0);
-    let paused = dep["spec"]["paused"].as_bool() == Some(true);
-
     let mut conditions: Vec<Value> = dep["status"]["conditions"]
         .as_array()
         .cloned()
         .unwrap_or_default();
-    let has_deadline = dep["spec"]["progressDeadlineSeconds"].as_i64().is_some();
 
-    // The new ReplicaSet: existing (annotations synced, revision bumped on rollback) or
-    // created now.
-    let mut new_rs: Option<Value> = None;
-    if let Some(existing) = new_existing {
-        let mut rs = existing.clone();
-        let mut revision = revision_of(&rs);
-        if revision <= max_old_revision {
-            revision = max_old_revision + 1;
-        }
-        rs["metadata"]["annotations"] = rs_annotations(
-            dep,
-            &rs["metadata"]["annotations"],
-            revision,
-            replicas,
-            surge,
-        );
-        // minReadySeconds follows the Deployment without a new ReplicaSet.
-        let min_ready = dep["spec"]["minReadySeconds"].as_i64().unwrap_or(0);
-        if rs["spec"]["minReadySeconds"].as_i64().unwrap_or(0) != min_ready {
-            if min_ready > 0 {
-                rs["spec"]["minReadySeconds"] = json!(min_ready);
-            } else if let Some(spec) = rs["spec"].as_object_mut() {
-                spec.remove("minReadySeconds");
-            }
-        }
-        if annotation(dep, REVISION) != Some(revision.to_string().as_str()) {
-            out.revision = Some(revision.to_string());
-        }
-        if has_deadline && find_condition(&conditions, "Progressing").is_none() && !paused {
-            set_condition(
-                &mut conditions,
-                condition(
-                    "Progressing",
-                    "True",
-                    "FoundNewReplicaSet",
-                    format!("Found new replica set \"{}\"", meta::name(&rs)),
-                    &now_text,
-                ),
-            );
-        }
-        new_rs = Some(rs);
-    }
-
+    let mut new_rs =
+        new_existing.map(|rs| sync_new_rs(&plan, rs, max_old_revision, &mut conditions, &mut out));
     let mut desired: BTreeMap<String, i64> = live
         .iter()
         .map(|rs| (meta::name(rs).to_string(), meta::spec_replicas(rs)))
         .collect();
-    let total_desired = |desired: &BTreeMap<String, i64>| desired.values().sum::<i64>();
-
-    if paused {
+    let mut scale = Scale {
+        olds: &olds,
+        max_old_revision,
+        new_rs: &mut new_rs,
+        desired: &mut desired,
+        conditions: &mut conditions,
+        out: &mut out,
+    };
+    if plan.paused {
         set_condition(
-            &mut conditions,
+            scale.conditions,
             condition(
                 "Progressing",
                 "Unknown",
                 "DeploymentPaused",
                 "Deployment is paused".into(),
-                &now_text,
+                &plan.now_text,
             ),
         );
     } else if is_rolling(dep) {
-        if new_rs.is_none() {
-            let current = total_desired(&desired);
-            let initial = (replicas + surge - current).clamp(0, replicas);
-            let revision = max_old_revision + 1;
-            let annotations = rs_annotations(dep, &Value::Null, revision, replicas, surge);
-            let rs = new_replica_set(dep, &hash, initial, annotations);
-            desired.insert(meta::name(&rs).to_string(), initial);
-            created(&mut out, &mut conditions, dep, &rs, revision, &now_text);
-            new_rs = Some(rs);
-        }
-        let new_name = new_rs
-            .as_ref()
-            .map(|rs| meta::name(rs).to_string())
-            .unwrap_or_default();
-        let new_current = desired.get(&new_name).copied().unwrap_or(0);
-        // reconcileNewReplicaSet
-        let mut scaled_up = false;
-        if new_current > replicas {
-            desired.insert(new_name.clone(), replicas);
-        } else if new_current < replicas {
-            let max_total = replicas + surge;
-            let current = total_desired(&desired);
-            if current < max_total {
-                let up = (max_total - current).min(replicas - new_current);
-                desired.insert(new_name.clone(), new_current + up);
-                scaled_up = out.create.is_none();
-            }
-        }
-        // reconcileOldReplicaSets (only when the new one was not scaled up in this sync)
-        if !scaled_up {
-            scale_down_old(dep, &olds, new_rs.as_ref(), &mut desired, replicas);
-        }
+        scale_rolling(&plan, &mut scale);
     } else {
-        // Recreate: old ReplicaSets to zero, wait for their pods to go, then the new one up.
-        let mut scaled_down = false;
-        for rs in &olds {
-            if desired.get(meta::name(rs)).copied().unwrap_or(0) > 0 {
-                desired.insert(meta::name(rs).to_string(), 0);
-                scaled_down = true;
-            }
-        }
-        let old_pods_running = olds.iter().any(|rs| meta::status_i64(rs, "replicas") > 0);
-        if !scaled_down && !old_pods_running {
-            match &new_rs {
-                None => {
-                    let revision = max_old_revision + 1;
-                    let annotations = rs_annotations(dep, &Value::Null, revision, replicas, surge);
-                    let rs = new_replica_set(dep, &hash, replicas, annotations);
-                    desired.insert(meta::name(&rs).to_string(), replicas);
-                    created(&mut out, &mut conditions, dep, &rs, revision, &now_text);
-                    new_rs = Some(rs);
-                }
-                Some(rs) => {
-                    desired.insert(meta::name(rs).to_string(), replicas);
-                }
-            }
-        }
+        scale_recreate(&plan, &mut scale);
     }
 
-    // Emit updates for every existing ReplicaSet whose replicas or annotations change.
+    let mut all_for_status = emit_updates(&plan, &live, new_rs.as_ref(), &desired, &mut out);
+    size_created(&desired, &mut out);
+    out.delete = history_to_delete(&plan, &olds, &desired);
+    let new_for_status = out.create.as_ref().or(new_existing);
+    if let Some(created) = out.create.as_ref() {
+        all_for_status.push(created);
+    }
+    let c = counts(&all_for_status, new_for_status);
+    let target = match new_for_status {
+        Some(rs) => format!("ReplicaSet \"{}\"", meta::name(rs)),
+        None => format!("Deployment \"{}\"", meta::name(dep)),
+    };
+    out.status = rollout_status(&plan, &c, &target, conditions, &mut out.requeue_after);
+    out
+}
+
+/// What one sync reads from the Deployment before it changes anything.
+struct SyncPlan<'a> {
+    dep: &'a Value,
+    now: jiff::Timestamp,
+    now_text: String,
+    replicas: i64,
+    surge: i64,
+    collision: Option<i64>,
+    hash: String,
+    paused: bool,
+    has_deadline: bool,
+}
+
+impl<'a> SyncPlan<'a> {
+    fn new(dep: &'a Value, now: jiff::Timestamp) -> Self {
+        let collision = dep["status"]["collisionCount"].as_i64();
+        SyncPlan {
+            dep,
+            now,
+            now_text: crate::model::clock::format_time(now),
+            replicas: meta::spec_replicas(dep),
+            surge: fenceposts(dep).0,
+            collision,
+            hash: meta::pod_template_hash(&dep["spec"]["template"], collision),
+            paused: dep["spec"]["paused"].as_bool() == Some(true),
+            has_deadline: dep["spec"]["progressDeadlineSeconds"].as_i64().is_some(),
+        }
+    }
+}
+
+/// The existing new ReplicaSet with its annotations synced (revision bumped on
+/// rollback) and minReadySeconds following the Deployment.
+fn sync_new_rs(
+    plan: &SyncPlan,
+    existing: &Value,
+    max_old_revision: i64,
+    conditions: &mut Vec<Value>,
+    out: &mut DeploymentSync,
+) -> Value {
+    let dep = plan.dep;
+    let mut rs = existing.clone();
+    let mut revision = revision_of(&rs);
+    if revision <= max_old_revision {
+        revision = max_old_revision + 1;
+    }
+    rs["metadata"]["annotations"] = rs_annotations(
+        dep,
+        &rs["metadata"]["annotations"],
+        revision,
+        plan.replicas,
+        plan.surge,
+    );
+    // minReadySeconds follows the Deployment without a new ReplicaSet.
+    let min_ready = dep["spec"]["minReadySeconds"].as_i64().unwrap_or(0);
+    if rs["spec"]["minReadySeconds"].as_i64().unwrap_or(0) != min_ready {
+        if min_ready > 0 {
+            rs["spec"]["minReadySeconds"] = json!(min_ready);
+        } else if let Some(spec) = rs["spec"].as_object_mut() {
+            spec.remove("minReadySeconds");
+        }
+    }
+    if annotation(dep, REVISION) != Some(revision.to_string().as_str()) {
+        out.revision = Some(revision.to_string());
+    }
+    if plan.has_deadline && find_condition(conditions, "Progressing").is_none() && !plan.paused {
+        set_condition(
+            conditions,
+            condition(
+                "Progressing",
+                "True",
+                "FoundNewReplicaSet",
+                format!("Found new replica set \"{}\"", meta::name(&rs)),
+                &plan.now_text,
+            ),
+        );
+    }
+    rs
+}
+
+/// The state the scaling step changes.
+struct Scale<'s> {
+    olds: &'s [Value],
+    max_old_revision: i64,
+    new_rs: &'s mut Option<Value>,
+    desired: &'s mut BTreeMap<String, i64>,
+    conditions: &'s mut Vec<Value>,
+    out: &'s mut DeploymentSync,
+}
+
+impl Scale<'_> {
+    /// Creates the new ReplicaSet with `initial` replicas.
+    fn create_new(&mut self, plan: &SyncPlan, initial: i64) {
+        let revision = self.max_old_revision + 1;
+        let annotations =
+            rs_annotations(plan.dep, &Value::Null, revision, plan.replicas, plan.surge);
+        let rs = new_replica_set(plan.dep, &plan.hash, initial, annotations);
+        self.desired.insert(meta::name(&rs).to_string(), initial);
+        created(
+            self.out,
+            self.conditions,
+            plan.dep,
+            &rs,
+            revision,
+            &plan.now_text,
+        );
+        *self.new_rs = Some(rs);
+    }
+}
+
+/// RollingUpdate: the new ReplicaSet up within the surge, then the old ones down.
+fn scale_rolling(plan: &SyncPlan, s: &mut Scale) {
+    let replicas = plan.replicas;
+    let total_desired = |desired: &BTreeMap<String, i64>| desired.values().sum::<i64>();
+    if s.new_rs.is_none() {
+        let current = total_desired(s.desired);
+        let initial = (replicas + plan.surge - current).clamp(0, replicas);
+        s.create_new(plan, initial);
+    }
+    let new_name = s
+        .new_rs
+        .as_ref()
+        .map(|rs| meta::name(rs).to_string())
+        .unwrap_or_default();
+    let new_current = s.desired.get(&new_name).copied().unwrap_or(0);
+    // reconcileNewReplicaSet
+    let mut scaled_up = false;
+    if new_current > replicas {
+        s.desired.insert(new_name.clone(), replicas);
+    } else if new_current < replicas {
+        let max_total = replicas + plan.surge;
+        let current = total_desired(s.desired);
+        if current < max_total {
+            let up = (max_total - current).min(replicas - new_current);
+            s.desired.insert(new_name.clone(), new_current + up);
+            scaled_up = s.out.create.is_none();
+        }
+    }
+    // reconcileOldReplicaSets (only when the new one was not scaled up in this sync)
+    if !scaled_up {
+        scale_down_old(plan.dep, s.olds, s.new_rs.as_ref(), s.desired, replicas);
+    }
+}
+
+/// Recreate: old ReplicaSets to zero, wait for their pods to go, then the new one up.
+fn scale_recreate(plan: &SyncPlan, s: &mut Scale) {
+    let mut scaled_down = false;
+    for rs in s.olds {
+        if s.desired.get(meta::name(rs)).copied().unwrap_or(0) > 0 {
+            s.desired.insert(meta::name(rs).to_string(), 0);
+            scaled_down = true;
+        }
+    }
+    let old_pods_running = s.olds.iter().any(|rs| meta::status_i64(rs, "replicas") > 0);
+    if scaled_down || old_pods_running {
+        return;
+    }
+    match s.new_rs.as_ref().map(|rs| meta::name(rs).to_string()) {
+        None => s.create_new(plan, plan.replicas),
+        Some(name) => {
+            s.desired.insert(name, plan.replicas);
+        }
+    }
+}
+
+/// Emits updates for every existing ReplicaSet whose replicas or annotations change;
+/// returns the live ReplicaSets as read, for the status.
+fn emit_updates<'v>(
+    plan: &SyncPlan,
+    live: &[&'v Value],
+    new_rs: Option<&Value>,
+    desired: &BTreeMap<String, i64>,
+    out: &mut DeploymentSync,
+) -> Vec<&'v Value> {
     let mut all_for_status: Vec<&Value> = Vec::new();
     for rs in live.iter().copied() {
         let name = meta::name(rs);
-        let is_new = new_rs.as_ref().is_some_and(|n| meta::name(n) == name);
+        let is_new = new_rs.is_some_and(|n| meta::name(n) == name);
         let mut updated = if is_new {
-            new_rs.clone().unwrap_or_else(|| rs.clone())
+            new_rs.cloned().unwrap_or_else(|| rs.clone())
         } else {
             rs.clone()
         };
@@ -423,7 +517,7 @@ pub fn reconcile(dep: &Value, owned: &[Value], now: jiff::Timestamp) -> Deployme
         let after = desired.get(name).copied().unwrap_or(before);
         if before != after {
             updated["spec"]["replicas"] = json!(after);
-            set_replica_annotations(&mut updated, replicas, surge);
+            set_replica_annotations(&mut updated, plan.replicas, plan.surge);
             let direction = if after > before {
                 "Scaled up"
             } else {
@@ -440,26 +534,34 @@ pub fn reconcile(dep: &Value, owned: &[Value], now: jiff::Timestamp) -> Deployme
         }
         all_for_status.push(rs);
     }
-    if let Some(created) = out.create.as_mut() {
-        let name = meta::name(created).to_string();
-        let initial = meta::spec_replicas(created);
-        let wanted = desired.get(&name).copied().unwrap_or(initial);
-        created["spec"]["replicas"] = json!(wanted);
-        if wanted > 0 {
-            out.events.push(Note {
-                kind: "Normal",
-                reason: "ScalingReplicaSet",
-                message: format!("Scaled up replica set {name} from 0 to {wanted}"),
-            });
-        }
-    }
-    let new_for_status = out.create.as_ref().or(new_existing);
-    if let Some(created) = out.create.as_ref() {
-        all_for_status.push(created);
-    }
+    all_for_status
+}
 
-    // Revision history: delete the oldest idle ReplicaSets beyond the limit.
-    let limit = dep["spec"]["revisionHistoryLimit"]
+/// Gives a ReplicaSet created in this sync the replicas the scaling step chose.
+fn size_created(desired: &BTreeMap<String, i64>, out: &mut DeploymentSync) {
+    let Some(created) = out.create.as_mut() else {
+        return;
+    };
+    let name = meta::name(created).to_string();
+    let initial = meta::spec_replicas(created);
+    let wanted = desired.get(&name).copied().unwrap_or(initial);
+    created["spec"]["replicas"] = json!(wanted);
+    if wanted > 0 {
+        out.events.push(Note {
+            kind: "Normal",
+            reason: "ScalingReplicaSet",
+            message: format!("Scaled up replica set {name} from 0 to {wanted}"),
+        });
+    }
+}
+
+/// Revision history: the oldest idle ReplicaSets beyond the limit, to delete.
+fn history_to_delete(
+    plan: &SyncPlan,
+    olds: &[Value],
+    desired: &BTreeMap<String, i64>,
+) -> Vec<String> {
+    let limit = plan.dep["spec"]["revisionHistoryLimit"]
         .as_i64()
         .unwrap_or(10)
         .max(0) as usize;
@@ -470,17 +572,27 @@ pub fn reconcile(dep: &Value, owned: &[Value], now: jiff::Timestamp) -> Deployme
                 && meta::status_i64(rs, "replicas") == 0
         })
         .collect();
-    if idle.len() > limit && !paused {
-        idle.sort_by_key(|rs| revision_of(rs));
-        let excess = idle.len() - limit;
-        out.delete = idle[..excess]
-            .iter()
-            .map(|rs| meta::name(rs).to_string())
-            .collect();
+    if idle.len() <= limit || plan.paused {
+        return Vec::new();
     }
+    idle.sort_by_key(|rs| revision_of(rs));
+    let excess = idle.len() - limit;
+    idle[..excess]
+        .iter()
+        .map(|rs| meta::name(rs).to_string())
+        .collect()
+}
 
-    // Status (calculateStatus + syncRolloutStatus).
-    let c = counts(&all_for_status, new_for_status);
+/// Status (calculateStatus + syncRolloutStatus); sets `requeue_after` while the
+/// progress deadline runs.
+fn rollout_status(
+    plan: &SyncPlan,
+    c: &Counts,
+    target: &str,
+    mut conditions: Vec<Value>,
+    requeue_after: &mut Option<Duration>,
+) -> Value {
+    let dep = plan.dep;
     let mut status = Map::new();
     put_nonzero(&mut status, "observedGeneration", meta::generation(dep));
     put_nonzero(&mut status, "replicas", c.replicas);
@@ -493,97 +605,100 @@ pub fn reconcile(dep: &Value, owned: &[Value], now: jiff::Timestamp) -> Deployme
         (c.desired - c.available).max(0),
     );
     status.insert("terminatingReplicas".into(), json!(c.terminating));
-
-    if c.available >= replicas - max_unavailable(dep) {
-        set_condition(
-            &mut conditions,
-            condition(
-                "Available",
-                "True",
-                "MinimumReplicasAvailable",
-                "Deployment has minimum availability.".into(),
-                &now_text,
-            ),
-        );
-    } else {
-        set_condition(
-            &mut conditions,
-            condition(
-                "Available",
-                "False",
-                "MinimumReplicasUnavailable",
-                "Deployment does not have minimum availability.".into(),
-                &now_text,
-            ),
-        );
-    }
-
-    let target = match new_for_status {
-        Some(rs) => format!("ReplicaSet \"{}\"", meta::name(rs)),
-        None => format!("Deployment \"{}\"", meta::name(dep)),
-    };
-    let complete = c.updated == replicas && c.replicas == replicas && c.available == replicas;
-    if !has_deadline {
+    set_condition(&mut conditions, available_condition(plan, c));
+    if !plan.has_deadline {
         conditions.retain(|c| c["type"] != "Progressing");
-    } else if !paused {
-        let current = find_condition(&conditions, "Progressing").cloned();
-        let old = &dep["status"];
-        let old_old = meta::status_i64(dep, "replicas") - meta::status_i64(dep, "updatedReplicas");
-        let progressing = c.updated > old["updatedReplicas"].as_i64().unwrap_or(0)
-            || c.replicas - c.updated < old_old
-            || c.ready > old["readyReplicas"].as_i64().unwrap_or(0)
-            || c.available > old["availableReplicas"].as_i64().unwrap_or(0);
-        if complete {
-            set_condition(
-                &mut conditions,
-                condition(
-                    "Progressing",
-                    "True",
-                    "NewReplicaSetAvailable",
-                    format!("{target} has successfully progressed."),
-                    &now_text,
-                ),
-            );
-        } else if progressing {
-            let mut cond = condition(
-                "Progressing",
-                "True",
-                "ReplicaSetUpdated",
-                format!("{target} is progressing."),
-                &now_text,
-            );
-            if let Some(cur) = &current {
-                if cur["status"] == "True" {
-                    cond["lastTransitionTime"] = cur["lastTransitionTime"].clone();
-                }
-                conditions.retain(|c| c["type"] != "Progressing");
-            }
-            set_condition(&mut conditions, cond);
-        } else if deadline_remaining(dep, &conditions, now).is_some_and(|r| r.is_zero()) {
-            set_condition(
-                &mut conditions,
-                condition(
-                    "Progressing",
-                    "False",
-                    "ProgressDeadlineExceeded",
-                    format!("{target} has timed out progressing."),
-                    &now_text,
-                ),
-            );
-        }
-        if !complete
-            && let Some(remaining) = deadline_remaining(dep, &conditions, now)
-            && !remaining.is_zero()
-        {
-            out.requeue_after = Some(remaining + Duration::from_secs(1));
-        }
+    } else if !plan.paused {
+        progress(plan, c, target, &mut conditions, requeue_after);
     }
     status.insert("conditions".into(), Value::Array(conditions));
-    if let Some(collision) = collision {
+    if let Some(collision) = plan.collision {
         status.insert("collisionCount".into(), json!(collision));
     }
-    out.status = Value::Object(status);
-    out
+    Value::Object(status)
+}
+
+fn available_condition(plan: &SyncPlan, c: &Counts) -> Value {
+    if c.available >= plan.replicas - max_unavailable(plan.dep) {
+        condition(
+            "Available",
+            "True",
+            "MinimumReplicasAvailable",
+            "Deployment has minimum availability.".into(),
+            &plan.now_text,
+        )
+    } else {
+        condition(
+            "Available",
+            "False",
+            "MinimumReplicasUnavailable",
+            "Deployment does not have minimum availability.".into(),
+            &plan.now_text,
+        )
+    }
+}
+
+/// The Progressing condition: complete, progressing, or past its deadline.
+fn progress(
+    plan: &SyncPlan,
+    c: &Counts,
+    target: &str,
+    conditions: &mut Vec<Value>,
+    requeue_after: &mut Option<Duration>,
+) {
+    let (dep, replicas, now, now_text) = (plan.dep, plan.replicas, plan.now, &plan.now_text);
+    let complete = c.updated == replicas && c.replicas == replicas && c.available == replicas;
+    let current = find_condition(conditions, "Progressing").cloned();
+    let old = &dep["status"];
+    let old_old = meta::status_i64(dep, "replicas") - meta::status_i64(dep, "updatedReplicas");
+    let progressing = c.updated > old["updatedReplicas"].as_i64().unwrap_or(0)
+        || c.replicas - c.updated < old_old
+        || c.ready > old["readyReplicas"].as_i64().unwrap_or(0)
+        || c.available > old["availableReplicas"].as_i64().unwrap_or(0);
+    if complete {
+        set_condition(
+            conditions,
+            condition(
+                "Progressing",
+                "True",
+                "NewReplicaSetAvailable",
+                format!("{target} has successfully progressed."),
+                now_text,
+            ),
+        );
+    } else if progressing {
+        let mut cond = condition(
+            "Progressing",
+            "True",
+            "ReplicaSetUpdated",
+            format!("{target} is progressing."),
+            now_text,
+        );
+        if let Some(cur) = &current {
+            if cur["status"] == "True" {
+                cond["lastTransitionTime"] = cur["lastTransitionTime"].clone();
+            }
+            conditions.retain(|c| c["type"] != "Progressing");
+        }
+        set_condition(conditions, cond);
+    } else if deadline_remaining(dep, conditions, now).is_some_and(|r| r.is_zero()) {
+        set_condition(
+            conditions,
+            condition(
+                "Progressing",
+                "False",
+                "ProgressDeadlineExceeded",
+                format!("{target} has timed out progressing."),
+                now_text,
+            ),
+        );
+    }
+    if !complete
+        && let Some(remaining) = deadline_remaining(dep, conditions, now)
+        && !remaining.is_zero()
+    {
+        *requeue_after = Some(remaining + Duration::from_secs(1));
+    }
 }
 
 /// Time left before the progress deadline passes (zero once passed), or None when no

@@ -465,38 +465,120 @@ pub fn pod_status_at(
     base: jiff::Timestamp,
     now: jiff::Timestamp,
 ) -> PodView {
-    let elapsed = meta::since(now, base);
-    let list = |key: &str| pod["spec"][key].as_array().cloned().unwrap_or_default();
-    let containers = list("containers");
-    let init_containers = list("initContainers");
-    let pod_name = meta::name(pod);
-    let namespace = meta::namespace(pod);
-    let pod_uid = meta::uid(pod);
-    let at = |offset: Duration| meta::time_string(add(base, offset));
-    let policy = pod["spec"]["restartPolicy"].as_str().unwrap_or("Always");
-    let mut next_change: Option<Duration> = None;
-    let mut note_change = |change: Option<Duration>| {
-        if let Some(change) = change {
-            next_change = Some(next_change.map_or(change, |n: Duration| n.min(change)));
-        }
+    let ctx = PodClock {
+        pod,
+        name: meta::name(pod),
+        namespace: meta::namespace(pod),
+        uid: meta::uid(pod),
+        base,
+        elapsed: meta::since(now, base),
     };
+    let init = init_containers_at(&ctx, init_behaviours);
+    let main = main_containers_at(&ctx, behaviours, blocked, &init);
+    let conditions = pod_conditions(&ctx, &init, &main);
+    let qos = pod["status"]["qosClass"]
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| qos_class(pod).to_string());
+    let mut status = json!({
+        "phase": main.phase(),
+        "conditions": conditions,
+        "hostIP": placement.host_ip,
+        "hostIPs": [{"ip": placement.host_ip}],
+        "podIP": placement.pod_ip,
+        "podIPs": [{"ip": placement.pod_ip}],
+        "startTime": ctx.at(Duration::ZERO),
+    });
+    if !init.statuses.is_empty() {
+        status["initContainerStatuses"] = Value::Array(init.statuses);
+    }
+    status["containerStatuses"] = Value::Array(main.statuses);
+    status["qosClass"] = json!(qos);
+    let next_change = earliest(init.next_change, main.next_change);
+    PodView {
+        status,
+        next_change: next_change.map(|offset| offset.saturating_sub(ctx.elapsed)),
+    }
+}
 
-    // Init containers, in order; `main_start` is when the containers proper start.
-    let mut init_statuses = Vec::new();
-    let mut main_start = Some(Duration::ZERO);
-    let mut init_failed = false;
-    let mut incomplete = Vec::new();
-    for (i, container) in init_containers.iter().enumerate() {
+/// The pod's identity and clock, shared by every step of `pod_status_at`.
+struct PodClock<'a> {
+    pod: &'a Value,
+    name: &'a str,
+    namespace: &'a str,
+    uid: &'a str,
+    base: jiff::Timestamp,
+    elapsed: Duration,
+}
+
+impl PodClock<'_> {
+    fn at(&self, offset: Duration) -> Value {
+        meta::time_string(add(self.base, offset))
+    }
+
+    fn labels<'b>(&'b self, container: &'b str) -> CrashLabels<'b> {
+        CrashLabels {
+            container,
+            pod: self.name,
+            namespace: self.namespace,
+            uid: self.uid,
+        }
+    }
+
+    fn containers(&self, key: &str) -> Vec<Value> {
+        self.pod["spec"][key]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The status of a container that waits for the init containers.
+    fn pod_initializing(&self, container: &Value) -> Value {
+        render(
+            container,
+            &waiting_view("PodInitializing"),
+            Duration::ZERO,
+            self.uid,
+            &|d| self.at(d),
+        )
+    }
+}
+
+/// The earlier of two optional change times.
+fn earliest(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The init containers, run in order.
+struct InitOutcome {
+    statuses: Vec<Value>,
+    /// When the containers proper start; `None` while an init container has
+    /// not completed.
+    main_start: Option<Duration>,
+    failed: bool,
+    incomplete: Vec<String>,
+    next_change: Option<Duration>,
+}
+
+fn init_containers_at(ctx: &PodClock, behaviours: &[ImageScript]) -> InitOutcome {
+    let policy = ctx.pod["spec"]["restartPolicy"]
+        .as_str()
+        .unwrap_or("Always");
+    let mut out = InitOutcome {
+        statuses: Vec::new(),
+        main_start: Some(Duration::ZERO),
+        failed: false,
+        incomplete: Vec::new(),
+        next_change: None,
+    };
+    for (i, container) in ctx.containers("initContainers").iter().enumerate() {
         let cname = container["name"].as_str().unwrap_or_default();
-        let Some(offset) = main_start else {
-            init_statuses.push(render(
-                container,
-                &waiting_view("PodInitializing"),
-                Duration::ZERO,
-                pod_uid,
-                &at,
-            ));
-            incomplete.push(cname.to_string());
+        let Some(offset) = out.main_start else {
+            out.statuses.push(ctx.pod_initializing(container));
+            out.incomplete.push(cname.to_string());
             continue;
         };
         let spec = ContainerSpec {
@@ -504,177 +586,172 @@ pub fn pod_status_at(
             restart_always: false,
             restart_on_failure: policy != "Never",
         };
-        let labels = CrashLabels {
-            container: cname,
-            pod: pod_name,
-            namespace,
-            uid: pod_uid,
-        };
         let ready = ImageScript::default();
-        let behaviour = init_behaviours.get(i).unwrap_or(&ready);
+        let behaviour = behaviours.get(i).unwrap_or(&ready);
         let image = container["image"].as_str().unwrap_or_default();
         let mut view = container_at(
             behaviour,
             spec,
             image,
-            &labels,
-            elapsed.saturating_sub(offset),
+            &ctx.labels(cname),
+            ctx.elapsed.saturating_sub(offset),
         );
         view.ready = false;
-        note_change(view.next_change.map(|c| c + offset));
+        out.next_change = earliest(out.next_change, view.next_change.map(|c| c + offset));
         match &view.state {
             State::Terminated {
                 exit_code: 0,
                 finished,
                 ..
-            } => main_start = Some(offset + *finished),
+            } => out.main_start = Some(offset + *finished),
             State::Terminated { .. } if view.done => {
-                init_failed = true;
-                main_start = None;
-                incomplete.push(cname.to_string());
+                out.failed = true;
+                out.main_start = None;
+                out.incomplete.push(cname.to_string());
             }
             _ => {
-                main_start = None;
-                incomplete.push(cname.to_string());
+                out.main_start = None;
+                out.incomplete.push(cname.to_string());
             }
         }
-        init_statuses.push(render(container, &view, offset, pod_uid, &at));
+        out.statuses
+            .push(render(container, &view, offset, ctx.uid, &|d| ctx.at(d)));
     }
+    out
+}
 
-    let mut statuses = Vec::new();
-    let mut all_ready = !containers.is_empty();
-    let mut unready = Vec::new();
-    let mut ready_changed = main_start.unwrap_or_default();
-    let mut any_started = false;
-    let mut all_done = !containers.is_empty();
-    let mut any_failed = init_failed;
+/// The containers proper, which start when the init containers complete.
+struct MainOutcome {
+    statuses: Vec<Value>,
+    all_ready: bool,
+    unready: Vec<String>,
+    ready_changed: Duration,
+    any_started: bool,
+    all_done: bool,
+    any_failed: bool,
+    next_change: Option<Duration>,
+}
+
+impl MainOutcome {
+    fn phase(&self) -> &'static str {
+        if self.all_done {
+            if self.any_failed {
+                "Failed"
+            } else {
+                "Succeeded"
+            }
+        } else if self.any_started {
+            "Running"
+        } else {
+            "Pending"
+        }
+    }
+}
+
+fn main_containers_at(
+    ctx: &PodClock,
+    behaviours: &[ImageScript],
+    blocked: &[Option<String>],
+    init: &InitOutcome,
+) -> MainOutcome {
+    let containers = ctx.containers("containers");
+    let mut out = MainOutcome {
+        statuses: Vec::new(),
+        all_ready: !containers.is_empty(),
+        unready: Vec::new(),
+        ready_changed: init.main_start.unwrap_or_default(),
+        any_started: false,
+        all_done: !containers.is_empty(),
+        any_failed: init.failed,
+        next_change: None,
+    };
     for (i, container) in containers.iter().enumerate() {
         let cname = container["name"].as_str().unwrap_or_default();
         let image = container["image"].as_str().unwrap_or_default();
         let ready = ImageScript::default();
         let behaviour = behaviours.get(i).unwrap_or(&ready);
-        let spec = ContainerSpec::from_pod(pod, container);
-        let labels = CrashLabels {
-            container: cname,
-            pod: pod_name,
-            namespace,
-            uid: pod_uid,
-        };
-        let Some(offset) = main_start else {
-            statuses.push(render(
-                container,
-                &waiting_view("PodInitializing"),
-                Duration::ZERO,
-                pod_uid,
-                &at,
-            ));
-            all_ready = false;
-            all_done = false;
-            unready.push(cname.to_string());
+        let spec = ContainerSpec::from_pod(ctx.pod, container);
+        let Some(offset) = init.main_start else {
+            out.statuses.push(ctx.pod_initializing(container));
+            out.all_ready = false;
+            out.all_done = false;
+            out.unready.push(cname.to_string());
             continue;
         };
-        let local = elapsed.saturating_sub(offset);
+        let local = ctx.elapsed.saturating_sub(offset);
         let view = match blocked.get(i).cloned().flatten() {
             Some(message) if local >= CREATE_DELAY => ContainerView {
                 state: waiting("CreateContainerConfigError", Some(message)),
                 ..waiting_view("")
             },
-            _ => container_at(behaviour, spec, image, &labels, local),
+            _ => container_at(behaviour, spec, image, &ctx.labels(cname), local),
         };
-        note_change(view.next_change.map(|c| c + offset));
+        out.next_change = earliest(out.next_change, view.next_change.map(|c| c + offset));
         if !view.ready {
-            all_ready = false;
-            unready.push(cname.to_string());
+            out.all_ready = false;
+            out.unready.push(cname.to_string());
         }
-        ready_changed = ready_changed.max(offset + view.ready_changed);
-        any_started |= ever_ran(&view);
-        all_done &= view.done;
+        out.ready_changed = out.ready_changed.max(offset + view.ready_changed);
+        out.any_started |= ever_ran(&view);
+        out.all_done &= view.done;
         if let State::Terminated { exit_code, .. } = view.state {
-            any_failed |= view.done && exit_code != 0;
+            out.any_failed |= view.done && exit_code != 0;
         }
-        statuses.push(render(container, &view, offset, pod_uid, &at));
+        out.statuses
+            .push(render(container, &view, offset, ctx.uid, &|d| ctx.at(d)));
     }
-    if init_failed {
-        all_done = true;
+    if init.failed {
+        out.all_done = true;
     }
+    out
+}
 
-    let phase = if all_done {
-        if any_failed { "Failed" } else { "Succeeded" }
-    } else if any_started {
-        "Running"
-    } else {
-        "Pending"
-    };
-    let condition = |kind: &str, ok: bool, when: Duration| json!({"type": kind, "status": if ok { "True" } else { "False" }, "lastProbeTime": null, "lastTransitionTime": at(when)});
-    let not_ready = |kind: &str| {
-        let mut c = condition(kind, false, ready_changed);
-        if all_done {
+/// The pod conditions, in the order the kubelet lists them.
+fn pod_conditions(ctx: &PodClock, init: &InitOutcome, main: &MainOutcome) -> Vec<Value> {
+    let condition = |kind: &str, ok: bool, when: Duration| json!({"type": kind, "status": if ok { "True" } else { "False" }, "lastProbeTime": null, "lastTransitionTime": ctx.at(when)});
+    let ready_cond = |kind: &str| {
+        if main.all_ready {
+            return condition(kind, true, main.ready_changed);
+        }
+        let mut c = condition(kind, false, main.ready_changed);
+        if main.all_done {
             c["reason"] = json!("PodCompleted");
         } else {
             c["reason"] = json!("ContainersNotReady");
             c["message"] = json!(format!(
                 "containers with unready status: [{}]",
-                unready.join(" ")
+                main.unready.join(" ")
             ));
         }
         c
     };
-    let ready_cond = |kind: &str| {
-        if all_ready {
-            condition(kind, true, ready_changed)
-        } else {
-            not_ready(kind)
-        }
-    };
-    let initialized = if main_start.is_some() || init_failed && all_done {
-        condition("Initialized", true, main_start.unwrap_or_default())
+    let initialized = if init.main_start.is_some() || init.failed && main.all_done {
+        condition("Initialized", true, init.main_start.unwrap_or_default())
     } else {
         let mut c = condition("Initialized", false, Duration::ZERO);
         c["reason"] = json!("ContainersNotInitialized");
         c["message"] = json!(format!(
             "containers with incomplete status: [{}]",
-            incomplete.join(" ")
+            init.incomplete.join(" ")
         ));
         c
     };
-    let sandbox_ready = !all_done;
-    let conditions = vec![
+    let sandbox_ready = !main.all_done;
+    vec![
         condition(
             "PodReadyToStartContainers",
             sandbox_ready,
             if sandbox_ready {
                 Duration::ZERO
             } else {
-                ready_changed
+                main.ready_changed
             },
         ),
         initialized,
         ready_cond("Ready"),
         ready_cond("ContainersReady"),
         condition("PodScheduled", true, Duration::ZERO),
-    ];
-    let qos = pod["status"]["qosClass"]
-        .as_str()
-        .map(str::to_string)
-        .unwrap_or_else(|| qos_class(pod).to_string());
-    let mut status = json!({
-        "phase": phase,
-        "conditions": conditions,
-        "hostIP": placement.host_ip,
-        "hostIPs": [{"ip": placement.host_ip}],
-        "podIP": placement.pod_ip,
-        "podIPs": [{"ip": placement.pod_ip}],
-        "startTime": at(Duration::ZERO),
-    });
-    if !init_statuses.is_empty() {
-        status["initContainerStatuses"] = Value::Array(init_statuses);
-    }
-    status["containerStatuses"] = Value::Array(statuses);
-    status["qosClass"] = json!(qos);
-    PodView {
-        status,
-        next_change: next_change.map(|offset| offset.saturating_sub(elapsed)),
-    }
+    ]
 }
 
 fn waiting_view(reason: &str) -> ContainerView {

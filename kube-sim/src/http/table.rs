@@ -17,6 +17,9 @@ pub fn wants_table(accept: &str) -> bool {
 /// Computes the cells of one row.
 type CellsFn<'a> = Box<dyn Fn(&Value) -> Vec<Value> + 'a>;
 
+/// The columns of a table and how to compute a row's cells.
+type Printer<'a> = (Vec<Column>, CellsFn<'a>);
+
 struct Column {
     name: &'static str,
     kind: &'static str,
@@ -246,365 +249,11 @@ pub fn table_for(
     if info.crd.is_some() {
         return custom_table(info, objects, list_meta, clock);
     }
-    let (columns, cells): (Vec<Column>, CellsFn<'_>) =
-        match (info.group.as_str(), info.resource.as_str()) {
-            ("apps", "deployments") => (
-                vec![
-                    name_column(),
-                    col("Ready", "string", 0),
-                    col("Up-to-date", "string", 0),
-                    col("Available", "string", 0),
-                    col("Age", "string", 0),
-                    col("Containers", "string", 1),
-                    col("Images", "string", 1),
-                    col("Selector", "string", 1),
-                ],
-                Box::new(|o: &Value| {
-                    let (names, images) = containers_of(o, "/spec/template/spec/containers");
-                    vec![
-                        json!(text(o, "/metadata/name")),
-                        json!(format!(
-                            "{}/{}",
-                            int(o, "/status/readyReplicas"),
-                            int(o, "/spec/replicas")
-                        )),
-                        json!(int(o, "/status/updatedReplicas")),
-                        json!(int(o, "/status/availableReplicas")),
-                        json!(age(o, clock)),
-                        json!(names),
-                        json!(images),
-                        json!(selector_string(o)),
-                    ]
-                }),
-            ),
-            ("apps", "replicasets") => (
-                vec![
-                    name_column(),
-                    col("Desired", "integer", 0),
-                    col("Current", "integer", 0),
-                    col("Ready", "integer", 0),
-                    col("Age", "string", 0),
-                    col("Containers", "string", 1),
-                    col("Images", "string", 1),
-                    col("Selector", "string", 1),
-                ],
-                Box::new(|o: &Value| {
-                    let (names, images) = containers_of(o, "/spec/template/spec/containers");
-                    vec![
-                        json!(text(o, "/metadata/name")),
-                        json!(int(o, "/spec/replicas")),
-                        json!(int(o, "/status/replicas")),
-                        json!(int(o, "/status/readyReplicas")),
-                        json!(age(o, clock)),
-                        json!(names),
-                        json!(images),
-                        json!(selector_string(o)),
-                    ]
-                }),
-            ),
-            ("apps", "statefulsets") => (
-                vec![
-                    name_column(),
-                    col("Ready", "string", 0),
-                    col("Age", "string", 0),
-                    col("Containers", "string", 1),
-                    col("Images", "string", 1),
-                ],
-                Box::new(|o: &Value| {
-                    let (names, images) = containers_of(o, "/spec/template/spec/containers");
-                    vec![
-                        json!(text(o, "/metadata/name")),
-                        json!(format!(
-                            "{}/{}",
-                            int(o, "/status/readyReplicas"),
-                            int(o, "/spec/replicas")
-                        )),
-                        json!(age(o, clock)),
-                        json!(names),
-                        json!(images),
-                    ]
-                }),
-            ),
-            ("apps", "daemonsets") => (
-                vec![
-                    name_column(),
-                    col("Desired", "integer", 0),
-                    col("Current", "integer", 0),
-                    col("Ready", "integer", 0),
-                    col("Up-to-date", "integer", 0),
-                    col("Available", "integer", 0),
-                    col("Node Selector", "string", 0),
-                    col("Age", "date", 0),
-                ],
-                Box::new(|o: &Value| {
-                    let selector = o
-                        .pointer("/spec/template/spec/nodeSelector")
-                        .and_then(Value::as_object)
-                        .map(|m| {
-                            m.iter()
-                                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
-                                .collect::<Vec<_>>()
-                                .join(",")
-                        })
-                        .filter(|s| !s.is_empty())
-                        .unwrap_or_else(|| "<none>".into());
-                    vec![
-                        json!(text(o, "/metadata/name")),
-                        json!(int(o, "/status/desiredNumberScheduled")),
-                        json!(int(o, "/status/currentNumberScheduled")),
-                        json!(int(o, "/status/numberReady")),
-                        json!(int(o, "/status/updatedNumberScheduled")),
-                        json!(int(o, "/status/numberAvailable")),
-                        json!(selector),
-                        json!(age(o, clock)),
-                    ]
-                }),
-            ),
-            ("batch", "jobs") => (
-                vec![
-                    name_column(),
-                    col("Status", "string", 0),
-                    col("Completions", "string", 0),
-                    col("Duration", "string", 0),
-                    col("Age", "date", 0),
-                ],
-                Box::new(|o: &Value| {
-                    let conditions = o
-                        .pointer("/status/conditions")
-                        .and_then(Value::as_array)
-                        .cloned()
-                        .unwrap_or_default();
-                    let has = |t: &str| {
-                        conditions
-                            .iter()
-                            .any(|c| c["type"] == t && c["status"] == "True")
-                    };
-                    let status = if has("Complete") {
-                        "Complete"
-                    } else if has("Failed") {
-                        "Failed"
-                    } else if has("Suspended") {
-                        "Suspended"
-                    } else {
-                        "Running"
-                    };
-                    let duration = ["/status/startTime", "/status/completionTime"]
-                        .iter()
-                        .map(|p| {
-                            o.pointer(p)
-                                .and_then(Value::as_str)
-                                .and_then(|s| s.parse::<jiff::Timestamp>().ok())
-                        })
-                        .collect::<Vec<_>>();
-                    let duration = match (duration[0], duration[1]) {
-                        (Some(start), Some(end)) => {
-                            human_duration(end.as_second() - start.as_second())
-                        }
-                        (Some(start), None) => {
-                            human_duration(clock.now().as_second() - start.as_second())
-                        }
-                        _ => String::new(),
-                    };
-                    vec![
-                        json!(text(o, "/metadata/name")),
-                        json!(status),
-                        json!(format!(
-                            "{}/{}",
-                            int(o, "/status/succeeded"),
-                            o.pointer("/spec/completions")
-                                .and_then(Value::as_i64)
-                                .unwrap_or(1)
-                        )),
-                        json!(duration),
-                        json!(age(o, clock)),
-                    ]
-                }),
-            ),
-            ("", "nodes") => (
-                vec![
-                    name_column(),
-                    col("Status", "string", 0),
-                    col("Roles", "string", 0),
-                    col("Age", "date", 0),
-                    col("Version", "string", 0),
-                ],
-                Box::new(|o: &Value| {
-                    let ready = o
-                        .pointer("/status/conditions")
-                        .and_then(Value::as_array)
-                        .is_some_and(|cs| {
-                            cs.iter()
-                                .any(|c| c["type"] == "Ready" && c["status"] == "True")
-                        });
-                    vec![
-                        json!(text(o, "/metadata/name")),
-                        json!(if ready { "Ready" } else { "NotReady" }),
-                        json!("<none>"),
-                        json!(age(o, clock)),
-                        json!(text(o, "/status/nodeInfo/kubeletVersion")),
-                    ]
-                }),
-            ),
-            ("", "pods") => (
-                vec![
-                    name_column(),
-                    col("Ready", "string", 0),
-                    col("Status", "string", 0),
-                    col("Restarts", "string", 0),
-                    col("Age", "string", 0),
-                    col("IP", "string", 1),
-                    col("Node", "string", 1),
-                ],
-                Box::new(|o: &Value| {
-                    let total = o
-                        .pointer("/spec/containers")
-                        .and_then(Value::as_array)
-                        .map_or(0, Vec::len);
-                    let statuses = o
-                        .pointer("/status/containerStatuses")
-                        .and_then(Value::as_array)
-                        .cloned()
-                        .unwrap_or_default();
-                    let ready = statuses
-                        .iter()
-                        .filter(|c| c.get("ready").and_then(Value::as_bool) == Some(true))
-                        .count();
-                    let restarts: i64 = statuses.iter().map(|c| int(c, "/restartCount")).sum();
-                    let ip = text(o, "/status/podIP");
-                    let node = text(o, "/spec/nodeName");
-                    vec![
-                        json!(text(o, "/metadata/name")),
-                        json!(format!("{ready}/{total}")),
-                        json!(pod_status(o)),
-                        json!(restarts.to_string()),
-                        json!(age(o, clock)),
-                        json!(if ip.is_empty() { "<none>".into() } else { ip }),
-                        json!(if node.is_empty() {
-                            "<none>".into()
-                        } else {
-                            node
-                        }),
-                    ]
-                }),
-            ),
-            ("", "services") => (
-                vec![
-                    name_column(),
-                    col("Type", "string", 0),
-                    col("Cluster-IP", "string", 0),
-                    col("External-IP", "string", 0),
-                    col("Port(s)", "string", 0),
-                    col("Age", "string", 0),
-                ],
-                Box::new(|o: &Value| {
-                    let ports = o
-                        .pointer("/spec/ports")
-                        .and_then(Value::as_array)
-                        .map(|ps| {
-                            ps.iter()
-                                .map(|p| {
-                                    format!(
-                                        "{}/{}",
-                                        p.get("port").and_then(Value::as_i64).unwrap_or(0),
-                                        p.get("protocol").and_then(Value::as_str).unwrap_or("TCP")
-                                    )
-                                })
-                                .collect::<Vec<_>>()
-                                .join(",")
-                        })
-                        .unwrap_or_default();
-                    vec![
-                        json!(text(o, "/metadata/name")),
-                        json!(text(o, "/spec/type")),
-                        json!(text(o, "/spec/clusterIP")),
-                        json!("<none>"),
-                        json!(if ports.is_empty() {
-                            "<none>".into()
-                        } else {
-                            ports
-                        }),
-                        json!(age(o, clock)),
-                    ]
-                }),
-            ),
-            ("", "namespaces") => (
-                vec![
-                    name_column(),
-                    col("Status", "string", 0),
-                    col("Age", "string", 0),
-                ],
-                Box::new(|o: &Value| {
-                    vec![
-                        json!(text(o, "/metadata/name")),
-                        json!(text(o, "/status/phase")),
-                        json!(age(o, clock)),
-                    ]
-                }),
-            ),
-            ("", "events") | ("events.k8s.io", "events") => (
-                vec![
-                    col("Last Seen", "string", 0),
-                    col("Type", "string", 0),
-                    col("Reason", "string", 0),
-                    col("Object", "string", 0),
-                    col("Message", "string", 0),
-                    name_column_priority(1),
-                ],
-                // Either shape: core v1, or the events.k8s.io/v1 view of the same Event.
-                Box::new(|o: &Value| {
-                    let either = |core: &str, view: &str| {
-                        let t = text(o, core);
-                        if t.is_empty() { text(o, view) } else { t }
-                    };
-                    let last = [
-                        "/lastTimestamp",
-                        "/deprecatedLastTimestamp",
-                        "/eventTime",
-                        "/metadata/creationTimestamp",
-                    ]
-                    .iter()
-                    .find_map(|p| o.pointer(p).and_then(Value::as_str))
-                    .and_then(|s| s.parse::<jiff::Timestamp>().ok())
-                    .map(|t| human_duration(clock.now().as_second() - t.as_second()))
-                    .unwrap_or_else(|| "<unknown>".into());
-                    let object = format!(
-                        "{}/{}",
-                        either("/involvedObject/kind", "/regarding/kind").to_lowercase(),
-                        either("/involvedObject/name", "/regarding/name")
-                    );
-                    vec![
-                        json!(last),
-                        json!(text(o, "/type")),
-                        json!(text(o, "/reason")),
-                        json!(object),
-                        json!(either("/message", "/note")),
-                        json!(text(o, "/metadata/name")),
-                    ]
-                }),
-            ),
-            ("", "configmaps") => (
-                vec![
-                    name_column(),
-                    col("Data", "string", 0),
-                    col("Age", "string", 0),
-                ],
-                Box::new(|o: &Value| {
-                    let n = o.get("data").and_then(Value::as_object).map_or(0, Map::len)
-                        + o.get("binaryData")
-                            .and_then(Value::as_object)
-                            .map_or(0, Map::len);
-                    vec![
-                        json!(text(o, "/metadata/name")),
-                        json!(n),
-                        json!(age(o, clock)),
-                    ]
-                }),
-            ),
-            _ => (
-                vec![name_column(), col("Age", "string", 0)],
-                Box::new(|o: &Value| vec![json!(text(o, "/metadata/name")), json!(age(o, clock))]),
-            ),
-        };
+    let (group, resource) = (info.group.as_str(), info.resource.as_str());
+    let (columns, cells) = apps_printer(group, resource, clock)
+        .or_else(|| runtime_printer(group, resource, clock))
+        .or_else(|| core_printer(group, resource, clock))
+        .unwrap_or_else(|| default_printer(clock));
     let column_defs: Vec<Value> = columns
         .iter()
         .map(|c| {
@@ -632,6 +281,388 @@ pub fn table_for(
         "columnDefinitions": column_defs,
         "rows": rows
     })
+}
+
+/// Printer columns of the apps group (Deployments, ReplicaSets, StatefulSets, DaemonSets).
+fn apps_printer<'c>(group: &str, resource: &str, clock: &'c Clock) -> Option<Printer<'c>> {
+    let printer: Printer<'c> = match (group, resource) {
+        ("apps", "deployments") => (
+            vec![
+                name_column(),
+                col("Ready", "string", 0),
+                col("Up-to-date", "string", 0),
+                col("Available", "string", 0),
+                col("Age", "string", 0),
+                col("Containers", "string", 1),
+                col("Images", "string", 1),
+                col("Selector", "string", 1),
+            ],
+            Box::new(move |o: &Value| {
+                let (names, images) = containers_of(o, "/spec/template/spec/containers");
+                vec![
+                    json!(text(o, "/metadata/name")),
+                    json!(format!(
+                        "{}/{}",
+                        int(o, "/status/readyReplicas"),
+                        int(o, "/spec/replicas")
+                    )),
+                    json!(int(o, "/status/updatedReplicas")),
+                    json!(int(o, "/status/availableReplicas")),
+                    json!(age(o, clock)),
+                    json!(names),
+                    json!(images),
+                    json!(selector_string(o)),
+                ]
+            }),
+        ),
+        ("apps", "replicasets") => (
+            vec![
+                name_column(),
+                col("Desired", "integer", 0),
+                col("Current", "integer", 0),
+                col("Ready", "integer", 0),
+                col("Age", "string", 0),
+                col("Containers", "string", 1),
+                col("Images", "string", 1),
+                col("Selector", "string", 1),
+            ],
+            Box::new(move |o: &Value| {
+                let (names, images) = containers_of(o, "/spec/template/spec/containers");
+                vec![
+                    json!(text(o, "/metadata/name")),
+                    json!(int(o, "/spec/replicas")),
+                    json!(int(o, "/status/replicas")),
+                    json!(int(o, "/status/readyReplicas")),
+                    json!(age(o, clock)),
+                    json!(names),
+                    json!(images),
+                    json!(selector_string(o)),
+                ]
+            }),
+        ),
+        ("apps", "statefulsets") => (
+            vec![
+                name_column(),
+                col("Ready", "string", 0),
+                col("Age", "string", 0),
+                col("Containers", "string", 1),
+                col("Images", "string", 1),
+            ],
+            Box::new(move |o: &Value| {
+                let (names, images) = containers_of(o, "/spec/template/spec/containers");
+                vec![
+                    json!(text(o, "/metadata/name")),
+                    json!(format!(
+                        "{}/{}",
+                        int(o, "/status/readyReplicas"),
+                        int(o, "/spec/replicas")
+                    )),
+                    json!(age(o, clock)),
+                    json!(names),
+                    json!(images),
+                ]
+            }),
+        ),
+        ("apps", "daemonsets") => (
+            vec![
+                name_column(),
+                col("Desired", "integer", 0),
+                col("Current", "integer", 0),
+                col("Ready", "integer", 0),
+                col("Up-to-date", "integer", 0),
+                col("Available", "integer", 0),
+                col("Node Selector", "string", 0),
+                col("Age", "date", 0),
+            ],
+            Box::new(move |o: &Value| {
+                let selector = o
+                    .pointer("/spec/template/spec/nodeSelector")
+                    .and_then(Value::as_object)
+                    .map(|m| {
+                        m.iter()
+                            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    })
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or_else(|| "<none>".into());
+                vec![
+                    json!(text(o, "/metadata/name")),
+                    json!(int(o, "/status/desiredNumberScheduled")),
+                    json!(int(o, "/status/currentNumberScheduled")),
+                    json!(int(o, "/status/numberReady")),
+                    json!(int(o, "/status/updatedNumberScheduled")),
+                    json!(int(o, "/status/numberAvailable")),
+                    json!(selector),
+                    json!(age(o, clock)),
+                ]
+            }),
+        ),
+        _ => return None,
+    };
+    Some(printer)
+}
+
+/// Printer columns of what runs: Jobs, Nodes, Pods.
+fn runtime_printer<'c>(group: &str, resource: &str, clock: &'c Clock) -> Option<Printer<'c>> {
+    let printer: Printer<'c> = match (group, resource) {
+        ("batch", "jobs") => (
+            vec![
+                name_column(),
+                col("Status", "string", 0),
+                col("Completions", "string", 0),
+                col("Duration", "string", 0),
+                col("Age", "date", 0),
+            ],
+            Box::new(move |o: &Value| {
+                let conditions = o
+                    .pointer("/status/conditions")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                let has = |t: &str| {
+                    conditions
+                        .iter()
+                        .any(|c| c["type"] == t && c["status"] == "True")
+                };
+                let status = if has("Complete") {
+                    "Complete"
+                } else if has("Failed") {
+                    "Failed"
+                } else if has("Suspended") {
+                    "Suspended"
+                } else {
+                    "Running"
+                };
+                let duration = ["/status/startTime", "/status/completionTime"]
+                    .iter()
+                    .map(|p| {
+                        o.pointer(p)
+                            .and_then(Value::as_str)
+                            .and_then(|s| s.parse::<jiff::Timestamp>().ok())
+                    })
+                    .collect::<Vec<_>>();
+                let duration = match (duration[0], duration[1]) {
+                    (Some(start), Some(end)) => human_duration(end.as_second() - start.as_second()),
+                    (Some(start), None) => {
+                        human_duration(clock.now().as_second() - start.as_second())
+                    }
+                    _ => String::new(),
+                };
+                vec![
+                    json!(text(o, "/metadata/name")),
+                    json!(status),
+                    json!(format!(
+                        "{}/{}",
+                        int(o, "/status/succeeded"),
+                        o.pointer("/spec/completions")
+                            .and_then(Value::as_i64)
+                            .unwrap_or(1)
+                    )),
+                    json!(duration),
+                    json!(age(o, clock)),
+                ]
+            }),
+        ),
+        ("", "nodes") => (
+            vec![
+                name_column(),
+                col("Status", "string", 0),
+                col("Roles", "string", 0),
+                col("Age", "date", 0),
+                col("Version", "string", 0),
+            ],
+            Box::new(move |o: &Value| {
+                let ready = o
+                    .pointer("/status/conditions")
+                    .and_then(Value::as_array)
+                    .is_some_and(|cs| {
+                        cs.iter()
+                            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                    });
+                vec![
+                    json!(text(o, "/metadata/name")),
+                    json!(if ready { "Ready" } else { "NotReady" }),
+                    json!("<none>"),
+                    json!(age(o, clock)),
+                    json!(text(o, "/status/nodeInfo/kubeletVersion")),
+                ]
+            }),
+        ),
+        ("", "pods") => (
+            vec![
+                name_column(),
+                col("Ready", "string", 0),
+                col("Status", "string", 0),
+                col("Restarts", "string", 0),
+                col("Age", "string", 0),
+                col("IP", "string", 1),
+                col("Node", "string", 1),
+            ],
+            Box::new(move |o: &Value| {
+                let total = o
+                    .pointer("/spec/containers")
+                    .and_then(Value::as_array)
+                    .map_or(0, Vec::len);
+                let statuses = o
+                    .pointer("/status/containerStatuses")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                let ready = statuses
+                    .iter()
+                    .filter(|c| c.get("ready").and_then(Value::as_bool) == Some(true))
+                    .count();
+                let restarts: i64 = statuses.iter().map(|c| int(c, "/restartCount")).sum();
+                let ip = text(o, "/status/podIP");
+                let node = text(o, "/spec/nodeName");
+                vec![
+                    json!(text(o, "/metadata/name")),
+                    json!(format!("{ready}/{total}")),
+                    json!(pod_status(o)),
+                    json!(restarts.to_string()),
+                    json!(age(o, clock)),
+                    json!(if ip.is_empty() { "<none>".into() } else { ip }),
+                    json!(if node.is_empty() {
+                        "<none>".into()
+                    } else {
+                        node
+                    }),
+                ]
+            }),
+        ),
+        _ => return None,
+    };
+    Some(printer)
+}
+
+/// Printer columns of Services, Namespaces, Events, ConfigMaps.
+fn core_printer<'c>(group: &str, resource: &str, clock: &'c Clock) -> Option<Printer<'c>> {
+    let printer: Printer<'c> = match (group, resource) {
+        ("", "services") => (
+            vec![
+                name_column(),
+                col("Type", "string", 0),
+                col("Cluster-IP", "string", 0),
+                col("External-IP", "string", 0),
+                col("Port(s)", "string", 0),
+                col("Age", "string", 0),
+            ],
+            Box::new(move |o: &Value| {
+                let ports = o
+                    .pointer("/spec/ports")
+                    .and_then(Value::as_array)
+                    .map(|ps| {
+                        ps.iter()
+                            .map(|p| {
+                                format!(
+                                    "{}/{}",
+                                    p.get("port").and_then(Value::as_i64).unwrap_or(0),
+                                    p.get("protocol").and_then(Value::as_str).unwrap_or("TCP")
+                                )
+                            })
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    })
+                    .unwrap_or_default();
+                vec![
+                    json!(text(o, "/metadata/name")),
+                    json!(text(o, "/spec/type")),
+                    json!(text(o, "/spec/clusterIP")),
+                    json!("<none>"),
+                    json!(if ports.is_empty() {
+                        "<none>".into()
+                    } else {
+                        ports
+                    }),
+                    json!(age(o, clock)),
+                ]
+            }),
+        ),
+        ("", "namespaces") => (
+            vec![
+                name_column(),
+                col("Status", "string", 0),
+                col("Age", "string", 0),
+            ],
+            Box::new(move |o: &Value| {
+                vec![
+                    json!(text(o, "/metadata/name")),
+                    json!(text(o, "/status/phase")),
+                    json!(age(o, clock)),
+                ]
+            }),
+        ),
+        ("", "events") | ("events.k8s.io", "events") => (
+            vec![
+                col("Last Seen", "string", 0),
+                col("Type", "string", 0),
+                col("Reason", "string", 0),
+                col("Object", "string", 0),
+                col("Message", "string", 0),
+                name_column_priority(1),
+            ],
+            // Either shape: core v1, or the events.k8s.io/v1 view of the same Event.
+            Box::new(move |o: &Value| {
+                let either = |core: &str, view: &str| {
+                    let t = text(o, core);
+                    if t.is_empty() { text(o, view) } else { t }
+                };
+                let last = [
+                    "/lastTimestamp",
+                    "/deprecatedLastTimestamp",
+                    "/eventTime",
+                    "/metadata/creationTimestamp",
+                ]
+                .iter()
+                .find_map(|p| o.pointer(p).and_then(Value::as_str))
+                .and_then(|s| s.parse::<jiff::Timestamp>().ok())
+                .map(|t| human_duration(clock.now().as_second() - t.as_second()))
+                .unwrap_or_else(|| "<unknown>".into());
+                let object = format!(
+                    "{}/{}",
+                    either("/involvedObject/kind", "/regarding/kind").to_lowercase(),
+                    either("/involvedObject/name", "/regarding/name")
+                );
+                vec![
+                    json!(last),
+                    json!(text(o, "/type")),
+                    json!(text(o, "/reason")),
+                    json!(object),
+                    json!(either("/message", "/note")),
+                    json!(text(o, "/metadata/name")),
+                ]
+            }),
+        ),
+        ("", "configmaps") => (
+            vec![
+                name_column(),
+                col("Data", "string", 0),
+                col("Age", "string", 0),
+            ],
+            Box::new(move |o: &Value| {
+                let n = o.get("data").and_then(Value::as_object).map_or(0, Map::len)
+                    + o.get("binaryData")
+                        .and_then(Value::as_object)
+                        .map_or(0, Map::len);
+                vec![
+                    json!(text(o, "/metadata/name")),
+                    json!(n),
+                    json!(age(o, clock)),
+                ]
+            }),
+        ),
+        _ => return None,
+    };
+    Some(printer)
+}
+
+/// Printer columns of any other built-in kind: name and age.
+fn default_printer(clock: &Clock) -> Printer<'_> {
+    (
+        vec![name_column(), col("Age", "string", 0)],
+        Box::new(move |o: &Value| vec![json!(text(o, "/metadata/name")), json!(age(o, clock))]),
+    )
 }
 
 /// Whether the client asks for metadata only (kube's `get_metadata`, metadata watchers).

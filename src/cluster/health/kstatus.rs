@@ -843,20 +843,28 @@ mod tests {
         }
     }
 
+    /// Checks `assess` on each (object, status, reason) case; a reason of `None`
+    /// is not checked.
+    fn check_assess(cases: Vec<(Value, Status, Option<&str>)>) {
+        for (obj, status, reason) in cases {
+            let a = assess(&obj);
+            assert_eq!(a.status, status, "{obj}: {}", a.message);
+            if reason.is_some() {
+                assert_eq!(a.reason.as_deref(), reason, "{obj}");
+            }
+        }
+    }
+
+    /// Jobs: running, complete, failed, failing.
     #[test]
-    fn other_kinds_table() {
+    fn other_kinds_jobs() {
         use Status::*;
         let job = |conds: Value, status: Value| {
             let mut s = status;
             s["conditions"] = conds;
             json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "migrate"}, "spec": {"completions": 1}, "status": s})
         };
-        let pod = |status: Value| json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "status": status});
-        let crd = |conds: Value| {
-            json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": "widgets.example.com"}, "status": {"conditions": conds}})
-        };
-        let cases: Vec<(Value, Status, Option<&str>)> = vec![
+        check_assess(vec![
             (
                 job(json!([]), json!({"active": 1, "startTime": "x"})),
                 InProgress,
@@ -886,6 +894,15 @@ mod tests {
                 Failed,
                 Some("DeadlineExceeded"),
             ),
+        ]);
+    }
+
+    /// Pods by phase, readiness, crash loops, scheduling.
+    #[test]
+    fn other_kinds_pods() {
+        use Status::*;
+        let pod = |status: Value| json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "status": status});
+        check_assess(vec![
             (pod(json!({"phase": "Succeeded"})), Current, None),
             (
                 pod(json!({"phase": "Failed", "reason": "Evicted"})),
@@ -921,6 +938,18 @@ mod tests {
                 Some("Unschedulable"),
             ),
             (pod(json!({})), InProgress, None),
+        ]);
+    }
+
+    /// PersistentVolumeClaims and CustomResourceDefinitions.
+    #[test]
+    fn other_kinds_claims_and_crds() {
+        use Status::*;
+        let crd = |conds: Value| {
+            json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.example.com"}, "status": {"conditions": conds}})
+        };
+        check_assess(vec![
             (
                 json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data"}, "status": {"phase": "Pending"}}),
                 InProgress,
@@ -951,6 +980,14 @@ mod tests {
                 None,
             ),
             (crd(json!([])), InProgress, None),
+        ]);
+    }
+
+    /// Services, ConfigMaps, custom resources (kstatus conditions), deletion, ReplicaSets.
+    #[test]
+    fn other_kinds_generic() {
+        use Status::*;
+        check_assess(vec![
             (
                 json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"}, "spec": {"type": "LoadBalancer"}, "status": {"loadBalancer": {}}}),
                 Current,
@@ -1001,13 +1038,6 @@ mod tests {
                 InProgress,
                 Some("FailedCreate"),
             ),
-        ];
-        for (obj, status, reason) in cases {
-            let a = assess(&obj);
-            assert_eq!(a.status, status, "{obj}: {}", a.message);
-            if reason.is_some() {
-                assert_eq!(a.reason.as_deref(), reason, "{obj}");
-            }
-        }
+        ]);
     }
 }

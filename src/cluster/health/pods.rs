@@ -588,12 +588,29 @@ mod tests {
         json!({"name": name, "restartCount": restarts, "state": {"waiting": {"reason": reason, "message": message}}})
     }
 
+    type Want = Vec<(&'static str, Option<&'static str>, Severity)>;
+
+    /// Checks `pod_problems` on each (pod, policy, wanted problems) case.
+    fn check_pod_problems(cases: Vec<(Value, FailFastConfig, Want)>) {
+        for (pod, policy, want) in cases {
+            let got: Vec<_> = pod_problems(&pod, &policy)
+                .into_iter()
+                .map(|p| (p.reason.clone(), p.container.clone(), p.severity))
+                .collect();
+            let want: Vec<_> = want
+                .into_iter()
+                .map(|(r, c, s)| (r.to_string(), c.map(str::to_string), s))
+                .collect();
+            assert_eq!(got, want, "{pod}");
+        }
+    }
+
+    /// Image pulls: fatal when the registry says not found, else transient.
     #[test]
-    fn pod_problems_table() {
+    fn pod_problems_image_pulls() {
         let policy = FailFastConfig::default();
         use Severity::*;
-        type Want = Vec<(&'static str, Option<&'static str>, Severity)>;
-        let cases: Vec<(Value, FailFastConfig, Want)> = vec![
+        check_pod_problems(vec![
             (
                 pod_with(
                     json!([waiting(
@@ -645,6 +662,15 @@ mod tests {
                 policy.clone(),
                 vec![("ErrImagePull", Some("web"), Transient)],
             ),
+        ]);
+    }
+
+    /// Crash loops, config errors, bad image names, failing init containers.
+    #[test]
+    fn pod_problems_container_states() {
+        let policy = FailFastConfig::default();
+        use Severity::*;
+        check_pod_problems(vec![
             (
                 pod_with(
                     json!([waiting("web", "CrashLoopBackOff", "back-off 10s", 1)]),
@@ -698,6 +724,15 @@ mod tests {
                 policy.clone(),
                 vec![("RunContainerError", Some("init-db"), Fatal)],
             ),
+        ]);
+    }
+
+    /// Unschedulable pods and the fail-fast settings.
+    #[test]
+    fn pod_problems_scheduling_and_policy() {
+        let policy = FailFastConfig::default();
+        use Severity::*;
+        check_pod_problems(vec![
             (
                 pod_with(
                     json!([]),
@@ -731,6 +766,14 @@ mod tests {
                 },
                 vec![],
             ),
+        ]);
+    }
+
+    /// Pods without problems, or being deleted.
+    #[test]
+    fn pod_problems_none() {
+        let policy = FailFastConfig::default();
+        check_pod_problems(vec![
             (
                 json!({"metadata": {"name": "p"}, "status": {"phase": "Pending"}}),
                 policy.clone(),
@@ -743,18 +786,7 @@ mod tests {
                 policy.clone(),
                 vec![],
             ),
-        ];
-        for (pod, policy, want) in cases {
-            let got: Vec<_> = pod_problems(&pod, &policy)
-                .into_iter()
-                .map(|p| (p.reason.clone(), p.container.clone(), p.severity))
-                .collect();
-            let want: Vec<_> = want
-                .into_iter()
-                .map(|(r, c, s)| (r.to_string(), c.map(str::to_string), s))
-                .collect();
-            assert_eq!(got, want, "{pod}");
-        }
+        ]);
     }
 
     #[test]
