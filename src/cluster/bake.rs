@@ -399,7 +399,7 @@ pub async fn watch_bake(
     }
     let started = Instant::now();
     let mut tracked = track(applied);
-    let mut stores = Stores::open(client, &store::plan(&mut tracked));
+    let mut stores = Stores::open(client, &store::watches_for(&mut tracked));
     let mut problem_clock = ProblemClock::new(started);
     let mut timer = Timer::new(started + options.bake);
     let mut baseline: Option<Baseline> = None;

@@ -99,7 +99,7 @@ pub async fn wait_for_rollout(
     on_progress: &(dyn Fn(WaitProgress) + Sync),
 ) -> WaitOutcome {
     let mut tracked = track(applied);
-    let mut stores = Stores::open(client, &store::plan(&mut tracked));
+    let mut stores = Stores::open(client, &store::watches_for(&mut tracked));
     let mut clock = ProblemClock::new(Instant::now());
     let mut timer = Timer::new(options.deadline);
     let mut warnings: BTreeSet<String> = BTreeSet::new();

@@ -50,7 +50,7 @@ pub(in crate::cluster) enum Watch {
 
 /// The watches for `tracked` (the objects not done yet, and the workloads among them), and
 /// each tracked object's source: its index among the `Objects` watches.
-pub(in crate::cluster) fn plan(tracked: &mut [Tracked<'_>]) -> Vec<Watch> {
+pub(in crate::cluster) fn watches_for(tracked: &mut [Tracked<'_>]) -> Vec<Watch> {
     let mut watches: Vec<Watch> = Vec::new();
     let mut object_sources: Vec<(Option<String>, ApiResource)> = Vec::new();
     for t in tracked.iter_mut().filter(|t| !t.done) {
