@@ -475,7 +475,7 @@ mod tests {
 
     /// Every key the serializer writes is declared in the schema, and required keys are written.
     fn check(value: &Value, schema: &Value, path: &str) {
-        super::schema_walk::check(value, schema, path, &|_| false, &|_, _, _| {});
+        crate::report::json::schema_walk::check(value, schema, path, &|_| false, &|_, _, _| {});
     }
 
     #[test]

@@ -8,7 +8,7 @@ mod check_view;
 pub mod clean;
 pub mod diff;
 pub mod escape;
-mod json;
+pub(crate) mod json;
 pub mod log_filter;
 mod markdown;
 pub mod merge;
@@ -19,8 +19,6 @@ pub mod redact;
 mod terminal;
 
 pub use clean::Clean;
-#[cfg(test)]
-pub(crate) use json::schema_walk;
 pub use json::{plan_to_json, report_schema, to_json};
 pub use markdown::{
     COMMENT_LIMIT, FullReport, MarkdownOptions, STEP_SUMMARY_LIMIT, icon, plan_to_markdown,

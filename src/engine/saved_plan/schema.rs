@@ -109,7 +109,7 @@ mod tests {
                 );
             }
         };
-        crate::report::schema_walk::check(value, schema, path, &body, &digest);
+        crate::report::json::schema_walk::check(value, schema, path, &body, &digest);
     }
 
     pub fn sample() -> SavedPlan {
