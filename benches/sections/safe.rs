@@ -44,11 +44,12 @@ struct Outcome {
     /// The bad target's `rollback` phase.
     own_rollback: f64,
     /// First ImagePullBackOff -> the bad target's rollback started (detection and decision).
-    decided: f64,
+    /// None when the build's report does not record when a rollback started (older builds).
+    decided: Option<f64>,
     /// First ImagePullBackOff -> the first and the last other target's rollback started.
-    others_started: (f64, f64),
+    others_started: Option<(f64, f64)>,
     /// The longest rollback of another target (its start -> its `finished_at`).
-    others_longest: f64,
+    others_longest: Option<f64>,
     /// First ImagePullBackOff -> the slow target's `finished_at`, and its outcome.
     slow_done: f64,
     slow_outcome: String,
@@ -261,20 +262,21 @@ fn measure(
             .and_then(|r| r.started_at)
             .map(|at| since(backoff, at))
     };
-    let decided =
-        started(bad).ok_or_else(|| format!("the bad target {} has no rollback start", bad.name))?;
+    let decided = started(bad);
     let others: Vec<(f64, f64)> = report
         .targets
         .iter()
         .filter(|t| t.name != bad.name)
         .filter_map(|t| started(t).map(|s| (s, since(backoff, t.finished_at) - s)))
         .collect();
-    let others_started = others
-        .iter()
-        .fold((f64::MAX, f64::MIN), |(lo, hi), (s, _)| {
-            (lo.min(*s), hi.max(*s))
-        });
-    let others_longest = others.iter().map(|(_, d)| *d).fold(0.0, f64::max);
+    let others_started = (!others.is_empty()).then(|| {
+        others
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(lo, hi), (s, _)| {
+                (lo.min(*s), hi.max(*s))
+            })
+    });
+    let others_longest = others.iter().map(|(_, d)| *d).reduce(f64::max);
     let last = report
         .targets
         .iter()
@@ -307,6 +309,18 @@ fn measure(
         wall: run.finished.wall.as_secs_f64(),
         cpu_rollguard: run.finished.cpu.as_secs_f64(),
         cpu_sim: 0.0,
+    })
+}
+
+/// For a figure the build's report has no timestamps for (an older build's report does not
+/// say when each rollback started).
+fn not_recorded() -> String {
+    "not in this build's report".into()
+}
+
+fn started_range(o: &Outcome) -> String {
+    o.others_started.map_or_else(not_recorded, |(first, last)| {
+        format!("{} - {}", secs(first), secs(last))
     })
 }
 
@@ -377,30 +391,22 @@ fn fleet_lines(
     ));
     lines.push(line(
         "  the bad cluster's rollback decided (its rollback started)",
-        figure(after, &|o| sim_s(o.decided)),
-        figure(before, &|o| sim_s(o.decided)),
+        figure(after, &|o| o.decided.map_or_else(not_recorded, sim_s)),
+        figure(before, &|o| o.decided.map_or_else(not_recorded, sim_s)),
     ));
     lines.push(line(
         "  the other targets' rollbacks started (first - last)",
-        figure(after, &|o| {
-            format!(
-                "{} - {}",
-                secs(o.others_started.0),
-                secs(o.others_started.1)
-            )
-        }),
-        figure(before, &|o| {
-            format!(
-                "{} - {}",
-                secs(o.others_started.0),
-                secs(o.others_started.1)
-            )
-        }),
+        figure(after, &started_range),
+        figure(before, &started_range),
     ));
     lines.push(line(
         "  the longest other rollback (started -> healthy)",
-        figure(after, &|o| sim_s(o.others_longest)),
-        figure(before, &|o| sim_s(o.others_longest)),
+        figure(after, &|o| {
+            o.others_longest.map_or_else(not_recorded, sim_s)
+        }),
+        figure(before, &|o| {
+            o.others_longest.map_or_else(not_recorded, sim_s)
+        }),
     ));
     lines.push(line(
         &format!("  slow cluster ({SLOW_CLUSTER}, v2 rollout {SLOW_ROLLOUT_SECS} sim-s): done"),

@@ -6,7 +6,7 @@
 
 use std::collections::HashSet;
 
-use futures::StreamExt;
+use crate::util::in_order::in_order;
 use kube::Client;
 use kube::api::{Patch, PatchParams};
 use serde_json::Value;
@@ -228,10 +228,7 @@ pub async fn diff_resolved(
         pending.push(diff_one(client, obj, resolution, options, &budget, cancel));
     }
     let results: Vec<Result<Option<(Change, SeenObject)>, ObjectFailure>> =
-        futures::stream::iter(pending)
-            .buffered(options.max_in_flight.max(1))
-            .collect()
-            .await;
+        in_order(pending, options.max_in_flight).await;
     out.cancelled = cancel.is_cancelled();
     for r in results {
         match r {

@@ -6,10 +6,10 @@
 //! that cannot be read is a row with the reason. Rows, the mixed-fleet line, the table and the
 //! exit code are pure functions of what was read.
 
+use crate::util::in_order::in_order;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use futures::StreamExt;
 use jiff::Timestamp;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -724,10 +724,7 @@ async fn objects_now(
             }
         }
     });
-    Ok(futures::stream::iter(reads)
-        .buffered(OBJECTS_AT_ONCE)
-        .collect()
-        .await)
+    Ok(in_order(reads.collect(), OBJECTS_AT_ONCE).await)
 }
 
 /// The current revision's manifests against the live objects: the dry run `rollguard diff`
@@ -954,10 +951,8 @@ async fn read_rows(config: &Config, env: &Env, args: &StatusArgs) -> Vec<TargetS
             Err(_) => Err(StatusError::Deadline(timeout)),
         }
     });
-    let observed: Vec<Result<Observed, StatusError>> = futures::stream::iter(reads)
-        .buffered(TARGETS_AT_ONCE)
-        .collect()
-        .await;
+    let observed: Vec<Result<Observed, StatusError>> =
+        in_order(reads.collect(), TARGETS_AT_ONCE).await;
     let missing_subjects: Vec<String> = observed
         .iter()
         .flatten()

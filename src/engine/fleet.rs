@@ -2,6 +2,7 @@
 //! order, every history; then the coordinator (`coordinator.rs`) runs the targets; the
 //! results become one `Report`.
 
+use crate::util::in_order::in_order;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -284,10 +285,7 @@ async fn check_saved_plan(
             }
             moved_since_plan(plan, saved, run, head, cancel).await
         });
-    let found: Vec<Vec<ObjectMoved>> = futures::stream::iter(checks)
-        .buffered(plan.config.concurrency.max(1))
-        .collect()
-        .await;
+    let found: Vec<Vec<ObjectMoved>> = in_order(checks.collect(), plan.config.concurrency).await;
     for (run, _) in runs.iter_mut().zip(&asked).filter(|(_, a)| **a) {
         run.clock.stop();
     }

@@ -7,9 +7,9 @@
 //! the fleet rolls back. `preflight: false` in the config skips it; `--dry-run` is already
 //! this dry run and does not run it twice.
 
+use crate::util::in_order::in_order;
 use std::sync::Arc;
 
-use futures::StreamExt;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -62,13 +62,7 @@ pub async fn dry_run_all(
         let span = tracing::error_span!("target", target = %run.target.name);
         check_one(plan, run, ask, cancel).instrument(span).await
     });
-    let mut found: Vec<(usize, Checked)> = futures::stream::iter(checks.enumerate())
-        .map(|(i, check)| async move { (i, check.await) })
-        .buffer_unordered(plan.config.concurrency.max(1))
-        .collect()
-        .await;
-    found.sort_by_key(|(i, _)| *i);
-    found.into_iter().map(|(_, c)| c).collect()
+    in_order(checks.collect(), plan.config.concurrency).await
 }
 
 async fn check_one(plan: &Plan, run: &TargetRun, ask: Ask, cancel: &CancellationToken) -> Checked {

@@ -9,6 +9,7 @@ pub mod fault;
 #[cfg(test)]
 pub mod generated_docs;
 pub mod git;
+pub mod in_order;
 pub mod process_group;
 pub mod retry;
 pub mod runner;

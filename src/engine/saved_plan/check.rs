@@ -2,7 +2,7 @@
 //! object placed as the apply would place it (its body's digest) and its live object read
 //! (GETs only), up to the apply's in-flight bound.
 
-use futures::StreamExt;
+use crate::util::in_order::in_order;
 use kube::Client;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -29,10 +29,7 @@ pub async fn objects_now(
         .objects
         .iter()
         .map(|obj| object_now(client, obj, resolution, at, &budget, cancel));
-    futures::stream::iter(reads)
-        .buffered(max_in_flight.max(1))
-        .collect()
-        .await
+    in_order(reads.collect(), max_in_flight).await
 }
 
 /// Where the deploy applies: the namespace of objects that name none, as whom.
