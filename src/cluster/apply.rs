@@ -1044,8 +1044,11 @@ async fn release_legacy(
     }
 }
 
-/// Requests in flight per target within an apply phase.
-pub const MAX_IN_FLIGHT: usize = 8;
+/// Requests in flight per target within an apply phase (and the preflight's, the diff's).
+/// Far below a real API server's max-in-flight (400 reads, 200 writes, shared by priority
+/// and fairness), and the apply is latency-bound: 8 left the cores a third idle
+/// (BENCHMARKS.md, `apply` and `preflight`, 2026-12-02).
+pub const MAX_IN_FLIGHT: usize = 32;
 
 /// The headline already names the object, so the message says only what to do.
 const UNSERVED_KIND_HINT: &str =
