@@ -1044,11 +1044,22 @@ async fn release_legacy(
     }
 }
 
-/// Requests in flight per target within an apply phase (and the preflight's, the diff's).
-/// Far below a real API server's max-in-flight (400 reads, 200 writes, shared by priority
-/// and fairness), and the apply is latency-bound: 8 left the cores a third idle
-/// (BENCHMARKS.md, `apply` and `preflight`, 2026-12-02).
+/// Requests in flight per target within an apply phase (and the preflight's, the diff's),
+/// at most. Far below a real API server's max-in-flight (400 reads, 200 writes, shared by
+/// priority and fairness); the apply is latency-bound, and 8 left the cores a third idle on
+/// one target (BENCHMARKS.md, `apply` and `preflight`, 2026-12-02).
 pub const MAX_IN_FLIGHT: usize = 32;
+/// Requests in flight per target, at least, however many targets run at once.
+pub const MIN_IN_FLIGHT: usize = 4;
+/// Requests in flight across the fleet: each holds its request and answer in memory, so 32
+/// per target for 50 targets of 100 objects took the peak from 85 to 110 MiB.
+pub const FLEET_IN_FLIGHT: usize = 256;
+
+/// Requests in flight per target when `targets` run at once: their share of
+/// [`FLEET_IN_FLIGHT`], between [`MIN_IN_FLIGHT`] and [`MAX_IN_FLIGHT`].
+pub fn in_flight_per_target(targets: usize) -> usize {
+    (FLEET_IN_FLIGHT / targets.max(1)).clamp(MIN_IN_FLIGHT, MAX_IN_FLIGHT)
+}
 
 /// The headline already names the object, so the message says only what to do.
 const UNSERVED_KIND_HINT: &str =
@@ -1102,6 +1113,22 @@ mod tests {
     use super::*;
     use crate::manifests::Origin;
     use serde_json::json;
+
+    #[test]
+    fn targets_at_once_share_the_fleets_requests_in_flight() {
+        // (targets at once, requests in flight per target)
+        for (targets, want) in [
+            (0, 32),
+            (1, 32),
+            (8, 32),
+            (9, 28),
+            (50, 5),
+            (64, 4),
+            (1000, 4),
+        ] {
+            assert_eq!(in_flight_per_target(targets), want, "{targets} targets");
+        }
+    }
 
     fn object(
         api_version: &str,

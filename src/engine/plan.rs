@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::cluster::apply::{MAX_IN_FLIGHT, Resolution, field_manager};
+use crate::cluster::apply::{Resolution, field_manager, in_flight_per_target};
 use crate::cluster::connect::ClusterAccess;
 use crate::cluster::diff::{DiffOptions, plan_resolved};
 use crate::config::Config;
@@ -74,6 +74,12 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// Requests in flight per target: the share of the fleet's bound of the targets that
+    /// run at once (`concurrency`, at most the number of targets).
+    pub fn max_in_flight(&self) -> usize {
+        in_flight_per_target(self.config.concurrency.min(self.config.targets.len()))
+    }
+
     pub fn new(
         mut config: Config,
         manifests: ManifestSet,
@@ -215,7 +221,7 @@ impl Plan {
             default_namespace,
             force: self.options.force_conflicts,
             field_manager: field_manager(&self.config.app),
-            max_in_flight: MAX_IN_FLIGHT,
+            max_in_flight: self.max_in_flight(),
             deadline,
             before_label: "live".into(),
             after_label: "dry run".into(),

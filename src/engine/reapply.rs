@@ -8,9 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::cluster::apply::{
-    AppliedObject, ApplyOptions, MAX_IN_FLIGHT, apply_failures, apply_set,
-};
+use crate::cluster::apply::{AppliedObject, ApplyOptions, apply_failures, apply_set};
 use crate::cluster::connect::{ClusterAccess, describe_error};
 use crate::cluster::wait::{WaitFailure, WaitOptions, wait_for_rollout};
 use crate::config::{Config, FailFastConfig, SecretsPolicy};
@@ -314,6 +312,8 @@ pub struct ReApply<'a> {
     pub field_manager: String,
     /// `--force-conflicts` of the run.
     pub force_conflicts: bool,
+    /// Requests in flight at once (the run's share per target).
+    pub max_in_flight: usize,
     pub fail_fast: FailFastConfig,
     /// Where the new record says it ran.
     pub run: RunInfo,
@@ -401,7 +401,7 @@ impl ReApply<'_> {
             force: self.force_conflicts,
             dry_run: false,
             default_namespace: self.default_namespace.clone(),
-            max_in_flight: MAX_IN_FLIGHT,
+            max_in_flight: self.max_in_flight,
             deadline: self.deadline,
         };
         // The first signal cancelled the deploy; the rollback itself runs to its deadline or

@@ -11,8 +11,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::cluster::apply::{
-    AppliedObject, ApplyError, ApplyOptions, MAX_IN_FLIGHT, Resolution, apply_failures,
-    apply_resolved, field_manager, resolve_set,
+    AppliedObject, ApplyError, ApplyOptions, Resolution, apply_failures, apply_resolved,
+    field_manager, resolve_set,
 };
 use crate::cluster::connect::{ClusterAccess, connect, target_failure};
 use crate::cluster::wait::{WaitFailure, WaitOptions, wait_for_rollout};
@@ -605,7 +605,7 @@ async fn apply_objects(step: &Step<'_>, run: &mut TargetRun, resolution: Resolut
         default_namespace: plan
             .config
             .default_namespace(&run.target, &access.context_namespace),
-        max_in_flight: MAX_IN_FLIGHT,
+        max_in_flight: plan.max_in_flight(),
         deadline,
     };
     let report_progress =

@@ -155,21 +155,28 @@ impl TestEnv {
     pub async fn deploy_with_env(&self, extra: &[&str], env: &[(&str, &str)]) -> Run {
         let report = self.path("report.json");
         let _ = std::fs::remove_file(&report);
-        let mut args: Vec<String> = vec![
-            "deploy".into(),
-            "--config".into(),
-            self.path("rollguard.yaml").display().to_string(),
-            "--kubeconfig".into(),
-            self.kubeconfig.display().to_string(),
-            "--report".into(),
-            report.display().to_string(),
-        ];
+        let mut args = self.deploy_args(&report);
         args.extend(extra.iter().map(|s| s.to_string()));
         let mut run = rollguard(&args, self.dir.path(), env).await;
-        run.report = std::fs::read_to_string(&report)
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok());
+        run.report = read_report(&report);
         run
+    }
+
+    /// `deploy` with this environment's config and kubeconfig, its report at `report`.
+    fn deploy_args(&self, report: &Path) -> Vec<String> {
+        let config = self.path("rollguard.yaml");
+        [
+            "deploy".as_ref(),
+            "--config".as_ref(),
+            config.as_os_str(),
+            "--kubeconfig".as_ref(),
+            self.kubeconfig.as_os_str(),
+            "--report".as_ref(),
+            report.as_os_str(),
+        ]
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect()
     }
 
     /// Starts `rollguard deploy` (as [`TestEnv::deploy`] runs it) in the background with
@@ -183,30 +190,11 @@ impl TestEnv {
     pub fn spawn_deploy_to(&self, report: &str, envs: &[(&str, &str)]) -> tokio::process::Child {
         let report = self.path(report);
         let _ = std::fs::remove_file(&report);
-        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_rollguard"));
-        cmd.arg("deploy")
-            .arg("--config")
-            .arg(self.path("rollguard.yaml"))
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .arg("--report")
-            .arg(&report)
-            .current_dir(self.dir.path())
-            .env_clear()
-            .stdin(Stdio::null())
+        command(&self.deploy_args(&report), self.dir.path(), envs)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        for key in ["PATH", "HOME", "TMPDIR"] {
-            if let Some(v) = std::env::var_os(key) {
-                cmd.env(key, v);
-            }
-        }
-        cmd.env("RUST_LOG", "rollguard=info");
-        for (k, v) in envs {
-            cmd.env(k, v);
-        }
-        cmd.spawn().expect("rollguard starts")
+            .spawn()
+            .expect("rollguard starts")
     }
 
     /// Waits for a spawned run (at most 120 s) and reads its report.
@@ -215,14 +203,9 @@ impl TestEnv {
             .await
             .expect("rollguard finished within 120 s")
             .expect("rollguard ran");
-        Run {
-            code: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-            report: std::fs::read_to_string(self.path(report))
-                .ok()
-                .and_then(|t| serde_json::from_str(&t).ok()),
-        }
+        let mut run = run_of(out);
+        run.report = read_report(&self.path(report));
+        run
     }
 
     /// Server-side applies `body` to cluster `sim-N` as field manager `manager` (what another
@@ -363,6 +346,16 @@ pub const DEFAULT_LOGS: (&str, &str) = ("RUST_LOG", "");
 /// Runs the real binary with a clean environment plus `env` ([`DEFAULT_LOGS`] removes
 /// `RUST_LOG`).
 pub async fn rollguard(args: &[String], cwd: &Path, env: &[(&str, &str)]) -> Run {
+    let out = tokio::time::timeout(Duration::from_secs(120), command(args, cwd, env).output())
+        .await
+        .expect("rollguard finished within 120 s")
+        .expect("rollguard runs");
+    run_of(out)
+}
+
+/// The one environment every test run of the binary gets: a clean one with PATH, HOME and
+/// TMPDIR kept, `RUST_LOG=rollguard=info`, then `env` ([`DEFAULT_LOGS`] removes `RUST_LOG`).
+fn command(args: &[String], cwd: &Path, env: &[(&str, &str)]) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_rollguard"));
     cmd.args(args)
         .current_dir(cwd)
@@ -382,16 +375,22 @@ pub async fn rollguard(args: &[String], cwd: &Path, env: &[(&str, &str)]) -> Run
             cmd.env(k, v);
         }
     }
-    let out = tokio::time::timeout(Duration::from_secs(120), cmd.output())
-        .await
-        .expect("rollguard finished within 120 s")
-        .expect("rollguard runs");
+    cmd
+}
+
+fn run_of(out: std::process::Output) -> Run {
     Run {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         report: None,
     }
+}
+
+fn read_report(path: &Path) -> Option<Value> {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
 }
 
 /// Sends `sig` ("-TERM", "-INT", "-KILL") to a running child.
