@@ -38,7 +38,10 @@ const REVISION_ANNOTATION: &str = "deployment.kubernetes.io/revision";
 ///
 /// `owned`: for a Deployment its ReplicaSets; for a DaemonSet its ControllerRevisions
 /// (may be empty); ignored for StatefulSets. Objects not owned by `workload` are skipped.
-pub fn new_revision_selector(workload: &Value, owned: &[Value]) -> Option<RevisionSelector> {
+pub fn new_revision_selector(
+    workload: &Value,
+    owned: &[impl std::borrow::Borrow<Value>],
+) -> Option<RevisionSelector> {
     // A workload from a LIST has no kind; its shape tells.
     let kind = match str_at(workload, &["kind"]) {
         Some(kind) => kind,
@@ -51,7 +54,11 @@ pub fn new_revision_selector(workload: &Value, owned: &[Value]) -> Option<Revisi
     {
         return None;
     }
-    let mine: Vec<&Value> = owned.iter().filter(|o| is_owned_by(o, workload)).collect();
+    let mine: Vec<&Value> = owned
+        .iter()
+        .map(|o| o.borrow())
+        .filter(|o| is_owned_by(o, workload))
+        .collect();
     match kind {
         "Deployment" => {
             let revision = str_at(workload, &["metadata", "annotations", REVISION_ANNOTATION]);

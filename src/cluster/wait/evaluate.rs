@@ -64,22 +64,25 @@ impl Snapshot {
     /// none while the revision is not known yet.
     pub fn new_revision_pods(&self, kind: &str, namespace: &str, workload: &Value) -> Vec<&Value> {
         let uid = str_at(workload, &["metadata", "uid"]).unwrap_or("");
-        let owned: Vec<Value> = self.owned_replica_sets(namespace, uid).cloned().collect();
-        let (Some(revision), Some(pods)) = (
+        let owned: Vec<&Value> = self.owned_replica_sets(namespace, uid).collect();
+        let (Some(revision), Some(pods), Some(wanted)) = (
             revision_for_pods(kind, workload, &owned),
             self.pods.get(namespace),
+            match_labels(workload),
         ) else {
             return Vec::new();
         };
+        // Every pod of the namespace, for every workload of it: the selector is read once.
         pods.iter()
-            .filter(|p| pod_of_workload(p, workload, revision.as_ref()))
+            .filter(|p| has_labels(p, wanted) && of_revision(p, revision.as_ref()))
             .collect()
     }
 }
 
 /// True when `obj` has an owner reference with this uid.
 pub fn owned_by(obj: &Value, owner_uid: &str) -> bool {
-    obj.pointer("/metadata/ownerReferences")
+    obj.get("metadata")
+        .and_then(|m| m.get("ownerReferences"))
         .and_then(Value::as_array)
         .is_some_and(|refs| {
             refs.iter()
@@ -90,21 +93,33 @@ pub fn owned_by(obj: &Value, owner_uid: &str) -> bool {
 /// True when the pod carries every label of the workload's `spec.selector.matchLabels` and,
 /// when given, the label of the new revision.
 pub fn pod_of_workload(pod: &Value, workload: &Value, revision: Option<&RevisionSelector>) -> bool {
-    let labels = pod.pointer("/metadata/labels").and_then(Value::as_object);
-    let has = |k: &str, v: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str) == Some(v);
-    let Some(match_labels) = workload
-        .pointer("/spec/selector/matchLabels")
-        .and_then(Value::as_object)
-    else {
-        return false;
-    };
-    if match_labels.is_empty()
-        || !match_labels
-            .iter()
-            .all(|(k, v)| v.as_str().is_some_and(|v| has(k, v)))
-    {
-        return false;
-    }
+    match_labels(workload).is_some_and(|wanted| has_labels(pod, wanted))
+        && of_revision(pod, revision)
+}
+
+/// The workload's `spec.selector.matchLabels`, when it has some (an empty one selects no
+/// pod here: every workload kind rollguard waits for requires a selector).
+fn match_labels(workload: &Value) -> Option<&serde_json::Map<String, Value>> {
+    workload
+        .get("spec")?
+        .get("selector")?
+        .get("matchLabels")?
+        .as_object()
+        .filter(|m| !m.is_empty())
+}
+
+fn has_labels(pod: &Value, wanted: &serde_json::Map<String, Value>) -> bool {
+    let labels = pod
+        .get("metadata")
+        .and_then(|m| m.get("labels"))
+        .and_then(Value::as_object);
+    wanted.iter().all(|(k, v)| {
+        v.as_str()
+            .is_some_and(|v| labels.and_then(|l| l.get(k)).and_then(Value::as_str) == Some(v))
+    })
+}
+
+fn of_revision(pod: &Value, revision: Option<&RevisionSelector>) -> bool {
     revision.is_none_or(|r| health::pod_matches(pod, r))
 }
 
@@ -114,7 +129,7 @@ pub fn pod_of_workload(pod: &Value, workload: &Value, revision: Option<&Revision
 pub fn revision_for_pods(
     kind: &str,
     workload: &Value,
-    owned: &[Value],
+    owned: &[impl std::borrow::Borrow<Value>],
 ) -> Option<Option<RevisionSelector>> {
     match kind {
         "Job" | "ReplicaSet" => Some(None),
