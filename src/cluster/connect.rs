@@ -272,17 +272,7 @@ pub fn read_default_kubeconfig(
     cli_kubeconfig: Option<&Path>,
     env: &(dyn Fn(&str) -> Option<String> + Sync),
 ) -> Result<(Kubeconfig, String), TargetError> {
-    let anonymous = TargetConfig {
-        name: String::new(),
-        context: None,
-        kubeconfig: None,
-        kubeconfig_env: None,
-        namespace: None,
-        environment: None,
-        wave: 0,
-        vars: Default::default(),
-        line: 0,
-    };
+    let anonymous = TargetConfig::default();
     let once = KubeconfigCache::default();
     let (config, source) = read_kubeconfig(&anonymous, cli_kubeconfig, Path::new("."), env, &once)?;
     Ok((Kubeconfig::clone(&config), describe_source(&source)))

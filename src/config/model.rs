@@ -200,7 +200,7 @@ pub enum ManifestSource {
 }
 
 /// One cluster.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct TargetConfig {
     /// Name used in every report.
     pub name: String,

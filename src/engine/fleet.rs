@@ -928,14 +928,7 @@ async fn run_all(
                         );
                         let target = TargetConfig {
                             name: name.clone(),
-                            context: None,
-                            kubeconfig: None,
-                            kubeconfig_env: None,
-                            namespace: None,
-                            environment: None,
-                            wave: 0,
-                            vars: Default::default(),
-                            line: 0,
+                            ..Default::default()
                         };
                         let mut run = skipped(&target, TargetOutcome::Failed, &message);
                         run.report.failures.push(Failure {
@@ -1047,14 +1040,7 @@ mod tests {
     fn run(name: &str, outcome: Option<TargetOutcome>) -> TargetRun {
         let target = TargetConfig {
             name: name.to_string(),
-            context: None,
-            kubeconfig: None,
-            kubeconfig_env: None,
-            namespace: None,
-            environment: None,
-            wave: 0,
-            vars: Default::default(),
-            line: 0,
+            ..Default::default()
         };
         match outcome {
             Some(outcome) => skipped(&target, outcome, "x"),

@@ -223,13 +223,7 @@ mod tests {
         let target = TargetConfig {
             name: name.to_string(),
             context: Some(format!("{name}-ctx")),
-            kubeconfig: None,
-            kubeconfig_env: None,
-            namespace: None,
-            environment: None,
-            wave: 0,
-            vars: Default::default(),
-            line: 0,
+            ..Default::default()
         };
         Earlier { target, records }
     }

@@ -106,26 +106,8 @@ fn slug(heading: &str) -> String {
 /// Every anchor of a page: its headings' slugs, a repeated one with `-1`, `-2`, ...
 fn anchors(text: &str) -> BTreeSet<String> {
     let mut seen = BTreeSet::new();
-    let mut fence: Option<String> = None;
-    for line in text.lines() {
-        let trimmed = line.trim_start();
-        let marks: String = trimmed
-            .chars()
-            .take_while(|c| *c == '`' || *c == '~')
-            .collect();
-        if marks.len() >= 3 {
-            match &fence {
-                None => fence = Some(marks),
-                Some(open) if marks.starts_with(open.as_str()) && trimmed.trim() == marks => {
-                    fence = None
-                }
-                Some(_) => {}
-            }
-            continue;
-        }
-        if fence.is_some() {
-            continue;
-        }
+    // A `#` line inside a fenced block is code, not a heading.
+    for line in raw_prose_lines(text) {
         let hashes = line.chars().take_while(|c| *c == '#').count();
         if !(1..=6).contains(&hashes) || !line[hashes..].starts_with(' ') {
             continue;
