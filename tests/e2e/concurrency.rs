@@ -327,7 +327,9 @@ async fn a_deadline_passing_mid_apply_stops_sending_and_says_what_was_not_applie
         "rollguard.yaml",
         &format!("{}preflight: false\n", config(1, "1s")),
     );
-    let many: String = (0..40)
+    // Eight rounds of the apply's in-flight bound at 300 ms each: well past the 1 s deadline.
+    let objects = 8 * rollguard::cluster::apply::MAX_IN_FLIGHT;
+    let many: String = (0..objects)
         .map(|i| format!("---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-{i}\ndata:\n  n: \"{i}\"\n"))
         .collect();
     env.write("k8s/app.yaml", &many);
