@@ -6,7 +6,6 @@
 
 use std::collections::HashSet;
 
-use crate::util::in_order::in_order;
 use kube::Client;
 use kube::api::{Patch, PatchParams};
 use serde_json::Value;
@@ -24,6 +23,7 @@ use crate::report::diff::unified;
 use crate::report::plan::{PlannedChange, TargetPlan};
 use crate::report::redact;
 use crate::report::{LiveIdentity, SeenObject};
+use crate::util::in_order::in_order;
 
 /// Why a custom resource is listed as created without the server's check.
 pub const CRD_NOT_YET: &str = "CRD not yet on the cluster";

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{DeployArgs, DiffArgs, PlanArgs, PlanFormat};
-use crate::cluster::apply::{ApplyError, MAX_IN_FLIGHT, apply_failures, resolve_set};
+use crate::cluster::apply::{ApplyError, apply_failures, resolve_set};
 use crate::cluster::connect::ClusterAccess;
 use crate::cluster::diff::{DiffOptions, Sides, compare_sets, plan_resolved};
 use crate::engine::plan::Plan;
@@ -258,6 +258,7 @@ pub async fn diff_target(
     force: bool,
     field_manager: String,
     deadline: Instant,
+    max_in_flight: usize,
     (before_label, after_label): (String, String),
     cancel: &CancellationToken,
     mut out: TargetPlan,
@@ -275,7 +276,7 @@ pub async fn diff_target(
         default_namespace,
         force,
         field_manager,
-        max_in_flight: MAX_IN_FLIGHT,
+        max_in_flight,
         deadline,
         before_label,
         after_label,

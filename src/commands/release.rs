@@ -1343,6 +1343,8 @@ async fn rollback_plan(
                 force,
                 crate::cluster::apply::field_manager(&config.app),
                 deadline,
+                // Every ready target is asked at once.
+                crate::cluster::apply::in_flight_per_target(ready.len()),
                 ("live".to_string(), p.destination.clone()),
                 &cancel,
                 start,

@@ -6,7 +6,6 @@
 //! that cannot be read is a row with the reason. Rows, the mixed-fleet line, the table and the
 //! exit code are pure functions of what was read.
 
-use crate::util::in_order::in_order;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -31,6 +30,7 @@ use crate::report::diff::{DiffStyle, render};
 use crate::report::plan::TargetPlan;
 use crate::report::{clip_columns, display_width, redact};
 use crate::util::git::{self, CommitInfo};
+use crate::util::in_order::in_order;
 
 /// Targets asked at once.
 const TARGETS_AT_ONCE: usize = 16;
@@ -767,6 +767,8 @@ async fn drift_now(
         true,
         crate::cluster::apply::field_manager(&config.app),
         deadline,
+        // Up to TARGETS_AT_ONCE targets read their drift together.
+        crate::cluster::apply::in_flight_per_target(TARGETS_AT_ONCE),
         ("live".to_string(), label),
         cancel,
         TargetPlan::new(c.target.name.clone()),

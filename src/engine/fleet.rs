@@ -2,7 +2,6 @@
 //! order, every history; then the coordinator (`coordinator.rs`) runs the targets; the
 //! results become one `Report`.
 
-use crate::util::in_order::in_order;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,6 +22,7 @@ use crate::release::session::{
 };
 use crate::report::progress::{Progress, Stage};
 use crate::report::{Failure, Report, TargetOutcome, TargetReport};
+use crate::util::in_order::in_order;
 
 /// Runs every target of the plan through the pipeline and returns their runs in config
 /// order. First the preflight of every target (connect, discover the kinds), all before any

@@ -339,6 +339,42 @@ mod tests {
     }
 
     #[test]
+    fn the_targets_that_run_at_once_share_the_requests_in_flight() {
+        // (targets in the config, concurrency, requests in flight per target)
+        for (targets, concurrency, want) in [
+            (2, 1, 32),
+            (2, 2, 32),
+            (50, 50, 5),
+            (50, 8, 32),
+            (1000, 910, 4),
+        ] {
+            let mut config = config();
+            let first = config.targets[0].clone();
+            config.targets = (0..targets)
+                .map(|i| crate::config::TargetConfig {
+                    name: format!("t{i}"),
+                    ..first.clone()
+                })
+                .collect();
+            config.concurrency = concurrency;
+            // Set, as by --concurrency: else the memory budget decides it.
+            config.concurrency_set_by = Some("--concurrency".into());
+            let plan = Plan::new(
+                config,
+                set("x"),
+                None,
+                DeployOptions::default(),
+                HashMap::new(),
+            );
+            assert_eq!(
+                plan.max_in_flight(),
+                want,
+                "{targets} targets, concurrency {concurrency}"
+            );
+        }
+    }
+
+    #[test]
     fn a_manual_rollback_applies_only_forced_within_its_own_time_and_never_rolls_back() {
         let deploy = Plan::new(
             config(),

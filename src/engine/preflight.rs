@@ -7,7 +7,6 @@
 //! the fleet rolls back. `preflight: false` in the config skips it; `--dry-run` is already
 //! this dry run and does not run it twice.
 
-use crate::util::in_order::in_order;
 use std::sync::Arc;
 
 use tokio::time::Instant;
@@ -19,6 +18,7 @@ use crate::engine::plan::Plan;
 use crate::engine::target_run::TargetRun;
 use crate::report::plan::TargetPlan;
 use crate::report::{Failure, TargetOutcome};
+use crate::util::in_order::in_order;
 
 /// What the preflight asks of one target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,7 +2,6 @@
 //! object placed as the apply would place it (its body's digest) and its live object read
 //! (GETs only), up to the apply's in-flight bound.
 
-use crate::util::in_order::in_order;
 use kube::Client;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -13,6 +12,7 @@ use crate::cluster::apply::{Resolution, dynamic_api, effective_namespace, prepar
 use crate::cluster::diff::live_identity;
 use crate::cluster::retry::{RetryBudget, RetryError, error_chain_text, with_retry};
 use crate::manifests::{ManifestObject, ManifestSet, body_digest, is_cluster_scoped_kind};
+use crate::util::in_order::in_order;
 
 /// Every object of `set` on this target now, in the set's order.
 pub async fn objects_now(
