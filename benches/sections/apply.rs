@@ -158,6 +158,6 @@ async fn measure(scratch: &Path) -> Result<Vec<Row>, String> {
             ),
         ),
     ];
-    drop(sim);
+    fixtures::stop_sim(sim).await;
     Ok(rows)
 }

@@ -289,6 +289,6 @@ async fn measure(scratch: &Path) -> Result<Vec<Row>, String> {
     for p in problems {
         rows.push(Row::info("  run problem", p));
     }
-    drop(sim);
+    fixtures::stop_sim(sim).await;
     Ok(rows)
 }

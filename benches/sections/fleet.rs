@@ -118,7 +118,7 @@ async fn fleet(scratch: &Path) -> Result<Vec<Row>, String> {
             "app: Namespace, ConfigMap, Service, Deployment (2 replicas); {LATENCY_MS} ms latency per request; time scale 1; concurrency = number of clusters"
         ),
     ));
-    drop(sim);
+    fixtures::stop_sim(sim).await;
     Ok(rows)
 }
 
@@ -184,7 +184,7 @@ async fn memory_inner(scratch: &Path) -> Result<Vec<Row>, String> {
             dry.count("deployed")
         ),
     ));
-    drop(sim);
+    fixtures::stop_sim(sim).await;
     rows.extend(connections(scratch).await);
     Ok(rows)
 }
@@ -276,5 +276,7 @@ async fn one_target(
     if run.count("deployed") != 1 {
         return Err(run.problem());
     }
-    Ok(per_target(sim.clusters()))
+    let connections = per_target(sim.clusters());
+    fixtures::stop_sim(sim).await;
+    Ok(connections)
 }

@@ -103,7 +103,7 @@ async fn measure(scratch: &Path) -> Result<Vec<Row>, String> {
         without.push(deploy_once(scratch, &kubeconfig, &format!("off-{round}"), false).await?);
         with.push(deploy_once(scratch, &kubeconfig, &format!("on-{round}"), true).await?);
     }
-    drop(sim);
+    fixtures::stop_sim(sim).await;
     let (Some(on), Some(off)) = (fastest(&with), fastest(&without)) else {
         return Err("no deploy ran".into());
     };

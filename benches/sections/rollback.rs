@@ -188,6 +188,6 @@ async fn measure(scratch: &Path) -> Result<Vec<Row>, String> {
         rows.push(Row::info("  cluster state", states.join("; ")));
         rows.push(Row::info("  rollguard", bad.problem()));
     }
-    drop(sim);
+    fixtures::stop_sim(sim).await;
     Ok(rows)
 }

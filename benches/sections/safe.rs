@@ -218,7 +218,7 @@ async fn scenario(bin: &Path, fleet: usize, scratch: &Path) -> Result<Outcome, S
     };
     let mut outcome = measure(report, backoff, &run, &sim, fleet)?;
     outcome.cpu_sim = cpu_sim;
-    drop(sim);
+    fixtures::stop_sim(sim).await;
     Ok(outcome)
 }
 

@@ -258,7 +258,20 @@ async fn scale(scratch: &Path) -> Result<Vec<Row>, String> {
             ),
         ),
     );
-    drop(sim);
+    // Freed here, not by the runtime's workers while the next section runs (it slowed the
+    // apply section's discovery from 0.6 s to 3 s).
+    let stopping = Instant::now();
+    fixtures::stop_sim(sim).await;
+    push(
+        &mut rows,
+        Row::info(
+            "  kube-sim stopped",
+            format!(
+                "{MOST} clusters stopped and freed in {}, before the next section",
+                secs(stopping.elapsed().as_secs_f64())
+            ),
+        ),
+    );
     Ok(rows)
 }
 

@@ -107,6 +107,12 @@ pub async fn start_sim(options: SimOptions, scratch: &Path) -> Result<(Sim, Path
     Ok((sim, kubeconfig))
 }
 
+/// Stops `sim` and waits until what its clusters held is freed, so that the runtime's
+/// workers do not free it while the next measurement runs.
+pub async fn stop_sim(sim: Sim) {
+    sim.stop(Duration::from_secs(60)).await;
+}
+
 /// Contexts sim-1 .. sim-n.
 pub fn contexts(n: usize) -> Vec<String> {
     (1..=n).map(|i| format!("sim-{i}")).collect()
