@@ -27,6 +27,7 @@ use crate::http::handlers::{self, ApiRequest, Reply, ResourcePath};
 use crate::http::watch::{self as watches, EventLineCache, WatchSpec};
 use crate::model::error::{ApiError, qualified_resource};
 use crate::model::resource::new_uid;
+use crate::storage::registry::AggregatedDocument;
 use crate::storage::store::Store;
 
 /// Largest request body accepted: the real server's default (`--max-request-body-bytes`).
@@ -668,7 +669,7 @@ fn discovery_answer(state: &ClusterState, route: &Route, head: &RequestHead) -> 
         Route::Version => json_response(200, &crate::storage::registry::version_document(), pretty),
         Route::Api => {
             if wants_aggregated(accept) {
-                aggregated_response(&state.store.registry().aggregated_discovery(true))
+                aggregated_response(&state.store.registry().aggregated_document(true))
             } else {
                 let address = state.address.to_string();
                 json_response(
@@ -680,7 +681,7 @@ fn discovery_answer(state: &ClusterState, route: &Route, head: &RequestHead) -> 
         }
         Route::ApiGroupList => {
             if wants_aggregated(accept) {
-                aggregated_response(&state.store.registry().aggregated_discovery(false))
+                aggregated_response(&state.store.registry().aggregated_document(false))
             } else {
                 json_response(200, &state.store.registry().api_group_list(), pretty)
             }
@@ -822,19 +823,16 @@ fn not_found_page() -> Response<ApiBody> {
     error_response(&ApiError::unknown_path(), false)
 }
 
-fn aggregated_response(doc: &Value) -> Response<ApiBody> {
-    use sha2::Digest;
-    let bytes = serde_json::to_vec(doc).unwrap_or_default();
-    let etag = format!("\"{}\"", hex::encode_upper(sha2::Sha512::digest(&bytes)));
+fn aggregated_response(doc: &AggregatedDocument) -> Response<ApiBody> {
     let mut resp = response(
         200,
         "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
-        Bytes::from(bytes),
+        doc.json.clone(),
     );
     let headers = resp.headers_mut();
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("public"));
     headers.insert(header::VARY, HeaderValue::from_static("Accept"));
-    if let Ok(v) = HeaderValue::from_str(&etag) {
+    if let Ok(v) = HeaderValue::from_str(&doc.etag) {
         headers.insert(header::ETAG, v);
     }
     resp

@@ -521,12 +521,8 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, record: &UpdateRecord
     let mut changed = changed_fields(old_v, new, with_status, only_status);
     if only_status {
         // Status writers may also set annotations (the deployment controller's revision).
-        let meta_changed = changed_fields(
-            &json!({"metadata": old_v.get("metadata").cloned().unwrap_or(json!({}))}),
-            &json!({"metadata": new.get("metadata").cloned().unwrap_or(json!({}))}),
-            false,
-            false,
-        );
+        let meta_changed =
+            changed_fields(&owned_metadata(old_v), &owned_metadata(new), false, false);
         changed = changed.union(&meta_changed);
     }
     let existing = FieldSet::of_object(new, SetMode::All, true, false);
@@ -555,6 +551,20 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, record: &UpdateRecord
         }
     }
     write_entries(new, &entries);
+}
+
+/// `{"metadata": ...}` with the metadata fields a manager can own: the field sets skip the
+/// server's (managedFields is most of a pod's metadata, so it is not copied).
+fn owned_metadata(obj: &Value) -> Value {
+    let owned: Map<String, Value> = obj
+        .get("metadata")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| !is_server_metadata(k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    json!({ "metadata": owned })
 }
 
 /// A human path for a field set path, as conflict messages print it:

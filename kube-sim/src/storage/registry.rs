@@ -2,7 +2,7 @@
 //! the discovery documents built from it.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -155,11 +155,23 @@ struct Table {
     resources: BTreeMap<ResourceType, Arc<ResourceInfo>>,
     /// Resources in discovery order (as recorded), CRD resources appended.
     order: Vec<ResourceType>,
+    /// Counts the changes, for the cached discovery documents.
+    generation: u64,
 }
 
 /// The served resources of one cluster. CRDs add and remove entries while it runs.
 pub struct Registry {
     table: RwLock<Table>,
+    /// The aggregated discovery documents (core, groups) as served, built on first use after
+    /// each change of the table: every client of every cluster asks for them, and building,
+    /// serializing and hashing them was a twentieth of the simulator's CPU at 1,000 clusters.
+    aggregated: Mutex<[Option<(u64, Arc<AggregatedDocument>)>; 2]>,
+}
+
+/// An aggregated discovery document as served: its JSON and its ETag.
+pub struct AggregatedDocument {
+    pub json: bytes::Bytes,
+    pub etag: String,
 }
 
 impl Default for Registry {
@@ -183,6 +195,7 @@ impl Registry {
         }
         Self {
             table: RwLock::new(table),
+            aggregated: Mutex::default(),
         }
     }
 
@@ -191,7 +204,36 @@ impl Registry {
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Table> {
-        self.table.write().unwrap_or_else(|e| e.into_inner())
+        let mut table = self.table.write().unwrap_or_else(|e| e.into_inner());
+        table.generation += 1;
+        table
+    }
+
+    /// [`Registry::aggregated_discovery`] serialized, with its ETag (the hash of the JSON,
+    /// as the real server's discovery manager sets it).
+    pub fn aggregated_document(&self, core: bool) -> Arc<AggregatedDocument> {
+        use sha2::Digest;
+        let slot = usize::from(!core);
+        // Read before building: a change while building leaves a document of an older
+        // generation, which is never served.
+        let generation = self.read().generation;
+        let cached = |cache: &[Option<(u64, Arc<AggregatedDocument>)>; 2]| {
+            cache[slot]
+                .as_ref()
+                .filter(|(g, _)| *g == generation)
+                .map(|(_, doc)| doc.clone())
+        };
+        if let Some(doc) = cached(&self.aggregated.lock().unwrap_or_else(|e| e.into_inner())) {
+            return doc;
+        }
+        let json = serde_json::to_vec(&self.aggregated_discovery(core)).unwrap_or_default();
+        let doc = Arc::new(AggregatedDocument {
+            etag: format!("\"{}\"", hex::encode_upper(sha2::Sha512::digest(&json))),
+            json: json.into(),
+        });
+        self.aggregated.lock().unwrap_or_else(|e| e.into_inner())[slot] =
+            Some((generation, doc.clone()));
+        doc
     }
 
     pub fn get(&self, rt: &ResourceType) -> Option<Arc<ResourceInfo>> {
@@ -760,5 +802,33 @@ mod tests {
         registry.unregister_crd("widgets.example.com");
         assert!(registry.lookup("example.com", "v1", "widgets").is_none());
         assert!(registry.group("example.com").is_none());
+    }
+
+    #[test]
+    fn the_served_discovery_document_follows_crds() {
+        let registry = Registry::new();
+        let served = |core| {
+            let doc = registry.aggregated_document(core);
+            let json: Value = serde_json::from_slice(&doc.json).expect("JSON");
+            (doc, json)
+        };
+        let (before, json) = served(false);
+        assert_eq!(json, registry.aggregated_discovery(false));
+        assert!(Arc::ptr_eq(&before, &served(false).0), "built once");
+        let (core, json) = served(true);
+        assert_eq!(json, registry.aggregated_discovery(true));
+        assert_ne!(core.etag, before.etag);
+        registry.register_crd(&json!({
+            "metadata": {"name": "widgets.example.com"},
+            "spec": {"group": "example.com", "scope": "Cluster",
+                "names": {"plural": "widgets", "kind": "Widget"},
+                "versions": [{"name": "v1", "served": true, "storage": true}]}
+        }));
+        let (after, json) = served(false);
+        assert_eq!(json, registry.aggregated_discovery(false));
+        assert!(String::from_utf8_lossy(&after.json).contains("\"widgets\""));
+        assert_ne!(after.etag, before.etag);
+        registry.unregister_crd("widgets.example.com");
+        assert_eq!(served(false).0.etag, before.etag);
     }
 }
