@@ -165,8 +165,11 @@ pub struct Registry {
     /// The aggregated discovery documents (core, groups) as served, built on first use after
     /// each change of the table: every client of every cluster asks for them, and building,
     /// serializing and hashing them was a twentieth of the simulator's CPU at 1,000 clusters.
-    aggregated: Mutex<[Option<(u64, Arc<AggregatedDocument>)>; 2]>,
+    aggregated: Mutex<[CachedDocument; 2]>,
 }
+
+/// A served document and the generation of the table it was built from.
+type CachedDocument = Option<(u64, Arc<AggregatedDocument>)>;
 
 /// An aggregated discovery document as served: its JSON and its ETag.
 pub struct AggregatedDocument {
@@ -217,7 +220,7 @@ impl Registry {
         // Read before building: a change while building leaves a document of an older
         // generation, which is never served.
         let generation = self.read().generation;
-        let cached = |cache: &[Option<(u64, Arc<AggregatedDocument>)>; 2]| {
+        let cached = |cache: &[CachedDocument; 2]| {
             cache[slot]
                 .as_ref()
                 .filter(|(g, _)| *g == generation)
