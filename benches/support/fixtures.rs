@@ -110,7 +110,11 @@ pub async fn start_sim(options: SimOptions, scratch: &Path) -> Result<(Sim, Path
 /// Stops `sim` and waits until what its clusters held is freed, so that the runtime's
 /// workers do not free it while the next measurement runs.
 pub async fn stop_sim(sim: Sim) {
-    sim.stop(Duration::from_secs(60)).await;
+    if !sim.stop(Duration::from_secs(60)).await {
+        eprintln!(
+            "kube-sim: clusters still held after 60 s of stopping; the next section may be slowed by their freeing"
+        );
+    }
 }
 
 /// Contexts sim-1 .. sim-n.

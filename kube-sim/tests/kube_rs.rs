@@ -221,3 +221,23 @@ async fn a_hundred_watchers_on_one_client() {
     assert_eq!(delivered, 100);
     assert_eq!(sim.clusters()[0].counters().verb("watch"), 100);
 }
+
+/// `Sim::stop` returns once the clusters' memory is freed, with a client's watch open (the
+/// connection and the watch stream hold the cluster's state too); dropping the `Sim` would
+/// leave the freeing to the runtime's workers, after this returns.
+#[tokio::test]
+async fn stopping_frees_the_clusters_while_a_watch_is_open() {
+    let sim = Sim::start(SimOptions::default()).await.unwrap();
+    let client = client(&sim, "sim-1").await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let mut events = watcher(api, watcher::Config::default()).boxed();
+    // The first event means the list and the watch are being served.
+    events.try_next().await.unwrap();
+    let store = std::sync::Arc::downgrade(&sim.clusters()[0].store());
+    assert!(
+        sim.stop(Duration::from_secs(10)).await,
+        "freed before the deadline"
+    );
+    assert!(store.upgrade().is_none(), "the store is freed");
+    drop(events);
+}

@@ -294,11 +294,12 @@ impl Sim {
         }
     }
 
-    /// Stops every cluster and returns once what they held is freed, or at `deadline`.
+    /// Stops every cluster and returns once what they held is freed (true), or at
+    /// `deadline` (false: a task still holds a cluster's state).
     /// Dropping a `Sim` only asks its tasks to stop: the runtime's workers then free the
     /// stores, which for a thousand clusters takes seconds of CPU that would fall on
     /// whatever the caller runs next (a benchmark's next section).
-    pub async fn stop(mut self, deadline: Duration) {
+    pub async fn stop(mut self, deadline: Duration) -> bool {
         let until = tokio::time::Instant::now() + deadline;
         for c in self.clusters.iter_mut() {
             c.state.shutdown.send_replace(true);
@@ -318,6 +319,11 @@ impl Sim {
         {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        let freed = self
+            .clusters
+            .iter()
+            .all(|c| Arc::strong_count(&c.state) == 1);
         drop(self);
+        freed
     }
 }
