@@ -19,9 +19,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::cluster::connect::{describe_error, target_failure};
-use crate::cluster::retry::{RetryBudget, RetryError, with_retry};
+use crate::cluster::retry::{RetryBudget, RetryError, retry_kube, with_retry, with_retry_write};
 use crate::manifests::{ApplyPhase, ManifestObject, ManifestSet};
 use crate::report::Failure;
+use crate::util::retry::Cancel;
 
 /// The field manager every app shared before managers were per app. Objects it still owns
 /// are taken over once, on purpose, by the app's own manager ([`field_manager`]).
@@ -106,6 +107,9 @@ pub enum ApplyError {
 #[derive(Debug)]
 pub struct ApplyOutcome {
     pub applied: Vec<AppliedObject>,
+    /// Writes that were sent and never answered: the server may have done them, so they
+    /// count as changes (a rollback re-applies the last good release over them).
+    pub unanswered: usize,
     pub result: Result<(), ApplyError>,
     /// What a dry run could not check (objects in namespaces that do not exist yet).
     pub warnings: Vec<String>,
@@ -359,9 +363,9 @@ pub fn describe_apply_error(obj: &ManifestObject, err: &kube::Error) -> ObjectFa
                 == Some(std::io::ErrorKind::TimedOut) =>
         {
             (
-                "Timeout".to_string(),
+                UNANSWERED.to_string(),
                 format!(
-                    "sent, but no answer came before the deadline, so whether the server applied it is unknown ({})",
+                    "sent, but no answer came, so whether the server applied it is unknown ({})",
                     crate::cluster::retry::error_chain_text(other)
                 ),
             )
@@ -501,7 +505,7 @@ pub async fn ensure_namespace(
         ..Default::default()
     };
     let post = PostParams::default();
-    match with_retry("create namespace", budget, cancel, || {
+    match with_retry_write("create namespace", budget, cancel, || {
         api.create(&post, &ns)
     })
     .await
@@ -619,6 +623,7 @@ pub async fn apply_set(
         }
         Err(e) => ApplyOutcome {
             applied: Vec::new(),
+            unanswered: 0,
             result: Err(e),
             warnings: Vec::new(),
         },
@@ -637,6 +642,7 @@ pub async fn apply_resolved(
 ) -> ApplyOutcome {
     let mut outcome = ApplyOutcome {
         applied: Vec::new(),
+        unanswered: 0,
         result: Ok(()),
         warnings: Vec::new(),
     };
@@ -708,9 +714,8 @@ async fn apply_phases(
         )
         .await;
         if cancel.is_cancelled() {
-            collected
-                .applied
-                .extend(results.into_iter().filter_map(Result::ok));
+            // What was done (or may have been) before the cancel still counts.
+            keep_results(results, options, collected);
             return Err(ApplyError::Cancelled);
         }
         let mut failures = keep_results(results, options, collected);
@@ -832,7 +837,8 @@ async fn send_phase(
         .await
 }
 
-/// Keeps the applied objects and their warnings in `collected`; returns the failures.
+/// Keeps the applied objects, the unanswered writes and the warnings in `collected`; returns
+/// the failures.
 fn keep_results(
     results: Vec<Result<AppliedObject, ObjectFailure>>,
     options: &ApplyOptions,
@@ -850,7 +856,12 @@ fn keep_results(
             Err(f) if options.dry_run && is_missing_namespace(&f) => collected
                 .warnings
                 .push(format!("dry run: {} not checked: {}", f.object, f.message)),
-            Err(f) => failures.push(f),
+            Err(f) => {
+                if f.reason == UNANSWERED && !options.dry_run {
+                    collected.unanswered += 1;
+                }
+                failures.push(f);
+            }
         }
     }
     failures
@@ -875,6 +886,9 @@ async fn await_phase_crds(
 
 /// The reason of an object the deadline kept from being sent.
 pub const NOT_APPLIED: &str = "NotApplied";
+
+/// The reason of an object whose write was sent and never answered.
+pub const UNANSWERED: &str = "Timeout";
 
 /// An object that was never sent, because the deadline had passed.
 pub(crate) fn not_applied(display: String, obj: &ManifestObject) -> ObjectFailure {
@@ -941,7 +955,12 @@ async fn apply_one(
     params.dry_run = options.dry_run;
     let started = Instant::now();
     let patch = Patch::Apply(&body);
-    let mut result = with_retry("apply", budget, cancel, || {
+    // A dry run changes nothing: it can be dropped mid-request.
+    let stop = match options.dry_run {
+        true => Cancel::Read(cancel),
+        false => Cancel::Write(cancel),
+    };
+    let mut result = retry_kube("apply", budget, stop, || {
         api.patch(&obj.name, &params, &patch)
     })
     .await;
@@ -955,7 +974,7 @@ async fn apply_one(
     {
         let mut forced = params.clone();
         forced.force = true;
-        result = with_retry("apply", budget, cancel, || {
+        result = retry_kube("apply", budget, stop, || {
             api.patch(&obj.name, &forced, &patch)
         })
         .await;
@@ -1030,7 +1049,7 @@ async fn release_legacy(
     }
     let params = PatchParams::apply(LEGACY_FIELD_MANAGER);
     let patch = Patch::Apply(&empty);
-    match with_retry("release old field manager", budget, cancel, || {
+    match with_retry_write("release old field manager", budget, cancel, || {
         api.patch(&obj.name, &params, &patch)
     })
     .await

@@ -7,7 +7,8 @@
 //! (`cluster/connect.rs` builds them without one): its delays ignore the per-target deadline,
 //! and a layer under this one would multiply attempts (one 503 cost 9 requests). Here every
 //! attempt and every sleep stays inside the deadline, at most [`MAX_ATTEMPTS`] requests are
-//! sent per call, a 429 waits its Retry-After only when that fits before the deadline,
+//! sent per call (besides those answered with a Retry-After), a 429 waits its Retry-After only
+//! when that fits before the deadline,
 //! nothing is sent once the deadline has passed, and 4xx answers other than 408 and 429 are
 //! never retried. A server that accepted a request and then stays silent is cut off by the
 //! client's read timeout (`ROLLGUARD_REQUEST_TIMEOUT`, `cluster/connect.rs`), which counts here
@@ -18,7 +19,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::util::retry::{self, Classifier, GaveUp, Verdict};
+use crate::util::retry::{self, Cancel, Classifier, GaveUp, Verdict};
 pub use crate::util::retry::{BOOKKEEPING_WINDOW, MAX_ATTEMPTS, RetryBudget, backoff_delay};
 
 /// How an API error should be treated by a caller that may retry.
@@ -224,7 +225,8 @@ impl Classifier<kube::Error> for KubeRules {
     }
 }
 
-/// Runs `op` until it succeeds, fails permanently, the budget runs out or `cancel` fires.
+/// Runs a read `op` until it succeeds, fails permanently, the budget runs out or `cancel`
+/// fires (at once, also mid-request).
 pub async fn with_retry<T, F, Fut>(
     what: &str,
     budget: &RetryBudget,
@@ -235,7 +237,36 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, kube::Error>>,
 {
-    retry::run(what, budget, &KubeRules, Some(cancel), op)
+    retry_kube(what, budget, Cancel::Read(cancel), op).await
+}
+
+/// [`with_retry`] for a write: a cancel lets the request in flight be answered first (within
+/// [`retry::WRITE_CANCEL_GRACE`]), so that whether the server did it is known.
+pub async fn with_retry_write<T, F, Fut>(
+    what: &str,
+    budget: &RetryBudget,
+    cancel: &CancellationToken,
+    op: F,
+) -> Result<T, RetryError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, kube::Error>>,
+{
+    retry_kube(what, budget, Cancel::Write(cancel), op).await
+}
+
+/// The retry loop under the cluster's rules, its outcome as a [`RetryError`].
+pub async fn retry_kube<T, F, Fut>(
+    what: &str,
+    budget: &RetryBudget,
+    cancel: Cancel<'_>,
+    op: F,
+) -> Result<T, RetryError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, kube::Error>>,
+{
+    retry::run(what, budget, &KubeRules, cancel, op)
         .await
         .map_err(|gave_up| match gave_up {
             GaveUp::Failed(err) | GaveUp::NoTime { last: err, .. } => RetryError::Api(err),

@@ -14,7 +14,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cluster::apply::{AppliedObject, Resolution, discover, field_manager};
 use crate::cluster::connect::ClusterAccess;
-use crate::cluster::retry::{RetryBudget, RetryError, error_chain_text, with_retry};
+use crate::cluster::retry::{
+    RetryBudget, RetryError, error_chain_text, with_retry, with_retry_write,
+};
 use crate::config::TargetConfig;
 use crate::engine::plan::Plan;
 use crate::manifests::{ManifestSet, is_cluster_scoped_kind};
@@ -194,7 +196,7 @@ async fn delete(
         preconditions: Some(at.clone()),
         ..DeleteParams::default()
     };
-    match with_retry("delete", budget, cancel, || api.delete(name, &params)).await {
+    match with_retry_write("delete", budget, cancel, || api.delete(name, &params)).await {
         Ok(_) => Ok(()),
         Err(RetryError::Api(kube::Error::Api(s))) if s.code == 404 => Ok(()),
         Err(RetryError::Api(kube::Error::Api(s))) if s.code == 409 => Err(DeleteError::Changed),

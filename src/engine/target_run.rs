@@ -619,7 +619,7 @@ async fn apply_objects(step: &Step<'_>, run: &mut TargetRun, resolution: Resolut
         &report_progress,
     )
     .await;
-    run.received_new_revision = !outcome.applied.is_empty();
+    run.received_new_revision = !outcome.applied.is_empty() || outcome.unanswered > 0;
     run.report.warnings.extend(outcome.warnings);
     run.applied = outcome.applied;
     if let Some(why) = lock_lost(run) {

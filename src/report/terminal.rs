@@ -186,10 +186,14 @@ pub fn table_row(report: &Report, t: &TargetReport) -> [String; 5] {
         None => format!("v{rev}"),
     };
     let ours = report.commit.as_ref().map(|c| c.short_sha());
-    let rolled_back = t
-        .rollback
-        .as_ref()
-        .filter(|rb| rb.outcome == TargetOutcome::RolledBack);
+    // A rollback that stopped after re-applying all the failed revision had sent leaves
+    // the target failed, on the good revision (policy::unfinished_rollback_outcome).
+    let rolled_back = t.rollback.as_ref().filter(|rb| {
+        rb.outcome == TargetOutcome::RolledBack
+            || (rb.outcome == TargetOutcome::Failed
+                && t.outcome == TargetOutcome::Failed
+                && rb.to_revision.is_some())
+    });
     let runs_now = match (t.outcome, rolled_back) {
         (TargetOutcome::Skipped | TargetOutcome::RollbackFailed, _) => None,
         (_, Some(rb)) => rb
@@ -525,6 +529,11 @@ shop: rolled back 1 of 1, 4 skipped; canary: CrashLoopBackOff
             (
                 with(Failed, Some(1), Some(rollback(Failed, None, None)), None),
                 ["failed 1", "v1 (abc1234)", ""],
+            ),
+            // The rollback stopped having re-applied all that v7 had sent: v5 runs.
+            (
+                with(Failed, Some(7), Some(rollback(Failed, Some(5), None)), None),
+                ["failed 7", "v5 (3a30e4b)", ""],
             ),
             (
                 with(Failed, None, None, Some("connection refused")),

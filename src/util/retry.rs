@@ -1,7 +1,9 @@
 //! The one retry loop of rollguard's remote calls (the cluster's API server, GitHub's REST
 //! API): attempts bounded in time and number, exponential backoff with jitter, a server's
-//! Retry-After honoured only when it fits before the deadline, nothing sent once the deadline
-//! has passed.
+//! Retry-After honoured only when it fits before the deadline (with a little jitter above it,
+//! so that callers told the same wait do not come back in lockstep), nothing sent once the
+//! deadline has passed. A cancel stops a read at once; a write in flight is given a short
+//! grace to be answered, so that what it changed is known.
 //!
 //! What is worth another attempt is the caller's: it supplies a [`Classifier`] that turns its
 //! own error type into a [`Verdict`] (the cluster's in `cluster/retry.rs`, GitHub's in
@@ -37,8 +39,46 @@ pub trait Classifier<E> {
     fn timed_out(&self, what: &str, after: Duration) -> E;
 }
 
-/// Requests one retried call may send at most by default, whatever its deadline.
+/// Requests one retried call may send at most by default, whatever its deadline. Attempts
+/// the server answered with the wait it wants (Retry-After) are not counted: the server
+/// handled nothing and said when to come back, and the deadline bounds them.
 pub const MAX_ATTEMPTS: u32 = 8;
+
+/// How long a write in flight when the cancel comes may still take to be answered.
+pub const WRITE_CANCEL_GRACE: Duration = Duration::from_secs(2);
+
+/// How a cancel stops a retried call.
+#[derive(Debug, Clone, Copy)]
+pub enum Cancel<'a> {
+    /// It cannot be cancelled.
+    Never,
+    /// At once, also mid-request: a read, whose dropped request changes nothing.
+    Read(&'a CancellationToken),
+    /// Between attempts; an attempt in flight gets [`WRITE_CANCEL_GRACE`] to be answered (a
+    /// write: dropping it would leave unknown whether the server did it). Past the grace it
+    /// counts as an attempt without an answer.
+    Write(&'a CancellationToken),
+}
+
+impl Cancel<'_> {
+    fn token(&self) -> Option<&CancellationToken> {
+        match self {
+            Cancel::Never => None,
+            Cancel::Read(t) | Cancel::Write(t) => Some(t),
+        }
+    }
+
+    async fn cancelled(&self) {
+        match self.token() {
+            Some(token) => token.cancelled().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    fn is_cancelled(&self) -> bool {
+        self.token().is_some_and(CancellationToken::is_cancelled)
+    }
+}
 
 /// How long a bookkeeping call (Lease, release record) keeps retrying.
 pub const BOOKKEEPING_WINDOW: Duration = Duration::from_secs(20);
@@ -147,12 +187,12 @@ pub enum GaveUp<E> {
 }
 
 /// Runs `op` until it succeeds, the classifier calls its error fatal, the budget runs out or
-/// `cancel` fires (None: the call cannot be cancelled).
+/// `cancel` fires.
 pub async fn run<T, E, C, F, Fut>(
     what: &str,
     budget: &RetryBudget,
     classifier: &C,
-    cancel: Option<&CancellationToken>,
+    cancel: Cancel<'_>,
     mut op: F,
 ) -> Result<T, GaveUp<E>>
 where
@@ -161,12 +201,6 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, E>>,
 {
-    let cancelled = || async {
-        match cancel {
-            Some(token) => token.cancelled().await,
-            None => std::future::pending().await,
-        }
-    };
     let mut attempt: u32 = 0;
     let mut unanswered: u32 = 0;
     let mut last: Option<E> = None;
@@ -177,22 +211,24 @@ where
         if remaining.is_zero() {
             return Err(GaveUp::Deadline { last });
         }
+        if cancel.is_cancelled() {
+            return Err(GaveUp::Cancelled);
+        }
         let attempt_timeout = budget.attempt_timeout.min(remaining);
-        let result = tokio::select! {
-            _ = cancelled() => return Err(GaveUp::Cancelled),
-            r = tokio::time::timeout(attempt_timeout, op()) => r,
+        let err = match attempt_once(what, attempt_timeout, classifier, cancel, op()).await {
+            Attempt::Answer(Ok(value)) => return Ok(value),
+            Attempt::Answer(Err(err)) => err,
+            Attempt::Stopped => return Err(GaveUp::Cancelled),
+            Attempt::CancelledUnanswered(err) => return Err(GaveUp::Failed(err)),
         };
-        let err = match result {
-            Ok(Ok(value)) => return Ok(value),
-            Ok(Err(err)) => err,
-            Err(_) => classifier.timed_out(what, attempt_timeout),
-        };
-        attempt += 1;
         let server_wait = match classifier.verdict(&err) {
             Verdict::Fatal => return Err(GaveUp::Failed(err)),
             Verdict::Retry => None,
             Verdict::RetryAfter(wait) => Some(wait),
         };
+        if server_wait.is_none() {
+            attempt += 1;
+        }
         if !classifier.answered(&err) {
             unanswered += 1;
         }
@@ -201,17 +237,75 @@ where
         {
             return Err(GaveUp::Failed(err));
         }
-        let wait = server_wait.unwrap_or_else(|| budget.backoff(attempt - 1, rand::random()));
+        let wait = match server_wait {
+            Some(wait) => wait,
+            None => budget.backoff(attempt.saturating_sub(1), rand::random()),
+        };
         if Instant::now() + wait >= budget.deadline {
             return Err(GaveUp::NoTime { last: err, wait });
         }
+        // A server's wait is a minimum: callers told the same wait spread out above it.
+        let wait = match server_wait {
+            Some(wait) => spread_above(wait, rand::random())
+                .min(budget.deadline.saturating_duration_since(Instant::now())),
+            None => wait,
+        };
         tracing::debug!(what, attempt, wait_ms = wait.as_millis() as u64, error = %err, "transient error, retrying");
         last = Some(err);
         tokio::select! {
-            _ = cancelled() => return Err(GaveUp::Cancelled),
+            _ = cancel.cancelled() => return Err(GaveUp::Cancelled),
             _ = tokio::time::sleep(wait) => {}
         }
     }
+}
+
+/// How one attempt ended.
+enum Attempt<T, E> {
+    /// An answer, or the error standing for none within the attempt's timeout.
+    Answer(Result<T, E>),
+    /// A cancel stopped it (a read, at once).
+    Stopped,
+    /// A write in flight when the cancel came got no answer within the grace: whether the
+    /// server did it is unknown.
+    CancelledUnanswered(E),
+}
+
+/// One attempt, cut off after `timeout` (as an error without an answer) or by the cancel as
+/// `cancel` says.
+async fn attempt_once<T, E, C: Classifier<E>>(
+    what: &str,
+    timeout: Duration,
+    classifier: &C,
+    cancel: Cancel<'_>,
+    attempt: impl Future<Output = Result<T, E>>,
+) -> Attempt<T, E> {
+    let attempt = tokio::time::timeout(timeout, attempt);
+    tokio::pin!(attempt);
+    let answer = match cancel {
+        Cancel::Never => attempt.await,
+        Cancel::Read(token) => tokio::select! {
+            _ = token.cancelled() => return Attempt::Stopped,
+            r = &mut attempt => r,
+        },
+        Cancel::Write(token) => tokio::select! {
+            _ = token.cancelled() => {
+                let grace = WRITE_CANCEL_GRACE.min(timeout);
+                match tokio::time::timeout(grace, &mut attempt).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        return Attempt::CancelledUnanswered(classifier.timed_out(what, grace));
+                    }
+                }
+            }
+            r = &mut attempt => r,
+        },
+    };
+    Attempt::Answer(answer.unwrap_or_else(|_| Err(classifier.timed_out(what, timeout))))
+}
+
+/// `wait` plus up to half of it, `random` in `0..=1`.
+fn spread_above(wait: Duration, random: f64) -> Duration {
+    wait + wait.mul_f64(random.clamp(0.0, 1.0) / 2.0)
 }
 
 #[cfg(test)]
@@ -266,7 +360,7 @@ mod tests {
         let calls = Arc::new(AtomicU32::new(0));
         let c = calls.clone();
         let script = Arc::new(script);
-        let result = run("test", budget, &Rules, None, move || {
+        let result = run("test", budget, &Rules, Cancel::Never, move || {
             let (c, script) = (c.clone(), script.clone());
             async move {
                 let n = c.fetch_add(1, Ordering::SeqCst) as usize;
@@ -366,7 +460,7 @@ mod tests {
             max_unanswered: Some(2),
             ..fast(Duration::from_secs(30))
         };
-        let result: Result<(), _> = run("test", &budget, &Rules, None, || {
+        let result: Result<(), _> = run("test", &budget, &Rules, Cancel::Never, || {
             std::future::pending::<Result<(), Failure>>()
         })
         .await;
@@ -381,10 +475,74 @@ mod tests {
             "test",
             &fast(Duration::from_secs(30)),
             &Rules,
-            Some(&token),
+            Cancel::Read(&token),
             std::future::pending::<Result<(), Failure>>,
         )
         .await;
         assert!(matches!(result, Err(GaveUp::Cancelled)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn server_waits_are_not_counted_as_attempts_and_spread_above_the_wait() {
+        // Ten 429s asking for 1 s, then a success: more than MAX_ATTEMPTS requests, each
+        // after at least the asked second, none past half a second more.
+        let mut script = vec![Some(Failure(429, Some(1))); 10];
+        script.push(None);
+        let started = Instant::now();
+        let (result, calls) = scripted(&fast(Duration::from_secs(60)), script).await;
+        assert_eq!((result.ok(), calls), (Some(7), 11));
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_secs(10) && took <= Duration::from_secs(15),
+            "{took:?}"
+        );
+        assert_eq!(
+            spread_above(Duration::from_secs(2), 0.0),
+            Duration::from_secs(2)
+        );
+        assert_eq!(
+            spread_above(Duration::from_secs(2), 1.0),
+            Duration::from_secs(3)
+        );
+    }
+
+    /// A call whose cancel fires once its attempt is in flight; the attempt answers after
+    /// `after`.
+    async fn cancelled_in_flight(write: bool, after: Duration) -> Result<u32, GaveUp<Failure>> {
+        let token = CancellationToken::new();
+        let cancel = match write {
+            true => Cancel::Write(&token),
+            false => Cancel::Read(&token),
+        };
+        run(
+            "test",
+            &fast(Duration::from_secs(30)),
+            &Rules,
+            cancel,
+            || {
+                let token = token.clone();
+                async move {
+                    token.cancel();
+                    tokio::time::sleep(after).await;
+                    Ok::<u32, Failure>(7)
+                }
+            },
+        )
+        .await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cancel_lets_a_write_in_flight_be_answered_and_stops_a_read_at_once() {
+        let second = Duration::from_secs(1);
+        assert!(matches!(cancelled_in_flight(true, second).await, Ok(7)));
+        // No answer within the grace: an attempt of unknown fate, not a clean cancel.
+        assert!(matches!(
+            cancelled_in_flight(true, WRITE_CANCEL_GRACE * 2).await,
+            Err(GaveUp::Failed(Failure(0, None)))
+        ));
+        assert!(matches!(
+            cancelled_in_flight(false, second).await,
+            Err(GaveUp::Cancelled)
+        ));
     }
 }

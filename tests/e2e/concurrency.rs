@@ -1,6 +1,8 @@
 //! Concurrent runs and flaky APIs (issue 10), end to end: runs as separate processes, as CI
 //! starts them, against kube-sim clusters with faults.
 
+use std::time::{Duration, Instant};
+
 use kube_sim::faults::Faults;
 use serde_json::{Value, json};
 
@@ -405,6 +407,51 @@ async fn a_cancel_whose_rollback_runs_out_of_budget_is_rollback_failed() {
     assert_ne!(image(&web(&env, 1).await), GOOD);
 }
 
+/// A cancel lets a write in flight be answered: dropping it would leave unknown whether the
+/// server did it (a real API server may finish a request whose client went away), and a
+/// target whose write was dropped was said to have nothing to undo. The Deployment's apply
+/// is held 1.5 s by the server when SIGINT comes; it is answered, counts as a change, and
+/// `on_cancel: rollback` sends the last good release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_in_flight_when_the_cancel_comes_is_answered_and_rolled_back() {
+    let env = TestEnv::start(1, "").await;
+    env.write("rollguard.yaml", &config(1, "60s"));
+    // The Deployment alone: the only write of the deploy is the one in flight.
+    let deployment_only = |image: &str| {
+        let app = small_app(image);
+        app.split("---\n").nth(1).unwrap_or_default().to_string()
+    };
+    env.write("k8s/app.yaml", &deployment_only(GOOD));
+    let first = env.deploy(&[]).await;
+    assert_eq!(first.code, 0, "{}", first.output());
+    env.write("k8s/app.yaml", &deployment_only("example.com/web:v2"));
+    env.cluster(1).set_faults(Faults {
+        latency_ms: 1500,
+        only_resources: vec!["deployments.apps".into()],
+        ..Default::default()
+    });
+    let applies = |env: &TestEnv| env.cluster(1).counters().get("apply", "deployments.apps");
+    let before = applies(&env);
+    let child = env.spawn_deploy(&[]);
+    // The server counts a request as it arrives, before its latency.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while applies(&env) == before {
+        assert!(Instant::now() < deadline, "the apply never came");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    signal(&child, "-INT");
+    let run = env.finish(child, "report.json").await;
+    env.cluster(1).set_faults(Faults::default());
+    assert_eq!(run.code, 130, "{}", run.output());
+    let target = run.target("eu");
+    assert_eq!(target["outcome"], "cancelled", "{}", run.output());
+    // Rolled back, or (its rollout cut short by the cancel's budget) sent and not verified.
+    assert!(target["rollback"].is_object(), "{}", run.output());
+    // v1, v2 (answered, not dropped) and the rollback to v1.
+    assert_eq!(applies(&env), before + 2, "{}", run.output());
+    assert_runs(&env, 1, GOOD).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_refused_on_one_target_writes_nothing_anywhere_and_gives_back_the_others() {
     let env = TestEnv::start(3, "").await;
@@ -464,8 +511,11 @@ async fn a_target_the_new_revision_never_reached_behind_a_429_is_failed_not_roll
     );
     env.write("k8s/app.yaml", &small_app("example.com/web:v2"));
     // eu's Deployments answer 429 asking for 100 s: the new image never reaches eu (its
-    // ConfigMap is unchanged), and its rollback cannot send the Deployment either.
+    // ConfigMap is unchanged), and its rollback cannot send the Deployment either. The 429
+    // comes after 300 ms, so that us has sent the new revision before eu fails (else the
+    // policy stops us before it sent anything, and it is skipped, not rolled back).
     env.cluster(1).set_faults(Faults {
+        latency_ms: 300,
         error_rate: 1.0,
         error_status: 429,
         retry_after_seconds: 100,
@@ -482,6 +532,13 @@ async fn a_target_the_new_revision_never_reached_behind_a_429_is_failed_not_roll
     );
     assert_eq!(run.outcome("eu"), "failed", "{}", run.output());
     assert_eq!(run.outcome("us"), "rolled-back", "{}", run.output());
+    // Everything eu had been sent was re-applied at v1, and the rest never reached it.
+    let eu_row = run
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("eu "))
+        .unwrap_or_default();
+    assert!(eu_row.contains(" v1 "), "eu runs v1: {eu_row}");
     assert_runs(&env, 1, GOOD).await;
     assert_runs(&env, 2, GOOD).await;
 }
