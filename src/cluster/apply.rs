@@ -8,7 +8,6 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
@@ -20,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cluster::connect::{describe_error, target_failure};
 use crate::cluster::retry::{RetryBudget, RetryError, retry_kube, with_retry, with_retry_write};
+use crate::util::in_order::in_order_made;
 use crate::manifests::{ApplyPhase, ManifestObject, ManifestSet};
 use crate::report::Failure;
 use crate::util::retry::Cancel;
@@ -812,29 +812,24 @@ async fn send_phase(
     cancel: &CancellationToken,
     progress: &mut Progress<'_>,
 ) -> Vec<Result<AppliedObject, ObjectFailure>> {
-    // Futures built up front (they start only when polled): a stream closure over
-    // borrowed objects would not be `Send` for every lifetime, which tokio::spawn needs.
-    let mut pending = Vec::new();
-    for obj in &phase.objects {
-        if let Some(resolved) = kinds.get(&kind_key(obj)) {
-            pending.push(apply_one(
-                client,
-                obj,
-                resolved.clone(),
-                options,
-                budget,
-                cancel,
-            ));
-        }
-    }
-    futures::stream::iter(pending)
-        .buffer_unordered(options.max_in_flight.max(1))
-        .inspect(|_| {
+    let objects: Vec<(&ManifestObject, &Resolved)> = phase
+        .objects
+        .iter()
+        .filter_map(|obj| Some((obj, kinds.get(&kind_key(obj))?)))
+        .collect();
+    in_order_made(
+        objects.len(),
+        options.max_in_flight,
+        |i| {
+            let (obj, resolved) = objects[i];
+            apply_one(client, obj, resolved.clone(), options, budget, cancel)
+        },
+        || {
             progress.done += 1;
             (progress.report)(progress.done, progress.total);
-        })
-        .collect()
-        .await
+        },
+    )
+    .await
 }
 
 /// Keeps the applied objects, the unanswered writes and the warnings in `collected`; returns

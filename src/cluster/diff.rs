@@ -23,7 +23,7 @@ use crate::report::diff::unified;
 use crate::report::plan::{PlannedChange, TargetPlan};
 use crate::report::redact;
 use crate::report::{LiveIdentity, SeenObject};
-use crate::util::in_order::in_order;
+use crate::util::in_order::in_order_made;
 
 /// Why a custom resource is listed as created without the server's check.
 pub const CRD_NOT_YET: &str = "CRD not yet on the cluster";
@@ -223,12 +223,14 @@ pub async fn diff_resolved(
         }
     }
 
-    let mut pending = Vec::new();
-    for obj in &set.objects {
-        pending.push(diff_one(client, obj, resolution, options, &budget, cancel));
-    }
-    let results: Vec<Result<Option<(Change, SeenObject)>, ObjectFailure>> =
-        in_order(pending, options.max_in_flight).await;
+    let objects = &set.objects;
+    let results: Vec<Result<Option<(Change, SeenObject)>, ObjectFailure>> = in_order_made(
+        objects.len(),
+        options.max_in_flight,
+        |i| diff_one(client, &objects[i], resolution, options, &budget, cancel),
+        || {},
+    )
+    .await;
     out.cancelled = cancel.is_cancelled();
     for r in results {
         match r {
