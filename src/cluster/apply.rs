@@ -19,9 +19,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cluster::connect::{describe_error, target_failure};
 use crate::cluster::retry::{RetryBudget, RetryError, retry_kube, with_retry, with_retry_write};
-use crate::util::in_order::in_order_made;
 use crate::manifests::{ApplyPhase, ManifestObject, ManifestSet};
 use crate::report::Failure;
+use crate::util::in_order::in_order_made;
 use crate::util::retry::Cancel;
 
 /// The field manager every app shared before managers were per app. Objects it still owns
