@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::cluster::connect::{describe_error, target_failure};
-use crate::cluster::retry::{RetryBudget, RetryError, retry_kube, with_retry, with_retry_write};
+use crate::cluster::retry::{RetryBudget, RetryError, retry_kube, with_retry};
 use crate::manifests::{ApplyPhase, ManifestObject, ManifestSet};
 use crate::report::Failure;
 use crate::util::in_order::in_order_made;
@@ -505,7 +505,7 @@ pub async fn ensure_namespace(
         ..Default::default()
     };
     let post = PostParams::default();
-    match with_retry_write("create namespace", budget, cancel, || {
+    match retry_kube("create namespace", budget, Cancel::Write(cancel), || {
         api.create(&post, &ns)
     })
     .await
@@ -1044,9 +1044,12 @@ async fn release_legacy(
     }
     let params = PatchParams::apply(LEGACY_FIELD_MANAGER);
     let patch = Patch::Apply(&empty);
-    match with_retry_write("release old field manager", budget, cancel, || {
-        api.patch(&obj.name, &params, &patch)
-    })
+    match retry_kube(
+        "release old field manager",
+        budget,
+        Cancel::Write(cancel),
+        || api.patch(&obj.name, &params, &patch),
+    )
     .await
     {
         Ok(_) => format!(

@@ -240,22 +240,9 @@ where
     retry_kube(what, budget, Cancel::Read(cancel), op).await
 }
 
-/// [`with_retry`] for a write: a cancel lets the request in flight be answered first (within
+/// The retry loop under the cluster's rules, its outcome as a [`RetryError`]. A write passes
+/// [`Cancel::Write`]: a cancel lets the request in flight be answered first (within
 /// [`retry::WRITE_CANCEL_GRACE`]), so that whether the server did it is known.
-pub async fn with_retry_write<T, F, Fut>(
-    what: &str,
-    budget: &RetryBudget,
-    cancel: &CancellationToken,
-    op: F,
-) -> Result<T, RetryError>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, kube::Error>>,
-{
-    retry_kube(what, budget, Cancel::Write(cancel), op).await
-}
-
-/// The retry loop under the cluster's rules, its outcome as a [`RetryError`].
 pub async fn retry_kube<T, F, Fut>(
     what: &str,
     budget: &RetryBudget,

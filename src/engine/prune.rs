@@ -14,9 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cluster::apply::{AppliedObject, Resolution, discover, field_manager};
 use crate::cluster::connect::ClusterAccess;
-use crate::cluster::retry::{
-    RetryBudget, RetryError, error_chain_text, with_retry, with_retry_write,
-};
+use crate::cluster::retry::{RetryBudget, RetryError, error_chain_text, retry_kube, with_retry};
 use crate::config::TargetConfig;
 use crate::engine::plan::Plan;
 use crate::manifests::{ManifestSet, is_cluster_scoped_kind};
@@ -28,6 +26,7 @@ use crate::release::session::{TargetRelease, applied_ref};
 use crate::release::{ObjectRef, ReleaseOrigin};
 use crate::report::plan::TargetPlan;
 use crate::report::{DroppedFate, DroppedObject};
+use crate::util::retry::Cancel;
 
 /// A dropped object as read, with what its delete needs.
 struct Found {
@@ -196,7 +195,11 @@ async fn delete(
         preconditions: Some(at.clone()),
         ..DeleteParams::default()
     };
-    match with_retry_write("delete", budget, cancel, || api.delete(name, &params)).await {
+    match retry_kube("delete", budget, Cancel::Write(cancel), || {
+        api.delete(name, &params)
+    })
+    .await
+    {
         Ok(_) => Ok(()),
         Err(RetryError::Api(kube::Error::Api(s))) if s.code == 404 => Ok(()),
         Err(RetryError::Api(kube::Error::Api(s))) if s.code == 409 => Err(DeleteError::Changed),
