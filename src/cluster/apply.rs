@@ -411,14 +411,20 @@ fn without_managed_fields(mut obj: Value) -> Value {
 
 /// What is kept of the server's answer (see [`AppliedObject::response`]): nothing for an
 /// object that is already healthy (a ConfigMap, a Service...), else the object without its
-/// managedFields. A dry run keeps the whole would-be object, which is what it is for.
+/// managedFields and with its pod template as a digest. A dry run keeps the whole would-be
+/// object (managedFields aside), which is what it is for.
 fn kept_response(obj: Value, resource: &ApiResource, dry_run: bool) -> Option<Value> {
-    let obj = without_managed_fields(obj);
+    let mut obj = without_managed_fields(obj);
     if dry_run {
         return Some(obj);
     }
     let assessment = crate::cluster::health::assess_as(&obj, &resource.api_version, &resource.kind);
-    (assessment.status != crate::cluster::health::Status::Current).then_some(obj)
+    if assessment.status == crate::cluster::health::Status::Current {
+        return None;
+    }
+    // Kept only for the wait's rules, which read the pod template only as its digest.
+    crate::cluster::health::slim_template(&mut obj);
+    Some(obj)
 }
 
 /// True for the 404 an object in a namespace that does not exist gets.
@@ -766,7 +772,7 @@ async fn create_namespaces(
 
 /// Every object of `phases`, reported as never sent (the deadline passed).
 fn unsent(
-    phases: &[ApplyPhase],
+    phases: &[ApplyPhase<'_>],
     kinds: &HashMap<(String, String), Resolved>,
     options: &ApplyOptions,
 ) -> Vec<ObjectFailure> {
@@ -805,7 +811,7 @@ fn discovery_error(e: RetryError) -> ApplyError {
 /// Sends the phase's objects, up to `max_in_flight` at once, counting each as it ends.
 async fn send_phase(
     client: &Client,
-    phase: &ApplyPhase,
+    phase: &ApplyPhase<'_>,
     kinds: &HashMap<(String, String), Resolved>,
     options: &ApplyOptions,
     budget: &RetryBudget,
@@ -865,7 +871,7 @@ fn keep_results(
 /// Waits until the CRDs of a phase that asks for it are established.
 async fn await_phase_crds(
     client: &Client,
-    phase: &ApplyPhase,
+    phase: &ApplyPhase<'_>,
     options: &ApplyOptions,
     cancel: &CancellationToken,
 ) -> Result<(), ApplyError> {
@@ -994,10 +1000,14 @@ async fn apply_one(
     }
     tracing::debug!(object = %obj.display_name(), ms = started.elapsed().as_millis() as u64, ok = result.is_ok(), "applied");
     match result {
-        Ok(returned) => Ok(AppliedObject {
+        Ok(mut returned) => Ok(AppliedObject {
             display,
             response: kept_response(
-                serde_json::to_value(&returned).unwrap_or(Value::Null),
+                {
+                    // Not worth converting: most of a returned object.
+                    returned.metadata.managed_fields = None;
+                    serde_json::to_value(&returned).unwrap_or(Value::Null)
+                },
                 &resolved.resource,
                 options.dry_run,
             ),
@@ -1175,9 +1185,10 @@ mod tests {
         let config_map = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "c", "namespace": "shop", "uid": "u", "managedFields": [{}]},
             "data": {"big": "x".repeat(1000)}});
+        let template = json!({"spec": {"containers": [{"name": "web", "image": "web:2"}]}});
         let rolling = json!({"apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": "web", "namespace": "shop", "generation": 2, "managedFields": [{}]},
-            "spec": {"replicas": 2}, "status": {"observedGeneration": 1}});
+            "spec": {"replicas": 2, "template": template}, "status": {"observedGeneration": 1}});
         let cases = [
             // Healthy: nothing to watch, nothing kept.
             (config_map.clone(), &cm, false, None),
@@ -1190,14 +1201,25 @@ mod tests {
                 "metadata": {"name": "c", "namespace": "shop", "uid": "u"},
                 "data": {"big": "x".repeat(1000)}})),
             ),
-            // Not healthy yet: the wait needs all of it.
+            // Not healthy yet: the wait needs it, its pod template only as a digest.
             (
-                rolling,
+                rolling.clone(),
                 &deploy,
                 false,
                 Some(json!({"apiVersion": "apps/v1", "kind": "Deployment",
-                "metadata": {"name": "web", "namespace": "shop", "generation": 2},
+                "metadata": {"name": "web", "namespace": "shop", "generation": 2, "annotations":
+                    {crate::cluster::health::TEMPLATE_DIGEST_ANNOTATION:
+                        crate::cluster::health::template_digest(&template)}},
                 "spec": {"replicas": 2}, "status": {"observedGeneration": 1}})),
+            ),
+            // A dry run keeps the template: the diff shows it.
+            (
+                rolling,
+                &deploy,
+                true,
+                Some(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "web", "namespace": "shop", "generation": 2},
+                "spec": {"replicas": 2, "template": template}, "status": {"observedGeneration": 1}})),
             ),
         ];
         for (input, resource, dry_run, want) in cases {

@@ -109,10 +109,12 @@ impl ManifestObject {
 
 /// A group of objects applied together; each phase completes before the next starts.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ApplyPhase {
+pub struct ApplyPhase<'a> {
     /// "namespaces-and-crds", "config-storage-rbac", "bindings", "services", "workloads", "other".
-    pub name: String,
-    pub objects: Vec<ManifestObject>,
+    pub name: &'static str,
+    /// Borrowed from the set: every target applies the same objects, and a copy per target
+    /// was most of a large fleet's memory.
+    pub objects: &'a [ManifestObject],
     /// The phase holds CRDs: wait until they are Established and rediscover before the next.
     pub wait_for_crds: bool,
 }
@@ -140,26 +142,18 @@ impl ManifestSet {
     }
 
     /// Consecutive groups that must be applied (and, for CRDs, established) before the next.
-    pub fn phases(&self) -> Vec<ApplyPhase> {
-        let mut phases: Vec<ApplyPhase> = Vec::new();
-        for obj in &self.objects {
-            let rank = obj.apply_rank();
-            let name = PHASE_NAMES[rank];
-            match phases.last_mut() {
-                Some(phase) if phase.name == name => phase.objects.push(obj.clone()),
-                _ => phases.push(ApplyPhase {
-                    name: name.to_string(),
-                    objects: vec![obj.clone()],
-                    wait_for_crds: false,
+    pub fn phases(&self) -> Vec<ApplyPhase<'_>> {
+        let phase_of = |o: &ManifestObject| PHASE_NAMES[o.apply_rank()];
+        self.objects
+            .chunk_by(|a, b| phase_of(a) == phase_of(b))
+            .map(|objects| ApplyPhase {
+                name: phase_of(&objects[0]),
+                objects,
+                wait_for_crds: objects.iter().any(|o| {
+                    o.kind == "CustomResourceDefinition" && o.group() == "apiextensions.k8s.io"
                 }),
-            }
-        }
-        for phase in &mut phases {
-            phase.wait_for_crds = phase.objects.iter().any(|o| {
-                o.kind == "CustomResourceDefinition" && o.group() == "apiextensions.k8s.io"
-            });
-        }
-        phases
+            })
+            .collect()
     }
 
     /// The set as multi-document YAML, exactly as applied (for release records).

@@ -243,7 +243,7 @@ fn apply_order_and_phases() {
     let phases = set.phases();
     let summary: Vec<(&str, usize, bool)> = phases
         .iter()
-        .map(|p| (p.name.as_str(), p.objects.len(), p.wait_for_crds))
+        .map(|p| (p.name, p.objects.len(), p.wait_for_crds))
         .collect();
     assert_eq!(
         summary,
@@ -411,7 +411,7 @@ fn microservices_demo_loads_in_phases() {
     let phases: Vec<(String, usize)> = set
         .phases()
         .into_iter()
-        .map(|p| (p.name, p.objects.len()))
+        .map(|p| (p.name.to_string(), p.objects.len()))
         .collect();
     assert_eq!(
         phases,

@@ -13,8 +13,9 @@ mod status;
 pub use exits::{ContainerFacts, container_facts, signal_name};
 pub use kstatus::{assess, assess_as, infer_type};
 pub use pods::{
-    PodProblem, RevisionSelector, Severity, label_selector, new_revision_selector, pod_matches,
-    pod_problems,
+    PodProblem, RevisionSelector, Severity, TEMPLATE_DIGEST_ANNOTATION, label_selector,
+    new_revision_selector, pod_matches, pod_problems, slim_template, take_template,
+    template_digest,
 };
 pub use status::{Assessment, Status, warning_event_line};
 /// The string at a path of keys, for the watch code beside these rules.

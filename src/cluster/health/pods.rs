@@ -7,6 +7,7 @@ use super::status::{at, cond_field, condition, int_at, str_at};
 use crate::config::{FailFastConfig, UnschedulablePolicy};
 use crate::report::Failure;
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 /// Identifies the pods of a workload's new revision by a label.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -68,11 +69,9 @@ pub fn new_revision_selector(
                 })
             });
             let rs = by_revision.or_else(|| {
-                let template = at(workload, &["spec", "template"])?;
-                mine.iter().find(|rs| {
-                    at(rs, &["spec", "template"])
-                        .is_some_and(|t| same_template_ignoring_hash(t, template))
-                })
+                let want = template_digest_of(workload)?;
+                mine.iter()
+                    .find(|rs| template_digest_of(rs).as_ref() == Some(&want))
             })?;
             str_at(rs, &["metadata", "labels", "pod-template-hash"])
                 .map(|h| RevisionSelector::PodTemplateHash(h.to_string()))
@@ -122,33 +121,70 @@ fn is_owned_by(child: &Value, owner: &Value) -> bool {
     })
 }
 
-/// Kubernetes' own test for "this ReplicaSet runs this Deployment's template".
-fn same_template_ignoring_hash(rs_template: &Value, template: &Value) -> bool {
-    let mut rs_template = rs_template.clone();
-    if let Some(labels) = rs_template
-        .get_mut("metadata")
-        .and_then(|m| m.get_mut("labels"))
-        .and_then(Value::as_object_mut)
+/// The annotation a kept workload or ReplicaSet carries in place of its pod template (see
+/// [`slim_template`]): a template is most of such an object, and a fleet's waits hold
+/// thousands of them only to compare templates when the revision annotation is missing.
+pub const TEMPLATE_DIGEST_ANNOTATION: &str = "rollguard.dev/template-digest";
+
+/// A pod template's digest under Kubernetes' own comparison of a ReplicaSet's template with
+/// its Deployment's: without the `pod-template-hash` label, and with no `labels` when none is
+/// left. Equal digests, equal templates (serde_json's maps are sorted: the text is canonical).
+pub fn template_digest(template: &Value) -> String {
+    let mut template = template.clone();
+    if let Some(metadata) = template.get_mut("metadata").and_then(Value::as_object_mut)
+        && let Some(labels) = metadata.get_mut("labels").and_then(Value::as_object_mut)
     {
         labels.remove("pod-template-hash");
         if labels.is_empty() {
-            rs_template["metadata"]
-                .as_object_mut()
-                .map(|m| m.remove("labels"));
+            metadata.remove("labels");
         }
     }
-    let mut template = template.clone();
-    if let Some(labels) = template
-        .get_mut("metadata")
-        .and_then(|m| m.get_mut("labels"))
-        .and_then(Value::as_object_mut)
-        && labels.is_empty()
-    {
-        template["metadata"]
-            .as_object_mut()
-            .map(|m| m.remove("labels"));
+    hex::encode(Sha256::digest(template.to_string().as_bytes()))
+}
+
+/// The digest of an object's pod template: of `spec.template`, else the one kept in its
+/// place ([`slim_template`]).
+fn template_digest_of(object: &Value) -> Option<String> {
+    match at(object, &["spec", "template"]) {
+        Some(template) => Some(template_digest(template)),
+        None => str_at(
+            object,
+            &["metadata", "annotations", TEMPLATE_DIGEST_ANNOTATION],
+        )
+        .map(str::to_string),
     }
-    rs_template == template
+}
+
+/// Takes the pod template (`spec.template`) out of an object, or out of a DynamicObject's
+/// data, and returns its digest. None when it has none.
+pub fn take_template(object: &mut Value) -> Option<String> {
+    let template = object
+        .get_mut("spec")?
+        .as_object_mut()?
+        .remove("template")?;
+    Some(template_digest(&template))
+}
+
+/// Replaces a workload's pod template by its digest, in the annotation
+/// [`TEMPLATE_DIGEST_ANNOTATION`]: for copies kept only to be judged by these rules, which
+/// read the template only to find the ReplicaSet that runs it.
+pub fn slim_template(object: &mut Value) {
+    let Some(digest) = take_template(object) else {
+        return;
+    };
+    if let Some(Value::Object(annotations)) = object
+        .get_mut("metadata")
+        .and_then(Value::as_object_mut)
+        .map(|m| {
+            m.entry("annotations")
+                .or_insert_with(|| Value::Object(Default::default()))
+        })
+    {
+        annotations.insert(
+            TEMPLATE_DIGEST_ANNOTATION.to_string(),
+            Value::String(digest),
+        );
+    }
 }
 
 /// True when `pod` belongs to the revision `selector` names.
@@ -448,6 +484,12 @@ mod tests {
                 "spec": {"containers": [{"name": "web", "image": image}]}}}})
     }
 
+    fn slim(mut object: Value) -> Value {
+        slim_template(&mut object);
+        assert!(object["spec"].get("template").is_none());
+        object
+    }
+
     #[test]
     fn selector_table() {
         let rss = vec![
@@ -479,6 +521,18 @@ mod tests {
                 "by template when no annotation",
                 deployment(2, 2, None),
                 rss.clone(),
+                Some(PodTemplateHash("bbb".into())),
+            ),
+            (
+                "by the digests kept in place of the templates",
+                slim(deployment(2, 2, None)),
+                rss.iter().cloned().map(slim).collect(),
+                Some(PodTemplateHash("bbb".into())),
+            ),
+            (
+                "a kept digest against a whole template",
+                deployment(2, 2, None),
+                rss.iter().cloned().map(slim).collect(),
                 Some(PodTemplateHash("bbb".into())),
             ),
             (

@@ -6,8 +6,9 @@
 //!
 //! Memory matters (one wait per target, a thousand targets at once): what is stored drops
 //! `managedFields`, and a pod keeps only what the rules read (metadata, status, and each
-//! container's name, image and memory limit), stripped by the watch's `.modify()` hook
-//! before the reflector stores it.
+//! container's name, image and memory limit) and a ReplicaSet its pod template's digest in
+//! place of the template, stripped by the watch's `.modify()` hook before the reflector
+//! stores it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::pin::Pin;
@@ -16,6 +17,7 @@ use futures::stream::SelectAll;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
 use kube::api::{Api, DynamicObject, TypeMeta};
 use kube::discovery::ApiResource;
@@ -132,9 +134,13 @@ pub fn namespace_selector(workloads: &[&AppliedObject]) -> Option<String> {
     ))
 }
 
-/// Drops what is never read and most of an object's size.
+/// Drops what is never read and most of an object's size: managedFields, and a workload's
+/// pod template (its digest stays, see `health::slim_template`).
 fn strip_object(object: &mut DynamicObject, resource: &ApiResource) {
     object.metadata.managed_fields = None;
+    if let Some(digest) = health::take_template(&mut object.data) {
+        keep_template_digest(&mut object.metadata, digest);
+    }
     // Items of a LIST (the watcher's initial list) carry no apiVersion/kind: the health
     // rules read them.
     object.types.get_or_insert_with(|| TypeMeta {
@@ -176,6 +182,27 @@ fn slim_pod_spec(spec: PodSpec) -> PodSpec {
             .map(|list| list.into_iter().map(slim).collect()),
         ..Default::default()
     }
+}
+
+/// A ReplicaSet is read for its owner, revision and pod-template-hash; its pod template,
+/// most of it, only to be compared with its Deployment's when the revision annotation is
+/// missing: a digest of the template stands in for it.
+fn slim_replica_set(rs: &mut ReplicaSet) {
+    rs.metadata.managed_fields = None;
+    let Some(template) = rs.spec.as_mut().and_then(|spec| spec.template.take()) else {
+        return;
+    };
+    if let Ok(template) = serde_json::to_value(&template) {
+        keep_template_digest(&mut rs.metadata, health::template_digest(&template));
+    }
+}
+
+/// Puts a pod template's digest where the health rules look for it.
+fn keep_template_digest(metadata: &mut ObjectMeta, digest: String) {
+    metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(health::TEMPLATE_DIGEST_ANNOTATION.to_string(), digest);
 }
 
 /// What a watch said: its store changed (true once its first list is complete), or an error
@@ -267,8 +294,7 @@ impl Stores {
                     let (reader, writer) = reflector::store();
                     stores.replica_sets.insert(namespace.clone(), reader);
                     let api = Api::<ReplicaSet>::namespaced(client.clone(), namespace);
-                    let strip = |rs: &mut ReplicaSet| rs.metadata.managed_fields = None;
-                    reflect(i, api, config(selector), writer, strip)
+                    reflect(i, api, config(selector), writer, slim_replica_set)
                 }
             };
             stores.events.push(stream);
@@ -374,6 +400,47 @@ mod tests {
         let mut bare = Pod::default();
         slim_pod(&mut bare);
         assert!(bare.spec.is_none());
+    }
+
+    /// Real ReplicaSets, typed and slimmed as the store keeps them, are still told apart
+    /// by template when their revision annotations are gone.
+    #[test]
+    fn a_slim_replica_set_keeps_its_template_as_a_digest() {
+        let Some(_shared) = crate::util::shared::shared_for_test(
+            "a_slim_replica_set_keeps_its_template_as_a_digest",
+        ) else {
+            return;
+        };
+        let recording = |name: &str| -> Value {
+            let path = crate::util::shared::shared_path(&format!("apiserver-recordings/{name}"));
+            serde_json::from_str(&std::fs::read_to_string(path).expect("a recording"))
+                .expect("JSON")
+        };
+        let unannotated = |mut v: Value| {
+            if let Some(a) = v["metadata"]["annotations"].as_object_mut() {
+                a.remove("deployment.kubernetes.io/revision");
+            }
+            v
+        };
+        let deploy = recording("02-ssa-apply2-get-after-7.5s.json");
+        let full = recording("02-replicasets-list.json")["items"]
+            .as_array()
+            .expect("items")
+            .clone();
+        let want = health::new_revision_selector(&deploy, &full).expect("the new ReplicaSet");
+        let slim: Vec<Value> = full
+            .into_iter()
+            .map(|rs| {
+                let mut typed: ReplicaSet = serde_json::from_value(rs).expect("a ReplicaSet");
+                slim_replica_set(&mut typed);
+                assert!(typed.spec.as_ref().is_some_and(|s| s.template.is_none()));
+                unannotated(serde_json::to_value(&typed).expect("serializes"))
+            })
+            .collect();
+        assert_eq!(
+            health::new_revision_selector(&unannotated(deploy), &slim),
+            Some(want)
+        );
     }
 
     fn workload(name: &str, selector: Option<Value>) -> AppliedObject {
