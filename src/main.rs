@@ -56,6 +56,7 @@ fn main() {
     // arenas (measured on 2 cores, 50 targets: peak 84 MiB with 2 workers, 87 with 4, 99
     // with 8).
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get().min(MAX_WORKERS));
+    rollguard::util::memory::cap_malloc_arenas(workers);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
         .enable_all()

@@ -71,9 +71,27 @@ pub struct AppliedObject {
     /// The object as the server returned it, for the wait (the would-be object in a dry
     /// run). `None` when it was already healthy: nothing is left to watch, and with many
     /// objects on many targets the bodies are most of the memory.
-    pub response: Option<Value>,
+    pub response: Option<KeptObject>,
     /// Something the report should say about this object (a field-manager takeover).
     pub note: Option<String>,
+}
+
+/// An object kept as compact JSON text: parsed, a `Value` is several times the size of its
+/// text, and a fleet's waits keep thousands that are read a few times each.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeptObject(Box<str>);
+
+impl KeptObject {
+    /// The object (Null if the text did not parse, which text written by `From` always does).
+    pub fn value(&self) -> Value {
+        serde_json::from_str(&self.0).unwrap_or(Value::Null)
+    }
+}
+
+impl From<Value> for KeptObject {
+    fn from(object: Value) -> KeptObject {
+        KeptObject(object.to_string().into_boxed_str())
+    }
 }
 
 /// Why one object could not be applied.
@@ -413,10 +431,10 @@ fn without_managed_fields(mut obj: Value) -> Value {
 /// object that is already healthy (a ConfigMap, a Service...), else the object without its
 /// managedFields and with its pod template as a digest. A dry run keeps the whole would-be
 /// object (managedFields aside), which is what it is for.
-fn kept_response(obj: Value, resource: &ApiResource, dry_run: bool) -> Option<Value> {
+fn kept_response(obj: Value, resource: &ApiResource, dry_run: bool) -> Option<KeptObject> {
     let mut obj = without_managed_fields(obj);
     if dry_run {
-        return Some(obj);
+        return Some(obj.into());
     }
     let assessment = crate::cluster::health::assess_as(&obj, &resource.api_version, &resource.kind);
     if assessment.status == crate::cluster::health::Status::Current {
@@ -424,7 +442,7 @@ fn kept_response(obj: Value, resource: &ApiResource, dry_run: bool) -> Option<Va
     }
     // Kept only for the wait's rules, which read the pod template only as its digest.
     crate::cluster::health::slim_template(&mut obj);
-    Some(obj)
+    Some(obj.into())
 }
 
 /// True for the 404 an object in a namespace that does not exist gets.
@@ -1223,7 +1241,8 @@ mod tests {
             ),
         ];
         for (input, resource, dry_run, want) in cases {
-            assert_eq!(kept_response(input, resource, dry_run), want);
+            let kept = kept_response(input, resource, dry_run);
+            assert_eq!(kept.as_ref().map(KeptObject::value), want);
         }
     }
 

@@ -843,7 +843,7 @@ mod tests {
             .await
             .expect("created");
         let applied = AppliedObject {
-            response: Some(serde_json::to_value(created).expect("json")),
+            response: Some(serde_json::to_value(created).expect("json").into()),
             ..web()
         };
         let options = crate::cluster::wait::WaitOptions {

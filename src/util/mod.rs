@@ -1,5 +1,5 @@
-//! Small shared helpers: durations, git, process groups, the YAML reader, capped reading,
-//! test faults, generated-docs checks.
+//! Small shared helpers: durations, git, process groups, the allocator's arenas, the YAML
+//! reader, capped reading, test faults, generated-docs checks.
 
 pub mod bounded;
 #[cfg(test)]
@@ -10,6 +10,7 @@ pub mod fault;
 pub mod generated_docs;
 pub mod git;
 pub mod in_order;
+pub mod memory;
 pub mod process_group;
 pub mod retry;
 pub mod runner;

@@ -131,9 +131,8 @@ fn involved_refs(i: usize, t: &Tracked<'_>, f: &Failure, snapshot: &Snapshot) ->
     let ns = a.namespace.clone().unwrap_or_default();
     let uid = snapshot
         .object(i, t)
-        .and_then(|c| str_at(c, &["metadata", "uid"]))
-        .unwrap_or_default()
-        .to_string();
+        .and_then(|c| str_at(&c, &["metadata", "uid"]).map(str::to_string))
+        .unwrap_or_default();
     let mut refs = vec![InvolvedRef {
         kind: a.resource.kind.clone(),
         namespace: ns.clone(),

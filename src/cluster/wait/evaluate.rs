@@ -7,6 +7,7 @@
 //! container from the first pull error this watcher saw, on its monotonic clock (never a
 //! node's timestamps).
 
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 
 use serde_json::Value;
@@ -34,9 +35,12 @@ impl Snapshot {
     pub(in crate::cluster) fn object<'s>(
         &'s self,
         i: usize,
-        t: &'s Tracked<'_>,
-    ) -> Option<&'s Value> {
-        self.objects.get(&i).or(t.applied.response.as_ref())
+        t: &Tracked<'_>,
+    ) -> Option<Cow<'s, Value>> {
+        match self.objects.get(&i) {
+            Some(seen) => Some(Cow::Borrowed(seen)),
+            None => t.applied.response.as_ref().map(|r| Cow::Owned(r.value())),
+        }
     }
 
     /// The pod `name` of `namespace`, when its watch sees it.
@@ -260,6 +264,7 @@ pub(in crate::cluster) fn evaluate(
             // Only objects healthy when applied have neither, and those are done.
             continue;
         };
+        let current = &*current;
         let assessment = health::assess_as(current, &a.resource.api_version, &a.resource.kind);
         let status = assessment.status;
         if status == Status::Failed {
@@ -368,7 +373,7 @@ mod tests {
             resource,
             name: "app".into(),
             namespace: Some("shop".into()),
-            response: Some(response),
+            response: Some(response.into()),
             note: None,
         }
     }

@@ -75,7 +75,8 @@ fn track(applied: &[AppliedObject]) -> Vec<Tracked<'_>> {
         .map(|a| {
             let assessment = match &a.response {
                 Some(response) => {
-                    health::assess_as(response, &a.resource.api_version, &a.resource.kind)
+                    let response = response.value();
+                    health::assess_as(&response, &a.resource.api_version, &a.resource.kind)
                 }
                 None => health::Assessment::new(Status::Current, "healthy when applied"),
             };

@@ -104,9 +104,9 @@ pub(in crate::cluster) fn watches_for(tracked: &mut [Tracked<'_>]) -> Vec<Watch>
 /// revision's `pod-template-hash` is not known when the watch starts (the controller has not
 /// made the new ReplicaSet yet): the evaluation narrows to the revision's pods.
 pub fn namespace_selector(workloads: &[&AppliedObject]) -> Option<String> {
-    let bodies: Vec<&Value> = workloads
+    let bodies: Vec<Value> = workloads
         .iter()
-        .map(|w| w.response.as_ref())
+        .map(|w| w.response.as_ref().map(|r| r.value()))
         .collect::<Option<_>>()?;
     if let [only] = bodies.as_slice() {
         return health::label_selector(only);
@@ -449,7 +449,7 @@ mod tests {
             resource: ApiResource::erase::<k8s_openapi::api::apps::v1::Deployment>(&()),
             name: name.into(),
             namespace: Some("shop".into()),
-            response: selector.map(|s| json!({"spec": {"selector": s}})),
+            response: selector.map(|s| json!({"spec": {"selector": s}}).into()),
             note: None,
         }
     }
