@@ -3,7 +3,7 @@
 //! Every kind is resolved by discovery before anything is written, so a kind the target does
 //! not serve fails the target with zero writes (kinds defined by a CRD of the same set are
 //! resolved after that CRD is Established). Phases come from `ManifestSet::phases()` and run
-//! in order; within a phase up to `max_in_flight` requests are in flight.
+//! in order; within a phase up to `in_flight` requests are in flight.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Duration;
@@ -21,7 +21,7 @@ use crate::cluster::connect::{describe_error, target_failure};
 use crate::cluster::retry::{RetryBudget, RetryError, retry_kube, with_retry};
 use crate::manifests::{ApplyPhase, ManifestObject, ManifestSet};
 use crate::report::Failure;
-use crate::util::in_order::in_order_made;
+use crate::util::in_order::{Window, in_order_made};
 use crate::util::retry::Cancel;
 
 /// The field manager every app shared before managers were per app. Objects it still owns
@@ -54,8 +54,8 @@ pub struct ApplyOptions {
     pub dry_run: bool,
     /// Namespace for namespaced objects that name none.
     pub default_namespace: String,
-    /// Requests in flight per target within a phase.
-    pub max_in_flight: usize,
+    /// Requests in flight per target within a phase, and the fleet's bound.
+    pub in_flight: Window,
     /// Nothing is attempted after this instant.
     pub deadline: Instant,
 }
@@ -826,7 +826,7 @@ fn discovery_error(e: RetryError) -> ApplyError {
         .unwrap_or(ApplyError::Cancelled)
 }
 
-/// Sends the phase's objects, up to `max_in_flight` at once, counting each as it ends.
+/// Sends the phase's objects, up to `in_flight` at once, counting each as it ends.
 async fn send_phase(
     client: &Client,
     phase: &ApplyPhase<'_>,
@@ -843,7 +843,7 @@ async fn send_phase(
         .collect();
     in_order_made(
         objects.len(),
-        options.max_in_flight,
+        &options.in_flight,
         |i| {
             let (obj, resolved) = objects[i];
             apply_one(client, obj, resolved.clone(), options, budget, cancel)
@@ -1094,6 +1094,17 @@ async fn release_legacy(
 /// priority and fairness); the apply is latency-bound, and 8 left the cores a third idle on
 /// one target (BENCHMARKS.md, `apply` and `preflight`, 2026-12-02).
 pub const MAX_IN_FLIGHT: usize = 32;
+/// The window of each of `targets` targets that run at once: its share, within one bound of
+/// [`FLEET_IN_FLIGHT`] that all of them share (made once per run, cloned per target).
+pub fn fleet_window(targets: usize) -> Window {
+    Window {
+        limit: in_flight_per_target(targets),
+        shared: Some(std::sync::Arc::new(tokio::sync::Semaphore::new(
+            FLEET_IN_FLIGHT,
+        ))),
+    }
+}
+
 /// Requests in flight per target, at least, however many targets run at once.
 pub const MIN_IN_FLIGHT: usize = 4;
 /// Requests in flight across the fleet: each holds its request and answer in memory, so 32

@@ -23,7 +23,7 @@ use crate::report::diff::unified;
 use crate::report::plan::{PlannedChange, TargetPlan};
 use crate::report::redact;
 use crate::report::{LiveIdentity, SeenObject};
-use crate::util::in_order::in_order_made;
+use crate::util::in_order::{Window, in_order_made};
 
 /// Why a custom resource is listed as created without the server's check.
 pub const CRD_NOT_YET: &str = "CRD not yet on the cluster";
@@ -154,8 +154,8 @@ pub struct DiffOptions {
     /// The field manager the deploy would apply with (`rollguard-<app>`), so that the server
     /// answers for the same owner.
     pub field_manager: String,
-    /// Requests in flight per target.
-    pub max_in_flight: usize,
+    /// Requests in flight per target, and the fleet's bound.
+    pub in_flight: Window,
     /// Nothing is attempted after this instant.
     pub deadline: Instant,
     /// The labels of the diff's two sides.
@@ -178,7 +178,7 @@ pub struct TargetDiff {
 }
 
 /// Asks the target what applying `set` would change (kinds resolved beforehand by
-/// `resolve_set`): GETs and `dryRun=All` applies only, up to `max_in_flight` at once.
+/// `resolve_set`): GETs and `dryRun=All` applies only, up to `in_flight` at once.
 pub async fn diff_resolved(
     client: &Client,
     set: &ManifestSet,
@@ -226,7 +226,7 @@ pub async fn diff_resolved(
     let objects = &set.objects;
     let results: Vec<Result<Option<(Change, SeenObject)>, ObjectFailure>> = in_order_made(
         objects.len(),
-        options.max_in_flight,
+        &options.in_flight,
         |i| diff_one(client, &objects[i], resolution, options, &budget, cancel),
         || {},
     )

@@ -25,6 +25,7 @@ use crate::report::plan::{ChangePlan, PlanMode, TargetPlan, to_text};
 use crate::report::redact;
 use crate::report::{Clean, Failure, Report, TargetOutcome, TargetReport};
 use crate::util::git;
+use crate::util::in_order::Window;
 
 /// The deploy flags `diff` stands for (the deploy's loader reads config and manifests).
 fn as_deploy(args: &DiffArgs) -> DeployArgs {
@@ -258,7 +259,7 @@ pub async fn diff_target(
     force: bool,
     field_manager: String,
     deadline: Instant,
-    max_in_flight: usize,
+    in_flight: Window,
     (before_label, after_label): (String, String),
     cancel: &CancellationToken,
     mut out: TargetPlan,
@@ -276,7 +277,7 @@ pub async fn diff_target(
         default_namespace,
         force,
         field_manager,
-        max_in_flight,
+        in_flight,
         deadline,
         before_label,
         after_label,

@@ -1330,9 +1330,11 @@ async fn rollback_plan(
 ) -> crate::report::ChangePlan {
     use crate::report::plan::{PlanMode, TargetPlan};
     let cancel = tokio_util::sync::CancellationToken::new();
+    // Every ready target is asked at once.
+    let in_flight = crate::cluster::apply::fleet_window(ready.len());
     let targets = futures::future::join_all(ready.iter().map(|p| {
         let set = crate::engine::reapply::manifest_set_from_bodies(&p.bodies, &p.destination);
-        let cancel = cancel.clone();
+        let (cancel, in_flight) = (cancel.clone(), in_flight.clone());
         async move {
             let mut start = TargetPlan::new(p.connected.target.name.clone());
             start.to = Some(p.destination.clone());
@@ -1343,8 +1345,7 @@ async fn rollback_plan(
                 force,
                 crate::cluster::apply::field_manager(&config.app),
                 deadline,
-                // Every ready target is asked at once.
-                crate::cluster::apply::in_flight_per_target(ready.len()),
+                in_flight,
                 ("live".to_string(), p.destination.clone()),
                 &cancel,
                 start,

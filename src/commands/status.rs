@@ -767,8 +767,11 @@ async fn drift_now(
         true,
         crate::cluster::apply::field_manager(&config.app),
         deadline,
-        // Up to TARGETS_AT_ONCE targets read their drift together.
-        crate::cluster::apply::in_flight_per_target(TARGETS_AT_ONCE),
+        // Up to TARGETS_AT_ONCE targets read their drift together: their shares make the
+        // fleet's bound.
+        crate::util::in_order::Window::of(crate::cluster::apply::in_flight_per_target(
+            TARGETS_AT_ONCE,
+        )),
         ("live".to_string(), label),
         cancel,
         TargetPlan::new(c.target.name.clone()),

@@ -420,7 +420,7 @@ async fn re_apply_good(
         lost: release.lost_token(),
         field_manager: field_manager(&plan.config.app),
         force_conflicts: plan.options.force_conflicts,
-        max_in_flight: plan.max_in_flight(),
+        in_flight: plan.in_flight(),
         fail_fast: plan.config.wait.fail_fast.clone(),
         run: RunInfo::from_env(&|k| plan.env(k)),
         secrets: plan.config.history.secrets,

@@ -366,7 +366,7 @@ async fn moved_since_plan(
             field_manager: &crate::cluster::apply::field_manager(&plan.config.app),
         },
         tokio::time::Instant::now() + plan.config.wait.timeout,
-        plan.max_in_flight(),
+        &plan.in_flight(),
         cancel,
     )
     .instrument(tracing::error_span!("target", target = %name))

@@ -5,10 +5,11 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::cluster::apply::{Resolution, field_manager, in_flight_per_target};
+use crate::cluster::apply::{FLEET_IN_FLIGHT, Resolution, field_manager, in_flight_per_target};
 use crate::cluster::connect::ClusterAccess;
 use crate::cluster::diff::{DiffOptions, plan_resolved};
 use crate::config::Config;
@@ -16,6 +17,7 @@ use crate::manifests::ManifestSet;
 use crate::release::{EncodedManifests, ReleaseError, ReleaseOrigin, other_namespace_secrets};
 use crate::report::plan::TargetPlan;
 use crate::util::git::CommitInfo;
+use crate::util::in_order::Window;
 
 /// Options of a deploy that come from flags, not from the config file.
 #[derive(Debug, Clone, Default)]
@@ -71,13 +73,20 @@ pub struct Plan {
     /// The kubeconfig files this run has read (the checks read them first): every target's
     /// connection reads through it.
     pub kubeconfigs: crate::cluster::connect::KubeconfigCache,
+    /// The fleet's requests in flight ([`FLEET_IN_FLIGHT`] permits), shared by every
+    /// target's applies, dry runs and reads of its objects.
+    requests: Arc<Semaphore>,
 }
 
 impl Plan {
     /// Requests in flight per target: the share of the fleet's bound of the targets that
-    /// run at once (`concurrency`, at most the number of targets).
-    pub fn max_in_flight(&self) -> usize {
-        in_flight_per_target(self.config.concurrency.min(self.config.targets.len()))
+    /// run at once (`concurrency`, at most the number of targets), within that bound (a
+    /// thousand targets at their least share would be four thousand).
+    pub fn in_flight(&self) -> Window {
+        Window {
+            limit: in_flight_per_target(self.config.concurrency.min(self.config.targets.len())),
+            shared: Some(self.requests.clone()),
+        }
     }
 
     pub fn new(
@@ -114,6 +123,7 @@ impl Plan {
             scripts,
             concurrency,
             kubeconfigs: Default::default(),
+            requests: Arc::new(Semaphore::new(FLEET_IN_FLIGHT)),
         }
     }
 
@@ -221,7 +231,7 @@ impl Plan {
             default_namespace,
             force: self.options.force_conflicts,
             field_manager: field_manager(&self.config.app),
-            max_in_flight: self.max_in_flight(),
+            in_flight: self.in_flight(),
             deadline,
             before_label: "live".into(),
             after_label: "dry run".into(),
@@ -367,7 +377,7 @@ mod tests {
                 HashMap::new(),
             );
             assert_eq!(
-                plan.max_in_flight(),
+                plan.in_flight().limit,
                 want,
                 "{targets} targets, concurrency {concurrency}"
             );

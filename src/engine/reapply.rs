@@ -312,8 +312,8 @@ pub struct ReApply<'a> {
     pub field_manager: String,
     /// `--force-conflicts` of the run.
     pub force_conflicts: bool,
-    /// Requests in flight at once (the run's share per target).
-    pub max_in_flight: usize,
+    /// Requests in flight at once (the run's share per target, and the fleet's bound).
+    pub in_flight: crate::util::in_order::Window,
     pub fail_fast: FailFastConfig,
     /// Where the new record says it ran.
     pub run: RunInfo,
@@ -401,7 +401,7 @@ impl ReApply<'_> {
             force: self.force_conflicts,
             dry_run: false,
             default_namespace: self.default_namespace.clone(),
-            max_in_flight: self.max_in_flight,
+            in_flight: self.in_flight.clone(),
             deadline: self.deadline,
         };
         // The first signal cancelled the deploy; the rollback itself runs to its deadline or

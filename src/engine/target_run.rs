@@ -605,7 +605,7 @@ async fn apply_objects(step: &Step<'_>, run: &mut TargetRun, resolution: Resolut
         default_namespace: plan
             .config
             .default_namespace(&run.target, &access.context_namespace),
-        max_in_flight: plan.max_in_flight(),
+        in_flight: plan.in_flight(),
         deadline,
     };
     let report_progress =

@@ -12,7 +12,7 @@ use crate::cluster::apply::{Resolution, dynamic_api, effective_namespace, prepar
 use crate::cluster::diff::live_identity;
 use crate::cluster::retry::{RetryBudget, RetryError, error_chain_text, with_retry};
 use crate::manifests::{ManifestObject, ManifestSet, body_digest, is_cluster_scoped_kind};
-use crate::util::in_order::in_order;
+use crate::util::in_order::{Window, in_order_made};
 
 /// Every object of `set` on this target now, in the set's order.
 pub async fn objects_now(
@@ -21,15 +21,18 @@ pub async fn objects_now(
     resolution: &Resolution,
     at: Place<'_>,
     deadline: Instant,
-    max_in_flight: usize,
+    in_flight: &Window,
     cancel: &CancellationToken,
 ) -> Vec<NowObject> {
     let budget = RetryBudget::until(deadline);
-    let reads = set
-        .objects
-        .iter()
-        .map(|obj| object_now(client, obj, resolution, at, &budget, cancel));
-    in_order(reads.collect(), max_in_flight).await
+    let objects = &set.objects;
+    in_order_made(
+        objects.len(),
+        in_flight,
+        |i| object_now(client, &objects[i], resolution, at, &budget, cancel),
+        || {},
+    )
+    .await
 }
 
 /// Where the deploy applies: the namespace of objects that name none, as whom.
