@@ -3,7 +3,7 @@
 //! One run prints, per section, a table with each goal beside the measured value and
 //! PASS/MISS, then a summary. It uses the release-built `rollguard` binary that cargo builds
 //! for this bench (CARGO_BIN_EXE_rollguard), the `kube-sim` binary (built here with
-//! `cargo build --release -p kube-sim`) for the kube-sim figures, and in-process kube-sim
+//! `cargo build --profile bench -p kube-sim`) for the kube-sim figures, and in-process kube-sim
 //! clusters (`kube_sim::Sim`) for the rest. BENCHMARKS.md keeps the latest output.
 
 #[path = "../tests/support/fuzz.rs"]
@@ -88,7 +88,7 @@ fn help() -> String {
          The whole run is bounded: each section has a time budget (below), every child\n\
          process is killed at its own limit, and no section starts after 9 minutes; a full\n\
          run takes about 1 minute on 2 cores once built. Cargo builds the release rollguard binary\n\
-         first; the sim section also builds kube-sim with `cargo build --release -p kube-sim`.\n\
+         first; the sim section also builds kube-sim with `cargo build --profile bench -p kube-sim`.\n\
          kubectl on the PATH is needed by the detect and apply sections. The safe section\n\
          also runs its scenario with the rollguard binary that ROLLGUARD_BENCH_BEFORE names\n\
          (an older build, for its before column) when that variable is set.\n\nsections:\n",
@@ -166,7 +166,7 @@ fn main() {
         let build = Instant::now();
         let bin = procs::build_kube_sim();
         println!(
-            "kube-sim: {} (cargo build --release -p kube-sim: {:.1} s)",
+            "kube-sim: {} (cargo build --profile bench -p kube-sim: {:.1} s)",
             bin.as_ref()
                 .map_or_else(|e| e.clone(), |b| b.display().to_string()),
             build.elapsed().as_secs_f64()

@@ -2,7 +2,6 @@
 
 use clap::Parser;
 use rollguard::cli::Cli;
-use rollguard::commands::run;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::prelude::*;
@@ -72,20 +71,7 @@ fn main() {
     // A grandchild that leaves its script's process group (setsid) and outlives its parent
     // becomes rollguard's child, so it can still be found and killed.
     rollguard::util::process_group::become_subreaper();
-    // A panic in the run is an exit code, not an abort; the hook has said it.
-    let run = std::panic::AssertUnwindSafe(run(cli));
-    let code = match runtime.block_on(futures::FutureExt::catch_unwind(run)) {
-        Ok(Ok(code)) => code,
-        Ok(Err(e)) => {
-            // Errors may quote server text or a render command's stderr.
-            rollguard::report::redact::print_err(&format!("rollguard: {e}"));
-            e.exit_code()
-        }
-        Err(_) => rollguard::error::exit::INTERNAL,
-    };
-    // Locks dropped by a panic (here or in a target's task) are being released: wait for
-    // that, bounded; nothing to wait for without a panic.
-    runtime.block_on(rollguard::release::lock::wait_for_panic_releases());
+    let code = rollguard::commands::run_blocking(&runtime, cli);
     // Watches and renewals may still hold tasks: do not wait for them.
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
     // Nothing rollguard started outlives it.

@@ -34,6 +34,28 @@ fn learn_environment(env: &std::collections::HashMap<String, String>) {
 /// The shortest environment value taken for a credential.
 const MIN_TOKEN_LEN: usize = 8;
 
+/// Runs a parsed command on `runtime` to its exit code: an error is printed (scrubbed) and
+/// a panic (which the hook has said) is `INTERNAL`; then the Leases a panic dropped are given
+/// back, bounded. Here, not in main, so that the whole run's futures are compiled once, in
+/// this crate: driven from the binary, rustc compiled them again there (65 s of a release
+/// build).
+pub fn run_blocking(runtime: &tokio::runtime::Runtime, cli: Cli) -> i32 {
+    let run = std::panic::AssertUnwindSafe(run(cli));
+    let code = match runtime.block_on(futures::FutureExt::catch_unwind(run)) {
+        Ok(Ok(code)) => code,
+        Ok(Err(e)) => {
+            // Errors may quote server text or a render command's stderr.
+            crate::report::redact::print_err(&format!("rollguard: {e}"));
+            e.exit_code()
+        }
+        Err(_) => exit::INTERNAL,
+    };
+    // Locks dropped by a panic (here or in a target's task) are being released: wait for
+    // that, bounded; nothing to wait for without a panic.
+    runtime.block_on(crate::release::lock::wait_for_panic_releases());
+    code
+}
+
 /// Runs a parsed command; returns the process exit code.
 pub async fn run(cli: Cli) -> Result<i32, Error> {
     let env = deploy::env_snapshot();
