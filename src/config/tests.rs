@@ -178,10 +178,29 @@ pipeline:
     assert_eq!(scripts[1].name, "smoke");
 }
 
+/// A config with one target, to which each case adds its mistake.
+const ONE_TARGET: &str = "app: shop\nmanifests: [k8s/]\ntargets:\n  - name: eu\n    context: c\n";
+
+/// Each text's errors include one that starts with its wanted message.
+fn assert_first_words(cases: Vec<(String, &str)>) {
+    for (text, want) in cases {
+        let errs = errors(&text);
+        assert!(
+            errs.iter().any(|e| e.starts_with(want)),
+            "want {want:?}\ngot {errs:#?}\nfor:\n{text}"
+        );
+    }
+}
+
+/// Misspelt keys and values of a fixed set: the line, the place, and the nearest name.
 #[test]
-fn error_table() {
-    let base = "app: shop\nmanifests: [k8s/]\ntargets:\n  - name: eu\n    context: c\n";
-    let cases: Vec<(String, &str)> = vec![
+fn unknown_keys_and_choices_name_the_nearest() {
+    let base = ONE_TARGET;
+    assert_first_words(vec![
+        (
+            format!("{base}github:\n  deployment: true\n"),
+            "rollguard.yaml:7: unknown key \"deployment\" in github; did you mean \"deployments\"?",
+        ),
         (
             format!("{base}wait:\n  timout: 5m\n"),
             "rollguard.yaml:7: unknown key \"timout\" in wait; did you mean \"timeout\"?",
@@ -195,14 +214,6 @@ fn error_table() {
             "rollguard.yaml:7: unknown key \"contxt\" in targets[1]; did you mean \"context\"?",
         ),
         (
-            format!("{base}github:\n  deployment: true\n"),
-            "rollguard.yaml:7: unknown key \"deployment\" in github; did you mean \"deployments\"?",
-        ),
-        (
-            format!("{base}github:\n  deployments: yes please\n"),
-            "rollguard.yaml:7: github.deployments must be true or false, not a string",
-        ),
-        (
             format!("{base}rollback_order: revers\n"),
             "rollguard.yaml:6: rollback_order: \"revers\" is not one of pipeline, reverse; did you mean \"reverse\"?",
         ),
@@ -213,6 +224,42 @@ fn error_table() {
         (
             format!("{base}zzz: 1\n"),
             "rollguard.yaml:6: unknown key \"zzz\" in the top level (known keys: app,",
+        ),
+        (
+            format!("{base}history:\n  keep: 2\n  secrets: digests\n"),
+            "rollguard.yaml:8: history.secrets: \"digests\" is not one of store, digest; did you mean \"digest\"?",
+        ),
+        (
+            format!("{base}on_failure: rollback-al\n"),
+            "rollguard.yaml:6: on_failure: \"rollback-al\" is not one of rollback-all, rollback-failed, rollback-if-all-fail, none; did you mean \"rollback-all\"?",
+        ),
+        (
+            format!("{base}wait:\n  fail_fast:\n    unschedulable: maybe\n"),
+            "rollguard.yaml:8: wait.fail_fast.unschedulable: \"maybe\" is not one of warn, fail",
+        ),
+        (
+            format!("{base}wait:\n  fail_fast:\n    reasons: [ImagePullBackof]\n"),
+            "rollguard.yaml:8: unknown fail-fast reason \"ImagePullBackof\"; did you mean \"ImagePullBackOff\"?",
+        ),
+        (
+            format!("{base}stages:\n  - name: m\n    script: x\n    when: before\n"),
+            "rollguard.yaml:6: `stages:` is gone: list the stages in order under `pipeline:`",
+        ),
+        (
+            format!("{base}wait:\n  fail_fast:\n    err_image_pull_grace: 10s\n"),
+            "rollguard.yaml:8: `wait.fail_fast.err_image_pull_grace` is gone: use `pull_grace`",
+        ),
+    ]);
+}
+
+/// Values of the wrong type or range, and files of the wrong shape: the line and what to write.
+#[test]
+fn bad_values_and_shapes_say_the_line() {
+    let base = ONE_TARGET;
+    assert_first_words(vec![
+        (
+            format!("{base}github:\n  deployments: yes please\n"),
+            "rollguard.yaml:7: github.deployments must be true or false, not a string",
         ),
         (
             base.replace("app: shop", "app: Shop_1"),
@@ -263,24 +310,8 @@ fn error_table() {
             "rollguard.yaml:7: wait.log_lines must be an integer, not a list",
         ),
         (
-            format!("{base}history:\n  keep: 2\n  secrets: digests\n"),
-            "rollguard.yaml:8: history.secrets: \"digests\" is not one of store, digest; did you mean \"digest\"?",
-        ),
-        (
             format!("{base}concurrency: many\n"),
             "rollguard.yaml:6: concurrency must be an integer, not a string",
-        ),
-        (
-            format!("{base}on_failure: rollback-al\n"),
-            "rollguard.yaml:6: on_failure: \"rollback-al\" is not one of rollback-all, rollback-failed, rollback-if-all-fail, none; did you mean \"rollback-all\"?",
-        ),
-        (
-            format!("{base}wait:\n  fail_fast:\n    unschedulable: maybe\n"),
-            "rollguard.yaml:8: wait.fail_fast.unschedulable: \"maybe\" is not one of warn, fail",
-        ),
-        (
-            format!("{base}wait:\n  fail_fast:\n    reasons: [ImagePullBackof]\n"),
-            "rollguard.yaml:8: unknown fail-fast reason \"ImagePullBackof\"; did you mean \"ImagePullBackOff\"?",
         ),
         (
             format!("{base}render: make manifests\n"),
@@ -304,22 +335,7 @@ fn error_table() {
             "rollguard.yaml:1: the top level must be a mapping, not a list",
         ),
         ("app: shop\n  bad: [\n".into(), "rollguard.yaml:"),
-        (
-            format!("{base}stages:\n  - name: m\n    script: x\n    when: before\n"),
-            "rollguard.yaml:6: `stages:` is gone: list the stages in order under `pipeline:`",
-        ),
-        (
-            format!("{base}wait:\n  fail_fast:\n    err_image_pull_grace: 10s\n"),
-            "rollguard.yaml:8: `wait.fail_fast.err_image_pull_grace` is gone: use `pull_grace`",
-        ),
-    ];
-    for (text, want) in cases {
-        let errs = errors(&text);
-        assert!(
-            errs.iter().any(|e| e.starts_with(want)),
-            "want {want:?}\ngot {errs:#?}\nfor:\n{text}"
-        );
-    }
+    ]);
 }
 
 #[test]
