@@ -1016,8 +1016,8 @@ async fn apply_one(
     match result {
         Ok(mut returned) => Ok(AppliedObject {
             display,
-            // A dry run's answers are read by no wait: 50 targets x 100 objects kept them
-            // at a 30 MiB cost.
+            // A dry run's answers are read by no wait (with them, the bench's dry run of 50
+            // targets x 100 objects peaked at 79.5 MiB, above the whole deploy's 49.4).
             response: match options.dry_run {
                 true => None,
                 false => kept_response(
