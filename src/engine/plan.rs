@@ -381,6 +381,16 @@ mod tests {
                 want,
                 "{targets} targets, concurrency {concurrency}"
             );
+            // Every target's window holds permits of one pool: the fleet's bound.
+            let (a, b) = (plan.in_flight().shared, plan.in_flight().shared);
+            let (Some(a), Some(b)) = (a, b) else {
+                panic!("a plan's window has the fleet's pool");
+            };
+            assert!(Arc::ptr_eq(&a, &b));
+            assert_eq!(
+                a.available_permits(),
+                crate::cluster::apply::FLEET_IN_FLIGHT
+            );
         }
     }
 
