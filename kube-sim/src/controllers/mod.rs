@@ -311,16 +311,14 @@ impl Runner {
     }
 
     /// Remembers the status just written (`stored`: the object the store returned; `sim`:
-    /// the status in simulated time) and returns the object as the controllers see it.
-    fn remember(&mut self, stored: Value, sim: Value) -> Value {
-        if !self.scaled() {
-            return stored;
+    /// the status in simulated time), for [`Runner::sim_view`].
+    fn remember(&mut self, stored: &Value, sim: Value) {
+        if self.scaled() {
+            self.written.insert(
+                meta::uid(stored).to_string(),
+                (stored["status"].clone(), sim),
+            );
         }
-        self.written.insert(
-            meta::uid(&stored).to_string(),
-            (stored["status"].clone(), sim),
-        );
-        self.sim_view(stored)
     }
 
     async fn run(&mut self, mut rx: tokio::sync::broadcast::Receiver<Arc<WatchEvent>>) {
@@ -600,14 +598,15 @@ impl Runner {
     }
 
     /// Writes a status computed in simulated time (`obj`: as the controllers see it) and
-    /// returns the object as the controllers see it, or None when nothing changed.
+    /// returns the stored object (wall times; [`Runner::sim_view`] maps it), or None when
+    /// nothing changed.
     fn write_status(
         &mut self,
         kind: Kind,
         obj: &Value,
         status: Value,
         manager: &str,
-    ) -> Option<Value> {
+    ) -> Option<Arc<Value>> {
         if obj["status"] == status {
             return None;
         }
@@ -620,7 +619,10 @@ impl Runner {
             wall,
             manager,
         ) {
-            Ok(updated) => Some(self.remember(updated, status)),
+            Ok(updated) => {
+                self.remember(&updated, status);
+                Some(updated)
+            }
             Err(err) => {
                 if err.code != 404 {
                     tracing::warn!(kind = ?kind, name = meta::name(obj), error = %err.message, "status write failed");
@@ -723,7 +725,7 @@ impl Runner {
             && let Some(updated) =
                 self.write_status(Kind::Deployment, &dep, early, CONTROLLER_MANAGER)
         {
-            dep = updated;
+            dep = self.sim_view(Arc::unwrap_or_clone(updated));
         }
         for mut rs in sync.update {
             self.to_wall(&mut rs, true);
@@ -775,7 +777,7 @@ impl Runner {
         let options = crate::storage::store::WriteOptions::manager(CONTROLLER_MANAGER);
         let mut current = match self.store.update_status_with(&rt, wanted.clone(), &options) {
             Ok(updated) => {
-                self.remember(updated.clone(), sim_status);
+                self.remember(&updated, sim_status);
                 updated
             }
             Err(_) => dep_wall,

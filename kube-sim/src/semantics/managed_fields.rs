@@ -152,18 +152,24 @@ impl FieldSet {
     /// The set of an object's top-level fields, skipping apiVersion, kind and server-owned
     /// metadata. `status` is included only when `with_status`; `only_status` keeps only it.
     pub fn of_object(obj: &Value, mode: SetMode, with_status: bool, only_status: bool) -> Self {
+        Self::of_fields(obj, mode, |k| {
+            if only_status {
+                k == "status"
+            } else {
+                k != "status" || with_status
+            }
+        })
+    }
+
+    /// The set of the top-level fields `keep` names, skipping apiVersion, kind and
+    /// server-owned metadata.
+    fn of_fields(obj: &Value, mode: SetMode, keep: impl Fn(&str) -> bool) -> Self {
         let mut set = FieldSet::default();
         let Some(map) = obj.as_object() else {
             return set;
         };
         for (k, v) in map {
-            if k == "apiVersion" || k == "kind" {
-                continue;
-            }
-            if only_status && k != "status" {
-                continue;
-            }
-            if k == "status" && !with_status && !only_status {
+            if k == "apiVersion" || k == "kind" || !keep(k) {
                 continue;
             }
             let child = if k == "metadata" {
@@ -525,10 +531,32 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, record: &UpdateRecord
             changed_fields(&owned_metadata(old_v), &owned_metadata(new), false, false);
         changed = changed.union(&meta_changed);
     }
-    let existing = FieldSet::of_object(new, SetMode::All, true, false);
     let mut entries = old.map(read_entries).unwrap_or_default();
-    for e in entries.iter_mut() {
-        e.fields = e.fields.difference(&changed).intersection(&existing);
+    if only_status {
+        // A status write changes the status and the metadata only: the rest of every entry
+        // stays as it is (the whole object's set per status write was most of its cost).
+        let touched = |k: &str| k == "status" || k == "metadata";
+        let existing = FieldSet::of_fields(new, SetMode::All, touched);
+        for e in entries.iter_mut() {
+            e.fields.member = false;
+            e.fields.children.retain(|k, child| {
+                if let Some(field) = k.strip_prefix("f:")
+                    && touched(field)
+                {
+                    *child = match (changed.children.get(k), existing.children.get(k)) {
+                        (_, None) => FieldSet::default(),
+                        (Some(gone), Some(there)) => child.difference(gone).intersection(there),
+                        (None, Some(there)) => child.intersection(there),
+                    };
+                }
+                !child.is_empty()
+            });
+        }
+    } else {
+        let existing = FieldSet::of_object(new, SetMode::All, true, false);
+        for e in entries.iter_mut() {
+            e.fields = e.fields.difference(&changed).intersection(&existing);
+        }
     }
     if !changed.is_empty() {
         let subresource = record.subresource.map(str::to_string);
@@ -692,6 +720,70 @@ mod tests {
         assert!(!entries[0].fields.contains_path(&replicas));
         assert!(entries[1].fields.contains_path(&replicas));
         assert_eq!(entries[0].time, "t1");
+    }
+
+    #[test]
+    fn a_status_write_moves_status_fields_and_leaves_the_spec_owners_alone() {
+        let entry = |manager: &str, subresource: Option<&str>, fields: Value| ManagedEntry {
+            manager: manager.into(),
+            operation: if subresource.is_some() {
+                "Update"
+            } else {
+                "Apply"
+            }
+            .into(),
+            api_version: "apps/v1".into(),
+            time: "t1".into(),
+            subresource: subresource.map(str::to_string),
+            fields: FieldSet::from_fields_v1(&fields),
+        };
+        let mut old = deployment();
+        old["status"] = json!({"replicas": 1, "unavailableReplicas": 1,
+            "conditions": [{"type": "Progressing", "status": "True"}]});
+        let applied = FieldSet::of_object(&old, SetMode::Apply, false, false).to_fields_v1();
+        write_entries(
+            &mut old,
+            &[
+                entry("rollguard", None, applied.clone()),
+                entry(
+                    "kcm",
+                    Some("status"),
+                    json!({"f:status": {"f:replicas": {}, "f:conditions": {}}}),
+                ),
+                entry(
+                    "other",
+                    Some("status"),
+                    json!({"f:status": {"f:unavailableReplicas": {}}}),
+                ),
+            ],
+        );
+        let mut new = old.clone();
+        new["status"] = json!({"replicas": 2, "readyReplicas": 2,
+            "conditions": [{"type": "Progressing", "status": "True"}]});
+        record_update(
+            Some(&old),
+            &mut new,
+            &UpdateRecord {
+                manager: "kcm",
+                subresource: Some("status"),
+                api_version: "apps/v1",
+                time: "t2",
+                status_in_main: false,
+            },
+        );
+        let entries = read_entries(&new);
+        let by = |m: &str| entries.iter().find(|e| e.manager == m);
+        assert_eq!(
+            by("rollguard").map(|e| e.fields.to_fields_v1()),
+            Some(applied)
+        );
+        assert!(by("other").is_none(), "its only field is gone: {entries:?}");
+        let kcm = by("kcm").expect("the writer's entry");
+        let path = |f: &str| vec!["f:status".to_string(), format!("f:{f}")];
+        assert!(kcm.fields.contains_path(&path("replicas")));
+        assert!(kcm.fields.contains_path(&path("readyReplicas")));
+        assert!(!kcm.fields.contains_path(&path("unavailableReplicas")));
+        assert_eq!(kcm.time, "t2");
     }
 
     #[test]

@@ -506,7 +506,7 @@ impl Store {
         name: &str,
         status: Value,
         manager: &str,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Arc<Value>, ApiError> {
         let key = (namespace.to_string(), name.to_string());
         let Some((rv, current)) = self.get_stored(rt, &key) else {
             return Err(ApiError::not_found(rt, name));
@@ -672,6 +672,7 @@ impl Store {
         opts: &WriteOptions,
     ) -> Result<Value, ApiError> {
         self.replace(rt, obj, opts, false, None)
+            .map(Arc::unwrap_or_clone)
     }
 
     /// Replaces only `.status` (and nothing else) of the stored object.
@@ -682,6 +683,7 @@ impl Store {
         opts: &WriteOptions,
     ) -> Result<Value, ApiError> {
         self.replace(rt, obj, opts, true, None)
+            .map(Arc::unwrap_or_clone)
     }
 
     /// `update_with` / `update_status_with` for a caller that already read the stored
@@ -696,8 +698,12 @@ impl Store {
         current: (u64, Arc<Value>),
     ) -> Result<Value, ApiError> {
         self.replace(rt, obj, opts, status_only, Some(current))
+            .map(Arc::unwrap_or_clone)
     }
 
+    /// Every update ends here. Answers the stored object itself, shared: most writers (the
+    /// controllers' status writes) drop the answer, and copying it was a tenth of kube-sim's
+    /// CPU at 1,000 clusters.
     fn replace(
         &self,
         rt: &ResourceType,
@@ -705,7 +711,7 @@ impl Store {
         opts: &WriteOptions,
         status_only: bool,
         current: Option<(u64, Arc<Value>)>,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Arc<Value>, ApiError> {
         let info = self.info(rt)?;
         if !obj.is_object() {
             return Err(ApiError::bad_request("the object must be a JSON object"));
@@ -844,7 +850,7 @@ impl Store {
             metadata_mut(&mut new).insert("generation".into(), json!(generation + 1));
         }
         if same_content(old_obj, &new) {
-            return Ok(Arc::unwrap_or_clone(old_value));
+            return Ok(old_value);
         }
         if opts.ownership == Ownership::Update {
             managed_fields::record_update(
@@ -861,7 +867,7 @@ impl Store {
         }
         order_metadata(&mut new);
         if opts.dry_run {
-            return Ok(new);
+            return Ok(Arc::new(new));
         }
 
         let mut inner = self.lock();
@@ -891,7 +897,7 @@ impl Store {
         let event = self.commit(&mut inner, rt, key, EventKind::Modified, new);
         drop(inner);
         self.after_write(rt, &event.object, EventKind::Modified);
-        Ok((*event.object).clone())
+        Ok(Arc::clone(&event.object))
     }
 
     /// Deletes an object. Namespaces go Terminating first and disappear once their objects
