@@ -2,6 +2,7 @@
 //! rolling update limited by maxUnavailable.
 
 use serde_json::{Map, Value, json};
+use std::borrow::Borrow;
 
 use super::deployment::Note;
 use super::meta;
@@ -45,13 +46,15 @@ fn node_selected(ds: &Value, node: &NodeInfo) -> bool {
 }
 
 /// One sync of a DaemonSet against its pods and the nodes.
-pub fn reconcile(
+pub fn reconcile<P: Borrow<Value>, R: Borrow<Value>>(
     ds: &Value,
-    owned_pods: &[Value],
-    revisions: &[Value],
+    owned_pods: &[P],
+    revisions: &[R],
     nodes: &[NodeInfo],
     now: jiff::Timestamp,
 ) -> DaemonSetSync {
+    let owned_pods: Vec<&Value> = owned_pods.iter().map(Borrow::borrow).collect();
+    let revisions: Vec<&Value> = revisions.iter().map(Borrow::borrow).collect();
     let mut out = DaemonSetSync::default();
     if !meta::well_formed(ds) {
         return out;
@@ -69,7 +72,7 @@ pub fn reconcile(
         &revision_name,
         REVISION_LABEL,
         &hash,
-        revisions,
+        &revisions,
     ) {
         out.create_revision = Some(revision);
     }
@@ -78,6 +81,7 @@ pub fn reconcile(
     let on_node = |node: &str| -> Vec<&Value> {
         owned_pods
             .iter()
+            .copied()
             .filter(|p| pods::is_active(p) && p["spec"]["nodeName"].as_str() == Some(node))
             .collect()
     };
@@ -142,6 +146,7 @@ pub fn reconcile(
         // Unavailable old pods go first, then available ones within the budget.
         let mut old: Vec<&Value> = owned_pods
             .iter()
+            .copied()
             .filter(|p| {
                 pods::is_active(p)
                     && !is_updated(p)
@@ -168,6 +173,7 @@ pub fn reconcile(
 
     let live: Vec<&Value> = owned_pods
         .iter()
+        .copied()
         .filter(|p| pods::is_active(p) && !out.delete.iter().any(|d| d == meta::name(p)))
         .collect();
     let scheduled = wanted
@@ -205,6 +211,9 @@ pub fn reconcile(
 mod tests {
     use super::*;
 
+    /// No owned objects.
+    const NONE: &[Value] = &[];
+
     fn nodes() -> Vec<NodeInfo> {
         (1..=3)
             .map(|i| NodeInfo {
@@ -234,7 +243,7 @@ mod tests {
     #[test]
     fn one_pod_per_node_and_counts() {
         let set = ds("agent:1");
-        let out = reconcile(&set, &[], &[], &nodes(), now());
+        let out = reconcile(&set, NONE, NONE, &nodes(), now());
         assert_eq!(out.create.len(), 3);
         let placed: Vec<&str> = out
             .create
@@ -265,7 +274,7 @@ mod tests {
     #[test]
     fn rolling_update_replaces_one_node_at_a_time() {
         let set = ds("agent:1");
-        let out = reconcile(&set, &[], &[], &nodes(), now());
+        let out = reconcile(&set, NONE, NONE, &nodes(), now());
         let pods: Vec<Value> = out
             .create
             .into_iter()
@@ -273,7 +282,7 @@ mod tests {
             .map(|(i, p)| ready(p, i))
             .collect();
         let updated = ds("agent:2");
-        let out = reconcile(&updated, &pods, &[], &nodes(), now());
+        let out = reconcile(&updated, &pods, NONE, &nodes(), now());
         assert_eq!(out.delete.len(), 1, "maxUnavailable 1");
         assert_eq!(out.status["updatedNumberScheduled"], Value::Null);
     }

@@ -3,6 +3,7 @@
 //! computes them (rolling update with maxSurge/maxUnavailable, Recreate, progress deadline,
 //! revisions and rollback by template).
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -256,18 +257,26 @@ fn counts(all: &[&Value], new_rs: Option<&Value>) -> Counts {
 }
 
 /// One sync of a Deployment against the ReplicaSets it controls.
-pub fn reconcile(dep: &Value, owned: &[Value], now: jiff::Timestamp) -> DeploymentSync {
+pub fn reconcile<P: Borrow<Value>>(
+    dep: &Value,
+    owned: &[P],
+    now: jiff::Timestamp,
+) -> DeploymentSync {
     let mut out = DeploymentSync::default();
     if !meta::well_formed(dep) {
         return out;
     }
-    let owned: Vec<Value> = owned
+    let owned: Vec<&Value> = owned
         .iter()
+        .map(Borrow::borrow)
         .filter(|rs| meta::well_formed(rs))
-        .cloned()
         .collect();
     let plan = SyncPlan::new(dep, now);
-    let live: Vec<&Value> = owned.iter().filter(|rs| !meta::is_deleting(rs)).collect();
+    let live: Vec<&Value> = owned
+        .iter()
+        .copied()
+        .filter(|rs| !meta::is_deleting(rs))
+        .collect();
     let new_existing = live
         .iter()
         .copied()

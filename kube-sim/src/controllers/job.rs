@@ -2,6 +2,7 @@
 //! `backoffLimit` failures, with the conditions v1.36 writes (SuccessCriteriaMet + Complete,
 //! FailureTarget + Failed).
 
+use std::borrow::Borrow;
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
@@ -30,7 +31,7 @@ pub fn failure_backoff(failures: i64) -> Duration {
 }
 
 /// Time left before a failed pod may be replaced, if any.
-fn backoff_remaining(owned: &[Value], failed: i64, now: jiff::Timestamp) -> Option<Duration> {
+fn backoff_remaining(owned: &[&Value], failed: i64, now: jiff::Timestamp) -> Option<Duration> {
     if failed == 0 {
         return None;
     }
@@ -64,7 +65,8 @@ fn job_condition(kind: &str, reason: &str, message: &str, now: &str) -> Value {
 }
 
 /// One sync of a Job against its pods.
-pub fn reconcile(job: &Value, owned: &[Value], now: jiff::Timestamp) -> JobSync {
+pub fn reconcile<P: Borrow<Value>>(job: &Value, owned: &[P], now: jiff::Timestamp) -> JobSync {
+    let owned: Vec<&Value> = owned.iter().map(Borrow::borrow).collect();
     let mut out = JobSync::default();
     if !meta::well_formed(job) {
         return out;
@@ -100,7 +102,11 @@ pub fn reconcile(job: &Value, owned: &[Value], now: jiff::Timestamp) -> JobSync 
         0
     };
     let failed = failed_pods + restarts;
-    let active: Vec<&Value> = owned.iter().filter(|p| pods::is_active(p)).collect();
+    let active: Vec<&Value> = owned
+        .iter()
+        .copied()
+        .filter(|p| pods::is_active(p))
+        .collect();
     let ready = active
         .iter()
         .filter(|p| pods::ready_since(p).is_some())
@@ -155,7 +161,7 @@ pub fn reconcile(job: &Value, owned: &[Value], now: jiff::Timestamp) -> JobSync 
                 reason: "Completed",
                 message: "Job completed".into(),
             });
-        } else if let Some(wait) = backoff_remaining(owned, failed_pods, now) {
+        } else if let Some(wait) = backoff_remaining(&owned, failed_pods, now) {
             // Failed pods are replaced only after the back-off (10 s doubling, 6 min cap).
             out.requeue_after = Some(wait);
         } else if job["spec"]["suspend"].as_bool() != Some(true) {
@@ -210,6 +216,9 @@ pub fn reconcile(job: &Value, owned: &[Value], now: jiff::Timestamp) -> JobSync 
 mod tests {
     use super::*;
 
+    /// No owned objects.
+    const NONE: &[Value] = &[];
+
     fn job(completions: i64, backoff: i64) -> Value {
         json!({"metadata": {"name": "migrate", "namespace": "ns", "uid": "j1"},
                "spec": {"completions": completions, "parallelism": 1, "backoffLimit": backoff,
@@ -228,7 +237,7 @@ mod tests {
     #[test]
     fn starts_pods_then_completes() {
         let j = job(2, 6);
-        let out = reconcile(&j, &[], now());
+        let out = reconcile(&j, NONE, now());
         assert_eq!(out.create.len(), 1);
         assert_eq!(out.create[0]["metadata"]["labels"]["job-name"], "migrate");
         assert_eq!(out.create[0]["spec"]["restartPolicy"], "Never");

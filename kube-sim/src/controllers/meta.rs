@@ -250,7 +250,7 @@ pub fn new_controller_revision(
     revision_name: &str,
     hash_label: &str,
     hash: &str,
-    existing: &[Value],
+    existing: &[&Value],
 ) -> Option<Value> {
     if existing.iter().any(|r| name(r) == revision_name) {
         return None;

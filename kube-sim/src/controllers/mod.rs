@@ -295,6 +295,16 @@ impl Runner {
         obj
     }
 
+    /// [`Runner::sim_view`] of a stored object, which is shared as it is when simulated time
+    /// is wall time (no copy: the controllers read far more objects than they write).
+    fn shared_view(&self, stored: Arc<Value>) -> Arc<Value> {
+        if self.scaled() {
+            Arc::new(self.sim_view(Arc::unwrap_or_clone(stored)))
+        } else {
+            stored
+        }
+    }
+
     /// Maps simulated times back to wall times, never after the wall clock.
     fn to_wall(&self, value: &mut Value, whole_object: bool) {
         if !self.scaled() {
@@ -524,10 +534,10 @@ impl Runner {
                 tokio::task::yield_now().await;
             }
             let (kind, namespace, name) = &key;
-            let Some(obj) = self.store.get(&kind.rt(), namespace, name) else {
+            let Some(obj) = self.store.get_shared(&kind.rt(), namespace, name) else {
                 continue;
             };
-            let obj = self.sim_view(obj);
+            let obj = self.shared_view(obj);
             if !meta::well_formed(&obj) {
                 tracing::warn!(kind = ?kind, namespace = %namespace, name = %name, "malformed object; controllers leave it alone");
                 continue;
@@ -553,15 +563,15 @@ impl Runner {
     }
 
     /// The current objects of `kind` controlled by `owner`.
-    fn owned(&self, owner: &Value, kind: Kind) -> Vec<Value> {
+    fn owned(&self, owner: &Value, kind: Kind) -> Vec<Arc<Value>> {
         let Some(keys) = self.children.get(meta::uid(owner)) else {
             return Vec::new();
         };
         keys.iter()
             .filter(|(k, _, _)| *k == kind)
-            .filter_map(|(k, ns, name)| self.store.get(&k.rt(), ns, name))
+            .filter_map(|(k, ns, name)| self.store.get_shared(&k.rt(), ns, name))
             .filter(|child| meta::controller_uid(child) == Some(meta::uid(owner)))
-            .map(|child| self.sim_view(child))
+            .map(|child| self.shared_view(child))
             .collect()
     }
 
@@ -1000,29 +1010,31 @@ impl Runner {
         }
         let uid = meta::uid(pod).to_string();
         let now = self.now();
-        let mut pod = pod.clone();
+        // The pod as bound to its node, when this sync binds it.
+        let mut bound_pod = None;
         if !self.kubelet.contains_key(&uid) {
             // Bind unscheduled pods to a node, as the scheduler would.
             let node_name = pod["spec"]["nodeName"].as_str().map(str::to_string);
-            let Some((node_index, placement)) = self.place(&pod) else {
+            let Some((node_index, placement)) = self.place(pod) else {
                 if node_name.is_none() {
-                    self.report_unschedulable(&pod);
+                    self.report_unschedulable(pod);
                 }
                 return;
             };
             if node_name.is_none() {
-                pod["spec"]["nodeName"] = json!(placement.node);
                 let mut wall = pod.clone();
+                wall["spec"]["nodeName"] = json!(placement.node);
                 self.to_wall(&mut wall, true);
                 match self.store.update(&Kind::Pod.rt(), wall, "kube-scheduler") {
-                    Ok(bound) => pod = self.sim_view(bound),
+                    Ok(bound) => bound_pod = Some(self.sim_view(bound)),
                     Err(err) => {
-                        tracing::warn!(pod = meta::name(&pod), error = %err.message, "cannot bind pod");
+                        tracing::warn!(pod = meta::name(pod), error = %err.message, "cannot bind pod");
                         return;
                     }
                 }
             }
-            let base = meta::parse_time(&pod["status"]["startTime"]).unwrap_or(now);
+            let bound = bound_pod.as_ref().unwrap_or(pod);
+            let base = meta::parse_time(&bound["status"]["startTime"]).unwrap_or(now);
             self.kubelet.insert(
                 uid.clone(),
                 KubeletPod {
@@ -1033,7 +1045,8 @@ impl Runner {
                 },
             );
         }
-        let namespace = meta::namespace(&pod).to_string();
+        let pod = bound_pod.as_ref().unwrap_or(pod);
+        let namespace = meta::namespace(pod).to_string();
         let containers = pod["spec"]["containers"]
             .as_array()
             .cloned()
@@ -1070,9 +1083,9 @@ impl Runner {
         let state = state.clone();
         let waiting = self.waiting_config.entry(namespace.clone()).or_default();
         if any_blocked {
-            waiting.insert(meta::name(&pod).to_string());
+            waiting.insert(meta::name(pod).to_string());
         } else {
-            waiting.remove(meta::name(&pod));
+            waiting.remove(meta::name(pod));
         }
         let behaviour_of = |list: &[Value]| -> Vec<rules::ImageScript> {
             list.iter()
@@ -1092,7 +1105,7 @@ impl Runner {
                 .map_or(&[], Vec::as_slice),
         );
         let view = pods::pod_status_at(
-            &pod,
+            pod,
             &init_behaviours,
             &behaviours,
             &blocked,
@@ -1101,7 +1114,7 @@ impl Runner {
             now,
         );
         let old_status = pod["status"].clone();
-        if let Some(updated) = self.write_status(Kind::Pod, &pod, view.status.clone(), KUBELET) {
+        if let Some(updated) = self.write_status(Kind::Pod, pod, view.status.clone(), KUBELET) {
             for spec in
                 events::kubelet_events(&updated, &old_status, &view.status, &state.placement.node)
             {
@@ -1122,7 +1135,7 @@ impl Runner {
             }
         }
         if let Some(after) = view.next_change {
-            self.schedule(key_of(Kind::Pod, &pod), after);
+            self.schedule(key_of(Kind::Pod, pod), after);
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The ReplicaSet controller as a pure function: a ReplicaSet + its pods -> pods to create or
 //! delete and the ReplicaSet's status.
 
+use std::borrow::Borrow;
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
@@ -25,14 +26,23 @@ pub struct ReplicaSetSync {
 }
 
 /// One sync of a ReplicaSet against the pods it controls.
-pub fn reconcile(rs: &Value, owned: &[Value], now: jiff::Timestamp) -> ReplicaSetSync {
+pub fn reconcile<P: Borrow<Value>>(
+    rs: &Value,
+    owned: &[P],
+    now: jiff::Timestamp,
+) -> ReplicaSetSync {
+    let owned: Vec<&Value> = owned.iter().map(Borrow::borrow).collect();
     let mut out = ReplicaSetSync::default();
     if !meta::well_formed(rs) {
         return out;
     }
     let want = meta::spec_replicas(rs);
     let min_ready = rs["spec"]["minReadySeconds"].as_i64().unwrap_or(0);
-    let mut active: Vec<&Value> = owned.iter().filter(|p| pods::is_active(p)).collect();
+    let mut active: Vec<&Value> = owned
+        .iter()
+        .copied()
+        .filter(|p| pods::is_active(p))
+        .collect();
     let terminating = owned.iter().filter(|p| meta::is_deleting(p)).count() as i64;
     let have = active.len() as i64;
 
@@ -118,6 +128,9 @@ pub fn reconcile(rs: &Value, owned: &[Value], now: jiff::Timestamp) -> ReplicaSe
 mod tests {
     use super::*;
 
+    /// No owned objects.
+    const NONE: &[Value] = &[];
+
     fn rs(replicas: i64) -> Value {
         json!({
             "metadata": {"name": "web-abc", "namespace": "ns", "uid": "rs1", "generation": 2},
@@ -162,7 +175,7 @@ mod tests {
 
     #[test]
     fn creates_at_most_a_burst_per_sync() {
-        let out = reconcile(&rs(100_000), &[], now());
+        let out = reconcile(&rs(100_000), NONE, now());
         assert_eq!(out.create.len() as i64, BURST_REPLICAS);
     }
 

@@ -3,6 +3,7 @@
 //! to `partition`.
 
 use serde_json::{Map, Value, json};
+use std::borrow::Borrow;
 
 use super::deployment::Note;
 use super::meta;
@@ -109,12 +110,14 @@ fn is_ready(pod: &Value) -> bool {
 }
 
 /// One sync of a StatefulSet against its pods and ControllerRevisions.
-pub fn reconcile(
+pub fn reconcile<P: Borrow<Value>, R: Borrow<Value>>(
     sts: &Value,
-    owned_pods: &[Value],
-    revisions: &[Value],
+    owned_pods: &[P],
+    revisions: &[R],
     now: jiff::Timestamp,
 ) -> StatefulSetSync {
+    let owned_pods: Vec<&Value> = owned_pods.iter().map(Borrow::borrow).collect();
+    let revisions: Vec<&Value> = revisions.iter().map(Borrow::borrow).collect();
     let mut out = StatefulSetSync::default();
     if !meta::well_formed(sts) {
         return out;
@@ -135,7 +138,7 @@ pub fn reconcile(
         &update_rev,
         "controller.kubernetes.io/hash",
         &hash,
-        revisions,
+        &revisions,
     ) {
         out.create_revision = Some(revision);
     }
@@ -284,6 +287,9 @@ pub fn reconcile(
 mod tests {
     use super::*;
 
+    /// No owned objects.
+    const NONE: &[Value] = &[];
+
     fn sts(replicas: i64, image: &str, partition: i64) -> Value {
         json!({
             "metadata": {"name": "db", "namespace": "ns", "uid": "s1", "generation": 1},
@@ -334,7 +340,7 @@ mod tests {
     #[test]
     fn pods_are_created_one_by_one_in_order() {
         let set = sts(3, "db:1", 0);
-        let out = reconcile(&set, &[], &[], now());
+        let out = reconcile(&set, NONE, NONE, now());
         assert_eq!(
             out.create.len(),
             1,
@@ -407,7 +413,7 @@ mod tests {
         assert_eq!(meta::name(&claims[0]), "data-db-1");
         assert_eq!(claims[0]["metadata"]["labels"]["app"], "db");
         assert_eq!(bound_claim_status(&claims[0])["capacity"]["storage"], "1Gi");
-        let out = reconcile(&set, &[], &[], now());
+        let out = reconcile(&set, NONE, NONE, now());
         let volumes = out.create[0]["spec"]["volumes"].as_array().unwrap();
         assert_eq!(
             volumes[0],
