@@ -80,6 +80,10 @@ fn hyper_client(
 > {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
+    // Without it Nagle holds a request's body (its own TLS record after the headers) until
+    // the server ACKs the headers, which a delayed ACK puts off by 40 ms: every apply took
+    // 44 ms against a local server. Go's clients (kubectl) set it too.
+    http.set_nodelay(true);
     let mut builder = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls_config(config)?)
         .https_or_http();
