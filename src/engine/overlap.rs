@@ -21,15 +21,28 @@ pub struct Placement {
 /// Pairs of targets (first, second, in config order) that resolve to the same cluster and
 /// namespace, or the same cluster and history namespace. Pure; table-tested below.
 pub fn overlapping(placements: &[Placement]) -> Vec<(&Placement, &Placement)> {
-    let server = |p: &Placement| p.server.trim().trim_end_matches('/').to_ascii_lowercase();
+    use std::collections::HashMap;
+    let servers: Vec<String> = placements
+        .iter()
+        .map(|p| p.server.trim().trim_end_matches('/').to_ascii_lowercase())
+        .collect();
+    // The first target at each (cluster, namespace) and (cluster, history namespace): one
+    // pass, as a fleet of thousands would make every pair's comparison a million.
+    let mut by_namespace: HashMap<(&str, &str), usize> = HashMap::new();
+    let mut by_history: HashMap<(&str, &str), usize> = HashMap::new();
     let mut pairs = Vec::new();
     for (j, b) in placements.iter().enumerate() {
+        let server = servers[j].as_str();
+        let first = by_namespace
+            .entry((server, b.namespace.as_str()))
+            .or_insert(j);
+        let first_history = by_history
+            .entry((server, b.history_namespace.as_str()))
+            .or_insert(j);
         // Each later target is named once, with the first one it collides with.
-        if let Some(a) = placements[..j].iter().find(|a| {
-            server(a) == server(b)
-                && (a.namespace == b.namespace || a.history_namespace == b.history_namespace)
-        }) {
-            pairs.push((a, b));
+        let a = (*first).min(*first_history);
+        if a < j {
+            pairs.push((&placements[a], b));
         }
     }
     pairs
@@ -116,6 +129,16 @@ mod tests {
                     at("ap", "https://a", "s", "s"),
                 ],
                 vec![("eu", "us"), ("eu", "ap")],
+            ),
+            // The first earlier target it collides with, by either namespace.
+            (
+                vec![
+                    at("eu", "https://a", "x", "h1"),
+                    at("us", "https://a", "y", "h2"),
+                    at("ap", "https://a", "y", "h1"),
+                    at("za", "https://a", "z", "h2"),
+                ],
+                vec![("eu", "ap"), ("us", "za")],
             ),
         ];
         for (placements, want) in cases {
