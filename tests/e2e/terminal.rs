@@ -45,7 +45,9 @@ fn demo_in_pty(dir: &Path, env: &[(&str, &str)]) -> Session {
     let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
     let report_path = dir.join("report.json");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_rollguard"));
-    cmd.args(["demo", "--time-scale", "20", "--report"])
+    // Time scale 5: the demo lasts long enough for several redraws (every 150 ms). At 20 it
+    // took half a second once applies stopped waiting on Nagle, too short to redraw thrice.
+    cmd.args(["demo", "--time-scale", "5", "--report"])
         .arg(&report_path)
         .current_dir(dir)
         .stdin(Stdio::from(slave.try_clone().expect("dup pty")))
@@ -270,7 +272,8 @@ fn live_view_fits_80_columns_and_redraws_cleanly() {
     );
     assert!(
         positions(&session.bytes, b"\x1b[3F\x1b[J").len() > 2,
-        "the live view redraws in place"
+        "the live view redraws in place ({} times)",
+        positions(&session.bytes, b"\x1b[3F\x1b[J").len()
     );
     assert!(has_sgr(&session.bytes), "colour on a capable terminal");
     check_screen(&session);
@@ -288,7 +291,8 @@ fn no_color_keeps_the_redraw_and_drops_colour() {
     );
     assert!(
         positions(&session.bytes, b"\x1b[3F\x1b[J").len() > 2,
-        "NO_COLOR keeps the cursor movement"
+        "NO_COLOR keeps the cursor movement ({} redraws)",
+        positions(&session.bytes, b"\x1b[3F\x1b[J").len()
     );
     assert!(
         !has_sgr(&session.bytes),
