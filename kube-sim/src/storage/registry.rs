@@ -162,10 +162,11 @@ struct Table {
 /// The served resources of one cluster. CRDs add and remove entries while it runs.
 pub struct Registry {
     table: RwLock<Table>,
-    /// The aggregated discovery documents (core, groups) as served, built on first use after
-    /// each change of the table: every client of every cluster asks for them, and building,
-    /// serializing and hashing them was a twentieth of the simulator's CPU at 1,000 clusters
-    /// (then an eighth while each cluster built its own: see `builtin_document`).
+    /// The aggregated discovery documents (core, groups) as served once a CRD changed the
+    /// table (before that, every cluster serves `builtin_document`'s), built on first use
+    /// after each change: every client of every cluster asks for them, and building,
+    /// serializing and hashing them per cluster was an eighth of the simulator's CPU at
+    /// 1,000 clusters.
     aggregated: Mutex<[CachedDocument; 2]>,
 }
 
