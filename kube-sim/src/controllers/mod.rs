@@ -43,6 +43,7 @@ pub mod scheduler;
 pub mod statefulset;
 pub mod timeline;
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -170,6 +171,9 @@ impl Kind {
 
 type Key = (Kind, String, String);
 
+/// A stored version of an object and its [`Runner::sim_view`].
+type SimView = (Arc<Value>, Arc<Value>);
+
 /// The field manager of an Event's writes: the binary of the component that reports it
 /// (controllers' events are written by kube-controller-manager, as recorded).
 fn event_manager(component: &str) -> &'static str {
@@ -232,6 +236,10 @@ struct Runner {
     /// runner last wrote, so that reading it back costs no precision (a stored timestamp is
     /// whole wall seconds, which at time scale 100 is 100 simulated seconds).
     written: HashMap<String, (Value, Value)>,
+    /// Object uid -> (the stored version, its [`Runner::sim_view`]): the view of a version is
+    /// made once, since the controllers read an object many times between its writes (owners
+    /// read all their children per sync) and the mapping of times never changes.
+    views: RefCell<HashMap<String, SimView>>,
     /// When the last Event was made (UnixNano): the next is made at least a nanosecond
     /// later, so that names (which are made of it) never collide.
     last_event_at: i128,
@@ -257,6 +265,7 @@ impl Runner {
             next_node: 0,
             event_records: HashMap::new(),
             written: HashMap::new(),
+            views: RefCell::default(),
             last_event_at: 0,
         }
     }
@@ -296,13 +305,23 @@ impl Runner {
     }
 
     /// [`Runner::sim_view`] of a stored object, which is shared as it is when simulated time
-    /// is wall time (no copy: the controllers read far more objects than they write).
+    /// is wall time (no copy: the controllers read far more objects than they write), and
+    /// made once per stored version otherwise.
     fn shared_view(&self, stored: Arc<Value>) -> Arc<Value> {
-        if self.scaled() {
-            Arc::new(self.sim_view(Arc::unwrap_or_clone(stored)))
-        } else {
-            stored
+        if !self.scaled() {
+            return stored;
         }
+        let uid = meta::uid(&stored);
+        if let Some((version, view)) = self.views.borrow().get(uid)
+            && Arc::ptr_eq(version, &stored)
+        {
+            return Arc::clone(view);
+        }
+        let view = Arc::new(self.sim_view(Value::clone(&stored)));
+        self.views
+            .borrow_mut()
+            .insert(uid.to_string(), (stored, Arc::clone(&view)));
+        view
     }
 
     /// Maps simulated times back to wall times, never after the wall clock.
@@ -324,6 +343,9 @@ impl Runner {
     /// the status in simulated time), for [`Runner::sim_view`].
     fn remember(&mut self, stored: &Value, sim: Value) {
         if self.scaled() {
+            // An unchanged write keeps the stored version, whose view may hold the old
+            // simulated status.
+            self.views.get_mut().remove(meta::uid(stored));
             self.written.insert(
                 meta::uid(stored).to_string(),
                 (stored["status"].clone(), sim),
@@ -472,6 +494,7 @@ impl Runner {
         let uid = meta::uid(obj);
         self.event_records.remove(uid);
         self.written.remove(uid);
+        self.views.get_mut().remove(uid);
         if kind == Kind::Pod {
             if let Some(state) = self.kubelet.remove(uid)
                 && let Some(load) = self.node_load.get_mut(state.node_index)
@@ -1209,5 +1232,43 @@ mod tests {
                 let _ = events::kubelet_events(&obj, &old, &obj, "n");
             }
         }
+    }
+
+    #[test]
+    fn a_stored_version_has_one_simulated_view_until_the_runner_writes_its_status() {
+        let clock = Clock::new(10.0);
+        let store = Arc::new(Store::new(clock.clone()));
+        let rt = Kind::Pod.rt();
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}});
+        store.create(&rt, pod, KUBELET).unwrap();
+        let mut runner = Runner::new(
+            Arc::clone(&store),
+            ControllerContext {
+                cluster_name: "sim-1".into(),
+                clock: clock.clone(),
+                rules: Arc::default(),
+            },
+        );
+        let read =
+            |runner: &Runner| runner.shared_view(store.get_shared(&rt, "default", "p").unwrap());
+        let first = read(&runner);
+        assert!(
+            Arc::ptr_eq(&first, &read(&runner)),
+            "an unchanged version is mapped once"
+        );
+
+        let started = clock.sim_now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+        let status = json!({"phase": "Running", "startTime": started});
+        runner
+            .write_status(Kind::Pod, &first, status.clone(), KUBELET)
+            .unwrap();
+        let after = read(&runner);
+        assert!(!Arc::ptr_eq(&first, &after));
+        assert_eq!(
+            after["status"], status,
+            "the runner reads back the status it wrote"
+        );
     }
 }
