@@ -1,8 +1,8 @@
 //! rollguard's benchmark program: `cargo bench --bench bench [-- SECTION...]`.
 //!
 //! One run prints, per section, a table with each goal beside the measured value and
-//! PASS/MISS, then a summary. It uses the release-built `rollguard` binary that cargo builds
-//! for this bench (CARGO_BIN_EXE_rollguard), the `kube-sim` binary (built here with
+//! PASS/MISS, then a summary. It measures the `rollguard` binary that ships (built here by
+//! dist/build-static.sh) or the one ROLLGUARD_BENCH_BIN names, the `kube-sim` binary (built here with
 //! `cargo build --profile bench -p kube-sim`) for the kube-sim figures, and in-process kube-sim
 //! clusters (`kube_sim::Sim`) for the rest. BENCHMARKS.md keeps the latest output.
 
@@ -87,8 +87,11 @@ fn help() -> String {
          a table with each goal beside the measured value and PASS/MISS, then a summary.\n\
          The whole run is bounded: each section has a time budget (below), every child\n\
          process is killed at its own limit, and no section starts after 9 minutes; a full\n\
-         run takes about 1 minute on 2 cores once built. Cargo builds the release rollguard binary\n\
-         first; the sim section also builds kube-sim with `cargo build --profile bench -p kube-sim`.\n\
+         run takes a few minutes on 2 cores once built. The rollguard measured is the binary\n\
+         that ships, built first by dist/build-static.sh (fat LTO: about 9 minutes on 2 cores\n\
+         after a change), or the binary ROLLGUARD_BENCH_BIN names (e.g. target/release/rollguard,\n\
+         to try a change quickly); the sim section also builds kube-sim with\n\
+         `cargo build --profile bench -p kube-sim`.\n\
          kubectl on the PATH is needed by the detect and apply sections. The safe section\n\
          also runs its scenario with the rollguard binary that ROLLGUARD_BENCH_BEFORE names\n\
          (an older build, for its before column) when that variable is set.\n\nsections:\n",
@@ -161,12 +164,19 @@ fn main() {
         }
     };
     println!(
-        "rollguard benchmarks: {} UTC; {} CPUs; load average {} at start; rollguard {}",
+        "rollguard benchmarks: {} UTC; {} CPUs; load average {} at start",
         jiff::Timestamp::now().strftime("%Y-%m-%d %H:%M:%S"),
         procs::nproc(),
         procs::loadavg(),
-        procs::rollguard_bin().display()
     );
+    // Built before any section's clock starts, as kube-sim below.
+    match procs::prepare_rollguard() {
+        Ok((bin, how)) => println!("rollguard: {} ({how})", bin.display()),
+        Err(e) => {
+            eprintln!("cannot prepare the rollguard binary to measure: {e}");
+            std::process::exit(1);
+        }
+    }
     println!("sections: {}", chosen.join(" "));
     // Built before any section's clock starts.
     let kube_sim: Result<PathBuf, String> = if chosen.iter().any(|c| c == "sim") {

@@ -22,7 +22,7 @@ pub async fn run(scratch: &Path) -> Vec<Row> {
     let bin = procs::rollguard_bin();
     match std::fs::metadata(&bin) {
         Ok(m) => rows.push(Row::info(
-            "rollguard binary size (this bench's build, default features)",
+            "rollguard binary size (the binary measured: see the header)",
             format!("{:.1} MiB", m.len() as f64 / (1024.0 * 1024.0)),
         )),
         Err(e) => rows.push(Row::skipped(

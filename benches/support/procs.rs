@@ -1,17 +1,80 @@
-//! Child processes: the release binaries, runs measured with wait4 and /proc (wall time,
+//! Child processes: the binaries measured, runs measured with wait4 and /proc (wall time,
 //! peak RSS),
 //! and /proc readings (RSS, CPU time, load).
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-/// The rollguard binary cargo built for this bench (bench profile = release settings).
+/// The variable naming another rollguard binary to measure instead of the shipped build
+/// (e.g. target/release/rollguard, to try a change without the shipped build's LTO).
+pub const BIN_ENV: &str = "ROLLGUARD_BENCH_BIN";
+
+static ROLLGUARD: OnceLock<PathBuf> = OnceLock::new();
+
+/// The rollguard binary every section measures: the one [`prepare_rollguard`] chose.
 pub fn rollguard_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_rollguard"))
+    ROLLGUARD
+        .get()
+        .cloned()
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_rollguard")))
+}
+
+/// Chooses the binary to measure: `ROLLGUARD_BENCH_BIN` when set, else the binary that
+/// ships, built by `dist/build-static.sh` (fat LTO, one codegen unit, no demo): users run
+/// that one, and it differs from the bench profile's build in the figures the goals are
+/// about (measured 2026-12-03 on 50 x 100 objects: 55-58 MB peak RSS against 64-66 MB, and
+/// 12-22 % less CPU at 1,000 clusters). Returns the path and how it was obtained.
+pub fn prepare_rollguard() -> Result<(PathBuf, String), String> {
+    let (bin, how) = match std::env::var_os(BIN_ENV).filter(|v| !v.is_empty()) {
+        Some(path) => {
+            let path = PathBuf::from(path);
+            if !path.is_file() {
+                return Err(format!(
+                    "{BIN_ENV}={} is not a file; point it at a built rollguard binary",
+                    path.display()
+                ));
+            }
+            (path, format!("from {BIN_ENV}"))
+        }
+        None => {
+            let started = Instant::now();
+            let path = build_shipped()?;
+            let how = format!(
+                "the shipped build, dist/build-static.sh: {:.1} s; set {BIN_ENV} to measure another",
+                started.elapsed().as_secs_f64()
+            );
+            (path, how)
+        }
+    };
+    let _ = ROLLGUARD.set(bin.clone());
+    Ok((bin, how))
+}
+
+/// Runs dist/build-static.sh (its last line of output is the binary's path).
+fn build_shipped() -> Result<PathBuf, String> {
+    let out = Command::new(workspace_root().join("dist/build-static.sh"))
+        .current_dir(workspace_root())
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("running dist/build-static.sh: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("dist/build-static.sh failed: {}", out.status));
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let bin = PathBuf::from(stdout.lines().last().unwrap_or_default().trim());
+    if bin.is_file() {
+        Ok(bin)
+    } else {
+        Err(format!(
+            "dist/build-static.sh printed no binary path (last line {:?})",
+            bin.display()
+        ))
+    }
 }
 
 /// The workspace root (this bench belongs to the root package).
