@@ -173,7 +173,10 @@ fn main() {
     match procs::prepare_rollguard() {
         Ok((bin, how)) => println!("rollguard: {} ({how})", bin.display()),
         Err(e) => {
-            eprintln!("cannot prepare the rollguard binary to measure: {e}");
+            eprintln!(
+                "cannot prepare the rollguard binary to measure: {}",
+                rollguard::cluster::retry::error_chain_text(&e)
+            );
             std::process::exit(1);
         }
     }

@@ -15,6 +15,19 @@ pub const BIN_ENV: &str = "ROLLGUARD_BENCH_BIN";
 
 static ROLLGUARD: OnceLock<PathBuf> = OnceLock::new();
 
+/// Why there is no rollguard binary to measure.
+#[derive(Debug, thiserror::Error)]
+pub enum BinError {
+    #[error("{BIN_ENV}={0} is not a file; point it at a built rollguard binary")]
+    NotAFile(String),
+    #[error("cannot run dist/build-static.sh")]
+    Spawn(#[source] std::io::Error),
+    #[error("dist/build-static.sh failed ({0}); its errors are above")]
+    Build(std::process::ExitStatus),
+    #[error("dist/build-static.sh printed no binary path (its last line: {0:?})")]
+    NoPath(String),
+}
+
 /// The rollguard binary every section measures: the one [`prepare_rollguard`] chose.
 pub fn rollguard_bin() -> PathBuf {
     ROLLGUARD
@@ -28,15 +41,12 @@ pub fn rollguard_bin() -> PathBuf {
 /// that one, and it differs from the bench profile's build in the figures the goals are
 /// about (measured 2026-12-03 on 50 x 100 objects: 55-58 MB peak RSS against 64-66 MB, and
 /// 12-22 % less CPU at 1,000 clusters). Returns the path and how it was obtained.
-pub fn prepare_rollguard() -> Result<(PathBuf, String), String> {
+pub fn prepare_rollguard() -> Result<(PathBuf, String), BinError> {
     let (bin, how) = match std::env::var_os(BIN_ENV).filter(|v| !v.is_empty()) {
         Some(path) => {
             let path = PathBuf::from(path);
             if !path.is_file() {
-                return Err(format!(
-                    "{BIN_ENV}={} is not a file; point it at a built rollguard binary",
-                    path.display()
-                ));
+                return Err(BinError::NotAFile(path.display().to_string()));
             }
             (path, format!("from {BIN_ENV}"))
         }
@@ -55,25 +65,23 @@ pub fn prepare_rollguard() -> Result<(PathBuf, String), String> {
 }
 
 /// Runs dist/build-static.sh (its last line of output is the binary's path).
-fn build_shipped() -> Result<PathBuf, String> {
+fn build_shipped() -> Result<PathBuf, BinError> {
     let out = Command::new(workspace_root().join("dist/build-static.sh"))
         .current_dir(workspace_root())
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
-        .map_err(|e| format!("running dist/build-static.sh: {e}"))?;
+        .map_err(BinError::Spawn)?;
     if !out.status.success() {
-        return Err(format!("dist/build-static.sh failed: {}", out.status));
+        return Err(BinError::Build(out.status));
     }
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let bin = PathBuf::from(stdout.lines().last().unwrap_or_default().trim());
+    let last = stdout.lines().last().unwrap_or_default().trim();
+    let bin = PathBuf::from(last);
     if bin.is_file() {
         Ok(bin)
     } else {
-        Err(format!(
-            "dist/build-static.sh printed no binary path (last line {:?})",
-            bin.display()
-        ))
+        Err(BinError::NoPath(last.to_string()))
     }
 }
 
