@@ -216,13 +216,13 @@ pub fn signal_pid(pid: i32, signal: i32) {
     }
 }
 
-/// Reaps `pid` if it is a zombie we adopted (as child subreaper); never waits.
-pub fn reap_adopted(pid: i32) {
+/// Reaps `pid` if it is a zombie we adopted (as child subreaper); never waits. True when
+/// it is gone for us: reaped now, or not (or no longer) our child.
+pub fn reap_adopted(pid: i32) -> bool {
+    let mut status = 0;
     // SAFETY: waitpid on one pid with WNOHANG; a pid that is not our child answers ECHILD.
-    unsafe {
-        let mut status = 0;
-        libc::waitpid(pid, &mut status, libc::WNOHANG);
-    }
+    let answer = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+    answer != 0
 }
 
 /// Makes rollguard the child subreaper of everything it starts: a grandchild whose parent

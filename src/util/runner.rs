@@ -43,6 +43,8 @@ pub const CANCEL_KILL_GRACE: Duration = Duration::from_secs(1);
 const DRAIN_TIMEOUT: Duration = Duration::from_millis(500);
 /// Between checks whether a signalled child and what it started are gone.
 const POLL: Duration = Duration::from_millis(25);
+/// How long [`sweep`] waits for killed processes that left the group to be gone.
+const SWEEP_GRACE: Duration = Duration::from_secs(1);
 
 /// The child's environment.
 #[derive(Debug, Clone)]
@@ -388,20 +390,25 @@ fn anything_alive(pgid: i32, marker: &str) -> bool {
 }
 
 /// Kills and reaps whatever still carries `marker` (a grandchild that left the group and
-/// outlived its parent): SIGKILL, as its run is over.
-fn sweep(marker: &str) {
+/// outlived its parent): SIGKILL, as its run is over. A killed process shows as running in
+/// /proc until the kernel has torn it down, which on a busy machine takes a while: it looks
+/// again every [`POLL`] until nothing is left, for at most [`SWEEP_GRACE`].
+async fn sweep(marker: &str) {
     let me = std::process::id() as i32;
-    for _ in 0..3 {
+    let until = Instant::now() + SWEEP_GRACE;
+    // Adopted ones become our zombies, which /proc no longer shows with the marker.
+    let mut adopted = Vec::new();
+    loop {
         let left = marked(marker, false);
-        if left.is_empty() {
-            return;
-        }
         for p in &left {
             signal_pid(p.pid, libc::SIGKILL);
         }
-        for p in left.iter().filter(|p| p.ppid == me) {
-            reap_adopted(p.pid);
+        adopted.extend(left.iter().filter(|p| p.ppid == me).map(|p| p.pid));
+        adopted.retain(|pid| !reap_adopted(*pid));
+        if (left.is_empty() && adopted.is_empty()) || Instant::now() >= until {
+            return;
         }
+        tokio::time::sleep(POLL).await;
     }
 }
 
@@ -698,7 +705,7 @@ pub async fn run(
         }
     }
     // Whatever left the group and outlived its parent (adopted by rollguard) goes too.
-    sweep(&marker);
+    sweep(&marker).await;
     guard.done();
     drop(guard);
     let drain_until = Instant::now() + DRAIN_TIMEOUT;
