@@ -403,7 +403,11 @@ async fn sweep(marker: &str) {
         for p in &left {
             signal_pid(p.pid, libc::SIGKILL);
         }
-        adopted.extend(left.iter().filter(|p| p.ppid == me).map(|p| p.pid));
+        for p in left.iter().filter(|p| p.ppid == me) {
+            if !adopted.contains(&p.pid) {
+                adopted.push(p.pid);
+            }
+        }
         adopted.retain(|pid| !reap_adopted(*pid));
         if (left.is_empty() && adopted.is_empty()) || Instant::now() >= until {
             return;
