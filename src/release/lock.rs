@@ -286,6 +286,11 @@ impl Lock {
             holder,
             options,
         };
+        // Most runs find no Lease: create it first and read only when that fails (one
+        // request instead of two; an existing Lease answers AlreadyExists and the loop reads it).
+        if let Some(guard) = taking.create_first().await? {
+            return Ok(guard);
+        }
         let started = tokio::time::Instant::now();
         let mut announced = false;
         let mut observed: Option<Observed> = None;
@@ -348,6 +353,14 @@ impl Lock {
     }
 }
 
+/// What one create of the Lease found.
+enum Posted {
+    Held(Box<LockGuard>),
+    Exists,
+    /// The namespace is missing (a create in it answers NotFound).
+    NoNamespace,
+}
+
 /// One attempt at the lock: the Lease, who asks for it, and how.
 struct Taking<'a> {
     api: Api<Lease>,
@@ -386,6 +399,41 @@ impl Taking<'_> {
     /// Creates the Lease, held by us: the guard, or None to look again (another run created
     /// it first, or its namespace had to be created).
     async fn create(&self) -> Result<Option<LockGuard>, LockError> {
+        match self.post().await? {
+            Posted::Held(guard) => Ok(Some(*guard)),
+            // Another run created it first: look again (not in a hot loop).
+            Posted::Exists => {
+                tokio::time::sleep(RACE_PAUSE).await;
+                Ok(None)
+            }
+            Posted::NoNamespace => {
+                self.create_namespace().await?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// The first attempt, made without reading: None when a Lease exists (the loop reads
+    /// it and decides). A missing namespace is created and the Lease posted once more.
+    async fn create_first(&self) -> Result<Option<LockGuard>, LockError> {
+        let mut posted = self.post().await?;
+        if matches!(posted, Posted::NoNamespace) {
+            self.create_namespace().await?;
+            posted = self.post().await?;
+        }
+        Ok(match posted {
+            Posted::Held(guard) => Some(*guard),
+            Posted::Exists | Posted::NoNamespace => None,
+        })
+    }
+
+    async fn create_namespace(&self) -> Result<(), LockError> {
+        crate::release::ensure_namespace(&self.client, self.server, self.namespace).await?;
+        Ok(())
+    }
+
+    /// One create of the Lease, held by us.
+    async fn post(&self) -> Result<Posted, LockError> {
         let (name, namespace, holder, options) =
             (&self.name, self.namespace, self.holder, self.options);
         let lease = new_lease(name, namespace, holder, options, Timestamp::now(), 0, None);
@@ -395,23 +443,16 @@ impl Taking<'_> {
         })
         .await;
         match created {
-            Ok(created) => Ok(Some(LockGuard::start(
+            Ok(created) => Ok(Posted::Held(Box::new(LockGuard::start(
                 self.api.clone(),
                 self.server,
                 created,
                 holder,
                 options,
                 None,
-            ))),
-            // Another run created it first: look again (not in a hot loop).
-            Err(kube::Error::Api(s)) if s.is_already_exists() => {
-                tokio::time::sleep(RACE_PAUSE).await;
-                Ok(None)
-            }
-            Err(kube::Error::Api(s)) if s.is_not_found() => {
-                crate::release::ensure_namespace(&self.client, self.server, namespace).await?;
-                Ok(None)
-            }
+            )))),
+            Err(kube::Error::Api(s)) if s.is_already_exists() => Ok(Posted::Exists),
+            Err(kube::Error::Api(s)) if s.is_not_found() => Ok(Posted::NoNamespace),
             Err(e) => Err(self.error("creating the lock", e)),
         }
     }
@@ -622,6 +663,28 @@ impl LockGuard {
             source: Box::new(e),
         };
         let budget = RetryBudget::bookkeeping();
+        // The Lease as we last wrote it is still ours unless someone wrote it since: delete
+        // exactly that version (one request). A conflict means it changed: read and look.
+        let ours = DeleteParams {
+            preconditions: Some(Preconditions {
+                resource_version: lease.metadata.resource_version.clone(),
+                uid: lease.metadata.uid.clone(),
+            }),
+            ..DeleteParams::default()
+        };
+        // (Only with a version: a take-over keeps the uid.)
+        if lease.metadata.resource_version.is_some() {
+            let deleted = retry_call("release the lock", &budget, || {
+                self.api.delete(&self.name, &ours)
+            })
+            .await;
+            match deleted {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(s)) if s.is_not_found() => return Ok(()),
+                Err(kube::Error::Api(s)) if s.is_conflict() => {}
+                Err(e) => return Err(err("releasing the lock", e)),
+            }
+        }
         let found = retry_call("read the lock to release it", &budget, || {
             self.api.get_opt(&self.name)
         })
@@ -1305,6 +1368,43 @@ mod lease_tests {
         .unwrap();
         assert_eq!(b.took_over_from(), Some("behind-run"));
         b.release().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_run_whose_lease_was_taken_over_releases_nothing() {
+        let fake = TestCluster::start().await;
+        let a = Lock::acquire(
+            fake.client(),
+            SERVER,
+            "shop",
+            "shop",
+            "run-a",
+            &quick(1000, 60),
+        )
+        .await
+        .unwrap();
+        // Another run took it over (a replace: same uid, new version).
+        let mut taken = fake.get(LEASES, "rollguard-shop").unwrap();
+        taken["spec"]["holderIdentity"] = json!("run-b");
+        fake.put_raw(LEASES, "rollguard-shop", taken);
+        a.release().await.unwrap();
+        let lease = fake
+            .get(LEASES, "rollguard-shop")
+            .expect("run-b's lease is kept");
+        assert_eq!(lease["spec"]["holderIdentity"], "run-b");
+        // Its own lease, as last written, a run deletes.
+        let b = Lock::acquire(
+            fake.client(),
+            SERVER,
+            "other",
+            "shop",
+            "run-c",
+            &quick(1000, 60),
+        )
+        .await
+        .unwrap();
+        b.release().await.unwrap();
+        assert!(fake.get(LEASES, "rollguard-other").is_none());
     }
 
     #[tokio::test]

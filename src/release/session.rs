@@ -50,6 +50,9 @@ pub struct TargetRelease {
     pub record: ReleaseRecord,
     /// The namespace for namespaced objects without one on this target.
     pub default_namespace: String,
+    /// The other records' revisions and statuses, as read with the lock held: what
+    /// finishing this record tidies (without listing them again).
+    pub others: Vec<(u64, crate::release::ReleaseStatus)>,
 }
 
 impl TargetRelease {
@@ -221,10 +224,12 @@ pub async fn read_history(
     let mut marked = Vec::new();
     let store = ReleaseStore::for_access(access, &config.app, &namespace, settings.keep);
     let read = async {
-        let abandoned = store.mark_abandoned().await?;
+        let crate::release::Opened {
+            abandoned,
+            repaired,
+            records,
+        } = store.open().await?;
         marked.clone_from(&abandoned);
-        let repaired = store.repair().await?;
-        let records = store.list().await?;
         for revision in abandoned {
             notes.push(match records.iter().find(|r| r.revision == revision) {
                 Some(r) => crate::release::abandoned_note(r, lock.took_over_from().is_some()),
@@ -293,6 +298,7 @@ pub async fn begin_record(
             store,
             lock: Some(lock),
             last_good,
+            others: crate::release::statuses_of(&records),
             record,
             default_namespace,
         }),

@@ -454,12 +454,15 @@ impl ReleaseStore {
         reason: Option<String>,
         objects: Option<Vec<ObjectRef>>,
     ) -> Result<ReleaseRecord> {
-        self.finish_with_stages(revision, status, reason, objects, Vec::new())
+        self.finish_with_stages(revision, status, reason, objects, Vec::new(), None)
             .await
     }
 
     /// [`ReleaseStore::finish_with_objects`], also recording the script stages that ran
-    /// (their output is dropped: it belongs in the report, not in the cluster).
+    /// (their output is dropped: it belongs in the report, not in the cluster). `others`:
+    /// the other records' statuses as the caller read them with the lock held, which the
+    /// tidying then uses instead of listing them again (None: list). Stale knowledge, after
+    /// a lost lock, only tidies less: it misses newer records, never invents one.
     pub async fn finish_with_stages(
         &self,
         revision: u64,
@@ -467,6 +470,7 @@ impl ReleaseStore {
         reason: Option<String>,
         objects: Option<Vec<ObjectRef>>,
         stages: Vec<crate::report::StageResult>,
+        others: Option<&[(u64, ReleaseStatus)]>,
     ) -> Result<ReleaseRecord> {
         let stages: Vec<_> = stages
             .into_iter()
@@ -493,7 +497,16 @@ impl ReleaseStore {
         // The record is final from here: what follows is tidying, which a failure only
         // postpones (the newest `deployed` record is the last good one either way, and the
         // next deploy's repair supersedes what is left).
-        let mut statuses = match self.statuses().await {
+        let listed = match others {
+            Some(others) => Ok(others
+                .iter()
+                .copied()
+                .filter(|(r, _)| *r != revision)
+                .chain([(revision, record.status)])
+                .collect()),
+            None => self.statuses().await,
+        };
+        let mut statuses = match listed {
             Ok(statuses) => statuses,
             Err(e) => {
                 self.warn(format!(
@@ -531,7 +544,11 @@ impl ReleaseStore {
     /// between marking its record deployed and superseding the older ones left them so.
     /// Call with the lock held. Returns the revisions marked.
     pub async fn repair(&self) -> Result<Vec<u64>> {
-        let statuses = self.statuses().await?;
+        self.repair_in(&self.statuses().await?).await
+    }
+
+    /// [`ReleaseStore::repair`] on statuses the caller just listed.
+    async fn repair_in(&self, statuses: &[(u64, ReleaseStatus)]) -> Result<Vec<u64>> {
         let newest = statuses
             .iter()
             .filter(|(_, s)| *s == ReleaseStatus::Deployed)
@@ -540,7 +557,7 @@ impl ReleaseStore {
         let Some(newest) = newest else {
             return Ok(Vec::new());
         };
-        let stale = supersede_choice(&statuses, newest);
+        let stale = supersede_choice(statuses, newest);
         for older in &stale {
             self.update(*older, ReleaseStatus::Superseded, |_| {})
                 .await?;
@@ -549,12 +566,29 @@ impl ReleaseStore {
     }
 
     async fn statuses(&self) -> Result<Vec<(u64, ReleaseStatus)>> {
-        Ok(self
-            .list()
-            .await?
-            .iter()
-            .map(|r| (r.revision, r.status))
-            .collect())
+        Ok(statuses_of(&self.list().await?))
+    }
+
+    /// With the lock held, as a run opens the history: marks what a dead run left pending
+    /// as abandoned and supersedes stale `deployed` records ([`ReleaseStore::mark_abandoned`],
+    /// [`ReleaseStore::repair`]), and answers the history after that. One list when there
+    /// is nothing to mark (the usual case; both choices read the same statuses, since
+    /// abandoning touches `pending` records and repairing `deployed` ones).
+    pub async fn open(&self) -> Result<Opened> {
+        let records = self.list().await?;
+        let statuses = statuses_of(&records);
+        let abandoned = self.mark_abandoned_in(&statuses).await?;
+        let repaired = self.repair_in(&statuses).await?;
+        let records = if abandoned.is_empty() && repaired.is_empty() {
+            records
+        } else {
+            self.list().await?
+        };
+        Ok(Opened {
+            abandoned,
+            repaired,
+            records,
+        })
     }
 
     /// Delete the records beyond `keep` (see [`prune_choice`]). Returns what was deleted.
@@ -584,7 +618,12 @@ impl ReleaseStore {
     /// Mark records left `pending` by a run that died as `failed` (reason `abandoned`).
     /// Call with the lock held. Returns the revisions marked.
     pub async fn mark_abandoned(&self) -> Result<Vec<u64>> {
-        let pending = abandoned_choice(&self.statuses().await?);
+        self.mark_abandoned_in(&self.statuses().await?).await
+    }
+
+    /// [`ReleaseStore::mark_abandoned`] on statuses the caller just listed.
+    async fn mark_abandoned_in(&self, statuses: &[(u64, ReleaseStatus)]) -> Result<Vec<u64>> {
+        let pending = abandoned_choice(statuses);
         for revision in &pending {
             self.update(*revision, ReleaseStatus::Failed, |r| {
                 r.reason = Some(ABANDONED.to_string());
@@ -603,6 +642,21 @@ const NAMESPACE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(3
 
 /// Creates the history namespace when missing (kube's one namespace creation, with the
 /// errors said as release errors).
+/// The history as [`ReleaseStore::open`] left it.
+#[derive(Debug)]
+pub struct Opened {
+    /// Revisions found `pending` and marked failed (abandoned).
+    pub abandoned: Vec<u64>,
+    /// Revisions found `deployed` beside a newer one and marked superseded.
+    pub repaired: Vec<u64>,
+    /// Every readable record after that, oldest first, without manifests.
+    pub records: Vec<ReleaseRecord>,
+}
+
+pub(crate) fn statuses_of(records: &[ReleaseRecord]) -> Vec<(u64, ReleaseStatus)> {
+    records.iter().map(|r| (r.revision, r.status)).collect()
+}
+
 pub async fn ensure_namespace(client: &Client, server: &str, namespace: &str) -> Result<()> {
     let budget = RetryBudget::until(tokio::time::Instant::now() + NAMESPACE_DEADLINE);
     // Nothing cancels a record's namespace: the run's cancel is handled around it.

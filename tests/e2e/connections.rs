@@ -1,4 +1,4 @@
-//! Fewer connections (issue 25.3): a target's applies and watches share one HTTP/2
+//! Fewer connections and requests (issue 25.3): a target's applies and watches share one HTTP/2
 //! connection when the server offers h2 by ALPN, HTTP/1.1 still works when it does not, and
 //! the wait watches the pods of a namespace once, whatever the number of workloads in it.
 
@@ -113,4 +113,37 @@ async fn several_deployments_in_one_namespace_share_one_pod_watch() {
         "{:#}",
         counters.to_json()
     );
+}
+
+/// The lock and the history cost few round trips (each is 20 ms or more to a real cluster,
+/// and all of them are spent before the first apply or after the rollout): the Lease is
+/// created without a read first, released by the version last written, and the history is
+/// listed once under the lock and not again to tidy it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_and_the_history_take_few_requests() {
+    let env = start(false).await;
+    env.write("rollguard.yaml", &config(1, "60s"));
+    env.write("k8s/app.yaml", &objects(1, 1));
+    for (deploy, creates) in [("first", 2), ("second", 1)] {
+        env.cluster(1).reset_counters();
+        let run = env.deploy(&[]).await;
+        assert_eq!(run.code, 0, "{}", run.output());
+        let counters = env.cluster(1).counters();
+        let json = counters.to_json();
+        // The first deploy's Lease create finds no namespace (404), creates it, and again.
+        assert_eq!(
+            (
+                counters.get("get", "leases.coordination.k8s.io"),
+                counters.get("create", "leases.coordination.k8s.io"),
+                counters.get("delete", "leases.coordination.k8s.io"),
+            ),
+            (0, creates, 1),
+            "{deploy} deploy: {json:#}"
+        );
+        assert_eq!(
+            counters.get("list", "secrets"),
+            1,
+            "{deploy} deploy: {json:#}"
+        );
+    }
 }
