@@ -180,7 +180,7 @@ pub(crate) async fn settle_target(
             reason,
             Some(applied.clone()),
             run.report.stages.clone(),
-            Some(&release.others),
+            Some(release.known()),
         ),
     )
     .await;

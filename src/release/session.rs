@@ -52,10 +52,21 @@ pub struct TargetRelease {
     pub default_namespace: String,
     /// The other records' revisions and statuses, as read with the lock held: what
     /// finishing this record tidies (without listing them again).
-    pub others: Vec<(u64, crate::release::ReleaseStatus)>,
+    others: Vec<(u64, crate::release::ReleaseStatus)>,
+    /// This record as written when it began (None: unknown), to finish it without a read.
+    written: Option<crate::release::Written>,
 }
 
 impl TargetRelease {
+    /// What this run knows of the history since it began the record, for finishing it.
+    pub fn known(&self) -> crate::release::Known<'_> {
+        crate::release::Known {
+            others: &self.others,
+            record: &self.record,
+            written: self.written.as_ref(),
+        }
+    }
+
     /// Why this run no longer holds the target's lock, when it lost it.
     pub fn lock_lost(&self) -> Option<String> {
         self.lock.as_ref().and_then(LockGuard::lost_reason)
@@ -294,11 +305,12 @@ pub async fn begin_record(
         .begin_after(draft, origin, &records, Some(revision))
         .await
     {
-        Ok(record) => Ok(TargetRelease {
+        Ok((record, written)) => Ok(TargetRelease {
             store,
             lock: Some(lock),
             last_good,
             others: crate::release::statuses_of(&records),
+            written,
             record,
             default_namespace,
         }),

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
 use crate::cluster::retry::{RetryBudget, RetryError};
@@ -244,18 +244,22 @@ impl ReleaseStore {
     ) -> Result<ReleaseRecord> {
         ensure_namespace(&self.client, &self.server, &self.namespace).await?;
         let existing = self.list().await?;
-        self.begin_after(draft, origin, &existing, wanted).await
+        self.begin_after(draft, origin, &existing, wanted)
+            .await
+            .map(|(record, _)| record)
     }
 
     /// [`ReleaseStore::begin`] for a caller that just listed the records (and holds the lock,
-    /// so the namespace exists): saves two requests. The record returned has no manifests.
+    /// so the namespace exists): saves two requests. The record returned has no manifests;
+    /// beside it, what finishing it needs to write it without reading it first (None when the
+    /// server's answer to the create was lost).
     pub async fn begin_after(
         &self,
         draft: ReleaseDraft,
         origin: ReleaseOrigin,
         existing: &[ReleaseRecord],
         wanted: Option<u64>,
-    ) -> Result<ReleaseRecord> {
+    ) -> Result<(ReleaseRecord, Option<Written>)> {
         let revisions: Vec<u64> = existing.iter().map(|r| r.revision).collect();
         let mut revision = revision_on_target(&revisions, wanted);
         let ReleaseDraft {
@@ -298,11 +302,17 @@ impl ReleaseStore {
                 .call("create a release record", || api.create(&post, &secret))
                 .await;
             match created {
-                Ok(_) => return Ok(record),
+                Ok(created) => {
+                    let written = created.metadata.resource_version.map(|version| Written {
+                        version,
+                        manifests_bytes: manifests_bytes(&secret),
+                    });
+                    return Ok((record, written));
+                }
                 // A retried create whose first answer was lost finds its own record: done.
                 Err(kube::Error::Api(status)) if status.is_already_exists() => {
                     if self.is_ours(revision, &record).await {
-                        return Ok(record);
+                        return Ok((record, None));
                     }
                     revision += 1
                 }
@@ -459,10 +469,11 @@ impl ReleaseStore {
     }
 
     /// [`ReleaseStore::finish_with_objects`], also recording the script stages that ran
-    /// (their output is dropped: it belongs in the report, not in the cluster). `others`:
-    /// the other records' statuses as the caller read them with the lock held, which the
-    /// tidying then uses instead of listing them again (None: list). Stale knowledge, after
-    /// a lost lock, only tidies less: it misses newer records, never invents one.
+    /// (their output is dropped: it belongs in the report, not in the cluster). `known`: what
+    /// the caller knows of the history since it began this record with the lock held, which
+    /// saves reading the record again and listing the others to tidy them (None: read both).
+    /// Stale knowledge, after a lost lock, costs a read (the record changed: its version
+    /// does not match) or tidies less (it misses newer records, never invents one).
     pub async fn finish_with_stages(
         &self,
         revision: u64,
@@ -470,7 +481,7 @@ impl ReleaseStore {
         reason: Option<String>,
         objects: Option<Vec<ObjectRef>>,
         stages: Vec<crate::report::StageResult>,
-        others: Option<&[(u64, ReleaseStatus)]>,
+        known: Option<Known<'_>>,
     ) -> Result<ReleaseRecord> {
         let stages: Vec<_> = stages
             .into_iter()
@@ -482,18 +493,25 @@ impl ReleaseStore {
             .collect();
         // A record is a sink too: a message that quotes a secret value is stored scrubbed.
         let reason = reason.as_deref().map(crate::report::redact::scrub);
-        let record = self
-            .update(revision, status, |r| {
-                r.reason = reason.clone();
-                r.finished_at = Some(Timestamp::now());
-                if let Some(objects) = &objects {
-                    r.objects = objects.clone();
-                }
-                if !stages.is_empty() {
-                    r.stages = stages.clone();
-                }
-            })
-            .await?;
+        let change = |r: &mut ReleaseRecord| {
+            r.reason = reason.clone();
+            r.finished_at = Some(Timestamp::now());
+            if let Some(objects) = &objects {
+                r.objects = objects.clone();
+            }
+            if !stages.is_empty() {
+                r.stages = stages.clone();
+            }
+        };
+        let rewritten = match &known {
+            Some(known) => self.write_known(revision, status, &change, known).await?,
+            None => None,
+        };
+        let record = match rewritten {
+            Some(record) => record,
+            None => self.update(revision, status, change).await?,
+        };
+        let others = known.map(|k| k.others);
         // The record is final from here: what follows is tidying, which a failure only
         // postpones (the newest `deployed` record is the last good one either way, and the
         // next deploy's repair supersedes what is left).
@@ -538,6 +556,57 @@ impl ReleaseStore {
             ));
         }
         Ok(record)
+    }
+
+    /// Writes the record this run began as it knows it, without reading it first: a merge
+    /// patch of the record's key and status label at the version it wrote (the manifests'
+    /// key stays as it is). None when it cannot (the create's answer was lost, the status
+    /// may not move so, the manifests would no longer fit) or the record changed since it
+    /// was written (a conflict): the caller then reads it and writes it whole.
+    async fn write_known(
+        &self,
+        revision: u64,
+        status: ReleaseStatus,
+        change: &impl Fn(&mut ReleaseRecord),
+        known: &Known<'_>,
+    ) -> Result<Option<ReleaseRecord>> {
+        let Some(written) = known.written else {
+            return Ok(None);
+        };
+        if known.record.revision != revision || !transition_allowed(known.record.status, status) {
+            return Ok(None);
+        }
+        let mut record = known.record.clone();
+        record.status = status;
+        change(&mut record);
+        let (mut data, _) = secret_data(&record, None)?;
+        let Some(bytes) = data.remove(DATA_KEY) else {
+            return Ok(None);
+        };
+        if bytes.0.len() + written.manifests_bytes > MAX_RECORD_BYTES {
+            return Ok(None);
+        }
+        let patch = serde_json::json!({
+            "metadata": {
+                "resourceVersion": written.version,
+                "labels": {LABEL_STATUS: status.as_str()},
+            },
+            "data": {DATA_KEY: bytes},
+        });
+        let name = record.secret_name();
+        let api = self.api();
+        let params = PatchParams::default();
+        let patch = Patch::Merge(&patch);
+        let patched = self
+            .call("update a release record", || {
+                api.patch(&name, &params, &patch)
+            })
+            .await;
+        match patched {
+            Ok(_) => Ok(Some(record)),
+            Err(kube::Error::Api(status)) if status.is_conflict() => Ok(None),
+            Err(e) => Err(self.kube_err(format!("updating release record {name}"), e)),
+        }
     }
 
     /// Supersedes every `deployed` record older than the newest one: a run that failed
@@ -642,6 +711,32 @@ const NAMESPACE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(3
 
 /// Creates the history namespace when missing (kube's one namespace creation, with the
 /// errors said as release errors).
+/// A record as this run wrote it: its version, and the size of the manifests it holds.
+#[derive(Debug, Clone)]
+pub struct Written {
+    version: String,
+    manifests_bytes: usize,
+}
+
+/// What a run knows of a target's history since it began its record with the lock held.
+#[derive(Debug, Clone, Copy)]
+pub struct Known<'a> {
+    /// The other records' revisions and statuses.
+    pub others: &'a [(u64, ReleaseStatus)],
+    /// The record as begun.
+    pub record: &'a ReleaseRecord,
+    /// Its version as written (None: unknown).
+    pub written: Option<&'a Written>,
+}
+
+fn manifests_bytes(secret: &Secret) -> usize {
+    secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(MANIFESTS_KEY))
+        .map_or(0, |b| b.0.len())
+}
+
 /// The history as [`ReleaseStore::open`] left it.
 #[derive(Debug)]
 pub struct Opened {
@@ -825,6 +920,72 @@ mod tests {
         assert_eq!(store.last_good().await.unwrap().unwrap().revision, 1);
     }
 
+    /// Finishing a record this run began, as it knows it, writes it without reading it and
+    /// keeps its manifests; when another run changed it meanwhile, it is read and the status
+    /// still only moves forward.
+    #[tokio::test]
+    async fn a_known_record_is_finished_without_a_read_and_only_moves_forward() {
+        let fake = TestCluster::start().await;
+        let store = ReleaseStore::new(fake.client(), "shop", "shop", 10);
+        fake.add_namespace("shop");
+        let finish = |record: ReleaseRecord, written: Option<Written>| {
+            let store = store.clone();
+            async move {
+                let known = Known {
+                    others: &[],
+                    record: &record,
+                    written: written.as_ref(),
+                };
+                store
+                    .finish_with_stages(
+                        record.revision,
+                        Deployed,
+                        None,
+                        None,
+                        Vec::new(),
+                        Some(known),
+                    )
+                    .await
+            }
+        };
+        let (v1, written) = store
+            .begin_after(draft("v1"), ReleaseOrigin::Deploy, &[], None)
+            .await
+            .unwrap();
+        assert!(written.is_some());
+        fake.reset_counters();
+        let done = finish(v1, written).await.unwrap();
+        assert_eq!(done.status, Deployed);
+        let counters = fake.counters();
+        assert_eq!(
+            counters.get("get", "secrets"),
+            0,
+            "{:#}",
+            counters.to_json()
+        );
+        let stored = store.get(1).await.unwrap();
+        assert_eq!(stored.status, Deployed);
+        assert!(stored.finished_at.is_some());
+        assert!(stored.manifests.is_some(), "the manifests stay");
+        let secret = fake.get(SECRETS, "rollguard.shop.v1").unwrap();
+        assert_eq!(secret["metadata"]["labels"][LABEL_STATUS], "deployed");
+
+        let (v2, written) = store
+            .begin_after(
+                draft("v2"),
+                ReleaseOrigin::Deploy,
+                &store.list().await.unwrap(),
+                None,
+            )
+            .await
+            .unwrap();
+        // Another run, which took the lock over, marked it abandoned.
+        store.mark_abandoned().await.unwrap();
+        let err = finish(v2, written).await.unwrap_err();
+        assert!(matches!(err, ReleaseError::Transition { .. }), "{err}");
+        assert_eq!(store.get(2).await.unwrap().status, Failed);
+    }
+
     #[tokio::test]
     async fn statuses_only_move_forward() {
         let fake = TestCluster::start().await;
@@ -1005,10 +1166,13 @@ mod tests {
                             None,
                         )
                         .await
+                        .map(|(record, written)| (record, written, statuses_of(&records)))
                 }
                 .await;
+                // As a deploy finishes its record: with what it knows (odd runs read it).
+                let use_known = run % 2 == 0;
                 let mut finished_ok = false;
-                if let Ok(record) = &opened {
+                if let Ok((record, written, others)) = &opened {
                     assert!(
                         !begun.contains(&record.revision),
                         "seed {seed}: revision {} reused",
@@ -1020,7 +1184,22 @@ mod tests {
                         if healthy {
                             meant_deployed.push(record.revision);
                         }
-                        finished_ok = store.finish(record.revision, status, None).await.is_ok();
+                        let known = use_known.then_some(Known {
+                            others,
+                            record,
+                            written: written.as_ref(),
+                        });
+                        finished_ok = store
+                            .finish_with_stages(
+                                record.revision,
+                                status,
+                                None,
+                                None,
+                                Vec::new(),
+                                known,
+                            )
+                            .await
+                            .is_ok();
                         if finished_ok && healthy {
                             last_ok_deployed = Some(record.revision);
                         }
@@ -1052,7 +1231,7 @@ mod tests {
                 if finished_ok && healthy && !dies {
                     assert_eq!(
                         deployed.iter().max().copied(),
-                        opened.as_ref().ok().map(|r| r.revision),
+                        opened.as_ref().ok().map(|(r, _, _)| r.revision),
                         "seed {seed}: {now:?}"
                     );
                 }

@@ -47,6 +47,15 @@ impl TestCluster {
         self.sim.clusters()[0].set_faults(faults);
     }
 
+    /// The requests the cluster has answered since it started or since the last reset.
+    pub fn counters(&self) -> kube_sim::Counters {
+        self.sim.clusters()[0].counters()
+    }
+
+    pub fn reset_counters(&self) {
+        self.sim.clusters()[0].reset_counters();
+    }
+
     fn store(&self) -> std::sync::Arc<kube_sim::Store> {
         self.sim.clusters()[0].store()
     }

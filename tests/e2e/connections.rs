@@ -117,14 +117,17 @@ async fn several_deployments_in_one_namespace_share_one_pod_watch() {
 
 /// The lock and the history cost few round trips (each is 20 ms or more to a real cluster,
 /// and all of them are spent before the first apply or after the rollout): the Lease is
-/// created without a read first, released by the version last written, and the history is
-/// listed once under the lock and not again to tidy it.
+/// created without a read first, released by the version last written, the history is
+/// listed once under the lock and not again to tidy it, and the run's record is finished
+/// without reading it back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lock_and_the_history_take_few_requests() {
     let env = start(false).await;
     env.write("rollguard.yaml", &config(1, "60s"));
-    env.write("k8s/app.yaml", &objects(1, 1));
-    for (deploy, creates) in [("first", 2), ("second", 1)] {
+    // The second deploy reads one record: the first one's, to mark it superseded.
+    for (deploy, creates, configmaps, reads) in [("first", 2, 1, 0), ("second", 1, 2, 1)] {
+        // The second deploy changes something, so that it writes a record too.
+        env.write("k8s/app.yaml", &objects(configmaps, 1));
         env.cluster(1).reset_counters();
         let run = env.deploy(&[]).await;
         assert_eq!(run.code, 0, "{}", run.output());
@@ -140,9 +143,16 @@ async fn the_lock_and_the_history_take_few_requests() {
             (0, creates, 1),
             "{deploy} deploy: {json:#}"
         );
+        // Listed once under the lock; the run's record created, and finished (a patch)
+        // without reading it back.
         assert_eq!(
-            counters.get("list", "secrets"),
-            1,
+            (
+                counters.get("list", "secrets"),
+                counters.get("create", "secrets"),
+                counters.get("patch", "secrets"),
+                counters.get("get", "secrets"),
+            ),
+            (1, 1, 1, reads),
             "{deploy} deploy: {json:#}"
         );
     }
