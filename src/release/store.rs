@@ -561,8 +561,9 @@ impl ReleaseStore {
     /// Writes the record this run began as it knows it, without reading it first: a merge
     /// patch of the record's key and status label at the version it wrote (the manifests'
     /// key stays as it is). None when it cannot (the create's answer was lost, the status
-    /// may not move so, the manifests would no longer fit) or the record changed since it
-    /// was written (a conflict): the caller then reads it and writes it whole.
+    /// may not move so, the manifests would no longer fit, the role has no `patch`) or the
+    /// record changed since it was written (a conflict): the caller then reads it and
+    /// writes it whole.
     async fn write_known(
         &self,
         revision: u64,
@@ -604,7 +605,8 @@ impl ReleaseStore {
             .await;
         match patched {
             Ok(_) => Ok(Some(record)),
-            Err(kube::Error::Api(status)) if status.is_conflict() => Ok(None),
+            // A role granted before records were patched has no `patch`: read and update.
+            Err(kube::Error::Api(status)) if status.is_conflict() || status.code == 403 => Ok(None),
             Err(e) => Err(self.kube_err(format!("updating release record {name}"), e)),
         }
     }
@@ -970,6 +972,7 @@ mod tests {
         let secret = fake.get(SECRETS, "rollguard.shop.v1").unwrap();
         assert_eq!(secret["metadata"]["labels"][LABEL_STATUS], "deployed");
 
+        // Without the right to patch Secrets (a role granted before), it reads and updates.
         let (v2, written) = store
             .begin_after(
                 draft("v2"),
@@ -979,11 +982,44 @@ mod tests {
             )
             .await
             .unwrap();
+        fake.set_faults(kube_sim::Faults {
+            error_rate: 1.0,
+            error_status: 403,
+            only_resources: vec!["secrets".into()],
+            only_verbs: vec!["patch".into()],
+            ..Default::default()
+        });
+        fake.reset_counters();
+        let v2_revision = v2.revision;
+        finish(v2, written).await.unwrap();
+        fake.set_faults(kube_sim::Faults::default());
+        let counters = fake.counters();
+        let json = counters.to_json();
+        assert_eq!(
+            (
+                counters.get("patch", "secrets"),
+                counters.get("update", "secrets")
+            ),
+            (1, 1),
+            "{json:#}"
+        );
+        assert_eq!(v2_revision, 2);
+        assert_eq!(store.get(2).await.unwrap().status, Deployed);
+
+        let (v3, written) = store
+            .begin_after(
+                draft("v3"),
+                ReleaseOrigin::Deploy,
+                &store.list().await.unwrap(),
+                None,
+            )
+            .await
+            .unwrap();
         // Another run, which took the lock over, marked it abandoned.
         store.mark_abandoned().await.unwrap();
-        let err = finish(v2, written).await.unwrap_err();
+        let err = finish(v3, written).await.unwrap_err();
         assert!(matches!(err, ReleaseError::Transition { .. }), "{err}");
-        assert_eq!(store.get(2).await.unwrap().status, Failed);
+        assert_eq!(store.get(3).await.unwrap().status, Failed);
     }
 
     #[tokio::test]

@@ -30,6 +30,9 @@ pub struct Faults {
     /// as the counters name them (`leases.coordination.k8s.io`, `secrets`): to stall one
     /// kind of call (a lock's renewals) while the rest of the API answers.
     pub only_resources: Vec<String>,
+    /// When not empty, latency and errors apply only to requests of these verbs, named as
+    /// the counters name them (`patch`, `get`): with a 403, a role without that verb.
+    pub only_verbs: Vec<String>,
     /// Requests are accepted (TLS completed, request read) and never answered, as by a
     /// stalled server or a black-holing proxy. They are not counted: nothing is done. Not
     /// limited by `only_resources`.
@@ -58,13 +61,17 @@ impl Faults {
         }
     }
 
-    /// Whether latency and errors apply to a request on `resource` (None: not a resource).
-    pub fn applies_to(&self, resource: Option<&str>) -> bool {
-        self.only_resources.is_empty()
-            || resource.is_some_and(|r| {
+    /// Whether latency and errors apply to a request of `verb` on `resource` (None: not a
+    /// resource).
+    pub fn applies_to(&self, request: Option<(&str, &str)>) -> bool {
+        let resource_ok = self.only_resources.is_empty()
+            || request.is_some_and(|(_, r)| {
                 let base = r.split('/').next().unwrap_or(r);
                 self.only_resources.iter().any(|o| o == base)
-            })
+            });
+        let verb_ok = self.only_verbs.is_empty()
+            || request.is_some_and(|(verb, _)| self.only_verbs.iter().any(|v| v == verb));
+        resource_ok && verb_ok
     }
 
     /// Whether the answer to this write is replaced by an error (drawing a random number).
@@ -406,19 +413,33 @@ mod tests {
     #[test]
     fn faults_on_some_resources_only() {
         let all = Faults::default();
-        assert!(all.applies_to(None) && all.applies_to(Some("secrets")));
+        assert!(all.applies_to(None) && all.applies_to(Some(("get", "secrets"))));
         let leases = Faults {
             only_resources: vec!["leases.coordination.k8s.io".into()],
             ..Faults::default()
         };
         let cases = [
-            (Some("leases.coordination.k8s.io"), true),
-            (Some("leases.coordination.k8s.io/status"), true),
-            (Some("secrets"), false),
+            (Some(("get", "leases.coordination.k8s.io")), true),
+            (Some(("update", "leases.coordination.k8s.io/status")), true),
+            (Some(("get", "secrets")), false),
             (None, false),
         ];
-        for (resource, want) in cases {
-            assert_eq!(leases.applies_to(resource), want, "{resource:?}");
+        for (request, want) in cases {
+            assert_eq!(leases.applies_to(request), want, "{request:?}");
+        }
+        let secret_patches = Faults {
+            only_resources: vec!["secrets".into()],
+            only_verbs: vec!["patch".into()],
+            ..Faults::default()
+        };
+        let cases = [
+            (Some(("patch", "secrets")), true),
+            (Some(("get", "secrets")), false),
+            (Some(("patch", "configmaps")), false),
+            (None, false),
+        ];
+        for (request, want) in cases {
+            assert_eq!(secret_patches.applies_to(request), want, "{request:?}");
         }
     }
 }

@@ -640,11 +640,14 @@ async fn admit<'a>(
         state
             .counters
             .record_in(verb, &resource, p.namespace.as_deref(), dry_run);
-        faulted_resource = Some(resource);
+        faulted_resource = Some((verb, resource));
     } else if is_api {
         state.counters.record("discovery", &head.path, false);
     }
-    if is_api && faults.applies_to(faulted_resource.as_deref()) {
+    let faulted = faulted_resource
+        .as_ref()
+        .map(|(verb, resource)| (*verb, resource.as_str()));
+    if is_api && faults.applies_to(faulted) {
         if faults.latency_ms > 0 {
             tokio::time::sleep(Duration::from_millis(faults.latency_ms)).await;
         }
