@@ -2,6 +2,7 @@
 //! pending record taken before the apply (`take_lock`, `open_records`), and the lock given
 //! back after.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -55,6 +56,8 @@ pub struct TargetRelease {
     others: Vec<(u64, crate::release::ReleaseStatus)>,
     /// This record as written when it began (None: unknown), to finish it without a read.
     written: Option<crate::release::Written>,
+    /// The last good record's version as read, to supersede it without a read.
+    last_good_written: Option<crate::release::Written>,
 }
 
 impl TargetRelease {
@@ -64,6 +67,7 @@ impl TargetRelease {
             others: &self.others,
             record: &self.record,
             written: self.written.as_ref(),
+            last_good: self.last_good.as_ref().zip(self.last_good_written.as_ref()),
         }
     }
 
@@ -180,6 +184,8 @@ pub struct OpenHistory {
     store: ReleaseStore,
     lock: LockGuard,
     records: Vec<ReleaseRecord>,
+    /// The records' versions as read, by revision.
+    written: BTreeMap<u64, crate::release::Written>,
     default_namespace: String,
     /// What was repaired on the way (records a dead run left), for the report.
     pub notes: Vec<String>,
@@ -239,6 +245,7 @@ pub async fn read_history(
             abandoned,
             repaired,
             records,
+            written,
         } = store.open().await?;
         marked.clone_from(&abandoned);
         for revision in abandoned {
@@ -254,12 +261,13 @@ pub async fn read_history(
                 "release v{revision} was still marked deployed beside a newer deployed one (an earlier run stopped while tidying): marked superseded"
             ));
         }
-        Ok::<_, ReleaseError>(records)
+        Ok::<_, ReleaseError>((records, written))
     }
     .await;
     match read {
-        Ok(records) => Ok(OpenHistory {
+        Ok((records, written)) => Ok(OpenHistory {
             store,
+            written,
             lock,
             records,
             default_namespace,
@@ -291,11 +299,15 @@ pub async fn begin_record(
         store,
         lock,
         records,
+        written: mut versions,
         default_namespace,
         notes: _,
         abandoned: _,
     } = history;
     let last_good = crate::release::last_good(&records).cloned();
+    let last_good_written = last_good
+        .as_ref()
+        .and_then(|good| versions.remove(&good.revision));
     let mut draft = ReleaseDraft::new(manifests.clone());
     draft.commit = commit.cloned();
     draft.target = Some(target.name.clone());
@@ -311,6 +323,7 @@ pub async fn begin_record(
             last_good,
             others: crate::release::statuses_of(&records),
             written,
+            last_good_written,
             record,
             default_namespace,
         }),

@@ -165,6 +165,19 @@ impl ReleaseStore {
     }
 
     async fn list_decoded(&self, with_manifests: bool) -> Result<Vec<ReleaseRecord>> {
+        Ok(self
+            .list_stored(with_manifests)
+            .await?
+            .into_iter()
+            .map(|(record, _)| record)
+            .collect())
+    }
+
+    /// [`ReleaseStore::list_decoded`], each record with its version as stored.
+    async fn list_stored(
+        &self,
+        with_manifests: bool,
+    ) -> Result<Vec<(ReleaseRecord, Option<Written>)>> {
         let lp = ListParams::default().labels(&self.selector());
         let api = self.api();
         let list = match self.call("list release records", || api.list(&lp)).await {
@@ -176,11 +189,14 @@ impl ReleaseStore {
         let mut out = Vec::new();
         for secret in list.items {
             match self.decode_secret(&secret, with_manifests) {
-                Ok(record) => out.push(record),
+                Ok(record) => {
+                    let written = Written::of(&secret);
+                    out.push((record, written));
+                }
                 Err(e) => tracing::warn!("{e}; skipping it"),
             }
         }
-        out.sort_by_key(|r| r.revision);
+        out.sort_by_key(|(r, _)| r.revision);
         Ok(out)
     }
 
@@ -305,7 +321,7 @@ impl ReleaseStore {
                 Ok(created) => {
                     let written = created.metadata.resource_version.map(|version| Written {
                         version,
-                        manifests_bytes: manifests_bytes(&secret),
+                        manifests_bytes: Written::manifests_bytes(&secret),
                     });
                     return Ok((record, written));
                 }
@@ -503,8 +519,11 @@ impl ReleaseStore {
                 r.stages = stages.clone();
             }
         };
-        let rewritten = match &known {
-            Some(known) => self.write_known(revision, status, &change, known).await?,
+        let begun = known
+            .and_then(|k| Some((k.record, k.written?)))
+            .filter(|(record, _)| record.revision == revision);
+        let rewritten = match begun {
+            Some((record, written)) => self.patch_known(record, written, status, &change).await?,
             None => None,
         };
         let record = match rewritten {
@@ -535,7 +554,7 @@ impl ReleaseStore {
         };
         if status == ReleaseStatus::Deployed {
             for older in supersede_choice(&statuses, revision) {
-                match self.update(older, ReleaseStatus::Superseded, |_| {}).await {
+                match self.supersede(older, known.as_ref()).await {
                     Ok(_) => {
                         for entry in statuses.iter_mut().filter(|(r, _)| *r == older) {
                             entry.1 = ReleaseStatus::Superseded;
@@ -558,26 +577,45 @@ impl ReleaseStore {
         Ok(record)
     }
 
-    /// Writes the record this run began as it knows it, without reading it first: a merge
-    /// patch of the record's key and status label at the version it wrote (the manifests'
-    /// key stays as it is). None when it cannot (the create's answer was lost, the status
-    /// may not move so, the manifests would no longer fit, the role has no `patch`) or the
+    /// Marks `older` superseded: with a patch when it is the last good record as read under
+    /// the lock, else read and updated.
+    async fn supersede(&self, older: u64, known: Option<&Known<'_>>) -> Result<()> {
+        let last_good = known
+            .and_then(|k| k.last_good)
+            .filter(|(good, _)| good.revision == older);
+        if let Some((good, written)) = last_good
+            && self
+                .patch_known(good, written, ReleaseStatus::Superseded, &|_| {})
+                .await?
+                .is_some()
+        {
+            return Ok(());
+        }
+        self.update(older, ReleaseStatus::Superseded, |_| {})
+            .await
+            .map(|_| ())
+    }
+
+    /// Writes a record as this run knows it (read or written under the lock), without
+    /// reading it again: a merge patch of the record's key and status label at the version
+    /// known (the manifests' key stays as it is). None when it cannot (the status may not move so, the manifests
+    /// would no longer fit, the role has no `patch`) or the
     /// record changed since it was written (a conflict): the caller then reads it and
     /// writes it whole.
-    async fn write_known(
+    async fn patch_known(
         &self,
-        revision: u64,
+        known: &ReleaseRecord,
+        written: &Written,
         status: ReleaseStatus,
         change: &impl Fn(&mut ReleaseRecord),
-        known: &Known<'_>,
     ) -> Result<Option<ReleaseRecord>> {
-        let Some(written) = known.written else {
-            return Ok(None);
-        };
-        if known.record.revision != revision || !transition_allowed(known.record.status, status) {
+        if !transition_allowed(known.status, status) {
             return Ok(None);
         }
-        let mut record = known.record.clone();
+        let mut record = ReleaseRecord {
+            manifests: None,
+            ..known.clone()
+        };
         record.status = status;
         change(&mut record);
         let (mut data, _) = secret_data(&record, None)?;
@@ -646,19 +684,26 @@ impl ReleaseStore {
     /// is nothing to mark (the usual case; both choices read the same statuses, since
     /// abandoning touches `pending` records and repairing `deployed` ones).
     pub async fn open(&self) -> Result<Opened> {
-        let records = self.list().await?;
-        let statuses = statuses_of(&records);
+        let mut stored = self.list_stored(false).await?;
+        let statuses: Vec<_> = stored.iter().map(|(r, _)| (r.revision, r.status)).collect();
         let abandoned = self.mark_abandoned_in(&statuses).await?;
         let repaired = self.repair_in(&statuses).await?;
-        let records = if abandoned.is_empty() && repaired.is_empty() {
-            records
-        } else {
-            self.list().await?
-        };
+        if !abandoned.is_empty() || !repaired.is_empty() {
+            stored = self.list_stored(false).await?;
+        }
+        let mut written = BTreeMap::new();
+        let mut records = Vec::with_capacity(stored.len());
+        for (record, version) in stored {
+            if let Some(version) = version {
+                written.insert(record.revision, version);
+            }
+            records.push(record);
+        }
         Ok(Opened {
             abandoned,
             repaired,
             records,
+            written,
         })
     }
 
@@ -729,14 +774,27 @@ pub struct Known<'a> {
     pub record: &'a ReleaseRecord,
     /// Its version as written (None: unknown).
     pub written: Option<&'a Written>,
+    /// The last good record as read under the lock, with its version: the one finishing a
+    /// deployed record supersedes.
+    pub last_good: Option<(&'a ReleaseRecord, &'a Written)>,
 }
 
-fn manifests_bytes(secret: &Secret) -> usize {
-    secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get(MANIFESTS_KEY))
-        .map_or(0, |b| b.0.len())
+impl Written {
+    /// A stored record's version and manifests' size (None: it has no version).
+    fn of(secret: &Secret) -> Option<Written> {
+        Some(Written {
+            version: secret.metadata.resource_version.clone()?,
+            manifests_bytes: Written::manifests_bytes(secret),
+        })
+    }
+
+    fn manifests_bytes(secret: &Secret) -> usize {
+        secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(MANIFESTS_KEY))
+            .map_or(0, |b| b.0.len())
+    }
 }
 
 /// The history as [`ReleaseStore::open`] left it.
@@ -748,6 +806,8 @@ pub struct Opened {
     pub repaired: Vec<u64>,
     /// Every readable record after that, oldest first, without manifests.
     pub records: Vec<ReleaseRecord>,
+    /// Their versions as stored, by revision.
+    pub written: BTreeMap<u64, Written>,
 }
 
 pub(crate) fn statuses_of(records: &[ReleaseRecord]) -> Vec<(u64, ReleaseStatus)> {
@@ -937,6 +997,7 @@ mod tests {
                     others: &[],
                     record: &record,
                     written: written.as_ref(),
+                    last_good: None,
                 };
                 store
                     .finish_with_stages(
@@ -1224,6 +1285,7 @@ mod tests {
                             others,
                             record,
                             written: written.as_ref(),
+                            last_good: None,
                         });
                         finished_ok = store
                             .finish_with_stages(
