@@ -598,10 +598,9 @@ impl ReleaseStore {
 
     /// Writes a record as this run knows it (read or written under the lock), without
     /// reading it again: a merge patch of the record's key and status label at the version
-    /// known (the manifests' key stays as it is). None when it cannot (the status may not move so, the manifests
-    /// would no longer fit, the role has no `patch`) or the
-    /// record changed since it was written (a conflict): the caller then reads it and
-    /// writes it whole.
+    /// known (the manifests' key stays as it is). None when it cannot (the status may not
+    /// move so, the manifests would no longer fit, the role has no `patch`) or the record
+    /// changed since (a conflict): the caller then reads it and writes it whole.
     async fn patch_known(
         &self,
         known: &ReleaseRecord,
