@@ -665,15 +665,15 @@ impl LockGuard {
         let budget = RetryBudget::bookkeeping();
         // The Lease as we last wrote it is still ours unless someone wrote it since: delete
         // exactly that version (one request). A conflict means it changed: read and look.
-        let ours = DeleteParams {
-            preconditions: Some(Preconditions {
-                resource_version: lease.metadata.resource_version.clone(),
-                uid: lease.metadata.uid.clone(),
-            }),
-            ..DeleteParams::default()
-        };
-        // (Only with a version: a take-over keeps the uid.)
+        // Only with a version: a take-over keeps the uid.
         if lease.metadata.resource_version.is_some() {
+            let ours = DeleteParams {
+                preconditions: Some(Preconditions {
+                    resource_version: lease.metadata.resource_version.clone(),
+                    uid: lease.metadata.uid.clone(),
+                }),
+                ..DeleteParams::default()
+            };
             let deleted = retry_call("release the lock", &budget, || {
                 self.api.delete(&self.name, &ours)
             })
