@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use kube_sim::{Sim, SimOptions};
+use kube_sim::{Faults, Sim, SimOptions};
 
 #[derive(Parser)]
 #[command(
@@ -40,6 +40,9 @@ enum Command {
         /// Serve HTTP/1.1 only (no h2 by ALPN), as a server or proxy without HTTP/2 would.
         #[arg(long)]
         http1_only: bool,
+        /// Added latency per request in milliseconds, in every cluster (as the benchmarks do).
+        #[arg(long, default_value_t = 0)]
+        latency_ms: u64,
     },
 }
 
@@ -67,6 +70,7 @@ fn main() -> ExitCode {
             time_scale,
             plain_http,
             http1_only,
+            latency_ms,
         } => {
             let opts = SimOptions {
                 clusters,
@@ -76,7 +80,7 @@ fn main() -> ExitCode {
                 tls: !plain_http,
                 http1_only,
             };
-            match runtime.block_on(serve(opts, kubeconfig)) {
+            match runtime.block_on(serve(opts, kubeconfig, latency_ms)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("kube-sim: {e}");
@@ -87,12 +91,24 @@ fn main() -> ExitCode {
     }
 }
 
-async fn serve(opts: SimOptions, kubeconfig: PathBuf) -> Result<(), Box<dyn std::error::Error>> {
+async fn serve(
+    opts: SimOptions,
+    kubeconfig: PathBuf,
+    latency_ms: u64,
+) -> Result<(), Box<dyn std::error::Error>> {
     // The handlers before `ready`: a SIGTERM right after it must stop us cleanly, not kill us.
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let sim = Sim::start(opts).await?;
+    if latency_ms > 0 {
+        for cluster in sim.clusters() {
+            cluster.set_faults(Faults {
+                latency_ms,
+                ..Faults::default()
+            });
+        }
+    }
     sim.write_kubeconfig(&kubeconfig)?;
     {
         let mut stdout = std::io::stdout().lock();

@@ -173,19 +173,7 @@ impl FieldSet {
                 continue;
             }
             let child = if k == "metadata" {
-                let mut meta = FieldSet::default();
-                if let Some(m) = v.as_object() {
-                    for (mk, mv) in m {
-                        if is_server_metadata(mk) {
-                            continue;
-                        }
-                        let c = Self::of_value(mk, mv, mode);
-                        if !c.is_empty() {
-                            meta.children.insert(format!("f:{mk}"), c);
-                        }
-                    }
-                }
-                meta
+                Child::Metadata(v).build(mode)
             } else {
                 Self::of_value(k, v, mode)
             };
@@ -198,58 +186,15 @@ impl FieldSet {
 
     /// The set of one field's value.
     pub fn of_value(field: &str, value: &Value, mode: SetMode) -> Self {
-        match value {
-            Value::Object(map) if !map.is_empty() && !is_atomic_map(field) => {
-                let mut set = FieldSet {
-                    member: match mode {
-                        SetMode::All => true,
-                        SetMode::Update => !is_always_present_struct(field),
-                        SetMode::Apply => false,
-                    },
-                    children: BTreeMap::new(),
-                };
-                for (k, v) in map {
-                    set.children
-                        .insert(format!("f:{k}"), Self::of_value(k, v, mode));
-                }
-                set
-            }
-            Value::Array(items) if !items.is_empty() => match list_type(field, items) {
-                ListType::Atomic => Self::leaf(),
-                ListType::Set => {
-                    let mut set = FieldSet {
-                        member: mode != SetMode::Apply,
-                        children: BTreeMap::new(),
-                    };
-                    for item in items {
-                        set.children.insert(format!("v:{item}"), Self::leaf());
-                    }
-                    set
-                }
-                ListType::Map(keys) => {
-                    let mut set = FieldSet {
-                        member: matches!(mode, SetMode::All)
-                            || (mode == SetMode::Update && field != "containers"),
-                        children: BTreeMap::new(),
-                    };
-                    for item in items {
-                        let Some(key) = item_key(&keys, item) else {
-                            continue;
-                        };
-                        // Owner references are atomic structs: the item is one field.
-                        let mut item_set = if field == "ownerReferences" {
-                            Self::leaf()
-                        } else {
-                            Self::of_value("", item, mode)
-                        };
-                        item_set.member = true;
-                        set.children.insert(key, item_set);
-                    }
-                    set
-                }
-            },
-            _ => Self::leaf(),
+        let (member, children) = node(field, value, mode);
+        let mut set = FieldSet {
+            member,
+            children: BTreeMap::new(),
+        };
+        for (key, child) in children {
+            set.children.insert(key, child.build(mode));
         }
+        set
     }
 
     pub fn union(&self, other: &FieldSet) -> FieldSet {
@@ -360,42 +305,212 @@ impl FieldSet {
     }
 }
 
+/// One child of a field set's node, made into a set only when it is needed: the diff of two
+/// objects walks only where they differ, and building both whole sets was most of the cost
+/// of a status write.
+#[derive(Clone, Copy)]
+enum Child<'a> {
+    /// A field and its value.
+    Field(&'a str, &'a Value),
+    /// An object's metadata: the fields a manager can own.
+    Metadata(&'a Value),
+    /// A keyed list item: a member, with the item's fields.
+    Item(&'a Value),
+    /// A set element or an atomic item (an owner reference): one member.
+    Leaf,
+}
+
+impl<'a> Child<'a> {
+    fn node(self, mode: SetMode) -> (bool, Vec<(String, Child<'a>)>) {
+        match self {
+            Child::Field(name, value) => node(name, value, mode),
+            Child::Metadata(meta) => (
+                false,
+                meta.as_object()
+                    .into_iter()
+                    .flatten()
+                    .filter(|(k, _)| !is_server_metadata(k))
+                    .map(|(k, v)| (format!("f:{k}"), Child::Field(k, v)))
+                    .collect(),
+            ),
+            Child::Item(item) => (true, node("", item, mode).1),
+            Child::Leaf => (true, Vec::new()),
+        }
+    }
+
+    fn build(self, mode: SetMode) -> FieldSet {
+        match self {
+            Child::Field(name, value) => FieldSet::of_value(name, value, mode),
+            Child::Metadata(_) => {
+                let mut meta = FieldSet::default();
+                for (key, child) in self.node(mode).1 {
+                    let set = child.build(mode);
+                    if !set.is_empty() {
+                        meta.children.insert(key, set);
+                    }
+                }
+                meta
+            }
+            Child::Item(item) => {
+                let mut set = FieldSet::of_value("", item, mode);
+                set.member = true;
+                set
+            }
+            Child::Leaf => FieldSet::leaf(),
+        }
+    }
+
+    /// The value the child's node is made from.
+    fn value(self) -> Option<&'a Value> {
+        match self {
+            Child::Field(_, v) | Child::Metadata(v) | Child::Item(v) => Some(v),
+            Child::Leaf => None,
+        }
+    }
+}
+
+/// The member flag and the children of the node a set made from `value` (the value of
+/// `field`) has: the one definition of a field set's shape.
+fn node<'a>(field: &str, value: &'a Value, mode: SetMode) -> (bool, Vec<(String, Child<'a>)>) {
+    match value {
+        Value::Object(map) if !map.is_empty() && !is_atomic_map(field) => {
+            let member = match mode {
+                SetMode::All => true,
+                SetMode::Update => !is_always_present_struct(field),
+                SetMode::Apply => false,
+            };
+            let children = map
+                .iter()
+                .map(|(k, v)| (format!("f:{k}"), Child::Field(k, v)))
+                .collect();
+            (member, children)
+        }
+        Value::Array(items) if !items.is_empty() => match list_type(field, items) {
+            ListType::Atomic => (true, Vec::new()),
+            ListType::Set => (
+                mode != SetMode::Apply,
+                items
+                    .iter()
+                    .map(|item| (format!("v:{item}"), Child::Leaf))
+                    .collect(),
+            ),
+            ListType::Map(keys) => {
+                let member = matches!(mode, SetMode::All)
+                    || (mode == SetMode::Update && field != "containers");
+                let children = items
+                    .iter()
+                    .filter_map(|item| {
+                        let key = item_key(&keys, item)?;
+                        // Owner references are atomic structs: the item is one field.
+                        let child = if field == "ownerReferences" {
+                            Child::Leaf
+                        } else {
+                            Child::Item(item)
+                        };
+                        Some((key, child))
+                    })
+                    .collect();
+                (member, children)
+            }
+        },
+        _ => (true, Vec::new()),
+    }
+}
+
+/// The children of a node by path element; a later duplicate replaces an earlier one, as in
+/// a set.
+fn by_element<'a>(children: Vec<(String, Child<'a>)>) -> BTreeMap<String, Child<'a>> {
+    let mut map = BTreeMap::new();
+    for (key, child) in children {
+        map.insert(key, child);
+    }
+    map
+}
+
 /// The paths (in Update mode) whose values differ between `old` and `new`, including
-/// everything that `new` adds.
+/// everything that `new` adds. Only the parts that differ are made into sets.
 pub fn changed_fields(old: &Value, new: &Value, with_status: bool, only_status: bool) -> FieldSet {
-    let new_set = FieldSet::of_object(new, SetMode::Update, with_status, only_status);
-    let old_all = FieldSet::of_object(old, SetMode::All, with_status, only_status);
+    let keep = |k: &str| {
+        if only_status {
+            k == "status"
+        } else {
+            k != "status" || with_status
+        }
+    };
+    changed_top(old, new, keep)
+}
+
+/// [`changed_fields`] over the top-level fields `keep` names.
+fn changed_top(old: &Value, new: &Value, keep: impl Fn(&str) -> bool) -> FieldSet {
     let mut out = FieldSet::default();
-    diff_into(&new_set, &old_all, old, new, &mut out);
+    diff_children(
+        by_element(top_children(new, &keep)),
+        &by_element(top_children(old, &keep)),
+        old,
+        new,
+        &mut out,
+    );
     out
 }
 
-/// Walks `new_set`; keeps members whose value is absent from `old` or differs.
-fn diff_into(new_set: &FieldSet, old_all: &FieldSet, old: &Value, new: &Value, out: &mut FieldSet) {
-    for (k, child) in &new_set.children {
-        let new_v = element_value(new, k);
-        let old_v = element_value(old, k);
+/// The top-level children of an object's set: the fields `keep` names but apiVersion and kind.
+fn top_children<'a>(obj: &'a Value, keep: &impl Fn(&str) -> bool) -> Vec<(String, Child<'a>)> {
+    obj.as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| *k != "apiVersion" && *k != "kind" && keep(k))
+        .map(|(k, v)| {
+            let child = if k == "metadata" {
+                Child::Metadata(v)
+            } else {
+                Child::Field(k, v)
+            };
+            (format!("f:{k}"), child)
+        })
+        .collect()
+}
+
+/// For each child of the new node (Update mode): everything when the old node (All mode) has
+/// no such child, the leaf when its value changed, else what differs below it.
+fn diff_children(
+    new_children: BTreeMap<String, Child<'_>>,
+    old_children: &BTreeMap<String, Child<'_>>,
+    old: &Value,
+    new: &Value,
+    out: &mut FieldSet,
+) {
+    for (key, child) in new_children {
+        let new_v = element_value(new, &key);
+        let old_v = element_value(old, &key);
         let mut child_out = FieldSet::default();
-        match (old_all.children.get(k), old_v) {
+        match (old_children.get(&key), old_v) {
             (Some(old_child), Some(old_v)) => {
-                if child.member && child.children.is_empty() {
-                    if new_v.is_some_and(|n| n != old_v) {
-                        child_out.member = true;
-                    }
+                let unchanged = new_v.is_some_and(|n| {
+                    n == old_v
+                        && child.value().is_some_and(|c| std::ptr::eq(c, n))
+                        && old_child.value().is_some_and(|c| std::ptr::eq(c, old_v))
+                });
+                if unchanged {
+                    // Equal values made both nodes: nothing below them differs.
+                    continue;
+                }
+                let (member, grandchildren) = child.node(SetMode::Update);
+                if member && grandchildren.is_empty() {
+                    child_out.member = new_v.is_some_and(|n| n != old_v);
                 } else {
-                    diff_into(
-                        child,
-                        old_child,
+                    diff_children(
+                        by_element(grandchildren),
+                        &by_element(old_child.node(SetMode::All).1),
                         old_v,
                         new_v.unwrap_or(&Value::Null),
                         &mut child_out,
                     );
                 }
             }
-            _ => child_out = child.clone(),
+            _ => child_out = child.build(SetMode::Update),
         }
         if !child_out.is_empty() {
-            out.children.insert(k.clone(), child_out);
+            out.children.insert(key, child_out);
         }
     }
 }
@@ -520,6 +635,143 @@ pub struct UpdateRecord<'a> {
 }
 
 pub fn record_update(old: Option<&Value>, new: &mut Value, record: &UpdateRecord<'_>) {
+    match old {
+        Some(old) if record.subresource == Some("status") && entries_kept_as_written(old, new) => {
+            record_status_update(old, new, record);
+        }
+        _ => record_whole_update(old, new, record),
+    }
+}
+
+/// Whether `new` carries `old`'s managedFields, every entry as [`write_entries`] writes it:
+/// then a status write can edit them where they are.
+fn entries_kept_as_written(old: &Value, new: &Value) -> bool {
+    let entries = old.pointer("/metadata/managedFields");
+    if entries != new.pointer("/metadata/managedFields") {
+        return false;
+    }
+    let Some(entries) = entries else {
+        return true;
+    };
+    entries.as_array().is_some_and(|entries| {
+        entries.iter().all(|e| {
+            e.as_object().is_some_and(|e| {
+                let text = |k: &str| e.get(k).is_some_and(Value::is_string);
+                text("manager")
+                    && text("operation")
+                    && text("apiVersion")
+                    && text("time")
+                    && e.get("fieldsType").is_some_and(|t| t == "FieldsV1")
+                    && e.get("fieldsV1").is_some_and(Value::is_object)
+                    && e.get("subresource").is_none_or(Value::is_string)
+                    && e.len() == 6 + usize::from(e.contains_key("subresource"))
+            })
+        })
+    })
+}
+
+/// [`record_update`] for a status write: only the `f:status` and `f:metadata` parts of each
+/// entry are read and rewritten, in place; the rest (the spec owners' sets) stays as it is.
+/// Reading and writing every entry whole was most of the cost of a kubelet's status write.
+fn record_status_update(old: &Value, new: &mut Value, record: &UpdateRecord<'_>) {
+    const TOUCHED: [&str; 2] = ["f:status", "f:metadata"];
+    let touched = |k: &str| k == "status" || k == "metadata";
+    let changed = changed_top(old, new, touched);
+    let existing = FieldSet::of_fields(new, SetMode::All, touched);
+    let Some(meta) = new.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let mut entries = match meta.remove("managedFields") {
+        Some(Value::Array(entries)) => entries,
+        _ => Vec::new(),
+    };
+    for entry in &mut entries {
+        let Some(fields) = entry.get_mut("fieldsV1").and_then(Value::as_object_mut) else {
+            continue;
+        };
+        fields.remove(".");
+        for key in TOUCHED {
+            let Some(mut child) = fields.get(key).map(child_of_fields_v1) else {
+                continue;
+            };
+            child = match (changed.children.get(key), existing.children.get(key)) {
+                (_, None) => FieldSet::default(),
+                (Some(gone), Some(there)) => child.difference(gone).intersection(there),
+                (None, Some(there)) => child.intersection(there),
+            };
+            if child.is_empty() {
+                fields.remove(key);
+            } else {
+                fields.insert(key.into(), child.to_fields_v1());
+            }
+        }
+    }
+    if !changed.is_empty() {
+        let text = |e: &Value, k: &str| e.get(k).and_then(Value::as_str).map(str::to_string);
+        let writer = entries.iter_mut().find(|e| {
+            text(e, "manager").as_deref() == Some(record.manager)
+                && text(e, "operation").as_deref() == Some("Update")
+                && text(e, "subresource").as_deref() == Some("status")
+        });
+        match writer.and_then(Value::as_object_mut) {
+            Some(entry) => {
+                if let Some(fields) = entry.get_mut("fieldsV1").and_then(Value::as_object_mut) {
+                    for (key, set) in &changed.children {
+                        let merged = match fields.get(key) {
+                            Some(raw) => child_of_fields_v1(raw).union(set),
+                            None => set.clone(),
+                        };
+                        fields.insert(key.clone(), merged.to_fields_v1());
+                    }
+                }
+                entry.insert("time".into(), json!(record.time));
+                entry.insert("apiVersion".into(), json!(record.api_version));
+            }
+            None => entries.push(
+                ManagedEntry {
+                    manager: record.manager.to_string(),
+                    operation: "Update".into(),
+                    api_version: record.api_version.to_string(),
+                    time: record.time.to_string(),
+                    subresource: Some("status".into()),
+                    fields: changed,
+                }
+                .to_json(),
+            ),
+        }
+    }
+    entries.retain(|e| {
+        e.get("fieldsV1")
+            .is_some_and(|f| f.as_object().is_some_and(|f| !f.is_empty()))
+    });
+    // The server's order, as write_entries keeps it.
+    let order = |e: &Value| {
+        let text = |k: &str| e.get(k).and_then(Value::as_str).map(str::to_string);
+        (
+            text("operation"),
+            text("time"),
+            text("manager"),
+            text("subresource"),
+        )
+    };
+    entries.sort_by_cached_key(order);
+    if !entries.is_empty() {
+        meta.insert("managedFields".into(), Value::Array(entries));
+    }
+}
+
+/// A child of a `fieldsV1` map as [`FieldSet::from_fields_v1`] reads it (a node without
+/// children is a member).
+fn child_of_fields_v1(raw: &Value) -> FieldSet {
+    let mut child = FieldSet::from_fields_v1(raw);
+    if child.children.is_empty() {
+        child.member = true;
+    }
+    child
+}
+
+/// [`record_update`] for any write: every entry is read, changed and written whole.
+fn record_whole_update(old: Option<&Value>, new: &mut Value, record: &UpdateRecord<'_>) {
     let only_status = record.subresource == Some("status");
     let with_status = record.status_in_main;
     let empty = json!({});
@@ -802,6 +1054,250 @@ mod tests {
         assert_eq!(
             display_path(&path),
             ".spec.template.spec.containers[name=\"web\"].image"
+        );
+    }
+
+    /// What `changed_fields` was before it made only the differing parts into sets: both
+    /// whole sets, then a walk of the new one. The lazy walk must give the same sets.
+    fn changed_fields_by_whole_sets(
+        old: &Value,
+        new: &Value,
+        with_status: bool,
+        only_status: bool,
+    ) -> FieldSet {
+        fn walk(
+            new_set: &FieldSet,
+            old_all: &FieldSet,
+            old: &Value,
+            new: &Value,
+            out: &mut FieldSet,
+        ) {
+            for (k, child) in &new_set.children {
+                let new_v = element_value(new, k);
+                let old_v = element_value(old, k);
+                let mut child_out = FieldSet::default();
+                match (old_all.children.get(k), old_v) {
+                    (Some(old_child), Some(old_v)) => {
+                        if child.member && child.children.is_empty() {
+                            child_out.member = new_v.is_some_and(|n| n != old_v);
+                        } else {
+                            walk(
+                                child,
+                                old_child,
+                                old_v,
+                                new_v.unwrap_or(&Value::Null),
+                                &mut child_out,
+                            );
+                        }
+                    }
+                    _ => child_out = child.clone(),
+                }
+                if !child_out.is_empty() {
+                    out.children.insert(k.clone(), child_out);
+                }
+            }
+        }
+        let new_set = FieldSet::of_object(new, SetMode::Update, with_status, only_status);
+        let old_all = FieldSet::of_object(old, SetMode::All, with_status, only_status);
+        let mut out = FieldSet::default();
+        walk(&new_set, &old_all, old, new, &mut out);
+        out
+    }
+
+    fn pod() -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web-1", "namespace": "x", "labels": {"app": "web"},
+                "annotations": {"a": "1"}, "finalizers": ["f1", "f2"],
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web",
+                    "uid": "u1", "controller": true}]},
+            "spec": {"containers": [{"name": "web", "image": "web:v1",
+                "ports": [{"containerPort": 8080}, {"containerPort": 53, "protocol": "UDP"}],
+                "env": [{"name": "A", "value": "1"}]}],
+                "selector": {"matchLabels": {"app": "web"}}},
+            "status": {"phase": "Running", "hostIP": "10.0.0.1", "podIPs": [{"ip": "10.1.0.1"}],
+                "conditions": [{"type": "Ready", "status": "True"},
+                               {"type": "PodScheduled", "status": "True"}],
+                "containerStatuses": [{"name": "web", "ready": true, "restartCount": 0,
+                    "state": {"running": {"startedAt": "t"}}, "lastState": {}}]}
+        })
+    }
+
+    /// Every node's path under `value` (object keys and array indexes).
+    fn node_paths(value: &Value, prefix: &mut Vec<Value>, out: &mut Vec<Vec<Value>>) {
+        out.push(prefix.clone());
+        match value {
+            Value::Object(map) => {
+                for (k, v) in map {
+                    prefix.push(json!(k));
+                    node_paths(v, prefix, out);
+                    prefix.pop();
+                }
+            }
+            Value::Array(items) => {
+                for (i, v) in items.iter().enumerate() {
+                    prefix.push(json!(i));
+                    node_paths(v, prefix, out);
+                    prefix.pop();
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn at<'a>(value: &'a mut Value, path: &[Value]) -> &'a mut Value {
+        path.iter().fold(value, |v, p| match p {
+            Value::String(k) => &mut v[k.as_str()],
+            _ => &mut v[p.as_u64().unwrap_or(0) as usize],
+        })
+    }
+
+    /// One random change somewhere under `root`'s top-level `field`: a scalar changed, a key
+    /// added or removed, a list item duplicated, dropped or re-keyed, a node's type changed.
+    fn mutate(obj: &mut Value, field: &str, rng: &mut impl rand::Rng) {
+        let mut paths = Vec::new();
+        node_paths(&obj[field], &mut vec![json!(field)], &mut paths);
+        let path = paths[rng.random_range(0..paths.len())].clone();
+        let n: u32 = rng.random_range(0..1000);
+        let node = at(obj, &path);
+        match (rng.random_range(0..6), &mut *node) {
+            (0, Value::Object(map)) if !map.is_empty() => {
+                let key = map
+                    .keys()
+                    .nth(n as usize % map.len())
+                    .cloned()
+                    .unwrap_or_default();
+                map.remove(&key);
+            }
+            (1, Value::Object(map)) => {
+                let value = if n.is_multiple_of(2) {
+                    json!(n)
+                } else {
+                    json!({"name": "web", "n": n})
+                };
+                map.insert(format!("k{}", n % 3), value);
+            }
+            (2, Value::Array(items)) if !items.is_empty() => {
+                let item = items[n as usize % items.len()].clone();
+                items.push(item);
+            }
+            (3, Value::Array(items)) if !items.is_empty() => {
+                items.remove(n as usize % items.len());
+            }
+            (4, _) => {
+                *node = if n.is_multiple_of(2) {
+                    json!({})
+                } else {
+                    json!([])
+                }
+            }
+            (_, Value::Object(map)) if !map.is_empty() => {
+                let key = map
+                    .keys()
+                    .nth(n as usize % map.len())
+                    .cloned()
+                    .unwrap_or_default();
+                map.insert(key, json!(format!("v{}", n % 4)));
+            }
+            _ => *node = json!(n % 3),
+        }
+    }
+
+    #[test]
+    fn the_lazy_diff_gives_the_sets_of_the_whole_diff() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(25);
+        for base in [pod(), deployment()] {
+            for _ in 0..400 {
+                let mut old = base.clone();
+                let mut new = base.clone();
+                for _ in 0..rng.random_range(0..3) {
+                    mutate(
+                        &mut old,
+                        ["metadata", "spec"][rng.random_range(0..2)],
+                        &mut rng,
+                    );
+                }
+                if old.get("status").is_some() {
+                    mutate(&mut old, "status", &mut rng);
+                }
+                for _ in 0..rng.random_range(1..4) {
+                    let field = ["metadata", "spec", "status"][rng.random_range(0..3)];
+                    if new.get(field).is_some() {
+                        mutate(&mut new, field, &mut rng);
+                    }
+                }
+                for (with_status, only_status) in [(false, false), (true, false), (false, true)] {
+                    for (a, b) in [(&old, &new), (&new, &old), (&json!({}), &new)] {
+                        assert_eq!(
+                            changed_fields(a, b, with_status, only_status),
+                            changed_fields_by_whole_sets(a, b, with_status, only_status),
+                            "old {a}\nnew {b}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_status_write_in_place_records_what_a_whole_rewrite_records() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(26);
+        let update = |manager, subresource, time| UpdateRecord {
+            manager,
+            subresource,
+            api_version: "v1",
+            time,
+            status_in_main: false,
+        };
+        let (mut in_place, mut moved) = (0, 0);
+        for _ in 0..500 {
+            // A history of writers: a creator, a spec writer, two status writers.
+            let mut old = pod();
+            record_whole_update(None, &mut old, &update("creator", None, "t1"));
+            for (manager, subresource, time) in [
+                ("a", None, "t2"),
+                ("kubelet", Some("status"), "t3"),
+                ("b", Some("status"), "t4"),
+            ] {
+                let mut next = old.clone();
+                let field = if subresource.is_some() {
+                    "status"
+                } else {
+                    "spec"
+                };
+                mutate(&mut next, field, &mut rng);
+                record_whole_update(Some(&old), &mut next, &update(manager, subresource, time));
+                old = next;
+            }
+            // The status write as the store makes it: the stored object, a new status, and
+            // (as the apps strategies keep them) maybe new annotations.
+            let mut new = old.clone();
+            for _ in 0..rng.random_range(1..4) {
+                mutate(&mut new, "status", &mut rng);
+            }
+            if rng.random_range(0..3) == 0 {
+                new["metadata"]["annotations"]["rev"] = json!(rng.random_range(0..2).to_string());
+            }
+            let manager = ["kubelet", "b", "c"][rng.random_range(0..3)];
+            let record = update(
+                manager,
+                Some("status"),
+                ["t5", "t0"][rng.random_range(0..2)],
+            );
+            assert!(entries_kept_as_written(&old, &new));
+            let mut whole = new.clone();
+            record_whole_update(Some(&old), &mut whole, &record);
+            record_update(Some(&old), &mut new, &record);
+            assert_eq!(new, whole, "old {old}");
+            in_place += 1;
+            moved += usize::from(read_entries(&whole).len() != read_entries(&old).len());
+        }
+        // The histories must exercise entries that appear and vanish, not only edits.
+        assert!(
+            in_place == 500 && moved > 50,
+            "{moved} of {in_place} changed the entries"
         );
     }
 }
