@@ -11,13 +11,13 @@ use std::time::Duration;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::GroupVersionKind;
-use kube::discovery::{ApiResource, Discovery, Scope};
+use kube::discovery::ApiResource;
 use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::cluster::connect::{describe_error, target_failure};
+use crate::cluster::discovery::{Catalog, discover};
 use crate::cluster::retry::{RetryBudget, RetryError, retry_kube, with_retry};
 use crate::manifests::{ApplyPhase, ManifestObject, ManifestSet};
 use crate::report::Failure;
@@ -160,10 +160,6 @@ pub fn crd_provided_kinds(objects: &[ManifestObject]) -> HashSet<(String, String
         .collect()
 }
 
-fn gvk_of(obj: &ManifestObject) -> GroupVersionKind {
-    GroupVersionKind::gvk(obj.group(), obj.version(), &obj.kind)
-}
-
 /// The key kinds are resolved by: (apiVersion, kind).
 pub fn kind_key(obj: &ManifestObject) -> (String, String) {
     (obj.api_version.clone(), obj.kind.clone())
@@ -172,7 +168,7 @@ pub fn kind_key(obj: &ManifestObject) -> (String, String) {
 /// Resolves every kind of `objects`; kinds in `later` (CRD-provided) may stay unresolved.
 /// Returns the resolutions, or the list of kinds the target does not serve.
 pub fn resolve_kinds(
-    discovery: &Discovery,
+    catalog: &Catalog,
     objects: &[ManifestObject],
     later: &HashSet<(String, String)>,
 ) -> Result<HashMap<(String, String), Resolved>, Vec<String>> {
@@ -183,13 +179,13 @@ pub fn resolve_kinds(
         if resolved.contains_key(&key) {
             continue;
         }
-        match discovery.resolve_gvk(&gvk_of(obj)) {
-            Some((resource, caps)) => {
+        match catalog.resolve(obj.group(), obj.version(), &obj.kind) {
+            Some(served) => {
                 resolved.insert(
                     key,
                     Resolved {
-                        resource,
-                        namespaced: caps.scope == Scope::Namespaced,
+                        resource: served.resource.clone(),
+                        namespaced: served.namespaced,
                     },
                 );
             }
@@ -448,45 +444,6 @@ pub fn is_missing_namespace(f: &ObjectFailure) -> bool {
     f.reason == "NotFound" && f.message.contains("namespaces \"")
 }
 
-/// Discovery of the given groups, retried within the budget.
-pub async fn discover(
-    client: &Client,
-    groups: &[String],
-    budget: &RetryBudget,
-    cancel: &CancellationToken,
-) -> Result<Discovery, RetryError> {
-    let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
-    with_retry("discovery", budget, cancel, || {
-        discover_once(client, &groups)
-    })
-    .await
-}
-
-/// Aggregated discovery (2 requests), falling back to per-group discovery for servers
-/// without it. Transient errors are returned as they are, for the retry.
-async fn discover_once(client: &Client, groups: &[&str]) -> Result<Discovery, kube::Error> {
-    match Discovery::new(client.clone())
-        .filter(groups)
-        .run_aggregated()
-        .await
-    {
-        Ok(discovery) => Ok(discovery),
-        Err(e)
-            if matches!(
-                crate::cluster::retry::classify(&e),
-                crate::cluster::retry::ErrorClass::Transient { .. }
-            ) =>
-        {
-            Err(e)
-        }
-        Err(kube::Error::Api(s)) if s.code == 401 || s.code == 403 => Err(kube::Error::Api(s)),
-        Err(e) => {
-            tracing::debug!(error = %e, "aggregated discovery unavailable, using per-group discovery");
-            Discovery::new(client.clone()).filter(groups).run().await
-        }
-    }
-}
-
 /// The API of one resolved kind, in a namespace or cluster-wide.
 pub fn dynamic_api(
     client: &Client,
@@ -618,7 +575,7 @@ pub async fn resolve_set(
 ) -> Result<Resolution, ApplyError> {
     let groups = needed_groups(&set.objects);
     let later = crd_provided_kinds(&set.objects);
-    let discovery = discover(
+    let catalog = discover(
         client,
         &groups,
         &RetryBudget::first_contact(deadline),
@@ -626,8 +583,7 @@ pub async fn resolve_set(
     )
     .await
     .map_err(discovery_error)?;
-    let kinds =
-        resolve_kinds(&discovery, &set.objects, &later).map_err(ApplyError::UnservedKinds)?;
+    let kinds = resolve_kinds(&catalog, &set.objects, &later).map_err(ApplyError::UnservedKinds)?;
     Ok(Resolution { kinds, groups })
 }
 
@@ -811,10 +767,10 @@ async fn rediscover(
     budget: &RetryBudget,
     cancel: &CancellationToken,
 ) -> Result<HashMap<(String, String), Resolved>, ApplyError> {
-    let discovery = discover(client, groups, budget, cancel)
+    let catalog = discover(client, groups, budget, cancel)
         .await
         .map_err(discovery_error)?;
-    resolve_kinds(&discovery, &set.objects, &HashSet::new()).map_err(ApplyError::UnservedKinds)
+    resolve_kinds(&catalog, &set.objects, &HashSet::new()).map_err(ApplyError::UnservedKinds)
 }
 
 /// A discovery that did not answer: the cluster's error, or the cancel.

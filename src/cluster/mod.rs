@@ -5,6 +5,7 @@ pub mod bake;
 pub mod connect;
 pub mod credentials;
 pub mod diff;
+pub mod discovery;
 pub mod error;
 pub mod exec_auth;
 pub mod health;

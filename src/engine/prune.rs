@@ -8,12 +8,12 @@ use std::collections::BTreeSet;
 
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, Preconditions};
-use kube::core::GroupVersionKind;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::cluster::apply::{AppliedObject, Resolution, discover, field_manager};
+use crate::cluster::apply::{AppliedObject, Resolution, field_manager};
 use crate::cluster::connect::ClusterAccess;
+use crate::cluster::discovery::{Catalog, discover};
 use crate::cluster::retry::{RetryBudget, RetryError, error_chain_text, retry_kube, with_retry};
 use crate::config::TargetConfig;
 use crate::engine::plan::Plan;
@@ -99,12 +99,12 @@ async fn look(
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
-    let discovery = discover(asked.client, &groups, &budget, cancel).await;
+    let catalog = discover(asked.client, &groups, &budget, cancel).await;
     let mut looked = Vec::new();
     let mut places = Vec::new();
     for object in dropped {
-        let (live, at) = match &discovery {
-            Ok(discovery) => read_live(asked.client, discovery, &object, &budget, cancel).await,
+        let (live, at) = match &catalog {
+            Ok(catalog) => read_live(asked.client, catalog, &object, &budget, cancel).await,
             Err(e) => (Live::Unreadable(retry_text(e)), None),
         };
         places.push(at);
@@ -132,7 +132,7 @@ fn retry_text(e: &RetryError) -> String {
 /// One object as the cluster has it: its managers, and its API and identity for a delete.
 async fn read_live(
     client: &Client,
-    discovery: &kube::discovery::Discovery,
+    catalog: &Catalog,
     object: &ObjectRef,
     budget: &RetryBudget,
     cancel: &CancellationToken,
@@ -141,14 +141,14 @@ async fn read_live(
         .api_version
         .rsplit_once('/')
         .map_or(object.api_version.as_str(), |(_, v)| v);
-    let gvk = GroupVersionKind::gvk(object.group(), version, &object.kind);
     // A kind the cluster no longer serves has no objects left.
-    let Some((resource, _)) = discovery.resolve_gvk(&gvk) else {
+    let Some(served) = catalog.resolve(object.group(), version, &object.kind) else {
         return (Live::Absent, None);
     };
+    let resource = &served.resource;
     let api: Api<DynamicObject> = match &object.namespace {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
-        None => Api::all_with(client.clone(), &resource),
+        Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
+        None => Api::all_with(client.clone(), resource),
     };
     match with_retry("get", budget, cancel, || api.get_opt(&object.name)).await {
         Ok(None) => (Live::Absent, None),

@@ -2,7 +2,7 @@
 //! once per run), the size limit that leaves the manifests out, and the release digest.
 
 use std::collections::BTreeMap;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::sync::Arc;
 
 use k8s_openapi::ByteString;
@@ -297,8 +297,13 @@ pub fn release_digest(manifests_digest: &str, default_namespace: Option<&str>) -
 }
 
 pub(super) fn gzip_json<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, EncodeError> {
+    // Encoded whole first: serde_json writes a token at a time, and every small write into
+    // the compressor is a deflate call (most of a release record's encoding time).
+    let json = serde_json::to_vec(value).map_err(|e| EncodeError::Json(Arc::new(e)))?;
     let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    serde_json::to_writer(&mut encoder, value).map_err(|e| EncodeError::Json(Arc::new(e)))?;
+    encoder
+        .write_all(&json)
+        .map_err(|e| EncodeError::Gzip(Arc::new(e)))?;
     encoder.finish().map_err(|e| EncodeError::Gzip(Arc::new(e)))
 }
 

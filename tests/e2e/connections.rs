@@ -157,3 +157,38 @@ async fn the_lock_and_the_history_take_few_requests() {
         );
     }
 }
+
+/// Discovery is `/api` and `/apis` once each, aggregated; a server without aggregated
+/// discovery (before v1.26) is read group by group, and the deploy is the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_is_two_aggregated_requests_or_group_by_group_on_an_older_server() {
+    for legacy in [false, true] {
+        let env = start(false).await;
+        env.cluster(1).set_faults(kube_sim::Faults {
+            legacy_discovery: legacy,
+            ..Default::default()
+        });
+        env.write("rollguard.yaml", &config(1, "60s"));
+        env.write("k8s/app.yaml", &objects(1, 1));
+        env.cluster(1).reset_counters();
+        let run = env.deploy(&[]).await;
+        assert_eq!(run.code, 0, "legacy {legacy}: {}", run.output());
+        let counters = env.cluster(1).counters();
+        assert_eq!(
+            counters.get("apply", "deployments.apps"),
+            1,
+            "legacy {legacy}"
+        );
+        let (api, apis) = (
+            counters.get("discovery", "/api"),
+            counters.get("discovery", "/apis"),
+        );
+        let by_group =
+            counters.get("discovery", "/api/v1") + counters.get("discovery", "/apis/apps/v1");
+        if legacy {
+            assert!(by_group >= 2, "the groups one by one: {counters:?}");
+        } else {
+            assert_eq!((api, apis, by_group), (1, 1, 0), "{counters:?}");
+        }
+    }
+}

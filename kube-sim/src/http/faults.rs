@@ -43,6 +43,9 @@ pub struct Faults {
     pub max_requests_inflight: u32,
     /// `--max-mutating-requests-inflight` (0: its default, 200).
     pub max_mutating_requests_inflight: u32,
+    /// Discovery as a server without aggregated discovery answers it (before v1.26, or with
+    /// the feature off): `/api` and `/apis` in their legacy form whatever the Accept asks.
+    pub legacy_discovery: bool,
 }
 
 /// The real kube-apiserver's defaults for the max-in-flight limits.

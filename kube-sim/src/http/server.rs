@@ -661,7 +661,7 @@ async fn admit<'a>(
 /// Everything but resources: discovery, version, health, OpenAPI, unknown paths.
 fn discovery_answer(state: &ClusterState, route: &Route, head: &RequestHead) -> Response<ApiBody> {
     let pretty = head.pretty;
-    let accept = &head.accept;
+    let aggregated = wants_aggregated(&head.accept) && !state.faults().legacy_discovery;
     match route {
         Route::Root => json_response(
             200,
@@ -671,7 +671,7 @@ fn discovery_answer(state: &ClusterState, route: &Route, head: &RequestHead) -> 
         Route::Health => response(200, "text/plain; charset=utf-8", Bytes::from_static(b"ok")),
         Route::Version => json_response(200, &crate::storage::registry::version_document(), pretty),
         Route::Api => {
-            if wants_aggregated(accept) {
+            if aggregated {
                 aggregated_response(&state.store.registry().aggregated_document(true))
             } else {
                 let address = state.address.to_string();
@@ -683,7 +683,7 @@ fn discovery_answer(state: &ClusterState, route: &Route, head: &RequestHead) -> 
             }
         }
         Route::ApiGroupList => {
-            if wants_aggregated(accept) {
+            if aggregated {
                 aggregated_response(&state.store.registry().aggregated_document(false))
             } else {
                 json_response(200, &state.store.registry().api_group_list(), pretty)

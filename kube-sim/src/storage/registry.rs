@@ -149,7 +149,7 @@ pub struct GroupVersions {
     pub versions: Vec<String>,
 }
 
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct Table {
     groups: Vec<GroupVersions>,
     resources: BTreeMap<ResourceType, Arc<ResourceInfo>>,
@@ -161,7 +161,9 @@ struct Table {
 
 /// The served resources of one cluster. CRDs add and remove entries while it runs.
 pub struct Registry {
-    table: RwLock<Table>,
+    /// Shared with every cluster whose CRDs changed nothing yet (a copy per cluster was a
+    /// third of an idle cluster's memory); a change copies it first.
+    table: RwLock<Arc<Table>>,
     /// The aggregated discovery documents (core, groups) as served once a CRD changed the
     /// table (before that, every cluster serves `builtin_document`'s), built on first use
     /// after each change: every client of every cluster asks for them, and building,
@@ -201,31 +203,22 @@ impl Default for Registry {
 
 impl Registry {
     pub fn new() -> Self {
-        let builtin: BuiltinTable =
-            serde_json::from_str(BUILTIN_RESOURCES).expect("builtin_resources.json is valid");
-        let mut table = Table {
-            groups: builtin.groups,
-            ..Table::default()
-        };
-        for info in builtin.resources {
-            let rt = info.resource_type();
-            table.order.push(rt.clone());
-            table.resources.insert(rt, Arc::new(info));
-        }
         Self {
-            table: RwLock::new(table),
+            table: RwLock::new(builtin_table().clone()),
             aggregated: Mutex::default(),
         }
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, Table> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Arc<Table>> {
         self.table.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Table> {
-        let mut table = self.table.write().unwrap_or_else(|e| e.into_inner());
+    /// Changes this cluster's table (its own copy from then on).
+    fn write<R>(&self, change: impl FnOnce(&mut Table) -> R) -> R {
+        let mut shared = self.table.write().unwrap_or_else(|e| e.into_inner());
+        let table = Arc::make_mut(&mut shared);
         table.generation += 1;
-        table
+        change(table)
     }
 
     /// [`Registry::aggregated_discovery`] serialized, with its ETag (the hash of the JSON,
@@ -306,40 +299,62 @@ impl Registry {
             .first()
             .and_then(|i| i.crd.clone())
             .unwrap_or_default();
-        let mut table = self.write();
-        remove_crd(&mut table, &crd_name);
-        let mut served = Vec::new();
-        let group = infos[0].group.clone();
-        let versions: Vec<String> = infos.iter().map(|i| i.version.clone()).collect();
-        for info in infos {
-            let rt = info.resource_type();
-            if table.resources.get(&rt).is_some_and(|i| i.crd.is_none()) {
-                continue; // never shadow a built-in
-            }
-            table.order.push(rt.clone());
-            table.resources.insert(rt.clone(), Arc::new(info));
-            served.push(rt);
-        }
-        if let Some(existing) = table.groups.iter_mut().find(|g| g.name == group) {
-            for v in versions {
-                if !existing.versions.contains(&v) {
-                    existing.versions.push(v);
-                }
-            }
-        } else if !served.is_empty() {
-            table.groups.push(GroupVersions {
-                name: group,
-                versions,
-            });
-        }
-        served
+        self.write(|table| serve_crd(table, &crd_name, infos))
     }
 
     /// Stops serving what a CRD served. Returns the resource types that went away.
     pub fn unregister_crd(&self, crd_name: &str) -> Vec<ResourceType> {
-        let mut table = self.write();
-        remove_crd(&mut table, crd_name)
+        self.write(|table| remove_crd(table, crd_name))
     }
+}
+
+/// The builtin table, parsed once per process: every cluster starts from it.
+fn builtin_table() -> &'static Arc<Table> {
+    static BUILTIN: std::sync::OnceLock<Arc<Table>> = std::sync::OnceLock::new();
+    BUILTIN.get_or_init(|| {
+        let builtin: BuiltinTable =
+            serde_json::from_str(BUILTIN_RESOURCES).expect("builtin_resources.json is valid");
+        let mut table = Table {
+            groups: builtin.groups,
+            ..Table::default()
+        };
+        for info in builtin.resources {
+            let rt = info.resource_type();
+            table.order.push(rt.clone());
+            table.resources.insert(rt, Arc::new(info));
+        }
+        Arc::new(table)
+    })
+}
+
+/// Serves a CRD's resources in `table`, replacing what the same CRD served before.
+fn serve_crd(table: &mut Table, crd_name: &str, infos: Vec<ResourceInfo>) -> Vec<ResourceType> {
+    remove_crd(table, crd_name);
+    let mut served = Vec::new();
+    let group = infos[0].group.clone();
+    let versions: Vec<String> = infos.iter().map(|i| i.version.clone()).collect();
+    for info in infos {
+        let rt = info.resource_type();
+        if table.resources.get(&rt).is_some_and(|i| i.crd.is_none()) {
+            continue; // never shadow a built-in
+        }
+        table.order.push(rt.clone());
+        table.resources.insert(rt.clone(), Arc::new(info));
+        served.push(rt);
+    }
+    if let Some(existing) = table.groups.iter_mut().find(|g| g.name == group) {
+        for v in versions {
+            if !existing.versions.contains(&v) {
+                existing.versions.push(v);
+            }
+        }
+    } else if !served.is_empty() {
+        table.groups.push(GroupVersions {
+            name: group,
+            versions,
+        });
+    }
+    served
 }
 
 fn remove_crd(table: &mut Table, crd_name: &str) -> Vec<ResourceType> {
@@ -829,6 +844,28 @@ mod tests {
         registry.unregister_crd("widgets.example.com");
         assert!(registry.lookup("example.com", "v1", "widgets").is_none());
         assert!(registry.group("example.com").is_none());
+    }
+
+    /// Clusters share the builtin table until a CRD changes one of them, and a change stays
+    /// in the cluster that made it.
+    #[test]
+    fn a_crd_changes_only_its_own_clusters_table() {
+        let (one, other) = (Registry::new(), Registry::new());
+        assert!(
+            Arc::ptr_eq(&one.read(), &other.read()),
+            "one table for both"
+        );
+        one.register_crd(&json!({
+            "metadata": {"name": "widgets.example.com"},
+            "spec": {"group": "example.com", "scope": "Namespaced",
+                "names": {"plural": "widgets", "kind": "Widget"},
+                "versions": [{"name": "v1", "served": true, "storage": true}]}
+        }));
+        assert!(one.lookup("example.com", "v1", "widgets").is_some());
+        assert!(other.lookup("example.com", "v1", "widgets").is_none());
+        assert!(other.group("example.com").is_none());
+        assert!(Arc::ptr_eq(&other.read(), &Registry::new().read()));
+        assert_eq!((one.read().generation, other.read().generation), (1, 0));
     }
 
     #[test]
