@@ -206,22 +206,48 @@ pub async fn discover(
 }
 
 async fn discover_once(client: &Client, groups: &[&str]) -> Result<Arc<Catalog>, kube::Error> {
+    match aggregated_catalog(client).await {
+        Ok(Some(catalog)) => return Ok(catalog),
+        Ok(None) => {}
+        Err(e) if falls_back(&e) => {
+            tracing::debug!(error = %e, "aggregated discovery refused, using per-group discovery");
+        }
+        Err(e) => return Err(e),
+    }
+    let discovery = Discovery::new(client.clone()).filter(groups).run().await?;
+    Ok(Arc::new(Catalog::from_discovery(&discovery)))
+}
+
+/// The catalog of the server's aggregated answer, or None when it has none (it answered in
+/// the legacy form, or with documents that do not parse).
+async fn aggregated_catalog(client: &Client) -> Result<Option<Arc<Catalog>>, kube::Error> {
     // One after the other: asked at once before the first connection is up, the two would
     // open two connections where HTTP/2 needs one.
     let core = aggregated(client, "/api").await?;
     let apis = aggregated(client, "/apis").await?;
-    if is_aggregated(&core) && is_aggregated(&apis) {
-        match CATALOGS.get_or_build((core, apis), parse_answer) {
-            Ok(catalog) => return Ok(catalog),
-            Err(e) => {
-                tracing::debug!(error = %e, "aggregated discovery unreadable, using per-group discovery");
-            }
-        }
-    } else {
+    if !(is_aggregated(&core) && is_aggregated(&apis)) {
         tracing::debug!("aggregated discovery unavailable, using per-group discovery");
+        return Ok(None);
     }
-    let discovery = Discovery::new(client.clone()).filter(groups).run().await?;
-    Ok(Arc::new(Catalog::from_discovery(&discovery)))
+    match CATALOGS.get_or_build((core, apis), parse_answer) {
+        Ok(catalog) => Ok(Some(catalog)),
+        Err(e) => {
+            tracing::debug!(error = %e, "aggregated discovery unreadable, using per-group discovery");
+            Ok(None)
+        }
+    }
+}
+
+/// Whether an error of the aggregated requests means a server without aggregated discovery
+/// (a proxy refusing the Accept, an old server's 404): not a transient error, which is the
+/// retry's, nor a refused credential, which is the answer.
+fn falls_back(e: &kube::Error) -> bool {
+    let transient = matches!(
+        crate::cluster::retry::classify(e),
+        crate::cluster::retry::ErrorClass::Transient { .. }
+    );
+    let refused = matches!(e, kube::Error::Api(s) if s.code == 401 || s.code == 403);
+    !transient && !refused
 }
 
 /// One aggregated discovery document, as text.
@@ -399,6 +425,28 @@ mod tests {
             return;
         };
         assert!(!is_aggregated(&legacy));
+    }
+
+    #[test]
+    fn only_a_refused_request_falls_back_to_per_group_discovery() {
+        let status = |code: u16| {
+            kube::Error::Api(Box::new(kube::core::Status {
+                code,
+                ..Default::default()
+            }))
+        };
+        for (code, want) in [
+            (404, true),
+            (406, true),
+            (415, true),
+            (401, false),
+            (403, false),
+            (429, false),
+            (500, false),
+            (503, false),
+        ] {
+            assert_eq!(falls_back(&status(code)), want, "{code}");
+        }
     }
 
     /// The cache keeps at most KEPT answers, and an evicted answer is built again.
