@@ -6,18 +6,20 @@
 use crate::report::ConcurrencyInfo;
 use crate::util::size::format_size;
 
-/// Memory of one target in flight besides its objects: its connections (TLS state, buffers),
-/// its watches, its tasks, its lock and its report. Measured (BENCHMARKS.md, fleet section of
-/// 2026-12-01, every target in flight): 19.3 MiB peak for 10 targets of the small app, 33.9
-/// MiB for 50, so 0.37 MiB per added target; rounded up to 0.5 MiB. The bench's `scale`
-/// section of 2026-12-02 measured 0.42 MiB per added target from 1 to 200 in flight.
-pub const TARGET_BYTES: u64 = 512 * 1024;
+/// Memory of one target in flight besides its objects: its connection (TLS state, HTTP/2
+/// buffers), its watches, its tasks, its lock and its report. Measured (BENCHMARKS.md, scale
+/// section of 2026-12-04, the shipped binary): 0.185 MiB per added target from 1 to 1,000
+/// targets in flight, 0.225 MiB from 1 to 200; rounded up to 256 KiB. (It was 0.5 MiB, from
+/// 2026-12-01's figures, before one HTTP/2 connection per target, the shared discovery and
+/// the smaller watch stores: with it the default held 910 of 1,000 small targets, whose last
+/// 90 then waited for the first ones' rollouts while 300 MiB of the budget stayed unused.)
+pub const TARGET_BYTES: u64 = 256 * 1024;
 
 /// Memory per object of the app, per target in flight (its applied answer, its record's
-/// share, its diff). Measured (BENCHMARKS.md, 2026-12-01): 89.1 MiB peak for 50 targets x 100
-/// objects against 33.9 MiB for 50 x 4, so 1.1 MiB more per target for 96 more objects, 11.5
-/// KiB per object; rounded up to 16 KiB.
-pub const OBJECT_BYTES: u64 = 16 * 1024;
+/// share, its diff). Measured (BENCHMARKS.md, 2026-12-04): 58.2 MiB peak for 50 targets x 100
+/// objects against 29.0 MiB for 50 x 4, so 29.2 MiB more for 50 x 96 objects, 6.2 KiB per
+/// object; rounded up to 8 KiB.
+pub const OBJECT_BYTES: u64 = 8 * 1024;
 
 /// The estimated memory of one target in flight deploying `objects` objects.
 pub fn memory_per_target(objects: usize) -> u64 {

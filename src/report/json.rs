@@ -162,7 +162,7 @@ fn concurrency_schema() -> Value {
             "value": {"type": "integer", "minimum": 1, "description": "targets in flight at once, at most"},
             "memory_budget_bytes": {"type": "integer", "minimum": 1, "description": "the memory budget it follows from (`--memory-budget`); absent when set explicitly"},
             "per_target_bytes": {"type": "integer", "minimum": 1, "description": "the estimated memory of one target in flight; absent when set explicitly"},
-            "reason": {"type": "string", "description": "e.g. \"concurrency 910 (memory budget 512 MiB / 0.56 MiB per target of 4 objects)\""}
+            "reason": {"type": "string", "description": "e.g. \"concurrency 1820 (memory budget 512 MiB / 0.28 MiB per target of 4 objects)\""}
         }
     })
 }

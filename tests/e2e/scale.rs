@@ -13,7 +13,7 @@ fn by_apply_order<'a>(run: &crate::harness::Run, targets: &[&'a str]) -> Vec<&'a
     order.into_iter().map(|(_, t)| t).collect()
 }
 
-/// A 1 MiB budget holds one target of this app: the three targets deploy one after the
+/// A 512 KiB budget holds one target of this app: the three targets deploy one after the
 /// other (each applies only after the one before is healthy), the report says concurrency 1
 /// and why, and every target is deployed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -23,7 +23,7 @@ async fn a_small_memory_budget_runs_fewer_targets_at_once_and_all_deploy() {
     env.write("k8s/app.yaml", &small_app("example.com/web:v1"));
     let run = env
         .deploy_with_env(
-            &["--memory-budget", "1MiB"],
+            &["--memory-budget", "512KiB"],
             &[("RUST_LOG", "rollguard=info")],
         )
         .await;
@@ -35,10 +35,10 @@ async fn a_small_memory_budget_runs_fewer_targets_at_once_and_all_deploy() {
     let report = run.report.as_ref().expect("report");
     let concurrency = &report["concurrency"];
     assert_eq!(concurrency["value"], 1, "{concurrency:#}");
-    assert_eq!(concurrency["memory_budget_bytes"], 1024 * 1024);
+    assert_eq!(concurrency["memory_budget_bytes"], 512 * 1024);
     let reason = concurrency["reason"].as_str().unwrap_or_default();
     assert!(
-        reason.starts_with("concurrency 1 (memory budget 1 MiB / ")
+        reason.starts_with("concurrency 1 (memory budget 0.5 MiB / ")
             && reason.ends_with("per target of 2 objects)"),
         "{reason}"
     );
