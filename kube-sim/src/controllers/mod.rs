@@ -54,7 +54,7 @@ use tokio::time::Instant;
 
 use crate::model::clock::Clock;
 use crate::model::resource::ResourceType;
-use crate::storage::store::{EventKind, Store, WatchEvent};
+use crate::storage::store::{EventKind, Store, WatchEvent, WriteOptions};
 use rules::Rule;
 
 use deployment::Note;
@@ -598,8 +598,9 @@ impl Runner {
             .collect()
     }
 
-    fn create(&mut self, kind: Kind, obj: Value) -> Option<Value> {
-        match self.store.create(&kind.rt(), obj, CONTROLLER_MANAGER) {
+    fn create(&mut self, kind: Kind, obj: Value) -> Option<Arc<Value>> {
+        let opts = WriteOptions::manager(CONTROLLER_MANAGER);
+        match self.store.create_shared(&kind.rt(), obj, &opts) {
             Ok(created) => {
                 // Index now, so a second sync before the ADDED event does not create twice.
                 self.index(kind, &created);
@@ -643,8 +644,14 @@ impl Runner {
         if obj["status"] == status {
             return None;
         }
-        let mut wall = status.clone();
-        self.to_wall(&mut wall, false);
+        // The status in wall time, and in simulated time when the two differ (copied only then).
+        let (wall, sim) = if self.scaled() {
+            let mut wall = status.clone();
+            self.to_wall(&mut wall, false);
+            (wall, Some(status))
+        } else {
+            (status, None)
+        };
         match self.store.update_status(
             &kind.rt(),
             meta::namespace(obj),
@@ -653,7 +660,9 @@ impl Runner {
             manager,
         ) {
             Ok(updated) => {
-                self.remember(&updated, status);
+                if let Some(sim) = sim {
+                    self.remember(&updated, sim);
+                }
                 Some(updated)
             }
             Err(err) => {
@@ -700,7 +709,8 @@ impl Runner {
             None => {
                 let first = crate::model::clock::format_time(now);
                 let event = events::event_object(involved, &spec, now, 1, &first);
-                if let Ok(created) = self.store.create(&rt, event, event_manager(spec.component)) {
+                let opts = WriteOptions::manager(event_manager(spec.component));
+                if let Ok(created) = self.store.create_shared(&rt, event, &opts) {
                     let record = EventRecord {
                         name: meta::name(&created).to_string(),
                         namespace: meta::namespace(&created).to_string(),
@@ -807,7 +817,7 @@ impl Runner {
         let mut dep_wall = dep.clone();
         self.to_wall(&mut dep_wall, true);
         self.to_wall(&mut wanted, true);
-        let options = crate::storage::store::WriteOptions::manager(CONTROLLER_MANAGER);
+        let options = WriteOptions::manager(CONTROLLER_MANAGER);
         let mut current = match self.store.update_status_with(&rt, wanted.clone(), &options) {
             Ok(updated) => {
                 self.remember(&updated, sim_status);
@@ -998,7 +1008,7 @@ impl Runner {
         ))
     }
 
-    fn create_pod(&mut self, mut pod: Value) -> Option<Value> {
+    fn create_pod(&mut self, mut pod: Value) -> Option<Arc<Value>> {
         // Spread controller pods over the nodes they fit, in turn (the scheduler's part).
         // A pod that fits none stays unbound; the kubelet side reports it Unschedulable.
         if pod["spec"]["nodeName"].is_null() && !self.nodes.is_empty() {
