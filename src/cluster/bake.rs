@@ -9,7 +9,6 @@
 //! with what was seen when the bake started (the first complete list of every watch).
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
@@ -286,8 +285,8 @@ fn during_bake(mut failure: Failure, namespace: &str, into_bake: Duration) -> Fa
 
 /// What was seen when the bake started: the pods and workloads of the first complete lists.
 struct Baseline {
-    pods: HashMap<(String, String), Arc<Value>>,
-    workloads: HashMap<String, Arc<Value>>,
+    pods: HashMap<(String, String), Value>,
+    workloads: HashMap<String, Value>,
 }
 
 /// The bake follows the applied workloads (healthy or not when applied), and the Pods (and
@@ -354,10 +353,7 @@ fn decide(
         let kind = a.resource.kind.as_str();
         for pod in snapshot.new_revision_pods(kind, &ns, current) {
             let name = str_at(pod, &["metadata", "name"]).unwrap_or("");
-            let before = baseline
-                .pods
-                .get(&(ns.clone(), name.to_string()))
-                .map(|p| &**p);
+            let before = baseline.pods.get(&(ns.clone(), name.to_string()));
             for change in container_changes(before, pod, kind != "Job") {
                 failures.push(change_failure(a, pod, &change, into_bake));
             }

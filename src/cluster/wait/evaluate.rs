@@ -9,7 +9,6 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Arc;
 
 use serde_json::Value;
 use tokio::time::Instant;
@@ -21,16 +20,14 @@ use crate::config::FailFastConfig;
 use crate::report::Failure;
 
 /// What the stores hold at one instant, as the rules read it (JSON, as the API serves it).
-/// The values are shared with the stores' conversions (`wait::store`), which convert an
-/// object once per resourceVersion.
 #[derive(Debug, Default)]
 pub struct Snapshot {
     /// Per tracked object (by its index), the object as its watch last saw it.
-    pub objects: HashMap<usize, Arc<Value>>,
+    pub objects: HashMap<usize, Value>,
     /// Per namespace, the pods its watch sees.
-    pub pods: HashMap<String, Vec<Arc<Value>>>,
+    pub pods: HashMap<String, Vec<Value>>,
     /// Per namespace, the ReplicaSets its watch sees (namespaces with Deployments).
-    pub replica_sets: HashMap<String, Vec<Arc<Value>>>,
+    pub replica_sets: HashMap<String, Vec<Value>>,
 }
 
 impl Snapshot {
@@ -41,7 +38,7 @@ impl Snapshot {
         t: &Tracked<'_>,
     ) -> Option<Cow<'s, Value>> {
         match self.objects.get(&i) {
-            Some(seen) => Some(Cow::Borrowed(&**seen)),
+            Some(seen) => Some(Cow::Borrowed(seen)),
             None => t.applied.response.as_ref().map(|r| Cow::Owned(r.value())),
         }
     }
@@ -52,7 +49,6 @@ impl Snapshot {
             .get(namespace)?
             .iter()
             .find(|p| str_at(p, &["metadata", "name"]) == Some(name))
-            .map(|p| &**p)
     }
 
     /// The ReplicaSets of `namespace` that `uid` owns.
@@ -65,7 +61,6 @@ impl Snapshot {
             .get(namespace)
             .into_iter()
             .flatten()
-            .map(|rs| &**rs)
             .filter(move |rs| !uid.is_empty() && owned_by(rs, uid))
     }
 
@@ -83,7 +78,6 @@ impl Snapshot {
         };
         // Every pod of the namespace, for every workload of it: the selector is read once.
         pods.iter()
-            .map(|p| &**p)
             .filter(|p| has_labels(p, wanted) && of_revision(p, revision.as_ref()))
             .collect()
     }
@@ -443,10 +437,6 @@ mod tests {
         want: (Status, Vec<Option<&'static str>>, usize, Option<Instant>),
     }
 
-    fn shared(values: Vec<Value>) -> Vec<Arc<Value>> {
-        values.into_iter().map(Arc::new).collect()
-    }
-
     /// Evaluates each case once, at `start`, with a fresh clock.
     fn check(start: Instant, cases: Vec<Case>) {
         for case in cases {
@@ -456,9 +446,9 @@ mod tests {
             let a = applied(&kind, json!({}));
             let tracked = tracking(&a);
             let snapshot = Snapshot {
-                objects: HashMap::from([(0, Arc::new(case.object))]),
-                pods: HashMap::from([("shop".to_string(), shared(case.pods))]),
-                replica_sets: HashMap::from([("shop".to_string(), shared(case.replica_sets))]),
+                objects: HashMap::from([(0, case.object)]),
+                pods: HashMap::from([("shop".to_string(), case.pods)]),
+                replica_sets: HashMap::from([("shop".to_string(), case.replica_sets)]),
             };
             let mut clock = ProblemClock::new(start);
             let found = evaluate(&tracked, &snapshot, &mut clock, &case.policy, start);
@@ -611,7 +601,7 @@ mod tests {
         // Only the apply's response: the store has not seen the Job yet.
         let snapshot = Snapshot {
             objects: HashMap::new(),
-            pods: HashMap::from([("shop".to_string(), vec![Arc::new(pull)])]),
+            pods: HashMap::from([("shop".to_string(), vec![pull])]),
             replica_sets: HashMap::new(),
         };
         let mut clock = ProblemClock::new(start);

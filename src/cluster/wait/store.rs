@@ -12,7 +12,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::pin::Pin;
-use std::sync::Arc;
 
 use futures::stream::SelectAll;
 use futures::{Stream, StreamExt};
@@ -247,7 +246,6 @@ pub(in crate::cluster) struct Stores {
     /// Per watch: its first list is complete.
     listed: Vec<bool>,
     events: SelectAll<WatchStream>,
-    values: Values,
 }
 
 impl Stores {
@@ -259,7 +257,6 @@ impl Stores {
             replica_sets: HashMap::new(),
             listed: vec![false; plan.len()],
             events: SelectAll::new(),
-            values: Values::default(),
         };
         let config = |selector: &Option<String>| match selector {
             Some(s) => watcher::Config::default().labels(s),
@@ -332,10 +329,8 @@ impl Stores {
     /// What the stores hold now for `tracked`, as the rules read it: each object not done
     /// (from its store), and the pods and ReplicaSets of the namespaces of those that are
     /// workloads.
-    pub(in crate::cluster) fn snapshot(&mut self, tracked: &[Tracked<'_>]) -> Snapshot {
+    pub(in crate::cluster) fn snapshot(&self, tracked: &[Tracked<'_>]) -> Snapshot {
         let mut snapshot = Snapshot::default();
-        let values = &mut self.values;
-        values.generation += 1;
         for (i, t) in tracked.iter().enumerate().filter(|(_, t)| !t.done) {
             let a = t.applied;
             let Some(store) = t.source.and_then(|s| self.objects.get(s)) else {
@@ -344,7 +339,8 @@ impl Stores {
             let key = reflector::ObjectRef::new_with(&a.name, a.resource.clone())
                 .within(a.namespace.as_deref().unwrap_or_default());
             if let Some(object) = store.get(&key) {
-                snapshot.objects.insert(i, values.of(&*object));
+                let value = serde_json::to_value(&*object).unwrap_or(Value::Null);
+                snapshot.objects.insert(i, value);
             }
             if !is_workload(&a.resource) {
                 continue;
@@ -353,76 +349,28 @@ impl Stores {
             if let Some(pods) = self.pods.get(&ns)
                 && !snapshot.pods.contains_key(&ns)
             {
-                snapshot.pods.insert(ns.clone(), values.all(pods));
+                snapshot.pods.insert(ns.clone(), values(pods));
             }
             if let Some(sets) = self.replica_sets.get(&ns)
                 && !snapshot.replica_sets.contains_key(&ns)
             {
-                snapshot.replica_sets.insert(ns, values.all(sets));
+                snapshot.replica_sets.insert(ns, values(sets));
             }
         }
-        values.forget_unused();
         snapshot
     }
 }
 
-/// The stores' objects as JSON values, each converted once per resourceVersion and shared by
-/// the snapshots: a wait decides again after every batch of watch events, and converting
-/// every pod and ReplicaSet of the namespace each time was 6 % of rollguard's CPU at 1,000
-/// targets (profile of the bench's `scale` deploy).
-#[derive(Default)]
-struct Values {
-    /// By uid: the resourceVersion converted, its value, and the last snapshot that used it.
-    by_uid: HashMap<String, Converted>,
-    /// The snapshot being taken.
-    generation: u64,
-}
-
-struct Converted {
-    resource_version: String,
-    value: Arc<Value>,
-    used: u64,
-}
-
-impl Values {
-    /// `object` as a JSON value: the one converted before when its resourceVersion is the same.
-    fn of<K: kube::Resource + serde::Serialize>(&mut self, object: &K) -> Arc<Value> {
-        let convert = || Arc::new(serde_json::to_value(object).unwrap_or(Value::Null));
-        let meta = object.meta();
-        let (Some(uid), Some(rv)) = (meta.uid.as_deref(), meta.resource_version.as_deref()) else {
-            return convert();
-        };
-        if let Some(known) = self.by_uid.get_mut(uid)
-            && known.resource_version == rv
-        {
-            known.used = self.generation;
-            return Arc::clone(&known.value);
-        }
-        let value = convert();
-        let converted = Converted {
-            resource_version: rv.to_string(),
-            value: Arc::clone(&value),
-            used: self.generation,
-        };
-        self.by_uid.insert(uid.to_string(), converted);
-        value
-    }
-
-    /// Every object of `store`.
-    fn all<K>(&mut self, store: &Store<K>) -> Vec<Arc<Value>>
-    where
-        K: kube::Resource + Clone + serde::Serialize + 'static,
-        K::DynamicType: Eq + std::hash::Hash + Clone,
-    {
-        store.state().iter().map(|o| self.of(&**o)).collect()
-    }
-
-    /// Drops the values the last snapshot did not use (objects deleted, or no longer
-    /// tracked), so the memo holds what the stores hold, not more.
-    fn forget_unused(&mut self) {
-        let generation = self.generation;
-        self.by_uid.retain(|_, c| c.used == generation);
-    }
+fn values<K>(store: &Store<K>) -> Vec<Value>
+where
+    K: kube::Resource + Clone + serde::Serialize + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    store
+        .state()
+        .iter()
+        .filter_map(|o| serde_json::to_value(&**o).ok())
+        .collect()
 }
 
 #[cfg(test)]
@@ -533,44 +481,5 @@ mod tests {
             let names: Vec<&str> = workloads.iter().map(|w| w.name.as_str()).collect();
             assert_eq!(namespace_selector(&workloads).as_deref(), want, "{names:?}");
         }
-    }
-
-    /// A snapshot's value is the object as serde_json writes it, converted once per
-    /// resourceVersion (the same allocation while it stays), again when it changes, and
-    /// forgotten once a snapshot no longer uses it; an object without a uid or version is
-    /// converted each time and not kept.
-    #[test]
-    fn values_are_converted_once_per_resource_version_and_forgotten_when_unused() {
-        let pod = |rv: Option<&str>, phase: &str| -> Pod {
-            serde_json::from_value(json!({
-                "metadata": {"name": "web-1", "uid": rv.map(|_| "u1"), "resourceVersion": rv},
-                "status": {"phase": phase}}))
-            .expect("a pod")
-        };
-        let mut values = Values::default();
-        let take = |values: &mut Values, objects: &[&Pod]| -> Vec<Arc<Value>> {
-            values.generation += 1;
-            let taken = objects.iter().map(|o| values.of(*o)).collect();
-            values.forget_unused();
-            taken
-        };
-        let pending = pod(Some("7"), "Pending");
-        let first = take(&mut values, &[&pending]);
-        assert_eq!(*first[0], serde_json::to_value(&pending).expect("json"));
-        let again = take(&mut values, &[&pending]);
-        assert!(Arc::ptr_eq(&first[0], &again[0]), "converted twice");
-
-        let running = pod(Some("8"), "Running");
-        let newer = take(&mut values, &[&running]);
-        assert!(!Arc::ptr_eq(&first[0], &newer[0]));
-        assert_eq!(newer[0]["status"]["phase"], "Running");
-        assert_eq!(values.by_uid.len(), 1);
-
-        let bare = pod(None, "Running");
-        let once = take(&mut values, &[&bare]);
-        let twice = take(&mut values, &[&bare]);
-        assert!(!Arc::ptr_eq(&once[0], &twice[0]));
-        assert_eq!(*once[0], *twice[0]);
-        assert!(values.by_uid.is_empty(), "kept: {:?}", values.by_uid.keys());
     }
 }
