@@ -9,7 +9,8 @@ use crate::util::size::format_size;
 /// Memory of one target in flight besides its objects: its connection (TLS state, HTTP/2
 /// buffers), its watches, its tasks, its lock and its report. Measured (BENCHMARKS.md, scale
 /// section of 2026-12-04, the shipped binary): 0.185 MiB per added target from 1 to 1,000
-/// targets in flight, 0.225 MiB from 1 to 200; rounded up to 256 KiB. (It was 0.5 MiB, from
+/// targets (910 in flight), 0.191 MiB with all 1,000 in flight, 0.225 MiB from 1 to 200;
+/// rounded up to 256 KiB. (It was 0.5 MiB, from
 /// 2026-12-01's figures, before one HTTP/2 connection per target, the shared discovery and
 /// the smaller watch stores: with it the default held 910 of 1,000 small targets, whose last
 /// 90 then waited for the first ones' rollouts while 300 MiB of the budget stayed unused.)
@@ -123,7 +124,6 @@ mod tests {
     #[test]
     fn a_set_concurrency_wins_and_the_budget_says_its_arithmetic() {
         // (source, objects, value, reason)
-        let per4 = memory_per_target(4);
         let cases: Vec<(Source, usize, usize, String)> = vec![
             (
                 Source::Set {
@@ -143,15 +143,21 @@ mod tests {
                 1,
                 "concurrency 1 (set by rollguard.yaml:4)".into(),
             ),
+            // The default budget, in the numbers docs/configuration.md states: every target
+            // of a 1,000-cluster fleet of the small app at once.
             (
                 Source::Budget(512 * MIB),
                 4,
-                concurrency_for(512 * MIB, per4),
-                format!(
-                    "concurrency {} (memory budget 512 MiB / {} per target of 4 objects)",
-                    concurrency_for(512 * MIB, per4),
-                    format_size(per4)
-                ),
+                1820,
+                "concurrency 1820 (memory budget 512 MiB / 0.28 MiB per target of 4 objects)"
+                    .into(),
+            ),
+            (
+                Source::Budget(512 * MIB),
+                100,
+                496,
+                "concurrency 496 (memory budget 512 MiB / 1.03 MiB per target of 100 objects)"
+                    .into(),
             ),
             (
                 Source::Budget(MIB),

@@ -1493,6 +1493,42 @@ mod tests {
         assert_eq!(again.reason, "AlreadyExists");
     }
 
+    /// A shared create answers with the stored object itself (no copy), the plain create
+    /// with an equal value; a dry run answers with the object it would store, storing nothing.
+    #[test]
+    fn a_shared_create_answers_with_the_stored_object() {
+        let s = store();
+        let opts = WriteOptions::manager("test");
+        let created = s
+            .create_shared(&deployments(), deployment("a:1"), &opts)
+            .unwrap();
+        let stored = s.get_shared(&deployments(), "default", "web").unwrap();
+        assert!(Arc::ptr_eq(&created, &stored));
+        assert_eq!(
+            created["metadata"]["resourceVersion"],
+            stored["metadata"]["resourceVersion"]
+        );
+
+        let mut other = deployment("a:1");
+        other["metadata"]["name"] = json!("api");
+        let plain = s.create_with(&deployments(), other, &opts).unwrap();
+        assert_eq!(
+            plain,
+            *s.get_shared(&deployments(), "default", "api").unwrap()
+        );
+
+        let mut dry = deployment("a:1");
+        dry["metadata"]["name"] = json!("dry");
+        let dry_opts = WriteOptions {
+            dry_run: true,
+            ..WriteOptions::manager("test")
+        };
+        let answer = s.create_shared(&deployments(), dry, &dry_opts).unwrap();
+        assert_eq!(answer["metadata"]["name"], "dry");
+        assert!(answer["metadata"].get("resourceVersion").is_none());
+        assert!(s.get_shared(&deployments(), "default", "dry").is_none());
+    }
+
     #[test]
     fn admission_fields_of_pods_are_not_owned() {
         let s = store();
