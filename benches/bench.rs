@@ -119,12 +119,11 @@ async fn run_section(name: &str, scratch: &Path, kube_sim: &Result<PathBuf, Stri
     }
 }
 
-/// The bench process hosts the simulated clusters of every section. Their controllers
-/// churn through small JSON values on many threads, where glibc's malloc cost kube-sim
-/// 40 % of its CPU in the 50-cluster bad deploy; what runs beside rollguard on the
-/// bench's two cores should be the clusters' work, not the allocator's.
+/// The bench process hosts the simulated clusters of every section, on kube-sim's allocator:
+/// what runs beside rollguard on the bench's two cores should be the clusters' work, not
+/// the allocator's.
 #[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOC: kube_sim::Allocator = kube_sim::Allocator {};
 
 fn main() {
     let mut chosen: Vec<String> = Vec::new();

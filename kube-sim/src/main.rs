@@ -7,12 +7,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use kube_sim::{Faults, Sim, SimOptions};
 
-/// mimalloc, as in the bench process that hosts clusters in-process. The clusters' writes
-/// are mostly small allocations: glibc's malloc took about a quarter of `serve`'s CPU at
-/// 1,000 clusters, and with mimalloc the same deploy cost 10 % less CPU (6.4-7.5 CPU-s
-/// against 7.1-8.7, three alternating pairs).
+/// The allocator made for processes that host simulated clusters (see its reasons).
 #[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOC: kube_sim::Allocator = kube_sim::Allocator {};
 
 #[derive(Parser)]
 #[command(
