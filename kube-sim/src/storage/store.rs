@@ -725,139 +725,26 @@ impl Store {
         current: Option<(u64, Arc<Value>)>,
     ) -> Result<Arc<Value>, ApiError> {
         let info = self.info(rt)?;
-        if !obj.is_object() {
-            return Err(ApiError::bad_request("the object must be a JSON object"));
-        }
-        let namespace = if info.namespaced {
-            obj.pointer("/metadata/namespace")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string()
-        } else {
-            String::new()
-        };
-        let name = obj
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
-        if name.is_empty() {
-            return Err(ApiError::name_required(&info.kind));
-        }
-        let body_rv = obj
-            .pointer("/metadata/resourceVersion")
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-            .map(str::to_string);
-        let expected_rv = opts.expected_resource_version.clone().or(body_rv);
-        if expected_rv.is_none()
-            && !status_only
-            && opts.ownership == Ownership::Update
-            && info.requires_resource_version_on_update()
-        {
-            return Err(ApiError::resource_version_required(rt, &name));
-        }
-        let key = (namespace.clone(), name.clone());
+        let target = UpdateTarget::of(rt, &info, &obj, opts, status_only)?;
         let (old_rv, old_value) = match current {
             Some(known) => known,
             None => self
-                .get_stored(rt, &key)
-                .ok_or_else(|| ApiError::not_found(rt, &name))?,
+                .get_stored(rt, &target.key)
+                .ok_or_else(|| ApiError::not_found(rt, &target.key.1))?,
         };
         let old_obj: &Value = &old_value;
-        if let Some(expected) = &expected_rv
+        if let Some(expected) = &target.expected_rv
             && *expected != old_rv.to_string()
         {
-            return Err(ApiError::conflict(rt, &name));
+            return Err(ApiError::conflict(rt, &target.key.1));
         }
-
         set_type_meta(&mut obj, &info);
         let mut new = if status_only {
-            // The stored object but its status (which the write replaces), copied once.
-            let mut new = Value::Object(
-                old_obj
-                    .as_object()
-                    .map(|m| {
-                        m.iter()
-                            .filter(|(k, _)| *k != "status")
-                            .map(|(k, v)| (k.clone(), v.clone()))
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-            );
-            // Taken, not copied: only the body's metadata is read below.
-            let status = obj
-                .as_object_mut()
-                .and_then(|m| m.remove("status"))
-                .unwrap_or(json!({}));
-            new.as_object_mut()
-                .map(|m| m.insert("status".into(), status));
-            if opts.ownership == Ownership::AsGiven
-                && let Some(mf) = obj.pointer("/metadata/managedFields")
-            {
-                metadata_mut(&mut new).insert("managedFields".into(), mf.clone());
-            }
-            // The apps status strategies keep annotation changes made with a status write
-            // (the deployment controller sets its revision annotation that way).
-            if info.group == "apps"
-                && let Some(annotations) = obj.pointer("/metadata/annotations")
-            {
-                metadata_mut(&mut new).insert("annotations".into(), annotations.clone());
-            }
-            new
+            status_write(&info, old_obj, obj, opts)
         } else {
-            if info.has_status() {
-                match old_obj.get("status") {
-                    Some(status) => {
-                        obj.as_object_mut()
-                            .map(|m| m.insert("status".into(), status.clone()));
-                    }
-                    None => {
-                        obj.as_object_mut().map(|m| m.remove("status"));
-                    }
-                }
-            }
-            let old_meta = old_obj.get("metadata").and_then(Value::as_object);
-            let meta = metadata_mut(&mut obj);
-            for field in IMMUTABLE_METADATA {
-                match old_meta.and_then(|m| m.get(field)) {
-                    Some(v) => {
-                        meta.insert(field.into(), v.clone());
-                    }
-                    None => {
-                        meta.remove(field);
-                    }
-                }
-            }
-            if opts.ownership == Ownership::Update {
-                match old_meta.and_then(|m| m.get("managedFields")) {
-                    Some(v) => meta.insert("managedFields".into(), v.clone()),
-                    None => meta.remove("managedFields"),
-                };
-            }
-            if info.namespaced {
-                meta.insert("namespace".into(), json!(namespace));
-            } else {
-                meta.remove("namespace");
-            }
-            decode::merge_string_data(rt, &mut obj);
-            defaults::on_write(rt, &mut obj);
-            // As the update strategy prepares it, then validation: the same answer for
-            // PUT, every patch type and server-side apply, which all end here.
-            validation::prepare_update(rt, old_obj, &mut obj);
-            let errors = validation::on_update(rt, old_obj, &obj);
-            if !errors.is_empty() {
-                return Err(ApiError::invalid_fields(
-                    &info.kind,
-                    &info.group,
-                    &name,
-                    &errors,
-                ));
-            }
-            obj
+            spec_write(rt, &info, old_obj, obj, opts, &target)?
         };
         set_resource_version(&mut new, old_rv);
-
         if !status_only && info.has_generation() && spec_changed(rt, old_obj, &new) {
             let generation = old_obj
                 .pointer("/metadata/generation")
@@ -885,32 +772,45 @@ impl Store {
         if opts.dry_run {
             return Ok(Arc::new(new));
         }
+        self.commit_update(rt, target, old_rv, new, opts, status_only)
+    }
 
+    /// Stores `new` over the version `old_rv` that it was computed from. When another write
+    /// came in between, an update that named its resourceVersion conflicts; one that did not
+    /// is computed again against the newer object.
+    fn commit_update(
+        &self,
+        rt: &ResourceType,
+        target: UpdateTarget,
+        old_rv: u64,
+        mut new: Value,
+        opts: &WriteOptions,
+        status_only: bool,
+    ) -> Result<Arc<Value>, ApiError> {
         let mut inner = self.lock();
         let current_rv = inner
             .objects
             .get(rt)
-            .and_then(|o| o.get(&key))
+            .and_then(|o| o.get(&target.key))
             .map(Stored::resource_version);
         if current_rv != Some(old_rv) {
-            // Someone wrote in between: the caller's view is stale.
             return match current_rv {
-                None => Err(ApiError::not_found(rt, &name)),
-                Some(_) if expected_rv.is_some() => Err(ApiError::conflict(rt, &name)),
+                None => Err(ApiError::not_found(rt, &target.key.1)),
+                Some(_) if target.expected_rv.is_some() => {
+                    Err(ApiError::conflict(rt, &target.key.1))
+                }
                 Some(_) => {
                     drop(inner);
-                    // Unconditional update: retry against the newer object.
-                    let mut retry = new;
-                    if let Some(m) = retry.get_mut("metadata").and_then(Value::as_object_mut) {
+                    if let Some(m) = new.get_mut("metadata").and_then(Value::as_object_mut) {
                         m.remove("resourceVersion");
                     }
-                    return self.replace(rt, retry, opts, status_only, None);
+                    self.replace(rt, new, opts, status_only, None)
                 }
             };
         }
         let rv = inner.resource_version + 1;
         set_resource_version(&mut new, rv);
-        let event = self.commit(&mut inner, rt, key, EventKind::Modified, new);
+        let event = self.commit(&mut inner, rt, target.key, EventKind::Modified, new);
         drop(inner);
         self.after_write(rt, &event.object, EventKind::Modified);
         Ok(Arc::clone(&event.object))
@@ -1282,6 +1182,154 @@ impl Store {
             self.registry.register_crd(obj);
         }
     }
+}
+
+/// Which object an update is for, and the resourceVersion it must find.
+struct UpdateTarget {
+    /// (namespace, name); the namespace is empty for cluster-scoped kinds.
+    key: ObjectKey,
+    expected_rv: Option<String>,
+}
+
+impl UpdateTarget {
+    /// Reads the target from the body (and the options): a name is required, and a
+    /// resourceVersion where the kind's update requires one.
+    fn of(
+        rt: &ResourceType,
+        info: &ResourceInfo,
+        obj: &Value,
+        opts: &WriteOptions,
+        status_only: bool,
+    ) -> Result<UpdateTarget, ApiError> {
+        if !obj.is_object() {
+            return Err(ApiError::bad_request("the object must be a JSON object"));
+        }
+        let text = |pointer: &str| {
+            obj.pointer(pointer)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        };
+        let namespace = if info.namespaced {
+            text("/metadata/namespace")
+        } else {
+            String::new()
+        };
+        let name = text("/metadata/name");
+        if name.is_empty() {
+            return Err(ApiError::name_required(&info.kind));
+        }
+        let body_rv = Some(text("/metadata/resourceVersion")).filter(|rv| !rv.is_empty());
+        let expected_rv = opts.expected_resource_version.clone().or(body_rv);
+        if expected_rv.is_none()
+            && !status_only
+            && opts.ownership == Ownership::Update
+            && info.requires_resource_version_on_update()
+        {
+            return Err(ApiError::resource_version_required(rt, &name));
+        }
+        Ok(UpdateTarget {
+            key: (namespace, name),
+            expected_rv,
+        })
+    }
+}
+
+/// The object a status write leaves: the stored one with the body's status (and, for the
+/// apps kinds, its annotations: their status strategies keep annotation changes made with a
+/// status write, as the deployment controller's revision annotation is).
+fn status_write(info: &ResourceInfo, old: &Value, mut body: Value, opts: &WriteOptions) -> Value {
+    // The stored object but its status (which the write replaces), copied once.
+    let mut new = Value::Object(
+        old.as_object()
+            .map(|m| {
+                m.iter()
+                    .filter(|(k, _)| *k != "status")
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            })
+            .unwrap_or_default(),
+    );
+    // Taken, not copied: only the body's metadata is read below.
+    let status = body
+        .as_object_mut()
+        .and_then(|m| m.remove("status"))
+        .unwrap_or(json!({}));
+    new.as_object_mut()
+        .map(|m| m.insert("status".into(), status));
+    if opts.ownership == Ownership::AsGiven
+        && let Some(mf) = body.pointer("/metadata/managedFields")
+    {
+        metadata_mut(&mut new).insert("managedFields".into(), mf.clone());
+    }
+    if info.group == "apps"
+        && let Some(annotations) = body.pointer("/metadata/annotations")
+    {
+        metadata_mut(&mut new).insert("annotations".into(), annotations.clone());
+    }
+    new
+}
+
+/// The object an update of the main resource leaves: the body with the stored status, the
+/// stored immutable metadata (and managedFields, which the write's record then updates),
+/// defaulted, prepared and validated as the kind's update strategy does.
+fn spec_write(
+    rt: &ResourceType,
+    info: &ResourceInfo,
+    old: &Value,
+    mut obj: Value,
+    opts: &WriteOptions,
+    target: &UpdateTarget,
+) -> Result<Value, ApiError> {
+    if info.has_status() {
+        match old.get("status") {
+            Some(status) => {
+                obj.as_object_mut()
+                    .map(|m| m.insert("status".into(), status.clone()));
+            }
+            None => {
+                obj.as_object_mut().map(|m| m.remove("status"));
+            }
+        }
+    }
+    let old_meta = old.get("metadata").and_then(Value::as_object);
+    let meta = metadata_mut(&mut obj);
+    for field in IMMUTABLE_METADATA {
+        match old_meta.and_then(|m| m.get(field)) {
+            Some(v) => {
+                meta.insert(field.into(), v.clone());
+            }
+            None => {
+                meta.remove(field);
+            }
+        }
+    }
+    if opts.ownership == Ownership::Update {
+        match old_meta.and_then(|m| m.get("managedFields")) {
+            Some(v) => meta.insert("managedFields".into(), v.clone()),
+            None => meta.remove("managedFields"),
+        };
+    }
+    if info.namespaced {
+        meta.insert("namespace".into(), json!(target.key.0));
+    } else {
+        meta.remove("namespace");
+    }
+    decode::merge_string_data(rt, &mut obj);
+    defaults::on_write(rt, &mut obj);
+    // As the update strategy prepares it, then validation: the same answer for PUT, every
+    // patch type and server-side apply, which all end here.
+    validation::prepare_update(rt, old, &mut obj);
+    let errors = validation::on_update(rt, old, &obj);
+    if !errors.is_empty() {
+        return Err(ApiError::invalid_fields(
+            &info.kind,
+            &info.group,
+            &target.key.1,
+            &errors,
+        ));
+    }
+    Ok(obj)
 }
 
 /// Whether a write changes what generation counts: everything but metadata and status;
