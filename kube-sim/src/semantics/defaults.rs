@@ -29,133 +29,27 @@ fn name_of(obj: &Value) -> String {
 /// Defaults applied to every create and update (spec defaults).
 pub fn on_write(rt: &ResourceType, obj: &mut Value) {
     match (rt.group.as_str(), rt.resource.as_str()) {
-        ("apps", "deployments") => {
-            let Some(spec) = object_at(obj, "spec") else {
-                return;
-            };
+        ("apps", "deployments") => on_spec(obj, deployment_defaults),
+        ("apps", "replicasets") => on_spec(obj, |spec| {
             default(spec, "replicas", json!(1));
-            default(
-                spec,
-                "strategy",
-                json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}}),
-            );
-            if let Some(strategy) = spec.get_mut("strategy").and_then(Value::as_object_mut) {
-                default(strategy, "type", json!("RollingUpdate"));
-                if strategy.get("type").and_then(Value::as_str) == Some("RollingUpdate") {
-                    default(strategy, "rollingUpdate", json!({}));
-                    if let Some(ru) = strategy
-                        .get_mut("rollingUpdate")
-                        .and_then(Value::as_object_mut)
-                    {
-                        default(ru, "maxUnavailable", json!("25%"));
-                        default(ru, "maxSurge", json!("25%"));
-                    }
-                }
-            }
-            default(spec, "revisionHistoryLimit", json!(10));
-            default(spec, "progressDeadlineSeconds", json!(600));
             template_defaults(spec);
-        }
-        ("apps", "replicasets") => {
-            if let Some(spec) = object_at(obj, "spec") {
-                default(spec, "replicas", json!(1));
-                template_defaults(spec);
-            }
-        }
-        ("apps", "statefulsets") => {
-            if let Some(spec) = object_at(obj, "spec") {
-                default(spec, "replicas", json!(1));
-                default(spec, "podManagementPolicy", json!("OrderedReady"));
-                default(
-                    spec,
-                    "updateStrategy",
-                    json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}),
-                );
-                default(spec, "revisionHistoryLimit", json!(10));
-                default(
-                    spec,
-                    "persistentVolumeClaimRetentionPolicy",
-                    json!({"whenDeleted": "Retain", "whenScaled": "Retain"}),
-                );
-                template_defaults(spec);
-            }
-        }
-        ("apps", "daemonsets") => {
-            if let Some(spec) = object_at(obj, "spec") {
-                default(
-                    spec,
-                    "updateStrategy",
-                    json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}),
-                );
-                default(spec, "revisionHistoryLimit", json!(10));
-                template_defaults(spec);
-            }
-        }
-        ("batch", "jobs") => {
-            if let Some(spec) = object_at(obj, "spec") {
-                job_spec_defaults(spec);
-                // A default of the Job's own, owned by its creator (recordings 10 and 14).
-                default(spec, "manualSelector", json!(false));
-            }
-        }
-        ("batch", "cronjobs") => {
-            if let Some(spec) = object_at(obj, "spec") {
-                default(spec, "concurrencyPolicy", json!("Allow"));
-                default(spec, "suspend", json!(false));
-                default(spec, "successfulJobsHistoryLimit", json!(3));
-                default(spec, "failedJobsHistoryLimit", json!(1));
-                if let Some(job) = spec
-                    .get_mut("jobTemplate")
-                    .and_then(|t| t.get_mut("spec"))
-                    .and_then(Value::as_object_mut)
-                {
-                    job_spec_defaults(job);
-                }
-            }
-        }
-        ("", "pods") => {
-            if let Some(spec) = object_at(obj, "spec") {
-                pod_spec_defaults(spec);
-                // Pod-level defaulting (not templates): decoded before field ownership.
-                default(spec, "enableServiceLinks", json!(true));
-            }
-        }
-        ("", "namespaces") => {
-            let name = name_of(obj);
-            let meta = crate::model::resource::metadata_mut(obj);
-            let labels = meta.entry("labels").or_insert_with(|| json!({}));
-            if let Some(labels) = labels.as_object_mut() {
-                labels.insert("kubernetes.io/metadata.name".into(), json!(name));
-            }
-        }
-        ("", "secrets") => {
-            if let Some(map) = obj.as_object_mut()
-                && map
-                    .get("type")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .is_empty()
-            {
-                map.insert("type".into(), json!("Opaque"));
-            }
-        }
-        ("", "services") => {
-            if let Some(spec) = object_at(obj, "spec") {
-                default(spec, "type", json!("ClusterIP"));
-                default(spec, "sessionAffinity", json!("None"));
-                if spec.get("type").and_then(Value::as_str) != Some("ExternalName") {
-                    default(spec, "internalTrafficPolicy", json!("Cluster"));
-                }
-                if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
-                    for port in ports.iter_mut().filter_map(Value::as_object_mut) {
-                        default(port, "protocol", json!("TCP"));
-                        if let Some(p) = port.get("port").cloned() {
-                            default(port, "targetPort", p);
-                        }
-                    }
-                }
-            }
-        }
+        }),
+        ("apps", "statefulsets") => on_spec(obj, statefulset_defaults),
+        ("apps", "daemonsets") => on_spec(obj, daemonset_defaults),
+        ("batch", "jobs") => on_spec(obj, |spec| {
+            job_spec_defaults(spec);
+            // A default of the Job's own, owned by its creator (recordings 10 and 14).
+            default(spec, "manualSelector", json!(false));
+        }),
+        ("batch", "cronjobs") => on_spec(obj, cronjob_defaults),
+        ("", "pods") => on_spec(obj, |spec| {
+            pod_spec_defaults(spec);
+            // Pod-level defaulting (not templates): decoded before field ownership.
+            default(spec, "enableServiceLinks", json!(true));
+        }),
+        ("", "namespaces") => namespace_defaults(obj),
+        ("", "secrets") => secret_defaults(obj),
+        ("", "services") => on_spec(obj, service_defaults),
         (
             "admissionregistration.k8s.io",
             resource @ ("validatingwebhookconfigurations" | "mutatingwebhookconfigurations"),
@@ -168,37 +62,143 @@ pub fn on_write(rt: &ResourceType, obj: &mut Value) {
                 webhook_defaults(hook, mutating);
             }
         }
-        ("apiregistration.k8s.io", "apiservices") => {
-            if let Some(service) = object_at(obj, "spec")
-                .and_then(|s| s.get_mut("service").and_then(Value::as_object_mut))
-            {
+        ("apiregistration.k8s.io", "apiservices") => on_spec(obj, |spec| {
+            if let Some(service) = spec.get_mut("service").and_then(Value::as_object_mut) {
                 default(service, "port", json!(443));
             }
-        }
-        ("flowcontrol.apiserver.k8s.io", "flowschemas") => {
-            if let Some(spec) = object_at(obj, "spec") {
-                default(spec, "matchingPrecedence", json!(1000));
-            }
-        }
+        }),
+        ("flowcontrol.apiserver.k8s.io", "flowschemas") => on_spec(obj, |spec| {
+            default(spec, "matchingPrecedence", json!(1000));
+        }),
         ("scheduling.k8s.io", "priorityclasses") => {
             if let Some(map) = obj.as_object_mut() {
                 default(map, "preemptionPolicy", json!("PreemptLowerPriority"));
             }
         }
-        ("apiextensions.k8s.io", "customresourcedefinitions") => {
-            if let Some(spec) = object_at(obj, "spec") {
-                default(spec, "conversion", json!({"strategy": "None"}));
-                if let Some(names) = spec.get_mut("names").and_then(Value::as_object_mut)
-                    && let Some(kind) = names.get("kind").and_then(Value::as_str)
-                {
-                    let list_kind = format!("{kind}List");
-                    let singular = kind.to_lowercase();
-                    default(names, "listKind", json!(list_kind));
-                    default(names, "singular", json!(singular));
-                }
+        ("apiextensions.k8s.io", "customresourcedefinitions") => on_spec(obj, crd_defaults),
+        _ => {}
+    }
+}
+
+/// Runs `defaults` on the object's `spec`, when it has one.
+fn on_spec(obj: &mut Value, defaults: impl FnOnce(&mut Map<String, Value>)) {
+    if let Some(spec) = object_at(obj, "spec") {
+        defaults(spec);
+    }
+}
+
+fn deployment_defaults(spec: &mut Map<String, Value>) {
+    default(spec, "replicas", json!(1));
+    default(
+        spec,
+        "strategy",
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}}),
+    );
+    if let Some(strategy) = spec.get_mut("strategy").and_then(Value::as_object_mut) {
+        default(strategy, "type", json!("RollingUpdate"));
+        if strategy.get("type").and_then(Value::as_str) == Some("RollingUpdate") {
+            default(strategy, "rollingUpdate", json!({}));
+            if let Some(ru) = strategy
+                .get_mut("rollingUpdate")
+                .and_then(Value::as_object_mut)
+            {
+                default(ru, "maxUnavailable", json!("25%"));
+                default(ru, "maxSurge", json!("25%"));
             }
         }
-        _ => {}
+    }
+    default(spec, "revisionHistoryLimit", json!(10));
+    default(spec, "progressDeadlineSeconds", json!(600));
+    template_defaults(spec);
+}
+
+fn statefulset_defaults(spec: &mut Map<String, Value>) {
+    default(spec, "replicas", json!(1));
+    default(spec, "podManagementPolicy", json!("OrderedReady"));
+    default(
+        spec,
+        "updateStrategy",
+        json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}),
+    );
+    default(spec, "revisionHistoryLimit", json!(10));
+    default(
+        spec,
+        "persistentVolumeClaimRetentionPolicy",
+        json!({"whenDeleted": "Retain", "whenScaled": "Retain"}),
+    );
+    template_defaults(spec);
+}
+
+fn daemonset_defaults(spec: &mut Map<String, Value>) {
+    default(
+        spec,
+        "updateStrategy",
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}),
+    );
+    default(spec, "revisionHistoryLimit", json!(10));
+    template_defaults(spec);
+}
+
+fn cronjob_defaults(spec: &mut Map<String, Value>) {
+    default(spec, "concurrencyPolicy", json!("Allow"));
+    default(spec, "suspend", json!(false));
+    default(spec, "successfulJobsHistoryLimit", json!(3));
+    default(spec, "failedJobsHistoryLimit", json!(1));
+    if let Some(job) = spec
+        .get_mut("jobTemplate")
+        .and_then(|t| t.get_mut("spec"))
+        .and_then(Value::as_object_mut)
+    {
+        job_spec_defaults(job);
+    }
+}
+
+fn namespace_defaults(obj: &mut Value) {
+    let name = name_of(obj);
+    let meta = crate::model::resource::metadata_mut(obj);
+    let labels = meta.entry("labels").or_insert_with(|| json!({}));
+    if let Some(labels) = labels.as_object_mut() {
+        labels.insert("kubernetes.io/metadata.name".into(), json!(name));
+    }
+}
+
+fn secret_defaults(obj: &mut Value) {
+    if let Some(map) = obj.as_object_mut()
+        && map
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .is_empty()
+    {
+        map.insert("type".into(), json!("Opaque"));
+    }
+}
+
+fn service_defaults(spec: &mut Map<String, Value>) {
+    default(spec, "type", json!("ClusterIP"));
+    default(spec, "sessionAffinity", json!("None"));
+    if spec.get("type").and_then(Value::as_str) != Some("ExternalName") {
+        default(spec, "internalTrafficPolicy", json!("Cluster"));
+    }
+    if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
+        for port in ports.iter_mut().filter_map(Value::as_object_mut) {
+            default(port, "protocol", json!("TCP"));
+            if let Some(p) = port.get("port").cloned() {
+                default(port, "targetPort", p);
+            }
+        }
+    }
+}
+
+fn crd_defaults(spec: &mut Map<String, Value>) {
+    default(spec, "conversion", json!({"strategy": "None"}));
+    if let Some(names) = spec.get_mut("names").and_then(Value::as_object_mut)
+        && let Some(kind) = names.get("kind").and_then(Value::as_str)
+    {
+        let list_kind = format!("{kind}List");
+        let singular = kind.to_lowercase();
+        default(names, "listKind", json!(list_kind));
+        default(names, "singular", json!(singular));
     }
 }
 
