@@ -291,8 +291,8 @@ pub fn start(targets: Vec<(String, u32)>, mode: Mode) -> (Progress, JoinHandle<(
 }
 
 /// Draws the progress on `stderr`. Each batch of lines goes out in one write: formatted
-/// straight into an unbuffered stderr, a line was ten system calls (100,000 for 1,000
-/// targets, a tenth of rollguard's system time), and a log line could land inside it.
+/// straight into an unbuffered stderr, a line was ten system calls (100,000 in a
+/// 1,000-target deploy), and a log line could land inside it.
 async fn render(
     mut stderr: impl Write + Send,
     waved: Vec<(String, u32)>,
