@@ -14,6 +14,8 @@ use crate::report::TargetOutcome;
 use crate::report::model::{clip_columns, display_width};
 use crate::util::duration::format_duration;
 
+mod fleet;
+
 /// Progress of a wait, for the live display.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WaitProgress {
@@ -142,23 +144,45 @@ pub fn decide_width(terminal_columns: Option<u16>, columns_var: Option<&str>) ->
         .unwrap_or(80)
 }
 
+/// Lines a live frame may take: the terminal's height (else `LINES`, else 24) but the line
+/// the cursor rests on, so that drawing the frame never scrolls its first line away (the
+/// cursor cannot go back above the screen to redraw it).
+pub fn decide_room(terminal_rows: Option<u16>, lines_var: Option<&str>) -> usize {
+    terminal_rows
+        .filter(|&r| r > 0)
+        .map(usize::from)
+        .or_else(|| {
+            lines_var
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .filter(|&r| r > 0)
+        })
+        .unwrap_or(24)
+        .saturating_sub(1)
+}
+
 /// The width stderr's terminal reports (TIOCGWINSZ), if it is one.
 fn stderr_columns() -> Option<u16> {
-    terminal_columns(libc::STDERR_FILENO)
+    terminal_size(libc::STDERR_FILENO).map(|s| s.ws_col)
+}
+
+/// The height stderr's terminal reports, if it is one.
+fn stderr_rows() -> Option<u16> {
+    terminal_size(libc::STDERR_FILENO).map(|s| s.ws_row)
 }
 
 /// The width of the terminal stdout is (for the final table), None when it is not one.
 pub fn stdout_columns() -> Option<usize> {
-    terminal_columns(libc::STDOUT_FILENO)
+    terminal_size(libc::STDOUT_FILENO)
+        .map(|s| s.ws_col)
         .filter(|&c| c > 0)
         .map(usize::from)
 }
 
-fn terminal_columns(fd: libc::c_int) -> Option<u16> {
+fn terminal_size(fd: libc::c_int) -> Option<libc::winsize> {
     // SAFETY: TIOCGWINSZ only writes a `winsize` into the struct we pass; the fd stays ours.
     let mut size: libc::winsize = unsafe { std::mem::zeroed() };
     let ok = unsafe { libc::ioctl(fd, libc::TIOCGWINSZ, &mut size) } == 0;
-    ok.then_some(size.ws_col)
+    ok.then_some(size)
 }
 
 /// The words for a stage, without color.
@@ -318,6 +342,14 @@ async fn render(
     ticker.tick().await;
     let mut drawn = 0usize;
     let mut dirty = true;
+    // The terminal's size, asked again at every redraw: a resized window is followed.
+    let view = || {
+        let var = |name: &str| std::env::var(name).ok();
+        (
+            decide_width(stderr_columns(), var("COLUMNS").as_deref()),
+            decide_room(stderr_rows(), var("LINES").as_deref()),
+        )
+    };
     let line = |elapsed: &str, target: &str, stage: &Stage| {
         let text = super::redact::log_text(&describe_stage(stage));
         format!("[{elapsed:>6}] {target:<width_name$}  {text}\n")
@@ -343,17 +375,22 @@ async fn render(
             _ = ticker.tick() => {
                 match mode {
                     Mode::Live { color } if dirty => {
-                        let width = decide_width(stderr_columns(), std::env::var("COLUMNS").ok().as_deref());
-                        drawn = draw_live(&mut stderr, &rows, &stages, width_name, width, color, drawn);
+                        drawn = draw_live(&mut stderr, &rows, &stages, (width_name, view()), color, drawn);
                         dirty = false;
                     }
                     Mode::Lines => {
                         let elapsed = format_duration(started.elapsed());
                         let mut lines = String::new();
-                        for t in &targets {
-                            if let Some(stage @ (Stage::Waiting(_) | Stage::Baking { .. } | Stage::Applying { .. } | Stage::RollingBack(_))) = stages.get(t) {
-                                lines.push_str(&line(&elapsed, t, stage));
-                            }
+                        let (named, more) = fleet::under_way(&targets, &stages);
+                        if more > 0 {
+                            let tally = fleet::tally(targets.iter().filter_map(|t| stages.get(t)));
+                            lines.push_str(&format!("[{elapsed:>6}] {tally}\n"));
+                        }
+                        for (t, stage) in named {
+                            lines.push_str(&line(&elapsed, t, stage));
+                        }
+                        if more > 0 {
+                            lines.push_str(&format!("[{elapsed:>6}] and {more} more under way\n"));
                         }
                         write_whole(&mut stderr, &lines);
                     }
@@ -363,8 +400,14 @@ async fn render(
         }
     }
     if let Mode::Live { color } = mode {
-        let width = decide_width(stderr_columns(), std::env::var("COLUMNS").ok().as_deref());
-        draw_live(&mut stderr, &rows, &stages, width_name, width, color, drawn);
+        draw_live(
+            &mut stderr,
+            &rows,
+            &stages,
+            (width_name, view()),
+            color,
+            drawn,
+        );
     }
     let _ = stderr.flush();
 }
@@ -408,12 +451,14 @@ fn live_rows(targets: &[(String, u32)]) -> Vec<LiveRow> {
     rows
 }
 
+/// Draws a frame of the live view over the last one (`previously_drawn` lines), in
+/// `(width_name, (width, room))`: every line cut to `width` columns, and no more lines than
+/// `room` (past it, a tally of the fleet and the targets under way or failed).
 fn draw_live(
     out: &mut impl Write,
     rows: &[LiveRow],
     stages: &HashMap<String, Stage>,
-    width_name: usize,
-    width: usize,
+    (width_name, (width, room)): (usize, (usize, usize)),
     color: bool,
     previously_drawn: usize,
 ) -> usize {
@@ -423,20 +468,30 @@ fn draw_live(
         // drawn before a resize may have left longer lines behind.
         frame.push_str(&format!("\x1b[{previously_drawn}F\x1b[J"));
     }
-    for row in rows {
-        match row {
-            LiveRow::Wave(wave) if color => frame.push_str(&format!("\x1b[1mwave {wave}\x1b[0m")),
-            LiveRow::Wave(wave) => frame.push_str(&format!("wave {wave}")),
-            LiveRow::Target(t) => {
+    let lines = fleet::fit(rows, stages, room);
+    for line in &lines {
+        match line {
+            fleet::FrameRow::Row(LiveRow::Wave(wave)) if color => {
+                frame.push_str(&format!("\x1b[1mwave {wave}\x1b[0m"));
+            }
+            fleet::FrameRow::Row(LiveRow::Wave(wave)) => frame.push_str(&format!("wave {wave}")),
+            fleet::FrameRow::Row(LiveRow::Target(t)) => {
                 let stage = stages.get(t).cloned().unwrap_or(Stage::Queued);
                 frame.push_str(&live_line(t, &stage, width_name, width, color));
+            }
+            fleet::FrameRow::Tally(tally) => frame.push_str(&clip_columns(tally, width)),
+            fleet::FrameRow::More(n) => {
+                frame.push_str(&clip_columns(
+                    &format!("and {n} more under way or failed"),
+                    width,
+                ));
             }
         }
         frame.push('\n');
     }
     let _ = out.write_all(frame.as_bytes());
     let _ = out.flush();
-    rows.len()
+    lines.len()
 }
 
 #[cfg(test)]
@@ -489,6 +544,109 @@ mod tests {
         assert!(writes[0].ends_with('\n'));
     }
 
+    /// A CI log's summary every 10 s: a line per target under way for a few; for a fleet, the
+    /// tally, the first ones and how many more (1,000 lines every 10 s before).
+    #[tokio::test(start_paused = true)]
+    async fn a_fleets_summary_is_a_tally_and_the_first_targets() {
+        for (n, want_lines) in [
+            (3, 3),
+            (fleet::SUMMARY_TARGETS + 30, fleet::SUMMARY_TARGETS + 2),
+        ] {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let targets: Vec<(String, u32)> = (0..n).map(|i| (format!("t{i}"), 0)).collect();
+            for (t, _) in &targets {
+                let waiting = Stage::Waiting(WaitProgress {
+                    ready: 0,
+                    total: 2,
+                    waiting_for: None,
+                });
+                tx.send((t.clone(), waiting)).expect("the renderer listens");
+            }
+            let writes = Writes::default();
+            let renderer = tokio::spawn(render(writes.clone(), targets, Mode::Lines, rx));
+            tokio::time::sleep(Duration::from_millis(10_500)).await;
+            drop(tx);
+            renderer.await.expect("the renderer ends");
+            let writes = writes.0.lock().expect("not poisoned").clone();
+            let [changes, summary] = writes.as_slice() else {
+                panic!("the changes, then one summary: {writes:?}");
+            };
+            assert_eq!(changes.lines().count(), n);
+            let lines: Vec<&str> = summary.lines().collect();
+            assert_eq!(lines.len(), want_lines, "{summary}");
+            assert!(
+                lines.iter().all(|l| l.starts_with("[   10s] ")),
+                "{summary}"
+            );
+            if n > fleet::SUMMARY_TARGETS {
+                assert!(lines[0].ends_with(&format!("] {n} targets: {n} waiting")));
+                assert!(
+                    lines[1].ends_with("] t0    waiting 0/2 ready"),
+                    "{}",
+                    lines[1]
+                );
+                assert!(lines[want_lines - 1].ends_with("] and 30 more under way"));
+            } else {
+                assert!(
+                    lines[0].ends_with("] t0    waiting 0/2 ready"),
+                    "{}",
+                    lines[0]
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn room_from_the_terminal_then_lines_then_24_but_the_cursors_line() {
+        let cases: [(Option<u16>, Option<&str>, usize); 7] = [
+            (Some(50), None, 49),
+            (Some(50), Some("10"), 49),
+            (Some(0), Some("10"), 9),
+            (None, Some(" 30 "), 29),
+            (None, Some("0"), 23),
+            (None, Some("tall"), 23),
+            (None, None, 23),
+        ];
+        for (tty, var, want) in cases {
+            assert_eq!(decide_room(tty, var), want, "{tty:?} {var:?}");
+        }
+    }
+
+    /// A frame taller than the terminal could not be redrawn in place: it keeps to the room,
+    /// a tally first.
+    #[test]
+    fn a_live_frame_keeps_to_the_terminals_height() {
+        let waved: Vec<(String, u32)> = (0..100).map(|i| (format!("t{i}"), i % 2)).collect();
+        let rows = live_rows(&waved);
+        let stages: HashMap<String, Stage> = waved
+            .iter()
+            .map(|(t, _)| (t.clone(), Stage::Connecting))
+            .collect();
+        let mut out = Vec::new();
+        let drawn = draw_live(&mut out, &rows, &stages, (4, (40, 9)), false, 9);
+        let text = String::from_utf8(out).expect("utf8");
+        let text = text
+            .strip_prefix("\x1b[9F\x1b[J")
+            .expect("over the last frame");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(drawn, 9);
+        assert_eq!(lines.len(), 9, "{text}");
+        assert_eq!(lines[0], "100 targets: 100 connecting");
+        assert_eq!(lines[1], "t0    connecting");
+        assert_eq!(
+            lines[2], "t2    connecting",
+            "wave 0's first, in config order"
+        );
+        assert_eq!(lines[8], "and 93 more under way or failed");
+        let mut out = Vec::new();
+        assert_eq!(
+            draw_live(&mut out, &rows, &stages, (4, (10, 9)), false, 0),
+            9
+        );
+        let text = String::from_utf8(out).expect("utf8");
+        assert!(text.lines().all(|l| display_width(l) <= 10), "{text}");
+    }
+
     #[test]
     fn the_live_view_groups_targets_by_wave_only_with_waves() {
         let t = |name: &str| LiveRow::Target(name.to_string());
@@ -515,7 +673,10 @@ mod tests {
         let mut frame = Vec::new();
         let stages = HashMap::new();
         let rows = live_rows(&waved(&[("eu", 1), ("canary", 0)]));
-        assert_eq!(draw_live(&mut frame, &rows, &stages, 6, 80, false, 0), 4);
+        assert_eq!(
+            draw_live(&mut frame, &rows, &stages, (6, (80, 23)), false, 0),
+            4
+        );
         let text = String::from_utf8(frame).expect("utf-8");
         assert!(text.starts_with("wave 0\ncanary"), "{text:?}");
     }
@@ -650,7 +811,10 @@ mod tests {
             .into_iter()
             .collect();
         let mut out = Vec::new();
-        assert_eq!(draw_live(&mut out, &targets, &stages, 4, 80, false, 2), 2);
+        assert_eq!(
+            draw_live(&mut out, &targets, &stages, (4, (80, 23)), false, 2),
+            2
+        );
         let text = String::from_utf8(out).expect("utf8");
         assert!(text.starts_with("\x1b[2F\x1b[J"), "{text:?}");
         assert!(text.contains("eu    connecting\n"), "{text:?}");
@@ -659,7 +823,7 @@ mod tests {
             "no color codes when color is off: {text:?}"
         );
         let mut out = Vec::new();
-        draw_live(&mut out, &targets, &stages, 4, 80, true, 0);
+        draw_live(&mut out, &targets, &stages, (4, (80, 23)), true, 0);
         let text = String::from_utf8(out).expect("utf8");
         assert!(
             text.starts_with("eu    \x1b[36mconnecting\x1b[0m\n"),
