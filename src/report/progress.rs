@@ -133,29 +133,23 @@ pub fn table_color(env: &dyn Fn(&str) -> Option<String>) -> bool {
 /// Columns of the live view: the terminal's own width when it tells one, else `COLUMNS`, else
 /// 80. Asked again at every redraw, so that a resized window is followed.
 pub fn decide_width(terminal_columns: Option<u16>, columns_var: Option<&str>) -> usize {
-    terminal_columns
-        .filter(|&c| c > 0)
-        .map(usize::from)
-        .or_else(|| {
-            columns_var
-                .and_then(|v| v.trim().parse::<usize>().ok())
-                .filter(|&c| c > 0)
-        })
-        .unwrap_or(80)
+    told(terminal_columns, columns_var).unwrap_or(80)
+}
+
+/// A size the terminal tells, else the one its variable (`COLUMNS`, `LINES`) says; zero is
+/// no answer.
+fn told(terminal: Option<u16>, var: Option<&str>) -> Option<usize> {
+    terminal.filter(|&n| n > 0).map(usize::from).or_else(|| {
+        var.and_then(|v| v.trim().parse::<usize>().ok())
+            .filter(|&n| n > 0)
+    })
 }
 
 /// Lines a live frame may take: the terminal's height (else `LINES`, else 24) but the line
 /// the cursor rests on, so that drawing the frame never scrolls its first line away (the
 /// cursor cannot go back above the screen to redraw it).
 pub fn decide_room(terminal_rows: Option<u16>, lines_var: Option<&str>) -> usize {
-    terminal_rows
-        .filter(|&r| r > 0)
-        .map(usize::from)
-        .or_else(|| {
-            lines_var
-                .and_then(|v| v.trim().parse::<usize>().ok())
-                .filter(|&r| r > 0)
-        })
+    told(terminal_rows, lines_var)
         .unwrap_or(24)
         .saturating_sub(1)
 }
@@ -596,22 +590,6 @@ mod tests {
         }
     }
 
-    #[test]
-    fn room_from_the_terminal_then_lines_then_24_but_the_cursors_line() {
-        let cases: [(Option<u16>, Option<&str>, usize); 7] = [
-            (Some(50), None, 49),
-            (Some(50), Some("10"), 49),
-            (Some(0), Some("10"), 9),
-            (None, Some(" 30 "), 29),
-            (None, Some("0"), 23),
-            (None, Some("tall"), 23),
-            (None, None, 23),
-        ];
-        for (tty, var, want) in cases {
-            assert_eq!(decide_room(tty, var), want, "{tty:?} {var:?}");
-        }
-    }
-
     /// A frame taller than the terminal could not be redrawn in place: it keeps to the room,
     /// a tally first.
     #[test]
@@ -870,20 +848,23 @@ mod tests {
         }
     }
 
+    /// The width from the terminal, then `COLUMNS`, then 80; the room from the terminal, then
+    /// `LINES`, then 24, less the cursor's line.
     #[test]
-    fn width_from_the_terminal_then_columns_then_80() {
-        let cases: [(Option<u16>, Option<&str>, usize); 8] = [
-            (Some(132), None, 132),
-            (Some(132), Some("60"), 132),
-            (Some(0), Some("60"), 60),
-            (None, Some(" 72 "), 72),
-            (None, Some("0"), 80),
-            (None, Some("wide"), 80),
-            (None, Some("-5"), 80),
-            (None, None, 80),
+    fn size_from_the_terminal_then_its_variable_then_a_default() {
+        let cases: [(Option<u16>, Option<&str>, usize, usize); 8] = [
+            (Some(132), None, 132, 131),
+            (Some(132), Some("60"), 132, 131),
+            (Some(0), Some("60"), 60, 59),
+            (None, Some(" 72 "), 72, 71),
+            (None, Some("0"), 80, 23),
+            (None, Some("wide"), 80, 23),
+            (None, Some("-5"), 80, 23),
+            (None, None, 80, 23),
         ];
-        for (tty, var, want) in cases {
-            assert_eq!(decide_width(tty, var), want, "{tty:?} {var:?}");
+        for (tty, var, width, room) in cases {
+            assert_eq!(decide_width(tty, var), width, "{tty:?} {var:?}");
+            assert_eq!(decide_room(tty, var), room, "{tty:?} {var:?}");
         }
     }
 
