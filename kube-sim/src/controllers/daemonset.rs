@@ -95,7 +95,7 @@ pub fn reconcile<P: Borrow<Value>, R: Borrow<Value>>(
                 "apps/v1",
                 "DaemonSet",
                 &ds["spec"]["template"],
-                Err(format!("{name}-")),
+                pods::PodName::Generated(format!("{name}-")),
                 &[
                     (REVISION_LABEL, hash.clone()),
                     (TEMPLATE_GENERATION_LABEL, meta::generation(ds).to_string()),

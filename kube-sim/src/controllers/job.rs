@@ -174,7 +174,7 @@ pub fn reconcile<P: Borrow<Value>>(job: &Value, owned: &[P], now: jiff::Timestam
                     "batch/v1",
                     "Job",
                     &job["spec"]["template"],
-                    Err(format!("{name}-")),
+                    pods::PodName::Generated(format!("{name}-")),
                     &[
                         ("batch.kubernetes.io/controller-uid", uid.clone()),
                         ("batch.kubernetes.io/job-name", name.to_string()),

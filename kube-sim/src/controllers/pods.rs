@@ -1025,22 +1025,29 @@ pub fn availability(
     }
 }
 
+/// How a controller names the pods it creates.
+pub enum PodName {
+    /// A name of its own (a StatefulSet's ordinal pods).
+    Fixed(String),
+    /// A prefix the server completes (`generateName`).
+    Generated(String),
+}
+
 /// A pod for `owner` from its pod template, as a workload controller creates it.
-/// `name` is `Ok(name)` for a fixed name or `Err(prefix)` for a generated one.
 pub fn pod_from_template(
     owner: &Value,
     api_version: &str,
     kind: &str,
     template: &Value,
-    name: Result<String, String>,
+    name: PodName,
     extra_labels: &[(&str, String)],
 ) -> Value {
     let mut metadata = Map::new();
     match name {
-        Ok(name) => {
+        PodName::Fixed(name) => {
             metadata.insert("name".into(), json!(name));
         }
-        Err(prefix) => {
+        PodName::Generated(prefix) => {
             metadata.insert("generateName".into(), json!(prefix));
         }
     }

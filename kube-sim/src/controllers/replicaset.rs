@@ -55,7 +55,7 @@ pub fn reconcile<P: Borrow<Value>>(
                 "apps/v1",
                 "ReplicaSet",
                 &rs["spec"]["template"],
-                Err(format!("{}-", meta::name(rs))),
+                pods::PodName::Generated(format!("{}-", meta::name(rs))),
                 &[],
             ));
         }

@@ -160,7 +160,7 @@ pub fn reconcile<P: Borrow<Value>, R: Borrow<Value>>(
             "apps/v1",
             "StatefulSet",
             &sts["spec"]["template"],
-            Ok(pod_name.clone()),
+            pods::PodName::Fixed(pod_name.clone()),
             &[
                 (REVISION_LABEL, update_rev.clone()),
                 (POD_NAME_LABEL, pod_name.clone()),

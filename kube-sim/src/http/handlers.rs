@@ -368,13 +368,13 @@ fn selectors(
     info: &ResourceInfo,
 ) -> Result<(LabelSelector, FieldSelector), ApiError> {
     let labels = LabelSelector::parse(req.param("labelSelector").unwrap_or(""))
-        .map_err(ApiError::bad_request)?;
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let fields = FieldSelector::parse(
         &info.group,
         &info.resource,
         req.param("fieldSelector").unwrap_or(""),
     )
-    .map_err(ApiError::bad_request)?;
+    .map_err(|e| ApiError::bad_request(e.to_string()))?;
     Ok((labels, fields))
 }
 
@@ -565,7 +565,7 @@ fn parse_body(req: &ApiRequest<'_>, info: &ResourceInfo) -> Result<Value, ApiErr
     let media = media_type(req.content_type);
     let parsed = match media.as_str() {
         "" | "application/json" | "*/*" => {
-            serde_json::from_slice::<Value>(req.body).map_err(|e| e.to_string())
+            serde_json::from_slice::<Value>(req.body).map_err(BodyError::from)
         }
         "application/yaml" | "application/x-yaml" | "text/yaml" => parse_yaml_or_json(req.body),
         crate::http::protobuf::MEDIA_TYPE => {
@@ -590,7 +590,7 @@ fn parse_body(req: &ApiRequest<'_>, info: &ResourceInfo) -> Result<Value, ApiErr
             Err(ApiError::bad_request(format!(
                 "the object provided is unrecognized (must be of type {}): couldn't get version/kind; json parse error: {} ({snippet} ...)",
                 info.kind,
-                go_json_error(&e)
+                go_json_error(&e.to_string())
             )))
         }
     }
@@ -1087,7 +1087,7 @@ fn watch_spec(
             &info.resource,
             &format!("metadata.name={name}"),
         )
-        .map_err(ApiError::bad_request)?;
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
         fields = if fields.is_empty() {
             extra
         } else {
@@ -1099,7 +1099,7 @@ fn watch_spec(
                     req.param("fieldSelector").unwrap_or("")
                 ),
             )
-            .map_err(ApiError::bad_request)?
+            .map_err(|e| ApiError::bad_request(e.to_string()))?
         };
     }
     let send_initial_events = req.flag("sendInitialEvents");
@@ -1138,13 +1138,24 @@ fn watch_spec(
     })
 }
 
+/// Why a request body is not a JSON (or YAML) document; said inside the API server's words.
+#[derive(Debug, thiserror::Error)]
+enum BodyError {
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
+    #[error("invalid UTF-8: {0}")]
+    Utf8(#[from] std::str::Utf8Error),
+    #[error("{0}")]
+    Yaml(#[from] serde_saphyr::Error),
+}
+
 /// Parses a request body as JSON, or else YAML, into a JSON value.
-fn parse_yaml_or_json(body: &[u8]) -> Result<Value, String> {
+fn parse_yaml_or_json(body: &[u8]) -> Result<Value, BodyError> {
     if let Ok(v) = serde_json::from_slice::<Value>(body) {
         return Ok(v);
     }
-    let text = std::str::from_utf8(body).map_err(|e| format!("invalid UTF-8: {e}"))?;
-    serde_saphyr::from_str::<Value>(text).map_err(|e| e.to_string())
+    let text = std::str::from_utf8(body)?;
+    Ok(serde_saphyr::from_str::<Value>(text)?)
 }
 
 #[cfg(test)]

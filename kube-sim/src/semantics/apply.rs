@@ -660,71 +660,92 @@ fn strip_directives(v: &mut Value) {
     }
 }
 
+/// Why a JSON patch (RFC 6902) does not apply, in the API server's words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JsonPatchError {
+    #[error("a JSON patch must be a list of operations")]
+    NotAList,
+    /// An operation without a field it needs ("operation without op", "add without value").
+    #[error("{0} without {1}")]
+    Without(&'static str, &'static str),
+    #[error("{op} operation does not apply: doc is missing path: {path}")]
+    MissingPath { op: &'static str, path: String },
+    #[error("copy from a missing path: {0}")]
+    CopyFrom(String),
+    #[error("testing value {0} failed")]
+    TestFailed(String),
+    #[error("unexpected operation {0:?}")]
+    Operation(String),
+    #[error("invalid path {0:?}")]
+    Path(String),
+    #[error("invalid index {0:?}")]
+    Index(String),
+    #[error("index {0} out of bounds")]
+    OutOfBounds(usize),
+    #[error("add operation does not apply at {0}")]
+    AddAt(String),
+}
+
 /// RFC 6902 JSON patch (add, remove, replace, move, copy, test).
-pub fn json_patch(target: &mut Value, patch: &Value) -> Result<(), String> {
-    let ops = patch
-        .as_array()
-        .ok_or("a JSON patch must be a list of operations")?;
+pub fn json_patch(target: &mut Value, patch: &Value) -> Result<(), JsonPatchError> {
+    use JsonPatchError::Without;
+    let ops = patch.as_array().ok_or(JsonPatchError::NotAList)?;
     for op in ops {
-        let kind = op
-            .get("op")
-            .and_then(Value::as_str)
-            .ok_or("operation without op")?;
-        let path = op
-            .get("path")
-            .and_then(Value::as_str)
-            .ok_or("operation without path")?;
+        let text = |field: &'static str, what: &'static str| {
+            op.get(field)
+                .and_then(Value::as_str)
+                .ok_or(Without(what, field))
+        };
+        let value = |what: &'static str| op.get("value").ok_or(Without(what, "value"));
+        let kind = text("op", "operation")?;
+        let path = text("path", "operation")?;
         match kind {
-            "add" => {
-                let value = op.get("value").ok_or("add without value")?.clone();
-                pointer_add(target, path, value)?;
-            }
+            "add" => pointer_add(target, path, value("add")?.clone())?,
             "remove" => {
                 pointer_remove(target, path)?;
             }
             "replace" => {
-                let value = op.get("value").ok_or("replace without value")?.clone();
-                let slot = target.pointer_mut(path).ok_or_else(|| {
-                    format!("replace operation does not apply: doc is missing path: {path}")
-                })?;
+                let value = value("replace")?.clone();
+                let slot = target
+                    .pointer_mut(path)
+                    .ok_or_else(|| JsonPatchError::MissingPath {
+                        op: "replace",
+                        path: path.to_string(),
+                    })?;
                 *slot = value;
             }
             "move" | "copy" => {
-                let from = op
-                    .get("from")
-                    .and_then(Value::as_str)
-                    .ok_or("move/copy without from")?;
+                let from = text("from", "move/copy")?;
                 let value = if kind == "move" {
                     pointer_remove(target, from)?
                 } else {
                     target
                         .pointer(from)
                         .cloned()
-                        .ok_or_else(|| format!("copy from a missing path: {from}"))?
+                        .ok_or_else(|| JsonPatchError::CopyFrom(from.to_string()))?
                 };
                 pointer_add(target, path, value)?;
             }
             "test" => {
-                let value = op.get("value").ok_or("test without value")?;
-                if target.pointer(path) != Some(value) {
-                    return Err(format!("testing value {path} failed"));
+                if target.pointer(path) != Some(value("test")?) {
+                    return Err(JsonPatchError::TestFailed(path.to_string()));
                 }
             }
-            other => return Err(format!("unexpected operation {other:?}")),
+            other => return Err(JsonPatchError::Operation(other.to_string())),
         }
     }
     Ok(())
 }
 
-fn split_pointer(path: &str) -> Result<(String, String), String> {
+fn split_pointer(path: &str) -> Result<(String, String), JsonPatchError> {
     let idx = path
         .rfind('/')
-        .ok_or_else(|| format!("invalid path {path:?}"))?;
+        .ok_or_else(|| JsonPatchError::Path(path.to_string()))?;
     let last = path[idx + 1..].replace("~1", "/").replace("~0", "~");
     Ok((path[..idx].to_string(), last))
 }
 
-fn pointer_add(target: &mut Value, path: &str, value: Value) -> Result<(), String> {
+fn pointer_add(target: &mut Value, path: &str, value: Value) -> Result<(), JsonPatchError> {
     if path.is_empty() {
         *target = value;
         return Ok(());
@@ -732,7 +753,10 @@ fn pointer_add(target: &mut Value, path: &str, value: Value) -> Result<(), Strin
     let (parent, last) = split_pointer(path)?;
     let parent_v = target
         .pointer_mut(&parent)
-        .ok_or_else(|| format!("add operation does not apply: doc is missing path: {parent}"))?;
+        .ok_or_else(|| JsonPatchError::MissingPath {
+            op: "add",
+            path: parent.clone(),
+        })?;
     match parent_v {
         Value::Object(m) => {
             m.insert(last, value);
@@ -743,22 +767,23 @@ fn pointer_add(target: &mut Value, path: &str, value: Value) -> Result<(), Strin
                 a.push(value);
                 return Ok(());
             }
-            let i: usize = last
-                .parse()
-                .map_err(|_| format!("invalid index {last:?}"))?;
+            let i: usize = last.parse().map_err(|_| JsonPatchError::Index(last))?;
             if i > a.len() {
-                return Err(format!("index {i} out of bounds"));
+                return Err(JsonPatchError::OutOfBounds(i));
             }
             a.insert(i, value);
             Ok(())
         }
-        _ => Err(format!("add operation does not apply at {path}")),
+        _ => Err(JsonPatchError::AddAt(path.to_string())),
     }
 }
 
-fn pointer_remove(target: &mut Value, path: &str) -> Result<Value, String> {
+fn pointer_remove(target: &mut Value, path: &str) -> Result<Value, JsonPatchError> {
     let (parent, last) = split_pointer(path)?;
-    let missing = || format!("remove operation does not apply: doc is missing path: {path}");
+    let missing = || JsonPatchError::MissingPath {
+        op: "remove",
+        path: path.to_string(),
+    };
     match target.pointer_mut(&parent).ok_or_else(missing)? {
         Value::Object(m) => m.remove(&last).ok_or_else(missing),
         Value::Array(a) => {
@@ -846,5 +871,67 @@ mod tests {
         .unwrap();
         assert_eq!(t, json!({"a": [2, 3], "b": "y"}));
         assert!(json_patch(&mut t, &json!([{"op": "remove", "path": "/nope"}])).is_err());
+    }
+
+    /// A patch that does not apply is told in the API server's words (the 422's message).
+    #[test]
+    fn json_patch_refusals() {
+        let cases = [
+            (json!({}), "a JSON patch must be a list of operations"),
+            (json!([{"path": "/a"}]), "operation without op"),
+            (json!([{"op": "add"}]), "operation without path"),
+            (json!([{"op": "add", "path": "/a"}]), "add without value"),
+            (
+                json!([{"op": "replace", "path": "/a"}]),
+                "replace without value",
+            ),
+            (json!([{"op": "test", "path": "/a"}]), "test without value"),
+            (
+                json!([{"op": "move", "path": "/a"}]),
+                "move/copy without from",
+            ),
+            (
+                json!([{"op": "replace", "path": "/x", "value": 1}]),
+                "replace operation does not apply: doc is missing path: /x",
+            ),
+            (
+                json!([{"op": "add", "path": "/x/y", "value": 1}]),
+                "add operation does not apply: doc is missing path: /x",
+            ),
+            (
+                json!([{"op": "remove", "path": "/x"}]),
+                "remove operation does not apply: doc is missing path: /x",
+            ),
+            (
+                json!([{"op": "copy", "from": "/x", "path": "/y"}]),
+                "copy from a missing path: /x",
+            ),
+            (
+                json!([{"op": "test", "path": "/b", "value": "no"}]),
+                "testing value /b failed",
+            ),
+            (
+                json!([{"op": "merge", "path": "/a"}]),
+                "unexpected operation \"merge\"",
+            ),
+            (json!([{"op": "remove", "path": "a"}]), "invalid path \"a\""),
+            (
+                json!([{"op": "add", "path": "/a/one", "value": 1}]),
+                "invalid index \"one\"",
+            ),
+            (
+                json!([{"op": "add", "path": "/a/9", "value": 1}]),
+                "index 9 out of bounds",
+            ),
+            (
+                json!([{"op": "add", "path": "/b/c", "value": 1}]),
+                "add operation does not apply at /b/c",
+            ),
+        ];
+        for (patch, want) in cases {
+            let mut t = json!({"a": [1, 2], "b": "x"});
+            let refused = json_patch(&mut t, &patch).expect_err("refused");
+            assert_eq!(refused.to_string(), want, "{patch}");
+        }
     }
 }

@@ -3,6 +3,27 @@
 
 use serde_json::{Map, Value};
 
+/// Why a selector was refused, in the API server's words (a 400's message).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SelectorError {
+    #[error("unable to parse requirement: found '{0}', expected: '('")]
+    NoSet(String),
+    #[error("unable to parse requirement: invalid label value in {0:?}")]
+    SetValue(String),
+    #[error("unable to parse requirement: empty requirement in {0:?}")]
+    Empty(String),
+    #[error(
+        "unable to parse requirement: invalid label key {0:?}: name part must consist of alphanumeric characters, '-', '_' or '.'"
+    )]
+    Key(String),
+    #[error("unable to parse requirement: invalid label value: {0:?}")]
+    Value(String),
+    #[error("invalid selector: '{selector}'; can't understand '{part}'")]
+    Field { selector: String, part: String },
+    #[error("field label not supported: {0}")]
+    FieldLabel(String),
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum LabelRequirement {
     Equals(String, String),
@@ -54,27 +75,25 @@ fn valid_value(value: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
-fn parse_set(rest: &str, requirement: &str) -> Result<Vec<String>, String> {
+fn parse_set(rest: &str, requirement: &str) -> Result<Vec<String>, SelectorError> {
     let rest = rest.trim();
     let inner = rest
         .strip_prefix('(')
         .and_then(|r| r.strip_suffix(')'))
-        .ok_or_else(|| format!("unable to parse requirement: found '{rest}', expected: '('"))?;
+        .ok_or_else(|| SelectorError::NoSet(rest.to_string()))?;
     let values: Vec<String> = inner
         .split(',')
         .map(|v| v.trim().to_string())
         .filter(|v| !v.is_empty())
         .collect();
     if values.iter().any(|v| !valid_value(v)) {
-        return Err(format!(
-            "unable to parse requirement: invalid label value in {requirement:?}"
-        ));
+        return Err(SelectorError::SetValue(requirement.to_string()));
     }
     Ok(values)
 }
 
 impl LabelSelector {
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, SelectorError> {
         let mut requirements = Vec::new();
         if s.trim().is_empty() {
             return Ok(Self::default());
@@ -82,9 +101,7 @@ impl LabelSelector {
         for part in split_top_level(s) {
             let part = part.trim();
             if part.is_empty() {
-                return Err(format!(
-                    "unable to parse requirement: empty requirement in {s:?}"
-                ));
+                return Err(SelectorError::Empty(s.to_string()));
             }
             let req = if let Some(key) = part.strip_prefix('!') {
                 LabelRequirement::NotExists(key.trim().to_string())
@@ -109,16 +126,12 @@ impl LabelSelector {
                 | LabelRequirement::NotExists(k) => (k, None),
             };
             if !valid_key(key) {
-                return Err(format!(
-                    "unable to parse requirement: invalid label key {key:?}: name part must consist of alphanumeric characters, '-', '_' or '.'"
-                ));
+                return Err(SelectorError::Key(key.clone()));
             }
             if let Some(v) = value
                 && !valid_value(v)
             {
-                return Err(format!(
-                    "unable to parse requirement: invalid label value: {v:?}"
-                ));
+                return Err(SelectorError::Value(v.clone()));
             }
             requirements.push(req);
         }
@@ -197,7 +210,7 @@ fn field_pointer(group: &str, resource: &str, field: &str) -> Option<&'static st
 }
 
 impl FieldSelector {
-    pub fn parse(group: &str, resource: &str, s: &str) -> Result<Self, String> {
+    pub fn parse(group: &str, resource: &str, s: &str) -> Result<Self, SelectorError> {
         let mut requirements = Vec::new();
         if s.trim().is_empty() {
             return Ok(Self::default());
@@ -211,13 +224,14 @@ impl FieldSelector {
             } else if let Some((f, v)) = part.split_once('=') {
                 (f, v, true)
             } else {
-                return Err(format!(
-                    "invalid selector: '{s}'; can't understand '{part}'"
-                ));
+                return Err(SelectorError::Field {
+                    selector: s.to_string(),
+                    part: part.to_string(),
+                });
             };
             let field = field.trim();
             let pointer = field_pointer(group, resource, field)
-                .ok_or_else(|| format!("field label not supported: {field}"))?;
+                .ok_or_else(|| SelectorError::FieldLabel(field.to_string()))?;
             requirements.push((pointer.to_string(), value.trim().to_string(), equal));
         }
         Ok(Self { requirements })
@@ -301,16 +315,42 @@ mod tests {
     }
 
     #[test]
-    fn bad_label_selectors_are_errors() {
-        for bad in [
-            "app=web,",
-            "a b c=d",
-            "app in web",
-            "=x",
-            "app in (bad value)",
-        ] {
-            assert!(LabelSelector::parse(bad).is_err(), "{bad}");
+    fn bad_selectors_are_told_in_the_servers_words() {
+        let labels = [
+            (
+                "app=web,",
+                "unable to parse requirement: empty requirement in \"app=web,\"",
+            ),
+            (
+                "a b c=d",
+                "unable to parse requirement: invalid label key \"a b c\": name part must consist of alphanumeric characters, '-', '_' or '.'",
+            ),
+            (
+                "app in web",
+                "unable to parse requirement: found 'web', expected: '('",
+            ),
+            (
+                "=x",
+                "unable to parse requirement: invalid label key \"\": name part must consist of alphanumeric characters, '-', '_' or '.'",
+            ),
+            (
+                "app in (bad value)",
+                "unable to parse requirement: invalid label value in \"app in (bad value)\"",
+            ),
+            (
+                "app=a b",
+                "unable to parse requirement: invalid label value: \"a b\"",
+            ),
+        ];
+        for (bad, want) in labels {
+            let refused = LabelSelector::parse(bad).expect_err(bad);
+            assert_eq!(refused.to_string(), want, "{bad}");
         }
+        let refused = FieldSelector::parse("", "pods", "metadata.name").expect_err("no operator");
+        assert_eq!(
+            refused.to_string(),
+            "invalid selector: 'metadata.name'; can't understand 'metadata.name'"
+        );
     }
 
     #[test]
@@ -375,7 +415,9 @@ mod tests {
         .unwrap();
         assert!(sel.matches(&view));
         assert_eq!(
-            FieldSelector::parse("events.k8s.io", "events", "involvedObject.name=web").unwrap_err(),
+            FieldSelector::parse("events.k8s.io", "events", "involvedObject.name=web")
+                .unwrap_err()
+                .to_string(),
             "field label not supported: involvedObject.name"
         );
         assert!(FieldSelector::parse("", "events", "regarding.name=web").is_err());
