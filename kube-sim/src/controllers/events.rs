@@ -123,14 +123,6 @@ fn container_events(
     specs: &str,
     out: &mut Vec<EventSpec>,
 ) {
-    let kubelet = |kind: &'static str, reason: &str, message: String, container: &str| EventSpec {
-        kind,
-        reason: reason.to_string(),
-        message,
-        field_path: Some(format!("spec.{specs}{{{container}}}")),
-        component: "kubelet",
-        host: Some(node.to_string()),
-    };
     let empty = Vec::new();
     let old_statuses = old[statuses].as_array().unwrap_or(&empty);
     for (i, now) in new[statuses]
@@ -140,7 +132,12 @@ fn container_events(
         .enumerate()
     {
         let name = now["name"].as_str().unwrap_or_default();
-        let image = pod["spec"][specs][i]["image"].as_str().unwrap_or_default();
+        let say = Kubelet {
+            node,
+            field_path: format!("spec.{specs}{{{name}}}"),
+            name,
+            image: pod["spec"][specs][i]["image"].as_str().unwrap_or_default(),
+        };
         let before = old_statuses
             .iter()
             .find(|c| c["name"] == now["name"])
@@ -152,129 +149,129 @@ fn container_events(
             // Not started yet: the kubelet has not looked at this container.
             continue;
         }
-        let started_now = now["state"]["running"].is_object();
-        let restarted = now["restartCount"].as_i64() > before["restartCount"].as_i64();
         let first_seen = before.is_null() || reason_before == Some("PodInitializing");
         if first_seen {
-            out.push(kubelet(
-                "Normal",
-                "Pulling",
-                format!("Pulling image \"{image}\""),
-                name,
-            ));
+            out.push(say.pulling());
         }
-        if started_now && (!before["state"]["running"].is_object() || restarted) {
-            if matches!(reason_before, Some("ImagePullBackOff" | "ErrImagePull")) {
-                // The retry after a back-off that pulled the image.
-                out.push(kubelet(
-                    "Normal",
-                    "Pulling",
-                    format!("Pulling image \"{image}\""),
-                    name,
-                ));
-            }
-            if before["containerID"].is_null() {
-                out.push(kubelet(
-                    "Normal",
-                    "Pulled",
-                    format!("Successfully pulled image \"{image}\" in 412ms (412ms including waiting). Image size: 12345678 bytes."),
-                    name,
-                ));
-            } else {
-                out.push(kubelet(
-                    "Normal",
-                    "Pulled",
-                    format!("Container image \"{image}\" already present on machine"),
-                    name,
-                ));
-            }
-            out.push(kubelet(
-                "Normal",
-                "Created",
-                format!("Created container: {name}"),
-                name,
-            ));
-            out.push(kubelet(
-                "Normal",
-                "Started",
-                format!("Started container {name}"),
-                name,
-            ));
-        }
+        started_events(&say, now, &before, out);
         if reason_now != reason_before {
-            let message = now["state"]["waiting"]["message"]
-                .as_str()
-                .unwrap_or_default();
-            match reason_now {
-                Some("ErrImagePull") => {
-                    if !first_seen {
-                        out.push(kubelet(
-                            "Normal",
-                            "Pulling",
-                            format!("Pulling image \"{image}\""),
-                            name,
-                        ));
-                    }
-                    out.push(kubelet(
-                        "Warning",
-                        "Failed",
-                        format!("Failed to pull image \"{image}\": {message}"),
-                        name,
-                    ));
-                    out.push(kubelet(
-                        "Warning",
-                        "Failed",
-                        "Error: ErrImagePull".into(),
-                        name,
-                    ));
-                }
-                Some("ImagePullBackOff") => {
-                    out.push(kubelet(
-                        "Normal",
-                        "BackOff",
-                        format!("Back-off pulling image \"{image}\""),
-                        name,
-                    ));
-                    out.push(kubelet(
-                        "Warning",
-                        "Failed",
-                        "Error: ImagePullBackOff".into(),
-                        name,
-                    ));
-                }
-                Some("CrashLoopBackOff") => {
-                    out.push(kubelet(
-                        "Warning",
-                        "BackOff",
-                        format!(
-                            "Back-off restarting failed container {name} in pod {}_{}({})",
-                            meta::name(pod),
-                            meta::namespace(pod),
-                            meta::uid(pod)
-                        ),
-                        name,
-                    ));
-                }
-                Some(
-                    reason @ ("CreateContainerConfigError"
-                    | "CreateContainerError"
-                    | "InvalidImageName"),
-                ) => {
-                    let text = if reason == "InvalidImageName" {
-                        format!("Error: {reason}")
-                    } else {
-                        format!("Error: {message}")
-                    };
-                    let event_reason = if reason == "InvalidImageName" {
-                        "InspectFailed"
-                    } else {
-                        "Failed"
-                    };
-                    out.push(kubelet("Warning", event_reason, text, name));
-                }
-                _ => {}
-            }
+            waiting_events(&say, pod, now, first_seen, out);
         }
+    }
+}
+
+/// The kubelet speaking of one container: its events carry the container's field path.
+struct Kubelet<'a> {
+    node: &'a str,
+    field_path: String,
+    name: &'a str,
+    image: &'a str,
+}
+
+impl Kubelet<'_> {
+    fn event(&self, kind: &'static str, reason: &str, message: String) -> EventSpec {
+        EventSpec {
+            kind,
+            reason: reason.to_string(),
+            message,
+            field_path: Some(self.field_path.clone()),
+            component: "kubelet",
+            host: Some(self.node.to_string()),
+        }
+    }
+
+    fn pulling(&self) -> EventSpec {
+        let image = self.image;
+        self.event("Normal", "Pulling", format!("Pulling image \"{image}\""))
+    }
+}
+
+/// A container that started (or restarted) since `before`: its pull (again, after a pull
+/// back-off), Created and Started.
+fn started_events(say: &Kubelet<'_>, now: &Value, before: &Value, out: &mut Vec<EventSpec>) {
+    let started_now = now["state"]["running"].is_object();
+    let restarted = now["restartCount"].as_i64() > before["restartCount"].as_i64();
+    if !(started_now && (!before["state"]["running"].is_object() || restarted)) {
+        return;
+    }
+    let (name, image) = (say.name, say.image);
+    if matches!(
+        waiting_reason(before),
+        Some("ImagePullBackOff" | "ErrImagePull")
+    ) {
+        // The retry after a back-off that pulled the image.
+        out.push(say.pulling());
+    }
+    if before["containerID"].is_null() {
+        out.push(say.event(
+            "Normal",
+            "Pulled",
+            format!("Successfully pulled image \"{image}\" in 412ms (412ms including waiting). Image size: 12345678 bytes."),
+        ));
+    } else {
+        out.push(say.event(
+            "Normal",
+            "Pulled",
+            format!("Container image \"{image}\" already present on machine"),
+        ));
+    }
+    out.push(say.event("Normal", "Created", format!("Created container: {name}")));
+    out.push(say.event("Normal", "Started", format!("Started container {name}")));
+}
+
+/// A container that waits for a new reason: the kubelet's words for it (nothing for a
+/// reason it does not report).
+fn waiting_events(
+    say: &Kubelet<'_>,
+    pod: &Value,
+    now: &Value,
+    first_seen: bool,
+    out: &mut Vec<EventSpec>,
+) {
+    let (name, image) = (say.name, say.image);
+    let message = now["state"]["waiting"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    match waiting_reason(now) {
+        Some("ErrImagePull") => {
+            if !first_seen {
+                out.push(say.pulling());
+            }
+            out.push(say.event(
+                "Warning",
+                "Failed",
+                format!("Failed to pull image \"{image}\": {message}"),
+            ));
+            out.push(say.event("Warning", "Failed", "Error: ErrImagePull".into()));
+        }
+        Some("ImagePullBackOff") => {
+            out.push(say.event(
+                "Normal",
+                "BackOff",
+                format!("Back-off pulling image \"{image}\""),
+            ));
+            out.push(say.event("Warning", "Failed", "Error: ImagePullBackOff".into()));
+        }
+        Some("CrashLoopBackOff") => {
+            out.push(say.event(
+                "Warning",
+                "BackOff",
+                format!(
+                    "Back-off restarting failed container {name} in pod {}_{}({})",
+                    meta::name(pod),
+                    meta::namespace(pod),
+                    meta::uid(pod)
+                ),
+            ));
+        }
+        Some("InvalidImageName") => {
+            let text = "Error: InvalidImageName".to_string();
+            out.push(say.event("Warning", "InspectFailed", text));
+        }
+        Some("CreateContainerConfigError" | "CreateContainerError") => {
+            out.push(say.event("Warning", "Failed", format!("Error: {message}")));
+        }
+        _ => {}
     }
 }
 

@@ -1044,82 +1044,18 @@ impl Runner {
         let uid = meta::uid(pod).to_string();
         let now = self.now();
         // The pod as bound to its node, when this sync binds it.
-        let mut bound_pod = None;
-        if !self.kubelet.contains_key(&uid) {
-            // Bind unscheduled pods to a node, as the scheduler would.
-            let node_name = pod["spec"]["nodeName"].as_str().map(str::to_string);
-            let Some((node_index, placement)) = self.place(pod) else {
-                if node_name.is_none() {
-                    self.report_unschedulable(pod);
-                }
-                return;
-            };
-            if node_name.is_none() {
-                let mut wall = pod.clone();
-                wall["spec"]["nodeName"] = json!(placement.node);
-                self.to_wall(&mut wall, true);
-                match self.store.update(&Kind::Pod.rt(), wall, "kube-scheduler") {
-                    Ok(bound) => bound_pod = Some(self.sim_view(bound)),
-                    Err(err) => {
-                        tracing::warn!(pod = meta::name(pod), error = %err.message, "cannot bind pod");
-                        return;
-                    }
-                }
-            }
-            let bound = bound_pod.as_ref().unwrap_or(pod);
-            let base = meta::parse_time(&bound["status"]["startTime"]).unwrap_or(now);
-            self.kubelet.insert(
-                uid.clone(),
-                KubeletPod {
-                    base,
-                    placement,
-                    node_index,
-                    blocked: false,
-                },
-            );
-        }
+        let Some(bound_pod) = self.admit_pod(pod, &uid, now) else {
+            return;
+        };
         let pod = bound_pod.as_ref().unwrap_or(pod);
-        let namespace = meta::namespace(pod).to_string();
         let containers = pod["spec"]["containers"]
             .as_array()
             .cloned()
             .unwrap_or_default();
-        let store = self.store.clone();
-        let lookup = |kind: &str, name: &str| -> Option<Vec<String>> {
-            let rt = if kind == "ConfigMap" {
-                ResourceType::new("", "v1", "configmaps")
-            } else {
-                ResourceType::new("", "v1", "secrets")
-            };
-            let obj = store.get_shared(&rt, &namespace, name)?;
-            let mut keys = Vec::new();
-            for field in ["data", "binaryData", "stringData"] {
-                if let Some(map) = obj[field].as_object() {
-                    keys.extend(map.keys().cloned());
-                }
-            }
-            Some(keys)
-        };
-        let blocked: Vec<Option<String>> = containers
-            .iter()
-            .map(|c| pods::missing_config(c, &namespace, &lookup))
-            .collect();
-        let any_blocked = blocked.iter().any(Option::is_some);
-        let Some(state) = self.kubelet.get_mut(&uid) else {
+        let blocked = self.missing_config(pod, &containers);
+        let Some(state) = self.note_blocked(pod, &uid, &blocked, now) else {
             return;
         };
-        if state.blocked && !any_blocked {
-            // The missing configuration appeared: the containers start now.
-            state.base = now;
-        }
-        state.blocked = any_blocked;
-        let state = state.clone();
-        let waiting = self.waiting_config.entry(namespace.clone()).or_default();
-        if any_blocked {
-            waiting.insert(meta::name(pod).to_string());
-        } else {
-            waiting.remove(meta::name(pod));
-        }
         let behaviour_of = |list: &[Value]| -> Vec<rules::ImageScript> {
             list.iter()
                 .map(|c| {
@@ -1148,27 +1084,128 @@ impl Runner {
         );
         let old_status = pod["status"].clone();
         if let Some(updated) = self.write_status(Kind::Pod, pod, view.status.clone(), KUBELET) {
-            for spec in
-                events::kubelet_events(&updated, &old_status, &view.status, &state.placement.node)
-            {
-                self.record(&updated, spec);
-            }
             let never_ready: Vec<bool> = behaviours
                 .iter()
                 .map(|b| b.behaviour == rules::Behaviour::NeverReady)
                 .collect();
-            for spec in events::readiness_failures(
-                &updated,
-                &old_status,
-                &view.status,
-                &state.placement.node,
-                &never_ready,
-            ) {
-                self.record(&updated, spec);
-            }
+            self.record_kubelet_events(&updated, &old_status, &view.status, &state, &never_ready);
         }
         if let Some(after) = view.next_change {
             self.schedule(key_of(Kind::Pod, pod), after);
+        }
+    }
+
+    /// A pod the kubelet does not run yet: placed on a node (bound to it, as the scheduler
+    /// would, when it has none) and taken on by that node's kubelet. None when it cannot
+    /// run (unschedulable, or the binding failed); else the pod as bound by this sync, if
+    /// it bound it.
+    fn admit_pod(&mut self, pod: &Value, uid: &str, now: jiff::Timestamp) -> Option<Option<Value>> {
+        if self.kubelet.contains_key(uid) {
+            return Some(None);
+        }
+        let node_name = pod["spec"]["nodeName"].as_str().map(str::to_string);
+        let Some((node_index, placement)) = self.place(pod) else {
+            if node_name.is_none() {
+                self.report_unschedulable(pod);
+            }
+            return None;
+        };
+        let mut bound_pod = None;
+        if node_name.is_none() {
+            let mut wall = pod.clone();
+            wall["spec"]["nodeName"] = json!(placement.node);
+            self.to_wall(&mut wall, true);
+            match self.store.update(&Kind::Pod.rt(), wall, "kube-scheduler") {
+                Ok(bound) => bound_pod = Some(self.sim_view(bound)),
+                Err(err) => {
+                    tracing::warn!(pod = meta::name(pod), error = %err.message, "cannot bind pod");
+                    return None;
+                }
+            }
+        }
+        let bound = bound_pod.as_ref().unwrap_or(pod);
+        let base = meta::parse_time(&bound["status"]["startTime"]).unwrap_or(now);
+        self.kubelet.insert(
+            uid.to_string(),
+            KubeletPod {
+                base,
+                placement,
+                node_index,
+                blocked: false,
+            },
+        );
+        Some(bound_pod)
+    }
+
+    /// Per container, the ConfigMap or Secret (or key of one) it needs that is missing.
+    fn missing_config(&self, pod: &Value, containers: &[Value]) -> Vec<Option<String>> {
+        let namespace = meta::namespace(pod);
+        let lookup = |kind: &str, name: &str| -> Option<Vec<String>> {
+            let rt = if kind == "ConfigMap" {
+                ResourceType::new("", "v1", "configmaps")
+            } else {
+                ResourceType::new("", "v1", "secrets")
+            };
+            let obj = self.store.get_shared(&rt, namespace, name)?;
+            let mut keys = Vec::new();
+            for field in ["data", "binaryData", "stringData"] {
+                if let Some(map) = obj[field].as_object() {
+                    keys.extend(map.keys().cloned());
+                }
+            }
+            Some(keys)
+        };
+        containers
+            .iter()
+            .map(|c| pods::missing_config(c, namespace, &lookup))
+            .collect()
+    }
+
+    /// Notes whether the pod waits for missing configuration (its containers start when it
+    /// appears) and returns the kubelet's state of it.
+    fn note_blocked(
+        &mut self,
+        pod: &Value,
+        uid: &str,
+        blocked: &[Option<String>],
+        now: jiff::Timestamp,
+    ) -> Option<KubeletPod> {
+        let any_blocked = blocked.iter().any(Option::is_some);
+        let state = self.kubelet.get_mut(uid)?;
+        if state.blocked && !any_blocked {
+            // The missing configuration appeared: the containers start now.
+            state.base = now;
+        }
+        state.blocked = any_blocked;
+        let state = state.clone();
+        let waiting = self
+            .waiting_config
+            .entry(meta::namespace(pod).to_string())
+            .or_default();
+        if any_blocked {
+            waiting.insert(meta::name(pod).to_string());
+        } else {
+            waiting.remove(meta::name(pod));
+        }
+        Some(state)
+    }
+
+    /// The kubelet's events for a status it wrote: containers pulled, started, failing, and
+    /// readiness probes failing (`never_ready`: per container, its image never gets ready).
+    fn record_kubelet_events(
+        &mut self,
+        updated: &Value,
+        old_status: &Value,
+        status: &Value,
+        state: &KubeletPod,
+        never_ready: &[bool],
+    ) {
+        let node = &state.placement.node;
+        for spec in events::kubelet_events(updated, old_status, status, node) {
+            self.record(updated, spec);
+        }
+        for spec in events::readiness_failures(updated, old_status, status, node, never_ready) {
+            self.record(updated, spec);
         }
     }
 }

@@ -405,135 +405,147 @@ fn apps_printer<'c>(group: &str, resource: &str, clock: &'c Clock) -> Option<Pri
 
 /// Printer columns of what runs: Jobs, Nodes, Pods.
 fn runtime_printer<'c>(group: &str, resource: &str, clock: &'c Clock) -> Option<Printer<'c>> {
-    let printer: Printer<'c> = match (group, resource) {
-        ("batch", "jobs") => (
+    match (group, resource) {
+        ("batch", "jobs") => Some(job_printer(clock)),
+        ("", "nodes") => Some(node_printer(clock)),
+        ("", "pods") => Some(pod_printer(clock)),
+        _ => None,
+    }
+}
+
+/// A Job: its status from its conditions, completions, duration (to now while it runs).
+fn job_printer<'c>(clock: &'c Clock) -> Printer<'c> {
+    (
+        vec![
+            name_column(),
+            col("Status", "string", 0),
+            col("Completions", "string", 0),
+            col("Duration", "string", 0),
+            col("Age", "date", 0),
+        ],
+        Box::new(move |o: &Value| {
+            let conditions = o
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            let has = |t: &str| {
+                conditions
+                    .iter()
+                    .any(|c| c["type"] == t && c["status"] == "True")
+            };
+            let status = if has("Complete") {
+                "Complete"
+            } else if has("Failed") {
+                "Failed"
+            } else if has("Suspended") {
+                "Suspended"
+            } else {
+                "Running"
+            };
+            let duration = ["/status/startTime", "/status/completionTime"]
+                .iter()
+                .map(|p| {
+                    o.pointer(p)
+                        .and_then(Value::as_str)
+                        .and_then(|s| s.parse::<jiff::Timestamp>().ok())
+                })
+                .collect::<Vec<_>>();
+            let duration = match (duration[0], duration[1]) {
+                (Some(start), Some(end)) => human_duration(end.as_second() - start.as_second()),
+                (Some(start), None) => human_duration(clock.now().as_second() - start.as_second()),
+                _ => String::new(),
+            };
             vec![
-                name_column(),
-                col("Status", "string", 0),
-                col("Completions", "string", 0),
-                col("Duration", "string", 0),
-                col("Age", "date", 0),
-            ],
-            Box::new(move |o: &Value| {
-                let conditions = o
-                    .pointer("/status/conditions")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default();
-                let has = |t: &str| {
-                    conditions
-                        .iter()
-                        .any(|c| c["type"] == t && c["status"] == "True")
-                };
-                let status = if has("Complete") {
-                    "Complete"
-                } else if has("Failed") {
-                    "Failed"
-                } else if has("Suspended") {
-                    "Suspended"
+                json!(text(o, "/metadata/name")),
+                json!(status),
+                json!(format!(
+                    "{}/{}",
+                    int(o, "/status/succeeded"),
+                    o.pointer("/spec/completions")
+                        .and_then(Value::as_i64)
+                        .unwrap_or(1)
+                )),
+                json!(duration),
+                json!(age(o, clock)),
+            ]
+        }),
+    )
+}
+
+/// A Node: Ready or NotReady, and its kubelet's version.
+fn node_printer<'c>(clock: &'c Clock) -> Printer<'c> {
+    (
+        vec![
+            name_column(),
+            col("Status", "string", 0),
+            col("Roles", "string", 0),
+            col("Age", "date", 0),
+            col("Version", "string", 0),
+        ],
+        Box::new(move |o: &Value| {
+            let ready = o
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                });
+            vec![
+                json!(text(o, "/metadata/name")),
+                json!(if ready { "Ready" } else { "NotReady" }),
+                json!("<none>"),
+                json!(age(o, clock)),
+                json!(text(o, "/status/nodeInfo/kubeletVersion")),
+            ]
+        }),
+    )
+}
+
+/// A Pod: ready containers, status, restarts, IP and node (the last two wide only).
+fn pod_printer<'c>(clock: &'c Clock) -> Printer<'c> {
+    (
+        vec![
+            name_column(),
+            col("Ready", "string", 0),
+            col("Status", "string", 0),
+            col("Restarts", "string", 0),
+            col("Age", "string", 0),
+            col("IP", "string", 1),
+            col("Node", "string", 1),
+        ],
+        Box::new(move |o: &Value| {
+            let total = o
+                .pointer("/spec/containers")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
+            let statuses = o
+                .pointer("/status/containerStatuses")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            let ready = statuses
+                .iter()
+                .filter(|c| c.get("ready").and_then(Value::as_bool) == Some(true))
+                .count();
+            let restarts: i64 = statuses.iter().map(|c| int(c, "/restartCount")).sum();
+            let ip = text(o, "/status/podIP");
+            let node = text(o, "/spec/nodeName");
+            vec![
+                json!(text(o, "/metadata/name")),
+                json!(format!("{ready}/{total}")),
+                json!(pod_status(o)),
+                json!(restarts.to_string()),
+                json!(age(o, clock)),
+                json!(if ip.is_empty() { "<none>".into() } else { ip }),
+                json!(if node.is_empty() {
+                    "<none>".into()
                 } else {
-                    "Running"
-                };
-                let duration = ["/status/startTime", "/status/completionTime"]
-                    .iter()
-                    .map(|p| {
-                        o.pointer(p)
-                            .and_then(Value::as_str)
-                            .and_then(|s| s.parse::<jiff::Timestamp>().ok())
-                    })
-                    .collect::<Vec<_>>();
-                let duration = match (duration[0], duration[1]) {
-                    (Some(start), Some(end)) => human_duration(end.as_second() - start.as_second()),
-                    (Some(start), None) => {
-                        human_duration(clock.now().as_second() - start.as_second())
-                    }
-                    _ => String::new(),
-                };
-                vec![
-                    json!(text(o, "/metadata/name")),
-                    json!(status),
-                    json!(format!(
-                        "{}/{}",
-                        int(o, "/status/succeeded"),
-                        o.pointer("/spec/completions")
-                            .and_then(Value::as_i64)
-                            .unwrap_or(1)
-                    )),
-                    json!(duration),
-                    json!(age(o, clock)),
-                ]
-            }),
-        ),
-        ("", "nodes") => (
-            vec![
-                name_column(),
-                col("Status", "string", 0),
-                col("Roles", "string", 0),
-                col("Age", "date", 0),
-                col("Version", "string", 0),
-            ],
-            Box::new(move |o: &Value| {
-                let ready = o
-                    .pointer("/status/conditions")
-                    .and_then(Value::as_array)
-                    .is_some_and(|cs| {
-                        cs.iter()
-                            .any(|c| c["type"] == "Ready" && c["status"] == "True")
-                    });
-                vec![
-                    json!(text(o, "/metadata/name")),
-                    json!(if ready { "Ready" } else { "NotReady" }),
-                    json!("<none>"),
-                    json!(age(o, clock)),
-                    json!(text(o, "/status/nodeInfo/kubeletVersion")),
-                ]
-            }),
-        ),
-        ("", "pods") => (
-            vec![
-                name_column(),
-                col("Ready", "string", 0),
-                col("Status", "string", 0),
-                col("Restarts", "string", 0),
-                col("Age", "string", 0),
-                col("IP", "string", 1),
-                col("Node", "string", 1),
-            ],
-            Box::new(move |o: &Value| {
-                let total = o
-                    .pointer("/spec/containers")
-                    .and_then(Value::as_array)
-                    .map_or(0, Vec::len);
-                let statuses = o
-                    .pointer("/status/containerStatuses")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default();
-                let ready = statuses
-                    .iter()
-                    .filter(|c| c.get("ready").and_then(Value::as_bool) == Some(true))
-                    .count();
-                let restarts: i64 = statuses.iter().map(|c| int(c, "/restartCount")).sum();
-                let ip = text(o, "/status/podIP");
-                let node = text(o, "/spec/nodeName");
-                vec![
-                    json!(text(o, "/metadata/name")),
-                    json!(format!("{ready}/{total}")),
-                    json!(pod_status(o)),
-                    json!(restarts.to_string()),
-                    json!(age(o, clock)),
-                    json!(if ip.is_empty() { "<none>".into() } else { ip }),
-                    json!(if node.is_empty() {
-                        "<none>".into()
-                    } else {
-                        node
-                    }),
-                ]
-            }),
-        ),
-        _ => return None,
-    };
-    Some(printer)
+                    node
+                }),
+            ]
+        }),
+    )
 }
 
 /// Printer columns of Services, Namespaces, Events, ConfigMaps.

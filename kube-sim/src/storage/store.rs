@@ -556,63 +556,11 @@ impl Store {
         opts: &WriteOptions,
     ) -> Result<Arc<Value>, ApiError> {
         let info = self.info(rt)?;
-        if !obj.is_object() {
-            return Err(ApiError::bad_request("the object must be a JSON object"));
-        }
-        set_type_meta(&mut obj, &info);
-        let meta = metadata_mut(&mut obj);
-        let namespace = if info.namespaced {
-            meta.get("namespace")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string()
-        } else {
-            meta.remove("namespace");
-            String::new()
-        };
-        if info.namespaced && namespace.is_empty() {
-            return Err(ApiError::bad_request(
-                "the server could not find the requested resource: a namespace is required",
-            ));
-        }
-        let mut name = meta
-            .get("name")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
-        let generate_name = meta
-            .get("generateName")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
-        if name.is_empty() && generate_name.is_empty() {
-            return Err(ApiError::name_required(&info.kind));
-        }
-        // Clients may not set these on create.
-        for field in [
-            "uid",
-            "resourceVersion",
-            "creationTimestamp",
-            "deletionTimestamp",
-            "generation",
-            "selfLink",
-        ] {
-            meta.remove(field);
-        }
-        if opts.ownership == Ownership::Update {
-            meta.remove("managedFields");
-        }
-        meta.insert("uid".into(), json!(new_uid()));
-        if info.has_status()
-            && let Some(map) = obj.as_object_mut()
-        {
-            // Status is written through the subresource only; a create starts it empty.
-            if info.crd.is_some() {
-                map.remove("status");
-            } else {
-                map.insert("status".into(), json!({}));
-            }
-        }
+        let Named {
+            namespace,
+            mut name,
+            generate_name,
+        } = as_created(&info, &mut obj, opts)?;
         let now = self.now();
         // Order as in the real server: defaulting, then field ownership, then what
         // admission and the create strategy add (which nobody owns).
@@ -1182,6 +1130,86 @@ impl Store {
             self.registry.register_crd(obj);
         }
     }
+}
+
+/// The names a create gives its object.
+struct Named {
+    /// Empty for cluster-scoped kinds.
+    namespace: String,
+    /// Empty when the server is to generate it from `generate_name`.
+    name: String,
+    generate_name: String,
+}
+
+/// A create's body as the server takes it before defaulting: its type, namespace and
+/// names checked, the fields a client may not set removed, a new uid, the status empty.
+fn as_created(
+    info: &ResourceInfo,
+    obj: &mut Value,
+    opts: &WriteOptions,
+) -> Result<Named, ApiError> {
+    if !obj.is_object() {
+        return Err(ApiError::bad_request("the object must be a JSON object"));
+    }
+    set_type_meta(obj, info);
+    let meta = metadata_mut(obj);
+    let namespace = if info.namespaced {
+        meta.get("namespace")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    } else {
+        meta.remove("namespace");
+        String::new()
+    };
+    if info.namespaced && namespace.is_empty() {
+        return Err(ApiError::bad_request(
+            "the server could not find the requested resource: a namespace is required",
+        ));
+    }
+    let name = meta
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let generate_name = meta
+        .get("generateName")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    if name.is_empty() && generate_name.is_empty() {
+        return Err(ApiError::name_required(&info.kind));
+    }
+    // Clients may not set these on create.
+    for field in [
+        "uid",
+        "resourceVersion",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "generation",
+        "selfLink",
+    ] {
+        meta.remove(field);
+    }
+    if opts.ownership == Ownership::Update {
+        meta.remove("managedFields");
+    }
+    meta.insert("uid".into(), json!(new_uid()));
+    if info.has_status()
+        && let Some(map) = obj.as_object_mut()
+    {
+        // Status is written through the subresource only; a create starts it empty.
+        if info.crd.is_some() {
+            map.remove("status");
+        } else {
+            map.insert("status".into(), json!({}));
+        }
+    }
+    Ok(Named {
+        namespace,
+        name,
+        generate_name,
+    })
 }
 
 /// Which object an update is for, and the resourceVersion it must find.

@@ -648,62 +648,72 @@ fn volume_source_into(o: &mut Obj, s: VolumeSource, p: &str) -> Result<()> {
     ] {
         unconverted(p, field, empty)?;
     }
-    o.msg(p, "hostPath", host_path, |h: HostPathVolumeSource, _| {
-        let HostPathVolumeSource { path, r#type } = h;
-        let mut o = Obj::new();
-        o.str_always("path", path);
-        o.str_ptr("type", r#type);
-        Ok(o.done())
-    })?;
-    o.msg(p, "emptyDir", empty_dir, |e: EmptyDirVolumeSource, p| {
-        let EmptyDirVolumeSource { medium, size_limit } = e;
-        let mut o = Obj::new();
-        o.str("medium", medium);
-        o.msg(p, "sizeLimit", size_limit, quantity)?;
-        Ok(o.done())
-    })?;
-    o.msg(p, "secret", secret, |s: SecretVolumeSource, p| {
-        let SecretVolumeSource {
-            secret_name,
-            items,
-            default_mode,
-            optional,
-        } = s;
-        let mut o = Obj::new();
-        o.str("secretName", secret_name);
-        o.list(p, "items", items, key_to_path)?;
-        o.int_ptr("defaultMode", default_mode);
-        o.bool_ptr("optional", optional);
-        Ok(o.done())
-    })?;
+    o.msg(p, "hostPath", host_path, host_path_source)?;
+    o.msg(p, "emptyDir", empty_dir, empty_dir_source)?;
+    o.msg(p, "secret", secret, secret_source)?;
     o.msg(
         p,
         "persistentVolumeClaim",
         persistent_volume_claim,
-        |c: PersistentVolumeClaimVolumeSource, _| {
-            let PersistentVolumeClaimVolumeSource {
-                claim_name,
-                read_only,
-            } = c;
-            let mut o = Obj::new();
-            o.str_always("claimName", claim_name);
-            o.bool("readOnly", read_only);
-            Ok(o.done())
-        },
+        claim_source,
     )?;
-    o.msg(p, "configMap", config_map, |c: ConfigMapVolumeSource, p| {
-        let ConfigMapVolumeSource {
-            local_object_reference,
-            items,
-            default_mode,
-            optional,
-        } = c;
-        let mut o = Obj::new();
-        inline_name(&mut o, local_object_reference);
-        o.list(p, "items", items, key_to_path)?;
-        o.int_ptr("defaultMode", default_mode);
-        o.bool_ptr("optional", optional);
-        Ok(o.done())
-    })?;
+    o.msg(p, "configMap", config_map, config_map_source)?;
     Ok(())
+}
+
+fn host_path_source(h: HostPathVolumeSource, _p: &str) -> Result<Value> {
+    let HostPathVolumeSource { path, r#type } = h;
+    let mut o = Obj::new();
+    o.str_always("path", path);
+    o.str_ptr("type", r#type);
+    Ok(o.done())
+}
+
+fn empty_dir_source(e: EmptyDirVolumeSource, p: &str) -> Result<Value> {
+    let EmptyDirVolumeSource { medium, size_limit } = e;
+    let mut o = Obj::new();
+    o.str("medium", medium);
+    o.msg(p, "sizeLimit", size_limit, quantity)?;
+    Ok(o.done())
+}
+
+fn secret_source(s: SecretVolumeSource, p: &str) -> Result<Value> {
+    let SecretVolumeSource {
+        secret_name,
+        items,
+        default_mode,
+        optional,
+    } = s;
+    let mut o = Obj::new();
+    o.str("secretName", secret_name);
+    o.list(p, "items", items, key_to_path)?;
+    o.int_ptr("defaultMode", default_mode);
+    o.bool_ptr("optional", optional);
+    Ok(o.done())
+}
+
+fn claim_source(c: PersistentVolumeClaimVolumeSource, _p: &str) -> Result<Value> {
+    let PersistentVolumeClaimVolumeSource {
+        claim_name,
+        read_only,
+    } = c;
+    let mut o = Obj::new();
+    o.str_always("claimName", claim_name);
+    o.bool("readOnly", read_only);
+    Ok(o.done())
+}
+
+fn config_map_source(c: ConfigMapVolumeSource, p: &str) -> Result<Value> {
+    let ConfigMapVolumeSource {
+        local_object_reference,
+        items,
+        default_mode,
+        optional,
+    } = c;
+    let mut o = Obj::new();
+    inline_name(&mut o, local_object_reference);
+    o.list(p, "items", items, key_to_path)?;
+    o.int_ptr("defaultMode", default_mode);
+    o.bool_ptr("optional", optional);
+    Ok(o.done())
 }
