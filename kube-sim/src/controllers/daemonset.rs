@@ -45,6 +45,152 @@ fn node_selected(ds: &Value, node: &NodeInfo) -> bool {
         .all(|(k, v)| node.labels[k] == *v)
 }
 
+/// What one sync reads from the DaemonSet, its pods and the nodes before it changes anything.
+struct SyncPlan<'a> {
+    ds: &'a Value,
+    name: &'a str,
+    owned_pods: Vec<&'a Value>,
+    /// The nodes the DaemonSet's nodeSelector picks.
+    wanted: Vec<&'a NodeInfo>,
+    hash: String,
+    min_ready: i64,
+    now: jiff::Timestamp,
+}
+
+impl<'a> SyncPlan<'a> {
+    /// Active pods bound to `node`.
+    fn on_node(&self, node: &str) -> Vec<&'a Value> {
+        self.owned_pods
+            .iter()
+            .copied()
+            .filter(|p| pods::is_active(p) && p["spec"]["nodeName"].as_str() == Some(node))
+            .collect()
+    }
+
+    /// Whether the pod runs the current template.
+    fn is_updated(&self, p: &Value) -> bool {
+        meta::label(p, REVISION_LABEL) == Some(self.hash.as_str())
+    }
+
+    /// Whether the pod has been Ready for minReadySeconds.
+    fn is_available(&self, p: &Value) -> bool {
+        pods::availability(p, self.min_ready, self.now).is_ok()
+    }
+
+    /// The daemon pod for `node`, built from the template.
+    fn new_pod(&self, node: &NodeInfo) -> Value {
+        let ds = self.ds;
+        let mut pod = pods::pod_from_template(
+            ds,
+            "apps/v1",
+            "DaemonSet",
+            &ds["spec"]["template"],
+            pods::PodName::Generated(format!("{}-", self.name)),
+            &[
+                (REVISION_LABEL, self.hash.clone()),
+                (TEMPLATE_GENERATION_LABEL, meta::generation(ds).to_string()),
+            ],
+        );
+        // As the real controller: pinned to its node by affinity, tolerating the node
+        // conditions a daemon must survive; the node is bound right away.
+        pod["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node.name]}]}]}}});
+        let mut tolerations = pod["spec"]["tolerations"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        for (key, effect) in DAEMON_TOLERATIONS {
+            if !tolerations.iter().any(|t| t["key"] == key) {
+                tolerations.push(json!({"key": key, "operator": "Exists", "effect": effect}));
+            }
+        }
+        pod["spec"]["tolerations"] = Value::Array(tolerations);
+        pod["spec"]["nodeName"] = json!(node.name);
+        pod
+    }
+
+    /// Rolling update: deletes old pods, keeping at most maxUnavailable nodes unavailable.
+    fn roll(&self, out: &mut DaemonSetSync) {
+        let ds = self.ds;
+        let max_unavailable = meta::int_or_percent(
+            &ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"],
+            self.wanted.len() as i64,
+            true,
+            "1",
+        )
+        .max(1);
+        let mut unavailable = self
+            .wanted
+            .iter()
+            .filter(|n| {
+                !self
+                    .on_node(&n.name)
+                    .into_iter()
+                    .any(|p| self.is_available(p))
+            })
+            .count() as i64;
+        // Unavailable old pods go first, then available ones within the budget.
+        let mut old: Vec<&Value> = self
+            .owned_pods
+            .iter()
+            .copied()
+            .filter(|p| {
+                pods::is_active(p)
+                    && !self.is_updated(p)
+                    && !out.delete.iter().any(|d| d == meta::name(p))
+            })
+            .collect();
+        old.sort_by_key(|p| self.is_available(p));
+        for pod in old {
+            if !self.is_available(pod) {
+                out.delete.push(meta::name(pod).to_string());
+            } else if unavailable < max_unavailable {
+                out.delete.push(meta::name(pod).to_string());
+                unavailable += 1;
+            }
+        }
+    }
+
+    /// The status, counting the active pods this sync does not delete.
+    fn status(&self, delete: &[String]) -> Value {
+        let live: Vec<&Value> = self
+            .owned_pods
+            .iter()
+            .copied()
+            .filter(|p| pods::is_active(p) && !delete.iter().any(|d| d == meta::name(p)))
+            .collect();
+        let scheduled = self
+            .wanted
+            .iter()
+            .filter(|n| {
+                live.iter()
+                    .any(|p| p["spec"]["nodeName"].as_str() == Some(n.name.as_str()))
+            })
+            .count() as i64;
+        let ready = live
+            .iter()
+            .filter(|p| pods::ready_since(p).is_some())
+            .count() as i64;
+        let available = live.iter().filter(|p| self.is_available(p)).count() as i64;
+        let updated = live.iter().filter(|p| self.is_updated(p)).count() as i64;
+        let desired = self.wanted.len() as i64;
+        let mut status = Map::new();
+        status.insert("currentNumberScheduled".into(), json!(scheduled));
+        status.insert("numberMisscheduled".into(), json!(0));
+        status.insert("desiredNumberScheduled".into(), json!(desired));
+        status.insert("numberReady".into(), json!(ready));
+        meta::put_nonzero(&mut status, "observedGeneration", meta::generation(self.ds));
+        meta::put_nonzero(&mut status, "updatedNumberScheduled", updated);
+        meta::put_nonzero(&mut status, "numberAvailable", available);
+        meta::put_nonzero(
+            &mut status,
+            "numberUnavailable",
+            (desired - available).max(0),
+        );
+        Value::Object(status)
+    }
+}
+
 /// One sync of a DaemonSet against its pods and the nodes.
 pub fn reconcile<P: Borrow<Value>, R: Borrow<Value>>(
     ds: &Value,
@@ -78,51 +224,25 @@ pub fn reconcile<P: Borrow<Value>, R: Borrow<Value>>(
     }
 
     let wanted: Vec<&NodeInfo> = nodes.iter().filter(|n| node_selected(ds, n)).collect();
-    let on_node = |node: &str| -> Vec<&Value> {
-        owned_pods
-            .iter()
-            .copied()
-            .filter(|p| pods::is_active(p) && p["spec"]["nodeName"].as_str() == Some(node))
-            .collect()
+    let plan = SyncPlan {
+        ds,
+        name,
+        owned_pods,
+        wanted,
+        hash,
+        min_ready,
+        now,
     };
-    let is_updated = |p: &Value| meta::label(p, REVISION_LABEL) == Some(hash.as_str());
-    let is_available = |p: &Value| pods::availability(p, min_ready, now).is_ok();
 
-    for node in &wanted {
-        if on_node(&node.name).is_empty() {
-            let mut pod = pods::pod_from_template(
-                ds,
-                "apps/v1",
-                "DaemonSet",
-                &ds["spec"]["template"],
-                pods::PodName::Generated(format!("{name}-")),
-                &[
-                    (REVISION_LABEL, hash.clone()),
-                    (TEMPLATE_GENERATION_LABEL, meta::generation(ds).to_string()),
-                ],
-            );
-            // As the real controller: pinned to its node by affinity, tolerating the node
-            // conditions a daemon must survive; the node is bound right away.
-            pod["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node.name]}]}]}}});
-            let mut tolerations = pod["spec"]["tolerations"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            for (key, effect) in DAEMON_TOLERATIONS {
-                if !tolerations.iter().any(|t| t["key"] == key) {
-                    tolerations.push(json!({"key": key, "operator": "Exists", "effect": effect}));
-                }
-            }
-            pod["spec"]["tolerations"] = Value::Array(tolerations);
-            pod["spec"]["nodeName"] = json!(node.name);
-            out.create.push(pod);
+    for node in &plan.wanted {
+        if plan.on_node(&node.name).is_empty() {
+            out.create.push(plan.new_pod(node));
         }
     }
     // Pods on nodes that no longer match.
-    for pod in owned_pods.iter().filter(|p| pods::is_active(p)) {
+    for pod in plan.owned_pods.iter().filter(|p| pods::is_active(p)) {
         let node = pod["spec"]["nodeName"].as_str().unwrap_or_default();
-        if !wanted.iter().any(|n| n.name == node) {
+        if !plan.wanted.iter().any(|n| n.name == node) {
             out.delete.push(meta::name(pod).to_string());
         }
     }
@@ -132,36 +252,7 @@ pub fn reconcile<P: Borrow<Value>, R: Borrow<Value>>(
         .unwrap_or("RollingUpdate")
         == "RollingUpdate";
     if rolling {
-        let max_unavailable = meta::int_or_percent(
-            &ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"],
-            wanted.len() as i64,
-            true,
-            "1",
-        )
-        .max(1);
-        let mut unavailable = wanted
-            .iter()
-            .filter(|n| !on_node(&n.name).into_iter().any(&is_available))
-            .count() as i64;
-        // Unavailable old pods go first, then available ones within the budget.
-        let mut old: Vec<&Value> = owned_pods
-            .iter()
-            .copied()
-            .filter(|p| {
-                pods::is_active(p)
-                    && !is_updated(p)
-                    && !out.delete.iter().any(|d| d == meta::name(p))
-            })
-            .collect();
-        old.sort_by_key(|p| is_available(p));
-        for pod in old {
-            if !is_available(pod) {
-                out.delete.push(meta::name(pod).to_string());
-            } else if unavailable < max_unavailable {
-                out.delete.push(meta::name(pod).to_string());
-                unavailable += 1;
-            }
-        }
+        plan.roll(&mut out);
     }
     for pod_name in &out.delete {
         out.events.push(Note {
@@ -171,39 +262,7 @@ pub fn reconcile<P: Borrow<Value>, R: Borrow<Value>>(
         });
     }
 
-    let live: Vec<&Value> = owned_pods
-        .iter()
-        .copied()
-        .filter(|p| pods::is_active(p) && !out.delete.iter().any(|d| d == meta::name(p)))
-        .collect();
-    let scheduled = wanted
-        .iter()
-        .filter(|n| {
-            live.iter()
-                .any(|p| p["spec"]["nodeName"].as_str() == Some(n.name.as_str()))
-        })
-        .count() as i64;
-    let ready = live
-        .iter()
-        .filter(|p| pods::ready_since(p).is_some())
-        .count() as i64;
-    let available = live.iter().filter(|p| is_available(p)).count() as i64;
-    let updated = live.iter().filter(|p| is_updated(p)).count() as i64;
-    let desired = wanted.len() as i64;
-    let mut status = Map::new();
-    status.insert("currentNumberScheduled".into(), json!(scheduled));
-    status.insert("numberMisscheduled".into(), json!(0));
-    status.insert("desiredNumberScheduled".into(), json!(desired));
-    status.insert("numberReady".into(), json!(ready));
-    meta::put_nonzero(&mut status, "observedGeneration", meta::generation(ds));
-    meta::put_nonzero(&mut status, "updatedNumberScheduled", updated);
-    meta::put_nonzero(&mut status, "numberAvailable", available);
-    meta::put_nonzero(
-        &mut status,
-        "numberUnavailable",
-        (desired - available).max(0),
-    );
-    out.status = Value::Object(status);
+    out.status = plan.status(&out.delete);
     out
 }
 

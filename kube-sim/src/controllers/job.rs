@@ -64,20 +64,19 @@ fn job_condition(kind: &str, reason: &str, message: &str, now: &str) -> Value {
     json!({"type": kind, "status": "True", "lastProbeTime": now, "lastTransitionTime": now, "reason": reason, "message": message})
 }
 
-/// One sync of a Job against its pods.
-pub fn reconcile<P: Borrow<Value>>(job: &Value, owned: &[P], now: jiff::Timestamp) -> JobSync {
-    let owned: Vec<&Value> = owned.iter().map(Borrow::borrow).collect();
-    let mut out = JobSync::default();
-    if !meta::well_formed(job) {
-        return out;
-    }
-    let now_text = crate::model::clock::format_time(now);
-    let name = meta::name(job);
-    let completions = job["spec"]["completions"].as_i64().unwrap_or(1).max(0);
-    let parallelism = job["spec"]["parallelism"].as_i64().unwrap_or(1).max(0);
-    let backoff_limit = job["spec"]["backoffLimit"].as_i64().unwrap_or(6);
-    let on_failure = job["spec"]["template"]["spec"]["restartPolicy"].as_str() == Some("OnFailure");
+/// What one sync counts from the Job's pods.
+struct PodCounts<'a> {
+    succeeded: i64,
+    failed_pods: i64,
+    /// Failed pods plus, with restartPolicy OnFailure, container restarts.
+    failed: i64,
+    active: Vec<&'a Value>,
+    ready: i64,
+}
 
+/// Counts the Job's pods by phase, failures (restarts included) and readiness.
+fn count_pods<'a>(job: &Value, owned: &[&'a Value]) -> PodCounts<'a> {
+    let on_failure = job["spec"]["template"]["spec"]["restartPolicy"].as_str() == Some("OnFailure");
     let phase = |p: &Value| {
         p["status"]["phase"]
             .as_str()
@@ -111,81 +110,91 @@ pub fn reconcile<P: Borrow<Value>>(job: &Value, owned: &[P], now: jiff::Timestam
         .iter()
         .filter(|p| pods::ready_since(p).is_some())
         .count() as i64;
-
-    let mut conditions: Vec<Value> = job["status"]["conditions"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    let mut completion_time = job["status"]["completionTime"].clone();
-    let was_finished = finished(job);
-    let mut active_count = active.len() as i64;
-    if !was_finished {
-        if failed > backoff_limit {
-            let message = "Job has reached the specified backoff limit";
-            conditions.push(job_condition(
-                "FailureTarget",
-                "BackoffLimitExceeded",
-                message,
-                &now_text,
-            ));
-            conditions.push(job_condition(
-                "Failed",
-                "BackoffLimitExceeded",
-                message,
-                &now_text,
-            ));
-            out.delete = active.iter().map(|p| meta::name(p).to_string()).collect();
-            active_count = 0;
-            out.events.push(Note {
-                kind: "Warning",
-                reason: "BackoffLimitExceeded",
-                message: message.into(),
-            });
-        } else if succeeded >= completions {
-            let message = "Reached expected number of succeeded pods";
-            conditions.push(job_condition(
-                "SuccessCriteriaMet",
-                "CompletionsReached",
-                message,
-                &now_text,
-            ));
-            conditions.push(job_condition(
-                "Complete",
-                "CompletionsReached",
-                message,
-                &now_text,
-            ));
-            completion_time = json!(now_text);
-            out.events.push(Note {
-                kind: "Normal",
-                reason: "Completed",
-                message: "Job completed".into(),
-            });
-        } else if let Some(wait) = backoff_remaining(&owned, failed_pods, now) {
-            // Failed pods are replaced only after the back-off (10 s doubling, 6 min cap).
-            out.requeue_after = Some(wait);
-        } else if job["spec"]["suspend"].as_bool() != Some(true) {
-            let wanted = parallelism.min(completions - succeeded);
-            let wanted = wanted.min(active_count + super::replicaset::BURST_REPLICAS);
-            for _ in active_count..wanted {
-                let uid = meta::uid(job).to_string();
-                out.create.push(pods::pod_from_template(
-                    job,
-                    "batch/v1",
-                    "Job",
-                    &job["spec"]["template"],
-                    pods::PodName::Generated(format!("{name}-")),
-                    &[
-                        ("batch.kubernetes.io/controller-uid", uid.clone()),
-                        ("batch.kubernetes.io/job-name", name.to_string()),
-                        ("controller-uid", uid),
-                        ("job-name", name.to_string()),
-                    ],
-                ));
-            }
-        }
+    PodCounts {
+        succeeded,
+        failed_pods,
+        failed,
+        active,
+        ready,
     }
+}
 
+/// Marks the Job Failed (FailureTarget + Failed) and deletes its active pods.
+fn fail(conditions: &mut Vec<Value>, active: &[&Value], now_text: &str, out: &mut JobSync) {
+    let message = "Job has reached the specified backoff limit";
+    conditions.push(job_condition(
+        "FailureTarget",
+        "BackoffLimitExceeded",
+        message,
+        now_text,
+    ));
+    conditions.push(job_condition(
+        "Failed",
+        "BackoffLimitExceeded",
+        message,
+        now_text,
+    ));
+    out.delete = active.iter().map(|p| meta::name(p).to_string()).collect();
+    out.events.push(Note {
+        kind: "Warning",
+        reason: "BackoffLimitExceeded",
+        message: message.into(),
+    });
+}
+
+/// Marks the Job complete (SuccessCriteriaMet + Complete).
+fn complete(conditions: &mut Vec<Value>, now_text: &str, out: &mut JobSync) {
+    let message = "Reached expected number of succeeded pods";
+    conditions.push(job_condition(
+        "SuccessCriteriaMet",
+        "CompletionsReached",
+        message,
+        now_text,
+    ));
+    conditions.push(job_condition(
+        "Complete",
+        "CompletionsReached",
+        message,
+        now_text,
+    ));
+    out.events.push(Note {
+        kind: "Normal",
+        reason: "Completed",
+        message: "Job completed".into(),
+    });
+}
+
+/// Creates pods from the template until `wanted` are active (at most a burst per sync).
+fn create_pods(job: &Value, wanted: i64, active_count: i64, out: &mut JobSync) {
+    let name = meta::name(job);
+    let wanted = wanted.min(active_count + super::replicaset::BURST_REPLICAS);
+    for _ in active_count..wanted {
+        let uid = meta::uid(job).to_string();
+        out.create.push(pods::pod_from_template(
+            job,
+            "batch/v1",
+            "Job",
+            &job["spec"]["template"],
+            pods::PodName::Generated(format!("{name}-")),
+            &[
+                ("batch.kubernetes.io/controller-uid", uid.clone()),
+                ("batch.kubernetes.io/job-name", name.to_string()),
+                ("controller-uid", uid),
+                ("job-name", name.to_string()),
+            ],
+        ));
+    }
+}
+
+/// The Job's status after this sync.
+fn status(
+    job: &Value,
+    conditions: Vec<Value>,
+    completion_time: Value,
+    active_count: i64,
+    counts: &PodCounts,
+    now_text: &str,
+) -> Value {
     let mut status = Map::new();
     if !conditions.is_empty() {
         status.insert("conditions".into(), Value::Array(conditions));
@@ -200,15 +209,61 @@ pub fn reconcile<P: Borrow<Value>>(job: &Value, owned: &[P], now: jiff::Timestam
         status.insert("completionTime".into(), completion_time);
     }
     meta::put_nonzero(&mut status, "active", active_count);
-    meta::put_nonzero(&mut status, "succeeded", succeeded);
-    meta::put_nonzero(&mut status, "failed", failed);
+    meta::put_nonzero(&mut status, "succeeded", counts.succeeded);
+    meta::put_nonzero(&mut status, "failed", counts.failed);
     status.insert("terminating".into(), json!(0));
     status.insert("uncountedTerminatedPods".into(), json!({}));
     status.insert(
         "ready".into(),
-        json!(if active_count == 0 { 0 } else { ready }),
+        json!(if active_count == 0 { 0 } else { counts.ready }),
     );
-    out.status = Value::Object(status);
+    Value::Object(status)
+}
+
+/// One sync of a Job against its pods.
+pub fn reconcile<P: Borrow<Value>>(job: &Value, owned: &[P], now: jiff::Timestamp) -> JobSync {
+    let owned: Vec<&Value> = owned.iter().map(Borrow::borrow).collect();
+    let mut out = JobSync::default();
+    if !meta::well_formed(job) {
+        return out;
+    }
+    let now_text = crate::model::clock::format_time(now);
+    let completions = job["spec"]["completions"].as_i64().unwrap_or(1).max(0);
+    let parallelism = job["spec"]["parallelism"].as_i64().unwrap_or(1).max(0);
+    let backoff_limit = job["spec"]["backoffLimit"].as_i64().unwrap_or(6);
+    let counts = count_pods(job, &owned);
+
+    let mut conditions: Vec<Value> = job["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut completion_time = job["status"]["completionTime"].clone();
+    let was_finished = finished(job);
+    let mut active_count = counts.active.len() as i64;
+    if !was_finished {
+        if counts.failed > backoff_limit {
+            fail(&mut conditions, &counts.active, &now_text, &mut out);
+            active_count = 0;
+        } else if counts.succeeded >= completions {
+            complete(&mut conditions, &now_text, &mut out);
+            completion_time = json!(now_text);
+        } else if let Some(wait) = backoff_remaining(&owned, counts.failed_pods, now) {
+            // Failed pods are replaced only after the back-off (10 s doubling, 6 min cap).
+            out.requeue_after = Some(wait);
+        } else if job["spec"]["suspend"].as_bool() != Some(true) {
+            let wanted = parallelism.min(completions - counts.succeeded);
+            create_pods(job, wanted, active_count, &mut out);
+        }
+    }
+
+    out.status = status(
+        job,
+        conditions,
+        completion_time,
+        active_count,
+        &counts,
+        &now_text,
+    );
     out
 }
 

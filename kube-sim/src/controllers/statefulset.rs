@@ -4,6 +4,7 @@
 
 use serde_json::{Map, Value, json};
 use std::borrow::Borrow;
+use std::collections::BTreeMap;
 
 use super::deployment::Note;
 use super::meta;
@@ -109,51 +110,44 @@ fn is_ready(pod: &Value) -> bool {
     pods::is_active(pod) && pods::ready_since(pod).is_some()
 }
 
-/// One sync of a StatefulSet against its pods and ControllerRevisions.
-pub fn reconcile<P: Borrow<Value>, R: Borrow<Value>>(
-    sts: &Value,
-    owned_pods: &[P],
-    revisions: &[R],
-    now: jiff::Timestamp,
-) -> StatefulSetSync {
-    let owned_pods: Vec<&Value> = owned_pods.iter().map(Borrow::borrow).collect();
-    let revisions: Vec<&Value> = revisions.iter().map(Borrow::borrow).collect();
-    let mut out = StatefulSetSync::default();
-    if !meta::well_formed(sts) {
-        return out;
-    }
-    let name = meta::name(sts);
-    let replicas = meta::spec_replicas(sts);
-    let (update_rev, hash) = update_revision(sts);
-    let parallel = sts["spec"]["podManagementPolicy"].as_str() == Some("Parallel");
-    let on_delete = sts["spec"]["updateStrategy"]["type"].as_str() == Some("OnDelete");
-    let partition = sts["spec"]["updateStrategy"]["rollingUpdate"]["partition"]
-        .as_i64()
-        .unwrap_or(0);
-    let min_ready = sts["spec"]["minReadySeconds"].as_i64().unwrap_or(0);
+/// Pods by ordinal, for those named `<sts>-<ordinal>`.
+type ByOrdinal<'a> = BTreeMap<i64, &'a Value>;
 
-    if let Some(revision) = meta::new_controller_revision(
-        sts,
-        "StatefulSet",
-        &update_rev,
-        "controller.kubernetes.io/hash",
-        &hash,
-        &revisions,
-    ) {
-        out.create_revision = Some(revision);
-    }
-    let current_rev = sts["status"]["currentRevision"]
-        .as_str()
-        .map(str::to_string)
-        .unwrap_or_else(|| update_rev.clone());
+/// What one sync reads from the StatefulSet's spec before it changes anything.
+struct SyncPlan<'a> {
+    sts: &'a Value,
+    name: &'a str,
+    replicas: i64,
+    update_rev: String,
+    hash: String,
+    parallel: bool,
+    on_delete: bool,
+    partition: i64,
+    min_ready: i64,
+}
 
-    let mut by_ordinal: std::collections::BTreeMap<i64, &Value> = Default::default();
-    for pod in owned_pods {
-        if let Some(i) = ordinal(sts, pod) {
-            by_ordinal.insert(i, pod);
+impl<'a> SyncPlan<'a> {
+    /// Reads the spec: replica count, revision, pod management and update strategy.
+    fn new(sts: &'a Value) -> Self {
+        let (update_rev, hash) = update_revision(sts);
+        SyncPlan {
+            sts,
+            name: meta::name(sts),
+            replicas: meta::spec_replicas(sts),
+            update_rev,
+            hash,
+            parallel: sts["spec"]["podManagementPolicy"].as_str() == Some("Parallel"),
+            on_delete: sts["spec"]["updateStrategy"]["type"].as_str() == Some("OnDelete"),
+            partition: sts["spec"]["updateStrategy"]["rollingUpdate"]["partition"]
+                .as_i64()
+                .unwrap_or(0),
+            min_ready: sts["spec"]["minReadySeconds"].as_i64().unwrap_or(0),
         }
     }
-    let new_pod = |i: i64| {
+
+    /// Pod `<sts>-<i>` from the template, with its claims' volumes, hostname and subdomain.
+    fn new_pod(&self, i: i64) -> Value {
+        let (sts, name) = (self.sts, self.name);
         let pod_name = format!("{name}-{i}");
         let mut pod = pods::pod_from_template(
             sts,
@@ -162,7 +156,7 @@ pub fn reconcile<P: Borrow<Value>, R: Borrow<Value>>(
             &sts["spec"]["template"],
             pods::PodName::Fixed(pod_name.clone()),
             &[
-                (REVISION_LABEL, update_rev.clone()),
+                (REVISION_LABEL, self.update_rev.clone()),
                 (POD_NAME_LABEL, pod_name.clone()),
                 (POD_INDEX_LABEL, i.to_string()),
             ],
@@ -179,40 +173,47 @@ pub fn reconcile<P: Borrow<Value>, R: Borrow<Value>>(
             pod["spec"]["subdomain"] = json!(service);
         }
         pod
-    };
+    }
 
-    // Create missing pods in order; OrderedReady waits for each to be Ready.
-    let mut blocked = false;
-    for i in 0..replicas {
-        match by_ordinal.get(&i) {
-            None if out.create.len() as i64 >= super::replicaset::BURST_REPLICAS => break,
-            None => {
-                out.create.push(new_pod(i));
-                out.events.push(Note {
-                    kind: "Normal",
-                    reason: "SuccessfulCreate",
-                    message: format!("Create Pod {name}-{i} in StatefulSet {name} successful"),
-                });
-                if !parallel {
+    /// Creates missing pods in order; true when OrderedReady must wait (nothing more this sync).
+    fn create_missing(&self, by_ordinal: &ByOrdinal, out: &mut StatefulSetSync) -> bool {
+        let (name, parallel) = (self.name, self.parallel);
+        let mut blocked = false;
+        for i in 0..self.replicas {
+            match by_ordinal.get(&i) {
+                None if out.create.len() as i64 >= super::replicaset::BURST_REPLICAS => break,
+                None => {
+                    out.create.push(self.new_pod(i));
+                    out.events.push(Note {
+                        kind: "Normal",
+                        reason: "SuccessfulCreate",
+                        message: format!("Create Pod {name}-{i} in StatefulSet {name} successful"),
+                    });
+                    if !parallel {
+                        blocked = true;
+                        break;
+                    }
+                }
+                Some(pod) if !parallel && !is_ready(pod) => {
                     blocked = true;
                     break;
                 }
+                Some(_) => {}
             }
-            Some(pod) if !parallel && !is_ready(pod) => {
-                blocked = true;
-                break;
-            }
-            Some(_) => {}
         }
+        blocked
     }
-    // Scale down from the highest ordinal, one at a time unless Parallel.
-    if !blocked {
+
+    /// Scales down from the highest ordinal, one at a time unless Parallel; true if any deleted.
+    fn scale_down(&self, by_ordinal: &ByOrdinal, out: &mut StatefulSetSync) -> bool {
+        let name = self.name;
+        let mut blocked = false;
         let mut extra: Vec<(&i64, &&Value)> = by_ordinal
             .iter()
-            .filter(|(i, p)| **i >= replicas && !meta::is_deleting(p))
+            .filter(|(i, p)| **i >= self.replicas && !meta::is_deleting(p))
             .collect();
         extra.reverse();
-        let take = if parallel { extra.len() } else { 1 };
+        let take = if self.parallel { extra.len() } else { 1 };
         for (i, pod) in extra.into_iter().take(take) {
             out.delete.push(meta::name(pod).to_string());
             out.events.push(Note {
@@ -222,14 +223,15 @@ pub fn reconcile<P: Borrow<Value>, R: Borrow<Value>>(
             });
             blocked = true;
         }
+        blocked
     }
-    // Rolling update: highest ordinal first, down to the partition, one pod at a time, only
-    // when every pod is Ready.
-    let all_ready = (0..replicas).all(|i| by_ordinal.get(&i).is_some_and(|p| is_ready(p)));
-    if !blocked && !on_delete && all_ready {
-        for i in (partition.max(0)..replicas).rev() {
+
+    /// Deletes the highest-ordinal outdated pod at or above the partition, to be recreated.
+    fn roll_one(&self, by_ordinal: &ByOrdinal, out: &mut StatefulSetSync) {
+        let name = self.name;
+        for i in (self.partition.max(0)..self.replicas).rev() {
             if let Some(pod) = by_ordinal.get(&i)
-                && meta::label(pod, REVISION_LABEL) != Some(update_rev.as_str())
+                && meta::label(pod, REVISION_LABEL) != Some(self.update_rev.as_str())
             {
                 out.delete.push(meta::name(pod).to_string());
                 out.events.push(Note {
@@ -242,44 +244,104 @@ pub fn reconcile<P: Borrow<Value>, R: Borrow<Value>>(
         }
     }
 
-    // Status.
-    let live: Vec<&Value> = by_ordinal
-        .values()
-        .copied()
-        .filter(|p| pods::is_active(p) && !out.delete.iter().any(|d| d == meta::name(p)))
-        .collect();
-    let count = |rev: &str| {
-        live.iter()
-            .filter(|p| meta::label(p, REVISION_LABEL) == Some(rev))
-            .count() as i64
-    };
-    let ready = live.iter().filter(|p| is_ready(p)).count() as i64;
-    let available = live
-        .iter()
-        .filter(|p| pods::availability(p, min_ready, now).is_ok())
-        .count() as i64;
-    let updated = count(&update_rev);
-    let mut current = count(&current_rev);
-    let mut current_rev = current_rev;
-    let replicas_now = live.len() as i64;
-    if updated == replicas && ready == replicas && replicas_now == replicas {
-        current_rev = update_rev.clone();
-        current = updated;
+    /// The status, counting the pods this sync keeps; currentRevision catches up when all updated.
+    fn status(
+        &self,
+        by_ordinal: &ByOrdinal,
+        delete: &[String],
+        current_rev: String,
+        now: jiff::Timestamp,
+    ) -> Value {
+        let (sts, replicas, update_rev) = (self.sts, self.replicas, &self.update_rev);
+        let live: Vec<&Value> = by_ordinal
+            .values()
+            .copied()
+            .filter(|p| pods::is_active(p) && !delete.iter().any(|d| d == meta::name(p)))
+            .collect();
+        let count = |rev: &str| {
+            live.iter()
+                .filter(|p| meta::label(p, REVISION_LABEL) == Some(rev))
+                .count() as i64
+        };
+        let ready = live.iter().filter(|p| is_ready(p)).count() as i64;
+        let available = live
+            .iter()
+            .filter(|p| pods::availability(p, self.min_ready, now).is_ok())
+            .count() as i64;
+        let updated = count(update_rev);
+        let mut current = count(&current_rev);
+        let mut current_rev = current_rev;
+        let replicas_now = live.len() as i64;
+        if updated == replicas && ready == replicas && replicas_now == replicas {
+            current_rev = update_rev.clone();
+            current = updated;
+        }
+        let mut status = Map::new();
+        meta::put_nonzero(&mut status, "observedGeneration", meta::generation(sts));
+        status.insert("replicas".into(), json!(replicas_now));
+        meta::put_nonzero(&mut status, "readyReplicas", ready);
+        meta::put_nonzero(&mut status, "currentReplicas", current);
+        meta::put_nonzero(&mut status, "updatedReplicas", updated);
+        status.insert("currentRevision".into(), json!(current_rev));
+        status.insert("updateRevision".into(), json!(update_rev));
+        status.insert(
+            "collisionCount".into(),
+            json!(sts["status"]["collisionCount"].as_i64().unwrap_or(0)),
+        );
+        status.insert("availableReplicas".into(), json!(available));
+        Value::Object(status)
     }
-    let mut status = Map::new();
-    meta::put_nonzero(&mut status, "observedGeneration", meta::generation(sts));
-    status.insert("replicas".into(), json!(replicas_now));
-    meta::put_nonzero(&mut status, "readyReplicas", ready);
-    meta::put_nonzero(&mut status, "currentReplicas", current);
-    meta::put_nonzero(&mut status, "updatedReplicas", updated);
-    status.insert("currentRevision".into(), json!(current_rev));
-    status.insert("updateRevision".into(), json!(update_rev));
-    status.insert(
-        "collisionCount".into(),
-        json!(sts["status"]["collisionCount"].as_i64().unwrap_or(0)),
-    );
-    status.insert("availableReplicas".into(), json!(available));
-    out.status = Value::Object(status);
+}
+
+/// One sync of a StatefulSet against its pods and ControllerRevisions.
+pub fn reconcile<P: Borrow<Value>, R: Borrow<Value>>(
+    sts: &Value,
+    owned_pods: &[P],
+    revisions: &[R],
+    now: jiff::Timestamp,
+) -> StatefulSetSync {
+    let owned_pods: Vec<&Value> = owned_pods.iter().map(Borrow::borrow).collect();
+    let revisions: Vec<&Value> = revisions.iter().map(Borrow::borrow).collect();
+    let mut out = StatefulSetSync::default();
+    if !meta::well_formed(sts) {
+        return out;
+    }
+    let plan = SyncPlan::new(sts);
+
+    if let Some(revision) = meta::new_controller_revision(
+        sts,
+        "StatefulSet",
+        &plan.update_rev,
+        "controller.kubernetes.io/hash",
+        &plan.hash,
+        &revisions,
+    ) {
+        out.create_revision = Some(revision);
+    }
+    let current_rev = sts["status"]["currentRevision"]
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| plan.update_rev.clone());
+
+    let mut by_ordinal: ByOrdinal = Default::default();
+    for pod in owned_pods {
+        if let Some(i) = ordinal(sts, pod) {
+            by_ordinal.insert(i, pod);
+        }
+    }
+
+    let mut blocked = plan.create_missing(&by_ordinal, &mut out);
+    if !blocked {
+        blocked = plan.scale_down(&by_ordinal, &mut out);
+    }
+    // Rolling update: highest ordinal first, down to the partition, one pod at a time, only
+    // when every pod is Ready.
+    let all_ready = (0..plan.replicas).all(|i| by_ordinal.get(&i).is_some_and(|p| is_ready(p)));
+    if !blocked && !plan.on_delete && all_ready {
+        plan.roll_one(&by_ordinal, &mut out);
+    }
+
+    out.status = plan.status(&by_ordinal, &out.delete, current_rev, now);
     out
 }
 
