@@ -204,9 +204,19 @@ impl<'a> SyncPlan<'a> {
         blocked
     }
 
+    /// Deletes pod `ordinal`, with the controller's Event.
+    fn delete(&self, ordinal: i64, pod: &Value, out: &mut StatefulSetSync) {
+        let name = self.name;
+        out.delete.push(meta::name(pod).to_string());
+        out.events.push(Note {
+            kind: "Normal",
+            reason: "SuccessfulDelete",
+            message: format!("Delete Pod {name}-{ordinal} in StatefulSet {name} successful"),
+        });
+    }
+
     /// Scales down from the highest ordinal, one at a time unless Parallel; true if any deleted.
     fn scale_down(&self, by_ordinal: &ByOrdinal, out: &mut StatefulSetSync) -> bool {
-        let name = self.name;
         let mut blocked = false;
         let mut extra: Vec<(&i64, &&Value)> = by_ordinal
             .iter()
@@ -215,12 +225,7 @@ impl<'a> SyncPlan<'a> {
         extra.reverse();
         let take = if self.parallel { extra.len() } else { 1 };
         for (i, pod) in extra.into_iter().take(take) {
-            out.delete.push(meta::name(pod).to_string());
-            out.events.push(Note {
-                kind: "Normal",
-                reason: "SuccessfulDelete",
-                message: format!("Delete Pod {name}-{i} in StatefulSet {name} successful"),
-            });
+            self.delete(*i, pod, out);
             blocked = true;
         }
         blocked
@@ -228,17 +233,11 @@ impl<'a> SyncPlan<'a> {
 
     /// Deletes the highest-ordinal outdated pod at or above the partition, to be recreated.
     fn roll_one(&self, by_ordinal: &ByOrdinal, out: &mut StatefulSetSync) {
-        let name = self.name;
         for i in (self.partition.max(0)..self.replicas).rev() {
             if let Some(pod) = by_ordinal.get(&i)
                 && meta::label(pod, REVISION_LABEL) != Some(self.update_rev.as_str())
             {
-                out.delete.push(meta::name(pod).to_string());
-                out.events.push(Note {
-                    kind: "Normal",
-                    reason: "SuccessfulDelete",
-                    message: format!("Delete Pod {name}-{i} in StatefulSet {name} successful"),
-                });
+                self.delete(i, pod, out);
                 break;
             }
         }
