@@ -5,8 +5,15 @@
 
 use std::collections::HashMap;
 
-use super::{LiveRow, Stage};
+use super::stage::{Stage, outcome_word};
 use crate::report::TargetOutcome;
+
+/// A line of the live view: a wave's heading, or a target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum LiveRow {
+    Wave(u32),
+    Target(String),
+}
 
 /// In-progress targets listed by name in a CI log's periodic summary; past it, a tally and
 /// how many more.
@@ -24,7 +31,7 @@ fn counted_as(stage: &Stage) -> &'static str {
         Stage::Script(_) => "running a script",
         Stage::RollingBack(_) => "rolling back",
         Stage::Planned { .. } => "planned",
-        Stage::Finished { outcome, .. } => super::outcome_word(*outcome),
+        Stage::Finished { outcome, .. } => outcome_word(*outcome),
     }
 }
 
@@ -149,7 +156,7 @@ pub(super) fn under_way<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::progress::WaitProgress;
+    use crate::report::progress::stage::WaitProgress;
 
     fn finished(outcome: TargetOutcome) -> Stage {
         Stage::Finished {
