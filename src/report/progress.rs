@@ -18,7 +18,7 @@ mod fleet;
 mod stage;
 
 use fleet::LiveRow;
-pub use stage::{Stage, WaitProgress, describe_stage, outcome_word};
+pub use stage::{Stage, WaitProgress, describe_stage};
 
 /// How progress is shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

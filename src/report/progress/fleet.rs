@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use super::stage::{Stage, outcome_word};
+use super::stage::Stage;
 use crate::report::TargetOutcome;
 
 /// A line of the live view: a wave's heading, or a target.
@@ -31,7 +31,7 @@ fn counted_as(stage: &Stage) -> &'static str {
         Stage::Script(_) => "running a script",
         Stage::RollingBack(_) => "rolling back",
         Stage::Planned { .. } => "planned",
-        Stage::Finished { outcome, .. } => outcome_word(*outcome),
+        Stage::Finished { outcome, .. } => outcome.as_str(),
     }
 }
 

@@ -89,7 +89,7 @@ pub fn describe_stage(stage: &Stage) -> String {
         Stage::Planned { changes: 1 } => "planned: would change 1 object".into(),
         Stage::Planned { changes } => format!("planned: would change {changes} objects"),
         Stage::Finished { outcome, message } => {
-            let word = outcome_word(*outcome);
+            let word = outcome.as_str();
             match message {
                 // "cancelled by SIGTERM", not "cancelled: cancelled by SIGTERM".
                 Some(m) if m.starts_with(word) => m.clone(),
@@ -97,16 +97,5 @@ pub fn describe_stage(stage: &Stage) -> String {
                 None => word.to_string(),
             }
         }
-    }
-}
-
-pub fn outcome_word(outcome: TargetOutcome) -> &'static str {
-    match outcome {
-        TargetOutcome::Deployed => "deployed",
-        TargetOutcome::Failed => "failed",
-        TargetOutcome::RolledBack => "rolled-back",
-        TargetOutcome::RollbackFailed => "rollback-failed",
-        TargetOutcome::Skipped => "skipped",
-        TargetOutcome::Cancelled => "cancelled",
     }
 }
