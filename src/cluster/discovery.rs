@@ -182,10 +182,24 @@ fn is_aggregated(text: &str) -> bool {
     serde_json::from_str::<Kind>(text).is_ok_and(|k| k.kind == "APIGroupDiscoveryList")
 }
 
-/// Parses both documents into one catalog.
-fn parse_answer(answer: &Answer) -> Result<Catalog, serde_json::Error> {
-    let core: APIGroupDiscoveryList = serde_json::from_str(&answer.0)?;
-    let apis: APIGroupDiscoveryList = serde_json::from_str(&answer.1)?;
+/// Why an answer has no catalog: the server answered in the legacy form, or with documents
+/// that do not parse. Either way per-group discovery follows.
+#[derive(Debug)]
+enum Unusable {
+    Legacy,
+    Unreadable(serde_json::Error),
+}
+
+/// Parses both documents into one catalog. Only an answer not seen before is parsed, so
+/// only it is checked for the legacy form (each check reads a whole 60 KB document).
+fn parse_answer(answer: &Answer) -> Result<Catalog, Unusable> {
+    if !(is_aggregated(&answer.0) && is_aggregated(&answer.1)) {
+        return Err(Unusable::Legacy);
+    }
+    let core: APIGroupDiscoveryList =
+        serde_json::from_str(&answer.0).map_err(Unusable::Unreadable)?;
+    let apis: APIGroupDiscoveryList =
+        serde_json::from_str(&answer.1).map_err(Unusable::Unreadable)?;
     // The core group first, as kube reads it; a kind is keyed by its group anyway.
     Ok(Catalog::from_groups(core.items.iter().chain(&apis.items)))
 }
@@ -225,13 +239,13 @@ async fn aggregated_catalog(client: &Client) -> Result<Option<Arc<Catalog>>, kub
     // open two connections where HTTP/2 needs one.
     let core = aggregated(client, "/api").await?;
     let apis = aggregated(client, "/apis").await?;
-    if !(is_aggregated(&core) && is_aggregated(&apis)) {
-        tracing::debug!("aggregated discovery unavailable, using per-group discovery");
-        return Ok(None);
-    }
     match CATALOGS.get_or_build((core, apis), parse_answer) {
         Ok(catalog) => Ok(Some(catalog)),
-        Err(e) => {
+        Err(Unusable::Legacy) => {
+            tracing::debug!("aggregated discovery unavailable, using per-group discovery");
+            Ok(None)
+        }
+        Err(Unusable::Unreadable(e)) => {
             tracing::debug!(error = %e, "aggregated discovery unreadable, using per-group discovery");
             Ok(None)
         }
@@ -447,6 +461,22 @@ mod tests {
         ] {
             assert_eq!(is_aggregated(text), want, "{text}");
         }
+        // The check is the build's: a legacy answer gets no catalog, and is not kept.
+        let catalogs = Catalogs::new();
+        let legacy_answer = (
+            r#"{"kind":"APIVersions","versions":["v1"]}"#.to_string(),
+            r#"{"kind":"APIGroupList","groups":[]}"#.to_string(),
+        );
+        assert!(matches!(
+            catalogs.get_or_build(legacy_answer, parse_answer),
+            Err(Unusable::Legacy)
+        ));
+        assert!(catalogs.lock().is_empty());
+        let broken = r#"{"kind":"APIGroupDiscoveryList","items":5}"#.to_string();
+        assert!(matches!(
+            parse_answer(&(broken.clone(), broken)),
+            Err(Unusable::Unreadable(_))
+        ));
         let Some(legacy) = recording("01-discovery-apis-legacy.json") else {
             return;
         };
