@@ -1090,6 +1090,44 @@ async fn discovery_matches_recordings() {
     assert!(!core.header("etag").is_empty());
     assert_eq!(core.json(), recording("01-discovery-api-aggregated.json"));
 
+    // A client that has the document sends its ETag back and gets 304 with no body, as from
+    // the real server; another ETag (an older document) gets the document again.
+    let etag = core.header("etag").to_string();
+    let again = |tag: String| {
+        let request = hyper::Request::get(format!("{}/api", api.base))
+            .header("accept", AGGREGATED_ACCEPT)
+            .header("authorization", format!("Bearer {token}"))
+            .header("if-none-match", tag)
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let http = api.http.clone();
+        async move {
+            let resp = http.request(request).await.expect("request");
+            let status = resp.status().as_u16();
+            let headers = resp.headers().clone();
+            let body = resp.into_body().collect().await.unwrap().to_bytes();
+            (status, headers, body)
+        }
+    };
+    let (status, headers, body) = again(etag.clone()).await;
+    assert_eq!(status, 304);
+    assert!(body.is_empty());
+    assert_eq!(
+        headers.get("etag").and_then(|v| v.to_str().ok()),
+        Some(etag.as_str())
+    );
+    assert_eq!(
+        headers.get("vary").and_then(|v| v.to_str().ok()),
+        Some("Accept")
+    );
+    assert!(headers.get("content-type").is_none());
+    let (status, _, body) = again("\"0000\"".to_string()).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        serde_json::from_slice::<Value>(&body).expect("json"),
+        recording("01-discovery-api-aggregated.json")
+    );
+
     let apis = api
         .send_as(
             "GET",

@@ -505,6 +505,8 @@ struct RequestHead {
     content_type: String,
     accept: String,
     user_agent: String,
+    /// The ETag a client has cached (`If-None-Match`), for aggregated discovery.
+    if_none_match: String,
 }
 
 impl RequestHead {
@@ -530,6 +532,7 @@ impl RequestHead {
             content_type: header_str(req, header::CONTENT_TYPE).to_string(),
             accept: header_str(req, header::ACCEPT).to_string(),
             user_agent: header_str(req, header::USER_AGENT).to_string(),
+            if_none_match: header_str(req, header::IF_NONE_MATCH).to_string(),
         }
     }
 
@@ -672,7 +675,7 @@ fn discovery_answer(state: &ClusterState, route: &Route, head: &RequestHead) -> 
         Route::Version => json_response(200, &crate::storage::registry::version_document(), pretty),
         Route::Api => {
             if aggregated {
-                aggregated_response(&state.store.registry().aggregated_document(true))
+                aggregated_response(&state.store.registry().aggregated_document(true), head)
             } else {
                 let address = state.address.to_string();
                 json_response(
@@ -684,7 +687,7 @@ fn discovery_answer(state: &ClusterState, route: &Route, head: &RequestHead) -> 
         }
         Route::ApiGroupList => {
             if aggregated {
-                aggregated_response(&state.store.registry().aggregated_document(false))
+                aggregated_response(&state.store.registry().aggregated_document(false), head)
             } else {
                 json_response(200, &state.store.registry().api_group_list(), pretty)
             }
@@ -826,12 +829,20 @@ fn not_found_page() -> Response<ApiBody> {
     error_response(&ApiError::unknown_path(), false)
 }
 
-fn aggregated_response(doc: &AggregatedDocument) -> Response<ApiBody> {
-    let mut resp = response(
-        200,
-        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
-        doc.json.clone(),
-    );
+/// An aggregated discovery document, or 304 Not Modified with no body when the client's
+/// `If-None-Match` is its ETag exactly, as the real server answers (`ServeHTTPWithETag`).
+fn aggregated_response(doc: &AggregatedDocument, head: &RequestHead) -> Response<ApiBody> {
+    let mut resp = if head.if_none_match == doc.etag {
+        let mut resp = response(304, "", Bytes::new());
+        resp.headers_mut().remove(header::CONTENT_TYPE);
+        resp
+    } else {
+        response(
+            200,
+            "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
+            doc.json.clone(),
+        )
+    };
     let headers = resp.headers_mut();
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("public"));
     headers.insert(header::VARY, HeaderValue::from_static("Accept"));
