@@ -7,14 +7,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use kube::Client;
-use kube::core::discovery::v2::{
-    ACCEPT_AGGREGATED_DISCOVERY_V2, APIGroupDiscovery, APIGroupDiscoveryList,
-};
+use kube::core::discovery::v2::{APIGroupDiscovery, APIGroupDiscoveryList};
 use kube::discovery::{ApiResource, Discovery, Scope};
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::cluster::retry::{RetryBudget, RetryError, with_retry};
+
+mod documents;
+use documents::DOCUMENTS;
 
 /// A kind as a cluster serves it.
 #[derive(Debug, Clone, PartialEq)]
@@ -264,13 +265,17 @@ fn falls_back(e: &kube::Error) -> bool {
     !transient && !refused
 }
 
-/// One aggregated discovery document, as text.
+/// One aggregated discovery document, as text (the fleet's copy when the server says it
+/// has not changed).
 async fn aggregated(client: &Client, path: &str) -> Result<String, kube::Error> {
-    let request = http::Request::get(path)
-        .header(http::header::ACCEPT, ACCEPT_AGGREGATED_DISCOVERY_V2)
-        .body(Vec::new())
-        .map_err(kube::Error::HttpError)?;
-    client.request_text(request).await
+    let fetched = DOCUMENTS.fetch(client, path).await?;
+    if fetched.not_modified {
+        tracing::debug!(
+            path,
+            "discovery document as another target's (304 Not Modified)"
+        );
+    }
+    Ok(fetched.text)
 }
 
 #[cfg(test)]
