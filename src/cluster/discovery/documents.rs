@@ -154,6 +154,12 @@ mod tests {
         // Another path has its own documents.
         let core = documents.fetch(&client, "/api").await.expect("fetch");
         assert!(!core.not_modified);
+        let core_again = documents.fetch(&client, "/api").await.expect("fetch");
+        assert!(
+            core_again.not_modified,
+            "the core group's tag is current too"
+        );
+        assert_eq!(core_again.text, core.text);
 
         let crd = serde_json::json!({
             "apiVersion": "apiextensions.k8s.io/v1",
