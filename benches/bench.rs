@@ -102,9 +102,18 @@ fn help() -> String {
     out
 }
 
-async fn run_section(name: &str, scratch: &Path, kube_sim: &Result<PathBuf, String>) -> Vec<Row> {
+/// `kube_sim`: the kube-sim binary the sim section measures, None when it was not built
+/// (the sim section was not chosen).
+async fn run_section(
+    name: &str,
+    scratch: &Path,
+    kube_sim: &Option<Result<PathBuf, procs::KubeSimBuildError>>,
+) -> Vec<Row> {
     match name {
-        "sim" => sections::sim::run(scratch, kube_sim.clone()).await,
+        "sim" => match kube_sim {
+            Some(bin) => sections::sim::run(scratch, bin).await,
+            None => vec![Row::skipped("kube-sim", "not built")],
+        },
         "detect" => sections::detect::run(scratch).await,
         "fleet" => sections::fleet::run(scratch).await,
         "apply" => sections::apply::run(scratch).await,
@@ -181,18 +190,18 @@ fn main() {
     }
     println!("sections: {}", chosen.join(" "));
     // Built before any section's clock starts.
-    let kube_sim: Result<PathBuf, String> = if chosen.iter().any(|c| c == "sim") {
+    let kube_sim = if chosen.iter().any(|c| c == "sim") {
         let build = Instant::now();
         let bin = procs::build_kube_sim();
         println!(
             "kube-sim: {} (cargo build --profile bench -p kube-sim: {:.1} s)",
             bin.as_ref()
-                .map_or_else(|e| e.clone(), |b| b.display().to_string()),
+                .map_or_else(|e| table::why(e), |b| b.display().to_string()),
             build.elapsed().as_secs_f64()
         );
-        bin
+        Some(bin)
     } else {
-        Err("not built".into())
+        None
     };
     println!();
     let started = Instant::now();

@@ -10,9 +10,32 @@ use kube_sim::faults::{
 };
 use kube_sim::{Counters, Faults, SimOptions};
 
-use crate::support::fixtures::{self, Mix};
-use crate::support::procs;
-use crate::support::table::{Row, secs};
+use crate::support::fixtures::{self, FixtureError, Mix};
+use crate::support::procs::{self, RunError};
+use crate::support::table::{Row, secs, why};
+
+/// Why the apply figures could not be measured.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("kubectl is not on the PATH")]
+    NoKubectl,
+    #[error(transparent)]
+    Fixture(#[from] FixtureError),
+    /// Writing the config.
+    #[error(transparent)]
+    Io(std::io::Error),
+    /// Running kubectl.
+    #[error(transparent)]
+    Run(#[from] RunError),
+    /// What went wrong (exit code, output).
+    #[error("rollguard did not deploy: {0}")]
+    NotDeployed(String),
+    #[error("no apply phase in the report")]
+    NoApplyPhase,
+    /// The tail of kubectl's output.
+    #[error("kubectl apply failed: {0}")]
+    Kubectl(String),
+}
 
 const LATENCY_MS: u64 = 5;
 const MIX: Mix = Mix {
@@ -46,13 +69,13 @@ fn throttled(c: &Counters) -> u64 {
 pub async fn run(scratch: &Path) -> Vec<Row> {
     match measure(scratch).await {
         Ok(rows) => rows,
-        Err(e) => vec![Row::skipped("apply", e)],
+        Err(e) => vec![Row::skipped("apply", why(&e))],
     }
 }
 
-async fn measure(scratch: &Path) -> Result<Vec<Row>, String> {
+async fn measure(scratch: &Path) -> Result<Vec<Row>, ApplyError> {
     if !procs::on_path("kubectl") {
-        return Err("kubectl is not on the PATH".into());
+        return Err(ApplyError::NoKubectl);
     }
     let (sim, kubeconfig) = fixtures::start_sim(
         SimOptions {
@@ -76,7 +99,7 @@ async fn measure(scratch: &Path) -> Result<Vec<Row>, String> {
         rg.join("rollguard.yaml"),
         fixtures::config("apply", "rg-apply", "k8s/", &fixtures::contexts(1), 1, "3m"),
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(ApplyError::Io)?;
     let kc = scratch.join("kubectl");
     fixtures::write_app(&kc, Some("kc-apply"), MIX, image, 1)?;
 
@@ -84,11 +107,9 @@ async fn measure(scratch: &Path) -> Result<Vec<Row>, String> {
     let run = fixtures::deploy(&rg, &kubeconfig, &[], Duration::from_secs(120)).await?;
     let rg_counters = cluster.counters();
     if run.count("deployed") != 1 {
-        return Err(format!("rollguard did not deploy: {}", run.problem()));
+        return Err(ApplyError::NotDeployed(run.problem()));
     }
-    let apply = run
-        .phase_max("apply")
-        .ok_or("no apply phase in the report")?;
+    let apply = run.phase_max("apply").ok_or(ApplyError::NoApplyPhase)?;
     let before_apply: f64 = ["connect", "discover", "lock"]
         .iter()
         .filter_map(|p| run.phase_max(p))
@@ -106,7 +127,7 @@ async fn measure(scratch: &Path) -> Result<Vec<Row>, String> {
     let k = procs::run_measured_async(cmd, Duration::from_secs(120), scratch).await?;
     let kc_counters = cluster.counters();
     if k.code != Some(0) {
-        return Err(format!("kubectl apply failed: {}", k.tail()));
+        return Err(ApplyError::Kubectl(k.tail()));
     }
     let kwall = k.wall.as_secs_f64();
     let ratio = kwall / apply;

@@ -7,15 +7,31 @@ use std::time::{Duration, Instant};
 
 use kube_sim::{EventKind, SimOptions};
 
-use crate::support::fixtures;
+use crate::support::fixtures::{self, FixtureError};
 use crate::support::procs::{self, Finished};
-use crate::support::table::{Row, median};
+use crate::support::table::{Row, median, why};
 
 const RUNS: usize = 5;
 /// Simulated seconds per real second in this section's cluster.
 pub const TIME_SCALE: f64 = 2.0;
 /// The Deployment's progress deadline (simulated seconds).
 pub const PROGRESS_DEADLINE: u64 = 30;
+
+/// Why the detection figures could not be measured.
+#[derive(Debug, thiserror::Error)]
+pub enum DetectError {
+    #[error(transparent)]
+    Fixture(#[from] FixtureError),
+    /// Writing a run's folder, manifests or config.
+    #[error(transparent)]
+    Io(std::io::Error),
+    /// The task watching the cluster.
+    #[error(transparent)]
+    Watcher(tokio::task::JoinError),
+    /// Every run's problem, joined.
+    #[error("no usable run: {0}")]
+    NoUsableRun(String),
+}
 
 /// What the bench saw in the cluster during one run.
 #[derive(Default)]
@@ -42,11 +58,11 @@ fn is_backoff(pod: &serde_json::Value) -> bool {
 pub async fn run(scratch: &Path) -> Vec<Row> {
     match measure(scratch).await {
         Ok(rows) => rows,
-        Err(e) => vec![Row::skipped("detection", e)],
+        Err(e) => vec![Row::skipped("detection", why(&e))],
     }
 }
 
-async fn measure(scratch: &Path) -> Result<Vec<Row>, String> {
+async fn measure(scratch: &Path) -> Result<Vec<Row>, DetectError> {
     let kubectl = procs::on_path("kubectl");
     let (sim, kubeconfig) = fixtures::start_sim(
         SimOptions {
@@ -67,13 +83,13 @@ async fn measure(scratch: &Path) -> Result<Vec<Row>, String> {
     for i in 1..=RUNS {
         let ns = format!("det-{i}");
         let dir = scratch.join(&ns);
-        std::fs::create_dir_all(dir.join("k8s")).map_err(|e| e.to_string())?;
-        std::fs::write(dir.join("k8s/app.yaml"), app(&ns)).map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(dir.join("k8s")).map_err(DetectError::Io)?;
+        std::fs::write(dir.join("k8s/app.yaml"), app(&ns)).map_err(DetectError::Io)?;
         std::fs::write(
             dir.join("rollguard.yaml"),
             fixtures::config(&ns, &ns, "k8s/", &fixtures::contexts(1), 1, "2m"),
         )
-        .map_err(|e| e.to_string())?;
+        .map_err(DetectError::Io)?;
 
         // Watch the store in-process: when the Deployment appears, start kubectl on it;
         // note the first ImagePullBackOff of one of its pods.
@@ -135,7 +151,7 @@ async fn measure(scratch: &Path) -> Result<Vec<Row>, String> {
             Duration::from_secs(90),
         )
         .await?;
-        let (seen, kubectl_run) = watcher.await.map_err(|e| e.to_string())?;
+        let (seen, kubectl_run) = watcher.await.map_err(DetectError::Watcher)?;
         if let Some(k) = kubectl_run {
             kubectl_runs.push((seen.backoff.map(|b| b.0), k));
         }
@@ -185,7 +201,7 @@ async fn measure(scratch: &Path) -> Result<Vec<Row>, String> {
 
     let mut rows = Vec::new();
     if verdicts.is_empty() {
-        return Err(format!("no usable run: {}", problems.join("; ")));
+        return Err(DetectError::NoUsableRun(problems.join("; ")));
     }
     let med = median(&verdicts);
     let lo = verdicts.iter().copied().fold(f64::INFINITY, f64::min);
@@ -225,7 +241,7 @@ async fn measure(scratch: &Path) -> Result<Vec<Row>, String> {
             let finished: Finished = match handle.await {
                 Ok(Ok(f)) => f,
                 Ok(Err(e)) => {
-                    k_problems.push(e);
+                    k_problems.push(why(&e));
                     continue;
                 }
                 Err(e) => {

@@ -6,8 +6,21 @@ use std::time::Duration;
 
 use kube_sim::{Faults, Sim, SimOptions};
 
-use crate::support::fixtures::{self, Mix};
-use crate::support::table::{Row, mib, secs};
+use crate::support::fixtures::{self, FixtureError, Mix};
+use crate::support::table::{Row, mib, secs, why};
+
+/// Why a fleet or memory figure could not be measured.
+#[derive(Debug, thiserror::Error)]
+pub enum FleetError {
+    #[error(transparent)]
+    Fixture(#[from] FixtureError),
+    /// Writing the app's folder, manifests or config.
+    #[error(transparent)]
+    Io(std::io::Error),
+    /// The deploy did not deploy its one target: what went wrong (exit code, output).
+    #[error("{0}")]
+    NotDeployed(String),
+}
 
 const SIZES: [usize; 3] = [1, 10, 50];
 const LATENCY_MS: u64 = 20;
@@ -16,7 +29,7 @@ async fn start(
     clusters: usize,
     time_scale: f64,
     scratch: &Path,
-) -> Result<(Sim, std::path::PathBuf), String> {
+) -> Result<(Sim, std::path::PathBuf), FixtureError> {
     let options = SimOptions {
         clusters,
         time_scale,
@@ -28,11 +41,11 @@ async fn start(
 pub async fn run(scratch: &Path) -> Vec<Row> {
     match fleet(scratch).await {
         Ok(rows) => rows,
-        Err(e) => vec![Row::skipped("fleet", e)],
+        Err(e) => vec![Row::skipped("fleet", why(&e))],
     }
 }
 
-async fn fleet(scratch: &Path) -> Result<Vec<Row>, String> {
+async fn fleet(scratch: &Path) -> Result<Vec<Row>, FleetError> {
     let (sim, kubeconfig) = start(50, 1.0, scratch).await?;
     for c in sim.clusters() {
         c.set_faults(Faults {
@@ -45,17 +58,17 @@ async fn fleet(scratch: &Path) -> Result<Vec<Row>, String> {
     for n in SIZES {
         let name = format!("fleet-{n}");
         let dir = scratch.join(&name);
-        std::fs::create_dir_all(dir.join("k8s")).map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(dir.join("k8s")).map_err(FleetError::Io)?;
         std::fs::write(
             dir.join("k8s/app.yaml"),
             fixtures::small_app(&name, "example.com/shop/web:v1", 2),
         )
-        .map_err(|e| e.to_string())?;
+        .map_err(FleetError::Io)?;
         std::fs::write(
             dir.join("rollguard.yaml"),
             fixtures::config(&name, &name, "k8s/", &fixtures::contexts(n), n, "2m"),
         )
-        .map_err(|e| e.to_string())?;
+        .map_err(FleetError::Io)?;
         let run = fixtures::deploy(&dir, &kubeconfig, &[], Duration::from_secs(120)).await?;
         let deployed = run.count("deployed");
         let wall = run.finished.wall.as_secs_f64();
@@ -126,11 +139,11 @@ async fn fleet(scratch: &Path) -> Result<Vec<Row>, String> {
 pub async fn memory(scratch: &Path) -> Vec<Row> {
     match memory_inner(scratch).await {
         Ok(rows) => rows,
-        Err(e) => vec![Row::skipped("peak memory", e)],
+        Err(e) => vec![Row::skipped("peak memory", why(&e))],
     }
 }
 
-async fn memory_inner(scratch: &Path) -> Result<Vec<Row>, String> {
+async fn memory_inner(scratch: &Path) -> Result<Vec<Row>, FleetError> {
     let (sim, kubeconfig) = start(50, 10.0, scratch).await?;
     let dir = scratch.join("memory");
     // 1 Namespace + 99 objects = 100 per cluster.
@@ -150,7 +163,7 @@ async fn memory_inner(scratch: &Path) -> Result<Vec<Row>, String> {
         dir.join("rollguard.yaml"),
         fixtures::config("mem", "mem", "k8s/", &fixtures::contexts(50), 50, "3m"),
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(FleetError::Io)?;
     let run = fixtures::deploy(&dir, &kubeconfig, &[], Duration::from_secs(150)).await?;
     let deployed = run.count("deployed");
     let peak = run.finished.max_rss_kib;
@@ -233,7 +246,7 @@ async fn connections(scratch: &Path) -> Vec<Row> {
         let metric = format!("  1 target x 100 objects, {label}");
         match one_target(scratch, i, &binary, http1_only).await {
             Ok(measured) => rows.push(Row::info(metric, measured)),
-            Err(e) => rows.push(Row::skipped(metric, e)),
+            Err(e) => rows.push(Row::skipped(metric, why(&e))),
         }
     }
     rows
@@ -244,9 +257,9 @@ async fn one_target(
     case: usize,
     binary: &Path,
     http1_only: bool,
-) -> Result<String, String> {
+) -> Result<String, FleetError> {
     let dir = scratch.join(format!("connections-{case}"));
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(&dir).map_err(FleetError::Io)?;
     let options = SimOptions {
         clusters: 1,
         time_scale: 10.0,
@@ -270,11 +283,11 @@ async fn one_target(
         dir.join("rollguard.yaml"),
         fixtures::config("conn", "conn", "k8s/", &fixtures::contexts(1), 1, "2m"),
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(FleetError::Io)?;
     let run =
         fixtures::deploy_with(binary, &dir, &kubeconfig, &[], Duration::from_secs(60)).await?;
     if run.count("deployed") != 1 {
-        return Err(run.problem());
+        return Err(FleetError::NotDeployed(run.problem()));
     }
     let connections = per_target(sim.clusters());
     fixtures::stop_sim(sim).await;

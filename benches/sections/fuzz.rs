@@ -11,8 +11,8 @@ use rollguard::config::{self, Overrides};
 use rollguard::manifests;
 
 use crate::fuzz_inputs::{CONFIG, MANIFEST, Rng, mutate};
-use crate::support::procs;
-use crate::support::table::{Row, mib};
+use crate::support::procs::{self, RunError};
+use crate::support::table::{Row, mib, why};
 
 /// Peak RSS allowed for a rollguard refusing a hostile file (a deploy of 50 clusters x 100
 /// objects stays under 100 MiB; a refusal must not cost more).
@@ -95,6 +95,16 @@ fn hostile() -> Vec<(&'static str, Input)> {
     ]
 }
 
+/// Why a hostile input could not be run.
+#[derive(Debug, thiserror::Error)]
+pub enum FuzzError {
+    /// Writing the input's folder, file, kubeconfig or config.
+    #[error(transparent)]
+    Io(std::io::Error),
+    #[error(transparent)]
+    Run(#[from] RunError),
+}
+
 enum Input {
     File(Vec<u8>),
     /// A sparse file of this size.
@@ -114,7 +124,7 @@ pub async fn run(scratch: &Path) -> Vec<Row> {
                 format!("peak RSS {}", mib(kib)),
                 code == want && kib < RSS_GOAL_KIB,
             ),
-            Err(e) => Row::skipped(what, e),
+            Err(e) => Row::skipped(what, why(&e)),
         });
     }
     rows.extend(
@@ -136,28 +146,28 @@ async fn one(
     scratch: &Path,
     i: usize,
     input: &Input,
-) -> Result<(i32, u64, Duration, String), String> {
+) -> Result<(i32, u64, Duration, String), FuzzError> {
     let dir = scratch.join(format!("hostile-{i}"));
-    std::fs::create_dir_all(dir.join("k8s")).map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(dir.join("k8s")).map_err(FuzzError::Io)?;
     let file = dir.join("k8s/x.yaml");
     let mut manifests = "manifests: [k8s/]".to_string();
     match input {
-        Input::File(bytes) => std::fs::write(&file, bytes).map_err(|e| e.to_string())?,
+        Input::File(bytes) => std::fs::write(&file, bytes).map_err(FuzzError::Io)?,
         Input::Sized(len) => std::fs::File::create(&file)
             .and_then(|f| f.set_len(*len))
-            .map_err(|e| e.to_string())?,
+            .map_err(FuzzError::Io)?,
         Input::Render(command) => manifests = format!("render: {command:?}"),
     }
     std::fs::write(
         dir.join("kubeconfig"),
         "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:9\n    insecure-skip-tls-verify: true\nusers:\n- name: u\n  user:\n    token: bench\ncontexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\n",
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(FuzzError::Io)?;
     std::fs::write(
         dir.join("rollguard.yaml"),
         format!("app: fuzz\nnamespace: fuzz\n{manifests}\ntargets:\n  - name: c\n    context: c\n"),
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(FuzzError::Io)?;
     let mut cmd = Command::new(procs::rollguard_bin());
     cmd.args(["deploy", "--config"])
         .arg(dir.join("rollguard.yaml"))

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use kube_sim::{Faults, SimOptions};
 
-use crate::support::fixtures::{self, Mix};
-use crate::support::table::{Row, secs};
+use crate::support::fixtures::{self, FixtureError, Mix};
+use crate::support::table::{Row, secs, why};
 
 const LATENCY_MS: u64 = 5;
 const MIX: Mix = Mix {
@@ -21,6 +21,40 @@ const MIX: Mix = Mix {
 /// The goal: a deploy with the preflight takes at most this much longer.
 const MAX_EXTRA: f64 = 0.30;
 const ROUNDS: usize = 2;
+
+/// Why the preflight figures could not be measured.
+#[derive(Debug, thiserror::Error)]
+pub enum PreflightError {
+    #[error(transparent)]
+    Fixture(#[from] FixtureError),
+    /// Writing the config.
+    #[error(transparent)]
+    Io(std::io::Error),
+    /// `problem`: what went wrong (exit code, output).
+    #[error("{name}: the deploy did not succeed: {problem}")]
+    NotDeployed { name: String, problem: String },
+    /// `preflight`: whether the deploy ran with the preflight (and its report had no
+    /// preflight phase), or without (and its report had one).
+    #[error(
+        "{name}: preflight {} but the report {} a preflight phase",
+        on_off(.preflight),
+        has(.preflight)
+    )]
+    PreflightPhase { name: String, preflight: bool },
+    #[error("no apply phase in the report")]
+    NoApplyPhase,
+    #[error("no deploy ran")]
+    NoDeploy,
+}
+
+fn on_off(preflight: &bool) -> &'static str {
+    if *preflight { "on" } else { "off" }
+}
+
+/// What the report has, of a preflight phase, when it contradicts `preflight`.
+fn has(preflight: &bool) -> &'static str {
+    if *preflight { "has no" } else { "has" }
+}
 
 /// One deploy's figures: whole wall time, its preflight and apply phases.
 #[derive(Clone, Copy)]
@@ -35,7 +69,7 @@ struct Figures {
 pub async fn run(scratch: &Path) -> Vec<Row> {
     match measure(scratch).await {
         Ok(rows) => rows,
-        Err(e) => vec![Row::skipped("preflight", e)],
+        Err(e) => vec![Row::skipped("preflight", why(&e))],
     }
 }
 
@@ -44,7 +78,7 @@ async fn deploy_once(
     kubeconfig: &Path,
     name: &str,
     preflight: bool,
-) -> Result<Figures, String> {
+) -> Result<Figures, PreflightError> {
     let dir = scratch.join(name);
     let image = "example.com/bench/app:v1";
     fixtures::write_app(&dir.join("k8s"), Some(name), MIX, image, 1)?;
@@ -52,29 +86,26 @@ async fn deploy_once(
     if !preflight {
         config = format!("preflight: false\n{config}");
     }
-    std::fs::write(dir.join("rollguard.yaml"), config).map_err(|e| e.to_string())?;
+    std::fs::write(dir.join("rollguard.yaml"), config).map_err(PreflightError::Io)?;
     let run = fixtures::deploy(&dir, kubeconfig, &[], Duration::from_secs(120)).await?;
     if run.count("deployed") != 1 {
-        return Err(format!(
-            "{name}: the deploy did not succeed: {}",
-            run.problem()
-        ));
+        return Err(PreflightError::NotDeployed {
+            name: name.to_string(),
+            problem: run.problem(),
+        });
     }
     let preflight_phase = run.phase_max("preflight");
     if preflight != preflight_phase.is_some() {
-        return Err(format!(
-            "{name}: preflight {} but the report {} a preflight phase",
-            if preflight { "on" } else { "off" },
-            if preflight { "has no" } else { "has" }
-        ));
+        return Err(PreflightError::PreflightPhase {
+            name: name.to_string(),
+            preflight,
+        });
     }
     Ok(Figures {
         wall: run.finished.wall.as_secs_f64(),
         cpu: run.finished.cpu.as_secs_f64(),
         preflight: preflight_phase.unwrap_or(0.0),
-        apply: run
-            .phase_max("apply")
-            .ok_or("no apply phase in the report")?,
+        apply: run.phase_max("apply").ok_or(PreflightError::NoApplyPhase)?,
     })
 }
 
@@ -84,7 +115,7 @@ fn fastest(runs: &[Figures]) -> Option<Figures> {
         .min_by(|a, b| a.wall.total_cmp(&b.wall))
 }
 
-async fn measure(scratch: &Path) -> Result<Vec<Row>, String> {
+async fn measure(scratch: &Path) -> Result<Vec<Row>, PreflightError> {
     let (sim, kubeconfig) = fixtures::start_sim(
         SimOptions {
             clusters: 1,
@@ -105,7 +136,7 @@ async fn measure(scratch: &Path) -> Result<Vec<Row>, String> {
     }
     fixtures::stop_sim(sim).await;
     let (Some(on), Some(off)) = (fastest(&with), fastest(&without)) else {
-        return Err("no deploy ran".into());
+        return Err(PreflightError::NoDeploy);
     };
     let extra = on.wall / off.wall - 1.0;
     Ok(vec![

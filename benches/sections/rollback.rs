@@ -8,8 +8,21 @@ use std::time::Duration;
 use kube_sim::rules::{Behaviour, Rule};
 use kube_sim::{Counters, ResourceType, SimOptions};
 
-use crate::support::fixtures;
-use crate::support::table::{Row, secs};
+use crate::support::fixtures::{self, FixtureError};
+use crate::support::table::{Row, secs, why};
+
+/// Why the rollback figures could not be measured.
+#[derive(Debug, thiserror::Error)]
+pub enum RollbackError {
+    #[error(transparent)]
+    Fixture(#[from] FixtureError),
+    /// Writing the app's folder, manifests or config.
+    #[error(transparent)]
+    Io(std::io::Error),
+    /// What went wrong (exit code, output).
+    #[error("the first (good) deploy did not succeed: {0}")]
+    GoodDeploy(String),
+}
 
 const GOOD: &str = "example.com/shop/web:v1";
 const BAD: &str = "example.com/shop/web:v2";
@@ -53,11 +66,11 @@ fn describe(c: &Counters) -> String {
 pub async fn run(scratch: &Path) -> Vec<Row> {
     match measure(scratch).await {
         Ok(rows) => rows,
-        Err(e) => vec![Row::skipped("rollback", e)],
+        Err(e) => vec![Row::skipped("rollback", why(&e))],
     }
 }
 
-async fn measure(scratch: &Path) -> Result<Vec<Row>, String> {
+async fn measure(scratch: &Path) -> Result<Vec<Row>, RollbackError> {
     let (sim, kubeconfig) = fixtures::start_sim(
         SimOptions {
             clusters: 3,
@@ -78,27 +91,24 @@ async fn measure(scratch: &Path) -> Result<Vec<Row>, String> {
     )
     .await?;
     let dir = scratch.join("shop");
-    std::fs::create_dir_all(dir.join("k8s")).map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(dir.join("k8s")).map_err(RollbackError::Io)?;
     std::fs::write(
         dir.join("rollguard.yaml"),
         fixtures::config("shop", "shop", "k8s/", &fixtures::contexts(3), 3, "2m"),
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(RollbackError::Io)?;
 
     std::fs::write(
         dir.join("k8s/app.yaml"),
         fixtures::small_app("shop", GOOD, REPLICAS),
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(RollbackError::Io)?;
     for c in sim.clusters() {
         c.reset_counters();
     }
     let good = fixtures::deploy(&dir, &kubeconfig, &[], Duration::from_secs(120)).await?;
     if good.count("deployed") != 3 {
-        return Err(format!(
-            "the first (good) deploy did not succeed: {}",
-            good.problem()
-        ));
+        return Err(RollbackError::GoodDeploy(good.problem()));
     }
     let good_counters = sum(&sim
         .clusters()
@@ -110,7 +120,7 @@ async fn measure(scratch: &Path) -> Result<Vec<Row>, String> {
         dir.join("k8s/app.yaml"),
         fixtures::small_app("shop", BAD, REPLICAS),
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(RollbackError::Io)?;
     for c in sim.clusters() {
         c.reset_counters();
     }

@@ -13,9 +13,9 @@ use kube_sim::rules::{Behaviour, Rule};
 use kube_sim::{EventKind, SimOptions};
 use rollguard::report::Report;
 
-use crate::support::fixtures;
+use crate::support::fixtures::{self, FixtureError};
 use crate::support::procs;
-use crate::support::table::{Row, Verdict, secs};
+use crate::support::table::{Row, Verdict, secs, why};
 
 const GOOD: &str = "example.com/shop/web:v1";
 const BAD: &str = "example.com/shop/web:v2";
@@ -36,6 +36,44 @@ const FLEETS: [usize; 2] = [3, 50];
 const ALLOWANCE_SECS: f64 = 1.0;
 /// The variable naming the rollguard binary of the "before" column.
 pub const BEFORE_ENV: &str = "ROLLGUARD_BENCH_BEFORE";
+
+/// Why a time-to-safe-state figure could not be measured, or the before column's binary
+/// could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum SafeError {
+    #[error(
+        "{BEFORE_ENV}={} is not a file; point it at a built rollguard binary",
+        .0.display()
+    )]
+    BeforeNotAFile(PathBuf),
+    #[error("{}", .path.display())]
+    Scratch {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Fixture(#[from] FixtureError),
+    /// Writing the app's folder, manifests or config.
+    #[error(transparent)]
+    Io(std::io::Error),
+    /// What went wrong (exit code, output).
+    #[error("the first (good) deploy did not succeed: {0}")]
+    GoodDeploy(String),
+    #[error("no bad cluster")]
+    NoBadCluster,
+    #[error("the bench saw no ImagePullBackOff on the bad cluster")]
+    NoBackoff,
+    /// What went wrong (exit code, output).
+    #[error("bad deploy: {0}")]
+    BadDeploy(String),
+    #[error("the report has no target {0}")]
+    NoTarget(String),
+    #[error("the bad target {name} has no rollback phase (outcome {outcome})")]
+    NoRollbackPhase { name: String, outcome: String },
+    #[error("the report has no targets")]
+    NoTargets,
+}
 
 /// What one bad deploy did, from the bench's view and the report.
 struct Outcome {
@@ -124,7 +162,7 @@ fn config(fleet: usize) -> String {
 }
 
 /// The rollguard binary of the "before" column: Ok(None) when the variable is not set.
-fn before_bin() -> Result<Option<PathBuf>, String> {
+fn before_bin() -> Result<Option<PathBuf>, SafeError> {
     match std::env::var_os(BEFORE_ENV) {
         None => Ok(None),
         Some(p) if p.is_empty() => Ok(None),
@@ -133,10 +171,7 @@ fn before_bin() -> Result<Option<PathBuf>, String> {
             if path.is_file() {
                 Ok(Some(path))
             } else {
-                Err(format!(
-                    "{BEFORE_ENV}={} is not a file; point it at a built rollguard binary",
-                    path.display()
-                ))
+                Err(SafeError::BeforeNotAFile(path))
             }
         }
     }
@@ -154,8 +189,11 @@ fn version(bin: &Path) -> String {
 }
 
 /// A good deploy then the bad one, on fresh clusters, with `bin`.
-async fn scenario(bin: &Path, fleet: usize, scratch: &Path) -> Result<Outcome, String> {
-    std::fs::create_dir_all(scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
+async fn scenario(bin: &Path, fleet: usize, scratch: &Path) -> Result<Outcome, SafeError> {
+    std::fs::create_dir_all(scratch).map_err(|source| SafeError::Scratch {
+        path: scratch.to_path_buf(),
+        source,
+    })?;
     let (sim, kubeconfig) = fixtures::start_sim(
         SimOptions {
             clusters: fleet,
@@ -167,24 +205,21 @@ async fn scenario(bin: &Path, fleet: usize, scratch: &Path) -> Result<Outcome, S
     )
     .await?;
     let dir = scratch.join("shop");
-    std::fs::create_dir_all(dir.join("k8s")).map_err(|e| e.to_string())?;
-    std::fs::write(dir.join("rollguard.yaml"), config(fleet)).map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(dir.join("k8s")).map_err(SafeError::Io)?;
+    std::fs::write(dir.join("rollguard.yaml"), config(fleet)).map_err(SafeError::Io)?;
     let app = dir.join("k8s/app.yaml");
-    std::fs::write(&app, fixtures::small_app("shop", GOOD, REPLICAS)).map_err(|e| e.to_string())?;
+    std::fs::write(&app, fixtures::small_app("shop", GOOD, REPLICAS)).map_err(SafeError::Io)?;
     let good = fixtures::deploy_with(bin, &dir, &kubeconfig, &[], Duration::from_secs(120)).await?;
     if good.count("deployed") != fleet {
-        return Err(format!(
-            "the first (good) deploy did not succeed: {}",
-            good.problem()
-        ));
+        return Err(SafeError::GoodDeploy(good.problem()));
     }
 
-    std::fs::write(&app, fixtures::small_app("shop", BAD, REPLICAS)).map_err(|e| e.to_string())?;
+    std::fs::write(&app, fixtures::small_app("shop", BAD, REPLICAS)).map_err(SafeError::Io)?;
     let bad_cluster = sim
         .clusters()
         .iter()
         .find(|c| c.name() == BAD_CLUSTER)
-        .ok_or("no bad cluster")?;
+        .ok_or(SafeError::NoBadCluster)?;
     let mut events = bad_cluster.store().subscribe();
     let watcher = tokio::spawn(async move {
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -211,10 +246,10 @@ async fn scenario(bin: &Path, fleet: usize, scratch: &Path) -> Result<Outcome, S
     watcher.abort();
     let backoff = match watcher.await {
         Ok(Some(at)) => at,
-        _ => return Err("the bench saw no ImagePullBackOff on the bad cluster".into()),
+        _ => return Err(SafeError::NoBackoff),
     };
     let Some(report) = &run.report else {
-        return Err(format!("bad deploy: {}", run.problem()));
+        return Err(SafeError::BadDeploy(run.problem()));
     };
     let mut outcome = measure(report, backoff, &run, &sim, fleet)?;
     outcome.cpu_sim = cpu_sim;
@@ -232,14 +267,14 @@ fn measure(
     run: &fixtures::DeployRun,
     sim: &kube_sim::Sim,
     fleet: usize,
-) -> Result<Outcome, String> {
+) -> Result<Outcome, SafeError> {
     let target = |context: &str| {
         let name = format!("t{}", context.trim_start_matches("sim-"));
         report
             .targets
             .iter()
             .find(|t| t.name == name)
-            .ok_or_else(|| format!("the report has no target {name}"))
+            .ok_or(SafeError::NoTarget(name))
     };
     let bad = target(BAD_CLUSTER)?;
     let slow = target(SLOW_CLUSTER)?;
@@ -249,12 +284,9 @@ fn measure(
         .filter(|p| p.name == "rollback")
         .map(|p| p.seconds)
         .reduce(f64::max)
-        .ok_or_else(|| {
-            format!(
-                "the bad target {} has no rollback phase (outcome {})",
-                bad.name,
-                bad.outcome.as_str()
-            )
+        .ok_or_else(|| SafeError::NoRollbackPhase {
+            name: bad.name.clone(),
+            outcome: bad.outcome.as_str().to_string(),
         })?;
     let started = |t: &rollguard::report::TargetReport| {
         t.rollback
@@ -282,7 +314,7 @@ fn measure(
         .iter()
         .map(|t| t.finished_at)
         .max()
-        .ok_or("the report has no targets")?;
+        .ok_or(SafeError::NoTargets)?;
     let mut healthy = 0;
     let mut unhealthy = Vec::new();
     for c in sim.clusters() {
@@ -348,15 +380,17 @@ fn line(metric: &str, after: String, before: String) -> Line {
     }
 }
 
-/// The rows of one fleet size.
+/// The rows of one fleet size; `before` is None when the before column is not run.
 fn fleet_lines(
     fleet: usize,
-    after: &Result<Outcome, String>,
-    before: &Result<Outcome, String>,
+    after: &Result<Outcome, SafeError>,
+    before: Option<&Result<Outcome, SafeError>>,
 ) -> Vec<Line> {
-    let figure = |r: &Result<Outcome, String>, f: &dyn Fn(&Outcome) -> String| match r {
-        Ok(o) => f(o),
-        Err(e) => e.clone(),
+    let after = Some(after);
+    let figure = |r: Option<&Result<Outcome, SafeError>>, f: &dyn Fn(&Outcome) -> String| match r {
+        Some(Ok(o)) => f(o),
+        Some(Err(e)) => why(e),
+        None => "-".into(),
     };
     let safe = |o: &Outcome| {
         format!(
@@ -377,11 +411,11 @@ fn fleet_lines(
     );
     head.goal = format!("<= own rollback + {ALLOWANCE_SECS:.0} s");
     head.verdict = match after {
-        Ok(o) => Verdict::of(o.all_safe() && o.safe <= o.limit()),
-        Err(_) => Verdict::Skipped,
+        Some(Ok(o)) => Verdict::of(o.all_safe() && o.safe <= o.limit()),
+        _ => Verdict::Skipped,
     };
     let mut lines = vec![head];
-    if after.is_err() && before.is_err() {
+    if !matches!(after, Some(Ok(_))) && !matches!(before, Some(Ok(_))) {
         return lines;
     }
     lines.push(line(
@@ -484,7 +518,7 @@ pub async fn run(scratch: &Path) -> Vec<Row> {
     let before_label = match &before {
         Ok(Some(bin)) => format!("before: {} ({})", bin.display(), version(bin)),
         Ok(None) => format!("before: not run (set {BEFORE_ENV})"),
-        Err(e) => format!("before: not run ({e})"),
+        Err(e) => format!("before: not run ({})", why(e)),
     };
     let mut lines = vec![line(
         "engine",
@@ -495,10 +529,12 @@ pub async fn run(scratch: &Path) -> Vec<Row> {
     for fleet in FLEETS {
         let after = scenario(&now, fleet, &scratch.join(format!("after-{fleet}"))).await;
         let before_run = match &before {
-            Ok(Some(bin)) => scenario(bin, fleet, &scratch.join(format!("before-{fleet}"))).await,
-            Ok(None) | Err(_) => Err("-".into()),
+            Ok(Some(bin)) => {
+                Some(scenario(bin, fleet, &scratch.join(format!("before-{fleet}"))).await)
+            }
+            Ok(None) | Err(_) => None,
         };
-        lines.extend(fleet_lines(fleet, &after, &before_run));
+        lines.extend(fleet_lines(fleet, &after, before_run.as_ref()));
         afters.push(after);
     }
     if let [Ok(small), Ok(big)] = afters.as_slice() {

@@ -9,9 +9,19 @@ use std::time::{Duration, Instant};
 
 use kube_sim::{Faults, SimOptions};
 
-use crate::support::fixtures::{self, DeployRun, Mix};
+use crate::support::fixtures::{self, DeployRun, FixtureError, Mix};
 use crate::support::procs;
-use crate::support::table::{Row, mib, secs};
+use crate::support::table::{Row, mib, secs, why};
+
+/// Why the scale figures could not be measured.
+#[derive(Debug, thiserror::Error)]
+pub enum ScaleError {
+    #[error(transparent)]
+    Fixture(#[from] FixtureError),
+    /// Writing an app's folder, manifests or config.
+    #[error(transparent)]
+    Io(std::io::Error),
+}
 
 const SIZES: [usize; 5] = [1, 10, 50, 200, 1000];
 const MOST: usize = 1000;
@@ -72,7 +82,7 @@ fn default_config(app: &str, n: usize, timeout: &str) -> String {
 pub async fn run(scratch: &Path) -> Vec<Row> {
     match scale(scratch).await {
         Ok(rows) => rows,
-        Err(e) => vec![Row::skipped("scale", e)],
+        Err(e) => vec![Row::skipped("scale", why(&e))],
     }
 }
 
@@ -83,17 +93,17 @@ async fn small(
     name: &str,
     n: usize,
     extra: &[&str],
-) -> Result<DeployRun, String> {
+) -> Result<DeployRun, ScaleError> {
     let dir = scratch.join(name);
-    std::fs::create_dir_all(dir.join("k8s")).map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(dir.join("k8s")).map_err(ScaleError::Io)?;
     std::fs::write(
         dir.join("k8s/app.yaml"),
         fixtures::small_app(name, "example.com/shop/web:v1", 2),
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(ScaleError::Io)?;
     std::fs::write(dir.join("rollguard.yaml"), default_config(name, n, "2m"))
-        .map_err(|e| e.to_string())?;
-    fixtures::deploy(&dir, kubeconfig, extra, LIMIT).await
+        .map_err(ScaleError::Io)?;
+    Ok(fixtures::deploy(&dir, kubeconfig, extra, LIMIT).await?)
 }
 
 fn concurrency_of(run: &DeployRun) -> String {
@@ -106,7 +116,7 @@ fn concurrency_of(run: &DeployRun) -> String {
         )
 }
 
-async fn scale(scratch: &Path) -> Result<Vec<Row>, String> {
+async fn scale(scratch: &Path) -> Result<Vec<Row>, ScaleError> {
     let mut rows = Vec::new();
     let (nofile_before, nofile) = raise_nofile();
     let rss_before = own_rss_kib();
@@ -284,7 +294,7 @@ async fn scale(scratch: &Path) -> Result<Vec<Row>, String> {
 }
 
 /// 50 clusters x 100 objects at the defaults, with the same latency.
-async fn hundred_objects(scratch: &Path, kubeconfig: &Path) -> Result<Vec<Row>, String> {
+async fn hundred_objects(scratch: &Path, kubeconfig: &Path) -> Result<Vec<Row>, ScaleError> {
     let dir = scratch.join("scale-objects");
     // 1 Namespace + 99 objects = 100 per cluster.
     let mix = Mix {
@@ -303,7 +313,7 @@ async fn hundred_objects(scratch: &Path, kubeconfig: &Path) -> Result<Vec<Row>, 
         dir.join("rollguard.yaml"),
         default_config("scale-objects", 50, "3m"),
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(ScaleError::Io)?;
     let run = fixtures::deploy(&dir, kubeconfig, &[], LIMIT).await?;
     let deployed = run.count("deployed");
     let peak = run.finished.max_rss_kib;

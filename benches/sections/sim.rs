@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 
-use crate::support::http::{self, Conn, Endpoint};
-use crate::support::procs;
-use crate::support::table::{Row, mib, quantile};
+use crate::support::http::{self, Conn, Endpoint, HttpError};
+use crate::support::procs::{self, KubeSimBuildError};
+use crate::support::table::{Row, mib, quantile, why};
 
 const CONNECTIONS: usize = 4;
 const APPLY_SECONDS: f64 = 4.0;
@@ -24,6 +24,34 @@ const BURST: usize = 500;
 const STORED_CONFIG_MAPS: usize = 7_500;
 const STORED_DEPLOYMENTS: usize = 250;
 
+/// Why a kube-sim figure could not be measured.
+#[derive(Debug, thiserror::Error)]
+pub enum SimSectionError {
+    #[error("kube-sim serve")]
+    Spawn(#[source] std::io::Error),
+    #[error("no stdout")]
+    NoStdout,
+    #[error("reading kube-sim's stdout")]
+    ReadReady(#[source] std::io::Error),
+    #[error("kube-sim printed {0:?} instead of ready")]
+    NotReady(String),
+    /// Reading the kubeconfig kube-sim wrote.
+    #[error(transparent)]
+    Kubeconfig(std::io::Error),
+    #[error(transparent)]
+    Http(#[from] HttpError),
+    #[error(transparent)]
+    Join(#[from] tokio::task::JoinError),
+    #[error("watch: HTTP {0}")]
+    WatchStatus(hyper::StatusCode),
+    #[error("watch stream")]
+    WatchStream(#[source] hyper::Error),
+    #[error("only {ready} of {WATCHERS} watches started")]
+    WatchesStarted { ready: usize },
+    #[error("no /proc status")]
+    NoProcStatus,
+}
+
 /// A `kube-sim serve` child, stopped on drop.
 struct Server {
     child: Child,
@@ -32,7 +60,7 @@ struct Server {
 }
 
 impl Server {
-    fn start(bin: &Path, dir: &Path, pin: bool) -> Result<Server, String> {
+    fn start(bin: &Path, dir: &Path, pin: bool) -> Result<Server, SimSectionError> {
         let kubeconfig = dir.join(format!("kubeconfig-{}", rand::random::<u32>()));
         let pinned = pin && procs::on_path("taskset");
         let mut cmd = if pinned {
@@ -47,18 +75,18 @@ impl Server {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
-        let mut child = cmd.spawn().map_err(|e| format!("kube-sim serve: {e}"))?;
-        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let mut child = cmd.spawn().map_err(SimSectionError::Spawn)?;
+        let stdout = child.stdout.take().ok_or(SimSectionError::NoStdout)?;
         let mut line = String::new();
         BufReader::new(stdout)
             .read_line(&mut line)
-            .map_err(|e| format!("reading kube-sim's stdout: {e}"))?;
+            .map_err(SimSectionError::ReadReady)?;
         if line.trim() != "ready" {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(format!("kube-sim printed {line:?} instead of ready"));
+            return Err(SimSectionError::NotReady(line));
         }
-        let text = std::fs::read_to_string(&kubeconfig).map_err(|e| e.to_string())?;
+        let text = std::fs::read_to_string(&kubeconfig).map_err(SimSectionError::Kubeconfig)?;
         let endpoint = Endpoint::from_kubeconfig(&text)?;
         Ok(Server {
             child,
@@ -83,24 +111,24 @@ impl Drop for Server {
 }
 
 /// `bin`: the release kube-sim binary, built before the section's clock starts.
-pub async fn run(scratch: &Path, bin: Result<PathBuf, String>) -> Vec<Row> {
+pub async fn run(scratch: &Path, bin: &Result<PathBuf, KubeSimBuildError>) -> Vec<Row> {
     let bin = match bin {
         Ok(bin) => bin,
-        Err(e) => return vec![Row::skipped("kube-sim", e)],
+        Err(e) => return vec![Row::skipped("kube-sim", why(e))],
     };
     let mut rows = Vec::new();
-    match applies_and_watchers(&bin, scratch).await {
+    match applies_and_watchers(bin, scratch).await {
         Ok(mut r) => rows.append(&mut r),
-        Err(e) => rows.push(Row::skipped("applies and watchers", e)),
+        Err(e) => rows.push(Row::skipped("applies and watchers", why(&e))),
     }
-    match stored_memory(&bin, scratch).await {
+    match stored_memory(bin, scratch).await {
         Ok(mut r) => rows.append(&mut r),
-        Err(e) => rows.push(Row::skipped("10,000 stored objects", e)),
+        Err(e) => rows.push(Row::skipped("10,000 stored objects", why(&e))),
     }
     rows
 }
 
-async fn applies_and_watchers(bin: &Path, scratch: &Path) -> Result<Vec<Row>, String> {
+async fn applies_and_watchers(bin: &Path, scratch: &Path) -> Result<Vec<Row>, SimSectionError> {
     let server = Server::start(bin, scratch, true)?;
     let ep = server.endpoint.clone();
     let mut rows = Vec::new();
@@ -138,13 +166,13 @@ async fn applies_and_watchers(bin: &Path, scratch: &Path) -> Result<Vec<Row>, St
                 .await?;
                 n += 1;
             }
-            Ok::<(u64, Conn), String>((n, conn))
+            Ok::<(u64, Conn), HttpError>((n, conn))
         }));
     }
     let mut applies = 0u64;
     let mut conns = Vec::new();
     for t in tasks {
-        let (n, conn) = t.await.map_err(|e| e.to_string())??;
+        let (n, conn) = t.await??;
         applies += n;
         conns.push(conn);
     }
@@ -203,7 +231,7 @@ async fn applies_and_watchers(bin: &Path, scratch: &Path) -> Result<Vec<Row>, St
                 )
                 .await?;
             if resp.status() != 200 {
-                return Err(format!("watch: HTTP {}", resp.status()));
+                return Err(SimSectionError::WatchStatus(resp.status()));
             }
             let _ = ready_tx.send(()).await;
             let mut body = resp.into_body();
@@ -215,7 +243,7 @@ async fn applies_and_watchers(bin: &Path, scratch: &Path) -> Result<Vec<Row>, St
                 let left = deadline.saturating_duration_since(Instant::now());
                 let frame = match tokio::time::timeout(left, body.frame()).await {
                     Ok(Some(Ok(f))) => f,
-                    Ok(Some(Err(e))) => return Err(format!("watch stream: {e}")),
+                    Ok(Some(Err(e))) => return Err(SimSectionError::WatchStream(e)),
                     Ok(None) | Err(_) => break,
                 };
                 let Ok(data) = frame.into_data() else {
@@ -237,7 +265,7 @@ async fn applies_and_watchers(bin: &Path, scratch: &Path) -> Result<Vec<Row>, St
                     }
                 }
             }
-            Ok::<Vec<f64>, String>(latencies)
+            Ok::<Vec<f64>, SimSectionError>(latencies)
         }));
     }
     drop(ready_tx);
@@ -249,7 +277,7 @@ async fn applies_and_watchers(bin: &Path, scratch: &Path) -> Result<Vec<Row>, St
         }
     }
     if ready < WATCHERS {
-        return Err(format!("only {ready} of {WATCHERS} watches started"));
+        return Err(SimSectionError::WatchesStarted { ready });
     }
     // The server subscribes each watch in a task of its own: give them a moment.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -271,17 +299,17 @@ async fn applies_and_watchers(bin: &Path, scratch: &Path) -> Result<Vec<Row>, St
                 .await?;
                 i += CONNECTIONS;
             }
-            Ok::<(), String>(())
+            Ok::<(), HttpError>(())
         }));
     }
     for w in writers {
-        w.await.map_err(|e| e.to_string())??;
+        w.await??;
     }
     let burst_secs = burst_started.elapsed().as_secs_f64();
     let mut all = Vec::new();
     let mut complete = 0;
     for w in watchers {
-        let lat = w.await.map_err(|e| e.to_string())??;
+        let lat = w.await??;
         if lat.len() == BURST {
             complete += 1;
         }
@@ -322,10 +350,10 @@ fn burst_index(line: &[u8]) -> Option<usize> {
     std::str::from_utf8(&digits).ok()?.parse().ok()
 }
 
-async fn stored_memory(bin: &Path, scratch: &Path) -> Result<Vec<Row>, String> {
+async fn stored_memory(bin: &Path, scratch: &Path) -> Result<Vec<Row>, SimSectionError> {
     let server = Server::start(bin, scratch, false)?;
     let ep = server.endpoint.clone();
-    let (base_rss, _) = procs::rss_kib(server.pid()).ok_or("no /proc status")?;
+    let (base_rss, _) = procs::rss_kib(server.pid()).ok_or(SimSectionError::NoProcStatus)?;
     let ns = "store";
     let mut conn = Conn::open(&ep).await?;
     conn.apply(
@@ -358,11 +386,11 @@ async fn stored_memory(bin: &Path, scratch: &Path) -> Result<Vec<Row>, String> {
                 }
                 i += CONNECTIONS;
             }
-            Ok::<(), String>(())
+            Ok::<(), HttpError>(())
         }));
     }
     for t in tasks {
-        t.await.map_err(|e| e.to_string())??;
+        t.await??;
     }
     // Let the controllers make every ReplicaSet and pod (bounded wait; the pod list is small).
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -379,7 +407,7 @@ async fn stored_memory(bin: &Path, scratch: &Path) -> Result<Vec<Row>, String> {
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     // RSS before the big list answers below (they allocate); the peak so far is beside it.
-    let (rss, hwm) = procs::rss_kib(server.pid()).ok_or("no /proc status")?;
+    let (rss, hwm) = procs::rss_kib(server.pid()).ok_or(SimSectionError::NoProcStatus)?;
     let mut counts = Vec::new();
     for (label, path) in [
         ("configmaps", format!("/api/v1/namespaces/{ns}/configmaps")),

@@ -10,7 +10,32 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::procs;
-use crate::support::table::Row;
+use crate::support::table::{Row, why};
+
+/// Why one start could not be measured.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("bind")]
+    Bind(#[source] std::io::Error),
+    /// The listener's address, the run's folder or the listener's mode.
+    #[error(transparent)]
+    Io(std::io::Error),
+    /// `name`: the file, relative to the run's folder.
+    #[error("{name}")]
+    Write {
+        name: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("spawn rollguard")]
+    Spawn(#[source] std::io::Error),
+    #[error("rollguard made no request within 10 s")]
+    NoRequest,
+    #[error("rollguard exited ({0}) before any request")]
+    Exited(std::process::ExitStatus),
+    #[error("accept")]
+    Accept(#[source] std::io::Error),
+}
 
 /// Runs measured; the median is the figure, the maximum is shown beside it.
 const RUNS: usize = 15;
@@ -35,7 +60,7 @@ pub async fn run(scratch: &Path) -> Vec<Row> {
         match first_request(scratch, i) {
             Ok(t) => times.push(t),
             Err(e) => {
-                rows.push(Row::skipped("start to first request", e));
+                rows.push(Row::skipped("start to first request", why(&e)));
                 return rows;
             }
         }
@@ -57,15 +82,18 @@ pub async fn run(scratch: &Path) -> Vec<Row> {
 }
 
 /// One run: a listener, a kubeconfig pointing at it, `rollguard deploy`, the time to accept().
-fn first_request(scratch: &Path, i: usize) -> Result<Duration, String> {
-    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
-    let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+fn first_request(scratch: &Path, i: usize) -> Result<Duration, StartError> {
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(StartError::Bind)?;
+    let port = listener.local_addr().map_err(StartError::Io)?.port();
     let dir = scratch.join(format!("run-{i}"));
-    std::fs::create_dir_all(dir.join("k8s")).map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(dir.join("k8s")).map_err(StartError::Io)?;
     let write = |name: &str, text: &str| {
         std::fs::File::create(dir.join(name))
             .and_then(|mut f| f.write_all(text.as_bytes()))
-            .map_err(|e| format!("{name}: {e}"))
+            .map_err(|source| StartError::Write {
+                name: name.to_string(),
+                source,
+            })
     };
     write(
         "kubeconfig",
@@ -94,21 +122,21 @@ fn first_request(scratch: &Path, i: usize) -> Result<Duration, String> {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .map_err(|e| format!("spawn rollguard: {e}"))?;
-    listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+        .map_err(StartError::Spawn)?;
+    listener.set_nonblocking(true).map_err(StartError::Io)?;
     let result = loop {
         match listener.accept() {
             Ok(_) => break Ok(started.elapsed()),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 if started.elapsed() > Duration::from_secs(10) {
-                    break Err("rollguard made no request within 10 s".to_string());
+                    break Err(StartError::NoRequest);
                 }
                 if let Ok(Some(status)) = child.try_wait() {
-                    break Err(format!("rollguard exited ({status}) before any request"));
+                    break Err(StartError::Exited(status));
                 }
                 std::thread::sleep(Duration::from_micros(200));
             }
-            Err(e) => break Err(format!("accept: {e}")),
+            Err(e) => break Err(StartError::Accept(e)),
         }
     };
     let _ = child.kill();

@@ -8,7 +8,29 @@ use std::time::Duration;
 use kube_sim::{Sim, SimOptions};
 use rollguard::report::Report;
 
-use super::procs::{self, Finished};
+use super::procs::{self, Finished, RunError};
+
+/// Why an app could not be written, the clusters started or a deploy run.
+#[derive(Debug, thiserror::Error)]
+pub enum FixtureError {
+    #[error("{}", .path.display())]
+    CreateDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// `name`: the file, relative to the app's folder.
+    #[error("{name}")]
+    Write {
+        name: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Sim(#[from] kube_sim::SimError),
+    #[error(transparent)]
+    Run(#[from] RunError),
+}
 
 /// Mix of kinds in a generated app.
 #[derive(Clone, Copy, Debug)]
@@ -33,10 +55,16 @@ pub fn write_app(
     mix: Mix,
     image: &str,
     replicas: u32,
-) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+) -> Result<(), FixtureError> {
+    std::fs::create_dir_all(dir).map_err(|source| FixtureError::CreateDir {
+        path: dir.to_path_buf(),
+        source,
+    })?;
     let put = |name: &str, text: &str| {
-        std::fs::write(dir.join(name), text).map_err(|e| format!("{name}: {e}"))
+        std::fs::write(dir.join(name), text).map_err(|source| FixtureError::Write {
+            name: name.to_string(),
+            source,
+        })
     };
     if let Some(ns) = namespace {
         put(
@@ -99,11 +127,12 @@ pub fn config(
 
 /// In-process kube-sim clusters, and their kubeconfig written to `scratch/kubeconfig`
 /// (contexts sim-1 .. sim-n).
-pub async fn start_sim(options: SimOptions, scratch: &Path) -> Result<(Sim, PathBuf), String> {
+pub async fn start_sim(
+    options: SimOptions,
+    scratch: &Path,
+) -> Result<(Sim, PathBuf), FixtureError> {
     let kubeconfig = scratch.join("kubeconfig");
-    let sim = Sim::start_with_kubeconfig(options, &kubeconfig)
-        .await
-        .map_err(|e| e.to_string())?;
+    let sim = Sim::start_with_kubeconfig(options, &kubeconfig).await?;
     Ok((sim, kubeconfig))
 }
 
@@ -180,7 +209,7 @@ pub async fn deploy(
     kubeconfig: &Path,
     extra: &[&str],
     limit: Duration,
-) -> Result<DeployRun, String> {
+) -> Result<DeployRun, FixtureError> {
     deploy_with(&procs::rollguard_bin(), dir, kubeconfig, extra, limit).await
 }
 
@@ -191,7 +220,7 @@ pub async fn deploy_with(
     kubeconfig: &Path,
     extra: &[&str],
     limit: Duration,
-) -> Result<DeployRun, String> {
+) -> Result<DeployRun, FixtureError> {
     let report_path: PathBuf = dir.join(format!(
         "report-{}.json",
         std::time::SystemTime::now()

@@ -28,6 +28,40 @@ pub enum BinError {
     NoPath(String),
 }
 
+/// Why kube-sim could not be built for the sim section.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeSimBuildError {
+    #[error("running cargo build -p kube-sim")]
+    Spawn(#[source] std::io::Error),
+    #[error("cargo build --profile bench -p kube-sim failed: {0}")]
+    Build(std::process::ExitStatus),
+    #[error("{} missing after the build", .0.display())]
+    Missing(PathBuf),
+}
+
+/// Why a measured child process could not be run to its end.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A file to hold the child's stdout or stderr.
+    #[error("{}", .path.display())]
+    Output {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// `command` is the command's Debug form.
+    #[error("spawning {command}")]
+    Spawn {
+        command: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("wait4")]
+    Wait(#[source] std::io::Error),
+    #[error("joining the runner thread")]
+    Join(#[source] tokio::task::JoinError),
+}
+
 /// The rollguard binary every section measures: the one [`prepare_rollguard`] chose.
 pub fn rollguard_bin() -> PathBuf {
     ROLLGUARD
@@ -96,7 +130,7 @@ pub fn workspace_root() -> PathBuf {
 /// packages' binaries for a bench, and building it into the bench's own target/release
 /// makes cargo rebuild shared dependencies back and forth (different feature sets, same
 /// profile directory), so it has a target directory of its own: target/bench-kube-sim.
-pub fn build_kube_sim() -> Result<PathBuf, String> {
+pub fn build_kube_sim() -> Result<PathBuf, KubeSimBuildError> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
@@ -118,18 +152,16 @@ pub fn build_kube_sim() -> Result<PathBuf, String> {
         .arg(&target)
         .stdin(Stdio::null())
         .status()
-        .map_err(|e| format!("running cargo build -p kube-sim: {e}"))?;
+        .map_err(KubeSimBuildError::Spawn)?;
     if !status.success() {
-        return Err(format!(
-            "cargo build --profile bench -p kube-sim failed: {status}"
-        ));
+        return Err(KubeSimBuildError::Build(status));
     }
     // The bench profile builds into release/.
     let bin = target.join("release").join("kube-sim");
     if bin.is_file() {
         Ok(bin)
     } else {
-        Err(format!("{} missing after the build", bin.display()))
+        Err(KubeSimBuildError::Missing(bin))
     }
 }
 
@@ -163,16 +195,29 @@ impl Finished {
 
 /// Runs `cmd` to its end (killed after `limit`), measuring wall time and peak RSS with
 /// wait4(2). Blocking: call from a blocking thread when a runtime must go on meanwhile.
-pub fn run_measured(mut cmd: Command, limit: Duration, scratch: &Path) -> Result<Finished, String> {
+pub fn run_measured(
+    mut cmd: Command,
+    limit: Duration,
+    scratch: &Path,
+) -> Result<Finished, RunError> {
     static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = SEQ.fetch_add(1, Ordering::Relaxed);
     let out_path = scratch.join(format!("child-{n}.out"));
     let err_path = scratch.join(format!("child-{n}.err"));
-    let out = File::create(&out_path).map_err(|e| format!("{}: {e}", out_path.display()))?;
-    let err = File::create(&err_path).map_err(|e| format!("{}: {e}", err_path.display()))?;
+    let create = |path: &Path| {
+        File::create(path).map_err(|source| RunError::Output {
+            path: path.to_path_buf(),
+            source,
+        })
+    };
+    let out = create(&out_path)?;
+    let err = create(&err_path)?;
     cmd.stdin(Stdio::null()).stdout(out).stderr(err);
     let started = Instant::now();
-    let child = cmd.spawn().map_err(|e| format!("spawning {cmd:?}: {e}"))?;
+    let child = cmd.spawn().map_err(|source| RunError::Spawn {
+        command: format!("{cmd:?}"),
+        source,
+    })?;
     let pid = child.id() as libc::pid_t;
     let done = Arc::new(AtomicBool::new(false));
     let killed = Arc::new(AtomicBool::new(false));
@@ -218,7 +263,7 @@ pub fn run_measured(mut cmd: Command, limit: Duration, scratch: &Path) -> Result
     let _ = watchdog.join();
     drop(child);
     if r != pid {
-        return Err(format!("wait4: {}", std::io::Error::last_os_error()));
+        return Err(RunError::Wait(std::io::Error::last_os_error()));
     }
     let code = if libc::WIFEXITED(status) {
         Some(libc::WEXITSTATUS(status))
@@ -246,11 +291,11 @@ pub async fn run_measured_async(
     cmd: Command,
     limit: Duration,
     scratch: &Path,
-) -> Result<Finished, String> {
+) -> Result<Finished, RunError> {
     let scratch = scratch.to_path_buf();
     tokio::task::spawn_blocking(move || run_measured(cmd, limit, &scratch))
         .await
-        .map_err(|e| format!("joining the runner thread: {e}"))?
+        .map_err(RunError::Join)?
 }
 
 /// VmRSS and VmHWM of a live process, KiB.

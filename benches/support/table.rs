@@ -132,3 +132,15 @@ pub fn median(samples: &[f64]) -> f64 {
         (v[n / 2 - 1] + v[n / 2]) / 2.0
     }
 }
+
+/// The text of a failure for a row or a line: the error's own words, then its cause's, as
+/// the bench has always printed them ("spawning ...: No such file or directory"). One level
+/// only, and not when the error's words already end with its cause's (kube-sim's errors
+/// print their cause themselves and also give it as their source).
+pub fn why(err: &(dyn std::error::Error + 'static)) -> String {
+    let text = err.to_string();
+    match err.source().map(|cause| cause.to_string()) {
+        Some(cause) if !text.ends_with(&cause) => format!("{text}: {cause}"),
+        _ => text,
+    }
+}
