@@ -24,6 +24,7 @@ use crate::engine::plan::Plan;
 use crate::engine::policy::{self, RollbackResult};
 use crate::engine::reapply;
 use crate::engine::target_run::TargetRun;
+use crate::engine::wave_gate::Unreadable;
 use crate::engine::wave_gate::{self, WaveRefused};
 use crate::error::exit;
 use crate::release::lock::{self, LockError};
@@ -1257,9 +1258,9 @@ async fn read_records(config: &Config, env: &Env) -> Vec<(TargetConfig, wave_gat
         .zip(connected)
         .map(|(target, connected)| async move {
             let records = match connected {
-                Ok(c) => c.store.list().await.map_err(|e| e.to_string()),
-                Err(TargetProblem::Target { source, .. }) => Err(source.to_string()),
-                Err(problem) => Err(problem.to_string()),
+                Ok(c) => c.store.list().await.map_err(Unreadable::new),
+                Err(TargetProblem::Target { source, .. }) => Err(Unreadable::new(source)),
+                Err(problem) => Err(Unreadable::new(problem)),
             };
             (target.clone(), records)
         });

@@ -5,13 +5,26 @@
 //! anything is written anywhere.
 
 use std::fmt;
+use std::sync::Arc;
 
 use crate::config::TargetConfig;
 use crate::release::{ReleaseRecord, ReleaseStatus, last_good};
 use crate::util::git::CommitInfo;
 
 /// A target's release records, or why they could not be read.
-pub type Records = Result<Vec<ReleaseRecord>, String>;
+pub type Records = Result<Vec<ReleaseRecord>, Unreadable>;
+
+/// Why a target's release records could not be read: the error of its connection or of the
+/// listing (shared, so that the verdict can be cloned with it).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(transparent)]
+pub struct Unreadable(Arc<dyn std::error::Error + Send + Sync>);
+
+impl Unreadable {
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> Unreadable {
+        Unreadable(Arc::new(error))
+    }
+}
 
 /// What one target of an earlier wave told: its records, or why they could not be read
 /// (unreachable cluster, refused credentials, a record that does not decode).
@@ -174,7 +187,7 @@ pub fn judge(wave: u32, commit: &CommitInfo, earlier: &[Earlier]) -> Result<(), 
 fn behind(commit: &CommitInfo, e: &Earlier) -> Option<Behind> {
     let records = match &e.records {
         Ok(records) => records,
-        Err(why) => return Some(Behind::Unreadable(why.clone())),
+        Err(why) => return Some(Behind::Unreadable(why.to_string())),
     };
     let Some(good) = last_good(records) else {
         return Some(Behind::NeverDeployed);
@@ -279,7 +292,7 @@ mod tests {
                 Some(Behind::NeverDeployed),
             ),
             (
-                Err("connection refused".into()),
+                Err(Unreadable::new(std::io::Error::other("connection refused"))),
                 Some(Behind::Unreadable("connection refused".into())),
             ),
         ];
@@ -306,7 +319,10 @@ mod tests {
             &[
                 earlier("canary", Ok(vec![rec(3, Deployed, Some(B))])),
                 earlier("eu", Ok(vec![rec(5, Deployed, Some(A))])),
-                earlier("us", Err("timed out".into())),
+                earlier(
+                    "us",
+                    Err(Unreadable::new(std::io::Error::other("timed out"))),
+                ),
             ],
         );
         let Err(refused) = got else {
