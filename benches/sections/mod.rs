@@ -4,6 +4,7 @@ pub mod apply;
 pub mod detect;
 pub mod fleet;
 pub mod fuzz;
+pub mod helm;
 pub mod preflight;
 pub mod rollback;
 pub mod safe;
