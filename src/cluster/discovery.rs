@@ -192,7 +192,7 @@ enum Unusable {
 }
 
 /// Parses both documents into one catalog. Only an answer not seen before is parsed, so
-/// only it is checked for the legacy form (each check reads a whole 60 KB document).
+/// only it is checked for the legacy form (each check reads a whole document).
 fn parse_answer(answer: &Answer) -> Result<Catalog, Unusable> {
     if !(is_aggregated(&answer.0) && is_aggregated(&answer.1)) {
         return Err(Unusable::Legacy);
