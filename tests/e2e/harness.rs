@@ -495,6 +495,29 @@ pub fn corpus_file(test: &str, rel: &str) -> Option<String> {
     )
 }
 
+/// Whether `program` can be started here (from PATH), for `test`. When it cannot, `test`
+/// skips, saying why and how to get it (`install`), or, under ROLLGUARD_REQUIRE_SHARED=1
+/// (.ci/run, which installs it), fails.
+pub fn needs_program(test: &str, program: &str, install: &str) -> bool {
+    let runs = std::process::Command::new(program)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok();
+    if !runs {
+        assert!(
+            std::env::var("ROLLGUARD_REQUIRE_SHARED").as_deref() != Ok("1"),
+            "{test}: {program} is not on PATH and ROLLGUARD_REQUIRE_SHARED=1 says this test must run ({install})"
+        );
+        kube_sim::skip_test(
+            test,
+            &format!("{program} is not on PATH ({install}; .ci/run installs it)"),
+        );
+    }
+    runs
+}
+
 /// git with a fixed identity, in `dir`.
 pub fn git(dir: &std::path::Path, args: &[&str]) -> String {
     git_with(dir, &[], args)

@@ -125,18 +125,7 @@ impl Prometheus {
     /// series. None (after a visible skip line) when the binary is missing; under
     /// ROLLGUARD_REQUIRE_SHARED=1 (.ci/run, which installs it) that fails instead.
     pub async fn start(test: &str, exporter: &Exporter) -> Option<Prometheus> {
-        if std::process::Command::new("prometheus")
-            .arg("--version")
-            .output()
-            .is_err()
-        {
-            assert!(
-                std::env::var("ROLLGUARD_REQUIRE_SHARED").as_deref() != Ok("1"),
-                "{test}: the prometheus binary is missing and ROLLGUARD_REQUIRE_SHARED=1 says this test must run (apt-get install prometheus)"
-            );
-            eprintln!(
-                "SKIPPED {test}: the prometheus binary is not on PATH (apt-get install prometheus; .ci/run installs it)"
-            );
+        if !crate::harness::needs_program(test, "prometheus", "apt-get install prometheus") {
             return None;
         }
         let dir = tempfile::tempdir().expect("tempdir");
