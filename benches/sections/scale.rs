@@ -166,63 +166,12 @@ async fn scale(scratch: &Path) -> Result<Vec<Row>, ScaleError> {
         }
         curve.push((n, wall, peak));
         let one = curve.first().filter(|c| c.0 == 1).map(|c| c.1);
-        let ratio = one.map_or(f64::NAN, |one| wall / one);
-        // Rollguard and the simulated clusters share the machine's CPUs: their CPU time
-        // over the CPUs is a floor under the wall time that no schedule goes below.
-        let cpu = run.finished.cpu.as_secs_f64() + sim_cpu.as_secs_f64();
-        let cpus = procs::nproc().max(1);
-        let floor = cpu / cpus as f64;
-        let measured = format!(
-            "{} = {ratio:.2} x wall(1); peak RSS {}; CPU rollguard {:.2} s, kube-sim {:.2} s (over {} CPUs: {} = {:.2} x wall(1)); {}",
-            secs(wall),
-            mib(peak),
-            run.finished.cpu.as_secs_f64(),
-            sim_cpu.as_secs_f64(),
-            cpus,
-            secs(floor),
-            one.map_or(f64::NAN, |one| floor / one),
-            concurrency_of(&run)
-        );
-        let metric = format!("{n} cluster(s), small app: wall / wall(1)");
-        push(
-            &mut rows,
-            match n {
-                200 => Row::goal(metric, "<= 1.5 x", measured, ratio <= 1.5),
-                1000 => Row::goal(metric, "<= 3 x", measured, ratio <= 3.0),
-                _ => Row::info(metric, measured),
-            },
-        );
-        if n == MOST {
-            push(
-                &mut rows,
-                Row::goal(
-                    "  1000 clusters, small app: rollguard peak RSS",
-                    "<= 256 MiB",
-                    mib(peak),
-                    peak <= 256 * 1024,
-                ),
-            );
+        for row in size_rows(n, &run, sim_cpu, one) {
+            push(&mut rows, row);
         }
     }
-    if let (Some(first), Some(last)) = (curve.first(), curve.last())
-        && last.0 > first.0
-    {
-        let added = (last.0 - first.0) as f64;
-        push(
-            &mut rows,
-            Row::info(
-                format!("  cost per added target ({} -> {})", first.0, last.0),
-                format!(
-                    "{:.2} ms and {:.3} MiB per target (wall {} -> {}, peak RSS {} -> {})",
-                    (last.1 - first.1) * 1000.0 / added,
-                    (last.2 as f64 - first.2 as f64) / 1024.0 / added,
-                    secs(first.1),
-                    secs(last.1),
-                    mib(first.2),
-                    mib(last.2)
-                ),
-            ),
-        );
+    if let Some(row) = cost_row(&curve) {
+        push(&mut rows, row);
     }
     // Every target in flight at once: the memory of one target in flight, from which
     // engine::budget's constants come.
@@ -234,19 +183,9 @@ async fn scale(scratch: &Path) -> Result<Vec<Row>, ScaleError> {
         &["--concurrency", "1000"],
     )
     .await?;
-    let one_peak = curve.first().map_or(0, |c| c.2);
     push(
         &mut rows,
-        Row::info(
-            "  1000 clusters, --concurrency 1000 (all in flight)",
-            format!(
-                "{} of 1000 deployed in {}; peak RSS {} = {:.3} MiB per target over 1 cluster's",
-                all.count("deployed"),
-                secs(all.finished.wall.as_secs_f64()),
-                mib(all.finished.max_rss_kib),
-                (all.finished.max_rss_kib as f64 - one_peak as f64) / 1024.0 / 999.0
-            ),
-        ),
+        all_in_flight_row(&all, curve.first().map_or(0, |c| c.2)),
     );
     rows.extend(hundred_objects(scratch, &kubeconfig).await?);
     push(
@@ -291,6 +230,82 @@ async fn scale(scratch: &Path) -> Result<Vec<Row>, ScaleError> {
         ),
     );
     Ok(rows)
+}
+
+/// One fleet size's rows: its wall time against one cluster's (`one`), with the floor that
+/// both processes' CPU puts under it beside it; at 1,000 also the peak RSS goal.
+fn size_rows(n: usize, run: &DeployRun, sim_cpu: Duration, one: Option<f64>) -> Vec<Row> {
+    let wall = run.finished.wall.as_secs_f64();
+    let peak = run.finished.max_rss_kib;
+    let ratio = one.map_or(f64::NAN, |one| wall / one);
+    // Rollguard and the simulated clusters share the machine's CPUs: their CPU time
+    // over the CPUs is a floor under the wall time that no schedule goes below.
+    let cpu = run.finished.cpu.as_secs_f64() + sim_cpu.as_secs_f64();
+    let cpus = procs::nproc().max(1);
+    let floor = cpu / cpus as f64;
+    let measured = format!(
+        "{} = {ratio:.2} x wall(1); peak RSS {}; CPU rollguard {:.2} s, kube-sim {:.2} s (over {} CPUs: {} = {:.2} x wall(1)); {}",
+        secs(wall),
+        mib(peak),
+        run.finished.cpu.as_secs_f64(),
+        sim_cpu.as_secs_f64(),
+        cpus,
+        secs(floor),
+        one.map_or(f64::NAN, |one| floor / one),
+        concurrency_of(run)
+    );
+    let metric = format!("{n} cluster(s), small app: wall / wall(1)");
+    let mut rows = vec![match n {
+        200 => Row::goal(metric, "<= 1.5 x", measured, ratio <= 1.5),
+        1000 => Row::goal(metric, "<= 3 x", measured, ratio <= 3.0),
+        _ => Row::info(metric, measured),
+    }];
+    if n == MOST {
+        rows.push(Row::goal(
+            "  1000 clusters, small app: rollguard peak RSS",
+            "<= 256 MiB",
+            mib(peak),
+            peak <= 256 * 1024,
+        ));
+    }
+    rows
+}
+
+/// Every target in flight at once, beside one cluster's peak (`one_peak`, KiB): the memory
+/// of a target in flight.
+fn all_in_flight_row(all: &DeployRun, one_peak: u64) -> Row {
+    Row::info(
+        "  1000 clusters, --concurrency 1000 (all in flight)",
+        format!(
+            "{} of 1000 deployed in {}; peak RSS {} = {:.3} MiB per target over 1 cluster's",
+            all.count("deployed"),
+            secs(all.finished.wall.as_secs_f64()),
+            mib(all.finished.max_rss_kib),
+            (all.finished.max_rss_kib as f64 - one_peak as f64) / 1024.0 / 999.0
+        ),
+    )
+}
+
+/// The cost of each target added from the first size of the curve (n, wall s, peak KiB) to
+/// its last.
+fn cost_row(curve: &[(usize, f64, u64)]) -> Option<Row> {
+    let (first, last) = (curve.first()?, curve.last()?);
+    if last.0 <= first.0 {
+        return None;
+    }
+    let added = (last.0 - first.0) as f64;
+    Some(Row::info(
+        format!("  cost per added target ({} -> {})", first.0, last.0),
+        format!(
+            "{:.2} ms and {:.3} MiB per target (wall {} -> {}, peak RSS {} -> {})",
+            (last.1 - first.1) * 1000.0 / added,
+            (last.2 as f64 - first.2 as f64) / 1024.0 / added,
+            secs(first.1),
+            secs(last.1),
+            mib(first.2),
+            mib(last.2)
+        ),
+    ))
 }
 
 /// 50 clusters x 100 objects at the defaults, with the same latency.
