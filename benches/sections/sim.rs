@@ -131,7 +131,6 @@ pub async fn run(scratch: &Path, bin: &Result<PathBuf, KubeSimBuildError>) -> Ve
 async fn applies_and_watchers(bin: &Path, scratch: &Path) -> Result<Vec<Row>, SimSectionError> {
     let server = Server::start(bin, scratch, true)?;
     let ep = server.endpoint.clone();
-    let mut rows = Vec::new();
 
     // Warm-up: connections open, the namespace-less path cached, 200 applies.
     let mut conns = Vec::new();
@@ -147,9 +146,74 @@ async fn applies_and_watchers(bin: &Path, scratch: &Path) -> Result<Vec<Row>, Si
             )
             .await?;
     }
+    let (mut rows, mut conns) = applies(&server, conns).await?;
 
-    // Applies: CONNECTIONS loops for APPLY_SECONDS; every apply changes a ConfigMap (1,000
-    // names, so the first round creates and later rounds update).
+    // Watchers: WATCHERS streams on one namespace, then a burst of BURST applies there.
+    let ns = "watchbench";
+    conns[0]
+        .apply(
+            &format!("/api/v1/namespaces/{ns}"),
+            &serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        )
+        .await?;
+    let sent: Arc<Mutex<Vec<Option<Instant>>>> = Arc::new(Mutex::new(vec![None; BURST]));
+    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<()>(WATCHERS);
+    let watchers: Vec<_> = (0..WATCHERS)
+        .map(|_| watcher(ep.clone(), ns, sent.clone(), ready_tx.clone()))
+        .collect();
+    drop(ready_tx);
+    let mut ready = 0;
+    while ready < WATCHERS {
+        match tokio::time::timeout(Duration::from_secs(20), ready_rx.recv()).await {
+            Ok(Some(())) => ready += 1,
+            _ => break,
+        }
+    }
+    if ready < WATCHERS {
+        return Err(SimSectionError::WatchesStarted { ready });
+    }
+    // The server subscribes each watch in a task of its own: give them a moment.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let burst_secs = burst(conns, ns, &sent).await?;
+    let mut all = Vec::new();
+    let mut complete = 0;
+    for w in watchers {
+        let lat = w.await??;
+        if lat.len() == BURST {
+            complete += 1;
+        }
+        all.extend(lat);
+    }
+    all.sort_by(f64::total_cmp);
+    rows.push(Row::goal(
+        format!("watchers receiving all {BURST} events of a burst"),
+        format!("{WATCHERS} of {WATCHERS}"),
+        format!(
+            "{complete} of {WATCHERS} ({} deliveries; burst written in {burst_secs:.2} s)",
+            all.len()
+        ),
+        complete == WATCHERS,
+    ));
+    rows.push(Row::info(
+        "  delivery latency p50 / p99 / max (write sent -> event read)",
+        format!(
+            "{:.1} / {:.1} / {:.1} ms",
+            quantile(&all, 0.5) * 1e3,
+            quantile(&all, 0.99) * 1e3,
+            all.last().copied().unwrap_or(f64::NAN) * 1e3
+        ),
+    ));
+    drop(server);
+    Ok(rows)
+}
+
+/// Applies: CONNECTIONS loops for APPLY_SECONDS; every apply changes a ConfigMap (1,000
+/// names, so the first round creates and later rounds update). Its rows, and the
+/// connections back.
+async fn applies(
+    server: &Server,
+    conns: Vec<Conn>,
+) -> Result<(Vec<Row>, Vec<Conn>), SimSectionError> {
     let cpu_before = procs::cpu_time(server.pid()).unwrap_or_default();
     let started = Instant::now();
     let until = started + Duration::from_secs_f64(APPLY_SECONDS);
@@ -184,103 +248,96 @@ async fn applies_and_watchers(bin: &Path, scratch: &Path) -> Result<Vec<Row>, Si
     } else {
         f64::NAN
     };
-    rows.push(Row::goal(
-        format!(
-            "SSA applies/s, 1 cluster, {CONNECTIONS} keep-alive conns, server {}",
-            if server.pinned {
-                "on 1 core"
-            } else {
-                "unpinned"
-            }
+    let rows = vec![
+        Row::goal(
+            format!(
+                "SSA applies/s, 1 cluster, {CONNECTIONS} keep-alive conns, server {}",
+                if server.pinned {
+                    "on 1 core"
+                } else {
+                    "unpinned"
+                }
+            ),
+            ">= 2000/s",
+            format!("{per_sec:.0}/s ({applies} in {wall:.1} s)"),
+            per_sec >= 2000.0,
         ),
-        ">= 2000/s",
-        format!("{per_sec:.0}/s ({applies} in {wall:.1} s)"),
-        per_sec >= 2000.0,
-    ));
-    rows.push(Row::info(
-        "  same, per second of server CPU (user+sys)",
-        format!(
-            "{per_cpu_sec:.0}/CPU-s ({:.0} us CPU per apply)",
-            cpu * 1e6 / applies.max(1) as f64
+        Row::info(
+            "  same, per second of server CPU (user+sys)",
+            format!(
+                "{per_cpu_sec:.0}/CPU-s ({:.0} us CPU per apply)",
+                cpu * 1e6 / applies.max(1) as f64
+            ),
         ),
-    ));
+    ];
+    Ok((rows, conns))
+}
 
-    // Watchers: WATCHERS streams on one namespace, then a burst of BURST applies there.
-    let ns = "watchbench";
-    conns[0]
-        .apply(
-            &format!("/api/v1/namespaces/{ns}"),
-            &serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
-        )
-        .await?;
-    let sent: Arc<Mutex<Vec<Option<Instant>>>> = Arc::new(Mutex::new(vec![None; BURST]));
-    let mut watchers = Vec::new();
-    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<()>(WATCHERS);
-    for _ in 0..WATCHERS {
-        let ep = ep.clone();
-        let sent = sent.clone();
-        let ready_tx = ready_tx.clone();
-        watchers.push(tokio::spawn(async move {
-            let mut conn = Conn::open(&ep).await?;
-            let resp = conn
-                .start(
-                    "GET",
-                    &format!("/api/v1/namespaces/{ns}/configmaps?watch=true"),
-                    None,
-                    Bytes::new(),
-                )
-                .await?;
-            if resp.status() != 200 {
-                return Err(SimSectionError::WatchStatus(resp.status()));
-            }
-            let _ = ready_tx.send(()).await;
-            let mut body = resp.into_body();
-            let mut buf: Vec<u8> = Vec::new();
-            let mut latencies = Vec::with_capacity(BURST);
-            let mut seen = vec![false; BURST];
-            let deadline = Instant::now() + Duration::from_secs(60);
-            while latencies.len() < BURST {
-                let left = deadline.saturating_duration_since(Instant::now());
-                let frame = match tokio::time::timeout(left, body.frame()).await {
-                    Ok(Some(Ok(f))) => f,
-                    Ok(Some(Err(e))) => return Err(SimSectionError::WatchStream(e)),
-                    Ok(None) | Err(_) => break,
-                };
-                let Ok(data) = frame.into_data() else {
-                    continue;
-                };
-                let now = Instant::now();
-                buf.extend_from_slice(&data);
-                while let Some(pos) = buf.iter().position(|&b| b == b'\n') {
-                    let line: Vec<u8> = buf.drain(..=pos).collect();
-                    if let Some(i) = burst_index(&line)
-                        && i < BURST
-                        && !seen[i]
-                    {
-                        seen[i] = true;
-                        let at = sent.lock().map(|s| s[i]).unwrap_or(None);
-                        if let Some(at) = at {
-                            latencies.push(now.saturating_duration_since(at).as_secs_f64());
-                        }
+/// One watch on `ns`'s ConfigMaps, on a connection of its own: says when it is ready, then
+/// reads until it has every event of the burst (or 60 s pass); each event's latency from
+/// the moment its write was sent (`sent`).
+fn watcher(
+    ep: Endpoint,
+    ns: &'static str,
+    sent: Arc<Mutex<Vec<Option<Instant>>>>,
+    ready_tx: tokio::sync::mpsc::Sender<()>,
+) -> tokio::task::JoinHandle<Result<Vec<f64>, SimSectionError>> {
+    tokio::spawn(async move {
+        let mut conn = Conn::open(&ep).await?;
+        let resp = conn
+            .start(
+                "GET",
+                &format!("/api/v1/namespaces/{ns}/configmaps?watch=true"),
+                None,
+                Bytes::new(),
+            )
+            .await?;
+        if resp.status() != 200 {
+            return Err(SimSectionError::WatchStatus(resp.status()));
+        }
+        let _ = ready_tx.send(()).await;
+        let mut body = resp.into_body();
+        let mut buf: Vec<u8> = Vec::new();
+        let mut latencies = Vec::with_capacity(BURST);
+        let mut seen = vec![false; BURST];
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while latencies.len() < BURST {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let frame = match tokio::time::timeout(left, body.frame()).await {
+                Ok(Some(Ok(f))) => f,
+                Ok(Some(Err(e))) => return Err(SimSectionError::WatchStream(e)),
+                Ok(None) | Err(_) => break,
+            };
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            let now = Instant::now();
+            buf.extend_from_slice(&data);
+            while let Some(pos) = buf.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = buf.drain(..=pos).collect();
+                if let Some(i) = burst_index(&line)
+                    && i < BURST
+                    && !seen[i]
+                {
+                    seen[i] = true;
+                    let at = sent.lock().map(|s| s[i]).unwrap_or(None);
+                    if let Some(at) = at {
+                        latencies.push(now.saturating_duration_since(at).as_secs_f64());
                     }
                 }
             }
-            Ok::<Vec<f64>, SimSectionError>(latencies)
-        }));
-    }
-    drop(ready_tx);
-    let mut ready = 0;
-    while ready < WATCHERS {
-        match tokio::time::timeout(Duration::from_secs(20), ready_rx.recv()).await {
-            Ok(Some(())) => ready += 1,
-            _ => break,
         }
-    }
-    if ready < WATCHERS {
-        return Err(SimSectionError::WatchesStarted { ready });
-    }
-    // The server subscribes each watch in a task of its own: give them a moment.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+        Ok(latencies)
+    })
+}
+
+/// The burst: BURST applies into `ns` over the connections, each noting when it was sent.
+/// Its duration (seconds).
+async fn burst(
+    conns: Vec<Conn>,
+    ns: &'static str,
+    sent: &Arc<Mutex<Vec<Option<Instant>>>>,
+) -> Result<f64, SimSectionError> {
     let burst_started = Instant::now();
     let mut writers = Vec::new();
     for (c, mut conn) in conns.into_iter().enumerate() {
@@ -305,37 +362,7 @@ async fn applies_and_watchers(bin: &Path, scratch: &Path) -> Result<Vec<Row>, Si
     for w in writers {
         w.await??;
     }
-    let burst_secs = burst_started.elapsed().as_secs_f64();
-    let mut all = Vec::new();
-    let mut complete = 0;
-    for w in watchers {
-        let lat = w.await??;
-        if lat.len() == BURST {
-            complete += 1;
-        }
-        all.extend(lat);
-    }
-    all.sort_by(f64::total_cmp);
-    rows.push(Row::goal(
-        format!("watchers receiving all {BURST} events of a burst"),
-        format!("{WATCHERS} of {WATCHERS}"),
-        format!(
-            "{complete} of {WATCHERS} ({} deliveries; burst written in {burst_secs:.2} s)",
-            all.len()
-        ),
-        complete == WATCHERS,
-    ));
-    rows.push(Row::info(
-        "  delivery latency p50 / p99 / max (write sent -> event read)",
-        format!(
-            "{:.1} / {:.1} / {:.1} ms",
-            quantile(&all, 0.5) * 1e3,
-            quantile(&all, 0.99) * 1e3,
-            all.last().copied().unwrap_or(f64::NAN) * 1e3
-        ),
-    ));
-    drop(server);
-    Ok(rows)
+    Ok(burst_started.elapsed().as_secs_f64())
 }
 
 /// `w-123` in a watch event line -> 123.
