@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use kube_sim::rules::{Behaviour, Rule};
-use kube_sim::{Counters, ResourceType, SimOptions};
+use kube_sim::{Counters, SimOptions};
 
 use crate::support::fixtures::{self, FixtureError};
 use crate::support::table::{Row, secs, why};
@@ -133,32 +133,14 @@ async fn measure(scratch: &Path) -> Result<Vec<Row>, RollbackError> {
 
     // Healthy means: the Deployment runs the good image again and all its replicas are
     // updated, ready and available, as the cluster itself says after rollguard exits.
-    let rt = ResourceType::new("apps", "v1", "deployments");
     let mut healthy = 0;
     let mut states = Vec::new();
     for c in sim.clusters() {
-        let d = c.store().get(&rt, "shop", "web").unwrap_or_default();
-        let image = d["spec"]["template"]["spec"]["containers"][0]["image"]
-            .as_str()
-            .unwrap_or("?")
-            .to_string();
-        let st = &d["status"];
-        let want = u64::from(REPLICAS);
-        let ok = image == GOOD
-            && st["observedGeneration"] == d["metadata"]["generation"]
-            && st["updatedReplicas"].as_u64() == Some(want)
-            && st["readyReplicas"].as_u64() == Some(want)
-            && st["availableReplicas"].as_u64() == Some(want)
-            && st["replicas"].as_u64() == Some(want);
+        let (ok, state) = fixtures::deployment_healthy(&c.store(), "shop", "web", GOOD, REPLICAS);
         if ok {
             healthy += 1;
         }
-        states.push(format!(
-            "{}: {image} {}/{} ready",
-            c.name(),
-            st["readyReplicas"].as_u64().unwrap_or(0),
-            st["replicas"].as_u64().unwrap_or(0)
-        ));
+        states.push(format!("{}: {state}", c.name()));
     }
     let rolled_back = bad.count("rolled-back");
     let mut rows = vec![
