@@ -495,17 +495,20 @@ pub fn corpus_file(test: &str, rel: &str) -> Option<String> {
     )
 }
 
-/// Whether `program` can be started here (from PATH), for `test`. When it cannot, `test`
-/// skips, saying why and how to get it (`install`), or, under ROLLGUARD_REQUIRE_SHARED=1
-/// (.ci/run, which installs it), fails.
+/// `name`'s path on this process's PATH, if it is there.
+pub fn on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+}
+
+/// Whether `program` is on PATH, for `test`. When it is not, `test` skips, saying why and
+/// how to get it (`install`), or, under ROLLGUARD_REQUIRE_SHARED=1 (.ci/run, which installs
+/// it), fails.
 pub fn needs_program(test: &str, program: &str, install: &str) -> bool {
-    let runs = std::process::Command::new(program)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok();
-    if !runs {
+    let found = on_path(program).is_some();
+    if !found {
         assert!(
             std::env::var("ROLLGUARD_REQUIRE_SHARED").as_deref() != Ok("1"),
             "{test}: {program} is not on PATH and ROLLGUARD_REQUIRE_SHARED=1 says this test must run ({install})"
@@ -515,7 +518,7 @@ pub fn needs_program(test: &str, program: &str, install: &str) -> bool {
             &format!("{program} is not on PATH ({install}; .ci/run installs it)"),
         );
     }
-    runs
+    found
 }
 
 /// git with a fixed identity, in `dir`.

@@ -59,10 +59,7 @@ fn runtime_root(test: &str) -> Option<PathBuf> {
 
 /// A host tool's absolute path, from this process's PATH.
 fn host_tool(name: &str) -> PathBuf {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|p| p.is_file())
+    crate::harness::on_path(name)
         .unwrap_or_else(|| panic!("{name} is not on PATH; it comes with util-linux / coreutils"))
 }
 

@@ -108,7 +108,7 @@ impl Documents {
         let bytes = Limited::new(response.into_body(), MAX_DOCUMENT)
             .collect()
             .await
-            .map_err(kube::Error::Service)?
+            .map_err(|e| too_large_or(path, e))?
             .to_bytes();
         let text = String::from_utf8(bytes.to_vec()).map_err(kube::Error::FromUtf8)?;
         if status.is_client_error() || status.is_server_error() {
@@ -122,6 +122,18 @@ impl Documents {
             not_modified: false,
         })
     }
+}
+
+/// A body that could not be read: over the cap, said with the path and the cap, or the
+/// transport's error as it is.
+fn too_large_or(path: &str, e: Box<dyn std::error::Error + Send + Sync>) -> kube::Error {
+    if e.is::<http_body_util::LengthLimitError>() {
+        return kube::Error::Service(Box::new(std::io::Error::other(format!(
+            "the server's {path} discovery document is over the {} MiB rollguard reads (a Kubernetes API server's is tens of KB): is the kubeconfig's server address an API server?",
+            MAX_DOCUMENT / (1024 * 1024)
+        ))));
+    }
+    kube::Error::Service(e)
 }
 
 /// The error of a status >= 400: the server's `Status` when the body is one, else one made
@@ -211,6 +223,17 @@ mod tests {
             documents.newest("/api").map(|(tag, _)| tag),
             Some("\"core\"".to_string())
         );
+    }
+
+    #[tokio::test]
+    async fn a_document_over_the_cap_is_said_with_its_path_and_the_cap() {
+        let body = http_body_util::Full::new(bytes::Bytes::from(vec![b' '; 10]));
+        let e = Limited::new(body, 4)
+            .collect()
+            .await
+            .expect_err("over the limit");
+        let said = too_large_or("/apis", e).to_string();
+        assert!(said.contains("/apis") && said.contains("32 MiB"), "{said}");
     }
 
     #[test]
