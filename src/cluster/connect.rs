@@ -498,7 +498,8 @@ pub fn check_targets(
             }]));
         }
     }
-    let issues: Vec<ConfigIssue> = targets
+    let file = config.source.display();
+    let problems: Vec<TargetProblem> = targets
         .iter()
         .filter_map(|target| {
             let e = resolve(
@@ -509,22 +510,75 @@ pub fn check_targets(
                 cache,
             )
             .err()?;
-            let file = config.source.display();
-            Some(ConfigIssue {
+            Some(TargetProblem {
                 location: if target.line > 0 {
                     format!("{file}:{}", target.line)
                 } else {
                     file.to_string()
                 },
-                message: format!("target {:?}: {}: {}", target.name, e.reason, e.message),
+                target: &target.name,
+                problem: format!("{}: {}", e.reason, e.message),
             })
         })
         .collect();
-    if issues.is_empty() {
-        Ok(())
-    } else {
-        Err(ConfigError::Invalid(issues))
+    if problems.is_empty() {
+        return Ok(());
     }
+    let mut issues = said_once(problems);
+    bounded::cap_issues(&mut issues, |more| ConfigIssue {
+        location: file.to_string(),
+        message: format!("... and {more} more targets with other problems"),
+    });
+    Err(ConfigError::Invalid(issues))
+}
+
+/// One target's problem with its access, before [`said_once`] groups them.
+struct TargetProblem<'a> {
+    location: String,
+    target: &'a str,
+    problem: String,
+}
+
+/// How many targets a problem shared by several names before "and N more".
+const SHARED_NAMES: usize = 3;
+
+/// The issues of `problems`, each problem said once in full: a problem shared by several
+/// targets (1,000 targets and one missing kubeconfig) is one issue at the first one's
+/// entry that names the targets, in the order they came.
+fn said_once(problems: Vec<TargetProblem<'_>>) -> Vec<ConfigIssue> {
+    let mut groups: Vec<(String, Vec<&str>, String)> = Vec::new();
+    for p in problems {
+        match groups
+            .iter_mut()
+            .find(|(_, _, problem)| *problem == p.problem)
+        {
+            Some((_, names, _)) => names.push(p.target),
+            None => groups.push((p.location, vec![p.target], p.problem)),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(location, names, problem)| {
+            let shown: Vec<String> = names
+                .iter()
+                .take(SHARED_NAMES)
+                .map(|n| format!("{n:?}"))
+                .collect();
+            let who = match names.len() {
+                1 => format!("target {}", shown[0]),
+                n if n <= SHARED_NAMES => format!("targets {}", shown.join(", ")),
+                n => format!(
+                    "targets {} and {} more ({n} in all)",
+                    shown.join(", "),
+                    n - SHARED_NAMES
+                ),
+            };
+            ConfigIssue {
+                location,
+                message: format!("{who}: {problem}"),
+            }
+        })
+        .collect()
 }
 
 /// Where a target points, read from its kubeconfig without touching the network (through
@@ -878,6 +932,58 @@ pub fn target_failure(object: &str, e: &TargetError) -> Failure {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_problem_shared_by_targets_is_said_once() {
+        let p = |line: u32, target: &'static str, problem: &str| TargetProblem {
+            location: format!("rollguard.yaml:{line}"),
+            target,
+            problem: problem.into(),
+        };
+        let said = |problems| -> Vec<String> {
+            said_once(problems)
+                .iter()
+                .map(ToString::to_string)
+                .collect()
+        };
+        let cases: [(Vec<TargetProblem>, Vec<&str>); 4] = [
+            (
+                vec![p(5, "eu", "Kubeconfig: gone")],
+                vec![r#"rollguard.yaml:5: target "eu": Kubeconfig: gone"#],
+            ),
+            (
+                vec![p(5, "eu", "Context: a"), p(7, "us", "Context: b")],
+                vec![
+                    r#"rollguard.yaml:5: target "eu": Context: a"#,
+                    r#"rollguard.yaml:7: target "us": Context: b"#,
+                ],
+            ),
+            (
+                vec![
+                    p(5, "eu", "Kubeconfig: gone"),
+                    p(7, "us", "Context: b"),
+                    p(9, "ap", "Kubeconfig: gone"),
+                ],
+                vec![
+                    r#"rollguard.yaml:5: targets "eu", "ap": Kubeconfig: gone"#,
+                    r#"rollguard.yaml:7: target "us": Context: b"#,
+                ],
+            ),
+            (
+                ["a", "b", "c", "d", "e"]
+                    .iter()
+                    .zip(1..)
+                    .map(|(t, line)| p(line, t, "Kubeconfig: gone"))
+                    .collect(),
+                vec![
+                    r#"rollguard.yaml:1: targets "a", "b", "c" and 2 more (5 in all): Kubeconfig: gone"#,
+                ],
+            ),
+        ];
+        for (problems, want) in cases {
+            assert_eq!(said(problems), want);
+        }
+    }
 
     #[test]
     fn kubeconfig_env_raw_or_base64() {

@@ -171,8 +171,8 @@ async fn every_command_says_a_missing_kubeconfig_or_context_as_bad_input_the_sam
     );
     let home_env = [("HOME", home.path().to_str().expect("utf-8 path"))];
     for words in COMMANDS {
-        // No --kubeconfig, no $KUBECONFIG, an empty home.
-        env.write("rollguard.yaml", &config(1, "60s"));
+        // No --kubeconfig, no $KUBECONFIG, an empty home; three targets, one problem.
+        env.write("rollguard.yaml", &config(3, "60s"));
         let mut args: Vec<String> = words.iter().map(|w| w.to_string()).collect();
         args.extend([
             "--config".into(),
@@ -183,6 +183,13 @@ async fn every_command_says_a_missing_kubeconfig_or_context_as_bad_input_the_sam
         assert_eq!(
             run.stderr.matches(&missing).count(),
             1,
+            "{words:?}: {}",
+            run.output()
+        );
+        assert!(
+            run.stderr.contains(&format!(
+                "targets \"eu\", \"us\", \"ap\": Kubeconfig: {missing}"
+            )),
             "{words:?}: {}",
             run.output()
         );
