@@ -214,14 +214,21 @@ pub async fn discover(
     cancel: &CancellationToken,
 ) -> Result<Arc<Catalog>, RetryError> {
     let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
+    // The core document an earlier attempt read: a retry asks only for what failed, so
+    // that under a flaky server each attempt is one request that must pass, not two.
+    let core = Mutex::new(None);
     with_retry("discovery", budget, cancel, || {
-        discover_once(client, &groups)
+        discover_once(client, &groups, &core)
     })
     .await
 }
 
-async fn discover_once(client: &Client, groups: &[&str]) -> Result<Arc<Catalog>, kube::Error> {
-    match aggregated_catalog(client).await {
+async fn discover_once(
+    client: &Client,
+    groups: &[&str],
+    core: &Mutex<Option<String>>,
+) -> Result<Arc<Catalog>, kube::Error> {
+    match aggregated_catalog(client, core).await {
         Ok(Some(catalog)) => return Ok(catalog),
         Ok(None) => {}
         Err(e) if falls_back(&e) => {
@@ -235,10 +242,21 @@ async fn discover_once(client: &Client, groups: &[&str]) -> Result<Arc<Catalog>,
 
 /// The catalog of the server's aggregated answer, or None when it has none (it answered in
 /// the legacy form, or with documents that do not parse).
-async fn aggregated_catalog(client: &Client) -> Result<Option<Arc<Catalog>>, kube::Error> {
+async fn aggregated_catalog(
+    client: &Client,
+    kept: &Mutex<Option<String>>,
+) -> Result<Option<Arc<Catalog>>, kube::Error> {
+    let known = kept.lock().unwrap_or_else(|e| e.into_inner()).clone();
     // One after the other: asked at once before the first connection is up, the two would
     // open two connections where HTTP/2 needs one.
-    let core = aggregated(client, "/api").await?;
+    let core = match known {
+        Some(core) => core,
+        None => {
+            let core = aggregated(client, "/api").await?;
+            *kept.lock().unwrap_or_else(|e| e.into_inner()) = Some(core.clone());
+            core
+        }
+    };
     let apis = aggregated(client, "/apis").await?;
     match CATALOGS.get_or_build((core, apis), parse_answer) {
         Ok(catalog) => Ok(Some(catalog)),
@@ -295,13 +313,46 @@ mod tests {
         ))
     }
 
+    /// A failed attempt that had read `/api` asks again only for `/apis`: under a server
+    /// failing a share of requests, each attempt is one request that must pass, not two.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_retry_asks_again_only_for_the_document_that_failed() {
+        let cluster = crate::util::test_cluster::TestCluster::start().await;
+        cluster.set_faults(kube_sim::Faults {
+            error_rate: 1.0,
+            // 500: no Retry-After, so every failed attempt counts against the three.
+            error_status: 500,
+            only_resources: vec!["/apis".into()],
+            ..kube_sim::Faults::default()
+        });
+        cluster.reset_counters();
+        let fast = std::time::Duration::from_millis(1);
+        let budget = RetryBudget {
+            max_attempts: Some(3),
+            base_delay: fast,
+            max_delay: fast,
+            ..RetryBudget::until(tokio::time::Instant::now() + std::time::Duration::from_secs(10))
+        };
+        let cancel = CancellationToken::new();
+        let failed = discover(&cluster.client(), &[], &budget, &cancel).await;
+        assert!(failed.is_err(), "every /apis answered 500");
+        let counted = cluster.counters();
+        assert_eq!(counted.get("discovery", "/api"), 1, "{counted:?}");
+        assert_eq!(counted.get("discovery", "/apis"), 3, "{counted:?}");
+        cluster.set_faults(kube_sim::Faults::default());
+        let catalog = discover(&cluster.client(), &[], &budget, &cancel)
+            .await
+            .expect("discovery once the server answers");
+        assert!(catalog.resolve("apps", "v1", "Deployment").is_some());
+    }
+
     /// Against a cluster, the catalog is the one kube's own reading of the same answer
     /// gives (aggregated), and the per-group fallback serves the same kinds.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_catalog_is_what_kube_reads_from_the_same_server() {
         let cluster = crate::util::test_cluster::TestCluster::start().await;
         let client = cluster.client();
-        let ours = aggregated_catalog(&client)
+        let ours = aggregated_catalog(&client, &Mutex::new(None))
             .await
             .expect("discovery answers")
             .expect("kube-sim serves aggregated discovery");

@@ -27,8 +27,9 @@ pub struct Faults {
     /// `only_resources`.
     pub lost_answer_rate: f64,
     /// When not empty, latency and errors apply only to requests on these resources, named
-    /// as the counters name them (`leases.coordination.k8s.io`, `secrets`): to stall one
-    /// kind of call (a lock's renewals) while the rest of the API answers.
+    /// as the counters name them (`leases.coordination.k8s.io`, `secrets`, or a discovery
+    /// path such as `/apis`): to stall one kind of call (a lock's renewals) while the rest
+    /// of the API answers.
     pub only_resources: Vec<String>,
     /// When not empty, latency and errors apply only to requests of these verbs, named as
     /// the counters name them (`patch`, `get`): with a 403, a role without that verb.
@@ -69,7 +70,12 @@ impl Faults {
     pub fn applies_to(&self, request: Option<(&str, &str)>) -> bool {
         let resource_ok = self.only_resources.is_empty()
             || request.is_some_and(|(_, r)| {
-                let base = r.split('/').next().unwrap_or(r);
+                // A discovery path ("/apis") is named whole; a resource without its
+                // subresource.
+                let base = match r.strip_prefix('/') {
+                    Some(_) => r,
+                    None => r.split('/').next().unwrap_or(r),
+                };
                 self.only_resources.iter().any(|o| o == base)
             });
         let verb_ok = self.only_verbs.is_empty()
@@ -425,10 +431,24 @@ mod tests {
             (Some(("get", "leases.coordination.k8s.io")), true),
             (Some(("update", "leases.coordination.k8s.io/status")), true),
             (Some(("get", "secrets")), false),
+            (Some(("discovery", "/apis")), false),
             (None, false),
         ];
         for (request, want) in cases {
             assert_eq!(leases.applies_to(request), want, "{request:?}");
+        }
+        let apis = Faults {
+            only_resources: vec!["/apis".into()],
+            ..Faults::default()
+        };
+        let cases = [
+            (Some(("discovery", "/apis")), true),
+            (Some(("discovery", "/api")), false),
+            (Some(("discovery", "/apis/apps/v1")), false),
+            (Some(("get", "secrets")), false),
+        ];
+        for (request, want) in cases {
+            assert_eq!(apis.applies_to(request), want, "{request:?}");
         }
         let secret_patches = Faults {
             only_resources: vec!["secrets".into()],

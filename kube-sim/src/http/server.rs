@@ -646,6 +646,7 @@ async fn admit<'a>(
         faulted_resource = Some((verb, resource));
     } else if is_api {
         state.counters.record("discovery", &head.path, false);
+        faulted_resource = Some(("discovery", head.path.clone()));
     }
     let faulted = faulted_resource
         .as_ref()
