@@ -32,8 +32,6 @@ use crate::report::{clip_columns, display_width, redact};
 use crate::util::git::{self, CommitInfo};
 use crate::util::in_order::in_order;
 
-/// Targets asked at once.
-const TARGETS_AT_ONCE: usize = 16;
 /// Objects of one target read at once.
 const OBJECTS_AT_ONCE: usize = 8;
 /// Lines of one object's drift diff shown in the table output (the JSON has it whole).
@@ -734,7 +732,7 @@ async fn drift_now(
     config: &Config,
     c: &Connected,
     revision: u64,
-    deadline: Instant,
+    (deadline, at_once): (Instant, usize),
     cancel: &CancellationToken,
 ) -> Drift {
     let not_compared = |why: String| Drift {
@@ -767,11 +765,9 @@ async fn drift_now(
         true,
         crate::cluster::apply::field_manager(&config.app),
         deadline,
-        // Up to TARGETS_AT_ONCE targets read their drift together: their shares make the
+        // Up to `at_once` targets read their drift together: their shares make the
         // fleet's bound.
-        crate::util::in_order::Window::of(crate::cluster::apply::in_flight_per_target(
-            TARGETS_AT_ONCE,
-        )),
+        crate::util::in_order::Window::of(crate::cluster::apply::in_flight_per_target(at_once)),
         ("live".to_string(), label),
         cancel,
         TargetPlan::new(c.target.name.clone()),
@@ -780,13 +776,13 @@ async fn drift_now(
     drift_of(&plan)
 }
 
-/// Everything `status` reads of one target, within `deadline`.
+/// Everything `status` reads of one target but its drift, within `timeout`; and what is
+/// left of it, for the drift.
 async fn observe(
     config: &Config,
     c: &Connected,
-    drift: bool,
     timeout: Duration,
-) -> Result<Observed, StatusError> {
+) -> Result<(Observed, Duration), StatusError> {
     let deadline = Instant::now() + timeout;
     let cancel = CancellationToken::new();
     // A cluster that does not answer fails in a few quick attempts (as a deploy's first
@@ -815,18 +811,10 @@ async fn observe(
         ..Observed::default()
     };
     if let Some(current) = records.iter().max_by_key(|r| r.revision) {
-        let drifted = async {
-            match drift {
-                true => Some(drift_now(config, c, current.revision, deadline, &cancel).await),
-                false => None,
-            }
-        };
-        let (objects, drifted) = tokio::join!(objects_now(c, current, deadline, &cancel), drifted);
-        observed.objects = Some(objects);
-        observed.drift = drifted;
+        observed.objects = Some(objects_now(c, current, deadline, &cancel).await);
     }
     observed.records = records;
-    Ok(observed)
+    Ok((observed, deadline.saturating_duration_since(Instant::now())))
 }
 
 /// Commit subjects git knows for the records that carry none, by full sha (a shallow clone
@@ -934,8 +922,21 @@ fn render_document(doc: &StatusDocument, format: StatusFormat) -> Result<String,
     })
 }
 
-/// Every selected target's row, in the config's order, at most [`TARGETS_AT_ONCE`] asked at
-/// once, each within `--timeout`.
+/// Targets read at once: the deploy's rule (a `concurrency` someone set, else what the memory
+/// budget holds at the memory of a target of `objects` objects), not a fixed few, which read
+/// 1,000 targets in 63 rounds.
+fn targets_at_once(config: &Config, objects: usize) -> usize {
+    crate::engine::budget::choose(&crate::engine::budget::Source::of(config), objects).value
+}
+
+/// A target's reads so far: its connection, what was read, and what is left of its
+/// `--timeout`.
+type Read = Result<(Connected, Observed, Duration), StatusError>;
+
+/// Every selected target's row, in the config's order, each within `--timeout` (its time
+/// waiting for its turn not counted). Two passes, each as many targets at once as the memory
+/// budget holds: the records, lock and objects of every target, then (`--drift`) each
+/// one's drift, once the largest current revision's object count says what a target holds.
 async fn read_rows(config: &Config, env: &Env, args: &StatusArgs) -> Vec<TargetStatus> {
     let timeout = args.timeout;
     let connected = connect_all(config, env).await;
@@ -950,14 +951,25 @@ async fn read_rows(config: &Config, env: &Env, args: &StatusArgs) -> Vec<TargetS
             Err(problem) => return Err(StatusError::Other(Box::new(problem))),
         };
         // The reads stop at the deadline; this bounds anything that does not.
-        let read = observe(config, &c, args.drift, timeout);
-        match tokio::time::timeout(timeout + Duration::from_secs(1), read).await {
-            Ok(result) => result,
+        match tokio::time::timeout(
+            timeout + Duration::from_secs(1),
+            observe(config, &c, timeout),
+        )
+        .await
+        {
+            Ok(Ok((observed, left))) => Ok((c, observed, left)),
+            Ok(Err(e)) => Err(e),
             Err(_) => Err(StatusError::Deadline(timeout)),
         }
     });
-    let observed: Vec<Result<Observed, StatusError>> =
-        in_order(reads.collect(), TARGETS_AT_ONCE).await;
+    let mut read: Vec<Read> = in_order(reads.collect(), targets_at_once(config, 0)).await;
+    if args.drift {
+        compare_drift(config, &mut read, timeout).await;
+    }
+    let observed: Vec<Result<Observed, StatusError>> = read
+        .into_iter()
+        .map(|r| r.map(|(_, observed, _)| observed))
+        .collect();
     let missing_subjects: Vec<String> = observed
         .iter()
         .flatten()
@@ -975,6 +987,44 @@ async fn read_rows(config: &Config, env: &Env, args: &StatusArgs) -> Vec<TargetS
         .zip(observed)
         .map(|(name, o)| build_row(name, o, &subjects, now))
         .collect()
+}
+
+/// Each read target's drift against its current revision, within what is left of its
+/// `timeout`.
+async fn compare_drift(config: &Config, read: &mut [Read], timeout: Duration) {
+    let current = |o: &Observed| o.records.iter().max_by_key(|r| r.revision).cloned();
+    let objects = read
+        .iter()
+        .flatten()
+        .filter_map(|(_, o, _)| current(o))
+        .map(|r| r.objects.len())
+        .max()
+        .unwrap_or(0);
+    let at_once = targets_at_once(config, objects);
+    let drifts = read.iter().map(|r| async move {
+        let (c, o, left) = r.as_ref().ok()?;
+        let revision = current(o)?.revision;
+        let deadline = Instant::now() + *left;
+        let cancel = CancellationToken::new();
+        let drift = drift_now(config, c, revision, (deadline, at_once), &cancel);
+        Some(
+            match tokio::time::timeout(*left + Duration::from_secs(1), drift).await {
+                Ok(drift) => drift,
+                Err(_) => Drift {
+                    drifted: true,
+                    changed: Vec::new(),
+                    missing: Vec::new(),
+                    errors: vec![StatusError::Deadline(timeout).to_string()],
+                },
+            },
+        )
+    });
+    let drifts: Vec<Option<Drift>> = in_order(drifts.collect(), at_once).await;
+    for (r, drift) in read.iter_mut().zip(drifts) {
+        if let Ok((_, observed, _)) = r {
+            observed.drift = drift;
+        }
+    }
 }
 
 #[cfg(test)]

@@ -493,3 +493,33 @@ fn a_row_without_figures_says_what_kind_of_problem_it_is() {
     let late = row(StatusError::Deadline(Duration::from_secs(5)));
     assert!(late.starts_with("timed out: no answer within 5s"), "{late}");
 }
+
+#[test]
+fn targets_read_at_once_follow_the_deploys_rule() {
+    let config = |extra: &str| {
+        crate::config::parse(
+            &format!("app: shop\nnamespace: shop\nmanifests: [k8s/]\n{extra}targets:\n  - {{name: eu, context: a}}\n"),
+            std::path::Path::new("rollguard.yaml"),
+            &crate::config::Overrides::default(),
+            &|_| None,
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+    };
+    // (config lines, objects of the largest current revision, targets at once)
+    let cases = [
+        // 512 MiB / 256 KiB: a fleet of 1,000 small targets at once, not 16 at a time.
+        ("", 0, 2048),
+        // With --drift each target holds its revision's objects: 512 MiB / (256 + 100 x 8 KiB).
+        ("", 100, 496),
+        ("memory_budget: 64Mi\n", 0, 256),
+        ("concurrency: 3\n", 0, 3),
+        ("concurrency: 3\n", 100, 3),
+    ];
+    for (extra, objects, want) in cases {
+        assert_eq!(
+            targets_at_once(&config(extra), objects),
+            want,
+            "{extra:?} {objects}"
+        );
+    }
+}
