@@ -173,6 +173,9 @@ async fn scale(scratch: &Path) -> Result<Vec<Row>, ScaleError> {
     if let Some(row) = cost_row(&curve) {
         push(&mut rows, row);
     }
+    if curve.last().is_some_and(|c| c.0 == MOST) {
+        rows.extend(reads(scratch, &kubeconfig).await?);
+    }
     // Every target in flight at once: the memory of one target in flight, from which
     // engine::budget's constants come.
     let all = small(
@@ -306,6 +309,48 @@ fn cost_row(curve: &[(usize, f64, u64)]) -> Option<Row> {
             mib(last.2)
         ),
     ))
+}
+
+/// `rollguard status` and `history` of the 1,000 targets just deployed (one revision each):
+/// the read-only commands at the fleet's size.
+async fn reads(scratch: &Path, kubeconfig: &Path) -> Result<Vec<Row>, ScaleError> {
+    let dir = scratch.join(format!("scale-{MOST}"));
+    let mut rows = Vec::new();
+    for command in ["status", "history"] {
+        let mut cmd = std::process::Command::new(procs::rollguard_bin());
+        cmd.arg(command)
+            .arg("--config")
+            .arg(dir.join("rollguard.yaml"))
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .current_dir(&dir)
+            .env("NO_COLOR", "1")
+            .env_remove("KUBECONFIG")
+            .env_remove("ROLLGUARD_CONFIG");
+        let run = procs::run_measured_async(cmd, LIMIT, &dir)
+            .await
+            .map_err(FixtureError::from)?;
+        // One line per target says its revision "deployed" (a row, or a history entry).
+        let said = run
+            .stdout
+            .lines()
+            .filter(|l| l.contains("deployed"))
+            .count();
+        push(
+            &mut rows,
+            Row::info(
+                format!("  rollguard {command}, {MOST} targets"),
+                format!(
+                    "{}, peak RSS {} (exit {}; {said} of {MOST} targets' lines say deployed)",
+                    secs(run.wall.as_secs_f64()),
+                    mib(run.max_rss_kib),
+                    run.code
+                        .map_or_else(|| "by a signal".into(), |c| c.to_string()),
+                ),
+            ),
+        );
+    }
+    Ok(rows)
 }
 
 /// 50 clusters x 100 objects at the defaults, with the same latency.

@@ -435,14 +435,17 @@ where
         crate::engine::budget::Source::Budget(_) => RECORD_READS_AT_ONCE,
     };
     let each = &each;
-    let reads = connect_all(config, env).await.into_iter().map(|connected| async move {
-        let c = connected?;
-        let name = c.target.name.clone();
-        match each(c).await {
-            Ok(v) => Ok((name, v)),
-            Err(e) => Err(TargetProblem::on(&name, e)),
-        }
-    });
+    let reads = connect_all(config, env)
+        .await
+        .into_iter()
+        .map(|connected| async move {
+            let c = connected?;
+            let name = c.target.name.clone();
+            match each(c).await {
+                Ok(v) => Ok((name, v)),
+                Err(e) => Err(TargetProblem::on(&name, e)),
+            }
+        });
     let mut values = Vec::new();
     let mut codes = Vec::new();
     for result in crate::util::in_order::in_order(reads.collect(), at_once).await {
