@@ -992,7 +992,9 @@ async fn read_rows(config: &Config, env: &Env, args: &StatusArgs) -> Vec<TargetS
 /// Each read target's drift against its current revision, within what is left of its
 /// `timeout`.
 async fn compare_drift(config: &Config, read: &mut [Read], timeout: Duration) {
-    let current = |o: &Observed| o.records.iter().max_by_key(|r| r.revision).cloned();
+    fn current(o: &Observed) -> Option<&ReleaseRecord> {
+        o.records.iter().max_by_key(|r| r.revision)
+    }
     let objects = read
         .iter()
         .flatten()
