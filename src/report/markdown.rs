@@ -173,11 +173,16 @@ fn largest_fitting(max: usize, ok: impl Fn(usize) -> bool) -> Option<usize> {
     Some(lo)
 }
 
-/// A fleet so large that not even the table fits: whole rows until the limit, then the note.
+/// A fleet so large that not even the table fits: whole rows until the limit, the targets
+/// that failed themselves first (1,000 rolled back by the policy must not push out the one
+/// that caused it), then the note.
 fn table_only(report: &Report, d: Detail, options: &MarkdownOptions) -> String {
     let mut cut = cut_of(report, d);
     let head = head(report);
-    let rows: Vec<String> = report.targets.iter().map(|t| row(report, t)).collect();
+    let rows: Vec<String> = first_failed(report.targets.iter().collect())
+        .into_iter()
+        .map(|t| row(report, t))
+        .collect();
     let mut out = head;
     out.push_str(TABLE_HEADER);
     let mut shown = 0;
@@ -306,18 +311,46 @@ fn is_problem(t: &TargetReport) -> bool {
         || failed_scripts(t).next().is_some()
 }
 
-/// The targets whose section `d` shows, in target order: the first `d.sections` problem
-/// targets, and with `d.check_sections` every other target that ran checks.
+/// Whether a target failed itself (its own failures, a failed script, a failed rollback),
+/// rather than only going along with the fleet's policy: a cut report keeps these first.
+fn failed_itself(t: &TargetReport) -> bool {
+    matches!(
+        t.outcome,
+        TargetOutcome::Failed | TargetOutcome::RollbackFailed
+    ) || !t.failures.is_empty()
+        || failed_scripts(t).next().is_some()
+}
+
+/// `targets` with those that failed themselves first, each part in its given order.
+fn first_failed(mut targets: Vec<&TargetReport>) -> Vec<&TargetReport> {
+    targets.sort_by_key(|t| !failed_itself(t));
+    targets
+}
+
+/// The targets whose section `d` shows, in target order: `d.sections` problem targets (those
+/// that failed themselves first), and with `d.check_sections` every other target that ran
+/// checks.
 fn shown_sections(report: &Report, d: Detail) -> impl Iterator<Item = &TargetReport> {
-    let mut problems = 0;
-    report.targets.iter().filter(move |t| {
-        if is_problem(t) {
-            problems += 1;
-            problems <= d.sections
-        } else {
-            d.check_sections && !t.checks.is_empty()
-        }
-    })
+    let mut problems: Vec<usize> = (0..report.targets.len())
+        .filter(|&i| is_problem(&report.targets[i]))
+        .collect();
+    problems.sort_by_key(|&i| !failed_itself(&report.targets[i]));
+    let mut kept = vec![false; report.targets.len()];
+    for i in problems.into_iter().take(d.sections) {
+        kept[i] = true;
+    }
+    report
+        .targets
+        .iter()
+        .zip(kept)
+        .filter_map(move |(t, kept)| {
+            let shown = if is_problem(t) {
+                kept
+            } else {
+                d.check_sections && !t.checks.is_empty()
+            };
+            shown.then_some(t)
+        })
 }
 
 /// Script runs of a target that did not succeed and left output to show.
@@ -391,7 +424,11 @@ fn row(report: &Report, t: &TargetReport) -> String {
         (Some(c), Some(_)) => format!("`{}`", code(c.short_sha())),
         _ => String::new(),
     };
-    let reason = t.reason().map(|r| text(&clip(&r, 200))).unwrap_or_default();
+    let said = t.reason();
+    let reason = said
+        .as_deref()
+        .map(|r| text(&clip(r, 200)))
+        .unwrap_or_default();
     let (back, left) = match &t.rollback {
         Some(rb) => {
             // "v5 (`3a30e4b`)": the revision gone back to and its commit.
@@ -405,10 +442,13 @@ fn row(report: &Report, t: &TargetReport) -> String {
                 Some(rev) => format!("v{rev}{commit} ({})", rb.outcome),
                 None => "nothing to go back to".to_string(),
             };
-            // Why it went back ("policy rollback-all: us failed at 12:03:04"), when known.
+            // Why it went back ("policy rollback-all: us failed at 12:03:04"), when known and
+            // not already the row's reason (a rollback by the policy says it there).
             let back = match &rb.why {
-                Some(why) => format!("{back}: {}", text(&clip(why, 200))),
-                None => back,
+                Some(why) if said.as_deref() != Some(why.as_str()) => {
+                    format!("{back}: {}", text(&clip(why, 200)))
+                }
+                _ => back,
             };
             let left = match rb.left_in_place.len() {
                 0 => String::new(),
@@ -1518,6 +1558,39 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("older Warning event(s)"));
+    }
+
+    /// 1,000 targets rolled back because one failed: a cut comment still shows that one's
+    /// row and its failure, not only the first rows of those that went along.
+    #[test]
+    fn a_cut_report_keeps_the_target_that_failed() {
+        let targets = (0..1000)
+            .map(|i| {
+                let mut t = target(&format!("cluster-{i:04}"), TargetOutcome::RolledBack);
+                let why = "policy rollback-all: cluster-0500 failed at 05:31:14";
+                t.message = Some(why.into());
+                let mut rollback = RollbackReport::new(TargetOutcome::RolledBack, Some(1));
+                rollback.why = Some(why.into());
+                t.rollback = Some(rollback);
+                if i == 500 {
+                    t.failures.push(image_failure());
+                }
+                t
+            })
+            .collect();
+        let report = report(targets);
+        for limit in [COMMENT_LIMIT, 20_000] {
+            let md = to_markdown(&Clean::new(&report), &options(limit));
+            assert!(md.len() <= limit, "{}", md.len());
+            assert!(md.contains("table row(s)"), "the table was cut at {limit}");
+            assert!(md.contains("| cluster-0500 |"), "its row at {limit}");
+            assert!(md.contains("web-7d9f-x"), "its failing pod at {limit}");
+            // A rollback by the policy says why once, in the reason, not again after "v1".
+            assert!(
+                md.contains("| policy rollback-all: cluster-0500 failed at 05:31:14 | v1 |  |\n"),
+                "{md}"
+            );
+        }
     }
 
     #[test]
