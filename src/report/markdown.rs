@@ -311,19 +311,9 @@ fn is_problem(t: &TargetReport) -> bool {
         || failed_scripts(t).next().is_some()
 }
 
-/// Whether a target failed itself (its own failures, a failed script, a failed rollback),
-/// rather than only going along with the fleet's policy: a cut report keeps these first.
-fn failed_itself(t: &TargetReport) -> bool {
-    matches!(
-        t.outcome,
-        TargetOutcome::Failed | TargetOutcome::RollbackFailed
-    ) || !t.failures.is_empty()
-        || failed_scripts(t).next().is_some()
-}
-
 /// `targets` with those that failed themselves first, each part in its given order.
 fn first_failed(mut targets: Vec<&TargetReport>) -> Vec<&TargetReport> {
-    targets.sort_by_key(|t| !failed_itself(t));
+    targets.sort_by_key(|t| !t.failed_itself());
     targets
 }
 
@@ -334,7 +324,7 @@ fn shown_sections(report: &Report, d: Detail) -> impl Iterator<Item = &TargetRep
     let mut problems: Vec<usize> = (0..report.targets.len())
         .filter(|&i| is_problem(&report.targets[i]))
         .collect();
-    problems.sort_by_key(|&i| !failed_itself(&report.targets[i]));
+    problems.sort_by_key(|&i| !report.targets[i].failed_itself());
     let mut kept = vec![false; report.targets.len()];
     for i in problems.into_iter().take(d.sections) {
         kept[i] = true;

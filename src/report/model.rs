@@ -431,6 +431,13 @@ impl DroppedObject {
 }
 
 impl TargetReport {
+    /// Whether this target has a problem of its own, not only a rollback the fleet's failure
+    /// policy made: what the summary line names, and what a long report shows first.
+    pub fn failed_itself(&self) -> bool {
+        self.outcome.is_problem()
+            && (self.outcome != TargetOutcome::RolledBack || !self.failures.is_empty())
+    }
+
     /// A target report with no phases, failures or rollback yet.
     pub fn new(name: impl Into<String>, outcome: TargetOutcome, at: Timestamp) -> Self {
         TargetReport {
@@ -827,9 +834,8 @@ pub fn summary_line(report: &Report) -> String {
 
     let reasons: Vec<String> = targets
         .iter()
-        .filter(|t| t.outcome.is_problem())
         // A target rolled back only because of the fleet policy has no reason of its own.
-        .filter(|t| t.outcome != TargetOutcome::RolledBack || !t.failures.is_empty())
+        .filter(|t| t.failed_itself())
         .filter_map(|t| {
             t.short_reason()
                 .map(|r| format!("{}: {}", t.name, clip(&r, SUMMARY_REASON_CHARS)))

@@ -282,10 +282,13 @@ pub(crate) fn repeats_headline(event: &str, headline: &str) -> bool {
 
 /// Every failure in full, once: each target's failures (with their Warning events), a failed
 /// rollback's message, a reason the table could only give in short, and what became of the
-/// objects the manifests dropped. One block per target.
+/// objects the manifests dropped. One block per target, those that failed themselves first
+/// (before a thousand stopped by the policy).
 fn failure_details(report: &Report) -> String {
     let mut out = String::new();
-    for target in &report.targets {
+    let mut targets: Vec<&TargetReport> = report.targets.iter().collect();
+    targets.sort_by_key(|t| !t.failed_itself());
+    for target in targets {
         let mut block = String::new();
         for failure in &target.failures {
             block.push_str(&format!("  {}\n", failure.headline()));
@@ -574,6 +577,22 @@ shop: rolled back 1 of 1, 4 skipped; canary: CrashLoopBackOff
         let table = to_table(&Clean::new(&r), false, None);
         assert_eq!(table.matches(&"x".repeat(300)).count(), 1, "{table}");
         assert_eq!(table_row(&r, &r.targets[0])[4], "ScriptFailed");
+    }
+
+    /// Targets stopped by the policy say so in the details too (their reason is long); the
+    /// one that failed comes first, not after a thousand of them.
+    #[test]
+    fn the_target_that_failed_comes_first_in_the_details() {
+        let stopped = |name: &str| {
+            let mut t = target(name, TargetOutcome::RolledBack);
+            t.message = Some("stopped: policy rollback-all: us failed at 05:31:52".into());
+            t
+        };
+        let mut us = target("us", TargetOutcome::RolledBack);
+        us.failures = vec![image_failure()];
+        let got = failure_details(&report(vec![stopped("eu"), us, stopped("ap")]));
+        let order: Vec<&str> = got.lines().filter(|l| !l.starts_with(' ')).collect();
+        assert_eq!(order, ["us:", "eu:", "ap:"], "{got}");
     }
 
     #[test]
