@@ -173,26 +173,46 @@ fn largest_fitting(max: usize, ok: impl Fn(usize) -> bool) -> Option<usize> {
     Some(lo)
 }
 
-/// A fleet so large that not even the table fits: whole rows until the limit, the targets
-/// that failed themselves first (1,000 rolled back by the policy must not push out the one
-/// that caused it), then the note.
+/// A fleet so large that not even the table fits: the rows of the targets that failed
+/// themselves and as many of their sections as fit beside them (1,000 rolled back by the
+/// policy must not push out the one that caused it), then the others' rows until the limit,
+/// then the note.
 fn table_only(report: &Report, d: Detail, options: &MarkdownOptions) -> String {
-    let mut cut = cut_of(report, d);
     let head = head(report);
-    let rows: Vec<String> = first_failed(report.targets.iter().collect())
-        .into_iter()
-        .map(|t| row(report, t))
-        .collect();
+    let ordered = first_failed(report.targets.iter().collect());
+    let rows: Vec<String> = ordered.iter().map(|t| row(report, t)).collect();
+    let own = ordered.iter().take_while(|t| t.failed_itself()).count();
+    let sections_of = |d: Detail| -> String {
+        shown_sections(report, d)
+            .map(|t| details(t, d))
+            .collect::<String>()
+    };
+    let fixed = head.len() + TABLE_HEADER.len() + NOTE_RESERVE;
+    let own_rows: usize = rows[..own].iter().map(String::len).sum();
+    let fits = |d: Detail| fixed + own_rows + sections_of(d).len() <= options.limit;
+    // As many of their sections as fit, then as many of their failing pods' lines as fit
+    // (an earlier step of the cut took those from every section).
+    let sections = largest_fitting(own, |k| fits(Detail { sections: k, ..d })).unwrap_or(0);
+    let mut d = Detail { sections, ..d };
+    let most_failures = ordered[..own].iter().map(|t| t.failures.len()).max();
+    if let Some(f) = largest_fitting(most_failures.unwrap_or(0), |f| {
+        fits(Detail { failures: f, ..d })
+    }) {
+        d.failures = f;
+    }
+    let sections = sections_of(d);
+    let mut cut = cut_of(report, d);
     let mut out = head;
     out.push_str(TABLE_HEADER);
     let mut shown = 0;
     for r in &rows {
-        if out.len() + r.len() + NOTE_RESERVE > options.limit {
+        if out.len() + r.len() + sections.len() + NOTE_RESERVE > options.limit {
             break;
         }
         out.push_str(r);
         shown += 1;
     }
+    out.push_str(&sections);
     cut.table_rows = rows.len() - shown;
     out.push_str(&note(&cut, options));
     cut_to(out, options.limit)
@@ -1575,6 +1595,10 @@ mod tests {
             assert!(md.contains("table row(s)"), "the table was cut at {limit}");
             assert!(md.contains("| cluster-0500 |"), "its row at {limit}");
             assert!(md.contains("web-7d9f-x"), "its failing pod at {limit}");
+            // Its section too, with its failing pod's line.
+            assert!(md.contains("<b>cluster-0500</b>: rolled-back"), "{md}");
+            assert!(md.contains("999 target detail section(s)"), "{md}");
+            assert!(!md.contains("failing pod/container line(s)"), "{md}");
             // A rollback by the policy says why once, in the reason, not again after "v1".
             assert!(
                 md.contains("| policy rollback-all: cluster-0500 failed at 05:31:14 | v1 |  |\n"),
