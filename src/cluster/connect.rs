@@ -527,7 +527,9 @@ pub fn check_targets(
     let mut issues = said_once(problems);
     bounded::cap_issues(&mut issues, |more| ConfigIssue {
         location: file.to_string(),
-        message: format!("... and {more} more targets with other problems"),
+        message: format!(
+            "... and {more} more problems of other targets: fix these and run again to see them"
+        ),
     });
     Err(ConfigError::Invalid(issues))
 }

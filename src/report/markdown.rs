@@ -179,7 +179,11 @@ fn largest_fitting(max: usize, ok: impl Fn(usize) -> bool) -> Option<usize> {
 /// then the note.
 fn table_only(report: &Report, d: Detail, options: &MarkdownOptions) -> String {
     let head = head(report);
-    let ordered = first_failed(report.targets.iter().collect());
+    let ordered: Vec<&TargetReport> = report
+        .failed_first()
+        .into_iter()
+        .map(|i| &report.targets[i])
+        .collect();
     let rows: Vec<String> = ordered.iter().map(|t| row(report, t)).collect();
     let own = ordered.iter().take_while(|t| t.failed_itself()).count();
     let sections_of = |d: Detail| -> String {
@@ -331,22 +335,17 @@ fn is_problem(t: &TargetReport) -> bool {
         || failed_scripts(t).next().is_some()
 }
 
-/// `targets` with those that failed themselves first, each part in its given order.
-fn first_failed(mut targets: Vec<&TargetReport>) -> Vec<&TargetReport> {
-    targets.sort_by_key(|t| !t.failed_itself());
-    targets
-}
-
 /// The targets whose section `d` shows, in target order: `d.sections` problem targets (those
 /// that failed themselves first), and with `d.check_sections` every other target that ran
 /// checks.
 fn shown_sections(report: &Report, d: Detail) -> impl Iterator<Item = &TargetReport> {
-    let mut problems: Vec<usize> = (0..report.targets.len())
-        .filter(|&i| is_problem(&report.targets[i]))
-        .collect();
-    problems.sort_by_key(|&i| !report.targets[i].failed_itself());
     let mut kept = vec![false; report.targets.len()];
-    for i in problems.into_iter().take(d.sections) {
+    for i in report
+        .failed_first()
+        .into_iter()
+        .filter(|&i| is_problem(&report.targets[i]))
+        .take(d.sections)
+    {
         kept[i] = true;
     }
     report

@@ -642,6 +642,14 @@ pub struct ShardInfo {
 }
 
 impl Report {
+    /// Indices of the targets, those that failed themselves first (each part in config
+    /// order): the order a long report gives them when it cannot give them all whole.
+    pub fn failed_first(&self) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..self.targets.len()).collect();
+        order.sort_by_key(|&i| !self.targets[i].failed_itself());
+        order
+    }
+
     /// Builds a report from finished targets, computing outcome and summary.
     pub fn new(
         app: impl Into<String>,

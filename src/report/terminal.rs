@@ -286,9 +286,11 @@ pub(crate) fn repeats_headline(event: &str, headline: &str) -> bool {
 /// (before a thousand stopped by the policy).
 fn failure_details(report: &Report) -> String {
     let mut out = String::new();
-    let mut targets: Vec<&TargetReport> = report.targets.iter().collect();
-    targets.sort_by_key(|t| !t.failed_itself());
-    for target in targets {
+    for target in report
+        .failed_first()
+        .into_iter()
+        .map(|i| &report.targets[i])
+    {
         let mut block = String::new();
         for failure in &target.failures {
             block.push_str(&format!("  {}\n", failure.headline()));
