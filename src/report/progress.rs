@@ -145,16 +145,23 @@ fn colored(stage: &Stage, text: String) -> String {
 
 /// Whether a stage gets a line of its own in CI logs: a new kind of stage, or apply progress
 /// that reached another quarter of the objects (so "applying 3/7" is counted as it goes
-/// without a line per object).
-fn worth_a_line(before: Option<&Stage>, now: &Stage) -> bool {
-    match (before, now) {
+/// without a line per object). In a `fleet` (more targets than a summary names) only what
+/// ends a target or undoes it gets a line: nine lines a target made a 1,000-target log
+/// 9,000 lines, and the periodic tally already counts the targets by stage.
+fn worth_a_line(before: Option<&Stage>, now: &Stage, fleet: bool) -> bool {
+    let news = || match (before, now) {
         (Some(Stage::Applying { done: was, .. }), Stage::Applying { done, total }) => {
             let quarter = |n: usize| (n * 4).checked_div(*total).unwrap_or(0);
             done > was && (done == total || quarter(*done) > quarter(*was))
         }
         (Some(before), now) => std::mem::discriminant(before) != std::mem::discriminant(now),
         (None, _) => true,
-    }
+    };
+    let own = matches!(
+        now,
+        Stage::Finished { .. } | Stage::Planned { .. } | Stage::RollingBack(_)
+    );
+    (own || !fleet) && news()
 }
 
 /// `text` padded with spaces to `width` display columns.
@@ -225,6 +232,7 @@ async fn render(
         .max(4);
     let mut stages: HashMap<String, Stage> =
         targets.iter().map(|t| (t.clone(), Stage::Queued)).collect();
+    let fleet = targets.len() > fleet::SUMMARY_TARGETS;
     let started = Instant::now();
     let (redraw_every, summary_every) = (Duration::from_millis(150), Duration::from_secs(10));
     let mut ticker = tokio::time::interval(match mode {
@@ -255,7 +263,7 @@ async fn render(
                 let mut lines = String::new();
                 let mut next = Some(first);
                 while let Some((target, stage)) = next {
-                    if mode == Mode::Lines && worth_a_line(stages.get(&target), &stage) {
+                    if mode == Mode::Lines && worth_a_line(stages.get(&target), &stage, fleet) {
                         lines.push_str(&line(&elapsed, &target, &stage));
                     }
                     stages.insert(target, stage);
@@ -429,24 +437,37 @@ mod tests {
         assert!(writes[0].ends_with('\n'));
     }
 
-    /// A CI log's summary every 10 s: a line per target under way for a few; for a fleet, the
-    /// tally, the first ones and how many more (1,000 lines every 10 s before).
+    /// A CI log: a line per change of stage and a summary every 10 s for a few targets; for a
+    /// fleet, a line only when a target ends (nine lines a target before: 9,000 lines for
+    /// 1,000), and a summary of the tally, the first ones under way and how many more (1,000
+    /// lines every 10 s before).
     #[tokio::test(start_paused = true)]
-    async fn a_fleets_summary_is_a_tally_and_the_first_targets() {
-        for (n, want_lines) in [
-            (3, 3),
-            (fleet::SUMMARY_TARGETS + 30, fleet::SUMMARY_TARGETS + 2),
-        ] {
+    async fn a_fleets_log_is_its_ends_and_a_tally() {
+        let n_fleet = fleet::SUMMARY_TARGETS + 30;
+        // (targets, change lines, summary lines)
+        for (n, want_changes, want_summary) in
+            [(3, 3 * 4 + 1, 2), (n_fleet, 1, fleet::SUMMARY_TARGETS + 2)]
+        {
             let (tx, rx) = mpsc::unbounded_channel();
             let targets: Vec<(String, u32)> = (0..n).map(|i| (format!("t{i}"), 0)).collect();
+            let waiting = Stage::Waiting(WaitProgress {
+                ready: 0,
+                total: 2,
+                waiting_for: None,
+            });
+            let applying = |done| Stage::Applying { done, total: 4 };
             for (t, _) in &targets {
-                let waiting = Stage::Waiting(WaitProgress {
-                    ready: 0,
-                    total: 2,
-                    waiting_for: None,
-                });
-                tx.send((t.clone(), waiting)).expect("the renderer listens");
+                for stage in [Stage::Connecting, applying(0), applying(4), waiting.clone()] {
+                    tx.send((t.clone(), stage)).expect("the renderer listens");
+                }
             }
+            let failed = Stage::Finished {
+                outcome: TargetOutcome::Failed,
+                message: Some("ImagePullBackOff".into()),
+            };
+            let last = format!("t{}", n - 1);
+            tx.send((last.clone(), failed))
+                .expect("the renderer listens");
             let writes = Writes::default();
             let renderer = tokio::spawn(render(writes.clone(), targets, Mode::Lines, rx));
             tokio::time::sleep(Duration::from_millis(10_500)).await;
@@ -456,21 +477,29 @@ mod tests {
             let [changes, summary] = writes.as_slice() else {
                 panic!("the changes, then one summary: {writes:?}");
             };
-            assert_eq!(changes.lines().count(), n);
+            assert_eq!(changes.lines().count(), want_changes, "{changes}");
+            assert!(
+                changes.ends_with(&format!("] {last:<4}  failed: ImagePullBackOff\n")),
+                "{changes}"
+            );
             let lines: Vec<&str> = summary.lines().collect();
-            assert_eq!(lines.len(), want_lines, "{summary}");
+            assert_eq!(lines.len(), want_summary, "{summary}");
             assert!(
                 lines.iter().all(|l| l.starts_with("[   10s] ")),
                 "{summary}"
             );
             if n > fleet::SUMMARY_TARGETS {
-                assert!(lines[0].ends_with(&format!("] {n} targets: {n} waiting")));
+                assert!(
+                    lines[0].ends_with(&format!("] {n} targets: {} waiting, 1 failed", n - 1)),
+                    "{}",
+                    lines[0]
+                );
                 assert!(
                     lines[1].ends_with("] t0    waiting 0/2 ready"),
                     "{}",
                     lines[1]
                 );
-                assert!(lines[want_lines - 1].ends_with("] and 30 more under way"));
+                assert!(lines[want_summary - 1].ends_with("] and 29 more under way"));
             } else {
                 assert!(
                     lines[0].ends_with("] t0    waiting 0/2 ready"),
@@ -478,6 +507,77 @@ mod tests {
                     lines[0]
                 );
             }
+        }
+    }
+
+    /// In a fleet a target's line is what ends it or undoes it; a few targets get every
+    /// change.
+    #[test]
+    fn a_fleet_gets_a_line_when_a_target_ends() {
+        let waiting = Stage::Waiting(WaitProgress {
+            ready: 0,
+            total: 1,
+            waiting_for: None,
+        });
+        let deployed = Stage::Finished {
+            outcome: TargetOutcome::Deployed,
+            message: None,
+        };
+        let rolling_back = Stage::RollingBack("v1".into());
+        let cases = [
+            (None, Stage::Connecting, true, false),
+            (Some(Stage::Connecting), Stage::Preflight, true, false),
+            (
+                Some(Stage::Preflight),
+                Stage::Applying { done: 0, total: 4 },
+                true,
+                false,
+            ),
+            (
+                Some(Stage::Applying { done: 4, total: 4 }),
+                waiting.clone(),
+                true,
+                false,
+            ),
+            (
+                Some(waiting.clone()),
+                Stage::baking(Duration::from_secs(30)),
+                true,
+                false,
+            ),
+            (
+                Some(Stage::Connecting),
+                Stage::Script("smoke".into()),
+                true,
+                false,
+            ),
+            (Some(waiting.clone()), deployed.clone(), true, true),
+            (Some(waiting.clone()), rolling_back.clone(), true, true),
+            (
+                Some(rolling_back.clone()),
+                rolling_back.clone(),
+                false,
+                false,
+            ),
+            (
+                Some(Stage::Preflight),
+                Stage::Planned { changes: 2 },
+                true,
+                true,
+            ),
+            (Some(deployed.clone()), deployed, false, false),
+        ];
+        for (before, now, few, fleet) in cases {
+            assert_eq!(
+                worth_a_line(before.as_ref(), &now, false),
+                few,
+                "{before:?} -> {now:?}"
+            );
+            assert_eq!(
+                worth_a_line(before.as_ref(), &now, true),
+                fleet,
+                "{before:?} -> {now:?} in a fleet"
+            );
         }
     }
 
@@ -633,14 +733,15 @@ mod tests {
             total: 1,
             waiting_for: None,
         });
-        assert!(worth_a_line(Some(&waiting), &baking(10)));
-        assert!(!worth_a_line(Some(&baking(10)), &baking(9)));
+        assert!(worth_a_line(Some(&waiting), &baking(10), false));
+        assert!(!worth_a_line(Some(&baking(10)), &baking(9), false));
         assert!(worth_a_line(
             Some(&baking(1)),
             &Stage::Finished {
                 outcome: TargetOutcome::Deployed,
                 message: None
-            }
+            },
+            false
         ));
         let line = live_line("canary", &baking(7), 6, 80, true);
         assert_eq!(line, "canary  \x1b[36mbaking, 7s left\x1b[0m");
@@ -666,7 +767,7 @@ mod tests {
         ];
         for (before, now, want) in cases {
             assert_eq!(
-                worth_a_line(before.as_ref(), &now),
+                worth_a_line(before.as_ref(), &now, false),
                 want,
                 "{before:?} -> {now:?}"
             );
