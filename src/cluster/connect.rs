@@ -987,6 +987,48 @@ mod tests {
         }
     }
 
+    /// 25 targets, each with a kubeconfig of its own that does not exist: 25 problems, not
+    /// one shared, so the first 20 are said in full and the rest counted, with what to do.
+    #[test]
+    fn past_twenty_problems_of_access_the_rest_are_counted() {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let targets: String = (1..=25)
+            .map(|i| format!("  - {{name: t{i}, kubeconfig: missing-{i}.yaml}}\n"))
+            .collect();
+        let source = dir.path().join("rollguard.yaml");
+        let config = crate::config::parse(
+            &format!("app: shop\nnamespace: shop\nmanifests: [k8s/]\ntargets:\n{targets}"),
+            &source,
+            &crate::config::Overrides::default(),
+            &|_| None,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let err = check_targets(
+            &config,
+            &config.targets,
+            &|_| None,
+            &KubeconfigCache::default(),
+        )
+        .expect_err("no kubeconfig exists");
+        let ConfigError::Invalid(issues) = err else {
+            panic!("bad input: {err}");
+        };
+        assert_eq!(issues.len(), 21, "{issues:#?}");
+        let first = issues[0].to_string();
+        assert!(
+            first.starts_with(&format!("{}:5: target \"t1\": ", source.display()))
+                && first.contains("missing-1.yaml does not exist"),
+            "{first}"
+        );
+        assert_eq!(
+            issues[20].to_string(),
+            format!(
+                "{}: ... and 5 more problems of other targets: fix these and run again to see them",
+                source.display()
+            )
+        );
+    }
+
     #[test]
     fn kubeconfig_env_raw_or_base64() {
         let yaml = "apiVersion: v1\nkind: Config\n";
