@@ -815,6 +815,7 @@ async fn apply_rollbacks(
     let settings = ReleaseSettings::from_config(config);
     let started_at = jiff::Timestamp::now();
     let plan = manual_plan(config, ready, args, env, settings.rollback_timeout);
+    let concurrency = plan.concurrency.clone();
     // Records a dead run left, marked abandoned under the lock (read by the check).
     let abandoned: std::sync::Mutex<HashMap<String, Vec<u64>>> = Default::default();
     let check = |run: &TargetRun, history: &OpenHistory| -> Result<(), Box<Failure>> {
@@ -879,7 +880,12 @@ async fn apply_rollbacks(
             ..manual_target(p, applied, commands, cancel.is_cancelled(), started_at)
         })
         .collect();
-    publish_manual_report(config, ready, targets, started_at, args, sink, env).await;
+    let run = ManualRun {
+        started_at,
+        concurrency,
+        sink,
+    };
+    publish_manual_report(config, ready, targets, run, args, env).await;
     // A re-apply that a signal stopped is the cancel (exit 130), as in a deploy.
     let applied_ok = reports.iter().all(|r| {
         r.is_some_and(|r| {
@@ -1140,6 +1146,14 @@ fn manual_target(
     }
 }
 
+/// What the report of a manual rollback says of the run as a whole.
+struct ManualRun {
+    started_at: jiff::Timestamp,
+    /// The bound the re-applies kept to (the plan's).
+    concurrency: crate::report::ConcurrencyInfo,
+    sink: crate::github::Sink,
+}
+
 /// The manual rollback's report through the deploy's sinks ([`deploy::publish`]): the final
 /// table, `--report` and `--report-markdown`, and GitHub (step summary, outputs, PR comment),
 /// scrubbed as a deploy's; a sink that fails is a warning, never the rollback's outcome.
@@ -1149,11 +1163,15 @@ async fn publish_manual_report(
     config: &Config,
     ready: &[Planned],
     targets: Vec<crate::commands::manual_report::ManualTarget>,
-    started_at: jiff::Timestamp,
+    run: ManualRun,
     args: &RollbackArgs,
-    sink: crate::github::Sink,
     env: &Env,
 ) {
+    let ManualRun {
+        started_at,
+        concurrency,
+        sink,
+    } = run;
     // The commit gone back to, when every target went back to the same one.
     let first = ready.first().and_then(|p| p.commit.clone());
     let commit = first.filter(|c| {
@@ -1164,7 +1182,7 @@ async fn publish_manual_report(
     let mut report =
         crate::commands::manual_report::report(&config.app, commit, started_at, targets);
     report.run_url = sink.run_url();
-    report.concurrency = Some(crate::report::ConcurrencyInfo::manual_rollback(ready.len()));
+    report.concurrency = Some(concurrency);
     let in_actions = env.get("GITHUB_ACTIONS").map(String::as_str) == Some("true");
     // Stored manifests come from no file: a failure has no line to point at.
     let origin = |_: &str| None;

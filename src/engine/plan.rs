@@ -152,11 +152,13 @@ impl Plan {
     /// manifests re-applied as a new revision and nothing else. No failure policy (a failed
     /// rollback is never rolled back), forced (going back to what the cluster runs is still
     /// recorded), the apply stage only (the rollback commands run after it, by the command),
-    /// and the rollout given the rollback's time (`rollback_timeout`), not a deploy's. Every
-    /// target at once, whatever its wave (one wave, no bound, no bake, no checks: going back
-    /// is not a rollout to stage), and a signal leaves what it stopped (a rollback is not
-    /// rolled back). No preflight dry run: the command showed the clusters' diff already,
-    /// and a rollback goes on where it can.
+    /// and the rollout given the rollback's time (`rollback_timeout`), not a deploy's. One
+    /// wave, no bake, no checks, and not `concurrency` (they pace a rollout; going back is
+    /// not one): as many targets at once as the memory budget holds for the largest target's
+    /// manifests, which is every target of most fleets (every one at once, whatever the
+    /// budget, was 1 GB for 1,000 targets of 100 objects). A signal leaves what it stopped (a
+    /// rollback is not rolled back). No preflight dry run: the command showed the clusters'
+    /// diff already, and a rollback goes on where it can.
     pub fn manual_rollback(mut self, rollback_timeout: std::time::Duration) -> Plan {
         let config = &mut self.config;
         config.on_failure = crate::config::FailurePolicy::None;
@@ -171,7 +173,14 @@ impl Plan {
         config.first_wave = 0;
         config.earlier_waves.clear();
         config.checks.clear();
-        self.concurrency = crate::report::ConcurrencyInfo::manual_rollback(config.targets.len());
+        let largest = self
+            .per_target
+            .values()
+            .map(|own| own.manifests.objects.len())
+            .max()
+            .unwrap_or(self.manifests.objects.len());
+        let budget = super::budget::Source::Budget(config.memory_budget);
+        self.concurrency = super::budget::choose(&budget, largest);
         config.concurrency = self.concurrency.value;
         config.preflight = false;
         self.options.force = true;
@@ -419,13 +428,71 @@ mod tests {
             rollback.config.pipeline.as_slice(),
             [crate::config::PipelineStage::Apply]
         ));
-        // Every target at once, in one wave.
+        // One wave, as many at once as the memory budget holds (below).
         assert!(rollback.config.targets.iter().all(|t| t.wave == 0));
-        assert_eq!(rollback.config.concurrency, rollback.config.targets.len());
+        assert_eq!(rollback.config.concurrency, rollback.concurrency.value);
         assert_eq!(
             rollback.config.on_cancel,
             crate::config::CancelPolicy::Leave
         );
+    }
+
+    /// A manual rollback keeps to what the memory budget holds for the largest target's
+    /// manifests (each target goes back to its own), whatever `concurrency` says.
+    #[test]
+    fn a_manual_rollback_keeps_to_the_memory_budget() {
+        use crate::engine::budget::{Source, choose};
+        let own = |objects: usize| TargetManifests {
+            manifests: crate::engine::reapply::manifest_set_from_bodies(
+                &(0..objects)
+                    .map(|i| {
+                        serde_json::json!({
+                            "apiVersion": "v1", "kind": "ConfigMap",
+                            "metadata": {"name": format!("c{i}")}, "data": {"k": "v"}
+                        })
+                    })
+                    .collect::<Vec<_>>(),
+                "test",
+            ),
+            commit: None,
+            origin: ReleaseOrigin::Deploy,
+        };
+        let manual = |config: Config| {
+            let empty = ManifestSet {
+                objects: Vec::new(),
+            };
+            Plan::new(
+                config,
+                empty,
+                None,
+                DeployOptions::default(),
+                HashMap::new(),
+            )
+            .with_target_manifests("eu", own(1))
+            .with_target_manifests("us", own(300))
+            .manual_rollback(std::time::Duration::from_secs(7))
+        };
+        let budget = manual(config());
+        let want = choose(&Source::Budget(config().memory_budget), 300);
+        // The largest target's, not the first's nor the shared set's (empty).
+        assert!(want.value < choose(&Source::Budget(config().memory_budget), 1).value);
+        assert_eq!(budget.concurrency, want);
+        assert_eq!(budget.config.concurrency, want.value);
+        assert!(
+            budget
+                .concurrency
+                .reason
+                .ends_with("per target of 300 objects)"),
+            "{}",
+            budget.concurrency.reason
+        );
+        let mut paced = config();
+        paced.concurrency = 1;
+        paced.concurrency_set_by = Some("rollguard.yaml:9".into());
+        assert_eq!(manual(paced).concurrency, want);
+        let mut small = config();
+        small.memory_budget = 1024 * 1024;
+        assert_eq!(manual(small).config.concurrency, 1);
     }
 
     #[test]

@@ -616,19 +616,6 @@ pub struct ConcurrencyInfo {
     pub reason: String,
 }
 
-impl ConcurrencyInfo {
-    /// A manual rollback's: every target at once.
-    pub fn manual_rollback(targets: usize) -> ConcurrencyInfo {
-        let value = targets.max(1);
-        ConcurrencyInfo {
-            value,
-            memory_budget_bytes: None,
-            per_target_bytes: None,
-            reason: format!("concurrency {value} (a manual rollback: every target at once)"),
-        }
-    }
-}
-
 /// Which shard of a `--shard I/N` deploy a report is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShardInfo {

@@ -97,6 +97,31 @@ impl Run {
             .unwrap_or_else(|| panic!("no `{words}` line of {target}:\n{}", self.output()))
     }
 
+    /// `targets` one after the other as each first logged a line with `words`, earliest first.
+    pub fn order_of<'a>(&self, targets: &[&'a str], words: &str) -> Vec<&'a str> {
+        let mut order: Vec<(usize, &str)> = targets
+            .iter()
+            .map(|t| (self.line_of(t, words), *t))
+            .collect();
+        order.sort_unstable();
+        order.into_iter().map(|(_, t)| t).collect()
+    }
+
+    /// Every target of `targets` logged `words` only once the one before it (in the order
+    /// they did) logged `after`: a bound of one target at a time.
+    pub fn assert_one_at_a_time(&self, targets: &[&str], words: &str, after: &str) {
+        let order = self.order_of(targets, words);
+        for pair in order.windows(2) {
+            assert!(
+                self.line_of(pair[0], after) < self.line_of(pair[1], words),
+                "{} logged `{words}` before {} logged `{after}`:\n{}",
+                pair[1],
+                pair[0],
+                self.output()
+            );
+        }
+    }
+
     pub fn outcome(&self, name: &str) -> String {
         self.target(name)["outcome"]
             .as_str()

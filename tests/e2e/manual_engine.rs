@@ -173,3 +173,44 @@ async fn a_manual_rollback_puts_objects_back_in_the_namespace_their_release_used
         back.output()
     );
 }
+
+/// A manual rollback keeps to the memory budget: one that holds a single target of this app
+/// (512 KiB) makes the three targets go back one after the other (each re-applies only once
+/// the one before is healthy again), and the report says the bound and why. It ran every
+/// target at once whatever the budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manual_rollback_keeps_to_the_memory_budget() {
+    let env = TestEnv::start(3, "- {image: \"*\", behaviour: Ready}\n").await;
+    env.write(
+        "rollguard.yaml",
+        &format!("{}memory_budget: 512KiB\n", config(3, "60s")),
+    );
+    first_good_deploy(&env).await;
+    env.write("k8s/app.yaml", &small_app("example.com/web:v3"));
+    let second = env.deploy(&[]).await;
+    assert_eq!(second.code, 0, "{}", second.output());
+
+    let path = env.path("manual.json");
+    let path_text = path.display().to_string();
+    let back = env
+        .command_env(
+            "rollback",
+            &["--revision", "1", "--yes", "--report", &path_text],
+            &[("RUST_LOG", "rollguard=info")],
+        )
+        .await;
+    assert_eq!(back.code, 0, "{}", back.output());
+    for cluster in [1, 2, 3] {
+        assert_runs(&env, cluster, GOOD).await;
+    }
+    let text = std::fs::read_to_string(&path).expect("rollback --report writes the report");
+    let report: Value = serde_json::from_str(&text).expect("the report is JSON");
+    let concurrency = &report["concurrency"];
+    assert_eq!(concurrency["value"], 1, "{concurrency:#}");
+    assert_eq!(
+        concurrency["memory_budget_bytes"],
+        512 * 1024,
+        "{concurrency:#}"
+    );
+    back.assert_one_at_a_time(&["eu", "us", "ap"], "applied", "rollout healthy");
+}

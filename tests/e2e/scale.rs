@@ -3,16 +3,6 @@
 
 use crate::harness::{TestEnv, config, small_app};
 
-/// Targets by the log line index of their first `applied`, earliest first.
-fn by_apply_order<'a>(run: &crate::harness::Run, targets: &[&'a str]) -> Vec<&'a str> {
-    let mut order: Vec<(usize, &str)> = targets
-        .iter()
-        .map(|t| (run.line_of(t, "applied"), *t))
-        .collect();
-    order.sort_unstable();
-    order.into_iter().map(|(_, t)| t).collect()
-}
-
 /// A 512 KiB budget holds one target of this app: the three targets deploy one after the
 /// other (each applies only after the one before is healthy), the report says concurrency 1
 /// and why, and every target is deployed.
@@ -49,16 +39,7 @@ async fn a_small_memory_budget_runs_fewer_targets_at_once_and_all_deploy() {
         run.output()
     );
     // One slot: each target applies only once the one before it is healthy.
-    let order = by_apply_order(&run, &targets);
-    for pair in order.windows(2) {
-        assert!(
-            run.line_of(pair[0], "rollout healthy") < run.line_of(pair[1], "applied"),
-            "{} applied before {} was healthy:\n{}",
-            pair[1],
-            pair[0],
-            run.output()
-        );
-    }
+    run.assert_one_at_a_time(&targets, "applied", "rollout healthy");
 
     // The default budget (512 MiB) holds the three at once; an explicit --concurrency wins
     // over any budget. (Unchanged deploys: the concurrency is still said.)
