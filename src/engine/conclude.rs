@@ -264,19 +264,21 @@ async fn roll_back_target(context: &Conclusion<'_>, run: &mut TargetRun) -> Opti
             message: run.report.rollback.as_ref().and_then(|r| r.message.clone()),
         });
     }
-    context.progress.update(
-        &name,
-        Stage::Finished {
-            outcome: run.report.outcome,
-            message: run
-                .report
-                .rollback
-                .as_ref()
-                .and_then(|r| r.message.clone())
-                .or_else(|| run.report.message.clone()),
-        },
-    );
+    context.progress.update(&name, end_stage(run));
     result
+}
+
+/// A settled target's last line: its outcome, with what its rollback said (else its message).
+pub(crate) fn end_stage(run: &TargetRun) -> Stage {
+    Stage::Finished {
+        outcome: run.report.outcome,
+        message: run
+            .report
+            .rollback
+            .as_ref()
+            .and_then(|r| r.message.clone())
+            .or_else(|| run.report.message.clone()),
+    }
 }
 
 /// Re-apply the last good record of one target and wait for it; updates the target's report.

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use crate::checks::{self, CheckRunner, PreparedCheck, run::ChecksOutcome};
 use crate::cluster::bake::{BakeOptions, watch_bake};
 use crate::cluster::wait::WaitFailure;
-use crate::engine::conclude::{Conclusion, settle_target};
+use crate::engine::conclude::{Conclusion, end_stage, settle_target};
 use crate::engine::machine::{Command, EndWhy, Event, RollbackWhy, TargetId};
 use crate::engine::plan::Plan;
 use crate::engine::policy::RollbackResult;
@@ -364,6 +364,7 @@ pub(crate) async fn obey_rollback(
 ) -> Option<RollbackResult> {
     let mut run = run.lock().await;
     let run = &mut *run;
+    let mut healthy = false;
     run.rollback_reason = Some(match why {
         RollbackWhy::Failed | RollbackWhy::AllFailed => RollbackReason::Failed,
         RollbackWhy::Policy { .. } | RollbackWhy::Cancelled { .. } => RollbackReason::Policy,
@@ -376,10 +377,12 @@ pub(crate) async fn obey_rollback(
             run.report.message = Some(format!("stopped: {why}"));
             finish(run, &shared.progress, TargetOutcome::Failed);
         }
-        // Healthy (or baking): its release was good here, the fleet goes back.
+        // Healthy (or baking): its release was good here, the fleet goes back. Its line goes
+        // on to the rollback's (below): "deployed" there said the opposite of what followed.
         RollbackWhy::Policy { .. } if !run.done => {
             run.report.message = Some(why.to_string());
-            finish(run, &shared.progress, TargetOutcome::Deployed);
+            finish(run, &Progress::quiet(), TargetOutcome::Deployed);
+            healthy = true;
         }
         // Healthy when a signal came (on_cancel: rollback).
         _ if !run.done => finish(run, &shared.progress, TargetOutcome::Cancelled),
@@ -391,6 +394,10 @@ pub(crate) async fn obey_rollback(
     if let Some(rollback) = run.report.rollback.as_mut() {
         rollback.started_at = Some(started_at);
         rollback.why = Some(why.to_string());
+    }
+    // A target with no record or lock to settle (its lock lost) got no line of its end above.
+    if healthy {
+        shared.progress.update(&run.report.name, end_stage(run));
     }
     result
 }

@@ -145,9 +145,10 @@ fn colored(stage: &Stage, text: String) -> String {
 
 /// Whether a stage gets a line of its own in CI logs: a new kind of stage, or apply progress
 /// that reached another quarter of the objects (so "applying 3/7" is counted as it goes
-/// without a line per object). In a `fleet` (more targets than a summary names) only what
-/// ends a target or undoes it gets a line: nine lines a target made a 1,000-target log
-/// 9,000 lines, and the periodic tally already counts the targets by stage.
+/// without a line per object). In a `fleet` (more targets than a summary names) only a
+/// target's end gets a line, which says what it ended as and why: nine lines a target made a
+/// 1,000-target log 9,000 lines (two for each of 999 targets rolled back by the policy), and
+/// the periodic tally already counts the targets by stage.
 fn worth_a_line(before: Option<&Stage>, now: &Stage, fleet: bool) -> bool {
     let news = || match (before, now) {
         (Some(Stage::Applying { done: was, .. }), Stage::Applying { done, total }) => {
@@ -157,11 +158,8 @@ fn worth_a_line(before: Option<&Stage>, now: &Stage, fleet: bool) -> bool {
         (Some(before), now) => std::mem::discriminant(before) != std::mem::discriminant(now),
         (None, _) => true,
     };
-    let own = matches!(
-        now,
-        Stage::Finished { .. } | Stage::Planned { .. } | Stage::RollingBack(_)
-    );
-    (own || !fleet) && news()
+    let ends = matches!(now, Stage::Finished { .. } | Stage::Planned { .. });
+    (ends || !fleet) && news()
 }
 
 /// `text` padded with spaces to `width` display columns.
@@ -510,8 +508,7 @@ mod tests {
         }
     }
 
-    /// In a fleet a target's line is what ends it or undoes it; a few targets get every
-    /// change.
+    /// In a fleet a target's line is its end; a few targets get every change.
     #[test]
     fn a_fleet_gets_a_line_when_a_target_ends() {
         let waiting = Stage::Waiting(WaitProgress {
@@ -552,7 +549,7 @@ mod tests {
                 false,
             ),
             (Some(waiting.clone()), deployed.clone(), true, true),
-            (Some(waiting.clone()), rolling_back.clone(), true, true),
+            (Some(waiting.clone()), rolling_back.clone(), true, false),
             (
                 Some(rolling_back.clone()),
                 rolling_back.clone(),

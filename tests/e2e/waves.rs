@@ -263,6 +263,46 @@ async fn a_crash_during_the_bake_fails_the_wave_and_the_next_never_starts() {
     assert_runs(&env, 1, GOOD).await;
 }
 
+/// A healthy canary rolled back because the next wave failed (`rollback-all`): its lines go
+/// from its rollout to its rollback and its end; none says `deployed` on the way (it said
+/// "deployed: policy rollback-all: eu failed at ..." before its rollback).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_healthy_target_rolled_back_by_the_policy_never_says_deployed() {
+    let rules = format!(
+        "- {{cluster: sim-2, image: \"{BAD}\", behaviour: ImagePullBackOff}}\n- {{image: \"*\", behaviour: Ready}}\n"
+    );
+    let env = TestEnv::start(2, &rules).await;
+    env.write(
+        "rollguard.yaml",
+        &wave_config(&[("canary", 0), ("eu", 1)], ""),
+    );
+    first_good_deploy(&env).await;
+    env.write("k8s/app.yaml", &small_app(BAD));
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 1, "{}", run.output());
+    assert_eq!(run.outcome("canary"), "rolled-back", "{}", run.output());
+    let why = run.target("canary")["rollback"]["why"].to_string();
+    assert!(why.contains("policy rollback-all: eu failed"), "{why}");
+    let lines: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.contains("] canary  "))
+        .collect();
+    assert!(
+        lines.iter().all(|l| !l.contains("  deployed")),
+        "{lines:#?}"
+    );
+    assert!(
+        lines.iter().any(|l| l.ends_with("  rolling back: to v1")),
+        "{lines:#?}"
+    );
+    assert!(
+        lines.last().is_some_and(|l| l.contains("  rolled-back: ")),
+        "{lines:#?}"
+    );
+    assert_runs(&env, 1, GOOD).await;
+}
+
 /// A git repository around the test's config and manifests, committed; the commit's sha.
 fn commit_all(env: &TestEnv, subject: &str) -> String {
     let dir = env.dir.path();
