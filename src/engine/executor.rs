@@ -156,6 +156,14 @@ impl Executor {
         }
     }
 
+    /// Healthy and baked: its line says so before the coordinator hears it (which may end
+    /// the target at once: its end must be the last line).
+    async fn baked(&self) {
+        let name = self.run.lock().await.target.name.clone();
+        self.shared.progress.update(&name, Stage::Healthy);
+        self.send(Event::Baked(self.id));
+    }
+
     /// The wave's bake after a healthy rollout: the new revision's pods stay watched, and a
     /// problem fails the target as during the wait. The target's checks (`checks:`) run
     /// beside it, from now until the bake ends (once, without a bake); one that fails the
@@ -163,7 +171,7 @@ impl Executor {
     async fn bake(&mut self) {
         let checks = self.prepared_checks().await;
         if self.bake.is_zero() && checks.is_empty() {
-            return self.send(Event::Baked(self.id));
+            return self.baked().await;
         }
         let (name, watch) = {
             let mut run = self.run.lock().await;
@@ -257,7 +265,10 @@ impl Executor {
                     lock_lost: false,
                 }
             }
-            (Ok(()), None) => Event::Baked(self.id),
+            (Ok(()), None) => {
+                drop(run);
+                return self.baked().await;
+            }
             (Err(WaitFailure::Cancelled), None) => Event::Stopped(self.id),
             (Err(WaitFailure::Failed(failures) | WaitFailure::Timeout(failures)), None) => {
                 for f in &failures {

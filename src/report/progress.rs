@@ -132,7 +132,8 @@ fn colored(stage: &Stage, text: String) -> String {
             outcome: TargetOutcome::Deployed | TargetOutcome::RolledBack,
             ..
         }
-        | Stage::Planned { .. } => "32",
+        | Stage::Planned { .. }
+        | Stage::Healthy => "32",
         Stage::Finished {
             outcome: TargetOutcome::Skipped | TargetOutcome::Cancelled,
             ..
@@ -261,7 +262,10 @@ async fn render(
                 let mut lines = String::new();
                 let mut next = Some(first);
                 while let Some((target, stage)) = next {
-                    if mode == Mode::Lines && worth_a_line(stages.get(&target), &stage, fleet) {
+                    let worthy = mode == Mode::Lines
+                        && worth_a_line(stages.get(&target), &stage, fleet)
+                        && (stage != Stage::Healthy || fleet::others_live(&stages, &target));
+                    if worthy {
                         lines.push_str(&line(&elapsed, &target, &stage));
                     }
                     stages.insert(target, stage);
@@ -433,6 +437,43 @@ mod tests {
             assert!(line.ends_with(&format!("] {target}  {what}")), "{line}");
         }
         assert!(writes[0].ends_with('\n'));
+    }
+
+    /// A healthy target gets a line while it waits for another; alone, its end follows at
+    /// once and says more.
+    #[tokio::test]
+    async fn a_healthy_line_only_while_another_target_is_under_way() {
+        let waiting = Stage::Waiting(WaitProgress {
+            ready: 0,
+            total: 2,
+            waiting_for: None,
+        });
+        for (names, want) in [
+            (vec!["eu"], vec!["eu    waiting 0/2 ready"]),
+            (
+                vec!["eu", "us"],
+                vec![
+                    "eu    waiting 0/2 ready",
+                    "us    waiting 0/2 ready",
+                    "eu    healthy, waiting for the other targets",
+                ],
+            ),
+        ] {
+            let (tx, rx) = mpsc::unbounded_channel();
+            for name in &names {
+                tx.send((name.to_string(), waiting.clone()))
+                    .expect("the renderer listens");
+            }
+            tx.send(("eu".to_string(), Stage::Healthy))
+                .expect("the renderer listens");
+            drop(tx);
+            let targets = names.iter().map(|n| (n.to_string(), 0)).collect();
+            let writes = Writes::default();
+            render(writes.clone(), targets, Mode::Lines, rx).await;
+            let text = writes.0.lock().expect("not poisoned").concat();
+            let lines: Vec<&str> = text.lines().map(|l| &l[9..]).collect();
+            assert_eq!(lines, want, "{text}");
+        }
     }
 
     /// A CI log: a line per change of stage and a summary every 10 s for a few targets; for a

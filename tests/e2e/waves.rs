@@ -264,8 +264,9 @@ async fn a_crash_during_the_bake_fails_the_wave_and_the_next_never_starts() {
 }
 
 /// A healthy canary rolled back because the next wave failed (`rollback-all`): its lines go
-/// from its rollout to its rollback and its end; none says `deployed` on the way (it said
-/// "deployed: policy rollback-all: eu failed at ..." before its rollback).
+/// from its rollout to `healthy` while the next wave runs, then to its rollback and its end;
+/// none says `deployed` on the way (it said "deployed: policy rollback-all: eu failed at ..."
+/// before its rollback).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_healthy_target_rolled_back_by_the_policy_never_says_deployed() {
     let rules = format!(
@@ -292,8 +293,12 @@ async fn a_healthy_target_rolled_back_by_the_policy_never_says_deployed() {
         lines.iter().all(|l| !l.contains("  deployed")),
         "{lines:#?}"
     );
+    // Healthy while the next wave ran, then rolled back.
+    let at = |words: &str| lines.iter().position(|l| l.ends_with(words));
+    let healthy = at("  healthy, waiting for the other targets");
+    let rolling_back = at("  rolling back: to v1");
     assert!(
-        lines.iter().any(|l| l.ends_with("  rolling back: to v1")),
+        healthy.is_some() && rolling_back.is_some() && healthy < rolling_back,
         "{lines:#?}"
     );
     assert!(

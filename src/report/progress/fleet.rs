@@ -28,6 +28,7 @@ fn counted_as(stage: &Stage) -> &'static str {
         Stage::Applying { .. } => "applying",
         Stage::Waiting(_) => "waiting",
         Stage::Baking { .. } => "baking",
+        Stage::Healthy => "healthy",
         Stage::Script(_) => "running a script",
         Stage::RollingBack(_) => "rolling back",
         Stage::Planned { .. } => "planned",
@@ -36,13 +37,14 @@ fn counted_as(stage: &Stage) -> &'static str {
 }
 
 /// The words of [`counted_as`] in the order a target goes through them.
-const ORDER: [&str; 15] = [
+const ORDER: [&str; 16] = [
     "queued",
     "connecting",
     "preflight",
     "applying",
     "waiting",
     "baking",
+    "healthy",
     "running a script",
     "rolling back",
     "planned",
@@ -71,11 +73,24 @@ pub(super) fn tally<'a>(stages: impl IntoIterator<Item = &'a Stage>) -> String {
     format!("{total} {noun}: {}", parts.join(", "))
 }
 
+/// Whether a target other than `target` has not ended nor become healthy: a healthy target
+/// then waits for it (worth a line in a CI log; with nobody left to wait for, its end follows
+/// at once).
+pub(super) fn others_live(stages: &HashMap<String, Stage>, target: &str) -> bool {
+    stages.iter().any(|(name, stage)| {
+        name != target
+            && !matches!(
+                stage,
+                Stage::Finished { .. } | Stage::Planned { .. } | Stage::Healthy
+            )
+    })
+}
+
 /// Whether a target keeps a line of its own when not every target fits: it is under way, or
 /// it failed (the tally counts the others).
 fn worth_a_row(stage: &Stage) -> bool {
     match stage {
-        Stage::Queued | Stage::Planned { .. } => false,
+        Stage::Queued | Stage::Planned { .. } | Stage::Healthy => false,
         Stage::Finished { outcome, .. } => {
             matches!(
                 outcome,
@@ -186,8 +201,10 @@ mod tests {
                     waiting(),
                     finished(TargetOutcome::Failed),
                     Stage::Applying { done: 1, total: 4 },
+                    Stage::Healthy,
+                    Stage::Healthy,
                 ],
-                "6 targets: 1 connecting, 1 applying, 2 waiting, 1 deployed, 1 failed",
+                "8 targets: 1 connecting, 1 applying, 2 waiting, 2 healthy, 1 deployed, 1 failed",
             ),
             (
                 vec![
@@ -207,6 +224,27 @@ mod tests {
         ];
         for (stages, want) in cases {
             assert_eq!(tally(&stages), want);
+        }
+    }
+
+    /// A healthy target waits for the others while one has not ended nor become healthy.
+    #[test]
+    fn a_healthy_target_waits_while_another_is_live() {
+        let cases: [(Vec<Stage>, bool); 6] = [
+            (vec![Stage::Healthy], false),
+            (vec![Stage::Healthy, Stage::Healthy], false),
+            (vec![Stage::Healthy, finished(TargetOutcome::Failed)], false),
+            (vec![Stage::Healthy, Stage::Planned { changes: 1 }], false),
+            (vec![Stage::Healthy, waiting()], true),
+            (vec![Stage::Healthy, Stage::RollingBack("v1".into())], true),
+        ];
+        for (stages, want) in cases {
+            let stages: HashMap<String, Stage> = stages
+                .into_iter()
+                .enumerate()
+                .map(|(i, s)| (format!("t{i}"), s))
+                .collect();
+            assert_eq!(others_live(&stages, "t0"), want, "{stages:?}");
         }
     }
 

@@ -33,6 +33,9 @@ pub enum Stage {
         /// The last value of each check (`checks:`), e.g. "error-rate 0.02, healthz 200".
         checks: Option<String>,
     },
+    /// Healthy, baked, its pipeline done: it waits for the rest of the fleet (deployed once
+    /// nothing can roll it back).
+    Healthy,
     /// Rolling back (used by the rollback step).
     RollingBack(String),
     /// A script stage (or its rollback command) is running.
@@ -83,6 +86,7 @@ pub fn describe_stage(stage: &Stage) -> String {
                 _ => format!("baking, {left} left"),
             }
         }
+        Stage::Healthy => "healthy, waiting for the other targets".into(),
         Stage::RollingBack(what) => format!("rolling back: {what}"),
         Stage::Script(name) => format!("running script stage {name}"),
         Stage::Planned { changes: 0 } => "planned: no changes".into(),
