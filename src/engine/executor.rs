@@ -375,7 +375,9 @@ pub(crate) async fn obey_rollback(
 ) -> Option<RollbackResult> {
     let mut run = run.lock().await;
     let run = &mut *run;
-    let mut healthy = false;
+    // Whether the target's end is said below, once its rollback is settled: the policy's
+    // decision, not an intermediate outcome ("deployed", "failed: stopped") said first.
+    let mut said_below = false;
     run.rollback_reason = Some(match why {
         RollbackWhy::Failed | RollbackWhy::AllFailed => RollbackReason::Failed,
         RollbackWhy::Policy { .. } | RollbackWhy::Cancelled { .. } => RollbackReason::Policy,
@@ -386,14 +388,14 @@ pub(crate) async fn obey_rollback(
             if run.done && run.report.outcome == TargetOutcome::Cancelled =>
         {
             run.report.message = Some(format!("stopped: {why}"));
-            finish(run, &shared.progress, TargetOutcome::Failed);
+            finish(run, &Progress::quiet(), TargetOutcome::Failed);
+            said_below = true;
         }
-        // Healthy (or baking): its release was good here, the fleet goes back. Its line goes
-        // on to the rollback's (below): "deployed" there said the opposite of what followed.
+        // Healthy (or baking): its release was good here, the fleet goes back.
         RollbackWhy::Policy { .. } if !run.done => {
             run.report.message = Some(why.to_string());
             finish(run, &Progress::quiet(), TargetOutcome::Deployed);
-            healthy = true;
+            said_below = true;
         }
         // Healthy when a signal came (on_cancel: rollback).
         _ if !run.done => finish(run, &shared.progress, TargetOutcome::Cancelled),
@@ -406,8 +408,9 @@ pub(crate) async fn obey_rollback(
         rollback.started_at = Some(started_at);
         rollback.why = Some(why.to_string());
     }
-    // A target with no record or lock to settle (its lock lost) got no line of its end above.
-    if healthy {
+    // Said again for a target with no record or lock to settle (its lock lost), which got
+    // no line of its end from the rollback.
+    if said_below {
         shared.progress.update(&run.report.name, end_stage(run));
     }
     result

@@ -708,6 +708,12 @@ pub fn finish(run: &mut TargetRun, progress: &Progress, outcome: TargetOutcome) 
             _ => run.report.failures.first().map(Failure::headline),
         };
     }
+    // Stopped with no signal: the coordinator stopped it (the failure policy), and says its
+    // end itself (rolled back, skipped); "cancelled" would be neither.
+    if outcome == TargetOutcome::Cancelled && crate::util::process_group::cancel_signal().is_none()
+    {
+        return;
+    }
     // A dry run deploys nothing: its live view says what it would change.
     let stage = match (&run.plan, outcome) {
         (Some(found), TargetOutcome::Deployed) => Stage::Planned {

@@ -153,6 +153,25 @@ async fn rollback_all_stops_a_slow_target_at_the_first_failure() {
         reason.starts_with("stopped: policy rollback-all: us failed at"),
         "{reason}"
     );
+    // Its lines go from its rollout to its rollback and its end: the stop is not a cancel
+    // ("cancelled") nor its end ("failed: stopped: ..."), which both said before.
+    let lines: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.contains("] eu  "))
+        .collect();
+    let tail: Vec<&str> = lines.iter().rev().take(2).rev().copied().collect();
+    assert!(
+        matches!(tail.as_slice(), [rolling, end]
+            if rolling.ends_with("  rolling back: to v1") && end.contains("  rolled-back: ")),
+        "{lines:#?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .all(|l| !l.contains("  cancelled") && !l.contains("  failed")),
+        "{lines:#?}"
+    );
     assert_runs(&env, 1, GOOD).await;
     assert_runs(&env, 2, GOOD).await;
 }
