@@ -401,6 +401,12 @@ pub(crate) async fn obey_rollback(
         _ if !run.done => finish(run, &shared.progress, TargetOutcome::Cancelled),
         _ => {}
     }
+    if said_below {
+        // At once: writing its record comes before the rollback's own line.
+        shared
+            .progress
+            .update(&run.report.name, Stage::RollingBack(why.to_string()));
+    }
     let context = shared.conclusion();
     let started_at = jiff::Timestamp::now();
     let result = settle_target(&context, run, true).await;

@@ -163,7 +163,8 @@ async fn rollback_all_stops_a_slow_target_at_the_first_failure() {
     let tail: Vec<&str> = lines.iter().rev().take(2).rev().copied().collect();
     assert!(
         matches!(tail.as_slice(), [rolling, end]
-            if rolling.ends_with("  rolling back: to v1") && end.contains("  rolled-back: ")),
+            if rolling.contains("  rolling back: policy rollback-all: us failed at")
+                && end.contains("  rolled-back: ")),
         "{lines:#?}"
     );
     assert!(
@@ -313,9 +314,9 @@ async fn a_healthy_target_rolled_back_by_the_policy_never_says_deployed() {
         "{lines:#?}"
     );
     // Healthy while the next wave ran, then rolled back.
-    let at = |words: &str| lines.iter().position(|l| l.ends_with(words));
+    let at = |words: &str| lines.iter().position(|l| l.contains(words));
     let healthy = at("  healthy, waiting for the other targets");
-    let rolling_back = at("  rolling back: to v1");
+    let rolling_back = at("  rolling back: policy rollback-all: eu failed at");
     assert!(
         healthy.is_some() && rolling_back.is_some() && healthy < rolling_back,
         "{lines:#?}"
