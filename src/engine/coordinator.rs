@@ -133,6 +133,7 @@ fn machine_settings(plan: &Plan) -> Settings {
             .into_iter()
             .map(|wave| (wave, plan.config.max_parallel(wave)))
             .collect(),
+        rollbacks_at_once: plan.rollback_bound().value,
     }
 }
 

@@ -16,6 +16,8 @@
 //! - `rollback-all`: the first failure decides: queued targets are skipped, running ones are
 //!   told to stop (and roll back once stopped if they changed something), healthy or baking
 //!   ones roll back at once.
+//! - Rollbacks run at once, at most `rollbacks_at_once` of them (what the memory budget
+//!   holds: every target of most fleets); one past it waits for a rollback to end.
 //! - A cancel stops everything; `on_cancel: rollback` rolls back what changed, `leave`
 //!   keeps it. A target whose lock was lost belongs to another run: it is never rolled back.
 //! - Healthy targets are finished (`deployed`, record written) when nothing can roll them
@@ -50,6 +52,8 @@ pub enum Phase {
     Healthy,
     /// Failed under `rollback-if-all-fail`: waits for the last target to decide.
     FailedPending,
+    /// Its rollback waits for one of the others to end (`rollbacks_at_once`).
+    RollbackQueued,
     /// Its rollback runs.
     RollingBack,
     /// Over, with its outcome.
@@ -84,6 +88,8 @@ pub struct TargetState {
     /// Something of the new revision reached the cluster (an object, or a script started):
     /// a rollback has something to undo.
     pub changed: bool,
+    /// Why its rollback was decided, while it waits for its turn (`RollbackQueued`).
+    pub rollback: Option<RollbackWhy>,
 }
 
 /// What happened, as the executors and the signal handler report it.
@@ -211,6 +217,9 @@ pub struct Settings {
     pub concurrency: usize,
     /// Targets in flight at once per wave, by wave number (absent: `concurrency`).
     pub max_parallel: Vec<(u32, usize)>,
+    /// Rollbacks running at once (what the memory budget holds; not `concurrency`, which
+    /// paces a rollout).
+    pub rollbacks_at_once: usize,
 }
 
 /// The decision that stops the fleet's new starts.
@@ -246,6 +255,7 @@ impl Fleet {
                 wave,
                 phase: Phase::Queued,
                 changed: false,
+                rollback: None,
             })
             .collect();
         Fleet {
@@ -318,6 +328,7 @@ impl Fleet {
             }
             Event::Cancel { signal } => self.cancel(signal, &mut out),
         }
+        self.start_rollbacks(&mut out);
         self.schedule(&mut out);
         self.settle(&mut out);
         out
@@ -338,9 +349,38 @@ impl Fleet {
         out.push(Command::End { target: t, why });
     }
 
+    /// Rolls `t` back now, or when a running rollback ends (`rollbacks_at_once`).
     fn roll_back(&mut self, t: TargetId, why: RollbackWhy, out: &mut Vec<Command>) {
+        let running = self
+            .targets
+            .iter()
+            .filter(|target| target.phase == Phase::RollingBack)
+            .count();
+        if running >= self.settings.rollbacks_at_once.max(1) {
+            self.set(t, Phase::RollbackQueued);
+            if let Some(target) = self.targets.get_mut(t) {
+                target.rollback = Some(why);
+            }
+            return;
+        }
         self.set(t, Phase::RollingBack);
         out.push(Command::RollBack { target: t, why });
+    }
+
+    /// The queued rollbacks that fit now, in config order.
+    fn start_rollbacks(&mut self, out: &mut Vec<Command>) {
+        for t in 0..self.targets.len() {
+            if self.targets[t].phase != Phase::RollbackQueued {
+                continue;
+            }
+            let Some(why) = self.targets[t].rollback.take() else {
+                continue;
+            };
+            self.roll_back(t, why, out);
+            if self.targets[t].phase == Phase::RollbackQueued {
+                return;
+            }
+        }
     }
 
     /// A running target's rollout is healthy: its bake starts. One told to stop absorbs it

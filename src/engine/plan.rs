@@ -153,11 +153,10 @@ impl Plan {
     /// rollback is never rolled back), forced (going back to what the cluster runs is still
     /// recorded), the apply stage only (the rollback commands run after it, by the command),
     /// and the rollout given the rollback's time (`rollback_timeout`), not a deploy's. One
-    /// wave, no bake, no checks, and not `concurrency` (they pace a rollout; going back is
-    /// not one): as many targets at once as the memory budget holds for the largest target's
-    /// manifests, which is every target of most fleets (every one at once, whatever the
-    /// budget: 290 MiB measured for 1,000 small targets, about 1 GB by the budget's own
-    /// figures for 1,000 of 100 objects). A signal leaves what it stopped (a
+    /// wave, no bake, no checks, and as many targets at once as any rollback
+    /// ([`Plan::rollback_bound`]; every one at once, whatever the budget, was 290 MiB
+    /// measured for 1,000 small targets, about 1 GB by the budget's own figures for 1,000
+    /// of 100 objects). A signal leaves what it stopped (a
     /// rollback is not rolled back). No preflight dry run: the command showed the clusters'
     /// diff already, and a rollback goes on where it can.
     pub fn manual_rollback(mut self, rollback_timeout: std::time::Duration) -> Plan {
@@ -174,19 +173,27 @@ impl Plan {
         config.first_wave = 0;
         config.earlier_waves.clear();
         config.checks.clear();
+        config.preflight = false;
+        self.concurrency = self.rollback_bound();
+        self.config.concurrency = self.concurrency.value;
+        self.options.force = true;
+        self.options.wave = None;
+        self
+    }
+
+    /// How many rollbacks run at once, and why: what the memory budget holds for the largest
+    /// manifests a target goes back to (every target of most fleets), never `concurrency`,
+    /// which paces a rollout. A rollback re-applies as much as the deploy applied.
+    pub fn rollback_bound(&self) -> crate::report::ConcurrencyInfo {
         let largest = self
             .per_target
             .values()
             .map(|own| own.manifests.objects.len())
+            .chain([self.manifests.objects.len()])
             .max()
-            .unwrap_or(self.manifests.objects.len());
-        let budget = super::budget::Source::Budget(config.memory_budget);
-        self.concurrency = super::budget::choose(&budget, largest);
-        config.concurrency = self.concurrency.value;
-        config.preflight = false;
-        self.options.force = true;
-        self.options.wave = None;
-        self
+            .unwrap_or(0);
+        let budget = super::budget::Source::Budget(self.config.memory_budget);
+        super::budget::choose(&budget, largest)
     }
 
     /// What `target`'s record says it is: its own manifests' origin, else a deploy.

@@ -124,6 +124,54 @@ async fn rollback_all_brings_every_target_back() {
     assert!(summary.contains("rolled back 3 of 3"), "{summary}");
 }
 
+/// The policy's rollbacks keep to the memory budget, not to `concurrency`: with a budget
+/// that holds one target (512 KiB) and `concurrency: 3`, the three targets deploy at once
+/// and go back one after the other, each rollback starting after the one before ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_policys_rollbacks_keep_to_the_memory_budget() {
+    let env = fleet_with_bad_us().await;
+    env.write(
+        "rollguard.yaml",
+        &format!(
+            "{}concurrency: 3\nmemory_budget: 512KiB\n",
+            config(3, "60s")
+        ),
+    );
+    first_good_deploy(&env).await;
+    env.write("k8s/app.yaml", &small_app(BAD));
+    let run = env.deploy(&[]).await;
+    assert_eq!(run.code, 1, "{}", run.output());
+    let time = |v: &Value| -> jiff::Timestamp {
+        v.as_str()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("not a timestamp: {v}\n{}", run.output()))
+    };
+    let mut turns: Vec<(jiff::Timestamp, jiff::Timestamp, &str)> = ["eu", "us", "ap"]
+        .iter()
+        .map(|t| {
+            assert_eq!(run.outcome(t), "rolled-back", "{}", run.output());
+            let target = run.target(t);
+            (
+                time(&target["rollback"]["started_at"]),
+                time(&target["finished_at"]),
+                *t,
+            )
+        })
+        .collect();
+    turns.sort();
+    for pair in turns.windows(2) {
+        assert!(
+            pair[1].0 >= pair[0].1,
+            "{}'s rollback started before {}'s ended: {turns:?}",
+            pair[1].2,
+            pair[0].2
+        );
+    }
+    for cluster in [1, 2, 3] {
+        assert_runs(&env, cluster, GOOD).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollback_failed_only_touches_the_failed_target_and_prunes_nothing() {
     let env = fleet_with_bad_us().await;

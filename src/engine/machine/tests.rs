@@ -12,6 +12,7 @@ fn settings(policy: FailurePolicy, concurrency: usize) -> Settings {
         rollback_on_cancel: true,
         concurrency,
         max_parallel: Vec::new(),
+        rollbacks_at_once: 64,
     }
 }
 
@@ -663,5 +664,45 @@ fn a_fleet_stage_failing_fails_its_targets_and_a_cancel_in_it_stops_them() {
             ("rolled-back eu", &[]),
         ],
         &["eu=rolled-back", "us=cancelled"],
+    );
+}
+
+/// Past `rollbacks_at_once` (what the memory budget holds), a rollback waits for a running one
+/// to end, in config order; the bound counts rollbacks only (the deploy's slots are apart).
+#[test]
+fn rollbacks_wait_for_a_turn_past_the_memory_budget() {
+    let policy_why = "policy rollback-all: us failed at 22:13:24"; // step 4
+    let mut bounded = settings(RollbackAll, 8);
+    bounded.rollbacks_at_once = 2;
+    run(
+        fleet(bounded, &["eu", "us", "ap", "sa"]),
+        &["start eu", "start us", "start ap", "start sa"],
+        &[
+            ("changed eu", &[]),
+            ("changed ap", &[]),
+            ("changed sa", &[]),
+            ("changed us", &[]),
+            // us rolls back, eu takes the second turn; ap and sa stop, then wait.
+            (
+                "failed us",
+                &["rollback us: failed", "stop eu", "stop ap", "stop sa"],
+            ),
+            ("stopped eu", &[&format!("rollback eu: {policy_why}")]),
+            ("stopped ap", &[]),
+            ("stopped sa", &[]),
+            ("rolled-back us", &[&format!("rollback ap: {policy_why}")]),
+            (
+                "rollback-failed eu",
+                &[&format!("rollback sa: {policy_why}")],
+            ),
+            ("rolled-back sa", &[]),
+            ("rolled-back ap", &[]),
+        ],
+        &[
+            "eu=rollback-failed",
+            "us=rolled-back",
+            "ap=rolled-back",
+            "sa=rolled-back",
+        ],
     );
 }
